@@ -1,0 +1,93 @@
+/* ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "ctxpatch/convert.h"
+
+#include <cjson/cJSON.h>
+
+static const char convert_help[] =
+    "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] [--json]\n\n"
+    "Converts a checkpoint (PyTorch zip .bin/.pt, safetensors, single or sharded) into the\n"
+    "folder OUT: model.safetensors (or model-0000k-of-0000N.safetensors + index when sharded),\n"
+    "config and tokenizer files copied over, and SHA256SUMS (check with sha256sum -c).\n"
+    "Streams tensor by tensor; OUT appears atomically or not at all.\n\n"
+    "  --to safetensors    output format (the only one for now)\n"
+    "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
+    "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
+    "  --force             replace OUT if it exists\n"
+    "  --json              print a JSON summary\n";
+
+static bool parse_size(const char *text, unsigned long long *out) {
+  char *end = NULL;
+  if (!text || !*text || *text == '-') return false;
+  unsigned long long v = strtoull(text, &end, 10);
+  unsigned long long mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1ull << 10, end++;
+  else if (*end == 'M' || *end == 'm') mult = 1ull << 20, end++;
+  else if (*end == 'G' || *end == 'g') mult = 1ull << 30, end++;
+  if (*end || end == text || v == 0 || v > UINT64_MAX / mult) return false;
+  *out = v * mult;
+  return true;
+}
+
+int cmd_convert(int argc, char **argv) {
+  const char *in = NULL, *out = NULL, *to = NULL;
+  bool json = false;
+  cp_convert_params params;
+  cp_convert_params_init(&params);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (cli_is_help(a)) {
+      fputs(convert_help, stdout);
+      return CLI_OK;
+    } else if (!strcmp(a, "--to")) {
+      if (++i >= argc) return cli_usage_error("convert", "--to needs a value");
+      to = argv[i];
+    } else if (!strcmp(a, "--shard-size")) {
+      unsigned long long v;
+      if (++i >= argc || !parse_size(argv[i], &v))
+        return cli_usage_error("convert", "--shard-size expects a positive byte count such as 2000000000 or 2G");
+      params.shard_size = v;
+    } else if (!strcmp(a, "--force")) {
+      params.replace = true;
+    } else if (!strcmp(a, "--json")) {
+      json = true;
+    } else if (a[0] == '-' && a[1]) {
+      return cli_usage_error("convert", "unknown option '%s'", a);
+    } else if (!in) {
+      in = a;
+    } else if (!out) {
+      out = a;
+    } else {
+      return cli_usage_error("convert", "unexpected argument '%s'", a);
+    }
+  }
+  if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
+  if (!to) return cli_usage_error("convert", "missing --to safetensors");
+  if (strcmp(to, "safetensors") != 0)
+    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors)", to);
+
+  cp_convert_stats stats = {0};
+  int rc = cp_convert_to_safetensors(&stats, in, out, &params);
+  if (rc < 0) return cli_report(rc);
+  if (json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "output", out);
+    cJSON_AddNumberToObject(doc, "tensors", (double)stats.tensors);
+    cJSON_AddNumberToObject(doc, "tensor_bytes", (double)stats.tensor_bytes);
+    cJSON_AddNumberToObject(doc, "shards", (double)stats.shards);
+    cJSON_AddNumberToObject(doc, "aux_files", (double)stats.aux_files);
+    char *text = cJSON_PrintUnformatted(doc);
+    if (text) puts(text);
+    free(text);
+    cJSON_Delete(doc);
+  } else
+    printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, SHA256SUMS\n", out,
+           (unsigned long long)stats.tensors, (unsigned long long)stats.tensor_bytes,
+           (unsigned long long)stats.shards, stats.shards == 1 ? "" : "s", (unsigned long long)stats.aux_files,
+           stats.aux_files == 1 ? "" : "s");
+  return CLI_OK;
+}

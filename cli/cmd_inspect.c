@@ -1,0 +1,126 @@
+/* ctxpatch inspect PATH [--json] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "ctxpatch/checkpoint.h"
+#include "ctxpatch/describe.h"
+#include "ctxpatch/hf_config.h"
+
+static const char inspect_help[] =
+    "usage: ctxpatch inspect PATH [--json]\n\n"
+    "Describes a checkpoint file or folder: format, architecture family, positional scheme\n"
+    "(T5 buckets, ALiBi slopes, RoPE theta/rotary dims/scaling, FIRE), training length,\n"
+    "hyperparameters, tensor and parameter counts, dtypes, bytes, and every tensor.\n\n"
+    "  --json   print the description as JSON (keys documented in docs/inspect-json.md)\n";
+
+static double num(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+static const char *str(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static void print_positional(const cJSON *p) {
+  const char *scheme = str(p, "scheme");
+  printf("positional:    %s", scheme);
+  if (!strcmp(scheme, "t5-buckets")) {
+    printf(" (%g buckets, max distance %g)", num(p, "num_buckets"), num(p, "max_distance"));
+  } else if (!strcmp(scheme, "alibi")) {
+    printf(" (max bias %g; slopes", num(p, "alibi_bias_max"));
+    const cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(p, "slopes")) printf(" %.6g", s->valuedouble);
+    printf(")");
+  } else if (!strcmp(scheme, "rope")) {
+    printf(" (theta %g, rotary dims %g", num(p, "theta"), num(p, "rotary_dims"));
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(p, "scaling");
+    if (sc) printf(", scaling %s x%g", str(sc, "type"), num(sc, "factor"));
+    printf(")");
+  } else if (!strcmp(scheme, "fire")) {
+    printf(" (MLP width %g%s)", num(p, "mlp_width"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "shared")) ? ", shared" : ", per layer");
+  }
+  printf("\n");
+}
+
+static void print_text(const cJSON *d) {
+  printf("path:          %s\n", str(d, "path"));
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(d, "files");
+  printf("format:        %s (%d file%s)\n", str(d, "format"), cJSON_GetArraySize(files),
+         cJSON_GetArraySize(files) == 1 ? "" : "s");
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(d, "architecture");
+  if (cJSON_IsObject(a)) {
+    printf("architecture:  %s (model_type %s%s%s)\n", str(a, "family"), str(a, "model_type"),
+           *str(a, "class") ? ", " : "", str(a, "class"));
+    print_positional(cJSON_GetObjectItemCaseSensitive(d, "positional"));
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(d, "train_len");
+    if (cJSON_IsNumber(tl)) printf("train length:  %.0f\n", tl->valuedouble);
+    else printf("train length:  unknown (not in config.json)\n");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(d, "hyperparameters");
+    printf("hyperparams:   vocab %.0f, d_model %.0f, layers %.0f", num(h, "vocab_size"), num(h, "d_model"),
+           num(h, "n_layers"));
+    if (num(h, "n_decoder_layers") > 0) printf("+%.0f decoder", num(h, "n_decoder_layers"));
+    printf(", heads %.0f (kv %.0f), d_head %.0f, d_ff %.0f, %s, eps %g%s\n", num(h, "n_heads"), num(h, "n_kv_heads"),
+           num(h, "d_head"), num(h, "d_ff"), str(h, "activation"), num(h, "norm_eps"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "tie_word_embeddings")) ? ", tied embeddings" : "");
+  } else {
+    printf("architecture:  unknown (no config.json beside the weights)\n");
+  }
+  printf("tensors:       %.0f (%.0f parameters, %.0f bytes;", num(d, "tensor_count"), num(d, "parameter_count"),
+         num(d, "bytes"));
+  const cJSON *dt;
+  cJSON_ArrayForEach(dt, cJSON_GetObjectItemCaseSensitive(d, "dtypes")) printf(" %s %g", dt->string, dt->valuedouble);
+  printf(")\n");
+  const cJSON *t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(d, "tensors")) {
+    char shape[256] = "";
+    const cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
+      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
+    printf("  %-60s %-8s [%s]\n", str(t, "name"), str(t, "dtype"), shape);
+  }
+}
+
+int cmd_inspect(int argc, char **argv) {
+  const char *path = NULL;
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    if (cli_is_help(argv[i])) {
+      fputs(inspect_help, stdout);
+      return CLI_OK;
+    } else if (!strcmp(argv[i], "--json")) {
+      json = true;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
+    } else if (!path) {
+      path = argv[i];
+    } else {
+      return cli_usage_error("inspect", "unexpected argument '%s'", argv[i]);
+    }
+  }
+  if (!path) return cli_usage_error("inspect", "missing PATH");
+
+  cp_checkpoint *ck = NULL;
+  cp_hf_config *cfg = NULL;
+  cJSON *desc = NULL;
+  int rc = cp_checkpoint_open(&ck, path);
+  if (rc == 0 && cp_checkpoint_config_path(ck)) rc = cp_hf_config_load(&cfg, cp_checkpoint_config_path(ck));
+  if (rc == 0) rc = cp_describe_checkpoint(&desc, path, ck, cfg);
+  int status = CLI_OK;
+  if (rc < 0) {
+    status = cli_report(rc);
+  } else if (json) {
+    char *text = cJSON_PrintBuffered(desc, 1 << 16, 1);
+    if (text) puts(text);
+    free(text);
+  } else {
+    print_text(desc);
+  }
+  cJSON_Delete(desc);
+  cp_hf_config_free(cfg);
+  cp_checkpoint_free(ck);
+  return status;
+}

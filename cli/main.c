@@ -1,0 +1,71 @@
+/* ctxpatch: git-style front end. Each subcommand lives in its own cmd_*.c file. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const cli_command commands[] = {
+    {"inspect", "describe a checkpoint: format, architecture, positional scheme, tensors", cmd_inspect},
+    {"convert", "convert a PyTorch zip or safetensors checkpoint to (sharded) safetensors", cmd_convert},
+};
+
+int cli_report(int rc) {
+  const char *msg = cp_error_message();
+  fprintf(stderr, "ctxpatch: error %s: %s\n", cp_err_name(rc), *msg ? msg : cp_err_text(rc));
+  return CLI_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ctxpatch %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (see 'ctxpatch %s --help')\n", cmd);
+  va_end(ap);
+  return CLI_USAGE;
+}
+
+bool cli_is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
+
+bool cli_parse_u64(const char *cmd, const char *opt, const char *text, unsigned long long *out) {
+  char *end = NULL;
+  errno = 0;
+  if (!text || !*text || *text == '-') goto bad;
+  *out = strtoull(text, &end, 10);
+  if (errno || *end) goto bad;
+  return true;
+bad:
+  cli_usage_error(cmd, "%s expects a non-negative integer, got '%s'", opt, text ? text : "");
+  return false;
+}
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: ctxpatch <command> [options]\n\n"
+               "Converts, patches and verifies transformer checkpoints for long contexts.\n\n"
+               "commands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n'ctxpatch <command> --help' describes a command. Exit status 0 only on success.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (cli_is_help(argv[1])) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("ctxpatch %s\n", CTXPATCH_VERSION);
+    return CLI_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "ctxpatch: unknown command '%s' (see 'ctxpatch --help')\n", argv[1]);
+  return CLI_USAGE;
+}

@@ -1,0 +1,136 @@
+#include "ctxpatch/error.h"
+#include "ctxpatch/tensor.h"
+
+#include <string.h>
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtype_info[CP_DTYPE_COUNT] = {
+    [CP_F64] = {"F64", 8},     [CP_F32] = {"F32", 4},        [CP_F16] = {"F16", 2},
+    [CP_BF16] = {"BF16", 2},   [CP_F8_E4M3] = {"F8_E4M3", 1}, [CP_F8_E5M2] = {"F8_E5M2", 1},
+    [CP_I64] = {"I64", 8},     [CP_I32] = {"I32", 4},        [CP_I16] = {"I16", 2},
+    [CP_I8] = {"I8", 1},       [CP_U8] = {"U8", 1},          [CP_BOOL] = {"BOOL", 1},
+};
+
+size_t cp_dtype_size(cp_dtype dtype) { return (unsigned)dtype < CP_DTYPE_COUNT ? dtype_info[dtype].size : 0; }
+
+const char *cp_dtype_name(cp_dtype dtype) {
+  return (unsigned)dtype < CP_DTYPE_COUNT ? dtype_info[dtype].name : "?";
+}
+
+int cp_dtype_from_name(cp_dtype *out, const char *name) {
+  for (int i = 0; i < CP_DTYPE_COUNT; i++) {
+    if (strcmp(dtype_info[i].name, name) == 0) {
+      *out = (cp_dtype)i;
+      return 0;
+    }
+  }
+  return CP_EUNSUPPORTED;
+}
+
+bool cp_dtype_is_float(cp_dtype dtype) {
+  return dtype == CP_F64 || dtype == CP_F32 || dtype == CP_F16 || dtype == CP_BF16 ||
+         dtype == CP_F8_E4M3 || dtype == CP_F8_E5M2;
+}
+
+int cp_shape_numel(uint64_t *out, int ndim, const int64_t *shape) {
+  uint64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || !cp_mul_u64(&n, n, (uint64_t)shape[i]) || n > (uint64_t)INT64_MAX)
+      return CP_EOVERFLOW;
+  }
+  *out = n;
+  return 0;
+}
+
+int cp_shape_nbytes(uint64_t *out, cp_dtype dtype, int ndim, const int64_t *shape) {
+  uint64_t n;
+  if (cp_shape_numel(&n, ndim, shape) < 0 || !cp_mul_u64(&n, n, cp_dtype_size(dtype)) ||
+      n > (uint64_t)INT64_MAX)
+    return CP_EOVERFLOW;
+  *out = n;
+  return 0;
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float cp_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+uint16_t cp_f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float cp_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    if (man == 0) return bits_f32(sign);
+    /* subnormal: value = man * 2^-24 */
+    float v = (float)man * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_f32(sign | 0x7f800000u | (man << 13));
+  return bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+uint16_t cp_f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
+  if (abs < 0x38800000u) {                                   /* subnormal or zero in f16 */
+    if (abs < 0x33000000u) return (uint16_t)sign;
+    uint32_t e = abs >> 23;
+    uint32_t m = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; /* 14..24 */
+    uint32_t r = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = abs - 0x38000000u; /* rebias exponent 127 -> 15 */
+  r += 0xfffu + ((r >> 13) & 1u);
+  return (uint16_t)(sign | (r >> 13));
+}
+
+int cp_convert_to_f32(float *dst, const void *src, cp_dtype dtype, uint64_t count) {
+  const unsigned char *p = src;
+  switch (dtype) {
+  case CP_F32:
+    memcpy(dst, src, count * 4);
+    return 0;
+  case CP_F64:
+    for (uint64_t i = 0; i < count; i++) {
+      double d;
+      memcpy(&d, p + i * 8, 8);
+      dst[i] = (float)d;
+    }
+    return 0;
+  case CP_F16:
+  case CP_BF16:
+    for (uint64_t i = 0; i < count; i++) {
+      uint16_t h;
+      memcpy(&h, p + i * 2, 2);
+      dst[i] = dtype == CP_F16 ? cp_f16_to_f32(h) : cp_bf16_to_f32(h);
+    }
+    return 0;
+  default:
+    return cp_error_set(CP_EUNSUPPORTED, "cannot widen dtype %s to F32", cp_dtype_name(dtype));
+  }
+}

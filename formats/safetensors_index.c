@@ -1,0 +1,445 @@
+/* Sharded safetensors: shard planning and model.safetensors.index.json (write and strict read).
+ * Formats as Hugging Face transformers produces them; see include/ctxpatch/safetensors.h. */
+#include "ctxpatch/error.h"
+#include "ctxpatch/io.h"
+#include "ctxpatch/json.h"
+#include "ctxpatch/safetensors.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Index files of the largest public models are a few MB. */
+#define ST_INDEX_MAX_BYTES (256u << 20)
+#define ST_INDEX_MAX_DEPTH 16
+
+/* ---------------------------------------------------------------------------------------------
+ * Shard plan
+ * ------------------------------------------------------------------------------------------- */
+
+void cp_st_shard_plan_free(cp_st_shard_plan *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->n_shards; i++) free(p->shard_names[i]);
+  free(p->shard_names);
+  free(p->shard_bytes);
+  free(p->shard_of);
+  free(p);
+}
+
+int cp_st_plan_shards(cp_st_shard_plan **out, const cp_tensor *tensors, size_t n, uint64_t max_shard_bytes) {
+  *out = NULL;
+  if (max_shard_bytes == 0) return cp_error_set(CP_EARG, "shard plan: maximum shard size is 0");
+  int rc = 0;
+  cp_st_shard_plan *p = calloc(1, sizeof *p);
+  /* At most one shard per tensor, and at least one shard. */
+  size_t cap = n ? n : 1;
+  if (!p || !(p->shard_of = calloc(cap, sizeof *p->shard_of)) ||
+      !(p->shard_bytes = calloc(cap, sizeof *p->shard_bytes))) {
+    rc = cp_error_set(CP_ENOMEM, "shard plan: out of memory");
+    goto done;
+  }
+  p->n_tensors = n;
+  size_t cur = 0, in_cur = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t nb;
+    if (cp_shape_nbytes(&nb, tensors[i].dtype, tensors[i].ndim, tensors[i].shape) < 0 ||
+        cp_dtype_size(tensors[i].dtype) == 0) {
+      rc = cp_error_set(CP_EOVERFLOW, "shard plan: tensor '%s': bad dtype or size overflow",
+                        tensors[i].name ? tensors[i].name : "?");
+      goto done;
+    }
+    /* transformers: split before a tensor that would tip a non-empty shard over the limit. */
+    uint64_t sum;
+    if (in_cur > 0 && (!cp_add_u64(&sum, p->shard_bytes[cur], nb) || sum > max_shard_bytes)) {
+      cur++;
+      in_cur = 0;
+    }
+    p->shard_of[i] = cur;
+    p->shard_bytes[cur] += nb;
+    in_cur++;
+    if (!cp_add_u64(&p->total_size, p->total_size, nb)) {
+      rc = cp_error_set(CP_EOVERFLOW, "shard plan: total size overflows");
+      goto done;
+    }
+  }
+  p->n_shards = cur + 1;
+  if (!(p->shard_names = calloc(p->n_shards, sizeof *p->shard_names))) {
+    p->n_shards = 0;
+    rc = cp_error_set(CP_ENOMEM, "shard plan: out of memory");
+    goto done;
+  }
+  for (size_t s = 0; s < p->n_shards; s++) {
+    char name[96];
+    if (p->n_shards == 1)
+      snprintf(name, sizeof name, "model.safetensors");
+    else
+      snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, p->n_shards);
+    if (!(p->shard_names[s] = strdup(name))) {
+      rc = cp_error_set(CP_ENOMEM, "shard plan: out of memory");
+      goto done;
+    }
+  }
+done:
+  if (rc < 0) {
+    cp_st_shard_plan_free(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Index writer
+ * ------------------------------------------------------------------------------------------- */
+
+/* A shard file name must stay inside the index's folder. */
+static bool safe_file_name(const char *s) {
+  return s[0] != '\0' && strcmp(s, ".") != 0 && !strchr(s, '/') && !strchr(s, '\\') && !strstr(s, "..");
+}
+
+typedef struct {
+  char *s;
+  size_t len, cap;
+  bool oom;
+} tbuf;
+
+static void tb_put(tbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + n + 1) cap *= 2;
+    char *p = realloc(b->s, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->s = p;
+    b->cap = cap;
+  }
+  memcpy(b->s + b->len, s, n);
+  b->len += n;
+  b->s[b->len] = '\0';
+}
+
+static void tb_str(tbuf *b, const char *s) { tb_put(b, s, strlen(s)); }
+
+/* JSON string as Python's json.dumps (ensure_ascii=True) writes it. `s` is valid UTF-8. */
+static void tb_py_string(tbuf *b, const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  char esc[16];
+  tb_put(b, "\"", 1);
+  while (*s) {
+    unsigned c = *s;
+    if (c == '"') tb_put(b, "\\\"", 2), s++;
+    else if (c == '\\') tb_put(b, "\\\\", 2), s++;
+    else if (c == '\n') tb_put(b, "\\n", 2), s++;
+    else if (c == '\r') tb_put(b, "\\r", 2), s++;
+    else if (c == '\t') tb_put(b, "\\t", 2), s++;
+    else if (c == '\b') tb_put(b, "\\b", 2), s++;
+    else if (c == '\f') tb_put(b, "\\f", 2), s++;
+    else if (c >= 0x20 && c < 0x7f) tb_put(b, (const char *)s, 1), s++;
+    else {
+      uint32_t cp;
+      size_t len;
+      if (c < 0x80) cp = c, len = 1;
+      else if (c < 0xe0) cp = c & 0x1f, len = 2;
+      else if (c < 0xf0) cp = c & 0x0f, len = 3;
+      else cp = c & 0x07, len = 4;
+      for (size_t k = 1; k < len; k++) cp = cp << 6 | (s[k] & 0x3f);
+      s += len;
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+        tb_put(b, esc, 12);
+      } else {
+        snprintf(esc, sizeof esc, "\\u%04x", cp);
+        tb_put(b, esc, 6);
+      }
+    }
+  }
+  tb_put(b, "\"", 1);
+}
+
+typedef struct {
+  const char *name, *file;
+} pair;
+
+static int cmp_pair(const void *a, const void *b) { return strcmp(((const pair *)a)->name, ((const pair *)b)->name); }
+
+int cp_st_index_write(const char *path, uint64_t total_size, const char *const *names, const char *const *files,
+                      size_t n) {
+  int rc = 0;
+  tbuf b = {0};
+  cp_atomic_file *af = NULL;
+  pair *p = n ? malloc(n * sizeof *p) : NULL;
+  if (n && !p) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  for (size_t i = 0; i < n; i++) {
+    if (!names[i] || !files[i] || !cp_st_utf8_valid(names[i], strlen(names[i]), NULL) ||
+        !cp_st_utf8_valid(files[i], strlen(files[i]), NULL)) {
+      rc = cp_error_set(CP_EARG, "%s: entry %zu: name or file missing or not UTF-8", path, i);
+      goto done;
+    }
+    if (!safe_file_name(files[i])) {
+      rc = cp_error_set(CP_EARG, "%s: tensor '%s': shard file '%s' is not a plain file name", path, names[i], files[i]);
+      goto done;
+    }
+    p[i] = (pair){names[i], files[i]};
+  }
+  if (n) qsort(p, n, sizeof *p, cmp_pair);
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (strcmp(p[i].name, p[i + 1].name) == 0) {
+      rc = cp_error_set(CP_EARG, "%s: duplicate tensor name '%s'", path, p[i].name);
+      goto done;
+    }
+  }
+  char num[32];
+  snprintf(num, sizeof num, "%" PRIu64, total_size);
+  tb_str(&b, "{\n  \"metadata\": {\n    \"total_size\": ");
+  tb_str(&b, num);
+  tb_str(&b, "\n  },\n  \"weight_map\": ");
+  if (n == 0) {
+    tb_str(&b, "{}");
+  } else {
+    tb_str(&b, "{\n");
+    for (size_t i = 0; i < n; i++) {
+      tb_str(&b, "    ");
+      tb_py_string(&b, p[i].name);
+      tb_str(&b, ": ");
+      tb_py_string(&b, p[i].file);
+      tb_str(&b, i + 1 < n ? ",\n" : "\n");
+    }
+    tb_str(&b, "  }");
+  }
+  tb_str(&b, "\n}\n");
+  if (b.oom) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    goto done;
+  }
+  if ((rc = cp_atomic_open(&af, path)) < 0) goto done;
+  if ((rc = cp_atomic_write(af, b.s, b.len)) < 0) goto done;
+  rc = cp_atomic_commit(af);
+  af = NULL;
+done:
+  cp_atomic_abort(af);
+  free(b.s);
+  free(p);
+  return rc;
+}
+
+int cp_st_index_write_plan(const char *path, const cp_st_shard_plan *plan, const cp_tensor *tensors) {
+  size_t n = plan->n_tensors;
+  const char **names = n ? malloc(n * sizeof *names) : NULL, **files = n ? malloc(n * sizeof *files) : NULL;
+  int rc;
+  if (n && (!names || !files)) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      names[i] = tensors[i].name;
+      files[i] = plan->shard_names[plan->shard_of[i]];
+    }
+    rc = cp_st_index_write(path, plan->total_size, names, files, n);
+  }
+  free(names);
+  free(files);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Index reader
+ * ------------------------------------------------------------------------------------------- */
+
+struct cp_st_index {
+  size_t n;
+  char **names;     /* [n] */
+  size_t *file_of;  /* [n] */
+  size_t n_files;
+  char **files;     /* [n_files] */
+  int64_t total_size;
+};
+
+void cp_st_index_free(cp_st_index *x) {
+  if (!x) return;
+  for (size_t i = 0; i < x->n; i++) free(x->names[i]);
+  for (size_t i = 0; i < x->n_files; i++) free(x->files[i]);
+  free(x->names);
+  free(x->file_of);
+  free(x->files);
+  free(x);
+}
+
+/* Offset of the first string in the text holding a \u0000 escape, or (size_t)-1. cJSON stores
+ * strings NUL-terminated, so such a string would silently read as a shorter one. */
+static size_t find_nul_escape(const char *s, size_t len) {
+  bool in_str = false;
+  size_t start = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (!in_str) {
+      if (s[i] == '"') in_str = true, start = i;
+      continue;
+    }
+    if (s[i] == '"') {
+      in_str = false;
+    } else if (s[i] == '\\') {
+      if (i + 5 < len && s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' &&
+          s[i + 5] == '0')
+        return start;
+      i++; /* skip the escaped character */
+    }
+  }
+  return (size_t)-1;
+}
+
+/* Printable, bounded copy of an untrusted string for a one-line message. */
+static const char *shown(char buf[72], const char *s) {
+  size_t o = 0;
+  for (; *s && o < 64; s++) buf[o++] = ((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s;
+  if (*s) memcpy(buf + o, "...", 3), o += 3;
+  buf[o] = '\0';
+  return buf;
+}
+
+typedef struct {
+  const char *file;
+  size_t first; /* entry index of its first appearance */
+  size_t entry;
+} file_ref;
+
+static int cmp_file_ref(const void *a, const void *b) {
+  const file_ref *x = a, *y = b;
+  int c = strcmp(x->file, y->file);
+  if (c) return c;
+  return x->entry < y->entry ? -1 : x->entry > y->entry;
+}
+
+static int cmp_first(const void *a, const void *b) {
+  const file_ref *x = a, *y = b;
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+int cp_st_index_read(cp_st_index **out, const char *path) {
+  *out = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  cJSON *root = NULL;
+  file_ref *refs = NULL, *groups = NULL;
+  size_t *num = NULL;
+  char sb[72], fb[72];
+  cp_st_index *x = calloc(1, sizeof *x);
+  if (!x) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  x->total_size = -1;
+  int rc = cp_read_file(&text, &len, path, ST_INDEX_MAX_BYTES);
+  if (rc < 0) goto done;
+  if ((rc = cp_json_parse_strict(&root, text, len, path, ST_INDEX_MAX_DEPTH, CP_EST_INDEX, CP_EST_INDEX, CP_EST_INDEX,
+                                 CP_EST_INDEX)) < 0)
+    goto done;
+  size_t nul = find_nul_escape(text, len);
+  if (nul != (size_t)-1) {
+    rc = cp_error_set(CP_EST_INDEX, "%s: offset %zu: string contains a NUL character", path, nul);
+    goto done;
+  }
+  if (!cJSON_IsObject(root)) {
+    rc = cp_error_set(CP_EST_INDEX, "%s: offset 0: top level is not an object", path);
+    goto done;
+  }
+  const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "metadata");
+  if (meta && !cJSON_IsNull(meta)) {
+    if (!cJSON_IsObject(meta)) {
+      rc = cp_error_set(CP_EST_INDEX, "%s: 'metadata' is not an object", path);
+      goto done;
+    }
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(meta, "total_size");
+    if (ts) {
+      double d = cJSON_IsNumber(ts) ? ts->valuedouble : -1;
+      /* An exact non-negative integer below 2^63 (checked on the double before converting). */
+      if (!(d >= 0 && d < 9223372036854775808.0) || d != (double)(int64_t)d) {
+        rc = cp_error_set(CP_EST_INDEX, "%s: 'metadata.total_size' is not a non-negative integer", path);
+        goto done;
+      }
+      x->total_size = (int64_t)d;
+    }
+  }
+  const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  if (!cJSON_IsObject(wm)) {
+    rc = cp_error_set(CP_EST_INDEX, "%s: 'weight_map' is %s", path, wm ? "not an object" : "missing");
+    goto done;
+  }
+  size_t n = 0;
+  for (const cJSON *e = wm->child; e; e = e->next) n++;
+  if (n && (!(x->names = calloc(n, sizeof *x->names)) || !(x->file_of = calloc(n, sizeof *x->file_of)) ||
+            !(refs = malloc(n * sizeof *refs)))) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    goto done;
+  }
+  size_t i = 0;
+  for (const cJSON *e = wm->child; e; e = e->next, i++) {
+    if (!cJSON_IsString(e) || !e->valuestring) {
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: value is not a string", path, shown(sb, e->string));
+      goto done;
+    }
+    if (!safe_file_name(e->valuestring)) {
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: shard file '%s' is not a plain file name in the index's folder",
+                        path, shown(sb, e->string), shown(fb, e->valuestring));
+      goto done;
+    }
+    if (!(x->names[i] = strdup(e->string))) {
+      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+      goto done;
+    }
+    x->n = i + 1;
+    refs[i] = (file_ref){e->valuestring, 0, i};
+  }
+  /* Distinct files in order of first appearance, in O(n log n): group equal names (refs sorted
+   * by file, then entry, so each group starts with its first appearance), then order the groups
+   * by that first entry. */
+  if (n) qsort(refs, n, sizeof *refs, cmp_file_ref);
+  size_t ng = 0;
+  if (n && (!(groups = malloc(n * sizeof *groups)) || !(num = malloc(n * sizeof *num)) ||
+            !(x->files = calloc(n, sizeof *x->files)))) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    goto done;
+  }
+  for (size_t r = 0; r < n; r++)
+    if (r == 0 || strcmp(refs[r].file, refs[r - 1].file) != 0) groups[ng] = (file_ref){refs[r].file, refs[r].entry, ng}, ng++;
+  if (ng) qsort(groups, ng, sizeof *groups, cmp_first);
+  for (size_t g = 0; g < ng; g++) {
+    num[groups[g].entry] = g;
+    if (!(x->files[g] = strdup(groups[g].file))) {
+      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+      goto done;
+    }
+    x->n_files = g + 1;
+  }
+  for (size_t r = 0, k = 0; r < n; r++) {
+    if (r > 0 && strcmp(refs[r].file, refs[r - 1].file) != 0) k++;
+    x->file_of[refs[r].entry] = num[k];
+  }
+  /* The scan compares keys as written; "a" and "\u0061" only meet after decoding. */
+  for (size_t r = 0; r < n; r++) refs[r] = (file_ref){x->names[r], r, r};
+  if (n) qsort(refs, n, sizeof *refs, cmp_file_ref);
+  for (size_t r = 0; r + 1 < n; r++) {
+    if (strcmp(refs[r].file, refs[r + 1].file) == 0) {
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map: duplicate tensor name '%s'", path, shown(sb, refs[r].file));
+      goto done;
+    }
+  }
+  *out = x;
+  x = NULL;
+done:
+  cJSON_Delete(root);
+  free(text);
+  free(refs);
+  free(groups);
+  free(num);
+  cp_st_index_free(x);
+  return rc;
+}
+
+size_t cp_st_index_count(const cp_st_index *x) { return x->n; }
+const char *cp_st_index_name(const cp_st_index *x, size_t i) { return i < x->n ? x->names[i] : NULL; }
+const char *cp_st_index_file(const cp_st_index *x, size_t i) { return i < x->n ? x->files[x->file_of[i]] : NULL; }
+size_t cp_st_index_file_of(const cp_st_index *x, size_t i) { return i < x->n ? x->file_of[i] : (size_t)-1; }
+size_t cp_st_index_file_count(const cp_st_index *x) { return x->n_files; }
+const char *cp_st_index_file_name(const cp_st_index *x, size_t j) { return j < x->n_files ? x->files[j] : NULL; }
+int64_t cp_st_index_total_size(const cp_st_index *x) { return x->total_size; }

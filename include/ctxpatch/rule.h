@@ -1,0 +1,129 @@
+/* The attention rule: the one place where the semantics of
+ * ../shared/spec/attention-rules.md (and docs/attention-decisions.md) live.
+ *
+ * A cp_rule is the parsed JSON object. Engines never interpret the JSON themselves: for each
+ * attention call they ask cp_rule_plan() for a cp_attn_plan and use the helpers below, so the
+ * CPU engine, the CUDA engine, the ONNX writer and the bakers share every decision.
+ */
+#ifndef CTXPATCH_RULE_H
+#define CTXPATCH_RULE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#define CP_RULE_MAX_LAYERS 512
+
+typedef enum { CP_TEMP_SCOPE_ENCODER, CP_TEMP_SCOPE_SELF, CP_TEMP_SCOPE_ALL } cp_temp_scope;
+typedef enum { CP_ALIBI_NONE, CP_ALIBI_STATIC, CP_ALIBI_DYNAMIC, CP_ALIBI_PROGRESSIVE } cp_alibi_mode;
+typedef enum { CP_TOPK_ROWS_DECODE, CP_TOPK_ROWS_ALL } cp_topk_rows;
+
+typedef struct {
+  int n_temperature;                       /* 0: none; 1: one tau; >1: one per layer */
+  double temperature[CP_RULE_MAX_LAYERS];  /* each > 0 */
+  cp_temp_scope temperature_scope;         /* default ENCODER */
+
+  cp_alibi_mode alibi_mode;
+  double alibi_factor;                     /* static factor, >= 1 */
+
+  bool has_lambda;
+  int64_t n_global, n_local;               /* n_local >= 1 */
+
+  int64_t distance_ceiling;                /* 0: none given (lambda_mask implies n_local) */
+
+  bool has_top_k;
+  int top_k;                               /* k >= 1 */
+  int top_k_from_layer;                    /* default 0 */
+  int64_t top_k_distance;                  /* 0: default D / 2 */
+  cp_topk_rows top_k_rows;                 /* default DECODE */
+
+  double fire_threshold;                   /* 0: none */
+  int64_t train_len;                       /* 0: none (use the model's) */
+} cp_rule;
+
+/* The identity rule (an empty JSON object). */
+void cp_rule_init(cp_rule *rule);
+bool cp_rule_is_identity(const cp_rule *rule);
+
+/* Parses the JSON form. Unknown keys, wrong types and out-of-range values are refused with
+ * CP_ERULE_* codes and a message naming `what` and the key. */
+int cp_rule_from_json(cp_rule *out, const cJSON *json, const char *what);
+int cp_rule_parse(cp_rule *out, const char *text, size_t len, const char *what);
+int cp_rule_load(cp_rule *out, const char *path);
+/* Canonical JSON (fixed key order, only non-default fields); caller frees with cJSON_Delete
+ * / free(). Parsing the output gives back an equal rule. */
+cJSON *cp_rule_to_json(const cp_rule *rule);
+char *cp_rule_to_string(const cp_rule *rule); /* compact */
+
+/* ---- what one attention call needs ---- */
+
+typedef enum {
+  CP_ATTN_ENCODER_SELF, /* bidirectional (T5 encoder) */
+  CP_ATTN_DECODER_SELF, /* causal (T5 decoder, every decoder-only model) */
+  CP_ATTN_CROSS,        /* T5 cross-attention: no positional term, never masked */
+} cp_attn_kind;
+
+typedef struct {
+  bool is_encoder_decoder; /* T5 */
+  int n_layers_encoder;    /* T5 encoder depth; decoder-only: 0 */
+  int n_layers_decoder;    /* T5 decoder depth; decoder-only: number of layers */
+  int64_t train_len;       /* model's L_train (the rule's train_len overrides) */
+} cp_rule_model;
+
+typedef struct {
+  cp_attn_kind kind;
+  int layer;
+  float inv_tau;            /* 1 / tau for this call (1 when out of scope) */
+  bool causal;
+  bool lambda;              /* Lambda mask active for this call */
+  int64_t n_global, n_local;
+  int64_t ceiling;          /* INT64_MAX when none */
+  bool top_k;               /* top-k middle tokens active in this layer */
+  int k;
+  int64_t top_k_distance;
+  cp_topk_rows top_k_rows;
+  cp_alibi_mode alibi_mode;
+  double alibi_factor;      /* static factor, or 1 */
+  int64_t train_len;        /* effective L_train for dynamic / progressive */
+  double fire_threshold;    /* 0: use the model's L */
+} cp_attn_plan;
+
+/* Checks the rule fits the model (per-layer list lengths, etc.): CP_ERULE_MODEL otherwise. */
+int cp_rule_check_model(const cp_rule *rule, const cp_rule_model *model, const char *what);
+/* Resolves the rule for one attention call. The rule must have passed cp_rule_check_model. */
+void cp_rule_plan(cp_attn_plan *out, const cp_rule *rule, const cp_rule_model *model,
+                  cp_attn_kind kind, int layer);
+
+/* Key j visible to query i (causal and Lambda), before top-k additions. */
+bool cp_plan_visible(const cp_attn_plan *plan, int64_t i, int64_t j);
+/* Key j is hidden only by the Lambda mask (a top-k candidate): j <= i, j >= n_global,
+ * i - j >= n_local. */
+bool cp_plan_lambda_hidden(const cp_attn_plan *plan, int64_t i, int64_t j);
+/* Whether row i (of a pass whose last prompt row is last_prompt_row) gets top-k additions. */
+bool cp_plan_topk_row(const cp_attn_plan *plan, int64_t i, int64_t last_prompt_row);
+/* The keys of row i among [0, n_keys) that cp_plan_visible admits, as at most two ascending,
+ * disjoint, non-empty ranges [lo[r], hi[r]); returns their count. Streaming engines use it to
+ * skip hidden key blocks without testing every key (implemented in attention_ranges.c). */
+int cp_plan_visible_ranges(const cp_attn_plan *plan, int64_t i, int64_t n_keys, int64_t lo[2],
+                           int64_t hi[2]);
+/* The keys of row i among [0, n_keys) that cp_plan_lambda_hidden admits, as one range
+ * [*lo, *hi) (empty when *lo >= *hi). */
+void cp_plan_hidden_range(const cp_attn_plan *plan, int64_t i, int64_t n_keys, int64_t *lo,
+                          int64_t *hi);
+/* Distance after the ceiling: min(d, D) for d >= 0; sign-preserving for bidirectional r. */
+int64_t cp_plan_distance(const cp_attn_plan *plan, int64_t d);
+/* ALiBi slope divisor F for query row i in a pass with n_keys keys in total. */
+double cp_plan_alibi_divisor(const cp_attn_plan *plan, int64_t i, int64_t n_keys);
+
+/* ---- positional terms (model facts, shared by every engine) ---- */
+
+/* HF T5 relative bucket of relative position r = j - i. */
+int cp_t5_bucket(int64_t r, bool bidirectional, int num_buckets, int max_distance);
+/* ALiBi slopes of the BLOOM/MPT rule with max bias `max_bias` (8 for BLOOM). */
+void cp_alibi_slopes(double *out /* [n_heads] */, int n_heads, double max_bias);
+/* FIRE MLP input psi(d) / psi(max(L, i)), psi(x) = log(c x + 1); 0 when the normaliser is 0. */
+double cp_fire_input(int64_t d, int64_t i, double c, double L);
+
+#endif

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package ctxpatch needs to build, test and benchmark. Idempotent.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config            # toolchain
+  libzip-dev libcjson-dev libssl-dev           # zip archives, JSON, SHA-256
+  libprotobuf-c-dev protobuf-c-compiler libonnx-dev   # ONNX graphs (schema from libonnx-dev)
+  libopenblas-dev libopenblas0-pthread         # BLAS for the CPU engine (and for python3-torch)
+  python3 python3-numpy python3-torch          # golden generators and reference implementation
+  hyperfine time zip                           # benchmarks and test inputs
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

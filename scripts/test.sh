@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds ctxpatch and runs the whole test suite twice: a normal build, then an
+# AddressSanitizer + UndefinedBehaviorSanitizer build. Installs what it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh build
+(cd build && ctest --output-on-failure -j2)
+bash scripts/build.sh build-asan -DCTXPATCH_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j2 -E '_slow$')

@@ -1,0 +1,488 @@
+#!/usr/bin/python3
+"""Regenerates every engine golden under tests/goldens/engine/ (format: GOLDEN_FORMAT.md).
+
+    /usr/bin/python3 tests/reference/make_engine_goldens.py [--out DIR] [--skip-checks]
+
+Builds tiny seeded random models in Hugging Face layout, runs the independent PyTorch reference
+(tests/reference/torchref/) for every family x every applicable rule, runs the self-checks
+(which must pass before anything is written) and writes models, case files and MANIFEST.json.
+Deterministic: two runs give identical bytes.
+"""
+import argparse
+import collections
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from torchref import models as M  # noqa: E402
+from torchref import rules as R  # noqa: E402
+from torchref import stio  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "engine")
+GENERATOR = "tests/reference/make_engine_goldens.py"
+FORMAT_VERSION = 1
+N_NEW = 8
+
+# Discrete choices (top-k selection, greedy argmax) must not sit within fp32 noise of a tie,
+# or an engine that is correct to 1e-6 could still pick differently. Inputs are re-drawn until
+# every gap clears these (relative to max(1, |values|)).
+TOPK_MIN_GAP = 1e-4
+ARGMAX_MIN_GAP = 1e-3
+# A non-identity rule must move the logits by at least this (relative, 10x the test tolerance),
+# or the golden could not tell a working rule from an ignored one.
+MIN_EFFECT = 1e-3
+
+
+# ---------------------------------------------------------------- models
+
+def build_models():
+    return [
+        M.T5("t5_relu", 101, gated=False, tied=True),
+        M.T5("t5_gated", 102, gated=True, tied=False, storage=torch.float16),
+        M.Bloom("bloom", 201),
+        M.Mpt("mpt", 301, n_heads=6, alibi_bias_max=6.0),
+        M.Llama("llama", 401, pos="rope", n_layers=3),
+        M.Llama("llama_rope2", 402, pos="rope", rope_factor=2, storage=torch.bfloat16, n_layers=2),
+        M.NeoX("gpt_neox", 501),
+        M.Llama("fire", 601, pos="fire", n_layers=2, n_kv=2, fire_c=0.5, fire_L=20.0),
+        M.Llama("fire_shared", 602, pos="fire", n_layers=2, n_kv=4, fire_shared=True,
+                fire_c=2.0, fire_L=18.0, tied=True),
+    ]
+
+
+# forward prompt length (decoder-only) or (encoder, decoder) lengths (T5)
+LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
+           "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48}
+GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
+GEN_PROMPT = 40
+
+
+def family(m):
+    return m.facts.pos
+
+
+# ---------------------------------------------------------------- cases
+
+LAMBDA = collections.OrderedDict([("n_global", 2), ("n_local", 8)])
+
+
+def od(*pairs):
+    return collections.OrderedDict(pairs)
+
+
+def cases_for(m):
+    """[(case name, kind, rule)] for model m; rule keys in the spec's order."""
+    L = m.L
+    layer_taus = {2: [1.0, 0.75], 3: [1.0, 0.85, 0.7]}[L]
+    out = [
+        ("identity", "forward", od()),
+        ("temp_0.8", "forward", od(("temperature", 0.8))),
+        ("temp_layers", "forward", od(("temperature", layer_taus))),
+    ]
+    if m.facts.is_t5:
+        out += [
+            ("temp_self", "forward", od(("temperature", 0.8), ("temperature_scope", "self"))),
+            ("temp_all", "forward", od(("temperature", 0.8), ("temperature_scope", "all"))),
+            ("temp_layers_all", "forward", od(("temperature", layer_taus), ("temperature_scope", "all"))),
+        ]
+    elif m.name == "llama":
+        # decision 2: the scope is ignored on decoder-only models
+        out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
+    out += [
+        ("lambda", "forward", od(("lambda_mask", LAMBDA))),
+        ("ceiling_6", "forward", od(("distance_ceiling", 6))),
+        ("lambda_ceiling_topk_all", "forward", od(
+            ("lambda_mask", LAMBDA), ("distance_ceiling", 6),
+            ("top_k", od(("k", 2), ("distance", 4), ("rows", "all"))))),
+        ("lambda_topk_decode", "forward", od(
+            ("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("from_layer", 1), ("rows", "decode"))))),
+    ]
+    pos = family(m)
+    if pos == "alibi":
+        out += [
+            ("alibi_static_2", "forward", od(("alibi_scale", od(("mode", "static"), ("factor", 2.0))))),
+            ("alibi_dynamic", "forward", od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))),
+            ("alibi_progressive", "forward", od(("alibi_scale", od(("mode", "progressive"))))),
+        ]
+    if pos == "fire":
+        out.append(("fire_threshold_12", "forward", od(("fire_threshold", 12))))
+    combo = od(("temperature", 0.9))
+    if m.facts.is_t5:
+        combo["temperature_scope"] = "all"
+    if pos == "alibi":
+        combo["alibi_scale"] = od(("mode", "progressive"))
+    combo["lambda_mask"] = LAMBDA
+    combo["top_k"] = od(("k", 3), ("rows", "all"))
+    if pos == "fire":
+        combo["fire_threshold"] = 16
+    if pos == "alibi":
+        combo["train_len"] = 20
+    out.append(("combo", "forward", combo))
+    out += [
+        ("gen_identity", "generate", od()),
+        ("gen_lambda_topk_decode", "generate", od(
+            ("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("from_layer", 1), ("rows", "decode"))))),
+    ]
+    if pos == "alibi":
+        out.append(("gen_alibi_dynamic", "generate",
+                    od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))))
+    return out
+
+
+def draw_inputs(m, seed, lengths):
+    g = torch.Generator().manual_seed(seed)
+    if m.facts.is_t5:
+        te, td = lengths
+        ids = torch.randint(0, m.V, (te,), generator=g)
+        dec = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(0, m.V, (td - 1,), generator=g)])
+        return ids, dec
+    return torch.randint(0, m.V, (lengths,), generator=g), None
+
+
+def run_forward(m, rule, ids, dec, n_prompt=None, margins=None):
+    if m.facts.is_t5:
+        return m.forward(ids, rule, dec, n_prompt=n_prompt, margins=margins)
+    return m.forward(ids, rule, n_prompt=n_prompt, margins=margins)
+
+
+def greedy(m, rule, ids, dec, margins):
+    """Greedy continuation with the spec's KV-cache semantics, by re-running the growing sequence
+    with PassInfo(n_prompt): rows keep the pass they were computed in (dynamic ALiBi T, top_k
+    decode rows). Returns (new ids, smallest argmax gap)."""
+    seq = (dec if m.facts.is_t5 else ids).tolist()
+    n_prompt = len(seq)
+    new, min_gap = [], float("inf")
+    for _ in range(N_NEW):
+        t = torch.tensor(seq, dtype=torch.long)
+        if m.facts.is_t5:
+            logits, _ = m.forward(ids, rule, t, n_prompt=n_prompt, margins=margins)
+        else:
+            logits, _ = m.forward(t, rule, n_prompt=n_prompt, margins=margins)
+        row = logits[-1]
+        best = float(row.max())
+        nxt = int(torch.nonzero(row == best)[0])     # first index on ties
+        second = float(torch.cat([row[:nxt], row[nxt + 1:]]).max())
+        min_gap = min(min_gap, (best - second) / max(1.0, float(row.abs().max())))
+        seq.append(nxt)
+        new.append(nxt)
+    return torch.tensor(new, dtype=torch.long), min_gap, torch.tensor(seq, dtype=torch.long)
+
+
+def rel_diff(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def compute_case(m, ci, name, kind, rule):
+    """Draws inputs (re-drawing until every discrete choice has a safe margin) and computes the
+    golden tensors."""
+    for attempt in range(40):
+        seed = 1000 * (hash_name(m.name) % 1000) + 37 * ci + 7919 * attempt
+        margins = R.Margins()
+        if kind == "forward":
+            ids, dec = draw_inputs(m, seed, LENGTHS[m.name])
+            logits, stats = run_forward(m, rule, ids, dec, margins=margins)
+            if margins.topk_gap < TOPK_MIN_GAP:
+                continue
+            tensors = collections.OrderedDict([("input_ids", ids)])
+            if dec is not None:
+                tensors["decoder_input_ids"] = dec
+            tensors["logits"] = logits.to(torch.float32)
+            tensors["stats_pmax"] = torch.stack([s[0] for s in stats]).to(torch.float32)
+            tensors["stats_entropy"] = torch.stack([s[1] for s in stats]).to(torch.float32)
+            info = {"ids": ids, "dec": dec, "logits": logits, "stats": stats,
+                    "topk_gap": margins.topk_gap, "attempt": attempt}
+            return tensors, info
+        ids, dec = draw_inputs(m, seed, GEN_LENGTHS.get(m.name, GEN_PROMPT))
+        gen, gap, full = greedy(m, rule, ids, dec, margins)
+        if margins.topk_gap < TOPK_MIN_GAP or gap < ARGMAX_MIN_GAP:
+            continue
+        tensors = collections.OrderedDict([("input_ids", ids)])
+        if dec is not None:
+            tensors["decoder_input_ids"] = dec
+        tensors["generated"] = gen
+        info = {"ids": ids, "dec": dec, "generated": gen, "full": full, "argmax_gap": gap,
+                "topk_gap": margins.topk_gap, "attempt": attempt}
+        return tensors, info
+    raise RuntimeError("%s/%s: no input with safe margins after 40 draws" % (m.name, name))
+
+
+def hash_name(s):
+    """Stable across runs (Python's hash() is salted)."""
+    return int(hashlib.sha256(s.encode()).hexdigest()[:8], 16)
+
+
+def rule_text(rule):
+    return json.dumps(rule, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- self-checks
+
+class Checks:
+    def __init__(self):
+        self.n = 0
+
+    def ok(self, cond, what):
+        assert cond, "self-check failed: " + what
+        self.n += 1
+
+    def close(self, a, b, tol, what):
+        d = rel_diff(a, b)
+        self.ok(d <= tol, "%s: rel diff %.3g > %.3g" % (what, d, tol))
+
+
+def check_t5_bucket(ck):
+    # HF documented behaviour: exact buckets below max_exact, log buckets up to max_distance,
+    # saturation at num_buckets - 1; bidirectional puts r > 0 in the upper half.
+    spots = [  # (r, bidirectional, num_buckets, max_distance, bucket)
+        (0, True, 32, 128, 0), (-1, True, 32, 128, 1), (1, True, 32, 128, 17),
+        (-7, True, 32, 128, 7), (7, True, 32, 128, 23), (-8, True, 32, 128, 8),
+        (-12, True, 32, 128, 9), (-128, True, 32, 128, 15), (-1000, True, 32, 128, 15),
+        (1000, True, 32, 128, 31), (5, False, 32, 128, 0), (-1, False, 32, 128, 1),
+        (-15, False, 32, 128, 15), (-20, False, 32, 128, 17), (-127, False, 32, 128, 31),
+        (-128, False, 32, 128, 31),
+        # the golden models' setting (8 buckets, max_distance 20)
+        (-6, True, 8, 20, 2), (-7, True, 8, 20, 3), (6, True, 8, 20, 6), (7, True, 8, 20, 7),
+        (-5, False, 8, 20, 4), (-6, False, 8, 20, 5), (-9, False, 8, 20, 6), (-13, False, 8, 20, 6),
+        (-14, False, 8, 20, 7), (3, False, 8, 20, 0),
+    ]
+    for r, bi, nb, md, want in spots:
+        got = int(R.t5_bucket(torch.tensor([r]), bi, nb, md)[0])
+        ck.ok(got == want, "t5 bucket(%d, %s, %d, %d) = %d, want %d" % (r, bi, nb, md, got, want))
+        ck.ok(R.t5_bucket_scalar(r, bi, nb, md) == want, "scalar t5 bucket %d" % r)
+    for bi in (True, False):
+        for nb, md in ((8, 20), (32, 128)):
+            rs = torch.arange(-300, 301)
+            vec = R.t5_bucket(rs, bi, nb, md).tolist()
+            # skip the float32 boundary points of 32/128 (r = +-16, +-32, +-64, ...) where HF's
+            # float32 log and a double log may disagree; 8/20 has none inside the range
+            for r, b in zip(rs.tolist(), vec):
+                if nb == 32 and abs(r) in (16, 32, 64, 128, 256):
+                    continue
+                ck.ok(b == R.t5_bucket_scalar(r, bi, nb, md), "t5 bucket vec/scalar r=%d" % r)
+
+
+def check_slopes(ck):
+    for h in range(1, 17):
+        ck.close(R.bloom_slopes(h), R.spec_slopes(h, 8.0), 1e-6, "bloom slopes H=%d" % h)
+        ck.close(R.mpt_slopes(h, 8.0), R.spec_slopes(h, 8.0), 1e-12, "mpt slopes H=%d" % h)
+        ck.close(R.mpt_slopes(h, 6.0), R.spec_slopes(h, 6.0), 1e-12, "mpt slopes max 6 H=%d" % h)
+    ck.ok(R.bloom_slopes(4).tolist() == [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8], "bloom slopes H=4")
+
+
+def check_rope(ck):
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 20, 16, generator=g, dtype=R.DTYPE)
+    k = torch.randn(3, 20, 16, generator=g, dtype=R.DTYPE)
+    for rot, factor in ((16, 1.0), (4, 1.0), (8, 2.0)):
+        i = torch.arange(20)[:, None]
+        j = torch.arange(20)[None, :]
+        s = R.rope_scorer(q, k, 0.25, rot, 10000.0, factor)(j - i)
+        std = R.rope_standard_scores(q, k, 0.25, rot, 10000.0, factor)
+        ck.close(s, std, 1e-12, "rope decision-6 form vs HF form rot=%d F=%g" % (rot, factor))
+        # under a ceiling the score equals the ordinary score of a query placed at j + d'
+        D = 5
+        s_c = R.rope_scorer(q, k, 0.25, rot, 10000.0, factor)(R.clamp_rel(j - i, D))
+        for (ii, jj) in ((19, 0), (10, 3), (6, 1)):
+            d = min(ii - jj, D)
+            inv = R.rope_inv_freq(rot, 10000.0)
+            qr = torch.cat([R.rope_apply(q[:, ii, :rot], torch.tensor((jj + d) / factor), inv), q[:, ii, rot:]], -1)
+            kr = torch.cat([R.rope_apply(k[:, jj, :rot], torch.tensor(jj / factor), inv), k[:, jj, rot:]], -1)
+            ck.close(s_c[:, ii, jj], 0.25 * (qr * kr).sum(-1), 1e-12, "rope ceiling pair (%d,%d)" % (ii, jj))
+
+
+def check_attention_scalar(ck):
+    """The vectorised attention against a scalar loop written straight from the spec, on ALiBi
+    logits with every rule feature at once (progressive slopes, Lambda, ceiling, top-k, tau)."""
+    g = torch.Generator().manual_seed(9)
+    H, T, dh = 2, 30, 4
+    q = torch.randn(H, T, dh, generator=g, dtype=R.DTYPE)
+    k = torch.randn(H, T, dh, generator=g, dtype=R.DTYPE)
+    v = torch.randn(H, T, dh, generator=g, dtype=R.DTYPE)
+    slopes = torch.tensor([0.5, 0.125], dtype=R.DTYPE)
+    rule = od(("temperature", 0.7), ("alibi_scale", od(("mode", "progressive"))),
+              ("lambda_mask", od(("n_global", 3), ("n_local", 5))), ("distance_ceiling", 7),
+              ("top_k", od(("k", 2), ("distance", 3), ("rows", "all"))), ("train_len", 10))
+    facts = R.ModelFacts(False, 0, 1, 10, "alibi")
+    plan = R.Plan(rule, facts, "dec", 0)
+    pinfo = R.PassInfo(T)
+    c = 0.5
+    score = R.alibi_scorer(q, k, c, slopes, plan.alibi_divisor(T, pinfo))
+    _, P = R.attention(plan, pinfo, score, v, T)
+    for h in range(H):
+        for i in range(T):
+            F = max(1.0, (i + 1) / 10)
+            m = float(slopes[h]) / F
+            logits = {}
+            hidden = []
+            for j in range(i + 1):
+                d = i - j
+                dot = c * float((q[h, i] * k[h, j]).sum())
+                if j < 3 or d < 5:
+                    logits[j] = dot - m * min(d, 7)
+                elif j >= 3 and d >= 5:
+                    hidden.append((-(dot - m * 3), j))
+            hidden.sort()
+            for negval, j in hidden[:2]:
+                logits[j] = -negval
+            mx = max(logits.values())
+            z = sum(math.exp((x - mx) / 0.7) for x in logits.values())
+            for j in range(T):
+                want = math.exp((logits[j] - mx) / 0.7) / z if j in logits else 0.0
+                ck.ok(abs(float(P[h, i, j]) - want) < 1e-12, "scalar attention h%d i%d j%d" % (h, i, j))
+
+
+def check_model_identities(ck, m):
+    """Rules that must reduce to the identity, causality, and the fused-QKV split."""
+    T = LENGTHS[m.name]
+    ids, dec = draw_inputs(m, 424242, T)
+    n = len(dec) if dec is not None else len(ids)
+    base, base_stats = run_forward(m, od(), ids, dec)
+    big = 10 * len(ids)
+    same = [od(("temperature", 1.0)), od(("temperature", [1.0] * m.L)),
+            od(("lambda_mask", od(("n_global", 0), ("n_local", big))), ("distance_ceiling", big)),
+            od(("distance_ceiling", big)),
+            od(("top_k", od(("k", 3), ("rows", "all"))))]
+    if m.facts.is_t5:
+        same += [od(("temperature", 1.0), ("temperature_scope", "all"))]
+    if family(m) == "alibi":
+        same += [od(("alibi_scale", od(("mode", "static"), ("factor", 1.0)))),
+                 od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", len(ids))),
+                 od(("alibi_scale", od(("mode", "progressive"))), ("train_len", len(ids)))]
+    if family(m) == "fire":
+        L = float(m.w[m.fire_prefix(0) + "L"])
+        same += [od(("fire_threshold", L))]
+    for rule in same:
+        logits, stats = run_forward(m, rule, ids, dec)
+        ck.close(logits, base, 1e-12, "%s: %s is the identity" % (m.name, rule_text(rule)))
+        ck.close(torch.stack([s[0] for s in stats]), torch.stack([s[0] for s in base_stats]), 1e-12,
+                 "%s: %s stats" % (m.name, rule_text(rule)))
+    if not m.facts.is_t5:
+        a, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", "encoder")), ids, dec)
+        b, _ = run_forward(m, od(("temperature", 0.8)), ids, dec)
+        ck.close(a, b, 0.0, "%s: temperature_scope ignored on decoder-only" % m.name)
+    # causality: a prefix's logits do not depend on later tokens (identity and progressive)
+    cut = n - 7
+    rules = [od()] + ([od(("alibi_scale", od(("mode", "progressive"))))] if family(m) == "alibi" else [])
+    for rule in rules:
+        full, _ = run_forward(m, rule, ids, dec)
+        if m.facts.is_t5:
+            pre, _ = run_forward(m, rule, ids, dec[:cut])
+        else:
+            pre, _ = run_forward(m, rule, ids[:cut], dec)
+        ck.close(full[:cut], pre, 1e-12, "%s: causal prefix %s" % (m.name, rule_text(rule)))
+    # KV-cache semantics: with n_prompt = cut, the prompt rows equal a prefill of the prompt
+    if family(m) == "alibi":
+        rule = od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))
+        full, _ = m.forward(ids, rule, n_prompt=cut)
+        pre, _ = m.forward(ids[:cut], rule)
+        ck.close(full[:cut], pre, 1e-12, "%s: dynamic prompt rows = prefill" % m.name)
+        whole, _ = m.forward(ids, rule)
+        ck.ok(rel_diff(full[cut:], whole[cut:]) > MIN_EFFECT, "%s: dynamic decode rows differ" % m.name)
+    # fused QKV layouts
+    if isinstance(m, (M.Bloom, M.NeoX)):
+        p, wq, wk, wv = m.check_split
+        key = p + ("self_attention.query_key_value.weight" if isinstance(m, M.Bloom)
+                   else "attention.query_key_value.weight")
+        eye = torch.eye(m.D, dtype=R.DTYPE)
+        q, k, v = m.split_qkv(M.linear(eye, m.w[key]))   # rows of W^T per head
+        ck.ok(torch.equal(M.merge(q), wq.t().to(R.DTYPE)) and torch.equal(M.merge(k), wk.t().to(R.DTYPE))
+              and torch.equal(M.merge(v), wv.t().to(R.DTYPE)), "%s: fused qkv split" % m.name)
+
+
+def check_written(ck, out, manifest):
+    for entry in manifest["cases"]:
+        meta, t = stio.read_safetensors(os.path.join(out, entry["file"]))
+        ck.ok(meta["format_version"] == "1" and meta["model"] == entry["model"]
+              and meta["kind"] == entry["kind"] and json.loads(meta["rule"]) == entry["rule"],
+              "metadata of " + entry["file"])
+        ck.ok(("logits" in t) == (entry["kind"] == "forward"), "tensors of " + entry["file"])
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--skip-checks", action="store_true", help="debugging only")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    models = build_models()
+    ck = Checks()
+    if not args.skip_checks:
+        check_t5_bucket(ck)
+        check_slopes(ck)
+        check_rope(ck)
+        check_attention_scalar(ck)
+        for m in models:
+            check_model_identities(ck, m)
+        print("self-checks passed: %d assertions" % ck.n)
+
+    files = collections.OrderedDict()   # relative path -> bytes
+    manifest_cases = []
+    for m in models:
+        mdir = "models/%s/" % m.name
+        files[mdir + "config.json"] = stio.json_bytes(m.config)
+        if m.fmt == "bin":
+            files[mdir + "pytorch_model.bin"] = stio.torch_zip_bytes(m.tensors)
+        else:
+            files[mdir + "model.safetensors"] = stio.safetensors_bytes(m.tensors, {"format": "pt"})
+        identity = None
+        for ci, (name, kind, rule) in enumerate(cases_for(m)):
+            tensors, info = compute_case(m, ci, name, kind, rule)
+            effect = ""
+            if kind == "forward":
+                if name == "identity":
+                    identity = info
+                else:
+                    base, _ = run_forward(m, od(), info["ids"], info["dec"])
+                    d = rel_diff(info["logits"], base)
+                    effect = "effect %.3g" % d
+                    if not args.skip_checks:
+                        ck.ok(d > MIN_EFFECT, "%s/%s changes the logits (%.3g)" % (m.name, name, d))
+            else:
+                base_gen, _, _ = greedy(m, od(), info["ids"], info["dec"], None)
+                effect = "generated %s%s" % (info["generated"].tolist(),
+                                             "" if name == "gen_identity" else
+                                             (" (identity %s)" % base_gen.tolist()))
+            fname = "cases/%s__%s.safetensors" % (m.name, name)
+            meta = collections.OrderedDict([("format_version", str(FORMAT_VERSION)), ("model", m.name),
+                                            ("kind", kind), ("rule", rule_text(rule))])
+            files[fname] = stio.safetensors_bytes(tensors, meta)
+            manifest_cases.append(collections.OrderedDict([
+                ("file", fname), ("model", m.name), ("case", name), ("rule", rule), ("kind", kind)]))
+            print("%-12s %-24s %-8s draw %d  %s%s" % (
+                m.name, name, kind, info["attempt"], effect,
+                "  topk gap %.2g" % info["topk_gap"] if info["topk_gap"] != float("inf") else ""))
+        del identity
+
+    manifest = collections.OrderedDict([
+        ("format_version", FORMAT_VERSION), ("cases", manifest_cases),
+        ("generator", GENERATOR), ("torch", torch.__version__)])
+    files["MANIFEST.json"] = stio.json_bytes(manifest)
+
+    # replace the whole folder's content: stale cases from an older case list must not survive
+    for sub in ("models", "cases"):
+        if os.path.isdir(os.path.join(args.out, sub)):
+            shutil.rmtree(os.path.join(args.out, sub))
+    total = 0
+    for rel, data in files.items():
+        stio.write_atomic(os.path.join(args.out, rel), data)
+        total += len(data)
+    if not args.skip_checks:
+        check_written(ck, args.out, manifest)
+    print("wrote %d files (%d cases), %d bytes, under %s" % (len(files), len(manifest_cases), total, args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,548 @@
+"""Tiny random models in Hugging Face layout (config.json field names, tensor names) and their
+forward passes in plain torch (float64), following HF's modeling code:
+modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py;
+FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
+
+Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
+stats is a list of (pmax [H], entropy [H]) per attention module in the order of
+docs/attention-decisions.md item 3.
+"""
+import collections
+import math
+
+import torch
+
+from . import rules as R
+
+DTYPE = R.DTYPE
+
+
+# ---------------------------------------------------------------- building blocks
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    y = (x - mu) / torch.sqrt(var + eps) * w
+    return y + b if b is not None else y
+
+
+def rms_norm(x, w, eps):
+    """T5LayerNorm / LlamaRMSNorm: no mean subtraction, no bias."""
+    return w * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def gelu_tanh(x):
+    """gelu_new (T5 gated-gelu) and bloom_gelu_forward: the tanh approximation."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_exact(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def silu(x):
+    return x * torch.sigmoid(x)
+
+
+def linear(x, w, b=None):
+    y = x @ w.t()
+    return y + b if b is not None else y
+
+
+def heads(x, n_heads):
+    """[T, n*dh] -> [n, T, dh]"""
+    T = x.shape[0]
+    return x.view(T, n_heads, -1).transpose(0, 1)
+
+
+def merge(x):
+    """[n, T, dh] -> [T, n*dh]"""
+    return x.transpose(0, 1).reshape(x.shape[1], -1)
+
+
+class Init:
+    """Seeded float32 initialiser; values are then rounded to the model's storage dtype."""
+
+    def __init__(self, seed):
+        self.g = torch.Generator().manual_seed(seed)
+
+    def normal(self, shape, std, mean=0.0):
+        return torch.randn(shape, generator=self.g, dtype=torch.float32) * std + mean
+
+    def uniform(self, shape, lo, hi):
+        return torch.rand(shape, generator=self.g, dtype=torch.float32) * (hi - lo) + lo
+
+
+class Model:
+    fmt = "safetensors"       # or "bin" (torch.save zip)
+    storage = torch.float32
+
+    def finish(self, tensors):
+        """Rounds to the storage dtype; the float64 working copy is made from the rounded values so
+        that the reference computes exactly what a loader that widens would see."""
+        self.tensors = collections.OrderedDict(
+            (k, tensors[k].to(self.storage)) for k in sorted(tensors))
+        self.w = {k: v.to(DTYPE) for k, v in self.tensors.items()}
+
+
+# ---------------------------------------------------------------- T5
+
+class T5(Model):
+    def __init__(self, name, seed, gated, tied, storage=torch.float32):
+        self.name = name
+        self.storage = storage
+        V, D, H = 96, 32, 4
+        dkv = 12 if gated else 8       # gated: inner dim 48 != d_model, as in T5 v1.1
+        dff = 48 if gated else 64
+        L = 2
+        nb, md = 8, 20
+        self.V, self.D, self.H, self.dkv, self.L, self.nb, self.md = V, D, H, dkv, L, nb, md
+        self.gated, self.tied = gated, tied
+        self.eps = 1e-6
+        self.config = collections.OrderedDict([
+            ("architectures", ["T5ForConditionalGeneration"]),
+            ("d_ff", dff), ("d_kv", dkv), ("d_model", D),
+            ("decoder_start_token_id", 0), ("dropout_rate", 0.0), ("eos_token_id", 1),
+            ("feed_forward_proj", "gated-gelu" if gated else "relu"),
+            ("initializer_factor", 1.0), ("is_encoder_decoder", True),
+            ("layer_norm_epsilon", self.eps), ("model_type", "t5"),
+            ("num_decoder_layers", L), ("num_heads", H), ("num_layers", L),
+            ("pad_token_id", 0),
+            ("relative_attention_max_distance", md), ("relative_attention_num_buckets", nb),
+            ("tie_word_embeddings", tied),
+            ("torch_dtype", {torch.float32: "float32", torch.float16: "float16"}[storage]),
+            ("use_cache", True), ("vocab_size", V),
+        ])
+        self.facts = R.ModelFacts(True, L, L, None, "t5")
+        g = Init(seed)
+        inner = H * dkv
+        sq = 0.17 if not gated else 0.14   # T5 has no 1/sqrt(d): this gives logits of std ~2-3
+        t = {"shared.weight": g.normal([V, D], 1.0)}
+        for stack in ("encoder", "decoder"):
+            for l in range(L):
+                p = "%s.block.%d.layer." % (stack, l)
+                for m, std in (("q", sq), ("k", sq), ("v", 0.15)):
+                    t[p + "0.SelfAttention.%s.weight" % m] = g.normal([inner, D], std)
+                t[p + "0.SelfAttention.o.weight"] = g.normal([D, inner], 0.15)
+                if l == 0:
+                    t[p + "0.SelfAttention.relative_attention_bias.weight"] = g.normal([nb, H], 1.5)
+                t[p + "0.layer_norm.weight"] = g.normal([D], 0.1, 1.0)
+                ff = "1"
+                if stack == "decoder":
+                    for m, std in (("q", sq), ("k", sq), ("v", 0.15)):
+                        t[p + "1.EncDecAttention.%s.weight" % m] = g.normal([inner, D], std)
+                    t[p + "1.EncDecAttention.o.weight"] = g.normal([D, inner], 0.15)
+                    t[p + "1.layer_norm.weight"] = g.normal([D], 0.1, 1.0)
+                    ff = "2"
+                if gated:
+                    t[p + ff + ".DenseReluDense.wi_0.weight"] = g.normal([dff, D], 0.2)
+                    t[p + ff + ".DenseReluDense.wi_1.weight"] = g.normal([dff, D], 0.2)
+                else:
+                    t[p + ff + ".DenseReluDense.wi.weight"] = g.normal([dff, D], 0.2)
+                t[p + ff + ".DenseReluDense.wo.weight"] = g.normal([D, dff], 0.15)
+                t[p + ff + ".layer_norm.weight"] = g.normal([D], 0.1, 1.0)
+            t["%s.final_layer_norm.weight" % stack] = g.normal([D], 0.1, 1.0)
+        if not tied:
+            t["lm_head.weight"] = g.normal([V, D], 0.3)
+        self.finish(t)
+
+    def _ff(self, p, h):
+        w = self.w
+        x = rms_norm(h, w[p + ".layer_norm.weight"], self.eps)
+        if self.gated:
+            y = gelu_tanh(linear(x, w[p + ".DenseReluDense.wi_0.weight"])) * \
+                linear(x, w[p + ".DenseReluDense.wi_1.weight"])
+        else:
+            y = torch.relu(linear(x, w[p + ".DenseReluDense.wi.weight"]))
+        return h + linear(y, w[p + ".DenseReluDense.wo.weight"])
+
+    def _self_attn(self, stack, l, h, rule, pinfo, margins, stats):
+        w, H = self.w, self.H
+        p = "%s.block.%d.layer.0." % (stack, l)
+        x = rms_norm(h, w[p + "layer_norm.weight"], self.eps)
+        q = heads(linear(x, w[p + "SelfAttention.q.weight"]), H)
+        k = heads(linear(x, w[p + "SelfAttention.k.weight"]), H)
+        v = heads(linear(x, w[p + "SelfAttention.v.weight"]), H)
+        # the bucket table of block 0 serves every layer of the stack
+        table = w["%s.block.0.layer.0.SelfAttention.relative_attention_bias.weight" % stack]
+        enc = stack == "encoder"
+        plan = R.Plan(rule, self.facts, "enc" if enc else "dec", l)
+        score = R.t5_scorer(q, k, table, enc, self.nb, self.md)
+        out, P = R.attention(plan, pinfo, score, v, h.shape[0], margins)
+        stats.append(R.head_stats(P))
+        return h + linear(merge(out), w[p + "SelfAttention.o.weight"])
+
+    def encode(self, ids, rule, margins=None):
+        w = self.w
+        h = w["shared.weight"][ids]
+        stats = []
+        pinfo = R.PassInfo(len(ids))
+        for l in range(self.L):
+            h = self._self_attn("encoder", l, h, rule, pinfo, margins, stats)
+            h = self._ff("encoder.block.%d.layer.1" % l, h)
+        return rms_norm(h, w["encoder.final_layer_norm.weight"], self.eps), stats
+
+    def forward(self, ids, rule, dec_ids, n_prompt=None, margins=None):
+        w, H = self.w, self.H
+        R.check_rule(rule, self.facts)
+        enc, enc_stats = self.encode(ids, rule, margins)
+        Td = len(dec_ids)
+        pinfo = R.PassInfo(Td if n_prompt is None else n_prompt)
+        h = w["shared.weight"][dec_ids]
+        self_stats, cross_stats = [], []
+        for l in range(self.L):
+            h = self._self_attn("decoder", l, h, rule, pinfo, margins, self_stats)
+            p = "decoder.block.%d.layer.1." % l
+            x = rms_norm(h, w[p + "layer_norm.weight"], self.eps)
+            q = heads(linear(x, w[p + "EncDecAttention.q.weight"]), H)
+            k = heads(linear(enc, w[p + "EncDecAttention.k.weight"]), H)
+            v = heads(linear(enc, w[p + "EncDecAttention.v.weight"]), H)
+            plan = R.Plan(rule, self.facts, "cross", l)
+            out, P = R.attention(plan, pinfo, R.qk_dot(q, k, 1.0), v, Td, margins)
+            cross_stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[p + "EncDecAttention.o.weight"])
+            h = self._ff("decoder.block.%d.layer.2" % l, h)
+        h = rms_norm(h, w["decoder.final_layer_norm.weight"], self.eps)
+        if self.tied:
+            h = h * (self.D ** -0.5)    # HF rescales before the tied lm_head
+            logits = linear(h, w["shared.weight"])
+        else:
+            logits = linear(h, w["lm_head.weight"])
+        return logits, enc_stats + self_stats + cross_stats
+
+
+# ---------------------------------------------------------------- BLOOM
+
+class Bloom(Model):
+    def __init__(self, name, seed, train_len=24):
+        self.name = name
+        V, D, H, L = 96, 32, 4, 3
+        self.V, self.D, self.H, self.L = V, D, H, L
+        self.eps = 1e-5
+        self.config = collections.OrderedDict([
+            ("apply_residual_connection_post_layernorm", False),
+            ("architectures", ["BloomForCausalLM"]),
+            ("attention_dropout", 0.0), ("bos_token_id", 1), ("eos_token_id", 2),
+            ("hidden_dropout", 0.0), ("hidden_size", D), ("initializer_range", 0.02),
+            ("layer_norm_epsilon", self.eps), ("model_type", "bloom"),
+            ("n_head", H), ("n_layer", L), ("pad_token_id", 3), ("pretraining_tp", 1),
+            ("seq_length", train_len), ("slow_but_exact", False),
+            ("tie_word_embeddings", True), ("torch_dtype", "float32"),
+            ("use_cache", True), ("vocab_size", V),
+        ])
+        self.facts = R.ModelFacts(False, 0, L, train_len, "alibi")
+        self.slopes = R.bloom_slopes(H)
+        g = Init(seed)
+        dh = D // H
+        t = {"transformer.word_embeddings.weight": g.normal([V, D], 0.5),
+             "transformer.word_embeddings_layernorm.weight": g.normal([D], 0.1, 1.0),
+             "transformer.word_embeddings_layernorm.bias": g.normal([D], 0.05)}
+        for l in range(L):
+            p = "transformer.h.%d." % l
+            t[p + "input_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "input_layernorm.bias"] = g.normal([D], 0.05)
+            wq, wk, wv = g.normal([D, D], 0.3), g.normal([D, D], 0.3), g.normal([D, D], 0.2)
+            bq, bk, bv = g.normal([D], 0.1), g.normal([D], 0.1), g.normal([D], 0.05)
+            # fused [3D, D], output dim laid out [H, 3, dh] (BLOOM interleaves per head)
+            t[p + "self_attention.query_key_value.weight"] = torch.stack(
+                [wq.view(H, dh, D), wk.view(H, dh, D), wv.view(H, dh, D)], dim=1).reshape(3 * D, D)
+            t[p + "self_attention.query_key_value.bias"] = torch.stack(
+                [bq.view(H, dh), bk.view(H, dh), bv.view(H, dh)], dim=1).reshape(3 * D)
+            self.check_split = (p, wq, wk, wv)
+            t[p + "self_attention.dense.weight"] = g.normal([D, D], 0.2)
+            t[p + "self_attention.dense.bias"] = g.normal([D], 0.05)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "post_attention_layernorm.bias"] = g.normal([D], 0.05)
+            t[p + "mlp.dense_h_to_4h.weight"] = g.normal([4 * D, D], 0.2)
+            t[p + "mlp.dense_h_to_4h.bias"] = g.normal([4 * D], 0.05)
+            t[p + "mlp.dense_4h_to_h.weight"] = g.normal([D, 4 * D], 0.1)
+            t[p + "mlp.dense_4h_to_h.bias"] = g.normal([D], 0.05)
+        t["transformer.ln_f.weight"] = g.normal([D], 0.1, 1.0)
+        t["transformer.ln_f.bias"] = g.normal([D], 0.05)
+        self.finish(t)
+
+    def split_qkv(self, fused):
+        """HF BloomAttention._split_heads: view [T, H, 3, dh]."""
+        T = fused.shape[0]
+        f = fused.view(T, self.H, 3, self.D // self.H)
+        return (f[:, :, 0].transpose(0, 1), f[:, :, 1].transpose(0, 1), f[:, :, 2].transpose(0, 1))
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["transformer.word_embeddings.weight"][ids]
+        h = layer_norm(h, w["transformer.word_embeddings_layernorm.weight"],
+                       w["transformer.word_embeddings_layernorm.bias"], self.eps)
+        stats = []
+        c = 1.0 / math.sqrt(self.D // H)
+        for l in range(self.L):
+            p = "transformer.h.%d." % l
+            x = layer_norm(h, w[p + "input_layernorm.weight"], w[p + "input_layernorm.bias"], self.eps)
+            q, k, v = self.split_qkv(linear(x, w[p + "self_attention.query_key_value.weight"],
+                                            w[p + "self_attention.query_key_value.bias"]))
+            plan = R.Plan(rule, self.facts, "dec", l)
+            score = R.alibi_scorer(q, k, c, self.slopes, plan.alibi_divisor(T, pinfo))
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[p + "self_attention.dense.weight"], w[p + "self_attention.dense.bias"])
+            x = layer_norm(h, w[p + "post_attention_layernorm.weight"], w[p + "post_attention_layernorm.bias"], self.eps)
+            y = gelu_tanh(linear(x, w[p + "mlp.dense_h_to_4h.weight"], w[p + "mlp.dense_h_to_4h.bias"]))
+            h = h + linear(y, w[p + "mlp.dense_4h_to_h.weight"], w[p + "mlp.dense_4h_to_h.bias"])
+        h = layer_norm(h, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], self.eps)
+        return linear(h, w["transformer.word_embeddings.weight"]), stats
+
+
+# ---------------------------------------------------------------- MPT
+
+class Mpt(Model):
+    def __init__(self, name, seed, n_heads=6, alibi_bias_max=6.0, train_len=24):
+        self.name = name
+        V, D, H, L = 96, 48, n_heads, 2
+        self.V, self.D, self.H, self.L = V, D, H, L
+        self.eps = 1e-5
+        self.config = collections.OrderedDict([
+            ("architectures", ["MptForCausalLM"]),
+            ("attn_config", collections.OrderedDict([
+                ("alibi", True), ("alibi_bias_max", alibi_bias_max), ("attn_impl", "torch"),
+                ("attn_pdrop", 0.0), ("attn_type", "multihead_attention"), ("clip_qkv", None),
+                ("prefix_lm", False), ("qk_ln", False), ("softmax_scale", None)])),
+            ("d_model", D), ("emb_pdrop", 0.0), ("expansion_ratio", 4),
+            ("init_device", "cpu"), ("layer_norm_epsilon", self.eps),
+            ("learned_pos_emb", False), ("logit_scale", None),
+            ("max_seq_len", train_len), ("model_type", "mpt"),
+            ("n_heads", H), ("n_layers", L), ("no_bias", True),
+            ("norm_type", "low_precision_layernorm"), ("resid_pdrop", 0.0),
+            ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V),
+        ])
+        self.facts = R.ModelFacts(False, 0, L, train_len, "alibi")
+        self.slopes = R.mpt_slopes(H, alibi_bias_max)
+        g = Init(seed)
+        t = {"transformer.wte.weight": g.normal([V, D], 0.5)}
+        for l in range(L):
+            p = "transformer.blocks.%d." % l
+            t[p + "norm_1.weight"] = g.normal([D], 0.1, 1.0)
+            # q, k, v concatenated along the output dim (not interleaved)
+            t[p + "attn.Wqkv.weight"] = torch.cat(
+                [g.normal([D, D], 0.25), g.normal([D, D], 0.25), g.normal([D, D], 0.2)], dim=0)
+            t[p + "attn.out_proj.weight"] = g.normal([D, D], 0.15)
+            t[p + "norm_2.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "ffn.up_proj.weight"] = g.normal([4 * D, D], 0.15)
+            t[p + "ffn.down_proj.weight"] = g.normal([D, 4 * D], 0.08)
+        t["transformer.norm_f.weight"] = g.normal([D], 0.1, 1.0)
+        self.finish(t)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T, D = self.w, self.H, len(ids), self.D
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["transformer.wte.weight"][ids]
+        stats = []
+        c = 1.0 / math.sqrt(D // H)
+        for l in range(self.L):
+            p = "transformer.blocks.%d." % l
+            x = layer_norm(h, w[p + "norm_1.weight"], None, self.eps)
+            qkv = linear(x, w[p + "attn.Wqkv.weight"])
+            q, k, v = (heads(t, H) for t in qkv.chunk(3, dim=-1))
+            plan = R.Plan(rule, self.facts, "dec", l)
+            score = R.alibi_scorer(q, k, c, self.slopes, plan.alibi_divisor(T, pinfo))
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[p + "attn.out_proj.weight"])
+            x = layer_norm(h, w[p + "norm_2.weight"], None, self.eps)
+            h = h + linear(gelu_exact(linear(x, w[p + "ffn.up_proj.weight"])), w[p + "ffn.down_proj.weight"])
+        h = layer_norm(h, w["transformer.norm_f.weight"], None, self.eps)
+        return linear(h, w["transformer.wte.weight"]), stats
+
+
+# ---------------------------------------------------------------- Llama and FIRE (Llama body)
+
+class Llama(Model):
+    """pos = "rope" (Llama) or "fire" (docs/fire-layout.md)."""
+
+    def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
+                 train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, n_layers=3,
+                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False):
+        self.name = name
+        self.storage = storage
+        self.pos = pos
+        self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
+        self.dh = D // n_heads
+        self.eps = 1e-6
+        self.theta = 10000.0
+        self.rope_factor = rope_factor or 1.0
+        self.tied = tied
+        self.fire_shared = fire_shared
+        dtype_name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[storage]
+        cfg = [("architectures", ["LlamaForCausalLM" if pos == "rope" else "CtxpatchFireForCausalLM"]),
+               ("attention_bias", False), ("bos_token_id", 1), ("eos_token_id", 2),
+               ("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
+               ("intermediate_size", dff), ("max_position_embeddings", train_len),
+               ("model_type", "llama" if pos == "rope" else "ctxpatch_fire"),
+               ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
+               ("num_key_value_heads", n_kv), ("rms_norm_eps", self.eps)]
+        if pos == "rope":
+            cfg += [("rope_scaling", None if rope_factor is None else
+                     collections.OrderedDict([("type", "linear"), ("factor", float(rope_factor))])),
+                    ("rope_theta", self.theta)]
+        else:
+            cfg += [("fire_c_init", 1.0), ("fire_mlp_width", 32), ("fire_shared", fire_shared),
+                    ("fire_threshold", float(train_len))]
+        cfg += [("tie_word_embeddings", tied), ("torch_dtype", dtype_name), ("use_cache", True),
+                ("vocab_size", V)]
+        self.config = collections.OrderedDict(cfg)
+        self.facts = R.ModelFacts(False, 0, n_layers, train_len, pos)
+        g = Init(seed)
+        dh, kvd = self.dh, n_kv * self.dh
+        t = {"model.embed_tokens.weight": g.normal([V, D], 0.5)}
+        for l in range(n_layers):
+            p = "model.layers.%d." % l
+            t[p + "input_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "self_attn.q_proj.weight"] = g.normal([D, D], 0.3)
+            t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.3)
+            t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, D], 0.2)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.up_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15)
+            if pos == "fire" and not fire_shared:
+                self._fire_params(t, p + "self_attn.fire.", g, fire_c, fire_L)
+        if pos == "fire" and fire_shared:
+            self._fire_params(t, "model.fire.", g, fire_c, fire_L)
+        t["model.norm.weight"] = g.normal([D], 0.1, 1.0)
+        if not tied:
+            t["lm_head.weight"] = g.normal([V, D], 0.3)
+        self.finish(t)
+
+    def _fire_params(self, t, P, g, c, L):
+        W, H = 32, self.H
+        t[P + "mlp.0.weight"] = g.normal([W, 1], 3.0)
+        t[P + "mlp.0.bias"] = g.normal([W], 0.5)
+        t[P + "mlp.2.weight"] = g.normal([H, W], 0.4)
+        t[P + "mlp.2.bias"] = g.normal([H], 0.5)
+        t[P + "c"] = torch.tensor(c, dtype=torch.float32)
+        t[P + "L"] = torch.tensor(L, dtype=torch.float32)
+
+    def fire_prefix(self, l):
+        return "model.fire." if self.fire_shared else "model.layers.%d.self_attn.fire." % l
+
+    def scorer(self, l, q, k, plan):
+        c = 1.0 / math.sqrt(self.dh)
+        if self.pos == "rope":
+            return R.rope_scorer(q, k, c, self.dh, self.theta, self.rope_factor)
+        w, P = self.w, self.fire_prefix(l)
+        mlp = (w[P + "mlp.0.weight"], w[P + "mlp.0.bias"], w[P + "mlp.2.weight"], w[P + "mlp.2.bias"])
+        L = float(plan.fire_threshold) if plan.fire_threshold is not None else float(w[P + "L"])
+        return R.fire_scorer(q, k, c, mlp, float(w[P + "c"]), L)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["model.embed_tokens.weight"][ids]
+        stats = []
+        rep = self.H // self.Hkv
+        for l in range(self.L):
+            p = "model.layers.%d." % l
+            x = rms_norm(h, w[p + "input_layernorm.weight"], self.eps)
+            q = heads(linear(x, w[p + "self_attn.q_proj.weight"]), H)
+            # repeat_kv: query head h reads kv head h // rep
+            k = heads(linear(x, w[p + "self_attn.k_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(linear(x, w[p + "self_attn.v_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            plan = R.Plan(rule, self.facts, "dec", l)
+            out, P = R.attention(plan, pinfo, self.scorer(l, q, k, plan), v, T, margins)
+            stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[p + "self_attn.o_proj.weight"])
+            x = rms_norm(h, w[p + "post_attention_layernorm.weight"], self.eps)
+            y = silu(linear(x, w[p + "mlp.gate_proj.weight"])) * linear(x, w[p + "mlp.up_proj.weight"])
+            h = h + linear(y, w[p + "mlp.down_proj.weight"])
+        h = rms_norm(h, w["model.norm.weight"], self.eps)
+        head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
+        return linear(h, head), stats
+
+
+# ---------------------------------------------------------------- GPT-NeoX
+
+class NeoX(Model):
+    fmt = "bin"
+
+    def __init__(self, name, seed, train_len=24):
+        self.name = name
+        V, D, H, L, dff = 96, 64, 4, 2, 96
+        self.V, self.D, self.H, self.L = V, D, H, L
+        self.dh = D // H
+        self.rotary_pct = 0.25
+        self.rot = int(self.dh * self.rotary_pct)   # HF: int(head_size * rotary_pct)
+        self.theta = 10000.0
+        self.eps = 1e-5
+        self.config = collections.OrderedDict([
+            ("architectures", ["GPTNeoXForCausalLM"]), ("attention_bias", True),
+            ("attention_dropout", 0.0), ("bos_token_id", 0), ("eos_token_id", 0),
+            ("hidden_act", "gelu"), ("hidden_dropout", 0.0), ("hidden_size", D),
+            ("initializer_range", 0.02), ("intermediate_size", dff),
+            ("layer_norm_eps", self.eps), ("max_position_embeddings", train_len),
+            ("model_type", "gpt_neox"), ("num_attention_heads", H), ("num_hidden_layers", L),
+            ("rope_scaling", None), ("rotary_emb_base", 10000), ("rotary_pct", self.rotary_pct),
+            ("tie_word_embeddings", False), ("torch_dtype", "float32"),
+            ("use_cache", True), ("use_parallel_residual", True), ("vocab_size", V),
+        ])
+        self.facts = R.ModelFacts(False, 0, L, train_len, "rope")
+        g = Init(seed)
+        dh = self.dh
+        t = {"gpt_neox.embed_in.weight": g.normal([V, D], 0.5)}
+        for l in range(L):
+            p = "gpt_neox.layers.%d." % l
+            t[p + "input_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "input_layernorm.bias"] = g.normal([D], 0.05)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "post_attention_layernorm.bias"] = g.normal([D], 0.05)
+            wq, wk, wv = g.normal([D, D], 0.22), g.normal([D, D], 0.22), g.normal([D, D], 0.15)
+            bq, bk, bv = g.normal([D], 0.1), g.normal([D], 0.1), g.normal([D], 0.05)
+            # fused [3D, D], output dim laid out [H, 3, dh] as HF GPTNeoX views it
+            t[p + "attention.query_key_value.weight"] = torch.stack(
+                [wq.view(H, dh, D), wk.view(H, dh, D), wv.view(H, dh, D)], dim=1).reshape(3 * D, D)
+            t[p + "attention.query_key_value.bias"] = torch.stack(
+                [bq.view(H, dh), bk.view(H, dh), bv.view(H, dh)], dim=1).reshape(3 * D)
+            self.check_split = (p, wq, wk, wv)
+            t[p + "attention.dense.weight"] = g.normal([D, D], 0.15)
+            t[p + "attention.dense.bias"] = g.normal([D], 0.05)
+            t[p + "mlp.dense_h_to_4h.weight"] = g.normal([dff, D], 0.15)
+            t[p + "mlp.dense_h_to_4h.bias"] = g.normal([dff], 0.05)
+            t[p + "mlp.dense_4h_to_h.weight"] = g.normal([D, dff], 0.1)
+            t[p + "mlp.dense_4h_to_h.bias"] = g.normal([D], 0.05)
+        t["gpt_neox.final_layer_norm.weight"] = g.normal([D], 0.1, 1.0)
+        t["gpt_neox.final_layer_norm.bias"] = g.normal([D], 0.05)
+        t["embed_out.weight"] = g.normal([V, D], 0.3)
+        self.finish(t)
+
+    def split_qkv(self, fused):
+        """HF GPTNeoXAttention: view [T, H, 3*dh], then q, k, v = chunks of dh."""
+        T = fused.shape[0]
+        f = fused.view(T, self.H, 3 * self.dh).transpose(0, 1)
+        return f[..., :self.dh], f[..., self.dh:2 * self.dh], f[..., 2 * self.dh:]
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, T = self.w, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["gpt_neox.embed_in.weight"][ids]
+        stats = []
+        c = 1.0 / math.sqrt(self.dh)
+        for l in range(self.L):
+            p = "gpt_neox.layers.%d." % l
+            x1 = layer_norm(h, w[p + "input_layernorm.weight"], w[p + "input_layernorm.bias"], self.eps)
+            q, k, v = self.split_qkv(linear(x1, w[p + "attention.query_key_value.weight"],
+                                            w[p + "attention.query_key_value.bias"]))
+            plan = R.Plan(rule, self.facts, "dec", l)
+            score = R.rope_scorer(q, k, c, self.rot, self.theta, 1.0)
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            attn = linear(merge(out), w[p + "attention.dense.weight"], w[p + "attention.dense.bias"])
+            # parallel residual: both branches read the same input
+            x2 = layer_norm(h, w[p + "post_attention_layernorm.weight"], w[p + "post_attention_layernorm.bias"], self.eps)
+            mlp = linear(gelu_exact(linear(x2, w[p + "mlp.dense_h_to_4h.weight"], w[p + "mlp.dense_h_to_4h.bias"])),
+                         w[p + "mlp.dense_4h_to_h.weight"], w[p + "mlp.dense_4h_to_h.bias"])
+            h = h + attn + mlp
+        h = layer_norm(h, w["gpt_neox.final_layer_norm.weight"], w["gpt_neox.final_layer_norm.bias"], self.eps)
+        return linear(h, w["embed_out.weight"]), stats

@@ -1,0 +1,388 @@
+"""The attention rule of ../shared/spec/attention-rules.md and docs/attention-decisions.md, as
+plain dense L x L torch code (float64; clarity over speed).
+
+Order inside one attention call (spec, "Order"):
+  positional term with d' and scaled slopes -> add to c * q.k -> visibility (causal, Lambda,
+  top-k additions) -> divide by tau -> softmax.
+"""
+import math
+
+import torch
+
+DTYPE = torch.float64
+
+_RULE_KEYS = {"temperature", "temperature_scope", "alibi_scale", "lambda_mask", "distance_ceiling",
+              "top_k", "fire_threshold", "train_len"}
+
+
+class RuleError(ValueError):
+    pass
+
+
+class ModelFacts:
+    """What a plan needs to know about the model (mirrors the spec's L_train and layer counts)."""
+
+    def __init__(self, is_t5, n_enc, n_dec, train_len, pos):
+        self.is_t5 = is_t5
+        self.n_enc = n_enc          # T5 encoder depth, 0 for decoder-only
+        self.n_dec = n_dec          # decoder depth (decoder-only: number of layers)
+        self.train_len = train_len  # model's L_train or None
+        self.pos = pos              # "t5", "alibi", "rope", "fire"
+
+
+def check_rule(rule, facts):
+    """Refuses what the spec / decisions refuse for this model (raises RuleError)."""
+    unknown = set(rule) - _RULE_KEYS
+    if unknown:
+        raise RuleError("unknown rule keys %s" % sorted(unknown))
+    t = rule.get("temperature")
+    if isinstance(t, list):
+        # Decision 1: the list must match the depth of every stack in scope.
+        if facts.is_t5:
+            scope = rule.get("temperature_scope", "encoder")
+            depths = [facts.n_enc] + ([facts.n_dec] if scope in ("self", "all") else [])
+        else:
+            depths = [facts.n_dec]
+        if any(len(t) != d for d in depths):
+            raise RuleError("per-layer temperature list length %d != layer count %s" % (len(t), depths))
+    if "alibi_scale" in rule:
+        if facts.pos != "alibi":
+            raise RuleError("alibi_scale on a non-ALiBi model")
+        mode = rule["alibi_scale"]["mode"]
+        if mode in ("dynamic", "progressive") and not (rule.get("train_len") or facts.train_len):
+            raise RuleError("alibi_scale %s needs a train length" % mode)
+    if "fire_threshold" in rule and facts.pos != "fire":
+        raise RuleError("fire_threshold on a non-FIRE model")
+
+
+class Plan:
+    """The rule resolved for one attention call (kind: 'enc', 'dec' or 'cross'; layer within its
+    stack)."""
+
+    def __init__(self, rule, facts, kind, layer):
+        self.kind = kind
+        self.layer = layer
+        self.causal = kind == "dec"
+
+        # temperature (decision 2 for the scope)
+        self.tau = 1.0
+        t = rule.get("temperature")
+        if t is not None:
+            if facts.is_t5:
+                scope = rule.get("temperature_scope", "encoder")
+                in_scope = {"encoder": kind == "enc", "self": kind in ("enc", "dec"), "all": True}[scope]
+            else:
+                in_scope = kind == "dec"
+            if in_scope:
+                self.tau = float(t[layer]) if isinstance(t, list) else float(t)
+
+        # Lambda mask: causal attention only (decision 4)
+        lam = rule.get("lambda_mask")
+        self.lam = lam is not None and self.causal
+        self.n_global = int(lam["n_global"]) if lam else 0
+        self.n_local = int(lam["n_local"]) if lam else 0
+
+        # distance ceiling: explicit, else implied by lambda_mask (= n_local). Rule-wide: every
+        # positional term uses it (the T5 encoder too); cross-attention has no positional term.
+        if "distance_ceiling" in rule:
+            self.ceiling = int(rule["distance_ceiling"])
+        elif lam is not None:
+            self.ceiling = int(lam["n_local"])
+        else:
+            self.ceiling = None
+
+        # top-k middle tokens (decision 7); nothing is hidden without a Lambda mask
+        tk = rule.get("top_k")
+        self.topk = tk is not None and self.lam and layer >= int(tk.get("from_layer", 0))
+        if self.topk:
+            self.k = int(tk["k"])
+            dist = tk.get("distance")
+            self.topk_distance = int(dist) if dist is not None else self.ceiling // 2
+            self.topk_rows = tk.get("rows", "decode")
+
+        # ALiBi scaling
+        al = rule.get("alibi_scale")
+        self.alibi_mode = al["mode"] if al else None
+        self.alibi_factor = float(al.get("factor", 1.0)) if al else 1.0
+        self.train_len = rule.get("train_len") or facts.train_len
+
+        self.fire_threshold = rule.get("fire_threshold")
+
+    def alibi_divisor(self, n_rows, pinfo):
+        """F per query row [n_rows] (spec, alibi_scale)."""
+        if self.alibi_mode is None:
+            return torch.ones(n_rows, dtype=DTYPE)
+        if self.alibi_mode == "static":
+            return torch.full((n_rows,), self.alibi_factor, dtype=DTYPE)
+        if self.alibi_mode == "dynamic":
+            # decision 8: keys in the pass that computes the row (prefill T, decode cache + 1)
+            nk = torch.tensor([pinfo.n_keys(i) for i in range(n_rows)], dtype=DTYPE)
+            return torch.clamp(nk / self.train_len, min=1.0)
+        if self.alibi_mode == "progressive":
+            i = torch.arange(n_rows, dtype=DTYPE)
+            return torch.clamp((i + 1) / self.train_len, min=1.0)
+        raise RuleError("unknown alibi_scale mode %r" % self.alibi_mode)
+
+
+class PassInfo:
+    """Which forward pass computes each row, for the KV-cache semantics of the spec when a
+    generation is reproduced by re-running the whole sequence: rows < n_prompt belong to the
+    prefill (T = n_prompt keys), row i >= n_prompt to the decode step with i + 1 keys. Rows
+    >= n_prompt - 1 are the 'decode rows' of top_k (the last prompt row and every generated one).
+    """
+
+    def __init__(self, n_prompt):
+        self.n_prompt = n_prompt
+
+    def n_keys(self, i):
+        return max(self.n_prompt, i + 1)
+
+    def is_decode_row(self, i):
+        return i >= self.n_prompt - 1
+
+
+# ---------------------------------------------------------------- positional terms
+
+def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
+    """Hugging Face T5Attention._relative_position_bucket (log in float32, as HF computes it).
+    relative_position = key - query (LongTensor)."""
+    relative_buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+        relative_position = torch.abs(relative_position)
+    else:
+        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    relative_position_if_large = max_exact + (
+        torch.log(relative_position.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.long)
+    relative_position_if_large = torch.min(
+        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1))
+    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+    return relative_buckets
+
+
+def t5_bucket_scalar(r, bidirectional, num_buckets, max_distance):
+    """Same function written with Python scalars (double), for the self-check."""
+    b = 0
+    if bidirectional:
+        num_buckets //= 2
+        if r > 0:
+            b += num_buckets
+        r = abs(r)
+    else:
+        r = -min(r, 0)
+    max_exact = num_buckets // 2
+    if r < max_exact:
+        return b + r
+    large = max_exact + int(math.log(r / max_exact) / math.log(max_distance / max_exact)
+                            * (num_buckets - max_exact))
+    return b + min(large, num_buckets - 1)
+
+
+def bloom_slopes(n_heads):
+    """HF modeling_bloom.build_alibi_tensor's slopes."""
+    closest_power_of_2 = 2 ** math.floor(math.log2(n_heads))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(closest_power_of_2) - 3))), dtype=torch.float32)
+    powers = torch.arange(1, 1 + closest_power_of_2, dtype=torch.int32)
+    slopes = torch.pow(base, powers)
+    if closest_power_of_2 != n_heads:
+        extra_base = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest_power_of_2) - 3))), dtype=torch.float32)
+        num_remaining_heads = min(closest_power_of_2, n_heads - closest_power_of_2)
+        extra_powers = torch.arange(1, 1 + 2 * num_remaining_heads, 2, dtype=torch.int32)
+        slopes = torch.cat([slopes, torch.pow(extra_base, extra_powers)], dim=0)
+    return slopes.to(DTYPE)
+
+
+def mpt_slopes(n_heads, alibi_bias_max):
+    """HF modeling_mpt.build_mpt_alibi_tensor's slopes (computed in double here)."""
+    p = 2 ** math.ceil(math.log2(n_heads))
+    base = torch.arange(1, p + 1, dtype=DTYPE) * (alibi_bias_max / p)
+    slopes = 1.0 / torch.pow(2.0, base)
+    if p != n_heads:
+        slopes = torch.cat([slopes[1::2], slopes[::2]])[:n_heads]
+    return slopes
+
+
+def spec_slopes(n_heads, max_bias):
+    """The spec's statement of the BLOOM rule with 8 replaced by max_bias."""
+    p = 2 ** math.floor(math.log2(n_heads))
+    s = [2.0 ** (-max_bias * k / p) for k in range(1, p + 1)]
+    k = 1
+    while len(s) < n_heads:
+        s.append(2.0 ** (-(max_bias / 2) * k / p))
+        k += 2
+    return torch.tensor(s, dtype=DTYPE)
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_inv_freq(rot_dims, theta):
+    return 1.0 / (theta ** (torch.arange(0, rot_dims, 2, dtype=DTYPE) / rot_dims))
+
+
+def rope_apply(x, pos, inv_freq):
+    """Rotate x [..., rot] at (float) positions pos (broadcast to x[..., 0]); HF rotate-half."""
+    ang = pos.to(DTYPE).unsqueeze(-1) * inv_freq
+    emb = torch.cat((ang, ang), dim=-1)
+    return x * torch.cos(emb) + rotate_half(x) * torch.sin(emb)
+
+
+# ---------------------------------------------------------------- scorers
+# A scorer maps the (clamped, signed) relative position matrix rel[i, j] = j' - i (the key-minus-
+# query offset that the positional term must see) to full logits [H, nq, nk] = c*q.k + bias.
+
+
+def clamp_rel(rel, ceiling):
+    """Decision 5: sign-preserving min(|r|, D); for causal pairs r = -d so this is -min(d, D)."""
+    if ceiling is None:
+        return rel
+    return torch.sign(rel) * torch.clamp(torch.abs(rel), max=ceiling)
+
+
+def qk_dot(q, k, c):
+    return c * torch.einsum("hid,hjd->hij", q, k)
+
+
+def alibi_scorer(q, k, c, slopes, divisor):
+    """bias = -(m_h / F_i) * d' (decision 10: distance form)."""
+    qk = qk_dot(q, k, c)
+
+    def score(rel):
+        d = torch.clamp(-rel, min=0).to(DTYPE)  # pairs with j > i are masked anyway
+        m = slopes[:, None, None] / divisor[None, :, None]
+        return qk - m * d[None]
+    return score
+
+
+def t5_scorer(q, k, table, bidirectional, num_buckets, max_distance):
+    """c = 1; bias = table[bucket(r')][h]. table: [num_buckets, H]."""
+    qk = qk_dot(q, k, 1.0)
+
+    def score(rel):
+        b = t5_bucket(rel, bidirectional, num_buckets, max_distance)
+        return qk + table[b].permute(2, 0, 1)
+    return score
+
+
+def fire_scorer(q, k, c, mlp, c_fire, L):
+    """bias = mlp_h(psi(d') / psi(max(L, i))), psi(x) = log(c x + 1) (docs/fire-layout.md,
+    decision 9). mlp = (W1 [W,1], b1 [W], W2 [H,W], b2 [H])."""
+    W1, b1, W2, b2 = mlp
+    qk = qk_dot(q, k, c)
+    nq = q.shape[1]
+
+    def psi(x):
+        return torch.log(c_fire * x + 1.0)
+
+    def score(rel):
+        d = torch.clamp(-rel, min=0).to(DTYPE)
+        i = torch.arange(nq, dtype=DTYPE)[:, None]
+        norm = psi(torch.clamp(i, min=L))
+        x = torch.where(norm > 0, psi(d) / torch.where(norm > 0, norm, torch.ones_like(norm)),
+                        torch.zeros_like(d))
+        hid = torch.relu(x[..., None] * W1[:, 0] + b1)       # [nq, nk, W]
+        bias = hid @ W2.t() + b2                             # [nq, nk, H]
+        return qk + bias.permute(2, 0, 1)
+    return score
+
+
+def rope_scorer(q, k, c, rot_dims, theta, factor):
+    """Decision 6: score(i, j) = c * q_i^T R(d') k_j: the query is rotated to absolute position
+    j + d' and the key to j (positions divided by the linear rope_scaling factor). Dimensions
+    beyond rot_dims (GPT-NeoX partial rotary) pass through unrotated."""
+    inv_freq = rope_inv_freq(rot_dims, theta)
+    nq, nk = q.shape[1], k.shape[1]
+    kpos = torch.arange(nk, dtype=DTYPE)
+    k_rot = rope_apply(k[..., :rot_dims], kpos / factor, inv_freq)          # [H, nk, rot]
+    pass_qk = torch.einsum("hid,hjd->hij", q[..., rot_dims:], k[..., rot_dims:])
+
+    def score(rel):
+        j = torch.arange(nk)[None, :]
+        qpos = (j - rel).to(DTYPE) / factor                                  # [nq, nk]
+        q_exp = q[..., :rot_dims][:, :, None, :].expand(-1, -1, nk, -1)      # [H, nq, nk, rot]
+        q_rot = rope_apply(q_exp, qpos, inv_freq)
+        s = torch.einsum("hijd,hjd->hij", q_rot, k_rot) + pass_qk
+        return c * s
+    return score
+
+
+def rope_standard_scores(q, k, c, rot_dims, theta, factor):
+    """Ordinary HF RoPE (q at i, k at j) for the self-check of rope_scorer without a ceiling."""
+    inv_freq = rope_inv_freq(rot_dims, theta)
+    pos = torch.arange(q.shape[1], dtype=DTYPE) / factor
+    qr = torch.cat([rope_apply(q[..., :rot_dims], pos, inv_freq), q[..., rot_dims:]], dim=-1)
+    kr = torch.cat([rope_apply(k[..., :rot_dims], pos, inv_freq), k[..., rot_dims:]], dim=-1)
+    return qk_dot(qr, kr, c)
+
+
+# ---------------------------------------------------------------- attention
+
+
+class Margins:
+    """Smallest decision margins seen (top-k selection gaps), so the generator can reject inputs
+    whose discrete choices could flip under fp32 rounding in the engine under test."""
+
+    def __init__(self):
+        self.topk_gap = float("inf")
+
+
+def attention(plan, pinfo, score, v, nq, margins=None):
+    """One attention call with nq query rows. score: scorer (rel -> logits [H, nq, nk]) or, for
+    cross-attention, the logits themselves. v: [H, nk, dh]. Returns (out [H, nq, dh],
+    probs [H, nq, nk])."""
+    H, nk = v.shape[0], v.shape[1]
+    if plan.kind == "cross":
+        S = score.clone()
+        vis = torch.ones(H, nq, nk, dtype=torch.bool)
+    else:
+        i = torch.arange(nq)[:, None]
+        j = torch.arange(nk)[None, :]
+        rel = clamp_rel(j - i, plan.ceiling)
+        S = score(rel).clone()
+        vis2 = torch.ones(nq, nk, dtype=torch.bool)
+        if plan.causal:
+            vis2 &= j <= i
+        if plan.lam:
+            vis2 &= (j < plan.n_global) | (i - j < plan.n_local)
+        vis = vis2[None].expand(H, nq, nk).clone()
+        if plan.topk:
+            hidden = (j <= i) & (j >= plan.n_global) & (i - j >= plan.n_local)
+            St = score(torch.full((nq, nk), -plan.topk_distance, dtype=torch.long))
+            for row in range(nq):
+                if plan.topk_rows == "decode" and not pinfo.is_decode_row(row):
+                    continue
+                cand = torch.nonzero(hidden[row]).flatten()
+                if cand.numel() == 0:
+                    continue
+                for h in range(H):
+                    vals = St[h, row, cand]
+                    # largest first; ties to the smaller j (stable sort over ascending j)
+                    order = torch.sort(-vals, stable=True).indices
+                    sel = cand[order[: plan.k]]
+                    if margins is not None and cand.numel() > plan.k:
+                        sv = vals[order]
+                        gap = float(sv[plan.k - 1] - sv[plan.k]) / max(1.0, float(sv.abs().max()))
+                        margins.topk_gap = min(margins.topk_gap, gap)
+                    S[h, row, sel] = St[h, row, sel]
+                    vis[h, row, sel] = True
+    S = torch.where(vis, S, torch.full_like(S, float("-inf")))
+    S = S / plan.tau
+    P = torch.softmax(S, dim=-1)
+    return P @ v, P
+
+
+def head_stats(P):
+    """Per head: mean over query rows of max_j p and of -sum p ln p (0 ln 0 = 0)."""
+    pmax = P.max(dim=-1).values.mean(dim=-1)
+    plogp = torch.where(P > 0, P * torch.log(torch.where(P > 0, P, torch.ones_like(P))), torch.zeros_like(P))
+    ent = (-plogp.sum(dim=-1)).mean(dim=-1)
+    return pmax, ent

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# inspect/convert end to end against PyTorch as the independent reference.
+set -uo pipefail
+bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { failed=$((failed+1)); echo "FAIL: $*"; }
+check() { if "$@"; then ok; else bad "$*"; fi; }
+
+model=$src/examples/tiny-llama
+"$bin" inspect "$model" --json >"$work/inspect.json" || bad "inspect --json exited nonzero"
+check "$py" "$src/tests/cli_convert_check.py" inspect "$model/pytorch_model.bin" "$work/inspect.json"
+"$bin" inspect "$model" >"$work/inspect.txt" && grep -q "rope (theta 10000" "$work/inspect.txt" && ok || bad "text inspect"
+
+# single-file conversion, verified by torch and by sha256sum
+check "$bin" convert "$model" "$work/st" --to safetensors
+check "$py" "$src/tests/cli_convert_check.py" convert "$model/pytorch_model.bin" "$work/st"
+(cd "$work/st" && sha256sum --quiet -c SHA256SUMS) && ok || bad "sha256sum -c"
+check test -f "$work/st/config.json"
+check cmp -s "$model/config.json" "$work/st/config.json"
+
+# determinism: same input, same bytes
+check "$bin" convert "$model" "$work/st2" --to safetensors
+check cmp -s "$work/st/model.safetensors" "$work/st2/model.safetensors"
+check cmp -s "$work/st/SHA256SUMS" "$work/st2/SHA256SUMS"
+
+# sharded output, then sharded input back to one file: same bytes as the direct conversion
+check "$bin" convert "$model" "$work/sharded" --to safetensors --shard-size 100K
+n=$(ls "$work/sharded"/model-*-of-*.safetensors 2>/dev/null | wc -l)
+[ "$n" -ge 3 ] && ok || bad "expected >= 3 shards, got $n"
+check test -f "$work/sharded/model.safetensors.index.json"
+check "$py" "$src/tests/cli_convert_check.py" convert "$model/pytorch_model.bin" "$work/sharded"
+(cd "$work/sharded" && sha256sum --quiet -c SHA256SUMS) && ok || bad "sha256sum -c sharded"
+"$bin" inspect "$work/sharded" --json >"$work/sharded.json" && ok || bad "inspect sharded"
+check "$py" "$src/tests/cli_convert_check.py" inspect "$model/pytorch_model.bin" "$work/sharded.json"
+check "$bin" convert "$work/sharded" "$work/merged" --to safetensors
+check cmp -s "$work/st/model.safetensors" "$work/merged/model.safetensors"
+
+# refusals: exit nonzero, one line, nothing written
+"$bin" convert "$model" "$work/st" --to safetensors 2>"$work/err" && bad "overwrote without --force" || ok
+grep -q "CP_EEXIST" "$work/err" && ok || bad "expected CP_EEXIST: $(cat "$work/err")"
+check "$bin" convert "$model" "$work/st" --to safetensors --force
+printf 'not a checkpoint at all' >"$work/junk.safetensors"
+"$bin" convert "$work/junk.safetensors" "$work/never" --to safetensors 2>"$work/err" && bad "junk accepted" || ok
+[ "$(wc -l <"$work/err")" = 1 ] && ok || bad "error is not one line: $(cat "$work/err")"
+check test ! -e "$work/never"
+leftovers=$(ls -A "$work" | grep -c '^\.' || true)
+[ "$leftovers" = 0 ] && ok || bad "temporary files left behind: $(ls -A "$work")"
+"$bin" convert "$model" "$work/x" --to gguf 2>/dev/null; [ $? = 2 ] && ok || bad "--to gguf should be a usage error"
+"$bin" inspect 2>/dev/null; [ $? = 2 ] && ok || bad "inspect without PATH should be a usage error"
+check "$bin" inspect --help
+check "$bin" convert --help
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

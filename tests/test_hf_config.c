@@ -1,0 +1,415 @@
+/* config.json parsing: realistic configs of public models parse to their documented numbers
+ * (the values written below are those of the models' published configs and HF's config-class
+ * defaults, not outputs of the parser); hostile or broken configs fail with their exact code and
+ * a message that names the file. */
+#include "ctxpatch/hf_config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "test.h"
+
+static const char *g_dir;
+
+static const char *golden(const char *name) { return test_path(g_dir, name); }
+
+static cp_hf_config *load(const char *name) {
+  cp_hf_config *cfg = NULL;
+  CHECK_RC(0, cp_hf_config_load(&cfg, golden(name)));
+  if (!cfg) fprintf(stderr, "  (loading %s)\n", name);
+  return cfg;
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1.0, fabs(b)); }
+
+/* Loads a bad config and checks the code, that the message names the file, and that it
+ * contains `needle` (a key or phrase) when given. */
+static void expect_fail(const char *name, int code, const char *needle) {
+  cp_hf_config *cfg = (cp_hf_config *)1;
+  cp_error_clear();
+  int rc = cp_hf_config_load(&cfg, golden(name));
+  const char *msg = cp_error_message();
+  CHECK_MSG(rc == code, "%s: got %s, want %s (%s)", name, cp_err_name(rc), cp_err_name(code), msg);
+  CHECK_MSG(cfg == NULL, "%s: out-parameter not cleared on failure", name);
+  CHECK_MSG(cp_error_code() == code, "%s: last error code %s", name, cp_err_name(cp_error_code()));
+  CHECK_MSG(strstr(msg, name) != NULL, "%s: message does not name the file: %s", name, msg);
+  if (needle) CHECK_MSG(strstr(msg, needle) != NULL, "%s: message lacks '%s': %s", name, needle, msg);
+  if (rc == 0) cp_hf_config_free(cfg);
+}
+
+static cp_hf_config *parse_mem(int want, const char *text) {
+  cp_hf_config *cfg = NULL;
+  CHECK_RC(want, cp_hf_config_parse(&cfg, text, strlen(text), "mem/config.json"));
+  if (want != 0) {
+    CHECK(cfg == NULL);
+    CHECK_MSG(strstr(cp_error_message(), "mem/config.json") != NULL, "message: %s",
+              cp_error_message());
+  }
+  return cfg;
+}
+
+static void t5_small(void) {
+  cp_hf_config *c = load("t5-small.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_T5);
+  CHECK(c->pos == CP_POS_T5_BUCKETS);
+  CHECK(strcmp(c->model_type, "t5") == 0);
+  CHECK(strcmp(c->architecture, "T5ForConditionalGeneration") == 0);
+  CHECK(c->vocab_size == 32128);
+  CHECK(c->d_model == 512);
+  CHECK(c->n_layers == 6);
+  CHECK(c->n_decoder_layers == 6); /* num_decoder_layers absent: = num_layers */
+  CHECK(c->n_heads == 8 && c->n_kv_heads == 8);
+  CHECK(c->d_head == 64);
+  CHECK(c->d_ff == 2048);
+  CHECK(near(c->norm_eps, 1e-6));
+  CHECK(strcmp(c->activation, "relu") == 0); /* feed_forward_proj default */
+  CHECK(c->tie_word_embeddings);             /* T5Config default */
+  CHECK(c->train_len == 512);
+  CHECK(c->t5_num_buckets == 32);
+  CHECK(c->t5_max_distance == 128); /* relative_attention_max_distance default */
+  CHECK(c->pad_token_id == 0 && c->eos_token_id == 1 && c->decoder_start_token_id == 0);
+  CHECK(c->bos_token_id == -1);
+  CHECK(!c->qkv_bias);
+  CHECK(c->rotary_dims == 0);
+  CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->json, "task_specific_params")));
+  cp_hf_config_free(c);
+}
+
+static void t5_by_architecture(void) {
+  cp_hf_config *c = load("t5-by-architecture.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_T5 && c->pos == CP_POS_T5_BUCKETS);
+  CHECK(strcmp(c->model_type, "t5") == 0);
+  CHECK(strcmp(c->architecture, "T5WithLMHeadModel") == 0);
+  CHECK(c->n_layers == 6 && c->n_decoder_layers == 4);
+  CHECK(strcmp(c->activation, "gated-gelu") == 0);
+  CHECK(!c->tie_word_embeddings);
+  CHECK(c->train_len == 0); /* no n_positions */
+  CHECK(near(c->norm_eps, 1e-6));
+  CHECK(c->pad_token_id == 0 && c->eos_token_id == 1); /* T5Config defaults */
+  CHECK(c->decoder_start_token_id == -1);
+  cp_hf_config_free(c);
+}
+
+static void bloom_560m(void) {
+  cp_hf_config *c = load("bloom-560m.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_BLOOM);
+  CHECK(c->pos == CP_POS_ALIBI);
+  CHECK(strcmp(c->architecture, "BloomForCausalLM") == 0);
+  CHECK(c->vocab_size == 250880);
+  CHECK(c->d_model == 1024);
+  CHECK(c->n_layers == 24 && c->n_decoder_layers == 0);
+  CHECK(c->n_heads == 16 && c->n_kv_heads == 16);
+  CHECK(c->d_head == 64);
+  CHECK(c->d_ff == 4096);
+  CHECK(near(c->norm_eps, 1e-5));
+  CHECK(c->tie_word_embeddings);
+  CHECK(c->train_len == 0); /* BLOOM states no length */
+  CHECK(near(c->alibi_bias_max, 8.0));
+  CHECK(c->bos_token_id == 1 && c->eos_token_id == 2 && c->pad_token_id == 3);
+  CHECK(c->qkv_bias && !c->no_bias);
+  cp_hf_config_free(c);
+}
+
+static void bloom_aliases(void) {
+  cp_hf_config *c = load("bloom-aliases.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_BLOOM);
+  CHECK(c->d_model == 14336);
+  CHECK(c->n_layers == 70);
+  CHECK(c->n_heads == 112);
+  CHECK(c->d_head == 128);
+  CHECK(c->d_ff == 4 * 14336);
+  cp_hf_config_free(c);
+}
+
+static void mpt_7b(void) {
+  cp_hf_config *c = load("mpt-7b.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_MPT);
+  CHECK(c->pos == CP_POS_ALIBI);
+  CHECK(strcmp(c->architecture, "MPTForCausalLM") == 0);
+  CHECK(c->vocab_size == 50432);
+  CHECK(c->d_model == 4096);
+  CHECK(c->n_layers == 32);
+  CHECK(c->n_heads == 32 && c->n_kv_heads == 32);
+  CHECK(c->d_head == 128);
+  CHECK(c->d_ff == 16384);
+  CHECK(near(c->norm_eps, 1e-5));
+  CHECK(strcmp(c->activation, "gelu") == 0);
+  CHECK(c->tie_word_embeddings);
+  CHECK(c->train_len == 2048);
+  CHECK(near(c->alibi_bias_max, 8.0));
+  CHECK(c->no_bias && !c->qkv_bias);
+  CHECK(c->bos_token_id == -1 && c->eos_token_id == -1 && c->pad_token_id == -1);
+  cp_hf_config_free(c);
+}
+
+static void llama_2_7b(void) {
+  cp_hf_config *c = load("llama-2-7b.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_LLAMA);
+  CHECK(c->pos == CP_POS_ROPE);
+  CHECK(strcmp(c->model_type, "llama") == 0);
+  CHECK(c->vocab_size == 32000);
+  CHECK(c->d_model == 4096);
+  CHECK(c->n_layers == 32 && c->n_decoder_layers == 0);
+  CHECK(c->n_heads == 32 && c->n_kv_heads == 32);
+  CHECK(c->d_head == 128);
+  CHECK(c->d_ff == 11008);
+  CHECK(near(c->norm_eps, 1e-5));
+  CHECK(strcmp(c->activation, "silu") == 0);
+  CHECK(!c->tie_word_embeddings);
+  CHECK(c->train_len == 4096);
+  CHECK(near(c->rope_theta, 10000.0)); /* LlamaConfig default */
+  CHECK(near(c->rotary_pct, 1.0));
+  CHECK(c->rotary_dims == 128);
+  CHECK(c->rope_scaling_type[0] == '\0' && near(c->rope_scaling_factor, 1.0));
+  CHECK(c->sliding_window == 0);
+  CHECK(c->bos_token_id == 1 && c->eos_token_id == 2 && c->pad_token_id == -1);
+  CHECK(!c->qkv_bias && c->no_bias);
+  cp_hf_config_free(c);
+}
+
+static void llama_rope_linear(void) {
+  cp_hf_config *c = load("llama-rope-linear.json");
+  if (!c) return;
+  CHECK(c->pos == CP_POS_ROPE);
+  CHECK(strcmp(c->rope_scaling_type, "linear") == 0);
+  CHECK(near(c->rope_scaling_factor, 4.0));
+  CHECK(c->train_len == 4096); /* max_position_embeddings, not max_sequence_length */
+  CHECK(c->pad_token_id == 0);
+  cp_hf_config_free(c);
+}
+
+static void mistral_7b(void) {
+  cp_hf_config *c = load("mistral-7b-v0.1.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_LLAMA);
+  CHECK(c->pos == CP_POS_ROPE);
+  CHECK(strcmp(c->model_type, "mistral") == 0);
+  CHECK(strcmp(c->architecture, "MistralForCausalLM") == 0);
+  CHECK(c->vocab_size == 32000);
+  CHECK(c->d_model == 4096);
+  CHECK(c->n_layers == 32);
+  CHECK(c->n_heads == 32 && c->n_kv_heads == 8);
+  CHECK(c->d_head == 128);
+  CHECK(c->d_ff == 14336);
+  CHECK(near(c->norm_eps, 1e-5));
+  CHECK(c->train_len == 32768);
+  CHECK(near(c->rope_theta, 10000.0));
+  CHECK(c->rotary_dims == 128);
+  CHECK(c->sliding_window == 4096);
+  CHECK(!c->tie_word_embeddings);
+  cp_hf_config_free(c);
+}
+
+static void pythia_70m(void) {
+  cp_hf_config *c = load("pythia-70m.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_GPT_NEOX);
+  CHECK(c->pos == CP_POS_ROPE);
+  CHECK(strcmp(c->architecture, "GPTNeoXForCausalLM") == 0);
+  CHECK(c->vocab_size == 50304);
+  CHECK(c->d_model == 512);
+  CHECK(c->n_layers == 6);
+  CHECK(c->n_heads == 8 && c->n_kv_heads == 8);
+  CHECK(c->d_head == 64);
+  CHECK(c->d_ff == 2048);
+  CHECK(near(c->norm_eps, 1e-5));
+  CHECK(strcmp(c->activation, "gelu") == 0);
+  CHECK(!c->tie_word_embeddings);
+  CHECK(c->train_len == 2048);
+  CHECK(near(c->rotary_pct, 0.25));
+  CHECK(c->rotary_dims == 16); /* int(64 * 0.25) */
+  CHECK(near(c->rope_theta, 10000.0));
+  CHECK(c->use_parallel_residual);
+  CHECK(c->bos_token_id == 0 && c->eos_token_id == 0);
+  CHECK(c->qkv_bias && !c->no_bias);
+  cp_hf_config_free(c);
+}
+
+static void fire_small(void) {
+  cp_hf_config *c = load("fire-small.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_FIRE);
+  CHECK(c->pos == CP_POS_FIRE);
+  CHECK(strcmp(c->model_type, "ctxpatch_fire") == 0);
+  CHECK(c->vocab_size == 1024 && c->d_model == 256 && c->n_layers == 4);
+  CHECK(c->n_heads == 8 && c->n_kv_heads == 4 && c->d_head == 32);
+  CHECK(c->d_ff == 688);
+  CHECK(near(c->norm_eps, 1e-6)); /* docs/fire-layout.md default */
+  CHECK(c->tie_word_embeddings);
+  CHECK(c->train_len == 512);
+  CHECK(c->fire_mlp_width == 32); /* default */
+  CHECK(c->fire_shared);
+  CHECK(near(c->fire_c_init, 0.5));
+  CHECK(near(c->fire_threshold, 512.0)); /* default = max_position_embeddings */
+  CHECK(c->rotary_dims == 0 && near(c->rope_theta, 0.0));
+  cp_hf_config_free(c);
+}
+
+static void bad_files(void) {
+  expect_fail("bad-duplicate-key.json", CP_ECFG_DUPLICATE_KEY, "hidden_size");
+  expect_fail("bad-depth-129.json", CP_ECFG_DEPTH, "128");
+  expect_fail("bad-invalid-json.json", CP_ECFG_JSON, "offset");
+  expect_fail("bad-not-object.json", CP_ECFG_JSON, NULL);
+  expect_fail("bad-missing-field.json", CP_ECFG_FIELD, "'num_attention_heads'");
+  expect_fail("bad-negative-field.json", CP_ECFG_FIELD,
+              "key 'num_hidden_layers': expected a positive integer");
+  expect_fail("bad-non-integer.json", CP_ECFG_FIELD, "key 'hidden_size': expected a positive integer");
+  expect_fail("bad-string-integer.json", CP_ECFG_FIELD, "'num_attention_heads'");
+  expect_fail("bad-too-large.json", CP_ECFG_FIELD, "'vocab_size'");
+  expect_fail("bad-heads-not-dividing.json", CP_ECFG_FIELD, "'num_attention_heads'");
+  expect_fail("bad-kv-heads.json", CP_ECFG_FIELD, "'num_key_value_heads'");
+  expect_fail("bad-alias-conflict.json", CP_ECFG_FIELD, "n_embed");
+  expect_fail("bad-neox-odd-rotary.json", CP_ECFG_FIELD, "'rotary_pct'");
+  expect_fail("bad-mpt-no-alibi.json", CP_ECFG_POSITION, "attn_config.alibi");
+  expect_fail("bad-family-mismatch.json", CP_ECFG_FAMILY, "GPTNeoXForCausalLM");
+  /* Unknown families list every supported model_type. */
+  const char *families[] = {"t5", "bloom", "mpt", "llama", "mistral", "gpt_neox", "ctxpatch_fire"};
+  for (int f = 0; f < 2; f++) {
+    const char *name = f ? "bad-unknown-architecture.json" : "bad-unknown-family.json";
+    expect_fail(name, CP_ECFG_FAMILY, f ? "FalconForCausalLM" : "gpt2");
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+      CHECK_MSG(strstr(cp_error_message(), families[i]) != NULL, "%s: '%s' not listed: %s", name,
+                families[i], cp_error_message());
+  }
+  CHECK(strstr(cp_supported_families(), "gpt_neox") != NULL);
+
+  /* 128 levels (the top-level object counts as one) are accepted. */
+  cp_hf_config *c = load("ok-depth-128.json");
+  if (c) CHECK(c->family == CP_FAMILY_LLAMA);
+  cp_hf_config_free(c);
+
+  cp_hf_config *none = (cp_hf_config *)1;
+  CHECK_RC(CP_ENOTFOUND, cp_hf_config_load(&none, golden("no-such-config.json")));
+  CHECK(none == NULL);
+}
+
+static void in_memory(void) {
+  /* HF semantics of null and absent fields. */
+  cp_hf_config *c = parse_mem(0,
+      "{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_attention_heads\":4,"
+      "\"num_key_value_heads\":null,\"num_hidden_layers\":2,\"intermediate_size\":128,"
+      "\"vocab_size\":100,\"sliding_window\":null,\"eos_token_id\":[7,9],\"pad_token_id\":null,"
+      "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}");
+  if (c) {
+    CHECK(c->n_kv_heads == 4);      /* null -> num_attention_heads */
+    CHECK(c->sliding_window == 0);  /* explicit null: no window */
+    CHECK(c->eos_token_id == 7);    /* list: first id */
+    CHECK(c->pad_token_id == -1);
+    CHECK(c->bos_token_id == 1);    /* MistralConfig default */
+    CHECK(c->train_len == 0);
+    CHECK(near(c->norm_eps, 1e-6)); /* MistralConfig default */
+    CHECK(strcmp(c->rope_scaling_type, "dynamic") == 0 && near(c->rope_scaling_factor, 2.0));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                   "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100}");
+  if (c) {
+    CHECK(c->sliding_window == 4096); /* absent: MistralConfig default */
+    cp_hf_config_free(c);
+  }
+  /* Llama head_dim may differ from hidden / heads. */
+  c = parse_mem(0, "{\"model_type\":\"llama\",\"hidden_size\":96,\"num_attention_heads\":4,"
+                   "\"head_dim\":32,\"num_hidden_layers\":2,\"intermediate_size\":128,"
+                   "\"vocab_size\":100,\"rope_theta\":500000.0,\"tie_word_embeddings\":true}");
+  if (c) {
+    CHECK(c->d_head == 32 && c->rotary_dims == 32);
+    CHECK(near(c->rope_theta, 500000.0));
+    CHECK(c->tie_word_embeddings);
+    cp_hf_config_free(c);
+  }
+  /* GPT-NeoX under its newer spellings; MPT multi-query attention. */
+  c = parse_mem(0, "{\"model_type\":\"gpt_neox\",\"hidden_size\":256,\"num_attention_heads\":4,"
+                   "\"num_hidden_layers\":2,\"intermediate_size\":1024,\"vocab_size\":100,"
+                   "\"partial_rotary_factor\":0.5,\"rope_theta\":1e6,"
+                   "\"use_parallel_residual\":false}");
+  if (c) {
+    CHECK(c->rotary_dims == 32 && near(c->rope_theta, 1e6) && !c->use_parallel_residual);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"mpt\",\"d_model\":256,\"n_heads\":8,\"n_layers\":2,"
+                   "\"vocab_size\":100,\"expansion_ratio\":2.5,\"no_bias\":false,"
+                   "\"attn_config\":{\"attn_type\":\"multiquery_attention\",\"alibi\":true,"
+                   "\"alibi_bias_max\":16}}");
+  if (c) {
+    CHECK(c->n_kv_heads == 1 && c->d_ff == 640 && near(c->alibi_bias_max, 16.0));
+    CHECK(c->qkv_bias && !c->no_bias && c->train_len == 0);
+    cp_hf_config_free(c);
+  }
+  /* MPT without attn_config: MptAttentionConfig defaults (ALiBi, bias max 8). */
+  c = parse_mem(0, "{\"model_type\":\"mpt\",\"d_model\":256,\"n_heads\":8,\"n_layers\":2,"
+                   "\"vocab_size\":100,\"max_seq_len\":4096}");
+  if (c) {
+    CHECK(c->pos == CP_POS_ALIBI && near(c->alibi_bias_max, 8.0) && c->d_ff == 1024);
+    CHECK(c->train_len == 4096);
+    cp_hf_config_free(c);
+  }
+
+  parse_mem(CP_ECFG_JSON, "");
+  parse_mem(CP_ECFG_JSON, "{\"model_type\":\"llama\"} x");
+  parse_mem(CP_ECFG_JSON, "{\"model_type\":\"ll\xff\"}"); /* invalid UTF-8 */
+  parse_mem(CP_ECFG_FAMILY, "{\"hidden_size\":64}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":7}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"llama\",\"architectures\":\"LlamaForCausalLM\"}");
+  /* MPT with rotary embeddings is not ALiBi. */
+  parse_mem(CP_ECFG_POSITION, "{\"model_type\":\"mpt\",\"d_model\":256,\"n_heads\":8,"
+                              "\"n_layers\":2,\"vocab_size\":100,"
+                              "\"attn_config\":{\"alibi\":false,\"rope\":true}}");
+  /* FIRE needs its training length as max_position_embeddings (n_positions does not do). */
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"ctxpatch_fire\",\"hidden_size\":64,\"n_positions\":512,"
+                           "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                           "\"intermediate_size\":128,\"vocab_size\":100}");
+  CHECK(strstr(cp_error_message(), "max_position_embeddings") != NULL);
+  /* Zero, booleans and non-finite-looking numbers are not sizes. */
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"bloom\",\"hidden_size\":0,\"n_head\":4,"
+                           "\"n_layer\":2,\"vocab_size\":100}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"bloom\",\"hidden_size\":true,\"n_head\":4,"
+                           "\"n_layer\":2,\"vocab_size\":100}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"bloom\",\"hidden_size\":1e300,\"n_head\":4,"
+                           "\"n_layer\":2,\"vocab_size\":100}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                           "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                           "\"rms_norm_eps\":-1}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                           "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                           "\"rope_scaling\":{\"type\":\"linear\"}}");
+  parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"t5\",\"d_model\":64,\"d_kv\":16,\"d_ff\":128,"
+                           "\"num_layers\":2,\"num_heads\":4,\"vocab_size\":100,"
+                           "\"feed_forward_proj\":\"fancy-gated-gelu\"}");
+}
+
+static void names(void) {
+  CHECK(strcmp(cp_family_name(CP_FAMILY_T5), "t5") == 0);
+  CHECK(strcmp(cp_family_name(CP_FAMILY_GPT_NEOX), "gpt_neox") == 0);
+  CHECK(strcmp(cp_family_name(CP_FAMILY_FIRE), "fire") == 0);
+  CHECK(strcmp(cp_pos_scheme_name(CP_POS_T5_BUCKETS), "t5-buckets") == 0);
+  CHECK(strcmp(cp_pos_scheme_name(CP_POS_ALIBI), "alibi") == 0);
+  CHECK(strcmp(cp_pos_scheme_name(CP_POS_ROPE), "rope") == 0);
+  CHECK(strcmp(cp_pos_scheme_name(CP_POS_FIRE), "fire") == 0);
+}
+
+int main(void) {
+  const char *src = test_env("CTXPATCH_SOURCE_DIR");
+  static char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests/goldens/configs", src);
+  g_dir = dir;
+  t5_small();
+  t5_by_architecture();
+  bloom_560m();
+  bloom_aliases();
+  mpt_7b();
+  llama_2_7b();
+  llama_rope_linear();
+  mistral_7b();
+  pythia_70m();
+  fire_small();
+  bad_files();
+  in_memory();
+  names();
+  return test_finish();
+}
