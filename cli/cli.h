@@ -24,5 +24,6 @@ bool cli_parse_u64(const char *cmd, const char *opt, const char *text, unsigned 
 
 int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_forward(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 static const cli_command commands[] = {
     {"inspect", "describe a checkpoint: format, architecture, positional scheme, tensors", cmd_inspect},
     {"convert", "convert a PyTorch zip or safetensors checkpoint to (sharded) safetensors", cmd_convert},
+    {"forward", "run the CPU reference engine: logits, attention statistics, greedy decoding", cmd_forward},
 };
 
 int cli_report(int rc) {

@@ -100,10 +100,15 @@ static const cp_tensor *shard_tensor(const shard *s, size_t i) {
   return s->st ? cp_st_tensor(s->st, i) : cp_pt_tensor(s->pt, i);
 }
 
-static const cp_checkpoint *sort_ck;
+typedef struct {
+  const char *name;
+  size_t index;
+} named_index;
+
 static int cmp_by_name(const void *a, const void *b) {
-  const entry *x = &sort_ck->entries[*(const size_t *)a], *y = &sort_ck->entries[*(const size_t *)b];
-  return strcmp(x->view->name, y->view->name);
+  const named_index *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->index > y->index) - (x->index < y->index);
 }
 
 static long find_entry(const cp_checkpoint *ck, const char *name) {
@@ -127,10 +132,12 @@ static int build_entries(cp_checkpoint *ck) {
   for (size_t s = 0; s < ck->n_shards; s++)
     for (size_t i = 0; i < shard_count(&ck->shards[s]); i++)
       ck->entries[ck->n_entries++] = (entry){s, i, shard_tensor(&ck->shards[s], i)};
-  for (size_t i = 0; i < total; i++) ck->by_name[i] = i;
-  sort_ck = ck;
-  qsort(ck->by_name, total, sizeof *ck->by_name, cmp_by_name);
-  sort_ck = NULL;
+  named_index *sorted = malloc((total ? total : 1) * sizeof *sorted);
+  if (!sorted) return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
+  for (size_t i = 0; i < total; i++) sorted[i] = (named_index){ck->entries[i].view->name, i};
+  qsort(sorted, total, sizeof *sorted, cmp_by_name);
+  for (size_t i = 0; i < total; i++) ck->by_name[i] = sorted[i].index;
+  free(sorted);
   for (size_t i = 1; i < total; i++) {
     const entry *a = &ck->entries[ck->by_name[i - 1]], *b = &ck->entries[ck->by_name[i]];
     if (strcmp(a->view->name, b->view->name) == 0)

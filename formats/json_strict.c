@@ -149,11 +149,16 @@ static cp_json_problem scan_number(scanner *sc) {
   return CP_JSON_OK;
 }
 
-static const key_list *sort_ctx;
+/* Keys are sorted once the object is complete, when their bytes no longer move. */
+typedef struct {
+  const char *p;
+  size_t len, offset;
+} key_view;
+
 static int cmp_keys(const void *a, const void *b) {
-  const struct key_ref *x = a, *y = b;
+  const key_view *x = a, *y = b;
   size_t n = x->len < y->len ? x->len : y->len;
-  int c = memcmp(sort_ctx->bytes + x->start, sort_ctx->bytes + y->start, n);
+  int c = memcmp(x->p, y->p, n);
   if (c) return c;
   if (x->len != y->len) return x->len < y->len ? -1 : 1;
   return x->offset < y->offset ? -1 : x->offset > y->offset;
@@ -163,20 +168,22 @@ static cp_json_problem scan_value(scanner *sc, int depth);
 
 static cp_json_problem check_duplicates(scanner *sc, key_list *kl) {
   if (kl->n < 2) return CP_JSON_OK;
-  sort_ctx = kl;
-  qsort(kl->keys, kl->n, sizeof *kl->keys, cmp_keys);
-  sort_ctx = NULL;
-  for (size_t i = 1; i < kl->n; i++) {
-    struct key_ref *a = &kl->keys[i - 1], *b = &kl->keys[i];
-    if (a->len == b->len && memcmp(kl->bytes + a->start, kl->bytes + b->start, a->len) == 0) {
-      size_t n = b->len < sizeof sc->out->key - 1 ? b->len : sizeof sc->out->key - 1;
-      memcpy(sc->out->key, kl->bytes + b->start, n);
+  key_view *v = malloc(kl->n * sizeof *v);
+  if (!v) return fail(sc, CP_JSON_SYNTAX, sc->pos);
+  for (size_t i = 0; i < kl->n; i++) v[i] = (key_view){kl->bytes + kl->keys[i].start, kl->keys[i].len, kl->keys[i].offset};
+  qsort(v, kl->n, sizeof *v, cmp_keys);
+  cp_json_problem p = CP_JSON_OK;
+  for (size_t i = 1; i < kl->n && p == CP_JSON_OK; i++) {
+    if (v[i - 1].len == v[i].len && memcmp(v[i - 1].p, v[i].p, v[i].len) == 0) {
+      size_t n = v[i].len < sizeof sc->out->key - 1 ? v[i].len : sizeof sc->out->key - 1;
+      memcpy(sc->out->key, v[i].p, n);
       sc->out->key[n] = '\0';
       /* report the later occurrence: that is where the text repeats itself */
-      return fail(sc, CP_JSON_DUPLICATE, a->offset > b->offset ? a->offset : b->offset);
+      p = fail(sc, CP_JSON_DUPLICATE, v[i].offset);
     }
   }
-  return CP_JSON_OK;
+  free(v);
+  return p;
 }
 
 static cp_json_problem scan_object(scanner *sc, int depth) {

@@ -51,7 +51,7 @@ typedef enum {
   PK_INT,    /* fits in int64 */
   PK_BIGINT, /* LONG1/LONG4 wider than 8 bytes: kept only as an opaque leaf */
   PK_FLOAT,
-  PK_STR,    /* valid UTF-8 (surrogates allowed, as Python's surrogatepass) */
+  PK_STR, /* valid UTF-8 (surrogates allowed, as Python's surrogatepass) */
   PK_BYTES,
   PK_TUPLE,
   PK_LIST,
@@ -83,8 +83,8 @@ typedef struct {
 
 typedef struct {
   cp_dtype dtype;
-  uint64_t numel;  /* elements of dtype */
-  size_t record;   /* the caller's record handle */
+  uint64_t numel; /* elements of dtype */
+  size_t record;  /* the caller's record handle */
 } pk_storage;
 
 typedef struct {
@@ -117,6 +117,9 @@ struct pk_obj {
   } u;
 };
 
+/* "dict", "tensor", ... for messages. */
+const char *pk_kind_name(const pk_obj *o);
+
 /* ---- loading -------------------------------------------------------------------------- */
 
 /* Resolves a persistent id ('storage', <storage class>, key, location, numel). The callback
@@ -127,10 +130,10 @@ typedef int (*pk_persistent_fn)(void *ctx, const pk_storage **out, const char *k
                                 cp_dtype dtype, uint64_t numel, size_t op_offset);
 
 typedef struct {
-  const char *what;               /* "model.bin: archive/data.pkl", the prefix of every message */
+  const char *what; /* "model.bin: archive/data.pkl", the prefix of every message */
   pk_persistent_fn persistent_load;
   void *ctx;
-  pk_arena *arena;                /* receives every object; the caller frees it */
+  pk_arena *arena; /* receives every object; the caller frees it */
 } pk_config;
 
 /* Runs the pickle in data[0..len) and returns the object STOP pops. Errors name cfg->what and

@@ -20,11 +20,11 @@
 #include "ctxpatch/error.h"
 #include "formats/pickle.h"
 
-#define PT_MAX_PICKLE ((uint64_t)1 << 30) /* data.pkl bytes */
-#define PT_MAX_DEPTH 64                   /* nesting of dicts/lists in the flattened names */
-#define PT_MAX_NAME 4096                  /* bytes of one flattened name */
-#define PT_MAX_KEY 255                    /* bytes of a storage key */
-#define PT_MAX_VISITS ((uint64_t)1 << 21) /* dict/list items walked while flattening */
+#define PT_MAX_PICKLE ((uint64_t)256 << 20)     /* data.pkl bytes: ~1M tensors' worth */
+#define PT_MAX_DEPTH 64                         /* nesting of dicts/lists in the flattened names */
+#define PT_MAX_NAME 4096                        /* bytes of one flattened name */
+#define PT_MAX_KEY 255                          /* bytes of a storage key */
+#define PT_MAX_VISITS ((uint64_t)1 << 21)       /* dict/list items walked while flattening */
 #define PT_MAX_NAME_BYTES ((uint64_t)128 << 20) /* all flattened names together */
 
 typedef struct {
@@ -136,13 +136,14 @@ static uint64_t fnv1a(const char *s, size_t n) {
 /* torch's legacy format opens with pickle(0x1950a86a20f9469cfc6c) as LONG1, after PROTO and,
  * from protocol 4, a FRAME; the oldest form is a tar archive. */
 static bool is_legacy(const uint8_t *p, size_t n) {
-  static const uint8_t magic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+  static const uint8_t magic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                  0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
   if (n >= 2 + sizeof magic && p[0] == 0x80 && p[1] <= 5) {
     size_t at = 2;
     if (n >= 11 + sizeof magic && p[2] == 0x95) at = 11;
     if (memcmp(p + at, magic, sizeof magic) == 0) return true;
   }
-  return n >= 262 && memcmp(p + 257, "ustar", 5) == 0;
+  return n >= 262 && memcmp(p, "PK\3\4", 4) != 0 && memcmp(p + 257, "ustar", 5) == 0;
 }
 
 /* ---- central directory ---------------------------------------------------------------- */
@@ -150,7 +151,7 @@ static bool is_legacy(const uint8_t *p, size_t n) {
 static int parse_central_dir(cp_pt_file *f) {
   const uint8_t *m = f->map;
   size_t n = f->map_len;
-  if (n < 22) return cp_error_set(CP_EPT_ZIP, "%s: %zu bytes is too short for a zip archive", f->path, n);
+  if (n < 22) return cp_error_set(CP_EPT_ZIP, "%s: not a zip archive (%zu bytes)", f->path, n);
   size_t eocd = SIZE_MAX;
   size_t lowest = n - 22 > 65535 ? n - 22 - 65535 : 0;
   for (size_t p = n - 22 + 1; p-- > lowest;) {
@@ -160,8 +161,10 @@ static int parse_central_dir(cp_pt_file *f) {
     }
   }
   if (eocd == SIZE_MAX)
-    return cp_error_set(CP_EPT_ZIP, "%s: no end of central directory record", f->path);
-  uint64_t count = le(m + eocd + 10, 2), cd_size = le(m + eocd + 12, 4), cd_off = le(m + eocd + 16, 4);
+    return cp_error_set(CP_EPT_ZIP, "%s: not a zip archive (no end of central directory record)",
+                        f->path);
+  uint64_t count = le(m + eocd + 10, 2), cd_size = le(m + eocd + 12, 4),
+           cd_off = le(m + eocd + 16, 4);
   uint64_t limit = eocd;
   if (le(m + eocd + 4, 2) != 0 || le(m + eocd + 6, 2) != 0 || le(m + eocd + 8, 2) != count)
     return cp_error_set(CP_EPT_ZIP, "%s: offset %zu: multi-disk archives are not supported",
@@ -177,7 +180,8 @@ static int parse_central_dir(cp_pt_file *f) {
     limit = z;
   }
   if (cd_off > limit || cd_size > limit - cd_off)
-    return cp_error_set(CP_EPT_ZIP, "%s: central directory (offset %llu, %llu bytes) past its end record",
+    return cp_error_set(CP_EPT_ZIP,
+                        "%s: central directory (offset %llu, %llu bytes) past its end record",
                         f->path, (unsigned long long)cd_off, (unsigned long long)cd_size);
   if (count > cd_size / 46)
     return cp_error_set(CP_EPT_ZIP, "%s: %llu entries do not fit in a %llu-byte central directory",
@@ -245,7 +249,8 @@ static int resolve_entry(cp_pt_file *f, size_t i) {
   quote_name(qn, sizeof qn, e->name, e->name_len);
   zip_stat_t st;
   zip_stat_init(&st);
-  const zip_uint64_t need = ZIP_STAT_NAME | ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD;
+  const zip_uint64_t need =
+      ZIP_STAT_NAME | ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD;
   if (zip_stat_index(f->za, i, ZIP_FL_ENC_RAW, &st) != 0 || (st.valid & need) != need ||
       strlen(st.name) != e->name_len || memcmp(st.name, e->name, e->name_len) != 0 ||
       st.size != e->usize || st.comp_size != e->csize || st.comp_method != e->method)
@@ -258,10 +263,13 @@ static int resolve_entry(cp_pt_file *f, size_t i) {
   uint64_t nl = le(f->map + lo + 26, 2), xl = le(f->map + lo + 28, 2);
   uint64_t data = lo + 30 + nl + xl;
   if (data > f->map_len || nl != e->name_len || memcmp(f->map + lo + 30, e->name, nl) != 0)
-    return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: local header of entry '%s' disagrees with the central directory",
-                        f->path, (unsigned long long)lo, qn);
+    return cp_error_set(
+        CP_EPT_ZIP,
+        "%s: offset %llu: local header of entry '%s' disagrees with the central directory", f->path,
+        (unsigned long long)lo, qn);
   if (f->map_len - data < e->csize)
-    return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: entry '%s' data (%llu bytes) runs past end of file",
+    return cp_error_set(CP_EPT_ZIP,
+                        "%s: offset %llu: entry '%s' data (%llu bytes) runs past end of file",
                         f->path, (unsigned long long)data, qn, (unsigned long long)e->csize);
   if (e->method == ZIP_CM_STORE && e->csize != e->usize)
     return cp_error_set(CP_EPT_ZIP, "%s: entry '%s' is stored but its sizes differ", f->path, qn);
@@ -315,8 +323,8 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
               !memchr(key, '\\', key_len) && !memchr(key, 0, key_len) &&
               !(key_len <= 2 && memcmp(key, "..", key_len) == 0);
   if (!safe)
-    return cp_error_set(CP_EPT_ENTRY_NAME, "%s: pickle offset %zu: unsafe storage key '%s'", f->path,
-                        op_offset, qk);
+    return cp_error_set(CP_EPT_ENTRY_NAME, "%s: pickle offset %zu: unsafe storage key '%s'",
+                        f->path, op_offset, qk);
   size_t pl = strlen(f->prefix);
   char name[PT_MAX_KEY + 512];
   if (pl + 6 + key_len >= sizeof name)
@@ -341,7 +349,8 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
   uint64_t nbytes;
   if (!cp_mul_u64(&nbytes, numel, cp_dtype_size(dtype)) || nbytes > e->usize)
     return cp_error_set(CP_EPT_STORAGE_SIZE,
-                        "%s: pickle offset %zu: storage '%s' of %llu %s elements needs more than its %llu-byte record",
+                        "%s: pickle offset %zu: storage '%s' of %llu %s elements needs more than "
+                        "its %llu-byte record",
                         f->path, op_offset, qk, (unsigned long long)numel, cp_dtype_name(dtype),
                         (unsigned long long)e->usize);
   pk_storage *s = pk_arena_alloc(&f->arena, sizeof *s);
@@ -408,14 +417,16 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
   pt->t.ndim = v->ndim;
   memcpy(pt->t.shape, v->size, sizeof v->size);
   if (cp_shape_nbytes(&pt->t.nbytes, pt->t.dtype, v->ndim, v->size) < 0)
-    return cp_error_set(CP_EPT_TENSOR_BOUNDS, "%s: tensor '%s': element count overflows", f->path, qn);
+    return cp_error_set(CP_EPT_TENSOR_BOUNDS, "%s: tensor '%s': element count overflows", f->path,
+                        qn);
   uint64_t numel = pt->t.nbytes / cp_dtype_size(pt->t.dtype);
-  /* torch's is_contiguous: row-major strides, ignoring dimensions of size 1 */
+  /* torch's is_contiguous: row-major strides, ignoring dimensions of size 1; an empty tensor
+   * has no bytes to place. For numel > 0 every size is >= 1, so `expect` stays <= numel. */
   pt->contiguous = true;
   int64_t expect = 1;
-  for (int d = v->ndim - 1; d >= 0; d--) {
+  for (int d = v->ndim - 1; numel > 0 && d >= 0; d--) {
     if (v->size[d] != 1 && v->stride[d] != expect) pt->contiguous = false;
-    expect *= v->size[d] ? v->size[d] : 1; /* bounded: numel fits in int64 */
+    expect *= v->size[d];
   }
   const pt_zentry *e = &f->ent[v->storage->record];
   if ((pt->contiguous || numel == 0) && is_mappable(e)) {
@@ -440,7 +451,9 @@ typedef struct {
 static int flatten(cp_pt_file *f, const pk_obj *root) {
   if (root->kind != PK_DICT)
     return cp_error_set(CP_EPT_STRUCTURE, "%s: data.pkl holds a %s, not a dict of tensors", f->path,
-                        root->kind == PK_TENSOR ? "bare tensor" : root->kind == PK_LIST ? "list" : "non-dict object");
+                        root->kind == PK_TENSOR ? "bare tensor"
+                        : root->kind == PK_LIST ? "list"
+                                                : "non-dict object");
   pt_frame frames[PT_MAX_DEPTH];
   char name[PT_MAX_NAME + 1];
   size_t depth = 0;
@@ -455,7 +468,8 @@ static int flatten(cp_pt_file *f, const pk_obj *root) {
     }
     /* Shared containers (memo references) can make the walk exponential in the pickle size. */
     if (++visits > PT_MAX_VISITS)
-      return cp_error_set(CP_EPKL_LIMIT, "%s: flattening visits more than %llu entries (shared containers?)",
+      return cp_error_set(CP_EPKL_LIMIT,
+                          "%s: flattening visits more than %llu entries (shared containers?)",
                           f->path, (unsigned long long)PT_MAX_VISITS);
     char seg[32];
     const char *kp;
@@ -477,8 +491,8 @@ static int flatten(cp_pt_file *f, const pk_obj *root) {
         kp = k->kind == PK_NONE ? "None" : k->u.i ? "True" : "False";
         kl = strlen(kp);
       } else {
-        return cp_error_set(CP_EPT_STRUCTURE, "%s: dict key of unsupported type (kind %d)", f->path,
-                            (int)k->kind);
+        return cp_error_set(CP_EPT_STRUCTURE, "%s: dict key of type %s (want str or int)", f->path,
+                            pk_kind_name(k));
       }
     } else {
       kl = (size_t)snprintf(seg, sizeof seg, "%zu", fr->i);
@@ -488,27 +502,27 @@ static int flatten(cp_pt_file *f, const pk_obj *root) {
     }
     size_t len = fr->name_len;
     if (len + 1 + kl > PT_MAX_NAME)
-      return cp_error_set(CP_EPT_STRUCTURE, "%s: flattened tensor name longer than %d bytes", f->path,
-                          PT_MAX_NAME);
+      return cp_error_set(CP_EPT_STRUCTURE, "%s: flattened tensor name longer than %d bytes",
+                          f->path, PT_MAX_NAME);
     if (fr->dot) name[len++] = '.';
     memcpy(name + len, kp, kl);
     len += kl;
     switch (val->kind) {
-    case PK_DICT:
-    case PK_LIST:
-    case PK_TUPLE:
-      if (depth == PT_MAX_DEPTH)
-        return cp_error_set(CP_EPT_STRUCTURE, "%s: containers nested deeper than %d (or a cycle)",
-                            f->path, PT_MAX_DEPTH);
-      frames[depth++] = (pt_frame){val, 0, len, true};
-      break;
-    case PK_TENSOR: {
-      int rc = add_tensor(f, name, len, val->u.tensor);
-      if (rc < 0) return rc;
-      break;
-    }
-    default:
-      f->skipped++;
+      case PK_DICT:
+      case PK_LIST:
+      case PK_TUPLE:
+        if (depth == PT_MAX_DEPTH)
+          return cp_error_set(CP_EPT_STRUCTURE, "%s: containers nested deeper than %d (or a cycle)",
+                              f->path, PT_MAX_DEPTH);
+        frames[depth++] = (pt_frame){val, 0, len, true};
+        break;
+      case PK_TENSOR: {
+        int rc = add_tensor(f, name, len, val->u.tensor);
+        if (rc < 0) return rc;
+        break;
+      }
+      default:
+        f->skipped++;
     }
   }
   return 0;
@@ -531,12 +545,14 @@ static int find_pickle(cp_pt_file *f, size_t *out) {
     return cp_error_set(CP_EPT_NO_PICKLE, "%s: no <prefix>/data.pkl entry among %zu zip entries",
                         f->path, f->nent);
   if (matches > 1)
-    return cp_error_set(CP_EPT_NO_PICKLE, "%s: %zu entries match <prefix>/data.pkl", f->path, matches);
+    return cp_error_set(CP_EPT_NO_PICKLE, "%s: %zu entries match <prefix>/data.pkl", f->path,
+                        matches);
   const pt_zentry *e = &f->ent[found];
   size_t pl = e->name_len - sl;
   char qn[160];
   quote_name(qn, sizeof qn, e->name, e->name_len);
-  if ((pl <= 2 && memcmp(e->name, "..", pl) == 0) || memchr(e->name, '\\', pl) || memchr(e->name, 0, pl))
+  if ((pl <= 2 && memcmp(e->name, "..", pl) == 0) || memchr(e->name, '\\', pl) ||
+      memchr(e->name, 0, pl))
     return cp_error_set(CP_EPT_ENTRY_NAME, "%s: unsafe archive prefix in '%s'", f->path, qn);
   f->prefix = malloc(pl + 1);
   if (!f->prefix) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
@@ -570,8 +586,8 @@ static int check_byteorder(cp_pt_file *f) {
   quote_name(qv, sizeof qv, (const char *)buf, (size_t)e->usize);
   if (e->usize == 3 && memcmp(buf, "big", 3) == 0)
     return cp_error_set(CP_EPT_BYTEORDER,
-                        "%s: %s/byteorder is 'big': big-endian checkpoints are not supported", f->path,
-                        f->prefix);
+                        "%s: %s/byteorder is 'big': big-endian checkpoints are not supported",
+                        f->path, f->prefix);
   return cp_error_set(CP_EPT_BYTEORDER, "%s: %s/byteorder is '%s', want 'little'", f->path,
                       f->prefix, qv);
 }
@@ -601,7 +617,8 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
     goto done;
   }
   if (st.st_size < 4) {
-    rc = cp_error_set(CP_EPT_ZIP, "%s: %lld bytes is not a zip archive", path, (long long)st.st_size);
+    rc = cp_error_set(CP_EPT_ZIP, "%s: %lld bytes is not a zip archive", path,
+                      (long long)st.st_size);
     goto done;
   }
   f->map_len = (size_t)st.st_size;
@@ -615,13 +632,17 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   fd = -1;
 
   if (is_legacy(f->map, f->map_len)) {
-    rc = cp_error_set(CP_EPT_LEGACY,
-                      "%s: legacy (pre-1.6, non-zip) PyTorch checkpoint; its loader needs arbitrary "
-                      "pickle code. Re-save it in a trusted environment with "
-                      "torch.save(torch.load(f), f, _use_new_zipfile_serialization=True)",
-                      path);
+    rc =
+        cp_error_set(CP_EPT_LEGACY,
+                     "%s: legacy (pre-1.6, non-zip) PyTorch checkpoint; its loader needs arbitrary "
+                     "pickle code. Re-save it in a trusted environment with "
+                     "torch.save(torch.load(f), f, _use_new_zipfile_serialization=True)",
+                     path);
     goto done;
   }
+
+  /* Own parse first: it names duplicate entries and bad offsets; libzip then validates again. */
+  if ((rc = parse_central_dir(f)) < 0) goto done;
 
   zip_error_t zerr;
   zip_error_init(&zerr);
@@ -636,7 +657,6 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   }
   zip_error_fini(&zerr);
 
-  if ((rc = parse_central_dir(f)) < 0) goto done;
   zip_int64_t zn = zip_get_num_entries(f->za, 0);
   if (zn < 0 || (uint64_t)zn != f->nent) {
     rc = cp_error_set(CP_EPT_ZIP, "%s: central directory has %zu entries, libzip counts %lld", path,
@@ -644,7 +664,7 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
     goto done;
   }
 
-  size_t pi;
+  size_t pi = 0;
   if ((rc = find_pickle(f, &pi)) < 0 || (rc = check_byteorder(f)) < 0 ||
       (rc = resolve_entry(f, pi)) < 0)
     goto done;

@@ -83,8 +83,10 @@ static inline const char *test_fixtures(void) {
 static inline const char *test_path(const char *dir, const char *name) {
   static char buf[8][4096];
   static int slot;
+  char joined[4096];
+  snprintf(joined, sizeof joined, "%s/%s", dir, name); /* dir may be an earlier slot */
   char *p = buf[slot++ & 7];
-  snprintf(p, 4096, "%s/%s", dir, name);
+  memcpy(p, joined, sizeof joined);
   return p;
 }
 

@@ -1,7 +1,8 @@
-/* PyTorch zip reader against goldens computed by torch 1.13 (tests/reference/make_fixture_goldens.py):
- * our own small checkpoints in tests/goldens/pytorch/ (views, shared storages, nesting,
- * Parameters, deflated records, protocol 4) and every third-party fixture under
- * $CTXPATCH_FIXTURES/third_party/{burn,candle} (skipped when the fixtures folder is absent). */
+/* PyTorch zip reader against goldens computed by torch 1.13
+ * (tests/reference/make_fixture_goldens.py): our own small checkpoints in tests/goldens/pytorch/
+ * (views, shared storages, nesting, Parameters, deflated records, protocol 4) and every third-party
+ * fixture under $CTXPATCH_FIXTURES/third_party/{burn,candle} (skipped when the fixtures folder is
+ * absent). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -50,45 +51,45 @@ static bool same_double(double got, double want) {
 /* Compares element k of `bytes` (dtype) with the golden value; returns 1 when equal. */
 static int value_matches(const uint8_t *bytes, cp_dtype dt, size_t k, const cJSON *v) {
   switch (dt) {
-  case CP_F64: {
-    double x;
-    memcpy(&x, bytes + k * 8, 8);
-    return same_double(x, golden_double(v));
-  }
-  case CP_F32: {
-    float x;
-    memcpy(&x, bytes + k * 4, 4);
-    return same_double((double)x, golden_double(v));
-  }
-  case CP_F16:
-  case CP_BF16: {
-    uint16_t h;
-    memcpy(&h, bytes + k * 2, 2);
-    float x = dt == CP_F16 ? cp_f16_to_f32(h) : cp_bf16_to_f32(h);
-    return same_double((double)x, golden_double(v));
-  }
-  case CP_I64: {
-    int64_t x;
-    memcpy(&x, bytes + k * 8, 8);
-    return x == golden_int(v);
-  }
-  case CP_I32: {
-    int32_t x;
-    memcpy(&x, bytes + k * 4, 4);
-    return x == golden_int(v);
-  }
-  case CP_I16: {
-    int16_t x;
-    memcpy(&x, bytes + k * 2, 2);
-    return x == golden_int(v);
-  }
-  case CP_I8:
-    return (int8_t)bytes[k] == golden_int(v);
-  case CP_U8:
-  case CP_BOOL:
-    return bytes[k] == golden_int(v);
-  default:
-    return 0;
+    case CP_F64: {
+      double x;
+      memcpy(&x, bytes + k * 8, 8);
+      return same_double(x, golden_double(v));
+    }
+    case CP_F32: {
+      float x;
+      memcpy(&x, bytes + k * 4, 4);
+      return same_double((double)x, golden_double(v));
+    }
+    case CP_F16:
+    case CP_BF16: {
+      uint16_t h;
+      memcpy(&h, bytes + k * 2, 2);
+      float x = dt == CP_F16 ? cp_f16_to_f32(h) : cp_bf16_to_f32(h);
+      return same_double((double)x, golden_double(v));
+    }
+    case CP_I64: {
+      int64_t x;
+      memcpy(&x, bytes + k * 8, 8);
+      return x == golden_int(v);
+    }
+    case CP_I32: {
+      int32_t x;
+      memcpy(&x, bytes + k * 4, 4);
+      return x == golden_int(v);
+    }
+    case CP_I16: {
+      int16_t x;
+      memcpy(&x, bytes + k * 2, 2);
+      return x == golden_int(v);
+    }
+    case CP_I8:
+      return (int8_t)bytes[k] == golden_int(v);
+    case CP_U8:
+    case CP_BOOL:
+      return bytes[k] == golden_int(v);
+    default:
+      return 0;
   }
 }
 
@@ -172,9 +173,11 @@ static void check_golden(const char *golden_path, const char *pt_path) {
     int64_t foff = cp_pt_tensor_file_offset(f, i);
     if (t->data) {
       mapped_seen++;
-      CHECK_MSG(memcmp(t->data, full, (size_t)t->nbytes) == 0, "%s: '%s' mapped != read", pt_path, gname);
+      CHECK_MSG(memcmp(t->data, full, (size_t)t->nbytes) == 0, "%s: '%s' mapped != read", pt_path,
+                gname);
       CHECK_MSG(foff >= 0 && file_bytes_equal(pt_path, foff, t->data, (size_t)t->nbytes),
-                "%s: '%s' file offset %lld does not hold its bytes", pt_path, gname, (long long)foff);
+                "%s: '%s' file offset %lld does not hold its bytes", pt_path, gname,
+                (long long)foff);
     } else {
       unmapped_seen++;
       CHECK(foff == -1);
@@ -182,7 +185,8 @@ static void check_golden(const char *golden_path, const char *pt_path) {
     size_t bad = 0;
     for (size_t k = 0; k < nv; k++) {
       if (!value_matches(full, t->dtype, k, cJSON_GetArrayItem(values, (int)k))) {
-        if (bad++ < 3) fprintf(stderr, "%s: '%s'[%zu] differs from the golden\n", pt_path, gname, k);
+        if (bad++ < 3)
+          fprintf(stderr, "%s: '%s'[%zu] differs from the golden\n", pt_path, gname, k);
       }
     }
     CHECK_MSG(bad == 0, "%s: '%s': %zu of %zu values differ", pt_path, gname, bad, nv);
@@ -196,6 +200,15 @@ static void check_golden(const char *golden_path, const char *pt_path) {
   cJSON_Delete(g);
 }
 
+/* dir/name in a rotating static buffer large enough for any dir under 4096 bytes. */
+static const char *own_path(const char *dir, const char *name) {
+  static char buf[4][8400];
+  static int slot;
+  char *p = buf[slot++ & 3];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
+}
+
 static const cp_tensor *by_name(cp_pt_file *f, const char *name) {
   int64_t i = cp_pt_find(f, name);
   CHECK_MSG(i >= 0, "no tensor '%s'", name);
@@ -205,7 +218,7 @@ static const cp_tensor *by_name(cp_pt_file *f, const char *name) {
 /* Mapping decisions on our own checkpoints (values are covered by the goldens). */
 static void check_mapping(const char *dir) {
   cp_pt_file *f = NULL;
-  CHECK_RC(0, cp_pt_open(&f, test_path(dir, "transposed.pt")));
+  CHECK_RC(0, cp_pt_open(&f, own_path(dir, "transposed.pt")));
   if (f) {
     const cp_tensor *t = by_name(f, "t");
     CHECK(t && t->data == NULL && t->ndim == 2 && t->shape[0] == 4 && t->shape[1] == 3);
@@ -213,11 +226,11 @@ static void check_mapping(const char *dir) {
     cp_pt_free(f);
   }
   f = NULL;
-  CHECK_RC(0, cp_pt_open(&f, test_path(dir, "view_offset.pt")));
+  CHECK_RC(0, cp_pt_open(&f, own_path(dir, "view_offset.pt")));
   if (f) {
     const cp_tensor *a = by_name(f, "contig_offset"), *b = by_name(f, "strided_offset"),
                     *s = by_name(f, "scalar_view");
-    CHECK(a && a->data != NULL);  /* contiguous view with a storage offset is still mapped */
+    CHECK(a && a->data != NULL); /* contiguous view with a storage offset is still mapped */
     CHECK(b && b->data == NULL);
     CHECK(s && s->data != NULL && s->ndim == 0 && s->nbytes == 8);
     if (a && s && a->data && s->data) /* same storage: element 7 sits 2 past element 5 */
@@ -225,14 +238,14 @@ static void check_mapping(const char *dir) {
     cp_pt_free(f);
   }
   f = NULL;
-  CHECK_RC(0, cp_pt_open(&f, test_path(dir, "compressed.pt")));
+  CHECK_RC(0, cp_pt_open(&f, own_path(dir, "compressed.pt")));
   if (f) {
     for (size_t i = 0; i < cp_pt_count(f); i++) CHECK(cp_pt_tensor(f, i)->data == NULL);
     CHECK(cp_pt_count(f) == 4);
     cp_pt_free(f);
   }
   f = NULL;
-  CHECK_RC(0, cp_pt_open(&f, test_path(dir, "shared.pt")));
+  CHECK_RC(0, cp_pt_open(&f, own_path(dir, "shared.pt")));
   if (f) {
     const cp_tensor *w = by_name(f, "w"), *flat = by_name(f, "flat"), *row = by_name(f, "row");
     CHECK(w && flat && w->data && w->data == flat->data);

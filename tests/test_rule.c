@@ -333,6 +333,8 @@ static void test_load(void) {
   CHECK_RC(0, cp_rule_load(&r, path));
   CHECK(r.n_temperature == 1 && r.temperature[0] == 0.9 && r.n_local == 32);
   f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
   fputs("{\"lambda_mask\": {\"n_global\": 4, \"n_local\": 3.5}}", f);
   fclose(f);
   CHECK_RC(CP_ERULE_VALUE, cp_rule_load(&r, path));
@@ -554,6 +556,7 @@ static cJSON *load_golden(void) {
   cJSON *j = cJSON_ParseWithLength(text, len);
   free(text);
   CHECK(j != NULL);
+  CHECK(j && cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "format_version")) == 1);
   return j;
 }
 

@@ -39,16 +39,19 @@ int64_t cp_engine_output_rows(const cp_engine *e, int64_t n_ids, int64_t n_dec);
 
 /* One forward pass. `ids` [n_ids]: the prompt (decoder-only) or the encoder input (T5);
  * `dec_ids` [n_dec]: T5's decoder input (ignored otherwise; NULL/0 for T5 means
- * [decoder_start_token_id]). Writes the logits of every position of the last stack to
- * `logits` [rows, vocab] (rows = cp_engine_output_rows) unless NULL. Bad ids: CP_EMODEL_INPUT.
- * With params.stats the statistics of this pass replace the previous ones. */
+ * [decoder_start_token_id], or [pad_token_id] when the config has none). Writes the logits of
+ * every position of the last stack to `logits` [rows, vocab] (rows = cp_engine_output_rows)
+ * unless NULL. Bad ids: CP_EMODEL_INPUT. With params.stats the statistics of this pass replace
+ * the previous ones. */
 int cp_engine_forward(cp_engine *e, float *logits /* [rows, vocab] */, const int64_t *ids,
                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec);
 
 /* Greedy continuation (argmax, first index on ties) of the prompt (decoder-only) or of dec_ids
  * given the encoder input ids (T5), computed step by step with the KV cache. Writes up to
- * n_new ids to out[0..*n_out); with stop_at_eos it stops after emitting eos_token_id. */
-int cp_engine_generate(cp_engine *e, int64_t *out /* [n_new] */, int64_t *n_out, const int64_t *ids,
+ * n_new ids to out[0..*n_out); with stop_at_eos it stops after emitting eos_token_id.
+ * step_logits, unless NULL, receives the logits each id was chosen from ([*n_out, vocab]). */
+int cp_engine_generate(cp_engine *e, int64_t *out /* [n_new] */, int64_t *n_out,
+                       float *step_logits /* [n_new, vocab] or NULL */, const int64_t *ids,
                        int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new,
                        bool stop_at_eos);
 

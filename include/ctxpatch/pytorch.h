@@ -43,6 +43,11 @@
  * ("state.0.momentum_buffer", "layers.1"). Non-tensor leaves (ints, floats, strings, None, ...)
  * are skipped and counted. The top-level object must be a dict.
  *
+ * Limits (each refusal has its code): data.pkl up to 256 MiB (CP_EPKL_LIMIT); the pickle caps
+ * in formats/pickle.h (objects, stack, MARKs, memo); names nested at most 64 deep and 4096
+ * bytes long (CP_EPT_STRUCTURE); at most 2^21 dict/list items walked while flattening, which
+ * bounds memo-shared containers (CP_EPKL_LIMIT).
+ *
  * Ownership: the cp_pt_file owns everything it returns (tensor views, names, data pointers),
  * valid until cp_pt_free(). A tensor's `data` points into a read-only mmap of the file when
  * its record is stored uncompressed and the view is contiguous (a contiguous view with a

@@ -59,9 +59,10 @@ void cp_st_free(cp_st_file *f);
 
 const char *cp_st_path(const cp_st_file *f);
 
-/* Tensors in file order (ascending data offset; ties between zero-size tensors by name).
- * The view and its name are owned by the handle. `data` points into the mapping and may be
- * unaligned when the header length is not a multiple of 8: read it with memcpy. */
+/* Tensors in file order (ascending data offset; ties between zero-size tensors by name);
+ * NULL when i >= count. The view and its name are owned by the handle. `data` points into the
+ * mapping (read-only: writing through it faults) and may be unaligned when the header length is
+ * not a multiple of 8: read it with memcpy. */
 size_t cp_st_count(const cp_st_file *f);
 const cp_tensor *cp_st_tensor(const cp_st_file *f, size_t i);
 /* O(log n) lookup by name; NULL if absent. */

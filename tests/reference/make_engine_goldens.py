@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+sys.dont_write_bytecode = True   # keep __pycache__ out of the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -40,22 +41,27 @@ ARGMAX_MIN_GAP = 1e-3
 # A non-identity rule must move the logits by at least this (relative, 10x the test tolerance),
 # or the golden could not tell a working rule from an ignored one.
 MIN_EFFECT = 1e-3
+MIN_DISTINCT = 3   # distinct ids in a generated continuation
+MAX_DRAWS = 100
+FP32_REPLAY_TOL = 2e-5   # the engine tests compare at 1e-4
 
 
 # ---------------------------------------------------------------- models
 
 def build_models():
     return [
-        M.T5("t5_relu", 101, gated=False, tied=True),
+        # tied models get stronger block outputs (mix) so that greedy decoding does not just
+        # repeat the last token through the residual embedding
+        M.T5("t5_relu", 101, gated=False, tied=True, mix=3.0, emb_std=0.3, final_gain=3.0),
         M.T5("t5_gated", 102, gated=True, tied=False, storage=torch.float16),
-        M.Bloom("bloom", 201),
-        M.Mpt("mpt", 301, n_heads=6, alibi_bias_max=6.0),
+        M.Bloom("bloom", 201, mix=3.0),
+        M.Mpt("mpt", 301, n_heads=6, alibi_bias_max=6.0, mix=3.0),
         M.Llama("llama", 401, pos="rope", n_layers=3),
         M.Llama("llama_rope2", 402, pos="rope", rope_factor=2, storage=torch.bfloat16, n_layers=2),
         M.NeoX("gpt_neox", 501),
         M.Llama("fire", 601, pos="fire", n_layers=2, n_kv=2, fire_c=0.5, fire_L=20.0),
         M.Llama("fire_shared", 602, pos="fire", n_layers=2, n_kv=4, fire_shared=True,
-                fire_c=2.0, fire_L=18.0, tied=True),
+                fire_c=2.0, fire_L=18.0, tied=True, mix=3.0),
     ]
 
 
@@ -94,6 +100,9 @@ def cases_for(m):
             ("temp_all", "forward", od(("temperature", 0.8), ("temperature_scope", "all"))),
             ("temp_layers_all", "forward", od(("temperature", layer_taus), ("temperature_scope", "all"))),
         ]
+        if m.name == "t5_gated":
+            # decision 12: a one-element list is the scalar for every layer in scope
+            out.append(("temp_list1_self", "forward", od(("temperature", [0.8]), ("temperature_scope", "self"))))
     elif m.name == "llama":
         # decision 2: the scope is ignored on decoder-only models
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
@@ -129,8 +138,10 @@ def cases_for(m):
     out.append(("combo", "forward", combo))
     out += [
         ("gen_identity", "generate", od()),
+        # from_layer 0 (the default): with top-k only in the last layer, KV-cache decoding and
+        # re-running as a prefill would give the same ids, and the golden could not tell them apart
         ("gen_lambda_topk_decode", "generate", od(
-            ("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("from_layer", 1), ("rows", "decode"))))),
+            ("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("rows", "decode"))))),
     ]
     if pos == "alibi":
         out.append(("gen_alibi_dynamic", "generate",
@@ -154,15 +165,19 @@ def run_forward(m, rule, ids, dec, n_prompt=None, margins=None):
     return m.forward(ids, rule, n_prompt=n_prompt, margins=margins)
 
 
-def greedy(m, rule, ids, dec, margins):
+def greedy(m, rule, ids, dec, margins, naive=False):
     """Greedy continuation with the spec's KV-cache semantics, by re-running the growing sequence
     with PassInfo(n_prompt): rows keep the pass they were computed in (dynamic ALiBi T, top_k
-    decode rows). Returns (new ids, smallest argmax gap)."""
+    decode rows). naive=True instead treats every step as a fresh prefill (the wrong semantics,
+    used only to make sure the goldens can tell the two apart). Returns (new ids, smallest
+    argmax gap, whole sequence)."""
     seq = (dec if m.facts.is_t5 else ids).tolist()
     n_prompt = len(seq)
     new, min_gap = [], float("inf")
     for _ in range(N_NEW):
         t = torch.tensor(seq, dtype=torch.long)
+        if naive:
+            n_prompt = len(seq)
         if m.facts.is_t5:
             logits, _ = m.forward(ids, rule, t, n_prompt=n_prompt, margins=margins)
         else:
@@ -177,6 +192,13 @@ def greedy(m, rule, ids, dec, margins):
     return torch.tensor(new, dtype=torch.long), min_gap, torch.tensor(seq, dtype=torch.long)
 
 
+def needs_cache_semantics(rule):
+    """Rules whose generation differs between KV-cache decoding and re-running as a prefill."""
+    al = rule.get("alibi_scale")
+    tk = rule.get("top_k")
+    return bool((al and al["mode"] == "dynamic") or (tk and tk.get("rows", "decode") == "decode"))
+
+
 def rel_diff(a, b):
     return float((a - b).abs().max() / b.abs().max())
 
@@ -184,7 +206,7 @@ def rel_diff(a, b):
 def compute_case(m, ci, name, kind, rule):
     """Draws inputs (re-drawing until every discrete choice has a safe margin) and computes the
     golden tensors."""
-    for attempt in range(40):
+    for attempt in range(MAX_DRAWS):
         seed = 1000 * (hash_name(m.name) % 1000) + 37 * ci + 7919 * attempt
         margins = R.Margins()
         if kind == "forward":
@@ -205,6 +227,18 @@ def compute_case(m, ci, name, kind, rule):
         gen, gap, full = greedy(m, rule, ids, dec, margins)
         if margins.topk_gap < TOPK_MIN_GAP or gap < ARGMAX_MIN_GAP:
             continue
+        # a useful generation golden is not one token repeated, and a rule's continuation
+        # differs from the identity's (else it could not tell an ignored rule)
+        if len(set(gen.tolist())) < MIN_DISTINCT:
+            continue
+        if rule and torch.equal(gen, greedy(m, od(), ids, dec, None)[0]):
+            continue
+        if needs_cache_semantics(rule) and torch.equal(gen, greedy(m, rule, ids, dec, None, naive=True)[0]):
+            continue
+        if "top_k" in rule:
+            no_topk = collections.OrderedDict((k, v) for k, v in rule.items() if k != "top_k")
+            if torch.equal(gen, greedy(m, no_topk, ids, dec, None)[0]):
+                continue
         tensors = collections.OrderedDict([("input_ids", ids)])
         if dec is not None:
             tensors["decoder_input_ids"] = dec
@@ -212,7 +246,7 @@ def compute_case(m, ci, name, kind, rule):
         info = {"ids": ids, "dec": dec, "generated": gen, "full": full, "argmax_gap": gap,
                 "topk_gap": margins.topk_gap, "attempt": attempt}
         return tensors, info
-    raise RuntimeError("%s/%s: no input with safe margins after 40 draws" % (m.name, name))
+    raise RuntimeError("%s/%s: no suitable input after %d draws" % (m.name, name, MAX_DRAWS))
 
 
 def hash_name(s):
@@ -299,6 +333,21 @@ def check_rope(ck):
             ck.close(s_c[:, ii, jj], 0.25 * (qr * kr).sum(-1), 1e-12, "rope ceiling pair (%d,%d)" % (ii, jj))
 
 
+def check_blocks(ck):
+    """Hand-written building blocks against torch's own (layer norm, both GELUs, SiLU)."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 24, generator=g, dtype=R.DTYPE) * 3
+    w = torch.randn(24, generator=g, dtype=R.DTYPE)
+    b = torch.randn(24, generator=g, dtype=R.DTYPE)
+    ck.close(M.layer_norm(x, w, b, 1e-5), F.layer_norm(x, (24,), w, b, 1e-5), 1e-12, "layer_norm")
+    ck.close(M.gelu_exact(x), F.gelu(x), 1e-12, "gelu exact")
+    ck.close(M.gelu_tanh(x), F.gelu(x, approximate="tanh"), 1e-12, "gelu tanh")
+    ck.close(M.silu(x), F.silu(x), 1e-12, "silu")
+    want = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-6) * w
+    ck.close(M.rms_norm(x, w, 1e-6), want, 1e-12, "rms_norm")
+
+
 def check_attention_scalar(ck):
     """The vectorised attention against a scalar loop written straight from the spec, on ALiBi
     logits with every rule feature at once (progressive slopes, Lambda, ceiling, top-k, tau)."""
@@ -365,6 +414,9 @@ def check_model_identities(ck, m):
         ck.close(logits, base, 1e-12, "%s: %s is the identity" % (m.name, rule_text(rule)))
         ck.close(torch.stack([s[0] for s in stats]), torch.stack([s[0] for s in base_stats]), 1e-12,
                  "%s: %s stats" % (m.name, rule_text(rule)))
+    a, _ = run_forward(m, od(("temperature", [0.8]), ("temperature_scope", "self")), ids, dec)
+    b, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", "self")), ids, dec)
+    ck.close(a, b, 0.0, "%s: a one-element temperature list is the scalar" % m.name)
     if not m.facts.is_t5:
         a, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", "encoder")), ids, dec)
         b, _ = run_forward(m, od(("temperature", 0.8)), ids, dec)
@@ -398,6 +450,50 @@ def check_model_identities(ck, m):
               and torch.equal(M.merge(v), wv.t().to(R.DTYPE)), "%s: fused qkv split" % m.name)
 
 
+def check_topk_effect(ck, m, name, rule, info):
+    """top_k must matter on its own: against the same rule without top_k, rows "decode" change
+    only the last row (and visibly), rows "all" change the logits visibly."""
+    tk = rule.get("top_k")
+    if tk is None:
+        return
+    no_topk = collections.OrderedDict((k, v) for k, v in rule.items() if k != "top_k")
+    ref, _ = run_forward(m, no_topk, info["ids"], info["dec"])
+    got = info["logits"]
+    if tk.get("rows", "decode") == "decode":
+        ck.close(got[:-1], ref[:-1], 0.0, "%s/%s: top_k decode leaves prompt rows alone" % (m.name, name))
+        d = float((got[-1] - ref[-1]).abs().max() / ref.abs().max())
+    else:
+        d = rel_diff(got, ref)
+    ck.ok(d > MIN_EFFECT, "%s/%s: top_k effect %.3g" % (m.name, name, d))
+
+
+def check_fp32_replay(ck, models, computed):
+    """Replays every case in float32 from the same inputs: an fp32 engine that is right must be
+    able to meet the 1e-4 comparison with room to spare, and reproduce every generated id."""
+    worst = 0.0
+    for m in models:
+        m.set_working_dtype(torch.float32)
+    try:
+        for m, name, kind, rule, t in computed:
+            ids, dec = t["input_ids"], t.get("decoder_input_ids")
+            if kind == "forward":
+                logits, stats = run_forward(m, rule, ids, dec)
+                for got, want in ((logits, t["logits"]),
+                                  (torch.stack([x[0] for x in stats]), t["stats_pmax"]),
+                                  (torch.stack([x[1] for x in stats]), t["stats_entropy"])):
+                    d = rel_diff(got.float(), want)
+                    worst = max(worst, d)
+                    ck.ok(d <= FP32_REPLAY_TOL, "%s/%s: fp32 replay differs by %.3g" % (m.name, name, d))
+            else:
+                gen, _, _ = greedy(m, rule, ids, dec, None)
+                ck.ok(torch.equal(gen, t["generated"]), "%s/%s: fp32 replay generates %s" % (
+                    m.name, name, gen.tolist()))
+    finally:
+        for m in models:
+            m.set_working_dtype(R.DTYPE)
+    return worst
+
+
 def check_written(ck, out, manifest):
     for entry in manifest["cases"]:
         meta, t = stio.read_safetensors(os.path.join(out, entry["file"]))
@@ -423,13 +519,15 @@ def main():
         check_t5_bucket(ck)
         check_slopes(ck)
         check_rope(ck)
+        check_blocks(ck)
         check_attention_scalar(ck)
         for m in models:
             check_model_identities(ck, m)
-        print("self-checks passed: %d assertions" % ck.n)
+        print("self-checks before the cases passed: %d assertions" % ck.n)
 
     files = collections.OrderedDict()   # relative path -> bytes
     manifest_cases = []
+    computed = []
     for m in models:
         mdir = "models/%s/" % m.name
         files[mdir + "config.json"] = stio.json_bytes(m.config)
@@ -437,19 +535,17 @@ def main():
             files[mdir + "pytorch_model.bin"] = stio.torch_zip_bytes(m.tensors)
         else:
             files[mdir + "model.safetensors"] = stio.safetensors_bytes(m.tensors, {"format": "pt"})
-        identity = None
         for ci, (name, kind, rule) in enumerate(cases_for(m)):
             tensors, info = compute_case(m, ci, name, kind, rule)
             effect = ""
             if kind == "forward":
-                if name == "identity":
-                    identity = info
-                else:
+                if name != "identity":
                     base, _ = run_forward(m, od(), info["ids"], info["dec"])
                     d = rel_diff(info["logits"], base)
                     effect = "effect %.3g" % d
                     if not args.skip_checks:
                         ck.ok(d > MIN_EFFECT, "%s/%s changes the logits (%.3g)" % (m.name, name, d))
+                        check_topk_effect(ck, m, name, rule, info)
             else:
                 base_gen, _, _ = greedy(m, od(), info["ids"], info["dec"], None)
                 effect = "generated %s%s" % (info["generated"].tolist(),
@@ -459,12 +555,17 @@ def main():
             meta = collections.OrderedDict([("format_version", str(FORMAT_VERSION)), ("model", m.name),
                                             ("kind", kind), ("rule", rule_text(rule))])
             files[fname] = stio.safetensors_bytes(tensors, meta)
+            computed.append((m, name, kind, rule, tensors))
             manifest_cases.append(collections.OrderedDict([
                 ("file", fname), ("model", m.name), ("case", name), ("rule", rule), ("kind", kind)]))
             print("%-12s %-24s %-8s draw %d  %s%s" % (
                 m.name, name, kind, info["attempt"], effect,
                 "  topk gap %.2g" % info["topk_gap"] if info["topk_gap"] != float("inf") else ""))
-        del identity
+
+    if not args.skip_checks:
+        worst = check_fp32_replay(ck, models, computed)
+        print("fp32 replay: worst relative difference %.3g (tolerance %g), generations equal"
+              % (worst, FP32_REPLAY_TOL))
 
     manifest = collections.OrderedDict([
         ("format_version", FORMAT_VERSION), ("cases", manifest_cases),
@@ -481,6 +582,7 @@ def main():
         total += len(data)
     if not args.skip_checks:
         check_written(ck, args.out, manifest)
+        print("self-checks: %d assertions in all" % ck.n)
     print("wrote %d files (%d cases), %d bytes, under %s" % (len(files), len(manifest_cases), total, args.out))
 
 

@@ -82,13 +82,18 @@ class Model:
         that the reference computes exactly what a loader that widens would see."""
         self.tensors = collections.OrderedDict(
             (k, tensors[k].to(self.storage)) for k in sorted(tensors))
-        self.w = {k: v.to(DTYPE) for k, v in self.tensors.items()}
+        self.set_working_dtype(DTYPE)
+
+    def set_working_dtype(self, dtype):
+        """float64 for the goldens; float32 only for the self-check that replays every case in
+        single precision (what an engine computes in)."""
+        self.w = {k: v.to(dtype) for k, v in self.tensors.items()}
 
 
 # ---------------------------------------------------------------- T5
 
 class T5(Model):
-    def __init__(self, name, seed, gated, tied, storage=torch.float32):
+    def __init__(self, name, seed, gated, tied, storage=torch.float32, mix=1.0, emb_std=1.0, final_gain=1.0):
         self.name = name
         self.storage = storage
         V, D, H = 96, 32, 4
@@ -117,13 +122,13 @@ class T5(Model):
         g = Init(seed)
         inner = H * dkv
         sq = 0.17 if not gated else 0.14   # T5 has no 1/sqrt(d): this gives logits of std ~2-3
-        t = {"shared.weight": g.normal([V, D], 1.0)}
+        t = {"shared.weight": g.normal([V, D], emb_std)}
         for stack in ("encoder", "decoder"):
             for l in range(L):
                 p = "%s.block.%d.layer." % (stack, l)
                 for m, std in (("q", sq), ("k", sq), ("v", 0.15)):
                     t[p + "0.SelfAttention.%s.weight" % m] = g.normal([inner, D], std)
-                t[p + "0.SelfAttention.o.weight"] = g.normal([D, inner], 0.15)
+                t[p + "0.SelfAttention.o.weight"] = g.normal([D, inner], 0.15 * mix)
                 if l == 0:
                     t[p + "0.SelfAttention.relative_attention_bias.weight"] = g.normal([nb, H], 1.5)
                 t[p + "0.layer_norm.weight"] = g.normal([D], 0.1, 1.0)
@@ -131,7 +136,7 @@ class T5(Model):
                 if stack == "decoder":
                     for m, std in (("q", sq), ("k", sq), ("v", 0.15)):
                         t[p + "1.EncDecAttention.%s.weight" % m] = g.normal([inner, D], std)
-                    t[p + "1.EncDecAttention.o.weight"] = g.normal([D, inner], 0.15)
+                    t[p + "1.EncDecAttention.o.weight"] = g.normal([D, inner], 0.15 * mix)
                     t[p + "1.layer_norm.weight"] = g.normal([D], 0.1, 1.0)
                     ff = "2"
                 if gated:
@@ -139,9 +144,10 @@ class T5(Model):
                     t[p + ff + ".DenseReluDense.wi_1.weight"] = g.normal([dff, D], 0.2)
                 else:
                     t[p + ff + ".DenseReluDense.wi.weight"] = g.normal([dff, D], 0.2)
-                t[p + ff + ".DenseReluDense.wo.weight"] = g.normal([D, dff], 0.15)
+                t[p + ff + ".DenseReluDense.wo.weight"] = g.normal([D, dff], 0.15 * mix)
                 t[p + ff + ".layer_norm.weight"] = g.normal([D], 0.1, 1.0)
-            t["%s.final_layer_norm.weight" % stack] = g.normal([D], 0.1, 1.0)
+            t["%s.final_layer_norm.weight" % stack] = g.normal([D], 0.1, 1.0) * (
+                final_gain if stack == "decoder" else 1.0)
         if not tied:
             t["lm_head.weight"] = g.normal([V, D], 0.3)
         self.finish(t)
@@ -214,7 +220,7 @@ class T5(Model):
 # ---------------------------------------------------------------- BLOOM
 
 class Bloom(Model):
-    def __init__(self, name, seed, train_len=24):
+    def __init__(self, name, seed, train_len=24, mix=1.0):
         self.name = name
         V, D, H, L = 96, 32, 4, 3
         self.V, self.D, self.H, self.L = V, D, H, L
@@ -249,13 +255,13 @@ class Bloom(Model):
             t[p + "self_attention.query_key_value.bias"] = torch.stack(
                 [bq.view(H, dh), bk.view(H, dh), bv.view(H, dh)], dim=1).reshape(3 * D)
             self.check_split = (p, wq, wk, wv)
-            t[p + "self_attention.dense.weight"] = g.normal([D, D], 0.2)
+            t[p + "self_attention.dense.weight"] = g.normal([D, D], 0.2 * mix)
             t[p + "self_attention.dense.bias"] = g.normal([D], 0.05)
             t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
             t[p + "post_attention_layernorm.bias"] = g.normal([D], 0.05)
             t[p + "mlp.dense_h_to_4h.weight"] = g.normal([4 * D, D], 0.2)
             t[p + "mlp.dense_h_to_4h.bias"] = g.normal([4 * D], 0.05)
-            t[p + "mlp.dense_4h_to_h.weight"] = g.normal([D, 4 * D], 0.1)
+            t[p + "mlp.dense_4h_to_h.weight"] = g.normal([D, 4 * D], 0.1 * mix)
             t[p + "mlp.dense_4h_to_h.bias"] = g.normal([D], 0.05)
         t["transformer.ln_f.weight"] = g.normal([D], 0.1, 1.0)
         t["transformer.ln_f.bias"] = g.normal([D], 0.05)
@@ -282,7 +288,7 @@ class Bloom(Model):
             q, k, v = self.split_qkv(linear(x, w[p + "self_attention.query_key_value.weight"],
                                             w[p + "self_attention.query_key_value.bias"]))
             plan = R.Plan(rule, self.facts, "dec", l)
-            score = R.alibi_scorer(q, k, c, self.slopes, plan.alibi_divisor(T, pinfo))
+            score = R.alibi_scorer(q, k, c, self.slopes, plan.alibi_divisor(T, pinfo, h.dtype))
             out, P = R.attention(plan, pinfo, score, v, T, margins)
             stats.append(R.head_stats(P))
             h = h + linear(merge(out), w[p + "self_attention.dense.weight"], w[p + "self_attention.dense.bias"])
@@ -296,9 +302,9 @@ class Bloom(Model):
 # ---------------------------------------------------------------- MPT
 
 class Mpt(Model):
-    def __init__(self, name, seed, n_heads=6, alibi_bias_max=6.0, train_len=24):
+    def __init__(self, name, seed, n_heads=6, alibi_bias_max=6.0, train_len=24, mix=1.0):
         self.name = name
-        V, D, H, L = 96, 48, n_heads, 2
+        V, D, H, L = 96, 6 * n_heads, n_heads, 2
         self.V, self.D, self.H, self.L = V, D, H, L
         self.eps = 1e-5
         self.config = collections.OrderedDict([
@@ -325,10 +331,10 @@ class Mpt(Model):
             # q, k, v concatenated along the output dim (not interleaved)
             t[p + "attn.Wqkv.weight"] = torch.cat(
                 [g.normal([D, D], 0.25), g.normal([D, D], 0.25), g.normal([D, D], 0.2)], dim=0)
-            t[p + "attn.out_proj.weight"] = g.normal([D, D], 0.15)
+            t[p + "attn.out_proj.weight"] = g.normal([D, D], 0.15 * mix)
             t[p + "norm_2.weight"] = g.normal([D], 0.1, 1.0)
             t[p + "ffn.up_proj.weight"] = g.normal([4 * D, D], 0.15)
-            t[p + "ffn.down_proj.weight"] = g.normal([D, 4 * D], 0.08)
+            t[p + "ffn.down_proj.weight"] = g.normal([D, 4 * D], 0.08 * mix)
         t["transformer.norm_f.weight"] = g.normal([D], 0.1, 1.0)
         self.finish(t)
 
@@ -345,7 +351,7 @@ class Mpt(Model):
             qkv = linear(x, w[p + "attn.Wqkv.weight"])
             q, k, v = (heads(t, H) for t in qkv.chunk(3, dim=-1))
             plan = R.Plan(rule, self.facts, "dec", l)
-            score = R.alibi_scorer(q, k, c, self.slopes, plan.alibi_divisor(T, pinfo))
+            score = R.alibi_scorer(q, k, c, self.slopes, plan.alibi_divisor(T, pinfo, h.dtype))
             out, P = R.attention(plan, pinfo, score, v, T, margins)
             stats.append(R.head_stats(P))
             h = h + linear(merge(out), w[p + "attn.out_proj.weight"])
@@ -362,7 +368,7 @@ class Llama(Model):
 
     def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
                  train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, n_layers=3,
-                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False):
+                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0):
         self.name = name
         self.storage = storage
         self.pos = pos
@@ -393,7 +399,7 @@ class Llama(Model):
         self.config = collections.OrderedDict(cfg)
         self.facts = R.ModelFacts(False, 0, n_layers, train_len, pos)
         g = Init(seed)
-        dh, kvd = self.dh, n_kv * self.dh
+        kvd = n_kv * self.dh
         t = {"model.embed_tokens.weight": g.normal([V, D], 0.5)}
         for l in range(n_layers):
             p = "model.layers.%d." % l
@@ -401,11 +407,11 @@ class Llama(Model):
             t[p + "self_attn.q_proj.weight"] = g.normal([D, D], 0.3)
             t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.3)
             t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
-            t[p + "self_attn.o_proj.weight"] = g.normal([D, D], 0.2)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, D], 0.2 * mix)
             t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
             t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
             t[p + "mlp.up_proj.weight"] = g.normal([dff, D], 0.2)
-            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15)
+            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15 * mix)
             if pos == "fire" and not fire_shared:
                 self._fire_params(t, p + "self_attn.fire.", g, fire_c, fire_L)
         if pos == "fire" and fire_shared:
@@ -469,7 +475,7 @@ class NeoX(Model):
 
     def __init__(self, name, seed, train_len=24):
         self.name = name
-        V, D, H, L, dff = 96, 64, 4, 2, 96
+        V, D, H, L, dff = 96, 48, 3, 2, 64   # d_head 16: rotary on the first 4 dims
         self.V, self.D, self.H, self.L = V, D, H, L
         self.dh = D // H
         self.rotary_pct = 0.25
