@@ -3,6 +3,7 @@
 #define CTXPATCH_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "ctxpatch/error.h"
 
@@ -22,7 +23,16 @@ bool cli_is_help(const char *arg);
 /* Parses a non-negative integer option value; returns false (and prints) on junk. */
 bool cli_parse_u64(const char *cmd, const char *opt, const char *text, unsigned long long *out);
 
+/* Token ids "3,17,5", or "@FILE" holding them (commas or whitespace): a heap array the caller
+ * frees. Junk or an empty list: CP_EMODEL_INPUT naming `opt` or the file and the entry. */
+int cli_parse_ids(int64_t **out, int64_t *n_out, const char *opt, const char *text);
+/* "256,1024,4096" -> positive lengths; false (after printing a usage error) on junk. */
+bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_out);
+
 int cmd_inspect(int argc, char **argv);
+/* `inspect --attention-stats`: attention statistics against input length. */
+int inspect_attention_stats(const char *path, const int64_t *lengths, int n_lengths, const char *rule_path,
+                            const char *ids_text, unsigned long long seed, int threads, bool json);
 int cmd_convert(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 

@@ -35,54 +35,6 @@ static void help(FILE *out) {
           "Outputs are written atomically; on any error nothing is written.\n");
 }
 
-/* "3,17,5" -> heap array; junk or an empty list is CP_EMODEL_INPUT. In a file (`from` names it)
- * whitespace also separates ids. */
-static int parse_list(int64_t **out, int64_t *n_out, const char *opt, const char *from, const char *text) {
-  *out = NULL;
-  *n_out = 0;
-  bool file = from != NULL;
-  size_t cap = 1;
-  for (const char *p = text; *p; p++) cap += *p == ',' || (file && (*p == ' ' || *p == '\n'));
-  int64_t *ids = malloc(cap * sizeof *ids);
-  if (!ids) return cp_error_set(CP_ENOMEM, "out of memory");
-  const char *p = text;
-  int64_t n = 0;
-  for (;;) {
-    while (file && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
-    if (!*p && file && n > 0) break;
-    char *end = NULL;
-    errno = 0;
-    if (*p < '0' || *p > '9') goto bad;
-    long long v = strtoll(p, &end, 10);
-    if (errno || end == p) goto bad;
-    ids[n++] = v;
-    p = end;
-    while (file && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
-    if (*p == '\0') break;
-    if (*p == ',') p++;
-    else if (!file || p == end) goto bad;
-  }
-  *out = ids;
-  *n_out = n;
-  return 0;
-bad:
-  free(ids);
-  if (!n && !*p) return cp_error_set(CP_EMODEL_INPUT, "%s: empty id list", file ? from : opt);
-  return cp_error_set(CP_EMODEL_INPUT, "%s: entry %lld is not a non-negative integer (at '%.20s')",
-                      file ? from : opt, (long long)n, p);
-}
-
-/* A list on the command line, or "@FILE" to read it from FILE. */
-static int parse_ids(int64_t **out, int64_t *n_out, const char *opt, const char *text) {
-  if (text[0] != '@') return parse_list(out, n_out, opt, NULL, text);
-  char *buf = NULL;
-  size_t len = 0;
-  int rc = cp_read_file(&buf, &len, text + 1, (size_t)1 << 30);
-  if (rc == 0) rc = parse_list(out, n_out, opt, text + 1, buf);
-  free(buf);
-  return rc;
-}
-
 static int write_logits(const char *path, const float *x, size_t count) {
   cp_atomic_file *f = NULL;
   int rc = cp_atomic_open(&f, path);
@@ -189,8 +141,8 @@ int cmd_forward(int argc, char **argv) {
   cp_rule rule;
   int rc;
   cp_rule_init(&rule);
-  if ((rc = parse_ids(&ids, &n_ids, "--ids", ids_text))) goto done;
-  if (dec_text && (rc = parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
+  if ((rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text))) goto done;
+  if (dec_text && (rc = cli_parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
   if (rule_path && (rc = cp_rule_load(&rule, rule_path))) goto done;
   if ((rc = cp_model_open(&model, model_path))) goto done;
   /* Check ids before any work so that bad input writes nothing. */

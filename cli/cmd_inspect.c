@@ -9,11 +9,17 @@
 #include "ctxpatch/hf_config.h"
 
 static const char inspect_help[] =
-    "usage: ctxpatch inspect PATH [--json]\n\n"
+    "usage: ctxpatch inspect PATH [--json]\n"
+    "       ctxpatch inspect MODEL --attention-stats --lengths 256,1024,4096 [--rule RULE.json]\n"
+    "                        [--ids LIST|@FILE] [--seed S] [--threads T] [--json]\n\n"
     "Describes a checkpoint file or folder: format, architecture family, positional scheme\n"
     "(T5 buckets, ALiBi slopes, RoPE theta/rotary dims/scaling, FIRE), training length,\n"
     "hyperparameters, tensor and parameter counts, dtypes, bytes, and every tensor.\n\n"
-    "  --json   print the description as JSON (keys documented in docs/inspect-json.md)\n";
+    "  --json   print the description as JSON (keys documented in docs/inspect-json.md)\n\n"
+    "With --attention-stats, runs one forward pass per length (random ids from --seed, or --ids\n"
+    "tiled to the length; T5: encoder input, decoder [start]) and prints the mean P_max and\n"
+    "entropy of the attention softmaxes per attention kind: the dispersed-attention effect\n"
+    "(P_max falls, entropy rises) past the training length. --json adds every layer and head.\n";
 
 static double num(const cJSON *obj, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -85,14 +91,28 @@ static void print_text(const cJSON *d) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-  const char *path = NULL;
-  bool json = false;
+  const char *path = NULL, *rule = NULL, *ids = NULL, *lengths_text = NULL;
+  bool json = false, stats = false;
+  unsigned long long seed = 0, threads = 0;
   for (int i = 1; i < argc; i++) {
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (cli_is_help(argv[i])) {
       fputs(inspect_help, stdout);
       return CLI_OK;
     } else if (!strcmp(argv[i], "--json")) {
       json = true;
+    } else if (!strcmp(argv[i], "--attention-stats")) {
+      stats = true;
+    } else if (!strcmp(argv[i], "--lengths") || !strcmp(argv[i], "--rule") || !strcmp(argv[i], "--ids") ||
+               !strcmp(argv[i], "--seed") || !strcmp(argv[i], "--threads")) {
+      if (!next) return cli_usage_error("inspect", "%s needs a value", argv[i]);
+      if (!strcmp(argv[i], "--lengths")) lengths_text = next;
+      else if (!strcmp(argv[i], "--rule")) rule = next;
+      else if (!strcmp(argv[i], "--ids")) ids = next;
+      else if (!strcmp(argv[i], "--seed") && !cli_parse_u64("inspect", "--seed", next, &seed)) return CLI_USAGE;
+      else if (!strcmp(argv[i], "--threads") && !cli_parse_u64("inspect", "--threads", next, &threads))
+        return CLI_USAGE;
+      i++;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
     } else if (!path) {
@@ -102,6 +122,18 @@ int cmd_inspect(int argc, char **argv) {
     }
   }
   if (!path) return cli_usage_error("inspect", "missing PATH");
+  if (!stats && (lengths_text || rule || ids))
+    return cli_usage_error("inspect", "--lengths, --rule and --ids need --attention-stats");
+  if (stats) {
+    if (!lengths_text) return cli_usage_error("inspect", "--attention-stats needs --lengths");
+    if (threads > 1024) return cli_usage_error("inspect", "--threads %llu is too many", threads);
+    int64_t *lengths = NULL;
+    int n_lengths = 0;
+    if (!cli_parse_lengths("inspect", lengths_text, &lengths, &n_lengths)) return CLI_USAGE;
+    int status = inspect_attention_stats(path, lengths, n_lengths, rule, ids, seed, (int)threads, json);
+    free(lengths);
+    return status;
+  }
 
   cp_checkpoint *ck = NULL;
   cp_hf_config *cfg = NULL;

@@ -69,6 +69,10 @@ int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *wh
         return cp_error_set(CP_ERULE_MODEL, "%s: temperature has %d values but the %s has %d layers",
                             what, r->n_temperature, stacks[s].name, stacks[s].depth);
   }
+  if (r->alibi_mode != CP_ALIBI_NONE && !m->has_alibi)
+    return cp_error_set(CP_ERULE_MODEL, "%s: alibi_scale needs a model with ALiBi biases; this one has none", what);
+  if (r->fire_threshold > 0 && !m->has_fire)
+    return cp_error_set(CP_ERULE_MODEL, "%s: fire_threshold needs a FIRE model; this one is not", what);
   if ((r->alibi_mode == CP_ALIBI_DYNAMIC || r->alibi_mode == CP_ALIBI_PROGRESSIVE) &&
       effective_train_len(r, m) <= 0)
     return cp_error_set(CP_ERULE_MODEL,

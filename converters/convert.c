@@ -19,7 +19,35 @@ void cp_convert_params_init(cp_convert_params *params) {
   params->chunk_size = 16u << 20;
 }
 
-static int copy_file(const char *src, const char *dst) {
+/* Digests of the files this conversion wrote, so the manifest needs no second read. */
+typedef struct {
+  char **names;
+  char (*hex)[65];
+  size_t n, cap;
+} digest_list;
+
+static int digest_add(digest_list *d, const char *name, const char hex[65]) {
+  if (d->n == d->cap) {
+    size_t cap = d->cap ? d->cap * 2 : 8;
+    char **names = realloc(d->names, cap * sizeof *names);
+    if (names) d->names = names;
+    char(*hx)[65] = realloc(d->hex, cap * sizeof *hx);
+    if (hx) d->hex = hx;
+    if (!names || !hx) return cp_error_set(CP_ENOMEM, "%s: out of memory", name);
+    d->cap = cap;
+  }
+  if (!(d->names[d->n] = strdup(name))) return cp_error_set(CP_ENOMEM, "%s: out of memory", name);
+  memcpy(d->hex[d->n++], hex, 65);
+  return 0;
+}
+
+static void digest_free(digest_list *d) {
+  for (size_t i = 0; i < d->n; i++) free(d->names[i]);
+  free(d->names);
+  free(d->hex);
+}
+
+static int copy_file(char out_hex[65], const char *src, const char *dst) {
   char *buf = NULL;
   size_t len = 0;
   cp_atomic_file *f = NULL;
@@ -27,6 +55,7 @@ static int copy_file(const char *src, const char *dst) {
   if (rc < 0) goto done;
   if ((rc = cp_atomic_open(&f, dst)) < 0) goto done;
   if ((rc = cp_atomic_write(f, buf, len)) < 0) goto done;
+  cp_atomic_sha256(f, out_hex);
   rc = cp_atomic_commit(f);
   f = NULL;
 done:
@@ -36,7 +65,7 @@ done:
 }
 
 /* Streams one shard: the writer fixes the byte order, the checkpoint supplies the bytes. */
-static int write_shard(cp_checkpoint *ck, const char *path, const size_t *members, size_t n,
+static int write_shard(char out_hex[65], cp_checkpoint *ck, const char *path, const size_t *members, size_t n,
                        const cp_convert_params *params, unsigned char *buf) {
   cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
   cp_st_writer *w = NULL;
@@ -62,6 +91,7 @@ static int write_shard(cp_checkpoint *ck, const char *path, const size_t *member
       if (rc < 0) goto done;
     }
   }
+  if ((rc = cp_st_writer_sha256(w, out_hex)) < 0) goto done;
   rc = cp_st_writer_commit(w);
   w = NULL;
 done:
@@ -72,7 +102,8 @@ done:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int cp_write_sha256_manifest(const char *dir) {
+int cp_write_sha256_manifest(const char *dir, const char *const *known_names, const char (*known_hex)[65],
+                             size_t n_known) {
   DIR *d = opendir(dir);
   if (!d) return cp_error_set(CP_EIO, "%s: cannot list folder: %s", dir, strerror(errno));
   char **names = NULL;
@@ -106,12 +137,18 @@ int cp_write_sha256_manifest(const char *dir) {
   if ((rc = cp_atomic_open(&f, manifest)) < 0) goto done;
   for (size_t k = 0; k < n; k++) {
     char hex[65], line[4200];
-    free(path);
-    if (!(path = cp_path_join(dir, names[k]))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-      goto done;
+    size_t j = 0;
+    while (j < n_known && strcmp(known_names[j], names[k]) != 0) j++;
+    if (j < n_known) {
+      memcpy(hex, known_hex[j], 65);
+    } else {
+      free(path);
+      if (!(path = cp_path_join(dir, names[k]))) {
+        rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
+        goto done;
+      }
+      if ((rc = cp_sha256_file(hex, path)) < 0) goto done;
     }
-    if ((rc = cp_sha256_file(hex, path)) < 0) goto done;
     int len = snprintf(line, sizeof line, "%s  %s\n", hex, names[k]);
     if ((rc = cp_atomic_write(f, line, (size_t)len)) < 0) goto done;
   }
@@ -141,6 +178,8 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
   size_t *members = NULL;
   unsigned char *buf = NULL;
   char *path = NULL;
+  digest_list digests = {0};
+  char hex[65];
   int rc = cp_checkpoint_open(&ck, in);
   if (rc < 0) goto done;
   size_t n = cp_checkpoint_count(ck);
@@ -170,7 +209,9 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
       rc = cp_error_set(CP_ENOMEM, "%s: out of memory", out);
       goto done;
     }
-    if ((rc = write_shard(ck, path, members, m, params, buf)) < 0) goto done;
+    if ((rc = write_shard(hex, ck, path, members, m, params, buf)) < 0 ||
+        (rc = digest_add(&digests, plan->shard_names[s], hex)) < 0)
+      goto done;
   }
   if (plan->n_shards > 1) {
     free(path);
@@ -190,11 +231,13 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
       rc = cp_error_set(CP_ENOMEM, "%s: out of memory", out);
       goto done;
     }
-    rc = copy_file(src, path);
+    rc = copy_file(hex, src, path);
     free(src);
-    if (rc < 0) goto done;
+    if (rc < 0 || (rc = digest_add(&digests, name, hex)) < 0) goto done;
   }
-  if ((rc = cp_write_sha256_manifest(tmp)) < 0) goto done;
+  if ((rc = cp_write_sha256_manifest(tmp, (const char *const *)digests.names, (const char(*)[65])digests.hex,
+                                     digests.n)) < 0)
+    goto done;
   if (stats) {
     stats->tensors = n;
     stats->tensor_bytes = plan->total_size;
@@ -211,5 +254,6 @@ done:
   free(members);
   free(buf);
   free(path);
+  digest_free(&digests);
   return rc;
 }

@@ -573,6 +573,8 @@ void cp_model_rule_model(cp_rule_model *out, const cp_model *m) {
   out->n_layers_encoder = m->encoder.n_layers;
   out->n_layers_decoder = m->decoder.n_layers;
   out->train_len = m->train_len;
+  out->has_alibi = m->pos == CP_POS_ALIBI;
+  out->has_fire = m->pos == CP_POS_FIRE;
 }
 
 int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const char *what) {

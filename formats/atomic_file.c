@@ -16,6 +16,7 @@ struct cp_atomic_file {
   char *tmp;
   int fd;
   uint64_t written;
+  cp_sha256 *hash;
 };
 
 struct cp_atomic_dir {
@@ -85,12 +86,18 @@ int cp_atomic_open(cp_atomic_file **out, const char *path) {
     return rc;
   }
   fchmod(f->fd, 0644);
+  int rc = cp_sha256_new(&f->hash);
+  if (rc < 0) {
+    cp_atomic_abort(f);
+    return rc;
+  }
   *out = f;
   return 0;
 }
 
 int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len) {
   const char *p = data;
+  cp_sha256_update(f->hash, data, len);
   while (len > 0) {
     ssize_t n = write(f->fd, p, len);
     if (n < 0) {
@@ -106,7 +113,10 @@ int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len) {
 
 uint64_t cp_atomic_tell(const cp_atomic_file *f) { return f->written; }
 
+void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]) { cp_sha256_peek(f->hash, out_hex); }
+
 static void atomic_free(cp_atomic_file *f) {
+  cp_sha256_free(f->hash);
   free(f->tmp);
   free(f->path);
   free(f);

@@ -1,5 +1,6 @@
 /* safetensors writer: deterministic header, streamed tensor bytes, atomic commit.
  * Header layout and ordering rules are in include/ctxpatch/safetensors.h. */
+#include <assert.h>
 #include "ctxpatch/error.h"
 #include "ctxpatch/io.h"
 #include "ctxpatch/safetensors.h"
@@ -310,6 +311,12 @@ int cp_st_writer_write(cp_st_writer *w, const void *data, size_t len) {
   w->written += len;
   while (w->k < w->n && w->ends[w->k] <= w->written) w->k++;
   return 0;
+}
+
+int cp_st_writer_sha256(cp_st_writer *w, char out_hex[65]) {
+  int rc = flush(w);
+  if (rc == 0) cp_atomic_sha256(w->af, out_hex);
+  return rc;
 }
 
 int cp_st_writer_commit(cp_st_writer *w) {

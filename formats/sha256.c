@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void to_hex(char out[65], const unsigned char *digest) {
@@ -13,6 +14,38 @@ static void to_hex(char out[65], const unsigned char *digest) {
     out[2 * i + 1] = hex[digest[i] & 15];
   }
   out[64] = '\0';
+}
+
+struct cp_sha256 {
+  EVP_MD_CTX *ctx;
+};
+
+int cp_sha256_new(cp_sha256 **out) {
+  *out = NULL;
+  cp_sha256 *h = calloc(1, sizeof *h);
+  if (!h || !(h->ctx = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL)) {
+    cp_sha256_free(h);
+    return cp_error_set(CP_ENOMEM, "cannot start SHA-256");
+  }
+  *out = h;
+  return 0;
+}
+
+void cp_sha256_update(cp_sha256 *h, const void *data, size_t len) { EVP_DigestUpdate(h->ctx, data, len); }
+
+void cp_sha256_peek(const cp_sha256 *h, char out_hex[65]) {
+  unsigned char digest[32];
+  unsigned int n = 0;
+  EVP_MD_CTX *copy = EVP_MD_CTX_new();
+  if (!copy || !EVP_MD_CTX_copy_ex(copy, h->ctx) || !EVP_DigestFinal_ex(copy, digest, &n)) memset(digest, 0, 32);
+  EVP_MD_CTX_free(copy);
+  to_hex(out_hex, digest);
+}
+
+void cp_sha256_free(cp_sha256 *h) {
+  if (!h) return;
+  EVP_MD_CTX_free(h->ctx);
+  free(h);
 }
 
 void cp_sha256_hex(char out_hex[65], const void *data, size_t len) {

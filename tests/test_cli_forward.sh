@@ -22,7 +22,7 @@ check "$bin" forward "$g/models/llama" --ids "$ids" --rule "$work/rule.json" --t
 check "$py" "$chk" logits "$c" "$work/l.bin"
 check "$py" "$chk" stats "$c" "$work/l.json"
 
-# T5 with decoder ids (PyTorch-zip model folder for gpt_neox below)
+# T5 with decoder ids
 c=$g/cases/t5_gated__temp_all.safetensors
 echo '{"temperature": 0.8, "temperature_scope": "all"}' >"$work/t5.json"
 check "$bin" forward "$g/models/t5_gated" --ids "$("$py" "$chk" ids "$c" input_ids)" \
@@ -31,7 +31,7 @@ check "$bin" forward "$g/models/t5_gated" --ids "$("$py" "$chk" ids "$c" input_i
 check "$py" "$chk" logits "$c" "$work/t.bin"
 check "$py" "$chk" stats "$c" "$work/t.json"
 
-# greedy generation
+# greedy generation (this model folder holds a PyTorch zip checkpoint)
 c=$g/cases/gpt_neox__gen_identity.safetensors
 gen=$("$bin" forward "$g/models/gpt_neox" --ids "$("$py" "$chk" ids "$c" input_ids)" --generate 8) && ok || bad "generate"
 check "$py" "$chk" generated "$c" "$gen"

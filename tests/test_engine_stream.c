@@ -2,9 +2,10 @@
  *  1. cp_plan_visible_ranges / cp_plan_hidden_range agree with the per-key rule helpers;
  *  2. the streaming attention kernel (tiles of rows, key blocks, online softmax, top-k heap)
  *     equals a dense O(L^2) evaluation built from the per-key helpers, over many tiles/blocks;
- *  3. on a random Llama-layout model: 1 and 2 threads give identical logits; KV-cache decoding
- *     gives the logits of a full forward pass; a 16K-token forward stays under 1 GB peak RSS and
- *     its first rows equal a short forward's. */
+ *  3. on a random Llama-layout model: a wrong shape or a missing tensor is refused naming the
+ *     tensor; bad ids are refused; stop_at_eos stops; 1 and 2 threads give identical logits;
+ *     KV-cache decoding gives the logits of a full forward pass; a 16K-token forward stays under
+ *     1 GB peak RSS and its first rows equal a short forward's. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ static double rel_err(const float *a, const float *b, size_t n) {
 /* ---------------------------------------------------------------- 1. ranges */
 
 static void test_ranges(void) {
-  cp_rule_model rm = {false, 0, 3, 100};
+  cp_rule_model rm = {false, 0, 3, 100, true, true};
   int bad = 0, checked = 0;
   for (int lam = 0; lam < 2; lam++)
     for (int g = 0; g < 4; g++)
@@ -155,7 +156,7 @@ static void dense(const att_data *d, const cp_attn_plan *p, att_pos pos, int64_t
 
 static void kernel_case(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule, att_pos pos,
                         int64_t q_off, int64_t n_q) {
-  cp_rule_model rm = {false, 0, 1, 100};
+  cp_rule_model rm = {false, 0, 1, 100, true, true};
   cp_attn_plan p;
   CHECK_RC(0, cp_rule_check_model(rule, &rm, name));
   cp_rule_plan(&p, rule, &rm, CP_ATTN_DECODER_SELF, 0);
@@ -240,16 +241,21 @@ static void test_kernel(void) {
 
 enum { V = 64, D = 64, NL = 2, NH = 4, NKV = 2, DH = 16, FF = 128 };
 
-static int write_model(const char *dir) {
+typedef enum { MODEL_OK, MODEL_BAD_SHAPE, MODEL_NO_HEAD } model_variant;
+
+/* Random Llama-layout model in dir; eos_token_id as given (-1: none). */
+static int write_model(const char *dir, model_variant variant, int eos) {
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   fprintf(f, "{\"model_type\": \"llama\", \"vocab_size\": %d, \"hidden_size\": %d, \"num_hidden_layers\": %d,"
              " \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"intermediate_size\": %d,"
-             " \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0}\n",
-          V, D, NL, NH, NKV, FF);
+             " \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0,"
+             " \"eos_token_id\": %d}\n",
+          V, D, NL, NH, NKV, FF, eos);
   fclose(f);
+  rng_state = 0x9e3779b97f4a7c15ull; /* the same weights every time */
   enum { MAXT = 4 + NL * 9 };
   cp_tensor t[MAXT];
   char names[MAXT][96];
@@ -272,7 +278,8 @@ static int write_model(const char *dir) {
   for (int l = 0; l < NL; l++) {
     snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l); ADD(nm, D, 0, 1, 0, 1);
     snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l); ADD(nm, D, 0, 1, 0, 1);
-    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_proj.weight", l); ADD(nm, NH * DH, D, 2, 0.4f, 0);
+    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_proj.weight", l);
+    ADD(nm, NH * DH, D + (variant == MODEL_BAD_SHAPE && l == 1), 2, 0.4f, 0);
     snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_proj.weight", l); ADD(nm, NKV * DH, D, 2, 0.4f, 0);
     snprintf(nm, sizeof nm, "model.layers.%d.self_attn.v_proj.weight", l); ADD(nm, NKV * DH, D, 2, 0.2f, 0);
     snprintf(nm, sizeof nm, "model.layers.%d.self_attn.o_proj.weight", l); ADD(nm, D, NH * DH, 2, 0.2f, 0);
@@ -281,7 +288,7 @@ static int write_model(const char *dir) {
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.down_proj.weight", l); ADD(nm, D, FF, 2, 0.2f, 0);
   }
   ADD("model.norm.weight", D, 0, 1, 0, 1);
-  ADD("lm_head.weight", V, D, 2, 0.3f, 0);
+  if (variant != MODEL_NO_HEAD) ADD("lm_head.weight", V, D, 2, 0.3f, 0);
 #undef ADD
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   int rc = cp_st_write_file(path, t, (size_t)n, NULL, 0);
@@ -380,6 +387,50 @@ static void test_engine(const char *dir) {
   cp_model_free(m);
 }
 
+/* Shape and presence checks name the tensor; greedy decoding stops after eos when asked. */
+static void test_model_checks(const char *dir) {
+  cp_model *m = NULL;
+  CHECK(write_model(dir, MODEL_BAD_SHAPE, -1) == 0);
+  CHECK_RC(CP_EMODEL_TENSOR, cp_model_open(&m, dir));
+  CHECK_MSG(strstr(cp_error_message(), "'model.layers.1.self_attn.q_proj.weight'") &&
+                strstr(cp_error_message(), "[64,65]") && strstr(cp_error_message(), "[64,64]"),
+            "message: %s", cp_error_message());
+  CHECK(m == NULL);
+  CHECK(write_model(dir, MODEL_NO_HEAD, -1) == 0);
+  CHECK_RC(CP_EMODEL_TENSOR, cp_model_open(&m, dir));
+  CHECK_MSG(strstr(cp_error_message(), "lm_head.weight"), "message: %s", cp_error_message());
+
+  int64_t ids[5] = {1, 2, 3, 4, 5}, gen[8], n_out = 0;
+  CHECK(write_model(dir, MODEL_OK, -1) == 0);
+  CHECK_RC(0, cp_model_open(&m, dir));
+  cp_engine *e = NULL;
+  if (m) CHECK_RC(0, cp_engine_create(&e, m, NULL, NULL));
+  if (e) {
+    int64_t bad[2] = {3, V};
+    CHECK_RC(CP_EMODEL_INPUT, cp_engine_forward(e, NULL, bad, 2, NULL, 0));
+    CHECK_RC(CP_EMODEL_INPUT, cp_engine_forward(e, NULL, bad, 0, NULL, 0));
+    CHECK_RC(0, cp_engine_generate(e, gen, &n_out, NULL, ids, 5, NULL, 0, 8, true));
+    CHECK(n_out == 8); /* no eos in the config: never stops early */
+  }
+  cp_engine_free(e);
+  cp_model_free(m);
+  m = NULL, e = NULL;
+  if (n_out != 8) return;
+  int64_t eos = gen[2], first = 0;
+  while (gen[first] != eos) first++; /* eos may occur before index 2 */
+  CHECK(write_model(dir, MODEL_OK, (int)eos) == 0);
+  CHECK_RC(0, cp_model_open(&m, dir));
+  if (m) CHECK_RC(0, cp_engine_create(&e, m, NULL, NULL));
+  if (e) {
+    int64_t again[8];
+    CHECK_RC(0, cp_engine_generate(e, again, &n_out, NULL, ids, 5, NULL, 0, 8, true));
+    CHECK_MSG(n_out == first + 1 && memcmp(again, gen, (size_t)n_out * sizeof *gen) == 0,
+              "stop_at_eos: %lld tokens, want %lld", (long long)n_out, (long long)first + 1);
+  }
+  cp_engine_free(e);
+  cp_model_free(m);
+}
+
 int main(void) {
   test_ranges();
   test_kernel();
@@ -388,7 +439,8 @@ int main(void) {
     CHECK_MSG(0, "mkdtemp failed");
     return test_finish();
   }
-  int rc = write_model(dir);
+  test_model_checks(dir);
+  int rc = write_model(dir, MODEL_OK, -1);
   CHECK_MSG(rc == 0, "writing the random model failed: %s", cp_error_message());
   if (rc == 0) test_engine(dir);
   char p1[600], p2[600];

@@ -347,9 +347,23 @@ static void test_load(void) {
 static const cp_rule_model T5 = {.is_encoder_decoder = true, .n_layers_encoder = 3, .n_layers_decoder = 2,
                                  .train_len = 512};
 static const cp_rule_model GPT = {.is_encoder_decoder = false, .n_layers_encoder = 0, .n_layers_decoder = 4,
-                                  .train_len = 0};
+                                  .train_len = 0, .has_alibi = true};
 
 static void test_check_model(void) {
+  {
+    /* positional rules only on the models that have that positional term */
+    cp_rule r;
+    CHECK_RC(0, cp_rule_parse(&r, "{\"alibi_scale\": {\"mode\": \"static\", \"factor\": 2}}", 48, "r.json"));
+    CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &T5, "r.json"));
+    CHECK(strstr(cp_error_message(), "alibi_scale") != NULL);
+    CHECK_RC(0, cp_rule_check_model(&r, &GPT, "r.json"));
+    CHECK_RC(0, cp_rule_parse(&r, "{\"fire_threshold\": 12}", 22, "r.json"));
+    CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r.json"));
+    cp_rule_model fire = GPT;
+    fire.has_alibi = false;
+    fire.has_fire = true;
+    CHECK_RC(0, cp_rule_check_model(&r, &fire, "r.json"));
+  }
   cp_rule r;
   /* Per-layer lists must match every stack in scope (decision 1). */
   CHECK_RC(0, parse_str(&r, "{\"temperature\": [0.9, 0.8, 0.7]}"));
@@ -376,7 +390,9 @@ static void test_check_model(void) {
   CHECK_RC(0, parse_str(&r, "{\"alibi_scale\": {\"mode\": \"dynamic\"}}"));
   CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r"));
   CHECK(strstr(cp_error_message(), "train_len") != NULL);
-  CHECK_RC(0, cp_rule_check_model(&r, &T5, "r"));
+  cp_rule_model alibi_512 = GPT;
+  alibi_512.train_len = 512;
+  CHECK_RC(0, cp_rule_check_model(&r, &alibi_512, "r"));
   CHECK_RC(0, parse_str(&r, "{\"alibi_scale\": {\"mode\": \"progressive\"}}"));
   CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r"));
   CHECK_RC(0, parse_str(&r, "{\"alibi_scale\": {\"mode\": \"progressive\"}, \"train_len\": 64}"));

@@ -13,6 +13,7 @@
 #define CTXPATCH_CONVERT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -35,7 +36,10 @@ typedef struct {
 int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const char *out,
                               const cp_convert_params *params);
 
-/* Writes `dir`/SHA256SUMS over every regular file in `dir` (not recursing), sorted by name. */
-int cp_write_sha256_manifest(const char *dir);
+/* Writes `dir`/SHA256SUMS over every regular file in `dir` (not recursing), sorted by name.
+ * Digests already known (known_names[i] -> known_hex[i]) are used as given; the other files
+ * are hashed from disk. */
+int cp_write_sha256_manifest(const char *dir, const char *const *known_names, const char (*known_hex)[65],
+                             size_t n_known);
 
 #endif

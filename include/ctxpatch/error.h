@@ -82,7 +82,14 @@
   X(CP_ERULE_MODEL, -403, "rule: does not fit the model")                              \
   /* model description and engines (-500) */                                           \
   X(CP_EMODEL_TENSOR, -500, "model: tensor missing or of the wrong shape")             \
-  X(CP_EMODEL_INPUT, -501, "model: invalid input ids")
+  X(CP_EMODEL_INPUT, -501, "model: invalid input ids")                                 \
+  /* tokenizers (-600) */                                                              \
+  X(CP_ETOK_JSON, -600, "tokenizer: invalid tokenizer.json")                           \
+  X(CP_ETOK_MODEL, -601, "tokenizer: invalid tokenizer model")                         \
+  X(CP_ETOK_MISSING, -602, "tokenizer: no tokenizer in folder")                        \
+  X(CP_ETOK_UNSUPPORTED, -603, "tokenizer: unsupported tokenizer component")           \
+  X(CP_ETOK_ID, -604, "tokenizer: token id out of range")                              \
+  X(CP_ETOK_TEXT, -605, "tokenizer: text is not valid UTF-8")
 
 typedef enum {
 #define CP_ERR_ENUM(name, value, text) name = value,

@@ -18,6 +18,9 @@ int cp_atomic_open(cp_atomic_file **out, const char *path);
 int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len);
 /* Current length written so far. */
 uint64_t cp_atomic_tell(const cp_atomic_file *f);
+/* SHA-256 of the bytes written so far (hashed as they are written, so manifests need no
+ * second read of large outputs). */
+void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]);
 /* fsync + rename over `path` + fsync folder; frees the handle (also on error). */
 int cp_atomic_commit(cp_atomic_file *f);
 /* Removes the temporary and frees the handle; NULL is a no-op. */
@@ -39,6 +42,11 @@ void cp_atomic_dir_abort(cp_atomic_dir *d);
 int cp_read_file(char **out, size_t *out_len, const char *path, size_t max_len);
 
 /* SHA-256 of a file as 64 lowercase hex digits plus NUL. */
+typedef struct cp_sha256 cp_sha256;
+int cp_sha256_new(cp_sha256 **out);
+void cp_sha256_update(cp_sha256 *h, const void *data, size_t len);
+void cp_sha256_peek(const cp_sha256 *h, char out_hex[65]); /* digest so far; h stays usable */
+void cp_sha256_free(cp_sha256 *h);
 int cp_sha256_file(char out_hex[65], const char *path);
 void cp_sha256_hex(char out_hex[65], const void *data, size_t len);
 

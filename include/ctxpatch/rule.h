@@ -45,6 +45,8 @@ typedef struct {
 
 /* The identity rule (an empty JSON object). */
 void cp_rule_init(cp_rule *rule);
+/* True when the rule changes no logit: also for temperature 1, static factor 1, or top_k
+ * without lambda_mask (docs/attention-decisions.md item 13). */
 bool cp_rule_is_identity(const cp_rule *rule);
 
 /* Parses the JSON form. Unknown keys, wrong types and out-of-range values are refused with
@@ -70,6 +72,8 @@ typedef struct {
   int n_layers_encoder;    /* T5 encoder depth; decoder-only: 0 */
   int n_layers_decoder;    /* T5 decoder depth; decoder-only: number of layers */
   int64_t train_len;       /* model's L_train (the rule's train_len overrides) */
+  bool has_alibi;          /* the model's positional term is ALiBi (alibi_scale applies) */
+  bool has_fire;           /* the model's positional term is FIRE (fire_threshold applies) */
 } cp_rule_model;
 
 typedef struct {
@@ -90,7 +94,9 @@ typedef struct {
   double fire_threshold;    /* 0: use the model's L */
 } cp_attn_plan;
 
-/* Checks the rule fits the model (per-layer list lengths, etc.): CP_ERULE_MODEL otherwise. */
+/* Checks the rule fits the model (per-layer list lengths, alibi_scale only on ALiBi models,
+ * fire_threshold only on FIRE models, a training length for dynamic/progressive ALiBi):
+ * CP_ERULE_MODEL otherwise. */
 int cp_rule_check_model(const cp_rule *rule, const cp_rule_model *model, const char *what);
 /* Resolves the rule for one attention call. The rule must have passed cp_rule_check_model. */
 void cp_rule_plan(cp_attn_plan *out, const cp_rule *rule, const cp_rule_model *model,

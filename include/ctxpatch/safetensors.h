@@ -113,6 +113,9 @@ size_t cp_st_writer_order(const cp_st_writer *w, size_t k);
 /* Appends `len` bytes of tensor data in file order; chunks may be any size and may span
  * tensors. CP_EARG if that would write more than the tensors hold. */
 int cp_st_writer_write(cp_st_writer *w, const void *data, size_t len);
+/* Flushes buffered bytes and gives the SHA-256 of the file written so far (the whole file
+ * once every tensor byte is in), without reading it back. */
+int cp_st_writer_sha256(cp_st_writer *w, char out_hex[65]);
 /* Checks every byte was written, then fsyncs and renames into place. Frees w (also on error;
  * on error nothing is left at `path`). */
 int cp_st_writer_commit(cp_st_writer *w);

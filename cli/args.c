@@ -1,0 +1,89 @@
+/* Parsing helpers shared by several subcommands. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "ctxpatch/error.h"
+#include "ctxpatch/io.h"
+
+/* "3,17,5" -> heap array; junk or an empty list is CP_EMODEL_INPUT. In a file (`from` names it)
+ * whitespace also separates ids. */
+static int parse_list(int64_t **out, int64_t *n_out, const char *opt, const char *from, const char *text) {
+  *out = NULL;
+  *n_out = 0;
+  bool file = from != NULL;
+  size_t cap = 1;
+  for (const char *p = text; *p; p++) cap += *p == ',' || (file && (*p == ' ' || *p == '\n'));
+  int64_t *ids = malloc(cap * sizeof *ids);
+  if (!ids) return cp_error_set(CP_ENOMEM, "out of memory");
+  const char *p = text;
+  int64_t n = 0;
+  for (;;) {
+    while (file && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    if (!*p && file && n > 0) break;
+    char *end = NULL;
+    errno = 0;
+    if (*p < '0' || *p > '9') goto bad;
+    long long v = strtoll(p, &end, 10);
+    if (errno || end == p) goto bad;
+    ids[n++] = v;
+    p = end;
+    while (file && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    if (*p == '\0') break;
+    if (*p == ',') p++;
+    else if (!file || p == end) goto bad;
+  }
+  *out = ids;
+  *n_out = n;
+  return 0;
+bad:
+  free(ids);
+  if (!n && !*p) return cp_error_set(CP_EMODEL_INPUT, "%s: empty id list", file ? from : opt);
+  return cp_error_set(CP_EMODEL_INPUT, "%s: entry %lld is not a non-negative integer (at '%.20s')",
+                      file ? from : opt, (long long)n, p);
+}
+
+/* A list on the command line, or "@FILE" to read it from FILE. */
+int cli_parse_ids(int64_t **out, int64_t *n_out, const char *opt, const char *text) {
+  if (text[0] != '@') return parse_list(out, n_out, opt, NULL, text);
+  char *buf = NULL;
+  size_t len = 0;
+  int rc = cp_read_file(&buf, &len, text + 1, (size_t)1 << 30);
+  if (rc == 0) rc = parse_list(out, n_out, opt, text + 1, buf);
+  free(buf);
+  return rc;
+}
+
+
+bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  int cap = 1;
+  for (const char *p = text; *p; p++) cap += *p == ',';
+  int64_t *v = malloc((size_t)cap * sizeof *v);
+  if (!v) return false;
+  const char *p = text;
+  int n = 0;
+  while (*p) {
+    char *end = NULL;
+    errno = 0;
+    long long x = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+    if (x <= 0 || errno || (*end && *end != ',') || x > (1ll << 40)) {
+      free(v);
+      cli_usage_error(cmd, "--lengths expects positive integers like 256,1024,4096; got '%s'", text);
+      return false;
+    }
+    v[n++] = x;
+    p = *end ? end + 1 : end;
+  }
+  if (n == 0) {
+    free(v);
+    cli_usage_error(cmd, "--lengths is empty");
+    return false;
+  }
+  *out = v;
+  *n_out = n;
+  return true;
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Trains one probe model on the synthetic retrieval mix at a training length of 256 tokens and
+writes it in Hugging Face layout under examples/probe-models/<name>/.
+
+    /usr/bin/python3 examples/probe-models/train.py --model rope-probe [--steps N] [--device cpu|cuda]
+
+CPU by default (torch.set_num_threads(2)); a GPU when one is present (or --device cuda). Fixed
+seeds: the data stream and the initialisation are functions of --seed alone; a CPU run and a
+GPU run give different floating-point rounding, so their weights differ slightly.
+"""
+import argparse
+import collections
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
+sys.dont_write_bytecode = True
+
+import bpe  # noqa: E402
+import data  # noqa: E402
+import nets  # noqa: E402
+from torchref import stio  # noqa: E402
+
+TRAIN_LEN = 256
+TOKENIZER = os.path.join(HERE, "tokenizer.json")
+D, LAYERS, HEADS, DFF = 128, 4, 4, 512
+
+
+def configs(V):
+    """HF config.json of each probe (field names as HF writes them)."""
+    common_dec = [("bos_token_id", 2), ("eos_token_id", 1), ("pad_token_id", 0)]
+    rope = collections.OrderedDict([
+        ("architectures", ["LlamaForCausalLM"]), ("attention_bias", False)] + common_dec + [
+        ("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
+        ("intermediate_size", DFF), ("max_position_embeddings", TRAIN_LEN), ("model_type", "llama"),
+        ("num_attention_heads", HEADS), ("num_hidden_layers", LAYERS), ("num_key_value_heads", HEADS),
+        ("rms_norm_eps", 1e-6), ("rope_scaling", None), ("rope_theta", 10000.0),
+        ("tie_word_embeddings", False), ("torch_dtype", "float32"), ("use_cache", True),
+        ("vocab_size", V)])
+    fire = collections.OrderedDict([
+        ("architectures", ["CtxpatchFireForCausalLM"]), ("attention_bias", False)] + common_dec + [
+        ("fire_c_init", 1.0), ("fire_mlp_width", 32), ("fire_shared", False),
+        ("fire_threshold", float(TRAIN_LEN)),
+        ("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
+        ("intermediate_size", DFF), ("max_position_embeddings", TRAIN_LEN), ("model_type", "ctxpatch_fire"),
+        ("num_attention_heads", HEADS), ("num_hidden_layers", LAYERS), ("num_key_value_heads", HEADS),
+        ("rms_norm_eps", 1e-6), ("tie_word_embeddings", False), ("torch_dtype", "float32"),
+        ("use_cache", True), ("vocab_size", V)])
+    alibi = collections.OrderedDict([
+        ("apply_residual_connection_post_layernorm", False), ("architectures", ["BloomForCausalLM"]),
+        ("attention_dropout", 0.0)] + common_dec + [
+        ("hidden_dropout", 0.0), ("hidden_size", D), ("initializer_range", 0.02),
+        ("layer_norm_epsilon", 1e-5), ("model_type", "bloom"), ("n_head", HEADS), ("n_layer", LAYERS),
+        ("pretraining_tp", 1), ("seq_length", TRAIN_LEN), ("slow_but_exact", False),
+        ("tie_word_embeddings", True), ("torch_dtype", "float32"), ("use_cache", True),
+        ("vocab_size", V)])
+    t5 = collections.OrderedDict([
+        ("architectures", ["T5ForConditionalGeneration"]), ("d_ff", DFF), ("d_kv", D // HEADS),
+        ("d_model", D), ("decoder_start_token_id", 0), ("dropout_rate", 0.0), ("eos_token_id", 1),
+        ("feed_forward_proj", "relu"), ("initializer_factor", 1.0), ("is_encoder_decoder", True),
+        ("layer_norm_epsilon", 1e-6), ("model_type", "t5"), ("n_positions", TRAIN_LEN),
+        ("num_decoder_layers", LAYERS), ("num_heads", HEADS), ("num_layers", LAYERS),
+        ("pad_token_id", 0), ("relative_attention_max_distance", 128),
+        ("relative_attention_num_buckets", 32), ("tie_word_embeddings", False),
+        ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)])
+    return {"rope-probe": rope, "fire-probe": fire, "alibi-probe": alibi, "t5-probe": t5}
+
+
+def build(name, cfg, seed):
+    if name == "t5-probe":
+        return nets.T5Net(cfg, seed)
+    if name == "alibi-probe":
+        return nets.BloomNet(cfg, seed)
+    return nets.LlamaNet(cfg, seed, "rope" if name == "rope-probe" else "fire")
+
+
+def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN):
+    """Decoder-only: ids [n, max_len] = prompt + answer + eos, right-padded; targets with -100 at
+    padding; answer tokens carry weight 4 in the loss. T5: encoder ids/mask, decoder in/out."""
+    samples = []
+    for _ in range(n):
+        target = rng.randint(max_len // 2, max_len - 10)
+        s = data.sample(rng, target, tok.encode)
+        p, a = tok.encode(s["prompt"]), tok.encode(s["answer"]) + [tok.eos_id]
+        if not is_t5 and len(p) + len(a) > max_len:
+            p = p[len(p) + len(a) - max_len:]
+        samples.append((p[-max_len:], a))
+    if is_t5:
+        Ta = max(len(a) for _, a in samples) + 1
+        enc = torch.zeros(n, max_len, dtype=torch.long)
+        din = torch.zeros(n, Ta, dtype=torch.long)
+        dout = torch.full((n, Ta), -100, dtype=torch.long)
+        for b, (p, a) in enumerate(samples):
+            enc[b, :len(p)] = torch.tensor(p)
+            din[b, 1:len(a)] = torch.tensor(a[:-1])     # decoder_start 0, then the answer
+            dout[b, :len(a)] = torch.tensor(a)
+        return enc.to(dev), (enc != 0).to(dev), din.to(dev), dout.to(dev)
+    ids = torch.zeros(n, max_len, dtype=torch.long)
+    tgt = torch.full((n, max_len), -100, dtype=torch.long)
+    wt = torch.zeros(n, max_len)
+    for b, (p, a) in enumerate(samples):
+        seq = p + a
+        ids[b, :len(seq)] = torch.tensor(seq)
+        tgt[b, :len(seq) - 1] = torch.tensor(seq[1:])
+        wt[b, :len(seq) - 1] = 1.0
+        wt[b, len(p) - 1:len(seq) - 1] = 4.0
+    return ids.to(dev), tgt.to(dev), wt.to(dev)
+
+
+def loss_of(net, batch, is_t5):
+    if is_t5:
+        enc, km, din, dout = batch
+        logits = net.decode(net.encode(enc, km), km, din)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), dout.reshape(-1))
+    ids, tgt, wt = batch
+    logits = net.forward(ids)
+    l = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                          reduction="none", ignore_index=-100)
+    return (l * wt.reshape(-1)).sum() / wt.sum()
+
+
+def save(name, net, cfg, out, meta):
+    os.makedirs(out, exist_ok=True)
+    sd = collections.OrderedDict(sorted(net.state_dict().items()))
+    if cfg.get("tie_word_embeddings") and "lm_head.weight" in sd:
+        del sd["lm_head.weight"]
+    stio.write_atomic(os.path.join(out, "model.safetensors"),
+                      stio.safetensors_bytes(sd, {"format": "pt"}))
+    if name == "alibi-probe":
+        stio.write_atomic(os.path.join(out, "pytorch_model.bin"), stio.torch_zip_bytes(sd))
+    stio.write_atomic(os.path.join(out, "config.json"), stio.json_bytes(cfg))
+    gen = collections.OrderedDict([("bos_token_id", 2), ("eos_token_id", 1), ("pad_token_id", 0),
+                                   ("do_sample", False), ("max_new_tokens", 10)])
+    if cfg.get("is_encoder_decoder"):
+        gen = collections.OrderedDict([("decoder_start_token_id", 0), ("eos_token_id", 1),
+                                       ("pad_token_id", 0), ("do_sample", False), ("max_new_tokens", 10)])
+    stio.write_atomic(os.path.join(out, "generation_config.json"), stio.json_bytes(gen))
+    with open(TOKENIZER, "rb") as f:
+        stio.write_atomic(os.path.join(out, "tokenizer.json"), f.read())
+    tc = collections.OrderedDict([("tokenizer_class", "PreTrainedTokenizerFast"), ("bos_token", "<s>"),
+                                  ("eos_token", "</s>"), ("pad_token", "<pad>"),
+                                  ("model_max_length", TRAIN_LEN), ("add_bos_token", False)])
+    stio.write_atomic(os.path.join(out, "tokenizer_config.json"), stio.json_bytes(tc))
+    stio.write_atomic(os.path.join(out, "train_log.json"), stio.json_bytes(meta))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, choices=["t5-probe", "alibi-probe", "rope-probe", "fire-probe"])
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    steps = a.steps or DEFAULT_STEPS[a.model]
+    torch.manual_seed(a.seed)
+    if not os.path.exists(TOKENIZER):
+        raise SystemExit("run bpe.py --out %s first" % TOKENIZER)
+    tok = bpe.Tokenizer(TOKENIZER)
+    cfg = configs(len(tok.vocab))[a.model]
+    net = build(a.model, cfg, a.seed).to(dev)
+    is_t5 = a.model == "t5-probe"
+    decay = [q for k, q in sorted(net.p.items()) if q.dim() >= 2]
+    nodecay = [q for k, q in sorted(net.p.items()) if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": nodecay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.98))
+    warm = max(1, steps // 20)
+    sched = lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    rng = random.Random(a.seed)
+    t0 = time.time()
+    ema = None
+    log = []
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = a.lr * sched(step)
+        batch = make_batch(rng, tok, a.batch, is_t5, dev)
+        loss = loss_of(net, batch, is_t5)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.params(), 1.0)
+        opt.step()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if step % 100 == 0 or step == steps - 1:
+            msg = "step %d loss %.4f ema %.4f %.1fs" % (step, loss.item(), ema, time.time() - t0)
+            print(msg, flush=True)
+            log.append(msg)
+    wall = time.time() - t0
+    out = a.out or os.path.join(HERE, a.model)
+    meta = collections.OrderedDict([
+        ("model", a.model), ("steps", steps), ("batch", a.batch), ("lr", a.lr), ("seed", a.seed),
+        ("device", dev if dev == "cpu" else torch.cuda.get_device_name(0)),
+        ("torch", torch.__version__), ("wall_s", round(wall, 1)), ("params", net.n_params()),
+        ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
+        ("command", "python3 examples/probe-models/train.py --model %s --steps %d --seed %d" % (a.model, steps, a.seed))])
+    save(a.model, net, cfg, out, meta)
+    print("saved %s (%d params, %.0fs)" % (out, net.n_params(), wall))
+
+
+DEFAULT_STEPS = {"t5-probe": 3000, "alibi-probe": 3000, "rope-probe": 3000, "fire-probe": 3000}
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+/* Tokenizers: text bytes <-> token ids, as the model's own tokenizer does it.
+ *
+ * Two file formats are read:
+ *   tokenizer.json  Hugging Face `tokenizers` serialisation: a JSON object with
+ *                   "added_tokens" [{id, content, special, lstrip, rstrip, normalized}],
+ *                   "normalizer" (NFC/NFD/NFKC/NFKD/Lowercase/Precompiled/Replace/Prepend/
+ *                   Strip/Sequence), "pre_tokenizer" (ByteLevel/Metaspace/WhitespaceSplit/
+ *                   Whitespace/Split/Digits/Sequence), "model" (BPE {vocab, merges,
+ *                   byte_fallback, ignore_merges, unk_token, fuse_unk} or Unigram {vocab
+ *                   [[piece, score]], unk_id, byte_fallback}), "post_processor"
+ *                   (TemplateProcessing/ByteLevel/RobertaProcessing/BertProcessing/Sequence) and
+ *                   "decoder" (ByteLevel/Metaspace/Replace/ByteFallback/Fuse/Strip/Sequence).
+ *                   Precompiled's "precompiled_charsmap" is base64 of
+ *                   [u32 LE trie_size][darts-clone double array, trie_size bytes of u32 LE units]
+ *                   [NUL-terminated replacement strings]; a trie value is an offset into the
+ *                   strings.
+ *   *.model         SentencePiece ModelProto (protobuf), read by Debian's libsentencepiece
+ *                   through a small C++ shim. With add_special, BOS is prepended when the model
+ *                   defines one (Llama), else EOS is appended when it defines one (T5), as the
+ *                   transformers slow tokenizers do.
+ *
+ * Every input is untrusted: sizes are bounded, every index is range-checked, and an unknown
+ * component is refused with CP_ETOK_UNSUPPORTED rather than approximated.
+ * A cp_tokenizer is immutable after open; encode/decode may run concurrently on one handle.
+ */
+#ifndef CTXPATCH_TOKENIZER_H
+#define CTXPATCH_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cp_tokenizer cp_tokenizer;
+
+/* Opens a tokenizer.json, a SentencePiece .model, or a model folder (tokenizer.json preferred,
+ * else tokenizer.model, else spiece.model; none: CP_ETOK_MISSING). Caller frees *out. */
+int cp_tokenizer_open(cp_tokenizer **out, const char *path);
+/* NULL is a no-op. */
+void cp_tokenizer_free(cp_tokenizer *tok);
+
+/* Encodes UTF-8 `text[0..len)` (invalid UTF-8: CP_ETOK_TEXT). With add_special the special
+ * tokens are added as the post-processor adds them (HF add_special_tokens=True).
+ * *ids is heap-allocated (caller frees; non-NULL even when *n == 0). */
+int cp_tokenizer_encode(const cp_tokenizer *tok, int64_t **ids, size_t *n, const char *text, size_t len,
+                        bool add_special);
+/* Decodes ids to UTF-8 (malformed byte sequences become U+FFFD). Special tokens are left out
+ * when skip_special. An id outside the vocabulary: CP_ETOK_ID. *text is heap-allocated and
+ * NUL-terminated (caller frees). */
+int cp_tokenizer_decode(const cp_tokenizer *tok, char **text, size_t *len, const int64_t *ids, size_t n,
+                        bool skip_special);
+
+/* Id of a token by its exact text (vocabulary or added tokens); -1 if there is none. */
+int64_t cp_tokenizer_token_id(const cp_tokenizer *tok, const char *name);
+/* Number of ids: one past the largest id of the vocabulary and added tokens. */
+size_t cp_tokenizer_vocab_size(const cp_tokenizer *tok);
+/* Beginning/end-of-sequence ids; -1 if the tokenizer has none. */
+int64_t cp_tokenizer_bos_id(const cp_tokenizer *tok);
+int64_t cp_tokenizer_eos_id(const cp_tokenizer *tok);
+/* "bpe", "unigram" (tokenizer.json models) or "sentencepiece" (.model). Borrowed. */
+const char *cp_tokenizer_kind(const cp_tokenizer *tok);
+/* The file actually read (for a folder: the file chosen in it). Borrowed. */
+const char *cp_tokenizer_path(const cp_tokenizer *tok);
+
+#endif
