@@ -60,13 +60,13 @@ int cp_sha256_file(char out_hex[65], const char *path) {
   if (!fp) return cp_error_set(CP_EIO, "%s: cannot open: %s", path, strerror(errno));
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
   int rc = 0;
-  static _Thread_local unsigned char buf[1 << 20];
-  if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+  unsigned char *buf = malloc(1 << 20);
+  if (!buf || !ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
     rc = cp_error_set(CP_ENOMEM, "%s: cannot start SHA-256", path);
     goto done;
   }
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, fp)) > 0) EVP_DigestUpdate(ctx, buf, n);
+  while ((n = fread(buf, 1, 1 << 20, fp)) > 0) EVP_DigestUpdate(ctx, buf, n);
   if (ferror(fp)) {
     rc = cp_error_set(CP_EIO, "%s: read error", path);
     goto done;
@@ -76,6 +76,7 @@ int cp_sha256_file(char out_hex[65], const char *path) {
   EVP_DigestFinal_ex(ctx, digest, &len);
   to_hex(out_hex, digest);
 done:
+  free(buf);
   EVP_MD_CTX_free(ctx);
   fclose(fp);
   return rc;

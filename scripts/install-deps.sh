@@ -6,6 +6,7 @@ packages=(
   libzip-dev libcjson-dev libssl-dev           # zip archives, JSON, SHA-256
   libprotobuf-c-dev protobuf-c-compiler libonnx-dev   # ONNX graphs (schema from libonnx-dev)
   libopenblas-dev libopenblas0-pthread         # BLAS for the CPU engine (and for python3-torch)
+  libicu-dev libsentencepiece-dev python3-sentencepiece  # tokenizers (Unicode, SentencePiece .model)
   python3 python3-numpy python3-torch          # golden generators and reference implementation
   hyperfine time zip                           # benchmarks and test inputs
 )
