@@ -35,5 +35,9 @@ int inspect_attention_stats(const char *path, const int64_t *lengths, int n_leng
                             const char *ids_text, unsigned long long seed, int threads, bool json);
 int cmd_convert(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_patch(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif

@@ -490,6 +490,29 @@ static int load_slopes(loader *L) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- patched artifacts */
+
+/* config.json "ctxpatch": {"rule": {...}} (include/ctxpatch/patch.h): the part of a patch that
+ * the weights do not carry. Checked against the model here so a bad artifact fails at open. */
+static int load_metadata_rule(cp_model *m, const char *cfg_path) {
+  const cJSON *block = cJSON_GetObjectItemCaseSensitive(m->cfg->json, "ctxpatch");
+  cp_rule_init(&m->metadata_rule);
+  if (!block) return 0;
+  if (!cJSON_IsObject(block))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch': expected an object", cfg_path);
+  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(block, "rule");
+  if (!rule || cJSON_IsNull(rule)) return 0;
+  char what[600];
+  snprintf(what, sizeof what, "%s: key 'ctxpatch.rule'", cfg_path);
+  int rc = cp_rule_from_json(&m->metadata_rule, rule, what);
+  if (rc) return rc;
+  cp_rule_model rm;
+  cp_model_rule_model(&rm, m);
+  if ((rc = cp_rule_check_model(&m->metadata_rule, &rm, what))) return rc;
+  m->has_metadata_rule = !cp_rule_is_identity(&m->metadata_rule);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 int cp_model_open(cp_model **out, const char *path) {
@@ -545,6 +568,7 @@ int cp_model_open(cp_model **out, const char *path) {
   }
   if (rc) goto done;
   if (c->pos == CP_POS_ALIBI) TRY(load_slopes(&L));
+  TRY(load_metadata_rule(m, cfg_path));
   *out = m;
   m = NULL;
 done:

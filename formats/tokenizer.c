@@ -70,6 +70,7 @@ int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
   } else {
     char err[256] = "";
     if (len == 0) rc = cp_error_set(CP_ETOK_MODEL, "%s: empty file", tok->path);
+    else if ((rc = tk_spm_precheck((const unsigned char *)data, len, tok->path))) (void)0;
     else if (tk_spm_load(&tok->spm, data, len, err, sizeof err))
       rc = cp_error_set(CP_ETOK_MODEL, "%s: not a SentencePiece model: %s", tok->path, err);
   }

@@ -2,6 +2,7 @@
  * (added tokens -> normalizer -> pre-tokenizer -> model -> post-processor; decoder chain).
  * Behaviour follows tokenizers' Rust sources; unsupported components are refused at load. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,7 @@ struct tk_hf {
   /* added tokens */
   added_tok *added;
   size_t nadded;
+  bool added_first[256]; /* first bytes of added tokens: most text positions skip the scan */
   /* pipeline */
   norm_step norm[TK_MAX_STEPS];
   size_t nnorm;
@@ -103,9 +105,7 @@ struct tk_hf {
 /* GPT-2 bytes_to_unicode: byte -> code point, and back. */
 static uint32_t byte_cp[256];
 static int16_t cp_byte[512];
-static void init_bytelevel(void) {
-  static bool done;
-  if (done) return; /* idempotent; racing initialisations write identical values */
+static void init_bytelevel_once(void) {
   int n = 0;
   for (int i = 0; i < 512; i++) cp_byte[i] = -1;
   for (int b = 0; b < 256; b++) {
@@ -113,7 +113,11 @@ static void init_bytelevel(void) {
     byte_cp[b] = keep ? (uint32_t)b : (uint32_t)(256 + n++);
     cp_byte[byte_cp[b]] = (int16_t)b;
   }
-  done = true;
+}
+
+static void init_bytelevel(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, init_bytelevel_once);
 }
 
 /* ------------------------------------------------------------------ merge map */
@@ -628,6 +632,7 @@ static int load_added(tk_hf *hf, const cJSON *list) {
       return cp_error_set(CP_ETOK_JSON, "%s: added_tokens[%zu]: missing content or id", p, i);
     if (!(a->content = xstrdup(content))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
     a->len = strlen(content);
+    hf->added_first[(unsigned char)content[0]] = true;
     a->special = jbool(it, "special", false);
     a->lstrip = jbool(it, "lstrip", false), a->rstrip = jbool(it, "rstrip", false);
     a->single_word = jbool(it, "single_word", false);
@@ -747,6 +752,10 @@ static void split_added(const tk_hf *hf, const pieces *in, pieces *out, bool wan
     size_t n = pc->len, start = 0, i = 0;
     while (i < n) {
       const added_tok *best = NULL;
+      if (!hf->added_first[(unsigned char)s[i]]) {
+        i++;
+        continue;
+      }
       for (size_t t = 0; t < hf->nadded; t++) {
         const added_tok *a = &hf->added[t];
         if (a->normalized != want_norm || a->len > n - i || (best && a->len <= best->len)) continue;

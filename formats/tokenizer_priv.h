@@ -74,6 +74,12 @@ int tk_charsmap_init(tk_charsmap *cm, const unsigned char *blob, size_t len, con
 void tk_charsmap_free(tk_charsmap *cm);
 /* HF tokenizers' Precompiled normalizer (per grapheme, then per char). */
 int tk_charsmap_normalize(const tk_charsmap *cm, tk_buf *out, const char *s, size_t n);
+/* Walks the reachable trie: every transition and leaf value must stay inside the blob; with
+ * strings_terminated the strings must end in NUL (SentencePiece reads them as C strings). */
+int tk_charsmap_validate(const tk_charsmap *cm, bool strings_terminated, const char *what);
+/* Protobuf wire-format walk of a SentencePiece ModelProto: refuses a malformed message and a
+ * (de)normalizer precompiled_charsmap that libsentencepiece would read out of bounds. */
+int tk_spm_precheck(const unsigned char *data, size_t len, const char *what);
 int tk_base64_decode(unsigned char **out, size_t *out_len, const char *s, size_t n);
 
 /* ---- Hugging Face tokenizer.json ---- */

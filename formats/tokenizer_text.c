@@ -483,6 +483,128 @@ static const char *cm_transform(const tk_charsmap *cm, const unsigned char *s, s
   return NULL;
 }
 
+int tk_charsmap_validate(const tk_charsmap *cm, bool strings_terminated, const char *what) {
+  /* Walks every reachable trie node: each transition and each leaf value must stay inside the
+   * blob, so a lookup (ours or SentencePiece's unchecked one) can never read outside it. */
+  if (!cm->nunits) return cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap: empty trie", what);
+  if (strings_terminated && cm->nstrings && cm->strings[cm->nstrings - 1] != '\0')
+    return cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap: last string not NUL-terminated", what);
+  size_t cap = 1024, top = 0;
+  uint32_t *stack = malloc(cap * sizeof *stack);
+  unsigned char *seen = calloc(cm->nunits, 1);
+  int rc = 0;
+  if (!stack || !seen) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    goto done;
+  }
+  stack[top++] = 0;
+  seen[0] = 1;
+  while (top) {
+    uint32_t node = stack[--top];
+    size_t base = node ^ du_offset(cm->units[node]);
+    if ((base | 0xFF) >= cm->nunits) {
+      rc = cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap: trie unit %u points outside the trie", what, node);
+      goto done;
+    }
+    for (unsigned c = 1; c < 256; c++) {
+      size_t child = base ^ c;
+      uint32_t u = cm->units[child];
+      if (du_label(u) != c || seen[child]) continue;
+      seen[child] = 1;
+      size_t cbase = child ^ du_offset(u);
+      if (cbase >= cm->nunits) {
+        rc = cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap: trie unit %zu points outside the trie", what, child);
+        goto done;
+      }
+      if (du_has_leaf(u) && du_value(cm->units[cbase]) >= cm->nstrings) {
+        rc = cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap: trie unit %zu: value outside the strings", what, child);
+        goto done;
+      }
+      if (top == cap) {
+        uint32_t *ns = realloc(stack, (cap *= 2) * sizeof *ns);
+        if (!ns) {
+          rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+          goto done;
+        }
+        stack = ns;
+      }
+      stack[top++] = (uint32_t)child;
+    }
+  }
+done:
+  free(stack);
+  free(seen);
+  return rc;
+}
+
+/* Protobuf wire format: reads a varint at *pos (bounded by n). */
+static bool pb_varint(const unsigned char *p, size_t n, size_t *pos, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*pos >= n) return false;
+    unsigned char b = p[(*pos)++];
+    *v |= (uint64_t)(b & 0x7F) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+/* Walks one message; for each length-delimited field `want`, calls fn(data, len). */
+static int pb_each(const unsigned char *p, size_t n, uint64_t want, int (*fn)(void *, const unsigned char *, size_t),
+                   void *ctx, const char *what) {
+  size_t pos = 0;
+  while (pos < n) {
+    uint64_t key, len;
+    size_t at = pos;
+    if (!pb_varint(p, n, &pos, &key)) return cp_error_set(CP_ETOK_MODEL, "%s: offset %zu: truncated field key", what, at);
+    switch (key & 7) {
+    case 0:
+      if (!pb_varint(p, n, &pos, &len)) return cp_error_set(CP_ETOK_MODEL, "%s: offset %zu: truncated varint", what, at);
+      break;
+    case 1:
+    case 5:
+      len = (key & 7) == 1 ? 8 : 4;
+      if (len > n - pos) return cp_error_set(CP_ETOK_MODEL, "%s: offset %zu: truncated fixed field", what, at);
+      pos += len;
+      break;
+    case 2:
+      if (!pb_varint(p, n, &pos, &len) || len > n - pos)
+        return cp_error_set(CP_ETOK_MODEL, "%s: offset %zu: field length past the end", what, at);
+      if ((key >> 3) == want) {
+        int rc = fn(ctx, p + pos, (size_t)len);
+        if (rc) return rc;
+      }
+      pos += len;
+      break;
+    default:
+      return cp_error_set(CP_ETOK_MODEL, "%s: offset %zu: unsupported wire type %u", what, at, (unsigned)(key & 7));
+    }
+  }
+  return 0;
+}
+
+static int check_charsmap_blob(void *ctx, const unsigned char *p, size_t n) {
+  const char *what = ctx;
+  if (!n) return 0;
+  tk_charsmap cm;
+  if (n < 4) return cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap shorter than 4 bytes", what);
+  int rc = tk_charsmap_init(&cm, p, n, what);
+  if (rc) return cp_error_set(CP_ETOK_MODEL, "%s", cp_error_message());
+  rc = tk_charsmap_validate(&cm, true, what);
+  tk_charsmap_free(&cm);
+  return rc;
+}
+
+static int check_normalizer_spec(void *ctx, const unsigned char *p, size_t n) {
+  return pb_each(p, n, 2, check_charsmap_blob, ctx, ctx); /* NormalizerSpec.precompiled_charsmap */
+}
+
+int tk_spm_precheck(const unsigned char *data, size_t len, const char *what) {
+  int rc = pb_each(data, len, 3, check_normalizer_spec, (void *)what, what); /* ModelProto.normalizer_spec */
+  if (!rc) rc = pb_each(data, len, 5, check_normalizer_spec, (void *)what, what); /* denormalizer_spec */
+  return rc;
+}
+
 typedef struct {
   const tk_charsmap *cm;
   tk_buf *out;

@@ -9,6 +9,7 @@ packages=(
   libicu-dev libsentencepiece-dev python3-sentencepiece  # tokenizers (Unicode, SentencePiece .model)
   python3 python3-numpy python3-torch          # golden generators and reference implementation
   hyperfine time zip                           # benchmarks and test inputs
+  chromium                                     # headless browser for the report test
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -19,6 +19,7 @@ typedef struct {
   float *acc;            /* [TILE_ROWS, dh] */
   float *m;              /* [TILE_ROWS] running max */
   double *l, *t;         /* [TILE_ROWS] */
+  double *ls, *lq, *ln;  /* [TILE_ROWS] logit sum, sum of squares, count (row_lstd only) */
   double *slope;         /* [TILE_ROWS] ALiBi m_h / F_i */
   int64_t *lo, *hi;      /* [TILE_ROWS, 2] visible ranges */
   int *nrg;              /* [TILE_ROWS] */
@@ -196,6 +197,17 @@ static void row_logits(const att_call *c, const scratch *s, int h, int r, int64_
   }
 }
 
+/* Adds the logits s[k] of the spans [k0[a], k1[a]) to row r's moments (for row_lstd). Offset by
+ * the first logit seen would be more stable; the logits of attention are O(10), so double sums
+ * of squares lose nothing that matters for a standard deviation. */
+static void logit_moments(scratch *s, int r, const float *sv, const int *k0, const int *k1, int ns) {
+  double a = 0, b = 0;
+  int cnt = 0;
+  for (int x = 0; x < ns; x++)
+    for (int k = k0[x]; k < k1[x]; k++) a += sv[k], b += (double)sv[k] * sv[k], cnt++;
+  s->ls[r] += a, s->lq[r] += b, s->ln[r] += cnt;
+}
+
 /* Top-k heap: the root is the worst kept candidate (smallest value; on ties the larger j). */
 static bool worse(float av, int64_t aj, float bv, int64_t bj) { return av < bv || (av == bv && aj > bj); }
 
@@ -284,6 +296,7 @@ static void att_item(void *ctx, size_t item, int worker) {
     int64_t i = i0 + r;
     s->m[r] = -INFINITY;
     s->l[r] = s->t[r] = 0;
+    s->ls[r] = s->lq[r] = s->ln[r] = 0;
     s->slope[r] = c->pos == ATT_POS_ALIBI ? c->slopes[h] / cp_plan_alibi_divisor(plan, i, c->n_keys) : 0;
     s->nrg[r] = cp_plan_visible_ranges(plan, i, c->n_keys, s->lo + 2 * r, s->hi + 2 * r);
     for (int a = 0; a < s->nrg[r]; a++) s->ulo[nu] = s->lo[2 * r + a], s->uhi[nu++] = s->hi[2 * r + a];
@@ -311,6 +324,7 @@ static void att_item(void *ctx, size_t item, int worker) {
           if (lo < hi) k0[ns] = (int)(lo - kb), k1[ns++] = (int)(hi - kb);
         }
         for (int a = 0; a < ns; a++) row_logits(c, s, h, r, i, kb, k0[a], k1[a], far, Sr);
+        if (c->row_lstd) logit_moments(s, r, Sr, k0, k1, ns);
         float alpha = online_update(&s->m[r], &s->l[r], &s->t[r], Sr, s->P + (size_t)r * KEY_BLOCK, nk, k0, k1, ns);
         if (alpha != 1.0f)
           for (int e = 0; e < dh; e++) s->acc[(size_t)r * dh + e] *= alpha;
@@ -340,6 +354,10 @@ static void att_item(void *ctx, size_t item, int worker) {
         for (int k = 0; k < nk; k++) heap_push(s->hv, s->hj, &n, plan->k, c->scale * s->srow[k] + bias, kb + k);
       }
       for (int a = 0; a < n; a++) s->topv[a] = s->hv[a] * inv_tau;
+      if (c->row_lstd) {
+        int z0 = 0;
+        logit_moments(s, r, s->topv, &z0, &n, 1);
+      }
       float *p = s->topp;
       int z = 0;
       float alpha = online_update(&s->m[r], &s->l[r], &s->t[r], s->topv, p, n, &z, &n, 1);
@@ -363,6 +381,10 @@ static void att_item(void *ctx, size_t item, int worker) {
       c->row_pmax[(size_t)h * c->n_q + r0 + r] = l > 0 ? (float)(1.0 / l) : 0.0f;
       c->row_ent[(size_t)h * c->n_q + r0 + r] = l > 0 ? (float)(log(l) - s->t[r] / l) : 0.0f;
     }
+    if (c->row_lstd) {
+      double cnt = s->ln[r], mean = cnt > 0 ? s->ls[r] / cnt : 0, var = cnt > 0 ? s->lq[r] / cnt - mean * mean : 0;
+      c->row_lstd[(size_t)h * c->n_q + r0 + r] = var > 0 ? (float)sqrt(var) : 0.0f;
+    }
   }
 }
 
@@ -374,7 +396,7 @@ int cp_cpu_attention(cp_pool *pool, const att_call *c) {
   int rc = 0;
   size_t R = TILE_ROWS, KB = KEY_BLOCK, dh = (size_t)c->dh;
   size_t nf = 3 * R * KB + R * dh + R + KB + 3 * k; /* S Sf P acc m srow | hv topv topp */
-  size_t nd = 3 * R;
+  size_t nd = 6 * R;
   size_t ni = 8 * R + k; /* lo hi [2R] each | ulo uhi [2R] each | hj */
   scratch *scr = calloc((size_t)nw, sizeof *scr);
   float *fbuf = malloc((size_t)nw * nf * sizeof *fbuf);
@@ -401,6 +423,7 @@ int cp_cpu_attention(cp_pool *pool, const att_call *c) {
     s->topv = f, f += k;
     s->topp = f;
     s->l = d, s->t = d + R, s->slope = d + 2 * R;
+    s->ls = d + 3 * R, s->lq = d + 4 * R, s->ln = d + 5 * R;
     s->lo = iv, s->hi = iv + 2 * R, s->ulo = iv + 4 * R, s->uhi = iv + 6 * R, s->hj = iv + 8 * R;
     s->nrg = nbuf + (size_t)w * R;
   }

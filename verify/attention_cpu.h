@@ -43,6 +43,8 @@ typedef struct {
 
   float *out;                /* [n_q, H*dh] */
   float *row_pmax, *row_ent; /* [H, n_q] per-row statistics, or NULL */
+  float *row_lstd;            /* [H, n_q] std of each row's logits as they enter the softmax
+                                (over its visible keys, top-k candidates included), or NULL */
 } att_call;
 
 /* Runs the call on the pool. Returns 0 or CP_ENOMEM (scratch allocation). */

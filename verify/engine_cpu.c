@@ -30,6 +30,7 @@ struct cp_engine {
   cp_attn_kind *st_kind;
   int *st_layer;
   float *st_pmax, *st_ent;
+  float *st_lstd; /* NULL unless params.logit_stats */
   bool collect; /* inside a forward that collects */
 };
 
@@ -296,13 +297,18 @@ static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
 /* ---------------------------------------------------------------- attention modules */
 
 /* Adds this call's per-row statistics to module `module`. */
-static void record_stats(cp_engine *e, int module, const float *rp, const float *re, int64_t n_q) {
+static void record_stats(cp_engine *e, int module, const float *rp, const float *re, const float *rs,
+                         int64_t n_q) {
   const int H = e->m->n_heads;
   for (int h = 0; h < H; h++) {
-    double sp = 0, se = 0;
+    double sp = 0, se = 0, ss = 0;
     for (int64_t r = 0; r < n_q; r++) sp += rp[(size_t)h * n_q + r], se += re[(size_t)h * n_q + r];
     e->st_pmax[(size_t)module * H + h] = (float)(sp / (double)n_q);
     e->st_ent[(size_t)module * H + h] = (float)(se / (double)n_q);
+    if (rs) {
+      for (int64_t r = 0; r < n_q; r++) ss += rs[(size_t)h * n_q + r];
+      e->st_lstd[(size_t)module * H + h] = (float)(ss / (double)n_q);
+    }
   }
 }
 
@@ -336,7 +342,7 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
   const cp_linear *Wq = is_cross ? &ly->cq : &ly->q, *Wk = is_cross ? &ly->ck : &ly->k;
   const cp_linear *Wv = is_cross ? &ly->cv : &ly->v, *Wo = is_cross ? &ly->co : &ly->o;
   int64_t *dprime = NULL;
-  float *t5 = NULL, *rp = NULL, *re = NULL;
+  float *t5 = NULL, *rp = NULL, *re = NULL, *rs = NULL;
   float t5_topk[1024];
   int rc = 0;
 
@@ -488,15 +494,23 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
       goto done;
     }
     c.row_pmax = rp, c.row_ent = re;
+    if (e->st_lstd) {
+      if (!(rs = alloc_f(H, n))) {
+        rc = cp_error_code();
+        goto done;
+      }
+      c.row_lstd = rs;
+    }
   }
   if ((rc = cp_cpu_attention(e->pool, &c))) goto done;
-  if (e->collect) record_stats(e, stats_module(e, kind, layer), rp, re, n);
+  if (e->collect) record_stats(e, stats_module(e, kind, layer), rp, re, rs, n);
   linear(e, out, D, b->att, qd, n, Wo, false);
 done:
   free(dprime);
   free(t5);
   free(rp);
   free(re);
+  free(rs);
   return rc;
 }
 
@@ -567,7 +581,16 @@ int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule
   int rc = 0;
   if (!e) return cp_error_set(CP_ENOMEM, "engine: out of memory");
   e->m = model;
-  if (rule) e->rule = *rule;
+  /* A patched artifact carries its rule (model.h): it applies unless the caller brings its own;
+   * stacking two rules has no defined meaning, so that is refused. */
+  bool caller_rule = rule && !cp_rule_is_identity(rule);
+  if (caller_rule && model->has_metadata_rule) {
+    free(e);
+    return cp_error_set(CP_ERULE_MODEL, "rule: the model is a patched artifact whose config.json 'ctxpatch.rule' "
+                                        "already applies a rule; refusing to combine it with another one");
+  }
+  if (caller_rule) e->rule = *rule;
+  else if (model->has_metadata_rule) e->rule = model->metadata_rule;
   else cp_rule_init(&e->rule);
   if (params) e->p = *params;
   else cp_engine_params_init(&e->p);
@@ -588,7 +611,9 @@ int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule
   e->st_layer = calloc((size_t)nmod + 1, sizeof *e->st_layer);
   e->st_pmax = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_pmax);
   e->st_ent = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_ent);
-  if (!e->st_kind || !e->st_layer || !e->st_pmax || !e->st_ent) {
+  if (e->p.stats && e->p.logit_stats)
+    e->st_lstd = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_lstd);
+  if (!e->st_kind || !e->st_layer || !e->st_pmax || !e->st_ent || (e->p.stats && e->p.logit_stats && !e->st_lstd)) {
     rc = cp_error_set(CP_ENOMEM, "engine: out of memory");
     goto done;
   }
@@ -617,6 +642,7 @@ void cp_engine_free(cp_engine *e) {
   free(e->st_layer);
   free(e->st_pmax);
   free(e->st_ent);
+  free(e->st_lstd);
   free(e);
 }
 
@@ -809,4 +835,5 @@ void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e) {
   out->layer = e->st_layer;
   out->pmax = e->st_pmax;
   out->entropy = e->st_ent;
+  out->logit_std = e->st_lstd;
 }

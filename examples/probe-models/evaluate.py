@@ -111,6 +111,8 @@ class Runner:
         self.cfg = cfg
         self.t5 = name == "t5-probe"
         self.m = ref_model(name, cfg, sd) if ref else fast_net(name, cfg, sd, dev)
+        if ref:
+            self.m.w = {k: v.to(dev) for k, v in self.m.w.items()}
         self.eos = cfg["eos_token_id"]
 
     @torch.no_grad()
@@ -202,9 +204,9 @@ def main():
     mdir = a.dir or os.path.join(HERE, a.model)
     if a.card:
         return write_card(a.model, mdir)
-    dev = "cpu" if a.ref else (a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if a.ref:
-        torch.set_default_dtype(torch.float64)
+    dev = a.device or ("cuda" if torch.cuda.is_available() and not a.ref else "cpu")
+    if a.ref and dev != "cpu":
+        torch.set_default_device(dev)     # torchref builds its index tensors on the default device
     tok = bpe.Tokenizer(os.path.join(mdir, "tokenizer.json"))
     run = Runner(a.model, mdir, dev, a.ref)
     res = collections.OrderedDict([("model", a.model), ("engine", "torchref-float64" if a.ref else "nets-float32"),

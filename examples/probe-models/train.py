@@ -163,6 +163,8 @@ def main():
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="stop early (and save) after this many seconds; the steps done are recorded")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -194,18 +196,26 @@ def main():
         torch.nn.utils.clip_grad_norm_(net.params(), 1.0)
         opt.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        if step % 100 == 0 or step == steps - 1:
+        stop = a.time_limit is not None and time.time() - t0 > a.time_limit
+        if step % 100 == 0 or step == steps - 1 or stop:
             msg = "step %d loss %.4f ema %.4f %.1fs" % (step, loss.item(), ema, time.time() - t0)
             print(msg, flush=True)
             log.append(msg)
+        if stop:
+            break
+    done = step + 1
+    for k, q in net.p.items():
+        if k.endswith("fire.c"):
+            q.data.clamp_(min=1e-3)      # store the value the forward uses
     wall = time.time() - t0
     out = a.out or os.path.join(HERE, a.model)
     meta = collections.OrderedDict([
-        ("model", a.model), ("steps", steps), ("batch", a.batch), ("lr", a.lr), ("seed", a.seed),
+        ("model", a.model), ("steps", done), ("steps_planned", steps), ("batch", a.batch), ("lr", a.lr), ("seed", a.seed),
         ("device", dev if dev == "cpu" else torch.cuda.get_device_name(0)),
         ("torch", torch.__version__), ("wall_s", round(wall, 1)), ("params", net.n_params()),
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
-        ("command", "python3 examples/probe-models/train.py --model %s --steps %d --seed %d" % (a.model, steps, a.seed))])
+        ("command", "python3 examples/probe-models/train.py --model %s --steps %d --seed %d" % (a.model, steps, a.seed)
+                    + (" --time-limit %g" % a.time_limit if a.time_limit else ""))])
     save(a.model, net, cfg, out, meta)
     print("saved %s (%d params, %.0fs)" % (out, net.n_params(), wall))
 

@@ -22,6 +22,7 @@
 typedef struct {
   int threads; /* worker threads; 0 = every online CPU (default) */
   bool stats;  /* collect attention statistics in cp_engine_forward (default false) */
+  bool logit_stats; /* with stats: also the logit standard deviation (calibration's closed forms) */
 } cp_engine_params;
 
 void cp_engine_params_init(cp_engine_params *p);
@@ -66,6 +67,9 @@ typedef struct {
   const int *layer;         /* [n_modules], index within the stack */
   const float *pmax;        /* [n_modules, n_heads]: mean over rows of the row's max probability */
   const float *entropy;     /* [n_modules, n_heads]: mean over rows of -sum p ln p */
+  const float *logit_std;   /* [n_modules, n_heads]: mean over rows of the standard deviation of
+                               the row's logits as they enter the softmax (after tau, over the
+                               visible keys); NULL unless params.logit_stats */
 } cp_engine_stats;
 
 void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e);

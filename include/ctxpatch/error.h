@@ -82,7 +82,14 @@
   X(CP_ERULE_MODEL, -403, "rule: does not fit the model")                              \
   /* model description and engines (-500) */                                           \
   X(CP_EMODEL_TENSOR, -500, "model: tensor missing or of the wrong shape")             \
-  X(CP_EMODEL_INPUT, -501, "model: invalid input ids")                                 \
+  X(CP_EMODEL_INPUT, -501, "model: invalid input ids")                                \
+  /* verify stage (-700) */                                                            \
+  X(CP_EVERIFY_PROBE, -700, "verify: unknown probe")                                   \
+  X(CP_EVERIFY_LENGTH, -701, "verify: length cannot hold the probe")                   \
+  X(CP_EVERIFY_THRESHOLD, -702, "verify: threshold cannot be judged")                                 \
+  /* patchers (-800) */                                                                \
+  X(CP_EPATCH_FAMILY, -800, "patch: method does not fit the model family")             \
+  X(CP_EPATCH_FIDELITY, -801, "patch: the artifact cannot carry the patch as required") \
   /* tokenizers (-600) */                                                              \
   X(CP_ETOK_JSON, -600, "tokenizer: invalid tokenizer.json")                           \
   X(CP_ETOK_MODEL, -601, "tokenizer: invalid tokenizer model")                         \

@@ -102,6 +102,12 @@ typedef struct cp_model {
   cp_fire_mlp *fire;            /* [n_fire] */
   int n_fire;
 
+  /* A patched artifact's rule (config.json "ctxpatch": {"rule": ...}, written by `ctxpatch
+   * patch` for what the weights do not carry). cp_engine_create applies it when its caller
+   * passes no rule or the identity, and refuses a non-identity caller rule on top of it. */
+  bool has_metadata_rule;
+  cp_rule metadata_rule;
+
   /* Owned float arrays (freed by cp_model_free). */
   float **bufs;
   size_t n_bufs, cap_bufs;

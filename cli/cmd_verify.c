@@ -1,0 +1,267 @@
+/* ctxpatch verify: long retrieval probes, baseline side by side, certificate and report. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/cli.h"
+#include "ctxpatch/io.h"
+#include "ctxpatch/model.h"
+#include "ctxpatch/report.h"
+#include "ctxpatch/rule.h"
+#include "ctxpatch/tokenizer.h"
+#include "ctxpatch/verify.h"
+
+static const char verify_help[] =
+    "usage: ctxpatch verify MODEL [--rule RULE.json] [--baseline] --probe passkey,lines,needle,multikey\n"
+    "                       --lengths 256,512,1024 [--depths 0:1:10] [--samples N] [--seed S]\n"
+    "                       [--device cpu] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
+    "                       [--json FILE] [--certificate FILE] [--report FILE.html] [--no-stats]\n\n"
+    "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
+    "through the CPU engine with the attention rule (and, with --baseline, without it), prints\n"
+    "the accuracy per probe and length, and writes the certificate (docs/certificate.md) and a\n"
+    "self-contained HTML report. Exit status 0 only when every threshold holds.\n\n"
+    "  --depths A:B:N       N depths evenly from A to B (default 0:1:10), or a list 0,0.5,1\n"
+    "  --samples N          samples per probe x length x depth cell (default 1)\n"
+    "  --min-accuracy A     each probe's patched accuracy at each length must reach A\n"
+    "  --no-regression-at   at these lengths the patched accuracy must reach the baseline's\n"
+    "  --json, --certificate  write the certificate JSON (the same document)\n"
+    "  --no-stats           skip the P_max / entropy measurement per length\n"
+    "A progress bar is drawn on a terminal; otherwise the command is quiet until the table.\n";
+
+static int parse_depths(double **out, int *n, const char *text) {
+  *out = NULL;
+  *n = 0;
+  double a, b;
+  int count;
+  char tail;
+  if (sscanf(text, "%lf:%lf:%d%c", &a, &b, &count, &tail) == 3) {
+    if (count < 1 || count > 1000 || !(a >= 0 && a <= 1 && b >= 0 && b <= 1)) return -1;
+    double *d = malloc((size_t)count * sizeof *d);
+    if (!d) return -1;
+    for (int i = 0; i < count; i++) d[i] = count == 1 ? a : a + (b - a) * i / (count - 1);
+    *out = d;
+    *n = count;
+    return 0;
+  }
+  int cap = 1;
+  for (const char *p = text; *p; p++) cap += *p == ',';
+  double *d = malloc((size_t)cap * sizeof *d);
+  if (!d) return -1;
+  const char *p = text;
+  while (*p) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p || !(v >= 0 && v <= 1) || (*end && *end != ',')) {
+      free(d);
+      return -1;
+    }
+    d[(*n)++] = v;
+    p = *end ? end + 1 : end;
+  }
+  if (*n == 0) {
+    free(d);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+static int parse_probes(cp_probe_kind **out, int *n, const char *text) {
+  char *copy = strdup(text);
+  int cap = 1;
+  for (const char *p = text; *p; p++) cap += *p == ',';
+  cp_probe_kind *k = malloc((size_t)cap * sizeof *k);
+  int rc = copy && k ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
+  *n = 0;
+  for (char *save = NULL, *tok = rc ? NULL : strtok_r(copy, ",", &save); tok && rc == 0;
+       tok = strtok_r(NULL, ",", &save))
+    rc = cp_probe_from_name(&k[(*n)++], tok);
+  if (rc == 0 && *n == 0) rc = cp_error_set(CP_EVERIFY_PROBE, "--probe: no probe named");
+  free(copy);
+  if (rc < 0) {
+    free(k);
+    return rc;
+  }
+  *out = k;
+  return 0;
+}
+
+static void progress_bar(void *ctx, int64_t done, int64_t total) {
+  (void)ctx;
+  int width = 40, filled = (int)(width * done / (total ? total : 1));
+  fprintf(stderr, "\r[%.*s%*s] %lld/%lld", filled, "========================================", width - filled, "",
+          (long long)done, (long long)total);
+  if (done == total) fputc('\n', stderr);
+}
+
+static int write_json(const char *path, const cJSON *doc) {
+  char *text = cJSON_Print(doc);
+  if (!text) return cp_error_set(CP_ENOMEM, "out of memory");
+  cp_atomic_file *f = NULL;
+  int rc = cp_atomic_open(&f, path);
+  if (rc == 0) rc = cp_atomic_write(f, text, strlen(text));
+  if (rc == 0) rc = cp_atomic_write(f, "\n", 1);
+  if (rc == 0) {
+    rc = cp_atomic_commit(f);
+    f = NULL;
+  }
+  cp_atomic_abort(f);
+  free(text);
+  return rc;
+}
+
+static void print_table(const cp_verify_result *r) {
+  printf("%-10s %8s %10s %10s\n", "probe", "length", "patched", r->has_baseline ? "baseline" : "");
+  for (int p = 0; p < r->n_probes; p++)
+    for (int l = 0; l < r->n_lengths; l++) {
+      printf("%-10s %8lld %10.3f", cp_probe_name(r->probes[p]), (long long)r->lengths[l],
+             cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l));
+      if (r->has_baseline) printf(" %10.3f", cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l));
+      printf("\n");
+    }
+}
+
+int cmd_verify(int argc, char **argv) {
+  const char *model_path = NULL, *rule_path = NULL, *probes_text = NULL, *lengths_text = NULL;
+  const char *depths_text = "0:1:10", *device = "cpu", *json_path = NULL, *cert_path = NULL, *report_path = NULL;
+  const char *no_reg_text = NULL;
+  unsigned long long samples = 1, seed = 0, threads = 0;
+  double min_accuracy = -1;
+  bool baseline = false, stats = true;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (cli_is_help(a)) {
+      fputs(verify_help, stdout);
+      return CLI_OK;
+    }
+    if (!strcmp(a, "--baseline")) {
+      baseline = true;
+      continue;
+    }
+    if (!strcmp(a, "--no-stats")) {
+      stats = false;
+      continue;
+    }
+    if (a[0] == '-' && a[1]) {
+      if (!v) return cli_usage_error("verify", "%s needs a value", a);
+      i++;
+      if (!strcmp(a, "--rule")) rule_path = v;
+      else if (!strcmp(a, "--probe")) probes_text = v;
+      else if (!strcmp(a, "--lengths")) lengths_text = v;
+      else if (!strcmp(a, "--depths")) depths_text = v;
+      else if (!strcmp(a, "--device")) device = v;
+      else if (!strcmp(a, "--json")) json_path = v;
+      else if (!strcmp(a, "--certificate")) cert_path = v;
+      else if (!strcmp(a, "--report")) report_path = v;
+      else if (!strcmp(a, "--no-regression-at")) no_reg_text = v;
+      else if (!strcmp(a, "--samples")) {
+        if (!cli_parse_u64("verify", a, v, &samples)) return CLI_USAGE;
+      } else if (!strcmp(a, "--seed")) {
+        if (!cli_parse_u64("verify", a, v, &seed)) return CLI_USAGE;
+      } else if (!strcmp(a, "--threads")) {
+        if (!cli_parse_u64("verify", a, v, &threads)) return CLI_USAGE;
+      } else if (!strcmp(a, "--min-accuracy")) {
+        char *end;
+        min_accuracy = strtod(v, &end);
+        if (*end || !(min_accuracy >= 0 && min_accuracy <= 1))
+          return cli_usage_error("verify", "--min-accuracy expects a number in [0, 1], got '%s'", v);
+      } else {
+        return cli_usage_error("verify", "unknown option '%s'", a);
+      }
+      continue;
+    }
+    if (model_path) return cli_usage_error("verify", "unexpected argument '%s'", a);
+    model_path = a;
+  }
+  if (!model_path) return cli_usage_error("verify", "missing MODEL");
+  if (!probes_text) return cli_usage_error("verify", "missing --probe");
+  if (!lengths_text) return cli_usage_error("verify", "missing --lengths");
+  if (samples < 1 || samples > 100000) return cli_usage_error("verify", "--samples must be 1..100000");
+  if (threads > 1024) return cli_usage_error("verify", "--threads %llu is too many", threads);
+  if (strcmp(device, "cpu") != 0)
+    return cli_usage_error("verify", "--device %s is not available in this build (only cpu)", device);
+
+  int64_t *lengths = NULL, *no_reg = NULL;
+  int n_lengths = 0, n_no_reg = 0, n_depths = 0, n_probes = 0;
+  double *depths = NULL;
+  cp_probe_kind *probes = NULL;
+  if (!cli_parse_lengths("verify", lengths_text, &lengths, &n_lengths)) return CLI_USAGE;
+  if (no_reg_text && !cli_parse_lengths("verify", no_reg_text, &no_reg, &n_no_reg)) {
+    free(lengths);
+    return CLI_USAGE;
+  }
+  if (parse_depths(&depths, &n_depths, depths_text) < 0) {
+    free(lengths);
+    free(no_reg);
+    return cli_usage_error("verify", "--depths expects A:B:N or a list of numbers in [0, 1], got '%s'", depths_text);
+  }
+
+  cp_rule rule;
+  cp_rule_init(&rule);
+  cp_model *model = NULL;
+  cp_tokenizer *tok = NULL;
+  cp_verify_result *result = NULL;
+  cJSON *cert = NULL;
+  char **reasons = NULL;
+  int n_reasons = 0, status = CLI_FAIL;
+  bool pass = false;
+  int rc = parse_probes(&probes, &n_probes, probes_text);
+  if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
+  if (rc == 0) rc = cp_model_open(&model, model_path);
+  if (rc == 0) rc = cp_tokenizer_open(&tok, model_path);
+  if (rc < 0) goto report;
+
+  cp_verify_params vp;
+  cp_verify_params_init(&vp);
+  vp.probes = probes;
+  vp.n_probes = n_probes;
+  vp.lengths = lengths;
+  vp.n_lengths = n_lengths;
+  vp.depths = depths;
+  vp.n_depths = n_depths;
+  vp.samples = (int)samples;
+  vp.seed = seed;
+  vp.threads = (int)threads;
+  vp.baseline = baseline;
+  vp.stats = stats;
+  if (isatty(STDERR_FILENO)) vp.progress = progress_bar;
+  cp_verify_thresholds th;
+  cp_verify_thresholds_init(&th);
+  th.min_accuracy = min_accuracy;
+  th.no_regression_at = no_reg;
+  th.n_no_regression = n_no_reg;
+  if (n_no_reg > 0 && !baseline) {
+    rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
+    goto report;
+  }
+  if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
+  if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
+  cp_certificate_info info = {model_path, "cpu", threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                              &rule, seed, vp.max_new_tokens};
+  if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
+  if (json_path && (rc = write_json(json_path, cert)) < 0) goto report;
+  if (cert_path && (rc = write_json(cert_path, cert)) < 0) goto report;
+  if (report_path && (rc = cp_report_write(report_path, cert)) < 0) goto report;
+  print_table(result);
+  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", pass ? "pass" : "fail", result->seconds,
+         result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
+  for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
+  status = pass ? CLI_OK : CLI_FAIL;
+report:
+  if (rc < 0) status = cli_report(rc);
+  for (int i = 0; i < n_reasons; i++) free(reasons[i]);
+  free(reasons);
+  cJSON_Delete(cert);
+  cp_verify_result_free(result);
+  cp_tokenizer_free(tok);
+  cp_model_free(model);
+  free(probes);
+  free(lengths);
+  free(no_reg);
+  free(depths);
+  return status;
+}

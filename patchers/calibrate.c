@@ -1,0 +1,615 @@
+/* Temperature calibration (include/ctxpatch/calibrate.h, docs/calibration.md): Algorithm 1 of
+ * the T5 seed by grid search and bisection on the mean P_max / entropy of the softmaxes in
+ * scope, per model or per layer, plus the closed forms and the log baseline. */
+#include "ctxpatch/calibrate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctxpatch/engine.h"
+#include "ctxpatch/error.h"
+#include "ctxpatch/profile.h"
+#include "ctxpatch/verify.h"
+
+static const char *const method_names[CP_CAL_METHOD_COUNT] = {"pmax", "entropy", "log", "prop1", "prop2"};
+
+const char *cp_cal_method_name(cp_cal_method m) {
+  return (unsigned)m < CP_CAL_METHOD_COUNT ? method_names[m] : "?";
+}
+
+int cp_cal_method_from_name(cp_cal_method *out, const char *name) {
+  for (int m = 0; m < CP_CAL_METHOD_COUNT; m++)
+    if (!strcmp(name, method_names[m])) {
+      *out = (cp_cal_method)m;
+      return 0;
+    }
+  return cp_error_set(CP_EARG, "calibrate: unknown method '%s' (expected pmax, entropy, log, prop1 or prop2)",
+                      name);
+}
+
+void cp_calib_params_init(cp_calib_params *p) {
+  memset(p, 0, sizeof *p);
+  p->grid_hi = 1.0;
+  p->grid_lo = 0.5;
+  p->grid_step = 0.05;
+  p->refine_tol = 1e-4;
+  p->samples = 4;
+  p->inputs = CP_CAL_INPUTS_AUTO;
+}
+
+int cp_calib_params_check(const cp_calib_params *p) {
+  if (!(p->grid_lo > 0) || !(p->grid_hi >= p->grid_lo) || !isfinite(p->grid_hi))
+    return cp_error_set(CP_EARG, "calibrate: grid %g:%g needs HI >= LO > 0", p->grid_hi, p->grid_lo);
+  if (!(p->grid_step > 0) || !isfinite(p->grid_step))
+    return cp_error_set(CP_EARG, "calibrate: grid step %g is not positive", p->grid_step);
+  if ((p->grid_hi - p->grid_lo) / p->grid_step > 10000)
+    return cp_error_set(CP_EARG, "calibrate: grid %g:%g:%g has more than 10000 points", p->grid_hi, p->grid_lo,
+                        p->grid_step);
+  if (p->samples < 1 || p->samples > 1000)
+    return cp_error_set(CP_EARG, "calibrate: samples %d is not in [1, 1000]", p->samples);
+  if (!(p->refine_tol > 0))
+    return cp_error_set(CP_EARG, "calibrate: refine tolerance %g is not positive", p->refine_tol);
+  if (p->train_len < 0) return cp_error_set(CP_EARG, "calibrate: train length %lld is negative", (long long)p->train_len);
+  if (p->inputs == CP_CAL_INPUTS_PROBE && !p->tokenizer)
+    return cp_error_set(CP_EARG, "calibrate: probe inputs need a tokenizer (the model folder has none)");
+  return 0;
+}
+
+/* ---------------------------------------------------------------- closed forms */
+
+double cp_calib_log(int64_t l_tr, int64_t l_ex) {
+  if (l_tr <= 1 || l_ex <= 1) return NAN;
+  return log((double)l_tr) / log((double)l_ex);
+}
+
+/* Appendix A.2: aligning P_ex(tau) = (P_tr L_tr e^{s_tr^2/2})^{1/tau} / (L_ex e^{s_ex^2/(2 tau^2)})
+ * with P_tr, taking logs and multiplying by tau^2, gives A tau^2 - B tau + C = 0 with the
+ * coefficients below; the paper picks the larger root. */
+double cp_calib_prop1(double pmax_tr, double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex) {
+  if (!(pmax_tr > 0) || !isfinite(sigma_tr) || !isfinite(sigma_ex) || l_tr <= 0 || l_ex <= 0) return NAN;
+  double A = log((double)l_ex) + log(pmax_tr);
+  double B = log((double)l_tr) + log(pmax_tr) + sigma_tr * sigma_tr / 2;
+  double C = sigma_ex * sigma_ex / 2;
+  double tau;
+  if (A == 0) {
+    tau = B != 0 ? C / B : NAN;
+  } else {
+    double D = B * B - 4 * A * C;
+    if (D < 0) return NAN;
+    double r1 = (B + sqrt(D)) / (2 * A), r2 = (B - sqrt(D)) / (2 * A);
+    tau = r1 > r2 ? r1 : r2;
+  }
+  return tau > 0 && isfinite(tau) ? tau : NAN;
+}
+
+/* Appendix A.3: H(tau) ~ log L - sigma^2 / (2 tau^2); H_ex(tau) = H_tr(1). */
+double cp_calib_prop2(double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex) {
+  if (!isfinite(sigma_tr) || !isfinite(sigma_ex) || l_tr <= 0 || l_ex <= 0) return NAN;
+  double d = sigma_tr * sigma_tr + 2 * log((double)l_ex / (double)l_tr);
+  if (!(d > 0)) return NAN;
+  double tau = sigma_ex / sqrt(d);
+  return tau > 0 ? tau : NAN;
+}
+
+/* ---------------------------------------------------------------- measurement */
+
+typedef struct {
+  const cp_model *model;
+  const cp_calib_params *p;
+  cp_attn_kind kind; /* the kind in scope */
+  int n_layers;      /* layers in scope */
+  bool probe;        /* probe prompts rather than random ids */
+  int64_t forwards;
+} ctx_t;
+
+/* Input ids of sample s at length len: random ids, or a passkey prompt fitted to len (the
+ * first token kept, the front of the filler dropped, or the prompt repeated when short). */
+static int make_ids(int64_t *ids, const ctx_t *c, int64_t len, int s) {
+  uint64_t seed = c->p->seed * 1000003u + (uint64_t)s * 7919u + (uint64_t)len;
+  if (!c->probe) {
+    cp_random_ids(ids, len, c->model->vocab, seed);
+    return 0;
+  }
+  cp_probe_sample ps;
+  memset(&ps, 0, sizeof ps);
+  double depth = (s + 0.5) / c->p->samples;
+  int rc = cp_probe_make(&ps, c->p->tokenizer, CP_PROBE_PASSKEY, len + 8, depth, seed);
+  if (rc) return rc;
+  int64_t n = (int64_t)ps.n_ids;
+  if (n <= 0) {
+    cp_probe_sample_free(&ps);
+    return cp_error_set(CP_EARG, "calibrate: empty probe prompt at length %lld", (long long)len);
+  }
+  if (n >= len) {
+    ids[0] = ps.ids[0];
+    memcpy(ids + 1, ps.ids + (n - len) + 1, (size_t)(len - 1) * sizeof *ids);
+  } else {
+    for (int64_t i = 0; i < len; i++) ids[i] = ps.ids[i % n];
+  }
+  cp_probe_sample_free(&ps);
+  return cp_model_check_ids(c->model, ids, len, "calibrate probe prompt");
+}
+
+/* Mean statistics in scope over the samples at `len` under `rule`: overall[2] (pmax, entropy)
+ * and per layer layer[2][n_layers] (NULL to skip). */
+typedef struct {
+  double all[2];
+  double *layer[2]; /* [n_layers] each, owned */
+} meas_t;
+
+static void meas_free(meas_t *m) {
+  free(m->layer[0]);
+  free(m->layer[1]);
+  memset(m, 0, sizeof *m);
+}
+
+static int measure(meas_t *out, ctx_t *c, const cp_rule *rule, int64_t len) {
+  memset(out, 0, sizeof *out);
+  const int L = c->n_layers, K = c->p->samples;
+  int64_t *ids = malloc((size_t)len * sizeof *ids);
+  out->layer[0] = calloc((size_t)L, sizeof(double));
+  out->layer[1] = calloc((size_t)L, sizeof(double));
+  int rc = 0;
+  if (!ids || !out->layer[0] || !out->layer[1]) {
+    rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory at length %lld", (long long)len);
+    goto done;
+  }
+  for (int s = 0; s < K; s++) {
+    if ((rc = make_ids(ids, c, len, s))) goto done;
+    cp_profile_params pp;
+    cp_profile_params_init(&pp);
+    pp.ids = ids;
+    pp.n_ids = len;
+    pp.threads = c->p->threads;
+    cp_profile_point pt;
+    if ((rc = cp_attention_profile(&pt, c->model, rule, &len, 1, &pp))) goto done;
+    c->forwards++;
+    for (int w = 0; w < 2; w++) {
+      out->all[w] += cp_profile_mean(&pt, c->kind, w) / K;
+      for (int m = 0; m < pt.n_modules; m++) {
+        if (pt.kind[m] != c->kind || pt.layer[m] >= L) continue;
+        const float *v = (w ? pt.entropy : pt.pmax) + (size_t)m * pt.n_heads;
+        double sum = 0;
+        for (int h = 0; h < pt.n_heads; h++) sum += v[h];
+        out->layer[w][pt.layer[m]] += sum / pt.n_heads / K;
+      }
+    }
+    cp_profile_point_free(&pt);
+    if (c->p->progress) {
+      char what[96];
+      snprintf(what, sizeof what, "length %lld sample %d/%d", (long long)len, s + 1, K);
+      c->p->progress(c->p->progress_ctx, what);
+    }
+  }
+done:
+  free(ids);
+  if (rc) meas_free(out);
+  return rc;
+}
+
+/* Layer-0 logit std and P_max at `len`, tau = 1, averaged over the samples. */
+static int measure_layer0(double *sigma, double *pmax, ctx_t *c, int64_t len) {
+  const int K = c->p->samples;
+  cp_engine_params ep;
+  cp_engine_params_init(&ep);
+  ep.threads = c->p->threads;
+  ep.stats = true;
+  ep.logit_stats = true;
+  cp_engine *e = NULL;
+  int64_t *ids = malloc((size_t)len * sizeof *ids);
+  int rc = 0;
+  *sigma = *pmax = 0;
+  if (!ids) {
+    rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory at length %lld", (long long)len);
+    goto done;
+  }
+  if ((rc = cp_engine_create(&e, c->model, NULL, &ep))) goto done;
+  for (int s = 0; s < K; s++) {
+    if ((rc = make_ids(ids, c, len, s))) goto done;
+    if ((rc = cp_engine_forward(e, NULL, ids, len, NULL, 0))) goto done;
+    c->forwards++;
+    cp_engine_stats st;
+    cp_engine_get_stats(&st, e);
+    int m0 = -1;
+    for (int m = 0; m < st.n_modules; m++)
+      if (st.kind[m] == c->kind && st.layer[m] == 0) m0 = m;
+    if (m0 < 0 || !st.logit_std) {
+      rc = cp_error_set(CP_EUNSUPPORTED, "calibrate: the engine gave no layer-0 logit statistics");
+      goto done;
+    }
+    double ss = 0, sp = 0;
+    for (int h = 0; h < st.n_heads; h++)
+      ss += st.logit_std[(size_t)m0 * st.n_heads + h], sp += st.pmax[(size_t)m0 * st.n_heads + h];
+    *sigma += ss / st.n_heads / K;
+    *pmax += sp / st.n_heads / K;
+  }
+done:
+  free(ids);
+  cp_engine_free(e);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- alignment */
+
+static void rule_single(cp_rule *r, double tau) {
+  cp_rule_init(r);
+  r->n_temperature = 1;
+  r->temperature[0] = tau;
+}
+
+static void rule_layers(cp_rule *r, const double *tau, int n) {
+  cp_rule_init(r);
+  r->n_temperature = n;
+  for (int l = 0; l < n; l++) r->temperature[l] = tau[l];
+}
+
+/* One statistic as a function of one tau: f(tau) evaluates the model with tau placed where
+ * the search needs it (the single tau, or layer `layer` with the others fixed). */
+typedef struct {
+  ctx_t *c;
+  int64_t len;
+  int stat;        /* 0 pmax, 1 entropy */
+  int layer;       /* -1: single tau, overall mean; else per-layer search of this layer */
+  double *taus;    /* [n_layers] per-layer: current taus (layer `layer` is overwritten) */
+} fn_t;
+
+static int eval_fn(double *val, fn_t *f, double tau) {
+  cp_rule r;
+  if (f->layer < 0) {
+    rule_single(&r, tau);
+  } else {
+    f->taus[f->layer] = tau;
+    rule_layers(&r, f->taus, f->c->n_layers);
+  }
+  meas_t m;
+  int rc = measure(&m, f->c, &r, f->len);
+  if (rc) return rc;
+  *val = f->layer < 0 ? m.all[f->stat] : m.layer[f->stat][f->layer];
+  meas_free(&m);
+  return 0;
+}
+
+/* Grid search (closest mean) then, with refine, bisection between the two grid points whose
+ * means bracket the target. The mean is monotone in tau, so at most one pair brackets it.
+ * grid_val (may be NULL) holds precomputed values at the grid points. */
+static int align(double *tau_out, double *achieved, bool *clipped, fn_t *f, double target, const double *grid,
+                 int n_grid, const double *grid_val) {
+  const cp_calib_params *p = f->c->p;
+  double *val = malloc((size_t)n_grid * sizeof *val);
+  if (!val) return cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+  int rc = 0, best = 0;
+  for (int g = 0; g < n_grid; g++) {
+    if (grid_val) val[g] = grid_val[g];
+    else if ((rc = eval_fn(&val[g], f, grid[g]))) goto done;
+    if (fabs(val[g] - target) < fabs(val[best] - target)) best = g;
+  }
+  int br = -1; /* grid[br] and grid[br + 1] bracket the target */
+  for (int g = 0; g + 1 < n_grid; g++)
+    if ((val[g] - target) * (val[g + 1] - target) <= 0) {
+      br = g;
+      break;
+    }
+  *clipped = br < 0 && val[best] != target;
+  *tau_out = grid[best];
+  *achieved = val[best];
+  if (p->refine && br >= 0) {
+    double hi = grid[br], lo = grid[br + 1], fhi = val[br] - target, flo = val[br + 1] - target;
+    while (hi - lo > p->refine_tol && fhi != 0 && flo != 0) {
+      double mid = 0.5 * (hi + lo), v;
+      if ((rc = eval_fn(&v, f, mid))) goto done;
+      if ((v - target) * fhi > 0) hi = mid, fhi = v - target;
+      else lo = mid, flo = v - target;
+    }
+    if (fabs(fhi) <= fabs(flo)) *tau_out = hi, *achieved = fhi + target;
+    else *tau_out = lo, *achieved = flo + target;
+  }
+done:
+  free(val);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- driver */
+
+void cp_calib_table_free(cp_calib_table *t) {
+  if (!t) return;
+  if (t->entries)
+    for (int i = 0; i < t->n_methods * t->n_lengths; i++) free(t->entries[i].layer_tau);
+  free(t->entries);
+  free(t->lengths);
+  free(t->methods);
+  free(t->sigma_ex);
+  memset(t, 0, sizeof *t);
+}
+
+const cp_calib_entry *cp_calib_table_get(const cp_calib_table *t, cp_cal_method method, int64_t length) {
+  for (int i = 0; i < t->n_methods * t->n_lengths; i++)
+    if (t->entries[i].method == method && t->entries[i].length == length) return &t->entries[i];
+  return NULL;
+}
+
+static int make_grid(double **out, int *n_out, const cp_calib_params *p) {
+  int n = (int)floor((p->grid_hi - p->grid_lo) / p->grid_step + 1e-9) + 1;
+  double *g = malloc((size_t)n * sizeof *g);
+  if (!g) return cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+  /* Rounded to 1e-12 so 1 - 10 * 0.05 prints as 0.5. */
+  for (int i = 0; i < n; i++) g[i] = round((p->grid_hi - i * p->grid_step) * 1e12) / 1e12;
+  *out = g;
+  *n_out = n;
+  return 0;
+}
+
+int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method *methods, int n_methods,
+                 const int64_t *lengths, int n_lengths, const cp_calib_params *params) {
+  memset(out, 0, sizeof *out);
+  cp_calib_params defaults;
+  if (!params) {
+    cp_calib_params_init(&defaults);
+    params = &defaults;
+  }
+  int rc = cp_calib_params_check(params);
+  if (rc) return rc;
+  if (n_methods < 1 || n_lengths < 1) return cp_error_set(CP_EARG, "calibrate: no method or no length given");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+
+  cp_rule_model rm;
+  cp_model_rule_model(&rm, model);
+  int64_t ltr = params->train_len > 0 ? params->train_len : rm.train_len;
+  if (ltr <= 1)
+    return cp_error_set(CP_EARG, "calibrate: the model's config gives no training length; pass one (--train-len)");
+  for (int i = 0; i < n_lengths; i++)
+    if (lengths[i] <= ltr)
+      return cp_error_set(CP_EARG, "calibrate: length %lld is not longer than the training length %lld",
+                          (long long)lengths[i], (long long)ltr);
+
+  ctx_t c = {.model = model, .p = params};
+  c.kind = rm.is_encoder_decoder ? CP_ATTN_ENCODER_SELF : CP_ATTN_DECODER_SELF;
+  c.n_layers = rm.is_encoder_decoder ? rm.n_layers_encoder : rm.n_layers_decoder;
+  c.probe = params->inputs == CP_CAL_INPUTS_PROBE || (params->inputs == CP_CAL_INPUTS_AUTO && params->tokenizer);
+  if (c.n_layers < 1 || c.n_layers > CP_RULE_MAX_LAYERS)
+    return cp_error_set(CP_EUNSUPPORTED, "calibrate: %d layers in scope", c.n_layers);
+
+  bool want_align = false, want_closed = false;
+  for (int k = 0; k < n_methods; k++) {
+    if ((unsigned)methods[k] >= CP_CAL_METHOD_COUNT) return cp_error_set(CP_EARG, "calibrate: bad method %d", methods[k]);
+    want_align |= methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY;
+    want_closed |= methods[k] == CP_CAL_PROP1 || methods[k] == CP_CAL_PROP2;
+  }
+
+  double *grid = NULL, *gv[2] = {NULL, NULL}, *taus = NULL;
+  int n_grid = 0;
+  meas_t tr = {0};
+  out->train_len = ltr;
+  out->n_lengths = n_lengths;
+  out->n_methods = n_methods;
+  out->lengths = malloc((size_t)n_lengths * sizeof *out->lengths);
+  out->methods = malloc((size_t)n_methods * sizeof *out->methods);
+  out->entries = calloc((size_t)n_methods * (size_t)n_lengths, sizeof *out->entries);
+  taus = malloc((size_t)c.n_layers * sizeof *taus);
+  if (!out->lengths || !out->methods || !out->entries || !taus) {
+    rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+    goto done;
+  }
+  memcpy(out->lengths, lengths, (size_t)n_lengths * sizeof *lengths);
+  memcpy(out->methods, methods, (size_t)n_methods * sizeof *methods);
+  out->per_layer = params->per_layer;
+  out->refine = params->refine;
+  out->grid_hi = params->grid_hi;
+  out->grid_lo = params->grid_lo;
+  out->grid_step = params->grid_step;
+  out->samples = params->samples;
+  out->inputs = c.probe ? CP_CAL_INPUTS_PROBE : CP_CAL_INPUTS_RANDOM;
+  out->scope = rm.is_encoder_decoder ? "encoder_self" : "self";
+  out->n_layers = c.n_layers;
+  out->pmax_tr0 = out->sigma_tr = NAN;
+  for (int i = 0; i < n_methods * n_lengths; i++) {
+    cp_calib_entry *en = &out->entries[i];
+    en->method = methods[i / n_lengths];
+    en->length = lengths[i % n_lengths];
+    en->tau = en->target = en->at_one = en->achieved = NAN;
+  }
+  if ((rc = make_grid(&grid, &n_grid, params))) goto done;
+
+  if (want_closed) {
+    if (!(out->sigma_ex = malloc((size_t)n_lengths * sizeof *out->sigma_ex))) {
+      rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+      goto done;
+    }
+    if ((rc = measure_layer0(&out->sigma_tr, &out->pmax_tr0, &c, ltr))) goto done;
+    for (int i = 0; i < n_lengths; i++) {
+      double pm;
+      if ((rc = measure_layer0(&out->sigma_ex[i], &pm, &c, lengths[i]))) goto done;
+    }
+  }
+  if (want_align) {
+    cp_rule one;
+    cp_rule_init(&one);
+    if ((rc = measure(&tr, &c, &one, ltr))) goto done;
+    gv[0] = malloc((size_t)n_grid * sizeof(double));
+    gv[1] = malloc((size_t)n_grid * sizeof(double));
+    if (!gv[0] || !gv[1]) {
+      rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+      goto done;
+    }
+  }
+
+  for (int i = 0; i < n_lengths; i++) {
+    int64_t lex = lengths[i];
+    bool grid_done = false; /* single-tau grid values at this length, shared by pmax and entropy */
+    for (int k = 0; k < n_methods; k++) {
+      cp_calib_entry *en = &out->entries[k * n_lengths + i];
+      switch (methods[k]) {
+      case CP_CAL_LOG:
+        en->tau = cp_calib_log(ltr, lex);
+        break;
+      case CP_CAL_PROP1:
+        en->tau = cp_calib_prop1(out->pmax_tr0, out->sigma_tr, out->sigma_ex[i], ltr, lex);
+        if (isnan(en->tau)) en->note = "Prop. 1's quadratic has no positive real root";
+        break;
+      case CP_CAL_PROP2:
+        en->tau = cp_calib_prop2(out->sigma_tr, out->sigma_ex[i], ltr, lex);
+        if (isnan(en->tau)) en->note = "Prop. 2 is undefined (sigma_tr^2 + 2 log(L_ex/L_tr) <= 0)";
+        break;
+      case CP_CAL_PMAX:
+      case CP_CAL_ENTROPY: {
+        int stat = methods[k] == CP_CAL_ENTROPY;
+        en->target = tr.all[stat];
+        if (!params->per_layer) {
+          if (!grid_done) {
+            for (int g = 0; g < n_grid; g++) {
+              cp_rule r;
+              rule_single(&r, grid[g]);
+              meas_t m;
+              if ((rc = measure(&m, &c, &r, lex))) goto done;
+              gv[0][g] = m.all[0];
+              gv[1][g] = m.all[1];
+              meas_free(&m);
+            }
+            grid_done = true;
+          }
+          fn_t f = {&c, lex, stat, -1, NULL};
+          if ((rc = align(&en->tau, &en->achieved, &en->clipped, &f, en->target, grid, n_grid, gv[stat])))
+            goto done;
+        } else {
+          if (!(en->layer_tau = malloc((size_t)c.n_layers * sizeof *en->layer_tau))) {
+            rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+            goto done;
+          }
+          en->n_layer_tau = c.n_layers;
+          /* Bottom-up: layer l's softmaxes depend on layers < l (its input) and on tau_l, never
+           * on the layers above, so each layer is aligned with the ones below fixed. */
+          for (int l = 0; l < c.n_layers; l++) taus[l] = 1.0;
+          for (int l = 0; l < c.n_layers; l++) {
+            fn_t f = {&c, lex, stat, l, taus};
+            double tau_l, ach;
+            bool clip;
+            if ((rc = align(&tau_l, &ach, &clip, &f, tr.layer[stat][l], grid, n_grid, NULL))) goto done;
+            taus[l] = tau_l;
+            en->layer_tau[l] = tau_l;
+            en->clipped |= clip;
+          }
+          cp_rule r;
+          rule_layers(&r, taus, c.n_layers);
+          meas_t m;
+          if ((rc = measure(&m, &c, &r, lex))) goto done;
+          en->achieved = m.all[stat];
+          meas_free(&m);
+        }
+        if (en->clipped)
+          en->note = "the target is outside the grid's range: tau is the grid end closest to it";
+        break;
+      }
+      default:
+        break;
+      }
+    }
+    /* at_one: the mean at this length with tau = 1 (the grid's first point when it is 1). */
+    bool any = false;
+    for (int k = 0; k < n_methods; k++) any |= methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY;
+    if (any) {
+      double one[2];
+      if (grid_done && grid[0] == 1.0) {
+        one[0] = gv[0][0], one[1] = gv[1][0];
+      } else {
+        cp_rule r;
+        cp_rule_init(&r);
+        meas_t m;
+        if ((rc = measure(&m, &c, &r, lex))) goto done;
+        one[0] = m.all[0], one[1] = m.all[1];
+        meas_free(&m);
+      }
+      for (int k = 0; k < n_methods; k++)
+        if (methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY)
+          out->entries[k * n_lengths + i].at_one = one[methods[k] == CP_CAL_ENTROPY];
+    }
+  }
+
+done:
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  out->forwards = c.forwards;
+  out->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  free(grid);
+  free(gv[0]);
+  free(gv[1]);
+  free(taus);
+  meas_free(&tr);
+  if (rc) cp_calib_table_free(out);
+  return rc;
+}
+
+int cp_calibrate_rule(cp_rule *rule, cp_calib_table *table, const cp_model *model, cp_cal_method method,
+                      int64_t target_len, const cp_calib_params *params) {
+  cp_calib_table t;
+  int rc = cp_calibrate(&t, model, &method, 1, &target_len, 1, params);
+  if (rc) return rc;
+  const cp_calib_entry *en = &t.entries[0];
+  cp_rule_init(rule);
+  if (en->n_layer_tau > 0) {
+    rule_layers(rule, en->layer_tau, en->n_layer_tau);
+  } else if (isnan(en->tau)) {
+    rc = cp_error_set(CP_EARG, "calibrate: method %s gives no temperature at length %lld: %s",
+                      cp_cal_method_name(method), (long long)target_len, en->note ? en->note : "no answer");
+  } else {
+    rule_single(rule, en->tau);
+  }
+  if (rc == 0 && table) *table = t;
+  else cp_calib_table_free(&t);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+cJSON *cp_calib_table_to_json(const cp_calib_table *t) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON_AddNumberToObject(o, "train_len", (double)t->train_len);
+  cJSON_AddStringToObject(o, "scope", t->scope ? t->scope : "");
+  cJSON_AddNumberToObject(o, "layers", t->n_layers);
+  cJSON_AddStringToObject(o, "inputs", t->inputs == CP_CAL_INPUTS_PROBE ? "probe" : "random");
+  cJSON_AddNumberToObject(o, "samples", t->samples);
+  cJSON *grid = cJSON_AddArrayToObject(o, "grid");
+  if (grid) {
+    cJSON_AddItemToArray(grid, cJSON_CreateNumber(t->grid_hi));
+    cJSON_AddItemToArray(grid, cJSON_CreateNumber(t->grid_lo));
+    cJSON_AddItemToArray(grid, cJSON_CreateNumber(t->grid_step));
+  }
+  cJSON_AddBoolToObject(o, "refine", t->refine);
+  cJSON_AddBoolToObject(o, "per_layer", t->per_layer);
+  if (t->sigma_ex) {
+    cJSON *l0 = cJSON_AddObjectToObject(o, "layer0");
+    if (l0) {
+      cJSON_AddItemToObject(l0, "pmax_tr", num_or_null(t->pmax_tr0));
+      cJSON_AddItemToObject(l0, "sigma_tr", num_or_null(t->sigma_tr));
+      cJSON *se = cJSON_AddArrayToObject(l0, "sigma_ex");
+      for (int i = 0; se && i < t->n_lengths; i++) cJSON_AddItemToArray(se, num_or_null(t->sigma_ex[i]));
+    }
+  }
+  cJSON *arr = cJSON_AddArrayToObject(o, "entries");
+  for (int i = 0; arr && i < t->n_methods * t->n_lengths; i++) {
+    const cp_calib_entry *en = &t->entries[i];
+    cJSON *e = cJSON_CreateObject();
+    if (!e) break;
+    cJSON_AddStringToObject(e, "method", cp_cal_method_name(en->method));
+    cJSON_AddNumberToObject(e, "length", (double)en->length);
+    cJSON_AddItemToObject(e, "tau", num_or_null(en->tau));
+    if (en->n_layer_tau > 0) {
+      cJSON *lt = cJSON_AddArrayToObject(e, "layer_tau");
+      for (int l = 0; lt && l < en->n_layer_tau; l++) cJSON_AddItemToArray(lt, num_or_null(en->layer_tau[l]));
+    }
+    if (en->method == CP_CAL_PMAX || en->method == CP_CAL_ENTROPY) {
+      cJSON_AddItemToObject(e, "target", num_or_null(en->target));
+      cJSON_AddItemToObject(e, "at_tau_1", num_or_null(en->at_one));
+      cJSON_AddItemToObject(e, "achieved", num_or_null(en->achieved));
+      cJSON_AddBoolToObject(e, "clipped", en->clipped);
+    }
+    if (en->note) cJSON_AddStringToObject(e, "note", en->note);
+    cJSON_AddItemToArray(arr, e);
+  }
+  cJSON_AddNumberToObject(o, "forwards", (double)t->forwards);
+  return o;
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# ctxpatch patch end to end: certify-before-write, refusals, --no-verify, atomicity under kill -9,
+# `ctxpatch verify OUT` reproducing the certificate, and (when the trained probe models exist) a
+# harmful patch failing certification.
+set -uo pipefail
+bin=$CTXPATCH_BIN; src=$CTXPATCH_SOURCE_DIR
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { failed=$((failed+1)); echo "FAIL: $*"; }
+check() { if "$@"; then ok; else bad "$*"; fi; }
+nothing_at() { [ ! -e "$1" ] && [ -z "$(ls -A "$(dirname "$1")" | grep -v -x -e model -e models -e '.*\.log' -e '.*\.json' -e 'out' -e 'prev')" ]; }
+
+tok=$src/examples/probe-models/tokenizer.json
+[ -f "$tok" ] || { echo "SKIP: $tok is absent"; exit 77; }
+
+# A tiny random Llama whose vocabulary fits the probe tokenizer (stdlib Python only): it does
+# not retrieve, but it exercises every step of the pipeline in well under a second per verify.
+model=$work/model
+"$py" - "$tok" "$model" <<'EOF' || { echo "FAIL: could not build the test model"; exit 1; }
+import json, os, random, shutil, struct, sys
+tok, out = sys.argv[1], sys.argv[2]
+t = json.load(open(tok))
+V = max([max(t["model"]["vocab"].values())] + [a["id"] for a in t.get("added_tokens", [])]) + 1
+D, F, L, H, KV = 32, 64, 2, 4, 2
+dh = D // H
+rng = random.Random(1234)
+shapes = {"model.embed_tokens.weight": [V, D], "model.norm.weight": [D], "lm_head.weight": [V, D]}
+for l in range(L):
+    p = f"model.layers.{l}."
+    shapes.update({p + "input_layernorm.weight": [D], p + "post_attention_layernorm.weight": [D],
+                   p + "self_attn.q_proj.weight": [H * dh, D], p + "self_attn.k_proj.weight": [KV * dh, D],
+                   p + "self_attn.v_proj.weight": [KV * dh, D], p + "self_attn.o_proj.weight": [D, H * dh],
+                   p + "mlp.gate_proj.weight": [F, D], p + "mlp.up_proj.weight": [F, D],
+                   p + "mlp.down_proj.weight": [D, F]})
+header, blobs, off = {}, [], 0
+for name in sorted(shapes):
+    n = 1
+    for s in shapes[name]: n *= s
+    vals = [1.0] * n if name.endswith("norm.weight") else [rng.gauss(0, 0.3) for _ in range(n)]
+    b = struct.pack("<%df" % n, *vals)
+    header[name] = {"dtype": "F32", "shape": shapes[name], "data_offsets": [off, off + len(b)]}
+    blobs.append(b); off += len(b)
+h = json.dumps(header, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+os.makedirs(out)
+with open(os.path.join(out, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h))); f.write(h)
+    for b in blobs: f.write(b)
+cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
+       "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
+       "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+       "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=2)
+shutil.copy(tok, os.path.join(out, "tokenizer.json"))
+EOF
+
+vopts="--verify passkey --lengths 64,128 --depths 0:1:3 --threads 1"
+
+# 1. certified write: artifact layout, metadata, certificate digest, SHA256SUMS
+out=$work/out
+"$bin" patch "$model" "$out" --method lm-infinite --n-global 4 --n-local 32 $vopts >"$work/p1.log" 2>&1 \
+  && ok || { bad "certified lm-infinite patch exited nonzero"; cat "$work/p1.log"; }
+grep -q "fidelity: ctxpatch-metadata" "$work/p1.log" && ok || bad "fidelity not printed"
+for f in config.json model.safetensors tokenizer.json certificate.json report.html SHA256SUMS; do
+  check test -f "$out/$f"
+done
+(cd "$out" && sha256sum --quiet -c SHA256SUMS) && ok || bad "sha256sum -c SHA256SUMS"
+"$py" - "$out" <<'EOF' && ok || bad "metadata blocks"
+import hashlib, json, struct, sys
+out = sys.argv[1]
+cfg = json.load(open(out + "/config.json"))["ctxpatch"]
+raw = open(out + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+meta = json.loads(json.loads(raw[8:8 + n])["__metadata__"]["ctxpatch"])
+digest = hashlib.sha256(open(out + "/certificate.json", "rb").read()).hexdigest()
+assert cfg == meta, (cfg, meta)
+assert cfg["certified"] is True and cfg["certificate_sha256"] == digest, cfg
+assert cfg["fidelity"] == "ctxpatch-metadata" and cfg["rule"]["lambda_mask"]["n_local"] == 32, cfg
+cert = json.load(open(out + "/certificate.json"))
+assert cert["verdict"]["result"] == "pass" and "baseline" in cert["results"], cert["verdict"]
+EOF
+
+# 2. `ctxpatch verify OUT` applies the metadata rule and reproduces the certificate's accuracies
+"$bin" verify "$out" --probe passkey --lengths 64,128 --depths 0:1:3 --threads 1 --json "$work/v.json" \
+  >"$work/v.log" 2>&1 && ok || { bad "verify OUT exited nonzero"; cat "$work/v.log"; }
+"$py" - "$out/certificate.json" "$work/v.json" <<'EOF' && ok || bad "verify OUT differs from the certificate"
+import json, sys
+a = json.load(open(sys.argv[1]))["results"]["patched"]
+b = json.load(open(sys.argv[2]))["results"]["patched"]
+assert a == b, (a, b)
+EOF
+
+# 3. --no-verify: written, marked uncertified, no certificate
+check "$bin" patch "$model" "$work/nv" --method temperature --tau 0.8 --no-verify
+"$py" -c 'import json,sys; c=json.load(open(sys.argv[1]))["ctxpatch"]; assert c["certified"] is False and c["certificate_sha256"] is None and c["fidelity"]=="exact-weights", c' \
+  "$work/nv/config.json" && ok || bad "--no-verify metadata"
+check test ! -e "$work/nv/certificate.json"
+
+# 4. refusals: one line, nonzero, nothing written
+for args in "--method alibi-pi --factor 2" "--method fire-threshold --threshold 8" \
+            "--method lm-infinite --require exact --no-verify"; do
+  "$bin" patch "$model" "$work/refused" $args >"$work/r.out" 2>"$work/r.err" && bad "accepted: $args" || ok
+  [ "$(wc -l <"$work/r.err")" -eq 1 ] && ok || { bad "not one line: $args"; cat "$work/r.err"; }
+  check test ! -e "$work/refused"
+done
+"$bin" patch "$out" "$work/refused" --method temperature --tau 0.9 --no-verify 2>/dev/null && bad "re-patching accepted" || ok
+
+# 5. a failing verdict writes nothing and prints the table (the random model retrieves nothing)
+"$bin" patch "$model" "$work/fail" --method temperature --tau 0.5 $vopts --min-accuracy 0.5 >"$work/f.log" 2>&1 \
+  && bad "failing verdict exited 0" || ok
+grep -q "verdict: fail" "$work/f.log" && ok || bad "no verdict line"
+grep -q "passkey" "$work/f.log" && ok || bad "no accuracy table"
+check test ! -e "$work/fail"
+# ... and leaves a previous artifact in place under --force
+cp -r "$work/nv" "$work/prev"
+"$bin" patch "$model" "$work/prev" --force --method temperature --tau 0.5 $vopts --min-accuracy 0.5 >/dev/null 2>&1
+check cmp -s "$work/nv/model.safetensors" "$work/prev/model.safetensors"
+
+# 6. kill -9 during the verify stage: no OUT, no temporary folder
+leftovers() { ls -A "$work" | grep -c -e '^\.' ; }
+"$bin" patch "$model" "$work/killed" --method temperature --tau 0.8 --verify passkey --lengths 1024,2048 \
+  --depths 0:1:10 --samples 4 --threads 1 >/dev/null 2>&1 &
+pid=$!
+sleep 0.5
+if kill -0 "$pid" 2>/dev/null; then
+  kill -9 "$pid"; wait "$pid" 2>/dev/null
+  check test ! -e "$work/killed"
+  # the hidden temporary sibling of OUT is removed by the next patch writing there
+  n=$(ls -A "$work" | grep -c '^\.killed' || true)
+  echo "note: $n temporary folder(s) left by kill -9 (removed by the next write to the same OUT)"
+  check "$bin" patch "$model" "$work/killed" --method temperature --tau 0.8 --no-verify
+  [ "$(ls -A "$work" | grep -c '^\.' || true)" -eq 0 ] && ok || bad "temporary folders remain: $(ls -A "$work" | grep '^\.')"
+else
+  wait "$pid"; echo "note: patch finished before the kill; kill test not exercised"
+fi
+
+# 7. a harmful patch on a trained probe model fails certification (only when the models exist)
+t5=$src/examples/probe-models/t5-probe
+if [ -f "$t5/model.safetensors" ]; then
+  "$bin" patch "$t5" "$work/harm" --method temperature --tau 0.2 --tokenizer "$tok" --verify passkey \
+    --lengths 256 --depths 0:1:3 >"$work/h.log" 2>&1 && bad "tau 0.2 certified" || ok
+  check test ! -e "$work/harm"
+else
+  echo "note: examples/probe-models/t5-probe is absent; harmful-patch check skipped"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

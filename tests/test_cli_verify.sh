@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# ctxpatch verify: accuracy at the training length, deterministic certificates, the report,
+# thresholds and refusals (one line, nonzero exit, nothing written).
+set -uo pipefail
+bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { failed=$((failed+1)); echo "FAIL: $*"; }
+refused() { # refused CODE CMD...: exit 1, one line naming CODE, no output files
+  local code=$1; shift
+  "$@" >"$work/out" 2>"$work/err"; local rc=$?
+  if [ $rc = 1 ] && grep -q "$code" "$work/err" && [ "$(wc -l <"$work/err")" = 1 ] && [ ! -e "$work/never.json" ]; then ok
+  else bad "expected $code (rc=$rc): $(cat "$work/err")"; fi
+}
+
+model=$src/examples/probe-models/rope-probe
+tiny=$src/tests/goldens/engine/models/llama
+if [ ! -f "$model/model.safetensors" ]; then echo "SKIP: $model is absent"; exit 77; fi
+
+# The trained model retrieves at its training length; the certificate is deterministic.
+common=(--probe passkey --lengths 256 --depths 0:1:5 --samples 4 --seed 3 --threads 2)
+"$bin" verify "$model" "${common[@]}" --certificate "$work/c1.json" --report "$work/r.html" >"$work/table" \
+  && ok || bad "verify at 256: $(cat "$work/table")"
+"$bin" verify "$model" "${common[@]}" --json "$work/c2.json" >/dev/null && ok || bad "second verify"
+"$py" - "$work/c1.json" "$work/c2.json" <<'PY' && ok || bad "certificate checks"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for d in (a, b):
+    d.pop("run")
+assert a == b, "certificates differ outside the run block"
+acc = a["results"]["patched"]["passkey"][0]["accuracy"]
+assert acc >= 0.9, f"passkey accuracy at the training length is {acc}"
+assert a["probes"]["depths"] == [0, 0.25, 0.5, 0.75, 1]
+assert [f["path"] for f in a["model"]["files"]] == sorted(f["path"] for f in a["model"]["files"])
+assert a["verdict"]["result"] == "pass"
+PY
+grep -q 'class="hm-cell"' "$work/r.html" && ok || bad "report has no heatmap"
+
+# A threshold that fails: exit 1, verdict fail recorded with its reason.
+echo '{"temperature": 0.05}' >"$work/harmful.json"
+"$bin" verify "$model" --probe passkey --lengths 256 --depths 0.5 --samples 2 --rule "$work/harmful.json" \
+  --min-accuracy 0.9 --certificate "$work/fail.json" >/dev/null; [ $? = 1 ] && ok || bad "harmful rule passed"
+grep -q '"fail"' "$work/fail.json" && ok || bad "verdict fail not recorded"
+
+# Refusals
+refused CP_EVERIFY_PROBE "$bin" verify "$model" --probe passkeys --lengths 256 --certificate "$work/never.json"
+refused CP_EVERIFY_LENGTH "$bin" verify "$model" --probe passkey --lengths 40 --certificate "$work/never.json"
+refused CP_ETOK_MISSING "$bin" verify "$tiny" --probe passkey --lengths 256 --certificate "$work/never.json"
+printf '' >"$work/empty.json"
+refused CP_ERULE_JSON "$bin" verify "$model" --probe passkey --lengths 256 --rule "$work/empty.json" --certificate "$work/never.json"
+echo '{"lambda_mask": {"n_local": 0, "n_global": 1}}' >"$work/badrule.json"
+refused CP_ERULE_VALUE "$bin" verify "$model" --probe passkey --lengths 256 --rule "$work/badrule.json" --certificate "$work/never.json"
+refused CP_EVERIFY_THRESHOLD "$bin" verify "$model" --probe passkey --lengths 256 --no-regression-at 256 --certificate "$work/never.json"
+"$bin" verify "$model" --probe passkey 2>/dev/null; [ $? = 2 ] && ok || bad "missing --lengths is not a usage error"
+"$bin" verify "$model" --probe passkey --lengths 256 --device cuda 2>/dev/null; [ $? = 2 ] && ok || bad "--device cuda accepted"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
