@@ -1,5 +1,6 @@
 /* Parsing helpers shared by several subcommands. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "cli/cli.h"
 #include "ctxpatch/error.h"
 #include "ctxpatch/io.h"
+#include "ctxpatch/verify.h"
 
 /* "3,17,5" -> heap array; junk or an empty list is CP_EMODEL_INPUT. In a file (`from` names it)
  * whitespace also separates ids. */
@@ -86,4 +88,70 @@ bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_
   *out = v;
   *n_out = n;
   return true;
+}
+
+int cli_parse_depths(double **out, int *n, const char *text) {
+  *out = NULL;
+  *n = 0;
+  double a, b;
+  int count;
+  char tail;
+  if (sscanf(text, "%lf:%lf:%d%c", &a, &b, &count, &tail) == 3) {
+    if (count < 1 || count > 1000 || !(a >= 0 && a <= 1 && b >= 0 && b <= 1)) return -1;
+    double *d = malloc((size_t)count * sizeof *d);
+    if (!d) return -1;
+    for (int i = 0; i < count; i++) d[i] = count == 1 ? a : a + (b - a) * i / (count - 1);
+    *out = d;
+    *n = count;
+    return 0;
+  }
+  int cap = 1;
+  for (const char *p = text; *p; p++) cap += *p == ',';
+  double *d = malloc((size_t)cap * sizeof *d);
+  if (!d) return -1;
+  const char *p = text;
+  while (*p) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p || !(v >= 0 && v <= 1) || (*end && *end != ',')) {
+      free(d);
+      return -1;
+    }
+    d[(*n)++] = v;
+    p = *end ? end + 1 : end;
+  }
+  if (*n == 0) {
+    free(d);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+int cli_parse_probes(cp_probe_kind **out, int *n, const char *text) {
+  char *copy = strdup(text);
+  int cap = 1;
+  for (const char *p = text; *p; p++) cap += *p == ',';
+  cp_probe_kind *k = malloc((size_t)cap * sizeof *k);
+  int rc = copy && k ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
+  *n = 0;
+  for (char *save = NULL, *tok = rc ? NULL : strtok_r(copy, ",", &save); tok && rc == 0;
+       tok = strtok_r(NULL, ",", &save))
+    rc = cp_probe_from_name(&k[(*n)++], tok);
+  if (rc == 0 && *n == 0) rc = cp_error_set(CP_EVERIFY_PROBE, "--probe: no probe named");
+  free(copy);
+  if (rc < 0) {
+    free(k);
+    return rc;
+  }
+  *out = k;
+  return 0;
+}
+
+void cli_progress_bar(void *ctx, int64_t done, int64_t total) {
+  (void)ctx;
+  int width = 40, filled = (int)(width * done / (total ? total : 1));
+  fprintf(stderr, "\r[%.*s%*s] %lld/%lld", filled, "========================================", width - filled, "",
+          (long long)done, (long long)total);
+  if (done == total) fputc('\n', stderr);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "ctxpatch/error.h"
+#include "ctxpatch/verify.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -28,6 +29,13 @@ bool cli_parse_u64(const char *cmd, const char *opt, const char *text, unsigned 
 int cli_parse_ids(int64_t **out, int64_t *n_out, const char *opt, const char *text);
 /* "256,1024,4096" -> positive lengths; false (after printing a usage error) on junk. */
 bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_out);
+
+/* "A:B:N" (N depths evenly from A to B) or "0,0.5,1"; -1 on junk (no message). */
+int cli_parse_depths(double **out, int *n, const char *text);
+/* "passkey,lines" -> probe kinds; CP_EVERIFY_PROBE naming an unknown one. */
+int cli_parse_probes(cp_probe_kind **out, int *n, const char *text);
+/* A progress bar on stderr for cp_verify_params.progress (only on a terminal). */
+void cli_progress_bar(void *ctx, int64_t done, int64_t total);
 
 int cmd_inspect(int argc, char **argv);
 /* `inspect --attention-stats`: attention statistics against input length. */

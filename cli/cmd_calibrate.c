@@ -47,7 +47,8 @@ static int parse_methods(cp_cal_method *out, int *n, const char *text) {
   if (strlen(text) >= sizeof buf) return -1;
   strcpy(buf, text);
   bool seen[CP_CAL_METHOD_COUNT] = {false};
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+  for (char *tok = buf, *next; tok; tok = next) { /* empty entries ("pmax,,log") are refused */
+    if ((next = strchr(tok, ','))) *next++ = '\0';
     if (!strcmp(tok, "all")) {
       for (int m = 0; m < CP_CAL_METHOD_COUNT; m++) seen[m] = true;
       continue;
@@ -136,10 +137,14 @@ static void print_text(const cp_calib_table *t, const char *model_path) {
     for (int i = 0; i < t->n_lengths; i++) printf(" %.6f", t->sigma_ex[i]);
     printf("\n");
   }
-  for (int k = 0; k < t->n_methods * t->n_lengths; k++)
-    if (t->entries[k].note && isnan(t->entries[k].tau) && t->entries[k].n_layer_tau == 0)
-      printf("note: %s at %lld: %s\n", cp_cal_method_name(t->entries[k].method), (long long)t->entries[k].length,
-             t->entries[k].note);
+  for (int k = 0; k < t->n_methods * t->n_lengths; k++) {
+    const cp_calib_entry *e = &t->entries[k];
+    if (e->method == CP_CAL_PROP1 && !isnan(e->tau) && e->tau > 1 && !isnan(e->other_root))
+      printf("note: prop1 at %lld: the larger root (the paper's choice) is %.4f; the smaller is %.4f\n",
+             (long long)e->length, e->tau, e->other_root);
+    else if (e->note && isnan(e->tau) && e->n_layer_tau == 0)
+      printf("note: %s at %lld: %s\n", cp_cal_method_name(e->method), (long long)e->length, e->note);
+  }
   printf("\n%lld forward passes, %.1f s\n", (long long)t->forwards, t->seconds);
 }
 

@@ -1,5 +1,8 @@
 /* ctxpatch patch: build a rule, bake it, certify the baked artifact, write it only on a pass. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/calibrate.h"
+#include "ctxpatch/checkpoint.h"
 #include "ctxpatch/model.h"
 #include "ctxpatch/patch.h"
 #include "ctxpatch/rule.h"
@@ -52,69 +56,45 @@ static bool parse_double(const char *opt, const char *v, double *out, double lo)
   return true;
 }
 
-static int parse_depths(double **out, int *n, const char *text) {
-  double a, b;
-  int count;
-  char tail;
-  *out = NULL;
-  *n = 0;
-  if (sscanf(text, "%lf:%lf:%d%c", &a, &b, &count, &tail) == 3 && count >= 1 && count <= 1000 && a >= 0 &&
-      a <= 1 && b >= 0 && b <= 1) {
-    double *d = malloc((size_t)count * sizeof *d);
-    if (!d) return -1;
-    for (int i = 0; i < count; i++) d[i] = count == 1 ? a : a + (b - a) * i / (count - 1);
-    *out = d;
-    *n = count;
-    return 0;
-  }
-  int cap = 1;
-  for (const char *p = text; *p; p++) cap += *p == ',';
-  double *d = malloc((size_t)cap * sizeof *d);
-  if (!d) return -1;
-  for (const char *p = text; *p;) {
-    char *end;
-    double v = strtod(p, &end);
-    if (end == p || !(v >= 0 && v <= 1) || (*end && *end != ',')) {
-      free(d);
-      return -1;
-    }
-    d[(*n)++] = v;
-    p = *end ? end + 1 : end;
-  }
-  if (*n == 0) {
-    free(d);
-    return -1;
-  }
-  *out = d;
-  return 0;
-}
 
-static int parse_probes(cp_probe_kind **out, int *n, const char *text) {
-  int cap = 1;
-  for (const char *p = text; *p; p++) cap += *p == ',';
-  char *copy = strdup(text);
-  cp_probe_kind *k = malloc((size_t)cap * sizeof *k);
-  int rc = copy && k ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
-  *n = 0;
-  for (char *save = NULL, *tok = rc ? NULL : strtok_r(copy, ",", &save); tok && rc == 0;
-       tok = strtok_r(NULL, ",", &save))
-    rc = cp_probe_from_name(&k[(*n)++], tok);
-  if (rc == 0 && *n == 0) rc = cp_error_set(CP_EVERIFY_PROBE, "--verify: no probe named");
-  free(copy);
-  if (rc < 0) {
-    free(k);
-    return rc;
-  }
-  *out = k;
-  return 0;
-}
 
-static void progress_bar(void *ctx, int64_t done, int64_t total) {
+
+/* Removes the temporary folder once this process is gone, however it ends (kill -9 included):
+ * the child blocks on a pipe whose only write end this process holds, and at EOF runs rm -rf.
+ * After a commit the folder has been renamed into place, so the rm finds nothing. The child
+ * only calls async-signal-safe functions (the engine's threads may exist by then). */
+static void start_watchdog(void *ctx, const char *tmp) {
   (void)ctx;
-  int width = 40, filled = (int)(width * done / (total ? total : 1));
-  fprintf(stderr, "\r[%.*s%*s] %lld/%lld", filled, "========================================", width - filled, "",
-          (long long)done, (long long)total);
-  if (done == total) fputc('\n', stderr);
+  int fds[2];
+  if (pipe(fds) != 0) return;
+  char *const argv[] = {"rm", "-rf", "--", (char *)tmp, NULL};
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return;
+  }
+  if (pid == 0) {
+    close(fds[1]);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    int nul = open("/dev/null", O_RDWR);
+    if (nul >= 0) {
+      dup2(nul, 0);
+      dup2(nul, 1);
+      dup2(nul, 2);
+    }
+    char c;
+    for (;;) {
+      ssize_t r = read(fds[0], &c, 1);
+      if (r == 0 || (r < 0 && errno != EINTR)) break;
+    }
+    execv("/bin/rm", argv);
+    _exit(127);
+  }
+  close(fds[0]);
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* held open until this process exits */
 }
 
 static void print_table(const cp_verify_result *r) {
@@ -224,12 +204,18 @@ int cmd_patch(int argc, char **argv) {
     status = CLI_USAGE;
     goto done;
   }
-  if (parse_depths(&depths, &n_depths, depths_text) < 0) {
+  if (cli_parse_depths(&depths, &n_depths, depths_text) < 0) {
     status = cli_usage_error("patch", "--depths expects A:B:N or a list of numbers in [0, 1], got '%s'", depths_text);
     goto done;
   }
-  if ((rc = parse_probes(&probes, &n_probes, probes_text))) goto report;
+  if ((rc = cli_parse_probes(&probes, &n_probes, probes_text))) goto report;
   if ((rc = cp_model_open(&model, in))) goto report;
+  {
+    /* A method that does not fit the family is refused before any other work. */
+    cp_patch fam = patch;
+    fam.rope_factor = 1;
+    if ((rc = cp_patch_check(model, &fam))) goto report;
+  }
   int64_t L_tr = train_len ? (int64_t)train_len : model->train_len;
   if (!target_len && n_lengths > 0) target_len = (unsigned long long)lengths[n_lengths - 1];
   if (!target_len && L_tr > 0) target_len = (unsigned long long)(2 * L_tr);
@@ -336,6 +322,10 @@ int cmd_patch(int argc, char **argv) {
   pp.require_exact = require != NULL;
   pp.replace = force;
   pp.calibration = calib_json;
+  pp.on_tmp_dir = start_watchdog;
+  /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
+  size_t tl = tok_path ? strlen(tok_path) : 0;
+  if (tl >= 5 && !strcmp(tok_path + tl - 5, ".json")) pp.tokenizer_file = tok_path;
   if (!no_verify) {
     if (!lengths) {
       if (L_tr <= 0 || !target_len) {
@@ -360,7 +350,7 @@ int cmd_patch(int argc, char **argv) {
     vp.seed = seed;
     vp.threads = (int)threads;
     vp.stats = true;
-    if (isatty(STDERR_FILENO)) vp.progress = progress_bar;
+    if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
     th.min_accuracy = min_accuracy;
     th.no_regression_at = no_reg ? no_reg : lengths;
     th.n_no_regression = no_reg ? n_no_reg : n_lengths;
@@ -368,17 +358,24 @@ int cmd_patch(int argc, char **argv) {
     pp.thresholds = &th;
     pp.tok = tok;
   }
-  /* The plan is printed before the (long) verify stage so a refusal or the fidelity shows early. */
-  rc = cp_patch_write(&oc, in, out_dir, model, &patch, &pp);
-  if (rc == CP_EPATCH_FAMILY || rc == CP_EPATCH_FIDELITY) goto report;
-  if (oc.plan.note[0]) {
-    char *rule_text = cp_rule_to_string(&patch.rule);
-    printf("patch: %s %s\n", cp_patch_method_name(m), rule_text ? rule_text : "");
-    if (m == CP_PATCH_ROPE_PI) printf("patch: rope_scaling linear factor %g\n", oc.plan.rope_factor);
-    printf("fidelity: %s (%s)\n", cp_fidelity_name(oc.plan.fidelity), oc.plan.note);
-    free(rule_text);
+  {
+    /* The plan is printed before the (long) verify stage; cp_patch_write makes it again. */
+    cp_checkpoint *ck = NULL;
+    cp_bake_plan plan;
+    if ((rc = cp_checkpoint_open(&ck, in))) goto report;
+    rc = cp_bake_plan_make(&plan, model, ck, &patch);
+    cp_checkpoint_free(ck);
+    if (rc) goto report;
+    if (!pp.require_exact || plan.fidelity == CP_FIDELITY_EXACT_WEIGHTS) {
+      char *rule_text = cp_rule_to_string(&patch.rule);
+      printf("patch: %s %s\n", cp_patch_method_name(m), rule_text ? rule_text : "");
+      if (m == CP_PATCH_ROPE_PI) printf("patch: rope_scaling linear factor %g\n", plan.rope_factor);
+      printf("fidelity: %s (%s)\n", cp_fidelity_name(plan.fidelity), plan.note);
+      free(rule_text);
+      fflush(stdout);
+    }
   }
-  if (rc) goto report;
+  if ((rc = cp_patch_write(&oc, in, out_dir, model, &patch, &pp))) goto report;
   if (oc.verified) {
     print_table(oc.result);
     printf("verdict: %s (%.1f s)\n", oc.pass ? "pass" : "fail", oc.result->seconds);

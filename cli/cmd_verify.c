@@ -32,87 +32,9 @@ static const char verify_help[] =
     "  --no-stats           skip the P_max / entropy measurement per length\n"
     "A progress bar is drawn on a terminal; otherwise the command is quiet until the table.\n";
 
-static int parse_depths(double **out, int *n, const char *text) {
-  *out = NULL;
-  *n = 0;
-  double a, b;
-  int count;
-  char tail;
-  if (sscanf(text, "%lf:%lf:%d%c", &a, &b, &count, &tail) == 3) {
-    if (count < 1 || count > 1000 || !(a >= 0 && a <= 1 && b >= 0 && b <= 1)) return -1;
-    double *d = malloc((size_t)count * sizeof *d);
-    if (!d) return -1;
-    for (int i = 0; i < count; i++) d[i] = count == 1 ? a : a + (b - a) * i / (count - 1);
-    *out = d;
-    *n = count;
-    return 0;
-  }
-  int cap = 1;
-  for (const char *p = text; *p; p++) cap += *p == ',';
-  double *d = malloc((size_t)cap * sizeof *d);
-  if (!d) return -1;
-  const char *p = text;
-  while (*p) {
-    char *end;
-    double v = strtod(p, &end);
-    if (end == p || !(v >= 0 && v <= 1) || (*end && *end != ',')) {
-      free(d);
-      return -1;
-    }
-    d[(*n)++] = v;
-    p = *end ? end + 1 : end;
-  }
-  if (*n == 0) {
-    free(d);
-    return -1;
-  }
-  *out = d;
-  return 0;
-}
 
-static int parse_probes(cp_probe_kind **out, int *n, const char *text) {
-  char *copy = strdup(text);
-  int cap = 1;
-  for (const char *p = text; *p; p++) cap += *p == ',';
-  cp_probe_kind *k = malloc((size_t)cap * sizeof *k);
-  int rc = copy && k ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
-  *n = 0;
-  for (char *save = NULL, *tok = rc ? NULL : strtok_r(copy, ",", &save); tok && rc == 0;
-       tok = strtok_r(NULL, ",", &save))
-    rc = cp_probe_from_name(&k[(*n)++], tok);
-  if (rc == 0 && *n == 0) rc = cp_error_set(CP_EVERIFY_PROBE, "--probe: no probe named");
-  free(copy);
-  if (rc < 0) {
-    free(k);
-    return rc;
-  }
-  *out = k;
-  return 0;
-}
 
-static void progress_bar(void *ctx, int64_t done, int64_t total) {
-  (void)ctx;
-  int width = 40, filled = (int)(width * done / (total ? total : 1));
-  fprintf(stderr, "\r[%.*s%*s] %lld/%lld", filled, "========================================", width - filled, "",
-          (long long)done, (long long)total);
-  if (done == total) fputc('\n', stderr);
-}
 
-static int write_json(const char *path, const cJSON *doc) {
-  char *text = cJSON_Print(doc);
-  if (!text) return cp_error_set(CP_ENOMEM, "out of memory");
-  cp_atomic_file *f = NULL;
-  int rc = cp_atomic_open(&f, path);
-  if (rc == 0) rc = cp_atomic_write(f, text, strlen(text));
-  if (rc == 0) rc = cp_atomic_write(f, "\n", 1);
-  if (rc == 0) {
-    rc = cp_atomic_commit(f);
-    f = NULL;
-  }
-  cp_atomic_abort(f);
-  free(text);
-  return rc;
-}
 
 static void print_table(const cp_verify_result *r) {
   printf("%-10s %8s %10s %10s\n", "probe", "length", "patched", r->has_baseline ? "baseline" : "");
@@ -194,7 +116,7 @@ int cmd_verify(int argc, char **argv) {
     free(lengths);
     return CLI_USAGE;
   }
-  if (parse_depths(&depths, &n_depths, depths_text) < 0) {
+  if (cli_parse_depths(&depths, &n_depths, depths_text) < 0) {
     free(lengths);
     free(no_reg);
     return cli_usage_error("verify", "--depths expects A:B:N or a list of numbers in [0, 1], got '%s'", depths_text);
@@ -209,7 +131,7 @@ int cmd_verify(int argc, char **argv) {
   char **reasons = NULL;
   int n_reasons = 0, status = CLI_FAIL;
   bool pass = false;
-  int rc = parse_probes(&probes, &n_probes, probes_text);
+  int rc = cli_parse_probes(&probes, &n_probes, probes_text);
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0) rc = cp_model_open(&model, model_path);
   if (rc == 0) rc = cp_tokenizer_open(&tok, model_path);
@@ -228,7 +150,7 @@ int cmd_verify(int argc, char **argv) {
   vp.threads = (int)threads;
   vp.baseline = baseline;
   vp.stats = stats;
-  if (isatty(STDERR_FILENO)) vp.progress = progress_bar;
+  if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
   cp_verify_thresholds th;
   cp_verify_thresholds_init(&th);
   th.min_accuracy = min_accuracy;
@@ -243,8 +165,8 @@ int cmd_verify(int argc, char **argv) {
   cp_certificate_info info = {model_path, "cpu", threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                               &rule, seed, vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
-  if (json_path && (rc = write_json(json_path, cert)) < 0) goto report;
-  if (cert_path && (rc = write_json(cert_path, cert)) < 0) goto report;
+  if (json_path && (rc = cp_write_json_atomic(NULL, json_path, cert)) < 0) goto report;
+  if (cert_path && (rc = cp_write_json_atomic(NULL, cert_path, cert)) < 0) goto report;
   if (report_path && (rc = cp_report_write(report_path, cert)) < 0) goto report;
   print_table(result);
   printf("verdict: %s (%.1f s, %.0f tokens/s)\n", pass ? "pass" : "fail", result->seconds,

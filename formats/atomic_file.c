@@ -346,3 +346,20 @@ done:
   fclose(fp);
   return rc;
 }
+
+int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc) {
+  char *text = cJSON_Print(doc);
+  if (!text) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  cp_atomic_file *f = NULL;
+  int rc = cp_atomic_open(&f, path);
+  if (rc == 0) rc = cp_atomic_write(f, text, strlen(text));
+  if (rc == 0) rc = cp_atomic_write(f, "\n", 1);
+  if (rc == 0) {
+    if (sha256_hex) cp_atomic_sha256(f, sha256_hex);
+    rc = cp_atomic_commit(f);
+    f = NULL;
+  }
+  cp_atomic_abort(f);
+  free(text);
+  return rc;
+}

@@ -69,7 +69,7 @@ int cp_patch_check(const cp_model *m, const cp_patch *patch) {
   if (patch->method == CP_PATCH_ROPE_PI) need = CP_POS_ROPE;
   if (patch->method == CP_PATCH_FIRE_THRESHOLD) need = CP_POS_FIRE;
   if (m->pos != need)
-    return cp_error_set(CP_EPATCH_FAMILY, "--method %s needs a %s model; this %s model uses %s", meth,
+    return cp_error_set(CP_EPATCH_FAMILY, "--method %s needs %s positions; this %s model uses %s", meth,
                         pos_name(need), fam, pos_name(m->pos));
   if (patch->method == CP_PATCH_ROPE_PI && !(patch->rope_factor > 0 && isfinite(patch->rope_factor)))
     return cp_error_set(CP_EARG, "--method rope-pi needs --factor F > 0");

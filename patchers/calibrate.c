@@ -68,21 +68,34 @@ double cp_calib_log(int64_t l_tr, int64_t l_ex) {
 /* Appendix A.2: aligning P_ex(tau) = (P_tr L_tr e^{s_tr^2/2})^{1/tau} / (L_ex e^{s_ex^2/(2 tau^2)})
  * with P_tr, taking logs and multiplying by tau^2, gives A tau^2 - B tau + C = 0 with the
  * coefficients below; the paper picks the larger root. */
-double cp_calib_prop1(double pmax_tr, double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex) {
-  if (!(pmax_tr > 0) || !isfinite(sigma_tr) || !isfinite(sigma_ex) || l_tr <= 0 || l_ex <= 0) return NAN;
+void cp_calib_prop1_roots(double *larger, double *smaller, double pmax_tr, double sigma_tr, double sigma_ex,
+                          int64_t l_tr, int64_t l_ex) {
+  *larger = *smaller = NAN;
+  if (!(pmax_tr > 0) || !isfinite(sigma_tr) || !isfinite(sigma_ex) || l_tr <= 0 || l_ex <= 0) return;
   double A = log((double)l_ex) + log(pmax_tr);
   double B = log((double)l_tr) + log(pmax_tr) + sigma_tr * sigma_tr / 2;
   double C = sigma_ex * sigma_ex / 2;
-  double tau;
+  double r1, r2;
   if (A == 0) {
-    tau = B != 0 ? C / B : NAN;
+    r1 = B != 0 ? C / B : NAN;
+    r2 = NAN;
   } else {
     double D = B * B - 4 * A * C;
-    if (D < 0) return NAN;
-    double r1 = (B + sqrt(D)) / (2 * A), r2 = (B - sqrt(D)) / (2 * A);
-    tau = r1 > r2 ? r1 : r2;
+    if (D < 0) return;
+    r1 = (B + sqrt(D)) / (2 * A), r2 = (B - sqrt(D)) / (2 * A);
+    if (r2 > r1) {
+      double x = r1;
+      r1 = r2, r2 = x;
+    }
   }
-  return tau > 0 && isfinite(tau) ? tau : NAN;
+  if (r1 > 0 && isfinite(r1)) *larger = r1;
+  if (r2 > 0 && isfinite(r2)) *smaller = r2;
+}
+
+double cp_calib_prop1(double pmax_tr, double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex) {
+  double larger, smaller;
+  cp_calib_prop1_roots(&larger, &smaller, pmax_tr, sigma_tr, sigma_ex, l_tr, l_ex);
+  return larger;
 }
 
 /* Appendix A.3: H(tau) ~ log L - sigma^2 / (2 tau^2); H_ex(tau) = H_tr(1). */
@@ -105,8 +118,9 @@ typedef struct {
   int64_t forwards;
 } ctx_t;
 
-/* Input ids of sample s at length len: random ids, or a passkey prompt fitted to len (the
- * first token kept, the front of the filler dropped, or the prompt repeated when short). */
+/* Input ids of sample s at length len: random ids, or a passkey prompt (key at depth
+ * (s + 1/2) / samples) made a little longer than len and cut to len by dropping filler tokens
+ * after the task line (the first min(32, len/4) tokens), so the question stays at the end. */
 static int make_ids(int64_t *ids, const ctx_t *c, int64_t len, int s) {
   uint64_t seed = c->p->seed * 1000003u + (uint64_t)s * 7919u + (uint64_t)len;
   if (!c->probe) {
@@ -116,7 +130,8 @@ static int make_ids(int64_t *ids, const ctx_t *c, int64_t len, int s) {
   cp_probe_sample ps;
   memset(&ps, 0, sizeof ps);
   double depth = (s + 0.5) / c->p->samples;
-  int rc = cp_probe_make(&ps, c->p->tokenizer, CP_PROBE_PASSKEY, len + 8, depth, seed);
+  /* cp_probe_make fills n_tokens - 8 up to a filler sentence (a few tokens short): ask for more. */
+  int rc = cp_probe_make(&ps, c->p->tokenizer, CP_PROBE_PASSKEY, len + 8 + 48, depth, seed);
   if (rc) return rc;
   int64_t n = (int64_t)ps.n_ids;
   if (n <= 0) {
@@ -124,9 +139,10 @@ static int make_ids(int64_t *ids, const ctx_t *c, int64_t len, int s) {
     return cp_error_set(CP_EARG, "calibrate: empty probe prompt at length %lld", (long long)len);
   }
   if (n >= len) {
-    ids[0] = ps.ids[0];
-    memcpy(ids + 1, ps.ids + (n - len) + 1, (size_t)(len - 1) * sizeof *ids);
-  } else {
+    int64_t head = len / 4 < 32 ? len / 4 : 32;
+    memcpy(ids, ps.ids, (size_t)head * sizeof *ids);
+    memcpy(ids + head, ps.ids + (n - len) + head, (size_t)(len - head) * sizeof *ids);
+  } else { /* only when the tokenizer is very coarse */
     for (int64_t i = 0; i < len; i++) ids[i] = ps.ids[i % n];
   }
   cp_probe_sample_free(&ps);
@@ -355,6 +371,11 @@ int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
+  /* Calibrating an artifact whose metadata rule already applies would measure that rule at
+   * tau = 1 and refuse every other tau in the engine: calibrate the original instead. */
+  if (model->has_metadata_rule)
+    return cp_error_set(CP_ERULE_MODEL, "calibrate: the model is a patched artifact (config.json 'ctxpatch.rule'); "
+                                        "calibrate the original checkpoint");
   cp_rule_model rm;
   cp_model_rule_model(&rm, model);
   int64_t ltr = params->train_len > 0 ? params->train_len : rm.train_len;
@@ -409,7 +430,7 @@ int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method
     cp_calib_entry *en = &out->entries[i];
     en->method = methods[i / n_lengths];
     en->length = lengths[i % n_lengths];
-    en->tau = en->target = en->at_one = en->achieved = NAN;
+    en->tau = en->target = en->at_one = en->achieved = en->other_root = NAN;
   }
   if ((rc = make_grid(&grid, &n_grid, params))) goto done;
 
@@ -446,8 +467,10 @@ int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method
         en->tau = cp_calib_log(ltr, lex);
         break;
       case CP_CAL_PROP1:
-        en->tau = cp_calib_prop1(out->pmax_tr0, out->sigma_tr, out->sigma_ex[i], ltr, lex);
+        cp_calib_prop1_roots(&en->tau, &en->other_root, out->pmax_tr0, out->sigma_tr, out->sigma_ex[i], ltr, lex);
         if (isnan(en->tau)) en->note = "Prop. 1's quadratic has no positive real root";
+        else if (en->tau > 1 && !isnan(en->other_root))
+          en->note = "Prop. 1's larger root (the paper's choice) is above 1; see other_root";
         break;
       case CP_CAL_PROP2:
         en->tau = cp_calib_prop2(out->sigma_tr, out->sigma_ex[i], ltr, lex);
@@ -507,9 +530,7 @@ int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method
       }
     }
     /* at_one: the mean at this length with tau = 1 (the grid's first point when it is 1). */
-    bool any = false;
-    for (int k = 0; k < n_methods; k++) any |= methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY;
-    if (any) {
+    if (want_align) {
       double one[2];
       if (grid_done && grid[0] == 1.0) {
         one[0] = gv[0][0], one[1] = gv[1][0];
@@ -607,6 +628,7 @@ cJSON *cp_calib_table_to_json(const cp_calib_table *t) {
       cJSON_AddItemToObject(e, "achieved", num_or_null(en->achieved));
       cJSON_AddBoolToObject(e, "clipped", en->clipped);
     }
+    if (en->method == CP_CAL_PROP1) cJSON_AddItemToObject(e, "other_root", num_or_null(en->other_root));
     if (en->note) cJSON_AddStringToObject(e, "note", en->note);
     cJSON_AddItemToArray(arr, e);
   }

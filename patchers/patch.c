@@ -85,20 +85,23 @@ done:
   return rc;
 }
 
-static int write_json_file(char hex[65], const char *path, const cJSON *doc) {
-  char *text = cJSON_Print(doc);
-  if (!text) return cp_error_set(CP_ENOMEM, "out of memory");
+
+/* Copies `src` to dir/tokenizer.json unless the folder already has one. */
+static int copy_tokenizer(const char *dir, const char *src) {
+  char *dst = cp_path_join(dir, "tokenizer.json"), *buf = NULL;
+  size_t len = 0;
   cp_atomic_file *f = NULL;
-  int rc = cp_atomic_open(&f, path);
-  if (rc == 0) rc = cp_atomic_write(f, text, strlen(text));
-  if (rc == 0) rc = cp_atomic_write(f, "\n", 1);
-  if (rc == 0) {
-    cp_atomic_sha256(f, hex);
-    rc = cp_atomic_commit(f);
-    f = NULL;
-  }
+  struct stat st;
+  int rc = dst ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
+  if (rc || stat(dst, &st) == 0) goto done;
+  if ((rc = cp_read_file(&buf, &len, src, (size_t)1 << 30))) goto done;
+  if ((rc = cp_atomic_open(&f, dst)) || (rc = cp_atomic_write(f, buf, len))) goto done;
+  rc = cp_atomic_commit(f);
+  f = NULL;
+done:
   cp_atomic_abort(f);
-  free(text);
+  free(buf);
+  free(dst);
   return rc;
 }
 
@@ -144,9 +147,11 @@ int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, c
   }
   if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
+  if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
   if ((rc = cp_bake_write(tmp, ck, original, &out->plan, block))) goto done;
   cp_checkpoint_free(ck);
   ck = NULL;
+  if (params->tokenizer_file && (rc = copy_tokenizer(tmp, params->tokenizer_file))) goto done;
 
   if (verify) {
     /* What is certified is what is written: the baked folder, its metadata rule applied. */
@@ -176,7 +181,7 @@ int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, c
       rc = cp_error_set(CP_ENOMEM, "out of memory");
       goto done;
     }
-    if ((rc = write_json_file(out->certificate_sha256, path, out->certificate))) goto done;
+    if ((rc = cp_write_json_atomic(out->certificate_sha256, path, out->certificate))) goto done;
     free(path);
     if (!(path = cp_path_join(tmp, "report.html"))) {
       rc = cp_error_set(CP_ENOMEM, "out of memory");

@@ -233,6 +233,37 @@ int main(void) {
     CHECK(stat(out, &st) != 0);
     cp_model_free(m);
   }
+  /* Hostile metadata blocks fail at open, naming the key. */
+  {
+    char dir[1200]; /* not test_path(): its buffers are recycled */
+    snprintf(dir, sizeof dir, "%s/badmeta", tmpdir);
+    mkdir(dir, 0755);
+    char *cfg = NULL;
+    size_t len = 0;
+    CHECK_RC(0, cp_read_file(&cfg, &len, test_path(models, "llama/config.json"), 1 << 20));
+    static const char *blocks[] = {"5", "{\"rule\": {\"temperature\": -1}}", "{\"rule\": {\"bogus\": 1}}",
+                                   "{\"rule\": {\"alibi_scale\": {\"mode\": \"static\", \"factor\": 2}}}"};
+    static const int want[] = {CP_ECFG_FIELD, CP_ERULE_VALUE, CP_ERULE_KEY, CP_ERULE_MODEL};
+    char *brace = cfg ? strrchr(cfg, '}') : NULL;
+    for (int i = 0; i < 4 && brace; i++) {
+      FILE *f = fopen(test_path(dir, "config.json"), "wb");
+      if (!f) break;
+      fprintf(f, "%.*s, \"ctxpatch\": %s}\n", (int)(brace - cfg), cfg, blocks[i]);
+      fclose(f);
+      char link_src[4096];
+      snprintf(link_src, sizeof link_src, "%.4000s/llama/model.safetensors", models);
+      unlink(test_path(dir, "model.safetensors"));
+      CHECK(symlink(link_src, test_path(dir, "model.safetensors")) == 0);
+      cp_model *m = NULL;
+      CHECK_RC(want[i], cp_model_open(&m, dir));
+      CHECK_MSG(strstr(cp_error_message(), "ctxpatch") != NULL, "message names the key: %s", cp_error_message());
+      cp_model_free(m);
+    }
+    free(cfg);
+    unlink(test_path(dir, "model.safetensors"));
+    unlink(test_path(dir, "config.json"));
+    rmdir(dir);
+  }
   rmdir(tmpdir);
   return test_finish();
 }

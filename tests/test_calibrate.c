@@ -39,6 +39,11 @@ static void check_pure(const cJSON *golden) {
     if (isnan(want1)) CHECK_MSG(isnan(got1), "prop1 case %d: got %g, want no root", n, got1);
     else CHECK_MSG(close_rel(got1, want1, 1e-12), "prop1 case %d: got %.15g want %.15g", n, got1, want1);
     CHECK_MSG(close_rel(got2, want2, 1e-12), "prop2 case %d: got %.15g want %.15g", n, got2, want2);
+    double big, small, want_small = num(c, "prop1_smaller");
+    cp_calib_prop1_roots(&big, &small, p, a, b, lt, le);
+    CHECK(big == got1 || (isnan(big) && isnan(got1)));
+    if (isnan(want_small)) CHECK_MSG(isnan(small), "prop1 case %d: smaller root %g, want none", n, small);
+    else CHECK_MSG(close_rel(small, want_small, 1e-12), "prop1 case %d: smaller %.15g want %.15g", n, small, want_small);
     /* The root really solves the quadratic of Appendix A.2. */
     if (!isnan(got1)) {
       double A = log((double)le) + log(p), B = log((double)lt) + log(p) + a * a / 2, C = b * b / 2;

@@ -10,7 +10,6 @@ passed=0; failed=0
 ok() { passed=$((passed+1)); }
 bad() { failed=$((failed+1)); echo "FAIL: $*"; }
 check() { if "$@"; then ok; else bad "$*"; fi; }
-nothing_at() { [ ! -e "$1" ] && [ -z "$(ls -A "$(dirname "$1")" | grep -v -x -e model -e models -e '.*\.log' -e '.*\.json' -e 'out' -e 'prev')" ]; }
 
 tok=$src/examples/probe-models/tokenizer.json
 [ -f "$tok" ] || { echo "SKIP: $tok is absent"; exit 77; }
@@ -50,17 +49,17 @@ with open(os.path.join(out, "model.safetensors"), "wb") as f:
     for b in blobs: f.write(b)
 cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
        "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
-       "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+       "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
 json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=2)
 shutil.copy(tok, os.path.join(out, "tokenizer.json"))
 EOF
 
-vopts="--verify passkey --lengths 64,128 --depths 0:1:3 --threads 1"
+vopts="--verify passkey --lengths 128,256 --depths 0:1:3 --threads 1"
 
 # 1. certified write: artifact layout, metadata, certificate digest, SHA256SUMS
 out=$work/out
-"$bin" patch "$model" "$out" --method lm-infinite --n-global 4 --n-local 32 $vopts >"$work/p1.log" 2>&1 \
+"$bin" patch "$model" "$out" --method lm-infinite --n-global 4 --n-local 64 $vopts >"$work/p1.log" 2>&1 \
   && ok || { bad "certified lm-infinite patch exited nonzero"; cat "$work/p1.log"; }
 grep -q "fidelity: ctxpatch-metadata" "$work/p1.log" && ok || bad "fidelity not printed"
 for f in config.json model.safetensors tokenizer.json certificate.json report.html SHA256SUMS; do
@@ -77,13 +76,20 @@ meta = json.loads(json.loads(raw[8:8 + n])["__metadata__"]["ctxpatch"])
 digest = hashlib.sha256(open(out + "/certificate.json", "rb").read()).hexdigest()
 assert cfg == meta, (cfg, meta)
 assert cfg["certified"] is True and cfg["certificate_sha256"] == digest, cfg
-assert cfg["fidelity"] == "ctxpatch-metadata" and cfg["rule"]["lambda_mask"]["n_local"] == 32, cfg
+assert cfg["fidelity"] == "ctxpatch-metadata" and cfg["rule"]["lambda_mask"]["n_local"] == 64, cfg
 cert = json.load(open(out + "/certificate.json"))
 assert cert["verdict"]["result"] == "pass" and "baseline" in cert["results"], cert["verdict"]
+assert cert["rule"]["lambda_mask"]["n_local"] == 64, cert["rule"]  # the rule the engine applied
+# The certificate hashes the certified files with the digest field still 64 zeros (patch.h).
+files = {f["path"]: f["sha256"] for f in cert["model"]["files"]}
+assert sorted(files) == ["config.json", "model.safetensors", "tokenizer.json"], files
+for name, want in files.items():
+    b = open(out + "/" + name, "rb").read().replace(digest.encode(), b"0" * 64)
+    assert hashlib.sha256(b).hexdigest() == want, name
 EOF
 
 # 2. `ctxpatch verify OUT` applies the metadata rule and reproduces the certificate's accuracies
-"$bin" verify "$out" --probe passkey --lengths 64,128 --depths 0:1:3 --threads 1 --json "$work/v.json" \
+"$bin" verify "$out" --probe passkey --lengths 128,256 --depths 0:1:3 --threads 1 --json "$work/v.json" \
   >"$work/v.log" 2>&1 && ok || { bad "verify OUT exited nonzero"; cat "$work/v.log"; }
 "$py" - "$out/certificate.json" "$work/v.json" <<'EOF' && ok || bad "verify OUT differs from the certificate"
 import json, sys
@@ -97,6 +103,17 @@ check "$bin" patch "$model" "$work/nv" --method temperature --tau 0.8 --no-verif
 "$py" -c 'import json,sys; c=json.load(open(sys.argv[1]))["ctxpatch"]; assert c["certified"] is False and c["certificate_sha256"] is None and c["fidelity"]=="exact-weights", c' \
   "$work/nv/config.json" && ok || bad "--no-verify metadata"
 check test ! -e "$work/nv/certificate.json"
+
+# 3b. temperature calibrated (pmax at the target length), baked exactly, calibration recorded
+"$bin" patch "$model" "$work/cal" --method temperature --calibrate pmax --target-len 256 $vopts >"$work/c.log" 2>&1 \
+  && ok || { bad "calibrated temperature patch exited nonzero"; cat "$work/c.log"; }
+"$py" -c 'import json,sys; c=json.load(open(sys.argv[1]))["ctxpatch"]; e=c["calibration"]["entries"][0]; assert c["fidelity"]=="exact-weights" and c["rule"]=={} and e["method"]=="pmax" and e["length"]==256 and c["baked_rule"]["temperature"]==e["tau"], c' \
+  "$work/cal/config.json" && ok || bad "calibration metadata"
+
+# 3c. IN without a tokenizer: --tokenizer FILE travels into OUT (self-contained artifact)
+mkdir "$work/notok" && cp "$model/config.json" "$model/model.safetensors" "$work/notok/"
+check "$bin" patch "$work/notok" "$work/nt" --method temperature --tau 0.9 --tokenizer "$tok" $vopts >/dev/null
+check cmp -s "$tok" "$work/nt/tokenizer.json"
 
 # 4. refusals: one line, nonzero, nothing written
 for args in "--method alibi-pi --factor 2" "--method fire-threshold --threshold 8" \
@@ -118,22 +135,31 @@ cp -r "$work/nv" "$work/prev"
 "$bin" patch "$model" "$work/prev" --force --method temperature --tau 0.5 $vopts --min-accuracy 0.5 >/dev/null 2>&1
 check cmp -s "$work/nv/model.safetensors" "$work/prev/model.safetensors"
 
-# 6. kill -9 during the verify stage: no OUT, no temporary folder
-leftovers() { ls -A "$work" | grep -c -e '^\.' ; }
+# 6. kill -9 during the verify stage: no OUT and, once the patch's watchdog has run, no
+#    temporary folder either
 "$bin" patch "$model" "$work/killed" --method temperature --tau 0.8 --verify passkey --lengths 1024,2048 \
   --depths 0:1:10 --samples 4 --threads 1 >/dev/null 2>&1 &
 pid=$!
+# wait until the temporary folder exists (bake done, verify running), then 0.5 s more
+for i in $(seq 1 50); do [ "$(ls -A "$work" | grep -c '^\.' || true)" -ge 1 ] && break; sleep 0.1; done
 sleep 0.5
 if kill -0 "$pid" 2>/dev/null; then
+  [ "$(ls -A "$work" | grep -c '^\.' || true)" -ge 1 ] && ok || bad "no temporary folder while patching"
   kill -9 "$pid"; wait "$pid" 2>/dev/null
+  for i in $(seq 1 30); do [ "$(ls -A "$work" | grep -c '^\.' || true)" -eq 0 ] && break; sleep 0.1; done
   check test ! -e "$work/killed"
-  # the hidden temporary sibling of OUT is removed by the next patch writing there
-  n=$(ls -A "$work" | grep -c '^\.killed' || true)
-  echo "note: $n temporary folder(s) left by kill -9 (removed by the next write to the same OUT)"
-  check "$bin" patch "$model" "$work/killed" --method temperature --tau 0.8 --no-verify
   [ "$(ls -A "$work" | grep -c '^\.' || true)" -eq 0 ] && ok || bad "temporary folders remain: $(ls -A "$work" | grep '^\.')"
 else
-  wait "$pid"; echo "note: patch finished before the kill; kill test not exercised"
+  wait "$pid"; bad "patch finished within 0.5 s; the kill test was not exercised"
+fi
+
+# 6b. exact-weights bakes against the independent PyTorch reference (when torch is installed)
+tpy=${CTXPATCH_PYTHON:-/usr/bin/python3}
+if "$tpy" -c 'import torch' 2>/dev/null; then
+  "$tpy" "$src/tests/cli_patch_torchref.py" "$bin" "$src" "$work" >"$work/tr.log" 2>&1 \
+    && ok || { bad "torchref bake exactness"; cat "$work/tr.log"; }
+else
+  echo "note: no torch in $tpy; torchref bake check skipped"
 fi
 
 # 7. a harmful patch on a trained probe model fails certification (only when the models exist)

@@ -97,6 +97,56 @@ static void goldens_case(const char *fixtures, const char *tokpath, const char *
   cp_tokenizer_free(tok);
 }
 
+/* Decodings by HF's Rust tokenizers (tests/goldens/tokenizers/decode.jsonl): text must be equal. */
+static void decode_goldens(const char *tf, const char *goldens, const char *llama_json) {
+  static const char *const names[] = {"t5/tokenizer.json", "gpt2/tokenizer.json", "gpt-neox/tokenizer.json",
+                                      "llama2-tokenizer.json"};
+  cp_tokenizer *toks[4] = {0};
+  int ok[4] = {0}, rows[4] = {0};
+  for (int i = 0; i < 4; i++) CHECK_RC(0, cp_tokenizer_open(&toks[i], i == 3 ? llama_json : test_path(tf, names[i])));
+  char *text = NULL;
+  size_t len = 0;
+  if (cp_read_file(&text, &len, goldens, 16u << 20)) {
+    CHECK_MSG(0, "%s: %s", goldens, cp_error_message());
+    goto done;
+  }
+  for (char *line = text; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    cJSON *row = cJSON_Parse(line);
+    const cJSON *name = cJSON_GetObjectItem(row, "tokenizer"), *ids = cJSON_GetObjectItem(row, "ids"),
+                *want = cJSON_GetObjectItem(row, "text"), *it;
+    int k = -1;
+    for (int i = 0; i < 4 && cJSON_IsString(name); i++)
+      if (!strcmp(name->valuestring, names[i])) k = i;
+    if (k < 0 || !toks[k] || !cJSON_IsArray(ids) || !cJSON_IsString(want)) {
+      CHECK_MSG(k >= 0 && toks[k], "%s: row for an unknown or unopened tokenizer", goldens);
+    } else {
+      size_t n = 0, got_len = 0;
+      int64_t *v = malloc(((size_t)cJSON_GetArraySize(ids) + 1) * sizeof *v);
+      char *got = NULL;
+      cJSON_ArrayForEach(it, ids) v[n++] = (int64_t)it->valuedouble;
+      bool skip = cJSON_IsTrue(cJSON_GetObjectItem(row, "skip_special"));
+      int rc = cp_tokenizer_decode(toks[k], &got, &got_len, v, n, skip);
+      rows[k]++;
+      if (rc == 0 && got_len == strlen(want->valuestring) && !memcmp(got, want->valuestring, got_len)) ok[k]++;
+      else CHECK_MSG(0, "%s: decode of %zu ids (skip %d): got '%.40s' want '%.40s'", names[k], n, skip, got ? got : "",
+                     want->valuestring);
+      free(v);
+      free(got);
+    }
+    cJSON_Delete(row);
+    line = nl ? nl + 1 : NULL;
+  }
+  for (int i = 0; i < 4; i++) {
+    printf("decode.jsonl (HF decode) on %-29s %3d / %3d rows equal\n", names[i], ok[i], rows[i]);
+    CHECK(rows[i] > 0);
+  }
+done:
+  free(text);
+  for (int i = 0; i < 4; i++) cp_tokenizer_free(toks[i]);
+}
+
 static const char *write_tmp(const char *name, const char *content) {
   const char *p = test_path(tmpdir, name);
   FILE *f = fopen(p, "wb");
@@ -238,6 +288,7 @@ int main(void) {
            test_env("CTXPATCH_PYTHON"), src, tf, llama_json);
   CHECK(system(cmd) == 0);
   goldens_case(tmpdir, llama_json, test_path(tf, "goldens/llama2.jsonl"), true, false);
+  decode_goldens(tf, test_path(src, "tests/goldens/tokenizers/decode.jsonl"), llama_json);
   /* A Llama-3-style tokenizer.json (Split on Llama-3's regex, ignore_merges) built from GPT-2's;
    * reference ids from HF's Rust tokenizers (scripts beside the goldens). */
   const char *llama3_json = test_path(tmpdir, "llama3-style.json");

@@ -142,17 +142,22 @@ class Runner:
                 dec.append(t)
             return out
         seq = list(ids)
+        cache = {}
+        new = seq
         for _ in range(max_new):
             if self.ref:
                 logits, _ = self.m.forward(torch.tensor(seq), rule, n_prompt=len(ids))
                 t = int(logits[-1].argmax())
             else:
-                logits = self.m.forward(torch.tensor([seq], device=self.dev), rule, n_prompt=len(ids))
+                # KV cache: the prompt once, then one row per generated token
+                logits = self.m.forward(torch.tensor([new], device=self.dev), rule,
+                                        n_prompt=len(ids), cache=cache)
                 t = int(logits[0, -1].argmax())
             if t == self.eos:
                 break
             out.append(t)
             seq.append(t)
+            new = [t]
         return out
 
     @torch.no_grad()
@@ -196,6 +201,9 @@ def main():
     ap.add_argument("--tasks", default="passkey,lines")
     ap.add_argument("--device", default=None)
     ap.add_argument("--ref", action="store_true", help="torchref float64 (slow) instead of nets.py")
+    ap.add_argument("--n-long", type=int, default=None,
+                    help="samples per cell at lengths >= --long-from (CPU time budget)")
+    ap.add_argument("--long-from", type=int, default=2048)
     ap.add_argument("--every", type=int, default=1, help="evaluate samples i %% every == 0 only")
     ap.add_argument("--out", default=None)
     ap.add_argument("--card", action="store_true")
@@ -214,7 +222,8 @@ def main():
     t0 = time.time()
     for kind in a.tasks.split(","):
         for L in (int(x) for x in a.lengths.split(",")):
-            samples = data.eval_set(kind, L - 8, a.n, 0, tok.encode)
+            n_cell = a.n_long if (a.n_long and L >= a.long_from) else a.n
+            samples = data.eval_set(kind, L - 8, n_cell, 0, tok.encode)
             patch = PATCH[a.model]
             tau = None
             if patch == "pmax":
@@ -236,6 +245,7 @@ def main():
                     answers.append([si, len(ids), s["key"], text, bool(good)])
                 cell = collections.OrderedDict([("task", kind), ("length", L), ("rule", label),
                                                 ("rule_json", rule), ("correct", ok), ("n", n),
+                                                ("n_set", n_cell),
                                                 ("acc", ok / max(1, n)), ("answers", answers)])
                 if tau is not None and label == "patch":
                     cell["pmax_target"], cell["pmax_at_tau"] = target, got
@@ -282,9 +292,11 @@ def write_card(name, mdir):
     L.append("| command | `%s` |" % tl["command"])
     L.append("")
     L.append("## Retrieval accuracy\n")
-    L.append("%d samples per cell, depths i/%d, prompt = length - 8 tokens, greedy, <= 10 new tokens. "
+    ns = collections.OrderedDict((l, cells[("passkey", l, "none")]["n"]) for l in lengths)
+    L.append("Samples per cell (length: n): %s; key depths i/(n-1), i = 0..n-1 (uniformly spread); "
+             "prompt = length - 8 tokens; greedy, <= 10 new tokens. "
              "Passkey: first integer of the output equals the key; lines: last integer equals the value. "
-             "Patch: %s.\n" % (ev["n"], ev["n"] - 1, patch_desc))
+             "Patch: %s.\n" % (", ".join("%d: %d" % kv for kv in ns.items()), patch_desc))
     L.append("Measured with PyTorch by `evaluate.py` (engine `%s` on %s: the float32 batched modules of "
              "nets.py, whose forward equals the float64 reference tests/reference/torchref on these "
              "weights, see check.py)." % (ev["engine"], ev["device"]))
@@ -299,6 +311,14 @@ def write_card(name, mdir):
         L.append(" Cross-check: torchref (float64, `evaluate.py --ref`) on every %d-th sample of the cells %s "
                  "gave the same generated text in %d of %d samples." % (
                      ref["every"], ", ".join("%s@%d/%s" % k for k in sorted(rc)), agree, tot))
+    cpath = os.path.join(mdir, "eval-c.json")
+    if os.path.exists(cpath):
+        with open(cpath) as f:
+            cc = json.load(f)
+        cl = sorted({"%s@%d/%s" % (x[0], x[1], x[2]) for x in cc["samples"]})
+        L.append(" Cross-check: the C engine (`crosscheck_c.py`: `ctxpatch forward --generate 10 "
+                 "--stop-at-eos`) on %d samples of the cells %s gave the same generated text in %d of "
+                 "them." % (cc["total"], ", ".join(cl), cc["agree"]))
     L.append("\n| task | rule | " + " | ".join("%d (%dx)" % (l, l // TRAIN_LEN) for l in lengths) + " |")
     L.append("|---|---|" + "---|" * len(lengths))
     for task in ("passkey", "lines"):

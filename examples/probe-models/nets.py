@@ -144,19 +144,26 @@ class LlamaNet(Net):
         self.add("lm_head.weight", [V, D], std)
         self.learn_L = False
 
-    def fire_bias(self, l, T, dev):
+    def fire_bias(self, l, i, Tk, dev):
+        """i: absolute query positions [Tq]; keys 0..Tk-1."""
         P = "model.layers.%d.self_attn.fire." % l
         c = self.p[P + "c"].clamp(min=1e-3)
         Lt = self.p[P + "L"] if self.learn_L else self.p[P + "L"].detach()
-        i = torch.arange(T, device=dev, dtype=torch.float32)[:, None]
-        j = torch.arange(T, device=dev, dtype=torch.float32)[None, :]
+        i = i.float()[:, None]
+        j = torch.arange(Tk, device=dev, dtype=torch.float32)[None, :]
         d = (i - j).clamp(min=0)
         psi = lambda x: torch.log(c * x + 1.0)
         norm = psi(torch.maximum(i, Lt.expand_as(i)))
         x = torch.where(norm > 0, psi(d) / torch.where(norm > 0, norm, torch.ones_like(norm)),
                         torch.zeros_like(d))
-        hid = torch.relu(x[..., None] * self.p[P + "mlp.0.weight"][:, 0] + self.p[P + "mlp.0.bias"])
-        bias = hid @ self.p[P + "mlp.2.weight"].t() + self.p[P + "mlp.2.bias"]   # [T,T,H]
+        W1, b1 = self.p[P + "mlp.0.weight"][:, 0], self.p[P + "mlp.0.bias"]
+        W2, b2 = self.p[P + "mlp.2.weight"], self.p[P + "mlp.2.bias"]
+        step = max(1, (1 << 22) // max(1, Tk))      # rows per chunk: bounds the [rows,Tk,W] temporary
+        parts = []
+        for r in range(0, x.shape[0], step):
+            hid = torch.relu(x[r:r + step, :, None] * W1 + b1)
+            parts.append(hid @ W2.t() + b2)                                      # [rows,Tk,H]
+        bias = torch.cat(parts, 0)
         return bias.permute(2, 0, 1)[None]
 
     def rope(self, x, pos):
@@ -167,7 +174,9 @@ class LlamaNet(Net):
         x1, x2 = x[..., :dh // 2], x[..., dh // 2:]
         return x * emb.cos() + torch.cat([-x2, x1], -1) * emb.sin()
 
-    def forward(self, ids, rule=None, n_prompt=None, stats=None):
+    def forward(self, ids, rule=None, n_prompt=None, stats=None, cache=None):
+        """cache: None, or a dict filled/extended in place (KV cache: ids are the rows after
+        the cached ones)."""
         rule = rule or {}
         cfg, p = self.cfg, self.p
         B, T = ids.shape
@@ -176,14 +185,16 @@ class LlamaNet(Net):
         D = cfg["hidden_size"]
         dh = D // H
         eps = cfg["rms_norm_eps"]
-        i = torch.arange(T, device=dev)[:, None]
-        j = torch.arange(T, device=dev)[None, :]
+        P0 = cache.get("n", 0) if cache is not None else 0
+        Tk = P0 + T
+        i = torch.arange(P0, Tk, device=dev)[:, None]
+        j = torch.arange(Tk, device=dev)[None, :]
         mask = j <= i
         lam = rule.get("lambda_mask")
         if lam:
             G, W = lam["n_global"], lam["n_local"]
             mask = mask & ((j < G) | (i - j < W))
-        pos = torch.arange(T, device=dev)
+        pos = torch.arange(P0, Tk, device=dev)
         h = p["model.embed_tokens.weight"][ids]
         for l in range(cfg["num_hidden_layers"]):
             pre = "model.layers.%d." % l
@@ -193,12 +204,20 @@ class LlamaNet(Net):
             v = split_heads(x @ p[pre + "self_attn.v_proj.weight"].t(), Hkv).repeat_interleave(H // Hkv, 1)
             extra = None
             if self.pos == "rope":
-                qr, kr = self.rope(q, pos), self.rope(k, pos)
+                q, k = self.rope(q, pos), self.rope(k, pos)
+            if cache is not None:
+                if l in cache:
+                    k = torch.cat([cache[l][0], k], 2)
+                    v = torch.cat([cache[l][1], v], 2)
+                cache[l] = (k, v)
+            if self.pos == "rope":
+                qr, kr = q, k
+                q = split_heads(x @ p[pre + "self_attn.q_proj.weight"].t(), H)   # unrotated
                 if lam:
                     # global columns beyond the window see the ceiling distance W: the query is
                     # rotated to j + W (decision 6), one extra dot product per global column
                     G, W = lam["n_global"], lam["n_local"]
-                    g = min(G, T)
+                    g = min(G, Tk)
                     far = (i - j[:, :g] >= W)                                    # [T, g]
                     qg = self.rope(q[:, :, :, None, :].expand(-1, -1, -1, g, -1),
                                    (torch.arange(g, device=dev) + W)[None, :].expand(T, g))
@@ -215,12 +234,14 @@ class LlamaNet(Net):
                     continue
                 q, k = qr, kr
             else:
-                extra = self.fire_bias(l, T, dev)
+                extra = self.fire_bias(l, pos, Tk, dev)
             out, P = attend(q, k, v, extra, mask, 1.0 / math.sqrt(dh))
             if stats is not None:
                 stats.append(P)
             h = h + merge_heads(out) @ p[pre + "self_attn.o_proj.weight"].t()
             h = self._mlp(h, pre, eps)
+        if cache is not None:
+            cache["n"] = Tk
         h = rms(h, p["model.norm.weight"], eps)
         return h @ p["lm_head.weight"].t()
 
@@ -257,7 +278,7 @@ class BloomNet(Net):
         self.add("transformer.ln_f.weight", [D], 0, 1.0)
         self.add("transformer.ln_f.bias", [D], 0, 0.0)
 
-    def forward(self, ids, rule=None, n_prompt=None, stats=None):
+    def forward(self, ids, rule=None, n_prompt=None, stats=None, cache=None):
         rule = rule or {}
         cfg, p = self.cfg, self.p
         B, T = ids.shape
@@ -266,8 +287,11 @@ class BloomNet(Net):
         dh = D // H
         eps = cfg["layer_norm_epsilon"]
         ln = lambda x, n: F.layer_norm(x, (D,), p[n + ".weight"], p[n + ".bias"], eps)
-        i = torch.arange(T, device=dev)[:, None]
-        j = torch.arange(T, device=dev)[None, :]
+        P0 = cache.get("n", 0) if cache is not None else 0
+        Tk = P0 + T
+        rows = torch.arange(P0, Tk, device=dev)
+        i = rows[:, None]
+        j = torch.arange(Tk, device=dev)[None, :]
         mask = j <= i
         slopes = bloom_slopes(H).to(dev)
         div = torch.ones(T, device=dev)
@@ -275,8 +299,8 @@ class BloomNet(Net):
         if al:
             Ltr = rule.get("train_len") or cfg["seq_length"]
             if al["mode"] == "dynamic":
-                npr = T if n_prompt is None else n_prompt
-                nk = torch.clamp(torch.arange(T, device=dev) + 1, min=npr).float()
+                npr = Tk if n_prompt is None else n_prompt
+                nk = torch.clamp(rows + 1, min=npr).float()
                 div = torch.clamp(nk / Ltr, min=1.0)
             elif al["mode"] == "static":
                 div = torch.full((T,), float(al["factor"]), device=dev)
@@ -291,6 +315,11 @@ class BloomNet(Net):
             f = x @ p[pre + "self_attention.query_key_value.weight"].t() + p[pre + "self_attention.query_key_value.bias"]
             f = f.view(B, T, H, 3, dh)
             q, k, v = (f[:, :, :, n].transpose(1, 2) for n in range(3))
+            if cache is not None:
+                if l in cache:
+                    k = torch.cat([cache[l][0], k], 2)
+                    v = torch.cat([cache[l][1], v], 2)
+                cache[l] = (k, v)
             out, P = attend(q, k, v, bias[None], mask, 1.0 / math.sqrt(dh))
             if stats is not None:
                 stats.append(P)
@@ -298,6 +327,8 @@ class BloomNet(Net):
             x = ln(h, pre + "post_attention_layernorm")
             y = gelu_tanh(x @ p[pre + "mlp.dense_h_to_4h.weight"].t() + p[pre + "mlp.dense_h_to_4h.bias"])
             h = h + y @ p[pre + "mlp.dense_4h_to_h.weight"].t() + p[pre + "mlp.dense_4h_to_h.bias"]
+        if cache is not None:
+            cache["n"] = Tk
         h = ln(h, "transformer.ln_f")
         return h @ p["transformer.word_embeddings.weight"].t()
 

@@ -32,7 +32,7 @@ from torchref import stio  # noqa: E402
 
 TRAIN_LEN = 256
 TOKENIZER = os.path.join(HERE, "tokenizer.json")
-D, LAYERS, HEADS, DFF = 128, 4, 4, 512
+D, LAYERS, HEADS, DFF = 64, 3, 4, 256
 
 
 def configs(V):

@@ -85,6 +85,7 @@ typedef struct {
   double at_one;           /* mean at this length, tau = 1 */
   double achieved;         /* mean at this length under the found tau (or per-layer taus) */
   bool clipped;            /* the target is not bracketed by the grid: tau is a grid end */
+  double other_root;       /* prop1: the quadratic's smaller root (NaN when none is positive) */
   const char *note;        /* static string explaining a NaN tau or a clip; NULL otherwise */
 } cp_calib_entry;
 
@@ -129,6 +130,9 @@ cJSON *cp_calib_table_to_json(const cp_calib_table *t);
 
 /* Closed forms on given statistics (pure functions; NaN without a positive real root). */
 double cp_calib_prop1(double pmax_tr, double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex);
+/* Both roots of Prop. 1's quadratic, larger first (NaN where not a positive real root). */
+void cp_calib_prop1_roots(double *larger, double *smaller, double pmax_tr, double sigma_tr, double sigma_ex,
+                          int64_t l_tr, int64_t l_ex);
 double cp_calib_prop2(double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex);
 double cp_calib_log(int64_t l_tr, int64_t l_ex);
 

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 typedef struct cp_atomic_file cp_atomic_file;
 
 /* Opens a temporary file beside `path`. The handle owns the temporary until commit/abort. */
@@ -37,6 +39,10 @@ const char *cp_atomic_dir_path(const cp_atomic_dir *d);
 int cp_atomic_dir_commit(cp_atomic_dir *d);
 /* Removes the temporary folder recursively and frees the handle; NULL is a no-op. */
 void cp_atomic_dir_abort(cp_atomic_dir *d);
+
+/* Writes `doc` as indented JSON plus a newline, atomically; `sha256_hex` (may be NULL) gets the
+ * digest of the bytes written. */
+int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer; refuses files over `max_len`. */
 int cp_read_file(char **out, size_t *out_len, const char *path, size_t max_len);

@@ -99,6 +99,14 @@ typedef struct {
   bool replace;                           /* replace an existing OUT */
   const cJSON *calibration;               /* stored in the block when not NULL (borrowed) */
   const char *device;                     /* certificate's device (default "cpu") */
+  /* A tokenizer.json to copy into OUT when IN has none (the probe models share one file), so
+   * that the artifact is self-contained and `ctxpatch verify OUT` finds it. NULL: none. */
+  const char *tokenizer_file;
+  /* Called once with the hidden temporary folder's path right after it is created (may be NULL):
+   * the CLI starts a watchdog process there that removes the folder if this process dies, so
+   * that even kill -9 leaves neither OUT nor a temporary folder. */
+  void (*on_tmp_dir)(void *ctx, const char *path);
+  void *on_tmp_ctx;
 } cp_patch_params;
 
 void cp_patch_params_init(cp_patch_params *p);

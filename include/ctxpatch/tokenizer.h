@@ -14,10 +14,14 @@
  *                   [u32 LE trie_size][darts-clone double array, trie_size bytes of u32 LE units]
  *                   [NUL-terminated replacement strings]; a trie value is an offset into the
  *                   strings.
- *   *.model         SentencePiece ModelProto (protobuf), read by Debian's libsentencepiece
- *                   through a small C++ shim. With add_special, BOS is prepended when the model
- *                   defines one (Llama), else EOS is appended when it defines one (T5), as the
- *                   transformers slow tokenizers do.
+ *   *.model         SentencePiece ModelProto (protobuf), encoded and decoded by Debian's
+ *                   libsentencepiece through a small C++ shim. The wire format is walked first
+ *                   (bounds of every field) and the normalizer's precompiled_charsmap trie is
+ *                   validated, since the library does not bound-check its trie lookups. With
+ *                   add_special, BOS is prepended when the model defines one (Llama), else EOS is
+ *                   appended when it defines one (T5), as transformers' slow tokenizers do.
+ *                   SentencePiece breaks Unigram ties its own way: a T5 spiece.model can differ
+ *                   from the same model's tokenizer.json on ties ("!!!!!!").
  *
  * Every input is untrusted: sizes are bounded, every index is range-checked, and an unknown
  * component is refused with CP_ETOK_UNSUPPORTED rather than approximated.

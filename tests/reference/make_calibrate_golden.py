@@ -39,7 +39,7 @@ LENGTHS = [48, 96]
 SAMPLES = 2
 SEED = 0
 SYNTHETIC = [(0.3, 1.0, 1.1, 512, 1024), (0.2, 1.5, 1.6, 512, 4096), (0.05, 0.8, 0.9, 512, 16384),
-             (0.5, 2.0, 2.0, 24, 48), (0.001, 0.5, 0.5, 512, 600)]
+             (0.5, 2.0, 2.0, 24, 48), (0.001, 0.5, 0.5, 512, 600), (0.32, 9.0, 8.9, 256, 512)]
 GRID = [round(1.0 - 0.05 * i, 12) for i in range(11)]
 MASK64 = (1 << 64) - 1
 
@@ -112,15 +112,20 @@ def layer0_sigma(captured, kind):
     raise AssertionError("no layer-0 call")
 
 
-def prop1(p_tr, s_tr, s_ex, l_tr, l_ex):
+def prop1_roots(p_tr, s_tr, s_ex, l_tr, l_ex):
+    """Appendix A.2: A tau^2 - B tau + C = 0; (larger, smaller) positive real roots or None."""
     A = math.log(l_ex) + math.log(p_tr)
     B = math.log(l_tr) + math.log(p_tr) + s_tr * s_tr / 2
     C = s_ex * s_ex / 2
     D = B * B - 4 * A * C
     if D < 0:
-        return None
-    r = max((B + math.sqrt(D)) / (2 * A), (B - math.sqrt(D)) / (2 * A))
-    return r if r > 0 else None
+        return None, None
+    r = sorted([(B + math.sqrt(D)) / (2 * A), (B - math.sqrt(D)) / (2 * A)], reverse=True)
+    return tuple(x if x > 0 else None for x in r)
+
+
+def prop1(p_tr, s_tr, s_ex, l_tr, l_ex):
+    return prop1_roots(p_tr, s_tr, s_ex, l_tr, l_ex)[0]
 
 
 def prop2(s_tr, s_ex, l_tr, l_ex):
@@ -181,6 +186,7 @@ def main():
         # closed forms on synthetic statistics: (P_tr, sigma_tr, sigma_ex, L_tr, L_ex) -> tau
         ("synthetic", [collections.OrderedDict([("pmax_tr", p), ("sigma_tr", a), ("sigma_ex", b), ("l_tr", lt),
                                                 ("l_ex", le), ("prop1", prop1(p, a, b, lt, le)),
+                                                ("prop1_smaller", prop1_roots(p, a, b, lt, le)[1]),
                                                 ("prop2", prop2(a, b, lt, le))])
                        for p, a, b, lt, le in SYNTHETIC]),
         ("models", collections.OrderedDict([("t5_relu", calibrate("t5_relu", t5, True)),
