@@ -1,8 +1,8 @@
 /* Host side of the CUDA attention backend (include/ctxpatch/cuda.h): resolves every rule decision
  * through rule.h into small tables, moves them and the tensors to the device and runs the fused
- * kernel of verify/cuda/attention.cu. Compiled in every build; without CTXPATCH_WITH_CUDA the
- * functions refuse with a reason. */
-#include "ctxpatch/cuda.h"
+ * kernel of verify/cuda/attention.cu (or a test's host emulation of it, cp_cuda_attention_on).
+ * Compiled in every build; without CTXPATCH_WITH_CUDA the public functions refuse with a reason. */
+#include "verify/cuda_attention.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -10,9 +10,6 @@
 #include <string.h>
 
 #include "ctxpatch/error.h"
-#ifdef CTXPATCH_WITH_CUDA
-#include "verify/cuda/attention_cuda.h"
-#endif
 
 #ifndef CTXPATCH_WITH_CUDA
 
@@ -27,6 +24,11 @@ int cp_cuda_attention(const cp_cuda_attn_call *c) {
 }
 
 #else
+
+static const cpcu_backend CUDA_RUNTIME = {cpcu_tile_rows, cpcu_attention, cpcu_malloc,
+                                          cpcu_free,      cpcu_upload,    cpcu_download};
+
+int cp_cuda_attention(const cp_cuda_attn_call *c) { return cp_cuda_attention_on(&CUDA_RUNTIME, c); }
 
 bool cp_cuda_available(char *why, size_t n) {
   char r[256] = "", name[256] = "";
@@ -47,6 +49,8 @@ bool cp_cuda_available(char *why, size_t n) {
   return true;
 }
 
+#endif
+
 /* Float to bfloat16 bits, round to nearest even (NaN stays a quiet NaN). */
 static uint16_t to_bf16(float f) {
   uint32_t u;
@@ -56,7 +60,8 @@ static uint16_t to_bf16(float f) {
 }
 
 typedef struct {
-  void *p[24];
+  const cpcu_backend *be;
+  void *p[32];
   int n;
 } dev_list;
 
@@ -76,8 +81,8 @@ static int dev_put(dev_list *dl, const void **out, const void *src, size_t bytes
     tmp = b, from = b, bytes = count * sizeof *b;
   }
   int rc = 0;
-  if (cpcu_malloc(&d, bytes, why, sizeof why) || cpcu_upload(d, from, bytes, why, sizeof why)) {
-    cpcu_free(d);
+  if (dl->be->alloc(&d, bytes, why, sizeof why) || dl->be->upload(d, from, bytes, why, sizeof why)) {
+    dl->be->release(d);
     rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
   } else {
     dl->p[dl->n++] = d;
@@ -92,7 +97,7 @@ static int dev_out(dev_list *dl, float **out, const float *want, size_t bytes) {
   void *d = NULL;
   *out = NULL;
   if (!want) return 0;
-  if (cpcu_malloc(&d, bytes, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  if (dl->be->alloc(&d, bytes, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
   dl->p[dl->n++] = d;
   *out = d;
   return 0;
@@ -133,8 +138,8 @@ static int check_call(const cp_cuda_attn_call *c) {
                         (long long)c->n_keys, c->H);
   if (!p->causal && (c->pos == CP_CUDA_POS_ALIBI || c->pos == CP_CUDA_POS_FIRE || c->q_far))
     return cp_error_set(CP_EARG, "cuda: ALiBi, FIRE and a RoPE ceiling need a causal call");
-  if (c->q_far && (c->pos != CP_CUDA_POS_ROPE || !c->k_raw))
-    return cp_error_set(CP_EARG, "cuda: q_far needs pos RoPE and k_raw");
+  if ((c->q_far || c->q_topk) && (c->pos != CP_CUDA_POS_ROPE || !c->k_raw))
+    return cp_error_set(CP_EARG, "cuda: q_far and q_topk need pos RoPE and k_raw");
   if (!p->causal && c->n_q > 0 && (c->q_off != 0 || c->n_q != c->n_keys) && c->pos == CP_CUDA_POS_T5)
     return cp_error_set(CP_EARG, "cuda: bidirectional T5 call must cover every key as a query");
   if (c->pos == CP_CUDA_POS_T5 &&
@@ -145,31 +150,38 @@ static int check_call(const cp_cuda_attn_call *c) {
   if (c->pos == CP_CUDA_POS_FIRE && (!c->fire || c->fire->width < 1 || c->fire->width > CPCU_FIRE_MAX_WIDTH))
     return cp_error_set(CP_EUNSUPPORTED, "cuda: FIRE MLP width %d (1..%d supported)", c->fire ? c->fire->width : 0,
                         CPCU_FIRE_MAX_WIDTH);
-  if (p->top_k)
-    for (int64_t r = 0; r < c->n_q; r++) {
-      int64_t i = c->q_off + r, lo, hi;
-      if (!cp_plan_topk_row(p, i, c->last_prompt_row)) continue;
-      cp_plan_hidden_range(p, i, c->n_keys, &lo, &hi);
-      if (lo < hi)
-        return cp_error_set(CP_EUNSUPPORTED, "cuda: top_k middle tokens are not supported on cuda yet (row %lld)",
-                            (long long)i);
-    }
+  if (p->top_k && p->k > CPCU_TOPK_MAX)
+    return cp_error_set(CP_EUNSUPPORTED, "cuda: top_k k %d (at most %d on cuda)", p->k, CPCU_TOPK_MAX);
   return 0;
 }
 
-int cp_cuda_attention(const cp_cuda_attn_call *c) {
+/* FIRE bias of head h at MLP input x (docs/fire-layout.md), in double as the CPU engine. */
+static double fire_bias(const cp_fire_mlp *f, int h, double x) {
+  const float *w2 = f->w2 + (size_t)h * f->width;
+  double s = f->b2[h];
+  for (int w = 0; w < f->width; w++) {
+    double a = (double)f->w1[w] * x + (double)f->b1[w];
+    if (a > 0) s += (double)w2[w] * a;
+  }
+  return s;
+}
+
+int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c) {
   int rc = check_call(c);
   if (rc || c->n_q == 0) return rc;
   const cp_attn_plan *plan = c->plan;
   const int64_t n_q = c->n_q, n_keys = c->n_keys;
-  const int bm = cpcu_tile_rows(c->dh);
+  const int bm = be->tile_rows(c->dh);
   const int64_t n_tiles = (n_q + bm - 1) / bm;
   const size_t qn = (size_t)n_q * c->H * c->dh, kn = (size_t)n_keys * c->Hkv * c->dh, sn = (size_t)c->H * n_q;
   char why[256] = "";
-  dev_list dl = {{0}, 0};
+  dev_list dl = {be, {0}, 0};
   int *rows = NULL, *tr = NULL, *tn = NULL, *dprime = NULL, *ulo = NULL, *uhi = NULL;
   int16_t *bucket = NULL;
   double *adiv = NULL;
+  int *tkr = NULL, *tkt = NULL;
+  float *tkb = NULL;
+  bool topk = false;
   size_t nbucket = 0;
   cpcu_attn_args a;
   memset(&a, 0, sizeof a);
@@ -231,6 +243,41 @@ int cp_cuda_attention(const cp_cuda_attn_call *c) {
     for (int64_t r = 0; r < n_q; r++) adiv[r] = cp_plan_alibi_divisor(plan, c->q_off + r, n_keys);
   }
 
+  /* Top-k rows (cp_plan_topk_row with a non-empty hidden range), per-tile unions, and each
+   * head's positional term at the top-k distance (as the CPU engine's topk_bias). */
+  if (plan->top_k) {
+    tkr = calloc((size_t)n_q * 2, sizeof *tkr);
+    tkt = calloc((size_t)n_tiles * 2, sizeof *tkt);
+    tkb = calloc((size_t)c->H * n_q, sizeof *tkb);
+    if (!tkr || !tkt || !tkb) {
+      rc = cp_error_set(CP_ENOMEM, "cuda: out of memory for the top-k plan");
+      goto done;
+    }
+    const int64_t dist = plan->top_k_distance;
+    for (int64_t r = 0; r < n_q; r++) {
+      int64_t i = c->q_off + r, lo, hi;
+      if (!cp_plan_topk_row(plan, i, c->last_prompt_row)) continue;
+      cp_plan_hidden_range(plan, i, n_keys, &lo, &hi);
+      if (lo >= hi) continue;
+      topk = true;
+      tkr[2 * r] = (int)lo, tkr[2 * r + 1] = (int)hi;
+      int *tt = tkt + 2 * (r / bm);
+      if (tt[0] >= tt[1]) tt[0] = (int)lo, tt[1] = (int)hi;
+      if (lo < tt[0]) tt[0] = (int)lo;
+      if (hi > tt[1]) tt[1] = (int)hi;
+      for (int h = 0; h < c->H; h++) {
+        float b = 0.0f;
+        if (c->pos == CP_CUDA_POS_T5)
+          b = c->t5_table[(size_t)cp_t5_bucket(-dist, false, c->t5_num_buckets, c->t5_max_distance) * c->H + h];
+        else if (c->pos == CP_CUDA_POS_ALIBI)
+          b = (float)(-(c->slopes[h] / adiv[r]) * (double)dist);
+        else if (c->pos == CP_CUDA_POS_FIRE)
+          b = (float)fire_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
+        tkb[(size_t)h * n_q + r] = b;
+      }
+    }
+  }
+
   a.H = c->H, a.Hkv = c->Hkv, a.dh = c->dh;
   a.n_q = (int)n_q, a.n_keys = (int)n_keys, a.q_off = (int)c->q_off;
   a.causal = plan->causal;
@@ -248,8 +295,18 @@ int cp_cuda_attention(const cp_cuda_attn_call *c) {
       (rc = dev_put(&dl, &a.q_far, c->q_far, qn * sizeof(float), c->bf16)) ||
       (rc = dev_put(&dl, &a.k, c->k, kn * sizeof(float), c->bf16)) ||
       (rc = dev_put(&dl, &a.v, c->v, kn * sizeof(float), c->bf16)) ||
-      (rc = dev_put(&dl, &a.k_raw, c->q_far ? c->k_raw : NULL, kn * sizeof(float), c->bf16)))
+      (rc = dev_put(&dl, &a.k_raw, c->q_far || (topk && c->q_topk) ? c->k_raw : NULL, kn * sizeof(float), c->bf16)))
     goto done;
+  if (topk) {
+    a.topk_k = plan->k;
+    if ((rc = dev_put(&dl, &a.q_topk, c->q_topk, qn * sizeof(float), c->bf16))) goto done;
+    if ((rc = dev_put(&dl, &p, tkr, (size_t)n_q * 2 * sizeof *tkr, false))) goto done;
+    a.topk_rows = p;
+    if ((rc = dev_put(&dl, &p, tkt, (size_t)n_tiles * 2 * sizeof *tkt, false))) goto done;
+    a.topk_tile = p;
+    if ((rc = dev_put(&dl, &p, tkb, (size_t)c->H * n_q * sizeof *tkb, false))) goto done;
+    a.topk_bias = p;
+  }
   if ((rc = dev_put(&dl, &p, rows, (size_t)n_q * 4 * sizeof *rows, false))) goto done;
   a.row_ranges = p;
   if ((rc = dev_put(&dl, &p, tr, (size_t)n_tiles * 2 * CPCU_MAX_TILE_RANGES * sizeof *tr, false))) goto done;
@@ -290,17 +347,17 @@ int cp_cuda_attention(const cp_cuda_attn_call *c) {
       (rc = dev_out(&dl, &a.row_lstd, c->row_lstd, sn * sizeof(float))))
     goto done;
 
-  if (cpcu_attention(&a, c->bench_reps, c->bench_ms, why, sizeof why)) {
+  if (be->attention(&a, c->bench_reps, c->bench_ms, why, sizeof why)) {
     rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
     goto done;
   }
-  if (cpcu_download(c->out, a.out, qn * sizeof(float), why, sizeof why) ||
-      (c->row_pmax && cpcu_download(c->row_pmax, a.row_pmax, sn * sizeof(float), why, sizeof why)) ||
-      (c->row_ent && cpcu_download(c->row_ent, a.row_ent, sn * sizeof(float), why, sizeof why)) ||
-      (c->row_lstd && cpcu_download(c->row_lstd, a.row_lstd, sn * sizeof(float), why, sizeof why)))
+  if (be->download(c->out, a.out, qn * sizeof(float), why, sizeof why) ||
+      (c->row_pmax && be->download(c->row_pmax, a.row_pmax, sn * sizeof(float), why, sizeof why)) ||
+      (c->row_ent && be->download(c->row_ent, a.row_ent, sn * sizeof(float), why, sizeof why)) ||
+      (c->row_lstd && be->download(c->row_lstd, a.row_lstd, sn * sizeof(float), why, sizeof why)))
     rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
 done:
-  for (int x = 0; x < dl.n; x++) cpcu_free(dl.p[x]);
+  for (int x = 0; x < dl.n; x++) be->release(dl.p[x]);
   free(rows);
   free(tr);
   free(tn);
@@ -309,7 +366,8 @@ done:
   free(dprime);
   free(bucket);
   free(adiv);
+  free(tkr);
+  free(tkt);
+  free(tkb);
   return rc;
 }
-
-#endif

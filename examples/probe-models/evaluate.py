@@ -282,14 +282,23 @@ def write_card(name, mdir):
              "language model for any other use.\n" % (cfg["architectures"][0], cfg["model_type"]))
     L.append("## Training\n")
     L.append("| | |\n|---|---|")
-    L.append("| data | passkey (anchors' format, key at uniform depth) 45%, LongEval line retrieval 35%, copy / filler LM 20% |")
-    L.append("| training length | %d tokens (prompts of 128..246 tokens + answer + eos) |" % tl["train_len"])
+    L.append("| data | passkey (anchors' format, key at uniform depth) 60%, LongEval line retrieval 30%, copy / filler LM 10% |")
+    L.append("| training length | %d tokens (prompts of 32..246 tokens + answer + eos) |" % tl["train_len"])
     L.append("| parameters | %d (float32, %s) |" % (tl["params"], "model.safetensors" + (" and pytorch_model.bin" if name == "alibi-probe" else "")))
-    L.append("| steps x batch | %d x %d, AdamW lr %g (warmup + cosine) |" % (tl["steps"], tl["batch"], tl["lr"]))
+    chain = []
+    t = tl
+    while t:
+        chain.insert(0, t)
+        t = t.get("previous")
+    L.append("| steps x batch | %s (total %d), AdamW (warmup + cosine per run) |" % (
+        " then ".join("%d x %d at lr %g" % (t["steps"], t["batch"], t["lr"]) for t in chain),
+        tl.get("steps_total", tl["steps"])))
     L.append("| seed | %d |" % tl["seed"])
-    L.append("| device / time | %s, torch %s, %.0f s |" % (tl["device"], tl["torch"], tl["wall_s"]))
+    L.append("| device / time | %s, torch %s, %.0f s in all (%s) |" % (
+        tl["device"], tl["torch"], tl.get("wall_s_total", tl["wall_s"]),
+        " + ".join("%.0f s" % t["wall_s"] for t in chain)))
     L.append("| final training loss (EMA) | %.4f |" % tl["final_loss_ema"])
-    L.append("| command | `%s` |" % tl["command"])
+    L.append("| commands (in order) | %s |" % "; ".join("`%s`" % t["command"] for t in chain))
     L.append("")
     L.append("## Retrieval accuracy\n")
     ns = collections.OrderedDict((l, cells[("passkey", l, "none")]["n"]) for l in lengths)

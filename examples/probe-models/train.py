@@ -31,6 +31,8 @@ import nets  # noqa: E402
 from torchref import stio  # noqa: E402
 
 TRAIN_LEN = 256
+MIN_PROMPT = 32                  # prompt lengths uniform in [MIN_PROMPT, TRAIN_LEN - 10]
+MIX = (0.6, 0.3, 0.1)            # passkey, lines, copy
 TOKENIZER = os.path.join(HERE, "tokenizer.json")
 D, LAYERS, HEADS, DFF = 64, 3, 4, 256
 
@@ -88,13 +90,15 @@ def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN):
     padding; answer tokens carry weight 4 in the loss. T5: encoder ids/mask, decoder in/out."""
     samples = []
     for _ in range(n):
-        target = rng.randint(max_len // 2, max_len - 10)
-        s = data.sample(rng, target, tok.encode)
+        target = rng.randint(MIN_PROMPT, max_len - 10)
+        s = data.sample(rng, target, tok.encode, MIX)
         p, a = tok.encode(s["prompt"]), tok.encode(s["answer"]) + [tok.eos_id]
         if not is_t5 and len(p) + len(a) > max_len:
             p = p[len(p) + len(a) - max_len:]
         samples.append((p[-max_len:], a))
+    # pad to the longest sample of the batch (short samples make cheap steps)
     if is_t5:
+        max_len = max(len(p) for p, _ in samples)
         Ta = max(len(a) for _, a in samples) + 1
         enc = torch.zeros(n, max_len, dtype=torch.long)
         din = torch.zeros(n, Ta, dtype=torch.long)
@@ -104,6 +108,7 @@ def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN):
             din[b, 1:len(a)] = torch.tensor(a[:-1])     # decoder_start 0, then the answer
             dout[b, :len(a)] = torch.tensor(a)
         return enc.to(dev), (enc != 0).to(dev), din.to(dev), dout.to(dev)
+    max_len = max(len(p) + len(a) for p, a in samples)
     ids = torch.zeros(n, max_len, dtype=torch.long)
     tgt = torch.full((n, max_len), -100, dtype=torch.long)
     wt = torch.zeros(n, max_len)
@@ -163,6 +168,8 @@ def main():
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--resume", default=None,
+                    help="start from the weights of this saved probe folder (fresh optimizer and schedule)")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="stop early (and save) after this many seconds; the steps done are recorded")
     a = ap.parse_args()
@@ -174,7 +181,15 @@ def main():
         raise SystemExit("run bpe.py --out %s first" % TOKENIZER)
     tok = bpe.Tokenizer(TOKENIZER)
     cfg = configs(len(tok.vocab))[a.model]
-    net = build(a.model, cfg, a.seed).to(dev)
+    net = build(a.model, cfg, a.seed)
+    prior = None
+    if a.resume:
+        _, sd = stio.read_safetensors(os.path.join(a.resume, "model.safetensors"))
+        net.load(sd)
+        with open(os.path.join(a.resume, "train_log.json")) as f:
+            prior = json.load(f)
+        rng_seed = a.seed + 1 + prior.get("steps_total", prior["steps"])   # fresh data stream
+    net = net.to(dev)
     is_t5 = a.model == "t5-probe"
     decay = [q for k, q in sorted(net.p.items()) if q.dim() >= 2]
     nodecay = [q for k, q in sorted(net.p.items()) if q.dim() < 2]
@@ -182,7 +197,7 @@ def main():
                              {"params": nodecay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.98))
     warm = max(1, steps // 20)
     sched = lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-    rng = random.Random(a.seed)
+    rng = random.Random(rng_seed if a.resume else a.seed)
     t0 = time.time()
     ema = None
     log = []
@@ -214,8 +229,14 @@ def main():
         ("device", dev if dev == "cpu" else torch.cuda.get_device_name(0)),
         ("torch", torch.__version__), ("wall_s", round(wall, 1)), ("params", net.n_params()),
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
-        ("command", "python3 examples/probe-models/train.py --model %s --steps %d --seed %d" % (a.model, steps, a.seed)
-                    + (" --time-limit %g" % a.time_limit if a.time_limit else ""))])
+        ("command", "python3 examples/probe-models/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
+            a.model, steps, a.batch, a.lr, a.seed)
+            + (" --time-limit %g" % a.time_limit if a.time_limit else "")
+            + (" --resume %s" % a.resume if a.resume else ""))])
+    meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)
+    meta["wall_s_total"] = round(wall + (prior.get("wall_s_total", prior["wall_s"]) if prior else 0), 1)
+    if prior:
+        meta["previous"] = prior
     save(a.model, net, cfg, out, meta)
     print("saved %s (%d params, %.0fs)" % (out, net.n_params(), wall))
 

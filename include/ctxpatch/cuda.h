@@ -7,9 +7,8 @@
  * stays the oracle: every rule decision is resolved on the host through ctxpatch/rule.h and only
  * the resolved numbers reach the device.
  *
- * Not yet on the device: top-k middle tokens (a call whose rows would get top-k additions is
- * refused with CP_EUNSUPPORTED) and the full `--device cuda` engine (weights on the device,
- * cuBLAS projections).
+ * Not yet on the device: the full `--device cuda` engine (weights on the device, cuBLAS
+ * projections). Top-k middle tokens run on the device for k <= 64 (larger k: CP_EUNSUPPORTED).
  */
 #ifndef CTXPATCH_CUDA_H
 #define CTXPATCH_CUDA_H
@@ -43,7 +42,8 @@ typedef struct {
   const float *q;      /* [n_q, H*dh] */
   const float *q_far;  /* RoPE with a ceiling (causal only): q rotated by the clamped distance; else NULL */
   const float *k, *v;  /* [n_keys, Hkv*dh] */
-  const float *k_raw;  /* [n_keys, Hkv*dh] unrotated keys, required with q_far */
+  const float *q_topk; /* RoPE with top_k: q rotated by the top-k distance (against k_raw); else NULL */
+  const float *k_raw;  /* [n_keys, Hkv*dh] unrotated keys, required with q_far or q_topk */
 
   cp_cuda_pos pos;
   const float *t5_table;   /* T5: [num_buckets, H] */
@@ -63,8 +63,8 @@ typedef struct {
  * CUDA, no driver, no device), otherwise true and the device's name and compute capability. */
 bool cp_cuda_available(char *why, size_t n);
 
-/* Runs one call on device 0. 0, or CP_EUNSUPPORTED (built without CUDA; top-k rows; dh or table
- * sizes beyond the kernel's limits), CP_EARG (inconsistent call), CP_ECUDA (runtime failure),
+/* Runs one call on device 0. 0, or CP_EUNSUPPORTED (built without CUDA; top-k with k > 64; dh or
+ * table sizes beyond the kernel's limits), CP_EARG (inconsistent call), CP_ECUDA (runtime failure),
  * CP_ENOMEM, each with a one-line message. */
 int cp_cuda_attention(const cp_cuda_attn_call *c);
 

@@ -16,13 +16,19 @@
  * row's divisor, FIRE's MLP on psi(d') / psi(max(L, i)) (psi of the block's distances staged
  * in shared memory, the head's MLP in shared memory). RoPE under a ceiling scores far pairs
  * with the query rotated to the clamped distance against the unrotated key (decision 6).
+ * Top-k middle tokens (decision 7) are a second pass over the tile's Lambda-hidden keys after the
+ * visible ones, keeping each row's k best in shared memory, then folded into the same softmax.
  *
  * Arithmetic is fp32 FMA on the SIMT cores (inputs float or bfloat16, fp32 accumulation). It is
  * the correctness baseline of the backend; a tensor-core (wgmma) version is future work. */
 #include "verify/cuda/attention_cuda.h"
 
+#ifndef CPCU_EMULATE /* tests/cuda_emulate.cpp compiles the kernel for the host with its own shim */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#define CPCU_SMEM_DECL extern __shared__ __align__(16) unsigned char smem[];
+#define CPCU_UNROLL _Pragma("unroll")
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -37,12 +43,12 @@ __device__ __forceinline__ float ldv(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ldv(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 
 struct smem_layout {
-  size_t psi, ks, vs, kr, t5, fw1, fb1, fw2, total; /* byte offsets */
+  size_t psi, ks, vs, kr, t5, fw1, fb1, fw2, tkv, tkj, tkn, total; /* byte offsets */
 };
 
 __host__ __device__ inline size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-__host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, int nb, int fw) {
+__host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, int nb, int fw, int topk) {
   smem_layout L;
   size_t o = 0;
   L.psi = o, o = align16(o + (size_t)(bm + BN) * sizeof(double));
@@ -54,6 +60,9 @@ __host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, i
   L.fw1 = o, o = align16(o + (size_t)fw * sizeof(float));
   L.fb1 = o, o = align16(o + (size_t)fw * sizeof(float));
   L.fw2 = o, o = align16(o + (size_t)fw * sizeof(float));
+  L.tkv = o, o = align16(o + (size_t)bm * topk * sizeof(float));
+  L.tkj = o, o = align16(o + (size_t)bm * topk * sizeof(int));
+  L.tkn = o, o = align16(o + (size_t)(topk ? bm : 0) * sizeof(int));
   L.total = o;
   return L;
 }
@@ -64,10 +73,11 @@ __device__ __forceinline__ double fire_psi(double c, double x) { return log(c * 
 template <typename T, int MAXD, int TPR>
 __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   constexpr int BM = NT / TPR, SL = MAXD / TPR;
-  extern __shared__ __align__(16) unsigned char smem[];
+  CPCU_SMEM_DECL
   const bool far = a.q_far != nullptr;
   const int nb = a.pos == CPCU_POS_T5 ? a.t5_nb : 0, fw = a.pos == CPCU_POS_FIRE ? a.fire_width : 0;
-  const smem_layout L = make_layout(MAXD, BM, far, nb, fw);
+  const int topk = a.topk_k;
+  const smem_layout L = make_layout(MAXD, BM, far, nb, fw, topk);
   double *psi = reinterpret_cast<double *>(smem + L.psi);
   float *Ks = reinterpret_cast<float *>(smem + L.ks);
   float *Vs = reinterpret_cast<float *>(smem + L.vs);
@@ -76,6 +86,9 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   float *fw1 = reinterpret_cast<float *>(smem + L.fw1);
   float *fb1 = reinterpret_cast<float *>(smem + L.fb1);
   float *fw2 = reinterpret_cast<float *>(smem + L.fw2);
+  float *tkv = reinterpret_cast<float *>(smem + L.tkv);
+  int *tkj = reinterpret_cast<int *>(smem + L.tkj);
+  int *tkn = reinterpret_cast<int *>(smem + L.tkn);
 
   const int tile = blockIdx.x, h = blockIdx.y;
   const int tid = threadIdx.x, r = tid / TPR, tl = tid % TPR;
@@ -98,7 +111,7 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   }
 
   float qv[SL], qf[SL], acc[SL];
-#pragma unroll
+CPCU_UNROLL
   for (int x = 0; x < SL; x++) {
     const int e = tl + TPR * x;
     const bool in = valid && e < dh;
@@ -150,16 +163,16 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
       __syncthreads();
 
       float s[BN];
-#pragma unroll
+CPCU_UNROLL
       for (int kk = 0; kk < BN; kk++) {
         float p = 0.0f, pf = 0.0f;
-#pragma unroll
+CPCU_UNROLL
         for (int x = 0; x < SL; x++) p = fmaf(qv[x], Ks[kk * MAXD + tl + TPR * x], p);
         if (far) {
-#pragma unroll
+CPCU_UNROLL
           for (int x = 0; x < SL; x++) pf = fmaf(qf[x], Kr[kk * MAXD + tl + TPR * x], pf);
         }
-#pragma unroll
+CPCU_UNROLL
         for (int o = TPR / 2; o > 0; o >>= 1) {
           p += __shfl_xor_sync(FULL, p, o);
           if (far) pf += __shfl_xor_sync(FULL, pf, o);
@@ -201,7 +214,7 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
       }
 
       float mb = -INFINITY;
-#pragma unroll
+CPCU_UNROLL
       for (int kk = 0; kk < BN; kk++) mb = fmaxf(mb, s[kk]);
       if (mb != -INFINITY) {
         const float m_new = fmaxf(m, mb);
@@ -215,16 +228,98 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
           t = 0.0f, l = 0.0f;
         }
         m = m_new;
-#pragma unroll
+CPCU_UNROLL
         for (int x = 0; x < SL; x++) acc[x] *= alpha;
-#pragma unroll
+CPCU_UNROLL
         for (int kk = 0; kk < BN; kk++) {
           if (s[kk] == -INFINITY) continue;
           const float pk = expf(s[kk] - m_new);
           l += pk;
           t = fmaf(pk, s[kk] - m_new, t);
-#pragma unroll
+CPCU_UNROLL
           for (int x = 0; x < SL; x++) acc[x] = fmaf(pk, Vs[kk * MAXD + tl + TPR * x], acc[x]);
+        }
+      }
+    }
+  }
+
+  /* Top-k middle keys (decision 7): logits at the top-k distance over the row's Lambda-hidden
+   * keys; lane 0 of each row keeps its k best in shared memory, sorted by value descending then
+   * key ascending (ties go to the smaller j, and keys arrive in ascending order); then they are
+   * folded into the row's online softmax. */
+  const int tklo = topk ? a.topk_tile[2 * tile] : 0, tkhi = topk ? a.topk_tile[2 * tile + 1] : 0;
+  if (tklo < tkhi) { /* uniform over the block */
+    const T *qt = a.q_topk ? static_cast<const T *>(a.q_topk) : q;
+    const T *kt = a.q_topk ? kraw : k;
+    int hlo = 0, hhi = 0;
+    float tb = 0.0f;
+    if (valid) hlo = a.topk_rows[2 * row], hhi = a.topk_rows[2 * row + 1], tb = a.topk_bias[(size_t)h * a.n_q + row];
+    CPCU_UNROLL
+    for (int x = 0; x < SL; x++) {
+      const int e = tl + TPR * x;
+      qf[x] = valid && e < dh ? ldv(qt, (size_t)row * ldq + (size_t)h * dh + e) : 0.0f;
+    }
+    if (tl == 0) tkn[r] = 0;
+    float *rv = tkv + (size_t)r * topk;
+    int *rj = tkj + (size_t)r * topk;
+    for (int kb = tklo; kb < tkhi; kb += BN) {
+      const int nk = min(BN, tkhi - kb);
+      __syncthreads();
+      for (int idx = tid; idx < BN * MAXD; idx += NT) {
+        const int kk = idx / MAXD, e = idx % MAXD;
+        Ks[idx] = kk < nk && e < dh ? ldv(kt, (size_t)(kb + kk) * ldk + (size_t)g * dh + e) : 0.0f;
+      }
+      __syncthreads();
+      CPCU_UNROLL
+      for (int kk = 0; kk < BN; kk++) {
+        float p = 0.0f;
+        CPCU_UNROLL
+        for (int x = 0; x < SL; x++) p = fmaf(qf[x], Ks[kk * MAXD + tl + TPR * x], p);
+        CPCU_UNROLL
+        for (int o = TPR / 2; o > 0; o >>= 1) p += __shfl_xor_sync(FULL, p, o);
+        const int j = kb + kk;
+        if (tl == 0 && kk < nk && j >= hlo && j < hhi) {
+          const float val = sc * p + tb;
+          int n = tkn[r];
+          if (n < topk || val > rv[n - 1]) { /* better than the worst kept (a tie keeps the older j) */
+            int pos = n < topk ? n++ : n - 1;
+            while (pos > 0 && val > rv[pos - 1]) rv[pos] = rv[pos - 1], rj[pos] = rj[pos - 1], pos--;
+            rv[pos] = val, rj[pos] = j;
+            tkn[r] = n;
+          }
+        }
+      }
+    }
+    __syncthreads(); /* lane 0's lists are visible to the row's other lanes */
+    const int n = valid ? tkn[r] : 0;
+    if (n > 0) {
+      float mb = -INFINITY;
+      for (int x = 0; x < n; x++) {
+        const float z = rv[x] * it;
+        mb = fmaxf(mb, z);
+        if (stats_lstd) ls += z, lq += (double)z * z, ln++;
+      }
+      const float m_new = fmaxf(m, mb);
+      float alpha = 1.0f;
+      if (l > 0.0f) {
+        alpha = expf(m - m_new);
+        t = alpha * (t + (m - m_new) * l);
+        l *= alpha;
+      } else {
+        t = 0.0f, l = 0.0f;
+      }
+      m = m_new;
+      CPCU_UNROLL
+      for (int x = 0; x < SL; x++) acc[x] *= alpha;
+      for (int y = 0; y < n; y++) {
+        const float z = rv[y] * it, pk = expf(z - m_new);
+        l += pk;
+        t = fmaf(pk, z - m_new, t);
+        const size_t vo = (size_t)rj[y] * ldk + (size_t)g * dh;
+        CPCU_UNROLL
+        for (int x = 0; x < SL; x++) {
+          const int e = tl + TPR * x;
+          if (e < dh) acc[x] = fmaf(pk, ldv(v, vo + e), acc[x]);
         }
       }
     }
@@ -232,7 +327,7 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
 
   if (!valid) return;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
+CPCU_UNROLL
   for (int x = 0; x < SL; x++) {
     const int e = tl + TPR * x;
     if (e < dh) a.out[(size_t)row * ldq + (size_t)h * dh + e] = acc[x] * inv;
@@ -248,6 +343,11 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   }
 }
 
+inline int tile_rows_for(int dh) { return dh <= 128 ? NT / 4 : NT / 8; } /* BM of dispatch() */
+
+#ifdef CPCU_EMULATE
+} // namespace
+#else
 int fail(cudaError_t err, const char *what, char *why, size_t n) {
   if (why && n) snprintf(why, n, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
   return -1;
@@ -257,7 +357,7 @@ template <typename T, int MAXD, int TPR>
 int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
   constexpr int BM = NT / TPR;
   const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CPCU_POS_T5 ? a->t5_nb : 0,
-                                    a->pos == CPCU_POS_FIRE ? a->fire_width : 0);
+                                    a->pos == CPCU_POS_FIRE ? a->fire_width : 0, a->topk_k);
   cudaError_t err = cudaFuncSetAttribute(attn_kernel<T, MAXD, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)L.total);
   if (err != cudaSuccess) return fail(err, "cuda attention: shared memory limit", why, n);
@@ -314,7 +414,7 @@ extern "C" int cpcu_device_name(char *name, size_t name_n, int *cc_major, int *c
   return 0;
 }
 
-extern "C" int cpcu_tile_rows(int dh) { return dh <= 128 ? NT / 4 : NT / 8; }
+extern "C" int cpcu_tile_rows(int dh) { return tile_rows_for(dh); }
 
 extern "C" int cpcu_attention(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
   if (a->n_q == 0) return 0;
@@ -346,3 +446,5 @@ extern "C" int cpcu_download(void *dst, const void *src, size_t bytes, char *why
   cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
   return err == cudaSuccess ? 0 : fail(err, "cudaMemcpy to host", why, n);
 }
+
+#endif /* CPCU_EMULATE */

@@ -25,7 +25,8 @@ enum {
   CPCU_MAX_DH = 256,          /* head dims 1 .. 256 */
   CPCU_MAX_TILE_RANGES = 4,   /* key ranges per query tile (a superset is always safe) */
   CPCU_T5_MAX_BUCKETS = 1024, /* per-head T5 table held in shared memory */
-  CPCU_FIRE_MAX_WIDTH = 128   /* FIRE MLP hidden width held in shared memory */
+  CPCU_FIRE_MAX_WIDTH = 128,  /* FIRE MLP hidden width held in shared memory */
+  CPCU_TOPK_MAX = 64          /* top-k middle tokens per row, kept in shared memory */
 };
 
 typedef struct {
@@ -60,6 +61,13 @@ typedef struct {
   int fire_width;
   double fire_c, fire_L;
 
+  /* top-k middle tokens (decision 7): 0, or k for calls with top-k rows */
+  int topk_k;
+  const void *q_topk;        /* [n_q, H*dh] RoPE: q rotated by the top-k distance (against k_raw); or NULL */
+  const int *topk_rows;      /* [n_q, 2]: the row's Lambda-hidden keys [lo, hi) when it gets top-k, else empty */
+  const int *topk_tile;      /* [n_tiles, 2]: the union of its rows' hidden ranges */
+  const float *topk_bias;    /* [H, n_q]: positional term at the top-k distance */
+
   float *out;                          /* [n_q, H*dh] */
   float *row_pmax, *row_ent, *row_lstd; /* [H, n_q] each, or NULL */
 } cpcu_attn_args;
@@ -78,6 +86,18 @@ int cpcu_malloc(void **p, size_t bytes, char *why, size_t n);
 void cpcu_free(void *p); /* NULL is fine */
 int cpcu_upload(void *dst, const void *src, size_t bytes, char *why, size_t n);
 int cpcu_download(void *dst, const void *src, size_t bytes, char *why, size_t n);
+
+/* Where cp_cuda_attention's host side sends the resolved call: the CUDA runtime above, or
+ * tests/cuda_emulate.cpp, which runs the same kernel source on host threads so that CI without a
+ * GPU still checks the kernel's logic against the CPU engine (tests/test_cuda_emulated.c). */
+typedef struct {
+  int (*tile_rows)(int dh);
+  int (*attention)(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n);
+  int (*alloc)(void **p, size_t bytes, char *why, size_t n);
+  void (*release)(void *p);
+  int (*upload)(void *dst, const void *src, size_t bytes, char *why, size_t n);
+  int (*download)(void *dst, const void *src, size_t bytes, char *why, size_t n);
+} cpcu_backend;
 
 #ifdef __cplusplus
 }
