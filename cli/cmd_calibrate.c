@@ -211,8 +211,9 @@ int cmd_calibrate(int argc, char **argv) {
   if (!cli_parse_lengths(cmd, lengths_text, &lengths, &n_lengths)) return CLI_USAGE;
   for (int i = 0; train_len && i < n_lengths; i++)
     if ((unsigned long long)lengths[i] <= train_len) {
+      long long bad = (long long)lengths[i];
       free(lengths);
-      return cli_usage_error(cmd, "length %lld is not longer than --train-len %llu", (long long)lengths[i], train_len);
+      return cli_usage_error(cmd, "length %lld is not longer than --train-len %llu", bad, train_len);
     }
   p.train_len = (int64_t)train_len;
   p.per_layer = per_layer;

@@ -78,7 +78,7 @@ fi
 # the seed's findings on the trained probe models, where present: tau falls with the length,
 # entropy tau <= P_max tau (training length 256 from their configs; the models checked to show
 # them, docs/calibration.md)
-for pm in "$src"/examples/probe-models/{t5-probe,rope-probe}; do
+for pm in "$src"/examples/probe-models/{t5-probe,alibi-probe,rope-probe}; do
   [ -f "$pm/model.safetensors" ] && [ -f "$pm/config.json" ] || continue
   cp "$src/examples/probe-models/tokenizer.json" "$work/probe-tok.json" 2>/dev/null
   tokarg=(); [ -f "$pm/tokenizer.json" ] || tokarg=(--tokenizer "$work/probe-tok.json")

@@ -282,8 +282,8 @@ def write_card(name, mdir):
              "language model for any other use.\n" % (cfg["architectures"][0], cfg["model_type"]))
     L.append("## Training\n")
     L.append("| | |\n|---|---|")
-    L.append("| data | passkey (anchors' format, key at uniform depth) 60%, LongEval line retrieval 30%, copy / filler LM 10% |")
-    L.append("| training length | %d tokens (prompts of 32..246 tokens + answer + eos) |" % tl["train_len"])
+    L.append("| data | passkey (anchors' format, key at uniform depth), LongEval line retrieval, copy / filler LM, mixed as each run's `--mix` (fractions; see the replay row) |")
+    L.append("| training length | %d tokens (prompts of `--min-prompt`..246 tokens + answer + eos) |" % tl["train_len"])
     L.append("| parameters | %d (float32, %s) |" % (tl["params"], "model.safetensors" + (" and pytorch_model.bin" if name == "alibi-probe" else "")))
     chain = []
     t = tl
@@ -298,7 +298,8 @@ def write_card(name, mdir):
         tl["device"], tl["torch"], tl.get("wall_s_total", tl["wall_s"]),
         " + ".join("%.0f s" % t["wall_s"] for t in chain)))
     L.append("| final training loss (EMA) | %.4f |" % tl["final_loss_ema"])
-    L.append("| commands (in order) | %s |" % "; ".join("`%s`" % t["command"] for t in chain))
+    L.append("| commands as run (in order) | %s |" % "; ".join("`%s`" % t["command"] for t in chain))
+    L.append("| exact replay (in order) | %s |" % "; ".join("`%s`" % t.get("replay", t["command"]) for t in chain))
     L.append("")
     L.append("## Retrieval accuracy\n")
     ns = collections.OrderedDict((l, cells[("passkey", l, "none")]["n"]) for l in lengths)
@@ -306,6 +307,13 @@ def write_card(name, mdir):
              "prompt = length - 8 tokens; greedy, <= 10 new tokens. "
              "Passkey: first integer of the output equals the key; lines: last integer equals the value. "
              "Patch: %s.\n" % (", ".join("%d: %d" % kv for kv in ns.items()), patch_desc))
+    missing = [TRAIN_LEN * k for k in MULTS if TRAIN_LEN * k not in lengths]
+    if missing:
+        L.append("Not evaluated (CPU time): lengths %s.\n" % ", ".join(map(str, missing)))
+    if any(v < 100 for v in ns.values()):
+        L.append("Fewer than the intended 100 samples in some cells: the evaluation ran on 2 shared CPU "
+                 "cores within the time available; rerun `evaluate.py --n 100` (no `--n-long`) for the "
+                 "full tables. With n = 10 or 20 one sample is 10 or 5 points.\n")
     L.append("Measured with PyTorch by `evaluate.py` (engine `%s` on %s: the float32 batched modules of "
              "nets.py, whose forward equals the float64 reference tests/reference/torchref on these "
              "weights, see check.py)." % (ev["engine"], ev["device"]))

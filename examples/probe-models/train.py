@@ -85,13 +85,13 @@ def build(name, cfg, seed):
     return nets.LlamaNet(cfg, seed, "rope" if name == "rope-probe" else "fire")
 
 
-def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN):
+def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None):
     """Decoder-only: ids [n, max_len] = prompt + answer + eos, right-padded; targets with -100 at
     padding; answer tokens carry weight 4 in the loss. T5: encoder ids/mask, decoder in/out."""
     samples = []
     for _ in range(n):
-        target = rng.randint(MIN_PROMPT, max_len - 10)
-        s = data.sample(rng, target, tok.encode, MIX)
+        target = rng.randint(min_prompt or MIN_PROMPT, max_len - 10)
+        s = data.sample(rng, target, tok.encode, mix or MIX)
         p, a = tok.encode(s["prompt"]), tok.encode(s["answer"]) + [tok.eos_id]
         if not is_t5 and len(p) + len(a) > max_len:
             p = p[len(p) + len(a) - max_len:]
@@ -168,6 +168,10 @@ def main():
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="stop after this many steps of the --steps schedule (replays a --time-limit run)")
+    ap.add_argument("--mix", default=",".join(map(str, MIX)), help="passkey,lines,copy fractions")
+    ap.add_argument("--min-prompt", type=int, default=MIN_PROMPT)
     ap.add_argument("--resume", default=None,
                     help="start from the weights of this saved probe folder (fresh optimizer and schedule)")
     ap.add_argument("--time-limit", type=float, default=None,
@@ -176,6 +180,7 @@ def main():
     torch.set_num_threads(a.threads)
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     steps = a.steps or DEFAULT_STEPS[a.model]
+    mix = tuple(float(x) for x in a.mix.split(","))
     torch.manual_seed(a.seed)
     if not os.path.exists(TOKENIZER):
         raise SystemExit("run bpe.py --out %s first" % TOKENIZER)
@@ -204,14 +209,15 @@ def main():
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = a.lr * sched(step)
-        batch = make_batch(rng, tok, a.batch, is_t5, dev)
+        batch = make_batch(rng, tok, a.batch, is_t5, dev, mix=mix, min_prompt=a.min_prompt)
         loss = loss_of(net, batch, is_t5)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.params(), 1.0)
         opt.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        stop = a.time_limit is not None and time.time() - t0 > a.time_limit
+        stop = (a.time_limit is not None and time.time() - t0 > a.time_limit) or \
+            (a.stop_after is not None and step + 1 >= a.stop_after)
         if step % 100 == 0 or step == steps - 1 or stop:
             msg = "step %d loss %.4f ema %.4f %.1fs" % (step, loss.item(), ema, time.time() - t0)
             print(msg, flush=True)
@@ -231,8 +237,13 @@ def main():
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
         ("command", "python3 examples/probe-models/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
             a.model, steps, a.batch, a.lr, a.seed)
+            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt)
             + (" --time-limit %g" % a.time_limit if a.time_limit else "")
             + (" --resume %s" % a.resume if a.resume else ""))])
+    # the exact replay of this run, whatever stopped it
+    meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d --threads %d%s" % (
+        a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, a.threads,
+        " --resume examples/probe-models/%s" % a.model if a.resume else "")
     meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)
     meta["wall_s_total"] = round(wall + (prior.get("wall_s_total", prior["wall_s"]) if prior else 0), 1)
     if prior:
