@@ -16,7 +16,7 @@ model=${1:-examples/probe-models/t5-probe}
 out=${2:-out/t5-probe-patched}
 target=1024
 mkdir -p "$(dirname "$out")"
-./build/ctxpatch inspect "$model" | head -8
+./build/ctxpatch inspect "$model" --json >/dev/null && echo "inspected $model"
 ./build/ctxpatch calibrate "$model" --method all --lengths 512,$target,2048 --samples 4
 ./build/ctxpatch patch "$model" "$out" --method temperature --calibrate pmax --target-len $target \
   --verify passkey --lengths 256,$target --depths 0:1:5 --samples 4 --force
