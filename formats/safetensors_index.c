@@ -4,6 +4,7 @@
 #include "ctxpatch/io.h"
 #include "ctxpatch/json.h"
 #include "ctxpatch/safetensors.h"
+#include "ctxpatch/strbuf.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -99,47 +100,22 @@ static bool safe_file_name(const char *s) {
   return s[0] != '\0' && strcmp(s, ".") != 0 && !strchr(s, '/') && !strchr(s, '\\') && !strstr(s, "..");
 }
 
-typedef struct {
-  char *s;
-  size_t len, cap;
-  bool oom;
-} tbuf;
-
-static void tb_put(tbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
-    b->cap = cap;
-  }
-  memcpy(b->s + b->len, s, n);
-  b->len += n;
-  b->s[b->len] = '\0';
-}
-
-static void tb_str(tbuf *b, const char *s) { tb_put(b, s, strlen(s)); }
 
 /* JSON string as Python's json.dumps (ensure_ascii=True) writes it. `s` is valid UTF-8. */
-static void tb_py_string(tbuf *b, const char *str) {
+static void tb_py_string(cp_strbuf *b, const char *str) {
   const unsigned char *s = (const unsigned char *)str;
   char esc[16];
-  tb_put(b, "\"", 1);
+  cp_strbuf_put(b, "\"", 1);
   while (*s) {
     unsigned c = *s;
-    if (c == '"') tb_put(b, "\\\"", 2), s++;
-    else if (c == '\\') tb_put(b, "\\\\", 2), s++;
-    else if (c == '\n') tb_put(b, "\\n", 2), s++;
-    else if (c == '\r') tb_put(b, "\\r", 2), s++;
-    else if (c == '\t') tb_put(b, "\\t", 2), s++;
-    else if (c == '\b') tb_put(b, "\\b", 2), s++;
-    else if (c == '\f') tb_put(b, "\\f", 2), s++;
-    else if (c >= 0x20 && c < 0x7f) tb_put(b, (const char *)s, 1), s++;
+    if (c == '"') cp_strbuf_put(b, "\\\"", 2), s++;
+    else if (c == '\\') cp_strbuf_put(b, "\\\\", 2), s++;
+    else if (c == '\n') cp_strbuf_put(b, "\\n", 2), s++;
+    else if (c == '\r') cp_strbuf_put(b, "\\r", 2), s++;
+    else if (c == '\t') cp_strbuf_put(b, "\\t", 2), s++;
+    else if (c == '\b') cp_strbuf_put(b, "\\b", 2), s++;
+    else if (c == '\f') cp_strbuf_put(b, "\\f", 2), s++;
+    else if (c >= 0x20 && c < 0x7f) cp_strbuf_put(b, (const char *)s, 1), s++;
     else {
       uint32_t cp;
       size_t len;
@@ -152,14 +128,14 @@ static void tb_py_string(tbuf *b, const char *str) {
       if (cp >= 0x10000) {
         cp -= 0x10000;
         snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
-        tb_put(b, esc, 12);
+        cp_strbuf_put(b, esc, 12);
       } else {
         snprintf(esc, sizeof esc, "\\u%04x", cp);
-        tb_put(b, esc, 6);
+        cp_strbuf_put(b, esc, 6);
       }
     }
   }
-  tb_put(b, "\"", 1);
+  cp_strbuf_put(b, "\"", 1);
 }
 
 typedef struct {
@@ -171,7 +147,7 @@ static int cmp_pair(const void *a, const void *b) { return strcmp(((const pair *
 int cp_st_index_write(const char *path, uint64_t total_size, const char *const *names, const char *const *files,
                       size_t n) {
   int rc = 0;
-  tbuf b = {0};
+  cp_strbuf b = {0};
   cp_atomic_file *af = NULL;
   pair *p = n ? malloc(n * sizeof *p) : NULL;
   if (n && !p) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
@@ -196,23 +172,23 @@ int cp_st_index_write(const char *path, uint64_t total_size, const char *const *
   }
   char num[32];
   snprintf(num, sizeof num, "%" PRIu64, total_size);
-  tb_str(&b, "{\n  \"metadata\": {\n    \"total_size\": ");
-  tb_str(&b, num);
-  tb_str(&b, "\n  },\n  \"weight_map\": ");
+  cp_strbuf_str(&b, "{\n  \"metadata\": {\n    \"total_size\": ");
+  cp_strbuf_str(&b, num);
+  cp_strbuf_str(&b, "\n  },\n  \"weight_map\": ");
   if (n == 0) {
-    tb_str(&b, "{}");
+    cp_strbuf_str(&b, "{}");
   } else {
-    tb_str(&b, "{\n");
+    cp_strbuf_str(&b, "{\n");
     for (size_t i = 0; i < n; i++) {
-      tb_str(&b, "    ");
+      cp_strbuf_str(&b, "    ");
       tb_py_string(&b, p[i].name);
-      tb_str(&b, ": ");
+      cp_strbuf_str(&b, ": ");
       tb_py_string(&b, p[i].file);
-      tb_str(&b, i + 1 < n ? ",\n" : "\n");
+      cp_strbuf_str(&b, i + 1 < n ? ",\n" : "\n");
     }
-    tb_str(&b, "  }");
+    cp_strbuf_str(&b, "  }");
   }
-  tb_str(&b, "\n}\n");
+  cp_strbuf_str(&b, "\n}\n");
   if (b.oom) {
     rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
     goto done;

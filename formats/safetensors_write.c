@@ -4,6 +4,7 @@
 #include "ctxpatch/error.h"
 #include "ctxpatch/io.h"
 #include "ctxpatch/safetensors.h"
+#include "ctxpatch/strbuf.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -30,61 +31,36 @@ struct cp_st_writer {
  * Growable text buffer
  * ------------------------------------------------------------------------------------------- */
 
-typedef struct {
-  char *s;
-  size_t len, cap;
-  bool oom;
-} sbuf;
 
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
-    b->cap = cap;
-  }
-  memcpy(b->s + b->len, s, n);
-  b->len += n;
-  b->s[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_u64(sbuf *b, uint64_t v) {
+static void sb_u64(cp_strbuf *b, uint64_t v) {
   char t[24];
   int n = snprintf(t, sizeof t, "%" PRIu64, v);
-  sb_put(b, t, (size_t)n);
+  cp_strbuf_put(b, t, (size_t)n);
 }
 
 /* JSON string as serde_json writes it: escapes '"', '\\' and control characters, keeps UTF-8. */
-static void sb_json_string(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
+static void sb_json_string(cp_strbuf *b, const char *s) {
+  cp_strbuf_put(b, "\"", 1);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     char esc[8];
     switch (*p) {
-    case '"': sb_put(b, "\\\"", 2); break;
-    case '\\': sb_put(b, "\\\\", 2); break;
-    case '\b': sb_put(b, "\\b", 2); break;
-    case '\f': sb_put(b, "\\f", 2); break;
-    case '\n': sb_put(b, "\\n", 2); break;
-    case '\r': sb_put(b, "\\r", 2); break;
-    case '\t': sb_put(b, "\\t", 2); break;
+    case '"': cp_strbuf_put(b, "\\\"", 2); break;
+    case '\\': cp_strbuf_put(b, "\\\\", 2); break;
+    case '\b': cp_strbuf_put(b, "\\b", 2); break;
+    case '\f': cp_strbuf_put(b, "\\f", 2); break;
+    case '\n': cp_strbuf_put(b, "\\n", 2); break;
+    case '\r': cp_strbuf_put(b, "\\r", 2); break;
+    case '\t': cp_strbuf_put(b, "\\t", 2); break;
     default:
       if (*p < 0x20) {
         snprintf(esc, sizeof esc, "\\u%04x", *p);
-        sb_put(b, esc, 6);
+        cp_strbuf_put(b, esc, 6);
       } else {
-        sb_put(b, (const char *)p, 1);
+        cp_strbuf_put(b, (const char *)p, 1);
       }
     }
   }
-  sb_put(b, "\"", 1);
+  cp_strbuf_put(b, "\"", 1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -153,41 +129,41 @@ void cp_st_writer_abort(cp_st_writer *w) {
 }
 
 /* Builds the header text (padded) for tensors in file order `s[0..n)` and metadata `m[0..nm)`. */
-static int build_header(sbuf *h, const char *path, const cp_tensor *tensors, const slot *s, size_t n,
+static int build_header(cp_strbuf *h, const char *path, const cp_tensor *tensors, const slot *s, size_t n,
                         const kv *m, size_t nm, uint64_t *ends, uint64_t *total) {
-  sb_str(h, "{\"__metadata__\":{");
+  cp_strbuf_str(h, "{\"__metadata__\":{");
   for (size_t i = 0; i < nm; i++) {
-    if (i) sb_str(h, ",");
+    if (i) cp_strbuf_str(h, ",");
     sb_json_string(h, m[i].key);
-    sb_str(h, ":");
+    cp_strbuf_str(h, ":");
     sb_json_string(h, m[i].value);
   }
-  sb_str(h, "}");
+  cp_strbuf_str(h, "}");
   uint64_t off = 0;
   for (size_t k = 0; k < n; k++) {
     const cp_tensor *t = &tensors[s[k].idx];
     uint64_t end;
     if (!cp_add_u64(&end, off, s[k].nbytes) || end > (uint64_t)INT64_MAX)
       return cp_error_set(CP_EOVERFLOW, "%s: tensor data past 2^63 bytes at '%s'", path, t->name);
-    sb_str(h, ",");
+    cp_strbuf_str(h, ",");
     sb_json_string(h, t->name);
-    sb_str(h, ":{\"dtype\":\"");
-    sb_str(h, cp_dtype_name(t->dtype));
-    sb_str(h, "\",\"shape\":[");
+    cp_strbuf_str(h, ":{\"dtype\":\"");
+    cp_strbuf_str(h, cp_dtype_name(t->dtype));
+    cp_strbuf_str(h, "\",\"shape\":[");
     for (int d = 0; d < t->ndim; d++) {
-      if (d) sb_str(h, ",");
+      if (d) cp_strbuf_str(h, ",");
       sb_u64(h, (uint64_t)t->shape[d]);
     }
-    sb_str(h, "],\"data_offsets\":[");
+    cp_strbuf_str(h, "],\"data_offsets\":[");
     sb_u64(h, off);
-    sb_str(h, ",");
+    cp_strbuf_str(h, ",");
     sb_u64(h, end);
-    sb_str(h, "]}");
+    cp_strbuf_str(h, "]}");
     ends[k] = end;
     off = end;
   }
-  sb_str(h, "}");
-  while (!h->oom && h->len % 8) sb_str(h, " ");
+  cp_strbuf_str(h, "}");
+  while (!h->oom && h->len % 8) cp_strbuf_str(h, " ");
   if (h->oom) return cp_error_set(CP_ENOMEM, "%s: out of memory building the header", path);
   if (h->len > CP_ST_MAX_HEADER)
     return cp_error_set(CP_EST_HEADER_TOO_LARGE, "%s: header would be %zu bytes, over the 100000000-byte limit", path,
@@ -202,7 +178,7 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
   int rc = 0;
   slot *s = NULL;
   kv *m = NULL;
-  sbuf h = {0};
+  cp_strbuf h = {0};
   cp_st_writer *w = calloc(1, sizeof *w);
   if (!w || !(w->path = strdup(path)) || (n && !(s = calloc(n, sizeof *s))) ||
       !(m = calloc(n_meta + 1, sizeof *m)) || (n && !(w->order = calloc(n, sizeof *w->order))) ||

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ctxpatch/error.h"
+#include "ctxpatch/strbuf.h"
 #include "ctxpatch/verify.h"
 
 #define ANSWER_ROOM 8
@@ -80,39 +81,8 @@ static int64_t rand_between(uint64_t *s, int64_t lo, int64_t hi) { /* inclusive 
   return lo + (int64_t)(next_u64(s) % (uint64_t)(hi - lo + 1));
 }
 
-/* A growable string. */
-typedef struct {
-  char *s;
-  size_t len, cap;
-  int failed;
-} text;
-
-static void append(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void append(text *t, const char *fmt, ...) {
-  if (t->failed) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (t->len + (size_t)n + 1 > t->cap) {
-    size_t cap = t->cap ? t->cap : 256;
-    while (cap < t->len + (size_t)n + 1) cap *= 2;
-    char *s = realloc(t->s, cap);
-    if (!s) {
-      t->failed = 1;
-      return;
-    }
-    t->s = s;
-    t->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(t->s + t->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  t->len += (size_t)n;
-}
-
-static void repeat(text *t, const char *s, int64_t n) {
-  for (int64_t i = 0; i < n; i++) append(t, "%s", s);
+static void repeat(cp_strbuf *t, const char *s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) cp_strbuf_printf(t, "%s", s);
 }
 
 static int count_tokens(int64_t *out, const cp_tokenizer *tok, const char *s) {
@@ -134,7 +104,7 @@ static void random_name(char *out, size_t cap, uint64_t *rng) {
 }
 
 /* Task + filler around one needle line at `depth`, then the question (passkey and needle). */
-static int make_single(text *t, int64_t *answer, const cp_tokenizer *tok, cp_probe_kind kind, int64_t budget,
+static int make_single(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok, cp_probe_kind kind, int64_t budget,
                        double depth, uint64_t *rng) {
   const char *task = kind == CP_PROBE_NEEDLE ? NEEDLE_TASK : TASK;
   const char *question = kind == CP_PROBE_NEEDLE ? NEEDLE_QUESTION : QUESTION;
@@ -142,10 +112,10 @@ static int make_single(text *t, int64_t *answer, const cp_tokenizer *tok, cp_pro
   char line[256];
   if (kind == CP_PROBE_NEEDLE) snprintf(line, sizeof line, NEEDLE, (long long)key);
   else snprintf(line, sizeof line, KEY_LINE, (long long)key, (long long)key);
-  text fixed = {0};
-  append(&fixed, "%s%s%s", task, line, question);
+  cp_strbuf fixed = {0};
+  cp_strbuf_printf(&fixed, "%s%s%s", task, line, question);
   int64_t n_fixed = 0, per = 0;
-  int rc = fixed.failed ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&n_fixed, tok, fixed.s);
+  int rc = fixed.oom ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&n_fixed, tok, fixed.s);
   free(fixed.s);
   if (rc == 0) rc = count_tokens(&per, tok, FILLER);
   if (rc < 0) return rc;
@@ -153,17 +123,17 @@ static int make_single(text *t, int64_t *answer, const cp_tokenizer *tok, cp_pro
   int64_t n = (budget - n_fixed) / per;
   int64_t at = (int64_t)llround(depth * (double)n);
   if (at > n) at = n;
-  append(t, "%s", task);
+  cp_strbuf_printf(t, "%s", task);
   repeat(t, FILLER, at);
-  append(t, "%s", line);
+  cp_strbuf_printf(t, "%s", line);
   repeat(t, FILLER, n - at);
-  append(t, "%s", question);
+  cp_strbuf_printf(t, "%s", question);
   *answer = key;
   return 0;
 }
 
 /* RULER-style multi-key passkey: the asked key and two distractors with other names. */
-static int make_multikey(text *t, int64_t *answer, const cp_tokenizer *tok, int64_t budget, double depth,
+static int make_multikey(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok, int64_t budget, double depth,
                          uint64_t *rng) {
   enum { KEYS = 3 };
   char names[KEYS][64], lines[KEYS][256];
@@ -175,12 +145,12 @@ static int make_multikey(text *t, int64_t *answer, const cp_tokenizer *tok, int6
     keys[k] = rand_between(rng, 1, 50000);
     snprintf(lines[k], sizeof lines[k], MULTI_KEY_LINE, names[k], (long long)keys[k], (long long)keys[k], names[k]);
   }
-  text fixed = {0};
-  append(&fixed, "%s", TASK);
-  for (int k = 0; k < KEYS; k++) append(&fixed, "%s", lines[k]);
-  append(&fixed, MULTI_QUESTION, names[0], names[0]);
+  cp_strbuf fixed = {0};
+  cp_strbuf_printf(&fixed, "%s", TASK);
+  for (int k = 0; k < KEYS; k++) cp_strbuf_printf(&fixed, "%s", lines[k]);
+  cp_strbuf_printf(&fixed, MULTI_QUESTION, names[0], names[0]);
   int64_t n_fixed = 0, per = 0;
-  int rc = fixed.failed ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&n_fixed, tok, fixed.s);
+  int rc = fixed.oom ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&n_fixed, tok, fixed.s);
   free(fixed.s);
   if (rc == 0) rc = count_tokens(&per, tok, FILLER);
   if (rc < 0) return rc;
@@ -190,31 +160,31 @@ static int make_multikey(text *t, int64_t *answer, const cp_tokenizer *tok, int6
   slot[0] = (int64_t)llround(depth * (double)n);
   if (slot[0] > n) slot[0] = n;
   for (int k = 1; k < KEYS; k++) slot[k] = rand_between(rng, 0, n);
-  append(t, "%s", TASK);
+  cp_strbuf_printf(t, "%s", TASK);
   for (int64_t i = 0; i <= n; i++) {
     for (int k = 0; k < KEYS; k++)
-      if (slot[k] == i) append(t, "%s", lines[k]);
-    if (i < n) append(t, "%s", FILLER);
+      if (slot[k] == i) cp_strbuf_printf(t, "%s", lines[k]);
+    if (i < n) cp_strbuf_printf(t, "%s", FILLER);
   }
-  append(t, MULTI_QUESTION, names[0], names[0]);
+  cp_strbuf_printf(t, MULTI_QUESTION, names[0], names[0]);
   *answer = keys[0];
   return 0;
 }
 
 /* LongEval lines: as many lines as fit; the asked line at `depth`. */
-static int make_lines(text *t, int64_t *answer, const cp_tokenizer *tok, int64_t budget, double depth,
+static int make_lines(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok, int64_t budget, double depth,
                       uint64_t *rng) {
-  text head = {0};
-  append(&head, "%s", LINES_HEAD);
-  append(&head, LINES_TAIL, "righteous-ethernet");
+  cp_strbuf head = {0};
+  cp_strbuf_printf(&head, "%s", LINES_HEAD);
+  cp_strbuf_printf(&head, LINES_TAIL, "righteous-ethernet");
   int64_t total = 0;
-  int rc = head.failed ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&total, tok, head.s);
+  int rc = head.oom ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&total, tok, head.s);
   free(head.s);
   if (rc < 0) return rc;
   size_t n = 0, cap = 0;
   char(*names)[64] = NULL;
   int64_t *values = NULL;
-  text body = {0};
+  cp_strbuf body = {0};
   for (;;) {
     char name[64], line[160];
     bool fresh;
@@ -239,7 +209,7 @@ static int make_lines(text *t, int64_t *answer, const cp_tokenizer *tok, int64_t
     }
     memcpy(names[n], name, sizeof name);
     values[n++] = v;
-    append(&body, "%s", line);
+    cp_strbuf_printf(&body, "%s", line);
     total += c;
   }
   if (n == 0) {
@@ -248,8 +218,8 @@ static int make_lines(text *t, int64_t *answer, const cp_tokenizer *tok, int64_t
   }
   size_t at = (size_t)(depth * (double)n);
   if (at > n - 1) at = n - 1;
-  append(t, "%s%s", LINES_HEAD, body.s ? body.s : "");
-  append(t, LINES_TAIL, names[at]);
+  cp_strbuf_printf(t, "%s%s", LINES_HEAD, body.s ? body.s : "");
+  cp_strbuf_printf(t, LINES_TAIL, names[at]);
   *answer = values[at];
 done:
   free(body.s);
@@ -265,14 +235,14 @@ int cp_probe_make(cp_probe_sample *out, const cp_tokenizer *tok, cp_probe_kind k
   if (!(depth >= 0 && depth <= 1)) return cp_error_set(CP_EARG, "probe depth %g is outside [0, 1]", depth);
   uint64_t rng = seed;
   int64_t budget = n_tokens - ANSWER_ROOM, answer = 0;
-  text t = {0};
+  cp_strbuf t = {0};
   int rc;
   switch (kind) {
   case CP_PROBE_LINES: rc = make_lines(&t, &answer, tok, budget, depth, &rng); break;
   case CP_PROBE_MULTIKEY: rc = make_multikey(&t, &answer, tok, budget, depth, &rng); break;
   default: rc = make_single(&t, &answer, tok, kind, budget, depth, &rng); break;
   }
-  if (rc == 0 && t.failed) rc = cp_error_set(CP_ENOMEM, "out of memory building a %s probe", cp_probe_name(kind));
+  if (rc == 0 && t.oom) rc = cp_error_set(CP_ENOMEM, "out of memory building a %s probe", cp_probe_name(kind));
   if (rc == 0) rc = cp_tokenizer_encode(tok, &out->ids, &out->n_ids, t.s, t.len, true);
   if (rc < 0) {
     free(t.s);
