@@ -42,3 +42,24 @@ void cp_plan_hidden_range(const cp_attn_plan *p, int64_t i, int64_t n_keys, int6
   *hi = min64(min64(i + 1, n_keys), i - p->n_local + 1);
   if (*hi < *lo) *hi = *lo;
 }
+
+/* Sorts and merges the intervals [lo, hi) in place; returns the merged count. */
+/* Sorts and merges the intervals [lo, hi) in place; returns the merged count. */
+int cp_ranges_merge(int64_t *lo, int64_t *hi, int n) {
+  for (int a = 1; a < n; a++)
+    for (int b = a; b > 0 && lo[b] < lo[b - 1]; b--) {
+      int64_t t = lo[b];
+      lo[b] = lo[b - 1], lo[b - 1] = t;
+      t = hi[b];
+      hi[b] = hi[b - 1], hi[b - 1] = t;
+    }
+  int m = 0;
+  for (int a = 0; a < n; a++) {
+    if (m && lo[a] <= hi[m - 1]) {
+      if (hi[a] > hi[m - 1]) hi[m - 1] = hi[a];
+    } else {
+      lo[m] = lo[a], hi[m] = hi[a], m++;
+    }
+  }
+  return m;
+}

@@ -90,6 +90,17 @@ static inline const char *test_path(const char *dir, const char *name) {
   return p;
 }
 
+/* max |a - b| / max |b| (the engine goldens' measure; NaN-safe: a NaN difference wins). */
+static inline double test_rel_err(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > num || d != d) num = d;
+    if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+  }
+  return den > 0 ? num / den : num;
+}
+
 /* Compares float arrays with tol + |ref|*eps; prints the first mismatches and the max diff. */
 static inline int test_allclose(const char *what, const float *got, const float *ref, size_t n,
                                 double tol, double eps) {

@@ -17,15 +17,6 @@
 
 #define TOL 1e-4
 
-static double rel_err(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > num || d != d) num = d;
-    if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
-  }
-  return den > 0 ? num / den : num;
-}
 
 /* Copies a tensor of the case file (data may be unaligned) into a new buffer. */
 static void *take(const cp_st_file *f, const char *name, cp_dtype dtype, uint64_t *numel) {
@@ -88,7 +79,7 @@ static int run_case(const char *dir, const cJSON *entry, cp_model **model, char 
     float *got = malloc((size_t)rows * (*model)->vocab * sizeof *got);
     CHECK_RC(0, cp_engine_forward(eng, got, ids, (int64_t)n_ids, dec, (int64_t)n_dec));
     if (want && n_logits == (uint64_t)rows * (*model)->vocab) {
-      double e = rel_err(got, want, (size_t)n_logits);
+      double e = test_rel_err(got, want, (size_t)n_logits);
       cp_engine_stats st;
       cp_engine_get_stats(&st, eng);
       size_t ns = (size_t)st.n_modules * st.n_heads;
@@ -96,8 +87,8 @@ static int run_case(const char *dir, const cJSON *entry, cp_model **model, char 
       CHECK_MSG(want_pm && want_en && n_pm == ns && n_en == ns, "%s: stats shape (%llu, want %zu)", label,
                 (unsigned long long)n_pm, ns);
       if (want_pm && want_en && n_pm == ns && n_en == ns) {
-        ep = rel_err(st.pmax, want_pm, ns);
-        ee = rel_err(st.entropy, want_en, ns);
+        ep = test_rel_err(st.pmax, want_pm, ns);
+        ee = test_rel_err(st.entropy, want_en, ns);
       }
       printf("%-48s logits %.2e  pmax %.2e  entropy %.2e\n", label, e, ep, ee);
       CHECK_MSG(e <= TOL, "%s: logits relative error %.3g", label, e);

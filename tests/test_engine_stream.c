@@ -28,15 +28,6 @@ static float urand(void) { /* uniform in [-1, 1) */
   return (float)((rng_state >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > num || d != d) num = d;
-    if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
-  }
-  return den > 0 ? num / den : num;
-}
 
 /* ---------------------------------------------------------------- 1. ranges */
 
@@ -186,8 +177,8 @@ static void kernel_case(cp_pool *pool, const att_data *d, const char *name, cons
   c.out = got, c.row_pmax = gpm, c.row_ent = gen;
   CHECK_RC(0, cp_cpu_attention(pool, &c));
   dense(d, &p, pos, q_off, n_q, last, want, wpm, wen);
-  double e1 = rel_err(got, want, (size_t)n_q * ldq), e2 = rel_err(gpm, wpm, (size_t)d->H * n_q);
-  double e3 = rel_err(gen, wen, (size_t)d->H * n_q);
+  double e1 = test_rel_err(got, want, (size_t)n_q * ldq), e2 = test_rel_err(gpm, wpm, (size_t)d->H * n_q);
+  double e3 = test_rel_err(gen, wen, (size_t)d->H * n_q);
   printf("kernel %-28s rows %4lld+%-4lld out %.2e pmax %.2e entropy %.2e\n", name, (long long)q_off,
          (long long)n_q, e1, e2, e3);
   CHECK_MSG(e1 <= 1e-5 && e2 <= 1e-5 && e3 <= 1e-5, "%s: kernel differs from the dense evaluation", name);
@@ -348,7 +339,7 @@ static void test_engine(const char *dir) {
 
   /* Rows of a short pass equal the first rows of the long one (causal + Lambda). */
   float *s1 = forward(m, &lam, 1, ids, SHORT), *s2 = forward(m, &lam, 2, ids, SHORT);
-  double e = rel_err(s1, big, (size_t)SHORT * V);
+  double e = test_rel_err(s1, big, (size_t)SHORT * V);
   printf("prefix rows of the 16K pass vs a %d-token pass: %.2e\n", SHORT, e);
   CHECK_MSG(e <= 1e-5, "prefix rows differ by %.3g", e);
   CHECK_MSG(memcmp(s1, s2, (size_t)SHORT * V * sizeof *s1) == 0, "1 and 2 threads give different logits");
@@ -375,7 +366,7 @@ static void test_engine(const char *dir) {
     float *full = forward(m, r, 2, all, PROMPT + NEW - 1);
     double worst = 0;
     for (int k = 0; k < NEW; k++) {
-      double ek = rel_err(steps + (size_t)k * V, full + (size_t)(PROMPT - 1 + k) * V, V);
+      double ek = test_rel_err(steps + (size_t)k * V, full + (size_t)(PROMPT - 1 + k) * V, V);
       if (ek > worst) worst = ek;
     }
     printf("KV-cache decoding vs full forward (%s): %.2e\n", variant ? "Lambda" : "identity", worst);

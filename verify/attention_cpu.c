@@ -244,25 +244,6 @@ static void heap_push(float *hv, int64_t *hj, int *n, int k, float v, int64_t j)
   }
 }
 
-/* Sorts and merges the intervals [lo, hi) in place; returns the merged count. */
-static int merge_intervals(int64_t *lo, int64_t *hi, int n) {
-  for (int a = 1; a < n; a++) /* insertion sort by lo: n <= 2 * TILE_ROWS */
-    for (int b = a; b > 0 && lo[b] < lo[b - 1]; b--) {
-      int64_t t = lo[b];
-      lo[b] = lo[b - 1], lo[b - 1] = t;
-      t = hi[b];
-      hi[b] = hi[b - 1], hi[b - 1] = t;
-    }
-  int m = 0;
-  for (int a = 0; a < n; a++) {
-    if (m && lo[a] <= hi[m - 1]) {
-      if (hi[a] > hi[m - 1]) hi[m - 1] = hi[a];
-    } else {
-      lo[m] = lo[a], hi[m] = hi[a], m++;
-    }
-  }
-  return m;
-}
 
 /* Whether any visible pair of rows [i0, i0+nr) x keys [kb, kb+nk) is at a distance the ceiling
  * changes (RoPE: such pairs use the far query against unrotated keys). */
@@ -302,7 +283,7 @@ static void att_item(void *ctx, size_t item, int worker) {
     for (int a = 0; a < s->nrg[r]; a++) s->ulo[nu] = s->lo[2 * r + a], s->uhi[nu++] = s->hi[2 * r + a];
   }
   memset(s->acc, 0, (size_t)nr * dh * sizeof *s->acc);
-  nu = merge_intervals(s->ulo, s->uhi, nu);
+  nu = cp_ranges_merge(s->ulo, s->uhi, nu);
 
   for (int u = 0; u < nu; u++) {
     for (int64_t kb = s->ulo[u]; kb < s->uhi[u]; kb += KEY_BLOCK) {

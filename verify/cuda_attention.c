@@ -105,25 +105,6 @@ static int dev_out(dev_list *dl, float **out, const float *want, size_t bytes) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Sorts and merges the intervals [lo, hi) in place; returns the merged count. */
-static int merge_intervals(int *lo, int *hi, int n) {
-  for (int a = 1; a < n; a++)
-    for (int b = a; b > 0 && lo[b] < lo[b - 1]; b--) {
-      int t = lo[b];
-      lo[b] = lo[b - 1], lo[b - 1] = t;
-      t = hi[b];
-      hi[b] = hi[b - 1], hi[b - 1] = t;
-    }
-  int m = 0;
-  for (int a = 0; a < n; a++) {
-    if (m && lo[a] <= hi[m - 1]) {
-      if (hi[a] > hi[m - 1]) hi[m - 1] = hi[a];
-    } else {
-      lo[m] = lo[a], hi[m] = hi[a], m++;
-    }
-  }
-  return m;
-}
 
 static int check_call(const cp_cuda_attn_call *c) {
   const cp_attn_plan *p = c->plan;
@@ -176,7 +157,8 @@ int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c) {
   const size_t qn = (size_t)n_q * c->H * c->dh, kn = (size_t)n_keys * c->Hkv * c->dh, sn = (size_t)c->H * n_q;
   char why[256] = "";
   dev_list dl = {be, {0}, 0};
-  int *rows = NULL, *tr = NULL, *tn = NULL, *dprime = NULL, *ulo = NULL, *uhi = NULL;
+  int *rows = NULL, *tr = NULL, *tn = NULL, *dprime = NULL;
+  int64_t *ulo = NULL, *uhi = NULL;
   int16_t *bucket = NULL;
   double *adiv = NULL;
   int *tkr = NULL, *tkt = NULL;
@@ -205,15 +187,15 @@ int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c) {
         rows[r * 4 + 2 * x] = x < nr ? (int)lo[x] : 0;
         rows[r * 4 + 2 * x + 1] = x < nr ? (int)hi[x] : 0;
       }
-      for (int x = 0; x < nr; x++) ulo[nu] = (int)lo[x], uhi[nu++] = (int)hi[x];
+      for (int x = 0; x < nr; x++) ulo[nu] = lo[x], uhi[nu++] = hi[x];
     }
-    nu = merge_intervals(ulo, uhi, nu);
+    nu = cp_ranges_merge(ulo, uhi, nu);
     if (nu > CPCU_MAX_TILE_RANGES) { /* fold the tail into one covering range */
       uhi[CPCU_MAX_TILE_RANGES - 1] = uhi[nu - 1];
       nu = CPCU_MAX_TILE_RANGES;
     }
     tn[t] = nu;
-    for (int x = 0; x < nu; x++) tr[t * 2 * CPCU_MAX_TILE_RANGES + 2 * x] = ulo[x], tr[t * 2 * CPCU_MAX_TILE_RANGES + 2 * x + 1] = uhi[x];
+    for (int x = 0; x < nu; x++) tr[t * 2 * CPCU_MAX_TILE_RANGES + 2 * x] = (int)ulo[x], tr[t * 2 * CPCU_MAX_TILE_RANGES + 2 * x + 1] = (int)uhi[x];
   }
   if (plan->causal) {
     if (!(dprime = malloc((size_t)(n_keys ? n_keys : 1) * sizeof *dprime))) {

@@ -116,6 +116,9 @@ int cp_plan_visible_ranges(const cp_attn_plan *plan, int64_t i, int64_t n_keys, 
                            int64_t hi[2]);
 /* The keys of row i among [0, n_keys) that cp_plan_lambda_hidden admits, as one range
  * [*lo, *hi) (empty when *lo >= *hi). */
+/* Sorts the intervals [lo[k], hi[k]) by start and merges overlapping or touching ones in
+ * place; returns the merged count (for per-tile unions of the rows' visible ranges). */
+int cp_ranges_merge(int64_t *lo, int64_t *hi, int n);
 void cp_plan_hidden_range(const cp_attn_plan *plan, int64_t i, int64_t n_keys, int64_t *lo,
                           int64_t *hi);
 /* Distance after the ceiling: min(d, D) for d >= 0; sign-preserving for bidirectional r. */
