@@ -114,6 +114,8 @@ check test ! -e "$work/nv/certificate.json"
 mkdir "$work/notok" && cp "$model/config.json" "$model/model.safetensors" "$work/notok/"
 check "$bin" patch "$work/notok" "$work/nt" --method temperature --tau 0.9 --tokenizer "$tok" $vopts >/dev/null
 check cmp -s "$tok" "$work/nt/tokenizer.json"
+# the report says what was baked (the certificate's rule is empty once the weights carry it)
+grep -q "baked into the artifact (exact-weights)" "$work/nt/report.html" && ok || bad "report hides the baked rule"
 
 # 4. refusals: one line, nonzero, nothing written
 for args in "--method alibi-pi --factor 2" "--method fire-threshold --threshold 8" \

@@ -589,6 +589,19 @@ static void put_num_list(sbuf *b, const double *v, int n) {
   }
 }
 
+/* A rule object pretty-printed by cJSON (deterministic) and escaped. */
+static void put_rule_json(sbuf *b, const cJSON *rule) {
+  char *text = cJSON_Print(rule);
+  if (!text) {
+    b->oom = true;
+    return;
+  }
+  sb_puts(b, "<pre class=\"rule\">");
+  sb_esc(b, text);
+  sb_puts(b, "</pre>");
+  free(text);
+}
+
 static void put_settings(sbuf *b, const cJSON *c, const report_data *d) {
   const cJSON *probes = cJSON_GetObjectItemCaseSensitive(c, "probes");
   const cJSON *th = cJSON_GetObjectItemCaseSensitive(c, "thresholds");
@@ -631,19 +644,25 @@ static void put_settings(sbuf *b, const cJSON *c, const report_data *d) {
   /* the rule, pretty-printed by cJSON (deterministic) and escaped */
   sb_puts(b, "<section class=\"card\"><h2>Attention rule (patched side)</h2>");
   const cJSON *rule = cJSON_GetObjectItemCaseSensitive(c, "rule");
-  if (!rule || !rule->child) {
-    sb_puts(b, "<p class=\"note\">none: the patched side ran the model's own attention</p>");
-  } else {
-    char *text = cJSON_Print(rule);
-    if (!text) {
-      b->oom = true;
-    } else {
-      sb_puts(b, "<pre class=\"rule\">");
-      sb_esc(b, text);
-      sb_puts(b, "</pre>");
-      free(text);
+  /* A `ctxpatch patch` certificate also says what was baked into the weights: then the rule the
+   * engine applied can be empty while the patched side still differs from the original. */
+  const cJSON *patch = cJSON_GetObjectItemCaseSensitive(c, "patch");
+  const cJSON *baked = cJSON_GetObjectItemCaseSensitive(patch, "baked_rule");
+  if (cJSON_IsObject(baked) && baked->child) {
+    const cJSON *fidelity = cJSON_GetObjectItemCaseSensitive(patch, "fidelity");
+    sb_puts(b, "<p class=\"note\">baked into the artifact");
+    if (cJSON_IsString(fidelity)) {
+      sb_puts(b, " (");
+      sb_esc(b, fidelity->valuestring);
+      sb_puts(b, ")");
     }
+    sb_puts(b, ":</p>");
+    put_rule_json(b, baked);
+    if (rule && rule->child) sb_puts(b, "<p class=\"note\">applied by the engine from the metadata:</p>");
   }
+  if (rule && rule->child) put_rule_json(b, rule);
+  else if (!(cJSON_IsObject(baked) && baked->child))
+    sb_puts(b, "<p class=\"note\">none: the patched side ran the model's own attention</p>");
   sb_puts(b, "</section>\n</div>\n");
 }
 
