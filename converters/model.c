@@ -609,3 +609,13 @@ int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const c
                           what, (long long)i, (long long)ids[i], m->vocab);
   return 0;
 }
+
+double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x) {
+  const float *w2 = f->w2 + (size_t)h * f->width;
+  double s = f->b2[h];
+  for (int w = 0; w < f->width; w++) {
+    double a = (double)f->w1[w] * x + (double)f->b1[w];
+    if (a > 0) s += (double)w2[w] * a;
+  }
+  return s;
+}

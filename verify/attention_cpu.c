@@ -37,16 +37,6 @@ typedef struct {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* FIRE bias of head h at MLP input x (docs/fire-layout.md), in double like the reference. */
-static double fire_bias(const cp_fire_mlp *f, int h, double x) {
-  const float *w2 = f->w2 + (size_t)h * f->width;
-  double s = f->b2[h];
-  for (int w = 0; w < f->width; w++) {
-    double a = (double)f->w1[w] * x + (double)f->b1[w];
-    if (a > 0) s += (double)w2[w] * a;
-  }
-  return s;
-}
 
 /* Positional term of a top-k candidate: every hidden key sits at the top-k distance. */
 static float topk_bias(const att_call *c, int h, int64_t i, double slope) {
@@ -60,7 +50,7 @@ static float topk_bias(const att_call *c, int h, int64_t i, double slope) {
     case ATT_POS_ALIBI:
       return (float)(-slope * (double)dist);
     case ATT_POS_FIRE:
-      return (float)fire_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
+      return (float)cp_fire_mlp_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
   }
   return 0.0f;
 }
@@ -191,7 +181,7 @@ static void row_logits(const att_call *c, const scratch *s, int h, int r, int64_
       for (int k = k0; k < k1; k++) {
         int64_t d = i - (kb + k);
         double x = cp_fire_input(c->dprime[d], i, c->fire->c, c->fire_L);
-        Sr[k] = (sc * Sr[k] + (float)fire_bias(c->fire, h, x)) * it;
+        Sr[k] = (sc * Sr[k] + (float)cp_fire_mlp_bias(c->fire, h, x)) * it;
       }
       return;
   }

@@ -136,16 +136,6 @@ static int check_call(const cp_cuda_attn_call *c) {
   return 0;
 }
 
-/* FIRE bias of head h at MLP input x (docs/fire-layout.md), in double as the CPU engine. */
-static double fire_bias(const cp_fire_mlp *f, int h, double x) {
-  const float *w2 = f->w2 + (size_t)h * f->width;
-  double s = f->b2[h];
-  for (int w = 0; w < f->width; w++) {
-    double a = (double)f->w1[w] * x + (double)f->b1[w];
-    if (a > 0) s += (double)w2[w] * a;
-  }
-  return s;
-}
 
 int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c) {
   int rc = check_call(c);
@@ -254,7 +244,7 @@ int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c) {
         else if (c->pos == CP_CUDA_POS_ALIBI)
           b = (float)(-(c->slopes[h] / adiv[r]) * (double)dist);
         else if (c->pos == CP_CUDA_POS_FIRE)
-          b = (float)fire_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
+          b = (float)cp_fire_mlp_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
         tkb[(size_t)h * n_q + r] = b;
       }
     }

@@ -51,6 +51,10 @@ typedef struct {
   double L;        /* threshold of the normaliser (a rule's fire_threshold replaces it) */
 } cp_fire_mlp;
 
+/* FIRE bias of head h at MLP input x (docs/fire-layout.md): W2 relu(W1 x + b1) + b2, in double
+ * like the reference. Every engine evaluates the MLP through this one function. */
+double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x);
+
 typedef struct {
   cp_norm_weights attn_norm;
   cp_linear q, k, v, o;         /* q [H*dh, D]; k, v [Hkv*dh, D]; o [D, H*dh] */
