@@ -30,11 +30,9 @@ for d in (a, b):
     d.pop("run")
 assert a == b, "certificates differ outside the run block"
 acc = a["results"]["patched"]["passkey"][0]["accuracy"]
-# The probe models saw only 5-digit keys in training (examples/probe-models/data.py draws
-# 10000..99999) while the verify probes draw 1..50000 as the recipe does, so the 20% of keys
-# below 10000 are out of distribution: the floor is set below the ~0.8 that gives, far above
-# the 0 of an untrained model.
-assert acc >= 0.6, f"passkey accuracy at the training length is {acc}"
+# rope-probe retrieves every passkey of its evaluation set at 256 (its MODEL_CARD, PyTorch);
+# two misses in these 20 samples are allowed, an untrained or broken engine scores ~0.
+assert acc >= 0.9, f"passkey accuracy at the training length is {acc}"
 assert a["probes"]["depths"] == [0, 0.25, 0.5, 0.75, 1]
 assert [f["path"] for f in a["model"]["files"]] == sorted(f["path"] for f in a["model"]["files"])
 assert a["verdict"]["result"] == "pass"

@@ -51,9 +51,13 @@ WORDS = ("the a of and to in is it that was for on are as with his they at be th
          "first water been call who oil its now find long down day did get come made may part").split()
 
 
-def passkey(rng, n_tokens, encode, depth=None, key=None):
+KEYS = (1, 50000)                # the verify probes' range (issue 5); 1- to 5-digit keys
+LEGACY_KEYS = (10000, 99999)     # the range tokenizer.json's corpus was drawn with (kept fixed)
+
+
+def passkey(rng, n_tokens, encode, depth=None, key=None, keys=KEYS):
     """Passkey sample with the key line at fractional depth (0 = first, 1 = last filler slot)."""
-    key = rng.randint(10000, 99999) if key is None else key
+    key = rng.randint(*keys) if key is None else key
     depth = rng.random() if depth is None else depth
     fixed = len(encode(TASK + KEY_LINE.format(k=key) + QUESTION))
     per = len(encode(FILLER))
@@ -108,10 +112,10 @@ def copy(rng, n_tokens, encode, n_words=None):
             "key": None, "depth": None}
 
 
-def sample(rng, n_tokens, encode, mix=(0.45, 0.35, 0.20)):
+def sample(rng, n_tokens, encode, mix=(0.45, 0.35, 0.20), keys=KEYS):
     r = rng.random()
     if r < mix[0]:
-        return passkey(rng, n_tokens, encode)
+        return passkey(rng, n_tokens, encode, keys=keys)
     if r < mix[0] + mix[1]:
         return lines(rng, n_tokens, encode)
     return copy(rng, n_tokens, encode)
@@ -130,7 +134,7 @@ def corpus(seed=0, n=400):
     enc = lambda s: s.split(" ")      # word count is a good enough length proxy here
     out = []
     for i in range(n):
-        s = sample(rng, 200, enc)
+        s = sample(rng, 200, enc, keys=LEGACY_KEYS)   # keeps the learned merges reproducible
         out.append(s["prompt"] + s["answer"])
     return out
 

@@ -5,6 +5,7 @@ a patch and with the seed's patch, and writes the MODEL_CARD tables.
     /usr/bin/python3 examples/probe-models/evaluate.py --model t5-probe [--n 100] [--device cuda]
     /usr/bin/python3 examples/probe-models/evaluate.py --model t5-probe --ref --n 10 --lengths 256,512
     /usr/bin/python3 examples/probe-models/evaluate.py --model t5-probe --card
+    evaluate.py --model t5-probe --merge A.json B.json   # parts run side by side (--tasks/--lengths/--out)
 
 Greedy decoding, at most 10 new tokens, stop at eos. Passkey: correct when the first integer of
 the generated text equals the key; lines: when the last integer equals the value. Samples: data.py
@@ -207,11 +208,16 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="evaluate samples i %% every == 0 only")
     ap.add_argument("--out", default=None)
     ap.add_argument("--card", action="store_true")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--merge", nargs="+", metavar="PART",
+                    help="join the cells of runs split by --tasks/--lengths (run side by side) into --out")
     a = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     mdir = a.dir or os.path.join(HERE, a.model)
     if a.card:
         return write_card(a.model, mdir)
+    if a.merge:
+        return merge(a.merge, a.out or os.path.join(mdir, "eval.json"))
     dev = a.device or ("cuda" if torch.cuda.is_available() and not a.ref else "cpu")
     if a.ref and dev != "cpu":
         torch.set_default_device(dev)     # torchref builds its index tensors on the default device
@@ -256,6 +262,30 @@ def main():
     stio.write_atomic(out, stio.json_bytes(res, indent=1))
 
 
+def merge(parts, out):
+    runs = []
+    for p in parts:
+        with open(p) as f:
+            runs.append(json.load(f))
+    head = runs[0]
+    for p, r in zip(parts[1:], runs[1:]):
+        for k in ("model", "engine", "device", "n", "every"):
+            if r[k] != head[k]:
+                raise SystemExit("%s: %s differs from %s" % (p, k, parts[0]))
+    order = {"passkey": 0, "lines": 1}
+    cells = sorted((c for r in runs for c in r["cells"]),
+                   key=lambda c: (order.get(c["task"], 2), c["length"], c["rule"] != "none"))
+    keys = [(c["task"], c["length"], c["rule"]) for c in cells]
+    if len(set(keys)) != len(keys):
+        raise SystemExit("the parts overlap: a (task, length, rule) cell appears twice")
+    res = collections.OrderedDict((k, head[k]) for k in ("model", "engine", "device", "n", "every"))
+    res["cells"] = cells
+    res["wall_s"] = round(sum(r["wall_s"] for r in runs), 1)     # CPU-side total of the parts
+    res["parts"] = len(runs)
+    stio.write_atomic(out, stio.json_bytes(res, indent=1))
+    print("merged %d parts into %s" % (len(runs), out))
+
+
 def write_card(name, mdir):
     with open(os.path.join(mdir, "train_log.json")) as f:
         tl = json.load(f)
@@ -282,7 +312,7 @@ def write_card(name, mdir):
              "language model for any other use.\n" % (cfg["architectures"][0], cfg["model_type"]))
     L.append("## Training\n")
     L.append("| | |\n|---|---|")
-    L.append("| data | passkey (anchors' format, key at uniform depth), LongEval line retrieval, copy / filler LM, mixed as each run's `--mix` (fractions; see the replay row) |")
+    L.append("| data | passkey (anchors' format, keys 1..50000 as the verify probes draw them, key at uniform depth), LongEval line retrieval, copy / filler LM, mixed as each run's `--mix` (fractions; see the replay row) |")
     L.append("| training length | %d tokens (prompts of `--min-prompt`..246 tokens + answer + eos) |" % tl["train_len"])
     L.append("| parameters | %d (float32, %s) |" % (tl["params"], "model.safetensors" + (" and pytorch_model.bin" if name == "alibi-probe" else "")))
     chain = []

@@ -158,7 +158,9 @@ class LlamaNet(Net):
                         torch.zeros_like(d))
         W1, b1 = self.p[P + "mlp.0.weight"][:, 0], self.p[P + "mlp.0.bias"]
         W2, b2 = self.p[P + "mlp.2.weight"], self.p[P + "mlp.2.bias"]
-        step = max(1, (1 << 22) // max(1, Tk))      # rows per chunk: bounds the [rows,Tk,W] temporary
+        # rows per chunk: a [rows,Tk,W] temporary of ~16K pairs stays in cache (9x faster at 4096
+        # than 4M-pair chunks on the 2-core VM)
+        step = max(1, (1 << 14) // max(1, Tk))
         parts = []
         for r in range(0, x.shape[0], step):
             hid = torch.relu(x[r:r + step, :, None] * W1 + b1)
