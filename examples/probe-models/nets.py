@@ -158,8 +158,8 @@ class LlamaNet(Net):
                         torch.zeros_like(d))
         W1, b1 = self.p[P + "mlp.0.weight"][:, 0], self.p[P + "mlp.0.bias"]
         W2, b2 = self.p[P + "mlp.2.weight"], self.p[P + "mlp.2.bias"]
-        # rows per chunk: a [rows,Tk,W] temporary of ~16K pairs stays in cache (9x faster at 4096
-        # than 4M-pair chunks on the 2-core VM)
+        # rows per chunk: a [rows,Tk,W] temporary of ~16K pairs stays in cache (7x faster at 4096
+        # than 4M-pair chunks; bench/bench_fire_bias.py, docs/perf.md)
         step = max(1, (1 << 14) // max(1, Tk))
         parts = []
         for r in range(0, x.shape[0], step):
