@@ -1,24 +1,20 @@
 #!/usr/bin/env python3
 """Times the FIRE bias of examples/probe-models/nets.py (an MLP over every query-key pair) at one
 prompt length for several chunk sizes, side by side in one run: the chunk bounds the
-[rows, Tk, width] temporary. nets.py uses 1 << 14 pairs.
+[rows, Tk, width] temporary. nets.py uses FIRE_CHUNK_PAIRS (1 << 14).
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/bench_fire_bias.py [--len 4096] [--repeat 3]
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
 
-
-def bias(x, W1, b1, W2, b2, pairs):
-    Tk = x.shape[1]
-    step = max(1, pairs // Tk)
-    parts = []
-    for r in range(0, x.shape[0], step):
-        hid = torch.relu(x[r:r + step, :, None] * W1 + b1)
-        parts.append(hid @ W2.t() + b2)
-    return torch.cat(parts, 0)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "probe-models"))
+sys.dont_write_bytecode = True
+import nets  # noqa: E402
 
 
 def main():
@@ -40,7 +36,7 @@ def main():
         best = None
         for _ in range(a.repeat):
             t = time.perf_counter()
-            out = bias(x, W1, b1, W2, b2, pairs)
+            out = nets.fire_mlp(x, W1, b1, W2, b2, pairs)
             dt = time.perf_counter() - t
             best = dt if best is None else min(best, dt)
         ref = out if ref is None else ref

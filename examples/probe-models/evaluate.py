@@ -268,8 +268,9 @@ def merge(parts, out):
         with open(p) as f:
             runs.append(json.load(f))
     head = runs[0]
+    same = ("model", "engine", "device", "n", "every")       # what makes the parts one evaluation
     for p, r in zip(parts[1:], runs[1:]):
-        for k in ("model", "engine", "device", "n", "every"):
+        for k in same:
             if r[k] != head[k]:
                 raise SystemExit("%s: %s differs from %s" % (p, k, parts[0]))
     order = {"passkey": 0, "lines": 1}
@@ -278,7 +279,7 @@ def merge(parts, out):
     keys = [(c["task"], c["length"], c["rule"]) for c in cells]
     if len(set(keys)) != len(keys):
         raise SystemExit("the parts overlap: a (task, length, rule) cell appears twice")
-    res = collections.OrderedDict((k, head[k]) for k in ("model", "engine", "device", "n", "every"))
+    res = collections.OrderedDict((k, head[k]) for k in same)
     res["cells"] = cells
     res["wall_s"] = round(sum(r["wall_s"] for r in runs), 1)     # CPU-side total of the parts
     res["parts"] = len(runs)

@@ -111,6 +111,22 @@ def merge_heads(x):
 
 # ---------------------------------------------------------------- Llama (RoPE) and FIRE
 
+# pairs per chunk: a [rows, Tk, W] temporary of ~16K pairs stays in cache (7x faster at 4096
+# than 4M-pair chunks; bench/bench_fire_bias.py, docs/perf.md)
+FIRE_CHUNK_PAIRS = 1 << 14
+
+
+def fire_mlp(x, W1, b1, W2, b2, pairs=FIRE_CHUNK_PAIRS):
+    """FIRE's MLP on normalised distances x [Tq, Tk]; W1, b1 [W]; W2 [H, W]; b2 [H] -> [Tq, Tk, H],
+    evaluated a few rows at a time."""
+    step = max(1, pairs // max(1, x.shape[1]))
+    parts = []
+    for r in range(0, x.shape[0], step):
+        hid = torch.relu(x[r:r + step, :, None] * W1 + b1)                    # [rows,Tk,W]
+        parts.append(hid @ W2.t() + b2)                                      # [rows,Tk,H]
+    return torch.cat(parts, 0)
+
+
 class LlamaNet(Net):
     def __init__(self, cfg, seed, pos):
         super().__init__(cfg, seed)
@@ -158,14 +174,7 @@ class LlamaNet(Net):
                         torch.zeros_like(d))
         W1, b1 = self.p[P + "mlp.0.weight"][:, 0], self.p[P + "mlp.0.bias"]
         W2, b2 = self.p[P + "mlp.2.weight"], self.p[P + "mlp.2.bias"]
-        # rows per chunk: a [rows,Tk,W] temporary of ~16K pairs stays in cache (7x faster at 4096
-        # than 4M-pair chunks; bench/bench_fire_bias.py, docs/perf.md)
-        step = max(1, (1 << 14) // max(1, Tk))
-        parts = []
-        for r in range(0, x.shape[0], step):
-            hid = torch.relu(x[r:r + step, :, None] * W1 + b1)
-            parts.append(hid @ W2.t() + b2)                                      # [rows,Tk,H]
-        bias = torch.cat(parts, 0)
+        bias = fire_mlp(x, W1, b1, W2, b2)
         return bias.permute(2, 0, 1)[None]
 
     def rope(self, x, pos):
