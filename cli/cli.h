@@ -34,6 +34,28 @@ bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_
 int cli_parse_depths(double **out, int *n, const char *text);
 /* "passkey,lines" -> probe kinds; CP_EVERIFY_PROBE naming an unknown one. */
 int cli_parse_probes(cp_probe_kind **out, int *n, const char *text);
+/* The probe and threshold options `verify` and `patch` share: --lengths, --depths,
+ * --no-regression-at, --samples, --seed, --threads, --min-accuracy. The texts point into argv;
+ * the parsed arrays are owned by the struct (cli_verify_opts_free). */
+typedef struct {
+  const char *lengths_text, *depths_text, *no_reg_text;
+  unsigned long long samples, seed, threads;
+  double min_accuracy; /* < 0: none */
+  int64_t *lengths;    /* [n_lengths], NULL without --lengths (a command may set a default) */
+  int64_t *no_reg;     /* [n_no_reg], NULL without --no-regression-at */
+  double *depths;      /* [n_depths] */
+  int n_lengths, n_no_reg, n_depths;
+} cli_verify_opts;
+
+void cli_verify_opts_init(cli_verify_opts *o, const char *default_depths);
+/* Option `a` with value `v`: 1 taken, 0 not one of these, -1 bad value (usage error printed). */
+int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const char *v);
+/* Range checks, then parses the texts; false after printing a usage error. */
+bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd);
+/* Fills vp and th from o (they keep pointing into o and probes). */
+void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes, int n_probes,
+                           cp_verify_params *vp, cp_verify_thresholds *th);
+void cli_verify_opts_free(cli_verify_opts *o);
 /* A progress bar on stderr for cp_verify_params.progress (only on a terminal). */
 void cli_progress_bar(void *ctx, int64_t done, int64_t total);
 

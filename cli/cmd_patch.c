@@ -107,11 +107,11 @@ static void print_table(const cp_verify_result *r) {
 
 int cmd_patch(int argc, char **argv) {
   const char *in = NULL, *out_dir = NULL, *method_text = NULL, *calib_text = "pmax", *scope = NULL;
-  const char *probes_text = "passkey", *lengths_text = NULL, *depths_text = "0:1:5", *no_reg_text = NULL;
-  const char *tok_path = NULL, *require = NULL;
-  double tau = 0, factor = 0, threshold = 0, min_accuracy = -1;
+  const char *probes_text = "passkey", *tok_path = NULL, *require = NULL;
+  double tau = 0, factor = 0, threshold = 0;
   unsigned long long target_len = 0, train_len = 0, n_global = 10, n_local = 0, ceiling = 0, top_k = 0;
-  unsigned long long samples = 1, seed = 0, threads = 0;
+  cli_verify_opts o;
+  cli_verify_opts_init(&o, "0:1:5");
   bool per_layer = false, dynamic = false, progressive = false, no_verify = false, force = false;
   bool have_n_global = false;
   for (int i = 1; i < argc; i++) {
@@ -128,29 +128,25 @@ int cmd_patch(int argc, char **argv) {
     else if (a[0] == '-' && a[1]) {
       if (!v) return cli_usage_error("patch", "%s needs a value", a);
       i++;
+      int taken = cli_verify_opt(&o, "patch", a, v);
+      if (taken < 0) return CLI_USAGE;
+      if (taken) continue;
       bool ok = true;
       if (!strcmp(a, "--method")) method_text = v;
       else if (!strcmp(a, "--calibrate")) calib_text = v;
       else if (!strcmp(a, "--scope")) scope = v;
       else if (!strcmp(a, "--verify")) probes_text = v;
-      else if (!strcmp(a, "--lengths")) lengths_text = v;
-      else if (!strcmp(a, "--depths")) depths_text = v;
-      else if (!strcmp(a, "--no-regression-at")) no_reg_text = v;
       else if (!strcmp(a, "--tokenizer")) tok_path = v;
       else if (!strcmp(a, "--require")) require = v;
       else if (!strcmp(a, "--tau")) ok = parse_double(a, v, &tau, 1e-6);
       else if (!strcmp(a, "--factor")) ok = parse_double(a, v, &factor, 1e-6);
       else if (!strcmp(a, "--threshold")) ok = parse_double(a, v, &threshold, 1e-6);
-      else if (!strcmp(a, "--min-accuracy")) ok = parse_double(a, v, &min_accuracy, 0);
       else if (!strcmp(a, "--target-len")) ok = cli_parse_u64("patch", a, v, &target_len);
       else if (!strcmp(a, "--train-len")) ok = cli_parse_u64("patch", a, v, &train_len);
       else if (!strcmp(a, "--n-global")) ok = cli_parse_u64("patch", a, v, &n_global), have_n_global = true;
       else if (!strcmp(a, "--n-local")) ok = cli_parse_u64("patch", a, v, &n_local);
       else if (!strcmp(a, "--ceiling")) ok = cli_parse_u64("patch", a, v, &ceiling);
       else if (!strcmp(a, "--top-k")) ok = cli_parse_u64("patch", a, v, &top_k);
-      else if (!strcmp(a, "--samples")) ok = cli_parse_u64("patch", a, v, &samples);
-      else if (!strcmp(a, "--seed")) ok = cli_parse_u64("patch", a, v, &seed);
-      else if (!strcmp(a, "--threads")) ok = cli_parse_u64("patch", a, v, &threads);
       else return cli_usage_error("patch", "unknown option '%s'", a);
       if (!ok) return CLI_USAGE;
     } else if (!in) in = a;
@@ -161,9 +157,6 @@ int cmd_patch(int argc, char **argv) {
   if (!method_text) return cli_usage_error("patch", "missing --method");
   if (require && strcmp(require, "exact") != 0)
     return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", require);
-  if (min_accuracy > 1) return cli_usage_error("patch", "--min-accuracy expects a number in [0, 1]");
-  if (samples < 1 || samples > 100000) return cli_usage_error("patch", "--samples must be 1..100000");
-  if (threads > 1024) return cli_usage_error("patch", "--threads %llu is too many", threads);
   if (n_global > INT64_MAX / 2 || n_local > INT64_MAX / 2 || ceiling > INT64_MAX / 2 || top_k > 1000000 ||
       target_len > INT64_MAX / 2 || train_len > INT64_MAX / 2)
     return cli_usage_error("patch", "a length option is too large");
@@ -186,9 +179,7 @@ int cmd_patch(int argc, char **argv) {
   if (threshold > 0 && m != CP_PATCH_FIRE_THRESHOLD)
     return cli_usage_error("patch", "--threshold belongs to --method fire-threshold");
 
-  int64_t *lengths = NULL, *no_reg = NULL;
-  int n_lengths = 0, n_no_reg = 0, n_depths = 0, n_probes = 0;
-  double *depths = NULL;
+  int n_probes = 0;
   cp_probe_kind *probes = NULL;
   cp_model *model = NULL;
   cp_tokenizer *tok = NULL;
@@ -199,13 +190,8 @@ int cmd_patch(int argc, char **argv) {
   memset(&oc, 0, sizeof oc);
   int status = CLI_FAIL;
 
-  if (lengths_text && !cli_parse_lengths("patch", lengths_text, &lengths, &n_lengths)) return CLI_USAGE;
-  if (no_reg_text && !cli_parse_lengths("patch", no_reg_text, &no_reg, &n_no_reg)) {
+  if (!cli_verify_opts_parse(&o, "patch")) {
     status = CLI_USAGE;
-    goto done;
-  }
-  if (cli_parse_depths(&depths, &n_depths, depths_text) < 0) {
-    status = cli_usage_error("patch", "--depths expects A:B:N or a list of numbers in [0, 1], got '%s'", depths_text);
     goto done;
   }
   if ((rc = cli_parse_probes(&probes, &n_probes, probes_text))) goto report;
@@ -217,7 +203,7 @@ int cmd_patch(int argc, char **argv) {
     if ((rc = cp_patch_check(model, &fam))) goto report;
   }
   int64_t L_tr = train_len ? (int64_t)train_len : model->train_len;
-  if (!target_len && n_lengths > 0) target_len = (unsigned long long)lengths[n_lengths - 1];
+  if (!target_len && o.n_lengths > 0) target_len = (unsigned long long)o.lengths[o.n_lengths - 1];
   if (!target_len && L_tr > 0) target_len = (unsigned long long)(2 * L_tr);
   bool need_tok = !no_verify || (m == CP_PATCH_TEMPERATURE && tau == 0);
   if (need_tok) {
@@ -250,8 +236,8 @@ int cmd_patch(int argc, char **argv) {
         cpp.train_len = train_len ? (int64_t)train_len : 0;
         cpp.per_layer = per_layer;
         cpp.tokenizer = tok;
-        cpp.seed = seed;
-        cpp.threads = (int)threads;
+        cpp.seed = o.seed;
+        cpp.threads = (int)o.threads;
         fprintf(stderr, "calibrating tau (%s) at length %llu...\n", calib_text, target_len);
         if ((rc = cp_calibrate_rule(&patch.rule, &table, model, cm, (int64_t)target_len, &cpp))) goto report;
         have_table = true;
@@ -327,33 +313,26 @@ int cmd_patch(int argc, char **argv) {
   size_t tl = tok_path ? strlen(tok_path) : 0;
   if (tl >= 5 && !strcmp(tok_path + tl - 5, ".json")) pp.tokenizer_file = tok_path;
   if (!no_verify) {
-    if (!lengths) {
+    if (!o.lengths) {
       if (L_tr <= 0 || !target_len) {
         status = cli_usage_error("patch", "missing --lengths (the model has no training length to default to)");
         goto done;
       }
-      n_lengths = (int64_t)target_len > L_tr ? 2 : 1;
-      if (!(lengths = malloc(2 * sizeof *lengths))) {
+      o.n_lengths = (int64_t)target_len > L_tr ? 2 : 1;
+      if (!(o.lengths = malloc(2 * sizeof *o.lengths))) {
         rc = cp_error_set(CP_ENOMEM, "out of memory");
         goto report;
       }
-      lengths[0] = L_tr;
-      lengths[1] = (int64_t)target_len;
+      o.lengths[0] = L_tr;
+      o.lengths[1] = (int64_t)target_len;
     }
-    vp.probes = probes;
-    vp.n_probes = n_probes;
-    vp.lengths = lengths;
-    vp.n_lengths = n_lengths;
-    vp.depths = depths;
-    vp.n_depths = n_depths;
-    vp.samples = (int)samples;
-    vp.seed = seed;
-    vp.threads = (int)threads;
+    cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
     vp.stats = true;
     if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
-    th.min_accuracy = min_accuracy;
-    th.no_regression_at = no_reg ? no_reg : lengths;
-    th.n_no_regression = no_reg ? n_no_reg : n_lengths;
+    if (!o.no_reg) { /* by default the patch may lose to the original at no length */
+      th.no_regression_at = o.lengths;
+      th.n_no_regression = o.n_lengths;
+    }
     pp.verify = &vp;
     pp.thresholds = &th;
     pp.tok = tok;
@@ -399,8 +378,6 @@ done:
   cp_tokenizer_free(tok);
   cp_model_free(model);
   free(probes);
-  free(lengths);
-  free(no_reg);
-  free(depths);
+  cli_verify_opts_free(&o);
   return status;
 }

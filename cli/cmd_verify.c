@@ -48,11 +48,10 @@ static void print_table(const cp_verify_result *r) {
 }
 
 int cmd_verify(int argc, char **argv) {
-  const char *model_path = NULL, *rule_path = NULL, *probes_text = NULL, *lengths_text = NULL;
-  const char *depths_text = "0:1:10", *device = "cpu", *json_path = NULL, *cert_path = NULL, *report_path = NULL;
-  const char *no_reg_text = NULL;
-  unsigned long long samples = 1, seed = 0, threads = 0;
-  double min_accuracy = -1;
+  const char *model_path = NULL, *rule_path = NULL, *probes_text = NULL;
+  const char *device = "cpu", *json_path = NULL, *cert_path = NULL, *report_path = NULL;
+  cli_verify_opts o;
+  cli_verify_opts_init(&o, "0:1:10");
   bool baseline = false, stats = true;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -71,29 +70,16 @@ int cmd_verify(int argc, char **argv) {
     if (a[0] == '-' && a[1]) {
       if (!v) return cli_usage_error("verify", "%s needs a value", a);
       i++;
+      int taken = cli_verify_opt(&o, "verify", a, v);
+      if (taken < 0) return CLI_USAGE;
+      if (taken) continue;
       if (!strcmp(a, "--rule")) rule_path = v;
       else if (!strcmp(a, "--probe")) probes_text = v;
-      else if (!strcmp(a, "--lengths")) lengths_text = v;
-      else if (!strcmp(a, "--depths")) depths_text = v;
       else if (!strcmp(a, "--device")) device = v;
       else if (!strcmp(a, "--json")) json_path = v;
       else if (!strcmp(a, "--certificate")) cert_path = v;
       else if (!strcmp(a, "--report")) report_path = v;
-      else if (!strcmp(a, "--no-regression-at")) no_reg_text = v;
-      else if (!strcmp(a, "--samples")) {
-        if (!cli_parse_u64("verify", a, v, &samples)) return CLI_USAGE;
-      } else if (!strcmp(a, "--seed")) {
-        if (!cli_parse_u64("verify", a, v, &seed)) return CLI_USAGE;
-      } else if (!strcmp(a, "--threads")) {
-        if (!cli_parse_u64("verify", a, v, &threads)) return CLI_USAGE;
-      } else if (!strcmp(a, "--min-accuracy")) {
-        char *end;
-        min_accuracy = strtod(v, &end);
-        if (*end || !(min_accuracy >= 0 && min_accuracy <= 1))
-          return cli_usage_error("verify", "--min-accuracy expects a number in [0, 1], got '%s'", v);
-      } else {
-        return cli_usage_error("verify", "unknown option '%s'", a);
-      }
+      else return cli_usage_error("verify", "unknown option '%s'", a);
       continue;
     }
     if (model_path) return cli_usage_error("verify", "unexpected argument '%s'", a);
@@ -101,26 +87,16 @@ int cmd_verify(int argc, char **argv) {
   }
   if (!model_path) return cli_usage_error("verify", "missing MODEL");
   if (!probes_text) return cli_usage_error("verify", "missing --probe");
-  if (!lengths_text) return cli_usage_error("verify", "missing --lengths");
-  if (samples < 1 || samples > 100000) return cli_usage_error("verify", "--samples must be 1..100000");
-  if (threads > 1024) return cli_usage_error("verify", "--threads %llu is too many", threads);
+  if (!o.lengths_text) return cli_usage_error("verify", "missing --lengths");
   if (strcmp(device, "cpu") != 0)
     return cli_usage_error("verify", "--device %s is not available in this build (only cpu)", device);
-
-  int64_t *lengths = NULL, *no_reg = NULL;
-  int n_lengths = 0, n_no_reg = 0, n_depths = 0, n_probes = 0;
-  double *depths = NULL;
-  cp_probe_kind *probes = NULL;
-  if (!cli_parse_lengths("verify", lengths_text, &lengths, &n_lengths)) return CLI_USAGE;
-  if (no_reg_text && !cli_parse_lengths("verify", no_reg_text, &no_reg, &n_no_reg)) {
-    free(lengths);
+  if (!cli_verify_opts_parse(&o, "verify")) {
+    cli_verify_opts_free(&o);
     return CLI_USAGE;
   }
-  if (cli_parse_depths(&depths, &n_depths, depths_text) < 0) {
-    free(lengths);
-    free(no_reg);
-    return cli_usage_error("verify", "--depths expects A:B:N or a list of numbers in [0, 1], got '%s'", depths_text);
-  }
+
+  int n_probes = 0;
+  cp_probe_kind *probes = NULL;
 
   cp_rule rule;
   cp_rule_init(&rule);
@@ -139,31 +115,20 @@ int cmd_verify(int argc, char **argv) {
 
   cp_verify_params vp;
   cp_verify_params_init(&vp);
-  vp.probes = probes;
-  vp.n_probes = n_probes;
-  vp.lengths = lengths;
-  vp.n_lengths = n_lengths;
-  vp.depths = depths;
-  vp.n_depths = n_depths;
-  vp.samples = (int)samples;
-  vp.seed = seed;
-  vp.threads = (int)threads;
+  cp_verify_thresholds th;
+  cp_verify_thresholds_init(&th);
+  cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
   vp.baseline = baseline;
   vp.stats = stats;
   if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
-  cp_verify_thresholds th;
-  cp_verify_thresholds_init(&th);
-  th.min_accuracy = min_accuracy;
-  th.no_regression_at = no_reg;
-  th.n_no_regression = n_no_reg;
-  if (n_no_reg > 0 && !baseline) {
+  if (o.n_no_reg > 0 && !baseline) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
     goto report;
   }
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
   if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
-  cp_certificate_info info = {model_path, "cpu", threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-                              &rule, seed, vp.max_new_tokens};
+  cp_certificate_info info = {model_path, "cpu", o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                              &rule, o.seed, vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
   if (json_path && (rc = cp_write_json_atomic(NULL, json_path, cert)) < 0) goto report;
   if (cert_path && (rc = cp_write_json_atomic(NULL, cert_path, cert)) < 0) goto report;
@@ -182,8 +147,6 @@ report:
   cp_tokenizer_free(tok);
   cp_model_free(model);
   free(probes);
-  free(lengths);
-  free(no_reg);
-  free(depths);
+  cli_verify_opts_free(&o);
   return status;
 }
