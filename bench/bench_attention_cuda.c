@@ -1,4 +1,4 @@
-/* Times the fused CUDA attention kernel (include/ctxpatch/cuda.h) for one (rule, length, head
+/* Times the fused CUDA attention kernel (include/ctxpatch/engine/cuda.h) for one (rule, length, head
  * dim) on random bfloat16 inputs and prints one JSON line. Driven by bench_attention_cuda.py,
  * which runs PyTorch's kernels on the same GPU in the same run. Not a test.
  *
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/cuda.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/rule.h"
+#include "ctxpatch/engine/cuda.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/rule.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float urand(void) {

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/verify.h"
 
 /* "3,17,5" -> heap array; junk or an empty list is CP_EMODEL_INPUT. In a file (`from` names it)
  * whitespace also separates ids. */

@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/verify/verify.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 

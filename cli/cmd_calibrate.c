@@ -1,4 +1,4 @@
-/* ctxpatch calibrate: softmax temperature per length (include/ctxpatch/calibrate.h). */
+/* ctxpatch calibrate: softmax temperature per length (include/ctxpatch/patchers/calibrate.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,9 +8,9 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/calibrate.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/tokenizer.h"
+#include "ctxpatch/patchers/calibrate.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
 
 static void help(FILE *out) {
   fprintf(out,

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/convert.h"
+#include "ctxpatch/converters/convert.h"
 
 #include <cjson/cJSON.h>
 

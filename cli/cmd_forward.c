@@ -7,11 +7,11 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/engine.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/rule.h"
-#include "ctxpatch/tensor.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/formats/tensor.h"
 
 static void help(FILE *out) {
   fprintf(out,

@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/checkpoint.h"
-#include "ctxpatch/describe.h"
-#include "ctxpatch/hf_config.h"
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/describe.h"
+#include "ctxpatch/converters/hf_config.h"
 
 static const char inspect_help[] =
     "usage: ctxpatch inspect PATH [--json]\n"

@@ -11,13 +11,13 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/calibrate.h"
-#include "ctxpatch/checkpoint.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/patch.h"
-#include "ctxpatch/rule.h"
-#include "ctxpatch/tokenizer.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/patchers/calibrate.h"
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/patchers/patch.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/verify.h"
 
 static const char patch_help[] =
     "usage: ctxpatch patch IN OUT --method temperature|alibi-pi|lm-infinite|rope-pi|fire-threshold\n"

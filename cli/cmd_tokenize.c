@@ -7,8 +7,8 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/tokenizer.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
 
 #define MAX_TEXT_FILE ((size_t)256 << 20)
 

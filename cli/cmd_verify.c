@@ -8,12 +8,12 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/report.h"
-#include "ctxpatch/rule.h"
-#include "ctxpatch/tokenizer.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/verify/report.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/verify.h"
 
 static const char verify_help[] =
     "usage: ctxpatch verify MODEL [--rule RULE.json] [--baseline] --probe passkey,lines,needle,multikey\n"

@@ -2,7 +2,7 @@
  * stream over key blocks: a Lambda-masked row visits only its global prefix and local window.
  * tests/test_engine_stream.c checks both against the per-key helpers for every (i, j) of a
  * range of plans, so the two forms cannot drift apart. */
-#include "ctxpatch/rule.h"
+#include "ctxpatch/converters/rule.h"
 
 #include <assert.h>
 

@@ -2,8 +2,8 @@
  * which rule parts apply to one attention call, the visibility and distance helpers engines
  * share, and the model-side positional terms (T5 buckets, ALiBi slopes, FIRE input).
  * Parsing and serialising live in rule_json.c. */
-#include "ctxpatch/error.h"
-#include "ctxpatch/rule.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/rule.h"
 
 #include <assert.h>
 #include <math.h>

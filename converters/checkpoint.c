@@ -1,6 +1,6 @@
 /* One tensor list over every supported weight layout (single or sharded; safetensors or
  * PyTorch zip). Sharded folders are cross-checked against their index. */
-#include "ctxpatch/checkpoint.h"
+#include "ctxpatch/converters/checkpoint.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/pytorch.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/pytorch.h"
+#include "ctxpatch/formats/safetensors.h"
 
 typedef struct {
   char *name; /* relative to the folder */

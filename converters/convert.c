@@ -1,4 +1,4 @@
-#include "ctxpatch/convert.h"
+#include "ctxpatch/converters/convert.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -7,10 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ctxpatch/checkpoint.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/safetensors.h"
 
 #define MANIFEST_NAME "SHA256SUMS"
 

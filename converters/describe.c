@@ -1,10 +1,10 @@
-#include "ctxpatch/describe.h"
+#include "ctxpatch/converters/describe.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/rule.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/rule.h"
 
 static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   cJSON *h = cJSON_AddObjectToObject(obj, "hyperparameters");

@@ -10,7 +10,7 @@
  * A JSON null counts as absent (HF passes None on to the class default), except for special
  * ids and Mistral's sliding_window, where null means "none".
  */
-#include "ctxpatch/hf_config.h"
+#include "ctxpatch/converters/hf_config.h"
 
 #include <assert.h>
 #include <math.h>
@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/json.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/json.h"
 
 #define CFG_MAX_BYTES ((size_t)16 << 20) /* real configs are a few KiB; id2label maps stay far below */
 #define CFG_MAX_DEPTH 128

@@ -1,7 +1,7 @@
-/* Checkpoint folder -> cp_model (include/ctxpatch/model.h): HF tensor names per family, shape
+/* Checkpoint folder -> cp_model (include/ctxpatch/converters/model.h): HF tensor names per family, shape
  * checks, fused-QKV splitting. Family semantics follow the HF modeling code of each family
  * (T5, BLOOM, MPT, Llama/Mistral, GPT-NeoX) and docs/fire-layout.md. */
-#include "ctxpatch/model.h"
+#include "ctxpatch/converters/model.h"
 
 #include <assert.h>
 #include <math.h>
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/checkpoint.h"
-#include "ctxpatch/error.h"
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/base/error.h"
 
 typedef struct {
   cp_model *m;
@@ -492,7 +492,7 @@ static int load_slopes(loader *L) {
 
 /* ---------------------------------------------------------------- patched artifacts */
 
-/* config.json "ctxpatch": {"rule": {...}} (include/ctxpatch/patch.h): the part of a patch that
+/* config.json "ctxpatch": {"rule": {...}} (include/ctxpatch/patchers/patch.h): the part of a patch that
  * the weights do not carry. Checked against the model here so a bad artifact fails at open. */
 static int load_metadata_rule(cp_model *m, const char *cfg_path) {
   const cJSON *block = cJSON_GetObjectItemCaseSensitive(m->cfg->json, "ctxpatch");

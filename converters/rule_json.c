@@ -11,10 +11,10 @@
  *   top_k without lambda_mask is accepted and has no effect (docs/attention-decisions.md 7).
  * - "alibi_scale": "factor" belongs to mode "static" only; elsewhere it is an unknown key.
  */
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/json.h"
-#include "ctxpatch/rule.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/json.h"
+#include "ctxpatch/converters/rule.h"
 
 #include <limits.h>
 #include <math.h>

@@ -1,5 +1,5 @@
-#include "ctxpatch/error.h"
-#include "ctxpatch/tensor.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/tensor.h"
 
 #include <string.h>
 

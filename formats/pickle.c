@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/error.h"
+#include "ctxpatch/base/error.h"
 
 /* ---- arena ---------------------------------------------------------------------------- */
 

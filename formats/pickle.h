@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctxpatch/tensor.h"
+#include "ctxpatch/formats/tensor.h"
 
 #define PK_MAX_OBJECTS (1u << 23)
 #define PK_MAX_STACK (1u << 21)

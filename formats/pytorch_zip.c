@@ -1,10 +1,10 @@
-/* PyTorch zip checkpoint reader (layout in include/ctxpatch/pytorch.h).
+/* PyTorch zip checkpoint reader (layout in include/ctxpatch/formats/pytorch.h).
  *
  * libzip validates the archive and inflates compressed entries; the central directory is also
  * parsed here, bounded, because libzip 1.7 does not expose where an entry's data starts, and
  * every entry used is cross-checked against zip_stat before its bytes are trusted.
  */
-#include "ctxpatch/pytorch.h"
+#include "ctxpatch/formats/pytorch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zip.h>
 
-#include "ctxpatch/error.h"
+#include "ctxpatch/base/error.h"
 #include "formats/pickle.h"
 
 #define PT_MAX_PICKLE ((uint64_t)256 << 20)     /* data.pkl bytes: ~1M tensors' worth */

@@ -1,10 +1,10 @@
 /* Sharded safetensors: shard planning and model.safetensors.index.json (write and strict read).
- * Formats as Hugging Face transformers produces them; see include/ctxpatch/safetensors.h. */
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/json.h"
-#include "ctxpatch/safetensors.h"
-#include "ctxpatch/strbuf.h"
+ * Formats as Hugging Face transformers produces them; see include/ctxpatch/formats/safetensors.h. */
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/json.h"
+#include "ctxpatch/formats/safetensors.h"
+#include "ctxpatch/base/strbuf.h"
 
 #include <inttypes.h>
 #include <stdbool.h>

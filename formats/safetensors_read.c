@@ -1,12 +1,12 @@
-/* safetensors reader: mmap + strict header validation (layout in include/ctxpatch/safetensors.h).
+/* safetensors reader: mmap + strict header validation (layout in include/ctxpatch/formats/safetensors.h).
  *
  * The header goes through four gates, in the reference reader's order so both refuse a file for
  * the same reason: UTF-8, first byte '{', strict JSON scan (syntax, duplicate keys, depth), and
  * then a walk over the now well-formed text that checks the schema. The walk reads numbers from
  * the text itself rather than through doubles, so 1.0, 1e3 and 2^53+1 are judged exactly. */
-#include "ctxpatch/error.h"
-#include "ctxpatch/json.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/json.h"
+#include "ctxpatch/formats/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

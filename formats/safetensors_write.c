@@ -1,10 +1,10 @@
 /* safetensors writer: deterministic header, streamed tensor bytes, atomic commit.
- * Header layout and ordering rules are in include/ctxpatch/safetensors.h. */
+ * Header layout and ordering rules are in include/ctxpatch/formats/safetensors.h. */
 #include <assert.h>
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/safetensors.h"
-#include "ctxpatch/strbuf.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/safetensors.h"
+#include "ctxpatch/base/strbuf.h"
 
 #include <inttypes.h>
 #include <stdbool.h>

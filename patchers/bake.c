@@ -1,4 +1,4 @@
-/* Baking a patch into an HF artifact (include/ctxpatch/patch.h, docs/patching.md): which part of
+/* Baking a patch into an HF artifact (include/ctxpatch/patchers/patch.h, docs/patching.md): which part of
  * a rule the weights can carry exactly, and the streaming writer of the baked folder.
  *
  * Temperature: the engine computes (c q.k + b) / tau. Scaling the query projection (weight and
@@ -16,10 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/patch.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/patchers/patch.h"
+#include "ctxpatch/formats/safetensors.h"
 
 const char *cp_patch_method_name(cp_patch_method m) {
   switch (m) {

@@ -1,7 +1,7 @@
-/* Temperature calibration (include/ctxpatch/calibrate.h, docs/calibration.md): Algorithm 1 of
+/* Temperature calibration (include/ctxpatch/patchers/calibrate.h, docs/calibration.md): Algorithm 1 of
  * the T5 seed by grid search and bisection on the mean P_max / entropy of the softmaxes in
  * scope, per model or per layer, plus the closed forms and the log baseline. */
-#include "ctxpatch/calibrate.h"
+#include "ctxpatch/patchers/calibrate.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,10 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctxpatch/engine.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/profile.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/engine/profile.h"
+#include "ctxpatch/verify/verify.h"
 
 static const char *const method_names[CP_CAL_METHOD_COUNT] = {"pmax", "entropy", "log", "prop1", "prop2"};
 

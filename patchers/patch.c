@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctxpatch/convert.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/patch.h"
-#include "ctxpatch/report.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/converters/convert.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/patchers/patch.h"
+#include "ctxpatch/verify/report.h"
+#include "ctxpatch/formats/safetensors.h"
 
 #define SHA_ZEROS "0000000000000000000000000000000000000000000000000000000000000000"
 

@@ -1,7 +1,7 @@
 /* Shared by tests/test_cuda_consistency.c (the CUDA device) and tests/test_cuda_emulated.c (the
  * same kernel source run on host threads): one attention call per (rule, shape, head dim, input
  * type), the CUDA backend against the CPU engine's streaming kernel (the oracle,
- * verify/attention_cpu.h), compared by normalised error (max |cuda - cpu| / max |cpu|) with a
+ * engine/attention_cpu.h), compared by normalised error (max |cuda - cpu| / max |cpu|) with a
  * threshold per output: attention output, P_max, entropy, logit std. */
 #ifndef CTXPATCH_TESTS_CUDA_CASES_H
 #define CTXPATCH_TESTS_CUDA_CASES_H
@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/cuda.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/rule.h"
+#include "ctxpatch/engine/cuda.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/rule.h"
 #include "test.h"
-#include "verify/attention_cpu.h"
-#include "verify/pool.h"
+#include "engine/attention_cpu.h"
+#include "engine/pool.h"
 
 /* The backend under test, and the heads per call (query heads; half as many key/value heads,
  * or as many for T5). */
@@ -180,7 +180,7 @@ static void run_case(cp_pool *pool, const rule_case *rc, shape sh, int dh, bool 
     case ATT_POS_T5: {
       c.pos = ATT_POS_T5, g.pos = CP_CUDA_POS_T5;
       t5tab = rand_buf((size_t)NB * H, 2.0f, false);
-      if (plan.causal) { /* as verify/engine_cpu.c builds it */
+      if (plan.causal) { /* as engine/engine_cpu.c builds it */
         t5bias = malloc((size_t)H * n_keys * sizeof *t5bias);
         for (int64_t d = 0; d < n_keys; d++) {
           int bk = cp_t5_bucket(-dprime[d], false, NB, MD);

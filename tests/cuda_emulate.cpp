@@ -1,5 +1,5 @@
 /* Host emulation of the CUDA attention kernel, for tests/test_cuda_emulated.c: compiles the
- * kernel source of verify/cuda/attention.cu with g++ and runs each thread block as NT host
+ * kernel source of engine/cuda/attention.cu with g++ and runs each thread block as NT host
  * threads, so that CI without a GPU (or without nvcc) still checks the kernel's indexing, masks,
  * positional terms and online softmax against the CPU engine.
  *
@@ -60,7 +60,7 @@ inline int min(int a, int b) { return a < b ? a : b; }
 #define CPCU_SMEM_DECL unsigned char *smem = emu_smem;
 #define CPCU_UNROLL
 
-#include "verify/cuda/attention.cu"
+#include "engine/cuda/attention.cu"
 
 namespace {
 

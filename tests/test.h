@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ctxpatch/error.h"
+#include "ctxpatch/base/error.h"
 
 static int test_passed, test_failed;
 

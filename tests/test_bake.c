@@ -1,4 +1,4 @@
-/* Baking (include/ctxpatch/patch.h): for every patch, the original model run with the rule and
+/* Baking (include/ctxpatch/patchers/patch.h): for every patch, the original model run with the rule and
  * the baked artifact run with no rule give the same logits (max |diff| <= 1e-5 * max |logit|).
  * Exact-weights cases must carry the rule in the weights alone (the artifact's metadata rule is
  * the identity); metadata cases must reproduce it through the engine reading config.json's
@@ -8,13 +8,13 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "ctxpatch/checkpoint.h"
-#include "ctxpatch/engine.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/patch.h"
-#include "ctxpatch/rule.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/patchers/patch.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 
 static char models[4096], tmpdir[1024];

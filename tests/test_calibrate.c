@@ -10,11 +10,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/calibrate.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/profile.h"
+#include "ctxpatch/patchers/calibrate.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/engine/profile.h"
 #include "test.h"
 
 static double num(const cJSON *o, const char *k) {

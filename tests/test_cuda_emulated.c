@@ -1,4 +1,4 @@
-/* The CUDA attention kernel without a GPU: the kernel source of verify/cuda/attention.cu run on
+/* The CUDA attention kernel without a GPU: the kernel source of engine/cuda/attention.cu run on
  * host threads (tests/cuda_emulate.cpp), driven through the same host side as the device
  * (cp_cuda_attention_on: rule tables, tile ranges, bfloat16 conversion), against the CPU engine
  * for every rule of tests/cuda_cases.h. Smaller shapes than the device test (each block is 128
@@ -6,7 +6,7 @@
  * decode row, a chunk at a KV-cache offset; head dims 64, 128, 40 (not a multiple of the lanes)
  * and 200 (the 8-lanes-per-row variant); float and bfloat16. Runs in every build, CUDA or not. */
 #include "cuda_cases.h"
-#include "verify/cuda_attention.h"
+#include "engine/cuda_attention.h"
 
 const cpcu_backend *cpcu_emulated_backend(void); /* tests/cuda_emulate.cpp */
 

@@ -8,11 +8,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/engine.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/rule.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 
 #define TOL 1e-4

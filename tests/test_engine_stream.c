@@ -13,14 +13,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctxpatch/engine.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/model.h"
-#include "ctxpatch/rule.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/formats/safetensors.h"
 #include "test.h"
-#include "verify/attention_cpu.h"
-#include "verify/pool.h"
+#include "engine/attention_cpu.h"
+#include "engine/pool.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float urand(void) { /* uniform in [-1, 1) */

@@ -3,7 +3,7 @@
  * controls built with the same helpers. */
 #include <stdint.h>
 
-#include "ctxpatch/pytorch.h"
+#include "ctxpatch/formats/pytorch.h"
 #include "test.h"
 
 /* Code number of a name such as "CP_EPKL_GLOBAL"; 1 when unknown (never a real code). */

@@ -1,6 +1,6 @@
 /* Every file of the hostile safetensors corpus (tests/hostile/hostile_safetensors.py) must be
  * refused with exactly its expected code and a one-line message naming the file. */
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 
 int main(void) {

@@ -1,6 +1,6 @@
 #include "test.h"
 
-#include "ctxpatch/json.h"
+#include "ctxpatch/base/json.h"
 
 static cp_json_problem scan(const char *text, size_t *offset) {
   cp_json_check c;

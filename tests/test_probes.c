@@ -4,8 +4,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/tokenizer.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/verify.h"
 
 static void dump(const cp_tokenizer *tok) {
   const cp_probe_kind kinds[] = {CP_PROBE_PASSKEY, CP_PROBE_LINES};

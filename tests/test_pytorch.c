@@ -10,9 +10,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/io.h"
-#include "ctxpatch/pytorch.h"
-#include "ctxpatch/tensor.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/pytorch.h"
+#include "ctxpatch/formats/tensor.h"
 #include "test.h"
 
 static cJSON *load_json(const char *path) {

@@ -1,4 +1,4 @@
-/* The HTML verify report (include/ctxpatch/report.h) from hand-built certificates: structure
+/* The HTML verify report (include/ctxpatch/verify/report.h) from hand-built certificates: structure
  * (heatmap cells per side, charts present only with their data), escaping of hostile strings,
  * no script anywhere, deterministic bytes, atomic write, and refusal of malformed input with
  * the offending key named.
@@ -14,8 +14,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/io.h"
-#include "ctxpatch/report.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/report.h"
 #include "test.h"
 
 #define N_LENGTHS 5

@@ -2,9 +2,9 @@
  * round trips, plans for T5 and decoder-only models, the per-element helpers (hand-worked from
  * the spec's text), and T5 buckets / ALiBi slopes against tests/goldens/t5_buckets.json
  * (made by PyTorch with tests/reference/make_bucket_golden.py). */
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/rule.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/rule.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* safetensors reader, writer and shard index: round trips of every dtype, exact header bytes,
  * determinism, alignment, streaming, refusals, sharding, and a golden file written by an
  * independent (Python + PyTorch) writer. */
-#include "ctxpatch/io.h"
-#include "ctxpatch/safetensors.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>

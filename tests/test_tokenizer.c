@@ -11,8 +11,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/io.h"
-#include "ctxpatch/tokenizer.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
 #include "test.h"
 
 static const char *tmpdir;

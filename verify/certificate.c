@@ -6,10 +6,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/hf_config.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/verify.h"
 
 #define CERTIFICATE_VERSION 1
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/strbuf.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/strbuf.h"
+#include "ctxpatch/verify/verify.h"
 
 #define ANSWER_ROOM 8
 

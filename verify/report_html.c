@@ -1,4 +1,4 @@
-/* The verify report (include/ctxpatch/report.h): one self-contained HTML5 page drawn from a
+/* The verify report (include/ctxpatch/verify/report.h): one self-contained HTML5 page drawn from a
  * certificate (docs/certificate.md). No scripts and no external resources: CSS is inline and
  * every chart is inline SVG drawn here. Every string taken from the certificate is escaped (it
  * holds file names and rule JSON), invalid UTF-8 becomes U+FFFD, and numbers use fixed formats,
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/error.h"
-#include "ctxpatch/io.h"
-#include "ctxpatch/report.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/report.h"
 
 /* ---- growing string buffer ------------------------------------------------------------- */
 

@@ -5,10 +5,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctxpatch/engine.h"
-#include "ctxpatch/error.h"
-#include "ctxpatch/profile.h"
-#include "ctxpatch/verify.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/engine/profile.h"
+#include "ctxpatch/verify/verify.h"
 
 void cp_verify_params_init(cp_verify_params *p) {
   memset(p, 0, sizeof *p);

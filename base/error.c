@@ -1,0 +1,48 @@
+#include "ctxpatch/base/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local int last_code;
+static _Thread_local char last_message[1024];
+
+const char *cp_err_name(int code) {
+  switch (code) {
+#define CP_ERR_NAME(name, value, text) case value: return #name;
+    CP_ERROR_LIST(CP_ERR_NAME)
+#undef CP_ERR_NAME
+  }
+  return "CP_E?";
+}
+
+const char *cp_err_text(int code) {
+  switch (code) {
+#define CP_ERR_TEXT(name, value, text) case value: return text;
+    CP_ERROR_LIST(CP_ERR_TEXT)
+#undef CP_ERR_TEXT
+  }
+  return "unknown error";
+}
+
+int cp_error_setv(int code, const char *fmt, va_list ap) {
+  last_code = code;
+  vsnprintf(last_message, sizeof last_message, fmt, ap);
+  for (char *p = last_message; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  return code;
+}
+
+int cp_error_set(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cp_error_setv(code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+const char *cp_error_message(void) { return last_message; }
+int cp_error_code(void) { return last_code; }
+void cp_error_clear(void) {
+  last_code = 0;
+  last_message[0] = '\0';
+}

@@ -1,0 +1,106 @@
+/* Boundary between the host side of the CUDA backend (engine/cuda_attention.c, C, part of
+ * libctxpatch) and its device code (engine/cuda/attention.cu, built into ctxpatch_cuda only
+ * when CTXPATCH_CUDA is on). Internal to verify/.
+ *
+ * The device code makes no rule decision: the host resolves everything through rule.h
+ * (cp_plan_visible_ranges per row, cp_plan_distance per distance, cp_t5_bucket per clamped
+ * relative position, cp_plan_alibi_divisor per row) and passes the resolved numbers here. The
+ * one formula evaluated on the device is FIRE's input psi(d') / psi(max(L, i)), a line-by-line
+ * mirror of cp_fire_input (the backend-consistency test compares the two).
+ *
+ * Every pointer in cpcu_attn_args is a device pointer. Functions return 0 or -1 with a one-line
+ * reason in `why`. */
+#ifndef CTXPATCH_VERIFY_CUDA_ATTENTION_CUDA_H
+#define CTXPATCH_VERIFY_CUDA_ATTENTION_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CPCU_POS_NONE, CPCU_POS_T5, CPCU_POS_ALIBI, CPCU_POS_ROPE, CPCU_POS_FIRE };
+enum {
+  CPCU_MAX_DH = 256,          /* head dims 1 .. 256 */
+  CPCU_MAX_TILE_RANGES = 4,   /* key ranges per query tile (a superset is always safe) */
+  CPCU_T5_MAX_BUCKETS = 1024, /* per-head T5 table held in shared memory */
+  CPCU_FIRE_MAX_WIDTH = 128,  /* FIRE MLP hidden width held in shared memory */
+  CPCU_TOPK_MAX = 64          /* top-k middle tokens per row, kept in shared memory */
+};
+
+typedef struct {
+  int H, Hkv, dh;
+  int n_q, n_keys, q_off;
+  int causal;
+  int bf16;    /* q, q_far, k, v, k_raw hold bfloat16 (uint16 bit patterns), else float */
+  int pos;     /* CPCU_POS_* */
+  float scale; /* c of the spec */
+  float inv_tau;
+
+  const void *q;     /* [n_q, H*dh] */
+  const void *q_far; /* [n_q, H*dh] RoPE with a ceiling: q rotated by the clamped distance; or NULL */
+  const void *k, *v; /* [n_keys, Hkv*dh] */
+  const void *k_raw; /* [n_keys, Hkv*dh] unrotated keys (with q_far), or NULL */
+
+  const int *row_ranges;  /* [n_q, 4]: lo0, hi0, lo1, hi1 from cp_plan_visible_ranges (empty: lo = hi) */
+  const int *tile_ranges; /* [n_tiles, 2 * CPCU_MAX_TILE_RANGES]: lo, hi pairs covering the tile's rows */
+  const int *tile_nranges; /* [n_tiles] */
+  const int *dprime;      /* causal: [n_keys] cp_plan_distance(d); else NULL */
+
+  const int16_t *t5_bucket; /* causal: [n_keys] by d; bidirectional: [2 n_keys - 1] by r + n_keys - 1 */
+  const float *t5_table;    /* [t5_nb, H] (the model's relative_attention_bias) */
+  int t5_nb;
+
+  const double *slopes;    /* ALiBi [H] */
+  const double *alibi_div; /* ALiBi [n_q]: cp_plan_alibi_divisor of each row */
+
+  const float *fire_w1, *fire_b1; /* [W] */
+  const float *fire_w2;           /* [H, W] */
+  const float *fire_b2;           /* [H] */
+  int fire_width;
+  double fire_c, fire_L;
+
+  /* top-k middle tokens (decision 7): 0, or k for calls with top-k rows */
+  int topk_k;
+  const void *q_topk;        /* [n_q, H*dh] RoPE: q rotated by the top-k distance (against k_raw); or NULL */
+  const int *topk_rows;      /* [n_q, 2]: the row's Lambda-hidden keys [lo, hi) when it gets top-k, else empty */
+  const int *topk_tile;      /* [n_tiles, 2]: the union of its rows' hidden ranges */
+  const float *topk_bias;    /* [H, n_q]: positional term at the top-k distance */
+
+  float *out;                          /* [n_q, H*dh] */
+  float *row_pmax, *row_ent, *row_lstd; /* [H, n_q] each, or NULL */
+} cpcu_attn_args;
+
+/* Number of CUDA devices; -1 with the runtime's reason when the driver or runtime fails. */
+int cpcu_device_count(int *count, char *why, size_t n);
+/* Name and compute capability of device 0. */
+int cpcu_device_name(char *name, size_t name_n, int *cc_major, int *cc_minor, char *why, size_t n);
+/* Query rows per thread block for head dim dh (the tile the host's tile_ranges must use). */
+int cpcu_tile_rows(int dh);
+/* Runs the fused kernel and waits for it. With reps > 0 it runs reps more times afterwards and
+ * writes the mean kernel time in milliseconds to *ms (CUDA events; benchmarks only). */
+int cpcu_attention(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n);
+
+int cpcu_malloc(void **p, size_t bytes, char *why, size_t n);
+void cpcu_free(void *p); /* NULL is fine */
+int cpcu_upload(void *dst, const void *src, size_t bytes, char *why, size_t n);
+int cpcu_download(void *dst, const void *src, size_t bytes, char *why, size_t n);
+
+/* Where cp_cuda_attention's host side sends the resolved call: the CUDA runtime above, or
+ * tests/cuda_emulate.cpp, which runs the same kernel source on host threads so that CI without a
+ * GPU still checks the kernel's logic against the CPU engine (tests/test_cuda_emulated.c). */
+typedef struct {
+  int (*tile_rows)(int dh);
+  int (*attention)(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n);
+  int (*alloc)(void **p, size_t bytes, char *why, size_t n);
+  void (*release)(void *p);
+  int (*upload)(void *dst, const void *src, size_t bytes, char *why, size_t n);
+  int (*download)(void *dst, const void *src, size_t bytes, char *why, size_t n);
+} cpcu_backend;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,839 @@
+/* CPU float32 reference engine (include/ctxpatch/engine/engine.h): embedding, the layer stacks of every
+ * family, KV cache, greedy decoding and statistics. The attention itself is in attention_cpu.c;
+ * every rule decision comes from rule.h (cp_rule_plan and the cp_plan_* helpers). */
+#include "ctxpatch/engine/engine.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/tensor.h"
+#include "engine/attention_cpu.h"
+#include "engine/pool.h"
+
+enum { GEMM_MB = 128, GEMM_NB = 256, ROW_CHUNK = 64, FFN_CHUNK = 256 };
+#define MAX_TOKENS ((int64_t)1 << 28)
+
+struct cp_engine {
+  const cp_model *m;
+  cp_rule rule;
+  cp_rule_model rm;
+  cp_engine_params p;
+  cp_pool *pool;
+  /* Statistics of the last forward with params.stats. */
+  int n_modules;
+  cp_attn_kind *st_kind;
+  int *st_layer;
+  float *st_pmax, *st_ent;
+  float *st_lstd; /* NULL unless params.logit_stats */
+  bool collect; /* inside a forward that collects */
+};
+
+/* One layer's cache: keys (rotated for RoPE), values, and unrotated keys where the rule needs
+ * them (RoPE with a ceiling or top-k). */
+typedef struct {
+  float *k, *v, *k_raw; /* [cap, Hkv*dh] */
+  int64_t cap;
+  bool ready;           /* cross-attention caches: filled once per encoder output */
+} kv_t;
+
+/* Per-pass activations for n rows. */
+typedef struct {
+  int64_t n;
+  float *x, *h, *tmp;           /* [n, D] */
+  float *q, *qraw, *qfar, *qtopk, *att; /* [n, H*dh] */
+  float *up, *gate;             /* [FFN_CHUNK, d_ff] */
+} bufs_t;
+
+/* ---------------------------------------------------------------- small helpers */
+
+static float *alloc_f(int64_t a, int64_t b) {
+  uint64_t n;
+  if (a < 0 || b < 0 || !cp_mul_u64(&n, (uint64_t)a, (uint64_t)b) || !cp_mul_u64(&n, n, sizeof(float)) ||
+      n > SIZE_MAX) {
+    cp_error_set(CP_EOVERFLOW, "engine: buffer of %lld x %lld floats is too large", (long long)a, (long long)b);
+    return NULL;
+  }
+  float *p = malloc(n ? (size_t)n : 1);
+  if (!p) cp_error_set(CP_ENOMEM, "engine: out of memory for %lld x %lld floats", (long long)a, (long long)b);
+  return p;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+void cp_engine_params_init(cp_engine_params *p) {
+  memset(p, 0, sizeof *p);
+  p->threads = 0;
+  p->stats = false;
+}
+
+const char *cp_attn_kind_name(cp_attn_kind kind) {
+  switch (kind) {
+    case CP_ATTN_ENCODER_SELF: return "encoder_self";
+    case CP_ATTN_DECODER_SELF: return "decoder_self";
+    case CP_ATTN_CROSS: return "cross";
+  }
+  return "?";
+}
+
+/* ---------------------------------------------------------------- parallel primitives */
+
+typedef struct {
+  int64_t M;
+  int N, K;
+  const float *A;
+  int lda;
+  const float *W, *b;
+  float *C;
+  int ldc;
+  bool accumulate;
+} gemm_job;
+
+static void gemm_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const gemm_job *g = ctx;
+  size_t nbn = (size_t)(g->N + GEMM_NB - 1) / GEMM_NB;
+  int64_t m0 = (int64_t)(item / nbn) * GEMM_MB;
+  int n0 = (int)(item % nbn) * GEMM_NB;
+  int mc = (int)min64(GEMM_MB, g->M - m0), nc = g->N - n0 < GEMM_NB ? g->N - n0 : GEMM_NB;
+  float *C = g->C + (size_t)m0 * g->ldc + n0;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, g->A + (size_t)m0 * g->lda, g->lda,
+              g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
+  if (g->b)
+    for (int r = 0; r < mc; r++)
+      for (int c = 0; c < nc; c++) C[(size_t)r * g->ldc + c] += g->b[n0 + c];
+}
+
+/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] W^T + b. */
+static void linear(cp_engine *e, float *C, int ldc, const float *A, int lda, int64_t M, const cp_linear *L,
+                   bool accumulate) {
+  if (M <= 0) return;
+  gemm_job g = {M, L->n_out, L->n_in, A, lda, L->w, L->b, C, ldc, accumulate};
+  size_t items = (size_t)((M + GEMM_MB - 1) / GEMM_MB) * (size_t)((L->n_out + GEMM_NB - 1) / GEMM_NB);
+  cp_pool_run(e->pool, items, gemm_item, &g);
+}
+
+typedef struct {
+  const cp_model *m;
+  const cp_norm_weights *w;
+  const float *x;
+  float *y;
+  int64_t n;
+} norm_job;
+
+static void norm_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const norm_job *j = ctx;
+  const int D = j->m->d_model;
+  int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = j->x + (size_t)r * D;
+    float *y = j->y + (size_t)r * D;
+    double mean = 0, var = 0;
+    if (j->m->norm == CP_NORM_LAYER) {
+      for (int d = 0; d < D; d++) mean += x[d];
+      mean /= D;
+    }
+    for (int d = 0; d < D; d++) var += ((double)x[d] - mean) * ((double)x[d] - mean);
+    var /= D;
+    float inv = (float)(1.0 / sqrt(var + (double)j->m->norm_eps));
+    for (int d = 0; d < D; d++) {
+      float v = (float)((double)x[d] - mean) * inv * j->w->w[d];
+      y[d] = j->w->b ? v + j->w->b[d] : v;
+    }
+  }
+}
+
+/* y = norm(x) row by row (LayerNorm or RMSNorm); y may alias x. */
+static void norm_rows(cp_engine *e, const cp_norm_weights *w, const float *x, float *y, int64_t n) {
+  norm_job j = {e->m, w, x, y, n};
+  cp_pool_run(e->pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), norm_item, &j);
+}
+
+static float act(cp_act a, float x) {
+  switch (a) {
+    case CP_ACT_RELU: return x > 0 ? x : 0.0f;
+    case CP_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case CP_ACT_GELU_TANH: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case CP_ACT_SILU: return x / (1.0f + expf(-x));
+  }
+  return x;
+}
+
+typedef struct {
+  cp_act a;
+  float *up;
+  const float *gate;
+  int64_t n;
+} act_job;
+
+static void act_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const act_job *j = ctx;
+  int64_t i0 = (int64_t)item * 4096, i1 = min64(i0 + 4096, j->n);
+  for (int64_t i = i0; i < i1; i++) j->up[i] = j->gate ? act(j->a, j->gate[i]) * j->up[i] : act(j->a, j->up[i]);
+}
+
+/* dst[n, D] += FFN(h[n, D]), in row chunks so the hidden layer stays small. */
+static void ffn(cp_engine *e, const cp_layer *ly, const float *h, float *dst, int64_t n, bufs_t *b) {
+  const cp_model *m = e->m;
+  const int D = m->d_model, F = m->d_ff;
+  for (int64_t r0 = 0; r0 < n; r0 += FFN_CHUNK) {
+    int64_t nr = min64(FFN_CHUNK, n - r0);
+    linear(e, b->up, F, h + (size_t)r0 * D, D, nr, &ly->up, false);
+    if (m->gated_ffn) linear(e, b->gate, F, h + (size_t)r0 * D, D, nr, &ly->gate, false);
+    act_job aj = {m->act, b->up, m->gated_ffn ? b->gate : NULL, nr * F};
+    cp_pool_run(e->pool, (size_t)((aj.n + 4095) / 4096), act_item, &aj);
+    linear(e, dst + (size_t)r0 * D, D, b->up, F, nr, &ly->down, true);
+  }
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+/* Rotates the first rope_dims of each of n_heads head vectors in x (row stride ld) by
+ * `pos` positions (divided by the linear scaling factor), rotate-half layout as HF. Angles in
+ * double like the PyTorch reference. */
+static void rope_rotate(const cp_model *m, float *x, int n_heads, double pos) {
+  const int rot = m->rope_dims, half = rot / 2, dh = m->d_head;
+  double t = pos / m->rope_scale;
+  for (int a = 0; a < half; a++) {
+    double inv = 1.0 / pow(m->rope_theta, (double)(2 * a) / (double)rot);
+    double ang = t * inv, c = cos(ang), s = sin(ang);
+    for (int hh = 0; hh < n_heads; hh++) {
+      float *v = x + (size_t)hh * dh;
+      double x1 = v[a], x2 = v[a + half];
+      v[a] = (float)(x1 * c - x2 * s);
+      v[a + half] = (float)(x2 * c + x1 * s);
+    }
+  }
+}
+
+typedef struct {
+  const cp_model *m;
+  float *x;
+  int ld, n_heads;
+  int64_t n;
+  int64_t pos0;   /* row r rotates by pos0 + r ... */
+  bool fixed;     /* ... or every row by pos0 */
+} rope_job;
+
+static void rope_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const rope_job *j = ctx;
+  int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
+  for (int64_t r = r0; r < r1; r++)
+    rope_rotate(j->m, j->x + (size_t)r * j->ld, j->n_heads, (double)(j->fixed ? j->pos0 : j->pos0 + r));
+}
+
+static void rope_rows(cp_engine *e, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
+  rope_job j = {e->m, x, ld, n_heads, n, pos0, fixed};
+  cp_pool_run(e->pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), rope_item, &j);
+}
+
+/* Whether this layer's RoPE keys must also be kept unrotated. */
+static bool rope_needs_raw(const cp_engine *e, cp_attn_kind kind, int layer) {
+  if (e->m->pos != CP_POS_ROPE || kind == CP_ATTN_CROSS) return false;
+  cp_attn_plan plan;
+  cp_rule_plan(&plan, &e->rule, &e->rm, kind, layer);
+  return plan.ceiling != INT64_MAX || plan.top_k;
+}
+
+/* ---------------------------------------------------------------- caches and buffers */
+
+static void kv_free(kv_t *kv) {
+  free(kv->k);
+  free(kv->v);
+  free(kv->k_raw);
+  memset(kv, 0, sizeof *kv);
+}
+
+static int kv_alloc(kv_t *kv, int64_t cap, int width, bool raw) {
+  memset(kv, 0, sizeof *kv);
+  kv->cap = cap;
+  kv->k = alloc_f(cap, width);
+  kv->v = alloc_f(cap, width);
+  kv->k_raw = raw ? alloc_f(cap, width) : NULL;
+  if (!kv->k || !kv->v || (raw && !kv->k_raw)) {
+    kv_free(kv);
+    return cp_error_code() ? cp_error_code() : CP_ENOMEM;
+  }
+  return 0;
+}
+
+static void bufs_free(bufs_t *b) {
+  free(b->x), free(b->h), free(b->tmp), free(b->q), free(b->qraw), free(b->qfar), free(b->qtopk);
+  free(b->att), free(b->up), free(b->gate);
+  memset(b, 0, sizeof *b);
+}
+
+static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
+  memset(b, 0, sizeof *b);
+  int64_t qd = (int64_t)m->n_heads * m->d_head;
+  b->n = n;
+  b->x = alloc_f(n, m->d_model);
+  b->h = alloc_f(n, m->d_model);
+  b->tmp = alloc_f(n, m->d_model);
+  b->q = alloc_f(n, qd);
+  bool rope = m->pos == CP_POS_ROPE; /* unrotated, far and top-k queries are RoPE-only */
+  b->qraw = rope ? alloc_f(n, qd) : NULL;
+  b->qfar = rope ? alloc_f(n, qd) : NULL;
+  b->qtopk = rope ? alloc_f(n, qd) : NULL;
+  b->att = alloc_f(n, qd);
+  b->up = alloc_f(min64(n, FFN_CHUNK), m->d_ff);
+  b->gate = m->gated_ffn ? alloc_f(min64(n, FFN_CHUNK), m->d_ff) : NULL;
+  if (!b->x || !b->h || !b->tmp || !b->q || (rope && (!b->qraw || !b->qfar || !b->qtopk)) || !b->att || !b->up ||
+      (m->gated_ffn && !b->gate)) {
+    bufs_free(b);
+    return CP_ENOMEM;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- attention modules */
+
+/* Adds this call's per-row statistics to module `module`. */
+static void record_stats(cp_engine *e, int module, const float *rp, const float *re, const float *rs,
+                         int64_t n_q) {
+  const int H = e->m->n_heads;
+  for (int h = 0; h < H; h++) {
+    double sp = 0, se = 0, ss = 0;
+    for (int64_t r = 0; r < n_q; r++) sp += rp[(size_t)h * n_q + r], se += re[(size_t)h * n_q + r];
+    e->st_pmax[(size_t)module * H + h] = (float)(sp / (double)n_q);
+    e->st_ent[(size_t)module * H + h] = (float)(se / (double)n_q);
+    if (rs) {
+      for (int64_t r = 0; r < n_q; r++) ss += rs[(size_t)h * n_q + r];
+      e->st_lstd[(size_t)module * H + h] = (float)(ss / (double)n_q);
+    }
+  }
+}
+
+static int stats_module(const cp_engine *e, cp_attn_kind kind, int layer) {
+  int nE = e->m->encoder.n_layers, nD = e->m->decoder.n_layers;
+  switch (kind) {
+    case CP_ATTN_ENCODER_SELF: return layer;
+    case CP_ATTN_DECODER_SELF: return nE + layer;
+    case CP_ATTN_CROSS: return nE + nD + layer;
+  }
+  return 0;
+}
+
+typedef struct {
+  const float *enc; /* [n_enc, D] final encoder states */
+  int64_t n_enc;
+  kv_t *kv;         /* [decoder layers] */
+} cross_t;
+
+/* One attention module: projections from hin [n, D], positional terms, streaming attention,
+ * output projection into out [n, D]. Self-attention appends the rows' keys/values to `kv` at
+ * q_off; cross-attention reads (and on first use fills) cross->kv[layer]. */
+static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn_kind kind, const float *hin,
+                            int64_t n, int64_t q_off, kv_t *kv, const cross_t *cross, int64_t last_prompt_row,
+                            bufs_t *b, float *out) {
+  const cp_model *m = e->m;
+  const cp_layer *ly = &st->layers[layer];
+  const int D = m->d_model, H = m->n_heads, Hkv = m->n_kv_heads, dh = m->d_head;
+  const int qd = H * dh, kvd = Hkv * dh;
+  const bool is_cross = kind == CP_ATTN_CROSS;
+  const cp_linear *Wq = is_cross ? &ly->cq : &ly->q, *Wk = is_cross ? &ly->ck : &ly->k;
+  const cp_linear *Wv = is_cross ? &ly->cv : &ly->v, *Wo = is_cross ? &ly->co : &ly->o;
+  int64_t *dprime = NULL;
+  float *t5 = NULL, *rp = NULL, *re = NULL, *rs = NULL;
+  float t5_topk[1024];
+  int rc = 0;
+
+  cp_attn_plan plan;
+  cp_rule_plan(&plan, &e->rule, &e->rm, kind, layer);
+
+  linear(e, b->q, qd, hin, D, n, Wq, false);
+  int64_t n_keys;
+  const float *K, *V, *Kraw = NULL;
+  if (is_cross) {
+    kv_t *ckv = &cross->kv[layer];
+    if (!ckv->ready) {
+      linear(e, ckv->k, kvd, cross->enc, D, cross->n_enc, Wk, false);
+      linear(e, ckv->v, kvd, cross->enc, D, cross->n_enc, Wv, false);
+      ckv->ready = true;
+    }
+    n_keys = cross->n_enc;
+    K = ckv->k, V = ckv->v;
+  } else {
+    assert(q_off + n <= kv->cap);
+    float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
+    linear(e, kc, kvd, hin, D, n, Wk, false);
+    linear(e, vc, kvd, hin, D, n, Wv, false);
+    if (m->clip_qkv > 0) { /* MPT clamps the fused qkv output */
+      float cl = m->clip_qkv;
+      for (size_t i = 0; i < (size_t)n * qd; i++) b->q[i] = fminf(fmaxf(b->q[i], -cl), cl);
+      for (size_t i = 0; i < (size_t)n * kvd; i++) kc[i] = fminf(fmaxf(kc[i], -cl), cl), vc[i] = fminf(fmaxf(vc[i], -cl), cl);
+    }
+    n_keys = q_off + n;
+    K = kv->k, V = kv->v;
+  }
+
+  att_call c;
+  memset(&c, 0, sizeof c);
+  c.plan = &plan;
+  c.H = H, c.Hkv = Hkv, c.dh = dh;
+  c.q_off = q_off, c.n_q = n, c.n_keys = n_keys, c.last_prompt_row = last_prompt_row;
+  c.scale = m->attn_scale;
+  c.q = b->q, c.k = K, c.v = V;
+  c.out = b->att;
+  c.pos = ATT_POS_NONE;
+
+  if (!is_cross && plan.causal) {
+    dprime = malloc((size_t)n_keys * sizeof *dprime);
+    if (!dprime) {
+      rc = cp_error_set(CP_ENOMEM, "engine: out of memory");
+      goto done;
+    }
+    for (int64_t d = 0; d < n_keys; d++) dprime[d] = cp_plan_distance(&plan, d);
+    c.dprime = dprime;
+  }
+
+  if (!is_cross) {
+    switch (m->pos) {
+      case CP_POS_ROPE: {
+        c.pos = ATT_POS_ROPE;
+        bool raw = rope_needs_raw(e, kind, layer);
+        float *kc = kv->k + (size_t)q_off * kvd;
+        if (raw) {
+          assert(kv->k_raw);
+          memcpy(kv->k_raw + (size_t)q_off * kvd, kc, (size_t)n * kvd * sizeof *kc);
+          memcpy(b->qraw, b->q, (size_t)n * qd * sizeof *b->q);
+          Kraw = kv->k_raw;
+        }
+        rope_rows(e, b->q, qd, H, n, q_off, false);
+        rope_rows(e, kc, kvd, Hkv, n, q_off, false);
+        /* Pairs whose distance the ceiling changes score q^T R(d') k (decision 6); with one
+         * clamped value D for every far distance that is R(D) q against the unrotated key. */
+        int64_t far = -1;
+        for (int64_t d = 0; d < n_keys; d++) {
+          if (dprime[d] == d) continue;
+          if (far >= 0 && dprime[d] != far) {
+            rc = cp_error_set(CP_EUNSUPPORTED, "engine: RoPE with more than one clamped distance");
+            goto done;
+          }
+          far = dprime[d];
+        }
+        if (far >= 0) {
+          assert(raw);
+          memcpy(b->qfar, b->qraw, (size_t)n * qd * sizeof *b->q);
+          rope_rows(e, b->qfar, qd, H, n, far, true);
+          c.q_far = b->qfar;
+        }
+        if (plan.top_k) {
+          assert(raw);
+          memcpy(b->qtopk, b->qraw, (size_t)n * qd * sizeof *b->q);
+          rope_rows(e, b->qtopk, qd, H, n, plan.top_k_distance, true);
+          c.q_topk = b->qtopk;
+        }
+        c.k_raw = Kraw;
+        break;
+      }
+      case CP_POS_ALIBI:
+        c.pos = ATT_POS_ALIBI;
+        c.slopes = m->alibi_slopes;
+        break;
+      case CP_POS_FIRE:
+        c.pos = ATT_POS_FIRE;
+        c.fire = ly->fire;
+        c.fire_L = plan.fire_threshold > 0 ? plan.fire_threshold : ly->fire->L;
+        break;
+      case CP_POS_T5_BUCKETS: {
+        c.pos = ATT_POS_T5;
+        const int nb = m->t5_num_buckets, md = m->t5_max_distance;
+        const float *table = st->rel_bias; /* [nb, H] */
+        if (plan.causal) {
+          t5 = alloc_f(H, n_keys);
+          if (!t5) {
+            rc = cp_error_code();
+            goto done;
+          }
+          for (int64_t d = 0; d < n_keys; d++) {
+            int bk = cp_t5_bucket(-dprime[d], false, nb, md);
+            for (int h = 0; h < H; h++) t5[(size_t)h * n_keys + d] = table[(size_t)bk * H + h];
+          }
+          if (plan.top_k) {
+            if (H > (int)(sizeof t5_topk / sizeof *t5_topk)) {
+              rc = cp_error_set(CP_EUNSUPPORTED, "engine: top_k with more than 1024 heads");
+              goto done;
+            }
+            int bk = cp_t5_bucket(-plan.top_k_distance, false, nb, md);
+            for (int h = 0; h < H; h++) t5_topk[h] = table[(size_t)bk * H + h];
+            c.t5_topk_bias = t5_topk;
+          }
+        } else {
+          assert(q_off == 0 && n == n_keys);
+          int64_t w = 2 * n_keys - 1;
+          t5 = alloc_f(H, w);
+          if (!t5) {
+            rc = cp_error_code();
+            goto done;
+          }
+          for (int64_t r = -(n_keys - 1); r <= n_keys - 1; r++) {
+            int bk = cp_t5_bucket(cp_plan_distance(&plan, r), true, nb, md);
+            for (int h = 0; h < H; h++) t5[(size_t)h * w + (size_t)(r + n_keys - 1)] = table[(size_t)bk * H + h];
+          }
+        }
+        c.t5_bias = t5;
+        break;
+      }
+    }
+  }
+
+  if (e->collect) {
+    rp = alloc_f(H, n);
+    re = alloc_f(H, n);
+    if (!rp || !re) {
+      rc = cp_error_code();
+      goto done;
+    }
+    c.row_pmax = rp, c.row_ent = re;
+    if (e->st_lstd) {
+      if (!(rs = alloc_f(H, n))) {
+        rc = cp_error_code();
+        goto done;
+      }
+      c.row_lstd = rs;
+    }
+  }
+  if ((rc = cp_cpu_attention(e->pool, &c))) goto done;
+  if (e->collect) record_stats(e, stats_module(e, kind, layer), rp, re, rs, n);
+  linear(e, out, D, b->att, qd, n, Wo, false);
+done:
+  free(dprime);
+  free(t5);
+  free(rp);
+  free(re);
+  free(rs);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- stacks */
+
+/* Runs the layers of `st` over x [n, D] in place. kvs: one cache per layer, or (shared) one
+ * scratch cache reused by every layer when `shared_kv`. */
+static int run_stack(cp_engine *e, const cp_stack *st, cp_attn_kind kind, int64_t n, int64_t q_off, kv_t *kvs,
+                     bool shared_kv, const cross_t *cross, int64_t last_prompt_row, bufs_t *b) {
+  const cp_model *m = e->m;
+  const size_t D = (size_t)m->d_model;
+  int rc = 0;
+  for (int l = 0; l < st->n_layers; l++) {
+    const cp_layer *ly = &st->layers[l];
+    kv_t *kv = shared_kv ? kvs : &kvs[l];
+    norm_rows(e, &ly->attn_norm, b->x, b->h, n);
+    if ((rc = attention_module(e, st, l, kind, b->h, n, q_off, kv, NULL, last_prompt_row, b, b->tmp))) return rc;
+    if (m->parallel_residual) {
+      /* GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) */
+      norm_rows(e, &ly->ffn_norm, b->x, b->h, n);
+      for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
+      ffn(e, ly, b->h, b->x, n, b);
+      continue;
+    }
+    if (m->residual_from_norm) {
+      /* BLOOM apply_residual_connection_post_layernorm: the residual is the normed input. */
+      for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] = b->h[i] + b->tmp[i];
+      norm_rows(e, &ly->ffn_norm, b->x, b->h, n);
+      memcpy(b->x, b->h, (size_t)n * D * sizeof *b->x);
+      ffn(e, ly, b->h, b->x, n, b);
+      continue;
+    }
+    for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
+    if (cross) {
+      norm_rows(e, &ly->cross_norm, b->x, b->h, n);
+      if ((rc = attention_module(e, st, l, CP_ATTN_CROSS, b->h, n, q_off, NULL, cross, last_prompt_row, b, b->tmp)))
+        return rc;
+      for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
+    }
+    norm_rows(e, &ly->ffn_norm, b->x, b->h, n);
+    ffn(e, ly, b->h, b->x, n, b);
+  }
+  return 0;
+}
+
+static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n) {
+  const size_t D = (size_t)e->m->d_model;
+  for (int64_t r = 0; r < n; r++) memcpy(x + (size_t)r * D, e->m->embed + (size_t)ids[r] * D, D * sizeof *x);
+}
+
+/* Final norm and output head for rows [r0, n) of b->x into logits [n - r0, V]. */
+static void head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits) {
+  const cp_model *m = e->m;
+  const size_t D = (size_t)m->d_model;
+  norm_rows(e, &st->final_norm, b->x + r0 * D, b->h, n - r0);
+  if (m->lm_head_scale != 1.0f)
+    for (size_t i = 0; i < (size_t)(n - r0) * D; i++) b->h[i] *= m->lm_head_scale;
+  cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model};
+  linear(e, logits, m->vocab, b->h, m->d_model, n - r0, &L, false);
+}
+
+/* ---------------------------------------------------------------- engine */
+
+int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params) {
+  assert(out && model);
+  *out = NULL;
+  cp_engine *e = calloc(1, sizeof *e);
+  int rc = 0;
+  if (!e) return cp_error_set(CP_ENOMEM, "engine: out of memory");
+  e->m = model;
+  /* A patched artifact carries its rule (model.h): it applies unless the caller brings its own;
+   * stacking two rules has no defined meaning, so that is refused. */
+  bool caller_rule = rule && !cp_rule_is_identity(rule);
+  if (caller_rule && model->has_metadata_rule) {
+    free(e);
+    return cp_error_set(CP_ERULE_MODEL, "rule: the model is a patched artifact whose config.json 'ctxpatch.rule' "
+                                        "already applies a rule; refusing to combine it with another one");
+  }
+  if (caller_rule) e->rule = *rule;
+  else if (model->has_metadata_rule) e->rule = model->metadata_rule;
+  else cp_rule_init(&e->rule);
+  if (params) e->p = *params;
+  else cp_engine_params_init(&e->p);
+  cp_model_rule_model(&e->rm, model);
+  if ((rc = cp_rule_check_model(&e->rule, &e->rm, "rule"))) goto done;
+  int threads = e->p.threads;
+  if (threads <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = n > 0 ? (int)(n < 256 ? n : 256) : 1;
+  }
+  /* Our pool splits every product; OpenBLAS's own threads would compete with it. */
+  openblas_set_num_threads(1);
+  if ((rc = cp_pool_create(&e->pool, threads))) goto done;
+  e->n_modules = 0;
+  int nmod = model->encoder.n_layers + model->decoder.n_layers +
+             (model->family == CP_FAMILY_T5 ? model->decoder.n_layers : 0);
+  e->st_kind = calloc((size_t)nmod + 1, sizeof *e->st_kind);
+  e->st_layer = calloc((size_t)nmod + 1, sizeof *e->st_layer);
+  e->st_pmax = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_pmax);
+  e->st_ent = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_ent);
+  if (e->p.stats && e->p.logit_stats)
+    e->st_lstd = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_lstd);
+  if (!e->st_kind || !e->st_layer || !e->st_pmax || !e->st_ent || (e->p.stats && e->p.logit_stats && !e->st_lstd)) {
+    rc = cp_error_set(CP_ENOMEM, "engine: out of memory");
+    goto done;
+  }
+  for (int l = 0; l < model->encoder.n_layers; l++)
+    e->st_kind[stats_module(e, CP_ATTN_ENCODER_SELF, l)] = CP_ATTN_ENCODER_SELF,
+    e->st_layer[stats_module(e, CP_ATTN_ENCODER_SELF, l)] = l;
+  for (int l = 0; l < model->decoder.n_layers; l++) {
+    e->st_kind[stats_module(e, CP_ATTN_DECODER_SELF, l)] = CP_ATTN_DECODER_SELF;
+    e->st_layer[stats_module(e, CP_ATTN_DECODER_SELF, l)] = l;
+    if (model->family == CP_FAMILY_T5) {
+      e->st_kind[stats_module(e, CP_ATTN_CROSS, l)] = CP_ATTN_CROSS;
+      e->st_layer[stats_module(e, CP_ATTN_CROSS, l)] = l;
+    }
+  }
+  *out = e;
+  e = NULL;
+done:
+  cp_engine_free(e);
+  return rc;
+}
+
+void cp_engine_free(cp_engine *e) {
+  if (!e) return;
+  cp_pool_free(e->pool);
+  free(e->st_kind);
+  free(e->st_layer);
+  free(e->st_pmax);
+  free(e->st_ent);
+  free(e->st_lstd);
+  free(e);
+}
+
+int64_t cp_engine_output_rows(const cp_engine *e, int64_t n_ids, int64_t n_dec) {
+  if (e->m->family == CP_FAMILY_T5) return n_dec > 0 ? n_dec : 1;
+  return n_ids;
+}
+
+static bool any_layer_needs_raw(const cp_engine *e, const cp_stack *st, cp_attn_kind kind) {
+  for (int l = 0; l < st->n_layers; l++)
+    if (rope_needs_raw(e, kind, l)) return true;
+  return false;
+}
+
+/* Validates inputs; for T5 resolves the decoder input (default [decoder_start_token_id]). */
+static int check_inputs(const cp_engine *e, const int64_t *ids, int64_t n_ids, const int64_t **dec_ids,
+                        int64_t *n_dec, int64_t *start_id) {
+  const cp_model *m = e->m;
+  int rc = cp_model_check_ids(m, ids, n_ids, "input ids");
+  if (rc) return rc;
+  if (n_ids > MAX_TOKENS) return cp_error_set(CP_EMODEL_INPUT, "input ids: %lld tokens is above the limit", (long long)n_ids);
+  if (m->family != CP_FAMILY_T5) return 0;
+  if (!*dec_ids || *n_dec <= 0) {
+    /* T5 starts decoding from decoder_start_token_id, which is the pad id in every T5. */
+    int start = m->cfg->decoder_start_token_id >= 0 ? m->cfg->decoder_start_token_id : m->cfg->pad_token_id;
+    if (start < 0 || start >= m->vocab)
+      return cp_error_set(CP_EMODEL_INPUT, "decoder ids: none given and the config has no decoder_start_token_id");
+    *start_id = start;
+    *dec_ids = start_id;
+    *n_dec = 1;
+  }
+  if (*n_dec > MAX_TOKENS) return cp_error_set(CP_EMODEL_INPUT, "decoder ids: too many tokens");
+  return cp_model_check_ids(m, *dec_ids, *n_dec, "decoder ids");
+}
+
+/* T5 encoder: enc [n, D] = final-normed encoder states. */
+static int run_encoder(cp_engine *e, const int64_t *ids, int64_t n, float *enc) {
+  const cp_model *m = e->m;
+  bufs_t b;
+  kv_t kv;
+  int rc = bufs_alloc(&b, m, n);
+  if (rc) return rc;
+  if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, false))) {
+    bufs_free(&b);
+    return rc;
+  }
+  embed(e, b.x, ids, n);
+  rc = run_stack(e, &m->encoder, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, &b);
+  if (!rc) norm_rows(e, &m->encoder.final_norm, b.x, enc, n);
+  kv_free(&kv);
+  bufs_free(&b);
+  return rc;
+}
+
+static int alloc_cross(cross_t *cr, const cp_model *m, const float *enc, int64_t n_enc) {
+  cr->enc = enc;
+  cr->n_enc = n_enc;
+  cr->kv = calloc((size_t)m->decoder.n_layers, sizeof *cr->kv);
+  if (!cr->kv) return cp_error_set(CP_ENOMEM, "engine: out of memory");
+  for (int l = 0; l < m->decoder.n_layers; l++) {
+    int rc = kv_alloc(&cr->kv[l], n_enc, m->n_kv_heads * m->d_head, false);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void free_cross(cross_t *cr, const cp_model *m) {
+  if (cr->kv)
+    for (int l = 0; l < m->decoder.n_layers; l++) kv_free(&cr->kv[l]);
+  free(cr->kv);
+  cr->kv = NULL;
+}
+
+int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
+                      int64_t n_dec) {
+  const cp_model *m = e->m;
+  int64_t start_id;
+  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id);
+  if (rc) return rc;
+  bool t5 = m->family == CP_FAMILY_T5;
+  const int64_t *xids = t5 ? dec_ids : ids;
+  int64_t n = t5 ? n_dec : n_ids;
+  float *enc = NULL;
+  cross_t cross = {0};
+  bufs_t b = {0};
+  kv_t kv = {0};
+  e->collect = e->p.stats;
+  if (e->collect) e->n_modules = 0;
+
+  if (t5) {
+    if (!(enc = alloc_f(n_ids, m->d_model))) {
+      rc = cp_error_code();
+      goto done;
+    }
+    if ((rc = run_encoder(e, ids, n_ids, enc))) goto done;
+    if ((rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
+  }
+  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF))))
+    goto done;
+  embed(e, b.x, xids, n);
+  if (m->embed_norm.w) norm_rows(e, &m->embed_norm, b.x, b.x, n);
+  if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
+    goto done;
+  if (logits) head(e, &m->decoder, &b, n, 0, logits);
+  if (e->collect)
+    e->n_modules = m->encoder.n_layers + m->decoder.n_layers + (t5 ? m->decoder.n_layers : 0);
+done:
+  e->collect = false;
+  free(enc);
+  free_cross(&cross, m);
+  bufs_free(&b);
+  kv_free(&kv);
+  return rc;
+}
+
+static int64_t argmax(const float *x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
+                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
+  const cp_model *m = e->m;
+  *n_out = 0;
+  if (n_new < 0) return cp_error_set(CP_EARG, "engine: negative number of tokens to generate");
+  int64_t start_id;
+  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id);
+  if (rc) return rc;
+  if (n_new == 0) return 0;
+  bool t5 = m->family == CP_FAMILY_T5;
+  const int64_t *xids = t5 ? dec_ids : ids;
+  int64_t n = t5 ? n_dec : n_ids;
+  int64_t cap = n + n_new;
+  const cp_stack *st = &m->decoder;
+  float *enc = NULL, *logits = NULL;
+  cross_t cross = {0};
+  bufs_t b = {0};
+  kv_t *kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs);
+  e->collect = false;
+  if (!kvs) return cp_error_set(CP_ENOMEM, "engine: out of memory");
+  for (int l = 0; l < st->n_layers; l++)
+    if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(e, CP_ATTN_DECODER_SELF, l))))
+      goto done;
+  if (!(logits = alloc_f(1, m->vocab))) {
+    rc = cp_error_code();
+    goto done;
+  }
+  if (t5) {
+    if (!(enc = alloc_f(n_ids, m->d_model))) {
+      rc = cp_error_code();
+      goto done;
+    }
+    if ((rc = run_encoder(e, ids, n_ids, enc))) goto done;
+    if ((rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
+  }
+  /* Prefill, then one row per step against the cache. */
+  int64_t tok = 0;
+  for (int step = 0; step < n_new; step++) {
+    int64_t rows = step == 0 ? n : 1, q_off = step == 0 ? 0 : n + step - 1;
+    const int64_t *in = step == 0 ? xids : &tok;
+    if ((rc = bufs_alloc(&b, m, rows))) goto done;
+    embed(e, b.x, in, rows);
+    if (m->embed_norm.w) norm_rows(e, &m->embed_norm, b.x, b.x, rows);
+    if ((rc = run_stack(e, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1, &b)))
+      goto done;
+    head(e, st, &b, rows, rows - 1, logits);
+    bufs_free(&b);
+    tok = argmax(logits, m->vocab);
+    if (step_logits) memcpy(step_logits + (size_t)*n_out * m->vocab, logits, (size_t)m->vocab * sizeof *logits);
+    out[(*n_out)++] = tok;
+    if (stop_at_eos && m->cfg->eos_token_id >= 0 && tok == m->cfg->eos_token_id) break;
+  }
+done:
+  bufs_free(&b);
+  for (int l = 0; l < st->n_layers; l++) kv_free(&kvs[l]);
+  free(kvs);
+  free(enc);
+  free(logits);
+  free_cross(&cross, m);
+  return rc;
+}
+
+void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e) {
+  out->n_modules = e->n_modules;
+  out->n_heads = e->m->n_heads;
+  out->kind = e->st_kind;
+  out->layer = e->st_layer;
+  out->pmax = e->st_pmax;
+  out->entropy = e->st_ent;
+  out->logit_std = e->st_lstd;
+}

@@ -1,0 +1,65 @@
+/* A checkpoint as a flat list of named tensors, whatever its on-disk format:
+ * a single .safetensors, a sharded safetensors folder (model.safetensors.index.json),
+ * a PyTorch zip (.bin/.pt), or a sharded PyTorch folder (pytorch_model.bin.index.json).
+ * Opening a folder also records config.json and the tokenizer/generation files beside it.
+ *
+ * Tensors keep their stored dtype. A tensor's `data` is a zero-copy view into a read-only
+ * mmap when the bytes are stored contiguously and uncompressed; otherwise it is NULL and
+ * cp_checkpoint_read() produces the contiguous bytes. Everything is owned by the handle.
+ */
+#ifndef CTXPATCH_CHECKPOINT_H
+#define CTXPATCH_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxpatch/formats/tensor.h"
+
+typedef enum {
+  CP_FORMAT_SAFETENSORS,
+  CP_FORMAT_SAFETENSORS_SHARDED,
+  CP_FORMAT_PYTORCH_ZIP,
+  CP_FORMAT_PYTORCH_ZIP_SHARDED,
+} cp_format;
+
+typedef struct cp_checkpoint cp_checkpoint;
+
+/* `path`: a weights file or a checkpoint folder. */
+int cp_checkpoint_open(cp_checkpoint **out, const char *path);
+void cp_checkpoint_free(cp_checkpoint *ck);
+
+cp_format cp_checkpoint_format(const cp_checkpoint *ck);
+const char *cp_format_name(cp_format format); /* "safetensors", "pytorch-zip", ... */
+
+/* Folder of the checkpoint (the file's folder for a single file). */
+const char *cp_checkpoint_dir(const cp_checkpoint *ck);
+/* config.json path, or NULL when there is none. */
+const char *cp_checkpoint_config_path(const cp_checkpoint *ck);
+/* Weight files that make up the checkpoint, in shard order (relative to the folder). */
+size_t cp_checkpoint_file_count(const cp_checkpoint *ck);
+const char *cp_checkpoint_file(const cp_checkpoint *ck, size_t i);
+
+size_t cp_checkpoint_count(const cp_checkpoint *ck);
+/* Tensor i in checkpoint order (shard order, then file order). */
+const cp_tensor *cp_checkpoint_tensor(const cp_checkpoint *ck, size_t i);
+const cp_tensor *cp_checkpoint_find(const cp_checkpoint *ck, const char *name);
+
+/* Copies `len` bytes of tensor i's contiguous little-endian bytes from byte `offset`. */
+int cp_checkpoint_read(cp_checkpoint *ck, size_t i, uint64_t offset, void *buf, size_t len);
+
+/* Drops the resident pages of bytes [offset, offset+len) of a mapped tensor (madvise
+ * MADV_DONTNEED on whole pages inside the range); they are re-read from the file if touched.
+ * Lets a streaming conversion keep its resident set bounded. No-op for unmapped tensors. */
+void cp_checkpoint_release(const cp_checkpoint *ck, size_t i, uint64_t offset, uint64_t len);
+
+/* Auxiliary files of a checkpoint folder that conversions carry over (config.json,
+ * generation_config.json, tokenizer files), as names relative to the folder, sorted. */
+size_t cp_checkpoint_aux_count(const cp_checkpoint *ck);
+const char *cp_checkpoint_aux(const cp_checkpoint *ck, size_t i);
+
+/* Returns tensor `name` widened to float32 in a new heap buffer (caller frees), checking
+ * its shape equals `shape[0..ndim)` when ndim >= 0. Used by the model loaders. */
+int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int ndim,
+                           const int64_t *shape);
+
+#endif

@@ -1,0 +1,134 @@
+/* Format-neutral model description: one checkpoint folder (config.json + weights in any format
+ * cp_checkpoint_open reads) turned into float32 arrays in a layout every engine shares.
+ *
+ * Each family's HF tensors are normalised on load:
+ *   - fused QKV projections (BLOOM and GPT-NeoX per-head interleaved [H, 3, dh]; MPT
+ *     concatenated q|k|v) are split into separate q, k, v matrices;
+ *   - every linear layer is `y = x W^T + b` with W [n_out, n_in] as HF stores it; absent biases
+ *     are NULL;
+ *   - the FFN is up -> act -> down, or act(gate) * up -> down when gated (T5 gated-*:
+ *     gate = wi_0, up = wi_1; Llama/FIRE: gate_proj, up_proj);
+ *   - T5's relative bucket table is kept once per stack (block 0), BLOOM's embedding LayerNorm
+ *     and the output head (the embedding when tied) are explicit.
+ * Every tensor's shape is checked against the config (CP_EMODEL_TENSOR naming the tensor and the
+ * expected and actual shapes); tensors the engines do not use are ignored.
+ *
+ * Ownership: cp_model_open returns a model that owns its config and every array; all pointers
+ * below stay valid until cp_model_free. The struct is read-only for its users.
+ */
+#ifndef CTXPATCH_MODEL_H
+#define CTXPATCH_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/converters/rule.h"
+
+typedef enum { CP_NORM_LAYER, CP_NORM_RMS } cp_norm_kind;
+typedef enum { CP_ACT_RELU, CP_ACT_GELU, CP_ACT_GELU_TANH, CP_ACT_SILU } cp_act;
+
+typedef struct {
+  const float *w; /* [n] */
+  const float *b; /* [n], or NULL (RMS norms, MPT) */
+} cp_norm_weights;
+
+typedef struct {
+  const float *w; /* [n_out, n_in] */
+  const float *b; /* [n_out], or NULL */
+  int n_out, n_in;
+} cp_linear;
+
+/* FIRE bias MLP of docs/fire-layout.md: b_h(x) = w2[h] . relu(w1 * x + b1) + b2[h]. */
+typedef struct {
+  const float *w1; /* [W] (the [W, 1] first layer) */
+  const float *b1; /* [W] */
+  const float *w2; /* [H, W] */
+  const float *b2; /* [H] */
+  int width;       /* W */
+  double c;        /* psi(x) = log(c x + 1) */
+  double L;        /* threshold of the normaliser (a rule's fire_threshold replaces it) */
+} cp_fire_mlp;
+
+/* FIRE bias of head h at MLP input x (docs/fire-layout.md): W2 relu(W1 x + b1) + b2, in double
+ * like the reference. Every engine evaluates the MLP through this one function. */
+double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x);
+
+typedef struct {
+  cp_norm_weights attn_norm;
+  cp_linear q, k, v, o;         /* q [H*dh, D]; k, v [Hkv*dh, D]; o [D, H*dh] */
+  cp_norm_weights cross_norm;   /* T5 decoder only */
+  cp_linear cq, ck, cv, co;     /* T5 decoder cross-attention; w NULL elsewhere */
+  cp_norm_weights ffn_norm;
+  cp_linear gate, up, down;     /* gate.w NULL unless gated; up [d_ff, D]; down [D, d_ff] */
+  const cp_fire_mlp *fire;      /* FIRE: this layer's MLP (shared or its own); else NULL */
+} cp_layer;
+
+typedef struct {
+  int n_layers;
+  cp_layer *layers;             /* [n_layers] */
+  cp_norm_weights final_norm;
+  const float *rel_bias;        /* T5: block 0's table [num_buckets, H]; else NULL */
+} cp_stack;
+
+typedef struct cp_model {
+  cp_hf_config *cfg;            /* owned */
+  cp_family family;
+  cp_pos_scheme pos;
+
+  int vocab, d_model, n_heads, n_kv_heads, d_head, d_ff;
+  int64_t train_len;            /* config's training length, 0 when absent */
+
+  cp_norm_kind norm;
+  float norm_eps;
+  cp_act act;
+  bool gated_ffn;
+  bool parallel_residual;       /* GPT-NeoX use_parallel_residual */
+  bool residual_from_norm;      /* BLOOM apply_residual_connection_post_layernorm */
+  float attn_scale;             /* c of the spec: 1/sqrt(d_head), 1 for T5, MPT softmax_scale */
+  float clip_qkv;               /* MPT attn_config.clip_qkv; 0 when none */
+
+  const float *embed;           /* [V, D] */
+  cp_norm_weights embed_norm;   /* BLOOM word_embeddings_layernorm; w NULL elsewhere */
+  const float *lm_head;         /* [V, D] (the embedding when tied) */
+  float lm_head_scale;          /* T5 with tied embeddings: d_model^-0.5; else 1 */
+
+  cp_stack encoder;             /* T5 only; n_layers 0 for decoder-only models */
+  cp_stack decoder;             /* the decoder-only body, or T5's decoder */
+
+  /* Positional terms. */
+  double *alibi_slopes;         /* [H] for ALiBi (stored slopes when the checkpoint has them) */
+  double rope_theta;
+  int rope_dims;                /* rotated dims per head (GPT-NeoX partial rotary) */
+  double rope_scale;            /* linear rope_scaling factor, 1 when none */
+  int t5_num_buckets, t5_max_distance;
+  cp_fire_mlp *fire;            /* [n_fire] */
+  int n_fire;
+
+  /* A patched artifact's rule (config.json "ctxpatch": {"rule": ...}, written by `ctxpatch
+   * patch` for what the weights do not carry). cp_engine_create applies it when its caller
+   * passes no rule or the identity, and refuses a non-identity caller rule on top of it. */
+  bool has_metadata_rule;
+  cp_rule metadata_rule;
+
+  /* Owned float arrays (freed by cp_model_free). */
+  float **bufs;
+  size_t n_bufs, cap_bufs;
+} cp_model;
+
+/* Opens a checkpoint folder (or a weights file with config.json beside it) and loads the whole
+ * model as float32. The caller owns *out (cp_model_free). */
+int cp_model_open(cp_model **out, const char *path);
+void cp_model_free(cp_model *m);
+
+const cp_hf_config *cp_model_config(const cp_model *m);
+/* What cp_rule_check_model / cp_rule_plan need to know about the model. */
+void cp_model_rule_model(cp_rule_model *out, const cp_model *m);
+/* Checks ids[0..n) are in [0, vocab): CP_EMODEL_INPUT naming `what` and the first bad entry;
+ * also refuses an empty list. */
+int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const char *what);
+
+const char *cp_act_name(cp_act act);
+
+#endif

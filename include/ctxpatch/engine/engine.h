@@ -1,0 +1,78 @@
+/* CPU float32 reference engine: forward passes, greedy decoding with a KV cache, and attention
+ * statistics, for every model family and any attention rule (../shared/spec/attention-rules.md,
+ * docs/attention-decisions.md; every rule decision comes from ctxpatch/rule.h).
+ *
+ * Attention streams over key blocks with an online softmax, so memory grows with the sequence
+ * length L, not L^2; rows under a Lambda mask visit only their global prefix and local window
+ * (plus their top-k middle keys). Matrix products use OpenBLAS; the engine's own threads split
+ * them and the attention. OpenBLAS itself is set to one thread (openblas_set_num_threads(1),
+ * process-wide) so that the two thread pools never compete for cores.
+ *
+ * An engine borrows its model (which must outlive it) and copies the rule.
+ */
+#ifndef CTXPATCH_ENGINE_H
+#define CTXPATCH_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/rule.h"
+
+typedef struct {
+  int threads; /* worker threads; 0 = every online CPU (default) */
+  bool stats;  /* collect attention statistics in cp_engine_forward (default false) */
+  bool logit_stats; /* with stats: also the logit standard deviation (calibration's closed forms) */
+} cp_engine_params;
+
+void cp_engine_params_init(cp_engine_params *p);
+
+typedef struct cp_engine cp_engine;
+
+/* Checks the rule against the model (cp_rule_check_model) and starts the threads.
+ * `rule` NULL means the identity. The caller owns *out (cp_engine_free). */
+int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule,
+                     const cp_engine_params *params);
+void cp_engine_free(cp_engine *e);
+
+/* Number of rows cp_engine_forward writes: n_dec for T5 (the decoder's positions), else n_ids. */
+int64_t cp_engine_output_rows(const cp_engine *e, int64_t n_ids, int64_t n_dec);
+
+/* One forward pass. `ids` [n_ids]: the prompt (decoder-only) or the encoder input (T5);
+ * `dec_ids` [n_dec]: T5's decoder input (ignored otherwise; NULL/0 for T5 means
+ * [decoder_start_token_id], or [pad_token_id] when the config has none). Writes the logits of
+ * every position of the last stack to `logits` [rows, vocab] (rows = cp_engine_output_rows)
+ * unless NULL. Bad ids: CP_EMODEL_INPUT. With params.stats the statistics of this pass replace
+ * the previous ones. */
+int cp_engine_forward(cp_engine *e, float *logits /* [rows, vocab] */, const int64_t *ids,
+                      int64_t n_ids, const int64_t *dec_ids, int64_t n_dec);
+
+/* Greedy continuation (argmax, first index on ties) of the prompt (decoder-only) or of dec_ids
+ * given the encoder input ids (T5), computed step by step with the KV cache. Writes up to
+ * n_new ids to out[0..*n_out); with stop_at_eos it stops after emitting eos_token_id.
+ * step_logits, unless NULL, receives the logits each id was chosen from ([*n_out, vocab]). */
+int cp_engine_generate(cp_engine *e, int64_t *out /* [n_new] */, int64_t *n_out,
+                       float *step_logits /* [n_new, vocab] or NULL */, const int64_t *ids,
+                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new,
+                       bool stop_at_eos);
+
+/* Attention statistics of the last cp_engine_forward with params.stats (spec "Attention
+ * statistics"; module order of docs/attention-decisions.md item 3: encoder self-attention layers,
+ * decoder self-attention layers, cross-attention layers). Borrowed from the engine; valid until
+ * the next forward or cp_engine_free. n_modules is 0 before any such pass. */
+typedef struct {
+  int n_modules;
+  int n_heads;
+  const cp_attn_kind *kind; /* [n_modules] */
+  const int *layer;         /* [n_modules], index within the stack */
+  const float *pmax;        /* [n_modules, n_heads]: mean over rows of the row's max probability */
+  const float *entropy;     /* [n_modules, n_heads]: mean over rows of -sum p ln p */
+  const float *logit_std;   /* [n_modules, n_heads]: mean over rows of the standard deviation of
+                               the row's logits as they enter the softmax (after tau, over the
+                               visible keys); NULL unless params.logit_stats */
+} cp_engine_stats;
+
+void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e);
+const char *cp_attn_kind_name(cp_attn_kind kind); /* "encoder_self", "decoder_self", "cross" */
+
+#endif

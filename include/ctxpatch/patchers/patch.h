@@ -1,0 +1,136 @@
+/* `ctxpatch patch`: choose a length-extrapolation patch, bake what the weights can carry, certify
+ * the baked artifact on long probes against the original checkpoint, and only then write it.
+ * docs/patching.md has the fidelity table (method x family) and the artifact layout.
+ *
+ * Artifact (an HF-layout folder, created atomically: it appears whole or not at all):
+ *   config.json        the input's config; rope-pi multiplies rope_scaling's linear factor,
+ *                      fire-threshold updates the informational fire_threshold, and a
+ *                      "ctxpatch" block is added:
+ *                        {"tool_version": "...", "method": "...", "fidelity": "exact-weights" |
+ *                         "native-config" | "ctxpatch-metadata", "note": "<how>",
+ *                         "rule": <rule JSON of what is NOT baked: the engine applies it>,
+ *                         "baked_rule": <rule JSON of what the weights carry>,
+ *                         "rope_scaling": {...} (rope-pi only), "calibration": {...} (optional),
+ *                         "certified": true | false, "certificate_sha256": "<hex>" | null}
+ *   model.safetensors  every input tensor in its stored dtype; the modified ones (query
+ *                      projections, T5 bias tables, FIRE output layers, FIRE L, stored ALiBi
+ *                      slopes) recomputed in float32 and stored back in that dtype;
+ *                      __metadata__ {"format": "pt", "ctxpatch": <the block above, compact>}
+ *   tokenizer and other auxiliary files, copied unchanged
+ *   certificate.json   the verify certificate (docs/certificate.md), unless --no-verify
+ *   report.html        its HTML report, unless --no-verify
+ *   SHA256SUMS         sha256sum manifest of every other file
+ * The certificate hashes the files it certified: config.json and model.safetensors as they are
+ * except that "certificate_sha256" still holds 64 zeros (a digest cannot cover itself); the
+ * digest is then written over those zeros in place.
+ */
+#ifndef CTXPATCH_PATCH_H
+#define CTXPATCH_PATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/verify.h"
+
+typedef enum {
+  CP_PATCH_TEMPERATURE,
+  CP_PATCH_ALIBI_PI,
+  CP_PATCH_LM_INFINITE,
+  CP_PATCH_ROPE_PI,
+  CP_PATCH_FIRE_THRESHOLD,
+  CP_PATCH_METHOD_COUNT
+} cp_patch_method;
+
+/* "temperature", "alibi-pi", "lm-infinite", "rope-pi", "fire-threshold". */
+const char *cp_patch_method_name(cp_patch_method m);
+int cp_patch_method_from_name(cp_patch_method *out, const char *name); /* CP_EARG otherwise */
+
+typedef enum { CP_FIDELITY_EXACT_WEIGHTS, CP_FIDELITY_NATIVE_CONFIG, CP_FIDELITY_METADATA } cp_fidelity;
+/* "exact-weights", "native-config", "ctxpatch-metadata". */
+const char *cp_fidelity_name(cp_fidelity f);
+
+/* What a patch changes: an attention rule, or (rope-pi) RoPE's linear interpolation factor. */
+typedef struct {
+  cp_patch_method method;
+  cp_rule rule;        /* identity for rope-pi */
+  double rope_factor;  /* rope-pi: F > 0; else 0 */
+} cp_patch;
+
+/* Refuses (CP_EPATCH_FAMILY, one line naming the family and the scheme) a method that does not
+ * fit the model: alibi-pi without ALiBi, rope-pi without RoPE, fire-threshold without FIRE;
+ * then checks the rule against the model (cp_rule_check_model). */
+int cp_patch_check(const cp_model *m, const cp_patch *patch);
+
+/* How an artifact carries a patch. */
+typedef struct {
+  cp_fidelity fidelity;
+  cp_rule baked;       /* carried by the weights */
+  cp_rule residual;    /* left to the ctxpatch metadata (identity when everything is baked) */
+  double rope_factor;  /* rope-pi: the config's new linear factor (existing * F); else 0 */
+  bool stored_slopes;  /* the checkpoint stores ALiBi slopes (`*relative_pe.slopes`) */
+  char note[320];      /* one line: how the patch is carried and why */
+} cp_bake_plan;
+
+/* Decides the fidelity of `patch` on this checkpoint (docs/patching.md). `ck` is the checkpoint
+ * `m` was opened from (its tensor names tell whether slopes are stored). */
+int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint *ck, const cp_patch *patch);
+
+/* Writes the baked artifact (config.json with `ctxpatch_block` under "ctxpatch", model.safetensors
+ * with the block in __metadata__, aux files) into the existing folder `dir`. Tensors are streamed;
+ * a modified tensor is materialised alone. `ctxpatch_block` is borrowed (NULL: no block). */
+int cp_bake_write(const char *dir, cp_checkpoint *ck, const cp_model *m, const cp_bake_plan *plan,
+                  const cJSON *ctxpatch_block);
+
+/* The "ctxpatch" block for a plan (certified false, certificate_sha256 null); `calibration` is
+ * copied when not NULL. Caller frees with cJSON_Delete. */
+cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration);
+
+typedef struct {
+  const cp_verify_params *verify;         /* NULL: --no-verify (artifact marked uncertified) */
+  const cp_verify_thresholds *thresholds; /* with verify */
+  const cp_tokenizer *tok;                /* with verify */
+  bool require_exact;                     /* refuse anything below exact-weights */
+  bool replace;                           /* replace an existing OUT */
+  const cJSON *calibration;               /* stored in the block when not NULL (borrowed) */
+  const char *device;                     /* certificate's device (default "cpu") */
+  /* A tokenizer.json to copy into OUT when IN has none (the probe models share one file), so
+   * that the artifact is self-contained and `ctxpatch verify OUT` finds it. NULL: none. */
+  const char *tokenizer_file;
+  /* Called once with the hidden temporary folder's path right after it is created (may be NULL):
+   * the CLI starts a watchdog process there that removes the folder if this process dies, so
+   * that even kill -9 leaves neither OUT nor a temporary folder. */
+  void (*on_tmp_dir)(void *ctx, const char *path);
+  void *on_tmp_ctx;
+} cp_patch_params;
+
+void cp_patch_params_init(cp_patch_params *p);
+
+typedef struct {
+  cp_bake_plan plan;
+  bool verified;              /* the verify stage ran */
+  bool pass;                  /* verdict (true with --no-verify) */
+  bool written;               /* OUT was committed */
+  cp_verify_result *result;   /* owned; NULL without verify */
+  char **reasons;             /* owned, [n_reasons] */
+  int n_reasons;
+  cJSON *certificate;         /* owned; NULL without verify */
+  char certificate_sha256[65];
+} cp_patch_outcome;
+
+/* The whole job: check, plan (CP_EPATCH_FIDELITY when require_exact and the plan is not
+ * exact-weights), bake into the hidden temporary folder of OUT, certify the baked artifact
+ * (opened from that folder, so its metadata rule applies) with `original` as the baseline side,
+ * and commit only on a passing verdict. A failing verdict returns 0 with out->pass false and
+ * nothing written. `original` is the model opened from `in`. On error nothing is written.
+ * Free *out with cp_patch_outcome_free (also after an error). */
+int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
+                   const cp_patch *patch, const cp_patch_params *params);
+void cp_patch_outcome_free(cp_patch_outcome *o);
+
+#endif

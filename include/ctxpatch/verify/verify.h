@@ -1,0 +1,131 @@
+/* The verify stage: long retrieval probes run through the CPU engine, accuracy per
+ * probe x length x depth for the patched model and (optionally) the unpatched baseline, the
+ * certificate that records it, and the verdict against thresholds.
+ *
+ * Probes are deterministic from a seed and sized in tokens of the model's own tokenizer;
+ * their text follows examples/probe-models/data.py (the probe models' training data):
+ *   passkey   Mohtashami and Jaggi's recipe: task line, filler, key line at the chosen depth,
+ *             "What is the pass key? The pass key is"; keys 1..50000; correct when the first
+ *             integer of the generated text equals the key.
+ *   lines     LongEval line retrieval; correct when the last integer of the output equals the
+ *             asked line's value.
+ *   needle    needle in a haystack: "The special magic number is K." in the filler; first
+ *             integer; meant for the lengths x depths heatmap.
+ *   multikey  RULER's harder passkey: three named keys (two distractors), the question names
+ *             one; first integer.
+ * Each prompt fills the length minus 8 tokens (room for the answer, as the probe models'
+ * evaluation does). Greedy decoding, at most max_new_tokens (10) new tokens, stop at eos.
+ */
+#ifndef CTXPATCH_VERIFY_H
+#define CTXPATCH_VERIFY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+
+typedef enum { CP_PROBE_PASSKEY, CP_PROBE_LINES, CP_PROBE_NEEDLE, CP_PROBE_MULTIKEY, CP_PROBE_COUNT } cp_probe_kind;
+
+const char *cp_probe_name(cp_probe_kind kind);
+/* Parses "passkey", "lines", "needle", "multikey"; CP_EVERIFY_PROBE otherwise. */
+int cp_probe_from_name(cp_probe_kind *out, const char *name);
+
+typedef struct {
+  char *prompt;    /* NUL-terminated UTF-8, owned */
+  int64_t *ids;    /* prompt tokens (tokenizer's post-processor applied), owned */
+  size_t n_ids;
+  int64_t answer;  /* the integer the model must produce */
+  double depth;    /* where the answer sits, 0 = start, 1 = end */
+} cp_probe_sample;
+
+/* Builds one sample of `kind` fitting `n_tokens` tokens (see above), deterministic in `seed`. */
+int cp_probe_make(cp_probe_sample *out, const cp_tokenizer *tok, cp_probe_kind kind, int64_t n_tokens, double depth,
+                  uint64_t seed);
+void cp_probe_sample_free(cp_probe_sample *s);
+/* Scores generated text against the answer with the probe's rule (first or last integer). */
+bool cp_probe_correct(cp_probe_kind kind, const char *generated, int64_t answer);
+
+typedef struct {
+  const cp_probe_kind *probes;
+  int n_probes;
+  const int64_t *lengths;
+  int n_lengths;
+  const double *depths;
+  int n_depths;
+  int samples;        /* per (probe, length, depth) cell; default 1 */
+  uint64_t seed;      /* default 0 */
+  int threads;        /* engine threads; 0 = every CPU */
+  bool baseline;      /* also run the unpatched model */
+  /* Baseline side's model (borrowed; NULL = the same model with the identity rule). `ctxpatch
+   * patch` certifies the baked artifact against the original checkpoint this way. */
+  const cp_model *baseline_model;
+  bool stats;         /* P_max / entropy per length (one extra forward per length and side) */
+  int max_new_tokens; /* default 10 */
+  /* Called after each sample with the number done and the total (may be NULL). */
+  void (*progress)(void *ctx, int64_t done, int64_t total);
+  void *progress_ctx;
+} cp_verify_params;
+
+void cp_verify_params_init(cp_verify_params *p);
+
+typedef enum { CP_SIDE_PATCHED = 0, CP_SIDE_BASELINE = 1 } cp_verify_side;
+
+typedef struct {
+  int n_probes, n_lengths, n_depths, samples;
+  cp_probe_kind *probes; /* [n_probes] */
+  int64_t *lengths;      /* [n_lengths] */
+  double *depths;        /* [n_depths] */
+  bool has_baseline;
+  /* correct[side][((p * n_lengths) + l) * n_depths + d]: samples answered correctly */
+  int *correct[2];
+  /* mean P_max / entropy of the self-attention softmaxes per length (NaN if not measured) */
+  double *pmax[2], *entropy[2]; /* [n_lengths] */
+  int64_t tokens;        /* prompt + generated tokens processed */
+  double seconds;        /* wall time of the run */
+} cp_verify_result;
+
+/* Runs every probe x length x depth x sample through the engine with `rule` (patched side)
+ * and, with params->baseline, with the identity rule. Caller frees *out. */
+int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokenizer *tok, const cp_rule *rule,
+                  const cp_verify_params *params);
+void cp_verify_result_free(cp_verify_result *r);
+
+/* Accuracy of one cell, of one (probe, length) over depths, or NaN without that side. */
+double cp_verify_accuracy(const cp_verify_result *r, cp_verify_side side, int probe, int length, int depth);
+double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int probe, int length);
+
+typedef struct {
+  double min_accuracy;      /* each (probe, length) patched accuracy >= this; < 0 = none */
+  const int64_t *no_regression_at; /* lengths where patched >= baseline for every probe */
+  int n_no_regression;
+} cp_verify_thresholds;
+
+void cp_verify_thresholds_init(cp_verify_thresholds *t);
+
+/* Applies the thresholds; *pass and a heap array of one-line reasons for each failure
+ * (caller frees each and the array). A threshold that cannot be judged (no baseline, a length
+ * not run) is CP_EVERIFY_THRESHOLD. */
+int cp_verify_judge(bool *pass, char ***reasons, int *n_reasons, const cp_verify_result *r,
+                    const cp_verify_thresholds *t);
+
+typedef struct {
+  const char *model_path;
+  const char *device;       /* "cpu" */
+  int threads;
+  const cp_rule *rule;      /* patched rule */
+  uint64_t seed;
+  int max_new_tokens;
+} cp_certificate_info;
+
+/* The certificate (docs/certificate.md): input files with SHA-256, model family and training
+ * length, rule, probe set, per-cell accuracies, thresholds, verdict, engine and timing.
+ * Everything but the "run" timing fields is a function of the inputs. Caller owns *out. */
+int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_result *r,
+                         const cp_verify_thresholds *t, bool pass, char **reasons, int n_reasons,
+                         const cp_certificate_info *info);
+
+#endif

@@ -1,0 +1,187 @@
+/* cp_tokenizer: opens a tokenizer.json / SentencePiece .model / model folder and dispatches to
+ * the Hugging Face engine (tokenizer_hf.c) or the libsentencepiece shim (tokenizer_spm.cpp). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "tokenizers/tokenizer_priv.h"
+
+#define TK_MAX_JSON_BYTES ((size_t)512 << 20)
+#define TK_MAX_MODEL_BYTES ((size_t)64 << 20)
+
+struct cp_tokenizer {
+  char *path;
+  tk_hf *hf;
+  tk_spm *spm;
+};
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static bool is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
+  *out = NULL;
+  struct stat st;
+  char *data = NULL, *chosen = NULL;
+  size_t len = 0;
+  int rc = 0;
+  cp_tokenizer *tok = NULL;
+  if (stat(path, &st) != 0)
+    return cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    static const char *const names[] = {"tokenizer.json", "tokenizer.model", "spiece.model"};
+    for (size_t i = 0; i < 3 && !chosen; i++) {
+      char *p = cp_path_join(path, names[i]);
+      if (!p) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+      if (is_file(p)) chosen = p;
+      else free(p);
+    }
+    if (!chosen)
+      return cp_error_set(CP_ETOK_MISSING, "%s: no tokenizer.json, tokenizer.model or spiece.model in folder", path);
+  } else {
+    size_t n = strlen(path);
+    if (!(chosen = malloc(n + 1))) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    memcpy(chosen, path, n + 1);
+  }
+  /* Content decides, not the name: a protobuf never starts with '{'. */
+  bool json = ends_with(chosen, ".json");
+  if ((rc = cp_read_file(&data, &len, chosen, json ? TK_MAX_JSON_BYTES : TK_MAX_MODEL_BYTES))) goto done;
+  size_t i = 0;
+  while (i < len && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) i++;
+  if (i < len && data[i] == '{') json = true;
+  if (!(tok = calloc(1, sizeof *tok))) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", chosen);
+    goto done;
+  }
+  tok->path = chosen;
+  chosen = NULL;
+  if (json) {
+    rc = tk_hf_load(&tok->hf, data, len, tok->path);
+  } else {
+    char err[256] = "";
+    if (len == 0) rc = cp_error_set(CP_ETOK_MODEL, "%s: empty file", tok->path);
+    else if ((rc = tk_spm_precheck((const unsigned char *)data, len, tok->path))) (void)0;
+    else if (tk_spm_load(&tok->spm, data, len, err, sizeof err))
+      rc = cp_error_set(CP_ETOK_MODEL, "%s: not a SentencePiece model: %s", tok->path, err);
+  }
+  if (rc) goto done;
+  *out = tok;
+  tok = NULL;
+done:
+  free(data);
+  free(chosen);
+  cp_tokenizer_free(tok);
+  return rc;
+}
+
+void cp_tokenizer_free(cp_tokenizer *tok) {
+  if (!tok) return;
+  tk_hf_free(tok->hf);
+  tk_spm_free(tok->spm);
+  free(tok->path);
+  free(tok);
+}
+
+int cp_tokenizer_encode(const cp_tokenizer *tok, int64_t **ids, size_t *n, const char *text, size_t len,
+                        bool add_special) {
+  *ids = NULL, *n = 0;
+  size_t bad = tk_utf8_check(text, len);
+  if (bad != len) return cp_error_set(CP_ETOK_TEXT, "text: offset %zu: invalid UTF-8", bad);
+  if (tok->hf) return tk_hf_encode(tok->hf, ids, n, text, len, add_special);
+  int *raw = NULL;
+  size_t nraw = 0;
+  char err[256] = "";
+  if (tk_spm_encode(tok->spm, &raw, &nraw, text, len, err, sizeof err))
+    return cp_error_set(CP_ETOK_MODEL, "%s: encode failed: %s", tok->path, err);
+  int bos = tk_spm_bos(tok->spm), eos = tk_spm_eos(tok->spm);
+  /* transformers' slow tokenizers: Llama prepends BOS; T5 (no BOS) appends EOS. */
+  bool pre = add_special && bos >= 0, post = add_special && bos < 0 && eos >= 0;
+  int64_t *res = malloc((nraw + 2) * sizeof *res);
+  if (!res) {
+    free(raw);
+    return cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
+  }
+  size_t o = 0;
+  if (pre) res[o++] = bos;
+  for (size_t i = 0; i < nraw; i++) res[o++] = raw[i];
+  if (post) res[o++] = eos;
+  free(raw);
+  *ids = res, *n = o;
+  return 0;
+}
+
+int cp_tokenizer_decode(const cp_tokenizer *tok, char **text, size_t *len, const int64_t *ids, size_t n,
+                        bool skip_special) {
+  *text = NULL, *len = 0;
+  tk_buf out = {0};
+  int rc = 0;
+  if (tok->hf) {
+    rc = tk_hf_decode(tok->hf, &out, ids, n, skip_special);
+    if (rc) {
+      tk_buf_free(&out);
+      return rc;
+    }
+    *text = out.p, *len = out.len;
+    return 0;
+  }
+  int size = tk_spm_size(tok->spm);
+  int *run = malloc((n + 1) * sizeof *run);
+  if (!run) return cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
+  size_t nrun = 0;
+  char err[256] = "";
+  /* Control pieces (BOS/EOS/unk) decode to nothing in SentencePiece; without skip_special they
+   * are written as their piece text between decoded runs. */
+  for (size_t i = 0; i <= n && !rc; i++) {
+    if (i < n && (ids[i] < 0 || ids[i] >= size)) {
+      rc = cp_error_set(CP_ETOK_ID, "%s: id %lld at position %zu is not a token", tok->path, (long long)ids[i], i);
+      break;
+    }
+    bool control = i < n && tk_spm_is_control(tok->spm, (int)ids[i]);
+    if (i < n && !(control && !skip_special)) {
+      run[nrun++] = (int)ids[i];
+      continue;
+    }
+    if (nrun) {
+      char *piece = NULL;
+      size_t plen = 0;
+      if (tk_spm_decode(tok->spm, &piece, &plen, run, nrun, err, sizeof err))
+        rc = cp_error_set(CP_ETOK_MODEL, "%s: decode failed: %s", tok->path, err);
+      else tk_buf_put(&out, piece, plen);
+      free(piece);
+      nrun = 0;
+    }
+    if (i < n && !rc) tk_buf_puts(&out, tk_spm_piece(tok->spm, (int)ids[i]));
+  }
+  free(run);
+  if (!rc && !out.p) tk_buf_put(&out, "", 0);
+  if (!rc && out.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
+  if (rc) {
+    tk_buf_free(&out);
+    return rc;
+  }
+  *text = out.p, *len = out.len;
+  return 0;
+}
+
+int64_t cp_tokenizer_token_id(const cp_tokenizer *tok, const char *name) {
+  return tok->hf ? tk_hf_token_id(tok->hf, name) : tk_spm_piece_id(tok->spm, name);
+}
+
+size_t cp_tokenizer_vocab_size(const cp_tokenizer *tok) {
+  return tok->hf ? tk_hf_vocab_size(tok->hf) : (size_t)tk_spm_size(tok->spm);
+}
+
+int64_t cp_tokenizer_bos_id(const cp_tokenizer *tok) { return tok->hf ? tk_hf_bos(tok->hf) : tk_spm_bos(tok->spm); }
+int64_t cp_tokenizer_eos_id(const cp_tokenizer *tok) { return tok->hf ? tk_hf_eos(tok->hf) : tk_spm_eos(tok->spm); }
+const char *cp_tokenizer_kind(const cp_tokenizer *tok) { return tok->hf ? tk_hf_kind(tok->hf) : "sentencepiece"; }
+const char *cp_tokenizer_path(const cp_tokenizer *tok) { return tok->path; }
