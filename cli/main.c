@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/version.h"
 
 static const cli_command commands[] = {
     {"inspect", "describe a checkpoint: format, architecture, positional scheme, tensors", cmd_inspect},
@@ -66,7 +67,7 @@ int main(int argc, char **argv) {
     return CLI_OK;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("ctxpatch %s\n", CTXPATCH_VERSION);
+    printf("ctxpatch %s\nbuild: %s\n", cp_version(), cp_build_options());
     return CLI_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
