@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang + ASan + UBSan into build-fuzz/
+# and runs each for SECONDS (default 60; for a long local run: bash scripts/fuzz.sh 3600).
+# Seeds: the project's own model files, the hostile corpus, the committed regression corpus and,
+# when ../shared/fixtures is there, its checkpoints and tokenizers. A crash, leak, timeout (10 s
+# an input) or memory blow-up (2 GiB) fails the run and leaves the input in build-fuzz/crashes/:
+# fix the bug, then commit that file under tests/fuzz/regress/<harness>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+only=${2:-}
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCTXPATCH_FUZZ=ON -DCTXPATCH_CUDA=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config \
+  fuzz_rule fuzz_tokenizer_json fuzz_spm_model >/dev/null
+python3 tests/hostile/make_corpus.py build-fuzz/hostile >/dev/null
+fx=../shared/fixtures
+pm=examples/probe-models
+seed() { # harness, then files or folders to copy in
+  local h=$1; shift
+  mkdir -p "build-fuzz/corpus/$h"
+  cp -r tests/fuzz/regress/"$h"/. "build-fuzz/corpus/$h/" 2>/dev/null || true
+  for s in "$@"; do
+    [ -e "$s" ] || continue
+    if [ -d "$s" ]; then find "$s" -maxdepth 2 -type f -size -8M -exec cp -t "build-fuzz/corpus/$h/" {} + 2>/dev/null || true
+    else cp "$s" "build-fuzz/corpus/$h/$(echo "$s" | tr / _)"; fi
+  done
+}
+seed fuzz_safetensors $pm/t5-probe/model.safetensors build-fuzz/hostile/safetensors tests/goldens/safetensors/sample.safetensors
+seed fuzz_st_index tests/goldens/safetensors/sample.json
+seed fuzz_pytorch $pm/alibi-probe/pytorch_model.bin build-fuzz/hostile/pytorch $fx/third_party/burn
+seed fuzz_config $pm/t5-probe/config.json $pm/alibi-probe/config.json $pm/rope-probe/config.json $pm/fire-probe/config.json
+seed fuzz_rule tests/fuzz/seeds/rule
+seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $fx/tokenizers/t5/tokenizer.json
+seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokenizer.model
+mkdir -p build-fuzz/crashes
+status=0
+for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model; do
+  [ -n "$only" ] && [ "$only" != "$h" ] && continue
+  if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+       -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then
+    echo "fuzz: $h: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "build-fuzz/$h.log" | grep -o '[0-9]*$') runs in ${seconds}s, no crash"
+  else
+    echo "fuzz: $h: FAILED (see build-fuzz/$h.log and build-fuzz/crashes/)"; tail -30 "build-fuzz/$h.log"; status=1
+  fi
+done
+exit $status
