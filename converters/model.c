@@ -12,6 +12,7 @@
 
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/base/error.h"
+#include "converters/rule_json.h"
 
 typedef struct {
   cp_model *m;

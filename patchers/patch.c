@@ -12,6 +12,7 @@
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "converters/rule_json.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/verify/report.h"
 #include "ctxpatch/formats/safetensors.h"
