@@ -12,7 +12,6 @@
 
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/base/error.h"
-#include "converters/rule_json.h"
 
 typedef struct {
   cp_model *m;
@@ -266,11 +265,6 @@ done:
 
 /* ---------------------------------------------------------------- BLOOM */
 
-static bool json_bool(const cJSON *obj, const char *key, bool def) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
-}
-
 static int load_bloom(loader *L) {
   cp_model *m = L->m;
   int D = m->d_model, F = m->d_ff;
@@ -279,7 +273,7 @@ static int load_bloom(loader *L) {
   static const char *prefixes[] = {"transformer.", ""}; /* hub BLOOMs store without the prefix */
   L->prefix = find_prefix(L, prefixes, 2, "word_embeddings.weight");
   m->norm = CP_NORM_LAYER;
-  m->residual_from_norm = json_bool(m->cfg->json, "apply_residual_connection_post_layernorm", false);
+  m->residual_from_norm = m->cfg->residual_post_layernorm;
   TRY(parse_act(m, "config.json", m->cfg->activation));
   TRY(load(&m->embed, L, tname(n, L, "word_embeddings.weight"), 2, m->vocab, D));
   TRY(load_norm(&m->embed_norm, L, tname(n, L, "word_embeddings_layernorm"), D, BIAS_REQUIRED));
@@ -311,26 +305,9 @@ static int load_mpt(loader *L) {
   L->prefix = find_prefix(L, prefixes, 2, "wte.weight");
   m->norm = CP_NORM_LAYER;
   TRY(parse_act(m, "config.json", m->cfg->activation));
-  const cJSON *ac = cJSON_GetObjectItemCaseSensitive(m->cfg->json, "attn_config");
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(ac, "softmax_scale");
-  if (cJSON_IsNumber(v)) {
-    if (!(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
-      rc = cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.softmax_scale': expected a positive number",
-                        cp_checkpoint_config_path(L->ck));
-      goto done;
-    }
-    m->attn_scale = (float)v->valuedouble;
-  }
-  v = cJSON_GetObjectItemCaseSensitive(ac, "clip_qkv");
-  if (cJSON_IsNumber(v)) {
-    if (!(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
-      rc = cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.clip_qkv': expected a positive number",
-                        cp_checkpoint_config_path(L->ck));
-      goto done;
-    }
-    m->clip_qkv = (float)v->valuedouble;
-  }
-  if (json_bool(ac, "qk_ln", false)) {
+  if (m->cfg->mpt_softmax_scale > 0) m->attn_scale = (float)m->cfg->mpt_softmax_scale;
+  m->clip_qkv = (float)m->cfg->mpt_clip_qkv;
+  if (m->cfg->mpt_qk_ln) {
     rc = cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.qk_ln': true is not supported",
                       cp_checkpoint_config_path(L->ck));
     goto done;
@@ -496,20 +473,13 @@ static int load_slopes(loader *L) {
 /* config.json "ctxpatch": {"rule": {...}} (include/ctxpatch/patchers/patch.h): the part of a patch that
  * the weights do not carry. Checked against the model here so a bad artifact fails at open. */
 static int load_metadata_rule(cp_model *m, const char *cfg_path) {
-  const cJSON *block = cJSON_GetObjectItemCaseSensitive(m->cfg->json, "ctxpatch");
-  cp_rule_init(&m->metadata_rule);
-  if (!block) return 0;
-  if (!cJSON_IsObject(block))
-    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch': expected an object", cfg_path);
-  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(block, "rule");
-  if (!rule || cJSON_IsNull(rule)) return 0;
+  m->metadata_rule = m->cfg->ctxpatch_rule;
   char what[600];
   snprintf(what, sizeof what, "%s: key 'ctxpatch.rule'", cfg_path);
-  int rc = cp_rule_from_json(&m->metadata_rule, rule, what);
-  if (rc) return rc;
   cp_rule_model rm;
   cp_model_rule_model(&rm, m);
-  if ((rc = cp_rule_check_model(&m->metadata_rule, &rm, what))) return rc;
+  int rc = cp_rule_check_model(&m->metadata_rule, &rm, what);
+  if (rc) return rc;
   m->has_metadata_rule = !cp_rule_is_identity(&m->metadata_rule);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "converters/hf_config_json.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/patchers/patch.h"
@@ -461,18 +462,12 @@ static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const
   }
 }
 
-static int write_config(const char *dir, const cp_checkpoint *ck, const cp_bake_plan *plan, const cJSON *block) {
-  const char *src = cp_checkpoint_config_path(ck);
-  char *text = NULL, *out = NULL, *path = NULL;
-  size_t len = 0;
+static int write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block) {
+  char *out = NULL, *path = NULL;
   cJSON *cfg = NULL;
   cp_atomic_file *f = NULL;
-  int rc = cp_read_file(&text, &len, src, (size_t)64 << 20);
+  int rc = cp_hf_config_json(&cfg, src);
   if (rc) goto done;
-  if (!(cfg = cJSON_ParseWithLength(text, len)) || !cJSON_IsObject(cfg)) {
-    rc = cp_error_set(CP_ECFG_JSON, "%s: not a JSON object", src);
-    goto done;
-  }
   if (plan->rope_factor > 0) {
     cJSON *rs = cJSON_CreateObject();
     cJSON_AddStringToObject(rs, "type", "linear");
@@ -495,7 +490,6 @@ static int write_config(const char *dir, const cp_checkpoint *ck, const cp_bake_
 done:
   cp_atomic_abort(f);
   cJSON_Delete(cfg);
-  free(text);
   free(out);
   free(path);
   return rc;
@@ -587,7 +581,7 @@ int cp_bake_write(const char *dir, cp_checkpoint *ck, const cp_model *m, const c
   rc = cp_st_writer_commit(w);
   w = NULL;
   if (rc) goto done;
-  if ((rc = write_config(dir, ck, plan, block))) goto done;
+  if ((rc = write_config(dir, m->cfg, plan, block))) goto done;
   rc = copy_aux(dir, ck);
 done:
   cp_st_writer_abort(w);
