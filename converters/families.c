@@ -50,30 +50,38 @@ static const cp_family_tensor k_t5[] = {
     {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
 };
 
+/* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX) share one shape; `nb` is the bias rule
+ * of norms and MLP, `ab` that of the attention projections. */
+#define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
+  {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},             \
+  {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                     \
+  {CP_ROLE_QKV, DEC, qkv, ab, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS},                            \
+  {CP_ROLE_O, DEC, o, ab, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},                                  \
+  {CP_ROLE_FFN_NORM, DEC, ln2, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                      \
+  {CP_ROLE_UP, DEC, up, nb, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},                               \
+  {CP_ROLE_DOWN, DEC, down, nb, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS},                           \
+  {CP_ROLE_FINAL_NORM, DEC, lnf, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                    \
+  {CP_ROLE_LM_HEAD, DEC, head, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS}
+
 static const cp_family_tensor k_bloom[] = {
-    {CP_ROLE_EMBED, DEC, "word_embeddings", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+    FUSED_ROWS("word_embeddings", "h.%d.input_layernorm", "h.%d.self_attention.query_key_value",
+               "h.%d.self_attention.dense", "h.%d.post_attention_layernorm", "h.%d.mlp.dense_h_to_4h",
+               "h.%d.mlp.dense_4h_to_h", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
     {CP_ROLE_EMBED_NORM, DEC, "word_embeddings_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_ATTN_NORM, DEC, "h.%d.input_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_QKV, DEC, "h.%d.self_attention.query_key_value", CP_BIAS_REQUIRED, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_O, DEC, "h.%d.self_attention.dense", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},
-    {CP_ROLE_FFN_NORM, DEC, "h.%d.post_attention_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_UP, DEC, "h.%d.mlp.dense_h_to_4h", CP_BIAS_REQUIRED, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_DOWN, DEC, "h.%d.mlp.dense_4h_to_h", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS},
-    {CP_ROLE_FINAL_NORM, DEC, "ln_f", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
 };
 
 /* HF's MptForCausalLM has no biases at all; mosaicml's code has them when no_bias is false. */
 static const cp_family_tensor k_mpt[] = {
-    {CP_ROLE_EMBED, DEC, "wte", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_ATTN_NORM, DEC, "blocks.%d.norm_1", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_QKV, DEC, "blocks.%d.attn.Wqkv", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_O, DEC, "blocks.%d.attn.out_proj", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},
-    {CP_ROLE_FFN_NORM, DEC, "blocks.%d.norm_2", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_UP, DEC, "blocks.%d.ffn.up_proj", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_DOWN, DEC, "blocks.%d.ffn.down_proj", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS},
-    {CP_ROLE_FINAL_NORM, DEC, "norm_f", CP_BIAS_UNLESS_NO_BIAS, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+    FUSED_ROWS("wte", "blocks.%d.norm_1", "blocks.%d.attn.Wqkv", "blocks.%d.attn.out_proj", "blocks.%d.norm_2",
+               "blocks.%d.ffn.up_proj", "blocks.%d.ffn.down_proj", "norm_f", "lm_head", CP_BIAS_UNLESS_NO_BIAS,
+               CP_BIAS_UNLESS_NO_BIAS),
+};
+
+static const cp_family_tensor k_gpt_neox[] = {
+    FUSED_ROWS("embed_in", "layers.%d.input_layernorm", "layers.%d.attention.query_key_value",
+               "layers.%d.attention.dense", "layers.%d.post_attention_layernorm", "layers.%d.mlp.dense_h_to_4h",
+               "layers.%d.mlp.dense_4h_to_h", "final_layer_norm", "embed_out", CP_BIAS_REQUIRED,
+               CP_BIAS_IF_QKV_BIAS),
 };
 
 /* Llama body, shared with FIRE; attention_bias / mlp_bias checkpoints carry biases. */
@@ -98,20 +106,6 @@ static const cp_family_tensor k_fire[] = {
     LLAMA_ROWS,
     {CP_ROLE_FIRE, DEC, "fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_SHARED},
     {CP_ROLE_FIRE, DEC, "layers.%d.self_attn.fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_PER_LAYER},
-};
-
-static const cp_family_tensor k_gpt_neox[] = {
-    {CP_ROLE_EMBED, DEC, "embed_in", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_QKV, DEC, "layers.%d.attention.query_key_value", CP_BIAS_IF_QKV_BIAS, CP_DIM_QKV, CP_DIM_D,
-     CP_WHEN_ALWAYS},
-    {CP_ROLE_O, DEC, "layers.%d.attention.dense", CP_BIAS_IF_QKV_BIAS, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},
-    {CP_ROLE_FFN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE,
-     CP_WHEN_ALWAYS},
-    {CP_ROLE_UP, DEC, "layers.%d.mlp.dense_h_to_4h", CP_BIAS_REQUIRED, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_DOWN, DEC, "layers.%d.mlp.dense_4h_to_h", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS},
-    {CP_ROLE_FINAL_NORM, DEC, "final_layer_norm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
-    {CP_ROLE_LM_HEAD, DEC, "embed_out", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
 };
 
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
