@@ -5,7 +5,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/converters/checkpoint.h"
-#include "ctxpatch/converters/describe.h"
+#include "converters/describe.h"
 #include "ctxpatch/converters/hf_config.h"
 
 static const char inspect_help[] =

@@ -1,4 +1,5 @@
-#include "ctxpatch/converters/describe.h"
+/* ctxpatch inspect's description of a checkpoint as a cJSON tree (converters/describe.h). */
+#include "converters/describe.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Hugging Face config.json -> cp_hf_config.
+/* Hugging Face config.json -> cp_hf_config, parsed once and strictly into typed fields.
  *
  * Field names and defaults follow each family's HF config class (T5Config, BloomConfig,
  * MptConfig + MptAttentionConfig, LlamaConfig, MistralConfig, GPTNeoXConfig) and
@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "converters/hf_config_json.h"
+#include "converters/rule_json.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/json.h"
@@ -29,6 +32,7 @@
 typedef struct {
   const char *what;   /* source name for messages */
   const char *family; /* model_type, for "required for ..." messages */
+  const cJSON *root;  /* the parsed file; lives only while cp_hf_config_parse runs */
 } ctx_t;
 
 /* ---------- names ---------- */
@@ -228,7 +232,7 @@ static int opt_id(int *out, const ctx_t *c, const cJSON *obj, const char *key, i
 static int train_len(cp_hf_config *cfg, const ctx_t *c, const char *own) {
   static const char *keys[] = {"n_positions", "max_position_embeddings", "max_seq_len",
                                "seq_length"};
-  const cJSON *root = cfg->json;
+  const cJSON *root = c->root;
   const char *key = field(root, own) ? own : NULL;
   for (size_t i = 0; !key && i < sizeof keys / sizeof keys[0]; i++)
     if (field(root, keys[i])) key = keys[i];
@@ -242,7 +246,7 @@ static int train_len(cp_hf_config *cfg, const ctx_t *c, const char *own) {
 }
 
 static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *rs = field(cfg->json, "rope_scaling");
+  const cJSON *rs = field(c->root, "rope_scaling");
   cfg->rope_scaling_type[0] = '\0';
   cfg->rope_scaling_factor = 1.0;
   if (!rs) return 0;
@@ -286,7 +290,7 @@ static int split_heads(cp_hf_config *cfg, const ctx_t *c, const char *heads_key)
 }
 
 static int parse_t5(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   cfg->pos = CP_POS_T5_BUCKETS;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
   TRY(req_int(&cfg->d_model, c, r, "d_model", "hidden_size"));
@@ -329,7 +333,7 @@ static int parse_t5(cp_hf_config *cfg, const ctx_t *c) {
 }
 
 static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   cfg->pos = CP_POS_ALIBI;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
   /* BloomConfig: a given n_embed replaces hidden_size. */
@@ -347,6 +351,9 @@ static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
   TRY(train_len(cfg, c, "seq_length"));
   cfg->alibi_bias_max = 8.0;
+  /* Read leniently, as the loader always has: anything but true counts as false. */
+  cfg->residual_post_layernorm =
+      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "apply_residual_connection_post_layernorm"));
   TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
   TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
   TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
@@ -356,8 +363,26 @@ static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* attn_config.softmax_scale and clip_qkv: a number must be positive; any other value (null, a
+ * string) means "none", as the loader has always read them. qk_ln counts only when true. */
+static int mpt_attn_scales(cp_hf_config *cfg, const ctx_t *c, const cJSON *ac) {
+  static const char *const keys[2] = {"softmax_scale", "clip_qkv"};
+  double *dst[2] = {&cfg->mpt_softmax_scale, &cfg->mpt_clip_qkv};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(ac, keys[i]);
+    *dst[i] = 0;
+    if (!cJSON_IsNumber(v)) continue;
+    if (!(v->valuedouble > 0) || !isfinite(v->valuedouble))
+      return cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.%s': expected a positive number", c->what,
+                          keys[i]);
+    *dst[i] = v->valuedouble;
+  }
+  cfg->mpt_qk_ln = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ac, "qk_ln"));
+  return 0;
+}
+
 static int parse_mpt(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   cfg->pos = CP_POS_ALIBI;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
   TRY(req_int(&cfg->d_model, c, r, "d_model", "hidden_size"));
@@ -405,6 +430,7 @@ static int parse_mpt(cp_hf_config *cfg, const ctx_t *c) {
     return cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.attn_type': unknown value '%s'",
                         c->what, attn_type);
   }
+  TRY(mpt_attn_scales(cfg, c, ac));
   TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
   snprintf(cfg->activation, sizeof cfg->activation, "gelu"); /* exact GELU in MptMLP */
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
@@ -420,7 +446,7 @@ static int parse_mpt(cp_hf_config *cfg, const ctx_t *c) {
 
 /* Llama-named body shared by llama, mistral and ctxpatch_fire. */
 static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_dim) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
   TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
   TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
@@ -438,7 +464,7 @@ static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_d
 }
 
 static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   bool mistral = strcmp(cfg->model_type, "mistral") == 0;
   cfg->pos = CP_POS_ROPE;
   TRY(parse_llama_body(cfg, c, true));
@@ -467,7 +493,7 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
 }
 
 static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
   TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
@@ -497,7 +523,7 @@ static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
 }
 
 static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   cfg->pos = CP_POS_FIRE;
   TRY(parse_llama_body(cfg, c, false)); /* q and o are [D, D]: d_head = D / H */
   /* docs/fire-layout.md requires L_train under this exact key (the other spellings would
@@ -518,6 +544,21 @@ static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* "ctxpatch": {"rule": {...}} of a patched artifact (include/ctxpatch/patchers/patch.h). */
+static int ctxpatch_block(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *block = cJSON_GetObjectItemCaseSensitive(c->root, "ctxpatch");
+  cp_rule_init(&cfg->ctxpatch_rule);
+  if (!block) return 0;
+  if (!cJSON_IsObject(block))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch': expected an object", c->what);
+  cfg->has_ctxpatch = true;
+  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(block, "rule");
+  if (!rule || cJSON_IsNull(rule)) return 0;
+  char what[600];
+  snprintf(what, sizeof what, "%s: key 'ctxpatch.rule'", c->what);
+  return cp_rule_from_json(&cfg->ctxpatch_rule, rule, what);
+}
+
 /* Checks shared by every family once the numbers are in. */
 static int check_shapes(const cp_hf_config *cfg, const ctx_t *c) {
   const char *kv_key = cfg->family == CP_FAMILY_MPT ? "attn_config.kv_n_heads" : "num_key_value_heads";
@@ -531,7 +572,7 @@ static int check_shapes(const cp_hf_config *cfg, const ctx_t *c) {
 }
 
 static int detect_family(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = cfg->json;
+  const cJSON *r = c->root;
   const cJSON *mt = field(r, "model_type"), *ar = field(r, "architectures");
   if (mt && !cJSON_IsString(mt)) return bad(c, "model_type", "a string", mt);
   if (ar) {
@@ -583,65 +624,75 @@ static int detect_family(cp_hf_config *cfg, const ctx_t *c) {
 
 /* ---------- entry points ---------- */
 
+/* The family's fields, then the checks every family shares. */
+static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
+  int rc = detect_family(cfg, c);
+  if (rc) return rc;
+  c->family = cfg->model_type;
+  switch (cfg->family) {
+    case CP_FAMILY_T5: rc = parse_t5(cfg, c); break;
+    case CP_FAMILY_BLOOM: rc = parse_bloom(cfg, c); break;
+    case CP_FAMILY_MPT: rc = parse_mpt(cfg, c); break;
+    case CP_FAMILY_LLAMA: rc = parse_llama(cfg, c); break;
+    case CP_FAMILY_GPT_NEOX: rc = parse_gpt_neox(cfg, c); break;
+    case CP_FAMILY_FIRE: rc = parse_fire(cfg, c); break;
+    case CP_FAMILY_COUNT: assert(0); break;
+  }
+  if (rc) return rc;
+  if ((rc = check_shapes(cfg, c))) return rc;
+  if (cfg->pos == CP_POS_ROPE) {
+    /* HF: rotary dims = int(head_dim * fraction); the rotate-half layout needs an even,
+     * non-zero count. */
+    cfg->rotary_dims = (int)floor(cfg->d_head * cfg->rotary_pct);
+    if (cfg->rotary_dims < 2 || cfg->rotary_dims % 2 != 0)
+      return cp_error_set(CP_ECFG_FIELD,
+                          "%s: key '%s': %g of head width %d gives %d rotary dims (need an even "
+                          "number >= 2)",
+                          c->what, cfg->family == CP_FAMILY_GPT_NEOX ? "rotary_pct" : "partial_rotary_factor",
+                          cfg->rotary_pct, cfg->d_head, cfg->rotary_dims);
+  }
+  return ctxpatch_block(cfg, c);
+}
+
+static int parse_tree(cJSON **out, const char *text, size_t len, const char *what) {
+  int rc = cp_json_parse_strict(out, text ? text : "", len, what, CFG_MAX_DEPTH, CP_ECFG_JSON,
+                                CP_ECFG_JSON, CP_ECFG_DUPLICATE_KEY, CP_ECFG_DEPTH);
+  if (rc == 0 && !cJSON_IsObject(*out))
+    rc = cp_error_set(CP_ECFG_JSON, "%s: offset 0: top level is not a JSON object", what);
+  return rc;
+}
+
 int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const char *what) {
   assert(out && (text || len == 0) && what);
   *out = NULL;
   cJSON *root = NULL;
   cp_hf_config *cfg = NULL;
-  int rc = cp_json_parse_strict(&root, text ? text : "", len, what, CFG_MAX_DEPTH, CP_ECFG_JSON,
-                                CP_ECFG_JSON, CP_ECFG_DUPLICATE_KEY, CP_ECFG_DEPTH);
+  int rc = parse_tree(&root, text, len, what);
   if (rc) goto done;
-  if (!cJSON_IsObject(root)) {
-    rc = cp_error_set(CP_ECFG_JSON, "%s: offset 0: top level is not a JSON object", what);
-    goto done;
-  }
   cfg = calloc(1, sizeof *cfg);
-  if (!cfg) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
-    goto done;
-  }
-  cfg->json = root;
-  root = NULL;
+  CP_CHECK_ALLOC_GOTO(cfg, what);
+  cfg->text = malloc(len + 1);
+  CP_CHECK_ALLOC_GOTO(cfg->text, what);
+  if (len) memcpy(cfg->text, text, len);
+  cfg->text[len] = '\0';
+  cfg->text_len = len;
   /* Fields a family does not use keep these neutral values. */
   cfg->rotary_pct = 1.0;
   cfg->rope_scaling_factor = 1.0;
   cfg->bos_token_id = cfg->eos_token_id = cfg->pad_token_id = cfg->decoder_start_token_id = -1;
-
-  ctx_t c = {what, ""};
-  rc = detect_family(cfg, &c);
-  if (rc) goto done;
-  c.family = cfg->model_type;
-  switch (cfg->family) {
-    case CP_FAMILY_T5: rc = parse_t5(cfg, &c); break;
-    case CP_FAMILY_BLOOM: rc = parse_bloom(cfg, &c); break;
-    case CP_FAMILY_MPT: rc = parse_mpt(cfg, &c); break;
-    case CP_FAMILY_LLAMA: rc = parse_llama(cfg, &c); break;
-    case CP_FAMILY_GPT_NEOX: rc = parse_gpt_neox(cfg, &c); break;
-    case CP_FAMILY_FIRE: rc = parse_fire(cfg, &c); break;
-    case CP_FAMILY_COUNT: assert(0); break;
-  }
-  if (rc) goto done;
-  rc = check_shapes(cfg, &c);
-  if (rc) goto done;
-  if (cfg->pos == CP_POS_ROPE) {
-    /* HF: rotary dims = int(head_dim * fraction); the rotate-half layout needs an even,
-     * non-zero count. */
-    cfg->rotary_dims = (int)floor(cfg->d_head * cfg->rotary_pct);
-    if (cfg->rotary_dims < 2 || cfg->rotary_dims % 2 != 0) {
-      rc = cp_error_set(CP_ECFG_FIELD,
-                        "%s: key '%s': %g of head width %d gives %d rotary dims (need an even "
-                        "number >= 2)",
-                        what, cfg->family == CP_FAMILY_GPT_NEOX ? "rotary_pct" : "partial_rotary_factor",
-                        cfg->rotary_pct, cfg->d_head, cfg->rotary_dims);
-      goto done;
-    }
-  }
+  ctx_t c = {what, "", root};
+  if ((rc = parse_fields(cfg, &c))) goto done;
   *out = cfg;
   cfg = NULL;
 done:
   cJSON_Delete(root);
   cp_hf_config_free(cfg);
   return rc;
+}
+
+int cp_hf_config_json(cJSON **out, const cp_hf_config *cfg) {
+  *out = NULL;
+  return parse_tree(out, cfg->text, cfg->text_len, "config.json");
 }
 
 int cp_hf_config_load(cp_hf_config **out, const char *path) {
@@ -659,6 +710,6 @@ done:
 
 void cp_hf_config_free(cp_hf_config *cfg) {
   if (!cfg) return;
-  cJSON_Delete(cfg->json);
+  free(cfg->text);
   free(cfg);
 }

@@ -14,7 +14,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/json.h"
-#include "ctxpatch/converters/rule.h"
+#include "converters/rule_json.h"
 
 #include <limits.h>
 #include <math.h>

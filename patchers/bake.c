@@ -16,8 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "converters/hf_config_json.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/families.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/formats/safetensors.h"
 
@@ -106,27 +109,20 @@ static void xforms_free(xform_list *l) {
   memset(l, 0, sizeof *l);
 }
 
-/* Adds a transform for the first of `names` the checkpoint holds; `required` names missing
- * everywhere are an error (the model loaded, so this means a layout this file does not know). */
-static int xf_add(xform_list *l, const cp_checkpoint *ck, const char *name, const char *alt, xform x,
-                  bool required) {
-  const char *use = cp_checkpoint_find(ck, name) ? name : alt && cp_checkpoint_find(ck, alt) ? alt : NULL;
-  if (!use) {
+/* Adds a transform for `name`; a `required` name the checkpoint lacks is an error (the model
+ * loaded, so this means a layout the family table does not know). */
+static int xf_add(xform_list *l, const cp_checkpoint *ck, const char *name, xform x, bool required) {
+  if (!cp_checkpoint_find(ck, name)) {
     if (!required) return 0;
     return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s' not found for baking", cp_checkpoint_dir(ck), name);
   }
   for (size_t i = 0; i < l->n; i++)
-    if (!strcmp(l->v[i].name, use))
-      return cp_error_set(CP_EUNSUPPORTED, "bake: tensor '%s' would be transformed twice", use);
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 32;
-    xform *g = realloc(l->v, cap * sizeof *g);
-    if (!g) return cp_error_set(CP_ENOMEM, "out of memory");
-    l->v = g;
-    l->cap = cap;
-  }
-  x.name = strdup(use);
-  if (!x.name) return cp_error_set(CP_ENOMEM, "out of memory");
+    if (!strcmp(l->v[i].name, name))
+      return cp_error_set(CP_EUNSUPPORTED, "bake: tensor '%s' would be transformed twice", name);
+  int rc = CP_ARRAY_RESERVE(l->v, l->cap, l->n + 1, "bake");
+  if (rc) return rc;
+  x.name = strdup(name);
+  CP_CHECK_ALLOC(x.name, "bake");
   l->v[l->n++] = x;
   return 0;
 }
@@ -134,83 +130,35 @@ static int xf_add(xform_list *l, const cp_checkpoint *ck, const char *name, cons
 static xform scale_all(double mult) { return (xform){NULL, XF_SCALE_ALL, mult, 0, QL_PLAIN}; }
 static xform scale_q(double mult, q_layout layout) { return (xform){NULL, XF_SCALE_ROWS, mult, 0, layout}; }
 
-/* The query projection of decoder/encoder layer `l` (weight and bias when present). */
-static int add_q(xform_list *l, const cp_model *m, const cp_checkpoint *ck, cp_attn_kind kind, int layer,
-                 double mult) {
-  char w[512], b[512], wa[512], ba[512];
-  const char *alt_w = NULL, *alt_b = NULL;
-  q_layout ql = QL_PLAIN;
-  switch (m->family) {
-    case CP_FAMILY_T5: {
-      const char *what = kind == CP_ATTN_ENCODER_SELF ? "encoder.block.%d.layer.0.SelfAttention.q"
-                         : kind == CP_ATTN_DECODER_SELF ? "decoder.block.%d.layer.0.SelfAttention.q"
-                                                        : "decoder.block.%d.layer.1.EncDecAttention.q";
-      char base[256];
-      snprintf(base, sizeof base, what, layer);
-      snprintf(w, sizeof w, "%s.weight", base);
-      snprintf(b, sizeof b, "%s.bias", base);
-      break;
-    }
-    case CP_FAMILY_LLAMA:
-    case CP_FAMILY_FIRE:
-      snprintf(w, sizeof w, "model.layers.%d.self_attn.q_proj.weight", layer);
-      snprintf(b, sizeof b, "model.layers.%d.self_attn.q_proj.bias", layer);
-      break;
-    case CP_FAMILY_GPT_NEOX:
-      ql = QL_INTERLEAVED;
-      snprintf(w, sizeof w, "gpt_neox.layers.%d.attention.query_key_value.weight", layer);
-      snprintf(b, sizeof b, "gpt_neox.layers.%d.attention.query_key_value.bias", layer);
-      break;
-    case CP_FAMILY_BLOOM:
-      ql = QL_INTERLEAVED;
-      snprintf(w, sizeof w, "transformer.h.%d.self_attention.query_key_value.weight", layer);
-      snprintf(b, sizeof b, "transformer.h.%d.self_attention.query_key_value.bias", layer);
-      alt_w = w + strlen("transformer."), alt_b = b + strlen("transformer.");
-      break;
-    case CP_FAMILY_MPT:
-      ql = QL_CONCAT;
-      snprintf(w, sizeof w, "transformer.blocks.%d.attn.Wqkv.weight", layer);
-      snprintf(b, sizeof b, "transformer.blocks.%d.attn.Wqkv.bias", layer);
-      alt_w = w + strlen("transformer."), alt_b = b + strlen("transformer.");
-      break;
-    default: return cp_error_set(CP_EUNSUPPORTED, "bake: family %s", cp_family_name(m->family));
-  }
-  if (alt_w) {
-    snprintf(wa, sizeof wa, "%s", alt_w);
-    snprintf(ba, sizeof ba, "%s", alt_b);
-  }
-  int rc = xf_add(l, ck, w, alt_w ? wa : NULL, scale_q(mult, ql), true);
-  if (rc == 0) rc = xf_add(l, ck, b, alt_b ? ba : NULL, scale_q(mult, ql), false);
+/* Weight and (when present) bias of the query projection read by one attention call: the fused
+ * QKV tensor's q rows where the family fuses them. */
+static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer, double mult) {
+  cp_qkv_layout fused = kind == CP_ATTN_CROSS ? CP_QKV_SEPARATE : nm->fl->qkv;
+  cp_tensor_role role = kind == CP_ATTN_CROSS ? CP_ROLE_CQ : fused == CP_QKV_SEPARATE ? CP_ROLE_Q : CP_ROLE_QKV;
+  cp_stack_kind stack = kind == CP_ATTN_ENCODER_SELF ? CP_STACK_ENCODER : CP_STACK_DECODER;
+  q_layout ql = fused == CP_QKV_INTERLEAVED ? QL_INTERLEAVED : fused == CP_QKV_CONCAT ? QL_CONCAT : QL_PLAIN;
+  char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
+  if (!cp_names_get(w, nm, role, stack, layer, ".weight") || !cp_names_get(b, nm, role, stack, layer, ".bias"))
+    return cp_error_set(CP_EUNSUPPORTED, "bake: family %s", cp_family_name(nm->fl->family));
+  int rc = xf_add(l, nm->ck, w, scale_q(mult, ql), true);
+  if (rc == 0) rc = xf_add(l, nm->ck, b, scale_q(mult, ql), false);
   return rc;
 }
 
-/* The FIRE MLP read by `layer` (the shared one when fire_shared). */
-static void fire_base(char *out, size_t n, const cp_model *m, int layer) {
-  if (m->cfg->fire_shared) snprintf(out, n, "model.fire");
-  else snprintf(out, n, "model.layers.%d.self_attn.fire", layer);
+/* Part `part` (CP_FIRE_*, with its suffix) of the FIRE MLP read by `layer`. */
+static int add_fire(xform_list *l, const cp_names *nm, int layer, const char *part, xform x) {
+  char n[CP_TENSOR_NAME_MAX];
+  cp_names_get(n, nm, CP_ROLE_FIRE, CP_STACK_DECODER, layer, part);
+  return xf_add(l, nm->ck, n, x, true);
 }
 
-static int add_slopes(xform_list *l, const cp_checkpoint *ck, double mult) {
-  static const char suffix[] = "relative_pe.slopes";
-  for (size_t i = 0; i < cp_checkpoint_count(ck); i++) {
-    const char *name = cp_checkpoint_tensor(ck, i)->name;
-    size_t len = strlen(name);
-    if (len >= sizeof suffix - 1 && !strcmp(name + len - (sizeof suffix - 1), suffix)) {
-      int rc = xf_add(l, ck, name, NULL, scale_all(mult), true);
-      if (rc) return rc;
-    }
+/* Every stored-slopes tensor, times mult. */
+static int add_slopes(xform_list *l, const cp_names *nm, double mult) {
+  for (size_t i = cp_names_next_slopes(nm, 0); i != (size_t)-1; i = cp_names_next_slopes(nm, i + 1)) {
+    int rc = xf_add(l, nm->ck, cp_checkpoint_tensor(nm->ck, i)->name, scale_all(mult), true);
+    if (rc) return rc;
   }
   return 0;
-}
-
-static bool has_stored_slopes(const cp_checkpoint *ck) {
-  static const char suffix[] = "relative_pe.slopes";
-  for (size_t i = 0; i < cp_checkpoint_count(ck); i++) {
-    const char *name = cp_checkpoint_tensor(ck, i)->name;
-    size_t len = strlen(name);
-    if (len >= sizeof suffix - 1 && !strcmp(name + len - (sizeof suffix - 1), suffix)) return true;
-  }
-  return false;
 }
 
 /* 1/tau of every attention call, and whether each shared positional parameter sees one value. */
@@ -289,40 +237,37 @@ static bool temperature_bakeable(const cp_model *m, const tau_map *t, bool store
   }
 }
 
-static int temperature_xforms(xform_list *l, const cp_model *m, const cp_checkpoint *ck, const tau_map *t) {
+static int temperature_xforms(xform_list *l, const cp_model *m, const cp_names *nm, const tau_map *t) {
   int rc = 0;
   for (int i = 0; i < t->n_enc && rc == 0; i++)
-    if (t->enc_self[i] != 1.0f) rc = add_q(l, m, ck, CP_ATTN_ENCODER_SELF, i, t->enc_self[i]);
+    if (t->enc_self[i] != 1.0f) rc = add_q(l, nm, CP_ATTN_ENCODER_SELF, i, t->enc_self[i]);
   for (int i = 0; i < t->n_dec && rc == 0; i++) {
-    if (t->dec_self[i] != 1.0f) rc = add_q(l, m, ck, CP_ATTN_DECODER_SELF, i, t->dec_self[i]);
-    if (rc == 0 && t->t5 && t->cross[i] != 1.0f) rc = add_q(l, m, ck, CP_ATTN_CROSS, i, t->cross[i]);
+    if (t->dec_self[i] != 1.0f) rc = add_q(l, nm, CP_ATTN_DECODER_SELF, i, t->dec_self[i]);
+    if (rc == 0 && t->t5 && t->cross[i] != 1.0f) rc = add_q(l, nm, CP_ATTN_CROSS, i, t->cross[i]);
   }
   if (rc) return rc;
-  switch (m->pos) {
-    case CP_POS_T5_BUCKETS:
-      if (t->n_enc > 0 && t->enc_self[0] != 1.0f)
-        rc = xf_add(l, ck, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", NULL,
-                    scale_all(t->enc_self[0]), true);
-      if (rc == 0 && t->n_dec > 0 && t->dec_self[0] != 1.0f)
-        rc = xf_add(l, ck, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", NULL,
-                    scale_all(t->dec_self[0]), true);
+  char n[CP_TENSOR_NAME_MAX];
+  switch (nm->fl->tau) {
+    case CP_TAU_REL_BIAS:
+      if (t->n_enc > 0 && t->enc_self[0] != 1.0f && cp_names_get(n, nm, CP_ROLE_REL_BIAS, CP_STACK_ENCODER, 0, ".weight"))
+        rc = xf_add(l, nm->ck, n, scale_all(t->enc_self[0]), true);
+      if (rc == 0 && t->n_dec > 0 && t->dec_self[0] != 1.0f &&
+          cp_names_get(n, nm, CP_ROLE_REL_BIAS, CP_STACK_DECODER, 0, ".weight"))
+        rc = xf_add(l, nm->ck, n, scale_all(t->dec_self[0]), true);
       return rc;
-    case CP_POS_FIRE: {
-      char base[256], n[300];
+    case CP_TAU_FIRE_OUT: {
       int n_mlp = m->cfg->fire_shared ? 1 : t->n_dec;
       for (int i = 0; i < n_mlp && rc == 0; i++) {
         if (t->dec_self[i] == 1.0f) continue;
-        fire_base(base, sizeof base, m, i);
-        snprintf(n, sizeof n, "%s.mlp.2.weight", base);
-        rc = xf_add(l, ck, n, NULL, scale_all(t->dec_self[i]), true);
-        snprintf(n, sizeof n, "%s.mlp.2.bias", base);
-        if (rc == 0) rc = xf_add(l, ck, n, NULL, scale_all(t->dec_self[i]), true);
+        rc = add_fire(l, nm, i, "." CP_FIRE_OUT ".weight", scale_all(t->dec_self[i]));
+        if (rc == 0) rc = add_fire(l, nm, i, "." CP_FIRE_OUT ".bias", scale_all(t->dec_self[i]));
       }
       return rc;
     }
-    case CP_POS_ALIBI: return t->n_dec > 0 && t->dec_self[0] != 1.0f ? add_slopes(l, ck, t->dec_self[0]) : 0;
-    default: return 0;
+    case CP_TAU_STORED_SLOPES: return t->n_dec > 0 && t->dec_self[0] != 1.0f ? add_slopes(l, nm, t->dec_self[0]) : 0;
+    case CP_TAU_NOWHERE: return 0;
   }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- the plan */
@@ -333,7 +278,9 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
   cp_rule_init(&out->residual);
   int rc = cp_patch_check(m, patch);
   if (rc) return rc;
-  out->stored_slopes = m->pos == CP_POS_ALIBI && has_stored_slopes(ck);
+  cp_names nm;
+  cp_names_init(&nm, ck, m->cfg);
+  out->stored_slopes = m->pos == CP_POS_ALIBI && cp_names_next_slopes(&nm, 0) != (size_t)-1;
   const cp_rule *r = &patch->rule;
   const char *fam = cp_family_name(m->family);
   switch (patch->method) {
@@ -399,22 +346,20 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
 
 static int plan_xforms(xform_list *l, const cp_model *m, const cp_checkpoint *ck, const cp_bake_plan *plan) {
   const cp_rule *b = &plan->baked;
+  cp_names nm;
+  cp_names_init(&nm, ck, m->cfg);
   int rc = 0;
   if (b->n_temperature > 0) {
     tau_map t;
     tau_map_make(&t, m, b);
-    if ((rc = temperature_xforms(l, m, ck, &t))) return rc;
+    if ((rc = temperature_xforms(l, m, &nm, &t))) return rc;
   }
   if (b->alibi_mode == CP_ALIBI_STATIC && b->alibi_factor != 1.0)
-    if ((rc = add_slopes(l, ck, 1.0 / b->alibi_factor))) return rc;
+    if ((rc = add_slopes(l, &nm, 1.0 / b->alibi_factor))) return rc;
   if (b->fire_threshold > 0) {
-    char base[256], n[300];
     int n_mlp = m->cfg->fire_shared ? 1 : m->decoder.n_layers;
-    for (int i = 0; i < n_mlp && rc == 0; i++) {
-      fire_base(base, sizeof base, m, i);
-      snprintf(n, sizeof n, "%s.L", base);
-      rc = xf_add(l, ck, n, NULL, (xform){NULL, XF_SET, 1, b->fire_threshold, QL_PLAIN}, true);
-    }
+    for (int i = 0; i < n_mlp && rc == 0; i++)
+      rc = add_fire(l, &nm, i, "." CP_FIRE_L, (xform){NULL, XF_SET, 1, b->fire_threshold, QL_PLAIN});
   }
   return rc;
 }
@@ -461,18 +406,12 @@ static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const
   }
 }
 
-static int write_config(const char *dir, const cp_checkpoint *ck, const cp_bake_plan *plan, const cJSON *block) {
-  const char *src = cp_checkpoint_config_path(ck);
-  char *text = NULL, *out = NULL, *path = NULL;
-  size_t len = 0;
+static int write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block) {
+  char *out = NULL, *path = NULL;
   cJSON *cfg = NULL;
   cp_atomic_file *f = NULL;
-  int rc = cp_read_file(&text, &len, src, (size_t)64 << 20);
+  int rc = cp_hf_config_json(&cfg, src);
   if (rc) goto done;
-  if (!(cfg = cJSON_ParseWithLength(text, len)) || !cJSON_IsObject(cfg)) {
-    rc = cp_error_set(CP_ECFG_JSON, "%s: not a JSON object", src);
-    goto done;
-  }
   if (plan->rope_factor > 0) {
     cJSON *rs = cJSON_CreateObject();
     cJSON_AddStringToObject(rs, "type", "linear");
@@ -495,7 +434,6 @@ static int write_config(const char *dir, const cp_checkpoint *ck, const cp_bake_
 done:
   cp_atomic_abort(f);
   cJSON_Delete(cfg);
-  free(text);
   free(out);
   free(path);
   return rc;
@@ -587,7 +525,7 @@ int cp_bake_write(const char *dir, cp_checkpoint *ck, const cp_model *m, const c
   rc = cp_st_writer_commit(w);
   w = NULL;
   if (rc) goto done;
-  if ((rc = write_config(dir, ck, plan, block))) goto done;
+  if ((rc = write_config(dir, m->cfg, plan, block))) goto done;
   rc = copy_aux(dir, ck);
 done:
   cp_st_writer_abort(w);

@@ -12,6 +12,7 @@
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "converters/rule_json.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/verify/report.h"
 #include "ctxpatch/formats/safetensors.h"
@@ -124,7 +125,7 @@ int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, c
   cJSON *block = NULL;
   char *path = NULL;
   int rc = 0;
-  if (cJSON_GetObjectItemCaseSensitive(original->cfg->json, "ctxpatch"))
+  if (original->cfg->has_ctxpatch)
     return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
                                  "original checkpoint",
                         in);

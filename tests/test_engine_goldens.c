@@ -11,7 +11,7 @@
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "converters/rule_json.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 

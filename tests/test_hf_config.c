@@ -4,6 +4,8 @@
  * a message that names the file. */
 #include "ctxpatch/converters/hf_config.h"
 
+#include "converters/hf_config_json.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -72,7 +74,10 @@ static void t5_small(void) {
   CHECK(c->bos_token_id == -1);
   CHECK(!c->qkv_bias);
   CHECK(c->rotary_dims == 0);
-  CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->json, "task_specific_params")));
+  cJSON *tree = NULL; /* the whole file stays available to the config.json rewrite */
+  CHECK_RC(0, cp_hf_config_json(&tree, c));
+  CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tree, "task_specific_params")));
+  cJSON_Delete(tree);
   cp_hf_config_free(c);
 }
 

@@ -10,6 +10,7 @@
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/verify/verify.h"
+#include "converters/rule_json.h"
 
 #define CERTIFICATE_VERSION 1
 

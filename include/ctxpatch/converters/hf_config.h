@@ -1,4 +1,4 @@
-/* Hugging Face config.json: architecture family, hyperparameters and positional scheme.
+/* Floor: converters. Hugging Face config.json: architecture family, hyperparameters and positional scheme.
  *
  * Parsed strictly (duplicate keys and nesting deeper than 128 are refused). Field names
  * follow each family's HF config class; the family is chosen from `model_type`, falling
@@ -8,9 +8,10 @@
 #define CTXPATCH_HF_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include <cjson/cJSON.h>
+#include "ctxpatch/converters/rule.h"
 
 typedef enum {
   CP_FAMILY_T5,       /* model_type t5 (also mt5, umt5 layouts are not claimed) */
@@ -59,6 +60,14 @@ typedef struct {
   /* ALiBi: BLOOM uses 8; MPT reads attn_config.alibi_bias_max. */
   double alibi_bias_max;
 
+  /* BLOOM apply_residual_connection_post_layernorm (false unless true). */
+  bool residual_post_layernorm;
+
+  /* MPT attn_config: softmax_scale and clip_qkv (0 when absent or not a number), qk_ln. */
+  double mpt_softmax_scale;
+  double mpt_clip_qkv;
+  bool mpt_qk_ln;
+
   /* RoPE. */
   double rope_theta;
   double rotary_pct;     /* GPT-NeoX rotary_pct, 1.0 otherwise */
@@ -78,7 +87,15 @@ typedef struct {
   bool qkv_bias;
   bool no_bias;          /* MPT no_bias */
 
-  cJSON *json;           /* the whole parsed config, owned */
+  /* A patched artifact's "ctxpatch" block (written by `ctxpatch patch`): present or not, and its
+   * "rule" (the identity when absent or null), parsed as strictly as a rule file. */
+  bool has_ctxpatch;
+  cp_rule ctxpatch_rule;
+
+  /* The file's bytes as parsed, NUL-terminated (owned), so a patch rewrites config.json from
+   * this parse instead of reading the file again. */
+  char *text;
+  size_t text_len;
 } cp_hf_config;
 
 /* Parses config.json at `path`. The caller frees with cp_hf_config_free. */

@@ -1,4 +1,4 @@
-/* The attention rule: the one place where the semantics of
+/* Floor: converters. The attention rule: the one place where the semantics of
  * ../shared/spec/attention-rules.md (and docs/attention-decisions.md) live.
  *
  * A cp_rule is the parsed JSON object. Engines never interpret the JSON themselves: for each
@@ -11,8 +11,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 #define CP_RULE_MAX_LAYERS 512
 
@@ -49,15 +47,13 @@ void cp_rule_init(cp_rule *rule);
  * without lambda_mask (docs/attention-decisions.md item 13). */
 bool cp_rule_is_identity(const cp_rule *rule);
 
-/* Parses the JSON form. Unknown keys, wrong types and out-of-range values are refused with
+/* Parses the JSON text form. Unknown keys, wrong types and out-of-range values are refused with
  * CP_ERULE_* codes and a message naming `what` and the key. */
-int cp_rule_from_json(cp_rule *out, const cJSON *json, const char *what);
 int cp_rule_parse(cp_rule *out, const char *text, size_t len, const char *what);
 int cp_rule_load(cp_rule *out, const char *path);
-/* Canonical JSON (fixed key order, only non-default fields); caller frees with cJSON_Delete
- * / free(). Parsing the output gives back an equal rule. */
-cJSON *cp_rule_to_json(const cp_rule *rule);
-char *cp_rule_to_string(const cp_rule *rule); /* compact */
+/* Canonical compact JSON text (fixed key order, only non-default fields); the caller frees it.
+ * Parsing the output gives back an equal rule. */
+char *cp_rule_to_string(const cp_rule *rule);
 
 /* ---- what one attention call needs ---- */
 

@@ -1,6 +1,7 @@
-/* The description `ctxpatch inspect` prints, as a cJSON tree (keys in docs/inspect-json.md). */
-#ifndef CTXPATCH_DESCRIBE_H
-#define CTXPATCH_DESCRIBE_H
+/* Floor: converters (private). The description `ctxpatch inspect` prints, as a cJSON tree (keys in
+ * docs/inspect-json.md); private because its result is a third-party type and only the CLI reads it. */
+#ifndef CTXPATCH_CONVERTERS_DESCRIBE_H
+#define CTXPATCH_CONVERTERS_DESCRIBE_H
 
 #include <cjson/cJSON.h>
 

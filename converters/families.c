@@ -1,0 +1,202 @@
+/* The family table (include/ctxpatch/converters/families.h): every family's HF tensor names, fused
+ * q/k/v layout and bake sites, and the name resolution the loader and the baker share. Names
+ * follow each family's HF modeling code and docs/fire-layout.md. */
+#include "ctxpatch/converters/families.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ROWS(t) t, sizeof t / sizeof t[0]
+#define DEC CP_STACK_DECODER
+#define ENC CP_STACK_ENCODER
+
+/* T5: both stacks spelled out, since the FFN sits in sub-layer 1 of the encoder and 2 of the decoder. */
+#define T5_SELF(s, st)                                                                              \
+  {CP_ROLE_ATTN_NORM, st, s ".block.%d.layer.0.layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,    \
+   CP_WHEN_ALWAYS},                                                                                  \
+  {CP_ROLE_Q, st, s ".block.%d.layer.0.SelfAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_K, st, s ".block.%d.layer.0.SelfAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_V, st, s ".block.%d.layer.0.SelfAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_O, st, s ".block.%d.layer.0.SelfAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS}
+#define T5_FFN(s, st, sub)                                                                           \
+  {CP_ROLE_FFN_NORM, st, s ".block.%d.layer." sub ".layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, \
+   CP_WHEN_ALWAYS},                                                                                  \
+  {CP_ROLE_GATE, st, s ".block.%d.layer." sub ".DenseReluDense.wi_0", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, \
+   CP_WHEN_GATED},                                                                                   \
+  {CP_ROLE_UP, st, s ".block.%d.layer." sub ".DenseReluDense.wi_1", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D,  \
+   CP_WHEN_GATED},                                                                                   \
+  {CP_ROLE_UP, st, s ".block.%d.layer." sub ".DenseReluDense.wi", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D,    \
+   CP_WHEN_NOT_GATED},                                                                               \
+  {CP_ROLE_DOWN, st, s ".block.%d.layer." sub ".DenseReluDense.wo", CP_BIAS_NONE, CP_DIM_D, CP_DIM_FF,  \
+   CP_WHEN_ALWAYS},                                                                                  \
+  {CP_ROLE_FINAL_NORM, st, s ".final_layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_REL_BIAS, st, s ".block.0.layer.0.SelfAttention.relative_attention_bias", CP_BIAS_NONE,    \
+   CP_DIM_BUCKETS, CP_DIM_HEADS, CP_WHEN_ALWAYS}
+
+static const cp_family_tensor k_t5[] = {
+    {CP_ROLE_EMBED, DEC, "shared", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+    {CP_ROLE_EMBED, DEC, "encoder.embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+    T5_SELF("encoder", ENC),
+    T5_FFN("encoder", ENC, "1"),
+    T5_SELF("decoder", DEC),
+    {CP_ROLE_CQ, DEC, "decoder.block.%d.layer.1.EncDecAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS},
+    {CP_ROLE_CK, DEC, "decoder.block.%d.layer.1.EncDecAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS},
+    {CP_ROLE_CV, DEC, "decoder.block.%d.layer.1.EncDecAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS},
+    {CP_ROLE_CO, DEC, "decoder.block.%d.layer.1.EncDecAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},
+    {CP_ROLE_CROSS_NORM, DEC, "decoder.block.%d.layer.1.layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_ALWAYS},
+    T5_FFN("decoder", DEC, "2"),
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+};
+
+/* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX) share one shape; `nb` is the bias rule
+ * of norms and MLP, `ab` that of the attention projections. */
+#define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
+  {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},             \
+  {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                     \
+  {CP_ROLE_QKV, DEC, qkv, ab, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS},                            \
+  {CP_ROLE_O, DEC, o, ab, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},                                  \
+  {CP_ROLE_FFN_NORM, DEC, ln2, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                      \
+  {CP_ROLE_UP, DEC, up, nb, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},                               \
+  {CP_ROLE_DOWN, DEC, down, nb, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS},                           \
+  {CP_ROLE_FINAL_NORM, DEC, lnf, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                    \
+  {CP_ROLE_LM_HEAD, DEC, head, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS}
+
+static const cp_family_tensor k_bloom[] = {
+    FUSED_ROWS("word_embeddings", "h.%d.input_layernorm", "h.%d.self_attention.query_key_value",
+               "h.%d.self_attention.dense", "h.%d.post_attention_layernorm", "h.%d.mlp.dense_h_to_4h",
+               "h.%d.mlp.dense_4h_to_h", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
+    {CP_ROLE_EMBED_NORM, DEC, "word_embeddings_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
+};
+
+/* HF's MptForCausalLM has no biases at all; mosaicml's code has them when no_bias is false. */
+static const cp_family_tensor k_mpt[] = {
+    FUSED_ROWS("wte", "blocks.%d.norm_1", "blocks.%d.attn.Wqkv", "blocks.%d.attn.out_proj", "blocks.%d.norm_2",
+               "blocks.%d.ffn.up_proj", "blocks.%d.ffn.down_proj", "norm_f", "lm_head", CP_BIAS_UNLESS_NO_BIAS,
+               CP_BIAS_UNLESS_NO_BIAS),
+};
+
+static const cp_family_tensor k_gpt_neox[] = {
+    FUSED_ROWS("embed_in", "layers.%d.input_layernorm", "layers.%d.attention.query_key_value",
+               "layers.%d.attention.dense", "layers.%d.post_attention_layernorm", "layers.%d.mlp.dense_h_to_4h",
+               "layers.%d.mlp.dense_4h_to_h", "final_layer_norm", "embed_out", CP_BIAS_REQUIRED,
+               CP_BIAS_IF_QKV_BIAS),
+};
+
+/* Llama body, shared with FIRE; attention_bias / mlp_bias checkpoints carry biases. */
+#define LLAMA_ROWS                                                                                       \
+  {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},            \
+  {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_Q, DEC, "layers.%d.self_attn.q_proj", CP_BIAS_OPTIONAL, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS},  \
+  {CP_ROLE_K, DEC, "layers.%d.self_attn.k_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_V, DEC, "layers.%d.self_attn.v_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},  \
+  {CP_ROLE_FFN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,    \
+   CP_WHEN_ALWAYS},                                                                                      \
+  {CP_ROLE_GATE, DEC, "layers.%d.mlp.gate_proj", CP_BIAS_OPTIONAL, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_UP, DEC, "layers.%d.mlp.up_proj", CP_BIAS_OPTIONAL, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},     \
+  {CP_ROLE_DOWN, DEC, "layers.%d.mlp.down_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS}, \
+  {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                \
+  {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS}
+
+static const cp_family_tensor k_llama[] = {LLAMA_ROWS};
+
+static const cp_family_tensor k_fire[] = {
+    LLAMA_ROWS,
+    {CP_ROLE_FIRE, DEC, "fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_SHARED},
+    {CP_ROLE_FIRE, DEC, "layers.%d.self_attn.fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_PER_LAYER},
+};
+
+/* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
+static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
+    [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5)},
+    [CP_FAMILY_BLOOM] = {CP_FAMILY_BLOOM, {"transformer.", ""}, CP_QKV_INTERLEAVED, CP_TAU_STORED_SLOPES,
+                         "relative_pe.slopes", ROWS(k_bloom)},
+    [CP_FAMILY_MPT] = {CP_FAMILY_MPT, {"transformer.", ""}, CP_QKV_CONCAT, CP_TAU_STORED_SLOPES,
+                       "relative_pe.slopes", ROWS(k_mpt)},
+    [CP_FAMILY_LLAMA] = {CP_FAMILY_LLAMA, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_llama)},
+    [CP_FAMILY_GPT_NEOX] = {CP_FAMILY_GPT_NEOX, {"gpt_neox.", NULL}, CP_QKV_INTERLEAVED, CP_TAU_NOWHERE, NULL,
+                            ROWS(k_gpt_neox)},
+    [CP_FAMILY_FIRE] = {CP_FAMILY_FIRE, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_FIRE_OUT, NULL, ROWS(k_fire)},
+};
+
+const cp_family_layout *cp_family_layout_of(cp_family family) {
+  assert(family >= 0 && family < CP_FAMILY_COUNT);
+  return &k_layouts[family];
+}
+
+const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const cp_family_tensor *row,
+                         int layer, const char *suffix) {
+  const char *prefix = row->role == CP_ROLE_LM_HEAD ? "" : nm->prefix;
+  const char *at = strstr(row->hf, "%d");
+  if (at)
+    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%.*s%d%s%s", prefix, (int)(at - row->hf), row->hf, layer, at + 2,
+             suffix);
+  else
+    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%s%s", prefix, row->hf, suffix);
+  return buf;
+}
+
+bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {
+  switch (row->when) {
+    case CP_WHEN_ALWAYS: return true;
+    case CP_WHEN_GATED: return nm->gated;
+    case CP_WHEN_NOT_GATED: return !nm->gated;
+    case CP_WHEN_SHARED: return nm->fire_shared;
+    case CP_WHEN_PER_LAYER: return !nm->fire_shared;
+  }
+  return false;
+}
+
+const cp_family_tensor *cp_names_get(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, cp_tensor_role role,
+                                     cp_stack_kind stack, int layer, const char *suffix) {
+  const cp_family_tensor *first = NULL;
+  for (size_t i = 0; i < nm->fl->n_tensors; i++) {
+    const cp_family_tensor *row = &nm->fl->tensors[i];
+    if (row->role != role || row->stack != stack || !cp_names_row_applies(nm, row)) continue;
+    if (!first) first = row;
+    if (cp_checkpoint_find(nm->ck, cp_names_row(buf, nm, row, layer, suffix))) return row;
+  }
+  if (first) cp_names_row(buf, nm, first, layer, suffix);
+  return first;
+}
+
+void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *cfg) {
+  memset(out, 0, sizeof *out);
+  out->fl = cp_family_layout_of(cfg->family);
+  out->ck = ck;
+  out->fire_shared = cfg->fire_shared;
+  /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs always gate. */
+  out->gated = cfg->family == CP_FAMILY_T5 ? strncmp(cfg->activation, "gated-", 6) == 0
+                                           : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE;
+  out->prefix = out->fl->prefixes[0];
+  char buf[CP_TENSOR_NAME_MAX];
+  for (int i = 0; i < 2 && out->fl->prefixes[i]; i++) {
+    out->prefix = out->fl->prefixes[i];
+    if (cp_names_get(buf, out, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight") &&
+        cp_checkpoint_find(ck, buf))
+      return;
+  }
+  out->prefix = out->fl->prefixes[0];
+}
+
+cp_bias_rule cp_names_bias(const cp_family_tensor *row, const cp_hf_config *cfg) {
+  switch (row->bias) {
+    case CP_BIAS_UNLESS_NO_BIAS: return cfg->no_bias ? CP_BIAS_NONE : CP_BIAS_OPTIONAL;
+    case CP_BIAS_IF_QKV_BIAS: return cfg->qkv_bias ? CP_BIAS_REQUIRED : CP_BIAS_NONE;
+    default: return row->bias;
+  }
+}
+
+size_t cp_names_next_slopes(const cp_names *nm, size_t from) {
+  const char *suffix = nm->fl->slopes_suffix;
+  if (!suffix) return (size_t)-1;
+  size_t sl = strlen(suffix);
+  for (size_t i = from; i < cp_checkpoint_count(nm->ck); i++) {
+    const char *name = cp_checkpoint_tensor(nm->ck, i)->name;
+    size_t len = strlen(name);
+    if (len >= sl && strcmp(name + len - sl, suffix) == 0) return i;
+  }
+  return (size_t)-1;
+}

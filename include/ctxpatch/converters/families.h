@@ -1,0 +1,134 @@
+/* Floor: converters. The family table: for every supported family, what its Hugging Face
+ * checkpoint calls each tensor, how it fuses q/k/v, and where a bake can put a temperature or an
+ * ALiBi factor. The loader (converters/model.c) and the baker (patchers/bake.c) both name tensors
+ * through it, so each name is spelled once.
+ *
+ * A row is one tensor role in one stack: `hf` is its HF module name (without ".weight"/".bias";
+ * "%d" stands for the layer in per-layer roles), under the family's body prefix except for
+ * CP_ROLE_LM_HEAD, which HF keeps outside the body module. Rows are data only, so an exporter can
+ * add columns (a GGUF name, an ONNX initializer name) beside `hf` without touching the readers.
+ * Several rows of one role and stack are alternatives: the first whose `when` holds and whose
+ * tensor the checkpoint has wins (the first whose `when` holds when none is present).
+ *
+ * Ownership: the table is static; nothing here allocates.
+ */
+#ifndef CTXPATCH_CONVERTERS_FAMILIES_H
+#define CTXPATCH_CONVERTERS_FAMILIES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/hf_config.h"
+
+#define CP_TENSOR_NAME_MAX 600
+
+typedef enum {
+  CP_ROLE_EMBED,      /* [V, D] */
+  CP_ROLE_EMBED_NORM, /* [D] (BLOOM word_embeddings_layernorm) */
+  CP_ROLE_REL_BIAS,   /* T5: block 0's relative bucket table of a stack [buckets, H] */
+  CP_ROLE_ATTN_NORM,  /* per layer [D] */
+  CP_ROLE_Q,          /* [H*dh, D] */
+  CP_ROLE_K,          /* [Hkv*dh, D] */
+  CP_ROLE_V,          /* [Hkv*dh, D] */
+  CP_ROLE_QKV,        /* fused [H*dh + 2 Hkv*dh, D] in the family's cp_qkv_layout */
+  CP_ROLE_O,          /* [D, H*dh] */
+  CP_ROLE_CQ, CP_ROLE_CK, CP_ROLE_CV, CP_ROLE_CO, /* T5 decoder cross-attention, shapes as q k v o */
+  CP_ROLE_CROSS_NORM, /* T5 decoder [D] */
+  CP_ROLE_FFN_NORM,   /* [D] */
+  CP_ROLE_GATE,       /* [d_ff, D], gated FFNs only */
+  CP_ROLE_UP,         /* [d_ff, D] */
+  CP_ROLE_DOWN,       /* [D, d_ff] */
+  CP_ROLE_FIRE,       /* base name of a FIRE MLP (parts below); per layer or shared */
+  CP_ROLE_FINAL_NORM, /* [D], per stack */
+  CP_ROLE_LM_HEAD,    /* [V, D], absent when tied */
+  CP_ROLE_COUNT
+} cp_tensor_role;
+
+/* The parts of one FIRE MLP under its CP_ROLE_FIRE base name (docs/fire-layout.md). */
+#define CP_FIRE_IN "mlp.0"  /* Linear(1, W): weight [W, 1], bias [W] */
+#define CP_FIRE_OUT "mlp.2" /* Linear(W, H): weight [H, W], bias [H] */
+#define CP_FIRE_C "c"       /* scalar c of psi(x) = log(c x + 1) */
+#define CP_FIRE_L "L"       /* scalar threshold of the normaliser */
+
+typedef enum { CP_STACK_DECODER, CP_STACK_ENCODER } cp_stack_kind; /* decoder-only: DECODER */
+
+/* A tensor dimension in terms of the config. */
+typedef enum { CP_DIM_NONE, CP_DIM_D, CP_DIM_Q, CP_DIM_KV, CP_DIM_QKV, CP_DIM_FF, CP_DIM_VOCAB,
+               CP_DIM_BUCKETS, CP_DIM_HEADS } cp_dim;
+
+/* Which bias a row's module has: the config decides for the last two. */
+typedef enum {
+  CP_BIAS_NONE,
+  CP_BIAS_REQUIRED,
+  CP_BIAS_OPTIONAL,       /* used when the checkpoint has it (Llama attention_bias / mlp_bias) */
+  CP_BIAS_UNLESS_NO_BIAS, /* MPT: optional, none when no_bias */
+  CP_BIAS_IF_QKV_BIAS,    /* GPT-NeoX attention_bias: required when set, else none */
+} cp_bias_rule;
+
+/* When a row applies (T5's FFN is gated or not by feed_forward_proj; FIRE's MLP is shared or not). */
+typedef enum { CP_WHEN_ALWAYS, CP_WHEN_GATED, CP_WHEN_NOT_GATED, CP_WHEN_SHARED, CP_WHEN_PER_LAYER } cp_when;
+
+typedef struct {
+  cp_tensor_role role;
+  cp_stack_kind stack;
+  const char *hf;    /* HF module name, "%d" = layer */
+  cp_bias_rule bias;
+  cp_dim rows, cols; /* shape [rows, cols]; cols CP_DIM_NONE for vectors */
+  cp_when when;
+} cp_family_tensor;
+
+typedef enum {
+  CP_QKV_SEPARATE,    /* q, k, v are their own tensors */
+  CP_QKV_INTERLEAVED, /* BLOOM, GPT-NeoX: rows per head [H, 3, dh] (needs H == Hkv) */
+  CP_QKV_CONCAT,      /* MPT: q | k | v rows */
+} cp_qkv_layout;
+
+/* Where the positional term lives as a weight, so a temperature (and for ALiBi a static factor)
+ * can be baked into it along with q. */
+typedef enum {
+  CP_TAU_NOWHERE,       /* RoPE: no positional weight; scaling q is the whole bake */
+  CP_TAU_REL_BIAS,      /* T5: the bucket table of each stack */
+  CP_TAU_FIRE_OUT,      /* FIRE: each MLP's output layer */
+  CP_TAU_STORED_SLOPES, /* ALiBi: slopes the checkpoint stores (suffix below), when it does */
+} cp_tau_site;
+
+typedef struct {
+  cp_family family;
+  const char *prefixes[2];  /* body module prefixes tried in order ("transformer.", "") */
+  cp_qkv_layout qkv;
+  cp_tau_site tau;
+  const char *slopes_suffix; /* stored ALiBi slopes (e.g. JAIS's relative_pe.slopes), or NULL */
+  const cp_family_tensor *tensors;
+  size_t n_tensors;
+} cp_family_layout;
+
+const cp_family_layout *cp_family_layout_of(cp_family family);
+
+/* Naming state for one checkpoint: the family's rows, the body prefix the checkpoint uses (the
+ * first prefix under which it has the embedding), and the config's row conditions. */
+typedef struct {
+  const cp_family_layout *fl;
+  const cp_checkpoint *ck; /* borrowed */
+  const char *prefix;
+  bool gated;              /* FFN has a gate (T5 gated-ACT, Llama, FIRE) */
+  bool fire_shared;
+} cp_names;
+
+void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *cfg);
+/* Whether a row applies under `nm`'s config. */
+bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row);
+/* Writes the full name of `row` in `layer` with `suffix` (".weight", ".bias", "" ...) to buf. */
+const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const cp_family_tensor *row,
+                         int layer, const char *suffix);
+/* The row of `role` in `stack` (alternatives resolved as above) with its full name in buf;
+ * NULL when the family has no such tensor there. */
+const cp_family_tensor *cp_names_get(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, cp_tensor_role role,
+                                     cp_stack_kind stack, int layer, const char *suffix);
+/* The effective bias of a row: CP_BIAS_NONE, CP_BIAS_REQUIRED or CP_BIAS_OPTIONAL. */
+cp_bias_rule cp_names_bias(const cp_family_tensor *row, const cp_hf_config *cfg);
+/* Index of the next stored-slopes tensor at or after `from`, or (size_t)-1 (also for families
+ * without stored slopes). */
+size_t cp_names_next_slopes(const cp_names *nm, size_t from);
+
+#endif
