@@ -208,7 +208,7 @@ int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, c
   } else {
     out->pass = true;
   }
-  if ((rc = cp_write_sha256_manifest(tmp, NULL, NULL, 0))) goto done;
+  if ((rc = cp_write_sha256_manifest(tmp, NULL, 0))) goto done;
   rc = cp_atomic_dir_commit(ad);
   ad = NULL;
   if (rc == 0) out->written = true;
