@@ -13,6 +13,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/patchers/calibrate.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/verify/report.h"
 #include "ctxpatch/formats/safetensors.h"
@@ -250,8 +251,11 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
     goto done;
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
   if ((rc = open_tokenizer(&tok, in, &o, params))) goto done;
-  if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && params->on_calibrate)
-    params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.target_len);
+  if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0)) {
+    cp_cal_method cm; /* a bad name is refused before anything says it calibrates */
+    if ((rc = cp_cal_method_from_name(&cm, o.calibrate))) goto done;
+    if (params->on_calibrate) params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.target_len);
+  }
   if ((rc = cp_patch_from_options(&patch, &calib_text, model, tok, &o))) goto done;
   if (calib_text) CP_CHECK_ALLOC_GOTO(calib = cJSON_Parse(calib_text), in);
   cp_patch_params p = *params;

@@ -29,21 +29,22 @@ int cp_patch_options_check(const cp_patch_options *o) {
     return cp_error_set(CP_EARG, "--n-global, --n-local, --ceiling and --top-k belong to --method lm-infinite");
   if (o->threshold > 0 && m != CP_PATCH_FIRE_THRESHOLD)
     return cp_error_set(CP_EARG, "--threshold belongs to --method fire-threshold");
-  if (o->tau > 0 && o->per_layer)
-    return cp_error_set(CP_EARG, "--per-layer applies to calibration, not to a given --tau");
-  if (o->scope && strcmp(o->scope, "encoder") && strcmp(o->scope, "self") && strcmp(o->scope, "all"))
-    return cp_error_set(CP_EARG, "--scope expects encoder, self or all, got '%s'", o->scope);
-  if (m == CP_PATCH_ALIBI_PI && (o->factor > 0) + o->dynamic + o->progressive != 1)
-    return cp_error_set(CP_EARG, "alibi-pi needs exactly one of --factor F, --dynamic, --progressive");
-  if (m == CP_PATCH_ALIBI_PI && o->factor > 0 && o->factor < 1)
-    return cp_error_set(CP_EARG, "--factor must be >= 1 for alibi-pi");
-  if (m == CP_PATCH_ROPE_PI && !(o->factor > 0)) return cp_error_set(CP_EARG, "rope-pi needs --factor F");
-  if (m == CP_PATCH_FIRE_THRESHOLD && !(o->threshold > 0))
-    return cp_error_set(CP_EARG, "fire-threshold needs --threshold L");
   return 0;
 }
 
 int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m) {
+  cp_patch_method meth = o->method;
+  if (o->tau > 0 && o->per_layer)
+    return cp_error_set(CP_EARG, "--per-layer applies to calibration, not to a given --tau");
+  if (o->scope && strcmp(o->scope, "encoder") && strcmp(o->scope, "self") && strcmp(o->scope, "all"))
+    return cp_error_set(CP_EARG, "--scope expects encoder, self or all, got '%s'", o->scope);
+  if (meth == CP_PATCH_ALIBI_PI && (o->factor > 0) + o->dynamic + o->progressive != 1)
+    return cp_error_set(CP_EARG, "alibi-pi needs exactly one of --factor F, --dynamic, --progressive");
+  if (meth == CP_PATCH_ALIBI_PI && o->factor > 0 && o->factor < 1)
+    return cp_error_set(CP_EARG, "--factor must be >= 1 for alibi-pi");
+  if (meth == CP_PATCH_ROPE_PI && !(o->factor > 0)) return cp_error_set(CP_EARG, "rope-pi needs --factor F");
+  if (meth == CP_PATCH_FIRE_THRESHOLD && !(o->threshold > 0))
+    return cp_error_set(CP_EARG, "fire-threshold needs --threshold L");
   int64_t L_tr = o->train_len ? o->train_len : m->train_len;
   if (!o->target_len && L_tr > 0) o->target_len = 2 * L_tr;
   if (o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0) && !o->target_len)
@@ -94,8 +95,6 @@ int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model
   cp_rule_init(&out->rule);
   out->method = o->method;
   if (calibration_json) *calibration_json = NULL;
-  int rc = cp_patch_options_check(o);
-  if (rc) return rc;
   cp_rule *r = &out->rule;
   switch (o->method) {
     case CP_PATCH_TEMPERATURE: return temperature_rule(r, calibration_json, m, tok, o);

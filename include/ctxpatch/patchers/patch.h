@@ -101,13 +101,13 @@ typedef struct {
 } cp_patch_options;
 
 void cp_patch_options_init(cp_patch_options *o);
-/* Refuses (CP_EARG, one line) options that belong to another method, contradict each other or
- * are missing; needs no model. */
+/* Refuses (CP_EARG, one line) options that belong to another method; needs no model. */
 int cp_patch_options_check(const cp_patch_options *o);
-/* Fills the defaults that come from the model: target_len (twice the training length) and
- * lm-infinite's n_local; CP_EARG when the model has no training length to give them. */
+/* Once the method fits the model: refuses (CP_EARG) missing or contradictory method options, and
+ * fills the defaults that come from the model: target_len (twice the training length) and
+ * lm-infinite's n_local, refusing when the model has no training length to give them. */
 int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m);
-/* Builds the patch `o` asks for on model `m`: a temperature without tau is calibrated at
+/* Builds the patch `o` (checked and resolved, as cp_patch_run does) asks for on model `m`: a temperature without tau is calibrated at
  * o->target_len (with `tok`'s probe text, random ids when NULL). *calibration_json (may be NULL)
  * gets the calibration table as owned JSON text (free()), or NULL when none was made. */
 int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model *m, const cp_tokenizer *tok,
