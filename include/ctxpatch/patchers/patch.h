@@ -15,14 +15,17 @@
  *   model.safetensors  every input tensor in its stored dtype; the modified ones (query
  *                      projections, T5 bias tables, FIRE output layers, FIRE L, stored ALiBi
  *                      slopes) recomputed in float32 and stored back in that dtype;
- *                      __metadata__ {"format": "pt", "ctxpatch": <the block above, compact>}
+ *                      __metadata__ {"format": "pt", "ctxpatch": <the block above, compact>};
+ *                      with a shard size, model-0000k-of-0000N.safetensors (each with that
+ *                      __metadata__) + model.safetensors.index.json, as `ctxpatch convert` writes
  *   tokenizer and other auxiliary files, copied unchanged
  *   certificate.json   the verify certificate (docs/certificate.md), unless --no-verify
  *   report.html        its HTML report, unless --no-verify
  *   SHA256SUMS         sha256sum manifest of every other file
  * The certificate hashes the files it certified: config.json and model.safetensors as they are
  * except that "certificate_sha256" still holds 64 zeros (a digest cannot cover itself); the
- * digest is then written over those zeros in place.
+ * digest then goes where the writers recorded the placeholder (in place in each safetensors
+ * header; config.json is written again with it).
  */
 #ifndef CTXPATCH_PATCH_H
 #define CTXPATCH_PATCH_H
