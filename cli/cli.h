@@ -23,6 +23,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 bool cli_is_help(const char *arg);
 /* Parses a non-negative integer option value; returns false (and prints) on junk. */
 bool cli_parse_u64(const char *cmd, const char *opt, const char *text, unsigned long long *out);
+/* A positive byte count, optionally with K, M or G (2^10, 2^20, 2^30); false (and prints) on junk. */
+bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned long long *out);
 
 /* Token ids "3,17,5", or "@FILE" holding them (commas or whitespace): a heap array the caller
  * frees. Junk or an empty list: CP_EMODEL_INPUT naming `opt` or the file and the entry. */

@@ -20,6 +20,7 @@ static const char convert_help[] =
     "  --force             replace OUT if it exists\n"
     "  --json              print a JSON summary\n";
 
+/* A byte count with an optional K/M/G suffix; shared with `patch --shard-size`. */
 static bool parse_size(const char *text, unsigned long long *out) {
   char *end = NULL;
   if (!text || !*text || *text == '-') return false;
@@ -31,6 +32,12 @@ static bool parse_size(const char *text, unsigned long long *out) {
   if (*end || end == text || v == 0 || v > UINT64_MAX / mult) return false;
   *out = v * mult;
   return true;
+}
+
+bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned long long *out) {
+  if (text && parse_size(text, out)) return true;
+  cli_usage_error(cmd, "%s expects a positive byte count such as 2000000000 or 2G", opt);
+  return false;
 }
 
 int cmd_convert(int argc, char **argv) {
@@ -48,8 +55,7 @@ int cmd_convert(int argc, char **argv) {
       to = argv[i];
     } else if (!strcmp(a, "--shard-size")) {
       unsigned long long v;
-      if (++i >= argc || !parse_size(argv[i], &v))
-        return cli_usage_error("convert", "--shard-size expects a positive byte count such as 2000000000 or 2G");
+      if (!cli_parse_size("convert", a, ++i < argc ? argv[i] : NULL, &v)) return CLI_USAGE;
       params.shard_size = v;
     } else if (!strcmp(a, "--force")) {
       params.replace = true;

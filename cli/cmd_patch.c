@@ -1,4 +1,5 @@
-/* ctxpatch patch: build a rule, bake it, certify the baked artifact, write it only on a pass. */
+/* ctxpatch patch: parse the options, run the library's single pass (cp_patch_run), print the plan,
+ * the accuracy table and the verdict. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -8,15 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "cli/cli.h"
-#include "ctxpatch/patchers/calibrate.h"
-#include "ctxpatch/converters/checkpoint.h"
-#include "ctxpatch/converters/model.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/converters/rule.h"
-#include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"
 
 static const char patch_help[] =
@@ -24,7 +19,7 @@ static const char patch_help[] =
     "                      [method options] [--target-len N] [--verify PROBES] [--lengths L,...]\n"
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
-    "                      [--require exact] [--no-verify] [--force]\n\n"
+    "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -43,6 +38,8 @@ static const char patch_help[] =
     "  the training length and --target-len); --depths (default 0:1:5); --min-accuracy A (default\n"
     "  none); --no-regression-at (default every length: the patch may not lose to the original).\n"
     "  --require exact   refuse a patch the weights alone cannot carry\n"
+    "  --shard-size BYTES  split model.safetensors into shards of at most BYTES (K/M/G suffixes),\n"
+    "                    with model.safetensors.index.json (default: one file)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n";
 
@@ -55,10 +52,6 @@ static bool parse_double(const char *opt, const char *v, double *out, double lo)
   }
   return true;
 }
-
-
-
-
 /* Removes the temporary folder once this process is gone, however it ends (kill -9 included):
  * the child blocks on a pipe whose only write end this process holds, and at EOF runs rm -rf.
  * After a commit the folder has been renamed into place, so the rm finds nothing. The child
@@ -105,279 +98,156 @@ static void print_table(const cp_verify_result *r) {
              cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l), cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l));
 }
 
-int cmd_patch(int argc, char **argv) {
-  const char *in = NULL, *out_dir = NULL, *method_text = NULL, *calib_text = "pmax", *scope = NULL;
-  const char *probes_text = "passkey", *tok_path = NULL, *require = NULL;
-  double tau = 0, factor = 0, threshold = 0;
-  unsigned long long target_len = 0, train_len = 0, n_global = 10, n_local = 0, ceiling = 0, top_k = 0;
-  cli_verify_opts o;
-  cli_verify_opts_init(&o, "0:1:5");
-  bool per_layer = false, dynamic = false, progressive = false, no_verify = false, force = false;
-  bool have_n_global = false;
+/* Printed from inside the pass, before the (long) bake and verify stages. */
+static void print_plan(void *ctx, const cp_patch *patch, const cp_bake_plan *plan) {
+  (void)ctx;
+  char *rule_text = cp_rule_to_string(&patch->rule);
+  printf("patch: %s %s\n", cp_patch_method_name(patch->method), rule_text ? rule_text : "");
+  if (patch->method == CP_PATCH_ROPE_PI) printf("patch: rope_scaling linear factor %g\n", plan->rope_factor);
+  printf("fidelity: %s (%s)\n", cp_fidelity_name(plan->fidelity), plan->note);
+  free(rule_text);
+  fflush(stdout);
+}
+
+static void print_calibrating(void *ctx, const char *method, int64_t target_len) {
+  (void)ctx;
+  fprintf(stderr, "calibrating tau (%s) at length %lld...\n", method, (long long)target_len);
+}
+
+/* Everything the command line says. */
+typedef struct {
+  const char *in, *out_dir, *method_text, *probes_text, *tok_path, *require;
+  bool no_verify, force;
+  unsigned long long shard_size;
+  cp_patch_options po;
+  cli_verify_opts vo;
+} patch_args;
+
+/* A method option with a value: 1 taken, 0 not one, -1 bad value (usage error printed). */
+static int method_opt(cp_patch_options *po, const char *a, const char *v) {
+  unsigned long long u = 0;
+  bool ok = true;
+  if (!strcmp(a, "--calibrate")) po->calibrate = v;
+  else if (!strcmp(a, "--scope")) po->scope = v;
+  else if (!strcmp(a, "--tau")) ok = parse_double(a, v, &po->tau, 1e-6);
+  else if (!strcmp(a, "--factor")) ok = parse_double(a, v, &po->factor, 1e-6);
+  else if (!strcmp(a, "--threshold")) ok = parse_double(a, v, &po->threshold, 1e-6);
+  else if (!strcmp(a, "--target-len")) ok = cli_parse_u64("patch", a, v, &u), po->target_len = (int64_t)u;
+  else if (!strcmp(a, "--train-len")) ok = cli_parse_u64("patch", a, v, &u), po->train_len = (int64_t)u;
+  else if (!strcmp(a, "--n-global")) ok = cli_parse_u64("patch", a, v, &u), po->n_global = (int64_t)u, po->have_n_global = true;
+  else if (!strcmp(a, "--n-local")) ok = cli_parse_u64("patch", a, v, &u), po->n_local = (int64_t)u;
+  else if (!strcmp(a, "--ceiling")) ok = cli_parse_u64("patch", a, v, &u), po->ceiling = (int64_t)u;
+  else if (!strcmp(a, "--top-k")) ok = cli_parse_u64("patch", a, v, &u), po->top_k = u > 1000000 ? -1 : (int)u;
+  else return 0;
+  /* Lengths past 2^62 would overflow the arithmetic on them. */
+  if (ok && (u > INT64_MAX / 2 || po->top_k < 0)) ok = cli_usage_error("patch", "a length option is too large") == 0;
+  return ok ? 1 : -1;
+}
+
+/* Parses argv into *pa; CLI_OK, or the status to exit with (help printed, usage error). */
+static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (cli_is_help(a)) {
-      fputs(patch_help, stdout);
+      *help = true;
       return CLI_OK;
     }
-    if (!strcmp(a, "--per-layer")) per_layer = true;
-    else if (!strcmp(a, "--dynamic")) dynamic = true;
-    else if (!strcmp(a, "--progressive")) progressive = true;
-    else if (!strcmp(a, "--no-verify")) no_verify = true;
-    else if (!strcmp(a, "--force")) force = true;
+    if (!strcmp(a, "--per-layer")) pa->po.per_layer = true;
+    else if (!strcmp(a, "--dynamic")) pa->po.dynamic = true;
+    else if (!strcmp(a, "--progressive")) pa->po.progressive = true;
+    else if (!strcmp(a, "--no-verify")) pa->no_verify = true;
+    else if (!strcmp(a, "--force")) pa->force = true;
     else if (a[0] == '-' && a[1]) {
       if (!v) return cli_usage_error("patch", "%s needs a value", a);
       i++;
-      int taken = cli_verify_opt(&o, "patch", a, v);
+      int taken = cli_verify_opt(&pa->vo, "patch", a, v);
+      if (!taken) taken = method_opt(&pa->po, a, v);
       if (taken < 0) return CLI_USAGE;
       if (taken) continue;
-      bool ok = true;
-      if (!strcmp(a, "--method")) method_text = v;
-      else if (!strcmp(a, "--calibrate")) calib_text = v;
-      else if (!strcmp(a, "--scope")) scope = v;
-      else if (!strcmp(a, "--verify")) probes_text = v;
-      else if (!strcmp(a, "--tokenizer")) tok_path = v;
-      else if (!strcmp(a, "--require")) require = v;
-      else if (!strcmp(a, "--tau")) ok = parse_double(a, v, &tau, 1e-6);
-      else if (!strcmp(a, "--factor")) ok = parse_double(a, v, &factor, 1e-6);
-      else if (!strcmp(a, "--threshold")) ok = parse_double(a, v, &threshold, 1e-6);
-      else if (!strcmp(a, "--target-len")) ok = cli_parse_u64("patch", a, v, &target_len);
-      else if (!strcmp(a, "--train-len")) ok = cli_parse_u64("patch", a, v, &train_len);
-      else if (!strcmp(a, "--n-global")) ok = cli_parse_u64("patch", a, v, &n_global), have_n_global = true;
-      else if (!strcmp(a, "--n-local")) ok = cli_parse_u64("patch", a, v, &n_local);
-      else if (!strcmp(a, "--ceiling")) ok = cli_parse_u64("patch", a, v, &ceiling);
-      else if (!strcmp(a, "--top-k")) ok = cli_parse_u64("patch", a, v, &top_k);
-      else return cli_usage_error("patch", "unknown option '%s'", a);
-      if (!ok) return CLI_USAGE;
-    } else if (!in) in = a;
-    else if (!out_dir) out_dir = a;
+      if (!strcmp(a, "--method")) pa->method_text = v;
+      else if (!strcmp(a, "--verify")) pa->probes_text = v;
+      else if (!strcmp(a, "--tokenizer")) pa->tok_path = v;
+      else if (!strcmp(a, "--require")) pa->require = v;
+      else if (!strcmp(a, "--shard-size")) {
+        if (!cli_parse_size("patch", a, v, &pa->shard_size)) return CLI_USAGE;
+      } else return cli_usage_error("patch", "unknown option '%s'", a);
+    } else if (!pa->in) pa->in = a;
+    else if (!pa->out_dir) pa->out_dir = a;
     else return cli_usage_error("patch", "unexpected argument '%s'", a);
   }
-  if (!in || !out_dir) return cli_usage_error("patch", "needs IN and OUT");
-  if (!method_text) return cli_usage_error("patch", "missing --method");
-  if (require && strcmp(require, "exact") != 0)
-    return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", require);
-  if (n_global > INT64_MAX / 2 || n_local > INT64_MAX / 2 || ceiling > INT64_MAX / 2 || top_k > 1000000 ||
-      target_len > INT64_MAX / 2 || train_len > INT64_MAX / 2)
-    return cli_usage_error("patch", "a length option is too large");
+  if (!pa->in || !pa->out_dir) return cli_usage_error("patch", "needs IN and OUT");
+  if (!pa->method_text) return cli_usage_error("patch", "missing --method");
+  if (pa->require && strcmp(pa->require, "exact") != 0)
+    return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", pa->require);
+  if (cp_patch_method_from_name(&pa->po.method, pa->method_text) || cp_patch_options_check(&pa->po))
+    return cli_usage_error("patch", "%s", cp_error_message());
+  if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
+  /* The longest verified length is the default target. */
+  if (!pa->po.target_len && pa->vo.n_lengths > 0) pa->po.target_len = pa->vo.lengths[pa->vo.n_lengths - 1];
+  pa->po.seed = pa->vo.seed;
+  pa->po.threads = (int)pa->vo.threads;
+  return CLI_OK;
+}
 
-  cp_patch patch;
-  memset(&patch, 0, sizeof patch);
-  cp_rule_init(&patch.rule);
-  int rc = cp_patch_method_from_name(&patch.method, method_text);
-  if (rc) return cli_usage_error("patch", "%s", cp_error_message());
-  /* Options that belong to another method are refused rather than ignored. */
-  cp_patch_method m = patch.method;
-  if ((tau > 0 || per_layer || scope) && m != CP_PATCH_TEMPERATURE)
-    return cli_usage_error("patch", "--tau, --per-layer and --scope belong to --method temperature");
-  if ((dynamic || progressive) && m != CP_PATCH_ALIBI_PI)
-    return cli_usage_error("patch", "--dynamic and --progressive belong to --method alibi-pi");
-  if (factor > 0 && m != CP_PATCH_ALIBI_PI && m != CP_PATCH_ROPE_PI)
-    return cli_usage_error("patch", "--factor belongs to --method alibi-pi or rope-pi");
-  if ((have_n_global || n_local || ceiling || top_k) && m != CP_PATCH_LM_INFINITE)
-    return cli_usage_error("patch", "--n-global, --n-local, --ceiling and --top-k belong to --method lm-infinite");
-  if (threshold > 0 && m != CP_PATCH_FIRE_THRESHOLD)
-    return cli_usage_error("patch", "--threshold belongs to --method fire-threshold");
+/* The verdict and where the artifact went; the exit status. */
+static int print_outcome(const cp_patch_outcome *oc, const char *out_dir) {
+  if (oc->verified) {
+    print_table(oc->result);
+    printf("verdict: %s (%.1f s)\n", oc->pass ? "pass" : "fail", oc->result->seconds);
+    for (int i = 0; i < oc->n_reasons; i++) printf("  %s\n", oc->reasons[i]);
+  }
+  if (!oc->pass) {
+    printf("certification failed: nothing written to %s\n", out_dir);
+    return CLI_FAIL;
+  }
+  if (oc->verified) printf("wrote %s (certified, certificate sha256 %s)\n", out_dir, oc->certificate_sha256);
+  else printf("wrote %s (NOT certified: --no-verify)\n", out_dir);
+  return CLI_OK;
+}
 
-  int n_probes = 0;
+int cmd_patch(int argc, char **argv) {
+  patch_args pa = {.probes_text = "passkey"};
+  cp_patch_options_init(&pa.po);
+  cli_verify_opts_init(&pa.vo, "0:1:5");
   cp_probe_kind *probes = NULL;
-  cp_model *model = NULL;
-  cp_tokenizer *tok = NULL;
-  cp_calib_table table;
-  bool have_table = false;
-  cJSON *calib_json = NULL;
+  int n_probes = 0, rc = 0;
+  bool help = false;
   cp_patch_outcome oc;
   memset(&oc, 0, sizeof oc);
-  int status = CLI_FAIL;
-
-  if (!cli_verify_opts_parse(&o, "patch")) {
-    status = CLI_USAGE;
+  int status = parse_args(&pa, argc, argv, &help);
+  if (help) fputs(patch_help, stdout);
+  if (help || status != CLI_OK) goto done;
+  if ((rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
+    status = cli_report(rc);
     goto done;
   }
-  if ((rc = cli_parse_probes(&probes, &n_probes, probes_text))) goto report;
-  if ((rc = cp_model_open(&model, in))) goto report;
-  {
-    /* A method that does not fit the family is refused before any other work. */
-    cp_patch fam = patch;
-    fam.rope_factor = 1;
-    if ((rc = cp_patch_check(model, &fam))) goto report;
-  }
-  int64_t L_tr = train_len ? (int64_t)train_len : model->train_len;
-  if (!target_len && o.n_lengths > 0) target_len = (unsigned long long)o.lengths[o.n_lengths - 1];
-  if (!target_len && L_tr > 0) target_len = (unsigned long long)(2 * L_tr);
-  bool need_tok = !no_verify || (m == CP_PATCH_TEMPERATURE && tau == 0);
-  if (need_tok) {
-    rc = cp_tokenizer_open(&tok, tok_path ? tok_path : in);
-    if (rc && no_verify) { /* calibration falls back to random ids */
-      tok = NULL;
-      rc = 0;
-    }
-    if (rc) goto report;
-  }
-
-  switch (m) {
-    case CP_PATCH_TEMPERATURE:
-      if (tau > 0) {
-        patch.rule.n_temperature = 1;
-        patch.rule.temperature[0] = tau;
-        if (per_layer) {
-          status = cli_usage_error("patch", "--per-layer applies to calibration, not to a given --tau");
-          goto done;
-        }
-      } else {
-        cp_cal_method cm;
-        if ((rc = cp_cal_method_from_name(&cm, calib_text))) goto report;
-        if (!target_len) {
-          status = cli_usage_error("patch", "calibration needs --target-len (the model has no training length)");
-          goto done;
-        }
-        cp_calib_params cpp;
-        cp_calib_params_init(&cpp);
-        cpp.train_len = train_len ? (int64_t)train_len : 0;
-        cpp.per_layer = per_layer;
-        cpp.tokenizer = tok;
-        cpp.seed = o.seed;
-        cpp.threads = (int)o.threads;
-        fprintf(stderr, "calibrating tau (%s) at length %llu...\n", calib_text, target_len);
-        if ((rc = cp_calibrate_rule(&patch.rule, &table, model, cm, (int64_t)target_len, &cpp))) goto report;
-        have_table = true;
-        calib_json = cp_calib_table_to_json(&table);
-      }
-      if (scope) {
-        if (!strcmp(scope, "encoder")) patch.rule.temperature_scope = CP_TEMP_SCOPE_ENCODER;
-        else if (!strcmp(scope, "self")) patch.rule.temperature_scope = CP_TEMP_SCOPE_SELF;
-        else if (!strcmp(scope, "all")) patch.rule.temperature_scope = CP_TEMP_SCOPE_ALL;
-        else {
-          status = cli_usage_error("patch", "--scope expects encoder, self or all, got '%s'", scope);
-          goto done;
-        }
-      }
-      break;
-    case CP_PATCH_ALIBI_PI:
-      if ((factor > 0) + dynamic + progressive != 1) {
-        status = cli_usage_error("patch", "alibi-pi needs exactly one of --factor F, --dynamic, --progressive");
-        goto done;
-      }
-      patch.rule.alibi_mode = dynamic ? CP_ALIBI_DYNAMIC : progressive ? CP_ALIBI_PROGRESSIVE : CP_ALIBI_STATIC;
-      patch.rule.alibi_factor = factor > 0 ? factor : 1;
-      if (factor > 0 && factor < 1) {
-        status = cli_usage_error("patch", "--factor must be >= 1 for alibi-pi");
-        goto done;
-      }
-      if (train_len) patch.rule.train_len = (int64_t)train_len;
-      break;
-    case CP_PATCH_LM_INFINITE:
-      if (!n_local) n_local = (unsigned long long)L_tr;
-      if (!n_local) {
-        status = cli_usage_error("patch", "lm-infinite needs --n-local (the model has no training length)");
-        goto done;
-      }
-      patch.rule.has_lambda = true;
-      patch.rule.n_global = (int64_t)n_global;
-      patch.rule.n_local = (int64_t)n_local;
-      patch.rule.distance_ceiling = ceiling ? (int64_t)ceiling : (int64_t)n_local;
-      if (top_k) {
-        patch.rule.has_top_k = true;
-        patch.rule.top_k = (int)top_k;
-      }
-      break;
-    case CP_PATCH_ROPE_PI:
-      if (!(factor > 0)) {
-        status = cli_usage_error("patch", "rope-pi needs --factor F");
-        goto done;
-      }
-      patch.rope_factor = factor;
-      break;
-    case CP_PATCH_FIRE_THRESHOLD:
-      if (!(threshold > 0)) {
-        status = cli_usage_error("patch", "fire-threshold needs --threshold L");
-        goto done;
-      }
-      patch.rule.fire_threshold = threshold;
-      break;
-    case CP_PATCH_METHOD_COUNT: break;
-  }
-  if ((rc = cp_patch_check(model, &patch))) goto report;
-
   cp_verify_params vp;
-  cp_verify_params_init(&vp);
   cp_verify_thresholds th;
+  cp_verify_params_init(&vp);
   cp_verify_thresholds_init(&th);
+  cli_verify_opts_apply(&pa.vo, probes, n_probes, &vp, &th);
+  vp.stats = true;
+  if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
   cp_patch_params pp;
   cp_patch_params_init(&pp);
-  pp.require_exact = require != NULL;
-  pp.replace = force;
-  pp.calibration = calib_json;
+  pp.verify = pa.no_verify ? NULL : &vp;
+  pp.thresholds = &th;
+  pp.tokenizer_path = pa.tok_path;
+  pp.require_exact = pa.require != NULL;
+  pp.replace = pa.force;
+  pp.shard_size = pa.shard_size;
   pp.on_tmp_dir = start_watchdog;
+  pp.on_calibrate = print_calibrating;
+  pp.on_plan = print_plan;
   /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
-  size_t tl = tok_path ? strlen(tok_path) : 0;
-  if (tl >= 5 && !strcmp(tok_path + tl - 5, ".json")) pp.tokenizer_file = tok_path;
-  if (!no_verify) {
-    if (!o.lengths) {
-      if (L_tr <= 0 || !target_len) {
-        status = cli_usage_error("patch", "missing --lengths (the model has no training length to default to)");
-        goto done;
-      }
-      o.n_lengths = (int64_t)target_len > L_tr ? 2 : 1;
-      if (!(o.lengths = malloc(2 * sizeof *o.lengths))) {
-        rc = cp_error_set(CP_ENOMEM, "out of memory");
-        goto report;
-      }
-      o.lengths[0] = L_tr;
-      o.lengths[1] = (int64_t)target_len;
-    }
-    cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
-    vp.stats = true;
-    if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
-    if (!o.no_reg) { /* by default the patch may lose to the original at no length */
-      th.no_regression_at = o.lengths;
-      th.n_no_regression = o.n_lengths;
-    }
-    pp.verify = &vp;
-    pp.thresholds = &th;
-    pp.tok = tok;
-  }
-  {
-    /* The plan is printed before the (long) verify stage; cp_patch_write makes it again. */
-    cp_checkpoint *ck = NULL;
-    cp_bake_plan plan;
-    if ((rc = cp_checkpoint_open(&ck, in))) goto report;
-    rc = cp_bake_plan_make(&plan, model, ck, &patch);
-    cp_checkpoint_free(ck);
-    if (rc) goto report;
-    if (!pp.require_exact || plan.fidelity == CP_FIDELITY_EXACT_WEIGHTS) {
-      char *rule_text = cp_rule_to_string(&patch.rule);
-      printf("patch: %s %s\n", cp_patch_method_name(m), rule_text ? rule_text : "");
-      if (m == CP_PATCH_ROPE_PI) printf("patch: rope_scaling linear factor %g\n", plan.rope_factor);
-      printf("fidelity: %s (%s)\n", cp_fidelity_name(plan.fidelity), plan.note);
-      free(rule_text);
-      fflush(stdout);
-    }
-  }
-  if ((rc = cp_patch_write(&oc, in, out_dir, model, &patch, &pp))) goto report;
-  if (oc.verified) {
-    print_table(oc.result);
-    printf("verdict: %s (%.1f s)\n", oc.pass ? "pass" : "fail", oc.result->seconds);
-    for (int i = 0; i < oc.n_reasons; i++) printf("  %s\n", oc.reasons[i]);
-  }
-  if (!oc.pass) {
-    printf("certification failed: nothing written to %s\n", out_dir);
-    status = CLI_FAIL;
-    goto done;
-  }
-  if (oc.verified) printf("wrote %s (certified, certificate sha256 %s)\n", out_dir, oc.certificate_sha256);
-  else printf("wrote %s (NOT certified: --no-verify)\n", out_dir);
-  status = CLI_OK;
-  goto done;
-report:
-  status = cli_report(rc);
+  size_t tl = pa.tok_path ? strlen(pa.tok_path) : 0;
+  if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;
+  if ((rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
+    status = oc.bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
+  else status = print_outcome(&oc, pa.out_dir);
 done:
   cp_patch_outcome_free(&oc);
-  if (have_table) cp_calib_table_free(&table);
-  cJSON_Delete(calib_json);
-  cp_tokenizer_free(tok);
-  cp_model_free(model);
   free(probes);
-  cli_verify_opts_free(&o);
+  cli_verify_opts_free(&pa.vo);
   return status;
 }

@@ -1,3 +1,5 @@
+/* Floor: converters. One streaming writer of HF safetensors folders (shards, index, auxiliary
+ * files, digests for the manifest), used by `convert` and by the bake; and `convert` itself. */
 #include "ctxpatch/converters/convert.h"
 
 #include <dirent.h>
@@ -7,44 +9,37 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/formats/safetensors.h"
 
 #define MANIFEST_NAME "SHA256SUMS"
+#define DEFAULT_CHUNK ((uint64_t)16 << 20)
 
 void cp_convert_params_init(cp_convert_params *params) {
   memset(params, 0, sizeof *params);
-  params->chunk_size = 16u << 20;
+  params->chunk_size = DEFAULT_CHUNK;
 }
 
-/* Digests of the files this conversion wrote, so the manifest needs no second read. */
-typedef struct {
-  char **names;
-  char (*hex)[65];
-  size_t n, cap;
-} digest_list;
+void cp_folder_result_free(cp_folder_result *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n_files; i++) free(r->files[i].name);
+  free(r->files);
+  free(r->mark_at);
+  memset(r, 0, sizeof *r);
+}
 
-static int digest_add(digest_list *d, const char *name, const char hex[65]) {
-  if (d->n == d->cap) {
-    size_t cap = d->cap ? d->cap * 2 : 8;
-    char **names = realloc(d->names, cap * sizeof *names);
-    if (names) d->names = names;
-    char(*hx)[65] = realloc(d->hex, cap * sizeof *hx);
-    if (hx) d->hex = hx;
-    if (!names || !hx) return cp_error_set(CP_ENOMEM, "%s: out of memory", name);
-    d->cap = cap;
-  }
-  if (!(d->names[d->n] = strdup(name))) return cp_error_set(CP_ENOMEM, "%s: out of memory", name);
-  memcpy(d->hex[d->n++], hex, 65);
+/* Records the digest of a file just written, so the manifest needs no second read. */
+static int digest_add(cp_folder_result *r, const char *name, const char hex[65]) {
+  int rc = CP_ARRAY_RESERVE(r->files, r->cap_files, r->n_files + 1, name);
+  if (rc < 0) return rc;
+  char *copy = strdup(name);
+  CP_CHECK_ALLOC(copy, name);
+  r->files[r->n_files].name = copy;
+  memcpy(r->files[r->n_files++].hex, hex, 65);
   return 0;
-}
-
-static void digest_free(digest_list *d) {
-  for (size_t i = 0; i < d->n; i++) free(d->names[i]);
-  free(d->names);
-  free(d->hex);
 }
 
 static int copy_file(char out_hex[65], const char *src, const char *dst) {
@@ -64,32 +59,61 @@ done:
   return rc;
 }
 
+/* A tensor the hook replaces: its stored bytes read whole, transformed, written. */
+static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook) {
+  const cp_tensor *t = cp_checkpoint_tensor(ck, src);
+  size_t n = (size_t)t->nbytes;
+  unsigned char *in = NULL, *out = malloc(n ? n : 1);
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(out, t->name);
+  if (!t->data) {
+    CP_CHECK_ALLOC_GOTO(in = malloc(n ? n : 1), t->name);
+    if ((rc = cp_checkpoint_read(ck, src, 0, in, n)) < 0) goto done;
+  }
+  if ((rc = hook->transform(hook->ctx, t, t->data ? t->data : in, out)) < 0) goto done;
+  rc = cp_st_writer_write(w, out, n);
+  cp_checkpoint_release(ck, src, 0, n);
+done:
+  free(in);
+  free(out);
+  return rc;
+}
+
+/* Copies one tensor's bytes through in chunks, dropping the input pages already copied. */
+static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64_t chunk, unsigned char *buf) {
+  const cp_tensor *t = cp_checkpoint_tensor(ck, src);
+  int rc = 0;
+  for (uint64_t at = 0; at < t->nbytes && rc == 0; at += chunk) {
+    size_t len = (size_t)(t->nbytes - at < chunk ? t->nbytes - at : chunk);
+    if (t->data) {
+      rc = cp_st_writer_write(w, (const char *)t->data + at, len);
+      cp_checkpoint_release(ck, src, at, len);
+    } else if ((rc = cp_checkpoint_read(ck, src, at, buf, len)) == 0) {
+      rc = cp_st_writer_write(w, buf, len);
+    }
+  }
+  return rc;
+}
+
 /* Streams one shard: the writer fixes the byte order, the checkpoint supplies the bytes. */
-static int write_shard(char out_hex[65], cp_checkpoint *ck, const char *path, const size_t *members, size_t n,
-                       const cp_convert_params *params, unsigned char *buf) {
+static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, const char *path,
+                       const size_t *members, size_t n, const cp_folder_params *p, uint64_t chunk,
+                       unsigned char *buf) {
+  static const char *const pt[] = {"format", "pt"};
   cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
   cp_st_writer *w = NULL;
   int rc = 0;
-  static const char *const meta[] = {"format", "pt"};
-  if (!descs) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(descs, path);
   for (size_t k = 0; k < n; k++) descs[k] = *cp_checkpoint_tensor(ck, members[k]);
-  if ((rc = cp_st_writer_open(&w, path, descs, n, meta, 1)) < 0) goto done;
+  if ((rc = cp_st_writer_open(&w, path, descs, n, p->meta_kv ? p->meta_kv : pt, p->meta_kv ? p->n_meta : 1)) < 0)
+    goto done;
+  if (p->mark_key && (rc = cp_st_writer_meta_offset(mark_at, w, p->mark_key, p->mark_pos)) < 0) goto done;
   for (size_t k = 0; k < n; k++) {
     size_t src = members[cp_st_writer_order(w, k)];
     const cp_tensor *t = cp_checkpoint_tensor(ck, src);
-    for (uint64_t at = 0; at < t->nbytes; at += params->chunk_size) {
-      size_t len = (size_t)(t->nbytes - at < params->chunk_size ? t->nbytes - at : params->chunk_size);
-      if (t->data) {
-        rc = cp_st_writer_write(w, (const char *)t->data + at, len);
-        cp_checkpoint_release(ck, src, at, len);
-      } else if ((rc = cp_checkpoint_read(ck, src, at, buf, len)) == 0) {
-        rc = cp_st_writer_write(w, buf, len);
-      }
-      if (rc < 0) goto done;
-    }
+    if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook);
+    else rc = write_streamed(w, ck, src, chunk, buf);
+    if (rc < 0) goto done;
   }
   if ((rc = cp_st_writer_sha256(w, out_hex)) < 0) goto done;
   rc = cp_st_writer_commit(w);
@@ -100,53 +124,108 @@ done:
   return rc;
 }
 
+/* Every auxiliary file of the input folder, copied unchanged (but p->skip_aux). */
+static int copy_aux(cp_folder_result *r, const char *dir, const cp_checkpoint *ck, const cp_folder_params *p) {
+  char *src = NULL, *dst = NULL, hex[65];
+  int rc = 0;
+  for (size_t k = 0; k < cp_checkpoint_aux_count(ck) && rc == 0; k++) {
+    const char *name = cp_checkpoint_aux(ck, k);
+    if (p->skip_aux && !strcmp(name, p->skip_aux)) continue;
+    free(src);
+    free(dst);
+    src = cp_path_join(cp_checkpoint_dir(ck), name);
+    dst = cp_path_join(dir, name);
+    CP_CHECK_ALLOC_GOTO(src && dst, dir);
+    if ((rc = copy_file(hex, src, dst)) == 0) rc = digest_add(r, name, hex);
+  }
+done:
+  free(src);
+  free(dst);
+  return rc;
+}
+
+int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, const cp_folder_params *p) {
+  memset(out, 0, sizeof *out);
+  size_t n = cp_checkpoint_count(ck);
+  uint64_t chunk = p->chunk_size ? p->chunk_size : DEFAULT_CHUNK;
+  cp_st_shard_plan *plan = NULL;
+  cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
+  size_t *members = calloc(n ? n : 1, sizeof *members);
+  unsigned char *buf = malloc((size_t)chunk);
+  char *path = NULL, hex[65];
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(descs && members && buf, dir);
+  for (size_t i = 0; i < n; i++) descs[i] = *cp_checkpoint_tensor(ck, i);
+  if ((rc = cp_st_plan_shards(&plan, descs, n, p->shard_size ? p->shard_size : UINT64_MAX)) < 0) goto done;
+  CP_CHECK_ALLOC_GOTO(out->mark_at = calloc(plan->n_shards ? plan->n_shards : 1, sizeof *out->mark_at), dir);
+  for (size_t s = 0; s < plan->n_shards; s++) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+      if (plan->shard_of[i] == s) members[m++] = i;
+    free(path);
+    CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, plan->shard_names[s]), dir);
+    if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf)) < 0 ||
+        (rc = digest_add(out, plan->shard_names[s], hex)) < 0)
+      goto done;
+  }
+  if (plan->n_shards > 1) {
+    free(path);
+    CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "model.safetensors.index.json"), dir);
+    if ((rc = cp_st_index_write_plan(path, plan, descs)) < 0) goto done;
+  }
+  if ((rc = copy_aux(out, dir, ck, p)) < 0) goto done;
+  out->stats = (cp_convert_stats){n, plan->total_size, plan->n_shards, cp_checkpoint_aux_count(ck)};
+done:
+  cp_st_shard_plan_free(plan);
+  free(descs);
+  free(members);
+  free(buf);
+  free(path);
+  return rc;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int cp_write_sha256_manifest(const char *dir, const char *const *known_names, const char (*known_hex)[65],
-                             size_t n_known) {
+/* The regular files of `dir` but the manifest, sorted by name (caller frees names and the array). */
+static int list_files(char ***out, size_t *n_out, const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return cp_error_set(CP_EIO, "%s: cannot list folder: %s", dir, strerror(errno));
   char **names = NULL;
   size_t n = 0, cap = 0;
   int rc = 0;
-  cp_atomic_file *f = NULL;
-  char *path = NULL, *manifest = NULL;
   struct dirent *e;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.' || !strcmp(e->d_name, MANIFEST_NAME)) continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 16;
-      char **grown = realloc(names, cap * sizeof *names);
-      if (!grown) {
-        rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-        goto done;
-      }
-      names = grown;
-    }
-    if (!(names[n] = strdup(e->d_name))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-      goto done;
-    }
+    if ((rc = CP_ARRAY_RESERVE(names, cap, n + 1, dir)) < 0) goto done;
+    CP_CHECK_ALLOC_GOTO(names[n] = strdup(e->d_name), dir);
     n++;
   }
   qsort(names, n, sizeof *names, cmp_str);
-  if (!(manifest = cp_path_join(dir, MANIFEST_NAME))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-    goto done;
-  }
+done:
+  closedir(d);
+  *out = names;
+  *n_out = n;
+  return rc;
+}
+
+int cp_write_sha256_manifest(const char *dir, const cp_file_digest *known, size_t n_known) {
+  char **names = NULL;
+  size_t n = 0;
+  cp_atomic_file *f = NULL;
+  char *path = NULL, *manifest = NULL;
+  int rc = list_files(&names, &n, dir);
+  if (rc < 0) goto done;
+  CP_CHECK_ALLOC_GOTO(manifest = cp_path_join(dir, MANIFEST_NAME), dir);
   if ((rc = cp_atomic_open(&f, manifest)) < 0) goto done;
   for (size_t k = 0; k < n; k++) {
     char hex[65], line[4200];
     size_t j = 0;
-    while (j < n_known && strcmp(known_names[j], names[k]) != 0) j++;
+    while (j < n_known && strcmp(known[j].name, names[k]) != 0) j++;
     if (j < n_known) {
-      memcpy(hex, known_hex[j], 65);
+      memcpy(hex, known[j].hex, 65);
     } else {
       free(path);
-      if (!(path = cp_path_join(dir, names[k]))) {
-        rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-        goto done;
-      }
+      CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, names[k]), dir);
       if ((rc = cp_sha256_file(hex, path)) < 0) goto done;
     }
     int len = snprintf(line, sizeof line, "%s  %s\n", hex, names[k]);
@@ -156,7 +235,6 @@ int cp_write_sha256_manifest(const char *dir, const char *const *known_names, co
   f = NULL;
 done:
   cp_atomic_abort(f);
-  closedir(d);
   for (size_t k = 0; k < n; k++) free(names[k]);
   free(names);
   free(path);
@@ -173,87 +251,24 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
   }
   cp_checkpoint *ck = NULL;
   cp_atomic_dir *dir = NULL;
-  cp_st_shard_plan *plan = NULL;
-  cp_tensor *descs = NULL;
-  size_t *members = NULL;
-  unsigned char *buf = NULL;
-  char *path = NULL;
-  digest_list digests = {0};
-  char hex[65];
+  cp_folder_result written = {0};
   int rc = cp_checkpoint_open(&ck, in);
   if (rc < 0) goto done;
-  size_t n = cp_checkpoint_count(ck);
-  if (n == 0) {
+  if (cp_checkpoint_count(ck) == 0) {
     rc = cp_error_set(CP_ECKPT_EMPTY, "%s: checkpoint holds no tensors", in);
     goto done;
   }
-  descs = calloc(n, sizeof *descs);
-  members = calloc(n, sizeof *members);
-  buf = malloc((size_t)params->chunk_size);
-  if (!descs || !members || !buf) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", in);
-    goto done;
-  }
-  for (size_t i = 0; i < n; i++) descs[i] = *cp_checkpoint_tensor(ck, i);
-  uint64_t limit = params->shard_size ? params->shard_size : UINT64_MAX;
-  if ((rc = cp_st_plan_shards(&plan, descs, n, limit)) < 0) goto done;
   if ((rc = cp_atomic_dir_open(&dir, out, params->replace)) < 0) goto done;
   const char *tmp = cp_atomic_dir_path(dir);
-
-  for (size_t s = 0; s < plan->n_shards; s++) {
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (plan->shard_of[i] == s) members[m++] = i;
-    free(path);
-    if (!(path = cp_path_join(tmp, plan->shard_names[s]))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", out);
-      goto done;
-    }
-    if ((rc = write_shard(hex, ck, path, members, m, params, buf)) < 0 ||
-        (rc = digest_add(&digests, plan->shard_names[s], hex)) < 0)
-      goto done;
-  }
-  if (plan->n_shards > 1) {
-    free(path);
-    if (!(path = cp_path_join(tmp, "model.safetensors.index.json"))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", out);
-      goto done;
-    }
-    if ((rc = cp_st_index_write_plan(path, plan, descs)) < 0) goto done;
-  }
-  for (size_t k = 0; k < cp_checkpoint_aux_count(ck); k++) {
-    const char *name = cp_checkpoint_aux(ck, k);
-    char *src = cp_path_join(cp_checkpoint_dir(ck), name);
-    free(path);
-    path = cp_path_join(tmp, name);
-    if (!src || !path) {
-      free(src);
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", out);
-      goto done;
-    }
-    rc = copy_file(hex, src, path);
-    free(src);
-    if (rc < 0 || (rc = digest_add(&digests, name, hex)) < 0) goto done;
-  }
-  if ((rc = cp_write_sha256_manifest(tmp, (const char *const *)digests.names, (const char(*)[65])digests.hex,
-                                     digests.n)) < 0)
-    goto done;
-  if (stats) {
-    stats->tensors = n;
-    stats->tensor_bytes = plan->total_size;
-    stats->shards = plan->n_shards;
-    stats->aux_files = cp_checkpoint_aux_count(ck);
-  }
+  cp_folder_params fp = {.shard_size = params->shard_size, .chunk_size = params->chunk_size};
+  if ((rc = cp_folder_write(&written, tmp, ck, &fp)) < 0) goto done;
+  if ((rc = cp_write_sha256_manifest(tmp, written.files, written.n_files)) < 0) goto done;
+  if (stats) *stats = written.stats;
   rc = cp_atomic_dir_commit(dir);
   dir = NULL;
 done:
   cp_atomic_dir_abort(dir);
-  cp_st_shard_plan_free(plan);
   cp_checkpoint_free(ck);
-  free(descs);
-  free(members);
-  free(buf);
-  free(path);
-  digest_free(&digests);
+  cp_folder_result_free(&written);
   return rc;
 }

@@ -1,6 +1,7 @@
 /* safetensors writer: deterministic header, streamed tensor bytes, atomic commit.
  * Header layout and ordering rules are in include/ctxpatch/formats/safetensors.h. */
 #include <assert.h>
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/safetensors.h"
@@ -25,6 +26,11 @@ struct cp_st_writer {
   uint64_t written, total;
   unsigned char *buf;
   size_t buf_used;
+  /* Metadata in header order: keys and values (copied) and the file offset of each value's first
+   * byte, so a caller can later overwrite a placeholder it put in a value (cp_st_writer_meta_offset). */
+  size_t n_meta;
+  char **meta_key, **meta_val;
+  uint64_t *meta_at;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -38,10 +44,10 @@ static void sb_u64(cp_strbuf *b, uint64_t v) {
   cp_strbuf_put(b, t, (size_t)n);
 }
 
-/* JSON string as serde_json writes it: escapes '"', '\\' and control characters, keeps UTF-8. */
-static void sb_json_string(cp_strbuf *b, const char *s) {
-  cp_strbuf_put(b, "\"", 1);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+/* The first `n` bytes of a JSON string's body as serde_json writes them: escapes '"', '\\' and
+ * control characters, keeps UTF-8. */
+static void sb_json_body(cp_strbuf *b, const char *s, size_t n) {
+  for (const unsigned char *p = (const unsigned char *)s; p < (const unsigned char *)s + n; p++) {
     char esc[8];
     switch (*p) {
     case '"': cp_strbuf_put(b, "\\\"", 2); break;
@@ -60,6 +66,11 @@ static void sb_json_string(cp_strbuf *b, const char *s) {
       }
     }
   }
+}
+
+static void sb_json_string(cp_strbuf *b, const char *s) {
+  cp_strbuf_put(b, "\"", 1);
+  sb_json_body(b, s, strlen(s));
   cp_strbuf_put(b, "\"", 1);
 }
 
@@ -115,6 +126,13 @@ static int cmp_kv(const void *a, const void *b) { return strcmp(((const kv *)a)-
  * ------------------------------------------------------------------------------------------- */
 
 static void writer_free(cp_st_writer *w) {
+  for (size_t i = 0; i < w->n_meta; i++) {
+    free(w->meta_key[i]);
+    free(w->meta_val[i]);
+  }
+  free(w->meta_key);
+  free(w->meta_val);
+  free(w->meta_at);
   free(w->order);
   free(w->ends);
   free(w->buf);
@@ -128,14 +146,16 @@ void cp_st_writer_abort(cp_st_writer *w) {
   writer_free(w);
 }
 
-/* Builds the header text (padded) for tensors in file order `s[0..n)` and metadata `m[0..nm)`. */
+/* Builds the header text (padded) for tensors in file order `s[0..n)` and metadata `m[0..nm)`;
+ * meta_at[i] is where m[i]'s value starts in the file. */
 static int build_header(cp_strbuf *h, const char *path, const cp_tensor *tensors, const slot *s, size_t n,
-                        const kv *m, size_t nm, uint64_t *ends, uint64_t *total) {
+                        const kv *m, size_t nm, uint64_t *meta_at, uint64_t *ends, uint64_t *total) {
   cp_strbuf_str(h, "{\"__metadata__\":{");
   for (size_t i = 0; i < nm; i++) {
     if (i) cp_strbuf_str(h, ",");
     sb_json_string(h, m[i].key);
     cp_strbuf_str(h, ":");
+    meta_at[i] = 8 + h->len + 1; /* after the 8-byte length and the opening quote */
     sb_json_string(h, m[i].value);
   }
   cp_strbuf_str(h, "}");
@@ -244,7 +264,16 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
     }
   }
 
-  if ((rc = build_header(&h, path, tensors, s, n, m, nm, w->ends, &w->total)) < 0) goto done;
+  w->meta_key = calloc(nm, sizeof *w->meta_key);
+  w->meta_val = calloc(nm, sizeof *w->meta_val);
+  w->meta_at = calloc(nm, sizeof *w->meta_at);
+  CP_CHECK_ALLOC_GOTO(w->meta_key && w->meta_val && w->meta_at, path);
+  for (; w->n_meta < nm; w->n_meta++) {
+    w->meta_key[w->n_meta] = strdup(m[w->n_meta].key);
+    w->meta_val[w->n_meta] = strdup(m[w->n_meta].value);
+    CP_CHECK_ALLOC_GOTO(w->meta_key[w->n_meta] && w->meta_val[w->n_meta], path);
+  }
+  if ((rc = build_header(&h, path, tensors, s, n, m, nm, w->meta_at, w->ends, &w->total)) < 0) goto done;
   if ((rc = cp_atomic_open(&w->af, path)) < 0) goto done;
   unsigned char len8[8];
   for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
@@ -260,6 +289,21 @@ done:
   }
   *out = w;
   return 0;
+}
+
+int cp_st_writer_meta_offset(uint64_t *out, const cp_st_writer *w, const char *key, size_t pos) {
+  for (size_t i = 0; i < w->n_meta; i++) {
+    if (strcmp(w->meta_key[i], key) != 0) continue;
+    if (pos > strlen(w->meta_val[i])) break;
+    cp_strbuf b = {0}; /* the escaped prefix: escapes before `pos` shift it */
+    sb_json_body(&b, w->meta_val[i], pos);
+    int oom = b.oom;
+    *out = w->meta_at[i] + b.len;
+    free(b.s);
+    if (oom) return cp_error_set(CP_ENOMEM, "%s: out of memory", w->path);
+    return 0;
+  }
+  return cp_error_set(CP_EARG, "%s: no metadata value '%s' holding byte %zu", w->path, key, pos);
 }
 
 size_t cp_st_writer_next_index(const cp_st_writer *w) { return w->k < w->n ? w->order[w->k] : (size_t)-1; }

@@ -23,6 +23,7 @@
 #include "ctxpatch/converters/families.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/formats/safetensors.h"
+#include "patchers/patch_json.h"
 
 const char *cp_patch_method_name(cp_patch_method m) {
   switch (m) {
@@ -65,15 +66,20 @@ static const char *pos_name(cp_pos_scheme p) {
   return "another positional scheme";
 }
 
-int cp_patch_check(const cp_model *m, const cp_patch *patch) {
-  const char *fam = cp_family_name(m->family), *meth = cp_patch_method_name(patch->method);
+int cp_patch_method_fits(const cp_model *m, cp_patch_method method) {
   cp_pos_scheme need = m->pos;
-  if (patch->method == CP_PATCH_ALIBI_PI) need = CP_POS_ALIBI;
-  if (patch->method == CP_PATCH_ROPE_PI) need = CP_POS_ROPE;
-  if (patch->method == CP_PATCH_FIRE_THRESHOLD) need = CP_POS_FIRE;
+  if (method == CP_PATCH_ALIBI_PI) need = CP_POS_ALIBI;
+  if (method == CP_PATCH_ROPE_PI) need = CP_POS_ROPE;
+  if (method == CP_PATCH_FIRE_THRESHOLD) need = CP_POS_FIRE;
   if (m->pos != need)
-    return cp_error_set(CP_EPATCH_FAMILY, "--method %s needs %s positions; this %s model uses %s", meth,
-                        pos_name(need), fam, pos_name(m->pos));
+    return cp_error_set(CP_EPATCH_FAMILY, "--method %s needs %s positions; this %s model uses %s",
+                        cp_patch_method_name(method), pos_name(need), cp_family_name(m->family), pos_name(m->pos));
+  return 0;
+}
+
+int cp_patch_check(const cp_model *m, const cp_patch *patch) {
+  int rc = cp_patch_method_fits(m, patch->method);
+  if (rc) return rc;
   if (patch->method == CP_PATCH_ROPE_PI && !(patch->rope_factor > 0 && isfinite(patch->rope_factor)))
     return cp_error_set(CP_EARG, "--method rope-pi needs --factor F > 0");
   cp_rule_model rm;
@@ -406,7 +412,9 @@ static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const
   }
 }
 
-static int write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block) {
+/* config.json: the input's (from its one strict parse), with rope_scaling / fire_threshold updated
+ * and `block` under "ctxpatch". Called again with the digest filled in once the certificate is known. */
+int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block) {
   char *out = NULL, *path = NULL;
   cJSON *cfg = NULL;
   cp_atomic_file *f = NULL;
@@ -423,10 +431,8 @@ static int write_config(const char *dir, const cp_hf_config *src, const cp_bake_
     cJSON_ReplaceItemInObjectCaseSensitive(cfg, "fire_threshold", cJSON_CreateNumber(plan->baked.fire_threshold));
   cJSON_DeleteItemFromObjectCaseSensitive(cfg, "ctxpatch");
   if (block) cJSON_AddItemToObject(cfg, "ctxpatch", cJSON_Duplicate(block, true));
-  if (!(out = cJSON_Print(cfg)) || !(path = cp_path_join(dir, "config.json"))) {
-    rc = cp_error_set(CP_ENOMEM, "out of memory");
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(out = cJSON_Print(cfg), dir);
+  CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "config.json"), dir);
   if ((rc = cp_atomic_open(&f, path))) goto done;
   if ((rc = cp_atomic_write(f, out, strlen(out))) || (rc = cp_atomic_write(f, "\n", 1))) goto done;
   rc = cp_atomic_commit(f);
@@ -439,102 +445,78 @@ done:
   return rc;
 }
 
-static int copy_aux(const char *dir, const cp_checkpoint *ck) {
-  int rc = 0;
-  for (size_t k = 0; k < cp_checkpoint_aux_count(ck) && rc == 0; k++) {
-    const char *name = cp_checkpoint_aux(ck, k);
-    if (!strcmp(name, "config.json")) continue;
-    char *src = cp_path_join(cp_checkpoint_dir(ck), name), *dst = cp_path_join(dir, name), *buf = NULL;
-    size_t len = 0;
-    cp_atomic_file *f = NULL;
-    if (!src || !dst) rc = cp_error_set(CP_ENOMEM, "out of memory");
-    if (rc == 0) rc = cp_read_file(&buf, &len, src, (size_t)1 << 30);
-    if (rc == 0) rc = cp_atomic_open(&f, dst);
-    if (rc == 0) rc = cp_atomic_write(f, buf, len);
-    if (rc == 0) {
-      rc = cp_atomic_commit(f);
-      f = NULL;
+/* The block as compact JSON for __metadata__, with *digest_pos the offset of the 64-zero digest
+ * placeholder (SIZE_MAX when the block has none). The placeholder is appended last by hand, so its
+ * place is known rather than searched for; cp_patch_block adds the key last, so the text is the
+ * same cJSON would print. */
+static char *block_text(const cJSON *block, size_t *digest_pos) {
+  *digest_pos = SIZE_MAX;
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(block, "certificate_sha256");
+  if (!cJSON_IsString(d)) return cJSON_PrintUnformatted(block);
+  static const char key[] = ",\"certificate_sha256\":\"";
+  cJSON *rest = cJSON_Duplicate(block, true);
+  char *head = NULL, *text = NULL;
+  if (rest) cJSON_DeleteItemFromObjectCaseSensitive(rest, "certificate_sha256");
+  if (rest && (head = cJSON_PrintUnformatted(rest))) {
+    size_t n = strlen(head) - 1; /* without the closing brace */
+    if ((text = malloc(n + sizeof key - 1 + 64 + 3))) {
+      *digest_pos = n + sizeof key - 1;
+      snprintf(text, n + sizeof key - 1 + 64 + 3, "%.*s%s%.64s\"}", (int)n, head, key, d->valuestring);
     }
-    cp_atomic_abort(f);
-    free(buf);
-    free(src);
-    free(dst);
   }
+  cJSON_Delete(rest);
+  free(head);
+  return text;
+}
+
+/* The transform hook: the tensors the plan rescales, each widened to float32, changed, narrowed. */
+typedef struct {
+  const xform_list *xl;
+  const cp_model *m;
+} bake_hook;
+
+static const xform *xform_of(const xform_list *xl, const char *name) {
+  for (size_t j = 0; j < xl->n; j++)
+    if (!strcmp(xl->v[j].name, name)) return &xl->v[j];
+  return NULL;
+}
+
+static bool bake_wants(void *ctx, const cp_tensor *t) { return xform_of(((bake_hook *)ctx)->xl, t->name); }
+
+static int bake_transform(void *ctx, const cp_tensor *t, const void *in /* [nbytes] */, void *out /* [nbytes] */) {
+  const bake_hook *h = ctx;
+  uint64_t numel = 0;
+  float *vals = NULL;
+  int rc = 0;
+  if (cp_shape_numel(&numel, t->ndim, t->shape) || numel > SIZE_MAX / sizeof *vals)
+    return cp_error_set(CP_EOVERFLOW, "bake: '%s' too large", t->name);
+  CP_CHECK_ALLOC(vals = malloc(numel ? numel * sizeof *vals : 1), t->name);
+  if ((rc = cp_convert_to_f32(vals, in, t->dtype, numel)) == 0 &&
+      (rc = apply_xform(vals, t, xform_of(h->xl, t->name), h->m)) == 0)
+    rc = narrow(out, vals, t->dtype, numel, t->name);
+  free(vals);
   return rc;
 }
 
-int cp_bake_write(const char *dir, cp_checkpoint *ck, const cp_model *m, const cp_bake_plan *plan,
-                  const cJSON *block) {
+int cp_bake_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, const cp_model *m,
+                  const cp_bake_plan *plan, const cJSON *block, uint64_t shard_size) {
+  memset(out, 0, sizeof *out);
   xform_list xl = {0};
-  size_t n = cp_checkpoint_count(ck);
-  cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
-  const xform **xf_of = calloc(n ? n : 1, sizeof *xf_of);
-  char *meta_text = NULL, *path = NULL;
-  unsigned char *buf = NULL;
-  float *vals = NULL;
-  cp_st_writer *w = NULL;
-  const size_t chunk = (size_t)16 << 20;
-  int rc = 0;
-  if (!descs || !xf_of || !(buf = malloc(chunk)) || !(path = cp_path_join(dir, "model.safetensors"))) {
-    rc = cp_error_set(CP_ENOMEM, "out of memory");
-    goto done;
-  }
-  if ((rc = plan_xforms(&xl, m, ck, plan))) goto done;
-  for (size_t i = 0; i < n; i++) {
-    descs[i] = *cp_checkpoint_tensor(ck, i);
-    for (size_t j = 0; j < xl.n; j++)
-      if (!strcmp(xl.v[j].name, descs[i].name)) xf_of[i] = &xl.v[j];
-  }
-  if (block && !(meta_text = cJSON_PrintUnformatted(block))) {
-    rc = cp_error_set(CP_ENOMEM, "out of memory");
-    goto done;
-  }
-  const char *meta[4] = {"format", "pt", "ctxpatch", meta_text};
-  if ((rc = cp_st_writer_open(&w, path, descs, n, meta, block ? 2 : 1))) goto done;
-  for (size_t i; (i = cp_st_writer_next_index(w)) != (size_t)-1;) {
-    const cp_tensor *t = &descs[i];
-    if (xf_of[i]) {
-      /* Modified: materialise this one tensor in float32, rescale, store in its dtype. */
-      uint64_t numel = 0;
-      if (cp_shape_numel(&numel, t->ndim, t->shape)) {
-        rc = cp_error_set(CP_EOVERFLOW, "bake: '%s' too large", t->name);
-        goto done;
-      }
-      if ((rc = cp_checkpoint_load_f32(&vals, ck, t->name, -1, NULL))) goto done;
-      if ((rc = apply_xform(vals, t, xf_of[i], m))) goto done;
-      void *out = malloc(t->nbytes ? t->nbytes : 1);
-      if (!out) {
-        rc = cp_error_set(CP_ENOMEM, "out of memory");
-        goto done;
-      }
-      rc = narrow(out, vals, t->dtype, numel, t->name);
-      if (rc == 0) rc = cp_st_writer_write(w, out, t->nbytes);
-      free(out);
-      free(vals);
-      vals = NULL;
-      if (rc) goto done;
-      continue;
-    }
-    for (uint64_t off = 0; off < t->nbytes; off += chunk) {
-      size_t len = t->nbytes - off < chunk ? (size_t)(t->nbytes - off) : chunk;
-      if ((rc = cp_checkpoint_read(ck, i, off, buf, len))) goto done;
-      if ((rc = cp_st_writer_write(w, buf, len))) goto done;
-      cp_checkpoint_release(ck, i, off, len);
-    }
-  }
-  rc = cp_st_writer_commit(w);
-  w = NULL;
+  char *meta_text = NULL;
+  size_t digest_pos = SIZE_MAX;
+  int rc = plan_xforms(&xl, m, ck, plan);
   if (rc) goto done;
-  if ((rc = write_config(dir, m->cfg, plan, block))) goto done;
-  rc = copy_aux(dir, ck);
+  if (block) CP_CHECK_ALLOC_GOTO(meta_text = block_text(block, &digest_pos), dir);
+  const char *meta[4] = {"format", "pt", "ctxpatch", meta_text};
+  bake_hook h = {&xl, m};
+  cp_tensor_hook hook = {bake_wants, bake_transform, &h};
+  cp_folder_params fp = {.shard_size = shard_size, .meta_kv = meta, .n_meta = block ? 2 : 1,
+                         .mark_key = digest_pos != SIZE_MAX ? "ctxpatch" : NULL, .mark_pos = digest_pos,
+                         .skip_aux = "config.json", .hook = &hook};
+  if ((rc = cp_folder_write(out, dir, ck, &fp))) goto done;
+  rc = cp_bake_write_config(dir, m->cfg, plan, block);
 done:
-  cp_st_writer_abort(w);
   xforms_free(&xl);
-  free(descs);
-  free(xf_of);
   free(meta_text);
-  free(path);
-  free(buf);
-  free(vals);
   return rc;
 }

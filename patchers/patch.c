@@ -1,6 +1,6 @@
-/* `ctxpatch patch` as a library call: plan, bake into the hidden temporary folder of OUT,
- * certify the baked artifact against the original, commit only on a passing verdict. */
-#define _GNU_SOURCE /* memmem */
+/* Floor: patchers. `ctxpatch patch` as one library call: open, check, plan, bake into the hidden
+ * temporary folder of OUT, certify the baked artifact against the original, commit only on a
+ * passing verdict. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include "ctxpatch/converters/convert.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "converters/rule_json.h"
+#include "ctxpatch/patchers/calibrate.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/verify/report.h"
 #include "ctxpatch/formats/safetensors.h"
+#include "patchers/patch_json.h"
 
 #define SHA_ZEROS "0000000000000000000000000000000000000000000000000000000000000000"
 
@@ -29,7 +32,6 @@ void cp_patch_outcome_free(cp_patch_outcome *o) {
   cp_verify_result_free(o->result);
   for (int i = 0; i < o->n_reasons; i++) free(o->reasons[i]);
   free(o->reasons);
-  cJSON_Delete(o->certificate);
   memset(o, 0, sizeof *o);
 }
 
@@ -54,38 +56,15 @@ cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJS
   return b;
 }
 
-/* Writes the digest over the 64-zero placeholder that follows "certificate_sha256" in the first
- * `limit` bytes of `path` (the safetensors header or the whole config.json). */
-static int stamp(const char *path, const char hex[65], uint64_t limit) {
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  char *buf = NULL;
-  int rc = 0;
+/* Writes the digest over the placeholder at `offset` of `path`, where the writer put it. */
+static int fill_digest(const char *path, uint64_t offset, const char hex[65]) {
+  int fd = open(path, O_RDWR | O_CLOEXEC), rc = 0;
   if (fd < 0) return cp_error_set(CP_EIO, "%s: %s", path, strerror(errno));
-  if (!(buf = malloc(limit + 1))) {
-    rc = cp_error_set(CP_ENOMEM, "out of memory");
-    goto done;
-  }
-  ssize_t got = pread(fd, buf, limit, 0);
-  if (got < 0) {
-    rc = cp_error_set(CP_EIO, "%s: %s", path, strerror(errno));
-    goto done;
-  }
-  buf[got] = 0;
-  char *key = memmem(buf, (size_t)got, "certificate_sha256", 18);
-  char *zeros = key ? memmem(key, (size_t)(buf + got - key), SHA_ZEROS, 64) : NULL;
-  /* The placeholder sits right after the key: `":"`, `\":\"` or `": "` between them. */
-  if (!zeros || zeros - key > 24) {
-    rc = cp_error_set(CP_EIO, "%s: certificate_sha256 placeholder not found", path);
-    goto done;
-  }
-  if (pwrite(fd, hex, 64, zeros - buf) != 64 || fsync(fd) != 0)
-    rc = cp_error_set(CP_EIO, "%s: %s", path, strerror(errno));
-done:
-  free(buf);
+  if (pwrite(fd, hex, 64, (off_t)offset) != 64 || fsync(fd) != 0)
+    rc = cp_error_set(CP_EIO, "%s: offset %llu: %s", path, (unsigned long long)offset, strerror(errno));
   close(fd);
   return rc;
 }
-
 
 /* Copies `src` to dir/tokenizer.json unless the folder already has one. */
 static int copy_tokenizer(const char *dir, const char *src) {
@@ -106,118 +85,201 @@ done:
   return rc;
 }
 
-static uint64_t st_header_end(const char *path) {
-  unsigned char b[8];
-  FILE *f = fopen(path, "rb");
-  uint64_t n = 0;
-  if (f && fread(b, 1, 8, f) == 8)
-    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
-  if (f) fclose(f);
-  return n > CP_ST_MAX_HEADER ? 0 : n + 8;
+/* Runs the probes on the baked folder `tmp` (its metadata rule applied) beside the original, judges,
+ * and on a pass writes certificate.json (digest into out) and report.html there. */
+static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
+                   const cp_patch *patch, const cp_patch_params *params) {
+  cp_model *baked = NULL;
+  cJSON *cert = NULL;
+  char *path = NULL;
+  int rc = cp_model_open(&baked, tmp);
+  if (rc) goto done;
+  cp_verify_params vp = *params->verify;
+  vp.baseline = true;
+  vp.baseline_model = original;
+  if ((rc = cp_verify_run(&out->result, baked, params->tok, NULL, &vp))) goto done;
+  out->verified = true;
+  if ((rc = cp_verify_judge(&out->pass, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
+  if (!out->pass) goto done;
+  const cp_rule *applied = baked->has_metadata_rule ? &baked->metadata_rule : NULL;
+  /* certificate.c hashes the regular files of model_path (recording names only). */
+  cp_certificate_info info = {tmp, params->device ? params->device : "cpu",
+                              vp.threads > 0 ? vp.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), applied, vp.seed,
+                              vp.max_new_tokens};
+  if ((rc = cp_certificate_build(&cert, baked, out->result, params->thresholds, out->pass, out->reasons,
+                                 out->n_reasons, &info)))
+    goto done;
+  cJSON *p = cJSON_AddObjectToObject(cert, "patch");
+  cJSON_AddStringToObject(p, "method", cp_patch_method_name(patch->method));
+  cJSON_AddStringToObject(p, "fidelity", cp_fidelity_name(out->plan.fidelity));
+  cJSON_AddItemToObject(p, "baked_rule", cp_rule_to_json(&out->plan.baked));
+  cJSON_AddItemToObject(p, "rule", cp_rule_to_json(&out->plan.residual));
+  cJSON_AddStringToObject(p, "baseline", in);
+  CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "certificate.json"), tmp);
+  if ((rc = cp_write_json_atomic(out->certificate_sha256, path, cert))) goto done;
+  free(path);
+  CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "report.html"), tmp);
+  rc = cp_report_write(path, cert);
+done:
+  cp_model_free(baked);
+  cJSON_Delete(cert);
+  free(path);
+  return rc;
 }
 
-int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
-                   const cp_patch *patch, const cp_patch_params *params) {
-  memset(out, 0, sizeof *out);
-  cp_checkpoint *ck = NULL;
-  cp_atomic_dir *ad = NULL;
-  cp_model *baked = NULL;
-  cJSON *block = NULL;
+/* Puts the certificate's digest where the writers left its placeholder: in place in every
+ * shard's header, and config.json written again with the digest in its block. */
+static int place_digest(const char *tmp, const cp_folder_result *w, const cp_hf_config *config_src, const cp_bake_plan *plan,
+                        cJSON *block, const char hex[65]) {
   char *path = NULL;
   int rc = 0;
-  if (original->cfg->has_ctxpatch)
-    return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
-                                 "original checkpoint",
-                        in);
-  if ((rc = cp_checkpoint_open(&ck, in))) goto done;
-  if ((rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
+  for (size_t s = 0; s < w->stats.shards && rc == 0; s++) {
+    free(path);
+    CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, w->files[s].name), tmp);
+    rc = fill_digest(path, w->mark_at[s], hex);
+  }
+  if (rc) goto done;
+  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(hex));
+  rc = cp_bake_write_config(tmp, config_src, plan, block);
+done:
+  free(path);
+  return rc;
+}
+
+/* The core of the pass once the patch is built (cp_patch_write, cp_patch_run). */
+static int patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
+                       const cp_patch *patch, const cJSON *calibration, const cp_patch_params *params) {
+  cp_checkpoint *ck = NULL;
+  cp_atomic_dir *ad = NULL;
+  cp_folder_result written = {0};
+  cJSON *block = NULL;
+  out->patch = *patch;
+  int rc = cp_checkpoint_open(&ck, in);
+  if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
   if (params->require_exact && out->plan.fidelity != CP_FIDELITY_EXACT_WEIGHTS) {
     rc = cp_error_set(CP_EPATCH_FIDELITY, "--require exact: %s on this %s model is %s (%s)",
                       cp_patch_method_name(patch->method), cp_family_name(original->family),
                       cp_fidelity_name(out->plan.fidelity), out->plan.note);
     goto done;
   }
-  if (!(block = cp_patch_block(patch, &out->plan, params->calibration))) {
-    rc = cp_error_set(CP_ENOMEM, "out of memory");
-    goto done;
-  }
-  bool verify = params->verify != NULL;
-  if (verify) {
+  if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
+  CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
+  if (params->verify) { /* the digest placeholder: a digest cannot cover itself */
     cJSON_ReplaceItemInObjectCaseSensitive(block, "certified", cJSON_CreateBool(true));
     cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(SHA_ZEROS));
   }
   if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
   if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
-  if ((rc = cp_bake_write(tmp, ck, original, &out->plan, block))) goto done;
-  cp_checkpoint_free(ck);
+  if ((rc = cp_bake_write(&written, tmp, ck, original, &out->plan, block, params->shard_size))) goto done;
+  cp_checkpoint_free(ck); /* its pages are not needed by the verify stage */
   ck = NULL;
   if (params->tokenizer_file && (rc = copy_tokenizer(tmp, params->tokenizer_file))) goto done;
-
-  if (verify) {
+  out->pass = true;
+  if (params->verify) {
     /* What is certified is what is written: the baked folder, its metadata rule applied. */
-    if ((rc = cp_model_open(&baked, tmp))) goto done;
-    cp_verify_params vp = *params->verify;
-    vp.baseline = true;
-    vp.baseline_model = original;
-    if ((rc = cp_verify_run(&out->result, baked, params->tok, NULL, &vp))) goto done;
-    out->verified = true;
-    if ((rc = cp_verify_judge(&out->pass, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
-    if (!out->pass) goto done; /* nothing is written: the temporary folder is removed below */
-    const cp_rule *applied = baked->has_metadata_rule ? &baked->metadata_rule : NULL;
-    /* certificate.c hashes the regular files of model_path (recording names only). */
-    cp_certificate_info info = {tmp, params->device ? params->device : "cpu",
-                                vp.threads > 0 ? vp.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), applied, vp.seed,
-                                vp.max_new_tokens};
-    if ((rc = cp_certificate_build(&out->certificate, baked, out->result, params->thresholds, out->pass,
-                                   out->reasons, out->n_reasons, &info)))
-      goto done;
-    cJSON *p = cJSON_AddObjectToObject(out->certificate, "patch");
-    cJSON_AddStringToObject(p, "method", cp_patch_method_name(patch->method));
-    cJSON_AddStringToObject(p, "fidelity", cp_fidelity_name(out->plan.fidelity));
-    cJSON_AddItemToObject(p, "baked_rule", cp_rule_to_json(&out->plan.baked));
-    cJSON_AddItemToObject(p, "rule", cp_rule_to_json(&out->plan.residual));
-    cJSON_AddStringToObject(p, "baseline", in);
-    if (!(path = cp_path_join(tmp, "certificate.json"))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory");
-      goto done;
-    }
-    if ((rc = cp_write_json_atomic(out->certificate_sha256, path, out->certificate))) goto done;
-    free(path);
-    if (!(path = cp_path_join(tmp, "report.html"))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory");
-      goto done;
-    }
-    if ((rc = cp_report_write(path, out->certificate))) goto done;
-    free(path);
-    if (!(path = cp_path_join(tmp, "model.safetensors"))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory");
-      goto done;
-    }
-    if ((rc = stamp(path, out->certificate_sha256, st_header_end(path)))) goto done;
-    free(path);
-    if (!(path = cp_path_join(tmp, "config.json"))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory");
-      goto done;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || st.st_size > (64 << 20)) {
-      rc = cp_error_set(CP_EIO, "%s: cannot stat or too large", path);
-      goto done;
-    }
-    if ((rc = stamp(path, out->certificate_sha256, (uint64_t)st.st_size))) goto done;
-  } else {
-    out->pass = true;
+    if ((rc = certify(out, tmp, in, original, patch, params)) || !out->pass) goto done;
+    if ((rc = place_digest(tmp, &written, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
-  if ((rc = cp_write_sha256_manifest(tmp, NULL, NULL, 0))) goto done;
+  /* The shards changed when the digest was placed; the index and aux files did not. */
+  size_t shards = (size_t)written.stats.shards;
+  if ((rc = cp_write_sha256_manifest(tmp, written.files + shards, written.n_files - shards))) goto done;
   rc = cp_atomic_dir_commit(ad);
   ad = NULL;
   if (rc == 0) out->written = true;
 done:
   cp_atomic_dir_abort(ad);
-  cp_model_free(baked);
   cp_checkpoint_free(ck);
+  cp_folder_result_free(&written);
   cJSON_Delete(block);
-  free(path);
+  return rc;
+}
+
+static int refuse_artifact(const cp_model *m, const char *in) {
+  if (!m->cfg->has_ctxpatch) return 0;
+  return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
+                               "original checkpoint", in);
+}
+
+int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
+                   const cp_patch *patch, const cp_patch_params *params) {
+  memset(out, 0, sizeof *out);
+  int rc = refuse_artifact(original, in);
+  return rc ? rc : patch_write(out, in, out_dir, original, patch, NULL, params);
+}
+
+/* Default verify lengths: the training length and the target length. */
+static int default_lengths(int64_t lengths[2], int *n, const cp_model *m, const cp_patch_options *o) {
+  int64_t L_tr = o->train_len ? o->train_len : m->train_len;
+  if (L_tr <= 0 || !o->target_len)
+    return cp_error_set(CP_EARG, "missing --lengths (the model has no training length to default to)");
+  lengths[0] = L_tr;
+  lengths[1] = o->target_len;
+  *n = o->target_len > L_tr ? 2 : 1;
+  return 0;
+}
+
+/* The probe tokenizer, when verifying or calibrating; calibration alone falls back to random ids. */
+static int open_tokenizer(cp_tokenizer **tok, const char *in, const cp_patch_options *o, const cp_patch_params *p) {
+  *tok = NULL;
+  bool calibrates = o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0);
+  if (!p->verify && !calibrates) return 0;
+  int rc = cp_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
+  if (rc && !p->verify) {
+    *tok = NULL;
+    rc = 0;
+  }
+  return rc;
+}
+
+int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_patch_options *opts,
+                 const cp_patch_params *params) {
+  memset(out, 0, sizeof *out);
+  cp_patch_options o = *opts;
+  cp_model *model = NULL;
+  cp_tokenizer *tok = NULL;
+  char *calib_text = NULL;
+  cJSON *calib = NULL;
+  cp_patch patch;
+  int64_t lengths[2];
+  int rc = cp_patch_options_check(&o);
+  if (rc) goto bad_options;
+  if ((rc = cp_model_open(&model, in)) || (rc = cp_patch_method_fits(model, o.method)) ||
+      (rc = refuse_artifact(model, in)))
+    goto done;
+  if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
+  if ((rc = open_tokenizer(&tok, in, &o, params))) goto done;
+  if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0)) {
+    cp_cal_method cm; /* a bad name is refused before anything says it calibrates */
+    if ((rc = cp_cal_method_from_name(&cm, o.calibrate))) goto done;
+    if (params->on_calibrate) params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.target_len);
+  }
+  if ((rc = cp_patch_from_options(&patch, &calib_text, model, tok, &o))) goto done;
+  if (calib_text) CP_CHECK_ALLOC_GOTO(calib = cJSON_Parse(calib_text), in);
+  cp_patch_params p = *params;
+  cp_verify_params vp;
+  cp_verify_thresholds th;
+  if (params->verify) {
+    vp = *params->verify;
+    th = *params->thresholds;
+    if (!vp.lengths && (rc = default_lengths(lengths, &vp.n_lengths, model, &o))) goto bad_options;
+    if (!vp.lengths) vp.lengths = lengths;
+    if (!th.no_regression_at) { /* by default the patch may lose to the original at no length */
+      th.no_regression_at = vp.lengths;
+      th.n_no_regression = vp.n_lengths;
+    }
+    p.verify = &vp;
+    p.thresholds = &th;
+    p.tok = tok;
+  }
+  rc = patch_write(out, in, out_dir, model, &patch, calib, &p);
+  goto done;
+bad_options:
+  out->bad_options = true;
+done:
+  cJSON_Delete(calib);
+  free(calib_text);
+  cp_tokenizer_free(tok);
+  cp_model_free(model);
   return rc;
 }

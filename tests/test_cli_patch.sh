@@ -88,6 +88,32 @@ for name, want in files.items():
     assert hashlib.sha256(b).hexdigest() == want, name
 EOF
 
+# 1b. --shard-size: shards + index (as `convert` writes them) that inspect and forward read, with
+#     the same logits as the one-file artifact and the digest in every shard's header
+"$bin" patch "$model" "$work/sh" --method temperature --tau 0.8 --shard-size 20K $vopts >"$work/sh.log" 2>&1 \
+  && ok || { bad "sharded patch exited nonzero"; cat "$work/sh.log"; }
+check "$bin" patch "$model" "$work/one" --method temperature --tau 0.8 $vopts >/dev/null 2>&1
+n=$(ls "$work/sh"/model-*-of-*.safetensors 2>/dev/null | wc -l)
+[ "$n" -ge 2 ] && ok || bad "expected >= 2 shards, got $n"
+check test -f "$work/sh/model.safetensors.index.json"
+check test ! -e "$work/sh/model.safetensors"
+(cd "$work/sh" && sha256sum --quiet -c SHA256SUMS) && ok || bad "sha256sum -c sharded"
+"$bin" inspect "$work/sh" --json >/dev/null && ok || bad "inspect sharded artifact"
+check "$bin" forward "$work/sh" --ids 3,17,5,9,11 --threads 1 --out "$work/sh.f32"
+check "$bin" forward "$work/one" --ids 3,17,5,9,11 --threads 1 --out "$work/one.f32"
+check cmp -s "$work/sh.f32" "$work/one.f32"
+"$py" - "$work/sh" <<'EOF' && ok || bad "sharded metadata blocks"
+import glob, hashlib, json, struct, sys
+out = sys.argv[1]
+cfg = json.load(open(out + "/config.json"))["ctxpatch"]
+digest = hashlib.sha256(open(out + "/certificate.json", "rb").read()).hexdigest()
+assert cfg["certificate_sha256"] == digest, cfg
+for shard in glob.glob(out + "/model-*-of-*.safetensors"):
+    raw = open(shard, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    assert json.loads(json.loads(raw[8:8 + n])["__metadata__"]["ctxpatch"]) == cfg, shard
+EOF
+
 # 2. `ctxpatch verify OUT` applies the metadata rule and reproduces the certificate's accuracies
 "$bin" verify "$out" --probe passkey --lengths 128,256 --depths 0:1:3 --threads 1 --json "$work/v.json" \
   >"$work/v.log" 2>&1 && ok || { bad "verify OUT exited nonzero"; cat "$work/v.log"; }

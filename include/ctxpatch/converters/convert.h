@@ -1,4 +1,5 @@
-/* Checkpoint conversion to (sharded) safetensors, streaming tensor by tensor.
+/* Floor: converters. Writing a checkpoint as an HF safetensors folder, streaming tensor by tensor
+ * (cp_folder_write, shared by `convert` and the bake), and the SHA256SUMS manifest.
  *
  * Output is an HF-layout folder: model.safetensors, or model-0000k-of-0000N.safetensors plus
  * model.safetensors.index.json when sharded; the input folder's config and tokenizer files
@@ -16,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxpatch/converters/checkpoint.h"
+
 typedef struct {
   uint64_t shard_size; /* max bytes of tensor data per shard; 0 = one file */
   bool replace;        /* replace an existing output folder */
@@ -31,15 +34,53 @@ typedef struct {
   uint64_t aux_files;
 } cp_convert_stats;
 
+/* Replaces some tensors' bytes while a folder is written (the bake rescales q rows and slopes). */
+typedef struct {
+  /* Whether tensor `t` is replaced; only those are materialised whole (the others stream). */
+  bool (*wants)(void *ctx, const cp_tensor *t);
+  /* Writes t's new bytes into out_bytes [t->nbytes] (same dtype and shape) from its stored bytes
+   * in_bytes [t->nbytes]. */
+  int (*transform)(void *ctx, const cp_tensor *t, const void *in_bytes, void *out_bytes);
+  void *ctx;
+} cp_tensor_hook;
+
+typedef struct {
+  uint64_t shard_size;          /* as cp_convert_params */
+  uint64_t chunk_size;          /* copy granularity; 0: 16 MiB */
+  const char *const *meta_kv;   /* every shard's __metadata__ pairs (borrowed); "format": "pt" if absent */
+  size_t n_meta;
+  const char *mark_key;         /* record where byte mark_pos of this metadata value lands (or NULL) */
+  size_t mark_pos;
+  const char *skip_aux;         /* an auxiliary file not copied (the caller writes its own), or NULL */
+  const cp_tensor_hook *hook;   /* NULL: every tensor's bytes pass through */
+} cp_folder_params;
+
+/* A file of the folder and its SHA-256, known without reading it back. */
+typedef struct {
+  char *name;
+  char hex[65];
+} cp_file_digest;
+
+typedef struct {
+  cp_convert_stats stats;
+  cp_file_digest *files;        /* [n_files] files written: the shards first, then index and aux */
+  size_t n_files, cap_files;
+  uint64_t *mark_at;            /* [stats.shards] file offset of the mark in each shard (mark_key) */
+} cp_folder_result;
+
+/* Writes `ck` into the existing folder `dir`: the shards, model.safetensors.index.json when there
+ * is more than one, and the auxiliary files. Writes no manifest: *out's digests feed one. The caller
+ * frees *out with cp_folder_result_free (also after an error). */
+int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, const cp_folder_params *params);
+void cp_folder_result_free(cp_folder_result *r);
+
 /* Converts the checkpoint at `in` (file or folder) into the folder `out`.
  * `stats` may be NULL. */
 int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const char *out,
                               const cp_convert_params *params);
 
 /* Writes `dir`/SHA256SUMS over every regular file in `dir` (not recursing), sorted by name.
- * Digests already known (known_names[i] -> known_hex[i]) are used as given; the other files
- * are hashed from disk. */
-int cp_write_sha256_manifest(const char *dir, const char *const *known_names, const char (*known_hex)[65],
-                             size_t n_known);
+ * Digests already known (known[0..n_known)) are used as given; the other files are hashed from disk. */
+int cp_write_sha256_manifest(const char *dir, const cp_file_digest *known, size_t n_known);
 
 #endif

@@ -105,6 +105,10 @@ typedef struct cp_st_writer cp_st_writer;
  * and must end it with cp_st_writer_commit or cp_st_writer_abort. */
 int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *tensors, size_t n,
                       const char *const *meta_kv, size_t n_meta);
+/* File offset of byte `pos` of metadata value `key` as written (escapes before it counted), so
+ * that a placeholder the caller put there can be overwritten in place once its value is known.
+ * CP_EARG when there is no such key or pos is past the value. */
+int cp_st_writer_meta_offset(uint64_t *out, const cp_st_writer *w, const char *key, size_t pos);
 /* Index into the caller's `tensors` array of the tensor whose bytes are expected next, or
  * (size_t)-1 when every byte has been written. Zero-size tensors are skipped. */
 size_t cp_st_writer_next_index(const cp_st_writer *w);

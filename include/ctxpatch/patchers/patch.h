@@ -1,4 +1,4 @@
-/* `ctxpatch patch`: choose a length-extrapolation patch, bake what the weights can carry, certify
+/* Floor: patchers. `ctxpatch patch`: choose a length-extrapolation patch, bake what the weights can carry, certify
  * the baked artifact on long probes against the original checkpoint, and only then write it.
  * docs/patching.md has the fidelity table (method x family) and the artifact layout.
  *
@@ -15,22 +15,23 @@
  *   model.safetensors  every input tensor in its stored dtype; the modified ones (query
  *                      projections, T5 bias tables, FIRE output layers, FIRE L, stored ALiBi
  *                      slopes) recomputed in float32 and stored back in that dtype;
- *                      __metadata__ {"format": "pt", "ctxpatch": <the block above, compact>}
+ *                      __metadata__ {"format": "pt", "ctxpatch": <the block above, compact>};
+ *                      with a shard size, model-0000k-of-0000N.safetensors (each with that
+ *                      __metadata__) + model.safetensors.index.json, as `ctxpatch convert` writes
  *   tokenizer and other auxiliary files, copied unchanged
  *   certificate.json   the verify certificate (docs/certificate.md), unless --no-verify
  *   report.html        its HTML report, unless --no-verify
  *   SHA256SUMS         sha256sum manifest of every other file
  * The certificate hashes the files it certified: config.json and model.safetensors as they are
  * except that "certificate_sha256" still holds 64 zeros (a digest cannot cover itself); the
- * digest is then written over those zeros in place.
+ * digest then goes where the writers recorded the placeholder (in place in each safetensors
+ * header; config.json is written again with it).
  */
 #ifndef CTXPATCH_PATCH_H
 #define CTXPATCH_PATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/model.h"
@@ -63,8 +64,9 @@ typedef struct {
 } cp_patch;
 
 /* Refuses (CP_EPATCH_FAMILY, one line naming the family and the scheme) a method that does not
- * fit the model: alibi-pi without ALiBi, rope-pi without RoPE, fire-threshold without FIRE;
- * then checks the rule against the model (cp_rule_check_model). */
+ * fit the model: alibi-pi without ALiBi, rope-pi without RoPE, fire-threshold without FIRE. */
+int cp_patch_method_fits(const cp_model *m, cp_patch_method method);
+/* cp_patch_method_fits, then checks the rule against the model (cp_rule_check_model). */
 int cp_patch_check(const cp_model *m, const cp_patch *patch);
 
 /* How an artifact carries a patch. */
@@ -81,23 +83,50 @@ typedef struct {
  * `m` was opened from (its tensor names tell whether slopes are stored). */
 int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint *ck, const cp_patch *patch);
 
-/* Writes the baked artifact (config.json with `ctxpatch_block` under "ctxpatch", model.safetensors
- * with the block in __metadata__, aux files) into the existing folder `dir`. Tensors are streamed;
- * a modified tensor is materialised alone. `ctxpatch_block` is borrowed (NULL: no block). */
-int cp_bake_write(const char *dir, cp_checkpoint *ck, const cp_model *m, const cp_bake_plan *plan,
-                  const cJSON *ctxpatch_block);
+/* The options of `ctxpatch patch` that build a patch (the CLI's flags, parsed). */
+typedef struct {
+  cp_patch_method method;
+  double tau;              /* temperature: given tau; 0: calibrate */
+  const char *calibrate;   /* temperature: calibration method name (default "pmax") */
+  bool per_layer;          /* temperature: per-layer calibration */
+  const char *scope;       /* temperature (T5): "encoder", "self" or "all"; NULL: the rule's default */
+  int64_t target_len;      /* calibration / verify length; 0: twice the training length */
+  int64_t train_len;       /* 0: the model's */
+  double factor;           /* alibi-pi static or rope-pi factor; 0: none */
+  bool dynamic, progressive; /* alibi-pi modes */
+  int64_t n_global;        /* lm-infinite (default 10) */
+  bool have_n_global;      /* --n-global was given */
+  int64_t n_local, ceiling; /* lm-infinite; 0: the training length, n_local */
+  int top_k;               /* lm-infinite; 0: none */
+  double threshold;        /* fire-threshold L; 0: none */
+  uint64_t seed;           /* calibration */
+  int threads;             /* calibration; 0: all cores */
+} cp_patch_options;
 
-/* The "ctxpatch" block for a plan (certified false, certificate_sha256 null); `calibration` is
- * copied when not NULL. Caller frees with cJSON_Delete. */
-cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration);
+void cp_patch_options_init(cp_patch_options *o);
+/* Refuses (CP_EARG, one line) options that belong to another method; needs no model. */
+int cp_patch_options_check(const cp_patch_options *o);
+/* Once the method fits the model: refuses (CP_EARG) missing or contradictory method options, and
+ * fills the defaults that come from the model: target_len (twice the training length) and
+ * lm-infinite's n_local, refusing when the model has no training length to give them. */
+int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m);
+/* Builds the patch `o` (checked and resolved, as cp_patch_run does) asks for on model `m`: a temperature without tau is calibrated at
+ * o->target_len (with `tok`'s probe text, random ids when NULL). *calibration_json (may be NULL)
+ * gets the calibration table as owned JSON text (free()), or NULL when none was made. */
+int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model *m, const cp_tokenizer *tok,
+                          const cp_patch_options *o);
 
 typedef struct {
-  const cp_verify_params *verify;         /* NULL: --no-verify (artifact marked uncertified) */
-  const cp_verify_thresholds *thresholds; /* with verify */
-  const cp_tokenizer *tok;                /* with verify */
+  /* NULL: --no-verify (artifact marked uncertified). No lengths: the training length and
+   * target_len (cp_patch_run). */
+  const cp_verify_params *verify;
+  /* With verify. No no_regression_at: every verified length (the patch may not lose). */
+  const cp_verify_thresholds *thresholds;
+  const cp_tokenizer *tok;                /* cp_patch_write with verify: the probe tokenizer */
+  const char *tokenizer_path;             /* cp_patch_run: the tokenizer (NULL: IN's) */
   bool require_exact;                     /* refuse anything below exact-weights */
   bool replace;                           /* replace an existing OUT */
-  const cJSON *calibration;               /* stored in the block when not NULL (borrowed) */
+  uint64_t shard_size;                    /* max tensor bytes per safetensors shard; 0: one file */
   const char *device;                     /* certificate's device (default "cpu") */
   /* A tokenizer.json to copy into OUT when IN has none (the probe models share one file), so
    * that the artifact is self-contained and `ctxpatch verify OUT` finds it. NULL: none. */
@@ -107,6 +136,10 @@ typedef struct {
    * that even kill -9 leaves neither OUT nor a temporary folder. */
   void (*on_tmp_dir)(void *ctx, const char *path);
   void *on_tmp_ctx;
+  /* Called (may be NULL) before a calibration starts, and once the plan is made (before the
+   * long bake and verify stages; not when require_exact refuses it), both with on_tmp_ctx. */
+  void (*on_calibrate)(void *ctx, const char *method, int64_t target_len);
+  void (*on_plan)(void *ctx, const cp_patch *patch, const cp_bake_plan *plan);
 } cp_patch_params;
 
 void cp_patch_params_init(cp_patch_params *p);
@@ -119,11 +152,18 @@ typedef struct {
   cp_verify_result *result;   /* owned; NULL without verify */
   char **reasons;             /* owned, [n_reasons] */
   int n_reasons;
-  cJSON *certificate;         /* owned; NULL without verify */
   char certificate_sha256[65];
+  cp_patch patch;             /* the patch that was applied */
+  bool bad_options;           /* the error came from the options (the CLI reports a usage error) */
 } cp_patch_outcome;
 
-/* The whole job: check, plan (CP_EPATCH_FIDELITY when require_exact and the plan is not
+/* The whole `ctxpatch patch` in one pass: opens IN once (model, then checkpoint), refuses a
+ * method that does not fit the family before any other work, builds the patch from `o`
+ * (calibrating when asked), then as cp_patch_write. Free *out with cp_patch_outcome_free. */
+int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_patch_options *o,
+                 const cp_patch_params *params);
+
+/* A patch already built: check, plan (CP_EPATCH_FIDELITY when require_exact and the plan is not
  * exact-weights), bake into the hidden temporary folder of OUT, certify the baked artifact
  * (opened from that folder, so its metadata rule applies) with `original` as the baseline side,
  * and commit only on a passing verdict. A failing verdict returns 0 with out->pass false and

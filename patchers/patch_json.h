@@ -1,0 +1,26 @@
+/* Floor: patchers (private). The parts of the patch pipeline that speak cJSON: the "ctxpatch"
+ * block and the bake's writers, kept out of the public include/ctxpatch/patchers/patch.h. */
+#ifndef CTXPATCH_PATCHERS_PATCH_JSON_H
+#define CTXPATCH_PATCHERS_PATCH_JSON_H
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/converters/convert.h"
+#include "ctxpatch/patchers/patch.h"
+
+/* The "ctxpatch" block for a plan (certified false, certificate_sha256 null, added last);
+ * `calibration` is copied when not NULL. Caller frees with cJSON_Delete. */
+cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration);
+
+/* Writes the baked artifact into the existing folder `dir` through cp_folder_write: the tensors
+ * (sharded past shard_size bytes, 0: one file) with `block` compact in every shard's __metadata__,
+ * the aux files, and config.json with `block` under "ctxpatch". `block` is borrowed (NULL: none).
+ * When the block's certificate_sha256 is a 64-zero string, out->mark_at[s] is where it lies in
+ * shard s. Free *out with cp_folder_result_free (also after an error). */
+int cp_bake_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, const cp_model *m,
+                  const cp_bake_plan *plan, const cJSON *block, uint64_t shard_size);
+
+/* Writes dir/config.json: `src` (its text, re-parsed strictly) with the plan's native fields and `block`. */
+int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block);
+
+#endif

@@ -1,0 +1,121 @@
+/* Floor: patchers. From the options of `ctxpatch patch` to a cp_patch: which options belong to
+ * which method, their defaults from the model, and the calibration a temperature may need. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/patchers/calibrate.h"
+#include "ctxpatch/patchers/patch.h"
+
+void cp_patch_options_init(cp_patch_options *o) {
+  memset(o, 0, sizeof *o);
+  o->calibrate = "pmax";
+  o->n_global = 10;
+}
+
+int cp_patch_options_check(const cp_patch_options *o) {
+  cp_patch_method m = o->method;
+  /* Options that belong to another method are refused rather than ignored. */
+  if ((o->tau > 0 || o->per_layer || o->scope) && m != CP_PATCH_TEMPERATURE)
+    return cp_error_set(CP_EARG, "--tau, --per-layer and --scope belong to --method temperature");
+  if ((o->dynamic || o->progressive) && m != CP_PATCH_ALIBI_PI)
+    return cp_error_set(CP_EARG, "--dynamic and --progressive belong to --method alibi-pi");
+  if (o->factor > 0 && m != CP_PATCH_ALIBI_PI && m != CP_PATCH_ROPE_PI)
+    return cp_error_set(CP_EARG, "--factor belongs to --method alibi-pi or rope-pi");
+  if ((o->have_n_global || o->n_local || o->ceiling || o->top_k) && m != CP_PATCH_LM_INFINITE)
+    return cp_error_set(CP_EARG, "--n-global, --n-local, --ceiling and --top-k belong to --method lm-infinite");
+  if (o->threshold > 0 && m != CP_PATCH_FIRE_THRESHOLD)
+    return cp_error_set(CP_EARG, "--threshold belongs to --method fire-threshold");
+  return 0;
+}
+
+int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m) {
+  cp_patch_method meth = o->method;
+  if (o->tau > 0 && o->per_layer)
+    return cp_error_set(CP_EARG, "--per-layer applies to calibration, not to a given --tau");
+  if (o->scope && strcmp(o->scope, "encoder") && strcmp(o->scope, "self") && strcmp(o->scope, "all"))
+    return cp_error_set(CP_EARG, "--scope expects encoder, self or all, got '%s'", o->scope);
+  if (meth == CP_PATCH_ALIBI_PI && (o->factor > 0) + o->dynamic + o->progressive != 1)
+    return cp_error_set(CP_EARG, "alibi-pi needs exactly one of --factor F, --dynamic, --progressive");
+  if (meth == CP_PATCH_ALIBI_PI && o->factor > 0 && o->factor < 1)
+    return cp_error_set(CP_EARG, "--factor must be >= 1 for alibi-pi");
+  if (meth == CP_PATCH_ROPE_PI && !(o->factor > 0)) return cp_error_set(CP_EARG, "rope-pi needs --factor F");
+  if (meth == CP_PATCH_FIRE_THRESHOLD && !(o->threshold > 0))
+    return cp_error_set(CP_EARG, "fire-threshold needs --threshold L");
+  int64_t L_tr = o->train_len ? o->train_len : m->train_len;
+  if (!o->target_len && L_tr > 0) o->target_len = 2 * L_tr;
+  if (o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0) && !o->target_len)
+    return cp_error_set(CP_EARG, "calibration needs --target-len (the model has no training length)");
+  if (o->method == CP_PATCH_LM_INFINITE && !o->n_local && !(o->n_local = L_tr))
+    return cp_error_set(CP_EARG, "lm-infinite needs --n-local (the model has no training length)");
+  return 0;
+}
+
+/* Temperature: the given tau, or one calibrated at target_len; then the scope. */
+static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_model *m, const cp_tokenizer *tok,
+                            const cp_patch_options *o) {
+  int rc = 0;
+  if (o->tau > 0) {
+    rule->n_temperature = 1;
+    rule->temperature[0] = o->tau;
+  } else {
+    cp_cal_method cm;
+    cp_calib_table table;
+    cp_calib_params cpp;
+    if ((rc = cp_cal_method_from_name(&cm, o->calibrate))) return rc;
+    cp_calib_params_init(&cpp);
+    cpp.train_len = o->train_len;
+    cpp.per_layer = o->per_layer;
+    cpp.tokenizer = tok;
+    cpp.seed = o->seed;
+    cpp.threads = o->threads;
+    if ((rc = cp_calibrate_rule(rule, &table, m, cm, o->target_len, &cpp))) return rc;
+    if (calibration_json) {
+      cJSON *j = cp_calib_table_to_json(&table);
+      *calibration_json = j ? cJSON_PrintUnformatted(j) : NULL;
+      cJSON_Delete(j);
+      if (!*calibration_json) rc = cp_error_set(CP_ENOMEM, "calibration table: out of memory");
+    }
+    cp_calib_table_free(&table);
+    if (rc) return rc;
+  }
+  if (o->scope)
+    rule->temperature_scope = !strcmp(o->scope, "encoder") ? CP_TEMP_SCOPE_ENCODER
+                              : !strcmp(o->scope, "self")  ? CP_TEMP_SCOPE_SELF
+                                                           : CP_TEMP_SCOPE_ALL;
+  return 0;
+}
+
+int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model *m, const cp_tokenizer *tok,
+                          const cp_patch_options *o) {
+  memset(out, 0, sizeof *out);
+  cp_rule_init(&out->rule);
+  out->method = o->method;
+  if (calibration_json) *calibration_json = NULL;
+  cp_rule *r = &out->rule;
+  switch (o->method) {
+    case CP_PATCH_TEMPERATURE: return temperature_rule(r, calibration_json, m, tok, o);
+    case CP_PATCH_ALIBI_PI:
+      r->alibi_mode = o->dynamic ? CP_ALIBI_DYNAMIC : o->progressive ? CP_ALIBI_PROGRESSIVE : CP_ALIBI_STATIC;
+      r->alibi_factor = o->factor > 0 ? o->factor : 1;
+      if (o->train_len) r->train_len = o->train_len;
+      return 0;
+    case CP_PATCH_LM_INFINITE:
+      r->has_lambda = true;
+      r->n_global = o->n_global;
+      r->n_local = o->n_local ? o->n_local : m->train_len;
+      r->distance_ceiling = o->ceiling ? o->ceiling : r->n_local;
+      if (o->top_k) {
+        r->has_top_k = true;
+        r->top_k = o->top_k;
+      }
+      return 0;
+    case CP_PATCH_ROPE_PI: out->rope_factor = o->factor; return 0;
+    case CP_PATCH_FIRE_THRESHOLD: r->fire_threshold = o->threshold; return 0;
+    case CP_PATCH_METHOD_COUNT: break;
+  }
+  return cp_error_set(CP_EARG, "patch: unknown method");
+}
