@@ -13,6 +13,7 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/utf8.h"
 #include "ctxpatch/verify/report.h"
 
 /* ---- growing string buffer ------------------------------------------------------------- */
@@ -75,27 +76,11 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not one (RFC 3629: no
- * overlongs, no surrogates, nothing past U+10FFFF). */
-static size_t utf8_seq(const unsigned char *s) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return (s[1] & 0xC0) == 0x80 ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 ? 4 : 0;
-  }
-  return 0;
-}
-
 /* Text or attribute content: markup characters become entities, control characters other
  * than tab and newline and invalid UTF-8 become U+FFFD. */
 static void sb_esc(sbuf *b, const char *s) {
   const unsigned char *u = (const unsigned char *)(s ? s : "");
+  const unsigned char *end = u + strlen((const char *)u);
   while (*u) {
     unsigned c = *u;
     const char *ent = NULL;
@@ -114,7 +99,8 @@ static void sb_esc(sbuf *b, const char *s) {
       sb_puts(b, "&#xFFFD;");
       u++;
     } else {
-      size_t n = utf8_seq(u);
+      uint32_t cp;
+      size_t n = cp_utf8_decode(&cp, u, (size_t)(end - u));
       if (n == 0) {
         sb_puts(b, "&#xFFFD;");
         u++;
