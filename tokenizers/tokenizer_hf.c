@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/utf8.h"
 #include "ctxpatch/base/json.h"
 #include "tokenizers/tokenizer_priv.h"
 
@@ -270,14 +271,14 @@ static int load_bpe(tk_hf *hf, const cJSON *model) {
   if ((cp && *cp && !(hf->cont_prefix = xstrdup(cp))) || (eow && *eow && !(hf->eow_suffix = xstrdup(eow))))
     return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
   size_t nm = (size_t)cJSON_GetArraySize(merges), rank = 0;
-  tk_buf joined = {0};
+  cp_strbuf joined = {0};
   cJSON_ArrayForEach(it, merges) {
     const char *a, *b;
     size_t alen, blen;
     if (cJSON_IsString(it)) { /* "left right" */
       const char *sp = strchr(it->valuestring, ' ');
       if (!sp || strchr(sp + 1, ' ')) {
-        tk_buf_free(&joined);
+        cp_strbuf_free(&joined);
         return cp_error_set(CP_ETOK_JSON, "%s: model.merges[%zu]: not 'left right'", p, rank);
       }
       a = it->valuestring, alen = (size_t)(sp - a), b = sp + 1, blen = strlen(b);
@@ -286,37 +287,37 @@ static int load_bpe(tk_hf *hf, const cJSON *model) {
       a = cJSON_GetArrayItem(it, 0)->valuestring, b = cJSON_GetArrayItem(it, 1)->valuestring;
       alen = strlen(a), blen = strlen(b);
     } else {
-      tk_buf_free(&joined);
+      cp_strbuf_free(&joined);
       return cp_error_set(CP_ETOK_JSON, "%s: model.merges[%zu]: not a pair of strings", p, rank);
     }
     int32_t l, r, m;
     joined.len = 0;
-    tk_buf_put(&joined, a, alen);
-    tk_buf_put(&joined, b, blen);
+    cp_strbuf_put(&joined, a, alen);
+    cp_strbuf_put(&joined, b, blen);
     if (joined.oom) {
-      tk_buf_free(&joined);
+      cp_strbuf_free(&joined);
       return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
     }
     /* HF accepts continuing_subword_prefix on the right part: the merged token drops it. */
     size_t cpl = hf->cont_prefix ? strlen(hf->cont_prefix) : 0;
-    const char *mj = joined.p;
+    const char *mj = joined.s;
     size_t mjl = joined.len;
     if (cpl && blen >= cpl && !memcmp(b, hf->cont_prefix, cpl)) {
-      memmove(joined.p + alen, joined.p + alen + cpl, blen - cpl);
+      memmove(joined.s + alen, joined.s + alen + cpl, blen - cpl);
       mjl = alen + blen - cpl;
     }
     if (!tk_map_get(&hf->vocab, a, alen, &l) || !tk_map_get(&hf->vocab, b, blen, &r) ||
         !tk_map_get(&hf->vocab, mj, mjl, &m)) {
-      tk_buf_free(&joined);
+      cp_strbuf_free(&joined);
       return cp_error_set(CP_ETOK_JSON, "%s: model.merges[%zu]: token not in the vocabulary", p, rank);
     }
     if (merge_put(&hf->merges, l, r, (uint32_t)rank, m, nm)) {
-      tk_buf_free(&joined);
+      cp_strbuf_free(&joined);
       return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
     }
     rank++;
   }
-  tk_buf_free(&joined);
+  cp_strbuf_free(&joined);
   return 0;
 }
 
@@ -465,7 +466,7 @@ static int load_pre(tk_hf *hf, const cJSON *n, int depth) {
   if (!strcmp(type, "Metaspace")) {
     const char *rep = jstr(n, "replacement");
     uint32_t cp;
-    if (!rep || !*rep || tk_utf8_len((const unsigned char *)rep, strlen(rep), &cp) != strlen(rep) ||
+    if (!rep || !*rep || cp_utf8_decode(&cp, (const unsigned char *)rep, strlen(rep)) != strlen(rep) ||
         parse_prepend(n, &s->prepend))
       return cp_error_set(CP_ETOK_JSON, "%s: pre_tokenizer Metaspace: bad replacement or prepend_scheme", p);
     s->type = P_METASPACE;
@@ -764,9 +765,9 @@ static void split_added(const tk_hf *hf, const pieces *in, pieces *out, bool wan
           uint32_t cp;
           size_t j = i;
           while (j > 0 && ((unsigned char)s[j - 1] & 0xC0) == 0x80) j--;
-          bool left_ok = i == 0 || !(j < i && tk_utf8_len((const unsigned char *)s + j, n - j, &cp) && tk_is_alnum(cp));
+          bool left_ok = i == 0 || !(j < i && cp_utf8_decode(&cp, (const unsigned char *)s + j, n - j) && tk_is_alnum(cp));
           bool right_ok = i + a->len == n ||
-                          !(tk_utf8_len((const unsigned char *)s + i + a->len, n - i - a->len, &cp) && tk_is_alnum(cp));
+                          !(cp_utf8_decode(&cp, (const unsigned char *)s + i + a->len, n - i - a->len) && tk_is_alnum(cp));
           if (!left_ok || !right_ok) continue;
         }
         best = a;
@@ -781,12 +782,12 @@ static void split_added(const tk_hf *hf, const pieces *in, pieces *out, bool wan
         while (a0 > start) { /* whitespace is ASCII or multi-byte: step back one char */
           size_t j = a0 - 1;
           while (j > start && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
-          if (!tk_utf8_len((const unsigned char *)s + j, n - j, &cp) || !tk_is_whitespace(cp)) break;
+          if (!cp_utf8_decode(&cp, (const unsigned char *)s + j, n - j) || !tk_is_whitespace(cp)) break;
           a0 = j;
         }
       if (best->rstrip)
         while (b0 < n) {
-          size_t l = tk_utf8_len((const unsigned char *)s + b0, n - b0, &cp);
+          size_t l = cp_utf8_decode(&cp, (const unsigned char *)s + b0, n - b0);
           if (!l || !tk_is_whitespace(cp)) break;
           b0 += l;
         }
@@ -800,14 +801,14 @@ static void split_added(const tk_hf *hf, const pieces *in, pieces *out, bool wan
 
 /* ------------------------------------------------------------------ normalizer */
 
-static int replace_all(tk_buf *out, const char *s, size_t n, const char *pat, const char *rep) {
+static int replace_all(cp_strbuf *out, const char *s, size_t n, const char *pat, const char *rep) {
   size_t pl = strlen(pat), i = 0;
   while (i < n) {
     if (pl <= n - i && !memcmp(s + i, pat, pl)) {
-      tk_buf_puts(out, rep);
+      cp_strbuf_str(out, rep);
       i += pl;
     } else {
-      tk_buf_put(out, s + i, 1);
+      cp_strbuf_put(out, s + i, 1);
       i++;
     }
   }
@@ -815,7 +816,7 @@ static int replace_all(tk_buf *out, const char *s, size_t n, const char *pat, co
 }
 
 typedef struct {
-  tk_buf *out;
+  cp_strbuf *out;
   const char *s;
   const char *rep;
   size_t last;
@@ -823,20 +824,20 @@ typedef struct {
 
 static int re_rep_span(void *vctx, size_t a, size_t b) {
   re_rep_ctx *c = vctx;
-  tk_buf_put(c->out, c->s + c->last, a - c->last);
-  tk_buf_puts(c->out, c->rep);
+  cp_strbuf_put(c->out, c->s + c->last, a - c->last);
+  cp_strbuf_str(c->out, c->rep);
   c->last = b;
   return 0;
 }
 
-static int normalize(const tk_hf *hf, tk_buf *out, const char *s, size_t n) {
-  tk_buf cur = {0}, next = {0};
+static int normalize(const tk_hf *hf, cp_strbuf *out, const char *s, size_t n) {
+  cp_strbuf cur = {0}, next = {0};
   int rc = 0;
-  tk_buf_put(&cur, s, n);
+  cp_strbuf_put(&cur, s, n);
   for (size_t k = 0; k < hf->nnorm && !rc; k++) {
     const norm_step *st = &hf->norm[k];
     next.len = 0;
-    const char *c = cur.p ? cur.p : "";
+    const char *c = cur.s ? cur.s : "";
     size_t cl = cur.len;
     switch (st->type) {
     case N_NFC: rc = tk_normalize(&next, c, cl, TK_NFC); break;
@@ -846,17 +847,17 @@ static int normalize(const tk_hf *hf, tk_buf *out, const char *s, size_t n) {
     case N_LOWER: rc = tk_lowercase(&next, c, cl); break;
     case N_PRECOMPILED:
       if (st->have_cm) rc = tk_charsmap_normalize(&st->cm, &next, c, cl);
-      else tk_buf_put(&next, c, cl);
+      else cp_strbuf_put(&next, c, cl);
       break;
     case N_PREPEND:
-      if (cl) tk_buf_puts(&next, st->a); /* HF prepends only to non-empty text */
-      tk_buf_put(&next, c, cl);
+      if (cl) cp_strbuf_str(&next, st->a); /* HF prepends only to non-empty text */
+      cp_strbuf_put(&next, c, cl);
       break;
     case N_REPLACE:
       if (st->re) {
         re_rep_ctx rctx = {&next, c, st->b, 0};
         rc = tk_regex_each(st->re, c, cl, re_rep_span, &rctx);
-        tk_buf_put(&next, c + rctx.last, cl - rctx.last);
+        cp_strbuf_put(&next, c + rctx.last, cl - rctx.last);
       } else {
         rc = replace_all(&next, c, cl, st->a, st->b);
       }
@@ -866,28 +867,28 @@ static int normalize(const tk_hf *hf, tk_buf *out, const char *s, size_t n) {
       uint32_t cp;
       size_t l;
       if (st->left)
-        while (a < b && (l = tk_utf8_len((const unsigned char *)c + a, b - a, &cp)) && tk_is_whitespace(cp)) a += l;
+        while (a < b && (l = cp_utf8_decode(&cp, (const unsigned char *)c + a, b - a)) && tk_is_whitespace(cp)) a += l;
       if (st->right)
         while (b > a) {
           size_t j = b - 1;
           while (j > a && ((unsigned char)c[j] & 0xC0) == 0x80) j--;
-          if (!tk_utf8_len((const unsigned char *)c + j, b - j, &cp) || !tk_is_whitespace(cp)) break;
+          if (!cp_utf8_decode(&cp, (const unsigned char *)c + j, b - j) || !tk_is_whitespace(cp)) break;
           b = j;
         }
-      tk_buf_put(&next, c + a, b - a);
+      cp_strbuf_put(&next, c + a, b - a);
       break;
     }
     }
-    tk_buf tmp = cur;
+    cp_strbuf tmp = cur;
     cur = next, next = tmp;
     if (!rc && cur.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
   }
   if (!rc) {
-    tk_buf_put(out, cur.p ? cur.p : "", cur.len);
+    cp_strbuf_put(out, cur.s ? cur.s : "", cur.len);
     if (out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
   }
-  tk_buf_free(&cur);
-  tk_buf_free(&next);
+  cp_strbuf_free(&cur);
+  cp_strbuf_free(&next);
   return rc;
 }
 
@@ -973,15 +974,15 @@ static int pre_step_apply(const pre_step *st, const piece *pc, pieces *out) {
   size_t n = pc->len;
   switch (st->type) {
   case P_BYTELEVEL: {
-    tk_buf pre = {0};
-    if (st->add_prefix_space && (n == 0 || s[0] != ' ')) tk_buf_put(&pre, " ", 1);
-    tk_buf_put(&pre, s, n);
+    cp_strbuf pre = {0};
+    if (st->add_prefix_space && (n == 0 || s[0] != ' ')) cp_strbuf_put(&pre, " ", 1);
+    cp_strbuf_put(&pre, s, n);
     if (pre.oom) {
-      tk_buf_free(&pre);
+      cp_strbuf_free(&pre);
       return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
     }
     pieces words = {0};
-    piece whole = {pre.p ? pre.p : (char *)"", pre.len, pc->at0, -1};
+    piece whole = {pre.s ? pre.s : (char *)"", pre.len, pc->at0, -1};
     if (st->use_regex) {
       match_ctx mc = {&sp, 0};
       rc = tk_regex_each(st->re, whole.s, whole.len, match_span, &mc);
@@ -991,32 +992,32 @@ static int pre_step_apply(const pre_step *st, const piece *pc, pieces *out) {
       pieces_add(&words, whole.s, whole.len, whole.at0, -1);
     }
     for (size_t k = 0; k < words.n && !rc; k++) { /* bytes -> GPT-2 printable code points */
-      tk_buf mapped = {0};
-      for (size_t i = 0; i < words.v[k].len; i++) tk_utf8_put(&mapped, byte_cp[(unsigned char)words.v[k].s[i]]);
+      cp_strbuf mapped = {0};
+      for (size_t i = 0; i < words.v[k].len; i++) cp_utf8_put(&mapped, byte_cp[(unsigned char)words.v[k].s[i]]);
       if (mapped.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
-      else pieces_add(out, mapped.p, mapped.len, words.v[k].at0, -1);
-      tk_buf_free(&mapped);
+      else pieces_add(out, mapped.s, mapped.len, words.v[k].at0, -1);
+      cp_strbuf_free(&mapped);
     }
     if (!rc && words.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
     pieces_free(&words);
-    tk_buf_free(&pre);
+    cp_strbuf_free(&pre);
     break;
   }
   case P_METASPACE: {
-    tk_buf t = {0};
+    cp_strbuf t = {0};
     size_t rl = strlen(st->str);
     bool prepend = st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && pc->at0);
-    if (prepend && !(n >= rl && !memcmp(s, st->str, rl))) tk_buf_puts(&t, st->str);
+    if (prepend && !(n >= rl && !memcmp(s, st->str, rl))) cp_strbuf_str(&t, st->str);
     replace_all(&t, s, n, " ", st->str);
     if (t.oom) {
-      tk_buf_free(&t);
+      cp_strbuf_free(&t);
       return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
     }
-    piece whole = {t.p ? t.p : (char *)"", t.len, pc->at0, -1};
+    piece whole = {t.s ? t.s : (char *)"", t.len, pc->at0, -1};
     if (st->split) {
       size_t last = 0;
       for (size_t i = 0; i + rl <= t.len;) {
-        if (!memcmp(t.p + i, st->str, rl)) {
+        if (!memcmp(t.s + i, st->str, rl)) {
           spans_add(&sp, last, i, false);
           spans_add(&sp, i, i + rl, true);
           i += rl, last = i;
@@ -1029,7 +1030,7 @@ static int pre_step_apply(const pre_step *st, const piece *pc, pieces *out) {
     } else {
       pieces_add(out, whole.s, whole.len, whole.at0, -1);
     }
-    tk_buf_free(&t);
+    cp_strbuf_free(&t);
     break;
   }
   case P_WSSPLIT:
@@ -1037,7 +1038,7 @@ static int pre_step_apply(const pre_step *st, const piece *pc, pieces *out) {
     size_t i = 0, last = 0;
     uint32_t cp;
     while (i < n) {
-      size_t l = tk_utf8_len((const unsigned char *)s + i, n - i, &cp);
+      size_t l = cp_utf8_decode(&cp, (const unsigned char *)s + i, n - i);
       if (!l) l = 1, cp = 0xFFFD;
       bool hit = st->type == P_WSSPLIT ? tk_is_whitespace(cp) : tk_is_digit(cp);
       if (hit) {
@@ -1159,7 +1160,7 @@ static int bpe_word(const tk_hf *hf, const char *w, size_t n, idvec *out) {
   int32_t *sym = malloc((n + 1) * sizeof *sym);
   int32_t *prv = malloc((n + 1) * sizeof *prv), *nxt = malloc((n + 1) * sizeof *nxt);
   qent *heap = malloc((2 * n + 2) * sizeof *heap);
-  tk_buf tmp = {0};
+  cp_strbuf tmp = {0};
   int rc = 0;
   size_t ns = 0, nh = 0;
   if (!sym || !prv || !nxt || !heap) {
@@ -1170,18 +1171,18 @@ static int bpe_word(const tk_hf *hf, const char *w, size_t n, idvec *out) {
   size_t cpl = hf->cont_prefix ? strlen(hf->cont_prefix) : 0, eol = hf->eow_suffix ? strlen(hf->eow_suffix) : 0;
   for (size_t i = 0; i < n;) {
     uint32_t cp;
-    size_t l = tk_utf8_len((const unsigned char *)w + i, n - i, &cp);
+    size_t l = cp_utf8_decode(&cp, (const unsigned char *)w + i, n - i);
     if (!l) l = 1;
     tmp.len = 0;
-    if (cpl && i > 0) tk_buf_put(&tmp, hf->cont_prefix, cpl);
-    tk_buf_put(&tmp, w + i, l);
-    if (eol && i + l == n) tk_buf_put(&tmp, hf->eow_suffix, eol);
+    if (cpl && i > 0) cp_strbuf_put(&tmp, hf->cont_prefix, cpl);
+    cp_strbuf_put(&tmp, w + i, l);
+    if (eol && i + l == n) cp_strbuf_put(&tmp, hf->eow_suffix, eol);
     if (tmp.oom) {
       rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
       goto done;
     }
     int32_t bids[4];
-    if (tk_map_get(&hf->vocab, tmp.p, tmp.len, &id)) {
+    if (tk_map_get(&hf->vocab, tmp.s, tmp.len, &id)) {
       sym[ns++] = id, last_unk = false;
     } else if (hf->byte_fallback && byte_ids(hf, w + i, l, bids)) {
       for (size_t k = 0; k < l; k++) sym[ns++] = bids[k];
@@ -1216,7 +1217,7 @@ static int bpe_word(const tk_hf *hf, const char *w, size_t n, idvec *out) {
   for (int32_t i = ns ? 0 : -1; i >= 0; i = nxt[i]) ids_add(out, sym[i]);
 done:
   free(sym), free(prv), free(nxt), free(heap);
-  tk_buf_free(&tmp);
+  cp_strbuf_free(&tmp);
   return rc;
 }
 
@@ -1238,7 +1239,7 @@ static int unigram_word(const tk_hf *hf, const char *w, size_t n, idvec *out) {
   double unk_score = hf->min_score - 10.0;
   for (size_t s = 0; s < n;) {
     uint32_t cp;
-    size_t mblen = tk_utf8_len((const unsigned char *)w + s, n - s, &cp);
+    size_t mblen = cp_utf8_decode(&cp, (const unsigned char *)w + s, n - s);
     if (!mblen) mblen = 1;
     double base = best[s].score;
     bool single = false;
@@ -1311,10 +1312,10 @@ int tk_hf_encode(const tk_hf *hf, int64_t **ids, size_t *n, const char *text, si
       pieces_add(&c, b.v[k].s, b.v[k].len, false, b.v[k].id);
       continue;
     }
-    tk_buf nb = {0};
+    cp_strbuf nb = {0};
     rc = normalize(hf, &nb, b.v[k].s, b.v[k].len);
-    if (!rc) pieces_add(&c, nb.p ? nb.p : "", nb.len, b.v[k].at0, -1);
-    tk_buf_free(&nb);
+    if (!rc) pieces_add(&c, nb.s ? nb.s : "", nb.len, b.v[k].at0, -1);
+    cp_strbuf_free(&nb);
   }
   pieces_free(&a);
   if (!rc) split_added(hf, &c, &a, true);
@@ -1382,143 +1383,113 @@ static int byte_token(const char *t) {
   return v;
 }
 
-typedef struct {
-  tk_buf *v;
-  size_t n, cap;
-  bool oom;
-} bufs;
-
-static void bufs_add(bufs *l, const char *s, size_t n) {
-  if (l->oom) return;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 64;
-    tk_buf *v = realloc(l->v, cap * sizeof *v);
-    if (!v) {
-      l->oom = true;
-      return;
-    }
-    l->v = v, l->cap = cap;
-  }
-  l->v[l->n] = (tk_buf){0};
-  tk_buf_put(&l->v[l->n], s, n);
-  if (!l->v[l->n].p) tk_buf_put(&l->v[l->n], "", 0);
-  if (l->v[l->n].oom) l->oom = true;
-  l->n++;
-}
-
-static void bufs_free(bufs *l) {
-  for (size_t i = 0; i < l->n; i++) tk_buf_free(&l->v[i]);
-  free(l->v);
-  memset(l, 0, sizeof *l);
-}
-
-static void dec_apply(const dec_step *st, const bufs *in, bufs *out) {
+static void dec_apply(const dec_step *st, const pieces *in, pieces *out) {
   switch (st->type) {
   case D_BYTELEVEL: {
-    tk_buf raw = {0};
+    cp_strbuf raw = {0};
     for (size_t k = 0; k < in->n; k++) {
-      const char *t = in->v[k].p;
+      const char *t = in->v[k].s;
       size_t tl = in->v[k].len, i = 0, start = raw.len;
       bool ok = true;
       while (i < tl) {
         uint32_t cp;
-        size_t l = tk_utf8_len((const unsigned char *)t + i, tl - i, &cp);
+        size_t l = cp_utf8_decode(&cp, (const unsigned char *)t + i, tl - i);
         if (!l || cp >= 512 || cp_byte[cp] < 0) {
           ok = false;
           break;
         }
         char byte = (char)cp_byte[cp];
-        tk_buf_put(&raw, &byte, 1);
+        cp_strbuf_put(&raw, &byte, 1);
         i += l;
       }
       if (!ok) { /* a char outside the byte alphabet: HF keeps the token's own bytes */
         raw.len = start;
-        tk_buf_put(&raw, t, tl);
+        cp_strbuf_put(&raw, t, tl);
       }
     }
-    tk_buf lossy = {0};
-    tk_buf_put_lossy(&lossy, raw.p ? raw.p : "", raw.len);
-    bufs_add(out, lossy.p ? lossy.p : "", lossy.len);
+    cp_strbuf lossy = {0};
+    cp_utf8_put_lossy(&lossy, raw.s ? raw.s : "", raw.len);
+    pieces_add(out, lossy.s ? lossy.s : "", lossy.len, false, -1);
     if (raw.oom || lossy.oom) out->oom = true;
-    tk_buf_free(&raw), tk_buf_free(&lossy);
+    cp_strbuf_free(&raw), cp_strbuf_free(&lossy);
     break;
   }
   case D_METASPACE: {
     size_t rl = strlen(st->a);
     for (size_t k = 0; k < in->n; k++) {
-      tk_buf t = {0};
-      const char *s = in->v[k].p;
+      cp_strbuf t = {0};
+      const char *s = in->v[k].s;
       for (size_t i = 0; i < in->v[k].len;) {
         if (rl <= in->v[k].len - i && !memcmp(s + i, st->a, rl)) {
-          if (!(k == 0 && st->prepend != PREPEND_NEVER)) tk_buf_put(&t, " ", 1);
+          if (!(k == 0 && st->prepend != PREPEND_NEVER)) cp_strbuf_put(&t, " ", 1);
           i += rl;
         } else {
-          tk_buf_put(&t, s + i, 1);
+          cp_strbuf_put(&t, s + i, 1);
           i++;
         }
       }
-      bufs_add(out, t.p ? t.p : "", t.len);
+      pieces_add(out, t.s ? t.s : "", t.len, false, -1);
       if (t.oom) out->oom = true;
-      tk_buf_free(&t);
+      cp_strbuf_free(&t);
     }
     break;
   }
   case D_REPLACE:
     for (size_t k = 0; k < in->n; k++) {
-      tk_buf t = {0};
-      replace_all(&t, in->v[k].p, in->v[k].len, st->a, st->b);
-      bufs_add(out, t.p ? t.p : "", t.len);
+      cp_strbuf t = {0};
+      replace_all(&t, in->v[k].s, in->v[k].len, st->a, st->b);
+      pieces_add(out, t.s ? t.s : "", t.len, false, -1);
       if (t.oom) out->oom = true;
-      tk_buf_free(&t);
+      cp_strbuf_free(&t);
     }
     break;
   case D_BYTEFALLBACK: {
-    tk_buf run = {0};
+    cp_strbuf run = {0};
     for (size_t k = 0; k <= in->n; k++) {
-      int b = k < in->n ? byte_token(in->v[k].p) : -1;
+      int b = k < in->n ? byte_token(in->v[k].s) : -1;
       if (b >= 0) {
         char c = (char)b;
-        tk_buf_put(&run, &c, 1);
+        cp_strbuf_put(&run, &c, 1);
         continue;
       }
       if (run.len) {
-        if (tk_utf8_check(run.p, run.len) == run.len) {
-          bufs_add(out, run.p, run.len);
+        if (cp_utf8_check(run.s, run.len, CP_UTF8_STRICT) == run.len) {
+          pieces_add(out, run.s, run.len, false, -1);
         } else {
-          for (size_t i = 0; i < run.len; i++) bufs_add(out, "\xEF\xBF\xBD", 3);
+          for (size_t i = 0; i < run.len; i++) pieces_add(out, "\xEF\xBF\xBD", 3, false, -1);
         }
         run.len = 0;
       }
-      if (k < in->n) bufs_add(out, in->v[k].p, in->v[k].len);
+      if (k < in->n) pieces_add(out, in->v[k].s, in->v[k].len, false, -1);
     }
     if (run.oom) out->oom = true;
-    tk_buf_free(&run);
+    cp_strbuf_free(&run);
     break;
   }
   case D_FUSE: {
-    tk_buf t = {0};
-    for (size_t k = 0; k < in->n; k++) tk_buf_put(&t, in->v[k].p, in->v[k].len);
-    bufs_add(out, t.p ? t.p : "", t.len);
+    cp_strbuf t = {0};
+    for (size_t k = 0; k < in->n; k++) cp_strbuf_put(&t, in->v[k].s, in->v[k].len);
+    pieces_add(out, t.s ? t.s : "", t.len, false, -1);
     if (t.oom) out->oom = true;
-    tk_buf_free(&t);
+    cp_strbuf_free(&t);
     break;
   }
   case D_STRIP: {
     size_t cl = strlen(st->a);
     for (size_t k = 0; k < in->n; k++) {
-      const char *s = in->v[k].p;
+      const char *s = in->v[k].s;
       size_t a = 0, b = in->v[k].len;
       for (size_t i = 0; i < st->start && b - a >= cl && !memcmp(s + a, st->a, cl); i++) a += cl;
       for (size_t i = 0; i < st->stop && b - a >= cl && !memcmp(s + b - cl, st->a, cl); i++) b -= cl;
-      bufs_add(out, s + a, b - a);
+      pieces_add(out, s + a, b - a, false, -1);
     }
     break;
   }
   }
 }
 
-int tk_hf_decode(const tk_hf *hf, tk_buf *out, const int64_t *ids, size_t n, bool skip_special) {
-  bufs cur = {0}, next = {0};
+int tk_hf_decode(const tk_hf *hf, cp_strbuf *out, const int64_t *ids, size_t n, bool skip_special) {
+  pieces cur = {0}, next = {0};
   int rc = 0;
   for (size_t i = 0; i < n; i++) {
     if (ids[i] < 0 || (uint64_t)ids[i] >= hf->nids || !hf->id_to_tok[ids[i]]) {
@@ -1526,11 +1497,11 @@ int tk_hf_decode(const tk_hf *hf, tk_buf *out, const int64_t *ids, size_t n, boo
       goto done;
     }
     if (skip_special && is_special_id(hf, ids[i])) continue;
-    bufs_add(&cur, hf->id_to_tok[ids[i]], strlen(hf->id_to_tok[ids[i]]));
+    pieces_add(&cur, hf->id_to_tok[ids[i]], strlen(hf->id_to_tok[ids[i]]), false, -1);
   }
   for (size_t s = 0; s < hf->ndec && !cur.oom; s++) {
     dec_apply(&hf->dec[s], &cur, &next);
-    bufs_free(&cur);
+    pieces_free(&cur);
     cur = next;
     memset(&next, 0, sizeof next);
   }
@@ -1539,13 +1510,13 @@ int tk_hf_decode(const tk_hf *hf, tk_buf *out, const int64_t *ids, size_t n, boo
     goto done;
   }
   for (size_t k = 0; k < cur.n; k++) {
-    if (!hf->have_decoder && k) tk_buf_put(out, " ", 1); /* HF without a decoder joins with spaces */
-    tk_buf_put(out, cur.v[k].p, cur.v[k].len);
+    if (!hf->have_decoder && k) cp_strbuf_put(out, " ", 1); /* HF without a decoder joins with spaces */
+    cp_strbuf_put(out, cur.v[k].s, cur.v[k].len);
   }
-  if (!out->p) tk_buf_put(out, "", 0);
+  if (!out->s) cp_strbuf_put(out, "", 0);
   if (out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
 done:
-  bufs_free(&cur), bufs_free(&next);
+  pieces_free(&cur), pieces_free(&next);
   return rc;
 }
 

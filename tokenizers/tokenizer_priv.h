@@ -1,4 +1,4 @@
-/* Private to tokenizers/tokenizer*.c: byte buffers, UTF-8, a string hash map, Unicode services
+/* Private to tokenizers/tokenizer*.c: a string hash map, Unicode services
  * (ICU), the Precompiled charsmap, the Hugging Face tokenizer.json engine and the C side of the
  * libsentencepiece shim. */
 #ifndef CTXPATCH_TOKENIZER_PRIV_H
@@ -8,29 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxpatch/base/strbuf.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- growable byte buffer (always NUL-terminated when non-empty) ---- */
-typedef struct {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} tk_buf;
-void tk_buf_put(tk_buf *b, const void *data, size_t n);
-static inline void tk_buf_puts(tk_buf *b, const char *s);
-void tk_buf_free(tk_buf *b);
-
-/* ---- UTF-8 ---- */
-/* Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 if malformed. */
-size_t tk_utf8_len(const unsigned char *s, size_t n, uint32_t *cp);
-/* Offset of the first malformed byte, or n when all valid. */
-size_t tk_utf8_check(const char *s, size_t n);
-void tk_utf8_put(tk_buf *b, uint32_t cp);
-/* Appends s[0..n) replacing each malformed byte with U+FFFD (Rust's from_utf8_lossy differs only
- * in grouping some truncated sequences). */
-void tk_buf_put_lossy(tk_buf *b, const char *s, size_t n);
 
 /* ---- string -> int32 hash map (keys copied) ---- */
 typedef struct {
@@ -45,8 +27,8 @@ void tk_map_free(tk_map *m);
 
 /* ---- Unicode services (ICU) ---- */
 typedef enum { TK_NFC, TK_NFD, TK_NFKC, TK_NFKD } tk_nf;
-int tk_normalize(tk_buf *out, const char *s, size_t n, tk_nf form);
-int tk_lowercase(tk_buf *out, const char *s, size_t n);
+int tk_normalize(cp_strbuf *out, const char *s, size_t n, tk_nf form);
+int tk_lowercase(cp_strbuf *out, const char *s, size_t n);
 /* Compiled regular expression (ICU syntax after Rust/Oniguruma \s \S are mapped to Unicode
  * White_Space). */
 typedef struct tk_regex tk_regex;
@@ -73,7 +55,7 @@ typedef struct {
 int tk_charsmap_init(tk_charsmap *cm, const unsigned char *blob, size_t len, const char *what);
 void tk_charsmap_free(tk_charsmap *cm);
 /* HF tokenizers' Precompiled normalizer (per grapheme, then per char). */
-int tk_charsmap_normalize(const tk_charsmap *cm, tk_buf *out, const char *s, size_t n);
+int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n);
 /* Walks the reachable trie: every transition and leaf value must stay inside the blob; with
  * strings_terminated the strings must end in NUL (SentencePiece reads them as C strings). */
 int tk_charsmap_validate(const tk_charsmap *cm, bool strings_terminated, const char *what);
@@ -87,7 +69,7 @@ typedef struct tk_hf tk_hf;
 int tk_hf_load(tk_hf **out, const char *text, size_t len, const char *path);
 void tk_hf_free(tk_hf *hf);
 int tk_hf_encode(const tk_hf *hf, int64_t **ids, size_t *n, const char *text, size_t len, bool add_special);
-int tk_hf_decode(const tk_hf *hf, tk_buf *out, const int64_t *ids, size_t n, bool skip_special);
+int tk_hf_decode(const tk_hf *hf, cp_strbuf *out, const int64_t *ids, size_t n, bool skip_special);
 int64_t tk_hf_token_id(const tk_hf *hf, const char *name);
 size_t tk_hf_vocab_size(const tk_hf *hf);
 int64_t tk_hf_bos(const tk_hf *hf);
@@ -110,12 +92,6 @@ int tk_spm_piece_id(const tk_spm *s, const char *piece);
 /* Borrowed, valid while s lives. */
 const char *tk_spm_piece(const tk_spm *s, int id);
 bool tk_spm_is_control(const tk_spm *s, int id);
-
-static inline void tk_buf_puts(tk_buf *b, const char *s) {
-  size_t n = 0;
-  while (s[n]) n++;
-  tk_buf_put(b, s, n);
-}
 
 #ifdef __cplusplus
 }

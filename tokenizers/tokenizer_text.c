@@ -1,4 +1,4 @@
-/* Text services for the tokenizers: byte buffers, UTF-8, a string hash map, ICU wrappers
+/* Text services for the tokenizers: a string hash map, ICU wrappers
  * (normalization forms, regular expressions, grapheme clusters) and SentencePiece's
  * Precompiled charsmap. */
 #include <stdlib.h>
@@ -12,111 +12,9 @@
 #include <unicode/utext.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/strbuf.h"
+#include "ctxpatch/base/utf8.h"
 #include "tokenizers/tokenizer_priv.h"
-
-/* ---------------------------------------------------------------- buffers */
-
-void tk_buf_put(tk_buf *b, const void *data, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + n + 1) {
-      if (cap > SIZE_MAX / 2) {
-        b->oom = true;
-        return;
-      }
-      cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->len, data, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-void tk_buf_free(tk_buf *b) {
-  free(b->p);
-  memset(b, 0, sizeof *b);
-}
-
-/* ---------------------------------------------------------------- UTF-8 */
-
-size_t tk_utf8_len(const unsigned char *s, size_t n, uint32_t *cp) {
-  if (n == 0) return 0;
-  unsigned c = s[0];
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  size_t need;
-  uint32_t v, min;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 2, v = c & 0x1F, min = 0x80;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 3, v = c & 0x0F, min = 0x800;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 4, v = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (n < need) return 0;
-  for (size_t i = 1; i < need; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (s[i] & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return need;
-}
-
-size_t tk_utf8_check(const char *s, size_t n) {
-  size_t i = 0;
-  uint32_t cp;
-  while (i < n) {
-    size_t l = tk_utf8_len((const unsigned char *)s + i, n - i, &cp);
-    if (!l) return i;
-    i += l;
-  }
-  return n;
-}
-
-void tk_utf8_put(tk_buf *b, uint32_t cp) {
-  unsigned char t[4];
-  size_t n;
-  if (cp < 0x80) {
-    t[0] = (unsigned char)cp, n = 1;
-  } else if (cp < 0x800) {
-    t[0] = (unsigned char)(0xC0 | (cp >> 6)), t[1] = (unsigned char)(0x80 | (cp & 0x3F)), n = 2;
-  } else if (cp < 0x10000) {
-    t[0] = (unsigned char)(0xE0 | (cp >> 12)), t[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    t[2] = (unsigned char)(0x80 | (cp & 0x3F)), n = 3;
-  } else {
-    t[0] = (unsigned char)(0xF0 | (cp >> 18)), t[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    t[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)), t[3] = (unsigned char)(0x80 | (cp & 0x3F)), n = 4;
-  }
-  tk_buf_put(b, t, n);
-}
-
-void tk_buf_put_lossy(tk_buf *b, const char *s, size_t n) {
-  size_t i = 0;
-  uint32_t cp;
-  while (i < n) {
-    size_t l = tk_utf8_len((const unsigned char *)s + i, n - i, &cp);
-    if (l) {
-      tk_buf_put(b, s + i, l);
-      i += l;
-    } else {
-      tk_utf8_put(b, 0xFFFD);
-      i++;
-    }
-  }
-}
 
 /* ---------------------------------------------------------------- hash map */
 
@@ -201,7 +99,7 @@ static UChar *to_u16(const char *s, size_t n, int32_t *ulen) {
   return u;
 }
 
-static int put_u16(tk_buf *out, const UChar *u, int32_t ulen) {
+static int put_u16(cp_strbuf *out, const UChar *u, int32_t ulen) {
   UErrorCode st = U_ZERO_ERROR;
   int32_t need = 0;
   u_strToUTF8WithSub(NULL, 0, &need, u, ulen, 0xFFFD, NULL, &st);
@@ -214,7 +112,7 @@ static int put_u16(tk_buf *out, const UChar *u, int32_t ulen) {
     free(p);
     return cp_error_set(CP_EARG, "tokenizer: UTF-8 conversion failed");
   }
-  tk_buf_put(out, p, (size_t)need);
+  cp_strbuf_put(out, p, (size_t)need);
   free(p);
   return out->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
 }
@@ -225,9 +123,9 @@ static bool all_ascii(const char *s, size_t n) {
   return true;
 }
 
-int tk_normalize(tk_buf *out, const char *s, size_t n, tk_nf form) {
+int tk_normalize(cp_strbuf *out, const char *s, size_t n, tk_nf form) {
   if (all_ascii(s, n)) { /* every form is the identity on ASCII */
-    tk_buf_put(out, s, n);
+    cp_strbuf_put(out, s, n);
     return out->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
   }
   UErrorCode st = U_ZERO_ERROR;
@@ -268,13 +166,13 @@ done:
   return rc;
 }
 
-int tk_lowercase(tk_buf *out, const char *s, size_t n) {
+int tk_lowercase(cp_strbuf *out, const char *s, size_t n) {
   if (all_ascii(s, n)) {
     size_t start = out->len;
-    tk_buf_put(out, s, n);
+    cp_strbuf_put(out, s, n);
     if (out->oom) return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
     for (size_t i = start; i < out->len; i++)
-      if (out->p[i] >= 'A' && out->p[i] <= 'Z') out->p[i] = (char)(out->p[i] - 'A' + 'a');
+      if (out->s[i] >= 'A' && out->s[i] <= 'Z') out->s[i] = (char)(out->s[i] - 'A' + 'a');
     return 0;
   }
   int32_t ulen = 0;
@@ -302,26 +200,26 @@ struct tk_regex {
 
 int tk_regex_compile(tk_regex **out, const char *pattern, const char *what) {
   *out = NULL;
-  tk_buf p = {0};
+  cp_strbuf p = {0};
   size_t n = strlen(pattern);
   /* Rust regex / Oniguruma \s is Unicode White_Space; ICU's \s is [\t\n\f\r\p{Z}]. */
   for (size_t i = 0; i < n; i++) {
     if (pattern[i] == '\\' && i + 1 < n) {
-      if (pattern[i + 1] == 's') tk_buf_puts(&p, "\\p{White_Space}");
-      else if (pattern[i + 1] == 'S') tk_buf_puts(&p, "\\P{White_Space}");
-      else tk_buf_put(&p, pattern + i, 2);
+      if (pattern[i + 1] == 's') cp_strbuf_str(&p, "\\p{White_Space}");
+      else if (pattern[i + 1] == 'S') cp_strbuf_str(&p, "\\P{White_Space}");
+      else cp_strbuf_put(&p, pattern + i, 2);
       i++;
     } else {
-      tk_buf_put(&p, pattern + i, 1);
+      cp_strbuf_put(&p, pattern + i, 1);
     }
   }
-  if (p.oom || !p.p) {
-    tk_buf_free(&p);
+  if (p.oom || !p.s) {
+    cp_strbuf_free(&p);
     return cp_error_set(n ? CP_ENOMEM : CP_ETOK_UNSUPPORTED, "%s: empty or unusable regex", what);
   }
   int32_t ulen = 0;
-  UChar *u = to_u16(p.p, p.len, &ulen);
-  tk_buf_free(&p);
+  UChar *u = to_u16(p.s, p.len, &ulen);
+  cp_strbuf_free(&p);
   if (!u) return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
   UErrorCode st = U_ZERO_ERROR;
   UParseError pe;
@@ -607,7 +505,7 @@ int tk_spm_precheck(const unsigned char *data, size_t len, const char *what) {
 
 typedef struct {
   const tk_charsmap *cm;
-  tk_buf *out;
+  cp_strbuf *out;
   const char *s;
 } cm_ctx;
 
@@ -619,22 +517,22 @@ static int cm_grapheme(void *vctx, size_t a, size_t b) {
   /* HF: a whole grapheme under 6 bytes first ("weird, yes, absolutely necessary"), then
    * char by char. */
   if (glen < 6 && (r = cm_transform(c->cm, g, glen))) {
-    tk_buf_puts(c->out, r);
+    cp_strbuf_str(c->out, r);
     return 0;
   }
   size_t i = 0;
   uint32_t cp;
   while (i < glen) {
-    size_t l = tk_utf8_len(g + i, glen - i, &cp);
+    size_t l = cp_utf8_decode(&cp, g + i, glen - i);
     if (!l) l = 1; /* input was validated; defensive */
-    if ((r = cm_transform(c->cm, g + i, l))) tk_buf_puts(c->out, r);
-    else tk_buf_put(c->out, g + i, l);
+    if ((r = cm_transform(c->cm, g + i, l))) cp_strbuf_str(c->out, r);
+    else cp_strbuf_put(c->out, (const char *)g + i, l);
     i += l;
   }
   return 0;
 }
 
-int tk_charsmap_normalize(const tk_charsmap *cm, tk_buf *out, const char *s, size_t n) {
+int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n) {
   cm_ctx c = {cm, out, s};
   int rc = tk_graphemes(s, n, cm_grapheme, &c);
   if (!rc && out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
