@@ -9,7 +9,8 @@
 #include "ctxpatch/base/utf8.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
-#include "tokenizers/tokenizer_priv.h"
+#include "tokenizers/hf.h"
+#include "tokenizers/spm.h"
 
 #define TK_MAX_JSON_BYTES ((size_t)512 << 20)
 #define TK_MAX_MODEL_BYTES ((size_t)64 << 20)
