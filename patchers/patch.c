@@ -13,7 +13,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/patchers/patch.h"
-#include "ctxpatch/verify/report.h"
+#include "verify/certificate_json.h"
 #include "ctxpatch/formats/safetensors.h"
 
 #define SHA_ZEROS "0000000000000000000000000000000000000000000000000000000000000000"

@@ -9,7 +9,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/verify/verify.h"
+#include "verify/certificate_json.h"
 
 #define CERTIFICATE_VERSION 1
 

@@ -1,4 +1,4 @@
-/* The verify report (include/ctxpatch/verify/report.h): one self-contained HTML5 page drawn from a
+/* The verify report (verify/certificate_json.h): one self-contained HTML5 page drawn from a
  * certificate (docs/certificate.md). No scripts and no external resources: CSS is inline and
  * every chart is inline SVG (verify/report_svg.c). Every string taken from the certificate is
  * escaped (it holds file names and rule JSON), invalid UTF-8 becomes U+FFFD, and numbers use
@@ -12,7 +12,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/strbuf.h"
-#include "ctxpatch/verify/report.h"
+#include "verify/certificate_json.h"
 #include "verify/report_data.h"
 #include "verify/report_svg.h"
 
