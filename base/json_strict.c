@@ -2,6 +2,7 @@
  * Recursion depth is bounded by max_depth, so hostile nesting cannot exhaust the stack. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/json.h"
+#include "ctxpatch/base/utf8.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,27 +36,6 @@ static void skip_ws(scanner *sc) {
     if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
     sc->pos++;
   }
-}
-
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t avail) {
-  unsigned char c = p[0];
-  if (c < 0x80) return 1;
-  size_t n;
-  uint32_t cp;
-  if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
-  else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
-  else return 0;
-  if (avail < n) return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((p[i] & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (p[i] & 0x3f);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-      (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return n;
 }
 
 static int hexval(unsigned char c) {
@@ -114,7 +94,8 @@ static cp_json_problem scan_string(scanner *sc, key_list *kl) {
       sc->pos += 6;
       continue;
     }
-    size_t n = utf8_len(sc->s + sc->pos, sc->len - sc->pos);
+    uint32_t cp;
+    size_t n = cp_utf8_decode(&cp, sc->s + sc->pos, sc->len - sc->pos);
     if (n == 0) return fail(sc, CP_JSON_UTF8, sc->pos);
     if (append(kl, sc->s + sc->pos, n) < 0) return fail(sc, CP_JSON_SYNTAX, sc->pos);
     sc->pos += n;
@@ -290,7 +271,8 @@ static cp_json_problem scan_value(scanner *sc, int depth) {
     return scan_literal(sc, "null");
   default:
     if (c == '-' || (c >= '0' && c <= '9')) return scan_number(sc);
-    if (c >= 0x80 && utf8_len(sc->s + sc->pos, sc->len - sc->pos) == 0)
+    uint32_t cp;
+    if (c >= 0x80 && cp_utf8_decode(&cp, sc->s + sc->pos, sc->len - sc->pos) == 0)
       return fail(sc, CP_JSON_UTF8, sc->pos);
     return fail(sc, CP_JSON_SYNTAX, sc->pos);
   }

@@ -52,3 +52,17 @@ void cp_strbuf_printf(cp_strbuf *b, const char *fmt, ...) {
   va_end(ap);
   b->len += (size_t)n;
 }
+
+bool cp_strbuf_reserve(cp_strbuf *b, size_t extra) { return reserve(b, extra); }
+
+void cp_strbuf_putc(cp_strbuf *b, char c) { cp_strbuf_put(b, &c, 1); }
+
+void cp_strbuf_reset(cp_strbuf *b) {
+  b->len = 0;
+  if (b->s) b->s[0] = '\0';
+}
+
+void cp_strbuf_free(cp_strbuf *b) {
+  free(b->s);
+  memset(b, 0, sizeof *b);
+}

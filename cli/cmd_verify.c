@@ -10,7 +10,7 @@
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/model.h"
-#include "ctxpatch/verify/report.h"
+#include "verify/certificate_json.h"
 #include "ctxpatch/converters/rule.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"

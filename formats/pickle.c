@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/utf8.h"
 
 /* ---- arena ---------------------------------------------------------------------------- */
 
@@ -170,40 +171,6 @@ static const char *quote(char *dst, size_t cap, const char *s, size_t len) {
   }
   dst[o] = 0;
   return dst;
-}
-
-/* UTF-8 as Python decodes it with errors="surrogatepass": encoded surrogates are accepted. */
-static bool utf8_valid(const uint8_t *s, size_t len) {
-  size_t i = 0;
-  while (i < len) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t n;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) {
-      n = 1;
-      cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      n = 2;
-      cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (len - i - 1 < n) return false;
-    for (size_t k = 1; k <= n; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff))) return false;
-    i += n + 1;
-  }
-  return true;
 }
 
 static uint64_t rd_le(const uint8_t *p, int n) {
@@ -378,7 +345,8 @@ static int push_string(pk_vm *vm, pk_kind kind, uint64_t n) {
   int rc = need(vm, n);
   if (rc < 0) return rc;
   const uint8_t *p = vm->data + vm->pos;
-  if (kind == PK_STR && !utf8_valid(p, (size_t)n))
+  /* UTF-8 as Python decodes it with errors="surrogatepass": encoded surrogates are accepted. */
+  if (kind == PK_STR && cp_utf8_check((const char *)p, (size_t)n, CP_UTF8_SURROGATEPASS) != (size_t)n)
     return vm_error(vm, CP_EPKL_TYPE, "string of %llu bytes is not valid UTF-8",
                     (unsigned long long)n);
   pk_obj *o = NULL;

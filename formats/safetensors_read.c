@@ -6,6 +6,7 @@
  * the text itself rather than through doubles, so 1.0, 1e3 and 2^53+1 are judged exactly. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/json.h"
+#include "ctxpatch/base/utf8.h"
 #include "ctxpatch/formats/safetensors.h"
 
 #include <errno.h>
@@ -52,37 +53,9 @@ struct cp_st_file {
  * ------------------------------------------------------------------------------------------- */
 
 int cp_st_utf8_valid(const char *str, size_t len, size_t *bad) {
-  const unsigned char *s = (const unsigned char *)str;
-  size_t i = 0;
-  while (i < len) {
-    unsigned c = s[i];
-    size_t need;
-    unsigned lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
-    if (c < 0x80) {
-      i++;
-      continue;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      need = 1;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      need = 2;
-      if (c == 0xe0) lo = 0xa0; /* overlong */
-      if (c == 0xed) hi = 0x9f; /* UTF-16 surrogates */
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      need = 3;
-      if (c == 0xf0) lo = 0x90; /* overlong */
-      if (c == 0xf4) hi = 0x8f; /* past U+10FFFF */
-    } else {
-      goto fail;
-    }
-    if (len - i <= need) goto fail;
-    if (s[i + 1] < lo || s[i + 1] > hi) goto fail;
-    for (size_t k = 2; k <= need; k++)
-      if ((s[i + k] & 0xc0) != 0x80) goto fail;
-    i += need + 1;
-  }
-  return 1;
-fail:
-  if (bad) *bad = i;
+  size_t off = cp_utf8_check(str, len, CP_UTF8_STRICT);
+  if (off == len) return 1;
+  if (bad) *bad = off;
   return 0;
 }
 

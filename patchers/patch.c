@@ -16,7 +16,7 @@
 #include "converters/rule_json.h"
 #include "ctxpatch/patchers/calibrate.h"
 #include "ctxpatch/patchers/patch.h"
-#include "ctxpatch/verify/report.h"
+#include "verify/certificate_json.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "patchers/patch_json.h"
 

@@ -1,4 +1,4 @@
-/* The HTML verify report (include/ctxpatch/verify/report.h) from hand-built certificates: structure
+/* The HTML verify report (verify/certificate_json.h) from hand-built certificates: structure
  * (heatmap cells per side, charts present only with their data), escaping of hostile strings,
  * no script anywhere, deterministic bytes, atomic write, and refusal of malformed input with
  * the offending key named.
@@ -15,7 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/verify/report.h"
+#include "verify/certificate_json.h"
 #include "test.h"
 
 #define N_LENGTHS 5

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/utf8.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
-#include "tokenizers/tokenizer_priv.h"
+#include "tokenizers/hf.h"
+#include "tokenizers/spm.h"
 
 #define TK_MAX_JSON_BYTES ((size_t)512 << 20)
 #define TK_MAX_MODEL_BYTES ((size_t)64 << 20)
@@ -95,7 +97,7 @@ void cp_tokenizer_free(cp_tokenizer *tok) {
 int cp_tokenizer_encode(const cp_tokenizer *tok, int64_t **ids, size_t *n, const char *text, size_t len,
                         bool add_special) {
   *ids = NULL, *n = 0;
-  size_t bad = tk_utf8_check(text, len);
+  size_t bad = cp_utf8_check(text, len, CP_UTF8_STRICT);
   if (bad != len) return cp_error_set(CP_ETOK_TEXT, "text: offset %zu: invalid UTF-8", bad);
   if (tok->hf) return tk_hf_encode(tok->hf, ids, n, text, len, add_special);
   int *raw = NULL;
@@ -123,15 +125,15 @@ int cp_tokenizer_encode(const cp_tokenizer *tok, int64_t **ids, size_t *n, const
 int cp_tokenizer_decode(const cp_tokenizer *tok, char **text, size_t *len, const int64_t *ids, size_t n,
                         bool skip_special) {
   *text = NULL, *len = 0;
-  tk_buf out = {0};
+  cp_strbuf out = {0};
   int rc = 0;
   if (tok->hf) {
     rc = tk_hf_decode(tok->hf, &out, ids, n, skip_special);
     if (rc) {
-      tk_buf_free(&out);
+      cp_strbuf_free(&out);
       return rc;
     }
-    *text = out.p, *len = out.len;
+    *text = out.s, *len = out.len;
     return 0;
   }
   int size = tk_spm_size(tok->spm);
@@ -156,20 +158,20 @@ int cp_tokenizer_decode(const cp_tokenizer *tok, char **text, size_t *len, const
       size_t plen = 0;
       if (tk_spm_decode(tok->spm, &piece, &plen, run, nrun, err, sizeof err))
         rc = cp_error_set(CP_ETOK_MODEL, "%s: decode failed: %s", tok->path, err);
-      else tk_buf_put(&out, piece, plen);
+      else cp_strbuf_put(&out, piece, plen);
       free(piece);
       nrun = 0;
     }
-    if (i < n && !rc) tk_buf_puts(&out, tk_spm_piece(tok->spm, (int)ids[i]));
+    if (i < n && !rc) cp_strbuf_str(&out, tk_spm_piece(tok->spm, (int)ids[i]));
   }
   free(run);
-  if (!rc && !out.p) tk_buf_put(&out, "", 0);
+  if (!rc && !out.s) cp_strbuf_put(&out, "", 0);
   if (!rc && out.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
   if (rc) {
-    tk_buf_free(&out);
+    cp_strbuf_free(&out);
     return rc;
   }
-  *text = out.p, *len = out.len;
+  *text = out.s, *len = out.len;
   return 0;
 }
 

@@ -8,7 +8,7 @@
 
 #include <sentencepiece_processor.h>
 
-#include "tokenizers/tokenizer_priv.h"
+#include "tokenizers/spm.h"
 
 struct tk_spm {
   sentencepiece::SentencePieceProcessor sp;

@@ -11,6 +11,7 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/verify/verify.h"
 #include "converters/rule_json.h"
+#include "verify/certificate_json.h"
 
 #define CERTIFICATE_VERSION 1
 

@@ -1,4 +1,4 @@
-/* Tokenizers: text bytes <-> token ids, as the model's own tokenizer does it.
+/* Floor: tokenizers. Text bytes <-> token ids, as the model's own tokenizer does it.
  *
  * Two file formats are read:
  *   tokenizer.json  Hugging Face `tokenizers` serialisation: a JSON object with

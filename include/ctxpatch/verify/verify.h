@@ -1,4 +1,4 @@
-/* The verify stage: long retrieval probes run through the CPU engine, accuracy per
+/* Floor: verify. The verify stage: long retrieval probes run through the CPU engine, accuracy per
  * probe x length x depth for the patched model and (optionally) the unpatched baseline, the
  * certificate that records it, and the verdict against thresholds.
  *
@@ -15,14 +15,14 @@
  *             one; first integer.
  * Each prompt fills the length minus 8 tokens (room for the answer, as the probe models'
  * evaluation does). Greedy decoding, at most max_new_tokens (10) new tokens, stop at eos.
+ * The certificate as a cJSON tree and the HTML report drawn from it are declared in the private
+ * verify/certificate_json.h (public headers carry no third-party type).
  */
 #ifndef CTXPATCH_VERIFY_H
 #define CTXPATCH_VERIFY_H
 
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
@@ -120,12 +120,5 @@ typedef struct {
   uint64_t seed;
   int max_new_tokens;
 } cp_certificate_info;
-
-/* The certificate (docs/certificate.md): input files with SHA-256, model family and training
- * length, rule, probe set, per-cell accuracies, thresholds, verdict, engine and timing.
- * Everything but the "run" timing fields is a function of the inputs. Caller owns *out. */
-int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_result *r,
-                         const cp_verify_thresholds *t, bool pass, char **reasons, int n_reasons,
-                         const cp_certificate_info *info);
 
 #endif

@@ -1,0 +1,50 @@
+/* Piece and id lists of the tokenizer.json pipeline: see tokenizers/pieces.h. */
+#include "tokenizers/pieces.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+
+void pieces_add(pieces *p, const char *s, size_t len, bool at0, int32_t id) {
+  if (p->oom) return;
+  char *c = malloc(len + 1);
+  if (!c || CP_ARRAY_RESERVE(p->v, p->cap, p->n + 1, "tokenizer pieces")) {
+    free(c);
+    p->oom = true;
+    return;
+  }
+  if (len) memcpy(c, s, len);
+  c[len] = '\0';
+  p->v[p->n++] = (piece){c, len, at0, id};
+}
+
+void pieces_free(pieces *p) {
+  for (size_t i = 0; i < p->n; i++) free(p->v[i].s);
+  free(p->v);
+  memset(p, 0, sizeof *p);
+}
+
+void ids_add(idvec *iv, int64_t id) {
+  if (iv->oom) return;
+  if (CP_ARRAY_RESERVE(iv->v, iv->cap, iv->n + 1, "tokenizer ids")) {
+    iv->oom = true;
+    return;
+  }
+  iv->v[iv->n++] = id;
+}
+
+int tk_replace_all(cp_strbuf *out, const char *s, size_t n, const char *pat, const char *rep) {
+  size_t pl = strlen(pat), i = 0;
+  while (i < n) {
+    if (pl <= n - i && !memcmp(s + i, pat, pl)) {
+      cp_strbuf_str(out, rep);
+      i += pl;
+    } else {
+      cp_strbuf_putc(out, s[i]);
+      i++;
+    }
+  }
+  return out->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
+}

@@ -1,0 +1,33 @@
+/* Private to tokenizers/: Unicode services (ICU) on valid UTF-8. Results are appended to a
+ * cp_strbuf; functions return 0 or a negative cp_err. */
+#ifndef CTXPATCH_TOKENIZERS_UNICODE_H
+#define CTXPATCH_TOKENIZERS_UNICODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxpatch/base/strbuf.h"
+
+typedef enum { TK_NFC, TK_NFD, TK_NFKC, TK_NFKD } tk_nf;
+int tk_normalize(cp_strbuf *out, const char *s, size_t n, tk_nf form);
+int tk_lowercase(cp_strbuf *out, const char *s, size_t n);
+
+/* Compiled regular expression (ICU syntax after Rust/Oniguruma \s \S are mapped to Unicode
+ * White_Space). Caller frees with tk_regex_free. */
+typedef struct tk_regex tk_regex;
+int tk_regex_compile(tk_regex **out, const char *pattern, const char *what);
+void tk_regex_free(tk_regex *re);
+/* Calls fn(start, end) for each non-empty match in s[0..n), left to right (byte offsets); a
+ * non-zero return from fn stops the walk and is returned. */
+typedef int (*tk_span_fn)(void *ctx, size_t start, size_t end);
+int tk_regex_each(const tk_regex *re, const char *s, size_t n, tk_span_fn fn, void *ctx);
+/* Calls fn(start, end) for each extended grapheme cluster of s[0..n). */
+int tk_graphemes(const char *s, size_t n, tk_span_fn fn, void *ctx);
+
+bool tk_is_whitespace(uint32_t cp);
+bool tk_is_alnum(uint32_t cp); /* \w as in Rust regex: alphabetic, mark, digit, connector punct */
+bool tk_is_punct(uint32_t cp);
+bool tk_is_digit(uint32_t cp);
+
+#endif
