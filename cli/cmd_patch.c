@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/patchers/calibrate.h"
+#include "patchers/calibrate_json.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/patchers/patch.h"

@@ -856,3 +856,14 @@ void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e) {
   out->entropy = e->st_ent;
   out->logit_std = e->st_lstd;
 }
+
+double cp_engine_stats_mean(const cp_engine_stats *st, cp_attn_kind kind, int want_entropy) {
+  double sum = 0;
+  int n = 0;
+  for (int m = 0; m < st->n_modules; m++) {
+    if (st->kind[m] != kind) continue;
+    const float *v = (want_entropy ? st->entropy : st->pmax) + (size_t)m * st->n_heads;
+    for (int h = 0; h < st->n_heads; h++) sum += v[h], n++;
+  }
+  return n ? sum / n : NAN;
+}

@@ -79,6 +79,9 @@ typedef struct {
 } cp_engine_stats;
 
 void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e);
+/* Mean P_max (want_entropy 0) or entropy (1) over the modules of one kind and all their heads,
+ * summed in module then head order; NaN when there are none. */
+double cp_engine_stats_mean(const cp_engine_stats *st, cp_attn_kind kind, int want_entropy);
 const char *cp_attn_kind_name(cp_attn_kind kind); /* "encoder_self", "decoder_self", "cross" */
 
 #endif

@@ -1,4 +1,4 @@
-/* Temperature calibration: the T5 seed's Algorithm 1 (attention alignment), its closed forms
+/* Floor: patchers. Temperature calibration: the T5 seed's Algorithm 1 (attention alignment), its closed forms
  * (Propositions 1 and 2) and the length-only baseline, for any model family.
  * Normative text: ../shared/spec/attention-rules.md, "Calibration"; docs/calibration.md.
  *
@@ -22,8 +22,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
@@ -124,9 +122,8 @@ const cp_calib_entry *cp_calib_table_get(const cp_calib_table *t, cp_cal_method 
 int cp_calibrate_rule(cp_rule *rule, cp_calib_table *table, const cp_model *model, cp_cal_method method,
                       int64_t target_len, const cp_calib_params *params);
 
-/* JSON form of the table (what `calibrate --json` prints and `patch` stores in its metadata).
- * Caller frees with cJSON_Delete. */
-cJSON *cp_calib_table_to_json(const cp_calib_table *t);
+/* The JSON form of a table is cp_calib_table_to_json in patchers/calibrate_json.h (private, so
+ * that this header carries no cJSON type). */
 
 /* Closed forms on given statistics (pure functions; NaN without a positive real root). */
 double cp_calib_prop1(double pmax_tr, double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex);
