@@ -14,8 +14,8 @@
  *   prop2    Prop. 2: tau = sigma_ex / sqrt(sigma_tr^2 + 2 log(L_ex / L_tr)).
  *
  * "In scope" is the rule's default temperature scope: T5 encoder self-attention (Algorithm 1),
- * decoder-only models every self-attention layer. The statistics come from cp_attention_profile
- * with the rule {"temperature": tau}.
+ * decoder-only models every self-attention layer. The statistics are the engine's (as
+ * cp_attention_profile's) under the rule {"temperature": tau}; one engine serves a whole call.
  */
 #ifndef CTXPATCH_CALIBRATE_H
 #define CTXPATCH_CALIBRATE_H
