@@ -814,8 +814,9 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   kv_t *kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs);
   e->collect = false;
   CP_CHECK_ALLOC(kvs, "engine: generate");
-  /* Everything the loop touches is allocated here, for the largest step (the n-row prefill) and
-   * the full cache (n + n_new rows): decoding allocates nothing per token. */
+  /* The loop's buffers are allocated here, for the largest step (the n-row prefill) and the full
+   * cache (n + n_new rows), so the loop itself allocates nothing per token. (The attention call
+   * below it still builds its per-call tables and scratch: attention_module, cp_cpu_attention.) */
   for (int l = 0; l < st->n_layers; l++)
     if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(e, CP_ATTN_DECODER_SELF, l))))
       goto done;
