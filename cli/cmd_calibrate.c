@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/patchers/calibrate.h"
+#include "patchers/calibrate_json.h"
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 

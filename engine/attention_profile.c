@@ -91,12 +91,7 @@ int cp_attention_profile(cp_profile_point *out, const cp_model *model, const cp_
 }
 
 double cp_profile_mean(const cp_profile_point *p, cp_attn_kind kind, int want_entropy) {
-  double sum = 0;
-  int n = 0;
-  for (int m = 0; m < p->n_modules; m++) {
-    if (p->kind[m] != kind) continue;
-    const float *v = (want_entropy ? p->entropy : p->pmax) + (size_t)m * p->n_heads;
-    for (int h = 0; h < p->n_heads; h++) sum += v[h], n++;
-  }
-  return n ? sum / n : NAN;
+  cp_engine_stats st = {.n_modules = p->n_modules, .n_heads = p->n_heads, .kind = p->kind, .layer = p->layer,
+                        .pmax = p->pmax, .entropy = p->entropy};
+  return cp_engine_stats_mean(&st, kind, want_entropy);
 }

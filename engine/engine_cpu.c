@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 #include "engine/attention_cpu.h"
@@ -574,49 +575,38 @@ static void head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t
 
 /* ---------------------------------------------------------------- engine */
 
-int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params) {
-  assert(out && model);
-  *out = NULL;
-  cp_engine *e = calloc(1, sizeof *e);
-  int rc = 0;
-  if (!e) return cp_error_set(CP_ENOMEM, "engine: out of memory");
-  e->m = model;
+int cp_engine_set_rule(cp_engine *e, const cp_rule *rule) {
+  assert(e);
+  const cp_model *model = e->m;
   /* A patched artifact carries its rule (model.h): it applies unless the caller brings its own;
    * stacking two rules has no defined meaning, so that is refused. */
   bool caller_rule = rule && !cp_rule_is_identity(rule);
-  if (caller_rule && model->has_metadata_rule) {
-    free(e);
+  if (caller_rule && model->has_metadata_rule)
     return cp_error_set(CP_ERULE_MODEL, "rule: the model is a patched artifact whose config.json 'ctxpatch.rule' "
                                         "already applies a rule; refusing to combine it with another one");
-  }
-  if (caller_rule) e->rule = *rule;
-  else if (model->has_metadata_rule) e->rule = model->metadata_rule;
-  else cp_rule_init(&e->rule);
-  if (params) e->p = *params;
-  else cp_engine_params_init(&e->p);
-  cp_model_rule_model(&e->rm, model);
-  if ((rc = cp_rule_check_model(&e->rule, &e->rm, "rule"))) goto done;
-  int threads = e->p.threads;
-  if (threads <= 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = n > 0 ? (int)(n < 256 ? n : 256) : 1;
-  }
-  /* Our pool splits every product; OpenBLAS's own threads would compete with it. */
-  openblas_set_num_threads(1);
-  if ((rc = cp_pool_create(&e->pool, threads))) goto done;
-  e->n_modules = 0;
+  cp_rule next;
+  if (caller_rule) next = *rule;
+  else if (model->has_metadata_rule) next = model->metadata_rule;
+  else cp_rule_init(&next);
+  int rc = cp_rule_check_model(&next, &e->rm, "rule");
+  if (rc) return rc;
+  /* Every plan is derived from e->rule at each forward (cp_rule_plan), so swapping it is all. */
+  e->rule = next;
+  return 0;
+}
+
+/* The statistics tables: one slot per attention module, in stats_module order. */
+static int alloc_stats(cp_engine *e) {
+  const cp_model *model = e->m;
   int nmod = model->encoder.n_layers + model->decoder.n_layers +
              (model->family == CP_FAMILY_T5 ? model->decoder.n_layers : 0);
-  e->st_kind = calloc((size_t)nmod + 1, sizeof *e->st_kind);
-  e->st_layer = calloc((size_t)nmod + 1, sizeof *e->st_layer);
-  e->st_pmax = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_pmax);
-  e->st_ent = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_ent);
+  size_t cells = (size_t)nmod * (size_t)model->n_heads + 1;
+  CP_CHECK_ALLOC(e->st_kind = calloc((size_t)nmod + 1, sizeof *e->st_kind), "engine: statistics");
+  CP_CHECK_ALLOC(e->st_layer = calloc((size_t)nmod + 1, sizeof *e->st_layer), "engine: statistics");
+  CP_CHECK_ALLOC(e->st_pmax = calloc(cells, sizeof *e->st_pmax), "engine: statistics");
+  CP_CHECK_ALLOC(e->st_ent = calloc(cells, sizeof *e->st_ent), "engine: statistics");
   if (e->p.stats && e->p.logit_stats)
-    e->st_lstd = calloc((size_t)nmod * model->n_heads + 1, sizeof *e->st_lstd);
-  if (!e->st_kind || !e->st_layer || !e->st_pmax || !e->st_ent || (e->p.stats && e->p.logit_stats && !e->st_lstd)) {
-    rc = cp_error_set(CP_ENOMEM, "engine: out of memory");
-    goto done;
-  }
+    CP_CHECK_ALLOC(e->st_lstd = calloc(cells, sizeof *e->st_lstd), "engine: statistics");
   for (int l = 0; l < model->encoder.n_layers; l++)
     e->st_kind[stats_module(e, CP_ATTN_ENCODER_SELF, l)] = CP_ATTN_ENCODER_SELF,
     e->st_layer[stats_module(e, CP_ATTN_ENCODER_SELF, l)] = l;
@@ -628,6 +618,30 @@ int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule
       e->st_layer[stats_module(e, CP_ATTN_CROSS, l)] = l;
     }
   }
+  return 0;
+}
+
+int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params) {
+  assert(out && model);
+  *out = NULL;
+  cp_engine *e = calloc(1, sizeof *e);
+  int rc = 0;
+  CP_CHECK_ALLOC(e, "engine");
+  e->m = model;
+  if (params) e->p = *params;
+  else cp_engine_params_init(&e->p);
+  cp_model_rule_model(&e->rm, model);
+  if ((rc = cp_engine_set_rule(e, rule))) goto done;
+  int threads = e->p.threads;
+  if (threads <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = n > 0 ? (int)(n < 256 ? n : 256) : 1;
+  }
+  /* Our pool splits every product; OpenBLAS's own threads would compete with it. */
+  openblas_set_num_threads(1);
+  if ((rc = cp_pool_create(&e->pool, threads))) goto done;
+  e->n_modules = 0;
+  if ((rc = alloc_stats(e))) goto done;
   *out = e;
   e = NULL;
 done:
@@ -766,6 +780,20 @@ static int64_t argmax(const float *x, int n) {
   return best;
 }
 
+/* One decode step: rows [0, rows) of `in` at positions q_off.. through the decoder against the
+ * caches, the last row's logits into logits [vocab]. b is sized for the prefill, the largest step. */
+static int decode_step(cp_engine *e, bufs_t *b, kv_t *kvs, const cross_t *cross, const int64_t *in, int64_t rows,
+                       int64_t q_off, int64_t last_prompt_row, float *logits /* [vocab] */) {
+  const cp_model *m = e->m;
+  const cp_stack *st = &m->decoder;
+  embed(e, b->x, in, rows);
+  if (m->embed_norm.w) norm_rows(e, &m->embed_norm, b->x, b->x, rows);
+  int rc = run_stack(e, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, cross, last_prompt_row, b);
+  if (rc) return rc;
+  head(e, st, b, rows, rows - 1, logits);
+  return 0;
+}
+
 int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
                        int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
   const cp_model *m = e->m;
@@ -785,19 +813,17 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   bufs_t b = {0};
   kv_t *kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs);
   e->collect = false;
-  if (!kvs) return cp_error_set(CP_ENOMEM, "engine: out of memory");
+  CP_CHECK_ALLOC(kvs, "engine: generate");
+  /* The loop's buffers are allocated here, for the largest step (the n-row prefill) and the full
+   * cache (n + n_new rows), so the loop itself allocates nothing per token. (The attention call
+   * below it still builds its per-call tables and scratch: attention_module, cp_cpu_attention.) */
   for (int l = 0; l < st->n_layers; l++)
     if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(e, CP_ATTN_DECODER_SELF, l))))
       goto done;
-  if (!(logits = alloc_f(1, m->vocab))) {
-    rc = cp_error_code();
-    goto done;
-  }
+  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  CP_CHECK_ALLOC_GOTO(logits = alloc_f(1, m->vocab), "engine: generate");
   if (t5) {
-    if (!(enc = alloc_f(n_ids, m->d_model))) {
-      rc = cp_error_code();
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(enc = alloc_f(n_ids, m->d_model), "engine: generate");
     if ((rc = run_encoder(e, ids, n_ids, enc))) goto done;
     if ((rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
   }
@@ -805,14 +831,8 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   int64_t tok = 0;
   for (int step = 0; step < n_new; step++) {
     int64_t rows = step == 0 ? n : 1, q_off = step == 0 ? 0 : n + step - 1;
-    const int64_t *in = step == 0 ? xids : &tok;
-    if ((rc = bufs_alloc(&b, m, rows))) goto done;
-    embed(e, b.x, in, rows);
-    if (m->embed_norm.w) norm_rows(e, &m->embed_norm, b.x, b.x, rows);
-    if ((rc = run_stack(e, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1, &b)))
+    if ((rc = decode_step(e, &b, kvs, t5 ? &cross : NULL, step == 0 ? xids : &tok, rows, q_off, n - 1, logits)))
       goto done;
-    head(e, st, &b, rows, rows - 1, logits);
-    bufs_free(&b);
     tok = argmax(logits, m->vocab);
     if (step_logits) memcpy(step_logits + (size_t)*n_out * m->vocab, logits, (size_t)m->vocab * sizeof *logits);
     out[(*n_out)++] = tok;
@@ -836,4 +856,15 @@ void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e) {
   out->pmax = e->st_pmax;
   out->entropy = e->st_ent;
   out->logit_std = e->st_lstd;
+}
+
+double cp_engine_stats_mean(const cp_engine_stats *st, cp_attn_kind kind, int want_entropy) {
+  double sum = 0;
+  int n = 0;
+  for (int m = 0; m < st->n_modules; m++) {
+    if (st->kind[m] != kind) continue;
+    const float *v = (want_entropy ? st->entropy : st->pmax) + (size_t)m * st->n_heads;
+    for (int h = 0; h < st->n_heads; h++) sum += v[h], n++;
+  }
+  return n ? sum / n : NAN;
 }

@@ -9,8 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/engine/engine.h"
 #include "ctxpatch/engine/profile.h"
 #include "ctxpatch/verify/verify.h"
 
@@ -109,13 +110,20 @@ double cp_calib_prop2(double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_
 
 /* ---------------------------------------------------------------- measurement */
 
+/* One calibration run: one engine (and so one thread pool) for every forward pass; only its
+ * rule changes between the measurements (cp_engine_set_rule). */
 typedef struct {
   const cp_model *model;
   const cp_calib_params *p;
+  cp_engine *engine; /* owned; statistics on, logit statistics when a closed form is asked */
+  int64_t *ids;      /* [longest length] one sample's input, owned */
   cp_attn_kind kind; /* the kind in scope */
   int n_layers;      /* layers in scope */
   bool probe;        /* probe prompts rather than random ids */
   int64_t forwards;
+  double *grid;      /* [n_grid] tau from grid_hi down to grid_lo, owned */
+  int n_grid;
+  double *taus;      /* [n_layers] per-layer search state, owned */
 } ctx_t;
 
 /* Input ids of sample s at length len: random ids, or a passkey prompt (key at depth
@@ -149,103 +157,72 @@ static int make_ids(int64_t *ids, const ctx_t *c, int64_t len, int s) {
   return cp_model_check_ids(c->model, ids, len, "calibrate probe prompt");
 }
 
-/* Mean statistics in scope over the samples at `len` under `rule`: overall[2] (pmax, entropy)
- * and per layer layer[2][n_layers] (NULL to skip). */
+/* Mean statistics in scope over the samples at one length under one rule: all[stat] over
+ * every module and head in scope, layer[stat][l] per layer (stat 0 pmax, 1 entropy). */
 typedef struct {
   double all[2];
-  double *layer[2]; /* [n_layers] each, owned */
+  double layer[2][CP_RULE_MAX_LAYERS]; /* [n_layers] used */
 } meas_t;
 
-static void meas_free(meas_t *m) {
-  free(m->layer[0]);
-  free(m->layer[1]);
-  memset(m, 0, sizeof *m);
+/* One forward pass of sample s at `len` under the engine's current rule. */
+static int forward_sample(ctx_t *c, int64_t len, int s) {
+  int rc = make_ids(c->ids, c, len, s);
+  if (rc) return rc;
+  if ((rc = cp_engine_forward(c->engine, NULL, c->ids, len, NULL, 0))) return rc;
+  c->forwards++;
+  return 0;
 }
 
 static int measure(meas_t *out, ctx_t *c, const cp_rule *rule, int64_t len) {
   memset(out, 0, sizeof *out);
   const int L = c->n_layers, K = c->p->samples;
-  int64_t *ids = malloc((size_t)len * sizeof *ids);
-  out->layer[0] = calloc((size_t)L, sizeof(double));
-  out->layer[1] = calloc((size_t)L, sizeof(double));
-  int rc = 0;
-  if (!ids || !out->layer[0] || !out->layer[1]) {
-    rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory at length %lld", (long long)len);
-    goto done;
-  }
+  int rc = cp_engine_set_rule(c->engine, rule);
+  if (rc) return rc;
   for (int s = 0; s < K; s++) {
-    if ((rc = make_ids(ids, c, len, s))) goto done;
-    cp_profile_params pp;
-    cp_profile_params_init(&pp);
-    pp.ids = ids;
-    pp.n_ids = len;
-    pp.threads = c->p->threads;
-    cp_profile_point pt;
-    if ((rc = cp_attention_profile(&pt, c->model, rule, &len, 1, &pp))) goto done;
-    c->forwards++;
+    if ((rc = forward_sample(c, len, s))) return rc;
+    cp_engine_stats st;
+    cp_engine_get_stats(&st, c->engine);
     for (int w = 0; w < 2; w++) {
-      out->all[w] += cp_profile_mean(&pt, c->kind, w) / K;
-      for (int m = 0; m < pt.n_modules; m++) {
-        if (pt.kind[m] != c->kind || pt.layer[m] >= L) continue;
-        const float *v = (w ? pt.entropy : pt.pmax) + (size_t)m * pt.n_heads;
+      out->all[w] += cp_engine_stats_mean(&st, c->kind, w) / K;
+      for (int m = 0; m < st.n_modules; m++) {
+        if (st.kind[m] != c->kind || st.layer[m] >= L) continue;
+        const float *v = (w ? st.entropy : st.pmax) + (size_t)m * st.n_heads;
         double sum = 0;
-        for (int h = 0; h < pt.n_heads; h++) sum += v[h];
-        out->layer[w][pt.layer[m]] += sum / pt.n_heads / K;
+        for (int h = 0; h < st.n_heads; h++) sum += v[h];
+        out->layer[w][st.layer[m]] += sum / st.n_heads / K;
       }
     }
-    cp_profile_point_free(&pt);
     if (c->p->progress) {
       char what[96];
       snprintf(what, sizeof what, "length %lld sample %d/%d", (long long)len, s + 1, K);
       c->p->progress(c->p->progress_ctx, what);
     }
   }
-done:
-  free(ids);
-  if (rc) meas_free(out);
-  return rc;
+  return 0;
 }
 
 /* Layer-0 logit std and P_max at `len`, tau = 1, averaged over the samples. */
 static int measure_layer0(double *sigma, double *pmax, ctx_t *c, int64_t len) {
   const int K = c->p->samples;
-  cp_engine_params ep;
-  cp_engine_params_init(&ep);
-  ep.threads = c->p->threads;
-  ep.stats = true;
-  ep.logit_stats = true;
-  cp_engine *e = NULL;
-  int64_t *ids = malloc((size_t)len * sizeof *ids);
-  int rc = 0;
   *sigma = *pmax = 0;
-  if (!ids) {
-    rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory at length %lld", (long long)len);
-    goto done;
-  }
-  if ((rc = cp_engine_create(&e, c->model, NULL, &ep))) goto done;
+  int rc = cp_engine_set_rule(c->engine, NULL);
+  if (rc) return rc;
   for (int s = 0; s < K; s++) {
-    if ((rc = make_ids(ids, c, len, s))) goto done;
-    if ((rc = cp_engine_forward(e, NULL, ids, len, NULL, 0))) goto done;
-    c->forwards++;
+    if ((rc = forward_sample(c, len, s))) return rc;
     cp_engine_stats st;
-    cp_engine_get_stats(&st, e);
+    cp_engine_get_stats(&st, c->engine);
     int m0 = -1;
     for (int m = 0; m < st.n_modules; m++)
       if (st.kind[m] == c->kind && st.layer[m] == 0) m0 = m;
-    if (m0 < 0 || !st.logit_std) {
-      rc = cp_error_set(CP_EUNSUPPORTED, "calibrate: the engine gave no layer-0 logit statistics");
-      goto done;
-    }
+    if (m0 < 0 || !st.logit_std)
+      return cp_error_set(CP_EUNSUPPORTED, "calibrate: the engine gave no layer-0 logit statistics");
     double ss = 0, sp = 0;
     for (int h = 0; h < st.n_heads; h++)
       ss += st.logit_std[(size_t)m0 * st.n_heads + h], sp += st.pmax[(size_t)m0 * st.n_heads + h];
     *sigma += ss / st.n_heads / K;
     *pmax += sp / st.n_heads / K;
   }
-done:
-  free(ids);
-  cp_engine_free(e);
-  return rc;
+  return 0;
 }
 
 /* ---------------------------------------------------------------- alignment */
@@ -284,18 +261,18 @@ static int eval_fn(double *val, fn_t *f, double tau) {
   int rc = measure(&m, f->c, &r, f->len);
   if (rc) return rc;
   *val = f->layer < 0 ? m.all[f->stat] : m.layer[f->stat][f->layer];
-  meas_free(&m);
   return 0;
 }
 
 /* Grid search (closest mean) then, with refine, bisection between the two grid points whose
  * means bracket the target. The mean is monotone in tau, so at most one pair brackets it.
  * grid_val (may be NULL) holds precomputed values at the grid points. */
-static int align(double *tau_out, double *achieved, bool *clipped, fn_t *f, double target, const double *grid,
-                 int n_grid, const double *grid_val) {
+static int align(double *tau_out, double *achieved, bool *clipped, fn_t *f, double target, const double *grid_val) {
   const cp_calib_params *p = f->c->p;
+  const double *grid = f->c->grid;
+  const int n_grid = f->c->n_grid;
   double *val = malloc((size_t)n_grid * sizeof *val);
-  if (!val) return cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+  CP_CHECK_ALLOC(val, "calibrate: grid values");
   int rc = 0, best = 0;
   for (int g = 0; g < n_grid; g++) {
     if (grid_val) val[g] = grid_val[g];
@@ -349,12 +326,250 @@ const cp_calib_entry *cp_calib_table_get(const cp_calib_table *t, cp_cal_method 
 static int make_grid(double **out, int *n_out, const cp_calib_params *p) {
   int n = (int)floor((p->grid_hi - p->grid_lo) / p->grid_step + 1e-9) + 1;
   double *g = malloc((size_t)n * sizeof *g);
-  if (!g) return cp_error_set(CP_ENOMEM, "calibrate: out of memory");
+  CP_CHECK_ALLOC(g, "calibrate: grid");
   /* Rounded to 1e-12 so 1 - 10 * 0.05 prints as 0.5. */
   for (int i = 0; i < n; i++) g[i] = round((p->grid_hi - i * p->grid_step) * 1e12) / 1e12;
   *out = g;
   *n_out = n;
   return 0;
+}
+
+/* What one cp_calibrate call asks, checked: the training length, the scope, and which of the
+ * two kinds of method (alignment, closed form) are wanted. */
+typedef struct {
+  int64_t ltr;
+  cp_rule_model rm;
+  bool want_align, want_closed;
+} request_t;
+
+static int check_request(request_t *rq, const cp_model *model, const cp_cal_method *methods, int n_methods,
+                         const int64_t *lengths, int n_lengths, const cp_calib_params *params) {
+  memset(rq, 0, sizeof *rq);
+  int rc = cp_calib_params_check(params);
+  if (rc) return rc;
+  if (n_methods < 1 || n_lengths < 1) return cp_error_set(CP_EARG, "calibrate: no method or no length given");
+  /* Calibrating an artifact whose metadata rule already applies would measure that rule at
+   * tau = 1 and refuse every other tau in the engine: calibrate the original instead. */
+  if (model->has_metadata_rule)
+    return cp_error_set(CP_ERULE_MODEL, "calibrate: the model is a patched artifact (config.json 'ctxpatch.rule'); "
+                                        "calibrate the original checkpoint");
+  cp_model_rule_model(&rq->rm, model);
+  rq->ltr = params->train_len > 0 ? params->train_len : rq->rm.train_len;
+  if (rq->ltr <= 1)
+    return cp_error_set(CP_EARG, "calibrate: the model's config gives no training length; pass one (--train-len)");
+  for (int i = 0; i < n_lengths; i++)
+    if (lengths[i] <= rq->ltr)
+      return cp_error_set(CP_EARG, "calibrate: length %lld is not longer than the training length %lld",
+                          (long long)lengths[i], (long long)rq->ltr);
+  int n_layers = rq->rm.is_encoder_decoder ? rq->rm.n_layers_encoder : rq->rm.n_layers_decoder;
+  if (n_layers < 1 || n_layers > CP_RULE_MAX_LAYERS)
+    return cp_error_set(CP_EUNSUPPORTED, "calibrate: %d layers in scope", n_layers);
+  for (int k = 0; k < n_methods; k++) {
+    if ((unsigned)methods[k] >= CP_CAL_METHOD_COUNT) return cp_error_set(CP_EARG, "calibrate: bad method %d", methods[k]);
+    rq->want_align |= methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY;
+    rq->want_closed |= methods[k] == CP_CAL_PROP1 || methods[k] == CP_CAL_PROP2;
+  }
+  return 0;
+}
+
+/* The run's engine, input buffer (for the longest length) and grid. */
+static int ctx_open(ctx_t *c, const request_t *rq, const cp_model *model, const int64_t *lengths, int n_lengths,
+                    const cp_calib_params *params) {
+  memset(c, 0, sizeof *c);
+  c->model = model;
+  c->p = params;
+  c->kind = rq->rm.is_encoder_decoder ? CP_ATTN_ENCODER_SELF : CP_ATTN_DECODER_SELF;
+  c->n_layers = rq->rm.is_encoder_decoder ? rq->rm.n_layers_encoder : rq->rm.n_layers_decoder;
+  c->probe = params->inputs == CP_CAL_INPUTS_PROBE || (params->inputs == CP_CAL_INPUTS_AUTO && params->tokenizer);
+  int64_t longest = rq->ltr;
+  for (int i = 0; i < n_lengths; i++)
+    if (lengths[i] > longest) longest = lengths[i];
+  size_t ids_bytes;
+  if (!cp_size_mul(&ids_bytes, (size_t)longest, sizeof *c->ids))
+    return cp_error_set(CP_EOVERFLOW, "calibrate: length %lld is too large", (long long)longest);
+  CP_CHECK_ALLOC(c->ids = malloc(ids_bytes), "calibrate: input ids");
+  CP_CHECK_ALLOC(c->taus = malloc((size_t)c->n_layers * sizeof *c->taus), "calibrate: per-layer taus");
+  int rc = make_grid(&c->grid, &c->n_grid, params);
+  if (rc) return rc;
+  cp_engine_params ep;
+  cp_engine_params_init(&ep);
+  ep.threads = params->threads;
+  ep.stats = true;
+  ep.logit_stats = rq->want_closed;
+  return cp_engine_create(&c->engine, model, NULL, &ep);
+}
+
+static void ctx_close(ctx_t *c) {
+  cp_engine_free(c->engine);
+  free(c->ids);
+  free(c->grid);
+  free(c->taus);
+  memset(c, 0, sizeof *c);
+}
+
+/* The table's arrays and settings, every entry's numbers NaN until computed. */
+static int table_init(cp_calib_table *out, const ctx_t *c, const request_t *rq, const cp_cal_method *methods,
+                      int n_methods, const int64_t *lengths, int n_lengths) {
+  const cp_calib_params *params = c->p;
+  out->train_len = rq->ltr;
+  out->n_lengths = n_lengths;
+  out->n_methods = n_methods;
+  CP_CHECK_ALLOC(out->lengths = malloc((size_t)n_lengths * sizeof *out->lengths), "calibrate: table");
+  CP_CHECK_ALLOC(out->methods = malloc((size_t)n_methods * sizeof *out->methods), "calibrate: table");
+  CP_CHECK_ALLOC(out->entries = calloc((size_t)n_methods * (size_t)n_lengths, sizeof *out->entries),
+                 "calibrate: table");
+  if (rq->want_closed)
+    CP_CHECK_ALLOC(out->sigma_ex = malloc((size_t)n_lengths * sizeof *out->sigma_ex), "calibrate: table");
+  memcpy(out->lengths, lengths, (size_t)n_lengths * sizeof *lengths);
+  memcpy(out->methods, methods, (size_t)n_methods * sizeof *methods);
+  out->per_layer = params->per_layer;
+  out->refine = params->refine;
+  out->grid_hi = params->grid_hi;
+  out->grid_lo = params->grid_lo;
+  out->grid_step = params->grid_step;
+  out->samples = params->samples;
+  out->inputs = c->probe ? CP_CAL_INPUTS_PROBE : CP_CAL_INPUTS_RANDOM;
+  out->scope = rq->rm.is_encoder_decoder ? "encoder_self" : "self";
+  out->n_layers = c->n_layers;
+  out->pmax_tr0 = out->sigma_tr = NAN;
+  for (int i = 0; i < n_methods * n_lengths; i++) {
+    cp_calib_entry *en = &out->entries[i];
+    en->method = methods[i / n_lengths];
+    en->length = lengths[i % n_lengths];
+    en->tau = en->target = en->at_one = en->achieved = en->other_root = NAN;
+  }
+  return 0;
+}
+
+/* Layer-0 statistics for the closed forms: at train_len and at every length. */
+static int measure_closed(cp_calib_table *out, ctx_t *c) {
+  int rc = measure_layer0(&out->sigma_tr, &out->pmax_tr0, c, out->train_len);
+  for (int i = 0; rc == 0 && i < out->n_lengths; i++) {
+    double pm;
+    rc = measure_layer0(&out->sigma_ex[i], &pm, c, out->lengths[i]);
+  }
+  return rc;
+}
+
+/* log, prop1 or prop2 at length index i, from the measured layer-0 statistics. */
+static void closed_entry(cp_calib_entry *en, const cp_calib_table *t, int i) {
+  const int64_t ltr = t->train_len, lex = t->lengths[i];
+  switch (en->method) {
+  case CP_CAL_LOG:
+    en->tau = cp_calib_log(ltr, lex);
+    break;
+  case CP_CAL_PROP1:
+    cp_calib_prop1_roots(&en->tau, &en->other_root, t->pmax_tr0, t->sigma_tr, t->sigma_ex[i], ltr, lex);
+    if (isnan(en->tau)) en->note = "Prop. 1's quadratic has no positive real root";
+    else if (en->tau > 1 && !isnan(en->other_root))
+      en->note = "Prop. 1's larger root (the paper's choice) is above 1; see other_root";
+    break;
+  case CP_CAL_PROP2:
+    en->tau = cp_calib_prop2(t->sigma_tr, t->sigma_ex[i], ltr, lex);
+    if (isnan(en->tau)) en->note = "Prop. 2 is undefined (sigma_tr^2 + 2 log(L_ex/L_tr) <= 0)";
+    break;
+  default:
+    break;
+  }
+}
+
+/* Single-tau means at every grid point at one length: gv[stat][g]. */
+static int measure_grid(double *gv[2], ctx_t *c, int64_t lex) {
+  for (int g = 0; g < c->n_grid; g++) {
+    cp_rule r;
+    rule_single(&r, c->grid[g]);
+    meas_t m;
+    int rc = measure(&m, c, &r, lex);
+    if (rc) return rc;
+    gv[0][g] = m.all[0];
+    gv[1][g] = m.all[1];
+  }
+  return 0;
+}
+
+/* Per-layer alignment of statistic `stat` at lex to the per-layer targets tr->layer[stat]. */
+static int align_layers(cp_calib_entry *en, ctx_t *c, int stat, int64_t lex, const meas_t *tr) {
+  CP_CHECK_ALLOC(en->layer_tau = malloc((size_t)c->n_layers * sizeof *en->layer_tau), "calibrate: per-layer taus");
+  en->n_layer_tau = c->n_layers;
+  /* Bottom-up: layer l's softmaxes depend on layers < l (its input) and on tau_l, never
+   * on the layers above, so each layer is aligned with the ones below fixed. */
+  for (int l = 0; l < c->n_layers; l++) c->taus[l] = 1.0;
+  for (int l = 0; l < c->n_layers; l++) {
+    fn_t f = {c, lex, stat, l, c->taus};
+    double tau_l, ach;
+    bool clip;
+    int rc = align(&tau_l, &ach, &clip, &f, tr->layer[stat][l], NULL);
+    if (rc) return rc;
+    c->taus[l] = tau_l;
+    en->layer_tau[l] = tau_l;
+    en->clipped |= clip;
+  }
+  cp_rule r;
+  rule_layers(&r, c->taus, c->n_layers);
+  meas_t m;
+  int rc = measure(&m, c, &r, lex);
+  if (rc) return rc;
+  en->achieved = m.all[stat];
+  return 0;
+}
+
+/* The alignment state at one length: the targets at train_len and the single-tau grid values,
+ * measured once per length and shared by pmax and entropy. */
+typedef struct {
+  const meas_t *tr;  /* means at train_len, tau = 1 */
+  double *gv[2];     /* [n_grid] each, owned */
+  bool grid_done;    /* gv holds this length's values */
+} align_state;
+
+/* pmax or entropy (en->method) at length lex. */
+static int align_entry(cp_calib_entry *en, ctx_t *c, align_state *as, int64_t lex) {
+  int stat = en->method == CP_CAL_ENTROPY, rc = 0;
+  en->target = as->tr->all[stat];
+  if (c->p->per_layer) {
+    rc = align_layers(en, c, stat, lex, as->tr);
+  } else {
+    if (!as->grid_done) {
+      if ((rc = measure_grid(as->gv, c, lex))) return rc;
+      as->grid_done = true;
+    }
+    fn_t f = {c, lex, stat, -1, NULL};
+    rc = align(&en->tau, &en->achieved, &en->clipped, &f, en->target, as->gv[stat]);
+  }
+  if (rc == 0 && en->clipped) en->note = "the target is outside the grid's range: tau is the grid end closest to it";
+  return rc;
+}
+
+/* at_one of the pmax and entropy entries at length index i: the mean with tau = 1 (the grid's
+ * first point when it is 1 and the grid was measured). */
+static int measure_at_one(cp_calib_table *out, ctx_t *c, const align_state *as, int i) {
+  double one[2];
+  if (as->grid_done && c->grid[0] == 1.0) {
+    one[0] = as->gv[0][0], one[1] = as->gv[1][0];
+  } else {
+    meas_t m;
+    int rc = measure(&m, c, NULL, out->lengths[i]);
+    if (rc) return rc;
+    one[0] = m.all[0], one[1] = m.all[1];
+  }
+  for (int k = 0; k < out->n_methods; k++)
+    if (out->methods[k] == CP_CAL_PMAX || out->methods[k] == CP_CAL_ENTROPY)
+      out->entries[k * out->n_lengths + i].at_one = one[out->methods[k] == CP_CAL_ENTROPY];
+  return 0;
+}
+
+/* Every method at length index i. */
+static int calibrate_length(cp_calib_table *out, ctx_t *c, align_state *as, bool want_align, int i) {
+  as->grid_done = false;
+  for (int k = 0; k < out->n_methods; k++) {
+    cp_calib_entry *en = &out->entries[k * out->n_lengths + i];
+    if (en->method == CP_CAL_PMAX || en->method == CP_CAL_ENTROPY) {
+      int rc = align_entry(en, c, as, out->lengths[i]);
+      if (rc) return rc;
+    } else {
+      closed_entry(en, out, i);
+    }
+  }
+  return want_align ? measure_at_one(out, c, as, i) : 0;
 }
 
 int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method *methods, int n_methods,
@@ -365,198 +580,30 @@ int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method
     cp_calib_params_init(&defaults);
     params = &defaults;
   }
-  int rc = cp_calib_params_check(params);
+  request_t rq;
+  int rc = check_request(&rq, model, methods, n_methods, lengths, n_lengths, params);
   if (rc) return rc;
-  if (n_methods < 1 || n_lengths < 1) return cp_error_set(CP_EARG, "calibrate: no method or no length given");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-
-  /* Calibrating an artifact whose metadata rule already applies would measure that rule at
-   * tau = 1 and refuse every other tau in the engine: calibrate the original instead. */
-  if (model->has_metadata_rule)
-    return cp_error_set(CP_ERULE_MODEL, "calibrate: the model is a patched artifact (config.json 'ctxpatch.rule'); "
-                                        "calibrate the original checkpoint");
-  cp_rule_model rm;
-  cp_model_rule_model(&rm, model);
-  int64_t ltr = params->train_len > 0 ? params->train_len : rm.train_len;
-  if (ltr <= 1)
-    return cp_error_set(CP_EARG, "calibrate: the model's config gives no training length; pass one (--train-len)");
-  for (int i = 0; i < n_lengths; i++)
-    if (lengths[i] <= ltr)
-      return cp_error_set(CP_EARG, "calibrate: length %lld is not longer than the training length %lld",
-                          (long long)lengths[i], (long long)ltr);
-
-  ctx_t c = {.model = model, .p = params};
-  c.kind = rm.is_encoder_decoder ? CP_ATTN_ENCODER_SELF : CP_ATTN_DECODER_SELF;
-  c.n_layers = rm.is_encoder_decoder ? rm.n_layers_encoder : rm.n_layers_decoder;
-  c.probe = params->inputs == CP_CAL_INPUTS_PROBE || (params->inputs == CP_CAL_INPUTS_AUTO && params->tokenizer);
-  if (c.n_layers < 1 || c.n_layers > CP_RULE_MAX_LAYERS)
-    return cp_error_set(CP_EUNSUPPORTED, "calibrate: %d layers in scope", c.n_layers);
-
-  bool want_align = false, want_closed = false;
-  for (int k = 0; k < n_methods; k++) {
-    if ((unsigned)methods[k] >= CP_CAL_METHOD_COUNT) return cp_error_set(CP_EARG, "calibrate: bad method %d", methods[k]);
-    want_align |= methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY;
-    want_closed |= methods[k] == CP_CAL_PROP1 || methods[k] == CP_CAL_PROP2;
+  ctx_t c;
+  meas_t tr;
+  align_state as = {.tr = &tr};
+  if ((rc = ctx_open(&c, &rq, model, lengths, n_lengths, params))) goto done;
+  if ((rc = table_init(out, &c, &rq, methods, n_methods, lengths, n_lengths))) goto done;
+  if (rq.want_closed && (rc = measure_closed(out, &c))) goto done;
+  if (rq.want_align) {
+    CP_CHECK_ALLOC_GOTO(as.gv[0] = malloc((size_t)c.n_grid * sizeof(double)), "calibrate: grid values");
+    CP_CHECK_ALLOC_GOTO(as.gv[1] = malloc((size_t)c.n_grid * sizeof(double)), "calibrate: grid values");
+    if ((rc = measure(&tr, &c, NULL, rq.ltr))) goto done;
   }
-
-  double *grid = NULL, *gv[2] = {NULL, NULL}, *taus = NULL;
-  int n_grid = 0;
-  meas_t tr = {0};
-  out->train_len = ltr;
-  out->n_lengths = n_lengths;
-  out->n_methods = n_methods;
-  out->lengths = malloc((size_t)n_lengths * sizeof *out->lengths);
-  out->methods = malloc((size_t)n_methods * sizeof *out->methods);
-  out->entries = calloc((size_t)n_methods * (size_t)n_lengths, sizeof *out->entries);
-  taus = malloc((size_t)c.n_layers * sizeof *taus);
-  if (!out->lengths || !out->methods || !out->entries || !taus) {
-    rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
-    goto done;
-  }
-  memcpy(out->lengths, lengths, (size_t)n_lengths * sizeof *lengths);
-  memcpy(out->methods, methods, (size_t)n_methods * sizeof *methods);
-  out->per_layer = params->per_layer;
-  out->refine = params->refine;
-  out->grid_hi = params->grid_hi;
-  out->grid_lo = params->grid_lo;
-  out->grid_step = params->grid_step;
-  out->samples = params->samples;
-  out->inputs = c.probe ? CP_CAL_INPUTS_PROBE : CP_CAL_INPUTS_RANDOM;
-  out->scope = rm.is_encoder_decoder ? "encoder_self" : "self";
-  out->n_layers = c.n_layers;
-  out->pmax_tr0 = out->sigma_tr = NAN;
-  for (int i = 0; i < n_methods * n_lengths; i++) {
-    cp_calib_entry *en = &out->entries[i];
-    en->method = methods[i / n_lengths];
-    en->length = lengths[i % n_lengths];
-    en->tau = en->target = en->at_one = en->achieved = en->other_root = NAN;
-  }
-  if ((rc = make_grid(&grid, &n_grid, params))) goto done;
-
-  if (want_closed) {
-    if (!(out->sigma_ex = malloc((size_t)n_lengths * sizeof *out->sigma_ex))) {
-      rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
-      goto done;
-    }
-    if ((rc = measure_layer0(&out->sigma_tr, &out->pmax_tr0, &c, ltr))) goto done;
-    for (int i = 0; i < n_lengths; i++) {
-      double pm;
-      if ((rc = measure_layer0(&out->sigma_ex[i], &pm, &c, lengths[i]))) goto done;
-    }
-  }
-  if (want_align) {
-    cp_rule one;
-    cp_rule_init(&one);
-    if ((rc = measure(&tr, &c, &one, ltr))) goto done;
-    gv[0] = malloc((size_t)n_grid * sizeof(double));
-    gv[1] = malloc((size_t)n_grid * sizeof(double));
-    if (!gv[0] || !gv[1]) {
-      rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
-      goto done;
-    }
-  }
-
-  for (int i = 0; i < n_lengths; i++) {
-    int64_t lex = lengths[i];
-    bool grid_done = false; /* single-tau grid values at this length, shared by pmax and entropy */
-    for (int k = 0; k < n_methods; k++) {
-      cp_calib_entry *en = &out->entries[k * n_lengths + i];
-      switch (methods[k]) {
-      case CP_CAL_LOG:
-        en->tau = cp_calib_log(ltr, lex);
-        break;
-      case CP_CAL_PROP1:
-        cp_calib_prop1_roots(&en->tau, &en->other_root, out->pmax_tr0, out->sigma_tr, out->sigma_ex[i], ltr, lex);
-        if (isnan(en->tau)) en->note = "Prop. 1's quadratic has no positive real root";
-        else if (en->tau > 1 && !isnan(en->other_root))
-          en->note = "Prop. 1's larger root (the paper's choice) is above 1; see other_root";
-        break;
-      case CP_CAL_PROP2:
-        en->tau = cp_calib_prop2(out->sigma_tr, out->sigma_ex[i], ltr, lex);
-        if (isnan(en->tau)) en->note = "Prop. 2 is undefined (sigma_tr^2 + 2 log(L_ex/L_tr) <= 0)";
-        break;
-      case CP_CAL_PMAX:
-      case CP_CAL_ENTROPY: {
-        int stat = methods[k] == CP_CAL_ENTROPY;
-        en->target = tr.all[stat];
-        if (!params->per_layer) {
-          if (!grid_done) {
-            for (int g = 0; g < n_grid; g++) {
-              cp_rule r;
-              rule_single(&r, grid[g]);
-              meas_t m;
-              if ((rc = measure(&m, &c, &r, lex))) goto done;
-              gv[0][g] = m.all[0];
-              gv[1][g] = m.all[1];
-              meas_free(&m);
-            }
-            grid_done = true;
-          }
-          fn_t f = {&c, lex, stat, -1, NULL};
-          if ((rc = align(&en->tau, &en->achieved, &en->clipped, &f, en->target, grid, n_grid, gv[stat])))
-            goto done;
-        } else {
-          if (!(en->layer_tau = malloc((size_t)c.n_layers * sizeof *en->layer_tau))) {
-            rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory");
-            goto done;
-          }
-          en->n_layer_tau = c.n_layers;
-          /* Bottom-up: layer l's softmaxes depend on layers < l (its input) and on tau_l, never
-           * on the layers above, so each layer is aligned with the ones below fixed. */
-          for (int l = 0; l < c.n_layers; l++) taus[l] = 1.0;
-          for (int l = 0; l < c.n_layers; l++) {
-            fn_t f = {&c, lex, stat, l, taus};
-            double tau_l, ach;
-            bool clip;
-            if ((rc = align(&tau_l, &ach, &clip, &f, tr.layer[stat][l], grid, n_grid, NULL))) goto done;
-            taus[l] = tau_l;
-            en->layer_tau[l] = tau_l;
-            en->clipped |= clip;
-          }
-          cp_rule r;
-          rule_layers(&r, taus, c.n_layers);
-          meas_t m;
-          if ((rc = measure(&m, &c, &r, lex))) goto done;
-          en->achieved = m.all[stat];
-          meas_free(&m);
-        }
-        if (en->clipped)
-          en->note = "the target is outside the grid's range: tau is the grid end closest to it";
-        break;
-      }
-      default:
-        break;
-      }
-    }
-    /* at_one: the mean at this length with tau = 1 (the grid's first point when it is 1). */
-    if (want_align) {
-      double one[2];
-      if (grid_done && grid[0] == 1.0) {
-        one[0] = gv[0][0], one[1] = gv[1][0];
-      } else {
-        cp_rule r;
-        cp_rule_init(&r);
-        meas_t m;
-        if ((rc = measure(&m, &c, &r, lex))) goto done;
-        one[0] = m.all[0], one[1] = m.all[1];
-        meas_free(&m);
-      }
-      for (int k = 0; k < n_methods; k++)
-        if (methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY)
-          out->entries[k * n_lengths + i].at_one = one[methods[k] == CP_CAL_ENTROPY];
-    }
-  }
-
+  for (int i = 0; rc == 0 && i < n_lengths; i++) rc = calibrate_length(out, &c, &as, rq.want_align, i);
 done:
   clock_gettime(CLOCK_MONOTONIC, &t1);
   out->forwards = c.forwards;
   out->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  free(grid);
-  free(gv[0]);
-  free(gv[1]);
-  free(taus);
-  meas_free(&tr);
+  free(as.gv[0]);
+  free(as.gv[1]);
+  ctx_close(&c);
   if (rc) cp_calib_table_free(out);
   return rc;
 }
@@ -579,59 +626,4 @@ int cp_calibrate_rule(cp_rule *rule, cp_calib_table *table, const cp_model *mode
   if (rc == 0 && table) *table = t;
   else cp_calib_table_free(&t);
   return rc;
-}
-
-/* ---------------------------------------------------------------- JSON */
-
-static cJSON *num_or_null(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
-
-cJSON *cp_calib_table_to_json(const cp_calib_table *t) {
-  cJSON *o = cJSON_CreateObject();
-  if (!o) return NULL;
-  cJSON_AddNumberToObject(o, "train_len", (double)t->train_len);
-  cJSON_AddStringToObject(o, "scope", t->scope ? t->scope : "");
-  cJSON_AddNumberToObject(o, "layers", t->n_layers);
-  cJSON_AddStringToObject(o, "inputs", t->inputs == CP_CAL_INPUTS_PROBE ? "probe" : "random");
-  cJSON_AddNumberToObject(o, "samples", t->samples);
-  cJSON *grid = cJSON_AddArrayToObject(o, "grid");
-  if (grid) {
-    cJSON_AddItemToArray(grid, cJSON_CreateNumber(t->grid_hi));
-    cJSON_AddItemToArray(grid, cJSON_CreateNumber(t->grid_lo));
-    cJSON_AddItemToArray(grid, cJSON_CreateNumber(t->grid_step));
-  }
-  cJSON_AddBoolToObject(o, "refine", t->refine);
-  cJSON_AddBoolToObject(o, "per_layer", t->per_layer);
-  if (t->sigma_ex) {
-    cJSON *l0 = cJSON_AddObjectToObject(o, "layer0");
-    if (l0) {
-      cJSON_AddItemToObject(l0, "pmax_tr", num_or_null(t->pmax_tr0));
-      cJSON_AddItemToObject(l0, "sigma_tr", num_or_null(t->sigma_tr));
-      cJSON *se = cJSON_AddArrayToObject(l0, "sigma_ex");
-      for (int i = 0; se && i < t->n_lengths; i++) cJSON_AddItemToArray(se, num_or_null(t->sigma_ex[i]));
-    }
-  }
-  cJSON *arr = cJSON_AddArrayToObject(o, "entries");
-  for (int i = 0; arr && i < t->n_methods * t->n_lengths; i++) {
-    const cp_calib_entry *en = &t->entries[i];
-    cJSON *e = cJSON_CreateObject();
-    if (!e) break;
-    cJSON_AddStringToObject(e, "method", cp_cal_method_name(en->method));
-    cJSON_AddNumberToObject(e, "length", (double)en->length);
-    cJSON_AddItemToObject(e, "tau", num_or_null(en->tau));
-    if (en->n_layer_tau > 0) {
-      cJSON *lt = cJSON_AddArrayToObject(e, "layer_tau");
-      for (int l = 0; lt && l < en->n_layer_tau; l++) cJSON_AddItemToArray(lt, num_or_null(en->layer_tau[l]));
-    }
-    if (en->method == CP_CAL_PMAX || en->method == CP_CAL_ENTROPY) {
-      cJSON_AddItemToObject(e, "target", num_or_null(en->target));
-      cJSON_AddItemToObject(e, "at_tau_1", num_or_null(en->at_one));
-      cJSON_AddItemToObject(e, "achieved", num_or_null(en->achieved));
-      cJSON_AddBoolToObject(e, "clipped", en->clipped);
-    }
-    if (en->method == CP_CAL_PROP1) cJSON_AddItemToObject(e, "other_root", num_or_null(en->other_root));
-    if (en->note) cJSON_AddStringToObject(e, "note", en->note);
-    cJSON_AddItemToArray(arr, e);
-  }
-  cJSON_AddNumberToObject(o, "forwards", (double)t->forwards);
-  return o;
 }

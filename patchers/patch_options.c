@@ -8,6 +8,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/patchers/calibrate.h"
+#include "patchers/calibrate_json.h"
 #include "ctxpatch/patchers/patch.h"
 
 void cp_patch_options_init(cp_patch_options *o) {

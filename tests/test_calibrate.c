@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/patchers/calibrate.h"
+#include "patchers/calibrate_json.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/model.h"

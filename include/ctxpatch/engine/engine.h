@@ -1,4 +1,4 @@
-/* CPU float32 reference engine: forward passes, greedy decoding with a KV cache, and attention
+/* Floor: engine. CPU float32 reference engine: forward passes, greedy decoding with a KV cache, and attention
  * statistics, for every model family and any attention rule (../shared/spec/attention-rules.md,
  * docs/attention-decisions.md; every rule decision comes from ctxpatch/rule.h).
  *
@@ -34,6 +34,12 @@ typedef struct cp_engine cp_engine;
 int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule,
                      const cp_engine_params *params);
 void cp_engine_free(cp_engine *e);
+
+/* Replaces the engine's rule (NULL: the identity, or the model's metadata rule) with the checks
+ * of cp_engine_create: a non-identity rule on a patched artifact is CP_ERULE_MODEL, and the
+ * rule is checked against the model. Keeps the threads and statistics tables, so a caller
+ * that sweeps rules (calibration) needs one engine. On error the previous rule stays. */
+int cp_engine_set_rule(cp_engine *e, const cp_rule *rule);
 
 /* Number of rows cp_engine_forward writes: n_dec for T5 (the decoder's positions), else n_ids. */
 int64_t cp_engine_output_rows(const cp_engine *e, int64_t n_ids, int64_t n_dec);
@@ -73,6 +79,9 @@ typedef struct {
 } cp_engine_stats;
 
 void cp_engine_get_stats(cp_engine_stats *out, const cp_engine *e);
+/* Mean P_max (want_entropy 0) or entropy (1) over the modules of one kind and all their heads,
+ * summed in module then head order; NaN when there are none. */
+double cp_engine_stats_mean(const cp_engine_stats *st, cp_attn_kind kind, int want_entropy);
 const char *cp_attn_kind_name(cp_attn_kind kind); /* "encoder_self", "decoder_self", "cross" */
 
 #endif

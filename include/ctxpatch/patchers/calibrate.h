@@ -1,4 +1,4 @@
-/* Temperature calibration: the T5 seed's Algorithm 1 (attention alignment), its closed forms
+/* Floor: patchers. Temperature calibration: the T5 seed's Algorithm 1 (attention alignment), its closed forms
  * (Propositions 1 and 2) and the length-only baseline, for any model family.
  * Normative text: ../shared/spec/attention-rules.md, "Calibration"; docs/calibration.md.
  *
@@ -14,16 +14,14 @@
  *   prop2    Prop. 2: tau = sigma_ex / sqrt(sigma_tr^2 + 2 log(L_ex / L_tr)).
  *
  * "In scope" is the rule's default temperature scope: T5 encoder self-attention (Algorithm 1),
- * decoder-only models every self-attention layer. The statistics come from cp_attention_profile
- * with the rule {"temperature": tau}.
+ * decoder-only models every self-attention layer. The statistics are the engine's (as
+ * cp_attention_profile's) under the rule {"temperature": tau}; one engine serves a whole call.
  */
 #ifndef CTXPATCH_CALIBRATE_H
 #define CTXPATCH_CALIBRATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
@@ -124,9 +122,8 @@ const cp_calib_entry *cp_calib_table_get(const cp_calib_table *t, cp_cal_method 
 int cp_calibrate_rule(cp_rule *rule, cp_calib_table *table, const cp_model *model, cp_cal_method method,
                       int64_t target_len, const cp_calib_params *params);
 
-/* JSON form of the table (what `calibrate --json` prints and `patch` stores in its metadata).
- * Caller frees with cJSON_Delete. */
-cJSON *cp_calib_table_to_json(const cp_calib_table *t);
+/* The JSON form of a table is cp_calib_table_to_json in patchers/calibrate_json.h (private, so
+ * that this header carries no cJSON type). */
 
 /* Closed forms on given statistics (pure functions; NaN without a positive real root). */
 double cp_calib_prop1(double pmax_tr, double sigma_tr, double sigma_ex, int64_t l_tr, int64_t l_ex);
