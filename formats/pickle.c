@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/quote.h"
 
 /* ---- arena ---------------------------------------------------------------------------- */
 
@@ -152,25 +153,6 @@ static const pk_global *lookup_global(const char *mod, size_t mod_len, const cha
 }
 
 /* ---- helpers -------------------------------------------------------------------------- */
-
-/* Attacker text in messages: printable ASCII kept, the rest escaped, long text cut. */
-static const char *quote(char *dst, size_t cap, const char *s, size_t len) {
-  size_t o = 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (o + 8 >= cap) {
-      memcpy(dst + o, "...", 4);
-      return dst;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      dst[o++] = (char)c;
-    } else {
-      o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c);
-    }
-  }
-  dst[o] = 0;
-  return dst;
-}
 
 /* UTF-8 as Python decodes it with errors="surrogatepass": encoded surrogates are accepted. */
 static bool utf8_valid(const uint8_t *s, size_t len) {
@@ -621,7 +603,7 @@ static int do_global(pk_vm *vm, const char *mod, size_t mod_len, const char *nam
   if (!g) {
     char qm[160], qn[160];
     return vm_error(vm, CP_EPKL_GLOBAL, "global '%s.%s' is not on the allowlist",
-                    quote(qm, sizeof qm, mod, mod_len), quote(qn, sizeof qn, name, name_len));
+                    cp_quote(qm, sizeof qm, mod, mod_len), cp_quote(qn, sizeof qn, name, name_len));
   }
   pk_obj *o = NULL;
   int rc = new_obj(vm, &o, PK_GLOBAL);

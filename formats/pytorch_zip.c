@@ -18,6 +18,7 @@
 #include <zip.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/quote.h"
 #include "formats/pickle.h"
 
 #define PT_MAX_PICKLE ((uint64_t)256 << 20)     /* data.pkl bytes: ~1M tensors' worth */
@@ -77,23 +78,6 @@ static uint64_t le(const uint8_t *p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
   return v;
-}
-
-static const char *quote_name(char *dst, size_t cap, const char *s, size_t len) {
-  size_t o = 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (o + 8 >= cap) {
-      memcpy(dst + o, "...", 4);
-      return dst;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\\')
-      dst[o++] = (char)c;
-    else
-      o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c);
-  }
-  dst[o] = 0;
-  return dst;
 }
 
 static int cmp_name(const char *a, size_t al, const char *b, size_t bl) {
@@ -235,7 +219,7 @@ static int parse_central_dir(cp_pt_file *f) {
     if (cmp_name(a->name, a->len, b->name, b->len) == 0) {
       char q1[160];
       return cp_error_set(CP_EPT_ENTRY_NAME, "%s: zip entry name '%s' appears more than once",
-                          f->path, quote_name(q1, sizeof q1, a->name, a->len));
+                          f->path, cp_quote(q1, sizeof q1, a->name, a->len));
     }
   }
   return 0;
@@ -246,7 +230,7 @@ static int resolve_entry(cp_pt_file *f, size_t i) {
   pt_zentry *e = &f->ent[i];
   if (e->resolved) return 0;
   char qn[160];
-  quote_name(qn, sizeof qn, e->name, e->name_len);
+  cp_quote(qn, sizeof qn, e->name, e->name_len);
   zip_stat_t st;
   zip_stat_init(&st);
   const zip_uint64_t need =
@@ -284,7 +268,7 @@ static bool is_mappable(const pt_zentry *e) { return e->method == ZIP_CM_STORE &
 static int read_entry(cp_pt_file *f, size_t i, uint8_t *buf) {
   pt_zentry *e = &f->ent[i];
   char qn[160];
-  quote_name(qn, sizeof qn, e->name, e->name_len);
+  cp_quote(qn, sizeof qn, e->name, e->name_len);
   if (e->flags & 1) return cp_error_set(CP_EPT_RECORD, "%s: entry '%s' is encrypted", f->path, qn);
   zip_file_t *zf = zip_fopen_index(f->za, i, 0);
   if (!zf)
@@ -318,7 +302,7 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
                            cp_dtype dtype, uint64_t numel, size_t op_offset) {
   cp_pt_file *f = ctx;
   char qk[160];
-  quote_name(qk, sizeof qk, key, key_len);
+  cp_quote(qk, sizeof qk, key, key_len);
   bool safe = key_len > 0 && key_len <= PT_MAX_KEY && !memchr(key, '/', key_len) &&
               !memchr(key, '\\', key_len) && !memchr(key, 0, key_len) &&
               !(key_len <= 2 && memcmp(key, "..", key_len) == 0);
@@ -387,7 +371,7 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
     if (strlen(nm) == name_len && memcmp(nm, name, name_len) == 0) {
       char qn[160];
       return cp_error_set(CP_EPT_STRUCTURE, "%s: tensor name '%s' occurs twice after flattening",
-                          f->path, quote_name(qn, sizeof qn, name, name_len));
+                          f->path, cp_quote(qn, sizeof qn, name, name_len));
     }
     s = (s + 1) & (f->hash_cap - 1);
   }
@@ -399,7 +383,7 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
     f->tensors_cap = cap;
   }
   char qn[160];
-  quote_name(qn, sizeof qn, name, name_len);
+  cp_quote(qn, sizeof qn, name, name_len);
   f->name_bytes += name_len + 1;
   if (f->name_bytes > PT_MAX_NAME_BYTES)
     return cp_error_set(CP_EPKL_LIMIT, "%s: flattened names exceed %llu bytes", f->path,
@@ -550,7 +534,7 @@ static int find_pickle(cp_pt_file *f, size_t *out) {
   const pt_zentry *e = &f->ent[found];
   size_t pl = e->name_len - sl;
   char qn[160];
-  quote_name(qn, sizeof qn, e->name, e->name_len);
+  cp_quote(qn, sizeof qn, e->name, e->name_len);
   if ((pl <= 2 && memcmp(e->name, "..", pl) == 0) || memchr(e->name, '\\', pl) ||
       memchr(e->name, 0, pl))
     return cp_error_set(CP_EPT_ENTRY_NAME, "%s: unsafe archive prefix in '%s'", f->path, qn);
@@ -583,7 +567,7 @@ static int check_byteorder(cp_pt_file *f) {
     return rc;
   if (e->usize == 6 && memcmp(buf, "little", 6) == 0) return 0;
   char qv[80];
-  quote_name(qv, sizeof qv, (const char *)buf, (size_t)e->usize);
+  cp_quote(qv, sizeof qv, (const char *)buf, (size_t)e->usize);
   if (e->usize == 3 && memcmp(buf, "big", 3) == 0)
     return cp_error_set(CP_EPT_BYTEORDER,
                         "%s: %s/byteorder is 'big': big-endian checkpoints are not supported",

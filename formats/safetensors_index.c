@@ -3,6 +3,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/json.h"
+#include "ctxpatch/base/quote.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "ctxpatch/base/strbuf.h"
 
@@ -267,15 +268,6 @@ static size_t find_nul_escape(const char *s, size_t len) {
   return (size_t)-1;
 }
 
-/* Printable, bounded copy of an untrusted string for a one-line message. */
-static const char *shown(char buf[72], const char *s) {
-  size_t o = 0;
-  for (; *s && o < 64; s++) buf[o++] = ((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s;
-  if (*s) memcpy(buf + o, "...", 3), o += 3;
-  buf[o] = '\0';
-  return buf;
-}
-
 typedef struct {
   const char *file;
   size_t first; /* entry index of its first appearance */
@@ -301,7 +293,7 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   cJSON *root = NULL;
   file_ref *refs = NULL, *groups = NULL;
   size_t *num = NULL;
-  char sb[72], fb[72];
+  char sb[CP_QUOTE_MASKED_CAP], fb[CP_QUOTE_MASKED_CAP];
   cp_st_index *x = calloc(1, sizeof *x);
   if (!x) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
   x->total_size = -1;
@@ -351,12 +343,12 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   size_t i = 0;
   for (const cJSON *e = wm->child; e; e = e->next, i++) {
     if (!cJSON_IsString(e) || !e->valuestring) {
-      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: value is not a string", path, shown(sb, e->string));
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: value is not a string", path, cp_quote_masked(sb, e->string, strlen(e->string)));
       goto done;
     }
     if (!safe_file_name(e->valuestring)) {
       rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: shard file '%s' is not a plain file name in the index's folder",
-                        path, shown(sb, e->string), shown(fb, e->valuestring));
+                        path, cp_quote_masked(sb, e->string, strlen(e->string)), cp_quote_masked(fb, e->valuestring, strlen(e->valuestring)));
       goto done;
     }
     if (!(x->names[i] = strdup(e->string))) {
@@ -396,7 +388,7 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   if (n) qsort(refs, n, sizeof *refs, cmp_file_ref);
   for (size_t r = 0; r + 1 < n; r++) {
     if (strcmp(refs[r].file, refs[r + 1].file) == 0) {
-      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map: duplicate tensor name '%s'", path, shown(sb, refs[r].file));
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map: duplicate tensor name '%s'", path, cp_quote_masked(sb, refs[r].file, strlen(refs[r].file)));
       goto done;
     }
   }

@@ -6,6 +6,7 @@
  * the text itself rather than through doubles, so 1.0, 1e3 and 2^53+1 are judged exactly. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/json.h"
+#include "ctxpatch/base/quote.h"
 #include "ctxpatch/formats/safetensors.h"
 
 #include <errno.h>
@@ -84,25 +85,6 @@ int cp_st_utf8_valid(const char *str, size_t len, size_t *bad) {
 fail:
   if (bad) *bad = i;
   return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Messages
- * ------------------------------------------------------------------------------------------- */
-
-/* Printable, bounded copy of an untrusted string for a one-line message. */
-static const char *shown(char buf[72], const char *s, size_t len) {
-  size_t o = 0;
-  for (size_t i = 0; i < len && o < 64; i++) {
-    unsigned char c = (unsigned char)s[i];
-    buf[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-  }
-  if (o < len && o == 64) {
-    memcpy(buf + o, "...", 3);
-    o += 3;
-  }
-  buf[o] = '\0';
-  return buf;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -288,7 +270,7 @@ typedef struct {
 
 static int parse_metadata(parse_state *ps) {
   walker *w = &ps->w;
-  char sb[72];
+  char sb[CP_QUOTE_MASKED_CAP];
   if (peek(w) != '{')
     return cp_error_set(CP_EST_METADATA, "%s: header offset %zu: __metadata__ is not an object", w->path, w->pos);
   w->pos++;
@@ -309,7 +291,7 @@ static int parse_metadata(parse_state *ps) {
     }
     if (peek(w) != '"') {
       rc = cp_error_set(CP_EST_METADATA, "%s: header offset %zu: __metadata__ value of '%s' is not a string",
-                        w->path, w->pos, shown(sb, k, klen));
+                        w->path, w->pos, cp_quote_masked(sb, k, klen));
       free(k);
       return rc;
     }
@@ -319,7 +301,7 @@ static int parse_metadata(parse_state *ps) {
     }
     if (strlen(k) != klen || strlen(v) != vlen) {
       rc = cp_error_set(CP_EST_METADATA, "%s: header offset %zu: __metadata__ entry '%s' contains a NUL character",
-                        w->path, koff, shown(sb, k, klen));
+                        w->path, koff, cp_quote_masked(sb, k, klen));
       free(k);
       free(v);
       return rc;
@@ -380,8 +362,8 @@ static int read_uint_array(walker *w, uint64_t *v, size_t max, size_t *count, nu
 
 static int parse_entry(parse_state *ps, st_entry *e) {
   walker *w = &ps->w;
-  char sb[72], nb[72];
-  const char *nm = shown(nb, e->name, strlen(e->name));
+  char sb[CP_QUOTE_MASKED_CAP], nb[CP_QUOTE_MASKED_CAP];
+  const char *nm = cp_quote_masked(nb, e->name, strlen(e->name));
   int rc;
   if (peek(w) != '{')
     return cp_error_set(CP_EST_ENTRY, "%s: header offset %zu: tensor '%s': entry is not an object", w->path,
@@ -408,7 +390,7 @@ static int parse_entry(parse_state *ps, st_entry *e) {
         if ((rc = read_string(w, &d, &dlen)) < 0) return rc;
         if (strlen(d) != dlen || cp_dtype_from_name(&e->t.dtype, d) < 0) {
           rc = cp_error_set(CP_EST_DTYPE, "%s: header offset %zu: tensor '%s': unsupported dtype '%s'", w->path,
-                            voff, nm, shown(sb, d, dlen));
+                            voff, nm, cp_quote_masked(sb, d, dlen));
           free(d);
           return rc;
         }
@@ -460,7 +442,7 @@ static int parse_entry(parse_state *ps, st_entry *e) {
         have_offsets = true;
       } else {
         rc = cp_error_set(CP_EST_ENTRY, "%s: header offset %zu: tensor '%s': unexpected key '%s'", w->path, koff,
-                          nm, shown(sb, k, klen));
+                          nm, cp_quote_masked(sb, k, klen));
         free(k);
         return rc;
       }
@@ -490,7 +472,7 @@ static int parse_entry(parse_state *ps, st_entry *e) {
 static int parse_header(parse_state *ps) {
   walker *w = &ps->w;
   int rc;
-  char sb[72];
+  char sb[CP_QUOTE_MASKED_CAP];
   if ((rc = expect(w, '{')) < 0) return rc;
   if (peek(w) == '}') {
     w->pos++;
@@ -512,7 +494,7 @@ static int parse_header(parse_state *ps) {
     } else {
       if (strlen(k) != klen) {
         rc = cp_error_set(CP_EST_ENTRY, "%s: header offset %zu: tensor name '%s' contains a NUL character", w->path,
-                          koff, shown(sb, k, klen));
+                          koff, cp_quote_masked(sb, k, klen));
         free(k);
         return rc;
       }
@@ -643,8 +625,8 @@ static int sort_metadata(cp_st_file *f) {
   }
   for (size_t i = 0; i + 1 < m; i++) {
     if (strcmp(k[i], k[i + 1]) == 0) {
-      char sb[72];
-      rc = cp_error_set(CP_EST_METADATA, "%s: __metadata__ repeats key '%s'", f->path, shown(sb, k[i], strlen(k[i])));
+      char sb[CP_QUOTE_MASKED_CAP];
+      rc = cp_error_set(CP_EST_METADATA, "%s: __metadata__ repeats key '%s'", f->path, cp_quote_masked(sb, k[i], strlen(k[i])));
       break;
     }
   }
@@ -661,13 +643,13 @@ static int validate(cp_st_file *f, const char *hdr, size_t hlen) {
   cp_json_check chk;
   memset(&chk, 0, sizeof chk);
   size_t bad = 0;
-  char sb[72];
+  char sb[CP_QUOTE_MASKED_CAP];
   if (!cp_st_utf8_valid(hdr, hlen, &bad))
     return cp_error_set(CP_EST_HEADER_UTF8, "%s: header offset %zu: invalid UTF-8 byte 0x%02x", f->path, bad,
                         (unsigned char)hdr[bad]);
   if (hlen == 0 || hdr[0] != '{')
     return cp_error_set(CP_EST_HEADER_NOT_OBJECT, "%s: header offset 0: header starts with %s, not '{'", f->path,
-                        hlen == 0 ? "nothing (length 0)" : shown(sb, hdr, hlen < 8 ? hlen : 8));
+                        hlen == 0 ? "nothing (length 0)" : cp_quote_masked(sb, hdr, hlen < 8 ? hlen : 8));
   switch (cp_json_scan(&chk, hdr, hlen, ST_MAX_DEPTH)) {
   case CP_JSON_OK:
     break;
@@ -680,7 +662,7 @@ static int validate(cp_st_file *f, const char *hdr, size_t hlen) {
                                                     : "duplicate key in a tensor entry";
     chk.key[sizeof chk.key - 1] = '\0';
     return cp_error_set(code, "%s: header offset %zu: %s '%s'", f->path, chk.offset, what,
-                        shown(sb, chk.key, strlen(chk.key)));
+                        cp_quote_masked(sb, chk.key, strlen(chk.key)));
   }
   case CP_JSON_DEPTH:
     return cp_error_set(CP_EST_HEADER_JSON, "%s: header offset %zu: JSON nested deeper than %d", f->path,
@@ -711,38 +693,38 @@ static int validate(cp_st_file *f, const char *hdr, size_t hlen) {
     const st_entry *a = &f->e[f->by_name[i].i], *b = &f->e[f->by_name[i + 1].i];
     if (strcmp(a->name, b->name) == 0)
       return cp_error_set(CP_EST_DUPLICATE_NAME, "%s: header offset %zu: duplicate tensor name '%s'", f->path,
-                          a->key_off > b->key_off ? a->key_off : b->key_off, shown(sb, a->name, strlen(a->name)));
+                          a->key_off > b->key_off ? a->key_off : b->key_off, cp_quote_masked(sb, a->name, strlen(a->name)));
   }
 
   if (n) qsort(f->e, n, sizeof *f->e, cmp_offsets);
   uint64_t pos = 0;
   for (size_t i = 0; i < n; i++) {
     const st_entry *e = &f->e[i];
-    char nb[72];
+    char nb[CP_QUOTE_MASKED_CAP];
     if (e->begin > pos) {
-      char pb[72];
+      char pb[CP_QUOTE_MASKED_CAP];
       if (i == 0)
         return cp_error_set(CP_EST_HOLE, "%s: tensor '%s' (header offset %zu): data begins at %llu, not 0", f->path,
-                            shown(nb, e->name, strlen(e->name)), e->key_off, (unsigned long long)e->begin);
+                            cp_quote_masked(nb, e->name, strlen(e->name)), e->key_off, (unsigned long long)e->begin);
       return cp_error_set(CP_EST_HOLE, "%s: tensor '%s' (header offset %zu): data begins at %llu, leaving %llu unused bytes after '%s'",
-                          f->path, shown(nb, e->name, strlen(e->name)), e->key_off, (unsigned long long)e->begin,
-                          (unsigned long long)(e->begin - pos), shown(pb, f->e[i - 1].name, strlen(f->e[i - 1].name)));
+                          f->path, cp_quote_masked(nb, e->name, strlen(e->name)), e->key_off, (unsigned long long)e->begin,
+                          (unsigned long long)(e->begin - pos), cp_quote_masked(pb, f->e[i - 1].name, strlen(f->e[i - 1].name)));
     }
     if (e->begin < pos) {
-      char pb[72];
+      char pb[CP_QUOTE_MASKED_CAP];
       return cp_error_set(CP_EST_OVERLAP, "%s: tensor '%s' (header offset %zu): data [%llu, %llu) overlaps '%s' which ends at %llu",
-                          f->path, shown(nb, e->name, strlen(e->name)), e->key_off, (unsigned long long)e->begin,
-                          (unsigned long long)e->end, shown(pb, f->e[i - 1].name, strlen(f->e[i - 1].name)),
+                          f->path, cp_quote_masked(nb, e->name, strlen(e->name)), e->key_off, (unsigned long long)e->begin,
+                          (unsigned long long)e->end, cp_quote_masked(pb, f->e[i - 1].name, strlen(f->e[i - 1].name)),
                           (unsigned long long)pos);
     }
     pos = e->end;
   }
   uint64_t data_start = 8 + f->header_len, data_len = f->size - data_start;
   if (pos > data_len) {
-    char nb[72];
+    char nb[CP_QUOTE_MASKED_CAP];
     const st_entry *e = &f->e[n - 1];
     return cp_error_set(CP_EST_TRUNCATED, "%s: tensor '%s' (header offset %zu): data ends at file offset %llu, past the end of the %llu-byte file",
-                        f->path, shown(nb, e->name, strlen(e->name)), e->key_off,
+                        f->path, cp_quote_masked(nb, e->name, strlen(e->name)), e->key_off,
                         (unsigned long long)(data_start + pos < data_start ? UINT64_MAX : data_start + pos),
                         (unsigned long long)f->size);
   }
