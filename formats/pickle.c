@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
 
 /* ---- arena ---------------------------------------------------------------------------- */
@@ -186,12 +187,6 @@ static bool utf8_valid(const uint8_t *s, size_t len) {
     i += n + 1;
   }
   return true;
-}
-
-static uint64_t rd_le(const uint8_t *p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
 }
 
 const char *pk_kind_name(const pk_obj *o) {
@@ -380,7 +375,7 @@ static int push_long(pk_vm *vm, uint64_t n) {
   rc = new_obj(vm, &o, n <= 8 ? PK_INT : PK_BIGINT);
   if (rc < 0) return rc;
   if (n <= 8) {
-    uint64_t v = n ? rd_le(p, (int)n) : 0;
+    uint64_t v = cp_le_bytes(p, (size_t)n);
     if (n && n < 8 && (p[n - 1] & 0x80)) v |= ~(uint64_t)0 << (8 * n); /* sign-extend */
     memcpy(&o->u.i, &v, sizeof v);
   } else {
@@ -649,9 +644,9 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
         break;
       case 0x95: /* FRAME: a length prefix for buffering; the contents are ordinary opcodes */
         if ((rc = need(vm, 8)) < 0) goto done;
-        if (rd_le(vm->data + vm->pos, 8) > vm->len - vm->pos - 8)
+        if (cp_le64(vm->data + vm->pos) > vm->len - vm->pos - 8)
           FAIL(CP_EPKL_TRUNCATED, "frame of %llu bytes, %zu remain",
-               (unsigned long long)rd_le(vm->data + vm->pos, 8), vm->len - vm->pos - 8);
+               (unsigned long long)cp_le64(vm->data + vm->pos), vm->len - vm->pos - 8);
         vm->pos += 8;
         break;
       case '.': /* STOP */
@@ -679,7 +674,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
         vm->pos += 1;
         break;
       case 'r': /* LONG_BINPUT */
-        if ((rc = need(vm, 4)) < 0 || (rc = memo_put(vm, rd_le(vm->data + vm->pos, 4))) < 0)
+        if ((rc = need(vm, 4)) < 0 || (rc = memo_put(vm, cp_le32(vm->data + vm->pos))) < 0)
           goto done;
         vm->pos += 4;
         break;
@@ -691,7 +686,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
         vm->pos += 1;
         break;
       case 'j': /* LONG_BINGET */
-        if ((rc = need(vm, 4)) < 0 || (rc = memo_get(vm, rd_le(vm->data + vm->pos, 4))) < 0)
+        if ((rc = need(vm, 4)) < 0 || (rc = memo_get(vm, cp_le32(vm->data + vm->pos))) < 0)
           goto done;
         vm->pos += 4;
         break;
@@ -755,7 +750,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
       case 'M': { /* BININT2 */
         int n = vm->op == 'J' ? 4 : vm->op == 'K' ? 1 : 2;
         if ((rc = need(vm, (size_t)n)) < 0 || (rc = new_obj(vm, &o, PK_INT)) < 0) goto done;
-        uint64_t v = rd_le(vm->data + vm->pos, n);
+        uint64_t v = cp_le_bytes(vm->data + vm->pos, (size_t)n);
         o->u.i = n == 4 ? (int64_t)(int32_t)(uint32_t)v : (int64_t)v;
         vm->pos += (size_t)n;
         if ((rc = push(vm, o)) < 0) goto done;
@@ -768,7 +763,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
         break;
       case 0x8b: { /* LONG4 */
         if ((rc = need(vm, 4)) < 0) goto done;
-        int32_t n = (int32_t)(uint32_t)rd_le(vm->data + vm->pos, 4);
+        int32_t n = (int32_t)cp_le32(vm->data + vm->pos);
         if (n < 0) FAIL(CP_EPKL_TYPE, "LONG4 with negative length %d", n);
         vm->pos += 4;
         if ((rc = push_long(vm, (uint64_t)n)) < 0) goto done;
@@ -788,7 +783,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
         if ((rc = need(vm, 4)) < 0) goto done;
         vm->pos += 4;
         if ((rc = push_string(vm, vm->op == 'X' ? PK_STR : PK_BYTES,
-                              rd_le(vm->data + vm->pos - 4, 4))) < 0)
+                              cp_le32(vm->data + vm->pos - 4))) < 0)
           goto done;
         break;
       case 0x8d: /* BINUNICODE8 */
@@ -796,7 +791,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
         if ((rc = need(vm, 8)) < 0) goto done;
         vm->pos += 8;
         if ((rc = push_string(vm, vm->op == 0x8d ? PK_STR : PK_BYTES,
-                              rd_le(vm->data + vm->pos - 8, 8))) < 0)
+                              cp_le64(vm->data + vm->pos - 8))) < 0)
           goto done;
         break;
       case 0x8c: /* SHORT_BINUNICODE */

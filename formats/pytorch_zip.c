@@ -18,6 +18,7 @@
 #include <zip.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
 #include "formats/pickle.h"
 
@@ -73,12 +74,6 @@ struct cp_pt_file {
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
-
-static uint64_t le(const uint8_t *p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
 
 static int cmp_name(const char *a, size_t al, const char *b, size_t bl) {
   int c = memcmp(a, b, al < bl ? al : bl);
@@ -139,7 +134,7 @@ static int parse_central_dir(cp_pt_file *f) {
   size_t eocd = SIZE_MAX;
   size_t lowest = n - 22 > 65535 ? n - 22 - 65535 : 0;
   for (size_t p = n - 22 + 1; p-- > lowest;) {
-    if (le(m + p, 4) == 0x06054b50 && p + 22 + le(m + p + 20, 2) <= n) {
+    if (cp_le32(m + p) == 0x06054b50 && p + 22 + cp_le16(m + p + 20) <= n) {
       eocd = p;
       break;
     }
@@ -147,20 +142,20 @@ static int parse_central_dir(cp_pt_file *f) {
   if (eocd == SIZE_MAX)
     return cp_error_set(CP_EPT_ZIP, "%s: not a zip archive (no end of central directory record)",
                         f->path);
-  uint64_t count = le(m + eocd + 10, 2), cd_size = le(m + eocd + 12, 4),
-           cd_off = le(m + eocd + 16, 4);
+  uint64_t count = cp_le16(m + eocd + 10), cd_size = cp_le32(m + eocd + 12),
+           cd_off = cp_le32(m + eocd + 16);
   uint64_t limit = eocd;
-  if (le(m + eocd + 4, 2) != 0 || le(m + eocd + 6, 2) != 0 || le(m + eocd + 8, 2) != count)
+  if (cp_le16(m + eocd + 4) != 0 || cp_le16(m + eocd + 6) != 0 || cp_le16(m + eocd + 8) != count)
     return cp_error_set(CP_EPT_ZIP, "%s: offset %zu: multi-disk archives are not supported",
                         f->path, eocd);
-  if (eocd >= 20 && le(m + eocd - 20, 4) == 0x07064b50) {
-    uint64_t z = le(m + eocd - 20 + 8, 8);
-    if (z > eocd - 20 || eocd - 20 - z < 56 || le(m + z, 4) != 0x06064b50)
+  if (eocd >= 20 && cp_le32(m + eocd - 20) == 0x07064b50) {
+    uint64_t z = cp_le64(m + eocd - 20 + 8);
+    if (z > eocd - 20 || eocd - 20 - z < 56 || cp_le32(m + z) != 0x06064b50)
       return cp_error_set(CP_EPT_ZIP, "%s: offset %zu: bad zip64 end of central directory locator",
                           f->path, eocd - 20);
-    count = le(m + z + 32, 8);
-    cd_size = le(m + z + 40, 8);
-    cd_off = le(m + z + 48, 8);
+    count = cp_le64(m + z + 32);
+    cd_size = cp_le64(m + z + 40);
+    cd_off = cp_le64(m + z + 48);
     limit = z;
   }
   if (cd_off > limit || cd_size > limit - cd_off)
@@ -176,25 +171,25 @@ static int parse_central_dir(cp_pt_file *f) {
   f->nent = (size_t)count;
   uint64_t q = cd_off, end = cd_off + cd_size;
   for (size_t i = 0; i < f->nent; i++) {
-    if (end - q < 46 || le(m + q, 4) != 0x02014b50)
+    if (end - q < 46 || cp_le32(m + q) != 0x02014b50)
       return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: central directory entry %zu is malformed",
                           f->path, (unsigned long long)q, i);
     pt_zentry *e = &f->ent[i];
-    uint64_t nl = le(m + q + 28, 2), xl = le(m + q + 30, 2), cl = le(m + q + 32, 2);
+    uint64_t nl = cp_le16(m + q + 28), xl = cp_le16(m + q + 30), cl = cp_le16(m + q + 32);
     if (end - q - 46 < nl + xl + cl)
       return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: central directory entry %zu overruns",
                           f->path, (unsigned long long)q, i);
-    e->flags = (uint16_t)le(m + q + 8, 2);
-    e->method = (uint16_t)le(m + q + 10, 2);
-    e->csize = le(m + q + 20, 4);
-    e->usize = le(m + q + 24, 4);
-    e->local_off = le(m + q + 42, 4);
+    e->flags = cp_le16(m + q + 8);
+    e->method = cp_le16(m + q + 10);
+    e->csize = cp_le32(m + q + 20);
+    e->usize = cp_le32(m + q + 24);
+    e->local_off = cp_le32(m + q + 42);
     e->name = (const char *)m + q + 46;
     e->name_len = (size_t)nl;
     /* zip64 extra field (id 1): the saturated fields, in this order, 8 bytes each. */
     const uint8_t *x = m + q + 46 + nl, *xe = x + xl;
     while (xe - x >= 4) {
-      uint64_t id = le(x, 2), sz = le(x + 2, 2);
+      uint64_t id = cp_le16(x), sz = cp_le16(x + 2);
       if ((uint64_t)(xe - x - 4) < sz) break;
       if (id == 1) {
         const uint8_t *z = x + 4, *ze = z + sz;
@@ -204,7 +199,7 @@ static int parse_central_dir(cp_pt_file *f) {
           if (ze - z < 8)
             return cp_error_set(CP_EPT_ZIP, "%s: central directory entry %zu: short zip64 field",
                                 f->path, i);
-          *fields[k] = le(z, 8);
+          *fields[k] = cp_le64(z);
           z += 8;
         }
       }
@@ -241,10 +236,10 @@ static int resolve_entry(cp_pt_file *f, size_t i) {
     return cp_error_set(CP_EPT_ZIP, "%s: entry %zu '%s': central directory disagrees with libzip",
                         f->path, i, qn);
   uint64_t lo = e->local_off;
-  if (lo > f->map_len || f->map_len - lo < 30 || le(f->map + lo, 4) != 0x04034b50)
+  if (lo > f->map_len || f->map_len - lo < 30 || cp_le32(f->map + lo) != 0x04034b50)
     return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: no local header for entry '%s'", f->path,
                         (unsigned long long)lo, qn);
-  uint64_t nl = le(f->map + lo + 26, 2), xl = le(f->map + lo + 28, 2);
+  uint64_t nl = cp_le16(f->map + lo + 26), xl = cp_le16(f->map + lo + 28);
   uint64_t data = lo + 30 + nl + xl;
   if (data > f->map_len || nl != e->name_len || memcmp(f->map + lo + 30, e->name, nl) != 0)
     return cp_error_set(

@@ -6,6 +6,7 @@
  * the text itself rather than through doubles, so 1.0, 1e3 and 2^53+1 are judged exactly. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/json.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
 #include "ctxpatch/formats/safetensors.h"
 
@@ -775,8 +776,7 @@ int cp_st_open(cp_st_file **out, const char *path) {
     goto done;
   }
   f->map = m;
-  uint64_t hl = 0;
-  for (int i = 7; i >= 0; i--) hl = hl << 8 | f->map[i];
+  uint64_t hl = cp_le64(f->map);
   if (hl > CP_ST_MAX_HEADER) {
     rc = cp_error_set(CP_EST_HEADER_TOO_LARGE, "%s: file offset 0: header length %llu is over the 100000000-byte limit",
                       path, (unsigned long long)hl);

@@ -3,6 +3,7 @@
 #include <assert.h>
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "ctxpatch/base/strbuf.h"
 
@@ -247,7 +248,7 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
   if ((rc = build_header(&h, path, tensors, s, n, m, nm, w->ends, &w->total)) < 0) goto done;
   if ((rc = cp_atomic_open(&w->af, path)) < 0) goto done;
   unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+  cp_le_put64(len8, (uint64_t)h.len);
   if ((rc = cp_atomic_write(w->af, len8, 8)) < 0 || (rc = cp_atomic_write(w->af, h.s, h.len)) < 0) goto done;
   while (w->k < n && w->ends[w->k] == 0) w->k++;
 done:

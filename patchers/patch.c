@@ -12,6 +12,7 @@
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/verify/report.h"
 #include "ctxpatch/formats/safetensors.h"
@@ -109,8 +110,7 @@ static uint64_t st_header_end(const char *path) {
   unsigned char b[8];
   FILE *f = fopen(path, "rb");
   uint64_t n = 0;
-  if (f && fread(b, 1, 8, f) == 8)
-    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+  if (f && fread(b, 1, 8, f) == 8) n = cp_le64(b);
   if (f) fclose(f);
   return n > CP_ST_MAX_HEADER ? 0 : n + 8;
 }
