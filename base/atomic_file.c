@@ -1,3 +1,6 @@
+/* Atomic output (files and folders, see include/ctxpatch/base/io.h) and the whole-file read and
+ * path join its callers share. */
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 
@@ -347,19 +350,38 @@ done:
   return rc;
 }
 
-int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc) {
-  char *text = cJSON_Print(doc);
-  if (!text) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+int cp_write_file_atomic(char sha256_hex[65], const char *path, const void *data, size_t len) {
   cp_atomic_file *f = NULL;
   int rc = cp_atomic_open(&f, path);
-  if (rc == 0) rc = cp_atomic_write(f, text, strlen(text));
-  if (rc == 0) rc = cp_atomic_write(f, "\n", 1);
-  if (rc == 0) {
-    if (sha256_hex) cp_atomic_sha256(f, sha256_hex);
-    rc = cp_atomic_commit(f);
-    f = NULL;
+  if (rc < 0) return rc;
+  if ((rc = cp_atomic_write(f, data, len)) < 0) {
+    cp_atomic_abort(f);
+    return rc;
   }
-  cp_atomic_abort(f);
+  if (sha256_hex) cp_atomic_sha256(f, sha256_hex);
+  return cp_atomic_commit(f); /* frees the handle, also on error */
+}
+
+int cp_copy_file_atomic(char sha256_hex[65], const char *dst, const char *src, size_t max_len) {
+  char *buf = NULL;
+  size_t len = 0;
+  int rc = cp_read_file(&buf, &len, src, max_len);
+  if (rc == 0) rc = cp_write_file_atomic(sha256_hex, dst, buf, len);
+  free(buf);
+  return rc;
+}
+
+int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc) {
+  int rc = 0;
+  char *text = cJSON_Print(doc), *line = NULL;
+  CP_CHECK_ALLOC_GOTO(text, path);
+  size_t n = strlen(text);
+  CP_CHECK_ALLOC_GOTO(line = realloc(text, n + 2), path);
+  text = NULL; /* now owned by `line` */
+  memcpy(line + n, "\n", 2);
+  rc = cp_write_file_atomic(sha256_hex, path, line, n + 1);
+done:
   free(text);
+  free(line);
   return rc;
 }

@@ -48,20 +48,7 @@ static void digest_free(digest_list *d) {
 }
 
 static int copy_file(char out_hex[65], const char *src, const char *dst) {
-  char *buf = NULL;
-  size_t len = 0;
-  cp_atomic_file *f = NULL;
-  int rc = cp_read_file(&buf, &len, src, (size_t)1 << 30);
-  if (rc < 0) goto done;
-  if ((rc = cp_atomic_open(&f, dst)) < 0) goto done;
-  if ((rc = cp_atomic_write(f, buf, len)) < 0) goto done;
-  cp_atomic_sha256(f, out_hex);
-  rc = cp_atomic_commit(f);
-  f = NULL;
-done:
-  cp_atomic_abort(f);
-  free(buf);
-  return rc;
+  return cp_copy_file_atomic(out_hex, dst, src, (size_t)1 << 30);
 }
 
 /* Streams one shard: the writer fixes the byte order, the checkpoint supplies the bytes. */

@@ -149,7 +149,6 @@ int cp_st_index_write(const char *path, uint64_t total_size, const char *const *
                       size_t n) {
   int rc = 0;
   cp_strbuf b = {0};
-  cp_atomic_file *af = NULL;
   pair *p = n ? malloc(n * sizeof *p) : NULL;
   if (n && !p) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
   for (size_t i = 0; i < n; i++) {
@@ -194,12 +193,8 @@ int cp_st_index_write(const char *path, uint64_t total_size, const char *const *
     rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
     goto done;
   }
-  if ((rc = cp_atomic_open(&af, path)) < 0) goto done;
-  if ((rc = cp_atomic_write(af, b.s, b.len)) < 0) goto done;
-  rc = cp_atomic_commit(af);
-  af = NULL;
+  rc = cp_write_file_atomic(NULL, path, b.s, b.len);
 done:
-  cp_atomic_abort(af);
   free(b.s);
   free(p);
   return rc;

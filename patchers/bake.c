@@ -506,19 +506,9 @@ static int copy_aux(const char *dir, const cp_checkpoint *ck) {
   for (size_t k = 0; k < cp_checkpoint_aux_count(ck) && rc == 0; k++) {
     const char *name = cp_checkpoint_aux(ck, k);
     if (!strcmp(name, "config.json")) continue;
-    char *src = cp_path_join(cp_checkpoint_dir(ck), name), *dst = cp_path_join(dir, name), *buf = NULL;
-    size_t len = 0;
-    cp_atomic_file *f = NULL;
+    char *src = cp_path_join(cp_checkpoint_dir(ck), name), *dst = cp_path_join(dir, name);
     if (!src || !dst) rc = cp_error_set(CP_ENOMEM, "out of memory");
-    if (rc == 0) rc = cp_read_file(&buf, &len, src, (size_t)1 << 30);
-    if (rc == 0) rc = cp_atomic_open(&f, dst);
-    if (rc == 0) rc = cp_atomic_write(f, buf, len);
-    if (rc == 0) {
-      rc = cp_atomic_commit(f);
-      f = NULL;
-    }
-    cp_atomic_abort(f);
-    free(buf);
+    if (rc == 0) rc = cp_copy_file_atomic(NULL, dst, src, (size_t)1 << 30);
     free(src);
     free(dst);
   }

@@ -40,6 +40,12 @@ int cp_atomic_dir_commit(cp_atomic_dir *d);
 /* Removes the temporary folder recursively and frees the handle; NULL is a no-op. */
 void cp_atomic_dir_abort(cp_atomic_dir *d);
 
+/* Writes data[0..len) to `path` atomically (open, write, commit; nothing left behind on error);
+ * `sha256_hex` (may be NULL) gets the digest of the bytes written. */
+int cp_write_file_atomic(char sha256_hex[65], const char *path, const void *data, size_t len);
+/* Copies the file `src` (refused when over `max_len` bytes) to `dst` the same way. */
+int cp_copy_file_atomic(char sha256_hex[65], const char *dst, const char *src, size_t max_len);
+
 /* Writes `doc` as indented JSON plus a newline, atomically; `sha256_hex` (may be NULL) gets the
  * digest of the bytes written. */
 int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc);
