@@ -17,57 +17,6 @@
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
 
-/* ---- arena ---------------------------------------------------------------------------- */
-
-struct pk_block {
-  pk_block *next;
-  size_t used, cap;
-  max_align_t data[];
-};
-
-#define PK_ARENA_BLOCK ((size_t)1 << 16)
-#define PK_ARENA_MAX ((uint64_t)2 << 30)
-
-void *pk_arena_alloc(pk_arena *a, size_t n) {
-  const size_t align = sizeof(max_align_t);
-  if (n == 0) n = 1;
-  if (n > PK_ARENA_MAX) return NULL;
-  n = (n + align - 1) / align * align;
-  if (a->total + n > PK_ARENA_MAX) return NULL;
-  pk_block *b = a->head;
-  if (!b || b->cap - b->used < n) {
-    size_t cap = n > PK_ARENA_BLOCK / 2 ? n : PK_ARENA_BLOCK;
-    b = malloc(sizeof(pk_block) + cap);
-    if (!b) return NULL;
-    b->cap = cap;
-    b->used = 0;
-    /* A big one-off block goes behind the current head so the head keeps its free space. */
-    if (a->head && cap == n) {
-      b->next = a->head->next;
-      a->head->next = b;
-    } else {
-      b->next = a->head;
-      a->head = b;
-    }
-  }
-  void *p = (char *)b->data + b->used;
-  b->used += n;
-  a->total += n;
-  memset(p, 0, n);
-  return p;
-}
-
-void pk_arena_free(pk_arena *a) {
-  pk_block *b = a->head;
-  while (b) {
-    pk_block *next = b->next;
-    free(b);
-    b = next;
-  }
-  a->head = NULL;
-  a->total = 0;
-}
-
 /* ---- allowlist ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -240,7 +189,7 @@ static int charge(pk_vm *vm, uint64_t n) {
 static int new_obj(pk_vm *vm, pk_obj **out, pk_kind kind) {
   int rc = charge(vm, 1);
   if (rc < 0) return rc;
-  pk_obj *o = pk_arena_alloc(vm->cfg->arena, sizeof *o);
+  pk_obj *o = cp_arena_alloc(vm->cfg->arena, sizeof *o);
   if (!o) return vm_error(vm, CP_ENOMEM, "out of memory");
   o->kind = kind;
   *out = o;
@@ -253,7 +202,7 @@ static int seq_push(pk_vm *vm, pk_obj *c, pk_obj *item) {
   if (rc < 0) return rc;
   if (c->u.seq.n == c->u.seq.cap) {
     size_t cap = c->u.seq.cap ? c->u.seq.cap * 2 : 8;
-    pk_obj **v = pk_arena_alloc(vm->cfg->arena, cap * sizeof *v);
+    pk_obj **v = cp_arena_array(vm->cfg->arena, cap, sizeof *v);
     if (!v) return vm_error(vm, CP_ENOMEM, "out of memory");
     if (c->u.seq.n) memcpy(v, c->u.seq.v, c->u.seq.n * sizeof *v);
     c->u.seq.v = v;
@@ -342,7 +291,7 @@ static int make_tuple(pk_vm *vm, pk_obj **out, pk_obj *const *items, size_t n) {
   if (n) {
     rc = charge(vm, n);
     if (rc < 0) return rc;
-    t->u.seq.v = pk_arena_alloc(vm->cfg->arena, n * sizeof(pk_obj *));
+    t->u.seq.v = cp_arena_array(vm->cfg->arena, n, sizeof(pk_obj *));
     if (!t->u.seq.v) return vm_error(vm, CP_ENOMEM, "out of memory");
     memcpy(t->u.seq.v, items, n * sizeof(pk_obj *));
   }
@@ -423,7 +372,7 @@ static int rebuild_tensor(pk_vm *vm, pk_obj **out, pk_obj *const *a, size_t n, b
       return vm_error(vm, CP_EPKL_TYPE, "%s metadata is a %s, want None or a dict", fn,
                       pk_kind_name(a[6]));
   }
-  pk_tensor *t = pk_arena_alloc(vm->cfg->arena, sizeof *t);
+  pk_tensor *t = cp_arena_alloc(vm->cfg->arena, sizeof *t);
   if (!t) return vm_error(vm, CP_ENOMEM, "out of memory");
   int nd_stride;
   int rc = int_tuple(vm, a[2], "size", t->size, &t->ndim);

@@ -61,7 +61,7 @@ struct cp_pt_file {
   size_t nent;
   pt_name *by_name; /* entries sorted by name */
   char *prefix;
-  pk_arena arena;
+  cp_arena arena; /* pickle objects, storages and flattened names */
   pt_tensor *tensors;
   size_t ntensors, tensors_cap;
   size_t skipped;
@@ -332,7 +332,7 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
                         "its %llu-byte record",
                         f->path, op_offset, qk, (unsigned long long)numel, cp_dtype_name(dtype),
                         (unsigned long long)e->usize);
-  pk_storage *s = pk_arena_alloc(&f->arena, sizeof *s);
+  pk_storage *s = cp_arena_alloc(&f->arena, sizeof *s);
   if (!s) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
   s->dtype = dtype;
   s->numel = numel;
@@ -383,7 +383,7 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
   if (f->name_bytes > PT_MAX_NAME_BYTES)
     return cp_error_set(CP_EPKL_LIMIT, "%s: flattened names exceed %llu bytes", f->path,
                         (unsigned long long)PT_MAX_NAME_BYTES);
-  char *nm = pk_arena_alloc(&f->arena, name_len + 1);
+  char *nm = cp_arena_alloc(&f->arena, name_len + 1);
   if (!nm) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
   memcpy(nm, name, name_len);
 
@@ -579,6 +579,7 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   *out = NULL;
   if (!f) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
   f->cache_ent = SIZE_MAX;
+  f->arena.limit = PK_MAX_ARENA;
   f->path = strdup(path);
   if (!f->path) {
     rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
@@ -688,7 +689,7 @@ void cp_pt_free(cp_pt_file *f) {
   if (!f) return;
   if (f->za) zip_discard(f->za);
   if (f->map) munmap(f->map, f->map_len);
-  pk_arena_free(&f->arena);
+  cp_arena_free(&f->arena);
   free(f->ent);
   free(f->by_name);
   free(f->tensors);
