@@ -2,6 +2,7 @@
  * path join its callers share. */
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 
 #include <dirent.h>

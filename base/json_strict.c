@@ -1,7 +1,7 @@
 /* Strict JSON scanner (RFC 8259 grammar, UTF-8 validation, duplicate keys, depth bound).
  * Recursion depth is bounded by max_depth, so hostile nesting cannot exhaust the stack. */
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * Formats as Hugging Face transformers produces them; see include/ctxpatch/formats/safetensors.h. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/quote.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "ctxpatch/base/strbuf.h"

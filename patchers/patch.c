@@ -11,6 +11,7 @@
 
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/error.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/patchers/patch.h"

@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 #include "tokenizers/tokenizer_priv.h"
 
 #define TK_MAX_DEPTH 64
