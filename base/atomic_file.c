@@ -74,26 +74,26 @@ static char *temp_template(const char *path) {
   return tmp;
 }
 
+static void atomic_free(cp_atomic_file *f);
+
 int cp_atomic_open(cp_atomic_file **out, const char *path) {
   *out = NULL;
+  int rc = 0;
   cp_atomic_file *f = calloc(1, sizeof *f);
-  if (!f || !(f->path = strdup(path)) || !(f->tmp = temp_template(path))) {
-    if (f) free(f->path);
-    free(f);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-  }
-  f->fd = mkstemp(f->tmp);
-  if (f->fd < 0) {
-    int rc = cp_error_set(CP_EIO, "%s: cannot create temporary file: %s", path, strerror(errno));
-    free(f->tmp);
-    free(f->path);
-    free(f);
-    return rc;
+  CP_CHECK_ALLOC(f, path);
+  f->fd = -1;
+  CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
+  CP_CHECK_ALLOC_GOTO(f->tmp = temp_template(path), path);
+  if ((f->fd = mkstemp(f->tmp)) < 0) {
+    rc = cp_error_set(CP_EIO, "%s: cannot create temporary file: %s", path, strerror(errno));
+    goto done;
   }
   fchmod(f->fd, 0644);
-  int rc = cp_sha256_new(&f->hash);
+  rc = cp_sha256_new(&f->hash);
+done:
   if (rc < 0) {
-    cp_atomic_abort(f);
+    if (f->fd >= 0) cp_atomic_abort(f); /* the temporary exists: remove it too */
+    else atomic_free(f);
     return rc;
   }
   *out = f;
@@ -177,10 +177,7 @@ int cp_atomic_commit(cp_atomic_file *f) {
     rc = cp_error_set(CP_EIO, "%s: rename failed: %s", f->path, strerror(errno));
     goto done;
   }
-  if (!(parent = parent_of(f->path))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(parent = parent_of(f->path), f->path);
   rc = fsync_dir(parent);
 done:
   free(parent);
@@ -217,15 +214,16 @@ int cp_atomic_dir_open(cp_atomic_dir **out, const char *path, int replace) {
   struct stat st;
   if (!replace && stat(path, &st) == 0)
     return cp_error_set(CP_EEXIST, "%s: output already exists (remove it or pass --force)", path);
+  int rc = 0;
   cp_atomic_dir *d = calloc(1, sizeof *d);
-  if (!d || !(d->path = strdup(path)) || !(d->tmp = temp_template(path))) {
-    if (d) free(d->path);
-    free(d);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-  }
+  CP_CHECK_ALLOC(d, path);
   d->replace = replace;
-  if (!mkdtemp(d->tmp)) {
-    int rc = cp_error_set(CP_EIO, "%s: cannot create temporary folder: %s", path, strerror(errno));
+  CP_CHECK_ALLOC_GOTO(d->path = strdup(path), path);
+  CP_CHECK_ALLOC_GOTO(d->tmp = temp_template(path), path);
+  if (!mkdtemp(d->tmp))
+    rc = cp_error_set(CP_EIO, "%s: cannot create temporary folder: %s", path, strerror(errno));
+done:
+  if (rc < 0) { /* nothing was created on disk: free only */
     free(d->tmp);
     free(d->path);
     free(d);
@@ -254,10 +252,7 @@ static int fsync_tree_files(const char *dir) {
   while (rc == 0 && (e = readdir(d))) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     char *child = cp_path_join(dir, e->d_name);
-    if (!child) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-      break;
-    }
+    CP_CHECK_ALLOC_GOTO(child, dir);
     struct stat st;
     if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) {
       rc = fsync_tree_files(child);
@@ -269,6 +264,7 @@ static int fsync_tree_files(const char *dir) {
     }
     free(child);
   }
+done:
   closedir(d);
   return rc < 0 ? rc : fsync_dir(dir);
 }
@@ -280,11 +276,7 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
   struct stat st;
   if (d->replace && stat(d->path, &st) == 0) {
     /* Swap the old output aside first, so a crash leaves the old or the new, never neither. */
-    old = malloc(strlen(d->tmp) + 8);
-    if (!old) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", d->path);
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(old = malloc(strlen(d->tmp) + 8), d->path);
     sprintf(old, "%s.old", d->tmp);
     if (rename(d->path, old) != 0) {
       rc = cp_error_set(CP_EIO, "%s: cannot move old output aside: %s", d->path, strerror(errno));
@@ -297,10 +289,7 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
     goto done;
   }
   if (old) remove_tree(old);
-  if (!(parent = parent_of(d->path))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", d->path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(parent = parent_of(d->path), d->path);
   rc = fsync_dir(parent);
 done:
   free(parent);
@@ -332,11 +321,7 @@ int cp_read_file(char **out, size_t *out_len, const char *path, size_t max_len) 
                       (long long)st.st_size, max_len);
     goto done;
   }
-  buf = malloc((size_t)st.st_size + 1);
-  if (!buf) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(buf = malloc((size_t)st.st_size + 1), path);
   if (fread(buf, 1, (size_t)st.st_size, fp) != (size_t)st.st_size) {
     rc = cp_error_set(CP_EIO, "%s: short read", path);
     goto done;

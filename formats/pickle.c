@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
@@ -190,7 +191,7 @@ static int new_obj(pk_vm *vm, pk_obj **out, pk_kind kind) {
   int rc = charge(vm, 1);
   if (rc < 0) return rc;
   pk_obj *o = cp_arena_alloc(vm->cfg->arena, sizeof *o);
-  if (!o) return vm_error(vm, CP_ENOMEM, "out of memory");
+  CP_CHECK_ALLOC(o, vm->cfg->what);
   o->kind = kind;
   *out = o;
   return 0;
@@ -203,7 +204,7 @@ static int seq_push(pk_vm *vm, pk_obj *c, pk_obj *item) {
   if (c->u.seq.n == c->u.seq.cap) {
     size_t cap = c->u.seq.cap ? c->u.seq.cap * 2 : 8;
     pk_obj **v = cp_arena_array(vm->cfg->arena, cap, sizeof *v);
-    if (!v) return vm_error(vm, CP_ENOMEM, "out of memory");
+    CP_CHECK_ALLOC(v, vm->cfg->what);
     if (c->u.seq.n) memcpy(v, c->u.seq.v, c->u.seq.n * sizeof *v);
     c->u.seq.v = v;
     c->u.seq.cap = cap;
@@ -216,11 +217,8 @@ static int push(pk_vm *vm, pk_obj *o) {
   if (vm->sp == vm->stack_cap) {
     if (vm->stack_cap >= PK_MAX_STACK)
       return vm_error(vm, CP_EPKL_STACK, "stack deeper than %u", PK_MAX_STACK);
-    size_t cap = vm->stack_cap ? vm->stack_cap * 2 : 256;
-    pk_obj **s = realloc(vm->stack, cap * sizeof *s);
-    if (!s) return vm_error(vm, CP_ENOMEM, "out of memory");
-    vm->stack = s;
-    vm->stack_cap = cap;
+    int rc = CP_ARRAY_RESERVE(vm->stack, vm->stack_cap, vm->sp + 1, vm->cfg->what);
+    if (rc < 0) return rc;
   }
   vm->stack[vm->sp++] = o;
   return 0;
@@ -265,13 +263,9 @@ static int memo_put(pk_vm *vm, uint64_t idx) {
     return vm_error(vm, CP_EPKL_MEMO, "memo index %llu over the cap %u", (unsigned long long)idx,
                     PK_MAX_MEMO);
   if (idx >= vm->memo_cap) {
-    size_t cap = vm->memo_cap ? vm->memo_cap : 256;
-    while (cap <= idx) cap *= 2;
-    pk_obj **m = realloc(vm->memo, cap * sizeof *m);
-    if (!m) return vm_error(vm, CP_ENOMEM, "out of memory");
-    memset(m + vm->memo_cap, 0, (cap - vm->memo_cap) * sizeof *m);
-    vm->memo = m;
-    vm->memo_cap = cap;
+    size_t old = vm->memo_cap;
+    if ((rc = CP_ARRAY_RESERVE(vm->memo, vm->memo_cap, (size_t)idx + 1, vm->cfg->what)) < 0) return rc;
+    memset(vm->memo + old, 0, (vm->memo_cap - old) * sizeof *vm->memo); /* unset slots read as NULL */
   }
   if (!vm->memo[idx]) vm->memo_count++;
   vm->memo[idx] = o;
@@ -292,7 +286,7 @@ static int make_tuple(pk_vm *vm, pk_obj **out, pk_obj *const *items, size_t n) {
     rc = charge(vm, n);
     if (rc < 0) return rc;
     t->u.seq.v = cp_arena_array(vm->cfg->arena, n, sizeof(pk_obj *));
-    if (!t->u.seq.v) return vm_error(vm, CP_ENOMEM, "out of memory");
+    CP_CHECK_ALLOC(t->u.seq.v, vm->cfg->what);
     memcpy(t->u.seq.v, items, n * sizeof(pk_obj *));
   }
   t->u.seq.n = t->u.seq.cap = n;
@@ -373,7 +367,7 @@ static int rebuild_tensor(pk_vm *vm, pk_obj **out, pk_obj *const *a, size_t n, b
                       pk_kind_name(a[6]));
   }
   pk_tensor *t = cp_arena_alloc(vm->cfg->arena, sizeof *t);
-  if (!t) return vm_error(vm, CP_ENOMEM, "out of memory");
+  CP_CHECK_ALLOC(t, vm->cfg->what);
   int nd_stride;
   int rc = int_tuple(vm, a[2], "size", t->size, &t->ndim);
   if (rc < 0) return rc;
@@ -573,7 +567,7 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
   int rc = 0;
   *out = NULL;
   vm->marks = malloc(PK_MAX_MARKS * sizeof *vm->marks);
-  if (!vm->marks) FAIL(CP_ENOMEM, "out of memory");
+  CP_CHECK_ALLOC_GOTO(vm->marks, cfg->what);
 
   for (;;) {
     pk_obj *o = NULL, *a = NULL, *b = NULL;

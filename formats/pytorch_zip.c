@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
@@ -167,7 +168,8 @@ static int parse_central_dir(cp_pt_file *f) {
                         f->path, (unsigned long long)count, (unsigned long long)cd_size);
   f->ent = calloc(count ? (size_t)count : 1, sizeof *f->ent);
   f->by_name = calloc(count ? (size_t)count : 1, sizeof *f->by_name);
-  if (!f->ent || !f->by_name) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  CP_CHECK_ALLOC(f->ent, f->path);
+  CP_CHECK_ALLOC(f->by_name, f->path);
   f->nent = (size_t)count;
   uint64_t q = cd_off, end = cd_off + cd_size;
   for (size_t i = 0; i < f->nent; i++) {
@@ -333,7 +335,7 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
                         f->path, op_offset, qk, (unsigned long long)numel, cp_dtype_name(dtype),
                         (unsigned long long)e->usize);
   pk_storage *s = cp_arena_alloc(&f->arena, sizeof *s);
-  if (!s) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  CP_CHECK_ALLOC(s, f->path);
   s->dtype = dtype;
   s->numel = numel;
   s->record = (size_t)idx;
@@ -349,7 +351,7 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
   if (f->ntensors * 2 >= f->hash_cap) {
     size_t cap = f->hash_cap ? f->hash_cap * 2 : 64;
     size_t *h = calloc(cap, sizeof *h);
-    if (!h) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+    CP_CHECK_ALLOC(h, f->path);
     for (size_t i = 0; i < f->ntensors; i++) {
       const char *nm = f->tensors[i].t.name;
       size_t s = (size_t)fnv1a(nm, strlen(nm)) & (cap - 1);
@@ -370,13 +372,8 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
     }
     s = (s + 1) & (f->hash_cap - 1);
   }
-  if (f->ntensors == f->tensors_cap) {
-    size_t cap = f->tensors_cap ? f->tensors_cap * 2 : 16;
-    pt_tensor *t = realloc(f->tensors, cap * sizeof *t);
-    if (!t) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
-    f->tensors = t;
-    f->tensors_cap = cap;
-  }
+  int rc = CP_ARRAY_RESERVE(f->tensors, f->tensors_cap, f->ntensors + 1, f->path);
+  if (rc < 0) return rc;
   char qn[160];
   cp_quote(qn, sizeof qn, name, name_len);
   f->name_bytes += name_len + 1;
@@ -384,7 +381,7 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
     return cp_error_set(CP_EPKL_LIMIT, "%s: flattened names exceed %llu bytes", f->path,
                         (unsigned long long)PT_MAX_NAME_BYTES);
   char *nm = cp_arena_alloc(&f->arena, name_len + 1);
-  if (!nm) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  CP_CHECK_ALLOC(nm, f->path);
   memcpy(nm, name, name_len);
 
   pt_tensor *pt = &f->tensors[f->ntensors];
@@ -534,7 +531,7 @@ static int find_pickle(cp_pt_file *f, size_t *out) {
       memchr(e->name, 0, pl))
     return cp_error_set(CP_EPT_ENTRY_NAME, "%s: unsafe archive prefix in '%s'", f->path, qn);
   f->prefix = malloc(pl + 1);
-  if (!f->prefix) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  CP_CHECK_ALLOC(f->prefix, f->path);
   memcpy(f->prefix, e->name, pl);
   f->prefix[pl] = 0;
   *out = found;
@@ -577,14 +574,10 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   zip_source_t *src = NULL;
   cp_pt_file *f = calloc(1, sizeof *f);
   *out = NULL;
-  if (!f) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  CP_CHECK_ALLOC(f, path);
   f->cache_ent = SIZE_MAX;
   f->arena.limit = PK_MAX_ARENA;
-  f->path = strdup(path);
-  if (!f->path) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
 
   fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
@@ -658,11 +651,7 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   if (is_mappable(pe)) {
     pkl = f->map + pe->data_off;
   } else {
-    pkl_buf = malloc(pe->usize ? (size_t)pe->usize : 1);
-    if (!pkl_buf) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(pkl_buf = malloc(pe->usize ? (size_t)pe->usize : 1), path);
     if ((rc = read_entry(f, pi, pkl_buf)) < 0) goto done;
     pkl = pkl_buf;
   }

@@ -4,6 +4,7 @@
  * the same reason: UTF-8, first byte '{', strict JSON scan (syntax, duplicate keys, depth), and
  * then a walk over the now well-formed text that checks the schema. The walk reads numbers from
  * the text itself rather than through doubles, so 1.0, 1e3 and 2^53+1 are judged exactly. */
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/json.h"
 #include "ctxpatch/base/le.h"
@@ -153,7 +154,7 @@ static int read_string(walker *w, char **out, size_t *out_len) {
     if (w->s[p] == '\\') p++, cap++;
   }
   char *buf = malloc(cap + 4);
-  if (!buf) return cp_error_set(CP_ENOMEM, "%s: out of memory", w->path);
+  CP_CHECK_ALLOC(buf, w->path);
   size_t o = 0;
   for (;;) {
     if (w->pos >= w->len) goto bad;
@@ -276,7 +277,7 @@ static int parse_metadata(parse_state *ps) {
     return cp_error_set(CP_EST_METADATA, "%s: header offset %zu: __metadata__ is not an object", w->path, w->pos);
   w->pos++;
   ps->have_meta = true;
-  size_t cap = 0;
+  size_t kcap = 0, vcap = 0; /* parse_metadata runs once: a second __metadata__ is refused */
   if (peek(w) == '}') {
     w->pos++;
     return 0;
@@ -307,17 +308,11 @@ static int parse_metadata(parse_state *ps) {
       free(v);
       return rc;
     }
-    if (ps->n_meta == cap) {
-      size_t nc = cap ? cap * 2 : 8;
-      char **a = realloc(ps->mk, nc * sizeof *a), **b = a ? realloc(ps->mv, nc * sizeof *b) : NULL;
-      if (a) ps->mk = a;
-      if (b) ps->mv = b;
-      if (!a || !b) {
-        free(k);
-        free(v);
-        return cp_error_set(CP_ENOMEM, "%s: out of memory", w->path);
-      }
-      cap = nc;
+    if ((rc = CP_ARRAY_RESERVE(ps->mk, kcap, ps->n_meta + 1, w->path)) < 0 ||
+        (rc = CP_ARRAY_RESERVE(ps->mv, vcap, ps->n_meta + 1, w->path)) < 0) {
+      free(k);
+      free(v);
+      return rc;
     }
     ps->mk[ps->n_meta] = k;
     ps->mv[ps->n_meta] = v;
@@ -499,15 +494,9 @@ static int parse_header(parse_state *ps) {
         free(k);
         return rc;
       }
-      if (ps->n == ps->cap) {
-        size_t nc = ps->cap ? ps->cap * 2 : 64;
-        st_entry *ne = realloc(ps->e, nc * sizeof *ne);
-        if (!ne) {
-          free(k);
-          return cp_error_set(CP_ENOMEM, "%s: out of memory", w->path);
-        }
-        ps->e = ne;
-        ps->cap = nc;
+      if ((rc = CP_ARRAY_RESERVE(ps->e, ps->cap, ps->n + 1, w->path)) < 0) {
+        free(k);
+        return rc;
       }
       st_entry *e = &ps->e[ps->n++];
       memset(e, 0, sizeof *e);
@@ -612,10 +601,9 @@ static int sort_metadata(cp_st_file *f) {
   char ***pairs = malloc(m * sizeof *pairs);
   char **k = malloc(m * sizeof *k), **v = malloc(m * sizeof *v);
   int rc = 0;
-  if (!pairs || !k || !v) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(pairs, f->path);
+  CP_CHECK_ALLOC_GOTO(k, f->path);
+  CP_CHECK_ALLOC_GOTO(v, f->path);
   /* pairs[i] points at meta_key[i]; its value sits at the same index of meta_val. */
   for (size_t i = 0; i < m; i++) pairs[i] = &f->meta_key[i];
   qsort(pairs, m, sizeof *pairs, cmp_meta);
@@ -686,8 +674,7 @@ static int validate(cp_st_file *f, const char *hdr, size_t hlen) {
   if ((rc = sort_metadata(f)) < 0) return rc;
 
   size_t n = f->n;
-  if (n && !(f->by_name = malloc(n * sizeof *f->by_name)))
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  if (n) CP_CHECK_ALLOC(f->by_name = malloc(n * sizeof *f->by_name), f->path);
   /* Names again after unescaping: "a" and "\u0061" are the same tensor. */
   index_names(f);
   for (size_t i = 0; i + 1 < n; i++) {
@@ -746,10 +733,8 @@ int cp_st_open(cp_st_file **out, const char *path) {
   *out = NULL;
   int rc = 0, fd = -1;
   cp_st_file *f = calloc(1, sizeof *f);
-  if (!f || !(f->path = strdup(path))) {
-    free(f);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-  }
+  CP_CHECK_ALLOC(f, path);
+  CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     rc = cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: cannot open: %s", path, strerror(errno));

@@ -1,6 +1,7 @@
 /* safetensors writer: deterministic header, streamed tensor bytes, atomic commit.
  * Header layout and ordering rules are in include/ctxpatch/formats/safetensors.h. */
 #include <assert.h>
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/le.h"
@@ -181,11 +182,14 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
   kv *m = NULL;
   cp_strbuf h = {0};
   cp_st_writer *w = calloc(1, sizeof *w);
-  if (!w || !(w->path = strdup(path)) || (n && !(s = calloc(n, sizeof *s))) ||
-      !(m = calloc(n_meta + 1, sizeof *m)) || (n && !(w->order = calloc(n, sizeof *w->order))) ||
-      (n && !(w->ends = calloc(n, sizeof *w->ends))) || !(w->buf = malloc(ST_WRITE_BUF))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
+  CP_CHECK_ALLOC(w, path);
+  CP_CHECK_ALLOC_GOTO(w->path = strdup(path), path);
+  CP_CHECK_ALLOC_GOTO(m = calloc(n_meta + 1, sizeof *m), path);
+  CP_CHECK_ALLOC_GOTO(w->buf = malloc(ST_WRITE_BUF), path);
+  if (n) {
+    CP_CHECK_ALLOC_GOTO(s = calloc(n, sizeof *s), path);
+    CP_CHECK_ALLOC_GOTO(w->order = calloc(n, sizeof *w->order), path);
+    CP_CHECK_ALLOC_GOTO(w->ends = calloc(n, sizeof *w->ends), path);
   }
   w->n = n;
 
