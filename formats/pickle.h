@@ -1,4 +1,4 @@
-/* Private: an allowlist-only interpreter for the pickles inside PyTorch zip checkpoints.
+/* Private (floor: formats): an allowlist-only interpreter for the pickles inside PyTorch zip checkpoints.
  *
  * It builds plain data (dicts, lists, tuples, scalars, strings) and the few torch objects that
  * torch.load(weights_only=True) may construct (storages and tensors). It never resolves or
