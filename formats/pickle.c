@@ -160,7 +160,7 @@ static int memo_put(pk_vm *vm, uint64_t idx) {
   if (rc < 0) return rc;
   if (idx >= PK_MAX_MEMO)
     return pk_vm_error(vm, CP_EPKL_MEMO, "memo index %llu over the cap %u", (unsigned long long)idx,
-                    PK_MAX_MEMO);
+                       PK_MAX_MEMO);
   if (idx >= vm->memo_cap) {
     size_t old = vm->memo_cap;
     if ((rc = CP_ARRAY_RESERVE(vm->memo, vm->memo_cap, (size_t)idx + 1, vm->cfg->what)) < 0) return rc;
@@ -199,7 +199,7 @@ static int push_string(pk_vm *vm, pk_kind kind, uint64_t n) {
   const uint8_t *p = vm->data + vm->pos;
   if (kind == PK_STR && !utf8_valid(p, (size_t)n))
     return pk_vm_error(vm, CP_EPKL_TYPE, "string of %llu bytes is not valid UTF-8",
-                    (unsigned long long)n);
+                       (unsigned long long)n);
   pk_obj *o = NULL;
   rc = pk_vm_new(vm, &o, kind);
   if (rc < 0) return rc;
@@ -320,9 +320,9 @@ int pk_load(pk_obj **out, const uint8_t *data, size_t len, const pk_config *cfg)
       case ']':  /* EMPTY_LIST */
       case 0x8f: /* EMPTY_SET */
         if ((rc = pk_vm_new(vm, &o,
-                          vm->op == '}'   ? PK_DICT
-                          : vm->op == ']' ? PK_LIST
-                                          : PK_SET)) < 0 ||
+                            vm->op == '}'   ? PK_DICT
+                            : vm->op == ']' ? PK_LIST
+                                            : PK_SET)) < 0 ||
             (rc = pk_vm_push(vm, o)) < 0)
           goto done;
         break;

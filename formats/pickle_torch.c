@@ -101,7 +101,7 @@ static int int_tuple(pk_vm *vm, const pk_obj *t, const char *what, int64_t *out,
     return pk_vm_error(vm, CP_EPKL_TYPE, "%s is a %s, want a tuple of ints", what, pk_kind_name(t));
   if (t->u.seq.n > CP_MAX_DIMS)
     return pk_vm_error(vm, CP_EUNSUPPORTED, "%s has %zu dimensions, at most %d are supported", what,
-                    t->u.seq.n, CP_MAX_DIMS);
+                       t->u.seq.n, CP_MAX_DIMS);
   for (size_t i = 0; i < t->u.seq.n; i++) {
     const pk_obj *e = t->u.seq.v[i];
     if (e->kind != PK_INT || e->u.i < 0)
@@ -124,13 +124,13 @@ static int rebuild_tensor(pk_vm *vm, pk_obj **out, pk_obj *const *a, size_t n, b
   if (v2) {
     if (a[4]->kind != PK_BOOL)
       return pk_vm_error(vm, CP_EPKL_TYPE, "%s requires_grad is a %s, want bool", fn,
-                      pk_kind_name(a[4]));
+                         pk_kind_name(a[4]));
     if (a[5]->kind != PK_DICT)
       return pk_vm_error(vm, CP_EPKL_TYPE, "%s backward_hooks is a %s, want a dict", fn,
-                      pk_kind_name(a[5]));
+                         pk_kind_name(a[5]));
     if (n == 7 && a[6]->kind != PK_NONE && a[6]->kind != PK_DICT)
       return pk_vm_error(vm, CP_EPKL_TYPE, "%s metadata is a %s, want None or a dict", fn,
-                      pk_kind_name(a[6]));
+                         pk_kind_name(a[6]));
   }
   pk_tensor *t = cp_arena_alloc(vm->cfg->arena, sizeof *t);
   CP_CHECK_ALLOC(t, vm->cfg->what);
@@ -141,7 +141,7 @@ static int rebuild_tensor(pk_vm *vm, pk_obj **out, pk_obj *const *a, size_t n, b
   if (rc < 0) return rc;
   if (nd_stride != t->ndim)
     return pk_vm_error(vm, CP_EPKL_TYPE, "size has %d dimensions but stride has %d", t->ndim,
-                    nd_stride);
+                       nd_stride);
   t->storage = a[0]->u.storage;
   t->offset = (uint64_t)a[1]->u.i;
 
@@ -159,8 +159,8 @@ static int rebuild_tensor(pk_vm *vm, pk_obj **out, pk_obj *const *a, size_t n, b
     }
     if (last >= t->storage->numel)
       return pk_vm_error(vm, CP_EPT_TENSOR_BOUNDS,
-                      "tensor view reaches element %llu of a storage of %llu elements",
-                      (unsigned long long)last, (unsigned long long)t->storage->numel);
+                         "tensor view reaches element %llu of a storage of %llu elements",
+                         (unsigned long long)last, (unsigned long long)t->storage->numel);
   }
   pk_obj *o = NULL;
   rc = pk_vm_new(vm, &o, PK_TENSOR);
@@ -203,7 +203,7 @@ int pk_do_reduce(pk_vm *vm) {
         return pk_vm_error(vm, CP_EPKL_TYPE, "%s takes %zu arguments, got %zu", g->qualname, want, n);
       if (a[0]->kind != PK_TENSOR || a[1]->kind != PK_BOOL || a[2]->kind != PK_DICT)
         return pk_vm_error(vm, CP_EPKL_TYPE, "%s wants (tensor, bool, dict%s)", g->qualname,
-                        want == 4 ? ", state" : "");
+                           want == 4 ? ", state" : "");
       a[0]->u.tensor->is_parameter = 1;
       res = a[0];
       break;
@@ -239,7 +239,7 @@ int pk_do_build(pk_vm *vm) {
   if (inst->kind == PK_DICT && inst->ordered) {
     if (state->kind != PK_DICT && state->kind != PK_NONE)
       return pk_vm_error(vm, CP_EPKL_TYPE, "BUILD state for an OrderedDict is a %s",
-                      pk_kind_name(state));
+                         pk_kind_name(state));
     return 0;
   }
   if (inst->kind == PK_TENSOR && inst->u.tensor->is_parameter) return 0;
@@ -254,8 +254,8 @@ int pk_do_newobj(pk_vm *vm) {
   if (rc < 0) return rc;
   if (cls->kind != PK_GLOBAL || cls->u.g->kind != PKG_PARAMETER)
     return pk_vm_error(vm, CP_EPKL_TYPE,
-                    "NEWOBJ of a %s; only torch.nn.parameter.Parameter is allowed",
-                    cls->kind == PK_GLOBAL ? cls->u.g->qualname : pk_kind_name(cls));
+                       "NEWOBJ of a %s; only torch.nn.parameter.Parameter is allowed",
+                       cls->kind == PK_GLOBAL ? cls->u.g->qualname : pk_kind_name(cls));
   if (args->kind != PK_TUPLE || args->u.seq.n < 1 || args->u.seq.n > 2 ||
       args->u.seq.v[0]->kind != PK_TENSOR ||
       (args->u.seq.n == 2 && args->u.seq.v[1]->kind != PK_BOOL))
@@ -271,14 +271,14 @@ int pk_do_persid(pk_vm *vm) {
   if (rc < 0) return rc;
   if (pid->kind != PK_TUPLE || pid->u.seq.n != 5)
     return pk_vm_error(vm, CP_EPKL_TYPE,
-                    "persistent id is a %s, want ('storage', type, key, location, numel)",
-                    pk_kind_name(pid));
+                       "persistent id is a %s, want ('storage', type, key, location, numel)",
+                       pk_kind_name(pid));
   pk_obj *const *a = pid->u.seq.v;
   if (a[0]->kind != PK_STR || !span_eq(a[0]->u.s.p, a[0]->u.s.len, "storage"))
     return pk_vm_error(vm, CP_EPKL_TYPE, "persistent id does not start with 'storage'");
   if (a[1]->kind != PK_GLOBAL || a[1]->u.g->kind != PKG_STORAGE_CLASS)
     return pk_vm_error(vm, CP_EPKL_TYPE, "persistent id storage type is a %s",
-                    a[1]->kind == PK_GLOBAL ? a[1]->u.g->qualname : pk_kind_name(a[1]));
+                       a[1]->kind == PK_GLOBAL ? a[1]->u.g->qualname : pk_kind_name(a[1]));
   if (a[2]->kind != PK_STR)
     return pk_vm_error(vm, CP_EPKL_TYPE, "storage key is a %s", pk_kind_name(a[2]));
   if (a[3]->kind != PK_STR)
@@ -302,12 +302,12 @@ int pk_do_persid(pk_vm *vm) {
 }
 
 int pk_do_global(pk_vm *vm, const char *mod, size_t mod_len, const char *name,
-                     size_t name_len) {
+                        size_t name_len) {
   const pk_global *g = lookup_global(mod, mod_len, name, name_len);
   if (!g) {
     char qm[160], qn[160];
     return pk_vm_error(vm, CP_EPKL_GLOBAL, "global '%s.%s' is not on the allowlist",
-                    cp_quote(qm, sizeof qm, mod, mod_len), cp_quote(qn, sizeof qn, name, name_len));
+                       cp_quote(qm, sizeof qm, mod, mod_len), cp_quote(qn, sizeof qn, name, name_len));
   }
   pk_obj *o = NULL;
   int rc = pk_vm_new(vm, &o, PK_GLOBAL);

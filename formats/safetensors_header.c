@@ -141,6 +141,18 @@ bad:
   return cp_error_set(CP_EST_HEADER_JSON, "%s: header offset %zu: malformed string", w->path, start);
 }
 
+/* Reads an object key and its ':' at the cursor: *k is a new buffer the caller frees (NULL on
+ * error), *koff the offset of its opening quote. */
+static int read_key(walker *w, char **k, size_t *klen, size_t *koff) {
+  *koff = (ws(w), w->pos);
+  int rc = read_string(w, k, klen);
+  if (rc == 0 && (rc = expect(w, ':')) < 0) {
+    free(*k);
+    *k = NULL;
+  }
+  return rc;
+}
+
 typedef enum { NUM_OK, NUM_NOT_NUMBER, NUM_NEGATIVE, NUM_NOT_INTEGER, NUM_TOO_LARGE } num_status;
 
 static const char *num_problem(num_status st) {
@@ -205,14 +217,10 @@ static int parse_metadata(parse_state *ps) {
     return 0;
   }
   for (;;) {
-    size_t koff = (ws(w), w->pos), klen, vlen;
+    size_t koff, klen, vlen;
     char *k = NULL, *v = NULL;
-    int rc = read_string(w, &k, &klen);
+    int rc = read_key(w, &k, &klen, &koff);
     if (rc < 0) return rc;
-    if ((rc = expect(w, ':')) < 0) {
-      free(k);
-      return rc;
-    }
     if (peek(w) != '"') {
       rc = cp_error_set(CP_EST_METADATA, "%s: header offset %zu: __metadata__ value of '%s' is not a string",
                         w->path, w->pos, cp_quote_masked(sb, k, klen));
@@ -290,13 +298,9 @@ static int parse_entry(parse_state *ps, st_entry *e) {
   bool have_dtype = false, have_shape = false, have_offsets = false;
   if (peek(w) != '}') {
     for (;;) {
-      size_t koff = (ws(w), w->pos), klen;
+      size_t koff, klen;
       char *k = NULL;
-      if ((rc = read_string(w, &k, &klen)) < 0) return rc;
-      if ((rc = expect(w, ':')) < 0) {
-        free(k);
-        return rc;
-      }
+      if ((rc = read_key(w, &k, &klen, &koff)) < 0) return rc;
       size_t voff = (ws(w), w->pos);
       if (strcmp(k, "dtype") == 0 && klen == 5) {
         free(k);
@@ -397,13 +401,9 @@ static int parse_header(parse_state *ps) {
     return 0;
   }
   for (;;) {
-    size_t koff = (ws(w), w->pos), klen;
+    size_t koff, klen;
     char *k = NULL;
-    if ((rc = read_string(w, &k, &klen)) < 0) return rc;
-    if ((rc = expect(w, ':')) < 0) {
-      free(k);
-      return rc;
-    }
+    if ((rc = read_key(w, &k, &klen, &koff)) < 0) return rc;
     if (strcmp(k, "__metadata__") == 0 && klen == 12) {
       free(k);
       if (ps->have_meta)
