@@ -142,10 +142,9 @@ int zd_open(zd_archive *z, const char *path, const uint8_t *map, size_t len) {
   /* Own parse first: it names duplicate entries and bad offsets; libzip then validates again. */
   int rc = parse_central_dir(z);
   if (rc < 0) return rc;
-  zip_source_t *src = NULL;
   zip_error_t zerr;
   zip_error_init(&zerr);
-  src = zip_source_buffer_create(z->map, z->map_len, 0, &zerr);
+  zip_source_t *src = zip_source_buffer_create(z->map, z->map_len, 0, &zerr);
   if (src) z->za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
   if (!z->za) {
     rc = cp_error_set(zip_error_code_zip(&zerr) == ZIP_ER_MEMORY ? CP_ENOMEM : CP_EPT_ZIP,
@@ -155,14 +154,10 @@ int zd_open(zd_archive *z, const char *path, const uint8_t *map, size_t len) {
     return rc;
   }
   zip_error_fini(&zerr);
-
   zip_int64_t zn = zip_get_num_entries(z->za, 0);
-  if (zn < 0 || (uint64_t)zn != z->nent) {
-    rc = cp_error_set(CP_EPT_ZIP, "%s: central directory has %zu entries, libzip counts %lld", z->path,
-                      z->nent, (long long)zn);
-    return rc;
-  }
-
+  if (zn < 0 || (uint64_t)zn != z->nent)
+    return cp_error_set(CP_EPT_ZIP, "%s: central directory has %zu entries, libzip counts %lld",
+                        z->path, z->nent, (long long)zn);
   return 0;
 }
 
