@@ -1,4 +1,8 @@
+/* Atomic output (files and folders, see include/ctxpatch/base/io.h) and the whole-file read and
+ * path join its callers share. */
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 
 #include <dirent.h>
@@ -70,26 +74,26 @@ static char *temp_template(const char *path) {
   return tmp;
 }
 
+static void atomic_free(cp_atomic_file *f);
+
 int cp_atomic_open(cp_atomic_file **out, const char *path) {
   *out = NULL;
+  int rc = 0;
   cp_atomic_file *f = calloc(1, sizeof *f);
-  if (!f || !(f->path = strdup(path)) || !(f->tmp = temp_template(path))) {
-    if (f) free(f->path);
-    free(f);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-  }
-  f->fd = mkstemp(f->tmp);
-  if (f->fd < 0) {
-    int rc = cp_error_set(CP_EIO, "%s: cannot create temporary file: %s", path, strerror(errno));
-    free(f->tmp);
-    free(f->path);
-    free(f);
-    return rc;
+  CP_CHECK_ALLOC(f, path);
+  f->fd = -1;
+  CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
+  CP_CHECK_ALLOC_GOTO(f->tmp = temp_template(path), path);
+  if ((f->fd = mkstemp(f->tmp)) < 0) {
+    rc = cp_error_set(CP_EIO, "%s: cannot create temporary file: %s", path, strerror(errno));
+    goto done;
   }
   fchmod(f->fd, 0644);
-  int rc = cp_sha256_new(&f->hash);
+  rc = cp_sha256_new(&f->hash);
+done:
   if (rc < 0) {
-    cp_atomic_abort(f);
+    if (f->fd >= 0) cp_atomic_abort(f); /* the temporary exists: remove it too */
+    else atomic_free(f);
     return rc;
   }
   *out = f;
@@ -173,10 +177,7 @@ int cp_atomic_commit(cp_atomic_file *f) {
     rc = cp_error_set(CP_EIO, "%s: rename failed: %s", f->path, strerror(errno));
     goto done;
   }
-  if (!(parent = parent_of(f->path))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(parent = parent_of(f->path), f->path);
   rc = fsync_dir(parent);
 done:
   free(parent);
@@ -213,15 +214,16 @@ int cp_atomic_dir_open(cp_atomic_dir **out, const char *path, int replace) {
   struct stat st;
   if (!replace && stat(path, &st) == 0)
     return cp_error_set(CP_EEXIST, "%s: output already exists (remove it or pass --force)", path);
+  int rc = 0;
   cp_atomic_dir *d = calloc(1, sizeof *d);
-  if (!d || !(d->path = strdup(path)) || !(d->tmp = temp_template(path))) {
-    if (d) free(d->path);
-    free(d);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-  }
+  CP_CHECK_ALLOC(d, path);
   d->replace = replace;
-  if (!mkdtemp(d->tmp)) {
-    int rc = cp_error_set(CP_EIO, "%s: cannot create temporary folder: %s", path, strerror(errno));
+  CP_CHECK_ALLOC_GOTO(d->path = strdup(path), path);
+  CP_CHECK_ALLOC_GOTO(d->tmp = temp_template(path), path);
+  if (!mkdtemp(d->tmp))
+    rc = cp_error_set(CP_EIO, "%s: cannot create temporary folder: %s", path, strerror(errno));
+done:
+  if (rc < 0) { /* nothing was created on disk: free only */
     free(d->tmp);
     free(d->path);
     free(d);
@@ -250,10 +252,7 @@ static int fsync_tree_files(const char *dir) {
   while (rc == 0 && (e = readdir(d))) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     char *child = cp_path_join(dir, e->d_name);
-    if (!child) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-      break;
-    }
+    CP_CHECK_ALLOC_GOTO(child, dir);
     struct stat st;
     if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) {
       rc = fsync_tree_files(child);
@@ -265,6 +264,7 @@ static int fsync_tree_files(const char *dir) {
     }
     free(child);
   }
+done:
   closedir(d);
   return rc < 0 ? rc : fsync_dir(dir);
 }
@@ -276,11 +276,7 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
   struct stat st;
   if (d->replace && stat(d->path, &st) == 0) {
     /* Swap the old output aside first, so a crash leaves the old or the new, never neither. */
-    old = malloc(strlen(d->tmp) + 8);
-    if (!old) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", d->path);
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(old = malloc(strlen(d->tmp) + 8), d->path);
     sprintf(old, "%s.old", d->tmp);
     if (rename(d->path, old) != 0) {
       rc = cp_error_set(CP_EIO, "%s: cannot move old output aside: %s", d->path, strerror(errno));
@@ -293,10 +289,7 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
     goto done;
   }
   if (old) remove_tree(old);
-  if (!(parent = parent_of(d->path))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", d->path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(parent = parent_of(d->path), d->path);
   rc = fsync_dir(parent);
 done:
   free(parent);
@@ -328,11 +321,7 @@ int cp_read_file(char **out, size_t *out_len, const char *path, size_t max_len) 
                       (long long)st.st_size, max_len);
     goto done;
   }
-  buf = malloc((size_t)st.st_size + 1);
-  if (!buf) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(buf = malloc((size_t)st.st_size + 1), path);
   if (fread(buf, 1, (size_t)st.st_size, fp) != (size_t)st.st_size) {
     rc = cp_error_set(CP_EIO, "%s: short read", path);
     goto done;
@@ -347,19 +336,38 @@ done:
   return rc;
 }
 
-int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc) {
-  char *text = cJSON_Print(doc);
-  if (!text) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+int cp_write_file_atomic(char sha256_hex[65], const char *path, const void *data, size_t len) {
   cp_atomic_file *f = NULL;
   int rc = cp_atomic_open(&f, path);
-  if (rc == 0) rc = cp_atomic_write(f, text, strlen(text));
-  if (rc == 0) rc = cp_atomic_write(f, "\n", 1);
-  if (rc == 0) {
-    if (sha256_hex) cp_atomic_sha256(f, sha256_hex);
-    rc = cp_atomic_commit(f);
-    f = NULL;
+  if (rc < 0) return rc;
+  if ((rc = cp_atomic_write(f, data, len)) < 0) {
+    cp_atomic_abort(f);
+    return rc;
   }
-  cp_atomic_abort(f);
+  if (sha256_hex) cp_atomic_sha256(f, sha256_hex);
+  return cp_atomic_commit(f); /* frees the handle, also on error */
+}
+
+int cp_copy_file_atomic(char sha256_hex[65], const char *dst, const char *src, size_t max_len) {
+  char *buf = NULL;
+  size_t len = 0;
+  int rc = cp_read_file(&buf, &len, src, max_len);
+  if (rc == 0) rc = cp_write_file_atomic(sha256_hex, dst, buf, len);
+  free(buf);
+  return rc;
+}
+
+int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc) {
+  int rc = 0;
+  char *text = cJSON_Print(doc), *line = NULL;
+  CP_CHECK_ALLOC_GOTO(text, path);
+  size_t n = strlen(text);
+  CP_CHECK_ALLOC_GOTO(line = realloc(text, n + 2), path);
+  text = NULL; /* now owned by `line` */
+  memcpy(line + n, "\n", 2);
+  rc = cp_write_file_atomic(sha256_hex, path, line, n + 1);
+done:
   free(text);
+  free(line);
   return rc;
 }

@@ -1,3 +1,5 @@
+/* The thread's last error (code and one-line message) and the names and texts of the codes:
+ * see include/ctxpatch/base/error.h. */
 #include "ctxpatch/base/error.h"
 
 #include <stdio.h>

@@ -1,7 +1,8 @@
 /* Strict JSON scanner (RFC 8259 grammar, UTF-8 validation, duplicate keys, depth bound).
  * Recursion depth is bounded by max_depth, so hostile nesting cannot exhaust the stack. */
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/utf8.h"
 
 #include <stdint.h>
@@ -45,16 +46,10 @@ static int hexval(unsigned char c) {
   return -1;
 }
 
+/* Out of memory reads as a syntax problem at that offset (the scan has no code of its own). */
 static int append(key_list *kl, const void *data, size_t n) {
   if (!kl) return 0;
-  if (kl->used + n > kl->cap) {
-    size_t cap = kl->cap ? kl->cap * 2 : 256;
-    while (cap < kl->used + n) cap *= 2;
-    char *b = realloc(kl->bytes, cap);
-    if (!b) return -1;
-    kl->bytes = b;
-    kl->cap = cap;
-  }
+  if (CP_ARRAY_RESERVE(kl->bytes, kl->cap, kl->used + n, "JSON scan: object keys") < 0) return -1;
   memcpy(kl->bytes + kl->used, data, n);
   kl->used += n;
   return 0;
@@ -184,15 +179,9 @@ static cp_json_problem scan_object(scanner *sc, int depth) {
     }
     size_t key_offset = sc->pos, key_start = kl.used;
     if ((p = scan_string(sc, &kl)) != CP_JSON_OK) goto done;
-    if (kl.n == kl.kcap) {
-      size_t cap = kl.kcap ? kl.kcap * 2 : 16;
-      struct key_ref *k = realloc(kl.keys, cap * sizeof *k);
-      if (!k) {
-        p = fail(sc, CP_JSON_SYNTAX, key_offset);
-        goto done;
-      }
-      kl.keys = k;
-      kl.kcap = cap;
+    if (CP_ARRAY_RESERVE(kl.keys, kl.kcap, kl.n + 1, "JSON scan: object keys") < 0) {
+      p = fail(sc, CP_JSON_SYNTAX, key_offset);
+      goto done;
     }
     kl.keys[kl.n++] = (struct key_ref){key_start, kl.used - key_start, key_offset};
     skip_ws(sc);

@@ -1,3 +1,5 @@
+/* SHA-256 of buffers, streams and files through OpenSSL, as lowercase hex (declared in
+ * include/ctxpatch/base/io.h). */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 

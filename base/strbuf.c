@@ -1,3 +1,5 @@
+/* The growable text buffer of include/ctxpatch/base/strbuf.h: one overflow-checked reserve
+ * for put and printf. */
 #include "ctxpatch/base/strbuf.h"
 
 #include <stdarg.h>

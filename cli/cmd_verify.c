@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/model.h"
 #include "verify/certificate_json.h"

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/pytorch.h"
@@ -85,10 +86,8 @@ static bool looks_like_pytorch(const char *path) {
 static int open_shard(shard *s, const char *dir, const char *name, bool pytorch) {
   char *path = cp_path_join(dir, name);
   int rc = 0;
-  if (!path || !(s->name = strdup(name))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", name);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(path, name);
+  CP_CHECK_ALLOC_GOTO(s->name = strdup(name), name);
   rc = pytorch ? cp_pt_open(&s->pt, path) : cp_st_open(&s->st, path);
 done:
   free(path);
@@ -126,14 +125,13 @@ static long find_entry(const cp_checkpoint *ck, const char *name) {
 static int build_entries(cp_checkpoint *ck) {
   size_t total = 0;
   for (size_t s = 0; s < ck->n_shards; s++) total += shard_count(&ck->shards[s]);
-  ck->entries = calloc(total ? total : 1, sizeof *ck->entries);
-  ck->by_name = calloc(total ? total : 1, sizeof *ck->by_name);
-  if (!ck->entries || !ck->by_name) return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
+  CP_CHECK_ALLOC(ck->entries = calloc(total ? total : 1, sizeof *ck->entries), ck->dir);
+  CP_CHECK_ALLOC(ck->by_name = calloc(total ? total : 1, sizeof *ck->by_name), ck->dir);
   for (size_t s = 0; s < ck->n_shards; s++)
     for (size_t i = 0; i < shard_count(&ck->shards[s]); i++)
       ck->entries[ck->n_entries++] = (entry){s, i, shard_tensor(&ck->shards[s], i)};
   named_index *sorted = malloc((total ? total : 1) * sizeof *sorted);
-  if (!sorted) return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
+  CP_CHECK_ALLOC(sorted, ck->dir);
   for (size_t i = 0; i < total; i++) sorted[i] = (named_index){ck->entries[i].view->name, i};
   qsort(sorted, total, sizeof *sorted, cmp_by_name);
   for (size_t i = 0; i < total; i++) ck->by_name[i] = sorted[i].index;
@@ -174,11 +172,7 @@ static int open_sharded(cp_checkpoint *ck, const char *index_path, bool pytorch)
     rc = cp_error_set(CP_ECKPT_EMPTY, "%s: weight_map is empty", index_path);
     goto done;
   }
-  ck->shards = calloc(n, sizeof *ck->shards);
-  if (!ck->shards) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", index_path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(ck->shards = calloc(n, sizeof *ck->shards), index_path);
   for (size_t j = 0; j < n; j++) {
     ck->n_shards = j + 1;
     if ((rc = open_shard(&ck->shards[j], ck->dir, cp_st_index_file_name(idx, j), pytorch)) < 0) goto done;
@@ -191,8 +185,7 @@ done:
 }
 
 static int open_single(cp_checkpoint *ck, const char *name, bool pytorch) {
-  ck->shards = calloc(1, sizeof *ck->shards);
-  if (!ck->shards) return cp_error_set(CP_ENOMEM, "%s: out of memory", name);
+  CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
   ck->n_shards = 1;
   int rc = open_shard(&ck->shards[0], ck->dir, name, pytorch);
   return rc < 0 ? rc : build_entries(ck);
@@ -214,12 +207,10 @@ static int find_lone_weight_file(char **out, bool *pytorch, const char *dir) {
                         e->d_name);
       break;
     }
-    if (!(*out = strdup(e->d_name))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
-      break;
-    }
+    CP_CHECK_ALLOC_GOTO(*out = strdup(e->d_name), dir);
     *pytorch = pt;
   }
+done:
   closedir(d);
   if (rc == 0 && !*out)
     rc = cp_error_set(CP_ECKPT_EMPTY, "%s: no weights (model.safetensors, pytorch_model.bin or an index)", dir);
@@ -244,7 +235,7 @@ static int open_folder(cp_checkpoint *ck) {
   };
   for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
     char *path = cp_path_join(ck->dir, layouts[k].name);
-    if (!path) return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
+    CP_CHECK_ALLOC(path, ck->dir);
     bool found = is_file(path);
     int rc = 0;
     if (found) {
@@ -267,22 +258,21 @@ static int open_folder(cp_checkpoint *ck) {
 
 static int collect_aux(cp_checkpoint *ck) {
   size_t n = sizeof aux_names / sizeof *aux_names;
-  ck->aux = calloc(n, sizeof *ck->aux);
-  if (!ck->aux) return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
+  CP_CHECK_ALLOC(ck->aux = calloc(n, sizeof *ck->aux), ck->dir);
+  int rc = 0;
+  char *path = NULL;
   for (size_t k = 0; k < n; k++) {
-    char *path = cp_path_join(ck->dir, aux_names[k]);
-    if (!path) return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
-    if (is_file(path)) {
-      if (!strcmp(aux_names[k], "config.json")) ck->config_path = strdup(path);
-      ck->aux[ck->n_aux++] = strdup(aux_names[k]);
-      if (!ck->aux[ck->n_aux - 1]) {
-        free(path);
-        return cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
-      }
-    }
     free(path);
+    CP_CHECK_ALLOC_GOTO(path = cp_path_join(ck->dir, aux_names[k]), ck->dir);
+    if (!is_file(path)) continue;
+    if (!strcmp(aux_names[k], "config.json"))
+      CP_CHECK_ALLOC_GOTO(ck->config_path = strdup(path), ck->dir);
+    CP_CHECK_ALLOC_GOTO(ck->aux[ck->n_aux] = strdup(aux_names[k]), ck->dir);
+    ck->n_aux++;
   }
-  return 0;
+done:
+  free(path);
+  return rc;
 }
 
 int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
@@ -291,30 +281,21 @@ int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
   if (stat(path, &st) != 0)
     return cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: %s", path, strerror(errno));
   cp_checkpoint *ck = calloc(1, sizeof *ck);
-  if (!ck) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  CP_CHECK_ALLOC(ck, path);
   int rc = 0;
   char *copy = NULL;
   if (S_ISDIR(st.st_mode)) {
-    if (!(ck->dir = strdup(path))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(ck->dir = strdup(path), path);
     if ((rc = open_folder(ck)) < 0) goto done;
     rc = collect_aux(ck);
     goto done;
   }
   /* A single file: its folder is the checkpoint's folder; no auxiliary files are implied. */
-  if (!(copy = strdup(path))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(copy = strdup(path), path);
   char *slash = strrchr(copy, '/');
   const char *name = slash ? slash + 1 : copy;
   ck->dir = slash ? strndup(copy, (size_t)(slash - copy) ? (size_t)(slash - copy) : 1) : strdup(".");
-  if (!ck->dir) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(ck->dir, path);
   if (ends_with(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;

@@ -43,20 +43,7 @@ static int digest_add(cp_folder_result *r, const char *name, const char hex[65])
 }
 
 static int copy_file(char out_hex[65], const char *src, const char *dst) {
-  char *buf = NULL;
-  size_t len = 0;
-  cp_atomic_file *f = NULL;
-  int rc = cp_read_file(&buf, &len, src, (size_t)1 << 30);
-  if (rc < 0) goto done;
-  if ((rc = cp_atomic_open(&f, dst)) < 0) goto done;
-  if ((rc = cp_atomic_write(f, buf, len)) < 0) goto done;
-  cp_atomic_sha256(f, out_hex);
-  rc = cp_atomic_commit(f);
-  f = NULL;
-done:
-  cp_atomic_abort(f);
-  free(buf);
-  return rc;
+  return cp_copy_file_atomic(out_hex, dst, src, (size_t)1 << 30);
 }
 
 /* A tensor the hook replaces: its stored bytes read whole, transformed, written. */

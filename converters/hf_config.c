@@ -23,7 +23,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 
 #define CFG_MAX_BYTES ((size_t)16 << 20) /* real configs are a few KiB; id2label maps stay far below */
 #define CFG_MAX_DEPTH 128

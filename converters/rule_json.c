@@ -13,7 +13,7 @@
  */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 #include "converters/rule_json.h"
 
 #include <limits.h>

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/tensor.h"
 
 #ifndef CTXPATCH_WITH_CUDA
 
@@ -51,14 +53,6 @@ bool cp_cuda_available(char *why, size_t n) {
 
 #endif
 
-/* Float to bfloat16 bits, round to nearest even (NaN stays a quiet NaN). */
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 typedef struct {
   const cpcu_backend *be;
   void *p[32];
@@ -76,8 +70,8 @@ static int dev_put(dev_list *dl, const void **out, const void *src, size_t bytes
   if (as_bf16) {
     size_t count = bytes / sizeof(float);
     uint16_t *b = malloc(count ? count * sizeof *b : 1);
-    if (!b) return cp_error_set(CP_ENOMEM, "cuda: out of memory converting to bfloat16");
-    for (size_t x = 0; x < count; x++) b[x] = to_bf16(((const float *)src)[x]);
+    CP_CHECK_ALLOC(b, "cuda: converting to bfloat16");
+    for (size_t x = 0; x < count; x++) b[x] = cp_f32_to_bf16(((const float *)src)[x]); /* as the bake rounds */
     tmp = b, from = b, bytes = count * sizeof *b;
   }
   int rc = 0;

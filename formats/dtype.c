@@ -1,3 +1,5 @@
+/* Element types (names, sizes), shape arithmetic with overflow checks, and the f16/bf16/f32
+ * conversions: see include/ctxpatch/formats/tensor.h. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 

@@ -1,4 +1,4 @@
-/* Private: an allowlist-only interpreter for the pickles inside PyTorch zip checkpoints.
+/* Private (floor: formats): an allowlist-only interpreter for the pickles inside PyTorch zip checkpoints.
  *
  * It builds plain data (dicts, lists, tuples, scalars, strings) and the few torch objects that
  * torch.load(weights_only=True) may construct (storages and tensors). It never resolves or
@@ -6,7 +6,7 @@
  * torch 1.13's torch/_weights_only_unpickler.py (_get_allowed_globals), and REDUCE/NEWOBJ/BUILD
  * only perform the data-only meaning of the handful of entries listed in pickle.c.
  *
- * Every object, container array and string copy lives in one arena owned by the caller, so an
+ * Every object and container array lives in one arena (base/arena.h) owned by the caller, so an
  * error at any point leaks nothing: free the arena. Strings point into the pickle bytes (not
  * NUL-terminated) and are valid only while those bytes are.
  *
@@ -23,25 +23,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxpatch/base/arena.h"
 #include "ctxpatch/formats/tensor.h"
 
 #define PK_MAX_OBJECTS (1u << 23)
 #define PK_MAX_STACK (1u << 21)
 #define PK_MAX_MARKS 1024u
 #define PK_MAX_MEMO (1u << 22)
-
-/* ---- arena ---------------------------------------------------------------------------- */
-
-typedef struct pk_block pk_block;
-typedef struct {
-  pk_block *head;
-  uint64_t total; /* bytes handed out, for the cap */
-} pk_arena;
-
-/* Zeroed, max_align_t-aligned memory; NULL when out of memory or past 4 GiB in total. */
-void *pk_arena_alloc(pk_arena *a, size_t n);
-/* Frees every block; the arena is then empty and reusable. */
-void pk_arena_free(pk_arena *a);
+/* The limit to give the arena (cp_arena.limit): past it an allocation is CP_ENOMEM. */
+#define PK_MAX_ARENA ((uint64_t)2 << 30)
 
 /* ---- objects -------------------------------------------------------------------------- */
 
@@ -133,7 +123,7 @@ typedef struct {
   const char *what; /* "model.bin: archive/data.pkl", the prefix of every message */
   pk_persistent_fn persistent_load;
   void *ctx;
-  pk_arena *arena; /* receives every object; the caller frees it */
+  cp_arena *arena; /* receives every object; the caller frees it (limit: PK_MAX_ARENA) */
 } pk_config;
 
 /* Runs the pickle in data[0..len) and returns the object STOP pops. Errors name cfg->what and

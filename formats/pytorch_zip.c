@@ -1,9 +1,7 @@
-/* PyTorch zip checkpoint reader (layout in include/ctxpatch/formats/pytorch.h).
- *
- * libzip validates the archive and inflates compressed entries; the central directory is also
- * parsed here, bounded, because libzip 1.7 does not expose where an entry's data starts, and
- * every entry used is cross-checked against zip_stat before its bytes are trusted.
- */
+/* PyTorch zip checkpoint reader (layout in include/ctxpatch/formats/pytorch.h): runs data.pkl
+ * through the allowlist pickle interpreter, resolves its storages to archive records and
+ * flattens the state dict into named tensor views. The archive itself is read by
+ * formats/zip_archive.c. */
 #include "ctxpatch/formats/pytorch.h"
 
 #include <errno.h>
@@ -15,10 +13,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zip.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/le.h"
+#include "ctxpatch/base/quote.h"
 #include "formats/pickle.h"
+#include "formats/zip_archive.h"
 
 #define PT_MAX_PICKLE ((uint64_t)256 << 20)     /* data.pkl bytes: ~1M tensors' worth */
 #define PT_MAX_DEPTH 64                         /* nesting of dicts/lists in the flattened names */
@@ -26,22 +27,6 @@
 #define PT_MAX_KEY 255                          /* bytes of a storage key */
 #define PT_MAX_VISITS ((uint64_t)1 << 21)       /* dict/list items walked while flattening */
 #define PT_MAX_NAME_BYTES ((uint64_t)128 << 20) /* all flattened names together */
-
-typedef struct {
-  const char *name; /* into the map, not NUL-terminated */
-  size_t name_len;
-  uint64_t csize, usize, local_off;
-  uint16_t method, flags;
-  /* filled when first used */
-  bool resolved;
-  uint64_t data_off;
-  const pk_storage *storage;
-} pt_zentry;
-
-typedef struct {
-  const char *name;
-  size_t len, idx;
-} pt_name;
 
 typedef struct {
   cp_tensor t;
@@ -54,12 +39,10 @@ struct cp_pt_file {
   char *path;
   uint8_t *map;
   size_t map_len;
-  zip_t *za;
-  pt_zentry *ent; /* central directory order == libzip index */
-  size_t nent;
-  pt_name *by_name; /* entries sorted by name */
+  zd_archive zip;
+  const pk_storage **storage_of; /* [zip.nent] the first storage loaded from each record */
   char *prefix;
-  pk_arena arena;
+  cp_arena arena; /* pickle objects, storages and flattened names */
   pt_tensor *tensors;
   size_t ntensors, tensors_cap;
   size_t skipped;
@@ -72,58 +55,6 @@ struct cp_pt_file {
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
-
-static uint64_t le(const uint8_t *p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
-static const char *quote_name(char *dst, size_t cap, const char *s, size_t len) {
-  size_t o = 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (o + 8 >= cap) {
-      memcpy(dst + o, "...", 4);
-      return dst;
-    }
-    if (c >= 0x20 && c < 0x7f && c != '\\')
-      dst[o++] = (char)c;
-    else
-      o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c);
-  }
-  dst[o] = 0;
-  return dst;
-}
-
-static int cmp_name(const char *a, size_t al, const char *b, size_t bl) {
-  int c = memcmp(a, b, al < bl ? al : bl);
-  if (c) return c;
-  return al < bl ? -1 : al > bl;
-}
-
-static int cmp_pt_name(const void *x, const void *y) {
-  const pt_name *a = x, *b = y;
-  int c = cmp_name(a->name, a->len, b->name, b->len);
-  if (c) return c;
-  return a->idx < b->idx ? -1 : a->idx > b->idx;
-}
-
-/* Entry index named name[0..len), or -1. */
-static int64_t find_entry(const cp_pt_file *f, const char *name, size_t len) {
-  size_t lo = 0, hi = f->nent;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    const pt_name *e = &f->by_name[mid];
-    int c = cmp_name(e->name, e->len, name, len);
-    if (c == 0) return (int64_t)e->idx;
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -1;
-}
 
 static uint64_t fnv1a(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -146,179 +77,13 @@ static bool is_legacy(const uint8_t *p, size_t n) {
   return n >= 262 && memcmp(p, "PK\3\4", 4) != 0 && memcmp(p + 257, "ustar", 5) == 0;
 }
 
-/* ---- central directory ---------------------------------------------------------------- */
-
-static int parse_central_dir(cp_pt_file *f) {
-  const uint8_t *m = f->map;
-  size_t n = f->map_len;
-  if (n < 22) return cp_error_set(CP_EPT_ZIP, "%s: not a zip archive (%zu bytes)", f->path, n);
-  size_t eocd = SIZE_MAX;
-  size_t lowest = n - 22 > 65535 ? n - 22 - 65535 : 0;
-  for (size_t p = n - 22 + 1; p-- > lowest;) {
-    if (le(m + p, 4) == 0x06054b50 && p + 22 + le(m + p + 20, 2) <= n) {
-      eocd = p;
-      break;
-    }
-  }
-  if (eocd == SIZE_MAX)
-    return cp_error_set(CP_EPT_ZIP, "%s: not a zip archive (no end of central directory record)",
-                        f->path);
-  uint64_t count = le(m + eocd + 10, 2), cd_size = le(m + eocd + 12, 4),
-           cd_off = le(m + eocd + 16, 4);
-  uint64_t limit = eocd;
-  if (le(m + eocd + 4, 2) != 0 || le(m + eocd + 6, 2) != 0 || le(m + eocd + 8, 2) != count)
-    return cp_error_set(CP_EPT_ZIP, "%s: offset %zu: multi-disk archives are not supported",
-                        f->path, eocd);
-  if (eocd >= 20 && le(m + eocd - 20, 4) == 0x07064b50) {
-    uint64_t z = le(m + eocd - 20 + 8, 8);
-    if (z > eocd - 20 || eocd - 20 - z < 56 || le(m + z, 4) != 0x06064b50)
-      return cp_error_set(CP_EPT_ZIP, "%s: offset %zu: bad zip64 end of central directory locator",
-                          f->path, eocd - 20);
-    count = le(m + z + 32, 8);
-    cd_size = le(m + z + 40, 8);
-    cd_off = le(m + z + 48, 8);
-    limit = z;
-  }
-  if (cd_off > limit || cd_size > limit - cd_off)
-    return cp_error_set(CP_EPT_ZIP,
-                        "%s: central directory (offset %llu, %llu bytes) past its end record",
-                        f->path, (unsigned long long)cd_off, (unsigned long long)cd_size);
-  if (count > cd_size / 46)
-    return cp_error_set(CP_EPT_ZIP, "%s: %llu entries do not fit in a %llu-byte central directory",
-                        f->path, (unsigned long long)count, (unsigned long long)cd_size);
-  f->ent = calloc(count ? (size_t)count : 1, sizeof *f->ent);
-  f->by_name = calloc(count ? (size_t)count : 1, sizeof *f->by_name);
-  if (!f->ent || !f->by_name) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
-  f->nent = (size_t)count;
-  uint64_t q = cd_off, end = cd_off + cd_size;
-  for (size_t i = 0; i < f->nent; i++) {
-    if (end - q < 46 || le(m + q, 4) != 0x02014b50)
-      return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: central directory entry %zu is malformed",
-                          f->path, (unsigned long long)q, i);
-    pt_zentry *e = &f->ent[i];
-    uint64_t nl = le(m + q + 28, 2), xl = le(m + q + 30, 2), cl = le(m + q + 32, 2);
-    if (end - q - 46 < nl + xl + cl)
-      return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: central directory entry %zu overruns",
-                          f->path, (unsigned long long)q, i);
-    e->flags = (uint16_t)le(m + q + 8, 2);
-    e->method = (uint16_t)le(m + q + 10, 2);
-    e->csize = le(m + q + 20, 4);
-    e->usize = le(m + q + 24, 4);
-    e->local_off = le(m + q + 42, 4);
-    e->name = (const char *)m + q + 46;
-    e->name_len = (size_t)nl;
-    /* zip64 extra field (id 1): the saturated fields, in this order, 8 bytes each. */
-    const uint8_t *x = m + q + 46 + nl, *xe = x + xl;
-    while (xe - x >= 4) {
-      uint64_t id = le(x, 2), sz = le(x + 2, 2);
-      if ((uint64_t)(xe - x - 4) < sz) break;
-      if (id == 1) {
-        const uint8_t *z = x + 4, *ze = z + sz;
-        uint64_t *fields[3] = {&e->usize, &e->csize, &e->local_off};
-        for (int k = 0; k < 3; k++) {
-          if (*fields[k] != 0xffffffffu) continue;
-          if (ze - z < 8)
-            return cp_error_set(CP_EPT_ZIP, "%s: central directory entry %zu: short zip64 field",
-                                f->path, i);
-          *fields[k] = le(z, 8);
-          z += 8;
-        }
-      }
-      x += 4 + sz;
-    }
-    f->by_name[i] = (pt_name){e->name, e->name_len, i};
-    q += 46 + nl + xl + cl;
-  }
-  qsort(f->by_name, f->nent, sizeof *f->by_name, cmp_pt_name);
-  for (size_t i = 1; i < f->nent; i++) {
-    const pt_name *a = &f->by_name[i - 1], *b = &f->by_name[i];
-    if (cmp_name(a->name, a->len, b->name, b->len) == 0) {
-      char q1[160];
-      return cp_error_set(CP_EPT_ENTRY_NAME, "%s: zip entry name '%s' appears more than once",
-                          f->path, quote_name(q1, sizeof q1, a->name, a->len));
-    }
-  }
-  return 0;
-}
-
-/* Cross-checks entry i against libzip and finds its data in the file. */
-static int resolve_entry(cp_pt_file *f, size_t i) {
-  pt_zentry *e = &f->ent[i];
-  if (e->resolved) return 0;
-  char qn[160];
-  quote_name(qn, sizeof qn, e->name, e->name_len);
-  zip_stat_t st;
-  zip_stat_init(&st);
-  const zip_uint64_t need =
-      ZIP_STAT_NAME | ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD;
-  if (zip_stat_index(f->za, i, ZIP_FL_ENC_RAW, &st) != 0 || (st.valid & need) != need ||
-      strlen(st.name) != e->name_len || memcmp(st.name, e->name, e->name_len) != 0 ||
-      st.size != e->usize || st.comp_size != e->csize || st.comp_method != e->method)
-    return cp_error_set(CP_EPT_ZIP, "%s: entry %zu '%s': central directory disagrees with libzip",
-                        f->path, i, qn);
-  uint64_t lo = e->local_off;
-  if (lo > f->map_len || f->map_len - lo < 30 || le(f->map + lo, 4) != 0x04034b50)
-    return cp_error_set(CP_EPT_ZIP, "%s: offset %llu: no local header for entry '%s'", f->path,
-                        (unsigned long long)lo, qn);
-  uint64_t nl = le(f->map + lo + 26, 2), xl = le(f->map + lo + 28, 2);
-  uint64_t data = lo + 30 + nl + xl;
-  if (data > f->map_len || nl != e->name_len || memcmp(f->map + lo + 30, e->name, nl) != 0)
-    return cp_error_set(
-        CP_EPT_ZIP,
-        "%s: offset %llu: local header of entry '%s' disagrees with the central directory", f->path,
-        (unsigned long long)lo, qn);
-  if (f->map_len - data < e->csize)
-    return cp_error_set(CP_EPT_ZIP,
-                        "%s: offset %llu: entry '%s' data (%llu bytes) runs past end of file",
-                        f->path, (unsigned long long)data, qn, (unsigned long long)e->csize);
-  if (e->method == ZIP_CM_STORE && e->csize != e->usize)
-    return cp_error_set(CP_EPT_ZIP, "%s: entry '%s' is stored but its sizes differ", f->path, qn);
-  e->data_off = data;
-  e->resolved = true;
-  return 0;
-}
-
-static bool is_mappable(const pt_zentry *e) { return e->method == ZIP_CM_STORE && !(e->flags & 1); }
-
-/* Inflates entry i (already resolved) into buf[0..usize). */
-static int read_entry(cp_pt_file *f, size_t i, uint8_t *buf) {
-  pt_zentry *e = &f->ent[i];
-  char qn[160];
-  quote_name(qn, sizeof qn, e->name, e->name_len);
-  if (e->flags & 1) return cp_error_set(CP_EPT_RECORD, "%s: entry '%s' is encrypted", f->path, qn);
-  zip_file_t *zf = zip_fopen_index(f->za, i, 0);
-  if (!zf)
-    return cp_error_set(CP_EPT_RECORD, "%s: entry '%s': %s", f->path, qn, zip_strerror(f->za));
-  int rc = 0;
-  uint64_t got = 0;
-  while (got < e->usize) {
-    zip_int64_t r = zip_fread(zf, buf + got, e->usize - got);
-    if (r <= 0) {
-      rc = cp_error_set(CP_EPT_RECORD, "%s: entry '%s': read %llu of %llu bytes: %s", f->path, qn,
-                        (unsigned long long)got, (unsigned long long)e->usize,
-                        r < 0 ? zip_file_strerror(zf) : "unexpected end");
-      goto done;
-    }
-    got += (uint64_t)r;
-  }
-  /* One more read reaches end of data, where libzip checks the CRC. */
-  uint8_t extra;
-  zip_int64_t r = zip_fread(zf, &extra, 1);
-  if (r != 0)
-    rc = cp_error_set(CP_EPT_RECORD, "%s: entry '%s': %s", f->path, qn,
-                      r < 0 ? zip_file_strerror(zf) : "more data than its size");
-done:
-  zip_fclose(zf);
-  return rc;
-}
-
 /* ---- storages ------------------------------------------------------------------------- */
 
 static int persistent_load(void *ctx, const pk_storage **out, const char *key, size_t key_len,
                            cp_dtype dtype, uint64_t numel, size_t op_offset) {
   cp_pt_file *f = ctx;
   char qk[160];
-  quote_name(qk, sizeof qk, key, key_len);
+  cp_quote(qk, sizeof qk, key, key_len);
   bool safe = key_len > 0 && key_len <= PT_MAX_KEY && !memchr(key, '/', key_len) &&
               !memchr(key, '\\', key_len) && !memchr(key, 0, key_len) &&
               !(key_len <= 2 && memcmp(key, "..", key_len) == 0);
@@ -333,18 +98,18 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
   memcpy(name + pl, "/data/", 6);
   memcpy(name + pl + 6, key, key_len);
   size_t nl = pl + 6 + key_len;
-  int64_t idx = find_entry(f, name, nl);
+  int64_t idx = zd_find(&f->zip, name, nl);
   if (idx < 0) {
     name[nl] = 0;
     return cp_error_set(CP_EPT_RECORD, "%s: pickle offset %zu: storage '%s' has no record '%s'",
                         f->path, op_offset, qk, name);
   }
-  pt_zentry *e = &f->ent[idx];
-  if (e->storage) { /* torch keeps the first storage loaded under a key */
-    *out = e->storage;
+  zd_entry *e = &f->zip.ent[idx];
+  if (f->storage_of[idx]) { /* torch keeps the first storage loaded under a key */
+    *out = f->storage_of[idx];
     return 0;
   }
-  int rc = resolve_entry(f, (size_t)idx);
+  int rc = zd_resolve(&f->zip, (size_t)idx);
   if (rc < 0) return rc;
   uint64_t nbytes;
   if (!cp_mul_u64(&nbytes, numel, cp_dtype_size(dtype)) || nbytes > e->usize)
@@ -353,12 +118,12 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
                         "its %llu-byte record",
                         f->path, op_offset, qk, (unsigned long long)numel, cp_dtype_name(dtype),
                         (unsigned long long)e->usize);
-  pk_storage *s = pk_arena_alloc(&f->arena, sizeof *s);
-  if (!s) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  pk_storage *s = cp_arena_alloc(&f->arena, sizeof *s);
+  CP_CHECK_ALLOC(s, f->path);
   s->dtype = dtype;
   s->numel = numel;
   s->record = (size_t)idx;
-  e->storage = s;
+  f->storage_of[idx] = s;
   *out = s;
   return 0;
 }
@@ -370,7 +135,7 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
   if (f->ntensors * 2 >= f->hash_cap) {
     size_t cap = f->hash_cap ? f->hash_cap * 2 : 64;
     size_t *h = calloc(cap, sizeof *h);
-    if (!h) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+    CP_CHECK_ALLOC(h, f->path);
     for (size_t i = 0; i < f->ntensors; i++) {
       const char *nm = f->tensors[i].t.name;
       size_t s = (size_t)fnv1a(nm, strlen(nm)) & (cap - 1);
@@ -387,25 +152,20 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
     if (strlen(nm) == name_len && memcmp(nm, name, name_len) == 0) {
       char qn[160];
       return cp_error_set(CP_EPT_STRUCTURE, "%s: tensor name '%s' occurs twice after flattening",
-                          f->path, quote_name(qn, sizeof qn, name, name_len));
+                          f->path, cp_quote(qn, sizeof qn, name, name_len));
     }
     s = (s + 1) & (f->hash_cap - 1);
   }
-  if (f->ntensors == f->tensors_cap) {
-    size_t cap = f->tensors_cap ? f->tensors_cap * 2 : 16;
-    pt_tensor *t = realloc(f->tensors, cap * sizeof *t);
-    if (!t) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
-    f->tensors = t;
-    f->tensors_cap = cap;
-  }
+  int rc = CP_ARRAY_RESERVE(f->tensors, f->tensors_cap, f->ntensors + 1, f->path);
+  if (rc < 0) return rc;
   char qn[160];
-  quote_name(qn, sizeof qn, name, name_len);
+  cp_quote(qn, sizeof qn, name, name_len);
   f->name_bytes += name_len + 1;
   if (f->name_bytes > PT_MAX_NAME_BYTES)
     return cp_error_set(CP_EPKL_LIMIT, "%s: flattened names exceed %llu bytes", f->path,
                         (unsigned long long)PT_MAX_NAME_BYTES);
-  char *nm = pk_arena_alloc(&f->arena, name_len + 1);
-  if (!nm) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  char *nm = cp_arena_alloc(&f->arena, name_len + 1);
+  CP_CHECK_ALLOC(nm, f->path);
   memcpy(nm, name, name_len);
 
   pt_tensor *pt = &f->tensors[f->ntensors];
@@ -428,8 +188,8 @@ static int add_tensor(cp_pt_file *f, const char *name, size_t name_len, const pk
     if (v->size[d] != 1 && v->stride[d] != expect) pt->contiguous = false;
     expect *= v->size[d];
   }
-  const pt_zentry *e = &f->ent[v->storage->record];
-  if ((pt->contiguous || numel == 0) && is_mappable(e)) {
+  const zd_entry *e = &f->zip.ent[v->storage->record];
+  if ((pt->contiguous || numel == 0) && zd_mappable(e)) {
     uint64_t off = e->data_off;
     if (numel > 0) off += v->offset * cp_dtype_size(pt->t.dtype); /* inside: checked by the VM */
     pt->t.data = f->map + off;
@@ -534,8 +294,8 @@ static int find_pickle(cp_pt_file *f, size_t *out) {
   size_t found = SIZE_MAX, matches = 0;
   static const char suffix[] = "/data.pkl";
   const size_t sl = sizeof suffix - 1;
-  for (size_t i = 0; i < f->nent; i++) {
-    const pt_zentry *e = &f->ent[i];
+  for (size_t i = 0; i < f->zip.nent; i++) {
+    const zd_entry *e = &f->zip.ent[i];
     if (e->name_len <= sl || memcmp(e->name + e->name_len - sl, suffix, sl) != 0) continue;
     if (memchr(e->name, '/', e->name_len - sl)) continue; /* not <prefix>/data.pkl */
     matches++;
@@ -543,19 +303,19 @@ static int find_pickle(cp_pt_file *f, size_t *out) {
   }
   if (matches == 0)
     return cp_error_set(CP_EPT_NO_PICKLE, "%s: no <prefix>/data.pkl entry among %zu zip entries",
-                        f->path, f->nent);
+                        f->path, f->zip.nent);
   if (matches > 1)
     return cp_error_set(CP_EPT_NO_PICKLE, "%s: %zu entries match <prefix>/data.pkl", f->path,
                         matches);
-  const pt_zentry *e = &f->ent[found];
+  const zd_entry *e = &f->zip.ent[found];
   size_t pl = e->name_len - sl;
   char qn[160];
-  quote_name(qn, sizeof qn, e->name, e->name_len);
+  cp_quote(qn, sizeof qn, e->name, e->name_len);
   if ((pl <= 2 && memcmp(e->name, "..", pl) == 0) || memchr(e->name, '\\', pl) ||
       memchr(e->name, 0, pl))
     return cp_error_set(CP_EPT_ENTRY_NAME, "%s: unsafe archive prefix in '%s'", f->path, qn);
   f->prefix = malloc(pl + 1);
-  if (!f->prefix) return cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  CP_CHECK_ALLOC(f->prefix, f->path);
   memcpy(f->prefix, e->name, pl);
   f->prefix[pl] = 0;
   *out = found;
@@ -568,22 +328,22 @@ static int check_byteorder(cp_pt_file *f) {
   if (pl + 11 > sizeof name) return 0;
   memcpy(name, f->prefix, pl);
   memcpy(name + pl, "/byteorder", 10);
-  int64_t idx = find_entry(f, name, pl + 10);
+  int64_t idx = zd_find(&f->zip, name, pl + 10);
   if (idx < 0) return 0; /* torch < 2.0 does not write it; those are little-endian */
-  int rc = resolve_entry(f, (size_t)idx);
+  int rc = zd_resolve(&f->zip, (size_t)idx);
   if (rc < 0) return rc;
-  const pt_zentry *e = &f->ent[idx];
+  const zd_entry *e = &f->zip.ent[idx];
   uint8_t buf[16];
   if (e->usize > sizeof buf)
     return cp_error_set(CP_EPT_BYTEORDER, "%s: byteorder entry has %llu bytes", f->path,
                         (unsigned long long)e->usize);
-  if (is_mappable(e))
+  if (zd_mappable(e))
     memcpy(buf, f->map + e->data_off, (size_t)e->usize);
-  else if ((rc = read_entry(f, (size_t)idx, buf)) < 0)
+  else if ((rc = zd_read(&f->zip, (size_t)idx, buf)) < 0)
     return rc;
   if (e->usize == 6 && memcmp(buf, "little", 6) == 0) return 0;
   char qv[80];
-  quote_name(qv, sizeof qv, (const char *)buf, (size_t)e->usize);
+  cp_quote(qv, sizeof qv, (const char *)buf, (size_t)e->usize);
   if (e->usize == 3 && memcmp(buf, "big", 3) == 0)
     return cp_error_set(CP_EPT_BYTEORDER,
                         "%s: %s/byteorder is 'big': big-endian checkpoints are not supported",
@@ -595,16 +355,12 @@ static int check_byteorder(cp_pt_file *f) {
 int cp_pt_open(cp_pt_file **out, const char *path) {
   int rc = 0, fd = -1;
   uint8_t *pkl_buf = NULL;
-  zip_source_t *src = NULL;
   cp_pt_file *f = calloc(1, sizeof *f);
   *out = NULL;
-  if (!f) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  CP_CHECK_ALLOC(f, path);
   f->cache_ent = SIZE_MAX;
-  f->path = strdup(path);
-  if (!f->path) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
-  }
+  f->arena.limit = PK_MAX_ARENA;
+  CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
 
   fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
@@ -641,49 +397,25 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
     goto done;
   }
 
-  /* Own parse first: it names duplicate entries and bad offsets; libzip then validates again. */
-  if ((rc = parse_central_dir(f)) < 0) goto done;
-
-  zip_error_t zerr;
-  zip_error_init(&zerr);
-  src = zip_source_buffer_create(f->map, f->map_len, 0, &zerr);
-  if (src) f->za = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
-  if (!f->za) {
-    rc = cp_error_set(zip_error_code_zip(&zerr) == ZIP_ER_MEMORY ? CP_ENOMEM : CP_EPT_ZIP,
-                      "%s: not a readable zip archive: %s", path, zip_error_strerror(&zerr));
-    zip_error_fini(&zerr);
-    zip_source_free(src); /* NULL-safe; owned by the archive only once opened */
-    goto done;
-  }
-  zip_error_fini(&zerr);
-
-  zip_int64_t zn = zip_get_num_entries(f->za, 0);
-  if (zn < 0 || (uint64_t)zn != f->nent) {
-    rc = cp_error_set(CP_EPT_ZIP, "%s: central directory has %zu entries, libzip counts %lld", path,
-                      f->nent, (long long)zn);
-    goto done;
-  }
+  if ((rc = zd_open(&f->zip, f->path, f->map, f->map_len)) < 0) goto done;
+  CP_CHECK_ALLOC_GOTO(f->storage_of = calloc(f->zip.nent ? f->zip.nent : 1, sizeof *f->storage_of), path);
 
   size_t pi = 0;
   if ((rc = find_pickle(f, &pi)) < 0 || (rc = check_byteorder(f)) < 0 ||
-      (rc = resolve_entry(f, pi)) < 0)
+      (rc = zd_resolve(&f->zip, pi)) < 0)
     goto done;
-  const pt_zentry *pe = &f->ent[pi];
+  const zd_entry *pe = &f->zip.ent[pi];
   if (pe->usize > PT_MAX_PICKLE) {
     rc = cp_error_set(CP_EPKL_LIMIT, "%s: %s/data.pkl has %llu bytes, over the %llu-byte cap", path,
                       f->prefix, (unsigned long long)pe->usize, (unsigned long long)PT_MAX_PICKLE);
     goto done;
   }
   const uint8_t *pkl;
-  if (is_mappable(pe)) {
+  if (zd_mappable(pe)) {
     pkl = f->map + pe->data_off;
   } else {
-    pkl_buf = malloc(pe->usize ? (size_t)pe->usize : 1);
-    if (!pkl_buf) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-      goto done;
-    }
-    if ((rc = read_entry(f, pi, pkl_buf)) < 0) goto done;
+    CP_CHECK_ALLOC_GOTO(pkl_buf = malloc(pe->usize ? (size_t)pe->usize : 1), path);
+    if ((rc = zd_read(&f->zip, pi, pkl_buf)) < 0) goto done;
     pkl = pkl_buf;
   }
 
@@ -707,11 +439,10 @@ done:
 
 void cp_pt_free(cp_pt_file *f) {
   if (!f) return;
-  if (f->za) zip_discard(f->za);
+  zd_close(&f->zip);
   if (f->map) munmap(f->map, f->map_len);
-  pk_arena_free(&f->arena);
-  free(f->ent);
-  free(f->by_name);
+  cp_arena_free(&f->arena);
+  free(f->storage_of);
   free(f->tensors);
   free(f->hash);
   free(f->cache);
@@ -761,9 +492,9 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
   }
   const pk_tensor *v = pt->view;
   size_t ei = v->storage->record;
-  const pt_zentry *e = &f->ent[ei];
+  const zd_entry *e = &f->zip.ent[ei];
   const uint8_t *base;
-  if (is_mappable(e)) {
+  if (zd_mappable(e)) {
     base = f->map + e->data_off;
   } else {
     if (f->cache_ent != ei) {
@@ -773,7 +504,7 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
       if (e->usize > SIZE_MAX || !(f->cache = malloc(e->usize ? (size_t)e->usize : 1)))
         return cp_error_set(CP_ENOMEM, "%s: cannot buffer a %llu-byte record", f->path,
                             (unsigned long long)e->usize);
-      int rc = read_entry(f, ei, f->cache);
+      int rc = zd_read(&f->zip, ei, f->cache);
       if (rc < 0) {
         free(f->cache);
         f->cache = NULL;

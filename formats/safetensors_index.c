@@ -1,8 +1,10 @@
 /* Sharded safetensors: shard planning and model.safetensors.index.json (write and strict read).
  * Formats as Hugging Face transformers produces them; see include/ctxpatch/formats/safetensors.h. */
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
+#include "ctxpatch/base/quote.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "ctxpatch/base/strbuf.h"
 
@@ -36,11 +38,9 @@ int cp_st_plan_shards(cp_st_shard_plan **out, const cp_tensor *tensors, size_t n
   cp_st_shard_plan *p = calloc(1, sizeof *p);
   /* At most one shard per tensor, and at least one shard. */
   size_t cap = n ? n : 1;
-  if (!p || !(p->shard_of = calloc(cap, sizeof *p->shard_of)) ||
-      !(p->shard_bytes = calloc(cap, sizeof *p->shard_bytes))) {
-    rc = cp_error_set(CP_ENOMEM, "shard plan: out of memory");
-    goto done;
-  }
+  CP_CHECK_ALLOC(p, "shard plan");
+  CP_CHECK_ALLOC_GOTO(p->shard_of = calloc(cap, sizeof *p->shard_of), "shard plan");
+  CP_CHECK_ALLOC_GOTO(p->shard_bytes = calloc(cap, sizeof *p->shard_bytes), "shard plan");
   p->n_tensors = n;
   size_t cur = 0, in_cur = 0;
   for (size_t i = 0; i < n; i++) {
@@ -65,22 +65,16 @@ int cp_st_plan_shards(cp_st_shard_plan **out, const cp_tensor *tensors, size_t n
       goto done;
     }
   }
+  /* n_shards counts the names to free, so it is set only once they can be held. */
+  CP_CHECK_ALLOC_GOTO(p->shard_names = calloc(cur + 1, sizeof *p->shard_names), "shard plan");
   p->n_shards = cur + 1;
-  if (!(p->shard_names = calloc(p->n_shards, sizeof *p->shard_names))) {
-    p->n_shards = 0;
-    rc = cp_error_set(CP_ENOMEM, "shard plan: out of memory");
-    goto done;
-  }
   for (size_t s = 0; s < p->n_shards; s++) {
     char name[96];
     if (p->n_shards == 1)
       snprintf(name, sizeof name, "model.safetensors");
     else
       snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, p->n_shards);
-    if (!(p->shard_names[s] = strdup(name))) {
-      rc = cp_error_set(CP_ENOMEM, "shard plan: out of memory");
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(p->shard_names[s] = strdup(name), "shard plan");
   }
 done:
   if (rc < 0) {
@@ -148,9 +142,8 @@ int cp_st_index_write(const char *path, uint64_t total_size, const char *const *
                       size_t n) {
   int rc = 0;
   cp_strbuf b = {0};
-  cp_atomic_file *af = NULL;
   pair *p = n ? malloc(n * sizeof *p) : NULL;
-  if (n && !p) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  if (n) CP_CHECK_ALLOC(p, path);
   for (size_t i = 0; i < n; i++) {
     if (!names[i] || !files[i] || !cp_st_utf8_valid(names[i], strlen(names[i]), NULL) ||
         !cp_st_utf8_valid(files[i], strlen(files[i]), NULL)) {
@@ -193,12 +186,8 @@ int cp_st_index_write(const char *path, uint64_t total_size, const char *const *
     rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
     goto done;
   }
-  if ((rc = cp_atomic_open(&af, path)) < 0) goto done;
-  if ((rc = cp_atomic_write(af, b.s, b.len)) < 0) goto done;
-  rc = cp_atomic_commit(af);
-  af = NULL;
+  rc = cp_write_file_atomic(NULL, path, b.s, b.len);
 done:
-  cp_atomic_abort(af);
   free(b.s);
   free(p);
   return rc;
@@ -207,16 +196,17 @@ done:
 int cp_st_index_write_plan(const char *path, const cp_st_shard_plan *plan, const cp_tensor *tensors) {
   size_t n = plan->n_tensors;
   const char **names = n ? malloc(n * sizeof *names) : NULL, **files = n ? malloc(n * sizeof *files) : NULL;
-  int rc;
-  if (n && (!names || !files)) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      names[i] = tensors[i].name;
-      files[i] = plan->shard_names[plan->shard_of[i]];
-    }
-    rc = cp_st_index_write(path, plan->total_size, names, files, n);
+  int rc = 0;
+  if (n) {
+    CP_CHECK_ALLOC_GOTO(names, path);
+    CP_CHECK_ALLOC_GOTO(files, path);
   }
+  for (size_t i = 0; i < n; i++) {
+    names[i] = tensors[i].name;
+    files[i] = plan->shard_names[plan->shard_of[i]];
+  }
+  rc = cp_st_index_write(path, plan->total_size, names, files, n);
+done:
   free(names);
   free(files);
   return rc;
@@ -267,15 +257,6 @@ static size_t find_nul_escape(const char *s, size_t len) {
   return (size_t)-1;
 }
 
-/* Printable, bounded copy of an untrusted string for a one-line message. */
-static const char *shown(char buf[72], const char *s) {
-  size_t o = 0;
-  for (; *s && o < 64; s++) buf[o++] = ((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s;
-  if (*s) memcpy(buf + o, "...", 3), o += 3;
-  buf[o] = '\0';
-  return buf;
-}
-
 typedef struct {
   const char *file;
   size_t first; /* entry index of its first appearance */
@@ -301,9 +282,9 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   cJSON *root = NULL;
   file_ref *refs = NULL, *groups = NULL;
   size_t *num = NULL;
-  char sb[72], fb[72];
+  char sb[CP_QUOTE_MASKED_CAP], fb[CP_QUOTE_MASKED_CAP];
   cp_st_index *x = calloc(1, sizeof *x);
-  if (!x) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  CP_CHECK_ALLOC(x, path);
   x->total_size = -1;
   int rc = cp_read_file(&text, &len, path, ST_INDEX_MAX_BYTES);
   if (rc < 0) goto done;
@@ -343,26 +324,23 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   }
   size_t n = 0;
   for (const cJSON *e = wm->child; e; e = e->next) n++;
-  if (n && (!(x->names = calloc(n, sizeof *x->names)) || !(x->file_of = calloc(n, sizeof *x->file_of)) ||
-            !(refs = malloc(n * sizeof *refs)))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
+  if (n) {
+    CP_CHECK_ALLOC_GOTO(x->names = calloc(n, sizeof *x->names), path);
+    CP_CHECK_ALLOC_GOTO(x->file_of = calloc(n, sizeof *x->file_of), path);
+    CP_CHECK_ALLOC_GOTO(refs = malloc(n * sizeof *refs), path);
   }
   size_t i = 0;
   for (const cJSON *e = wm->child; e; e = e->next, i++) {
     if (!cJSON_IsString(e) || !e->valuestring) {
-      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: value is not a string", path, shown(sb, e->string));
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: value is not a string", path, cp_quote_masked(sb, e->string, strlen(e->string)));
       goto done;
     }
     if (!safe_file_name(e->valuestring)) {
       rc = cp_error_set(CP_EST_INDEX, "%s: weight_map['%s']: shard file '%s' is not a plain file name in the index's folder",
-                        path, shown(sb, e->string), shown(fb, e->valuestring));
+                        path, cp_quote_masked(sb, e->string, strlen(e->string)), cp_quote_masked(fb, e->valuestring, strlen(e->valuestring)));
       goto done;
     }
-    if (!(x->names[i] = strdup(e->string))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(x->names[i] = strdup(e->string), path);
     x->n = i + 1;
     refs[i] = (file_ref){e->valuestring, 0, i};
   }
@@ -371,20 +349,17 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
    * by that first entry. */
   if (n) qsort(refs, n, sizeof *refs, cmp_file_ref);
   size_t ng = 0;
-  if (n && (!(groups = malloc(n * sizeof *groups)) || !(num = malloc(n * sizeof *num)) ||
-            !(x->files = calloc(n, sizeof *x->files)))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
+  if (n) {
+    CP_CHECK_ALLOC_GOTO(groups = malloc(n * sizeof *groups), path);
+    CP_CHECK_ALLOC_GOTO(num = malloc(n * sizeof *num), path);
+    CP_CHECK_ALLOC_GOTO(x->files = calloc(n, sizeof *x->files), path);
   }
   for (size_t r = 0; r < n; r++)
     if (r == 0 || strcmp(refs[r].file, refs[r - 1].file) != 0) groups[ng] = (file_ref){refs[r].file, refs[r].entry, ng}, ng++;
   if (ng) qsort(groups, ng, sizeof *groups, cmp_first);
   for (size_t g = 0; g < ng; g++) {
     num[groups[g].entry] = g;
-    if (!(x->files[g] = strdup(groups[g].file))) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(x->files[g] = strdup(groups[g].file), path);
     x->n_files = g + 1;
   }
   for (size_t r = 0, k = 0; r < n; r++) {
@@ -396,7 +371,7 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   if (n) qsort(refs, n, sizeof *refs, cmp_file_ref);
   for (size_t r = 0; r + 1 < n; r++) {
     if (strcmp(refs[r].file, refs[r + 1].file) == 0) {
-      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map: duplicate tensor name '%s'", path, shown(sb, refs[r].file));
+      rc = cp_error_set(CP_EST_INDEX, "%s: weight_map: duplicate tensor name '%s'", path, cp_quote_masked(sb, refs[r].file, strlen(refs[r].file)));
       goto done;
     }
   }

@@ -4,6 +4,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "ctxpatch/base/strbuf.h"
 
@@ -200,11 +201,14 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
   kv *m = NULL;
   cp_strbuf h = {0};
   cp_st_writer *w = calloc(1, sizeof *w);
-  if (!w || !(w->path = strdup(path)) || (n && !(s = calloc(n, sizeof *s))) ||
-      !(m = calloc(n_meta + 1, sizeof *m)) || (n && !(w->order = calloc(n, sizeof *w->order))) ||
-      (n && !(w->ends = calloc(n, sizeof *w->ends))) || !(w->buf = malloc(ST_WRITE_BUF))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-    goto done;
+  CP_CHECK_ALLOC(w, path);
+  CP_CHECK_ALLOC_GOTO(w->path = strdup(path), path);
+  CP_CHECK_ALLOC_GOTO(m = calloc(n_meta + 1, sizeof *m), path);
+  CP_CHECK_ALLOC_GOTO(w->buf = malloc(ST_WRITE_BUF), path);
+  if (n) {
+    CP_CHECK_ALLOC_GOTO(s = calloc(n, sizeof *s), path);
+    CP_CHECK_ALLOC_GOTO(w->order = calloc(n, sizeof *w->order), path);
+    CP_CHECK_ALLOC_GOTO(w->ends = calloc(n, sizeof *w->ends), path);
   }
   w->n = n;
 
@@ -276,7 +280,7 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
   if ((rc = build_header(&h, path, tensors, s, n, m, nm, w->meta_at, w->ends, &w->total)) < 0) goto done;
   if ((rc = cp_atomic_open(&w->af, path)) < 0) goto done;
   unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+  cp_le_put64(len8, (uint64_t)h.len);
   if ((rc = cp_atomic_write(w->af, len8, 8)) < 0 || (rc = cp_atomic_write(w->af, h.s, h.len)) < 0) goto done;
   while (w->k < n && w->ends[w->k] == 0) w->k++;
 done:

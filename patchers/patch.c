@@ -12,6 +12,7 @@
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 #include "converters/rule_json.h"
 #include "ctxpatch/patchers/calibrate.h"
@@ -68,19 +69,10 @@ static int fill_digest(const char *path, uint64_t offset, const char hex[65]) {
 
 /* Copies `src` to dir/tokenizer.json unless the folder already has one. */
 static int copy_tokenizer(const char *dir, const char *src) {
-  char *dst = cp_path_join(dir, "tokenizer.json"), *buf = NULL;
-  size_t len = 0;
-  cp_atomic_file *f = NULL;
+  char *dst = cp_path_join(dir, "tokenizer.json");
   struct stat st;
   int rc = dst ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
-  if (rc || stat(dst, &st) == 0) goto done;
-  if ((rc = cp_read_file(&buf, &len, src, (size_t)1 << 30))) goto done;
-  if ((rc = cp_atomic_open(&f, dst)) || (rc = cp_atomic_write(f, buf, len))) goto done;
-  rc = cp_atomic_commit(f);
-  f = NULL;
-done:
-  cp_atomic_abort(f);
-  free(buf);
+  if (rc == 0 && stat(dst, &st) != 0) rc = cp_copy_file_atomic(NULL, dst, src, (size_t)1 << 30);
   free(dst);
   return rc;
 }

@@ -1,6 +1,6 @@
 #include "test.h"
 
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 
 static cp_json_problem scan(const char *text, size_t *offset) {
   cp_json_check c;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/le.h"
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/unicode.h"
 
@@ -38,7 +39,7 @@ int tk_base64_decode(unsigned char **out, size_t *out_len, const char *s, size_t
 int tk_charsmap_init(tk_charsmap *cm, const unsigned char *blob, size_t len, const char *what) {
   memset(cm, 0, sizeof *cm);
   if (len < 4) return cp_error_set(CP_ETOK_JSON, "%s: precompiled_charsmap shorter than 4 bytes", what);
-  uint32_t tsize = (uint32_t)blob[0] | (uint32_t)blob[1] << 8 | (uint32_t)blob[2] << 16 | (uint32_t)blob[3] << 24;
+  uint32_t tsize = cp_le32(blob);
   if (tsize == 0 || tsize % 4 || tsize > len - 4)
     return cp_error_set(CP_ETOK_JSON, "%s: precompiled_charsmap trie size %u does not fit %zu bytes", what, tsize, len);
   cm->nunits = tsize / 4;
@@ -49,10 +50,7 @@ int tk_charsmap_init(tk_charsmap *cm, const unsigned char *blob, size_t len, con
     tk_charsmap_free(cm);
     return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
   }
-  for (size_t i = 0; i < cm->nunits; i++) {
-    const unsigned char *q = blob + 4 + 4 * i;
-    cm->units[i] = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
-  }
+  for (size_t i = 0; i < cm->nunits; i++) cm->units[i] = cp_le32(blob + 4 + 4 * i);
   memcpy(cm->strings, blob + 4 + tsize, cm->nstrings);
   cm->strings[cm->nstrings] = '\0'; /* the last string is terminated even in a hostile blob */
   return 0;

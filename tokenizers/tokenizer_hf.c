@@ -11,7 +11,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/base/json.h"
+#include "base/json_strict.h"
 #include "tokenizers/hf_added.h"
 #include "tokenizers/hf_decoder.h"
 #include "tokenizers/hf_json.h"

@@ -1,4 +1,4 @@
-/* ctxpatch error model (libgit2 style).
+/* Floor: base. The ctxpatch error model (libgit2 style).
  *
  * Every library function returns 0 on success or a negative cp_err code, and on failure
  * sets a one-line, thread-local message naming the file and the offending place

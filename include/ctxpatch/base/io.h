@@ -1,4 +1,4 @@
-/* Atomic output and file hashing.
+/* Floor: base. Atomic output and file hashing (writing a cJSON document: base/json_strict.h).
  *
  * Writers never leave a partial artifact: a file is written to a temporary name in the
  * target folder, fsync'd, renamed over the target, and the folder is fsync'd. A folder
@@ -10,8 +10,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include <cjson/cJSON.h>
 
 typedef struct cp_atomic_file cp_atomic_file;
 
@@ -40,9 +38,11 @@ int cp_atomic_dir_commit(cp_atomic_dir *d);
 /* Removes the temporary folder recursively and frees the handle; NULL is a no-op. */
 void cp_atomic_dir_abort(cp_atomic_dir *d);
 
-/* Writes `doc` as indented JSON plus a newline, atomically; `sha256_hex` (may be NULL) gets the
- * digest of the bytes written. */
-int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc);
+/* Writes data[0..len) to `path` atomically (open, write, commit; nothing left behind on error);
+ * `sha256_hex` (may be NULL) gets the digest of the bytes written. */
+int cp_write_file_atomic(char sha256_hex[65], const char *path, const void *data, size_t len);
+/* Copies the file `src` (refused when over `max_len` bytes) to `dst` the same way. */
+int cp_copy_file_atomic(char sha256_hex[65], const char *dst, const char *src, size_t max_len);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer; refuses files over `max_len`. */
 int cp_read_file(char **out, size_t *out_len, const char *path, size_t max_len);

@@ -1,12 +1,11 @@
-/* Strict JSON pre-scan used before cJSON parses untrusted text (safetensors headers,
+/* Floor: base. Strict JSON pre-scan used before cJSON parses untrusted text (safetensors headers,
  * config.json, index files, rules). cJSON accepts duplicate keys silently and has no
- * UTF-8 check; this scan finds those problems with their byte offsets. */
+ * UTF-8 check; this scan finds those problems with their byte offsets. The scan-then-parse
+ * helper that hands back a cJSON tree is private: base/json_strict.h. */
 #ifndef CTXPATCH_JSON_H
 #define CTXPATCH_JSON_H
 
 #include <stddef.h>
-
-#include <cjson/cJSON.h>
 
 typedef enum {
   CP_JSON_OK = 0,
@@ -25,11 +24,5 @@ typedef struct {
 /* Scans `text[0..len)`; fills `out` and returns out->problem. Never allocates more than
  * O(max_depth + keys in one object). */
 cp_json_problem cp_json_scan(cp_json_check *out, const char *text, size_t len, int max_depth);
-
-/* Scan, then parse with cJSON. On a problem returns the matching code
- * (syntax -> code_syntax, UTF-8 -> code_utf8, duplicate -> code_dup, depth -> code_depth)
- * with the message "<what>: offset N: ...". The caller owns *out (cJSON_Delete). */
-int cp_json_parse_strict(cJSON **out, const char *text, size_t len, const char *what, int max_depth,
-                         int code_syntax, int code_utf8, int code_dup, int code_depth);
 
 #endif

@@ -1,4 +1,4 @@
-/* A growable NUL-terminated text buffer for writers that build headers and documents.
+/* Floor: base. A growable NUL-terminated text buffer for writers that build headers and documents.
  * Appends never fail loudly: an allocation failure sets `oom`, later appends are ignored, and
  * the caller checks `oom` once at the end. The caller frees `s`. */
 #ifndef CTXPATCH_STRBUF_H

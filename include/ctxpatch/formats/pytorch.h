@@ -1,4 +1,4 @@
-/* PyTorch zip checkpoints (torch.save since 1.6: pytorch_model.bin, *.pt, *.pth).
+/* Floor: formats. PyTorch zip checkpoints (torch.save since 1.6: pytorch_model.bin, *.pt, *.pth).
  *
  * Byte layout
  * -----------

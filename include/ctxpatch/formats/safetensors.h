@@ -1,4 +1,4 @@
-/* safetensors files: strict zero-copy reader, deterministic streaming writer, shard index.
+/* Floor: formats. safetensors files: strict zero-copy reader, deterministic streaming writer, shard index.
  *
  * Byte layout (https://github.com/huggingface/safetensors, little-endian):
  *

@@ -1,4 +1,4 @@
-/* Tensor element types and borrowed tensor views shared by every format.
+/* Floor: formats. Tensor element types and borrowed tensor views shared by every format.
  *
  * A cp_tensor describes one contiguous, row-major, little-endian tensor. `data` is borrowed
  * from whoever produced the view (usually a read-only mmap of the file) and stays valid until
