@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   constexpr int BM = NT / TPR, SL = MAXD / TPR;
   CPCU_SMEM_DECL
   const bool far = a.q_far != nullptr;
-  const int nb = a.pos == CPCU_POS_T5 ? a.t5_nb : 0, fw = a.pos == CPCU_POS_FIRE ? a.fire_width : 0;
+  const int nb = a.pos == CP_ATTN_POS_T5 ? a.t5_nb : 0, fw = a.pos == CP_ATTN_POS_FIRE ? a.fire_width : 0;
   const int topk = a.topk_k;
   const smem_layout L = make_layout(MAXD, BM, far, nb, fw, topk);
   double *psi = reinterpret_cast<double *>(smem + L.psi);
@@ -127,8 +127,8 @@ CPCU_UNROLL
     const int *rr = a.row_ranges + (size_t)row * 4;
     lo0 = rr[0], hi0 = rr[1], lo1 = rr[2], hi1 = rr[3];
     /* As the CPU engine: the slope over the row's divisor in double, then float. */
-    if (a.pos == CPCU_POS_ALIBI) slope = (float)(a.slopes[h] / a.alibi_div[row]);
-    if (a.pos == CPCU_POS_FIRE) {
+    if (a.pos == CP_ATTN_POS_ALIBI) slope = (float)(a.slopes[h] / a.alibi_div[row]);
+    if (a.pos == CP_ATTN_POS_FIRE) {
       const double norm_at = (double)i > a.fire_L ? (double)i : a.fire_L;
       fden = fire_psi(a.fire_c, norm_at);
       fb2 = a.fire_b2[h];
@@ -155,7 +155,7 @@ CPCU_UNROLL
         Vs[idx] = in ? ldv(v, off) : 0.0f;
         if (far) Kr[idx] = in ? ldv(kraw, off) : 0.0f;
       }
-      if (a.pos == CPCU_POS_FIRE)
+      if (a.pos == CP_ATTN_POS_FIRE)
         for (int x = tid; x < BM + BN - 1; x += NT) {
           const int d = dbase + x;
           psi[x] = d >= 0 && d < a.n_keys ? fire_psi(a.fire_c, (double)a.dprime[d]) : 0.0;
@@ -182,19 +182,19 @@ CPCU_UNROLL
         float z = -INFINITY;
         if (vis) {
           switch (a.pos) {
-            case CPCU_POS_ROPE:
+            case CP_ATTN_POS_ROPE:
               if (far && a.dprime[i - j] != i - j) p = pf;
               z = sc * p * it;
               break;
-            case CPCU_POS_ALIBI:
+            case CP_ATTN_POS_ALIBI:
               z = (sc * p - slope * (float)a.dprime[i - j]) * it;
               break;
-            case CPCU_POS_T5: {
+            case CP_ATTN_POS_T5: {
               const int bk = a.causal ? a.t5_bucket[i - j] : a.t5_bucket[j - i + a.n_keys - 1];
               z = (sc * p + t5s[bk]) * it;
               break;
             }
-            case CPCU_POS_FIRE: {
+            case CP_ATTN_POS_FIRE: {
               const double xin = fden == 0.0 ? 0.0 : psi[i - j - dbase] / fden;
               double bias = fb2;
               for (int w = 0; w < fw; w++) {
@@ -356,8 +356,8 @@ int fail(cudaError_t err, const char *what, char *why, size_t n) {
 template <typename T, int MAXD, int TPR>
 int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
   constexpr int BM = NT / TPR;
-  const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CPCU_POS_T5 ? a->t5_nb : 0,
-                                    a->pos == CPCU_POS_FIRE ? a->fire_width : 0, a->topk_k);
+  const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CP_ATTN_POS_T5 ? a->t5_nb : 0,
+                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->topk_k);
   cudaError_t err = cudaFuncSetAttribute(attn_kernel<T, MAXD, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)L.total);
   if (err != cudaSuccess) return fail(err, "cuda attention: shared memory limit", why, n);
