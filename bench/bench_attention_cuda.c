@@ -61,19 +61,19 @@ int main(int argc, char **argv) {
 
   static const struct {
     const char *name, *json;
-    cp_cuda_pos pos;
+    cp_attn_pos pos;
   } RULES[] = {
-      {"causal", "{}", CP_CUDA_POS_NONE},
-      {"temperature", "{\"temperature\": 0.8}", CP_CUDA_POS_NONE},
-      {"alibi", "{}", CP_CUDA_POS_ALIBI},
-      {"alibi-static", "{\"alibi_scale\": {\"mode\": \"static\", \"factor\": 2}}", CP_CUDA_POS_ALIBI},
-      {"alibi-dynamic", "{\"alibi_scale\": {\"mode\": \"dynamic\"}}", CP_CUDA_POS_ALIBI},
-      {"alibi-progressive", "{\"alibi_scale\": {\"mode\": \"progressive\"}}", CP_CUDA_POS_ALIBI},
-      {"t5", "{}", CP_CUDA_POS_T5},
-      {"rope", "{}", CP_CUDA_POS_ROPE},
-      {"lambda", "{\"lambda_mask\": {\"n_global\": 4, \"n_local\": 2048}}", CP_CUDA_POS_ROPE},
-      {"ceiling", "{\"distance_ceiling\": 2048}", CP_CUDA_POS_ROPE},
-      {"fire", "{}", CP_CUDA_POS_FIRE},
+      {"causal", "{}", CP_ATTN_POS_NONE},
+      {"temperature", "{\"temperature\": 0.8}", CP_ATTN_POS_NONE},
+      {"alibi", "{}", CP_ATTN_POS_ALIBI},
+      {"alibi-static", "{\"alibi_scale\": {\"mode\": \"static\", \"factor\": 2}}", CP_ATTN_POS_ALIBI},
+      {"alibi-dynamic", "{\"alibi_scale\": {\"mode\": \"dynamic\"}}", CP_ATTN_POS_ALIBI},
+      {"alibi-progressive", "{\"alibi_scale\": {\"mode\": \"progressive\"}}", CP_ATTN_POS_ALIBI},
+      {"t5", "{}", CP_ATTN_POS_T5},
+      {"rope", "{}", CP_ATTN_POS_ROPE},
+      {"lambda", "{\"lambda_mask\": {\"n_global\": 4, \"n_local\": 2048}}", CP_ATTN_POS_ROPE},
+      {"ceiling", "{\"distance_ceiling\": 2048}", CP_ATTN_POS_ROPE},
+      {"fire", "{}", CP_ATTN_POS_FIRE},
   };
   int ri = -1;
   for (size_t x = 0; x < sizeof RULES / sizeof *RULES; x++)
@@ -82,9 +82,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_attention_cuda: unknown rule %s\n", rule_name);
     return 2;
   }
-  const cp_cuda_pos pos = RULES[ri].pos;
+  const cp_attn_pos pos = RULES[ri].pos;
   cp_rule rule;
-  cp_rule_model rm = {false, 0, 1, 4096, pos == CP_CUDA_POS_ALIBI, pos == CP_CUDA_POS_FIRE};
+  cp_rule_model rm = {false, 0, 1, 4096, pos == CP_ATTN_POS_ALIBI, pos == CP_ATTN_POS_FIRE};
   if (cp_rule_parse(&rule, RULES[ri].json, strlen(RULES[ri].json), rule_name) ||
       cp_rule_check_model(&rule, &rm, rule_name)) {
     fprintf(stderr, "bench_attention_cuda: %s\n", cp_error_message());
@@ -102,31 +102,35 @@ int main(int argc, char **argv) {
   cp_fire_mlp fire = {fw1, fb1, fw2, fb2, 32, 1.0, 4096.0};
   cp_alibi_slopes(slopes, H > 256 ? 256 : H, 8.0);
 
-  cp_cuda_attn_call c;
+  cp_attn_call c;
   memset(&c, 0, sizeof c);
   c.plan = &plan;
   c.H = H, c.Hkv = H, c.dh = dh;
   c.q_off = 0, c.n_q = L, c.n_keys = L, c.last_prompt_row = L - 1;
   c.scale = 1.0f / sqrtf((float)dh);
-  c.bf16 = bf16;
   c.q = q, c.k = k, c.v = v, c.out = out;
   c.pos = pos;
-  if (pos == CP_CUDA_POS_ROPE && cp_plan_distance(&plan, L - 1) != L - 1) {
-    qfar = rand_buf(n), kraw = rand_buf(n);
-    c.q_far = qfar, c.k_raw = kraw;
-  }
-  if (pos == CP_CUDA_POS_T5) {
+  if (pos == CP_ATTN_POS_T5) {
     t5 = rand_buf((size_t)32 * H);
     c.t5_table = t5, c.t5_num_buckets = 32, c.t5_max_distance = 128;
   }
-  c.slopes = slopes, c.fire = &fire, c.fire_L = 4096.0;
+  c.slopes = slopes, c.fire = &fire;
+  if (cp_attn_tables_build(&c)) {
+    fprintf(stderr, "bench_attention_cuda: %s\n", cp_error_message());
+    return 1;
+  }
+  if (c.tab.rope_far >= 0) {
+    qfar = rand_buf(n), kraw = rand_buf(n);
+    c.q_far = qfar, c.k_raw = kraw;
+  }
   if (stats) {
     st = malloc((size_t)2 * H * L * sizeof *st);
     c.row_pmax = st, c.row_ent = st + (size_t)H * L;
   }
   double ms = 0;
-  c.bench_reps = reps, c.bench_ms = &ms;
-  int rc = cp_cuda_attention(&c);
+  const cp_cuda_opts opts = {bf16, reps, &ms};
+  int rc = cp_cuda_attention(&c, &opts);
+  cp_attn_tables_free(&c.tab);
   if (rc) {
     fprintf(stderr, "bench_attention_cuda: %s\n", cp_error_message());
     return 1;

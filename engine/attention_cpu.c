@@ -1,7 +1,7 @@
 /* Streaming attention for the CPU engine: see engine/attention_cpu.h. Every rule decision
- * (visibility, hidden keys, top-k rows, ALiBi divisor, clamped distances) comes from rule.h;
- * the positional terms are the model's (T5 table, slopes, FIRE MLP) evaluated at the distances
- * the caller resolved. */
+ * (visibility, hidden keys, top-k rows, ALiBi divisor, clamped distances) comes from rule.h, most
+ * through the call's tables (cp_attn_tables_build); the positional terms are the model's (T5
+ * table, slopes, FIRE MLP) evaluated at the distances those resolved. */
 #include "engine/attention_cpu.h"
 
 #include <assert.h>
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 
 enum { TILE_ROWS = 32, KEY_BLOCK = 128 };
@@ -31,29 +32,15 @@ typedef struct {
 } scratch;
 
 typedef struct {
-  const att_call *c;
+  const cp_attn_call *c;
   scratch *scr;
+  /* The call's tables in the layouts the vector loops want: */
+  const float *dprime_f; /* ALiBi [n_keys]: tab.dprime as floats */
+  const float *t5_bias;  /* T5: causal [H, n_keys] by d; bidirectional [H, 2 n_keys - 1] by r + n_keys - 1 */
 } job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-
-/* Positional term of a top-k candidate: every hidden key sits at the top-k distance. */
-static float topk_bias(const att_call *c, int h, int64_t i, double slope) {
-  int64_t dist = c->plan->top_k_distance;
-  switch (c->pos) {
-    case ATT_POS_NONE:
-    case ATT_POS_ROPE:
-      return 0.0f;
-    case ATT_POS_T5:
-      return c->t5_topk_bias[h];
-    case ATT_POS_ALIBI:
-      return (float)(-slope * (double)dist);
-    case ATT_POS_FIRE:
-      return (float)cp_fire_mlp_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
-  }
-  return 0.0f;
-}
 
 /* ---- vector-friendly softmax pieces (GCC vectorizes these only at -O3) ---- */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -146,41 +133,43 @@ static float online_update(float *m, double *l, double *t, const float *s, float
 
 /* Final logits (c q.k + positional term) / tau of row r (query i) for block keys
  * kb + [k0, k1), in place in Sr (which holds q.k). */
-static void row_logits(const att_call *c, const scratch *s, int h, int r, int64_t i, int64_t kb, int k0, int k1,
+static void row_logits(const job *jb, const scratch *s, int h, int r, int64_t i, int64_t kb, int k0, int k1,
                        bool far, float *Sr) {
+  const cp_attn_call *c = jb->c;
+  const int64_t *dprime = c->tab.dprime;
   const float sc = c->scale, it = c->plan->inv_tau;
   switch (c->pos) {
-    case ATT_POS_NONE:
-    case ATT_POS_ROPE:
+    case CP_ATTN_POS_NONE:
+    case CP_ATTN_POS_ROPE:
       if (far) {
         const float *Sf = s->Sf + (size_t)r * KEY_BLOCK;
         for (int k = k0; k < k1; k++) {
           int64_t d = i - (kb + k);
-          Sr[k] = sc * (c->dprime[d] != d ? Sf[k] : Sr[k]) * it;
+          Sr[k] = sc * (dprime[d] != d ? Sf[k] : Sr[k]) * it;
         }
       } else {
         for (int k = k0; k < k1; k++) Sr[k] = sc * Sr[k] * it;
       }
       return;
-    case ATT_POS_ALIBI: {
+    case CP_ATTN_POS_ALIBI: {
       const float sl = (float)s->slope[r];
-      const float *dp = c->dprime_f + (i - kb); /* distance of key kb + k is dp[-k] */
+      const float *dp = jb->dprime_f + (i - kb); /* distance of key kb + k is dp[-k] */
       for (int k = k0; k < k1; k++) Sr[k] = (sc * Sr[k] - sl * dp[-k]) * it;
       return;
     }
-    case ATT_POS_T5:
+    case CP_ATTN_POS_T5:
       if (c->plan->causal) {
-        const float *tb = c->t5_bias + (size_t)h * c->n_keys + (size_t)(i - kb);
+        const float *tb = jb->t5_bias + (size_t)h * c->n_keys + (size_t)(i - kb);
         for (int k = k0; k < k1; k++) Sr[k] = (sc * Sr[k] + tb[-k]) * it;
       } else {
-        const float *tb = c->t5_bias + (size_t)h * (2 * c->n_keys - 1) + (size_t)(kb - i + c->n_keys - 1);
+        const float *tb = jb->t5_bias + (size_t)h * (2 * c->n_keys - 1) + (size_t)(kb - i + c->n_keys - 1);
         for (int k = k0; k < k1; k++) Sr[k] = (sc * Sr[k] + tb[k]) * it;
       }
       return;
-    case ATT_POS_FIRE:
+    case CP_ATTN_POS_FIRE:
       for (int k = k0; k < k1; k++) {
         int64_t d = i - (kb + k);
-        double x = cp_fire_input(c->dprime[d], i, c->fire->c, c->fire_L);
+        double x = cp_fire_input(dprime[d], i, c->fire->c, c->tab.fire_L);
         Sr[k] = (sc * Sr[k] + (float)cp_fire_mlp_bias(c->fire, h, x)) * it;
       }
       return;
@@ -237,56 +226,56 @@ static void heap_push(float *hv, int64_t *hj, int *n, int k, float v, int64_t j)
 
 /* Whether any visible pair of rows [i0, i0+nr) x keys [kb, kb+nk) is at a distance the ceiling
  * changes (RoPE: such pairs use the far query against unrotated keys). */
-static bool block_has_far(const att_call *c, int64_t i0, int nr, int64_t kb, int nk) {
+static bool block_has_far(const cp_attn_call *c, int64_t i0, int nr, int64_t kb, int nk) {
   int64_t dmin = i0 - (kb + nk - 1), dmax = i0 + nr - 1 - kb;
   if (dmin < 0) dmin = 0;
   for (int64_t d = dmin; d <= dmax; d++)
-    if (c->dprime[d] != d) return true;
+    if (c->tab.dprime[d] != d) return true;
   return false;
 }
 
-static void att_item(void *ctx, size_t item, int worker) {
-  const job *jb = ctx;
-  const att_call *c = jb->c;
-  const cp_attn_plan *plan = c->plan;
-  scratch *s = &jb->scr[worker];
-  const int H = c->H, dh = c->dh, group = c->H / c->Hkv;
-  const int h = (int)(item % (size_t)H);
-  const int64_t r0 = (int64_t)(item / (size_t)H) * TILE_ROWS;
-  const int nr = (int)min64(TILE_ROWS, c->n_q - r0);
-  const int g = h / group;
-  const int ldq = H * dh, ldk = c->Hkv * dh;
-  const float inv_tau = plan->inv_tau;
-  const float *qh = c->q + (size_t)r0 * ldq + (size_t)h * dh;
-  const float *kh = c->k + (size_t)g * dh, *vh = c->v + (size_t)g * dh;
-  const float *krh = c->k_raw ? c->k_raw + (size_t)g * dh : NULL;
-  const int64_t i0 = c->q_off + r0;
+/* One work item: head h over rows r0 .. r0+nr-1 of the call. */
+typedef struct {
+  int h, g, nr;
+  int64_t r0, i0;
+  const float *qh, *kh, *vh, *krh; /* head slices of q, k, v, k_raw (row strides ldq, ldk) */
+  int ldq, ldk;
+} tile_t;
 
+/* Resets the tile's row state and gathers its rows' visible ranges; returns how many merged
+ * ranges (the union of the rows') the tile's key blocks come from, in s->ulo / s->uhi. */
+static int tile_init(const cp_attn_call *c, scratch *s, const tile_t *t) {
   int nu = 0;
-  for (int r = 0; r < nr; r++) {
-    int64_t i = i0 + r;
+  for (int r = 0; r < t->nr; r++) {
+    int64_t i = t->i0 + r;
     s->m[r] = -INFINITY;
     s->l[r] = s->t[r] = 0;
     s->ls[r] = s->lq[r] = s->ln[r] = 0;
-    s->slope[r] = c->pos == ATT_POS_ALIBI ? c->slopes[h] / cp_plan_alibi_divisor(plan, i, c->n_keys) : 0;
-    s->nrg[r] = cp_plan_visible_ranges(plan, i, c->n_keys, s->lo + 2 * r, s->hi + 2 * r);
+    s->slope[r] = c->pos == CP_ATTN_POS_ALIBI ? c->slopes[t->h] / c->tab.alibi_div[t->r0 + r] : 0;
+    s->nrg[r] = cp_plan_visible_ranges(c->plan, i, c->n_keys, s->lo + 2 * r, s->hi + 2 * r);
     for (int a = 0; a < s->nrg[r]; a++) s->ulo[nu] = s->lo[2 * r + a], s->uhi[nu++] = s->hi[2 * r + a];
   }
-  memset(s->acc, 0, (size_t)nr * dh * sizeof *s->acc);
-  nu = cp_ranges_merge(s->ulo, s->uhi, nu);
+  memset(s->acc, 0, (size_t)t->nr * c->dh * sizeof *s->acc);
+  return cp_ranges_merge(s->ulo, s->uhi, nu);
+}
 
+/* The visible keys: for each key block of the tile's ranges, q.k by BLAS, each row's logits
+ * over its own ranges in the block, the online softmax, then P V into the accumulators. */
+static void visible_pass(const job *jb, scratch *s, const tile_t *t, int nu) {
+  const cp_attn_call *c = jb->c;
+  const int nr = t->nr, dh = c->dh, ldq = t->ldq, ldk = t->ldk;
   for (int u = 0; u < nu; u++) {
     for (int64_t kb = s->ulo[u]; kb < s->uhi[u]; kb += KEY_BLOCK) {
       int nk = (int)min64(KEY_BLOCK, s->uhi[u] - kb);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, dh, 1.0f, qh, ldq,
-                  kh + (size_t)kb * ldk, ldk, 0.0f, s->S, KEY_BLOCK);
-      bool far = c->q_far && block_has_far(c, i0, nr, kb, nk);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, dh, 1.0f, t->qh, ldq,
+                  t->kh + (size_t)kb * ldk, ldk, 0.0f, s->S, KEY_BLOCK);
+      bool far = c->q_far && block_has_far(c, t->i0, nr, kb, nk);
       if (far)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, dh, 1.0f,
-                    c->q_far + (size_t)r0 * ldq + (size_t)h * dh, ldq, krh + (size_t)kb * ldk, ldk,
+                    c->q_far + (size_t)t->r0 * ldq + (size_t)t->h * dh, ldq, t->krh + (size_t)kb * ldk, ldk,
                     0.0f, s->Sf, KEY_BLOCK);
       for (int r = 0; r < nr; r++) {
-        int64_t i = i0 + r;
+        int64_t i = t->i0 + r;
         float *Sr = s->S + (size_t)r * KEY_BLOCK;
         int k0[2], k1[2], ns = 0;
         for (int a = 0; a < s->nrg[r]; a++) { /* the row's visible ranges within this block */
@@ -294,96 +283,120 @@ static void att_item(void *ctx, size_t item, int worker) {
           int64_t hi = min64(s->hi[2 * r + a], kb + nk);
           if (lo < hi) k0[ns] = (int)(lo - kb), k1[ns++] = (int)(hi - kb);
         }
-        for (int a = 0; a < ns; a++) row_logits(c, s, h, r, i, kb, k0[a], k1[a], far, Sr);
+        for (int a = 0; a < ns; a++) row_logits(jb, s, t->h, r, i, kb, k0[a], k1[a], far, Sr);
         if (c->row_lstd) logit_moments(s, r, Sr, k0, k1, ns);
         float alpha = online_update(&s->m[r], &s->l[r], &s->t[r], Sr, s->P + (size_t)r * KEY_BLOCK, nk, k0, k1, ns);
         if (alpha != 1.0f)
           for (int e = 0; e < dh; e++) s->acc[(size_t)r * dh + e] *= alpha;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, dh, nk, 1.0f, s->P, KEY_BLOCK,
-                  vh + (size_t)kb * ldk, ldk, 1.0f, s->acc, dh);
+                  t->vh + (size_t)kb * ldk, ldk, 1.0f, s->acc, dh);
     }
   }
+}
 
-  /* Top-k middle keys (decision 7): logits at the top-k distance over the Lambda-hidden keys,
-   * the k largest per head kept (ties to the smaller j), then folded into the softmax. */
-  if (plan->top_k) {
-    for (int r = 0; r < nr; r++) {
-      int64_t i = i0 + r;
-      if (!cp_plan_topk_row(plan, i, c->last_prompt_row)) continue;
-      int64_t hlo, hhi;
-      cp_plan_hidden_range(plan, i, c->n_keys, &hlo, &hhi);
-      if (hlo >= hhi) continue;
-      const float *qrow = c->q_topk ? c->q_topk + (size_t)(r0 + r) * ldq + (size_t)h * dh : qh + (size_t)r * ldq;
-      const float *keys = c->q_topk ? krh : kh;
-      float bias = topk_bias(c, h, i, s->slope[r]);
-      int n = 0;
-      for (int64_t kb = hlo; kb < hhi; kb += KEY_BLOCK) {
-        int nk = (int)min64(KEY_BLOCK, hhi - kb);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, dh, 1.0f, keys + (size_t)kb * ldk, ldk, qrow, 1, 0.0f,
-                    s->srow, 1);
-        for (int k = 0; k < nk; k++) heap_push(s->hv, s->hj, &n, plan->k, c->scale * s->srow[k] + bias, kb + k);
-      }
-      for (int a = 0; a < n; a++) s->topv[a] = s->hv[a] * inv_tau;
-      if (c->row_lstd) {
-        int z0 = 0;
-        logit_moments(s, r, s->topv, &z0, &n, 1);
-      }
-      float *p = s->topp;
-      int z = 0;
-      float alpha = online_update(&s->m[r], &s->l[r], &s->t[r], s->topv, p, n, &z, &n, 1);
-      float *acc = s->acc + (size_t)r * dh;
-      if (alpha != 1.0f)
-        for (int e = 0; e < dh; e++) acc[e] *= alpha;
-      for (int a = 0; a < n; a++) {
-        const float *vr = vh + (size_t)s->hj[a] * ldk;
-        for (int e = 0; e < dh; e++) acc[e] += p[a] * vr[e];
-      }
-    }
+/* Top-k middle keys (decision 7) of row r: logits at the top-k distance over the row's
+ * Lambda-hidden keys (tab.topk_range), the k largest kept (ties to the smaller j), then folded
+ * into the softmax. */
+static void topk_row(const cp_attn_call *c, scratch *s, const tile_t *t, int r) {
+  const int dh = c->dh, ldq = t->ldq, ldk = t->ldk;
+  const int64_t row = t->r0 + r, hlo = c->tab.topk_range[2 * row], hhi = c->tab.topk_range[2 * row + 1];
+  if (hlo >= hhi) return;
+  const float *qrow = c->q_topk ? c->q_topk + (size_t)row * ldq + (size_t)t->h * dh : t->qh + (size_t)r * ldq;
+  const float *keys = c->q_topk ? t->krh : t->kh;
+  const float bias = c->tab.topk_bias[(size_t)t->h * c->n_q + row];
+  int n = 0;
+  for (int64_t kb = hlo; kb < hhi; kb += KEY_BLOCK) {
+    int nk = (int)min64(KEY_BLOCK, hhi - kb);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, dh, 1.0f, keys + (size_t)kb * ldk, ldk, qrow, 1, 0.0f, s->srow, 1);
+    for (int k = 0; k < nk; k++) heap_push(s->hv, s->hj, &n, c->plan->k, c->scale * s->srow[k] + bias, kb + k);
   }
+  for (int a = 0; a < n; a++) s->topv[a] = s->hv[a] * c->plan->inv_tau;
+  int z = 0;
+  if (c->row_lstd) logit_moments(s, r, s->topv, &z, &n, 1);
+  float *p = s->topp, *acc = s->acc + (size_t)r * dh;
+  float alpha = online_update(&s->m[r], &s->l[r], &s->t[r], s->topv, p, n, &z, &n, 1);
+  if (alpha != 1.0f)
+    for (int e = 0; e < dh; e++) acc[e] *= alpha;
+  for (int a = 0; a < n; a++) {
+    const float *vr = t->vh + (size_t)s->hj[a] * ldk;
+    for (int e = 0; e < dh; e++) acc[e] += p[a] * vr[e];
+  }
+}
 
-  for (int r = 0; r < nr; r++) {
-    float *o = c->out + (size_t)(r0 + r) * ldq + (size_t)h * dh;
+/* Normalised outputs and the per-row statistics of the tile. */
+static void tile_finish(const cp_attn_call *c, const scratch *s, const tile_t *t) {
+  const int dh = c->dh;
+  for (int r = 0; r < t->nr; r++) {
+    const size_t row = (size_t)(t->r0 + r), si = (size_t)t->h * c->n_q + row;
+    float *o = c->out + row * t->ldq + (size_t)t->h * dh;
     double l = s->l[r];
     float inv = l > 0 ? (float)(1.0 / l) : 0.0f;
     for (int e = 0; e < dh; e++) o[e] = s->acc[(size_t)r * dh + e] * inv;
     if (c->row_pmax) {
       /* The largest probability is e^(m - m) / l; H = log l - t / l. */
-      c->row_pmax[(size_t)h * c->n_q + r0 + r] = l > 0 ? (float)(1.0 / l) : 0.0f;
-      c->row_ent[(size_t)h * c->n_q + r0 + r] = l > 0 ? (float)(log(l) - s->t[r] / l) : 0.0f;
+      c->row_pmax[si] = l > 0 ? (float)(1.0 / l) : 0.0f;
+      c->row_ent[si] = l > 0 ? (float)(log(l) - s->t[r] / l) : 0.0f;
     }
     if (c->row_lstd) {
       double cnt = s->ln[r], mean = cnt > 0 ? s->ls[r] / cnt : 0, var = cnt > 0 ? s->lq[r] / cnt - mean * mean : 0;
-      c->row_lstd[(size_t)h * c->n_q + r0 + r] = var > 0 ? (float)sqrt(var) : 0.0f;
+      c->row_lstd[si] = var > 0 ? (float)sqrt(var) : 0.0f;
     }
   }
 }
 
-int cp_cpu_attention(cp_pool *pool, const att_call *c) {
-  assert(c->H % c->Hkv == 0 && c->n_q >= 0);
-  if (c->n_q == 0) return 0;
-  int nw = cp_pool_size(pool);
-  size_t k = c->plan->top_k ? (size_t)c->plan->k : 1;
+static void att_item(void *ctx, size_t item, int worker) {
+  const job *jb = ctx;
+  const cp_attn_call *c = jb->c;
+  scratch *s = &jb->scr[worker];
+  tile_t t;
+  t.h = (int)(item % (size_t)c->H);
+  t.g = t.h / (c->H / c->Hkv);
+  t.r0 = (int64_t)(item / (size_t)c->H) * TILE_ROWS;
+  t.nr = (int)min64(TILE_ROWS, c->n_q - t.r0);
+  t.i0 = c->q_off + t.r0;
+  t.ldq = c->H * c->dh, t.ldk = c->Hkv * c->dh;
+  t.qh = c->q + (size_t)t.r0 * t.ldq + (size_t)t.h * c->dh;
+  t.kh = c->k + (size_t)t.g * c->dh, t.vh = c->v + (size_t)t.g * c->dh;
+  t.krh = c->k_raw ? c->k_raw + (size_t)t.g * c->dh : NULL;
+
+  visible_pass(jb, s, &t, tile_init(c, s, &t));
+  if (c->tab.topk_any)
+    for (int r = 0; r < t.nr; r++) topk_row(c, s, &t, r);
+  tile_finish(c, s, &t);
+}
+
+/* Per-worker scratch: one float, double, int64 and int buffer each, carved into `scratch`s. */
+typedef struct {
+  scratch *scr;
+  float *f;
+  double *d;
+  int64_t *i;
+  int *n;
+} scratch_bufs;
+
+static void scratch_free(scratch_bufs *b) {
+  free(b->scr), free(b->f), free(b->d), free(b->i), free(b->n);
+}
+
+static int scratch_alloc(scratch_bufs *b, int nw, size_t k, size_t dh) {
+  const size_t R = TILE_ROWS, KB = KEY_BLOCK;
+  const size_t nf = 3 * R * KB + R * dh + R + KB + 3 * k; /* S Sf P acc m srow | hv topv topp */
+  const size_t nd = 6 * R;
+  const size_t ni = 8 * R + k; /* lo hi [2R] each | ulo uhi [2R] each | hj */
   int rc = 0;
-  size_t R = TILE_ROWS, KB = KEY_BLOCK, dh = (size_t)c->dh;
-  size_t nf = 3 * R * KB + R * dh + R + KB + 3 * k; /* S Sf P acc m srow | hv topv topp */
-  size_t nd = 6 * R;
-  size_t ni = 8 * R + k; /* lo hi [2R] each | ulo uhi [2R] each | hj */
-  scratch *scr = calloc((size_t)nw, sizeof *scr);
-  float *fbuf = malloc((size_t)nw * nf * sizeof *fbuf);
-  double *dbuf = malloc((size_t)nw * nd * sizeof *dbuf);
-  int64_t *ibuf = malloc((size_t)nw * ni * sizeof *ibuf);
-  int *nbuf = malloc((size_t)nw * R * sizeof *nbuf);
-  float *dpf = NULL;
-  if (!scr || !fbuf || !dbuf || !ibuf || !nbuf) {
-    rc = cp_error_set(CP_ENOMEM, "engine: out of memory for attention scratch");
-    goto done;
-  }
+  memset(b, 0, sizeof *b);
+  b->scr = calloc((size_t)nw, sizeof *b->scr);
+  b->f = malloc((size_t)nw * nf * sizeof *b->f);
+  b->d = malloc((size_t)nw * nd * sizeof *b->d);
+  b->i = malloc((size_t)nw * ni * sizeof *b->i);
+  b->n = malloc((size_t)nw * R * sizeof *b->n);
+  CP_CHECK_ALLOC_GOTO(b->scr && b->f && b->d && b->i && b->n, "engine: attention scratch");
   for (int w = 0; w < nw; w++) {
-    float *f = fbuf + (size_t)w * nf;
-    double *d = dbuf + (size_t)w * nd;
-    int64_t *iv = ibuf + (size_t)w * ni;
-    scratch *s = &scr[w];
+    float *f = b->f + (size_t)w * nf;
+    double *d = b->d + (size_t)w * nd;
+    int64_t *iv = b->i + (size_t)w * ni;
+    scratch *s = &b->scr[w];
     s->S = f, f += R * KB;
     s->Sf = f, f += R * KB;
     s->P = f, f += R * KB;
@@ -396,26 +409,51 @@ int cp_cpu_attention(cp_pool *pool, const att_call *c) {
     s->l = d, s->t = d + R, s->slope = d + 2 * R;
     s->ls = d + 3 * R, s->lq = d + 4 * R, s->ln = d + 5 * R;
     s->lo = iv, s->hi = iv + 2 * R, s->ulo = iv + 4 * R, s->uhi = iv + 6 * R, s->hj = iv + 8 * R;
-    s->nrg = nbuf + (size_t)w * R;
+    s->nrg = b->n + (size_t)w * R;
   }
-  if (c->pos == ATT_POS_ALIBI) {
-    if (!(dpf = malloc((size_t)c->n_keys * sizeof *dpf))) {
-      rc = cp_error_set(CP_ENOMEM, "engine: out of memory for attention scratch");
-      goto done;
-    }
-    for (int64_t d = 0; d < c->n_keys; d++) dpf[d] = (float)c->dprime[d];
+done:
+  if (rc) scratch_free(b);
+  return rc;
+}
+
+/* The kernel's layouts of the call's tables (jb->dprime_f, jb->t5_bias); free() both. */
+static int kernel_tables(job *jb, float **dpf, float **t5) {
+  const cp_attn_call *c = jb->c;
+  const int H = c->H;
+  *dpf = *t5 = NULL;
+  if (c->pos == CP_ATTN_POS_ALIBI) {
+    *dpf = malloc((size_t)(c->n_keys ? c->n_keys : 1) * sizeof **dpf);
+    CP_CHECK_ALLOC(*dpf, "engine: attention scratch");
+    for (int64_t d = 0; d < c->n_keys; d++) (*dpf)[d] = (float)c->tab.dprime[d];
   }
-  att_call cc = *c;
-  cc.dprime_f = dpf;
-  job jb = {&cc, scr};
+  if (c->pos == CP_ATTN_POS_T5) {
+    /* Per head, contiguous in the distance, so the logit loop reads it as a vector. */
+    assert(c->plan->causal || (c->q_off == 0 && c->n_q == c->n_keys)); /* bidirectional: every row */
+    const int64_t w = c->plan->causal ? c->n_keys : 2 * c->n_keys - 1;
+    *t5 = malloc((size_t)H * (size_t)(w > 0 ? w : 1) * sizeof **t5);
+    CP_CHECK_ALLOC(*t5, "engine: attention scratch");
+    for (int64_t x = 0; x < w; x++)
+      for (int h = 0; h < H; h++) (*t5)[(size_t)h * w + (size_t)x] = c->t5_table[(size_t)c->tab.t5_bucket[x] * H + h];
+  }
+  jb->dprime_f = *dpf, jb->t5_bias = *t5;
+  return 0;
+}
+
+int cp_cpu_attention(cp_pool *pool, const cp_attn_call *c) {
+  assert(c->H % c->Hkv == 0 && c->n_q >= 0);
+  if (c->n_q == 0) return 0;
+  const int nw = cp_pool_size(pool);
+  scratch_bufs b;
+  float *dpf = NULL, *t5 = NULL;
+  int rc = scratch_alloc(&b, nw, c->tab.topk_any ? (size_t)c->plan->k : 1, (size_t)c->dh);
+  if (rc) return rc;
+  job jb = {c, b.scr, NULL, NULL};
+  if ((rc = kernel_tables(&jb, &dpf, &t5))) goto done;
   size_t tiles = (size_t)((c->n_q + TILE_ROWS - 1) / TILE_ROWS);
   cp_pool_run(pool, tiles * (size_t)c->H, att_item, &jb);
 done:
-  free(scr);
-  free(fbuf);
-  free(dbuf);
-  free(ibuf);
-  free(nbuf);
+  scratch_free(&b);
   free(dpf);
+  free(t5);
   return rc;
 }

@@ -1,9 +1,11 @@
-/* Host side of the CUDA attention backend (include/ctxpatch/engine/cuda.h): resolves every rule decision
- * through rule.h into small tables, moves them and the tensors to the device and runs the fused
+/* Host side of the CUDA attention backend (include/ctxpatch/engine/cuda.h): takes the call and its
+ * tables (cp_attn_tables_build), adds the visible ranges of the kernel's row tiles, converts all
+ * to the device struct and types, moves them and the tensors to the device and runs the fused
  * kernel of engine/cuda/attention.cu (or a test's host emulation of it, cp_cuda_attention_on).
  * Compiled in every build; without CTXPATCH_WITH_CUDA the public functions refuse with a reason. */
 #include "engine/cuda_attention.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +22,8 @@ bool cp_cuda_available(char *why, size_t n) {
   return false;
 }
 
-int cp_cuda_attention(const cp_cuda_attn_call *c) {
-  (void)c;
+int cp_cuda_attention(const cp_attn_call *c, const cp_cuda_opts *opts) {
+  (void)c, (void)opts;
   return cp_error_set(CP_EUNSUPPORTED, "cuda: ctxpatch was built without CUDA (reconfigure with nvcc on PATH)");
 }
 
@@ -30,7 +32,9 @@ int cp_cuda_attention(const cp_cuda_attn_call *c) {
 static const cpcu_backend CUDA_RUNTIME = {cpcu_tile_rows, cpcu_attention, cpcu_malloc,
                                           cpcu_free,      cpcu_upload,    cpcu_download};
 
-int cp_cuda_attention(const cp_cuda_attn_call *c) { return cp_cuda_attention_on(&CUDA_RUNTIME, c); }
+int cp_cuda_attention(const cp_attn_call *c, const cp_cuda_opts *opts) {
+  return cp_cuda_attention_on(&CUDA_RUNTIME, c, opts);
+}
 
 bool cp_cuda_available(char *why, size_t n) {
   char r[256] = "", name[256] = "";
@@ -55,26 +59,39 @@ bool cp_cuda_available(char *why, size_t n) {
 
 typedef struct {
   const cpcu_backend *be;
-  void *p[32];
+  void *p[32]; /* every device buffer of one call (25 at most) */
   int n;
 } dev_list;
 
-/* Copies bytes from host memory into a new device buffer *out, recorded in `dl` for freeing.
- * With as_bf16 the source is `count` floats converted to bfloat16 on the way. */
-static int dev_put(dev_list *dl, const void **out, const void *src, size_t bytes, bool as_bf16) {
+typedef enum {
+  PUT_RAW,  /* as stored */
+  PUT_BF16, /* floats as bfloat16 */
+  PUT_I32,  /* int64 as int (check_call bounds every index and distance) */
+} put_as;
+
+/* Copies bytes from host memory into a new device buffer *out, recorded in `dl` for freeing,
+ * converted on the way as `as` says (bytes counts the source). NULL src: *out = NULL. */
+static int dev_put(dev_list *dl, const void **out, const void *src, size_t bytes, put_as as) {
   char why[256] = "";
   void *d = NULL, *tmp = NULL;
   const void *from = src;
   *out = NULL;
   if (!src) return 0;
-  if (as_bf16) {
+  if (as == PUT_BF16) {
     size_t count = bytes / sizeof(float);
     uint16_t *b = malloc(count ? count * sizeof *b : 1);
     CP_CHECK_ALLOC(b, "cuda: converting to bfloat16");
     for (size_t x = 0; x < count; x++) b[x] = cp_f32_to_bf16(((const float *)src)[x]); /* as the bake rounds */
     tmp = b, from = b, bytes = count * sizeof *b;
+  } else if (as == PUT_I32) {
+    size_t count = bytes / sizeof(int64_t);
+    int *w = malloc(count ? count * sizeof *w : 1);
+    CP_CHECK_ALLOC(w, "cuda: int tables");
+    for (size_t x = 0; x < count; x++) w[x] = (int)((const int64_t *)src)[x];
+    tmp = w, from = w, bytes = count * sizeof *w;
   }
   int rc = 0;
+  assert(dl->n < (int)(sizeof dl->p / sizeof *dl->p));
   if (dl->be->alloc(&d, bytes, why, sizeof why) || dl->be->upload(d, from, bytes, why, sizeof why)) {
     dl->be->release(d);
     rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
@@ -91,6 +108,7 @@ static int dev_out(dev_list *dl, float **out, const float *want, size_t bytes) {
   void *d = NULL;
   *out = NULL;
   if (!want) return 0;
+  assert(dl->n < (int)(sizeof dl->p / sizeof *dl->p));
   if (dl->be->alloc(&d, bytes, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
   dl->p[dl->n++] = d;
   *out = d;
@@ -99,9 +117,9 @@ static int dev_out(dev_list *dl, float **out, const float *want, size_t bytes) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-
-static int check_call(const cp_cuda_attn_call *c) {
+static int check_call(const cp_attn_call *c) {
   const cp_attn_plan *p = c->plan;
+  const cp_attn_tables *t = &c->tab;
   if (!p || c->H < 1 || c->Hkv < 1 || c->H % c->Hkv || c->n_q < 0 || c->n_keys < 0 || c->q_off < 0 || !c->out ||
       (c->n_q > 0 && (!c->q || !c->k || !c->v)))
     return cp_error_set(CP_EARG, "cuda: inconsistent attention call (H %d, Hkv %d, n_q %lld, n_keys %lld)", c->H,
@@ -111,229 +129,214 @@ static int check_call(const cp_cuda_attn_call *c) {
   if (c->n_keys > INT_MAX / 4 || c->q_off + c->n_q > INT_MAX / 4 || c->H > 65535)
     return cp_error_set(CP_EUNSUPPORTED, "cuda: %lld keys or %d heads exceed the kernel's int indexing",
                         (long long)c->n_keys, c->H);
-  if (!p->causal && (c->pos == CP_CUDA_POS_ALIBI || c->pos == CP_CUDA_POS_FIRE || c->q_far))
+  if (!p->causal && (c->pos == CP_ATTN_POS_ALIBI || c->pos == CP_ATTN_POS_FIRE || c->q_far))
     return cp_error_set(CP_EARG, "cuda: ALiBi, FIRE and a RoPE ceiling need a causal call");
-  if ((c->q_far || c->q_topk) && (c->pos != CP_CUDA_POS_ROPE || !c->k_raw))
+  if ((c->q_far || c->q_topk) && (c->pos != CP_ATTN_POS_ROPE || !c->k_raw))
     return cp_error_set(CP_EARG, "cuda: q_far and q_topk need pos RoPE and k_raw");
-  if (!p->causal && c->n_q > 0 && (c->q_off != 0 || c->n_q != c->n_keys) && c->pos == CP_CUDA_POS_T5)
+  if (!p->causal && c->n_q > 0 && (c->q_off != 0 || c->n_q != c->n_keys) && c->pos == CP_ATTN_POS_T5)
     return cp_error_set(CP_EARG, "cuda: bidirectional T5 call must cover every key as a query");
-  if (c->pos == CP_CUDA_POS_T5 &&
+  if (c->pos == CP_ATTN_POS_T5 &&
       (!c->t5_table || c->t5_num_buckets < 1 || c->t5_num_buckets > CPCU_T5_MAX_BUCKETS))
     return cp_error_set(CP_EUNSUPPORTED, "cuda: T5 table of %d buckets (1..%d supported)", c->t5_num_buckets,
                         CPCU_T5_MAX_BUCKETS);
-  if (c->pos == CP_CUDA_POS_ALIBI && !c->slopes) return cp_error_set(CP_EARG, "cuda: ALiBi call without slopes");
-  if (c->pos == CP_CUDA_POS_FIRE && (!c->fire || c->fire->width < 1 || c->fire->width > CPCU_FIRE_MAX_WIDTH))
+  if (c->pos == CP_ATTN_POS_ALIBI && !c->slopes) return cp_error_set(CP_EARG, "cuda: ALiBi call without slopes");
+  if (c->pos == CP_ATTN_POS_FIRE && (!c->fire || c->fire->width < 1 || c->fire->width > CPCU_FIRE_MAX_WIDTH))
     return cp_error_set(CP_EUNSUPPORTED, "cuda: FIRE MLP width %d (1..%d supported)", c->fire ? c->fire->width : 0,
                         CPCU_FIRE_MAX_WIDTH);
   if (p->top_k && p->k > CPCU_TOPK_MAX)
     return cp_error_set(CP_EUNSUPPORTED, "cuda: top_k k %d (at most %d on cuda)", p->k, CPCU_TOPK_MAX);
+  if ((p->causal && !t->dprime) || (c->pos == CP_ATTN_POS_T5 && !t->t5_bucket) ||
+      (c->pos == CP_ATTN_POS_ALIBI && !t->alibi_div) || (p->top_k && !t->topk_range))
+    return cp_error_set(CP_EARG, "cuda: attention call without its tables (cp_attn_tables_build)");
   return 0;
 }
 
+/* What the kernel's tile height bm decides on the host: each row's visible ranges, per tile
+ * their union (a superset is safe: rows re-check), and per tile the union of its rows' top-k
+ * ranges. */
+typedef struct {
+  int64_t n_tiles;
+  int *rows; /* [n_q, 4] lo0, hi0, lo1, hi1 (empty: lo = hi) */
+  int *tr;   /* [n_tiles, 2 * CPCU_MAX_TILE_RANGES] lo, hi pairs */
+  int *tn;   /* [n_tiles] */
+  int *tkt;  /* [n_tiles, 2] with top-k rows (tab.topk_any), else NULL */
+} tile_plan;
 
-int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c) {
-  int rc = check_call(c);
-  if (rc || c->n_q == 0) return rc;
-  const cp_attn_plan *plan = c->plan;
-  const int64_t n_q = c->n_q, n_keys = c->n_keys;
-  const int bm = be->tile_rows(c->dh);
-  const int64_t n_tiles = (n_q + bm - 1) / bm;
-  const size_t qn = (size_t)n_q * c->H * c->dh, kn = (size_t)n_keys * c->Hkv * c->dh, sn = (size_t)c->H * n_q;
-  char why[256] = "";
-  dev_list dl = {be, {0}, 0};
-  int *rows = NULL, *tr = NULL, *tn = NULL, *dprime = NULL;
+static void tile_plan_free(tile_plan *tp) {
+  free(tp->rows), free(tp->tr), free(tp->tn), free(tp->tkt);
+  memset(tp, 0, sizeof *tp);
+}
+
+/* Tile t's rows' visible ranges into tp->rows, and their merged union into tp->tr / tp->tn;
+ * ulo, uhi: scratch [2 bm]. */
+static void tile_ranges(tile_plan *tp, const cp_attn_call *c, int bm, int64_t t, int64_t *ulo, int64_t *uhi) {
+  int nu = 0;
+  for (int64_t r = t * bm; r < min64((t + 1) * bm, c->n_q); r++) {
+    int64_t lo[2] = {0, 0}, hi[2] = {0, 0};
+    int nr = cp_plan_visible_ranges(c->plan, c->q_off + r, c->n_keys, lo, hi);
+    for (int x = 0; x < 2; x++) {
+      tp->rows[r * 4 + 2 * x] = x < nr ? (int)lo[x] : 0;
+      tp->rows[r * 4 + 2 * x + 1] = x < nr ? (int)hi[x] : 0;
+    }
+    for (int x = 0; x < nr; x++) ulo[nu] = lo[x], uhi[nu++] = hi[x];
+  }
+  nu = cp_ranges_merge(ulo, uhi, nu);
+  if (nu > CPCU_MAX_TILE_RANGES) { /* fold the tail into one covering range */
+    uhi[CPCU_MAX_TILE_RANGES - 1] = uhi[nu - 1];
+    nu = CPCU_MAX_TILE_RANGES;
+  }
+  int *tr = tp->tr + t * 2 * CPCU_MAX_TILE_RANGES;
+  tp->tn[t] = nu;
+  for (int x = 0; x < nu; x++) tr[2 * x] = (int)ulo[x], tr[2 * x + 1] = (int)uhi[x];
+}
+
+static int tile_plan_build(tile_plan *tp, const cp_attn_call *c, int bm) {
+  const int64_t n_tiles = (c->n_q + bm - 1) / bm;
   int64_t *ulo = NULL, *uhi = NULL;
-  int16_t *bucket = NULL;
-  double *adiv = NULL;
-  int *tkr = NULL, *tkt = NULL;
-  float *tkb = NULL;
-  bool topk = false;
-  size_t nbucket = 0;
-  cpcu_attn_args a;
-  memset(&a, 0, sizeof a);
-
-  rows = malloc((size_t)n_q * 4 * sizeof *rows);
-  tr = malloc((size_t)n_tiles * 2 * CPCU_MAX_TILE_RANGES * sizeof *tr);
-  tn = malloc((size_t)n_tiles * sizeof *tn);
+  int rc = 0;
+  memset(tp, 0, sizeof *tp);
+  tp->n_tiles = n_tiles;
+  tp->rows = malloc((size_t)c->n_q * 4 * sizeof *tp->rows);
+  tp->tr = malloc((size_t)n_tiles * 2 * CPCU_MAX_TILE_RANGES * sizeof *tp->tr);
+  tp->tn = malloc((size_t)n_tiles * sizeof *tp->tn);
   ulo = malloc((size_t)2 * bm * sizeof *ulo);
   uhi = malloc((size_t)2 * bm * sizeof *uhi);
-  if (!rows || !tr || !tn || !ulo || !uhi) {
-    rc = cp_error_set(CP_ENOMEM, "cuda: out of memory for the attention plan");
-    goto done;
-  }
-  /* Visibility: each row's ranges, and per tile their union (a superset is safe: rows re-check). */
-  for (int64_t t = 0; t < n_tiles; t++) {
-    int nu = 0;
-    for (int64_t r = t * bm; r < min64((t + 1) * bm, n_q); r++) {
-      int64_t lo[2] = {0, 0}, hi[2] = {0, 0};
-      int nr = cp_plan_visible_ranges(plan, c->q_off + r, n_keys, lo, hi);
-      for (int x = 0; x < 2; x++) {
-        rows[r * 4 + 2 * x] = x < nr ? (int)lo[x] : 0;
-        rows[r * 4 + 2 * x + 1] = x < nr ? (int)hi[x] : 0;
-      }
-      for (int x = 0; x < nr; x++) ulo[nu] = lo[x], uhi[nu++] = hi[x];
-    }
-    nu = cp_ranges_merge(ulo, uhi, nu);
-    if (nu > CPCU_MAX_TILE_RANGES) { /* fold the tail into one covering range */
-      uhi[CPCU_MAX_TILE_RANGES - 1] = uhi[nu - 1];
-      nu = CPCU_MAX_TILE_RANGES;
-    }
-    tn[t] = nu;
-    for (int x = 0; x < nu; x++) tr[t * 2 * CPCU_MAX_TILE_RANGES + 2 * x] = (int)ulo[x], tr[t * 2 * CPCU_MAX_TILE_RANGES + 2 * x + 1] = (int)uhi[x];
-  }
-  if (plan->causal) {
-    if (!(dprime = malloc((size_t)(n_keys ? n_keys : 1) * sizeof *dprime))) {
-      rc = cp_error_set(CP_ENOMEM, "cuda: out of memory for the attention plan");
-      goto done;
-    }
-    for (int64_t d = 0; d < n_keys; d++) dprime[d] = (int)cp_plan_distance(plan, d);
-  }
-  if (c->pos == CP_CUDA_POS_T5) {
-    const int nb = c->t5_num_buckets, md = c->t5_max_distance;
-    nbucket = plan->causal ? (size_t)n_keys : (size_t)(2 * n_keys - 1);
-    if (!(bucket = malloc((nbucket ? nbucket : 1) * sizeof *bucket))) {
-      rc = cp_error_set(CP_ENOMEM, "cuda: out of memory for the T5 buckets");
-      goto done;
-    }
-    if (plan->causal)
-      for (int64_t d = 0; d < n_keys; d++) bucket[d] = (int16_t)cp_t5_bucket(-(int64_t)dprime[d], false, nb, md);
-    else
-      for (int64_t r = -(n_keys - 1); r <= n_keys - 1; r++)
-        bucket[r + n_keys - 1] = (int16_t)cp_t5_bucket(cp_plan_distance(plan, r), true, nb, md);
-  }
-  if (c->pos == CP_CUDA_POS_ALIBI) {
-    if (!(adiv = malloc((size_t)n_q * sizeof *adiv))) {
-      rc = cp_error_set(CP_ENOMEM, "cuda: out of memory for the ALiBi divisors");
-      goto done;
-    }
-    for (int64_t r = 0; r < n_q; r++) adiv[r] = cp_plan_alibi_divisor(plan, c->q_off + r, n_keys);
-  }
-
-  /* Top-k rows (cp_plan_topk_row with a non-empty hidden range), per-tile unions, and each
-   * head's positional term at the top-k distance (as the CPU engine's topk_bias). */
-  if (plan->top_k) {
-    tkr = calloc((size_t)n_q * 2, sizeof *tkr);
-    tkt = calloc((size_t)n_tiles * 2, sizeof *tkt);
-    tkb = calloc((size_t)c->H * n_q, sizeof *tkb);
-    if (!tkr || !tkt || !tkb) {
-      rc = cp_error_set(CP_ENOMEM, "cuda: out of memory for the top-k plan");
-      goto done;
-    }
-    const int64_t dist = plan->top_k_distance;
-    for (int64_t r = 0; r < n_q; r++) {
-      int64_t i = c->q_off + r, lo, hi;
-      if (!cp_plan_topk_row(plan, i, c->last_prompt_row)) continue;
-      cp_plan_hidden_range(plan, i, n_keys, &lo, &hi);
+  CP_CHECK_ALLOC_GOTO(tp->rows && tp->tr && tp->tn && ulo && uhi, "cuda: attention plan");
+  for (int64_t t = 0; t < n_tiles; t++) tile_ranges(tp, c, bm, t, ulo, uhi);
+  if (c->tab.topk_any) {
+    tp->tkt = calloc((size_t)n_tiles * 2, sizeof *tp->tkt);
+    CP_CHECK_ALLOC_GOTO(tp->tkt, "cuda: attention plan");
+    for (int64_t r = 0; r < c->n_q; r++) {
+      const int lo = (int)c->tab.topk_range[2 * r], hi = (int)c->tab.topk_range[2 * r + 1];
+      int *tt = tp->tkt + 2 * (r / bm);
       if (lo >= hi) continue;
-      topk = true;
-      tkr[2 * r] = (int)lo, tkr[2 * r + 1] = (int)hi;
-      int *tt = tkt + 2 * (r / bm);
-      if (tt[0] >= tt[1]) tt[0] = (int)lo, tt[1] = (int)hi;
-      if (lo < tt[0]) tt[0] = (int)lo;
-      if (hi > tt[1]) tt[1] = (int)hi;
-      for (int h = 0; h < c->H; h++) {
-        float b = 0.0f;
-        if (c->pos == CP_CUDA_POS_T5)
-          b = c->t5_table[(size_t)cp_t5_bucket(-dist, false, c->t5_num_buckets, c->t5_max_distance) * c->H + h];
-        else if (c->pos == CP_CUDA_POS_ALIBI)
-          b = (float)(-(c->slopes[h] / adiv[r]) * (double)dist);
-        else if (c->pos == CP_CUDA_POS_FIRE)
-          b = (float)cp_fire_mlp_bias(c->fire, h, cp_fire_input(dist, i, c->fire->c, c->fire_L));
-        tkb[(size_t)h * n_q + r] = b;
-      }
+      if (tt[0] >= tt[1]) tt[0] = lo, tt[1] = hi;
+      if (lo < tt[0]) tt[0] = lo;
+      if (hi > tt[1]) tt[1] = hi;
     }
   }
-
-  a.H = c->H, a.Hkv = c->Hkv, a.dh = c->dh;
-  a.n_q = (int)n_q, a.n_keys = (int)n_keys, a.q_off = (int)c->q_off;
-  a.causal = plan->causal;
-  a.bf16 = c->bf16;
-  a.scale = c->scale, a.inv_tau = plan->inv_tau;
-  switch (c->pos) {
-    case CP_CUDA_POS_NONE: a.pos = CPCU_POS_NONE; break;
-    case CP_CUDA_POS_T5: a.pos = CPCU_POS_T5; break;
-    case CP_CUDA_POS_ALIBI: a.pos = CPCU_POS_ALIBI; break;
-    case CP_CUDA_POS_ROPE: a.pos = CPCU_POS_ROPE; break;
-    case CP_CUDA_POS_FIRE: a.pos = CPCU_POS_FIRE; break;
-  }
-  const void *p;
-  if ((rc = dev_put(&dl, &a.q, c->q, qn * sizeof(float), c->bf16)) ||
-      (rc = dev_put(&dl, &a.q_far, c->q_far, qn * sizeof(float), c->bf16)) ||
-      (rc = dev_put(&dl, &a.k, c->k, kn * sizeof(float), c->bf16)) ||
-      (rc = dev_put(&dl, &a.v, c->v, kn * sizeof(float), c->bf16)) ||
-      (rc = dev_put(&dl, &a.k_raw, c->q_far || (topk && c->q_topk) ? c->k_raw : NULL, kn * sizeof(float), c->bf16)))
-    goto done;
-  if (topk) {
-    a.topk_k = plan->k;
-    if ((rc = dev_put(&dl, &a.q_topk, c->q_topk, qn * sizeof(float), c->bf16))) goto done;
-    if ((rc = dev_put(&dl, &p, tkr, (size_t)n_q * 2 * sizeof *tkr, false))) goto done;
-    a.topk_rows = p;
-    if ((rc = dev_put(&dl, &p, tkt, (size_t)n_tiles * 2 * sizeof *tkt, false))) goto done;
-    a.topk_tile = p;
-    if ((rc = dev_put(&dl, &p, tkb, (size_t)c->H * n_q * sizeof *tkb, false))) goto done;
-    a.topk_bias = p;
-  }
-  if ((rc = dev_put(&dl, &p, rows, (size_t)n_q * 4 * sizeof *rows, false))) goto done;
-  a.row_ranges = p;
-  if ((rc = dev_put(&dl, &p, tr, (size_t)n_tiles * 2 * CPCU_MAX_TILE_RANGES * sizeof *tr, false))) goto done;
-  a.tile_ranges = p;
-  if ((rc = dev_put(&dl, &p, tn, (size_t)n_tiles * sizeof *tn, false))) goto done;
-  a.tile_nranges = p;
-  if ((rc = dev_put(&dl, &p, dprime, (size_t)n_keys * sizeof(int), false))) goto done;
-  a.dprime = p;
-  if (c->pos == CP_CUDA_POS_T5) {
-    if ((rc = dev_put(&dl, &p, bucket, nbucket * sizeof *bucket, false))) goto done;
-    a.t5_bucket = p;
-    if ((rc = dev_put(&dl, &p, c->t5_table, (size_t)c->t5_num_buckets * c->H * sizeof(float), false))) goto done;
-    a.t5_table = p;
-    a.t5_nb = c->t5_num_buckets;
-  }
-  if (c->pos == CP_CUDA_POS_ALIBI) {
-    if ((rc = dev_put(&dl, &p, c->slopes, (size_t)c->H * sizeof(double), false))) goto done;
-    a.slopes = p;
-    if ((rc = dev_put(&dl, &p, adiv, (size_t)n_q * sizeof *adiv, false))) goto done;
-    a.alibi_div = p;
-  }
-  if (c->pos == CP_CUDA_POS_FIRE) {
-    const cp_fire_mlp *f = c->fire;
-    const size_t W = (size_t)f->width;
-    if ((rc = dev_put(&dl, &p, f->w1, W * sizeof(float), false))) goto done;
-    a.fire_w1 = p;
-    if ((rc = dev_put(&dl, &p, f->b1, W * sizeof(float), false))) goto done;
-    a.fire_b1 = p;
-    if ((rc = dev_put(&dl, &p, f->w2, (size_t)c->H * W * sizeof(float), false))) goto done;
-    a.fire_w2 = p;
-    if ((rc = dev_put(&dl, &p, f->b2, (size_t)c->H * sizeof(float), false))) goto done;
-    a.fire_b2 = p;
-    a.fire_width = f->width, a.fire_c = f->c, a.fire_L = c->fire_L;
-  }
-  if ((rc = dev_out(&dl, &a.out, c->out, qn * sizeof(float))) ||
-      (rc = dev_out(&dl, &a.row_pmax, c->row_pmax, sn * sizeof(float))) ||
-      (rc = dev_out(&dl, &a.row_ent, c->row_ent, sn * sizeof(float))) ||
-      (rc = dev_out(&dl, &a.row_lstd, c->row_lstd, sn * sizeof(float))))
-    goto done;
-
-  if (be->attention(&a, c->bench_reps, c->bench_ms, why, sizeof why)) {
-    rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
-    goto done;
-  }
-  if (be->download(c->out, a.out, qn * sizeof(float), why, sizeof why) ||
-      (c->row_pmax && be->download(c->row_pmax, a.row_pmax, sn * sizeof(float), why, sizeof why)) ||
-      (c->row_ent && be->download(c->row_ent, a.row_ent, sn * sizeof(float), why, sizeof why)) ||
-      (c->row_lstd && be->download(c->row_lstd, a.row_lstd, sn * sizeof(float), why, sizeof why)))
-    rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
 done:
-  for (int x = 0; x < dl.n; x++) be->release(dl.p[x]);
-  free(rows);
-  free(tr);
-  free(tn);
+  if (rc) tile_plan_free(tp);
   free(ulo);
   free(uhi);
-  free(dprime);
-  free(bucket);
-  free(adiv);
-  free(tkr);
-  free(tkt);
-  free(tkb);
+  return rc;
+}
+
+/* q, k, v and the RoPE variants, as float or bfloat16. */
+static int upload_tensors(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, bool bf16) {
+  const size_t qn = (size_t)c->n_q * c->H * c->dh, kn = (size_t)c->n_keys * c->Hkv * c->dh;
+  const put_as as = bf16 ? PUT_BF16 : PUT_RAW;
+  const bool topk = c->tab.topk_any;
+  int rc;
+  if ((rc = dev_put(dl, &a->q, c->q, qn * sizeof(float), as)) ||
+      (rc = dev_put(dl, &a->q_far, c->q_far, qn * sizeof(float), as)) ||
+      (rc = dev_put(dl, &a->k, c->k, kn * sizeof(float), as)) ||
+      (rc = dev_put(dl, &a->v, c->v, kn * sizeof(float), as)) ||
+      (rc = dev_put(dl, &a->k_raw, c->q_far || (topk && c->q_topk) ? c->k_raw : NULL, kn * sizeof(float), as)) ||
+      (rc = dev_put(dl, &a->q_topk, topk ? c->q_topk : NULL, qn * sizeof(float), as)))
+    return rc;
+  return 0;
+}
+
+/* The row and tile ranges, the clamped distances and the top-k rows. */
+static int upload_ranges(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const tile_plan *tp) {
+  const int64_t n_q = c->n_q;
+  const void *p;
+  int rc;
+  if ((rc = dev_put(dl, &p, tp->rows, (size_t)n_q * 4 * sizeof *tp->rows, PUT_RAW))) return rc;
+  a->row_ranges = p;
+  if ((rc = dev_put(dl, &p, tp->tr, (size_t)tp->n_tiles * 2 * CPCU_MAX_TILE_RANGES * sizeof *tp->tr, PUT_RAW)))
+    return rc;
+  a->tile_ranges = p;
+  if ((rc = dev_put(dl, &p, tp->tn, (size_t)tp->n_tiles * sizeof *tp->tn, PUT_RAW))) return rc;
+  a->tile_nranges = p;
+  if ((rc = dev_put(dl, &p, c->tab.dprime, (size_t)c->n_keys * sizeof(int64_t), PUT_I32))) return rc;
+  a->dprime = p;
+  if (!c->tab.topk_any) return 0;
+  a->topk_k = c->plan->k;
+  if ((rc = dev_put(dl, &p, c->tab.topk_range, (size_t)n_q * 2 * sizeof(int64_t), PUT_I32))) return rc;
+  a->topk_rows = p;
+  if ((rc = dev_put(dl, &p, tp->tkt, (size_t)tp->n_tiles * 2 * sizeof *tp->tkt, PUT_RAW))) return rc;
+  a->topk_tile = p;
+  if ((rc = dev_put(dl, &p, c->tab.topk_bias, (size_t)c->H * n_q * sizeof(float), PUT_RAW))) return rc;
+  a->topk_bias = p;
+  return 0;
+}
+
+/* The positional term's tables: T5 buckets and bias table, ALiBi slopes and divisors, FIRE MLP. */
+static int upload_pos(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c) {
+  const void *p;
+  int rc;
+  if (c->pos == CP_ATTN_POS_T5) {
+    const size_t nbucket = c->plan->causal ? (size_t)c->n_keys : (size_t)(2 * c->n_keys - 1);
+    if ((rc = dev_put(dl, &p, c->tab.t5_bucket, nbucket * sizeof(int), PUT_RAW))) return rc;
+    a->t5_bucket = p;
+    if ((rc = dev_put(dl, &p, c->t5_table, (size_t)c->t5_num_buckets * c->H * sizeof(float), PUT_RAW))) return rc;
+    a->t5_table = p;
+    a->t5_nb = c->t5_num_buckets;
+  }
+  if (c->pos == CP_ATTN_POS_ALIBI) {
+    if ((rc = dev_put(dl, &p, c->slopes, (size_t)c->H * sizeof(double), PUT_RAW))) return rc;
+    a->slopes = p;
+    if ((rc = dev_put(dl, &p, c->tab.alibi_div, (size_t)c->n_q * sizeof(double), PUT_RAW))) return rc;
+    a->alibi_div = p;
+  }
+  if (c->pos == CP_ATTN_POS_FIRE) {
+    const cp_fire_mlp *f = c->fire;
+    const size_t W = (size_t)f->width;
+    if ((rc = dev_put(dl, &p, f->w1, W * sizeof(float), PUT_RAW))) return rc;
+    a->fire_w1 = p;
+    if ((rc = dev_put(dl, &p, f->b1, W * sizeof(float), PUT_RAW))) return rc;
+    a->fire_b1 = p;
+    if ((rc = dev_put(dl, &p, f->w2, (size_t)c->H * W * sizeof(float), PUT_RAW))) return rc;
+    a->fire_w2 = p;
+    if ((rc = dev_put(dl, &p, f->b2, (size_t)c->H * sizeof(float), PUT_RAW))) return rc;
+    a->fire_b2 = p;
+    a->fire_width = f->width, a->fire_c = f->c, a->fire_L = c->tab.fire_L;
+  }
+  return 0;
+}
+
+/* Runs the kernel on the uploaded call and copies the outputs back into c's host arrays. */
+static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const cp_cuda_opts *o) {
+  const cpcu_backend *be = dl->be;
+  const size_t qn = (size_t)c->n_q * c->H * c->dh, sn = (size_t)c->H * c->n_q;
+  char why[256] = "";
+  int rc;
+  if ((rc = dev_out(dl, &a->out, c->out, qn * sizeof(float))) ||
+      (rc = dev_out(dl, &a->row_pmax, c->row_pmax, sn * sizeof(float))) ||
+      (rc = dev_out(dl, &a->row_ent, c->row_ent, sn * sizeof(float))) ||
+      (rc = dev_out(dl, &a->row_lstd, c->row_lstd, sn * sizeof(float))))
+    return rc;
+  if (be->attention(a, o ? o->bench_reps : 0, o ? o->bench_ms : NULL, why, sizeof why))
+    return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  if (be->download(c->out, a->out, qn * sizeof(float), why, sizeof why) ||
+      (c->row_pmax && be->download(c->row_pmax, a->row_pmax, sn * sizeof(float), why, sizeof why)) ||
+      (c->row_ent && be->download(c->row_ent, a->row_ent, sn * sizeof(float), why, sizeof why)) ||
+      (c->row_lstd && be->download(c->row_lstd, a->row_lstd, sn * sizeof(float), why, sizeof why)))
+    return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  return 0;
+}
+
+int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts) {
+  int rc = check_call(c);
+  if (rc || c->n_q == 0) return rc;
+  const bool bf16 = opts && opts->bf16;
+  dev_list dl = {be, {0}, 0};
+  tile_plan tp;
+  cpcu_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.H = c->H, a.Hkv = c->Hkv, a.dh = c->dh;
+  a.n_q = (int)c->n_q, a.n_keys = (int)c->n_keys, a.q_off = (int)c->q_off;
+  a.causal = c->plan->causal;
+  a.bf16 = bf16;
+  a.pos = c->pos;
+  a.scale = c->scale, a.inv_tau = c->plan->inv_tau;
+  if ((rc = tile_plan_build(&tp, c, be->tile_rows(c->dh)))) return rc;
+  if (!(rc = upload_tensors(&dl, &a, c, bf16)) && !(rc = upload_ranges(&dl, &a, c, &tp)) &&
+      !(rc = upload_pos(&dl, &a, c)))
+    rc = run_kernel(&dl, &a, c, opts);
+  for (int x = 0; x < dl.n; x++) be->release(dl.p[x]);
+  tile_plan_free(&tp);
   return rc;
 }

@@ -1,12 +1,12 @@
-/* Internal to verify/ and its tests: cp_cuda_attention (include/ctxpatch/engine/cuda.h) with the
- * backend chosen by the caller. The host side (rule tables, uploads, downloads) is the same
- * code for the CUDA runtime and for the host emulation of tests/cuda_emulate.cpp. */
-#ifndef CTXPATCH_VERIFY_CUDA_ATTENTION_H
-#define CTXPATCH_VERIFY_CUDA_ATTENTION_H
+/* Internal to engine/ and its tests: cp_cuda_attention (include/ctxpatch/engine/cuda.h) with the
+ * backend chosen by the caller. The host side (tile ranges, table conversion, uploads, downloads)
+ * is the same code for the CUDA runtime and for the host emulation of tests/cuda_emulate.cpp. */
+#ifndef CTXPATCH_ENGINE_CUDA_ATTENTION_H
+#define CTXPATCH_ENGINE_CUDA_ATTENTION_H
 
 #include "ctxpatch/engine/cuda.h"
 #include "engine/cuda/attention_cuda.h"
 
-int cp_cuda_attention_on(const cpcu_backend *be, const cp_cuda_attn_call *c);
+int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts);
 
 #endif

@@ -329,6 +329,71 @@ typedef struct {
   kv_t *kv;         /* [decoder layers] */
 } cross_t;
 
+/* Projects hin [n, D] into b->q and finds the keys and values the module attends to:
+ * self-attention appends the rows' to `kv` at q_off (MPT clamps q, k and v), cross-attention
+ * reads cross->kv[layer], projecting the encoder states on first use. */
+static void project_qkv(const float **K, const float **V, int64_t *n_keys, cp_engine *e, const cp_layer *ly,
+                        int layer, cp_attn_kind kind, const float *hin, int64_t n, int64_t q_off, kv_t *kv,
+                        const cross_t *cross, bufs_t *b) {
+  const cp_model *m = e->m;
+  const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  if (kind == CP_ATTN_CROSS) {
+    linear(e, b->q, qd, hin, D, n, &ly->cq, false);
+    kv_t *ckv = &cross->kv[layer];
+    if (!ckv->ready) {
+      linear(e, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false);
+      linear(e, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false);
+      ckv->ready = true;
+    }
+    *n_keys = cross->n_enc;
+    *K = ckv->k, *V = ckv->v;
+    return;
+  }
+  linear(e, b->q, qd, hin, D, n, &ly->q, false);
+  assert(q_off + n <= kv->cap);
+  float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
+  linear(e, kc, kvd, hin, D, n, &ly->k, false);
+  linear(e, vc, kvd, hin, D, n, &ly->v, false);
+  if (m->clip_qkv > 0) { /* MPT clamps the fused qkv output */
+    float cl = m->clip_qkv;
+    for (size_t i = 0; i < (size_t)n * qd; i++) b->q[i] = fminf(fmaxf(b->q[i], -cl), cl);
+    for (size_t i = 0; i < (size_t)n * kvd; i++) kc[i] = fminf(fmaxf(kc[i], -cl), cl), vc[i] = fminf(fmaxf(vc[i], -cl), cl);
+  }
+  *n_keys = q_off + n;
+  *K = kv->k, *V = kv->v;
+}
+
+/* RoPE: rotates the call's n new rows of q and k (at q_off) to their positions, keeping the
+ * unrotated copies the rule needs, and sets the far query (pairs whose distance the ceiling
+ * changes score R(tab.rope_far) q against the unrotated key, decision 6) and the top-k query. */
+static void rope_call(cp_engine *e, cp_attn_call *c, kv_t *kv, bufs_t *b) {
+  const cp_model *m = e->m;
+  const int H = m->n_heads, qd = H * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  const int64_t n = c->n_q, q_off = c->q_off;
+  const bool raw = rope_needs_raw(e, c->plan->kind, c->plan->layer);
+  float *kc = kv->k + (size_t)q_off * kvd;
+  if (raw) {
+    assert(kv->k_raw);
+    memcpy(kv->k_raw + (size_t)q_off * kvd, kc, (size_t)n * kvd * sizeof *kc);
+    memcpy(b->qraw, b->q, (size_t)n * qd * sizeof *b->q);
+    c->k_raw = kv->k_raw;
+  }
+  rope_rows(e, b->q, qd, H, n, q_off, false);
+  rope_rows(e, kc, kvd, m->n_kv_heads, n, q_off, false);
+  if (c->tab.rope_far >= 0) {
+    assert(raw);
+    memcpy(b->qfar, b->qraw, (size_t)n * qd * sizeof *b->q);
+    rope_rows(e, b->qfar, qd, H, n, c->tab.rope_far, true);
+    c->q_far = b->qfar;
+  }
+  if (c->plan->top_k) {
+    assert(raw);
+    memcpy(b->qtopk, b->qraw, (size_t)n * qd * sizeof *b->q);
+    rope_rows(e, b->qtopk, qd, H, n, c->plan->top_k_distance, true);
+    c->q_topk = b->qtopk;
+  }
+}
+
 /* One attention module: projections from hin [n, D], positional terms, streaming attention,
  * output projection into out [n, D]. Self-attention appends the rows' keys/values to `kv` at
  * q_off; cross-attention reads (and on first use fills) cross->kv[layer]. */
@@ -337,181 +402,29 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
                             bufs_t *b, float *out) {
   const cp_model *m = e->m;
   const cp_layer *ly = &st->layers[layer];
-  const int D = m->d_model, H = m->n_heads, Hkv = m->n_kv_heads, dh = m->d_head;
-  const int qd = H * dh, kvd = Hkv * dh;
-  const bool is_cross = kind == CP_ATTN_CROSS;
-  const cp_linear *Wq = is_cross ? &ly->cq : &ly->q, *Wk = is_cross ? &ly->ck : &ly->k;
-  const cp_linear *Wv = is_cross ? &ly->cv : &ly->v, *Wo = is_cross ? &ly->co : &ly->o;
-  int64_t *dprime = NULL;
-  float *t5 = NULL, *rp = NULL, *re = NULL, *rs = NULL;
-  float t5_topk[1024];
-  int rc = 0;
-
-  cp_attn_plan plan;
-  cp_rule_plan(&plan, &e->rule, &e->rm, kind, layer);
-
-  linear(e, b->q, qd, hin, D, n, Wq, false);
+  const size_t Hn = (size_t)m->n_heads * (size_t)n;
+  const float *K, *V;
   int64_t n_keys;
-  const float *K, *V, *Kraw = NULL;
-  if (is_cross) {
-    kv_t *ckv = &cross->kv[layer];
-    if (!ckv->ready) {
-      linear(e, ckv->k, kvd, cross->enc, D, cross->n_enc, Wk, false);
-      linear(e, ckv->v, kvd, cross->enc, D, cross->n_enc, Wv, false);
-      ckv->ready = true;
-    }
-    n_keys = cross->n_enc;
-    K = ckv->k, V = ckv->v;
-  } else {
-    assert(q_off + n <= kv->cap);
-    float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
-    linear(e, kc, kvd, hin, D, n, Wk, false);
-    linear(e, vc, kvd, hin, D, n, Wv, false);
-    if (m->clip_qkv > 0) { /* MPT clamps the fused qkv output */
-      float cl = m->clip_qkv;
-      for (size_t i = 0; i < (size_t)n * qd; i++) b->q[i] = fminf(fmaxf(b->q[i], -cl), cl);
-      for (size_t i = 0; i < (size_t)n * kvd; i++) kc[i] = fminf(fmaxf(kc[i], -cl), cl), vc[i] = fminf(fmaxf(vc[i], -cl), cl);
-    }
-    n_keys = q_off + n;
-    K = kv->k, V = kv->v;
-  }
-
-  att_call c;
-  memset(&c, 0, sizeof c);
-  c.plan = &plan;
-  c.H = H, c.Hkv = Hkv, c.dh = dh;
-  c.q_off = q_off, c.n_q = n, c.n_keys = n_keys, c.last_prompt_row = last_prompt_row;
-  c.scale = m->attn_scale;
-  c.q = b->q, c.k = K, c.v = V;
-  c.out = b->att;
-  c.pos = ATT_POS_NONE;
-
-  if (!is_cross && plan.causal) {
-    dprime = malloc((size_t)n_keys * sizeof *dprime);
-    if (!dprime) {
-      rc = cp_error_set(CP_ENOMEM, "engine: out of memory");
-      goto done;
-    }
-    for (int64_t d = 0; d < n_keys; d++) dprime[d] = cp_plan_distance(&plan, d);
-    c.dprime = dprime;
-  }
-
-  if (!is_cross) {
-    switch (m->pos) {
-      case CP_POS_ROPE: {
-        c.pos = ATT_POS_ROPE;
-        bool raw = rope_needs_raw(e, kind, layer);
-        float *kc = kv->k + (size_t)q_off * kvd;
-        if (raw) {
-          assert(kv->k_raw);
-          memcpy(kv->k_raw + (size_t)q_off * kvd, kc, (size_t)n * kvd * sizeof *kc);
-          memcpy(b->qraw, b->q, (size_t)n * qd * sizeof *b->q);
-          Kraw = kv->k_raw;
-        }
-        rope_rows(e, b->q, qd, H, n, q_off, false);
-        rope_rows(e, kc, kvd, Hkv, n, q_off, false);
-        /* Pairs whose distance the ceiling changes score q^T R(d') k (decision 6); with one
-         * clamped value D for every far distance that is R(D) q against the unrotated key. */
-        int64_t far = -1;
-        for (int64_t d = 0; d < n_keys; d++) {
-          if (dprime[d] == d) continue;
-          if (far >= 0 && dprime[d] != far) {
-            rc = cp_error_set(CP_EUNSUPPORTED, "engine: RoPE with more than one clamped distance");
-            goto done;
-          }
-          far = dprime[d];
-        }
-        if (far >= 0) {
-          assert(raw);
-          memcpy(b->qfar, b->qraw, (size_t)n * qd * sizeof *b->q);
-          rope_rows(e, b->qfar, qd, H, n, far, true);
-          c.q_far = b->qfar;
-        }
-        if (plan.top_k) {
-          assert(raw);
-          memcpy(b->qtopk, b->qraw, (size_t)n * qd * sizeof *b->q);
-          rope_rows(e, b->qtopk, qd, H, n, plan.top_k_distance, true);
-          c.q_topk = b->qtopk;
-        }
-        c.k_raw = Kraw;
-        break;
-      }
-      case CP_POS_ALIBI:
-        c.pos = ATT_POS_ALIBI;
-        c.slopes = m->alibi_slopes;
-        break;
-      case CP_POS_FIRE:
-        c.pos = ATT_POS_FIRE;
-        c.fire = ly->fire;
-        c.fire_L = plan.fire_threshold > 0 ? plan.fire_threshold : ly->fire->L;
-        break;
-      case CP_POS_T5_BUCKETS: {
-        c.pos = ATT_POS_T5;
-        const int nb = m->t5_num_buckets, md = m->t5_max_distance;
-        const float *table = st->rel_bias; /* [nb, H] */
-        if (plan.causal) {
-          t5 = alloc_f(H, n_keys);
-          if (!t5) {
-            rc = cp_error_code();
-            goto done;
-          }
-          for (int64_t d = 0; d < n_keys; d++) {
-            int bk = cp_t5_bucket(-dprime[d], false, nb, md);
-            for (int h = 0; h < H; h++) t5[(size_t)h * n_keys + d] = table[(size_t)bk * H + h];
-          }
-          if (plan.top_k) {
-            if (H > (int)(sizeof t5_topk / sizeof *t5_topk)) {
-              rc = cp_error_set(CP_EUNSUPPORTED, "engine: top_k with more than 1024 heads");
-              goto done;
-            }
-            int bk = cp_t5_bucket(-plan.top_k_distance, false, nb, md);
-            for (int h = 0; h < H; h++) t5_topk[h] = table[(size_t)bk * H + h];
-            c.t5_topk_bias = t5_topk;
-          }
-        } else {
-          assert(q_off == 0 && n == n_keys);
-          int64_t w = 2 * n_keys - 1;
-          t5 = alloc_f(H, w);
-          if (!t5) {
-            rc = cp_error_code();
-            goto done;
-          }
-          for (int64_t r = -(n_keys - 1); r <= n_keys - 1; r++) {
-            int bk = cp_t5_bucket(cp_plan_distance(&plan, r), true, nb, md);
-            for (int h = 0; h < H; h++) t5[(size_t)h * w + (size_t)(r + n_keys - 1)] = table[(size_t)bk * H + h];
-          }
-        }
-        c.t5_bias = t5;
-        break;
-      }
-    }
-  }
-
+  float *stats = NULL; /* [2 or 3, H, n]: pmax, entropy, logit std */
+  cp_attn_plan plan;
+  cp_attn_call c;
+  cp_rule_plan(&plan, &e->rule, &e->rm, kind, layer);
+  project_qkv(&K, &V, &n_keys, e, ly, layer, kind, hin, n, q_off, kv, cross, b);
+  int rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row);
+  if (rc) return rc;
+  c.q = b->q, c.k = K, c.v = V, c.out = b->att;
+  if (c.pos == CP_ATTN_POS_ROPE) rope_call(e, &c, kv, b);
   if (e->collect) {
-    rp = alloc_f(H, n);
-    re = alloc_f(H, n);
-    if (!rp || !re) {
-      rc = cp_error_code();
-      goto done;
-    }
-    c.row_pmax = rp, c.row_ent = re;
-    if (e->st_lstd) {
-      if (!(rs = alloc_f(H, n))) {
-        rc = cp_error_code();
-        goto done;
-      }
-      c.row_lstd = rs;
-    }
+    stats = malloc((e->st_lstd ? 3 : 2) * (Hn ? Hn : 1) * sizeof *stats);
+    CP_CHECK_ALLOC_GOTO(stats, "engine: attention statistics");
+    c.row_pmax = stats, c.row_ent = stats + Hn, c.row_lstd = e->st_lstd ? stats + 2 * Hn : NULL;
   }
   if ((rc = cp_cpu_attention(e->pool, &c))) goto done;
-  if (e->collect) record_stats(e, stats_module(e, kind, layer), rp, re, rs, n);
-  linear(e, out, D, b->att, qd, n, Wo, false);
+  if (e->collect) record_stats(e, stats_module(e, kind, layer), c.row_pmax, c.row_ent, c.row_lstd, n);
+  linear(e, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
-  free(dprime);
-  free(t5);
-  free(rp);
-  free(re);
-  free(rs);
+  cp_attn_tables_free(&c.tab);
+  free(stats);
   return rc;
 }
 

@@ -10,7 +10,9 @@
 
 const cpcu_backend *cpcu_emulated_backend(void); /* tests/cuda_emulate.cpp */
 
-static int emulated(const cp_cuda_attn_call *c) { return cp_cuda_attention_on(cpcu_emulated_backend(), c); }
+static int emulated(const cp_attn_call *c, const cp_cuda_opts *opts) {
+  return cp_cuda_attention_on(cpcu_emulated_backend(), c, opts);
+}
 
 int main(void) {
   cuda_call = emulated;

@@ -79,7 +79,7 @@ static float dot(const float *a, const float *b, int n) {
 }
 
 /* Dense evaluation of rows [q_off, q_off + n_q) from the per-key helpers. out [n_q, H*dh]. */
-static void dense(const att_data *d, const cp_attn_plan *p, att_pos pos, int64_t q_off, int64_t n_q,
+static void dense(const att_data *d, const cp_attn_plan *p, cp_attn_pos pos, int64_t q_off, int64_t n_q,
                   int64_t last_prompt_row, float *out, float *pm, float *en) {
   const int H = d->H, dh = d->dh, grp = d->H / d->Hkv, ldq = H * dh, ldk = d->Hkv * dh;
   const int64_t nk = d->n_keys;
@@ -90,12 +90,12 @@ static void dense(const att_data *d, const cp_attn_plan *p, att_pos pos, int64_t
     for (int64_t r = 0; r < n_q; r++) {
       int64_t i = q_off + r;
       const float *q = d->q + (size_t)r * ldq + h * dh;
-      double slope = pos == ATT_POS_ALIBI ? d->slopes[h] / cp_plan_alibi_divisor(p, i, nk) : 0;
+      double slope = pos == CP_ATTN_POS_ALIBI ? d->slopes[h] / cp_plan_alibi_divisor(p, i, nk) : 0;
       for (int64_t j = 0; j < nk; j++) {
         vis[j] = cp_plan_visible(p, i, j);
         const float *kj = d->k + (size_t)j * ldk + g * dh;
         double dd = i - j;
-        double qk = (pos == ATT_POS_ROPE && j <= i && cp_plan_distance(p, i - j) != i - j)
+        double qk = (pos == CP_ATTN_POS_ROPE && j <= i && cp_plan_distance(p, i - j) != i - j)
                         ? dot(d->qfar + (size_t)r * ldq + h * dh, d->kraw + (size_t)j * ldk + g * dh, dh)
                         : dot(q, kj, dh);
         s[j] = 0.5 * qk - (j <= i ? slope * (double)cp_plan_distance(p, (int64_t)dd) : 0);
@@ -107,8 +107,8 @@ static void dense(const att_data *d, const cp_attn_plan *p, att_pos pos, int64_t
         int64_t nc = 0;
         for (int64_t j = 0; j < nk; j++) {
           if (!cp_plan_lambda_hidden(p, i, j)) continue;
-          const float *qq = pos == ATT_POS_ROPE ? d->qtopk + (size_t)r * ldq + h * dh : q;
-          const float *kk = (pos == ATT_POS_ROPE ? d->kraw : d->k) + (size_t)j * ldk + g * dh;
+          const float *qq = pos == CP_ATTN_POS_ROPE ? d->qtopk + (size_t)r * ldq + h * dh : q;
+          const float *kk = (pos == CP_ATTN_POS_ROPE ? d->kraw : d->k) + (size_t)j * ldk + g * dh;
           cand[nc] = j;
           cv[nc++] = (float)(0.5f * dot(qq, kk, dh) + (float)(-slope * (double)p->top_k_distance));
         }
@@ -145,7 +145,7 @@ static void dense(const att_data *d, const cp_attn_plan *p, att_pos pos, int64_t
   free(vis);
 }
 
-static void kernel_case(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule, att_pos pos,
+static void kernel_case(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule, cp_attn_pos pos,
                         int64_t q_off, int64_t n_q) {
   cp_rule_model rm = {false, 0, 1, 100, true, true};
   cp_attn_plan p;
@@ -153,26 +153,22 @@ static void kernel_case(cp_pool *pool, const att_data *d, const char *name, cons
   cp_rule_plan(&p, rule, &rm, CP_ATTN_DECODER_SELF, 0);
   int64_t nk = q_off + n_q, last = nk - 1;
   const int ldq = d->H * d->dh;
-  int64_t *dprime = malloc((size_t)nk * sizeof *dprime);
-  for (int64_t x = 0; x < nk; x++) dprime[x] = cp_plan_distance(&p, x);
   float *got = calloc((size_t)n_q * ldq, sizeof *got), *want = calloc((size_t)n_q * ldq, sizeof *want);
   float *gpm = calloc((size_t)d->H * n_q, sizeof(float)), *gen = calloc((size_t)d->H * n_q, sizeof(float));
   float *wpm = calloc((size_t)d->H * n_q, sizeof(float)), *wen = calloc((size_t)d->H * n_q, sizeof(float));
-  att_call c = {0};
+  cp_attn_call c = {0};
   c.plan = &p;
   c.H = d->H, c.Hkv = d->Hkv, c.dh = d->dh;
   c.q_off = q_off, c.n_q = n_q, c.n_keys = nk, c.last_prompt_row = last;
   c.scale = 0.5f;
   c.q = d->q, c.k = d->k, c.v = d->v;
   c.pos = pos;
-  c.dprime = dprime;
   c.slopes = d->slopes;
-  if (pos == ATT_POS_ROPE) {
+  CHECK_RC(0, cp_attn_tables_build(&c));
+  if (pos == CP_ATTN_POS_ROPE) {
     c.k_raw = d->kraw;
     c.q_topk = p.top_k ? d->qtopk : NULL;
-    bool any_far = false;
-    for (int64_t x = 0; x < nk; x++) any_far |= dprime[x] != x;
-    c.q_far = any_far ? d->qfar : NULL;
+    c.q_far = c.tab.rope_far >= 0 ? d->qfar : NULL;
   }
   c.out = got, c.row_pmax = gpm, c.row_ent = gen;
   CHECK_RC(0, cp_cpu_attention(pool, &c));
@@ -182,7 +178,8 @@ static void kernel_case(cp_pool *pool, const att_data *d, const char *name, cons
   printf("kernel %-28s rows %4lld+%-4lld out %.2e pmax %.2e entropy %.2e\n", name, (long long)q_off,
          (long long)n_q, e1, e2, e3);
   CHECK_MSG(e1 <= 1e-5 && e2 <= 1e-5 && e3 <= 1e-5, "%s: kernel differs from the dense evaluation", name);
-  free(dprime), free(got), free(want), free(gpm), free(gen), free(wpm), free(wen);
+  cp_attn_tables_free(&c.tab);
+  free(got), free(want), free(gpm), free(gen), free(wpm), free(wen);
 }
 
 static void test_kernel(void) {
@@ -200,30 +197,30 @@ static void test_kernel(void) {
 
   cp_rule r;
   cp_rule_init(&r);
-  kernel_case(pool, &d, "alibi identity", &r, ATT_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi identity", &r, CP_ATTN_POS_ALIBI, 0, 300);
   r.n_temperature = 1, r.temperature[0] = 0.7;
-  kernel_case(pool, &d, "alibi temperature", &r, ATT_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi temperature", &r, CP_ATTN_POS_ALIBI, 0, 300);
   cp_rule_init(&r);
   r.has_lambda = true, r.n_global = 3, r.n_local = 40;
-  kernel_case(pool, &d, "alibi lambda", &r, ATT_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi lambda", &r, CP_ATTN_POS_ALIBI, 0, 300);
   r.has_top_k = true, r.top_k = 3, r.top_k_rows = CP_TOPK_ROWS_ALL, r.top_k_distance = 20;
-  kernel_case(pool, &d, "alibi lambda top-k all", &r, ATT_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi lambda top-k all", &r, CP_ATTN_POS_ALIBI, 0, 300);
   r.top_k_rows = CP_TOPK_ROWS_DECODE, r.top_k_distance = 0, r.distance_ceiling = 25;
-  kernel_case(pool, &d, "alibi lambda top-k decode", &r, ATT_POS_ALIBI, 0, 300);
-  kernel_case(pool, &d, "alibi lambda top-k decode", &r, ATT_POS_ALIBI, 299, 1);
+  kernel_case(pool, &d, "alibi lambda top-k decode", &r, CP_ATTN_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi lambda top-k decode", &r, CP_ATTN_POS_ALIBI, 299, 1);
   cp_rule_init(&r);
   r.alibi_mode = CP_ALIBI_PROGRESSIVE, r.train_len = 50;
-  kernel_case(pool, &d, "alibi progressive", &r, ATT_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi progressive", &r, CP_ATTN_POS_ALIBI, 0, 300);
   r.alibi_mode = CP_ALIBI_DYNAMIC;
-  kernel_case(pool, &d, "alibi dynamic", &r, ATT_POS_ALIBI, 0, 300);
+  kernel_case(pool, &d, "alibi dynamic", &r, CP_ATTN_POS_ALIBI, 0, 300);
   cp_rule_init(&r);
   r.distance_ceiling = 50;
-  kernel_case(pool, &d, "rope ceiling", &r, ATT_POS_ROPE, 0, 300);
+  kernel_case(pool, &d, "rope ceiling", &r, CP_ATTN_POS_ROPE, 0, 300);
   cp_rule_init(&r);
   r.has_lambda = true, r.n_global = 5, r.n_local = 33;
   r.has_top_k = true, r.top_k = 4, r.top_k_rows = CP_TOPK_ROWS_ALL;
-  kernel_case(pool, &d, "rope lambda top-k all", &r, ATT_POS_ROPE, 0, 300);
-  kernel_case(pool, &d, "rope lambda top-k all", &r, ATT_POS_ROPE, 250, 50);
+  kernel_case(pool, &d, "rope lambda top-k all", &r, CP_ATTN_POS_ROPE, 0, 300);
+  kernel_case(pool, &d, "rope lambda top-k all", &r, CP_ATTN_POS_ROPE, 250, 50);
   cp_pool_free(pool);
   for (int b = 0; b < 6; b++) free(*bufs[b]);
 }

@@ -70,12 +70,43 @@ __host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, i
 /* psi(x) = log(c x + 1), as cp_fire_input (converters/attention_rule.c) computes it, in double. */
 __device__ __forceinline__ double fire_psi(double c, double x) { return log(c * x + 1.0); }
 
+/* A row's online softmax: running max m, l = sum e^(s-m), t = sum e^(s-m) (s-m). */
+struct row_softmax {
+  float m, l, t;
+};
+
+/* Moves the row to the running max max(m, mb) of a batch of logits whose largest is mb (finite),
+ * rescaling l, t and the output accumulator: e^(s-m') = e^(s-m) alpha and (s-m') = (s-m) + (m-m'),
+ * so t' = alpha (t + (m-m') l). The main and the top-k pass share it. */
+template <int SL>
+__device__ __forceinline__ void softmax_rescale(row_softmax &st, float mb, float (&acc)[SL]) {
+  const float m_new = fmaxf(st.m, mb);
+  if (st.l > 0.0f) {
+    const float alpha = expf(st.m - m_new);
+    st.t = alpha * (st.t + (st.m - m_new) * st.l);
+    st.l *= alpha;
+CPCU_UNROLL
+    for (int x = 0; x < SL; x++) acc[x] *= alpha;
+  } else {
+    st.t = 0.0f, st.l = 0.0f; /* alpha would be 1: the accumulator is unchanged */
+  }
+  st.m = m_new;
+}
+
+/* Adds logit z (at the current max m) to the row; returns its weight e^(z-m) for the accumulator. */
+__device__ __forceinline__ float softmax_add(row_softmax &st, float z) {
+  const float pk = expf(z - st.m);
+  st.l += pk;
+  st.t = fmaf(pk, z - st.m, st.t);
+  return pk;
+}
+
 template <typename T, int MAXD, int TPR>
 __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   constexpr int BM = NT / TPR, SL = MAXD / TPR;
   CPCU_SMEM_DECL
   const bool far = a.q_far != nullptr;
-  const int nb = a.pos == CPCU_POS_T5 ? a.t5_nb : 0, fw = a.pos == CPCU_POS_FIRE ? a.fire_width : 0;
+  const int nb = a.pos == CP_ATTN_POS_T5 ? a.t5_nb : 0, fw = a.pos == CP_ATTN_POS_FIRE ? a.fire_width : 0;
   const int topk = a.topk_k;
   const smem_layout L = make_layout(MAXD, BM, far, nb, fw, topk);
   double *psi = reinterpret_cast<double *>(smem + L.psi);
@@ -127,15 +158,15 @@ CPCU_UNROLL
     const int *rr = a.row_ranges + (size_t)row * 4;
     lo0 = rr[0], hi0 = rr[1], lo1 = rr[2], hi1 = rr[3];
     /* As the CPU engine: the slope over the row's divisor in double, then float. */
-    if (a.pos == CPCU_POS_ALIBI) slope = (float)(a.slopes[h] / a.alibi_div[row]);
-    if (a.pos == CPCU_POS_FIRE) {
+    if (a.pos == CP_ATTN_POS_ALIBI) slope = (float)(a.slopes[h] / a.alibi_div[row]);
+    if (a.pos == CP_ATTN_POS_FIRE) {
       const double norm_at = (double)i > a.fire_L ? (double)i : a.fire_L;
       fden = fire_psi(a.fire_c, norm_at);
       fb2 = a.fire_b2[h];
     }
   }
 
-  float m = -INFINITY, l = 0.0f, t = 0.0f;
+  row_softmax sm = {-INFINITY, 0.0f, 0.0f};
   double ls = 0.0, lq = 0.0; /* logit moments (row_lstd), in double as the CPU engine */
   int ln = 0;
 
@@ -155,7 +186,7 @@ CPCU_UNROLL
         Vs[idx] = in ? ldv(v, off) : 0.0f;
         if (far) Kr[idx] = in ? ldv(kraw, off) : 0.0f;
       }
-      if (a.pos == CPCU_POS_FIRE)
+      if (a.pos == CP_ATTN_POS_FIRE)
         for (int x = tid; x < BM + BN - 1; x += NT) {
           const int d = dbase + x;
           psi[x] = d >= 0 && d < a.n_keys ? fire_psi(a.fire_c, (double)a.dprime[d]) : 0.0;
@@ -182,19 +213,19 @@ CPCU_UNROLL
         float z = -INFINITY;
         if (vis) {
           switch (a.pos) {
-            case CPCU_POS_ROPE:
+            case CP_ATTN_POS_ROPE:
               if (far && a.dprime[i - j] != i - j) p = pf;
               z = sc * p * it;
               break;
-            case CPCU_POS_ALIBI:
+            case CP_ATTN_POS_ALIBI:
               z = (sc * p - slope * (float)a.dprime[i - j]) * it;
               break;
-            case CPCU_POS_T5: {
+            case CP_ATTN_POS_T5: {
               const int bk = a.causal ? a.t5_bucket[i - j] : a.t5_bucket[j - i + a.n_keys - 1];
               z = (sc * p + t5s[bk]) * it;
               break;
             }
-            case CPCU_POS_FIRE: {
+            case CP_ATTN_POS_FIRE: {
               const double xin = fden == 0.0 ? 0.0 : psi[i - j - dbase] / fden;
               double bias = fb2;
               for (int w = 0; w < fw; w++) {
@@ -217,25 +248,11 @@ CPCU_UNROLL
 CPCU_UNROLL
       for (int kk = 0; kk < BN; kk++) mb = fmaxf(mb, s[kk]);
       if (mb != -INFINITY) {
-        const float m_new = fmaxf(m, mb);
-        float alpha = 1.0f;
-        if (l > 0.0f) {
-          /* e^(s-m') = e^(s-m) alpha and (s-m') = (s-m) + (m-m'), so t' = alpha (t + (m-m') l). */
-          alpha = expf(m - m_new);
-          t = alpha * (t + (m - m_new) * l);
-          l *= alpha;
-        } else {
-          t = 0.0f, l = 0.0f;
-        }
-        m = m_new;
-CPCU_UNROLL
-        for (int x = 0; x < SL; x++) acc[x] *= alpha;
+        softmax_rescale(sm, mb, acc);
 CPCU_UNROLL
         for (int kk = 0; kk < BN; kk++) {
           if (s[kk] == -INFINITY) continue;
-          const float pk = expf(s[kk] - m_new);
-          l += pk;
-          t = fmaf(pk, s[kk] - m_new, t);
+          const float pk = softmax_add(sm, s[kk]);
 CPCU_UNROLL
           for (int x = 0; x < SL; x++) acc[x] = fmaf(pk, Vs[kk * MAXD + tl + TPR * x], acc[x]);
         }
@@ -299,22 +316,9 @@ CPCU_UNROLL
         mb = fmaxf(mb, z);
         if (stats_lstd) ls += z, lq += (double)z * z, ln++;
       }
-      const float m_new = fmaxf(m, mb);
-      float alpha = 1.0f;
-      if (l > 0.0f) {
-        alpha = expf(m - m_new);
-        t = alpha * (t + (m - m_new) * l);
-        l *= alpha;
-      } else {
-        t = 0.0f, l = 0.0f;
-      }
-      m = m_new;
-      CPCU_UNROLL
-      for (int x = 0; x < SL; x++) acc[x] *= alpha;
+      softmax_rescale(sm, mb, acc);
       for (int y = 0; y < n; y++) {
-        const float z = rv[y] * it, pk = expf(z - m_new);
-        l += pk;
-        t = fmaf(pk, z - m_new, t);
+        const float pk = softmax_add(sm, rv[y] * it);
         const size_t vo = (size_t)rj[y] * ldk + (size_t)g * dh;
         CPCU_UNROLL
         for (int x = 0; x < SL; x++) {
@@ -326,7 +330,7 @@ CPCU_UNROLL
   }
 
   if (!valid) return;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const float l = sm.l, inv = l > 0.0f ? 1.0f / l : 0.0f;
 CPCU_UNROLL
   for (int x = 0; x < SL; x++) {
     const int e = tl + TPR * x;
@@ -335,7 +339,7 @@ CPCU_UNROLL
   if (tl == 0) {
     const size_t si = (size_t)h * a.n_q + row;
     if (a.row_pmax) a.row_pmax[si] = l > 0.0f ? 1.0f / l : 0.0f;
-    if (a.row_ent) a.row_ent[si] = l > 0.0f ? logf(l) - t / l : 0.0f;
+    if (a.row_ent) a.row_ent[si] = l > 0.0f ? logf(l) - sm.t / l : 0.0f;
     if (a.row_lstd) {
       const double mean = ln > 0 ? ls / ln : 0.0, var = ln > 0 ? lq / ln - mean * mean : 0.0;
       a.row_lstd[si] = var > 0 ? (float)sqrt(var) : 0.0f;
@@ -356,8 +360,8 @@ int fail(cudaError_t err, const char *what, char *why, size_t n) {
 template <typename T, int MAXD, int TPR>
 int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
   constexpr int BM = NT / TPR;
-  const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CPCU_POS_T5 ? a->t5_nb : 0,
-                                    a->pos == CPCU_POS_FIRE ? a->fire_width : 0, a->topk_k);
+  const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CP_ATTN_POS_T5 ? a->t5_nb : 0,
+                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->topk_k);
   cudaError_t err = cudaFuncSetAttribute(attn_kernel<T, MAXD, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)L.total);
   if (err != cudaSuccess) return fail(err, "cuda attention: shared memory limit", why, n);

@@ -1,26 +1,28 @@
 /* Boundary between the host side of the CUDA backend (engine/cuda_attention.c, C, part of
  * libctxpatch) and its device code (engine/cuda/attention.cu, built into ctxpatch_cuda only
- * when CTXPATCH_CUDA is on). Internal to verify/.
+ * when CTXPATCH_CUDA is on). Internal to engine/.
  *
- * The device code makes no rule decision: the host resolves everything through rule.h
- * (cp_plan_visible_ranges per row, cp_plan_distance per distance, cp_t5_bucket per clamped
- * relative position, cp_plan_alibi_divisor per row) and passes the resolved numbers here. The
+ * The device code makes no rule decision: the host sends the call's tables (cp_attn_tables_build:
+ * cp_plan_distance per distance, cp_t5_bucket per clamped relative position,
+ * cp_plan_alibi_divisor per row, top-k rows and terms) and the visible ranges of every row and
+ * tile (cp_plan_visible_ranges). The
  * one formula evaluated on the device is FIRE's input psi(d') / psi(max(L, i)), a line-by-line
  * mirror of cp_fire_input (the backend-consistency test compares the two).
  *
  * Every pointer in cpcu_attn_args is a device pointer. Functions return 0 or -1 with a one-line
  * reason in `why`. */
-#ifndef CTXPATCH_VERIFY_CUDA_ATTENTION_CUDA_H
-#define CTXPATCH_VERIFY_CUDA_ATTENTION_CUDA_H
+#ifndef CTXPATCH_ENGINE_CUDA_ATTENTION_CUDA_H
+#define CTXPATCH_ENGINE_CUDA_ATTENTION_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ctxpatch/engine/attn_pos.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum { CPCU_POS_NONE, CPCU_POS_T5, CPCU_POS_ALIBI, CPCU_POS_ROPE, CPCU_POS_FIRE };
 enum {
   CPCU_MAX_DH = 256,          /* head dims 1 .. 256 */
   CPCU_MAX_TILE_RANGES = 4,   /* key ranges per query tile (a superset is always safe) */
@@ -34,7 +36,7 @@ typedef struct {
   int n_q, n_keys, q_off;
   int causal;
   int bf16;    /* q, q_far, k, v, k_raw hold bfloat16 (uint16 bit patterns), else float */
-  int pos;     /* CPCU_POS_* */
+  int pos;     /* cp_attn_pos */
   float scale; /* c of the spec */
   float inv_tau;
 
@@ -48,7 +50,7 @@ typedef struct {
   const int *tile_nranges; /* [n_tiles] */
   const int *dprime;      /* causal: [n_keys] cp_plan_distance(d); else NULL */
 
-  const int16_t *t5_bucket; /* causal: [n_keys] by d; bidirectional: [2 n_keys - 1] by r + n_keys - 1 */
+  const int *t5_bucket;     /* causal: [n_keys] by d; bidirectional: [2 n_keys - 1] by r + n_keys - 1 */
   const float *t5_table;    /* [t5_nb, H] (the model's relative_attention_bias) */
   int t5_nb;
 
@@ -64,7 +66,7 @@ typedef struct {
   /* top-k middle tokens (decision 7): 0, or k for calls with top-k rows */
   int topk_k;
   const void *q_topk;        /* [n_q, H*dh] RoPE: q rotated by the top-k distance (against k_raw); or NULL */
-  const int *topk_rows;      /* [n_q, 2]: the row's Lambda-hidden keys [lo, hi) when it gets top-k, else empty */
+  const int *topk_rows;      /* [n_q, 2]: tab.topk_range, the row's hidden keys [lo, hi) when it gets top-k, else empty */
   const int *topk_tile;      /* [n_tiles, 2]: the union of its rows' hidden ranges */
   const float *topk_bias;    /* [H, n_q]: positional term at the top-k distance */
 
