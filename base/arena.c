@@ -58,3 +58,20 @@ void cp_arena_free(cp_arena *a) {
   a->head = NULL;
   a->total = 0;
 }
+
+void cp_arena_reset(cp_arena *a) {
+  cp_arena_block *b = a->head;
+  if (b && !b->next) { /* one block held everything: rewind it */
+    b->used = 0;
+    a->total = 0;
+    return;
+  }
+  size_t want = a->total <= SIZE_MAX / 4 ? (size_t)a->total * 2 : 0;
+  cp_arena_free(a);
+  if (!want) return;
+  /* One block big enough for last time; if it cannot be had, the next round allocates as usual. */
+  if ((b = malloc(sizeof(cp_arena_block) + want))) {
+    b->next = NULL, b->used = 0, b->cap = want;
+    a->head = b;
+  }
+}

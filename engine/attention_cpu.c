@@ -375,22 +375,24 @@ typedef struct {
   int *n;
 } scratch_bufs;
 
-static void scratch_free(scratch_bufs *b) {
+/* Scratch from the call's work arena is the arena owner's to reuse; heap scratch is freed here. */
+static void scratch_free(const cp_attn_call *c, scratch_bufs *b) {
+  if (c->work) return;
   free(b->scr), free(b->f), free(b->d), free(b->i), free(b->n);
 }
 
-static int scratch_alloc(scratch_bufs *b, int nw, size_t k, size_t dh) {
+static int scratch_alloc(const cp_attn_call *c, scratch_bufs *b, int nw, size_t k, size_t dh) {
   const size_t R = TILE_ROWS, KB = KEY_BLOCK;
   const size_t nf = 3 * R * KB + R * dh + R + KB + 3 * k; /* S Sf P acc m srow | hv topv topp */
   const size_t nd = 6 * R;
   const size_t ni = 8 * R + k; /* lo hi [2R] each | ulo uhi [2R] each | hj */
   int rc = 0;
   memset(b, 0, sizeof *b);
-  b->scr = calloc((size_t)nw, sizeof *b->scr);
-  b->f = malloc((size_t)nw * nf * sizeof *b->f);
-  b->d = malloc((size_t)nw * nd * sizeof *b->d);
-  b->i = malloc((size_t)nw * ni * sizeof *b->i);
-  b->n = malloc((size_t)nw * R * sizeof *b->n);
+  b->scr = cp_attn_scratch(c, (size_t)nw, sizeof *b->scr);
+  b->f = cp_attn_scratch(c, (size_t)nw * nf, sizeof *b->f);
+  b->d = cp_attn_scratch(c, (size_t)nw * nd, sizeof *b->d);
+  b->i = cp_attn_scratch(c, (size_t)nw * ni, sizeof *b->i);
+  b->n = cp_attn_scratch(c, (size_t)nw * R, sizeof *b->n);
   CP_CHECK_ALLOC_GOTO(b->scr && b->f && b->d && b->i && b->n, "engine: attention scratch");
   for (int w = 0; w < nw; w++) {
     float *f = b->f + (size_t)w * nf;
@@ -412,17 +414,18 @@ static int scratch_alloc(scratch_bufs *b, int nw, size_t k, size_t dh) {
     s->nrg = b->n + (size_t)w * R;
   }
 done:
-  if (rc) scratch_free(b);
+  if (rc) scratch_free(c, b);
   return rc;
 }
 
-/* The kernel's layouts of the call's tables (jb->dprime_f, jb->t5_bias); free() both. */
+/* The kernel's layouts of the call's tables (jb->dprime_f, jb->t5_bias); free() both unless they
+ * come from the call's work arena. */
 static int kernel_tables(job *jb, float **dpf, float **t5) {
   const cp_attn_call *c = jb->c;
   const int H = c->H;
   *dpf = *t5 = NULL;
   if (c->pos == CP_ATTN_POS_ALIBI) {
-    *dpf = malloc((size_t)(c->n_keys ? c->n_keys : 1) * sizeof **dpf);
+    *dpf = cp_attn_scratch(c, (size_t)(c->n_keys ? c->n_keys : 1), sizeof **dpf);
     CP_CHECK_ALLOC(*dpf, "engine: attention scratch");
     for (int64_t d = 0; d < c->n_keys; d++) (*dpf)[d] = (float)c->tab.dprime[d];
   }
@@ -430,7 +433,7 @@ static int kernel_tables(job *jb, float **dpf, float **t5) {
     /* Per head, contiguous in the distance, so the logit loop reads it as a vector. */
     assert(c->plan->causal || (c->q_off == 0 && c->n_q == c->n_keys)); /* bidirectional: every row */
     const int64_t w = c->plan->causal ? c->n_keys : 2 * c->n_keys - 1;
-    *t5 = malloc((size_t)H * (size_t)(w > 0 ? w : 1) * sizeof **t5);
+    *t5 = cp_attn_scratch(c, (size_t)H * (size_t)(w > 0 ? w : 1), sizeof **t5);
     CP_CHECK_ALLOC(*t5, "engine: attention scratch");
     for (int64_t x = 0; x < w; x++)
       for (int h = 0; h < H; h++) (*t5)[(size_t)h * w + (size_t)x] = c->t5_table[(size_t)c->tab.t5_bucket[x] * H + h];
@@ -445,15 +448,14 @@ int cp_cpu_attention(cp_pool *pool, const cp_attn_call *c) {
   const int nw = cp_pool_size(pool);
   scratch_bufs b;
   float *dpf = NULL, *t5 = NULL;
-  int rc = scratch_alloc(&b, nw, c->tab.topk_any ? (size_t)c->plan->k : 1, (size_t)c->dh);
+  int rc = scratch_alloc(c, &b, nw, c->tab.topk_any ? (size_t)c->plan->k : 1, (size_t)c->dh);
   if (rc) return rc;
   job jb = {c, b.scr, NULL, NULL};
   if ((rc = kernel_tables(&jb, &dpf, &t5))) goto done;
   size_t tiles = (size_t)((c->n_q + TILE_ROWS - 1) / TILE_ROWS);
   cp_pool_run(pool, tiles * (size_t)c->H, att_item, &jb);
 done:
-  scratch_free(&b);
-  free(dpf);
-  free(t5);
+  scratch_free(c, &b);
+  if (!c->work) free(dpf), free(t5);
   return rc;
 }

@@ -8,10 +8,14 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 
-static void *alloc_n(int64_t n, size_t elem) {
+void *cp_attn_scratch(const cp_attn_call *c, size_t count, size_t elem) {
   size_t bytes;
-  if (n < 0 || !cp_size_mul(&bytes, (size_t)n, elem)) return NULL;
-  return malloc(bytes ? bytes : 1);
+  if (!cp_size_mul(&bytes, count, elem)) return NULL;
+  return c->work ? cp_arena_alloc(c->work, bytes) : calloc(bytes ? bytes : 1, 1);
+}
+
+static void *alloc_n(const cp_attn_call *c, int64_t n, size_t elem) {
+  return n < 0 ? NULL : cp_attn_scratch(c, (size_t)n, elem);
 }
 
 /* Clamped distances, and for RoPE the one value they are clamped to: pairs whose distance the
@@ -19,7 +23,7 @@ static void *alloc_n(int64_t n, size_t elem) {
  * unrotated key, so more than one clamped value has no kernel. */
 static int build_distances(cp_attn_call *c) {
   cp_attn_tables *t = &c->tab;
-  t->dprime = alloc_n(c->n_keys, sizeof *t->dprime);
+  t->dprime = alloc_n(c, c->n_keys, sizeof *t->dprime);
   CP_CHECK_ALLOC(t->dprime, "attention tables");
   for (int64_t d = 0; d < c->n_keys; d++) t->dprime[d] = cp_plan_distance(c->plan, d);
   if (c->pos != CP_ATTN_POS_ROPE) return 0;
@@ -37,7 +41,7 @@ static int build_t5_buckets(cp_attn_call *c) {
   cp_attn_tables *t = &c->tab;
   const int nb = c->t5_num_buckets, md = c->t5_max_distance;
   const int64_t n = c->n_keys;
-  t->t5_bucket = alloc_n(c->plan->causal || n == 0 ? n : 2 * n - 1, sizeof *t->t5_bucket);
+  t->t5_bucket = alloc_n(c, c->plan->causal || n == 0 ? n : 2 * n - 1, sizeof *t->t5_bucket);
   CP_CHECK_ALLOC(t->t5_bucket, "attention tables");
   if (c->plan->causal)
     for (int64_t d = 0; d < n; d++) t->t5_bucket[d] = cp_t5_bucket(-t->dprime[d], false, nb, md);
@@ -49,7 +53,7 @@ static int build_t5_buckets(cp_attn_call *c) {
 
 static int build_alibi_divisors(cp_attn_call *c) {
   cp_attn_tables *t = &c->tab;
-  t->alibi_div = alloc_n(c->n_q, sizeof *t->alibi_div);
+  t->alibi_div = alloc_n(c, c->n_q, sizeof *t->alibi_div);
   CP_CHECK_ALLOC(t->alibi_div, "attention tables");
   for (int64_t r = 0; r < c->n_q; r++) t->alibi_div[r] = cp_plan_alibi_divisor(c->plan, c->q_off + r, c->n_keys);
   return 0;
@@ -76,9 +80,9 @@ static float topk_bias(const cp_attn_call *c, int h, int64_t r) {
 /* Top-k rows (cp_plan_topk_row with a non-empty hidden range) and their positional terms. */
 static int build_topk(cp_attn_call *c) {
   cp_attn_tables *t = &c->tab;
-  t->topk_range = calloc((size_t)c->n_q * 2 + 1, sizeof *t->topk_range);
+  t->topk_range = cp_attn_scratch(c, (size_t)c->n_q * 2 + 1, sizeof *t->topk_range);
   CP_CHECK_ALLOC(t->topk_range, "attention tables");
-  t->topk_bias = calloc((size_t)c->H * c->n_q + 1, sizeof *t->topk_bias);
+  t->topk_bias = cp_attn_scratch(c, (size_t)c->H * c->n_q + 1, sizeof *t->topk_bias);
   CP_CHECK_ALLOC(t->topk_bias, "attention tables");
   for (int64_t r = 0; r < c->n_q; r++) {
     int64_t i = c->q_off + r, lo, hi;
@@ -97,6 +101,7 @@ int cp_attn_tables_build(cp_attn_call *c) {
   cp_attn_tables *t = &c->tab;
   memset(t, 0, sizeof *t);
   t->rope_far = -1;
+  t->in_arena = c->work != NULL;
   if (c->pos == CP_ATTN_POS_FIRE) t->fire_L = p->fire_threshold > 0 ? p->fire_threshold : c->fire->L;
   int rc = 0;
   if ((p->causal && (rc = build_distances(c))) || (c->pos == CP_ATTN_POS_T5 && (rc = build_t5_buckets(c))) ||
@@ -106,11 +111,13 @@ int cp_attn_tables_build(cp_attn_call *c) {
 }
 
 void cp_attn_tables_free(cp_attn_tables *t) {
+  if (t->in_arena) goto done;
   free(t->dprime);
   free(t->t5_bucket);
   free(t->alibi_div);
   free(t->topk_range);
   free(t->topk_bias);
+done:
   memset(t, 0, sizeof *t);
   t->rope_far = -1;
 }
@@ -137,8 +144,9 @@ static void model_pos(cp_attn_call *c, const cp_model *m, const cp_stack *st, co
 }
 
 int cp_attn_call_for_model(cp_attn_call *c, const cp_model *m, const cp_stack *st, const cp_attn_plan *plan,
-                           int64_t q_off, int64_t n_q, int64_t n_keys, int64_t last_prompt_row) {
+                           int64_t q_off, int64_t n_q, int64_t n_keys, int64_t last_prompt_row, cp_arena *work) {
   memset(c, 0, sizeof *c);
+  c->work = work;
   c->plan = plan;
   c->H = m->n_heads, c->Hkv = m->n_kv_heads, c->dh = m->d_head;
   c->q_off = q_off, c->n_q = n_q, c->n_keys = n_keys, c->last_prompt_row = last_prompt_row;

@@ -33,6 +33,8 @@ struct cp_engine {
   float *st_pmax, *st_ent;
   float *st_lstd; /* NULL unless params.logit_stats */
   bool collect; /* inside a forward that collects */
+  cp_arena work; /* per-call attention tables and kernel scratch, reset per call: no allocation per
+                    decode step once it has grown to the call size */
 };
 
 /* One layer's cache: keys (rotated for RoPE), values, and unrotated keys where the rule needs
@@ -410,12 +412,13 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
   cp_attn_call c;
   cp_rule_plan(&plan, &e->rule, &e->rm, kind, layer);
   project_qkv(&K, &V, &n_keys, e, ly, layer, kind, hin, n, q_off, kv, cross, b);
-  int rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row);
+  cp_arena_reset(&e->work); /* the last call's tables and scratch are done with */
+  int rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row, &e->work);
   if (rc) return rc;
   c.q = b->q, c.k = K, c.v = V, c.out = b->att;
   if (c.pos == CP_ATTN_POS_ROPE) rope_call(e, &c, kv, b);
   if (e->collect) {
-    stats = malloc((e->st_lstd ? 3 : 2) * (Hn ? Hn : 1) * sizeof *stats);
+    stats = cp_attn_scratch(&c, (e->st_lstd ? 3 : 2) * (Hn ? Hn : 1), sizeof *stats);
     CP_CHECK_ALLOC_GOTO(stats, "engine: attention statistics");
     c.row_pmax = stats, c.row_ent = stats + Hn, c.row_lstd = e->st_lstd ? stats + 2 * Hn : NULL;
   }
@@ -423,8 +426,7 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
   if (e->collect) record_stats(e, stats_module(e, kind, layer), c.row_pmax, c.row_ent, c.row_lstd, n);
   linear(e, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
-  cp_attn_tables_free(&c.tab);
-  free(stats);
+  cp_attn_tables_free(&c.tab); /* in e->work: kept for the next call */
   return rc;
 }
 
@@ -565,6 +567,7 @@ done:
 void cp_engine_free(cp_engine *e) {
   if (!e) return;
   cp_pool_free(e->pool);
+  cp_arena_free(&e->work);
   free(e->st_kind);
   free(e->st_layer);
   free(e->st_pmax);

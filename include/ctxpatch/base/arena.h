@@ -21,6 +21,11 @@ typedef struct {
 void *cp_arena_alloc(cp_arena *a, size_t n);
 /* count * elem zeroed bytes, the product checked for overflow (NULL then too). */
 void *cp_arena_array(cp_arena *a, size_t count, size_t elem);
+/* Makes every byte handed out reusable, for an owner that needs scratch again and again (the
+ * engine's per-call attention tables): keeps one block twice the size of what was handed out since
+ * the last reset, so a caller that needs about as much each time stops allocating after the first
+ * rounds. Every pointer handed out before becomes invalid. */
+void cp_arena_reset(cp_arena *a);
 /* Frees every block; the arena is then empty and reusable with the same limit. */
 void cp_arena_free(cp_arena *a);
 

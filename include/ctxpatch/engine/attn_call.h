@@ -12,10 +12,12 @@
 
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
+#include "ctxpatch/base/arena.h"
 #include "ctxpatch/engine/attn_pos.h"
 
 /* What the rule decides for one call, resolved on the host. Owned by the call that
- * cp_attn_tables_build filled (free with cp_attn_tables_free); NULL where the call needs none. */
+ * cp_attn_tables_build filled (free with cp_attn_tables_free), or by the call's `work` arena when it
+ * has one; NULL where the call needs none. */
 typedef struct {
   int64_t *dprime;      /* causal: [n_keys] cp_plan_distance(d) for d in [0, n_keys) */
   int64_t rope_far;     /* RoPE, causal: the one distance the ceiling maps every changed distance
@@ -28,6 +30,7 @@ typedef struct {
   bool topk_any;        /* some row has a non-empty topk_range */
   float *topk_bias;     /* top-k: [H, n_q] positional term at the top-k distance (0 for RoPE) */
   double fire_L;        /* FIRE: effective threshold (the rule's fire_threshold, else the model's L) */
+  bool in_arena;        /* the arrays belong to the call's `work` arena: cp_attn_tables_free skips them */
 } cp_attn_tables;
 
 typedef struct {
@@ -56,6 +59,8 @@ typedef struct {
                            visible keys, top-k candidates included), or NULL */
 
   cp_attn_tables tab;   /* cp_attn_tables_build */
+  cp_arena *work;       /* scratch for the tables and the CPU kernel (reset by the owner between
+                           calls, so a decode loop allocates nothing per step), or NULL: malloc */
 } cp_attn_call;
 
 /* Fills c->tab from c->plan, the shape and the positional term (T5 needs t5_table, ALiBi slopes,
@@ -64,10 +69,15 @@ typedef struct {
 int cp_attn_tables_build(cp_attn_call *c);
 void cp_attn_tables_free(cp_attn_tables *t); /* NULL members are fine; leaves *t empty */
 
+/* Zeroed or malloc'd count * elem bytes for call c: from c->work when set, else the heap (free()).
+ * NULL on overflow or when out of memory. */
+void *cp_attn_scratch(const cp_attn_call *c, size_t count, size_t elem);
+
 /* The call of attention module (plan->kind, plan->layer) of stack `st` of model m: shape, scale
- * and positional term from the model (cross-attention has none), then cp_attn_tables_build.
- * Tensors and outputs are the caller's to set; free c->tab with cp_attn_tables_free. */
+ * and positional term from the model (cross-attention has none), then cp_attn_tables_build with
+ * `work` (may be NULL) as its scratch. Tensors and outputs are the caller's to set; free c->tab
+ * with cp_attn_tables_free. */
 int cp_attn_call_for_model(cp_attn_call *c, const cp_model *m, const cp_stack *st, const cp_attn_plan *plan,
-                           int64_t q_off, int64_t n_q, int64_t n_keys, int64_t last_prompt_row);
+                           int64_t q_off, int64_t n_q, int64_t n_keys, int64_t last_prompt_row, cp_arena *work);
 
 #endif
