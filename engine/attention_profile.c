@@ -1,3 +1,5 @@
+/* Attention statistics against input length (include/ctxpatch/engine/profile.h): one engine for
+ * every length, a forward pass with statistics at each, mean P_max and entropy per module. */
 #include "ctxpatch/engine/profile.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* A checkpoint as a flat list of named tensors, whatever its on-disk format:
+/* Floor: converters. A checkpoint as a flat list of named tensors, whatever its on-disk format:
  * a single .safetensors, a sharded safetensors folder (model.safetensors.index.json),
  * a PyTorch zip (.bin/.pt), or a sharded PyTorch folder (pytorch_model.bin.index.json).
  * Opening a folder also records config.json and the tokenizer/generation files beside it.

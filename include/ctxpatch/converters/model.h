@@ -1,4 +1,4 @@
-/* Format-neutral model description: one checkpoint folder (config.json + weights in any format
+/* Floor: converters. Format-neutral model description: one checkpoint folder (config.json + weights in any format
  * cp_checkpoint_open reads) turned into float32 arrays in a layout every engine shares.
  *
  * Each family's HF tensors are normalised on load:

@@ -1,4 +1,4 @@
-/* Attention statistics against input length: the "dispersed attention" picture of the T5 seed
+/* Floor: engine. Attention statistics against input length: the "dispersed attention" picture of the T5 seed
  * (mean P_max falls and entropy rises as the input grows past the training length), and the
  * quantity the temperature calibration aligns. */
 #ifndef CTXPATCH_PROFILE_H
