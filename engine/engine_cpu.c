@@ -1,10 +1,11 @@
 /* CPU float32 reference engine (include/ctxpatch/engine/engine.h): embedding, the layer stacks of every
- * family, KV cache, greedy decoding and statistics. The attention itself is in attention_cpu.c;
+ * family, KV cache, greedy decoding and statistics. The attention itself is in attention_cpu.c,
+ * the row arithmetic (matrix products, norms, FFN, RoPE) in layer_ops.c;
  * every rule decision comes from rule.h (cp_rule_plan and the cp_plan_* helpers). */
 #include "ctxpatch/engine/engine.h"
 
 #include <assert.h>
-#include <cblas.h>
+#include <cblas.h> /* openblas_set_num_threads */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,9 +16,10 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 #include "engine/attention_cpu.h"
+#include "engine/layer_ops.h"
 #include "engine/pool.h"
 
-enum { GEMM_MB = 128, GEMM_NB = 256, ROW_CHUNK = 64, FFN_CHUNK = 256 };
+
 #define MAX_TOKENS ((int64_t)1 << 28)
 
 struct cp_engine {
@@ -50,7 +52,7 @@ typedef struct {
   int64_t n;
   float *x, *h, *tmp;           /* [n, D] */
   float *q, *qraw, *qfar, *qtopk, *att; /* [n, H*dh] */
-  float *up, *gate;             /* [FFN_CHUNK, d_ff] */
+  float *up, *gate;             /* [CP_OPS_FFN_CHUNK, d_ff] */
 } bufs_t;
 
 /* ---------------------------------------------------------------- small helpers */
@@ -82,160 +84,6 @@ const char *cp_attn_kind_name(cp_attn_kind kind) {
     case CP_ATTN_CROSS: return "cross";
   }
   return "?";
-}
-
-/* ---------------------------------------------------------------- parallel primitives */
-
-typedef struct {
-  int64_t M;
-  int N, K;
-  const float *A;
-  int lda;
-  const float *W, *b;
-  float *C;
-  int ldc;
-  bool accumulate;
-} gemm_job;
-
-static void gemm_item(void *ctx, size_t item, int worker) {
-  (void)worker;
-  const gemm_job *g = ctx;
-  size_t nbn = (size_t)(g->N + GEMM_NB - 1) / GEMM_NB;
-  int64_t m0 = (int64_t)(item / nbn) * GEMM_MB;
-  int n0 = (int)(item % nbn) * GEMM_NB;
-  int mc = (int)min64(GEMM_MB, g->M - m0), nc = g->N - n0 < GEMM_NB ? g->N - n0 : GEMM_NB;
-  float *C = g->C + (size_t)m0 * g->ldc + n0;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, g->A + (size_t)m0 * g->lda, g->lda,
-              g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
-  if (g->b)
-    for (int r = 0; r < mc; r++)
-      for (int c = 0; c < nc; c++) C[(size_t)r * g->ldc + c] += g->b[n0 + c];
-}
-
-/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] W^T + b. */
-static void linear(cp_engine *e, float *C, int ldc, const float *A, int lda, int64_t M, const cp_linear *L,
-                   bool accumulate) {
-  if (M <= 0) return;
-  gemm_job g = {M, L->n_out, L->n_in, A, lda, L->w, L->b, C, ldc, accumulate};
-  size_t items = (size_t)((M + GEMM_MB - 1) / GEMM_MB) * (size_t)((L->n_out + GEMM_NB - 1) / GEMM_NB);
-  cp_pool_run(e->pool, items, gemm_item, &g);
-}
-
-typedef struct {
-  const cp_model *m;
-  const cp_norm_weights *w;
-  const float *x;
-  float *y;
-  int64_t n;
-} norm_job;
-
-static void norm_item(void *ctx, size_t item, int worker) {
-  (void)worker;
-  const norm_job *j = ctx;
-  const int D = j->m->d_model;
-  int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
-  for (int64_t r = r0; r < r1; r++) {
-    const float *x = j->x + (size_t)r * D;
-    float *y = j->y + (size_t)r * D;
-    double mean = 0, var = 0;
-    if (j->m->norm == CP_NORM_LAYER) {
-      for (int d = 0; d < D; d++) mean += x[d];
-      mean /= D;
-    }
-    for (int d = 0; d < D; d++) var += ((double)x[d] - mean) * ((double)x[d] - mean);
-    var /= D;
-    float inv = (float)(1.0 / sqrt(var + (double)j->m->norm_eps));
-    for (int d = 0; d < D; d++) {
-      float v = (float)((double)x[d] - mean) * inv * j->w->w[d];
-      y[d] = j->w->b ? v + j->w->b[d] : v;
-    }
-  }
-}
-
-/* y = norm(x) row by row (LayerNorm or RMSNorm); y may alias x. */
-static void norm_rows(cp_engine *e, const cp_norm_weights *w, const float *x, float *y, int64_t n) {
-  norm_job j = {e->m, w, x, y, n};
-  cp_pool_run(e->pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), norm_item, &j);
-}
-
-static float act(cp_act a, float x) {
-  switch (a) {
-    case CP_ACT_RELU: return x > 0 ? x : 0.0f;
-    case CP_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case CP_ACT_GELU_TANH: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case CP_ACT_SILU: return x / (1.0f + expf(-x));
-  }
-  return x;
-}
-
-typedef struct {
-  cp_act a;
-  float *up;
-  const float *gate;
-  int64_t n;
-} act_job;
-
-static void act_item(void *ctx, size_t item, int worker) {
-  (void)worker;
-  const act_job *j = ctx;
-  int64_t i0 = (int64_t)item * 4096, i1 = min64(i0 + 4096, j->n);
-  for (int64_t i = i0; i < i1; i++) j->up[i] = j->gate ? act(j->a, j->gate[i]) * j->up[i] : act(j->a, j->up[i]);
-}
-
-/* dst[n, D] += FFN(h[n, D]), in row chunks so the hidden layer stays small. */
-static void ffn(cp_engine *e, const cp_layer *ly, const float *h, float *dst, int64_t n, bufs_t *b) {
-  const cp_model *m = e->m;
-  const int D = m->d_model, F = m->d_ff;
-  for (int64_t r0 = 0; r0 < n; r0 += FFN_CHUNK) {
-    int64_t nr = min64(FFN_CHUNK, n - r0);
-    linear(e, b->up, F, h + (size_t)r0 * D, D, nr, &ly->up, false);
-    if (m->gated_ffn) linear(e, b->gate, F, h + (size_t)r0 * D, D, nr, &ly->gate, false);
-    act_job aj = {m->act, b->up, m->gated_ffn ? b->gate : NULL, nr * F};
-    cp_pool_run(e->pool, (size_t)((aj.n + 4095) / 4096), act_item, &aj);
-    linear(e, dst + (size_t)r0 * D, D, b->up, F, nr, &ly->down, true);
-  }
-}
-
-/* ---------------------------------------------------------------- RoPE */
-
-/* Rotates the first rope_dims of each of n_heads head vectors in x (row stride ld) by
- * `pos` positions (divided by the linear scaling factor), rotate-half layout as HF. Angles in
- * double like the PyTorch reference. */
-static void rope_rotate(const cp_model *m, float *x, int n_heads, double pos) {
-  const int rot = m->rope_dims, half = rot / 2, dh = m->d_head;
-  double t = pos / m->rope_scale;
-  for (int a = 0; a < half; a++) {
-    double inv = 1.0 / pow(m->rope_theta, (double)(2 * a) / (double)rot);
-    double ang = t * inv, c = cos(ang), s = sin(ang);
-    for (int hh = 0; hh < n_heads; hh++) {
-      float *v = x + (size_t)hh * dh;
-      double x1 = v[a], x2 = v[a + half];
-      v[a] = (float)(x1 * c - x2 * s);
-      v[a + half] = (float)(x2 * c + x1 * s);
-    }
-  }
-}
-
-typedef struct {
-  const cp_model *m;
-  float *x;
-  int ld, n_heads;
-  int64_t n;
-  int64_t pos0;   /* row r rotates by pos0 + r ... */
-  bool fixed;     /* ... or every row by pos0 */
-} rope_job;
-
-static void rope_item(void *ctx, size_t item, int worker) {
-  (void)worker;
-  const rope_job *j = ctx;
-  int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
-  for (int64_t r = r0; r < r1; r++)
-    rope_rotate(j->m, j->x + (size_t)r * j->ld, j->n_heads, (double)(j->fixed ? j->pos0 : j->pos0 + r));
-}
-
-static void rope_rows(cp_engine *e, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
-  rope_job j = {e->m, x, ld, n_heads, n, pos0, fixed};
-  cp_pool_run(e->pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), rope_item, &j);
 }
 
 /* Whether this layer's RoPE keys must also be kept unrotated. */
@@ -287,8 +135,8 @@ static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
   b->qfar = rope ? alloc_f(n, qd) : NULL;
   b->qtopk = rope ? alloc_f(n, qd) : NULL;
   b->att = alloc_f(n, qd);
-  b->up = alloc_f(min64(n, FFN_CHUNK), m->d_ff);
-  b->gate = m->gated_ffn ? alloc_f(min64(n, FFN_CHUNK), m->d_ff) : NULL;
+  b->up = alloc_f(min64(n, CP_OPS_FFN_CHUNK), m->d_ff);
+  b->gate = m->gated_ffn ? alloc_f(min64(n, CP_OPS_FFN_CHUNK), m->d_ff) : NULL;
   if (!b->x || !b->h || !b->tmp || !b->q || (rope && (!b->qraw || !b->qfar || !b->qtopk)) || !b->att || !b->up ||
       (m->gated_ffn && !b->gate)) {
     bufs_free(b);
@@ -340,22 +188,22 @@ static void project_qkv(const float **K, const float **V, int64_t *n_keys, cp_en
   const cp_model *m = e->m;
   const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
   if (kind == CP_ATTN_CROSS) {
-    linear(e, b->q, qd, hin, D, n, &ly->cq, false);
+    cp_ops_linear(e->pool, b->q, qd, hin, D, n, &ly->cq, false);
     kv_t *ckv = &cross->kv[layer];
     if (!ckv->ready) {
-      linear(e, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false);
-      linear(e, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false);
+      cp_ops_linear(e->pool, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false);
+      cp_ops_linear(e->pool, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false);
       ckv->ready = true;
     }
     *n_keys = cross->n_enc;
     *K = ckv->k, *V = ckv->v;
     return;
   }
-  linear(e, b->q, qd, hin, D, n, &ly->q, false);
+  cp_ops_linear(e->pool, b->q, qd, hin, D, n, &ly->q, false);
   assert(q_off + n <= kv->cap);
   float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
-  linear(e, kc, kvd, hin, D, n, &ly->k, false);
-  linear(e, vc, kvd, hin, D, n, &ly->v, false);
+  cp_ops_linear(e->pool, kc, kvd, hin, D, n, &ly->k, false);
+  cp_ops_linear(e->pool, vc, kvd, hin, D, n, &ly->v, false);
   if (m->clip_qkv > 0) { /* MPT clamps the fused qkv output */
     float cl = m->clip_qkv;
     for (size_t i = 0; i < (size_t)n * qd; i++) b->q[i] = fminf(fmaxf(b->q[i], -cl), cl);
@@ -380,18 +228,18 @@ static void rope_call(cp_engine *e, cp_attn_call *c, kv_t *kv, bufs_t *b) {
     memcpy(b->qraw, b->q, (size_t)n * qd * sizeof *b->q);
     c->k_raw = kv->k_raw;
   }
-  rope_rows(e, b->q, qd, H, n, q_off, false);
-  rope_rows(e, kc, kvd, m->n_kv_heads, n, q_off, false);
+  cp_ops_rope_rows(e->pool, e->m, b->q, qd, H, n, q_off, false);
+  cp_ops_rope_rows(e->pool, e->m, kc, kvd, m->n_kv_heads, n, q_off, false);
   if (c->tab.rope_far >= 0) {
     assert(raw);
     memcpy(b->qfar, b->qraw, (size_t)n * qd * sizeof *b->q);
-    rope_rows(e, b->qfar, qd, H, n, c->tab.rope_far, true);
+    cp_ops_rope_rows(e->pool, e->m, b->qfar, qd, H, n, c->tab.rope_far, true);
     c->q_far = b->qfar;
   }
   if (c->plan->top_k) {
     assert(raw);
     memcpy(b->qtopk, b->qraw, (size_t)n * qd * sizeof *b->q);
-    rope_rows(e, b->qtopk, qd, H, n, c->plan->top_k_distance, true);
+    cp_ops_rope_rows(e->pool, e->m, b->qtopk, qd, H, n, c->plan->top_k_distance, true);
     c->q_topk = b->qtopk;
   }
 }
@@ -424,7 +272,7 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
   }
   if ((rc = cp_cpu_attention(e->pool, &c))) goto done;
   if (e->collect) record_stats(e, stats_module(e, kind, layer), c.row_pmax, c.row_ent, c.row_lstd, n);
-  linear(e, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
+  cp_ops_linear(e->pool, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
   cp_attn_tables_free(&c.tab); /* in e->work: kept for the next call */
   return rc;
@@ -442,32 +290,32 @@ static int run_stack(cp_engine *e, const cp_stack *st, cp_attn_kind kind, int64_
   for (int l = 0; l < st->n_layers; l++) {
     const cp_layer *ly = &st->layers[l];
     kv_t *kv = shared_kv ? kvs : &kvs[l];
-    norm_rows(e, &ly->attn_norm, b->x, b->h, n);
+    cp_ops_norm_rows(e->pool, e->m, &ly->attn_norm, b->x, b->h, n);
     if ((rc = attention_module(e, st, l, kind, b->h, n, q_off, kv, NULL, last_prompt_row, b, b->tmp))) return rc;
     if (m->parallel_residual) {
       /* GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) */
-      norm_rows(e, &ly->ffn_norm, b->x, b->h, n);
+      cp_ops_norm_rows(e->pool, e->m, &ly->ffn_norm, b->x, b->h, n);
       for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
-      ffn(e, ly, b->h, b->x, n, b);
+      cp_ops_ffn(e->pool, e->m, ly, b->h, b->x, n, b->up, b->gate);
       continue;
     }
     if (m->residual_from_norm) {
       /* BLOOM apply_residual_connection_post_layernorm: the residual is the normed input. */
       for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] = b->h[i] + b->tmp[i];
-      norm_rows(e, &ly->ffn_norm, b->x, b->h, n);
+      cp_ops_norm_rows(e->pool, e->m, &ly->ffn_norm, b->x, b->h, n);
       memcpy(b->x, b->h, (size_t)n * D * sizeof *b->x);
-      ffn(e, ly, b->h, b->x, n, b);
+      cp_ops_ffn(e->pool, e->m, ly, b->h, b->x, n, b->up, b->gate);
       continue;
     }
     for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
     if (cross) {
-      norm_rows(e, &ly->cross_norm, b->x, b->h, n);
+      cp_ops_norm_rows(e->pool, e->m, &ly->cross_norm, b->x, b->h, n);
       if ((rc = attention_module(e, st, l, CP_ATTN_CROSS, b->h, n, q_off, NULL, cross, last_prompt_row, b, b->tmp)))
         return rc;
       for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
     }
-    norm_rows(e, &ly->ffn_norm, b->x, b->h, n);
-    ffn(e, ly, b->h, b->x, n, b);
+    cp_ops_norm_rows(e->pool, e->m, &ly->ffn_norm, b->x, b->h, n);
+    cp_ops_ffn(e->pool, e->m, ly, b->h, b->x, n, b->up, b->gate);
   }
   return 0;
 }
@@ -481,11 +329,11 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n) {
 static void head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits) {
   const cp_model *m = e->m;
   const size_t D = (size_t)m->d_model;
-  norm_rows(e, &st->final_norm, b->x + r0 * D, b->h, n - r0);
+  cp_ops_norm_rows(e->pool, e->m, &st->final_norm, b->x + r0 * D, b->h, n - r0);
   if (m->lm_head_scale != 1.0f)
     for (size_t i = 0; i < (size_t)(n - r0) * D; i++) b->h[i] *= m->lm_head_scale;
   cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model};
-  linear(e, logits, m->vocab, b->h, m->d_model, n - r0, &L, false);
+  cp_ops_linear(e->pool, logits, m->vocab, b->h, m->d_model, n - r0, &L, false);
 }
 
 /* ---------------------------------------------------------------- engine */
@@ -621,7 +469,7 @@ static int run_encoder(cp_engine *e, const int64_t *ids, int64_t n, float *enc) 
   }
   embed(e, b.x, ids, n);
   rc = run_stack(e, &m->encoder, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, &b);
-  if (!rc) norm_rows(e, &m->encoder.final_norm, b.x, enc, n);
+  if (!rc) cp_ops_norm_rows(e->pool, e->m, &m->encoder.final_norm, b.x, enc, n);
   kv_free(&kv);
   bufs_free(&b);
   return rc;
@@ -674,7 +522,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF))))
     goto done;
   embed(e, b.x, xids, n);
-  if (m->embed_norm.w) norm_rows(e, &m->embed_norm, b.x, b.x, n);
+  if (m->embed_norm.w) cp_ops_norm_rows(e->pool, e->m, &m->embed_norm, b.x, b.x, n);
   if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
     goto done;
   if (logits) head(e, &m->decoder, &b, n, 0, logits);
@@ -703,7 +551,7 @@ static int decode_step(cp_engine *e, bufs_t *b, kv_t *kvs, const cross_t *cross,
   const cp_model *m = e->m;
   const cp_stack *st = &m->decoder;
   embed(e, b->x, in, rows);
-  if (m->embed_norm.w) norm_rows(e, &m->embed_norm, b->x, b->x, rows);
+  if (m->embed_norm.w) cp_ops_norm_rows(e->pool, e->m, &m->embed_norm, b->x, b->x, rows);
   int rc = run_stack(e, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, cross, last_prompt_row, b);
   if (rc) return rc;
   head(e, st, b, rows, rows - 1, logits);

@@ -1,0 +1,160 @@
+/* Row arithmetic of the CPU engine on the thread pool: see engine/layer_ops.h. */
+#include "engine/layer_ops.h"
+
+#include <cblas.h>
+#include <math.h>
+
+enum { GEMM_MB = 128, GEMM_NB = 256, ROW_CHUNK = 64 };
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+  int64_t M;
+  int N, K;
+  const float *A;
+  int lda;
+  const float *W, *b;
+  float *C;
+  int ldc;
+  bool accumulate;
+} gemm_job;
+
+static void gemm_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const gemm_job *g = ctx;
+  size_t nbn = (size_t)(g->N + GEMM_NB - 1) / GEMM_NB;
+  int64_t m0 = (int64_t)(item / nbn) * GEMM_MB;
+  int n0 = (int)(item % nbn) * GEMM_NB;
+  int mc = (int)min64(GEMM_MB, g->M - m0), nc = g->N - n0 < GEMM_NB ? g->N - n0 : GEMM_NB;
+  float *C = g->C + (size_t)m0 * g->ldc + n0;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, g->A + (size_t)m0 * g->lda, g->lda,
+              g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
+  if (g->b)
+    for (int r = 0; r < mc; r++)
+      for (int c = 0; c < nc; c++) C[(size_t)r * g->ldc + c] += g->b[n0 + c];
+}
+
+void cp_ops_linear(cp_pool *pool, float *C, int ldc, const float *A, int lda, int64_t M, const cp_linear *L,
+                   bool accumulate) {
+  if (M <= 0) return;
+  gemm_job g = {M, L->n_out, L->n_in, A, lda, L->w, L->b, C, ldc, accumulate};
+  size_t items = (size_t)((M + GEMM_MB - 1) / GEMM_MB) * (size_t)((L->n_out + GEMM_NB - 1) / GEMM_NB);
+  cp_pool_run(pool, items, gemm_item, &g);
+}
+
+typedef struct {
+  const cp_model *m;
+  const cp_norm_weights *w;
+  const float *x;
+  float *y;
+  int64_t n;
+} norm_job;
+
+static void norm_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const norm_job *j = ctx;
+  const int D = j->m->d_model;
+  int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = j->x + (size_t)r * D;
+    float *y = j->y + (size_t)r * D;
+    double mean = 0, var = 0;
+    if (j->m->norm == CP_NORM_LAYER) {
+      for (int d = 0; d < D; d++) mean += x[d];
+      mean /= D;
+    }
+    for (int d = 0; d < D; d++) var += ((double)x[d] - mean) * ((double)x[d] - mean);
+    var /= D;
+    float inv = (float)(1.0 / sqrt(var + (double)j->m->norm_eps));
+    for (int d = 0; d < D; d++) {
+      float v = (float)((double)x[d] - mean) * inv * j->w->w[d];
+      y[d] = j->w->b ? v + j->w->b[d] : v;
+    }
+  }
+}
+
+void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w, const float *x, float *y,
+                      int64_t n) {
+  norm_job j = {m, w, x, y, n};
+  cp_pool_run(pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), norm_item, &j);
+}
+
+static float act(cp_act a, float x) {
+  switch (a) {
+    case CP_ACT_RELU: return x > 0 ? x : 0.0f;
+    case CP_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case CP_ACT_GELU_TANH: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case CP_ACT_SILU: return x / (1.0f + expf(-x));
+  }
+  return x;
+}
+
+typedef struct {
+  cp_act a;
+  float *up;
+  const float *gate;
+  int64_t n;
+} act_job;
+
+static void act_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const act_job *j = ctx;
+  int64_t i0 = (int64_t)item * 4096, i1 = min64(i0 + 4096, j->n);
+  for (int64_t i = i0; i < i1; i++) j->up[i] = j->gate ? act(j->a, j->gate[i]) * j->up[i] : act(j->a, j->up[i]);
+}
+
+void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const float *h, float *dst, int64_t n,
+                float *up, float *gate) {
+  const int D = m->d_model, F = m->d_ff;
+  for (int64_t r0 = 0; r0 < n; r0 += CP_OPS_FFN_CHUNK) {
+    int64_t nr = min64(CP_OPS_FFN_CHUNK, n - r0);
+    cp_ops_linear(pool, up, F, h + (size_t)r0 * D, D, nr, &ly->up, false);
+    if (m->gated_ffn) cp_ops_linear(pool, gate, F, h + (size_t)r0 * D, D, nr, &ly->gate, false);
+    act_job aj = {m->act, up, m->gated_ffn ? gate : NULL, nr * F};
+    cp_pool_run(pool, (size_t)((aj.n + 4095) / 4096), act_item, &aj);
+    cp_ops_linear(pool, dst + (size_t)r0 * D, D, up, F, nr, &ly->down, true);
+  }
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+/* Rotates the first rope_dims of each of n_heads head vectors in x (row stride ld) by
+ * `pos` positions (divided by the linear scaling factor), rotate-half layout as HF. Angles in
+ * double like the PyTorch reference. */
+static void rope_rotate(const cp_model *m, float *x, int n_heads, double pos) {
+  const int rot = m->rope_dims, half = rot / 2, dh = m->d_head;
+  double t = pos / m->rope_scale;
+  for (int a = 0; a < half; a++) {
+    double inv = 1.0 / pow(m->rope_theta, (double)(2 * a) / (double)rot);
+    double ang = t * inv, c = cos(ang), s = sin(ang);
+    for (int hh = 0; hh < n_heads; hh++) {
+      float *v = x + (size_t)hh * dh;
+      double x1 = v[a], x2 = v[a + half];
+      v[a] = (float)(x1 * c - x2 * s);
+      v[a + half] = (float)(x2 * c + x1 * s);
+    }
+  }
+}
+
+typedef struct {
+  const cp_model *m;
+  float *x;
+  int ld, n_heads;
+  int64_t n;
+  int64_t pos0;   /* row r rotates by pos0 + r ... */
+  bool fixed;     /* ... or every row by pos0 */
+} rope_job;
+
+static void rope_item(void *ctx, size_t item, int worker) {
+  (void)worker;
+  const rope_job *j = ctx;
+  int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
+  for (int64_t r = r0; r < r1; r++)
+    rope_rotate(j->m, j->x + (size_t)r * j->ld, j->n_heads, (double)(j->fixed ? j->pos0 : j->pos0 + r));
+}
+
+void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, float *x, int ld, int n_heads, int64_t n, int64_t pos0,
+                      bool fixed) {
+  rope_job j = {m, x, ld, n_heads, n, pos0, fixed};
+  cp_pool_run(pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), rope_item, &j);
+}

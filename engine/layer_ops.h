@@ -1,0 +1,29 @@
+/* The engine's arithmetic on whole rows, each spread over the thread pool: matrix products
+ * (OpenBLAS), LayerNorm/RMSNorm, the feed-forward block and RoPE rotations. Private to engine/. */
+#ifndef CTXPATCH_ENGINE_LAYER_OPS_H
+#define CTXPATCH_ENGINE_LAYER_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ctxpatch/converters/model.h"
+#include "engine/pool.h"
+
+enum { CP_OPS_FFN_CHUNK = 256 }; /* rows of the FFN's hidden layer held at once */
+
+/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] W^T + b. */
+void cp_ops_linear(cp_pool *pool, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda,
+                   int64_t M, const cp_linear *L, bool accumulate);
+/* y = norm(x) row by row (the model's LayerNorm or RMSNorm); y may alias x. */
+void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w, const float *x /* [n, D] */,
+                      float *y /* [n, D] */, int64_t n);
+/* dst[n, D] += FFN(h[n, D]), CP_OPS_FFN_CHUNK rows at a time through up and gate
+ * ([CP_OPS_FFN_CHUNK, d_ff] each; gate unused unless the FFN is gated). */
+void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const float *h, float *dst, int64_t n,
+                float *up, float *gate);
+/* Rotates the first rope_dims of each of n_heads heads of rows x[r] (stride ld) by pos0 + r, or every
+ * row by pos0 when `fixed`. */
+void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, float *x, int ld, int n_heads, int64_t n, int64_t pos0,
+                      bool fixed);
+
+#endif
