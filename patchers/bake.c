@@ -337,6 +337,9 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
     case CP_PATCH_ROPE_PI:
       out->fidelity = CP_FIDELITY_NATIVE_CONFIG;
       out->rope_factor = m->rope_scale * patch->rope_factor;
+      if (!isfinite(out->rope_factor)) /* JSON has no infinity: it would be written as null */
+        return cp_error_set(CP_EOVERFLOW, "%s/config.json: key 'rope_scaling.factor': %g x --factor %g is not a "
+                            "finite number", cp_checkpoint_dir(ck), m->rope_scale, patch->rope_factor);
       snprintf(out->note, sizeof out->note, "config.json rope_scaling {\"type\": \"linear\", \"factor\": %g}%s",
                out->rope_factor, m->rope_scale != 1.0 ? " (the existing factor times --factor)" : "");
       return 0;
@@ -412,34 +415,38 @@ static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const
   }
 }
 
-/* config.json: the input's (from its one strict parse), with rope_scaling / fire_threshold updated
- * and `block` under "ctxpatch". Called again with the digest filled in once the certificate is known. */
+/* config.json: the input's text (kept from its one strict parse) with only rope_scaling,
+ * fire_threshold and the ctxpatch block spliced in, so every other key keeps its bytes. The
+ * result is parsed again as a model config before it is written: what cannot be opened is not
+ * written. Called again with the digest filled in once the certificate is known. */
 int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block) {
   char *out = NULL, *path = NULL;
-  cJSON *cfg = NULL;
+  size_t out_len = 0;
+  cJSON *rs = NULL, *fire = NULL;
+  cp_hf_config *check = NULL;
   cp_atomic_file *f = NULL;
-  int rc = cp_hf_config_json(&cfg, src);
-  if (rc) goto done;
-  if (plan->rope_factor > 0) {
-    cJSON *rs = cJSON_CreateObject();
-    cJSON_AddStringToObject(rs, "type", "linear");
-    cJSON_AddNumberToObject(rs, "factor", plan->rope_factor);
-    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "rope_scaling");
-    cJSON_AddItemToObject(cfg, "rope_scaling", rs);
-  }
-  if (plan->baked.fire_threshold > 0 && cJSON_GetObjectItemCaseSensitive(cfg, "fire_threshold"))
-    cJSON_ReplaceItemInObjectCaseSensitive(cfg, "fire_threshold", cJSON_CreateNumber(plan->baked.fire_threshold));
-  cJSON_DeleteItemFromObjectCaseSensitive(cfg, "ctxpatch");
-  if (block) cJSON_AddItemToObject(cfg, "ctxpatch", cJSON_Duplicate(block, true));
-  CP_CHECK_ALLOC_GOTO(out = cJSON_Print(cfg), dir);
+  int rc = 0;
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "config.json"), dir);
+  if (plan->rope_factor > 0) {
+    CP_CHECK_ALLOC_GOTO(rs = cJSON_CreateObject(), path);
+    CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(rs, "type", "linear"), path);
+    CP_CHECK_ALLOC_GOTO(cJSON_AddNumberToObject(rs, "factor", plan->rope_factor), path);
+  }
+  if (plan->baked.fire_threshold > 0) CP_CHECK_ALLOC_GOTO(fire = cJSON_CreateNumber(plan->baked.fire_threshold), path);
+  const cp_hf_member set[] = {{"rope_scaling", rs, false}, {"fire_threshold", fire, true}, {"ctxpatch", block, false}};
+  if ((rc = cp_hf_config_splice(&out, &out_len, src, set, 3, path))) goto done;
+  if ((rc = cp_hf_config_parse(&check, out, out_len, path))) goto done;
   if ((rc = cp_atomic_open(&f, path))) goto done;
-  if ((rc = cp_atomic_write(f, out, strlen(out))) || (rc = cp_atomic_write(f, "\n", 1))) goto done;
+  if ((rc = cp_atomic_write(f, out, out_len))) goto done;
+  if (out_len == 0 || out[out_len - 1] != '\n') rc = cp_atomic_write(f, "\n", 1);
+  if (rc) goto done;
   rc = cp_atomic_commit(f);
   f = NULL;
 done:
   cp_atomic_abort(f);
-  cJSON_Delete(cfg);
+  cp_hf_config_free(check);
+  cJSON_Delete(rs);
+  cJSON_Delete(fire);
   free(out);
   free(path);
   return rc;
