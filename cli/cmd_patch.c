@@ -193,7 +193,9 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
 static int print_outcome(const cp_patch_outcome *oc, const char *out_dir) {
   if (oc->verified) {
     print_table(oc->result);
-    printf("verdict: %s (%.1f s)\n", oc->pass ? "pass" : "fail", oc->result->seconds);
+    /* Timings are printed only: the certificate stays reproducible (docs/certificate.md). */
+    printf("verdict: %s (%.1f s, %.0f tokens/s)\n", oc->pass ? "pass" : "fail", oc->result->seconds,
+           oc->result->seconds > 0 ? (double)oc->result->tokens / oc->result->seconds : 0.0);
     for (int i = 0; i < oc->n_reasons; i++) printf("  %s\n", oc->reasons[i]);
   }
   if (!oc->pass) {

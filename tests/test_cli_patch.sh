@@ -124,6 +124,13 @@ b = json.load(open(sys.argv[2]))["results"]["patched"]
 assert a == b, (a, b)
 EOF
 
+# 2b. reproducible: the same inputs and options give the same bytes in every file of the artifact
+#     (timings are printed, never written: docs/certificate.md)
+"$bin" patch "$model" "$work/out2" --method lm-infinite --n-global 4 --n-local 64 $vopts >/dev/null 2>&1 \
+  && ok || bad "second certified patch exited nonzero"
+diff -r "$out" "$work/out2" >"$work/diff.log" 2>&1 && ok || { bad "two identical patch runs differ"; head -5 "$work/diff.log"; }
+grep -q '"wall_seconds"\|"tokens_per_second"' "$out/certificate.json" && bad "timings in certificate.json" || ok
+
 # 3. --no-verify: written, marked uncertified, no certificate
 check "$bin" patch "$model" "$work/nv" --method temperature --tau 0.8 --no-verify
 "$py" -c 'import json,sys; c=json.load(open(sys.argv[1]))["ctxpatch"]; assert c["certified"] is False and c["certificate_sha256"] is None and c["fidelity"]=="exact-weights", c' \
