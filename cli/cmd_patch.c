@@ -141,6 +141,11 @@ static int method_opt(cp_patch_options *po, const char *a, const char *v) {
   else return 0;
   /* Lengths past 2^62 would overflow the arithmetic on them. */
   if (ok && (u > INT64_MAX / 2 || po->top_k < 0)) ok = cli_usage_error("patch", "a length option is too large") == 0;
+  /* These store 0 as "not given": an explicit 0 would silently become the default. */
+  static const char *const no_zero[] = {"--n-local", "--ceiling", "--top-k", "--target-len", "--train-len"};
+  for (size_t i = 0; ok && u == 0 && i < sizeof no_zero / sizeof *no_zero; i++)
+    if (!strcmp(a, no_zero[i]))
+      ok = cli_usage_error("patch", "%s 0: expected an integer >= 1 (omit %s for its default)", a, a) == 0;
   return ok ? 1 : -1;
 }
 

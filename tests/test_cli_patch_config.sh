@@ -87,5 +87,25 @@ del b["ctxpatch"]; b["rope_scaling"] = None
 assert b == json.loads(a)
 EOF
 
+# 5. options whose 0 used to mean "the default" silently are refused (N = 1 accepted, 0 refused)
+for opt in --n-local --ceiling --top-k; do
+  rm -rf "$work/o"
+  "$bin" patch "$work/odd" "$work/o" --method lm-infinite $opt 0 --no-verify >/dev/null 2>"$work/e" \
+    && bad "$opt 0 accepted" || ok
+  grep -q -- "$opt" "$work/e" && [ "$(wc -l <"$work/e")" -eq 1 ] && ok || { bad "$opt 0: message"; cat "$work/e"; }
+  [ ! -e "$work/o" ] && ok || bad "$opt 0 wrote OUT"
+  rm -rf "$work/o"
+  "$bin" patch "$work/odd" "$work/o" --method lm-infinite $opt 1 --no-verify >/dev/null 2>"$work/e" \
+    && ok || { bad "$opt 1 refused"; cat "$work/e"; }
+done
+"$py" -c 'import json,sys; r=json.load(open(sys.argv[1]))["ctxpatch"]["rule"]; assert r["top_k"]["k"]==1, r' \
+  "$work/o/config.json" && ok || bad "--top-k 1 not in the rule"
+# --top-k above the rule bound (4096): refused naming top_k.k; 4096 accepted
+rm -rf "$work/o"
+"$bin" patch "$work/odd" "$work/o" --method lm-infinite --top-k 4097 --no-verify >/dev/null 2>"$work/e" \
+  && bad "--top-k 4097 accepted" || ok
+grep -q "top_k.k\|--top-k" "$work/e" && ok || { bad "--top-k 4097: message"; cat "$work/e"; }
+"$bin" patch "$work/odd" "$work/o" --method lm-infinite --top-k 4096 --no-verify >/dev/null 2>&1 && ok || bad "--top-k 4096 refused"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
