@@ -2,14 +2,7 @@
 # ctxpatch patch end to end: certify-before-write, refusals, --no-verify, atomicity under kill -9,
 # `ctxpatch verify OUT` reproducing the certificate, and (when the trained probe models exist) a
 # harmful patch failing certification.
-set -uo pipefail
-bin=$CTXPATCH_BIN; src=$CTXPATCH_SOURCE_DIR
-py=/usr/bin/python3; [ -x "$py" ] || py=python3
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { failed=$((failed+1)); echo "FAIL: $*"; }
-check() { if "$@"; then ok; else bad "$*"; fi; }
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 tok=$src/examples/probe-models/tokenizer.json
 [ -f "$tok" ] || { echo "SKIP: $tok is absent"; exit 77; }
@@ -207,5 +200,4 @@ else
   echo "note: examples/probe-models/t5-probe is absent; harmful-patch check skipped"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

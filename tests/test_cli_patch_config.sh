@@ -3,13 +3,7 @@
 # key keeps its original text byte for byte (big integers, 1E400, strings with \u0000, the
 # original formatting), identifiers with a NUL are refused, and a rope factor that overflows is
 # refused naming the key, with nothing written.
-set -uo pipefail
-bin=$CTXPATCH_BIN; src=$CTXPATCH_SOURCE_DIR
-py=/usr/bin/python3; [ -x "$py" ] || py=python3
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { failed=$((failed+1)); echo "FAIL: $*"; }
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 models=$src/tests/goldens/engine/models
 [ -f "$models/llama/model.safetensors" ] || { echo "SKIP: $models/llama is absent"; exit 77; }
 
@@ -107,5 +101,4 @@ rm -rf "$work/o"
 grep -q "top_k.k\|--top-k" "$work/e" && ok || { bad "--top-k 4097: message"; cat "$work/e"; }
 "$bin" patch "$work/odd" "$work/o" --method lm-infinite --top-k 4096 --no-verify >/dev/null 2>&1 && ok || bad "--top-k 4096 refused"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
