@@ -49,9 +49,12 @@ static size_t skip_value(const char *t, size_t i, size_t n) {
 }
 
 /* Whether the key text t[a..b) (quotes included) decodes to `key`; escaped spellings of a
- * key are decoded through cJSON, as the reader saw them. */
+ * key are decoded through cJSON, as the reader saw them. cJSON stops at a \u0000, so a key
+ * spelled with one is never ours (the reader refuses such keys anyway). */
 static bool key_is(const char *t, size_t a, size_t b, const char *key) {
   if (!memchr(t + a, '\\', b - a)) return b - a - 2 == strlen(key) && !memcmp(t + a + 1, key, b - a - 2);
+  for (size_t i = a; i + 6 <= b; i++)
+    if (!memcmp(t + i, "\\u0000", 6)) return false;
   cJSON *s = cJSON_ParseWithLength(t + a, b - a);
   bool same = cJSON_IsString(s) && !strcmp(s->valuestring, key);
   cJSON_Delete(s);
