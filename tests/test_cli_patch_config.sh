@@ -92,6 +92,10 @@ for opt in --n-local --ceiling --top-k; do
   "$bin" patch "$work/odd" "$work/o" --method lm-infinite $opt 1 --no-verify >/dev/null 2>"$work/e" \
     && ok || { bad "$opt 1 refused"; cat "$work/e"; }
 done
+for opt in --target-len --train-len; do
+  "$bin" patch "$work/odd" "$work/o0" --method lm-infinite $opt 0 --no-verify >/dev/null 2>"$work/e" \
+    && bad "$opt 0 accepted" || { grep -q -- "$opt 0" "$work/e" && ok || bad "$opt 0: message"; }
+done
 "$py" -c 'import json,sys; r=json.load(open(sys.argv[1]))["ctxpatch"]["rule"]; assert r["top_k"]["k"]==1, r' \
   "$work/o/config.json" && ok || bad "--top-k 1 not in the rule"
 # --top-k above the rule bound (4096): refused naming top_k.k; 4096 accepted
