@@ -141,6 +141,11 @@ static int method_opt(cp_patch_options *po, const char *a, const char *v) {
   else return 0;
   /* Lengths past 2^62 would overflow the arithmetic on them. */
   if (ok && (u > INT64_MAX / 2 || po->top_k < 0)) ok = cli_usage_error("patch", "a length option is too large") == 0;
+  /* These store 0 as "not given": an explicit 0 would silently become the default. */
+  static const char *const no_zero[] = {"--n-local", "--ceiling", "--top-k", "--target-len", "--train-len"};
+  for (size_t i = 0; ok && u == 0 && i < sizeof no_zero / sizeof *no_zero; i++)
+    if (!strcmp(a, no_zero[i]))
+      ok = cli_usage_error("patch", "%s 0: expected an integer >= 1 (omit %s for its default)", a, a) == 0;
   return ok ? 1 : -1;
 }
 
@@ -193,7 +198,9 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
 static int print_outcome(const cp_patch_outcome *oc, const char *out_dir) {
   if (oc->verified) {
     print_table(oc->result);
-    printf("verdict: %s (%.1f s)\n", oc->pass ? "pass" : "fail", oc->result->seconds);
+    /* Timings are printed only: the certificate stays reproducible (docs/certificate.md). */
+    printf("verdict: %s (%.1f s, %.0f tokens/s)\n", oc->pass ? "pass" : "fail", oc->result->seconds,
+           oc->result->seconds > 0 ? (double)oc->result->tokens / oc->result->seconds : 0.0);
     for (int i = 0; i < oc->n_reasons; i++) printf("  %s\n", oc->reasons[i]);
   }
   if (!oc->pass) {

@@ -50,7 +50,7 @@ static bool temperature_in_scope(const cp_rule *r, const cp_rule_model *m, cp_at
 
 int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *what) {
   assert(m->n_layers_encoder >= 0 && m->n_layers_decoder >= 0);
-  if (r->n_temperature > 1) {
+  if (r->n_temperature > 1 || r->temperature_per_layer) {
     /* Decision 1: a per-layer list indexes layers within their stack, so it must match the
      * depth of every stack it reaches (cross-attention layers are the decoder's). */
     const struct {
@@ -69,6 +69,9 @@ int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *wh
         return cp_error_set(CP_ERULE_MODEL, "%s: temperature has %d values but the %s has %d layers",
                             what, r->n_temperature, stacks[s].name, stacks[s].depth);
   }
+  /* Rules built in code (CLI options, calibration) pass here too, not only parsed ones. */
+  if (r->has_top_k && (r->top_k < 1 || r->top_k > CP_RULE_MAX_TOP_K))
+    return cp_error_set(CP_ERULE_VALUE, "%s: key 'top_k.k': %d is not in [1, %d]", what, r->top_k, CP_RULE_MAX_TOP_K);
   if (r->alibi_mode != CP_ALIBI_NONE && !m->has_alibi)
     return cp_error_set(CP_ERULE_MODEL, "%s: alibi_scale needs a model with ALiBi biases; this one has none", what);
   if (r->fire_threshold > 0 && !m->has_fire)

@@ -111,6 +111,44 @@ static int missing(const ctx_t *c, const char *label) {
                       label, c->family);
 }
 
+/* cJSON ends a string at a decoded \u0000, so "t5\u0000x" would read as "t5". The reader's copy
+ * of the text has each \u0000 escape turned into \uFFFF (same length), which decodes to this
+ * mark; identifiers and keys carrying it are refused. U+FFFF is a noncharacter: no real name
+ * has one. */
+#define NUL_MARK "\xEF\xBF\xBF"
+
+static int has_nul(const ctx_t *c, const char *label) {
+  return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': contains a NUL character (\\u0000) or U+FFFF", c->what, label);
+}
+
+/* A copy of text[0..len) with every \u0000 escape spelled \uFFFF. The text is well-formed JSON
+ * (scanned first), so every backslash starts an escape. */
+static char *mark_nuls(const char *text, size_t len) {
+  char *t = malloc(len + 1);
+  if (!t) return NULL;
+  if (len) memcpy(t, text, len);
+  t[len] = '\0';
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (t[i] != '\\') continue;
+    if (t[i + 1] == 'u' && i + 5 < len && !memcmp(t + i + 2, "0000", 4)) memcpy(t + i + 2, "FFFF", 4);
+    i++; /* the escaped character */
+  }
+  return t;
+}
+
+/* Refuses a key with a NUL anywhere in the tree (keys are names; a truncated one could read as
+ * another key). `path` names the parent for the message. */
+static int keys_without_nul(const ctx_t *c, const cJSON *v, const char *path) {
+  for (const cJSON *it = v->child; it; it = it->next) {
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", it->string ? it->string : "[]");
+    if (it->string && strstr(it->string, NUL_MARK)) return has_nul(c, sub);
+    int rc = keys_without_nul(c, it, sub);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 /* Present and not null. */
 static const cJSON *field(const cJSON *obj, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -203,6 +241,7 @@ static int opt_str(char *buf, size_t size, const ctx_t *c, const cJSON *obj, con
   if (v) {
     if (!cJSON_IsString(v) || !v->valuestring) return bad(c, label ? label : key, "a string", v);
     s = v->valuestring;
+    if (strstr(s, NUL_MARK)) return has_nul(c, label ? label : key);
   }
   if (strlen(s) >= size)
     return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': string longer than %zu bytes", c->what,
@@ -575,11 +614,16 @@ static int detect_family(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   const cJSON *mt = field(r, "model_type"), *ar = field(r, "architectures");
   if (mt && !cJSON_IsString(mt)) return bad(c, "model_type", "a string", mt);
+  if (mt && strstr(mt->valuestring, NUL_MARK)) return has_nul(c, "model_type");
+  int rc = keys_without_nul(c, r, "");
+  if (rc) return rc;
   if (ar) {
     if (!cJSON_IsArray(ar)) return bad(c, "architectures", "a list of strings", ar);
     if (ar->child) {
       const cJSON *a0 = ar->child;
       if (!cJSON_IsString(a0) || !a0->valuestring) return bad(c, "architectures[0]", "a string", a0);
+      for (const cJSON *a = a0; a; a = a->next)
+        if (cJSON_IsString(a) && strstr(a->valuestring, NUL_MARK)) return has_nul(c, "architectures");
       if (strlen(a0->valuestring) >= sizeof cfg->architecture)
         return cp_error_set(CP_ECFG_FIELD, "%s: key 'architectures[0]': longer than %zu bytes",
                             c->what, sizeof cfg->architecture - 1);
@@ -667,7 +711,9 @@ int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const c
   *out = NULL;
   cJSON *root = NULL;
   cp_hf_config *cfg = NULL;
-  int rc = parse_tree(&root, text, len, what);
+  char *marked = text ? mark_nuls(text, len) : NULL;
+  if (text && !marked) return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  int rc = parse_tree(&root, marked, len, what);
   if (rc) goto done;
   cfg = calloc(1, sizeof *cfg);
   CP_CHECK_ALLOC_GOTO(cfg, what);
@@ -685,6 +731,7 @@ int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const c
   *out = cfg;
   cfg = NULL;
 done:
+  free(marked);
   cJSON_Delete(root);
   cp_hf_config_free(cfg);
   return rc;

@@ -2,11 +2,14 @@
  * strict parsing with one refusal code per reason, and the canonical serialisation.
  *
  * Choices the spec leaves to the parser (documented here, tested in tests/test_rule.c):
- * - "temperature": [x] is the same rule as "temperature": x (one tau for every layer).
+ * - "temperature": x is one tau for every layer; a list is per layer, so [x] must match the
+ *   depth of every stack in scope (cp_rule_check_model) like any list: it never spreads to
+ *   every layer silently.
  * - Integer fields accept any JSON number with an integral value (256, 256.0, 2.56e2) up to
  *   2^53, the largest range a JSON number holds exactly; 8.5 is refused.
  * - "lambda_mask" needs both n_global and n_local (the spec gives no defaults).
- * - "top_k": k is required; from_layer (0), distance (D / 2) and rows ("decode") are optional.
+ * - "top_k": k (1..CP_RULE_MAX_TOP_K) is required; from_layer (0), distance (D / 2) and rows
+ *   ("decode") are optional.
  *   "distance": 0 is refused, because 0 is how cp_rule stores "the default D / 2".
  *   top_k without lambda_mask is accepted and has no effect (docs/attention-decisions.md 7).
  * - "alibi_scale": "factor" belongs to mode "static" only; elsewhere it is an unknown key.
@@ -25,6 +28,8 @@
 #define RULE_MAX_DEPTH 16
 #define RULE_MAX_FILE (1u << 20) /* a 512-layer temperature list is ~12 KB */
 #define EXACT_INT_MAX 9007199254740992.0 /* 2^53 */
+#define CP_STR_(x) #x
+#define CP_STR(x) CP_STR_(x)
 
 /* ---- parsing ---- */
 
@@ -123,6 +128,7 @@ static int parse_temperature(cp_rule *r, const cJSON *v, const char *what) {
     if (rc) return rc;
   }
   r->n_temperature = n;
+  r->temperature_per_layer = true;
   return 0;
 }
 
@@ -179,7 +185,8 @@ static int parse_top_k(cp_rule *r, const cJSON *v, const char *what) {
   const cJSON *k = cJSON_GetObjectItemCaseSensitive(v, "k");
   if (!k) return cp_error_set(CP_ERULE_VALUE, "%s: key 'top_k': missing \"k\"", what);
   int64_t x;
-  if ((rc = get_int(&x, k, what, "top_k.k", 1, INT_MAX, "an integer >= 1"))) return rc;
+  if ((rc = get_int(&x, k, what, "top_k.k", 1, CP_RULE_MAX_TOP_K, "an integer in [1, " CP_STR(CP_RULE_MAX_TOP_K) "]")))
+    return rc;
   r->top_k = (int)x;
   const cJSON *e;
   if ((e = cJSON_GetObjectItemCaseSensitive(v, "from_layer"))) {
@@ -276,9 +283,9 @@ cJSON *cp_rule_to_json(const cp_rule *r) {
   cJSON *root = cJSON_CreateObject(), *sub;
   if (!root) goto fail;
   /* Key order: the spec's example. */
-  if (r->n_temperature == 1) {
+  if (r->n_temperature == 1 && !r->temperature_per_layer) {
     if (!add_num(root, "temperature", r->temperature[0])) goto fail;
-  } else if (r->n_temperature > 1) {
+  } else if (r->n_temperature >= 1) {
     if (!(sub = cJSON_CreateDoubleArray(r->temperature, r->n_temperature))) goto fail;
     cJSON_AddItemToObject(root, "temperature", sub);
   }

@@ -448,7 +448,9 @@ int cp_cpu_attention(cp_pool *pool, const cp_attn_call *c) {
   const int nw = cp_pool_size(pool);
   scratch_bufs b;
   float *dpf = NULL, *t5 = NULL;
-  int rc = scratch_alloc(c, &b, nw, c->tab.topk_any ? (size_t)c->plan->k : 1, (size_t)c->dh);
+  /* A row keeps at most as many top-k keys as there are keys: size the heaps by that. */
+  int64_t k = c->tab.topk_any ? min64(c->plan->k, c->n_keys) : 1;
+  int rc = scratch_alloc(c, &b, nw, (size_t)(k > 0 ? k : 1), (size_t)c->dh);
   if (rc) return rc;
   job jb = {c, b.scr, NULL, NULL};
   if ((rc = kernel_tables(&jb, &dpf, &t5))) goto done;

@@ -77,15 +77,18 @@ int cp_patch_method_fits(const cp_model *m, cp_patch_method method) {
   return 0;
 }
 
-int cp_patch_check(const cp_model *m, const cp_patch *patch) {
+/* cp_patch_check with `what` naming the rule's place (the input folder when known). */
+static int patch_check_at(const cp_model *m, const cp_patch *patch, const char *what) {
   int rc = cp_patch_method_fits(m, patch->method);
   if (rc) return rc;
   if (patch->method == CP_PATCH_ROPE_PI && !(patch->rope_factor > 0 && isfinite(patch->rope_factor)))
     return cp_error_set(CP_EARG, "--method rope-pi needs --factor F > 0");
   cp_rule_model rm;
   cp_model_rule_model(&rm, m);
-  return cp_rule_check_model(&patch->rule, &rm, "patch rule");
+  return cp_rule_check_model(&patch->rule, &rm, what);
 }
+
+int cp_patch_check(const cp_model *m, const cp_patch *patch) { return patch_check_at(m, patch, "patch rule"); }
 
 /* ---------------------------------------------------------------- tensor transforms */
 
@@ -124,7 +127,7 @@ static int xf_add(xform_list *l, const cp_checkpoint *ck, const char *name, xfor
   }
   for (size_t i = 0; i < l->n; i++)
     if (!strcmp(l->v[i].name, name))
-      return cp_error_set(CP_EUNSUPPORTED, "bake: tensor '%s' would be transformed twice", name);
+      return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': would be transformed twice", cp_checkpoint_dir(ck), name);
   int rc = CP_ARRAY_RESERVE(l->v, l->cap, l->n + 1, "bake");
   if (rc) return rc;
   x.name = strdup(name);
@@ -145,7 +148,8 @@ static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer
   q_layout ql = fused == CP_QKV_INTERLEAVED ? QL_INTERLEAVED : fused == CP_QKV_CONCAT ? QL_CONCAT : QL_PLAIN;
   char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
   if (!cp_names_get(w, nm, role, stack, layer, ".weight") || !cp_names_get(b, nm, role, stack, layer, ".bias"))
-    return cp_error_set(CP_EUNSUPPORTED, "bake: family %s", cp_family_name(nm->fl->family));
+    return cp_error_set(CP_EUNSUPPORTED, "%s: layer %d: family %s has no query projection name to bake",
+                        cp_checkpoint_dir(nm->ck), layer, cp_family_name(nm->fl->family));
   int rc = xf_add(l, nm->ck, w, scale_q(mult, ql), true);
   if (rc == 0) rc = xf_add(l, nm->ck, b, scale_q(mult, ql), false);
   return rc;
@@ -282,7 +286,9 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
   memset(out, 0, sizeof *out);
   cp_rule_init(&out->baked);
   cp_rule_init(&out->residual);
-  int rc = cp_patch_check(m, patch);
+  char what[4200]; /* paths are cut at 4000 bytes in this message */
+  snprintf(what, sizeof what, "%.4000s: patch rule", cp_checkpoint_dir(ck));
+  int rc = patch_check_at(m, patch, what);
   if (rc) return rc;
   cp_names nm;
   cp_names_init(&nm, ck, m->cfg);
@@ -337,6 +343,9 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
     case CP_PATCH_ROPE_PI:
       out->fidelity = CP_FIDELITY_NATIVE_CONFIG;
       out->rope_factor = m->rope_scale * patch->rope_factor;
+      if (!isfinite(out->rope_factor)) /* JSON has no infinity: it would be written as null */
+        return cp_error_set(CP_EOVERFLOW, "%s/config.json: key 'rope_scaling.factor': %g x --factor %g is not a "
+                            "finite number", cp_checkpoint_dir(ck), m->rope_scale, patch->rope_factor);
       snprintf(out->note, sizeof out->note, "config.json rope_scaling {\"type\": \"linear\", \"factor\": %g}%s",
                out->rope_factor, m->rope_scale != 1.0 ? " (the existing factor times --factor)" : "");
       return 0;
@@ -372,11 +381,12 @@ static int plan_xforms(xform_list *l, const cp_model *m, const cp_checkpoint *ck
 
 /* ---------------------------------------------------------------- writing */
 
-static int apply_xform(float *v, const cp_tensor *t, const xform *x, const cp_model *m) {
+static int apply_xform(float *v, const cp_tensor *t, const xform *x, const cp_model *m, const char *dir) {
   uint64_t numel = 0;
-  if (cp_shape_numel(&numel, t->ndim, t->shape)) return cp_error_set(CP_EOVERFLOW, "bake: '%s' too large", t->name);
+  if (cp_shape_numel(&numel, t->ndim, t->shape))
+    return cp_error_set(CP_EOVERFLOW, "%s: tensor '%s': too large to bake", dir, t->name);
   if (x->kind == XF_SET) {
-    if (numel != 1) return cp_error_set(CP_EMODEL_TENSOR, "bake: '%s' is not a scalar", t->name);
+    if (numel != 1) return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': is not a scalar", dir, t->name);
     v[0] = (float)x->value;
     return 0;
   }
@@ -395,7 +405,7 @@ static int apply_xform(float *v, const cp_tensor *t, const xform *x, const cp_mo
   return 0;
 }
 
-static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const char *name) {
+static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const char *dir, const char *name) {
   switch (dtype) {
     case CP_F32: memcpy(dst, src, n * sizeof *src); return 0;
     case CP_F16:
@@ -407,39 +417,43 @@ static int narrow(void *dst, const float *src, cp_dtype dtype, uint64_t n, const
     case CP_F64:
       for (uint64_t i = 0; i < n; i++) ((double *)dst)[i] = src[i];
       return 0;
-    default: return cp_error_set(CP_EUNSUPPORTED, "bake: tensor '%s' has dtype %s; only float tensors can be "
-                                                  "rescaled", name, cp_dtype_name(dtype));
+    default: return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': has dtype %s; only float tensors can be "
+                                                  "rescaled", dir, name, cp_dtype_name(dtype));
   }
 }
 
-/* config.json: the input's (from its one strict parse), with rope_scaling / fire_threshold updated
- * and `block` under "ctxpatch". Called again with the digest filled in once the certificate is known. */
+/* config.json: the input's text (kept from its one strict parse) with only rope_scaling,
+ * fire_threshold and the ctxpatch block spliced in, so every other key keeps its bytes. The
+ * result is parsed again as a model config before it is written: what cannot be opened is not
+ * written. Called again with the digest filled in once the certificate is known. */
 int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block) {
   char *out = NULL, *path = NULL;
-  cJSON *cfg = NULL;
+  size_t out_len = 0;
+  cJSON *rs = NULL, *fire = NULL;
+  cp_hf_config *check = NULL;
   cp_atomic_file *f = NULL;
-  int rc = cp_hf_config_json(&cfg, src);
-  if (rc) goto done;
-  if (plan->rope_factor > 0) {
-    cJSON *rs = cJSON_CreateObject();
-    cJSON_AddStringToObject(rs, "type", "linear");
-    cJSON_AddNumberToObject(rs, "factor", plan->rope_factor);
-    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "rope_scaling");
-    cJSON_AddItemToObject(cfg, "rope_scaling", rs);
-  }
-  if (plan->baked.fire_threshold > 0 && cJSON_GetObjectItemCaseSensitive(cfg, "fire_threshold"))
-    cJSON_ReplaceItemInObjectCaseSensitive(cfg, "fire_threshold", cJSON_CreateNumber(plan->baked.fire_threshold));
-  cJSON_DeleteItemFromObjectCaseSensitive(cfg, "ctxpatch");
-  if (block) cJSON_AddItemToObject(cfg, "ctxpatch", cJSON_Duplicate(block, true));
-  CP_CHECK_ALLOC_GOTO(out = cJSON_Print(cfg), dir);
+  int rc = 0;
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "config.json"), dir);
+  if (plan->rope_factor > 0) {
+    CP_CHECK_ALLOC_GOTO(rs = cJSON_CreateObject(), path);
+    CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(rs, "type", "linear"), path);
+    CP_CHECK_ALLOC_GOTO(cJSON_AddNumberToObject(rs, "factor", plan->rope_factor), path);
+  }
+  if (plan->baked.fire_threshold > 0) CP_CHECK_ALLOC_GOTO(fire = cJSON_CreateNumber(plan->baked.fire_threshold), path);
+  const cp_hf_member set[] = {{"rope_scaling", rs, false}, {"fire_threshold", fire, true}, {"ctxpatch", block, false}};
+  if ((rc = cp_hf_config_splice(&out, &out_len, src, set, 3, path))) goto done;
+  if ((rc = cp_hf_config_parse(&check, out, out_len, path))) goto done;
   if ((rc = cp_atomic_open(&f, path))) goto done;
-  if ((rc = cp_atomic_write(f, out, strlen(out))) || (rc = cp_atomic_write(f, "\n", 1))) goto done;
+  if ((rc = cp_atomic_write(f, out, out_len))) goto done;
+  if (out_len == 0 || out[out_len - 1] != '\n') rc = cp_atomic_write(f, "\n", 1);
+  if (rc) goto done;
   rc = cp_atomic_commit(f);
   f = NULL;
 done:
   cp_atomic_abort(f);
-  cJSON_Delete(cfg);
+  cp_hf_config_free(check);
+  cJSON_Delete(rs);
+  cJSON_Delete(fire);
   free(out);
   free(path);
   return rc;
@@ -473,6 +487,7 @@ static char *block_text(const cJSON *block, size_t *digest_pos) {
 typedef struct {
   const xform_list *xl;
   const cp_model *m;
+  const char *dir; /* the input checkpoint, for messages */
 } bake_hook;
 
 static const xform *xform_of(const xform_list *xl, const char *name) {
@@ -489,11 +504,11 @@ static int bake_transform(void *ctx, const cp_tensor *t, const void *in /* [nbyt
   float *vals = NULL;
   int rc = 0;
   if (cp_shape_numel(&numel, t->ndim, t->shape) || numel > SIZE_MAX / sizeof *vals)
-    return cp_error_set(CP_EOVERFLOW, "bake: '%s' too large", t->name);
+    return cp_error_set(CP_EOVERFLOW, "%s: tensor '%s': too large to bake", h->dir, t->name);
   CP_CHECK_ALLOC(vals = malloc(numel ? numel * sizeof *vals : 1), t->name);
   if ((rc = cp_convert_to_f32(vals, in, t->dtype, numel)) == 0 &&
-      (rc = apply_xform(vals, t, xform_of(h->xl, t->name), h->m)) == 0)
-    rc = narrow(out, vals, t->dtype, numel, t->name);
+      (rc = apply_xform(vals, t, xform_of(h->xl, t->name), h->m, h->dir)) == 0)
+    rc = narrow(out, vals, t->dtype, numel, h->dir, t->name);
   free(vals);
   return rc;
 }
@@ -508,7 +523,7 @@ int cp_bake_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, con
   if (rc) goto done;
   if (block) CP_CHECK_ALLOC_GOTO(meta_text = block_text(block, &digest_pos), dir);
   const char *meta[4] = {"format", "pt", "ctxpatch", meta_text};
-  bake_hook h = {&xl, m};
+  bake_hook h = {&xl, m, cp_checkpoint_dir(ck)};
   cp_tensor_hook hook = {bake_wants, bake_transform, &h};
   cp_folder_params fp = {.shard_size = shard_size, .meta_kv = meta, .n_meta = block ? 2 : 1,
                          .mark_key = digest_pos != SIZE_MAX ? "ctxpatch" : NULL, .mark_pos = digest_pos,

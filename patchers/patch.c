@@ -149,7 +149,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   int rc = cp_checkpoint_open(&ck, in);
   if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
   if (params->require_exact && out->plan.fidelity != CP_FIDELITY_EXACT_WEIGHTS) {
-    rc = cp_error_set(CP_EPATCH_FIDELITY, "--require exact: %s on this %s model is %s (%s)",
+    rc = cp_error_set(CP_EPATCH_FIDELITY, "%s: --require exact: %s on this %s model is %s (%s)", in,
                       cp_patch_method_name(patch->method), cp_family_name(original->family),
                       cp_fidelity_name(out->plan.fidelity), out->plan.note);
     goto done;

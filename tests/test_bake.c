@@ -229,6 +229,18 @@ int main(void) {
     cp_patch_outcome oc;
     const char *out = test_path(tmpdir, "refused");
     if (m) CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_write(&oc, test_path(models, "llama"), out, m, &p, &pp));
+    CHECK_MSG(strstr(cp_error_message(), "models/llama") != NULL, "names the input: %s", cp_error_message());
+    cp_patch_outcome_free(&oc);
+    CHECK(stat(out, &st) != 0);
+    /* A rule that does not fit the model: refused naming the input folder, nothing written. */
+    p.method = CP_PATCH_TEMPERATURE;
+    cp_rule_init(&p.rule);
+    p.rule.n_temperature = 1;
+    p.rule.temperature[0] = 0.9;
+    p.rule.temperature_per_layer = true; /* [0.9] on 3 layers */
+    cp_patch_params_init(&pp);
+    if (m) CHECK_RC(CP_ERULE_MODEL, cp_patch_write(&oc, test_path(models, "llama"), out, m, &p, &pp));
+    CHECK_MSG(strstr(cp_error_message(), "models/llama") != NULL, "names the input: %s", cp_error_message());
     cp_patch_outcome_free(&oc);
     CHECK(stat(out, &st) != 0);
     cp_model_free(m);

@@ -2,14 +2,7 @@
 # ctxpatch patch end to end: certify-before-write, refusals, --no-verify, atomicity under kill -9,
 # `ctxpatch verify OUT` reproducing the certificate, and (when the trained probe models exist) a
 # harmful patch failing certification.
-set -uo pipefail
-bin=$CTXPATCH_BIN; src=$CTXPATCH_SOURCE_DIR
-py=/usr/bin/python3; [ -x "$py" ] || py=python3
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { failed=$((failed+1)); echo "FAIL: $*"; }
-check() { if "$@"; then ok; else bad "$*"; fi; }
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 tok=$src/examples/probe-models/tokenizer.json
 [ -f "$tok" ] || { echo "SKIP: $tok is absent"; exit 77; }
@@ -124,6 +117,13 @@ b = json.load(open(sys.argv[2]))["results"]["patched"]
 assert a == b, (a, b)
 EOF
 
+# 2b. reproducible: the same inputs and options give the same bytes in every file of the artifact
+#     (timings are printed, never written: docs/certificate.md)
+"$bin" patch "$model" "$work/out2" --method lm-infinite --n-global 4 --n-local 64 $vopts >/dev/null 2>&1 \
+  && ok || bad "second certified patch exited nonzero"
+diff -r "$out" "$work/out2" >"$work/diff.log" 2>&1 && ok || { bad "two identical patch runs differ"; head -5 "$work/diff.log"; }
+grep -q '"wall_seconds"\|"tokens_per_second"' "$out/certificate.json" && bad "timings in certificate.json" || ok
+
 # 3. --no-verify: written, marked uncertified, no certificate
 check "$bin" patch "$model" "$work/nv" --method temperature --tau 0.8 --no-verify
 "$py" -c 'import json,sys; c=json.load(open(sys.argv[1]))["ctxpatch"]; assert c["certified"] is False and c["certificate_sha256"] is None and c["fidelity"]=="exact-weights", c' \
@@ -200,5 +200,4 @@ else
   echo "note: examples/probe-models/t5-probe is absent; harmful-patch check skipped"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

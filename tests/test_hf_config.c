@@ -398,6 +398,41 @@ static void names(void) {
   CHECK(strcmp(cp_pos_scheme_name(CP_POS_FIRE), "fire") == 0);
 }
 
+/* cp_hf_config_splice on its own: replaced in place, appended in the file's layout, the rest kept. */
+static void splice_one(const char *in, const char *key, const char *value, bool only_if_present, const char *want) {
+  cp_hf_config cfg = {.text = (char *)in, .text_len = strlen(in)};
+  cJSON *v = cJSON_Parse(value);
+  cp_hf_member set[] = {{key, v, only_if_present}};
+  char *out = NULL;
+  size_t n = 0;
+  CHECK_RC(0, cp_hf_config_splice(&out, &n, &cfg, set, 1, "c.json"));
+  CHECK_MSG(out && n == strlen(want) && !strcmp(out, want), "%s + %s: got <%s> want <%s>", in, key, out ? out : "", want);
+  free(out);
+  cJSON_Delete(v);
+}
+
+static void splice(void) {
+  splice_one("{\"a\": 1E400, \"r\": null}", "r", "{\"f\": 2}", false, "{\"a\": 1E400, \"r\": {\"f\":2}}");
+  splice_one("{\"a\":9007199254740993}", "r", "2", false, "{\"a\":9007199254740993, \"r\": 2}");
+  splice_one("{\n  \"a\": \"x\\u0000y\"\n}\n", "r", "{\"f\": 2}", false,
+             "{\n  \"a\": \"x\\u0000y\",\n  \"r\": {\n    \"f\": 2\n  }\n}\n");
+  splice_one("{\n\t\"a\": [1, {\"b\": 2}],\n\t\"f\": 1.0000000000000002\n}", "f", "7", true,
+             "{\n\t\"a\": [1, {\"b\": 2}],\n\t\"f\": 7\n}");
+  splice_one("{\"a\": 1}", "f", "7", true, "{\"a\": 1}"); /* only_if_present, absent */
+  splice_one("{}", "r", "2", false, "{\n  \"r\": 2\n}");
+  splice_one("{\"r\\u0000\": 1, \"\\u0072\": 1}", "r", "2", false, "{\"r\\u0000\": 1, \"\\u0072\": 2}");
+  /* a non-finite number is refused naming the key, nothing returned */
+  cp_hf_config cfg = {.text = (char *)"{}", .text_len = 2};
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "factor", INFINITY);
+  cp_hf_member set[] = {{"rope_scaling", o, false}};
+  char *out = NULL;
+  size_t n = 0;
+  CHECK_RC(CP_EOVERFLOW, cp_hf_config_splice(&out, &n, &cfg, set, 1, "c.json"));
+  CHECK(out == NULL && strstr(cp_error_message(), "c.json: key 'rope_scaling.factor'"));
+  cJSON_Delete(o);
+}
+
 int main(void) {
   const char *src = test_env("CTXPATCH_SOURCE_DIR");
   static char dir[4096];
@@ -416,5 +451,6 @@ int main(void) {
   bad_files();
   in_memory();
   names();
+  splice();
   return test_finish();
 }

@@ -131,9 +131,20 @@ static void test_accepts(void) {
   CHECK(r.distance_ceiling == 256 && r.train_len == 256);
   CHECK_RC(0, parse_str(&r, "{\"train_len\": 9007199254740992}"));
   CHECK(r.train_len == 9007199254740992LL);
-  /* [x] is one tau, as x. */
+  /* [x] is a per-layer list of one value (checked against the depth); x is one tau. */
   CHECK_RC(0, parse_str(&r, "{\"temperature\": [0.7]}"));
-  CHECK(r.n_temperature == 1 && r.temperature[0] == 0.7);
+  CHECK(r.n_temperature == 1 && r.temperature[0] == 0.7 && r.temperature_per_layer);
+  CHECK_RC(0, parse_str(&r, "{\"temperature\": 0.7}"));
+  CHECK(r.n_temperature == 1 && !r.temperature_per_layer);
+  /* top_k.k is bounded: N accepted, N + 1 refused (2^31 - 1 once passed and then failed for memory). */
+  char topk[96];
+  snprintf(topk, sizeof topk, "{\"top_k\": {\"k\": %d}}", CP_RULE_MAX_TOP_K);
+  CHECK_RC(0, parse_str(&r, topk));
+  CHECK(r.top_k == CP_RULE_MAX_TOP_K);
+  snprintf(topk, sizeof topk, "{\"top_k\": {\"k\": %d}}", CP_RULE_MAX_TOP_K + 1);
+  CHECK_RC(CP_ERULE_VALUE, parse_str(&r, topk));
+  CHECK(strstr(cp_error_message(), "top_k.k") != NULL);
+  CHECK_RC(CP_ERULE_VALUE, parse_str(&r, "{\"top_k\": {\"k\": 2147483647}}"));
   CHECK_RC(0, parse_str(&r, "{\"temperature_scope\": \"self\"}"));
   CHECK(r.temperature_scope == CP_TEMP_SCOPE_SELF);
   CHECK_RC(0, parse_str(&r, "{\"temperature_scope\": \"all\"}"));
@@ -282,7 +293,8 @@ static void test_round_trips(void) {
       {"{}", "{}"},
       {"{\"temperature\": 0.1}", "{\"temperature\":0.1}"},
       {"{\"temperature\": 0.3333333333333333}", "{\"temperature\":0.33333333333333331}"},
-      {"{\"temperature\": [0.5]}", "{\"temperature\":0.5}"},
+      {"{\"temperature\": [0.5]}", "{\"temperature\":[0.5]}"},
+      {"{\"temperature\": 0.5}", "{\"temperature\":0.5}"},
       {"{\"temperature\": [2, 1e-3, 0.123456789012345678]}", "{\"temperature\":[2,0.001,0.12345678901234568]}"},
       {"{\"temperature_scope\": \"all\", \"temperature\": 0.75}",
        "{\"temperature\":0.75,\"temperature_scope\":\"all\"}"},
@@ -382,10 +394,18 @@ static void test_check_model(void) {
   cp_rule_model t5_equal = {.is_encoder_decoder = true, .n_layers_encoder = 2, .n_layers_decoder = 2};
   CHECK_RC(0, parse_str(&r, "{\"temperature\": [0.9, 0.8], \"temperature_scope\": \"all\"}"));
   CHECK_RC(0, cp_rule_check_model(&r, &t5_equal, "r"));
-  /* One tau fits anything. */
-  CHECK_RC(0, parse_str(&r, "{\"temperature\": [0.5], \"temperature_scope\": \"all\"}"));
+  /* One tau (a number) fits anything. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature\": 0.5, \"temperature_scope\": \"all\"}"));
   CHECK_RC(0, cp_rule_check_model(&r, &T5, "r"));
   CHECK_RC(0, cp_rule_check_model(&r, &GPT, "r"));
+  /* A list of one is a per-layer list: it fits a one-layer stack only (it once applied to every layer). */
+  CHECK_RC(0, parse_str(&r, "{\"temperature\": [0.5], \"temperature_scope\": \"all\"}"));
+  CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &T5, "r"));
+  CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r"));
+  CHECK(strstr(cp_error_message(), "1 values") && strstr(cp_error_message(), "4 layers"));
+  cp_rule_model one_layer = GPT;
+  one_layer.n_layers_decoder = 1;
+  CHECK_RC(0, cp_rule_check_model(&r, &one_layer, "r"));
   /* dynamic / progressive need a training length from the rule or the model. */
   CHECK_RC(0, parse_str(&r, "{\"alibi_scale\": {\"mode\": \"dynamic\"}}"));
   CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r"));

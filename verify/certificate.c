@@ -1,4 +1,4 @@
-/* The verify certificate (docs/certificate.md). Deterministic except for the "run" block. */
+/* The verify certificate (docs/certificate.md). Deterministic: the same inputs give the same bytes. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -150,9 +150,10 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   cJSON_AddStringToObject(run, "engine", "cpu-fp32");
   cJSON_AddStringToObject(run, "device", info->device ? info->device : "cpu");
   cJSON_AddNumberToObject(run, "threads", info->threads);
-  cJSON_AddNumberToObject(run, "wall_seconds", r->seconds);
+  /* No wall time or rate: a patched artifact's config.json and safetensors headers carry this
+   * document's digest, so anything that varies between identical runs would make the artifact
+   * irreproducible. The CLI prints the timings instead. */
   cJSON_AddNumberToObject(run, "tokens", (double)r->tokens);
-  cJSON_AddNumberToObject(run, "tokens_per_second", r->seconds > 0 ? (double)r->tokens / r->seconds : 0);
   *out = c;
   return 0;
 }

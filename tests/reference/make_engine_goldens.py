@@ -101,8 +101,9 @@ def cases_for(m):
             ("temp_layers_all", "forward", od(("temperature", layer_taus), ("temperature_scope", "all"))),
         ]
         if m.name == "t5_gated":
-            # decision 12: a one-element list is the scalar for every layer in scope
-            out.append(("temp_list1_self", "forward", od(("temperature", [0.8]), ("temperature_scope", "self"))))
+            # decision 12: a list is per layer (its length must be the depth); one tau per layer
+            # equal to the scalar gives the scalar's logits (the case keeps its old file name)
+            out.append(("temp_list1_self", "forward", od(("temperature", [0.8] * m.L), ("temperature_scope", "self"))))
     elif m.name == "llama":
         # decision 2: the scope is ignored on decoder-only models
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
@@ -414,9 +415,9 @@ def check_model_identities(ck, m):
         ck.close(logits, base, 1e-12, "%s: %s is the identity" % (m.name, rule_text(rule)))
         ck.close(torch.stack([s[0] for s in stats]), torch.stack([s[0] for s in base_stats]), 1e-12,
                  "%s: %s stats" % (m.name, rule_text(rule)))
-    a, _ = run_forward(m, od(("temperature", [0.8]), ("temperature_scope", "self")), ids, dec)
+    a, _ = run_forward(m, od(("temperature", [0.8] * m.L), ("temperature_scope", "self")), ids, dec)
     b, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", "self")), ids, dec)
-    ck.close(a, b, 0.0, "%s: a one-element temperature list is the scalar" % m.name)
+    ck.close(a, b, 0.0, "%s: a per-layer list of equal taus is the scalar" % m.name)
     if not m.facts.is_t5:
         a, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", "encoder")), ids, dec)
         b, _ = run_forward(m, od(("temperature", 0.8)), ids, dec)

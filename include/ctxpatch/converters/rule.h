@@ -13,6 +13,10 @@
 #include <stdint.h>
 
 #define CP_RULE_MAX_LAYERS 512
+/* Largest top_k.k a rule may ask for. LM-Infinite keeps a handful of middle tokens (k of 5 in
+ * the paper); every engine worker holds scratch of k values, so an unbounded k fails for memory
+ * before any key is seen. The engines also use min(k, keys) at run time. */
+#define CP_RULE_MAX_TOP_K 4096
 
 typedef enum { CP_TEMP_SCOPE_ENCODER, CP_TEMP_SCOPE_SELF, CP_TEMP_SCOPE_ALL } cp_temp_scope;
 typedef enum { CP_ALIBI_NONE, CP_ALIBI_STATIC, CP_ALIBI_DYNAMIC, CP_ALIBI_PROGRESSIVE } cp_alibi_mode;
@@ -32,13 +36,17 @@ typedef struct {
   int64_t distance_ceiling;                /* 0: none given (lambda_mask implies n_local) */
 
   bool has_top_k;
-  int top_k;                               /* k >= 1 */
+  int top_k;                               /* 1 <= k <= CP_RULE_MAX_TOP_K */
   int top_k_from_layer;                    /* default 0 */
   int64_t top_k_distance;                  /* 0: default D / 2 */
   cp_topk_rows top_k_rows;                 /* default DECODE */
 
   double fire_threshold;                   /* 0: none */
   int64_t train_len;                       /* 0: none (use the model's) */
+
+  /* The temperature was given as a list: one value per layer, so its length must equal the
+   * depth of every stack in scope, also when it has one value ([x] is not x). */
+  bool temperature_per_layer;
 } cp_rule;
 
 /* The identity rule (an empty JSON object). */

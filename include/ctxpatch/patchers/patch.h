@@ -3,7 +3,8 @@
  * docs/patching.md has the fidelity table (method x family) and the artifact layout.
  *
  * Artifact (an HF-layout folder, created atomically: it appears whole or not at all):
- *   config.json        the input's config; rope-pi multiplies rope_scaling's linear factor,
+ *   config.json        the input's config, every untouched key byte for byte (only the members
+ *                      below are spliced in); rope-pi multiplies rope_scaling's linear factor,
  *                      fire-threshold updates the informational fire_threshold, and a
  *                      "ctxpatch" block is added:
  *                        {"tool_version": "...", "method": "...", "fidelity": "exact-weights" |
