@@ -64,17 +64,25 @@ static uint64_t fnv1a(const char *s, size_t n) {
 
 /* ---- legacy detection ----------------------------------------------------------------- */
 
+typedef enum { PT_ZIP_OR_OTHER, PT_LEGACY, PT_BARE_PICKLE } pt_kind;
+
 /* torch's legacy format opens with pickle(0x1950a86a20f9469cfc6c) as LONG1, after PROTO and,
- * from protocol 4, a FRAME; the oldest form is a tar archive. */
-static bool is_legacy(const uint8_t *p, size_t n) {
+ * from protocol 4, a FRAME; the oldest form is a tar archive. Any other stream that opens with
+ * PROTO 2..5 is a bare pickle (pickle.dump, or torch.save output stripped of its zip): both
+ * need arbitrary pickle code to load, so both are named and refused before the zip parser
+ * calls them "not a zip archive". */
+static pt_kind sniff(const uint8_t *p, size_t n) {
   static const uint8_t magic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                   0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-  if (n >= 2 + sizeof magic && p[0] == 0x80 && p[1] <= 5) {
+  if (n >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5) {
     size_t at = 2;
     if (n >= 11 + sizeof magic && p[2] == 0x95) at = 11;
-    if (memcmp(p + at, magic, sizeof magic) == 0) return true;
+    if (n >= at + sizeof magic && memcmp(p + at, magic, sizeof magic) == 0) return PT_LEGACY;
+    return PT_BARE_PICKLE;
   }
-  return n >= 262 && memcmp(p, "PK\3\4", 4) != 0 && memcmp(p + 257, "ustar", 5) == 0;
+  if (n >= 262 && memcmp(p, "PK\3\4", 4) != 0 && memcmp(p + 257, "ustar", 5) == 0)
+    return PT_LEGACY;
+  return PT_ZIP_OR_OTHER;
 }
 
 /* ---- storages ------------------------------------------------------------------------- */
@@ -387,13 +395,20 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   close(fd);
   fd = -1;
 
-  if (is_legacy(f->map, f->map_len)) {
-    rc =
-        cp_error_set(CP_EPT_LEGACY,
-                     "%s: legacy (pre-1.6, non-zip) PyTorch checkpoint; its loader needs arbitrary "
-                     "pickle code. Re-save it in a trusted environment with "
-                     "torch.save(torch.load(f), f, _use_new_zipfile_serialization=True)",
-                     path);
+  pt_kind kind = sniff(f->map, f->map_len);
+  if (kind != PT_ZIP_OR_OTHER) {
+    char what[96];
+    if (kind == PT_LEGACY)
+      snprintf(what, sizeof what, "legacy (pre-1.6, non-zip) PyTorch checkpoint");
+    else
+      snprintf(what, sizeof what, "bare pickle (protocol %u, e.g. pickle.dump output)",
+               (unsigned)f->map[1]);
+    rc = cp_error_set(
+        CP_EPT_LEGACY,
+        "%s: offset 0: %s, not a zip archive; loading it needs arbitrary pickle code. Re-save it "
+        "in a trusted environment with torch.save(obj, f) (the zip format, torch >= 1.6) or "
+        "safetensors.torch.save_file(state_dict, f)",
+        path, what);
     goto done;
   }
 

@@ -292,7 +292,11 @@ def make(outdir):
         raw=pickle.dumps(0x1950A86A20F9469CFC6C, protocol=4) + pickle.dumps(1001, protocol=4))
     add("not_a_zip.pt", "CP_EPT_ZIP", raw=b"this is not a checkpoint\n" * 4)
     add("empty_file.pt", "CP_EPT_ZIP", raw=b"")
-    add("pickle_not_zip.pt", "CP_EPT_ZIP", raw=pickle.dumps({"a": 1}, protocol=2))
+    # A bare pickle (pickle.dump, or a checkpoint stripped of its zip) is named as such.
+    for proto in (2, 3, 4, 5):
+        add(f"bare_pickle_protocol{proto}.pt", "CP_EPT_LEGACY",
+            raw=pickle.dumps({"a": 1, "w": [1.0, 2.0]}, protocol=proto))
+    add("pickle_protocol6_not_zip.pt", "CP_EPT_ZIP", raw=b"\x80\x06" + b"}." * 20)
     torch_zip(os.path.join(outdir, "_whole.tmp"), good)
     with open(os.path.join(outdir, "_whole.tmp"), "rb") as f:
         whole = f.read()
