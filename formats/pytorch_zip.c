@@ -126,6 +126,14 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
                         "its %llu-byte record",
                         f->path, op_offset, qk, (unsigned long long)numel, cp_dtype_name(dtype),
                         (unsigned long long)e->usize);
+  /* A compressed record inflates to no more than its storage needs (torch writes exactly that),
+   * so no reader inflates bytes that no tensor can use; stored records are only mapped. */
+  if (!zd_mappable(e) && e->usize > nbytes)
+    return cp_error_set(CP_EPT_RECORD,
+                        "%s: pickle offset %zu: compressed record '%.*s' inflates to %llu bytes, "
+                        "its storage '%s' needs %llu (a zip bomb?)",
+                        f->path, op_offset, (int)nl, name, (unsigned long long)e->usize, qk,
+                        (unsigned long long)nbytes);
   pk_storage *s = cp_arena_alloc(&f->arena, sizeof *s);
   CP_CHECK_ALLOC(s, f->path);
   s->dtype = dtype;
@@ -406,7 +414,8 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
     rc = cp_error_set(
         CP_EPT_LEGACY,
         "%s: offset 0: %s, not a zip archive; loading it needs arbitrary pickle code. Re-save it "
-        "in a trusted environment with torch.save(obj, f) (the zip format, torch >= 1.6) or "
+        "in a trusted environment with torch.save(obj, f, _use_new_zipfile_serialization=True) "
+        "(the zip format, the default since torch 1.6) or "
         "safetensors.torch.save_file(state_dict, f)",
         path, what);
     goto done;
@@ -508,10 +517,16 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
   const pk_tensor *v = pt->view;
   size_t ei = v->storage->record;
   const zd_entry *e = &f->zip.ent[ei];
+  const size_t es = cp_dtype_size(pt->t.dtype);
   const uint8_t *base;
   if (zd_mappable(e)) {
     base = f->map + e->data_off;
+  } else if (pt->contiguous) {
+    /* Streamed through a bounded buffer: nothing beyond the bytes asked for is held. */
+    return zd_read_at(&f->zip, ei, v->offset * es + offset, buf, len);
   } else {
+    /* A strided view gathers from anywhere in its record: buffer the record, whose size is
+     * bounded by its storage (persistent_load) and the DEFLATE ratio (zd_resolve). */
     if (f->cache_ent != ei) {
       free(f->cache);
       f->cache = NULL;
@@ -529,7 +544,6 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
     }
     base = f->cache;
   }
-  const size_t es = cp_dtype_size(pt->t.dtype);
   if (pt->contiguous) {
     memcpy(buf, base + v->offset * es + offset, len);
     return 0;
