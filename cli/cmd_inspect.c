@@ -110,7 +110,7 @@ int cmd_inspect(int argc, char **argv) {
       else if (!strcmp(argv[i], "--rule")) rule = next;
       else if (!strcmp(argv[i], "--ids")) ids = next;
       else if (!strcmp(argv[i], "--seed") && !cli_parse_u64("inspect", "--seed", next, &seed)) return CLI_USAGE;
-      else if (!strcmp(argv[i], "--threads") && !cli_parse_u64("inspect", "--threads", next, &threads))
+      else if (!strcmp(argv[i], "--threads") && !cli_parse_u64_in("inspect", "--threads", next, 0, 1024, &threads))
         return CLI_USAGE;
       i++;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -126,7 +126,6 @@ int cmd_inspect(int argc, char **argv) {
     return cli_usage_error("inspect", "--lengths, --rule and --ids need --attention-stats");
   if (stats) {
     if (!lengths_text) return cli_usage_error("inspect", "--attention-stats needs --lengths");
-    if (threads > 1024) return cli_usage_error("inspect", "--threads %llu is too many", threads);
     int64_t *lengths = NULL;
     int n_lengths = 0;
     if (!cli_parse_lengths("inspect", lengths_text, &lengths, &n_lengths)) return CLI_USAGE;
