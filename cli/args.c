@@ -59,6 +59,26 @@ int cli_parse_ids(int64_t **out, int64_t *n_out, const char *opt, const char *te
 }
 
 
+bool cli_parse_u64_in(const char *cmd, const char *opt, const char *text, unsigned long long lo,
+                      unsigned long long hi, unsigned long long *out) {
+  if (!cli_parse_u64(cmd, opt, text, out)) return false;
+  if (*out >= lo && *out <= hi) return true;
+  cli_usage_error(cmd, "%s must be in [%llu, %llu], got %llu", opt, lo, hi, *out);
+  return false;
+}
+
+bool cli_no_repeated_options(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "--", 2) != 0 || !argv[i][2]) continue;
+    for (int j = 1; j < i; j++)
+      if (!strcmp(argv[i], argv[j])) {
+        cli_usage_error(argv[0], "%s given more than once", argv[i]);
+        return false;
+      }
+  }
+  return true;
+}
+
 bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_out) {
   *out = NULL;
   *n_out = 0;
@@ -72,9 +92,14 @@ bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_
     char *end = NULL;
     errno = 0;
     long long x = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
-    if (x <= 0 || errno || (*end && *end != ',') || x > (1ll << 40)) {
+    if (x <= 0 || errno || (*end && *end != ',')) {
       free(v);
       cli_usage_error(cmd, "--lengths expects positive integers like 256,1024,4096; got '%s'", text);
+      return false;
+    }
+    if (x > CLI_MAX_TOKENS) {
+      free(v);
+      cli_usage_error(cmd, "--lengths: %lld is over the limit of %lld tokens", x, CLI_MAX_TOKENS);
       return false;
     }
     v[n++] = x;

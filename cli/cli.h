@@ -23,6 +23,15 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 bool cli_is_help(const char *arg);
 /* Parses a non-negative integer option value; returns false (and prints) on junk. */
 bool cli_parse_u64(const char *cmd, const char *opt, const char *text, unsigned long long *out);
+/* As cli_parse_u64, and refuses a value outside [lo, hi] naming the option and the bound. */
+bool cli_parse_u64_in(const char *cmd, const char *opt, const char *text, unsigned long long lo,
+                      unsigned long long hi, unsigned long long *out);
+/* Token counts (lengths, --target-len, --n-local, ...): past 2^20 the KV cache alone of a small
+ * model outgrows a workstation, and int arithmetic on rows x lengths stays far from overflow. */
+#define CLI_MAX_TOKENS (1ll << 20)
+/* An option given twice is refused rather than the last one silently winning; false (and
+ * prints) naming it. argv[0] is the subcommand. */
+bool cli_no_repeated_options(int argc, char **argv);
 /* A positive byte count, optionally with K, M or G (2^10, 2^20, 2^30); false (and prints) on junk. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned long long *out);
 

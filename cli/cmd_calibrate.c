@@ -171,16 +171,14 @@ int cmd_calibrate(int argc, char **argv) {
     else if (!strcmp(a, "--inputs")) inputs_text = argv[++i];
     else if (!strcmp(a, "--tokenizer")) tok_path = argv[++i];
     else if (!strcmp(a, "--train-len")) {
-      if (!cli_parse_u64(cmd, a, argv[++i], &train_len)) return CLI_USAGE;
-      if (train_len < 2) return cli_usage_error(cmd, "--train-len must be at least 2");
+      /* below CLI_MAX_TOKENS: every length must be longer */
+      if (!cli_parse_u64_in(cmd, a, argv[++i], 2, CLI_MAX_TOKENS - 1, &train_len)) return CLI_USAGE;
     } else if (!strcmp(a, "--samples")) {
-      if (!cli_parse_u64(cmd, a, argv[++i], &samples)) return CLI_USAGE;
-      if (samples < 1 || samples > 1000) return cli_usage_error(cmd, "--samples must be in [1, 1000]");
+      if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1000, &samples)) return CLI_USAGE;
     } else if (!strcmp(a, "--seed")) {
       if (!cli_parse_u64(cmd, a, argv[++i], &seed)) return CLI_USAGE;
     } else if (!strcmp(a, "--threads")) {
-      if (!cli_parse_u64(cmd, a, argv[++i], &threads)) return CLI_USAGE;
-      if (threads < 1 || threads > 1024) return cli_usage_error(cmd, "--threads must be in [1, 1024]");
+      if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1024, &threads)) return CLI_USAGE;
     } else if (!strcmp(a, "--per-layer")) per_layer = true;
     else if (!strcmp(a, "--refine")) refine = true;
     else if (!strcmp(a, "--json")) json = true;

@@ -118,11 +118,9 @@ int cmd_forward(int argc, char **argv) {
     else if (!strcmp(a, "--out")) out_path = argv[++i];
     else if (!strcmp(a, "--stats")) stats_path = argv[++i];
     else if (!strcmp(a, "--threads")) {
-      if (!cli_parse_u64(cmd, a, argv[++i], &threads)) return CLI_USAGE;
-      if (threads < 1 || threads > 1024) return cli_usage_error(cmd, "--threads must be in [1, 1024]");
+      if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1024, &threads)) return CLI_USAGE;
     } else if (!strcmp(a, "--generate")) {
-      if (!cli_parse_u64(cmd, a, argv[++i], &n_gen)) return CLI_USAGE;
-      if (n_gen > 1000000) return cli_usage_error(cmd, "--generate is limited to 1000000 tokens");
+      if (!cli_parse_u64_in(cmd, a, argv[++i], 0, CLI_MAX_TOKENS, &n_gen)) return CLI_USAGE;
       generate = true;
     } else if (!strcmp(a, "--stop-at-eos")) stop_at_eos = true;
     else if (a[0] == '-' && a[1]) return cli_usage_error(cmd, "unknown option '%s'", a);

@@ -1,4 +1,5 @@
 /* ctxpatch inspect PATH [--json] */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,15 +8,19 @@
 #include "ctxpatch/converters/checkpoint.h"
 #include "converters/describe.h"
 #include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/formats/tensor.h"
 
 static const char inspect_help[] =
     "usage: ctxpatch inspect PATH [--json]\n"
+    "       ctxpatch inspect PATH --check-values\n"
     "       ctxpatch inspect MODEL --attention-stats --lengths 256,1024,4096 [--rule RULE.json]\n"
     "                        [--ids LIST|@FILE] [--seed S] [--threads T] [--json]\n\n"
     "Describes a checkpoint file or folder: format, architecture family, positional scheme\n"
     "(T5 buckets, ALiBi slopes, RoPE theta/rotary dims/scaling, FIRE), training length,\n"
     "hyperparameters, tensor and parameter counts, dtypes, bytes, and every tensor.\n\n"
     "  --json   print the description as JSON (keys documented in docs/inspect-json.md)\n\n"
+    "With --check-values, reads every floating-point tensor (F64, F32, F16, BF16; not F8) and\n"
+    "prints the first NaN or Inf: tensor and element index (row-major); exit 1 when found.\n\n"
     "With --attention-stats, runs one forward pass per length (random ids from --seed, or --ids\n"
     "tiled to the length; T5: encoder input, decoder [start]) and prints the mean P_max and\n"
     "entropy of the attention softmaxes per attention kind: the dispersed-attention effect\n"
@@ -90,9 +95,61 @@ static void print_text(const cJSON *d) {
   }
 }
 
+/* Index of the first non-finite element of n float32 values, or -1. */
+static int64_t first_nonfinite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return (int64_t)i;
+  return -1;
+}
+
+/* inspect --check-values: every float tensor read in bounded chunks, widened to float32 (exact
+ * for F16/BF16; F64 is checked as double, so a finite double past float range is not flagged). */
+static int check_values(const char *path) {
+  enum { CHUNK = 1 << 18 }; /* elements */
+  cp_checkpoint *ck = NULL;
+  double *raw = malloc(CHUNK * sizeof(double));
+  float *f = malloc(CHUNK * sizeof(float));
+  int rc = raw && f ? cp_checkpoint_open(&ck, path) : cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  int status = CLI_OK;
+  size_t scanned = 0;
+  for (size_t t = 0; rc == 0 && status == CLI_OK && t < cp_checkpoint_count(ck); t++) {
+    const cp_tensor *tn = cp_checkpoint_tensor(ck, t);
+    cp_dtype dt = tn->dtype;
+    if (dt != CP_F64 && dt != CP_F32 && dt != CP_F16 && dt != CP_BF16) continue;
+    size_t es = cp_dtype_size(dt);
+    uint64_t numel = tn->nbytes / es;
+    scanned++;
+    for (uint64_t at = 0; rc == 0 && at < numel; at += CHUNK) {
+      size_t n = numel - at < CHUNK ? (size_t)(numel - at) : CHUNK;
+      if ((rc = cp_checkpoint_read(ck, t, at * es, raw, n * es)) < 0) break;
+      int64_t bad = -1;
+      if (dt == CP_F64) {
+        for (size_t i = 0; i < n && bad < 0; i++)
+          if (!isfinite(raw[i])) bad = (int64_t)i;
+      } else if ((rc = cp_convert_to_f32(f, raw, dt, n)) == 0) {
+        bad = first_nonfinite(f, n);
+      }
+      if (bad >= 0) {
+        double v = dt == CP_F64 ? raw[bad] : f[bad];
+        printf("%s: tensor '%s' (%s): element %llu is %s\n", path, tn->name, cp_dtype_name(dt),
+               (unsigned long long)(at + (uint64_t)bad), isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+        status = CLI_FAIL;
+        break;
+      }
+      cp_checkpoint_release(ck, t, at * es, n * es);
+    }
+  }
+  if (rc < 0) status = cli_report(rc);
+  else if (status == CLI_OK) printf("%s: %zu floating-point tensors, all finite\n", path, scanned);
+  cp_checkpoint_free(ck);
+  free(raw);
+  free(f);
+  return status;
+}
+
 int cmd_inspect(int argc, char **argv) {
   const char *path = NULL, *rule = NULL, *ids = NULL, *lengths_text = NULL;
-  bool json = false, stats = false;
+  bool json = false, stats = false, values = false;
   unsigned long long seed = 0, threads = 0;
   for (int i = 1; i < argc; i++) {
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,6 +160,8 @@ int cmd_inspect(int argc, char **argv) {
       json = true;
     } else if (!strcmp(argv[i], "--attention-stats")) {
       stats = true;
+    } else if (!strcmp(argv[i], "--check-values")) {
+      values = true;
     } else if (!strcmp(argv[i], "--lengths") || !strcmp(argv[i], "--rule") || !strcmp(argv[i], "--ids") ||
                !strcmp(argv[i], "--seed") || !strcmp(argv[i], "--threads")) {
       if (!next) return cli_usage_error("inspect", "%s needs a value", argv[i]);
@@ -110,7 +169,7 @@ int cmd_inspect(int argc, char **argv) {
       else if (!strcmp(argv[i], "--rule")) rule = next;
       else if (!strcmp(argv[i], "--ids")) ids = next;
       else if (!strcmp(argv[i], "--seed") && !cli_parse_u64("inspect", "--seed", next, &seed)) return CLI_USAGE;
-      else if (!strcmp(argv[i], "--threads") && !cli_parse_u64("inspect", "--threads", next, &threads))
+      else if (!strcmp(argv[i], "--threads") && !cli_parse_u64_in("inspect", "--threads", next, 0, 1024, &threads))
         return CLI_USAGE;
       i++;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -122,11 +181,12 @@ int cmd_inspect(int argc, char **argv) {
     }
   }
   if (!path) return cli_usage_error("inspect", "missing PATH");
+  if (values && (stats || json)) return cli_usage_error("inspect", "--check-values stands alone");
+  if (values) return check_values(path);
   if (!stats && (lengths_text || rule || ids))
     return cli_usage_error("inspect", "--lengths, --rule and --ids need --attention-stats");
   if (stats) {
     if (!lengths_text) return cli_usage_error("inspect", "--attention-stats needs --lengths");
-    if (threads > 1024) return cli_usage_error("inspect", "--threads %llu is too many", threads);
     int64_t *lengths = NULL;
     int n_lengths = 0;
     if (!cli_parse_lengths("inspect", lengths_text, &lengths, &n_lengths)) return CLI_USAGE;

@@ -132,20 +132,15 @@ static int method_opt(cp_patch_options *po, const char *a, const char *v) {
   else if (!strcmp(a, "--tau")) ok = parse_double(a, v, &po->tau, 1e-6);
   else if (!strcmp(a, "--factor")) ok = parse_double(a, v, &po->factor, 1e-6);
   else if (!strcmp(a, "--threshold")) ok = parse_double(a, v, &po->threshold, 1e-6);
-  else if (!strcmp(a, "--target-len")) ok = cli_parse_u64("patch", a, v, &u), po->target_len = (int64_t)u;
-  else if (!strcmp(a, "--train-len")) ok = cli_parse_u64("patch", a, v, &u), po->train_len = (int64_t)u;
-  else if (!strcmp(a, "--n-global")) ok = cli_parse_u64("patch", a, v, &u), po->n_global = (int64_t)u, po->have_n_global = true;
-  else if (!strcmp(a, "--n-local")) ok = cli_parse_u64("patch", a, v, &u), po->n_local = (int64_t)u;
-  else if (!strcmp(a, "--ceiling")) ok = cli_parse_u64("patch", a, v, &u), po->ceiling = (int64_t)u;
-  else if (!strcmp(a, "--top-k")) ok = cli_parse_u64("patch", a, v, &u), po->top_k = u > 1000000 ? -1 : (int)u;
+  /* Token counts: an explicit 0 would read as "unset" (the default) downstream, so it is
+   * refused; --n-global 0 (no global tokens) is a real choice. */
+  else if (!strcmp(a, "--target-len")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->target_len = (int64_t)u;
+  else if (!strcmp(a, "--train-len")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->train_len = (int64_t)u;
+  else if (!strcmp(a, "--n-global")) ok = cli_parse_u64_in("patch", a, v, 0, CLI_MAX_TOKENS, &u), po->n_global = (int64_t)u, po->have_n_global = true;
+  else if (!strcmp(a, "--n-local")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->n_local = (int64_t)u;
+  else if (!strcmp(a, "--ceiling")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->ceiling = (int64_t)u;
+  else if (!strcmp(a, "--top-k")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->top_k = (int)u;
   else return 0;
-  /* Lengths past 2^62 would overflow the arithmetic on them. */
-  if (ok && (u > INT64_MAX / 2 || po->top_k < 0)) ok = cli_usage_error("patch", "a length option is too large") == 0;
-  /* These store 0 as "not given": an explicit 0 would silently become the default. */
-  static const char *const no_zero[] = {"--n-local", "--ceiling", "--top-k", "--target-len", "--train-len"};
-  for (size_t i = 0; ok && u == 0 && i < sizeof no_zero / sizeof *no_zero; i++)
-    if (!strcmp(a, no_zero[i]))
-      ok = cli_usage_error("patch", "%s 0: expected an integer >= 1 (omit %s for its default)", a, a) == 0;
   return ok ? 1 : -1;
 }
 

@@ -71,7 +71,9 @@ int main(int argc, char **argv) {
     return CLI_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name))
+      return cli_no_repeated_options(argc - 1, argv + 1) ? commands[i].run(argc - 1, argv + 1)
+                                                         : CLI_USAGE;
   fprintf(stderr, "ctxpatch: unknown command '%s' (see 'ctxpatch --help')\n", argv[1]);
   return CLI_USAGE;
 }

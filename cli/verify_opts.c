@@ -16,9 +16,9 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   if (!strcmp(a, "--lengths")) o->lengths_text = v;
   else if (!strcmp(a, "--depths")) o->depths_text = v;
   else if (!strcmp(a, "--no-regression-at")) o->no_reg_text = v;
-  else if (!strcmp(a, "--samples")) return cli_parse_u64(cmd, a, v, &o->samples) ? 1 : -1;
+  else if (!strcmp(a, "--samples")) return cli_parse_u64_in(cmd, a, v, 1, 100000, &o->samples) ? 1 : -1;
   else if (!strcmp(a, "--seed")) return cli_parse_u64(cmd, a, v, &o->seed) ? 1 : -1;
-  else if (!strcmp(a, "--threads")) return cli_parse_u64(cmd, a, v, &o->threads) ? 1 : -1;
+  else if (!strcmp(a, "--threads")) return cli_parse_u64_in(cmd, a, v, 0, 1024, &o->threads) ? 1 : -1;
   else if (!strcmp(a, "--min-accuracy")) {
     char *end;
     o->min_accuracy = strtod(v, &end);
@@ -31,8 +31,6 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
 }
 
 bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd) {
-  if (o->samples < 1 || o->samples > 100000) return cli_usage_error(cmd, "--samples must be 1..100000"), false;
-  if (o->threads > 1024) return cli_usage_error(cmd, "--threads %llu is too many", o->threads), false;
   if (o->lengths_text && !cli_parse_lengths(cmd, o->lengths_text, &o->lengths, &o->n_lengths)) return false;
   if (o->no_reg_text && !cli_parse_lengths(cmd, o->no_reg_text, &o->no_reg, &o->n_no_reg)) return false;
   if (cli_parse_depths(&o->depths, &o->n_depths, o->depths_text) < 0)

@@ -71,7 +71,8 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* Zip archives start with a local file header; everything else is tried as safetensors,
- * except pickles (legacy torch.save), which the PyTorch reader refuses with advice. */
+ * except pickles (legacy torch.save, or a bare pickle.dump), which the PyTorch reader refuses
+ * with advice on re-saving them. */
 static bool looks_like_pytorch(const char *path) {
   unsigned char magic[4] = {0};
   FILE *fp = fopen(path, "rb");

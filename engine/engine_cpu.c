@@ -179,31 +179,63 @@ typedef struct {
   kv_t *kv;         /* [decoder layers] */
 } cross_t;
 
+/* Non-finite weights must fail the run: the attention kernel turns a NaN score row into zeros,
+ * so NaN q or k weights would otherwise give finite, plausible logits. One sum per row and head
+ * (a NaN or Inf element makes it non-finite) keeps the check off the per-element hot loop. */
+static int check_finite(const float *x /* [rows, ld] */, int64_t rows, int heads, int dh, int ld,
+                        int layer, const char *what, int64_t row0) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int h = 0; h < heads; h++) {
+      const float *p = x + (size_t)r * (size_t)ld + (size_t)h * (size_t)dh;
+      float s = 0;
+      for (int i = 0; i < dh; i++) s += p[i] * 0.0f; /* 0 for finite, NaN for NaN or Inf */
+      if (s != 0)
+        return layer < 0
+                   ? cp_error_set(CP_EMODEL_NONFINITE, "engine: row %lld: non-finite %s",
+                                  (long long)(row0 + r), what)
+                   : cp_error_set(CP_EMODEL_NONFINITE,
+                                  "engine: layer %d head %d row %lld: non-finite %s (NaN or Inf "
+                                  "weights? see inspect --check-values)",
+                                  layer, h, (long long)(row0 + r), what);
+    }
+  return 0;
+}
+
 /* Projects hin [n, D] into b->q and finds the keys and values the module attends to:
  * self-attention appends the rows' to `kv` at q_off (MPT clamps q, k and v), cross-attention
  * reads cross->kv[layer], projecting the encoder states on first use. */
-static void project_qkv(const float **K, const float **V, int64_t *n_keys, cp_engine *e, const cp_layer *ly,
+static int project_qkv(const float **K, const float **V, int64_t *n_keys, cp_engine *e, const cp_layer *ly,
                         int layer, cp_attn_kind kind, const float *hin, int64_t n, int64_t q_off, kv_t *kv,
                         const cross_t *cross, bufs_t *b) {
   const cp_model *m = e->m;
   const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  const int H = m->n_heads, Hkv = m->n_kv_heads, dh = m->d_head;
+  int rc;
   if (kind == CP_ATTN_CROSS) {
     cp_ops_linear(e->pool, b->q, qd, hin, D, n, &ly->cq, false);
     kv_t *ckv = &cross->kv[layer];
     if (!ckv->ready) {
       cp_ops_linear(e->pool, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false);
       cp_ops_linear(e->pool, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false);
+      if ((rc = check_finite(ckv->k, cross->n_enc, Hkv, dh, kvd, layer, "cross-attention key", 0)) ||
+          (rc = check_finite(ckv->v, cross->n_enc, Hkv, dh, kvd, layer, "cross-attention value", 0)))
+        return rc;
       ckv->ready = true;
     }
     *n_keys = cross->n_enc;
     *K = ckv->k, *V = ckv->v;
-    return;
+    return check_finite(b->q, n, H, dh, qd, layer, "cross-attention query", q_off);
   }
   cp_ops_linear(e->pool, b->q, qd, hin, D, n, &ly->q, false);
   assert(q_off + n <= kv->cap);
   float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
   cp_ops_linear(e->pool, kc, kvd, hin, D, n, &ly->k, false);
   cp_ops_linear(e->pool, vc, kvd, hin, D, n, &ly->v, false);
+  /* Before MPT's clamp, which maps NaN to a bound. */
+  if ((rc = check_finite(b->q, n, H, dh, qd, layer, "attention query", q_off)) ||
+      (rc = check_finite(kc, n, Hkv, dh, kvd, layer, "attention key", q_off)) ||
+      (rc = check_finite(vc, n, Hkv, dh, kvd, layer, "attention value", q_off)))
+    return rc;
   if (m->clip_qkv > 0) { /* MPT clamps the fused qkv output */
     float cl = m->clip_qkv;
     for (size_t i = 0; i < (size_t)n * qd; i++) b->q[i] = fminf(fmaxf(b->q[i], -cl), cl);
@@ -211,6 +243,7 @@ static void project_qkv(const float **K, const float **V, int64_t *n_keys, cp_en
   }
   *n_keys = q_off + n;
   *K = kv->k, *V = kv->v;
+  return 0;
 }
 
 /* RoPE: rotates the call's n new rows of q and k (at q_off) to their positions, keeping the
@@ -259,9 +292,10 @@ static int attention_module(cp_engine *e, const cp_stack *st, int layer, cp_attn
   cp_attn_plan plan;
   cp_attn_call c;
   cp_rule_plan(&plan, &e->rule, &e->rm, kind, layer);
-  project_qkv(&K, &V, &n_keys, e, ly, layer, kind, hin, n, q_off, kv, cross, b);
+  int rc = project_qkv(&K, &V, &n_keys, e, ly, layer, kind, hin, n, q_off, kv, cross, b);
+  if (rc) return rc;
   cp_arena_reset(&e->work); /* the last call's tables and scratch are done with */
-  int rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row, &e->work);
+  rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row, &e->work);
   if (rc) return rc;
   c.q = b->q, c.k = K, c.v = V, c.out = b->att;
   if (c.pos == CP_ATTN_POS_ROPE) rope_call(e, &c, kv, b);
@@ -325,8 +359,9 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n) {
   for (int64_t r = 0; r < n; r++) memcpy(x + (size_t)r * D, e->m->embed + (size_t)ids[r] * D, D * sizeof *x);
 }
 
-/* Final norm and output head for rows [r0, n) of b->x into logits [n - r0, V]. */
-static void head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits) {
+/* Final norm and output head for rows [r0, n) of b->x into logits [n - r0, V]; a non-finite
+ * logit fails the run (CP_EMODEL_NONFINITE). */
+static int head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits) {
   const cp_model *m = e->m;
   const size_t D = (size_t)m->d_model;
   cp_ops_norm_rows(e->pool, e->m, &st->final_norm, b->x + r0 * D, b->h, n - r0);
@@ -334,6 +369,7 @@ static void head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t
     for (size_t i = 0; i < (size_t)(n - r0) * D; i++) b->h[i] *= m->lm_head_scale;
   cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model};
   cp_ops_linear(e->pool, logits, m->vocab, b->h, m->d_model, n - r0, &L, false);
+  return check_finite(logits, n - r0, 1, m->vocab, m->vocab, -1, "logits", r0);
 }
 
 /* ---------------------------------------------------------------- engine */
@@ -525,7 +561,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   if (m->embed_norm.w) cp_ops_norm_rows(e->pool, e->m, &m->embed_norm, b.x, b.x, n);
   if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
     goto done;
-  if (logits) head(e, &m->decoder, &b, n, 0, logits);
+  if (logits && (rc = head(e, &m->decoder, &b, n, 0, logits))) goto done;
   if (e->collect)
     e->n_modules = m->encoder.n_layers + m->decoder.n_layers + (t5 ? m->decoder.n_layers : 0);
 done:
@@ -554,8 +590,7 @@ static int decode_step(cp_engine *e, bufs_t *b, kv_t *kvs, const cross_t *cross,
   if (m->embed_norm.w) cp_ops_norm_rows(e->pool, e->m, &m->embed_norm, b->x, b->x, rows);
   int rc = run_stack(e, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, cross, last_prompt_row, b);
   if (rc) return rc;
-  head(e, st, b, rows, rows - 1, logits);
-  return 0;
+  return head(e, st, b, rows, rows - 1, logits);
 }
 
 int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,

@@ -64,17 +64,25 @@ static uint64_t fnv1a(const char *s, size_t n) {
 
 /* ---- legacy detection ----------------------------------------------------------------- */
 
+typedef enum { PT_ZIP_OR_OTHER, PT_LEGACY, PT_BARE_PICKLE } pt_kind;
+
 /* torch's legacy format opens with pickle(0x1950a86a20f9469cfc6c) as LONG1, after PROTO and,
- * from protocol 4, a FRAME; the oldest form is a tar archive. */
-static bool is_legacy(const uint8_t *p, size_t n) {
+ * from protocol 4, a FRAME; the oldest form is a tar archive. Any other stream that opens with
+ * PROTO 2..5 is a bare pickle (pickle.dump, or torch.save output stripped of its zip): both
+ * need arbitrary pickle code to load, so both are named and refused before the zip parser
+ * calls them "not a zip archive". */
+static pt_kind sniff(const uint8_t *p, size_t n) {
   static const uint8_t magic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                   0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-  if (n >= 2 + sizeof magic && p[0] == 0x80 && p[1] <= 5) {
+  if (n >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5) {
     size_t at = 2;
     if (n >= 11 + sizeof magic && p[2] == 0x95) at = 11;
-    if (memcmp(p + at, magic, sizeof magic) == 0) return true;
+    if (n >= at + sizeof magic && memcmp(p + at, magic, sizeof magic) == 0) return PT_LEGACY;
+    return PT_BARE_PICKLE;
   }
-  return n >= 262 && memcmp(p, "PK\3\4", 4) != 0 && memcmp(p + 257, "ustar", 5) == 0;
+  if (n >= 262 && memcmp(p, "PK\3\4", 4) != 0 && memcmp(p + 257, "ustar", 5) == 0)
+    return PT_LEGACY;
+  return PT_ZIP_OR_OTHER;
 }
 
 /* ---- storages ------------------------------------------------------------------------- */
@@ -118,6 +126,14 @@ static int persistent_load(void *ctx, const pk_storage **out, const char *key, s
                         "its %llu-byte record",
                         f->path, op_offset, qk, (unsigned long long)numel, cp_dtype_name(dtype),
                         (unsigned long long)e->usize);
+  /* A compressed record inflates to no more than its storage needs (torch writes exactly that),
+   * so no reader inflates bytes that no tensor can use; stored records are only mapped. */
+  if (!zd_mappable(e) && e->usize > nbytes)
+    return cp_error_set(CP_EPT_RECORD,
+                        "%s: pickle offset %zu: compressed record '%.*s' inflates to %llu bytes, "
+                        "its storage '%s' needs %llu (a zip bomb?)",
+                        f->path, op_offset, (int)nl, name, (unsigned long long)e->usize, qk,
+                        (unsigned long long)nbytes);
   pk_storage *s = cp_arena_alloc(&f->arena, sizeof *s);
   CP_CHECK_ALLOC(s, f->path);
   s->dtype = dtype;
@@ -387,13 +403,21 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   close(fd);
   fd = -1;
 
-  if (is_legacy(f->map, f->map_len)) {
-    rc =
-        cp_error_set(CP_EPT_LEGACY,
-                     "%s: legacy (pre-1.6, non-zip) PyTorch checkpoint; its loader needs arbitrary "
-                     "pickle code. Re-save it in a trusted environment with "
-                     "torch.save(torch.load(f), f, _use_new_zipfile_serialization=True)",
-                     path);
+  pt_kind kind = sniff(f->map, f->map_len);
+  if (kind != PT_ZIP_OR_OTHER) {
+    char what[96];
+    if (kind == PT_LEGACY)
+      snprintf(what, sizeof what, "legacy (pre-1.6, non-zip) PyTorch checkpoint");
+    else
+      snprintf(what, sizeof what, "bare pickle (protocol %u, e.g. pickle.dump output)",
+               (unsigned)f->map[1]);
+    rc = cp_error_set(
+        CP_EPT_LEGACY,
+        "%s: offset 0: %s, not a zip archive; loading it needs arbitrary pickle code. Re-save it "
+        "in a trusted environment with torch.save(obj, f, _use_new_zipfile_serialization=True) "
+        "(the zip format, the default since torch 1.6) or "
+        "safetensors.torch.save_file(state_dict, f)",
+        path, what);
     goto done;
   }
 
@@ -493,10 +517,16 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
   const pk_tensor *v = pt->view;
   size_t ei = v->storage->record;
   const zd_entry *e = &f->zip.ent[ei];
+  const size_t es = cp_dtype_size(pt->t.dtype);
   const uint8_t *base;
   if (zd_mappable(e)) {
     base = f->map + e->data_off;
+  } else if (pt->contiguous) {
+    /* Streamed through a bounded buffer: nothing beyond the bytes asked for is held. */
+    return zd_read_at(&f->zip, ei, v->offset * es + offset, buf, len);
   } else {
+    /* A strided view gathers from anywhere in its record: buffer the record, whose size is
+     * bounded by its storage (persistent_load) and the DEFLATE ratio (zd_resolve). */
     if (f->cache_ent != ei) {
       free(f->cache);
       f->cache = NULL;
@@ -514,7 +544,6 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
     }
     base = f->cache;
   }
-  const size_t es = cp_dtype_size(pt->t.dtype);
   if (pt->contiguous) {
     memcpy(buf, base + v->offset * es + offset, len);
     return 0;

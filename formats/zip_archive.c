@@ -136,6 +136,7 @@ static int parse_central_dir(zd_archive *ar) {
 
 int zd_open(zd_archive *z, const char *path, const uint8_t *map, size_t len) {
   memset(z, 0, sizeof *z);
+  z->cur_ent = SIZE_MAX;
   z->path = path;
   z->map = map;
   z->map_len = len;
@@ -162,6 +163,7 @@ int zd_open(zd_archive *z, const char *path, const uint8_t *map, size_t len) {
 }
 
 void zd_close(zd_archive *z) {
+  if (z->cur) zip_fclose(z->cur);
   if (z->za) zip_discard(z->za);
   free(z->ent);
   free(z->by_name);
@@ -199,6 +201,14 @@ int zd_resolve(zd_archive *z, size_t i) {
                         z->path, (unsigned long long)data, qn, (unsigned long long)e->csize);
   if (e->method == ZIP_CM_STORE && e->csize != e->usize)
     return cp_error_set(CP_EPT_ZIP, "%s: entry '%s' is stored but its sizes differ", z->path, qn);
+  /* Bound the expansion before anything is inflated (other methods than DEFLATE are held to
+   * the same ratio: no checkpoint writer uses them). */
+  if (e->method != ZIP_CM_STORE && e->usize / ZD_MAX_RATIO + (e->usize % ZD_MAX_RATIO != 0) > e->csize)
+    return cp_error_set(CP_EPT_RECORD,
+                        "%s: offset %llu: entry '%s' declares %llu bytes from %llu compressed, "
+                        "over the %d:1 DEFLATE maximum (a zip bomb?)",
+                        z->path, (unsigned long long)lo, qn, (unsigned long long)e->usize,
+                        (unsigned long long)e->csize, ZD_MAX_RATIO);
   e->data_off = data;
   e->resolved = true;
   return 0;
@@ -206,33 +216,61 @@ int zd_resolve(zd_archive *z, size_t i) {
 
 bool zd_mappable(const zd_entry *e) { return e->method == ZIP_CM_STORE && !(e->flags & 1); }
 
-int zd_read(zd_archive *z, size_t i, uint8_t *buf) {
-  zd_entry *e = &z->ent[i];
+static void stream_close(zd_archive *z) {
+  if (z->cur) zip_fclose(z->cur);
+  z->cur = NULL;
+  z->cur_ent = SIZE_MAX;
+  z->cur_pos = 0;
+}
+
+/* Reads exactly n bytes of the open stream into dst, or into a bounded scratch buffer when dst
+ * is NULL (skipping). */
+static int stream_take(zd_archive *z, const char *qn, uint8_t *dst, uint64_t n) {
+  const zd_entry *e = &z->ent[z->cur_ent];
+  uint8_t scratch[16384];
+  while (n > 0) {
+    uint64_t want = dst ? n : (n < sizeof scratch ? n : sizeof scratch);
+    zip_int64_t r = zip_fread(z->cur, dst ? dst : scratch, want);
+    if (r <= 0)
+      return cp_error_set(CP_EPT_RECORD, "%s: entry '%s': read %llu of %llu bytes: %s", z->path, qn,
+                          (unsigned long long)z->cur_pos, (unsigned long long)e->usize,
+                          r < 0 ? zip_file_strerror(z->cur) : "unexpected end");
+    z->cur_pos += (uint64_t)r;
+    n -= (uint64_t)r;
+    if (dst) dst += r;
+  }
+  return 0;
+}
+
+int zd_read_at(zd_archive *z, size_t i, uint64_t off, uint8_t *buf, size_t len) {
+  const zd_entry *e = &z->ent[i];
   char qn[160];
   cp_quote(qn, sizeof qn, e->name, e->name_len);
   if (e->flags & 1) return cp_error_set(CP_EPT_RECORD, "%s: entry '%s' is encrypted", z->path, qn);
-  zip_file_t *zf = zip_fopen_index(z->za, i, 0);
-  if (!zf)
-    return cp_error_set(CP_EPT_RECORD, "%s: entry '%s': %s", z->path, qn, zip_strerror(z->za));
-  int rc = 0;
-  uint64_t got = 0;
-  while (got < e->usize) {
-    zip_int64_t r = zip_fread(zf, buf + got, e->usize - got);
-    if (r <= 0) {
-      rc = cp_error_set(CP_EPT_RECORD, "%s: entry '%s': read %llu of %llu bytes: %s", z->path, qn,
-                        (unsigned long long)got, (unsigned long long)e->usize,
-                        r < 0 ? zip_file_strerror(zf) : "unexpected end");
-      goto done;
-    }
-    got += (uint64_t)r;
+  if (off > e->usize || len > e->usize - off)
+    return cp_error_set(CP_EPT_RECORD, "%s: entry '%s': bytes [%llu, +%zu) past its %llu bytes",
+                        z->path, qn, (unsigned long long)off, len, (unsigned long long)e->usize);
+  if (z->cur_ent != i || off < z->cur_pos) {
+    stream_close(z);
+    if (!(z->cur = zip_fopen_index(z->za, i, 0)))
+      return cp_error_set(CP_EPT_RECORD, "%s: entry '%s': %s", z->path, qn, zip_strerror(z->za));
+    z->cur_ent = i;
   }
-  /* One more read reaches end of data, where libzip checks the CRC. */
-  uint8_t extra;
-  zip_int64_t r = zip_fread(zf, &extra, 1);
-  if (r != 0)
-    rc = cp_error_set(CP_EPT_RECORD, "%s: entry '%s': %s", z->path, qn,
-                      r < 0 ? zip_file_strerror(zf) : "more data than its size");
-done:
-  zip_fclose(zf);
+  int rc = stream_take(z, qn, NULL, off - z->cur_pos);
+  if (rc == 0) rc = stream_take(z, qn, buf, len);
+  if (rc == 0 && z->cur_pos == e->usize) {
+    /* One more read reaches end of data, where libzip checks the CRC. */
+    uint8_t extra;
+    zip_int64_t r = zip_fread(z->cur, &extra, 1);
+    if (r != 0)
+      rc = cp_error_set(CP_EPT_RECORD, "%s: entry '%s': %s", z->path, qn,
+                        r < 0 ? zip_file_strerror(z->cur) : "more data than its size");
+    stream_close(z);
+  }
+  if (rc < 0) stream_close(z);
   return rc;
+}
+
+int zd_read(zd_archive *z, size_t i, uint8_t *buf) {
+  return zd_read_at(z, i, 0, buf, (size_t)z->ent[i].usize);
 }

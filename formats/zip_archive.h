@@ -34,7 +34,14 @@ typedef struct {
   zd_entry *ent; /* [nent] central directory order == libzip index */
   size_t nent;
   zd_name *by_name; /* [nent] sorted by name */
+  /* zd_read_at's open inflate stream: entry cur_ent (SIZE_MAX = none) at byte cur_pos */
+  zip_file_t *cur;
+  size_t cur_ent;
+  uint64_t cur_pos;
 } zd_archive;
+
+/* DEFLATE cannot expand more than 1032:1; an entry declaring more is a lie or a bomb. */
+#define ZD_MAX_RATIO 1032
 
 /* Parses the central directory of map[0..len) (refusing duplicate names), then opens it with
  * libzip and checks both agree on the entry count. *z owns what it allocates: zd_close it, also
@@ -44,11 +51,16 @@ void zd_close(zd_archive *z);
 
 /* Entry index named name[0..len), or -1. */
 int64_t zd_find(const zd_archive *z, const char *name, size_t len);
-/* Cross-checks entry i against libzip and its local header, and finds its data in the map. */
+/* Cross-checks entry i against libzip and its local header, finds its data in the map, and
+ * refuses a compressed entry declaring more than ZD_MAX_RATIO times its compressed size. */
 int zd_resolve(zd_archive *z, size_t i);
 /* Stored (not compressed, not encrypted): its bytes can be used in place in the map. */
 bool zd_mappable(const zd_entry *e);
 /* Inflates entry i (resolved) into buf[0..usize), checking the CRC. */
 int zd_read(zd_archive *z, size_t i, uint8_t *buf);
+/* Inflates bytes [off, off + len) of entry i (resolved) into buf through a bounded buffer,
+ * never holding more of the entry than len: sequential reads continue one open stream, a read
+ * behind it restarts the entry. The CRC is checked when a read reaches the entry's end. */
+int zd_read_at(zd_archive *z, size_t i, uint64_t off, uint8_t *buf, size_t len);
 
 #endif

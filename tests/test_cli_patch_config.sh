@@ -94,7 +94,7 @@ for opt in --n-local --ceiling --top-k; do
 done
 for opt in --target-len --train-len; do
   "$bin" patch "$work/odd" "$work/o0" --method lm-infinite $opt 0 --no-verify >/dev/null 2>"$work/e" \
-    && bad "$opt 0 accepted" || { grep -q -- "$opt 0" "$work/e" && ok || bad "$opt 0: message"; }
+    && bad "$opt 0 accepted" || { grep -q -- "$opt" "$work/e" && grep -q "got 0" "$work/e" && ok || bad "$opt 0: message"; }
 done
 "$py" -c 'import json,sys; r=json.load(open(sys.argv[1]))["ctxpatch"]["rule"]; assert r["top_k"]["k"]==1, r' \
   "$work/o/config.json" && ok || bad "--top-k 1 not in the rule"

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/error.h"
@@ -125,17 +126,52 @@ static int measure_stats(cp_verify_result *r, const cp_model *model, const cp_to
   return 0;
 }
 
+/* Bytes one token of context costs a run, by an estimate: the K and V cache of every layer and
+ * the per-token activations (residual, q/k/v/o, FFN), float32, twice when a baseline runs. */
+static uint64_t bytes_per_token(const cp_model *m) {
+  uint64_t layers = (uint64_t)m->encoder.n_layers + (uint64_t)m->decoder.n_layers;
+  uint64_t kv = layers * 2 * (uint64_t)m->n_kv_heads * (uint64_t)m->d_head;
+  uint64_t act = 6 * (uint64_t)m->d_model + 3 * (uint64_t)m->d_ff;
+  return (kv + act) * sizeof(float);
+}
+
+/* Memory a run may use: CTXPATCH_MEMORY_LIMIT (bytes) when set, else the machine's RAM. */
+static uint64_t memory_limit(void) {
+  const char *env = getenv("CTXPATCH_MEMORY_LIMIT");
+  if (env && *env) return strtoull(env, NULL, 10);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
+/* Refuses a length whose estimated footprint passes the memory limit before anything is
+ * allocated: an outsized --lengths otherwise allocates until the kernel kills the process. */
+static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
+  uint64_t per = bytes_per_token(model) * (p->baseline ? 2 : 1), limit = memory_limit();
+  for (int l = 0; l < p->n_lengths; l++) {
+    uint64_t len = (uint64_t)p->lengths[l] + (uint64_t)p->max_new_tokens;
+    if (per && len > limit / per)
+      return cp_error_set(CP_EVERIFY_LENGTH,
+                          "--lengths: %lld tokens need about %llu bytes (%llu per token for the KV "
+                          "cache and activations), over the %llu bytes of memory available",
+                          (long long)p->lengths[l], (unsigned long long)(len * per),
+                          (unsigned long long)per, (unsigned long long)limit);
+  }
+  return 0;
+}
+
 int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokenizer *tok, const cp_rule *rule,
                   const cp_verify_params *params) {
   *out = NULL;
   const cp_verify_params *p = params;
   if (p->n_probes <= 0 || p->n_lengths <= 0 || p->n_depths <= 0 || p->samples <= 0 || p->max_new_tokens <= 0)
     return cp_error_set(CP_EARG, "verify needs at least one probe, length, depth and sample");
+  int rc = check_lengths_fit(model, p);
+  if (rc < 0) return rc;
   cp_verify_result *r = NULL;
   cp_engine *engines[2] = {NULL, NULL};
   int64_t *gen = NULL;
   char *text = NULL;
-  int rc = alloc_result(&r, p);
+  rc = alloc_result(&r, p);
   if (rc < 0) return rc;
   double t0 = now_seconds();
   cp_engine_params ep;

@@ -111,6 +111,44 @@ def write_zip64(path, entries):
         f.write(out)
 
 
+def deflated_zeros(n, chunk=1 << 20):
+    """n zero bytes deflated, fed in chunks so the generator never holds n bytes."""
+    c, out, zero = zlib.compressobj(9, zlib.DEFLATED, -15), [], bytes(chunk)
+    for at in range(0, n, chunk):
+        out.append(c.compress(zero[: min(chunk, n - at)]))
+    out.append(c.flush())
+    return b"".join(out)
+
+
+def raw_deflate(data):
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()
+
+
+def zeros_crc(n, chunk=1 << 20):
+    crc, zero = 0, bytes(chunk)
+    for at in range(0, n, chunk):
+        crc = zlib.crc32(zero[: min(chunk, n - at)], crc)
+    return crc
+
+
+def write_raw_deflated(path, entries):
+    """entries: [(name, raw deflate bytes, declared size, crc)], written by hand so an entry's
+    bytes never exist inflated here and its declared size can lie."""
+    out, cd = bytearray(), bytearray()
+    for name, comp, usize, crc in entries:
+        nm, off = name.encode(), len(out)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0x21, crc, len(comp), usize,
+                           len(nm), 0) + nm + comp
+        cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0x21, crc, len(comp),
+                          usize, len(nm), 0, 0, 0, 0, 0, off) + nm
+    cd_off = len(out)
+    out += cd
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(cd), cd_off, 0)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
 def torch_zip(path, data_pkl, records=None, prefix="archive", extra=(), compress=False):
     records = {"0": F32x4} if records is None else records
     entries = [(f"{prefix}/data.pkl", data_pkl)]
@@ -284,6 +322,31 @@ def make(outdir):
                 [("archive/data.pkl", good), ("archive/data/0", F32x4), ("archive/version", b"3\n")])
     cases.append(("zip64_ok.pt", "CP_OK"))
 
+    # Zip bombs: a deflated record may inflate to at most the bytes its storage needs and at
+    # most 1032 times its compressed size (DEFLATE's maximum). Bounds at N (accepted) and N+1.
+    def deflated(name, code, records, data_pkl):
+        """records: {key: (raw deflate bytes, declared size, crc)}"""
+        ents = [("archive/data.pkl", raw_deflate(data_pkl), len(data_pkl), zlib.crc32(data_pkl))]
+        ents += [(f"archive/data/{k}",) + r for k, r in records.items()]
+        write_raw_deflated(os.path.join(outdir, name), ents)
+        cases.append((name, code))
+
+    zeros = 256 << 20  # 16 bytes of storage, 256 MiB of record: the outside finding's shape
+    deflated("bomb_record_256m.pt", "CP_EPT_RECORD",
+             {"0": (deflated_zeros(zeros), zeros, zeros_crc(zeros))}, good)
+    deflated("record_storage_exact.pt", "CP_OK",
+             {"0": (raw_deflate(F32x4), 16, zlib.crc32(F32x4))}, good)
+    deflated("record_storage_plus1.pt", "CP_EPT_RECORD",
+             {"0": (raw_deflate(F32x4 + b"\0"), 17, zlib.crc32(F32x4 + b"\0"))}, good)
+    # Declared sizes of 1032 times the compressed bytes and one byte more, the storage agreeing,
+    # so only the ratio decides; the view reads the 16 real bytes at the start of the record.
+    comp = raw_deflate(F32x4)
+    n = len(comp) * 1032
+    deflated("record_ratio_1032.pt", "CP_OK", {"0": (comp, n, zlib.crc32(F32x4))},
+             one(tensor(numel=n // 4)))
+    deflated("record_ratio_1032_plus1.pt", "CP_EPT_RECORD", {"0": (comp, n + 1, zlib.crc32(F32x4))},
+             one(tensor(cls="ByteStorage", numel=n + 1)))
+
     # Damaged archives.
     add("legacy.pt", "CP_EPT_LEGACY",
         raw=pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2)
@@ -292,7 +355,11 @@ def make(outdir):
         raw=pickle.dumps(0x1950A86A20F9469CFC6C, protocol=4) + pickle.dumps(1001, protocol=4))
     add("not_a_zip.pt", "CP_EPT_ZIP", raw=b"this is not a checkpoint\n" * 4)
     add("empty_file.pt", "CP_EPT_ZIP", raw=b"")
-    add("pickle_not_zip.pt", "CP_EPT_ZIP", raw=pickle.dumps({"a": 1}, protocol=2))
+    # A bare pickle (pickle.dump, or a checkpoint stripped of its zip) is named as such.
+    for proto in (2, 3, 4, 5):
+        add(f"bare_pickle_protocol{proto}.pt", "CP_EPT_LEGACY",
+            raw=pickle.dumps({"a": 1, "w": [1.0, 2.0]}, protocol=proto))
+    add("pickle_protocol6_not_zip.pt", "CP_EPT_ZIP", raw=b"\x80\x06" + b"}." * 20)
     torch_zip(os.path.join(outdir, "_whole.tmp"), good)
     with open(os.path.join(outdir, "_whole.tmp"), "rb") as f:
         whole = f.read()

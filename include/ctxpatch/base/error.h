@@ -84,6 +84,7 @@
   X(CP_EMODEL_TENSOR, -500, "model: tensor missing or of the wrong shape")             \
   X(CP_EMODEL_INPUT, -501, "model: invalid input ids")                                \
   X(CP_ECUDA, -502, "cuda: no device, or a CUDA runtime call failed")                \
+  X(CP_EMODEL_NONFINITE, -503, "model: non-finite value (NaN or Inf) in a forward pass") \
   /* verify stage (-700) */                                                            \
   X(CP_EVERIFY_PROBE, -700, "verify: unknown probe")                                   \
   X(CP_EVERIFY_LENGTH, -701, "verify: length cannot hold the probe")                   \
