@@ -49,7 +49,7 @@ int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int de
       if (!(s->a = strdup(str))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
       return 0;
     }
-    return tk_regex_compile(&s->re, re, "normalizer Replace");
+    return tk_regex_compile(&s->re, re, p, "normalizer Replace");
   } else if (!strcmp(type, "Precompiled")) {
     s->type = N_PRECOMPILED;
     const cJSON *b64 = jget(n, "precompiled_charsmap");

@@ -111,4 +111,14 @@ def make(outdir):
     sample = ("b", "\u2581 b")
     add("spm_samples_at_limit.model", spm_model(self_test=[sample] * SPM_MAX_SELFTEST_SAMPLES), "CP_OK")
     add("spm_samples_past_limit.model", spm_model(self_test=[sample] * (SPM_MAX_SELFTEST_SAMPLES + 1)), "CP_ETOK_MODEL")
+
+    # 2. ReDoS: a catastrophic-backtracking regex on the 35 a's and b of text.txt (the finding
+    # never returned); bounded by ICU's match time limit, refused with CP_ETOK_LIMIT.
+    redos = {"Regex": "(a+)+$"}
+    add("redos_split.json", hf(pre_tokenizer={"type": "Split", "pattern": redos, "behavior": "Isolated"}), "CP_ETOK_LIMIT")
+    add("redos_split_in_sequence.json", hf(pre_tokenizer=seq("pre", "pretokenizers", [
+        {"type": "WhitespaceSplit"}, {"type": "Split", "pattern": redos, "behavior": "Removed", "invert": True}])),
+        "CP_ETOK_LIMIT")
+    add("redos_replace.json", hf(normalizer={"type": "Replace", "pattern": redos, "content": "b"}), "CP_ETOK_LIMIT")
+    add("regex_ok.json", hf(pre_tokenizer={"type": "Split", "pattern": {"Regex": "a+"}, "behavior": "Isolated"}), "CP_OK")
     return cases
