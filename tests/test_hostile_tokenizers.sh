@@ -9,7 +9,10 @@ passed=0; failed=0
 [ -f "$dir/expected.tsv" ] || { echo "FAIL: $dir/expected.tsv missing (make_hostile_corpus)"; echo "0 passed, 1 failed"; exit 1; }
 err=$(mktemp); trap 'rm -f "$err"' EXIT
 while IFS=$'\t' read -r name want; do
-  "$bin" tokenize "$dir/$name" --text-file "$dir/text.txt" >/dev/null 2>"$err"; rc=$?
+  # decode_* cases run the decoder on 36 ids of "a"; the others encode text.txt
+  input=(--text-file "$dir/text.txt")
+  case $name in decode_*) input=(--decode "$(printf '1,%.0s' {1..35})1") ;; esac
+  "$bin" tokenize "$dir/$name" "${input[@]}" >/dev/null 2>"$err"; rc=$?
   msg=$(head -c 300 "$err")
   if [ "$want" = CP_OK ]; then
     if [ $rc -eq 0 ]; then passed=$((passed+1)); else failed=$((failed+1)); echo "FAIL: $name: rc $rc: $msg"; fi

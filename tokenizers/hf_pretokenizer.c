@@ -211,7 +211,7 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     size_t rl = strlen(st->str);
     bool prepend = st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && pc->at0);
     if (prepend && !(n >= rl && !memcmp(s, st->str, rl))) cp_strbuf_str(&t, st->str);
-    tk_replace_all(&t, s, n, " ", st->str);
+    tk_replace_all(&t, s, n, " ", st->str, SIZE_MAX); /* one code point per space: checked after the stage */
     if (t.oom) {
       cp_strbuf_free(&t);
       return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");

@@ -10,12 +10,12 @@ import json
 import os
 import struct
 
-# Limits of tokenizers/spm_precheck.c and tokenizers/hf_json.h (keep in step).
+# Limits of tokenizers/spm.h and tokenizers/pieces.h (keep in step).
 SPM_MAX_PIECE_BYTES = 1024
 SPM_MAX_PIECES = 1 << 19
 SPM_MAX_SELFTEST_BYTES = 1 << 16
 SPM_MAX_SELFTEST_SAMPLES = 1024
-TK_GROWTH_FACTOR = 4
+TK_GROWTH_FACTOR = 16
 TK_GROWTH_SLACK = 1024
 
 TEXT = "a" * 35 + "b"
@@ -121,4 +121,24 @@ def make(outdir):
         "CP_ETOK_LIMIT")
     add("redos_replace.json", hf(normalizer={"type": "Replace", "pattern": redos, "content": "b"}), "CP_ETOK_LIMIT")
     add("regex_ok.json", hf(pre_tokenizer={"type": "Split", "pattern": {"Regex": "a+"}, "behavior": "Isolated"}), "CP_OK")
+
+    # 3. Text growth: each step at most 16x its input + 1024 bytes and 16x the chain's input
+    # + 1024 (36 bytes of text: 1600), so chained steps cannot compound.
+    limit = TK_GROWTH_FACTOR * len(TEXT) + TK_GROWTH_SLACK
+    a_to_aa = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
+    add("grow_replace_chain_40.json", hf(normalizer=seq("norm", "normalizers", [a_to_aa] * 40)), "CP_ETOK_LIMIT")  # the finding
+    regex_a = {"type": "Replace", "pattern": {"Regex": "a"}, "content": "aa"}
+    add("grow_regex_replace_chain.json", hf(normalizer=seq("norm", "normalizers", [regex_a] * 40)), "CP_ETOK_LIMIT")
+    b_to = lambda n: {"type": "Replace", "pattern": {"String": "b"}, "content": "a" * n}
+    add("grow_replace_at_limit.json", hf(normalizer=b_to(limit - 35)), "CP_OK")
+    add("grow_replace_past_limit.json", hf(normalizer=b_to(limit - 35 + 1)), "CP_ETOK_LIMIT")
+    prepend = lambda n: seq("norm", "normalizers", [{"type": "NFC"}, {"type": "Prepend", "prepend": "a" * n}])
+    add("grow_prepend_at_limit.json", hf(normalizer=prepend(limit - len(TEXT))), "CP_OK")
+    add("grow_prepend_past_limit.json", hf(normalizer=prepend(limit - len(TEXT) + 1)), "CP_ETOK_LIMIT")
+    bytelevel = {"type": "ByteLevel", "add_prefix_space": True, "use_regex": False}
+    add("grow_bytelevel_chain_64.json", hf(pre_tokenizer=seq("pre", "pretokenizers", [bytelevel] * 64)), "CP_ETOK_LIMIT")
+    # Decoders: run with --decode (ids 1 = "a"): 40 chained Replace a -> aa.
+    add("decode_grow_replace_chain_40.json", hf(decoder=seq("dec", "decoders", [
+        {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}] * 40)), "CP_ETOK_LIMIT")
+    add("decode_replace_ok.json", hf(decoder={"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}), "CP_OK")
     return cases
