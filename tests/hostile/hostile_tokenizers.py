@@ -73,7 +73,7 @@ def many_pieces(n):
 
 
 def hf(normalizer=None, pre_tokenizer=None, decoder=None, added=()):
-    """A WordLevel-free tokenizer.json: a Unigram model over a, b, U+2581 and the given stages."""
+    """A tokenizer.json: a Unigram model over a, b, U+2581 and the given stages."""
     return json.dumps({
         "added_tokens": list(added),
         "normalizer": normalizer,
@@ -84,18 +84,20 @@ def hf(normalizer=None, pre_tokenizer=None, decoder=None, added=()):
     }).encode()
 
 
-def seq(kind, key, steps):
+def seq(key, steps):
     return {"type": "Sequence", key: steps}
+
+
+def write_case(outdir, cases, name, content, code):
+    """Writes one case file and records the code it must get."""
+    with open(os.path.join(outdir, name), "wb") as f:
+        f.write(content)
+    cases.append((name, code))
 
 
 def make(outdir):
     cases = []
-
-    def add(name, content, code):
-        with open(os.path.join(outdir, name), "wb") as f:
-            f.write(content)
-        cases.append((name, code))
-
+    add = lambda name, content, code: write_case(outdir, cases, name, content, code)  # noqa: E731
     with open(os.path.join(outdir, "text.txt"), "w") as f:
         f.write(TEXT)
 
@@ -116,7 +118,7 @@ def make(outdir):
     # never returned); bounded by ICU's match time limit, refused with CP_ETOK_LIMIT.
     redos = {"Regex": "(a+)+$"}
     add("redos_split.json", hf(pre_tokenizer={"type": "Split", "pattern": redos, "behavior": "Isolated"}), "CP_ETOK_LIMIT")
-    add("redos_split_in_sequence.json", hf(pre_tokenizer=seq("pre", "pretokenizers", [
+    add("redos_split_in_sequence.json", hf(pre_tokenizer=seq("pretokenizers", [
         {"type": "WhitespaceSplit"}, {"type": "Split", "pattern": redos, "behavior": "Removed", "invert": True}])),
         "CP_ETOK_LIMIT")
     add("redos_replace.json", hf(normalizer={"type": "Replace", "pattern": redos, "content": "b"}), "CP_ETOK_LIMIT")
@@ -126,19 +128,19 @@ def make(outdir):
     # + 1024 (36 bytes of text: 1600), so chained steps cannot compound.
     limit = TK_GROWTH_FACTOR * len(TEXT) + TK_GROWTH_SLACK
     a_to_aa = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
-    add("grow_replace_chain_40.json", hf(normalizer=seq("norm", "normalizers", [a_to_aa] * 40)), "CP_ETOK_LIMIT")  # the finding
+    add("grow_replace_chain_40.json", hf(normalizer=seq("normalizers", [a_to_aa] * 40)), "CP_ETOK_LIMIT")  # the finding
     regex_a = {"type": "Replace", "pattern": {"Regex": "a"}, "content": "aa"}
-    add("grow_regex_replace_chain.json", hf(normalizer=seq("norm", "normalizers", [regex_a] * 40)), "CP_ETOK_LIMIT")
+    add("grow_regex_replace_chain.json", hf(normalizer=seq("normalizers", [regex_a] * 40)), "CP_ETOK_LIMIT")
     b_to = lambda n: {"type": "Replace", "pattern": {"String": "b"}, "content": "a" * n}
     add("grow_replace_at_limit.json", hf(normalizer=b_to(limit - 35)), "CP_OK")
     add("grow_replace_past_limit.json", hf(normalizer=b_to(limit - 35 + 1)), "CP_ETOK_LIMIT")
-    prepend = lambda n: seq("norm", "normalizers", [{"type": "NFC"}, {"type": "Prepend", "prepend": "a" * n}])
+    prepend = lambda n: seq("normalizers", [{"type": "NFC"}, {"type": "Prepend", "prepend": "a" * n}])
     add("grow_prepend_at_limit.json", hf(normalizer=prepend(limit - len(TEXT))), "CP_OK")
     add("grow_prepend_past_limit.json", hf(normalizer=prepend(limit - len(TEXT) + 1)), "CP_ETOK_LIMIT")
     bytelevel = {"type": "ByteLevel", "add_prefix_space": True, "use_regex": False}
-    add("grow_bytelevel_chain_64.json", hf(pre_tokenizer=seq("pre", "pretokenizers", [bytelevel] * 64)), "CP_ETOK_LIMIT")
+    add("grow_bytelevel_chain_64.json", hf(pre_tokenizer=seq("pretokenizers", [bytelevel] * 64)), "CP_ETOK_LIMIT")
     # Decoders: run with --decode (ids 1 = "a"): 40 chained Replace a -> aa.
-    add("decode_grow_replace_chain_40.json", hf(decoder=seq("dec", "decoders", [
+    add("decode_grow_replace_chain_40.json", hf(decoder=seq("decoders", [
         {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}] * 40)), "CP_ETOK_LIMIT")
     add("decode_replace_ok.json", hf(decoder={"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}), "CP_OK")
     return cases
