@@ -31,7 +31,9 @@ seed fuzz_st_index tests/goldens/safetensors/sample.json
 seed fuzz_pytorch $pm/alibi-probe/pytorch_model.bin build-fuzz/hostile/pytorch $fx/third_party/burn
 seed fuzz_config $pm/t5-probe/config.json $pm/alibi-probe/config.json $pm/rope-probe/config.json $pm/fire-probe/config.json
 seed fuzz_rule tests/fuzz/seeds/rule
-seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $fx/tokenizers/t5/tokenizer.json
+seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $fx/tokenizers/t5/tokenizer.json \
+  build-fuzz/hostile/tokenizers  # Split / Replace / Prepend / ByteLevel chains and limit pairs
+seed fuzz_spm_model build-fuzz/hostile/tokenizers/spm_ok.model build-fuzz/hostile/tokenizers/spm_piece_at_limit.model
 seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokenizer.model
 mkdir -p build-fuzz/crashes
 status=0

@@ -148,6 +148,7 @@ typedef struct {
   const tk_charsmap *cm;
   cp_strbuf *out;
   const char *s;
+  size_t limit; /* out->len past it: CP_ETOK_LIMIT (the replacements come from the file) */
 } cm_ctx;
 
 static int cm_grapheme(void *vctx, size_t a, size_t b) {
@@ -159,7 +160,7 @@ static int cm_grapheme(void *vctx, size_t a, size_t b) {
    * char by char. */
   if (glen < 6 && (r = cm_transform(c->cm, g, glen))) {
     cp_strbuf_str(c->out, r);
-    return 0;
+    return c->out->len > c->limit ? CP_ETOK_LIMIT : 0;
   }
   size_t i = 0;
   uint32_t cp;
@@ -170,11 +171,11 @@ static int cm_grapheme(void *vctx, size_t a, size_t b) {
     else cp_strbuf_put(c->out, (const char *)g + i, l);
     i += l;
   }
-  return 0;
+  return c->out->len > c->limit ? CP_ETOK_LIMIT : 0;
 }
 
-int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n) {
-  cm_ctx c = {cm, out, s};
+int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n, size_t limit) {
+  cm_ctx c = {cm, out, s, limit};
   int rc = tk_graphemes(s, n, cm_grapheme, &c);
   if (!rc && out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
   return rc;

@@ -21,8 +21,9 @@ typedef struct {
 /* Decodes the raw blob (after base64); free with tk_charsmap_free. */
 int tk_charsmap_init(tk_charsmap *cm, const unsigned char *blob, size_t len, const char *what);
 void tk_charsmap_free(tk_charsmap *cm);
-/* HF tokenizers' Precompiled normalizer (per grapheme, then per char), appended to out. */
-int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n);
+/* HF tokenizers' Precompiled normalizer (per grapheme, then per char), appended to out; once
+ * out->len passes `limit`, stops with CP_ETOK_LIMIT and no message (the caller sets it). */
+int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n, size_t limit);
 /* Walks the reachable trie: every transition and leaf value must stay inside the blob; with
  * strings_terminated the strings must end in NUL (SentencePiece reads them as C strings). */
 int tk_charsmap_validate(const tk_charsmap *cm, bool strings_terminated, const char *what);

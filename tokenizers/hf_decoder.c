@@ -10,6 +10,7 @@
 #include "tokenizers/hf_bytelevel.h"
 
 int tk_decoders_load(tk_decoders *l, const cJSON *n, const char *p, int depth) {
+  l->path = p;
   if (!n || cJSON_IsNull(n)) return 0;
   const char *type = jstr(n, "type");
   if (!type) return cp_error_set(CP_ETOK_JSON, "%s: decoder: no type", p);
@@ -77,7 +78,8 @@ static int byte_token(const char *t) {
   return v;
 }
 
-static void dec_apply(const dec_step *st, const pieces *in, pieces *out) {
+/* Returns 0, or CP_ETOK_LIMIT (no message) when a Replace would pass `limit` bytes in all. */
+static int dec_apply(const dec_step *st, const pieces *in, pieces *out, size_t limit) {
   switch (st->type) {
   case D_BYTELEVEL: {
     cp_strbuf raw = {0};
@@ -129,9 +131,13 @@ static void dec_apply(const dec_step *st, const pieces *in, pieces *out) {
     break;
   }
   case D_REPLACE:
-    for (size_t k = 0; k < in->n; k++) {
+    for (size_t k = 0, used = 0; k < in->n; k++) {
       cp_strbuf t = {0};
-      tk_replace_all(&t, in->v[k].s, in->v[k].len, st->a, st->b);
+      if (tk_replace_all(&t, in->v[k].s, in->v[k].len, st->a, st->b, limit - used)) {
+        cp_strbuf_free(&t);
+        return CP_ETOK_LIMIT;
+      }
+      used += t.len;
       pieces_add(out, t.s ? t.s : "", t.len, false, -1);
       if (t.oom) out->oom = true;
       cp_strbuf_free(&t);
@@ -180,12 +186,25 @@ static void dec_apply(const dec_step *st, const pieces *in, pieces *out) {
     break;
   }
   }
+  return 0;
+}
+
+static size_t pieces_bytes(const pieces *p) {
+  size_t n = 0;
+  for (size_t k = 0; k < p->n; k++) n += p->v[k].len;
+  return n;
 }
 
 int tk_decoders_apply(const tk_decoders *l, pieces *toks) {
   pieces next = {0};
+  size_t base = pieces_bytes(toks);
   for (size_t s = 0; s < l->n && !toks->oom; s++) {
-    dec_apply(&l->v[s], toks, &next);
+    size_t limit = tk_grow_limit(pieces_bytes(toks), base);
+    int rc = dec_apply(&l->v[s], toks, &next, limit);
+    if (rc || pieces_bytes(&next) > limit) {
+      pieces_free(&next);
+      return tk_grow_error(l->path, "decoder", limit);
+    }
     pieces_free(toks);
     *toks = next;
     memset(&next, 0, sizeof next);

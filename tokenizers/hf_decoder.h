@@ -24,12 +24,14 @@ typedef struct {
   dec_step v[TK_MAX_STEPS]; /* [n], owned */
   size_t n;
   bool have_decoder; /* without one, HF joins the tokens with spaces */
+  const char *path;  /* for messages; borrowed from the tokenizer */
 } tk_decoders;
 
 /* Appends the steps of node `n` (NULL or null: none); messages name file `p`. Steps added
  * before a failure stay owned by l. */
 int tk_decoders_load(tk_decoders *l, const cJSON *n, const char *p, int depth);
-/* Runs every step over the token texts in *toks, replacing them with the result. */
+/* Runs every step over the token texts in *toks, replacing them with the result; text growing
+ * past tk_grow_limit at a step (Replace content from the file, chained) is CP_ETOK_LIMIT. */
 int tk_decoders_apply(const tk_decoders *l, pieces *toks);
 void tk_decoders_free(tk_decoders *l);
 

@@ -9,6 +9,7 @@
 #include "tokenizers/pieces.h"
 
 int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int depth) {
+  l->path = p;
   if (!n || cJSON_IsNull(n)) return 0;
   const char *type = jstr(n, "type");
   if (!type) return cp_error_set(CP_ETOK_JSON, "%s: normalizer: no type", p);
@@ -49,7 +50,7 @@ int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int de
       if (!(s->a = strdup(str))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
       return 0;
     }
-    return tk_regex_compile(&s->re, re, "normalizer Replace");
+    return tk_regex_compile(&s->re, re, p, "normalizer Replace");
   } else if (!strcmp(type, "Precompiled")) {
     s->type = N_PRECOMPILED;
     const cJSON *b64 = jget(n, "precompiled_charsmap");
@@ -83,16 +84,22 @@ typedef struct {
   cp_strbuf *out;
   const char *s;
   const char *rep;
-  size_t last;
+  size_t last, limit;
+  const char *path;
 } re_rep_ctx;
 
 static int re_rep_span(void *vctx, size_t a, size_t b) {
   re_rep_ctx *c = vctx;
+  if (c->out->len + (a - c->last) + strlen(c->rep) > c->limit) return tk_grow_error(c->path, "normalizer Replace", c->limit);
   cp_strbuf_put(c->out, c->s + c->last, a - c->last);
   cp_strbuf_str(c->out, c->rep);
   c->last = b;
   return 0;
 }
+
+static const char *const step_names[] = {"normalizer NFC",       "normalizer NFD",     "normalizer NFKC",
+                                          "normalizer NFKD",      "normalizer Lowercase", "normalizer Precompiled",
+                                          "normalizer Replace",   "normalizer Prepend", "normalizer Strip"};
 
 int tk_normalizers_apply(const tk_normalizers *steps, cp_strbuf *out, const char *s, size_t n) {
   cp_strbuf cur = {0}, next = {0};
@@ -102,7 +109,7 @@ int tk_normalizers_apply(const tk_normalizers *steps, cp_strbuf *out, const char
     const norm_step *st = &steps->v[k];
     next.len = 0;
     const char *c = cur.s ? cur.s : "";
-    size_t cl = cur.len;
+    size_t cl = cur.len, limit = tk_grow_limit(cl, n);
     switch (st->type) {
     case N_NFC: rc = tk_normalize(&next, c, cl, TK_NFC); break;
     case N_NFD: rc = tk_normalize(&next, c, cl, TK_NFD); break;
@@ -110,20 +117,21 @@ int tk_normalizers_apply(const tk_normalizers *steps, cp_strbuf *out, const char
     case N_NFKD: rc = tk_normalize(&next, c, cl, TK_NFKD); break;
     case N_LOWER: rc = tk_lowercase(&next, c, cl); break;
     case N_PRECOMPILED:
-      if (st->have_cm) rc = tk_charsmap_normalize(&st->cm, &next, c, cl);
+      if (st->have_cm) rc = tk_charsmap_normalize(&st->cm, &next, c, cl, limit);
       else cp_strbuf_put(&next, c, cl);
       break;
     case N_PREPEND:
-      if (cl) cp_strbuf_str(&next, st->a); /* HF prepends only to non-empty text */
+      if (cl && cl + strlen(st->a) > limit) rc = CP_ETOK_LIMIT;
+      else if (cl) cp_strbuf_str(&next, st->a); /* HF prepends only to non-empty text */
       cp_strbuf_put(&next, c, cl);
       break;
     case N_REPLACE:
       if (st->re) {
-        re_rep_ctx rctx = {&next, c, st->b, 0};
+        re_rep_ctx rctx = {&next, c, st->b, 0, limit, steps->path};
         rc = tk_regex_each(st->re, c, cl, re_rep_span, &rctx);
         cp_strbuf_put(&next, c + rctx.last, cl - rctx.last);
       } else {
-        rc = tk_replace_all(&next, c, cl, st->a, st->b);
+        rc = tk_replace_all(&next, c, cl, st->a, st->b, limit);
       }
       break;
     case N_STRIP: {
@@ -143,6 +151,8 @@ int tk_normalizers_apply(const tk_normalizers *steps, cp_strbuf *out, const char
       break;
     }
     }
+    /* Every step, file-driven or not (NFKD, Lowercase), is held to the same bound. */
+    if ((rc == CP_ETOK_LIMIT && !st->re) || (!rc && next.len > limit)) rc = tk_grow_error(steps->path, step_names[st->type], limit);
     cp_strbuf tmp = cur;
     cur = next, next = tmp;
     if (!rc && cur.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");

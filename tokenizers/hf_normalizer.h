@@ -26,12 +26,14 @@ typedef struct {
 typedef struct {
   norm_step v[TK_MAX_STEPS]; /* [n], owned */
   size_t n;
+  const char *path; /* for messages; borrowed from the tokenizer */
 } tk_normalizers;
 
 /* Appends the steps of node `n` (NULL or null: none); messages name file `p`. Steps added
  * before a failure stay owned by l (tk_normalizers_free frees them). */
 int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int depth);
-/* Appends s[0..n) normalized by every step, in order. */
+/* Appends s[0..n) normalized by every step, in order; text growing past tk_grow_limit at a
+ * step is CP_ETOK_LIMIT. */
 int tk_normalizers_apply(const tk_normalizers *steps, cp_strbuf *out, const char *s, size_t n);
 void tk_normalizers_free(tk_normalizers *l);
 

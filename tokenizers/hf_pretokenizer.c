@@ -45,7 +45,7 @@ int tk_pretokenizers_load(tk_pretokenizers *l, const cJSON *n, const char *p, in
     s->add_prefix_space = jbool(n, "add_prefix_space", true);
     s->use_regex = jbool(n, "use_regex", true);
     l->n++;
-    return s->use_regex ? tk_regex_compile(&s->re, GPT2_PATTERN, "pre_tokenizer ByteLevel") : 0;
+    return s->use_regex ? tk_regex_compile(&s->re, GPT2_PATTERN, p, "pre_tokenizer ByteLevel") : 0;
   }
   if (!strcmp(type, "Metaspace")) {
     const char *rep = jstr(n, "replacement");
@@ -67,7 +67,7 @@ int tk_pretokenizers_load(tk_pretokenizers *l, const cJSON *n, const char *p, in
   if (!strcmp(type, "Whitespace")) {
     s->type = P_REGEX, s->behavior = SPLIT_REMOVED, s->invert = true;
     l->n++;
-    return tk_regex_compile(&s->re, WHITESPACE_PATTERN, "pre_tokenizer Whitespace");
+    return tk_regex_compile(&s->re, WHITESPACE_PATTERN, p, "pre_tokenizer Whitespace");
   }
   if (!strcmp(type, "Digits")) {
     s->type = P_DIGITS;
@@ -87,7 +87,7 @@ int tk_pretokenizers_load(tk_pretokenizers *l, const cJSON *n, const char *p, in
       return (s->str = strdup(str)) ? 0 : cp_error_set(CP_ENOMEM, "%s: out of memory", p);
     }
     s->type = P_REGEX;
-    return tk_regex_compile(&s->re, re, "pre_tokenizer Split");
+    return tk_regex_compile(&s->re, re, p, "pre_tokenizer Split");
   }
   return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: pre_tokenizer type '%.40s' is not supported", p, type);
 }
@@ -211,7 +211,7 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     size_t rl = strlen(st->str);
     bool prepend = st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && pc->at0);
     if (prepend && !(n >= rl && !memcmp(s, st->str, rl))) cp_strbuf_str(&t, st->str);
-    tk_replace_all(&t, s, n, " ", st->str);
+    tk_replace_all(&t, s, n, " ", st->str, SIZE_MAX); /* one code point per space: checked after the stage */
     if (t.oom) {
       cp_strbuf_free(&t);
       return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");

@@ -10,8 +10,16 @@
 extern "C" {
 #endif
 
-/* Protobuf wire-format walk of a SentencePiece ModelProto: refuses a malformed message and a
- * (de)normalizer precompiled_charsmap that libsentencepiece would read out of bounds. */
+/* Limits on what libsentencepiece is handed (real models: Llama-2 and T5 pieces are at most 48
+ * bytes, vocabularies at most ~262K pieces, no self-test samples). */
+#define TK_SPM_MAX_PIECE_BYTES 1024      /* its trie builder recurses once per byte */
+#define TK_SPM_MAX_PIECES (1 << 19)
+#define TK_SPM_MAX_SELFTEST_BYTES (1 << 16) /* sample inputs, all together: encoded at load */
+#define TK_SPM_MAX_SELFTEST_SAMPLES 1024
+
+/* Protobuf wire-format walk of a SentencePiece ModelProto: refuses a malformed message, a
+ * (de)normalizer precompiled_charsmap that libsentencepiece would read out of bounds, and
+ * pieces or self-test samples past the limits above (CP_ETOK_MODEL naming the piece). */
 int tk_spm_precheck(const unsigned char *data, size_t len, const char *what);
 
 /* ---- libsentencepiece shim (tokenizer_spm.cpp); returns 0 or -1 (message in err) ---- */

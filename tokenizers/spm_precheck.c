@@ -1,5 +1,8 @@
 /* Protobuf wire-format walk of a SentencePiece ModelProto before libsentencepiece reads it:
- * every field bounded, and each (de)normalizer precompiled_charsmap trie validated. */
+ * every field bounded, each (de)normalizer precompiled_charsmap trie validated, and what the
+ * library recurses or works on at load bounded: the pieces (its double-array trie builder
+ * recurses once per byte of a piece: a 150,000-byte piece overflows the stack) and the
+ * self-test samples (encoded at load). */
 #include "tokenizers/spm.h"
 
 #include <stdbool.h>
@@ -70,8 +73,59 @@ static int check_normalizer_spec(void *ctx, const unsigned char *p, size_t n) {
   return pb_each(p, n, 2, check_charsmap_blob, ctx, ctx); /* NormalizerSpec.precompiled_charsmap */
 }
 
+/* ---- pieces and self-test samples */
+
+typedef struct {
+  const char *what;
+  size_t count;  /* pieces, or self-test samples, seen so far */
+  size_t bytes;  /* self-test input bytes so far */
+} walk_ctx;
+
+static int check_piece_text(void *vctx, const unsigned char *p, size_t n) {
+  walk_ctx *c = vctx;
+  (void)p;
+  if (n > TK_SPM_MAX_PIECE_BYTES)
+    return cp_error_set(CP_ETOK_MODEL, "%s: piece %zu: %zu bytes, more than the limit of %d", c->what, c->count - 1, n,
+                        TK_SPM_MAX_PIECE_BYTES);
+  return 0;
+}
+
+static int check_piece(void *vctx, const unsigned char *p, size_t n) {
+  walk_ctx *c = vctx;
+  if (++c->count > TK_SPM_MAX_PIECES)
+    return cp_error_set(CP_ETOK_MODEL, "%s: piece %zu: more than the limit of %d pieces", c->what, c->count - 1,
+                        TK_SPM_MAX_PIECES);
+  return pb_each(p, n, 1, check_piece_text, c, c->what); /* SentencePiece.piece */
+}
+
+static int check_sample_input(void *vctx, const unsigned char *p, size_t n) {
+  walk_ctx *c = vctx;
+  (void)p;
+  c->bytes += n;
+  if (c->bytes > TK_SPM_MAX_SELFTEST_BYTES)
+    return cp_error_set(CP_ETOK_MODEL, "%s: self-test sample %zu: sample inputs exceed the limit of %d bytes", c->what,
+                        c->count - 1, TK_SPM_MAX_SELFTEST_BYTES);
+  return 0;
+}
+
+static int check_sample(void *vctx, const unsigned char *p, size_t n) {
+  walk_ctx *c = vctx;
+  if (++c->count > TK_SPM_MAX_SELFTEST_SAMPLES)
+    return cp_error_set(CP_ETOK_MODEL, "%s: self-test sample %zu: more than the limit of %d samples", c->what,
+                        c->count - 1, TK_SPM_MAX_SELFTEST_SAMPLES);
+  return pb_each(p, n, 1, check_sample_input, c, c->what); /* Sample.input */
+}
+
+static int check_self_test(void *vctx, const unsigned char *p, size_t n) {
+  walk_ctx *c = vctx;
+  return pb_each(p, n, 1, check_sample, c, c->what); /* SelfTestData.samples */
+}
+
 int tk_spm_precheck(const unsigned char *data, size_t len, const char *what) {
+  walk_ctx pieces = {what, 0, 0}, tests = {what, 0, 0};
   int rc = pb_each(data, len, 3, check_normalizer_spec, (void *)what, what); /* ModelProto.normalizer_spec */
   if (!rc) rc = pb_each(data, len, 5, check_normalizer_spec, (void *)what, what); /* denormalizer_spec */
+  if (!rc) rc = pb_each(data, len, 1, check_piece, &pieces, what); /* pieces */
+  if (!rc) rc = pb_each(data, len, 4, check_self_test, &tests, what); /* self_test_data */
   return rc;
 }

@@ -138,10 +138,10 @@ int tk_hf_load(tk_hf **out, const char *text, size_t len, const char *path) {
   }
   if ((rc = tk_model_load(&hf->model, model, path)) ||
       (rc = tk_added_load(&hf->added, &hf->model, jget(root, "added_tokens"), path)) ||
-      (rc = tk_normalizers_load(&hf->norm, jget(root, "normalizer"), path, 0)) ||
+      (rc = tk_normalizers_load(&hf->norm, jget(root, "normalizer"), hf->path, 0)) ||
       (rc = tk_pretokenizers_load(&hf->pre, jget(root, "pre_tokenizer"), path, 0)) ||
       (rc = load_post(hf, jget(root, "post_processor"), 0)) ||
-      (rc = tk_decoders_load(&hf->dec, jget(root, "decoder"), path, 0)))
+      (rc = tk_decoders_load(&hf->dec, jget(root, "decoder"), hf->path, 0)))
     goto done;
   for (size_t i = 0; i < hf->npost_pre + hf->npost_post; i++) {
     int32_t id = i < hf->npost_pre ? hf->post_pre[i] : hf->post_post[i - hf->npost_pre];
@@ -191,8 +191,15 @@ int tk_hf_encode(const tk_hf *hf, int64_t **ids, size_t *n, const char *text, si
     }
     pieces words = {0}, next = {0};
     pieces_add(&words, a.v[k].s, a.v[k].len, a.v[k].at0, -1);
+    size_t bytes = a.v[k].len;
     for (size_t s = 0; s < hf->pre.n && !rc; s++) {
+      /* Each step grows text by a bounded factor (ByteLevel 2x, Metaspace 4x) but chained
+       * steps compound: held to the normalizers' growth bound. */
+      size_t limit = tk_grow_limit(bytes, a.v[k].len);
       for (size_t w = 0; w < words.n && !rc; w++) rc = tk_pretokenizer_apply(&hf->pre.v[s], &words.v[w], &next);
+      bytes = 0;
+      for (size_t w = 0; w < next.n; w++) bytes += next.v[w].len;
+      if (!rc && bytes > limit) rc = tk_grow_error(hf->path, "pre_tokenizer", limit);
       pieces_free(&words);
       words = next;
       memset(&next, 0, sizeof next);

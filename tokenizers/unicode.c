@@ -2,6 +2,7 @@
  * expressions, grapheme clusters and character classes. See tokenizers/unicode.h. */
 #include "tokenizers/unicode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 #include <unicode/utext.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/quote.h"
 
 /* UTF-8 (valid) -> heap UTF-16; *ulen in code units. */
 static UChar *to_u16(const char *s, size_t n, int32_t *ulen) {
@@ -125,12 +127,15 @@ int tk_lowercase(cp_strbuf *out, const char *s, size_t n) {
 
 struct tk_regex {
   URegularExpression *re;
+  char where[512]; /* "file: stage regex 'pattern'" for messages */
 };
 
-int tk_regex_compile(tk_regex **out, const char *pattern, const char *what) {
+int tk_regex_compile(tk_regex **out, const char *pattern, const char *path, const char *what) {
   *out = NULL;
   cp_strbuf p = {0};
   size_t n = strlen(pattern);
+  char where[512], q[160];
+  snprintf(where, sizeof where, "%s: %s regex '%s'", path, what, cp_quote(q, sizeof q, pattern, n));
   /* Rust regex / Oniguruma \s is Unicode White_Space; ICU's \s is [\t\n\f\r\p{Z}]. */
   for (size_t i = 0; i < n; i++) {
     if (pattern[i] == '\\' && i + 1 < n) {
@@ -144,23 +149,24 @@ int tk_regex_compile(tk_regex **out, const char *pattern, const char *what) {
   }
   if (p.oom || !p.s) {
     cp_strbuf_free(&p);
-    return cp_error_set(n ? CP_ENOMEM : CP_ETOK_UNSUPPORTED, "%s: empty or unusable regex", what);
+    return cp_error_set(n ? CP_ENOMEM : CP_ETOK_UNSUPPORTED, "%s: empty or unusable regex", where);
   }
   int32_t ulen = 0;
   UChar *u = to_u16(p.s, p.len, &ulen);
   cp_strbuf_free(&p);
-  if (!u) return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  if (!u) return cp_error_set(CP_ENOMEM, "%s: out of memory", where);
   UErrorCode st = U_ZERO_ERROR;
   UParseError pe;
   URegularExpression *re = uregex_open(u, ulen, 0, &pe, &st);
   free(u);
-  if (U_FAILURE(st)) return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: regex not supported: %s", what, u_errorName(st));
+  if (U_FAILURE(st)) return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: not supported: %s", where, u_errorName(st));
   tk_regex *r = malloc(sizeof *r);
   if (!r) {
     uregex_close(re);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    return cp_error_set(CP_ENOMEM, "%s: out of memory", where);
   }
   r->re = re;
+  memcpy(r->where, where, sizeof where);
   *out = r;
   return 0;
 }
@@ -171,12 +177,27 @@ void tk_regex_free(tk_regex *re) {
   free(re);
 }
 
+/* ICU calls this once per tick (10,000 engine steps) of a match attempt: the ticks of all the
+ * attempts of one walk are counted against one budget, linear in the text. */
+static UBool regex_tick(const void *vctx, int32_t steps) {
+  size_t *left = (size_t *)vctx;
+  (void)steps;
+  if (!*left) return false;
+  (*left)--;
+  return true;
+}
+
 int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_span_fn fn, void *ctx) {
   UErrorCode st = U_ZERO_ERROR;
   /* A compiled ICU regex is not thread-safe; a clone per call keeps encode reentrant. */
   URegularExpression *re = uregex_clone(r->re, &st);
   if (U_FAILURE(st)) return cp_error_set(CP_ENOMEM, "tokenizer: regex clone failed: %s", u_errorName(st));
-  UText *ut = utext_openUTF8(NULL, s, (int64_t)n, &st);
+  /* Backtracking is bounded (a pattern like (a+)+$ never returns otherwise); set on the clone,
+   * which does not inherit callbacks or limits. */
+  size_t budget = TK_REGEX_BASE_TICKS + n / TK_REGEX_BYTES_PER_TICK, left = budget;
+  uregex_setMatchCallback(re, regex_tick, &left, &st);
+  uregex_setStackLimit(re, TK_REGEX_STACK_LIMIT, &st);
+  UText *ut = U_SUCCESS(st) ? utext_openUTF8(NULL, s, (int64_t)n, &st) : NULL;
   int rc = 0;
   if (U_FAILURE(st)) {
     rc = cp_error_set(CP_ENOMEM, "tokenizer: utext failed: %s", u_errorName(st));
@@ -189,7 +210,13 @@ int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_span_fn fn, voi
     if (b == a) continue; /* empty matches split nothing */
     if ((rc = fn(ctx, (size_t)a, (size_t)b))) goto done;
   }
-  if (U_FAILURE(st)) rc = cp_error_set(CP_EARG, "tokenizer: regex failed: %s", u_errorName(st));
+  if (st == U_REGEX_STOPPED_BY_CALLER)
+    rc = cp_error_set(CP_ETOK_LIMIT, "%s: matching stopped at the limit of %zu ticks of 10,000 steps for %zu bytes of text",
+                      r->where, budget, n);
+  else if (st == U_REGEX_STACK_OVERFLOW)
+    rc = cp_error_set(CP_ETOK_LIMIT, "%s: matching stopped at the backtracking stack limit of %d bytes", r->where,
+                      TK_REGEX_STACK_LIMIT);
+  else if (U_FAILURE(st)) rc = cp_error_set(CP_EARG, "%s: matching failed: %s", r->where, u_errorName(st));
 done:
   utext_close(ut);
   uregex_close(re);

@@ -14,12 +14,20 @@ int tk_normalize(cp_strbuf *out, const char *s, size_t n, tk_nf form);
 int tk_lowercase(cp_strbuf *out, const char *s, size_t n);
 
 /* Compiled regular expression (ICU syntax after Rust/Oniguruma \s \S are mapped to Unicode
- * White_Space). Caller frees with tk_regex_free. */
+ * White_Space). Caller frees with tk_regex_free. Messages name file `path`, the stage `what`
+ * (e.g. "pre_tokenizer Split") and the pattern. */
 typedef struct tk_regex tk_regex;
-int tk_regex_compile(tk_regex **out, const char *pattern, const char *what);
+int tk_regex_compile(tk_regex **out, const char *pattern, const char *path, const char *what);
 void tk_regex_free(tk_regex *re);
+/* Work bound of one tk_regex_each walk, linear in the text: BASE + bytes / BYTES_PER_TICK ticks
+ * (ICU's unit: 10,000 engine steps, ~0.3 ms here), and the backtracking stack in bytes. The
+ * GPT-2 pattern uses about one tick per 1,000 bytes. */
+#define TK_REGEX_BASE_TICKS 1000
+#define TK_REGEX_BYTES_PER_TICK 16
+#define TK_REGEX_STACK_LIMIT (8 << 20)
 /* Calls fn(start, end) for each non-empty match in s[0..n), left to right (byte offsets); a
- * non-zero return from fn stops the walk and is returned. */
+ * non-zero return from fn stops the walk and is returned. A walk past the work bounds above
+ * (catastrophic backtracking) is CP_ETOK_LIMIT. */
 typedef int (*tk_span_fn)(void *ctx, size_t start, size_t end);
 int tk_regex_each(const tk_regex *re, const char *s, size_t n, tk_span_fn fn, void *ctx);
 /* Calls fn(start, end) for each extended grapheme cluster of s[0..n). */

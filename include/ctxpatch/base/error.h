@@ -98,7 +98,8 @@
   X(CP_ETOK_MISSING, -602, "tokenizer: no tokenizer in folder")                        \
   X(CP_ETOK_UNSUPPORTED, -603, "tokenizer: unsupported tokenizer component")           \
   X(CP_ETOK_ID, -604, "tokenizer: token id out of range")                              \
-  X(CP_ETOK_TEXT, -605, "tokenizer: text is not valid UTF-8")
+  X(CP_ETOK_TEXT, -605, "tokenizer: text is not valid UTF-8")                          \
+  X(CP_ETOK_LIMIT, -606, "tokenizer: a bound on regex work or text growth was reached")
 
 typedef enum {
 #define CP_ERR_ENUM(name, value, text) name = value,
