@@ -5,7 +5,8 @@
 # passes inside); then the same command runs to completion, and afterwards no temporary of OUT
 # may remain (the run's sweep removes those of the killed process).
 # usage: bench/kill9.sh N [SIZE_MB (default 300)] [WORKDIR]
-#   env CTXPATCH_BIN (default build/ctxpatch), CTXPATCH_SOURCE_DIR (default this checkout)
+#   env CTXPATCH_BIN (default build/ctxpatch), CTXPATCH_SOURCE_DIR (default this checkout),
+#   KILL9_SECONDS (stop early after this many seconds, still printing the counts)
 # Prints per-scenario and total counts and a final "N passed, M failed" line.
 set -uo pipefail
 n=${1:?usage: kill9.sh N [SIZE_MB] [WORKDIR]}
@@ -50,6 +51,7 @@ for s in "${scenarios[@]}"; do
 done
 
 for ((i = 0; i < n; i++)); do
+  if [ -n "${KILL9_SECONDS:-}" ] && [ "$SECONDS" -ge "$KILL9_SECONDS" ]; then echo "stopped after ${SECONDS}s"; break; fi
   s=${scenarios[RANDOM % ${#scenarios[@]}]}
   name=${s%%|*}; cmd=${s#*|}
   rm -rf "$out"
@@ -80,7 +82,7 @@ for ((i = 0; i < n; i++)); do
   passed=$((passed+1))
 done
 
-echo "size: $(stat -c %s "$work/m/model.safetensors") bytes of weights; kills: $kills of $n runs"
+echo "size: $(stat -c %s "$work/m/model.safetensors") bytes of weights; kills: $kills of $i runs"
 for s in "${scenarios[@]}"; do
   name=${s%%|*}
   echo "  $name (runs in ${dur[$name]} us): absent ${absent[$name]}, old ${old[$name]}, new ${new[$name]}"
