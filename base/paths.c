@@ -117,11 +117,14 @@ static int contains(const char *outer, const char *inner) {
   return strncmp(outer, inner, n) == 0 && (inner[n] == '\0' || inner[n] == '/');
 }
 
-int cp_output_outside_input(const char *out, const char *in) {
+int cp_output_outside_input(const char *out, const char *in, int folder) {
   char *ri = realpath(in, NULL), *ro = real_output_path(out);
   int rc = 0;
-  /* An input that cannot be resolved fails to open later, with its own message. */
-  if (ri && ro && (contains(ro, ri) || contains(ri, ro)))
+  /* An input that cannot be resolved fails to open later, with its own message. A new file
+   * beside the input's files (a certificate in the model folder) destroys nothing, replacing one
+   * of them does; a folder there would become part of the input folder. */
+  struct stat st;
+  if (ri && ro && (contains(ro, ri) || (contains(ri, ro) && (folder || lstat(ro, &st) == 0))))
     rc = cp_error_set(CP_EOVERLAP, "%s: output %s the input %s", out,
                       !strcmp(ri, ro) ? "is" : contains(ro, ri) ? "contains" : "is inside", in);
   free(ri);

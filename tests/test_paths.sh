@@ -66,6 +66,9 @@ refused CP_EOVERLAP "$bin" convert "$work/in" "$work/alias/in" --to safetensors 
 refused CP_EOVERLAP "$bin" convert "$work/in" "$work" --to safetensors --force
 refused CP_EOVERLAP "$bin" patch "$work/in" "$work/alias/in" --method temperature --tau 1.1 --no-verify --force
 refused CP_EOVERLAP "${fwd[@]}" --out "$llama/model.safetensors"
+refused CP_EOVERLAP "${fwd[@]}" --out "$work/alias/llama/config.json"
+"${fwd[@]}" --out "$llama/logits.bin" >/dev/null && [ -f "$llama/logits.bin" ] && rm "$llama/logits.bin" && ok \
+  || bad "a new file beside the model's files was refused"
 refused CP_EFILETYPE "$bin" convert "$work/in" "$work/link" --to safetensors --force
 refused CP_EFILETYPE "$bin" convert "$work/in" "$work/fifo" --to safetensors --force
 cmp -s "$tiny/pytorch_model.bin" "$work/in/pytorch_model.bin" && [ ! -e "$work/in/sub" ] && ok || bad "input changed"

@@ -39,9 +39,9 @@ typedef enum {
 } cp_output;
 /* Classifies the output path (see above); CP_EFILETYPE for what may not be written. */
 int cp_output_kind(cp_output *kind, const char *path, int folder);
-/* CP_EOVERLAP when `out` is, contains or lies inside `in` (real paths, symlinked folders resolved):
- * replacing it would destroy the input. */
-int cp_output_outside_input(const char *out, const char *in);
+/* CP_EOVERLAP when `out` is or contains `in`, or lies inside it and is a `folder` or an existing
+ * file (real paths, symlinked folders resolved): replacing it would destroy or change the input. */
+int cp_output_outside_input(const char *out, const char *in, int folder);
 
 typedef struct cp_atomic_file cp_atomic_file;
 
