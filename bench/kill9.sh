@@ -72,7 +72,7 @@ for ((i = 0; i < n; i++)); do
   t=$(temps); if [ "$t" -gt 0 ]; then leaked=$((leaked+1)); leaks=$((leaks+t)); fi
   # the next run sweeps what the killed one left
   [[ $name == *force ]] || rm -rf "$out"
-  if ! $cmd >/dev/null 2>&1; then bad "$name: the run after the kill failed"; continue; fi
+  if ! $cmd >/dev/null 2>"$work/err"; then bad "$name: the run after the kill failed: $(head -c 300 "$work/err")"; continue; fi
   t=$(temps)
   if [ "$t" -ne 0 ] || ! complete "$out"; then
     left=$((left+t)); bad "$name: after the next run: $t temporaries, complete=$(complete "$out" && echo yes || echo no)"
