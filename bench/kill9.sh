@@ -35,6 +35,7 @@ temps() { find "$work" -maxdepth 1 -name '.out.tmp-*' | wc -l; }
 complete() { [ -f "$1/SHA256SUMS" ] && (cd "$1" && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); }
 
 # The "old" OUT of the --force scenarios: a complete earlier output with other contents.
+rm -rf "$work/old-convert" "$work/old-patch" "$work/out"
 "$bin" convert "$work/m" "$work/old-convert" --to safetensors >/dev/null || exit 1
 "$bin" patch "$t5" "$work/old-patch" --method temperature --tau 1.2 --no-verify >/dev/null || exit 1
 
