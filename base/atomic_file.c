@@ -1,5 +1,6 @@
 /* Atomic output (files and folders, see include/ctxpatch/base/io.h) and the whole-file read and
  * path join its callers share. */
+#define _GNU_SOURCE /* renameat2 and RENAME_EXCHANGE (glibc 2.28+) */
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "base/json_strict.h"
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,7 @@
 
 struct cp_atomic_file {
   char *path;
-  char *tmp;
+  char *tmp; /* NULL when writing through a character device */
   int fd;
   uint64_t written;
   cp_sha256 *hash;
@@ -57,21 +59,73 @@ static int fsync_dir(const char *dir) {
   return rc;
 }
 
-/* "dir/name" -> "dir/.name.tmp-XXXXXX" template */
+/* This host's name as it goes into temporaries: at most 32 bytes of [A-Za-z0-9_.], so it can
+ * be compared and cannot be confused with the '-' separators around it. */
+static void host_tag(char out[33]) {
+  char h[256] = "";
+  if (gethostname(h, sizeof h - 1) != 0) h[0] = '\0';
+  size_t n = 0;
+  for (const char *p = h; *p && n < 32; p++)
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.')
+      out[n++] = *p;
+  if (n == 0) out[n++] = '_';
+  out[n] = '\0';
+}
+
+/* "dir/name" -> "dir/.name.tmp-PID-HOST-XXXXXX" template: the owner is named so that a later run
+ * can tell a temporary of a killed process from one still being written. */
 static char *temp_template(const char *path) {
   char *copy = strdup(path);
   if (!copy) return NULL;
   char *base = basename(copy);
   char *parent = parent_of(path);
-  char *tmp = NULL;
+  char *tmp = NULL, host[33];
+  host_tag(host);
   if (parent) {
-    size_t n = strlen(parent) + strlen(base) + 16;
+    size_t n = strlen(parent) + strlen(base) + strlen(host) + 48;
     tmp = malloc(n);
-    if (tmp) snprintf(tmp, n, "%s/.%s.tmp-XXXXXX", parent, base);
+    if (tmp) snprintf(tmp, n, "%s/.%s.tmp-%ld-%s-XXXXXX", parent, base, (long)getpid(), host);
   }
   free(parent);
   free(copy);
   return tmp;
+}
+
+static int remove_tree(const char *path);
+
+/* The owner's pid when `entry` is a temporary of `base` made on this host, else 0. */
+static long stale_owner(const char *entry, const char *base, const char *host) {
+  size_t bl = strlen(base);
+  if (entry[0] != '.' || strncmp(entry + 1, base, bl) != 0 || strncmp(entry + 1 + bl, ".tmp-", 5) != 0) return 0;
+  const char *p = entry + 1 + bl + 5;
+  char *end;
+  errno = 0;
+  long pid = strtol(p, &end, 10);
+  if (end == p || *end != '-' || pid <= 0 || errno) return 0;
+  size_t hl = strlen(host);
+  if (strncmp(end + 1, host, hl) != 0 || end[1 + hl] != '-') return 0;
+  return pid;
+}
+
+int cp_sweep_stale_temporaries(const char *path) {
+  char *copy = strdup(path), *parent = parent_of(path), host[33];
+  int removed = 0;
+  DIR *d = copy && parent ? opendir(parent) : NULL;
+  host_tag(host);
+  const char *base = copy ? basename(copy) : "";
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    long pid = stale_owner(e->d_name, base, host);
+    /* ESRCH only: EPERM means the process lives (as another user). */
+    if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char *child = cp_path_join(parent, e->d_name);
+    if (child && remove_tree(child) == 0) removed++;
+    free(child);
+  }
+  if (d) closedir(d);
+  free(parent);
+  free(copy);
+  return removed;
 }
 
 static void atomic_free(cp_atomic_file *f);
@@ -83,6 +137,19 @@ int cp_atomic_open(cp_atomic_file **out, const char *path) {
   CP_CHECK_ALLOC(f, path);
   f->fd = -1;
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
+  cp_output kind;
+  if ((rc = cp_output_kind(&kind, path, 0)) < 0) goto done;
+  if (kind == CP_OUTPUT_THROUGH) {
+    /* A device is written in place: renaming over it would replace /dev/null with a file. */
+    struct stat st;
+    if ((f->fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY)) < 0)
+      rc = cp_error_set(CP_EIO, "%s: cannot open: %s", path, strerror(errno));
+    else if (fstat(f->fd, &st) != 0 || !S_ISCHR(st.st_mode))
+      rc = cp_error_set(CP_EFILETYPE, "%s: output changed while being opened", path);
+    if (rc == 0) rc = cp_sha256_new(&f->hash);
+    goto done;
+  }
+  cp_sweep_stale_temporaries(path);
   CP_CHECK_ALLOC_GOTO(f->tmp = temp_template(path), path);
   if ((f->fd = mkstemp(f->tmp)) < 0) {
     rc = cp_error_set(CP_EIO, "%s: cannot create temporary file: %s", path, strerror(errno));
@@ -156,13 +223,18 @@ static void atomic_free(cp_atomic_file *f) {
 void cp_atomic_abort(cp_atomic_file *f) {
   if (!f) return;
   if (f->fd >= 0) close(f->fd);
-  unlink(f->tmp);
+  if (f->tmp) unlink(f->tmp);
   atomic_free(f);
 }
 
 int cp_atomic_commit(cp_atomic_file *f) {
   int rc = 0;
   char *parent = NULL;
+  if (!f->tmp) { /* written through a device: nothing to rename */
+    rc = close(f->fd) == 0 ? 0 : cp_error_set(CP_EIO, "%s: close failed: %s", f->path, strerror(errno));
+    f->fd = -1;
+    goto done;
+  }
   if (fsync(f->fd) != 0) {
     rc = cp_error_set(CP_EIO, "%s: fsync failed: %s", f->path, strerror(errno));
     goto done;
@@ -173,12 +245,23 @@ int cp_atomic_commit(cp_atomic_file *f) {
     goto done;
   }
   f->fd = -1;
+  /* Checked again: the path may have become a symlink or a FIFO while we wrote. */
+  cp_output kind;
+  if ((rc = cp_output_kind(&kind, f->path, 0)) < 0) goto done;
+  if (kind == CP_OUTPUT_THROUGH) {
+    rc = cp_error_set(CP_EFILETYPE, "%s: output became a device while being written", f->path);
+    goto done;
+  }
   if (rename(f->tmp, f->path) != 0) {
     rc = cp_error_set(CP_EIO, "%s: rename failed: %s", f->path, strerror(errno));
     goto done;
   }
   CP_CHECK_ALLOC_GOTO(parent = parent_of(f->path), f->path);
   rc = fsync_dir(parent);
+  if (rc < 0) { /* the rename happened: the temporary is gone */
+    free(f->tmp);
+    f->tmp = NULL;
+  }
 done:
   free(parent);
   if (rc < 0) {
@@ -212,9 +295,12 @@ static int remove_tree(const char *path) {
 int cp_atomic_dir_open(cp_atomic_dir **out, const char *path, int replace) {
   *out = NULL;
   struct stat st;
-  if (!replace && stat(path, &st) == 0)
+  if (!replace && lstat(path, &st) == 0)
     return cp_error_set(CP_EEXIST, "%s: output already exists (remove it or pass --force)", path);
-  int rc = 0;
+  cp_output kind;
+  int rc = cp_output_kind(&kind, path, 1);
+  if (rc < 0) return rc;
+  cp_sweep_stale_temporaries(path);
   cp_atomic_dir *d = calloc(1, sizeof *d);
   CP_CHECK_ALLOC(d, path);
   d->replace = replace;
@@ -238,7 +324,7 @@ const char *cp_atomic_dir_path(const cp_atomic_dir *d) { return d->tmp; }
 
 void cp_atomic_dir_abort(cp_atomic_dir *d) {
   if (!d) return;
-  remove_tree(d->tmp);
+  if (d->tmp) remove_tree(d->tmp);
   free(d->tmp);
   free(d->path);
   free(d);
@@ -273,9 +359,25 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
   int rc = fsync_tree_files(d->tmp);
   char *parent = NULL, *old = NULL;
   if (rc < 0) goto done;
-  struct stat st;
-  if (d->replace && stat(d->path, &st) == 0) {
-    /* Swap the old output aside first, so a crash leaves the old or the new, never neither. */
+  cp_output kind;
+  if ((rc = cp_output_kind(&kind, d->path, 1)) < 0) goto done;
+  if (kind == CP_OUTPUT_REPLACE && !d->replace) {
+    rc = cp_error_set(CP_EEXIST, "%s: output appeared while being written (pass --force to replace it)", d->path);
+    goto done;
+  }
+  if (kind == CP_OUTPUT_REPLACE && renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0) {
+    /* One step: the path holds the old folder or the new, never neither. The old one now sits
+     * at the temporary's name, which the sweep removes should we die before remove_tree. */
+    remove_tree(d->tmp);
+    goto synced;
+  }
+  if (kind == CP_OUTPUT_REPLACE && errno != EINVAL) {
+    rc = cp_error_set(CP_EIO, "%s: cannot swap in the new output: %s", d->path, strerror(errno));
+    goto done;
+  }
+  if (kind == CP_OUTPUT_REPLACE) {
+    /* The filesystem has no RENAME_EXCHANGE (EINVAL): the two-rename protocol, with a window in
+     * which the path is missing (the old folder waits at the temporary's name + ".old"). */
     CP_CHECK_ALLOC_GOTO(old = malloc(strlen(d->tmp) + 8), d->path);
     sprintf(old, "%s.old", d->tmp);
     if (rename(d->path, old) != 0) {
@@ -289,8 +391,13 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
     goto done;
   }
   if (old) remove_tree(old);
+synced:
   CP_CHECK_ALLOC_GOTO(parent = parent_of(d->path), d->path);
   rc = fsync_dir(parent);
+  if (rc < 0) { /* renamed already: nothing of ours to remove */
+    free(d->tmp);
+    d->tmp = NULL;
+  }
 done:
   free(parent);
   free(old);
@@ -307,13 +414,13 @@ done:
 int cp_read_file(char **out, size_t *out_len, const char *path, size_t max_len) {
   *out = NULL;
   if (out_len) *out_len = 0;
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: cannot open: %s", path, strerror(errno));
-  int rc = 0;
+  FILE *fp = NULL;
+  int rc = cp_fopen_input(&fp, path);
+  if (rc < 0) return rc;
   char *buf = NULL;
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = cp_error_set(CP_EIO, "%s: not a regular file", path);
+  if (fstat(fileno(fp), &st) != 0) {
+    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
     goto done;
   }
   if ((uint64_t)st.st_size > max_len) {

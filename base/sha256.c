@@ -58,8 +58,9 @@ void cp_sha256_hex(char out_hex[65], const void *data, size_t len) {
 }
 
 int cp_sha256_file(char out_hex[65], const char *path) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return cp_error_set(CP_EIO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *fp = NULL;
+  int orc = cp_fopen_input(&fp, path);
+  if (orc < 0) return orc;
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
   int rc = 0;
   unsigned char *buf = malloc(1 << 20);

@@ -180,3 +180,15 @@ void cli_progress_bar(void *ctx, int64_t done, int64_t total) {
           (long long)done, (long long)total);
   if (done == total) fputc('\n', stderr);
 }
+
+int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs, int n_out, bool folder) {
+  for (int o = 0; o < n_out; o++) {
+    if (!outs[o]) continue;
+    cp_output kind;
+    int rc = cp_output_kind(&kind, outs[o], folder);
+    for (int i = 0; rc == 0 && i < n_in; i++)
+      if (ins[i]) rc = cp_output_outside_input(outs[o], ins[i], folder);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}

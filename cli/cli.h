@@ -41,6 +41,11 @@ int cli_parse_ids(int64_t **out, int64_t *n_out, const char *opt, const char *te
 /* "256,1024,4096" -> positive lengths; false (after printing a usage error) on junk. */
 bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_out);
 
+/* Before any work: each output (NULL entries skipped) must be writable as io.h says (no FIFO,
+ * symlink, ...) and must not be or contain any input (NULL skipped), nor lie inside one as a folder
+ * or an existing file: replacing it would destroy the input. 0, or CP_EFILETYPE / CP_EOVERLAP with the message set. */
+int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs, int n_out, bool folder);
+
 /* "A:B:N" (N depths evenly from A to B) or "0,0.5,1"; -1 on junk (no message). */
 int cli_parse_depths(double **out, int *n, const char *text);
 /* "passkey,lines" -> probe kinds; CP_EVERIFY_PROBE naming an unknown one. */

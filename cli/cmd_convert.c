@@ -77,7 +77,8 @@ int cmd_convert(int argc, char **argv) {
     return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors)", to);
 
   cp_convert_stats stats = {0};
-  int rc = cp_convert_to_safetensors(&stats, in, out, &params);
+  int rc = cli_check_outputs(&in, 1, &out, 1, true);
+  if (rc == 0) rc = cp_convert_to_safetensors(&stats, in, out, &params);
   if (rc < 0) return cli_report(rc);
   if (json) {
     cJSON *doc = cJSON_CreateObject();

@@ -139,6 +139,10 @@ int cmd_forward(int argc, char **argv) {
   cp_rule rule;
   int rc;
   cp_rule_init(&rule);
+  const char *ins[] = {model_path, rule_path, ids_text[0] == '@' ? ids_text + 1 : NULL,
+                       dec_text && dec_text[0] == '@' ? dec_text + 1 : NULL};
+  const char *outs[] = {out_path, stats_path};
+  if ((rc = cli_check_outputs(ins, 4, outs, 2, false))) goto done;
   if ((rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text))) goto done;
   if (dec_text && (rc = cli_parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
   if (rule_path && (rc = cp_rule_load(&rule, rule_path))) goto done;

@@ -219,7 +219,8 @@ int cmd_patch(int argc, char **argv) {
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
-  if ((rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
+  const char *ins[] = {pa.in, pa.tok_path};
+  if ((rc = cli_check_outputs(ins, 2, &pa.out_dir, 1, true)) || (rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
     status = cli_report(rc);
     goto done;
   }

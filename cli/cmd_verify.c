@@ -108,7 +108,9 @@ int cmd_verify(int argc, char **argv) {
   char **reasons = NULL;
   int n_reasons = 0, status = CLI_FAIL;
   bool pass = false;
-  int rc = cli_parse_probes(&probes, &n_probes, probes_text);
+  const char *ins[] = {model_path, rule_path}, *outs[] = {json_path, cert_path, report_path};
+  int rc = cli_check_outputs(ins, 2, outs, 3, false);
+  if (rc == 0) rc = cli_parse_probes(&probes, &n_probes, probes_text);
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0) rc = cp_model_open(&model, model_path);
   if (rc == 0) rc = cp_tokenizer_open(&tok, model_path);

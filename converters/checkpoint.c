@@ -60,9 +60,13 @@ const char *cp_format_name(cp_format format) {
   return "?";
 }
 
-static bool is_file(const char *path) {
+/* 1 for a regular file, 0 for nothing there; a FIFO, device or folder where a file is expected
+ * is refused rather than skipped, so it can neither hang a later open nor be silently ignored. */
+static int probe_file(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  if (stat(path, &st) != 0) return 0;
+  if (S_ISREG(st.st_mode)) return 1;
+  return cp_error_set(CP_EFILETYPE, "%s: is a %s, expected a regular file", path, cp_file_type_name(st.st_mode));
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -75,8 +79,8 @@ static bool ends_with(const char *s, const char *suffix) {
  * with advice on re-saving them. */
 static bool looks_like_pytorch(const char *path) {
   unsigned char magic[4] = {0};
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return false;
+  FILE *fp = NULL;
+  if (cp_fopen_input(&fp, path) < 0) return false; /* the reader reports it */
   size_t n = fread(magic, 1, 4, fp);
   fclose(fp);
   if (n >= 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4) return true;
@@ -237,9 +241,8 @@ static int open_folder(cp_checkpoint *ck) {
   for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
     char *path = cp_path_join(ck->dir, layouts[k].name);
     CP_CHECK_ALLOC(path, ck->dir);
-    bool found = is_file(path);
-    int rc = 0;
-    if (found) {
+    int found = probe_file(path), rc = found < 0 ? found : 0;
+    if (found > 0) {
       ck->format = layouts[k].format;
       rc = layouts[k].index ? open_sharded(ck, path, layouts[k].pytorch)
                             : open_single(ck, layouts[k].name, layouts[k].pytorch);
@@ -265,7 +268,12 @@ static int collect_aux(cp_checkpoint *ck) {
   for (size_t k = 0; k < n; k++) {
     free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(ck->dir, aux_names[k]), ck->dir);
-    if (!is_file(path)) continue;
+    int found = probe_file(path);
+    if (found < 0) {
+      rc = found;
+      goto done;
+    }
+    if (!found) continue;
     if (!strcmp(aux_names[k], "config.json"))
       CP_CHECK_ALLOC_GOTO(ck->config_path = strdup(path), ck->dir);
     CP_CHECK_ALLOC_GOTO(ck->aux[ck->n_aux] = strdup(aux_names[k]), ck->dir);

@@ -16,6 +16,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
 #include "formats/pickle.h"
@@ -378,14 +379,14 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   f->arena.limit = PK_MAX_ARENA;
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
 
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    rc = cp_error_set(CP_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if ((fd = cp_open_input(path, 0)) < 0) {
+    rc = fd;
+    fd = -1;
     goto done;
   }
-  if (!S_ISREG(st.st_mode)) {
-    rc = cp_error_set(CP_EIO, "%s: not a regular file", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
     goto done;
   }
   if (st.st_size < 4) {

@@ -7,6 +7,7 @@
  * checks that their data tiles the file: no hole, no overlap, nothing past the end or after. */
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
 #include "ctxpatch/base/json.h"
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/base/quote.h"
@@ -236,14 +237,13 @@ int cp_st_open(cp_st_file **out, const char *path) {
   cp_st_file *f = calloc(1, sizeof *f);
   CP_CHECK_ALLOC(f, path);
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    rc = cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: cannot open: %s", path, strerror(errno));
+  if ((fd = cp_open_input(path, 0)) < 0) {
+    rc = fd;
     goto done;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = cp_error_set(CP_EIO, "%s: not a regular file", path);
+  if (fstat(fd, &st) != 0) {
+    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
     goto done;
   }
   f->size = (uint64_t)st.st_size;

@@ -24,6 +24,8 @@
   X(CP_EUNSUPPORTED, -6, "unsupported")                                                \
   X(CP_EOVERFLOW, -7, "size overflow")                                                 \
   X(CP_EFORMAT, -8, "unrecognised file format")                                        \
+  X(CP_EFILETYPE, -9, "not a regular file (FIFO, device, socket, folder or symlink)") \
+  X(CP_EOVERLAP, -10, "output is, contains or is inside the input")                 \
   /* safetensors (-100) */                                                             \
   X(CP_EST_TOO_SMALL, -100, "safetensors: file shorter than 8 bytes")                  \
   X(CP_EST_HEADER_TOO_LARGE, -101, "safetensors: header length over 100000000")        \

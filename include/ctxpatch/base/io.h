@@ -4,12 +4,44 @@
  * target folder, fsync'd, renamed over the target, and the folder is fsync'd. A folder
  * output is built as a hidden temporary sibling and renamed into place the same way.
  * On any error the temporary is removed and nothing else is touched.
+ *
+ * What an output path may be (cp_output_kind, checked by every writer here): absent or a regular
+ * file (a folder, for folder outputs) is replaced atomically; a character device (/dev/null, a
+ * tty, or a symlink to one such as /dev/stdout) is written through, never replaced; a FIFO,
+ * socket, block device, symlink or the wrong kind of file is refused with CP_EFILETYPE.
+ * A folder output replacing an old one is swapped in with renameat2(RENAME_EXCHANGE), so the
+ * path always holds the old or the new folder.
+ *
+ * Temporaries are named ".NAME.tmp-PID-HOST-XXXXXX"; opening an output first removes those
+ * beside it whose process is gone (same host, kill(PID, 0) fails with ESRCH), so a kill -9
+ * leaks at most until the next run writing the same output.
  */
 #ifndef CTXPATCH_IO_H
 #define CTXPATCH_IO_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+/* Opens an input read-only without blocking (a FIFO never hangs the open), following symlinks,
+ * and refuses anything but a regular file (or a folder when `dir_ok`) with CP_EFILETYPE naming
+ * the path. Returns the descriptor (close-on-exec, blocking again) or a negative cp_err. */
+int cp_open_input(const char *path, int dir_ok);
+/* cp_open_input for a regular file, as a stdio stream. */
+int cp_fopen_input(FILE **out, const char *path);
+/* "FIFO", "character device", ... for an st_mode. */
+const char *cp_file_type_name(unsigned mode);
+
+typedef enum {
+  CP_OUTPUT_NEW,     /* nothing there yet */
+  CP_OUTPUT_REPLACE, /* a regular file (a folder for folder outputs): replaced atomically */
+  CP_OUTPUT_THROUGH  /* a character device: written through in place */
+} cp_output;
+/* Classifies the output path (see above); CP_EFILETYPE for what may not be written. */
+int cp_output_kind(cp_output *kind, const char *path, int folder);
+/* CP_EOVERLAP when `out` is or contains `in`, or lies inside it and is a `folder` or an existing
+ * file (real paths, symlinked folders resolved): replacing it would destroy or change the input. */
+int cp_output_outside_input(const char *out, const char *in, int folder);
 
 typedef struct cp_atomic_file cp_atomic_file;
 
@@ -37,6 +69,9 @@ const char *cp_atomic_dir_path(const cp_atomic_dir *d);
 int cp_atomic_dir_commit(cp_atomic_dir *d);
 /* Removes the temporary folder recursively and frees the handle; NULL is a no-op. */
 void cp_atomic_dir_abort(cp_atomic_dir *d);
+/* Removes the temporaries of `path` left by dead processes on this host (see above); returns how
+ * many were removed. Writers call it themselves; exposed for tests and tools. */
+int cp_sweep_stale_temporaries(const char *path);
 
 /* Writes data[0..len) to `path` atomically (open, write, commit; nothing left behind on error);
  * `sha256_hex` (may be NULL) gets the digest of the bytes written. */

@@ -1,0 +1,133 @@
+/* Which paths ctxpatch may read and write (see include/ctxpatch/base/io.h): inputs must be regular
+ * files (or folders where one is expected) and are opened without blocking on a FIFO; outputs may
+ * replace only regular files and folders, write through character devices, and never overlap the
+ * input. */
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *cp_file_type_name(unsigned mode) {
+  if (S_ISREG(mode)) return "regular file";
+  if (S_ISDIR(mode)) return "folder";
+  if (S_ISFIFO(mode)) return "FIFO";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISLNK(mode)) return "symlink";
+  return "special file";
+}
+
+int cp_open_input(const char *path, int dir_ok) {
+  /* O_NONBLOCK: open() on a FIFO with no writer would otherwise wait forever. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode) && !(dir_ok && S_ISDIR(st.st_mode))) {
+    close(fd);
+    return cp_error_set(CP_EFILETYPE, "%s: is a %s, expected a regular file%s", path, cp_file_type_name(st.st_mode),
+                        dir_ok ? " or a folder" : "");
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    int rc = cp_error_set(CP_EIO, "%s: fcntl: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+int cp_fopen_input(FILE **out, const char *path) {
+  *out = NULL;
+  int fd = cp_open_input(path, 0);
+  if (fd < 0) return fd;
+  if (!(*out = fdopen(fd, "rb"))) {
+    close(fd);
+    return cp_error_set(CP_ENOMEM, "%s: fdopen: %s", path, strerror(errno));
+  }
+  return 0;
+}
+
+int cp_output_kind(cp_output *kind, const char *path, int folder) {
+  struct stat st;
+  *kind = CP_OUTPUT_NEW;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
+    return cp_error_set(CP_EIO, "%s: cannot check output: %s", path, strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    /* A symlink to a character device (/dev/stdout on a terminal) writes through like the device;
+     * any other symlink is refused rather than followed into, or replaced by, another file. */
+    struct stat target;
+    if (!folder && stat(path, &target) == 0 && S_ISCHR(target.st_mode)) {
+      *kind = CP_OUTPUT_THROUGH;
+      return 0;
+    }
+    return cp_error_set(CP_EFILETYPE, "%s: output is a symlink; refusing to follow or replace it (give the real path)",
+                        path);
+  }
+  if (folder ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) {
+    *kind = CP_OUTPUT_REPLACE;
+    return 0;
+  }
+  if (!folder && S_ISCHR(st.st_mode)) {
+    *kind = CP_OUTPUT_THROUGH;
+    return 0;
+  }
+  return cp_error_set(CP_EFILETYPE, "%s: output is a %s; refusing to replace it with a %s", path,
+                      cp_file_type_name(st.st_mode), folder ? "folder" : "file");
+}
+
+/* The absolute path `path` names, resolving every symlink in its folders; the last component
+ * is resolved too when it exists. NULL when its folder does not exist. */
+static char *real_output_path(const char *path) {
+  char *r = realpath(path, NULL);
+  if (r) return r;
+  char *a = strdup(path), *b = strdup(path), *out = NULL;
+  if (a && b) {
+    char *parent = realpath(dirname(a), NULL);
+    const char *base = basename(b);
+    if (parent && (out = malloc(strlen(parent) + strlen(base) + 2)))
+      sprintf(out, "%s%s%s", parent, strcmp(parent, "/") ? "/" : "", base);
+    free(parent);
+  }
+  free(a);
+  free(b);
+  return out;
+}
+
+/* True when `outer` is `inner` or one of its ancestors. */
+static int contains(const char *outer, const char *inner) {
+  size_t n = strlen(outer);
+  if (n == 1 && outer[0] == '/') return 1;
+  return strncmp(outer, inner, n) == 0 && (inner[n] == '\0' || inner[n] == '/');
+}
+
+int cp_output_outside_input(const char *out, const char *in, int folder) {
+  char *ri = realpath(in, NULL), *ro = real_output_path(out);
+  int rc = 0;
+  /* An input that cannot be resolved fails to open later, with its own message. A new file
+   * beside the input's files (a certificate in the model folder) destroys nothing, replacing one
+   * of them does; a folder there would become part of the input folder. */
+  struct stat st;
+  if (ri && ro && (contains(ro, ri) || (contains(ri, ro) && (folder || lstat(ro, &st) == 0))))
+    rc = cp_error_set(CP_EOVERLAP, "%s: output %s the input %s", out,
+                      !strcmp(ri, ro) ? "is" : contains(ro, ri) ? "contains" : "is inside", in);
+  free(ri);
+  free(ro);
+  return rc;
+}
