@@ -9,21 +9,14 @@
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/hf_bytelevel.h"
 
+static int load_any(void *l, const cJSON *n, const char *p, int depth) { return tk_decoders_load(l, n, p, depth); }
+
 int tk_decoders_load(tk_decoders *l, const cJSON *n, const char *p, int depth) {
-  l->path = p;
-  if (!n || cJSON_IsNull(n)) return 0;
-  const char *type = jstr(n, "type");
-  if (!type) return cp_error_set(CP_ETOK_JSON, "%s: decoder: no type", p);
-  l->have_decoder = true;
-  if (!strcmp(type, "Sequence")) {
-    const cJSON *it, *list = jget(n, "decoders");
-    if (!cJSON_IsArray(list) || depth > TK_MAX_NESTING) return cp_error_set(CP_ETOK_JSON, "%s: decoder Sequence: bad list", p);
-    cJSON_ArrayForEach(it, list) {
-      int rc = tk_decoders_load(l, it, p, depth + 1);
-      if (rc) return rc;
-    }
-    return 0;
-  }
+  l->path = p; /* named in encode-time errors */
+  const char *type;
+  int rc = tk_node_head(&type, n, "decoders", "decoder", p, depth, load_any, l);
+  if (rc > 0) l->have_decoder = true;
+  if (rc != TK_NODE_ONE) return rc < 0 ? rc : 0;
   if (l->n == TK_MAX_STEPS) return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: decoder: too many steps", p);
   dec_step *s = &l->v[l->n];
   memset(s, 0, sizeof *s);

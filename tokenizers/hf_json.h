@@ -31,6 +31,16 @@ static inline bool jid(const cJSON *v, int32_t *out) {
   return true;
 }
 
+/* The head of a normalizer / pre-tokenizer / decoder node: TK_NODE_NONE for null or absent,
+ * TK_NODE_SEQUENCE once a "Sequence" has had each member of its `list_key` array loaded through
+ * `load(l, member, p, depth + 1)`, TK_NODE_ONE with *type set for a single component, or a
+ * negative error (`what` names the component kind in the message). One copy of the Sequence rule
+ * for the three chains. */
+enum { TK_NODE_NONE, TK_NODE_SEQUENCE, TK_NODE_ONE };
+typedef int (*tk_node_loader)(void *l, const cJSON *n, const char *p, int depth);
+int tk_node_head(const char **type, const cJSON *n, const char *list_key, const char *what, const char *p,
+                 int depth, tk_node_loader load, void *l);
+
 /* Metaspace (pre-tokenizer and decoder): where the replacement is prepended. */
 enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 static inline int parse_prepend(const cJSON *o, int *out) {

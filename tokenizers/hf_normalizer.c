@@ -8,20 +8,13 @@
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/pieces.h"
 
+static int load_any(void *l, const cJSON *n, const char *p, int depth) { return tk_normalizers_load(l, n, p, depth); }
+
 int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int depth) {
-  l->path = p;
-  if (!n || cJSON_IsNull(n)) return 0;
-  const char *type = jstr(n, "type");
-  if (!type) return cp_error_set(CP_ETOK_JSON, "%s: normalizer: no type", p);
-  if (!strcmp(type, "Sequence")) {
-    const cJSON *it, *list = jget(n, "normalizers");
-    if (!cJSON_IsArray(list) || depth > TK_MAX_NESTING) return cp_error_set(CP_ETOK_JSON, "%s: normalizer Sequence: bad list", p);
-    cJSON_ArrayForEach(it, list) {
-      int rc = tk_normalizers_load(l, it, p, depth + 1);
-      if (rc) return rc;
-    }
-    return 0;
-  }
+  l->path = p; /* named in encode-time errors */
+  const char *type;
+  int rc = tk_node_head(&type, n, "normalizers", "normalizer", p, depth, load_any, l);
+  if (rc != TK_NODE_ONE) return rc < 0 ? rc : 0;
   if (l->n == TK_MAX_STEPS) return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: normalizer: too many steps", p);
   norm_step *s = &l->v[l->n];
   memset(s, 0, sizeof *s);
@@ -58,7 +51,7 @@ int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int de
       if (!cJSON_IsString(b64)) return cp_error_set(CP_ETOK_JSON, "%s: precompiled_charsmap: not a string", p);
       unsigned char *blob = NULL;
       size_t blen = 0;
-      int rc = tk_base64_decode(&blob, &blen, b64->valuestring, strlen(b64->valuestring));
+      rc = tk_base64_decode(&blob, &blen, b64->valuestring, strlen(b64->valuestring));
       if (!rc) rc = tk_charsmap_init(&s->cm, blob, blen, p);
       free(blob);
       if (rc) return rc;

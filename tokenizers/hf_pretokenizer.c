@@ -24,19 +24,12 @@ static int parse_behavior(const char *b, int *out) {
   return 0;
 }
 
+static int load_any(void *l, const cJSON *n, const char *p, int depth) { return tk_pretokenizers_load(l, n, p, depth); }
+
 int tk_pretokenizers_load(tk_pretokenizers *l, const cJSON *n, const char *p, int depth) {
-  if (!n || cJSON_IsNull(n)) return 0;
-  const char *type = jstr(n, "type");
-  if (!type) return cp_error_set(CP_ETOK_JSON, "%s: pre_tokenizer: no type", p);
-  if (!strcmp(type, "Sequence")) {
-    const cJSON *it, *list = jget(n, "pretokenizers");
-    if (!cJSON_IsArray(list) || depth > TK_MAX_NESTING) return cp_error_set(CP_ETOK_JSON, "%s: pre_tokenizer Sequence: bad list", p);
-    cJSON_ArrayForEach(it, list) {
-      int rc = tk_pretokenizers_load(l, it, p, depth + 1);
-      if (rc) return rc;
-    }
-    return 0;
-  }
+  const char *type;
+  int rc = tk_node_head(&type, n, "pretokenizers", "pre_tokenizer", p, depth, load_any, l);
+  if (rc != TK_NODE_ONE) return rc < 0 ? rc : 0;
   if (l->n == TK_MAX_STEPS) return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: pre_tokenizer: too many steps", p);
   pre_step *s = &l->v[l->n];
   memset(s, 0, sizeof *s);

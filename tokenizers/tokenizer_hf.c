@@ -278,3 +278,19 @@ size_t tk_hf_vocab_size(const tk_hf *hf) {
 int64_t tk_hf_bos(const tk_hf *hf) { return hf->bos; }
 int64_t tk_hf_eos(const tk_hf *hf) { return hf->eos; }
 const char *tk_hf_kind(const tk_hf *hf) { return hf->model.unigram ? "unigram" : "bpe"; }
+
+int tk_node_head(const char **type, const cJSON *n, const char *list_key, const char *what, const char *p,
+                 int depth, tk_node_loader load, void *l) {
+  *type = NULL;
+  if (!n || cJSON_IsNull(n)) return TK_NODE_NONE;
+  if (!(*type = jstr(n, "type"))) return cp_error_set(CP_ETOK_JSON, "%s: %s: no type", p, what);
+  if (strcmp(*type, "Sequence")) return TK_NODE_ONE;
+  const cJSON *it, *list = jget(n, list_key);
+  if (!cJSON_IsArray(list) || depth > TK_MAX_NESTING)
+    return cp_error_set(CP_ETOK_JSON, "%s: %s Sequence: bad list", p, what);
+  cJSON_ArrayForEach(it, list) {
+    int rc = load(l, it, p, depth + 1);
+    if (rc) return rc;
+  }
+  return TK_NODE_SEQUENCE;
+}
