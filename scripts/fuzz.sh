@@ -12,7 +12,7 @@ only=${2:-}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCTXPATCH_FUZZ=ON -DCTXPATCH_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config \
-  fuzz_rule fuzz_tokenizer_json fuzz_spm_model >/dev/null
+  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate >/dev/null
 python3 tests/hostile/make_corpus.py build-fuzz/hostile >/dev/null
 fx=../shared/fixtures
 pm=examples/probe-models
@@ -31,13 +31,15 @@ seed fuzz_st_index tests/goldens/safetensors/sample.json
 seed fuzz_pytorch $pm/alibi-probe/pytorch_model.bin build-fuzz/hostile/pytorch $fx/third_party/burn
 seed fuzz_config $pm/t5-probe/config.json $pm/alibi-probe/config.json $pm/rope-probe/config.json $pm/fire-probe/config.json
 seed fuzz_rule tests/fuzz/seeds/rule
+seed fuzz_certificate tests/fuzz/seeds/certificate
 seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $fx/tokenizers/t5/tokenizer.json \
   build-fuzz/hostile/tokenizers  # Split / Replace / Prepend / ByteLevel chains and limit pairs
 seed fuzz_spm_model build-fuzz/hostile/tokenizers/spm_ok.model build-fuzz/hostile/tokenizers/spm_piece_at_limit.model
 seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokenizer.model
 mkdir -p build-fuzz/crashes
 status=0
-for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model; do
+for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \
+  fuzz_certificate; do
   [ -n "$only" ] && [ "$only" != "$h" ] && continue
   if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then
