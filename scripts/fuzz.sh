@@ -29,7 +29,7 @@ seed() { # harness, then files or folders to copy in
 seed fuzz_safetensors $pm/t5-probe/model.safetensors build-fuzz/hostile/safetensors tests/goldens/safetensors/sample.safetensors
 seed fuzz_st_index tests/goldens/safetensors/sample.json
 seed fuzz_pytorch $pm/alibi-probe/pytorch_model.bin build-fuzz/hostile/pytorch $fx/third_party/burn
-seed fuzz_config $pm/t5-probe/config.json $pm/alibi-probe/config.json $pm/rope-probe/config.json $pm/fire-probe/config.json
+seed fuzz_config $pm/t5-probe/config.json $pm/alibi-probe/config.json $pm/rope-probe/config.json $pm/fire-probe/config.json tests/fuzz/seeds/config
 seed fuzz_rule tests/fuzz/seeds/rule
 seed fuzz_certificate tests/fuzz/seeds/certificate
 seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $fx/tokenizers/t5/tokenizer.json \
