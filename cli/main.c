@@ -16,6 +16,7 @@ static const cli_command commands[] = {
     {"verify", "run long retrieval probes, baseline side by side; certificate and HTML report", cmd_verify},
     {"tokenize", "encode text to token ids (or decode ids) with a model's tokenizer", cmd_tokenize},
     {"calibrate", "find the softmax temperature per length (Algorithm 1, Props. 1-2, log baseline)", cmd_calibrate},
+    {"check", "decide whether a patched artifact may ship: files, certificate, metadata, --rerun", cmd_check},
 };
 
 int cli_report(int rc) {

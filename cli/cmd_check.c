@@ -1,0 +1,107 @@
+/* ctxpatch check: the CI gate for a patched artifact (include/ctxpatch/verify/check.h, docs/ci.md).
+ * Exit 0 pass, 1 the artifact fails a check (every failure one line), 2 usage or unreadable input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/cli.h"
+#include "ctxpatch/verify/check.h"
+
+static const char check_help[] =
+    "usage: ctxpatch check ARTIFACT [--rerun] [--threads T] [--tolerance X] [--json]\n\n"
+    "Decides whether a patched artifact (what 'ctxpatch patch' writes) may ship: every file\n"
+    "against SHA256SUMS (nothing extra or missing), certificate.json against its schema and a\n"
+    "pass verdict, the certificate's file digests, tool version, method, fidelity and rules\n"
+    "against the artifact's files and metadata. Each failure is one line 'FAIL KIND: message';\n"
+    "all are listed.\n\n"
+    "  --rerun        run the certificate's probes again with its seed; accuracies must be equal\n"
+    "                 bit for bit, P_max / entropy within --tolerance (default 1e-4)\n"
+    "  --threads T    re-run engine threads (default the certificate's run.threads)\n"
+    "  --json         print the report as one JSON object instead\n"
+    "Exit status: 0 pass, 1 the artifact fails a check, 2 usage or unreadable input (also an\n"
+    "ONNX or GGUF artifact: format not supported by check yet).\n";
+
+static int print_json(const char *path, const cp_check_report *r, bool rerun) {
+  cJSON *o = cJSON_CreateObject(), *fails = NULL;
+  if (!o) return cli_report(cp_error_set(CP_ENOMEM, "check report: out of memory"));
+  cJSON_AddStringToObject(o, "artifact", path);
+  cJSON_AddStringToObject(o, "format", r->format ? r->format : "");
+  cJSON_AddStringToObject(o, "result", r->n_failures ? "fail" : "pass");
+  cJSON_AddNumberToObject(o, "files", (double)r->n_files);
+  cJSON_AddStringToObject(o, "certificate_sha256", r->certificate_sha256);
+  if (rerun) {
+    cJSON *rr = cJSON_AddObjectToObject(o, "rerun");
+    cJSON_AddBoolToObject(rr, "done", r->reran);
+    cJSON_AddNumberToObject(rr, "cells", r->rerun_cells);
+  }
+  fails = cJSON_AddArrayToObject(o, "failures");
+  for (size_t i = 0; i < r->n_failures; i++) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "check", r->failures[i].kind);
+    cJSON_AddStringToObject(f, "message", r->failures[i].message);
+    cJSON_AddItemToArray(fails, f);
+  }
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  if (!text) return cli_report(cp_error_set(CP_ENOMEM, "check report: out of memory"));
+  puts(text);
+  free(text);
+  return r->n_failures ? CLI_FAIL : CLI_OK;
+}
+
+static int print_text(const char *path, const cp_check_report *r, bool rerun) {
+  for (size_t i = 0; i < r->n_failures; i++) printf("FAIL %s: %s\n", r->failures[i].kind, r->failures[i].message);
+  if (r->n_failures) {
+    printf("check: %s: %zu failure%s\n", path, r->n_failures, r->n_failures == 1 ? "" : "s");
+    return CLI_FAIL;
+  }
+  printf("check: %s: pass (%s, %zu files, certificate sha256 %s", path, r->format, r->n_files, r->certificate_sha256);
+  if (rerun) printf(", re-run: %d cells equal", r->rerun_cells);
+  printf(")\n");
+  return CLI_OK;
+}
+
+int cmd_check(int argc, char **argv) {
+  const char *path = NULL;
+  bool json = false;
+  unsigned long long threads = 0;
+  cp_check_params p;
+  cp_check_params_init(&p);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (cli_is_help(a)) {
+      fputs(check_help, stdout);
+      return CLI_OK;
+    }
+    if (!strcmp(a, "--rerun")) p.rerun = true;
+    else if (!strcmp(a, "--json")) json = true;
+    else if (!strcmp(a, "--threads") || !strcmp(a, "--tolerance")) {
+      if (!v) return cli_usage_error("check", "%s needs a value", a);
+      i++;
+      if (!strcmp(a, "--threads")) {
+        if (!cli_parse_u64_in("check", a, v, 1, 1024, &threads)) return CLI_USAGE;
+        p.threads = (int)threads;
+        continue;
+      }
+      char *end;
+      p.tolerance = strtod(v, &end);
+      if (*end || !(p.tolerance >= 0 && p.tolerance <= 1))
+        return cli_usage_error("check", "--tolerance expects a number in [0, 1], got '%s'", v);
+    } else if (a[0] == '-' && a[1]) return cli_usage_error("check", "unknown option '%s'", a);
+    else if (path) return cli_usage_error("check", "unexpected argument '%s'", a);
+    else path = a;
+  }
+  if (!path) return cli_usage_error("check", "missing ARTIFACT");
+  if (p.rerun && !json && isatty(STDERR_FILENO)) p.progress = cli_progress_bar;
+  cp_check_report r;
+  int rc = cp_check_artifact(&r, path, &p), status;
+  if (rc < 0) {
+    cli_report(rc);
+    status = CLI_USAGE; /* the artifact could not be judged at all */
+  } else status = json ? print_json(path, &r, p.rerun) : print_text(path, &r, p.rerun);
+  cp_check_report_free(&r);
+  return status;
+}

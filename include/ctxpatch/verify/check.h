@@ -1,0 +1,63 @@
+/* Floor: verify. `ctxpatch check ARTIFACT`: decides whether a patched artifact may ship.
+ *
+ * Checks, each failure one line with a stable kind (docs/ci.md lists them):
+ *   1. every file is hashed against SHA256SUMS, and nothing is extra or missing (the batch stamp
+ *      ctxpatch-batch.json, written after the artifact, is the one file exempt; docs/batch.md);
+ *   2. certificate.json is valid against its schema (docs/certificate.md, including the "patch"
+ *      object an artifact's certificate has) and its verdict is a pass;
+ *   3. the certificate's file digests (model.files, taken with the certificate digest field as
+ *      64 zeros, docs/patching.md) match the artifact's files, and its tool version, method,
+ *      fidelity, rule and baked rule match the artifact's metadata, read by one function per
+ *      output format (safetensors: config.json's "ctxpatch" block and every shard's
+ *      __metadata__.ctxpatch); the metadata's certificate digest is certificate.json's SHA-256;
+ *   4. with `rerun`, the certificate's probes are run again on the artifact with its seed: every
+ *      correct_by_depth count and accuracy must be equal, bit for bit; P_max and entropy, when the
+ *      certificate has them, within `tolerance`.
+ * Formats not supported yet (ONNX, GGUF) are refused with CP_EUNSUPPORTED before any check.
+ */
+#ifndef CTXPATCH_VERIFY_CHECK_H
+#define CTXPATCH_VERIFY_CHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The file `ctxpatch batch` writes into an artifact after it is complete (docs/batch.md). */
+#define CP_BATCH_STAMP_NAME "ctxpatch-batch.json"
+/* Default |difference| allowed for re-run P_max and entropy (accuracies: none). */
+#define CP_CHECK_DEFAULT_TOLERANCE 1e-4
+
+typedef struct {
+  bool rerun;
+  int threads;      /* re-run engine threads; 0 = the certificate's run.threads */
+  double tolerance; /* re-run P_max / entropy tolerance */
+  void (*progress)(void *ctx, int64_t done, int64_t total); /* re-run progress (may be NULL) */
+  void *progress_ctx;
+} cp_check_params;
+
+void cp_check_params_init(cp_check_params *p);
+
+typedef struct {
+  char kind[24]; /* stable id, e.g. "sums-mismatch" (docs/ci.md) */
+  char *message; /* one line, owned */
+} cp_check_failure;
+
+typedef struct {
+  const char *format;            /* "safetensors", "onnx", "gguf" (static) */
+  size_t n_files;                /* files listed in SHA256SUMS */
+  char certificate_sha256[65];   /* of certificate.json; "" when unreadable */
+  bool reran;                    /* the probes were run again */
+  int rerun_cells;               /* (probe, length) cells compared by the re-run */
+  cp_check_failure *failures;    /* [n_failures], in the order found; empty = pass */
+  size_t n_failures, cap;
+  bool oom;                      /* a failure could not be recorded (the report is incomplete) */
+} cp_check_report;
+
+/* Runs every check on the artifact folder `path`. Returns 0 when the checks ran (the artifact
+ * passes when out->n_failures == 0), or a negative cp_err when it cannot be judged at all:
+ * absent or unreadable path, not an artifact of any known format (CP_EFORMAT), a format check
+ * does not support yet (CP_EUNSUPPORTED). The caller frees *out (cp_check_report_free). */
+int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_params *params);
+void cp_check_report_free(cp_check_report *r);
+
+#endif

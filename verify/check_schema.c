@@ -1,0 +1,188 @@
+/* The certificate's schema (docs/certificate.md, plus the "patch" object of an artifact's
+ * certificate), checked field by field: one failure line per violation, kind "cert-schema".
+ * Unknown keys are allowed (older certificates carry run.wall_seconds). */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctxpatch/verify/verify.h"
+#include "verify/check_int.h"
+
+#define CERT "certificate.json"
+
+typedef struct {
+  cp_check_report *r;
+  int rc;
+} sv;
+
+static void bad(sv *s, const char *path, const char *what) {
+  if (s->rc == 0) s->rc = check_fail(s->r, "cert-schema", CERT ": %s: %s", path, what);
+}
+
+/* obj.key when it has one of the cJSON `types` (a mask); NULL and a failure otherwise. */
+static const cJSON *need(sv *s, const cJSON *obj, const char *path, const char *key, int types) {
+  char full[160];
+  snprintf(full, sizeof full, "%s%s%s", path, *path ? "." : "", key);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!v) bad(s, full, "missing");
+  else if (!(v->type & types)) {
+    bad(s, full, types == cJSON_Object ? "expected an object" : types == cJSON_Array ? "expected an array" :
+                 types == cJSON_String ? "expected a string" : "expected a number");
+    return NULL;
+  }
+  return v;
+}
+
+static bool is_int_in(const cJSON *v, double lo, double hi) {
+  return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi && v->valuedouble == floor(v->valuedouble);
+}
+
+/* An integer field within [lo, hi]; its value, or -1. */
+static double need_int(sv *s, const cJSON *obj, const char *path, const char *key, double lo, double hi) {
+  const cJSON *v = need(s, obj, path, key, cJSON_Number);
+  if (!v) return -1;
+  if (!is_int_in(v, lo, hi)) {
+    char full[160], what[96];
+    snprintf(full, sizeof full, "%s.%s", path, key);
+    snprintf(what, sizeof what, "expected an integer in [%g, %g]", lo, hi);
+    bad(s, full, what);
+    return -1;
+  }
+  return v->valuedouble;
+}
+
+static bool is_sha256(const char *h) {
+  if (strlen(h) != 64) return false;
+  for (int i = 0; i < 64; i++)
+    if (!isxdigit((unsigned char)h[i]) || isupper((unsigned char)h[i])) return false;
+  return true;
+}
+
+static void model_block(sv *s, const cJSON *c) {
+  const cJSON *m = need(s, c, "", "model", cJSON_Object), *f;
+  if (!m) return;
+  need(s, m, "model", "family", cJSON_String);
+  need(s, m, "model", "train_len", cJSON_Number | cJSON_NULL);
+  const cJSON *files = need(s, m, "model", "files", cJSON_Array);
+  cJSON_ArrayForEach(f, files) {
+    const cJSON *p = need(s, f, "model.files[]", "path", cJSON_String), *h = need(s, f, "model.files[]", "sha256", cJSON_String);
+    if (p && (!*p->valuestring || p->valuestring[0] == '/' || strstr(p->valuestring, "..")))
+      bad(s, "model.files[].path", "empty, absolute or with '..'");
+    if (h && !is_sha256(h->valuestring)) bad(s, "model.files[].sha256", "expected 64 lowercase hex digits");
+  }
+}
+
+/* probes: names, lengths, depths, samples, seed, max_new_tokens. Returns the counts used by results. */
+static void probes_block(sv *s, const cJSON *c, int *n_lengths, int *n_depths, double *samples) {
+  const cJSON *p = need(s, c, "", "probes", cJSON_Object), *v;
+  *n_lengths = *n_depths = -1;
+  *samples = -1;
+  if (!p) return;
+  const cJSON *names = need(s, p, "probes", "names", cJSON_Array);
+  cJSON_ArrayForEach(v, names) {
+    cp_probe_kind k;
+    if (!cJSON_IsString(v) || cp_probe_from_name(&k, v->valuestring) < 0) bad(s, "probes.names[]", "not a known probe");
+  }
+  if (names && cJSON_GetArraySize(names) == 0) bad(s, "probes.names", "empty");
+  const cJSON *lengths = need(s, p, "probes", "lengths", cJSON_Array), *depths = need(s, p, "probes", "depths", cJSON_Array);
+  cJSON_ArrayForEach(v, lengths) if (!is_int_in(v, 1, 1 << 20)) bad(s, "probes.lengths[]", "expected an integer in [1, 2^20]");
+  cJSON_ArrayForEach(v, depths) if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1))
+    bad(s, "probes.depths[]", "expected a number in [0, 1]");
+  if ((lengths && !cJSON_GetArraySize(lengths)) || (depths && !cJSON_GetArraySize(depths)))
+    bad(s, "probes", "lengths and depths must not be empty");
+  *samples = need_int(s, p, "probes", "samples", 1, 100000);
+  need_int(s, p, "probes", "seed", 0, 18446744073709551615.0);
+  need_int(s, p, "probes", "max_new_tokens", 1, 4096);
+  if (lengths) *n_lengths = cJSON_GetArraySize(lengths);
+  if (depths) *n_depths = cJSON_GetArraySize(depths);
+}
+
+/* results.<side>.<probe>: one entry per length, accuracy = correct / (samples x depths). */
+static void side_block(sv *s, const cJSON *side, const char *name, const cJSON *probes, int n_lengths, int n_depths,
+                       double samples) {
+  const cJSON *pn, *lengths = cJSON_GetObjectItemCaseSensitive(probes, "lengths");
+  char path[96];
+  cJSON_ArrayForEach(pn, cJSON_GetObjectItemCaseSensitive(probes, "names")) {
+    if (!cJSON_IsString(pn)) continue;
+    snprintf(path, sizeof path, "results.%s", name);
+    const cJSON *cells = need(s, side, path, pn->valuestring, cJSON_Array), *cell;
+    snprintf(path, sizeof path, "results.%s.%s", name, pn->valuestring);
+    if (cells && cJSON_GetArraySize(cells) != n_lengths) bad(s, path, "one entry per probes.lengths expected");
+    int l = 0;
+    cJSON_ArrayForEach(cell, cells) {
+      const cJSON *len = need(s, cell, path, "length", cJSON_Number), *acc = need(s, cell, path, "accuracy", cJSON_Number);
+      const cJSON *by = need(s, cell, path, "correct_by_depth", cJSON_Array), *d;
+      const cJSON *want = cJSON_GetArrayItem(lengths, l++);
+      if (len && want && len->valuedouble != want->valuedouble) bad(s, path, "length differs from probes.lengths");
+      double ok = 0;
+      cJSON_ArrayForEach(d, by) {
+        if (!is_int_in(d, 0, samples)) bad(s, path, "correct_by_depth entry not an integer in [0, samples]");
+        else ok += d->valuedouble;
+      }
+      if (by && cJSON_GetArraySize(by) != n_depths) bad(s, path, "correct_by_depth needs one count per depth");
+      else if (acc && samples > 0 && acc->valuedouble != ok / (samples * n_depths))
+        bad(s, path, "accuracy is not correct_by_depth / (samples x depths)");
+    }
+  }
+}
+
+static void results_block(sv *s, const cJSON *c, int n_lengths, int n_depths, double samples) {
+  const cJSON *res = need(s, c, "", "results", cJSON_Object), *probes = cJSON_GetObjectItemCaseSensitive(c, "probes");
+  if (!res || n_lengths < 0 || n_depths < 0 || samples < 1) return;
+  const cJSON *patched = need(s, res, "results", "patched", cJSON_Object);
+  if (patched) side_block(s, patched, "patched", probes, n_lengths, n_depths, samples);
+  const cJSON *base = cJSON_GetObjectItemCaseSensitive(res, "baseline");
+  if (base && !cJSON_IsObject(base)) bad(s, "results.baseline", "expected an object");
+  else if (base) side_block(s, base, "baseline", probes, n_lengths, n_depths, samples);
+}
+
+static void tail_blocks(sv *s, const cJSON *c) {
+  const cJSON *th = need(s, c, "", "thresholds", cJSON_Object), *v = NULL;
+  if (th) {
+    need(s, th, "thresholds", "min_accuracy", cJSON_Number | cJSON_NULL);
+    need(s, th, "thresholds", "no_regression_at", cJSON_Array);
+  }
+  const cJSON *verdict = need(s, c, "", "verdict", cJSON_Object);
+  if (verdict) {
+    const cJSON *r = need(s, verdict, "verdict", "result", cJSON_String), *why = need(s, verdict, "verdict", "reasons", cJSON_Array);
+    if (r && strcmp(r->valuestring, "pass") && strcmp(r->valuestring, "fail")) bad(s, "verdict.result", "not 'pass' or 'fail'");
+    cJSON_ArrayForEach(v, why) if (!cJSON_IsString(v)) bad(s, "verdict.reasons[]", "expected a string");
+    if (r && why && !strcmp(r->valuestring, "pass") && cJSON_GetArraySize(why) > 0) bad(s, "verdict", "a pass with reasons");
+  }
+  const cJSON *run = need(s, c, "", "run", cJSON_Object);
+  if (run) {
+    need(s, run, "run", "engine", cJSON_String);
+    need(s, run, "run", "device", cJSON_String);
+    need_int(s, run, "run", "threads", 1, 1024);
+    need(s, run, "run", "tokens", cJSON_Number);
+  }
+  const cJSON *patch = need(s, c, "", "patch", cJSON_Object);
+  if (patch) {
+    need(s, patch, "patch", "method", cJSON_String);
+    need(s, patch, "patch", "fidelity", cJSON_String);
+    need(s, patch, "patch", "rule", cJSON_Object);
+    need(s, patch, "patch", "baked_rule", cJSON_Object);
+    need(s, patch, "patch", "baseline", cJSON_String);
+  }
+}
+
+int check_certificate_schema(cp_check_report *r, const cJSON *c) {
+  sv s = {r, 0};
+  const cJSON *v = need(&s, c, "", "certificate_version", cJSON_Number);
+  if (v && v->valuedouble != 1) bad(&s, "certificate_version", "not 1 (the only version this tool reads)");
+  const cJSON *tool = need(&s, c, "", "tool", cJSON_Object);
+  if (tool) {
+    const cJSON *name = need(&s, tool, "tool", "name", cJSON_String);
+    if (name && strcmp(name->valuestring, "ctxpatch")) bad(&s, "tool.name", "not 'ctxpatch'");
+    need(&s, tool, "tool", "version", cJSON_String);
+  }
+  model_block(&s, c);
+  need(&s, c, "", "rule", cJSON_Object);
+  int n_lengths, n_depths;
+  double samples;
+  probes_block(&s, c, &n_lengths, &n_depths, &samples);
+  results_block(&s, c, n_lengths, n_depths, samples);
+  tail_blocks(&s, c);
+  return s.rc;
+}
