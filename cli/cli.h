@@ -86,5 +86,6 @@ int cmd_patch(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

@@ -1,0 +1,297 @@
+/* ctxpatch batch: running jobs. Each job is a child process, this binary again
+ * (`ctxpatch batch --run-job DIGEST NAME patch IN OUT ARGS...`), which runs `patch` in-process and
+ * then writes the job's stamp into the artifact (or its failure record beside it). The pool keeps
+ * at most N children; a child dies with the batch (PR_SET_PDEATHSIG), and patch's own watchdog
+ * removes its temporary folder, so kill -9 leaves finished jobs stamped and nothing half-made.
+ * A job's state is read back from its output alone (batch_job_probe). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/json_strict.h"
+#include "cli/batch.h"
+#include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/check.h"
+
+#define STAMP_MAX ((size_t)1 << 20)
+#define LOG_TAIL ((size_t)64 << 10)
+#define EXIT_REFUSED 3
+
+const char *batch_state_name(batch_state s) {
+  static const char *const n[] = {"pending", "done", "skipped", "refused", "error", "stale"};
+  return n[s];
+}
+
+static cJSON *read_json(const char *path) {
+  char *text = NULL;
+  size_t len = 0;
+  cJSON *doc = NULL;
+  if (cp_read_file(&text, &len, path, STAMP_MAX) == 0 &&
+      cp_json_parse_strict(&doc, text, len, path, 16, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0)
+    doc = NULL;
+  free(text);
+  cp_error_clear();
+  return doc;
+}
+
+static const char *str_at(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* SHA-256 of OUT/SHA256SUMS, "" when unreadable. */
+static void sums_digest(char hex[65], const char *out) {
+  char *p = cp_path_join(out, "SHA256SUMS");
+  hex[0] = '\0';
+  if (!p || cp_sha256_file(hex, p) < 0) hex[0] = '\0';
+  free(p);
+  cp_error_clear();
+}
+
+batch_state batch_job_probe(batch_job *j) {
+  struct stat st;
+  bool exists = stat(j->out, &st) == 0;
+  j->message[0] = '\0';
+  if (exists) {
+    char *p = cp_path_join(j->out, CP_BATCH_STAMP_NAME), sums[65];
+    cJSON *stamp = p ? read_json(p) : NULL;
+    free(p);
+    sums_digest(sums, j->out);
+    bool done = stamp && !strcmp(str_at(stamp, "digest"), j->digest) && *sums && !strcmp(str_at(stamp, "sha256sums"), sums);
+    cJSON_Delete(stamp);
+    if (done) return j->state = JOB_DONE;
+  }
+  cJSON *rec = read_json(j->failed);
+  batch_state s = exists ? JOB_STALE : JOB_PENDING;
+  if (rec && !strcmp(str_at(rec, "digest"), j->digest)) {
+    s = !strcmp(str_at(rec, "state"), "refused") ? JOB_REFUSED : JOB_ERROR;
+    snprintf(j->message, sizeof j->message, "%s", str_at(rec, "message"));
+  }
+  cJSON_Delete(rec);
+  return j->state = s;
+}
+
+/* The arguments the digest covers: those after IN OUT, without --threads T and --force. */
+static cJSON *digested_args(int argc, char **argv) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; a && i < argc; i++) {
+    if (!strcmp(argv[i], "--threads")) i++;
+    else if (strcmp(argv[i], "--force") != 0) cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
+  }
+  return a;
+}
+
+/* Last lines of the child's own log: whether patch refused certification, and its error line. */
+static bool refused_in_log(char *msg, size_t cap, const char *log) {
+  FILE *f = fopen(log, "rb");
+  char *buf = malloc(LOG_TAIL + 1);
+  size_t n = 0;
+  snprintf(msg, cap, "exited 1 (see %s)", log);
+  if (f && buf) {
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > (long)LOG_TAIL) fseek(f, -(long)LOG_TAIL, SEEK_END);
+    else rewind(f);
+    n = fread(buf, 1, LOG_TAIL, f);
+  }
+  if (f) fclose(f);
+  if (!buf) return false;
+  buf[n] = '\0';
+  bool refused = strstr(buf, "certification failed:") && !strstr(buf, "ctxpatch: error");
+  const char *line = strstr(buf, "ctxpatch: error");
+  if (refused) { /* the first reason */
+    line = strstr(buf, "verdict: fail");
+    line = line ? strchr(line, '\n') : NULL;
+    if (line) line++;
+  }
+  if (line && *line) {
+    const char *end = strchr(line, '\n');
+    while (*line == ' ') line++;
+    snprintf(msg, cap, "%.*s", (int)(end ? end - line : (long)strlen(line)), line);
+  }
+  free(buf);
+  return refused;
+}
+
+/* The stamp (success) or the failure record, written atomically. */
+static int write_record(const char *path, const char *digest, const char *name, const char *in, int argc, char **argv,
+                        const char *out, const char *state, const char *message) {
+  cJSON *o = cJSON_CreateObject();
+  CP_CHECK_ALLOC(o, path);
+  cJSON_AddNumberToObject(o, "stamp_version", 1);
+  cJSON_AddStringToObject(o, "tool_version", CTXPATCH_VERSION);
+  cJSON_AddStringToObject(o, "job", name);
+  cJSON_AddStringToObject(o, "digest", digest);
+  cJSON_AddStringToObject(o, "input", in);
+  cJSON_AddItemToObject(o, "args", digested_args(argc, argv));
+  cJSON_AddStringToObject(o, "state", state);
+  if (out) {
+    char sums[65], cert[65] = "";
+    sums_digest(sums, out);
+    char *c = cp_path_join(out, "certificate.json");
+    if (!c || cp_sha256_file(cert, c) < 0) cert[0] = '\0';
+    free(c);
+    cJSON_AddStringToObject(o, "sha256sums", sums);
+    cJSON_AddStringToObject(o, "certificate_sha256", cert);
+  } else cJSON_AddStringToObject(o, "message", message);
+  int rc = cp_write_json_atomic(NULL, path, o);
+  cJSON_Delete(o);
+  return rc;
+}
+
+int batch_run_job_main(int argc, char **argv) {
+  /* argv: DIGEST NAME patch IN OUT ARGS... */
+  if (argc < 5 || strcmp(argv[2], "patch") != 0) return BATCH_USAGE;
+  const char *digest = argv[0], *name = argv[1], *in = argv[3], *out = argv[4];
+  char *failed = malloc(strlen(out) + 32), *log = malloc(strlen(out) + 32), msg[512];
+  if (!failed || !log) return CLI_FAIL;
+  sprintf(failed, "%s.batch-failed.json", out);
+  sprintf(log, "%s.batch.log", out);
+  cp_error_clear();
+  int status = cmd_patch(argc - 2, argv + 2), rc;
+  fflush(stdout);
+  fflush(stderr);
+  if (status == CLI_OK) {
+    char *stamp = cp_path_join(out, CP_BATCH_STAMP_NAME);
+    rc = stamp ? write_record(stamp, digest, name, in, argc - 5, argv + 5, out, "done", NULL) : CP_ENOMEM;
+    free(stamp);
+    if (rc == 0) unlink(failed);
+    else status = cli_report(rc);
+  } else {
+    bool refused = status == CLI_FAIL && refused_in_log(msg, sizeof msg, log);
+    if (!refused && status != CLI_FAIL) snprintf(msg, sizeof msg, "exited %d (see %s)", status, log);
+    if ((rc = write_record(failed, digest, name, in, argc - 5, argv + 5, NULL, refused ? "refused" : "error", msg)) < 0)
+      cli_report(rc);
+    status = refused ? EXIT_REFUSED : CLI_FAIL;
+  }
+  free(failed);
+  free(log);
+  return status;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* mkdir -p of the folder that holds `path`. */
+static int make_parent(const char *path) {
+  char *p = strdup(path);
+  CP_CHECK_ALLOC(p, path);
+  int rc = 0;
+  for (char *s = strchr(p + 1, '/'); s && rc == 0; s = strchr(s + 1, '/')) {
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) rc = cp_error_set(CP_EIO, "%s: %s", p, strerror(errno));
+    *s = '/';
+  }
+  free(p);
+  return rc;
+}
+
+/* Forks and execs the child for job j; its stdout and stderr go to OUT.batch.log. */
+static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads) {
+  char t[16];
+  snprintf(t, sizeof t, "%d", threads);
+  struct stat st;
+  bool force = stat(j->out, &st) == 0; /* stale: replaced atomically, and only by a certified one */
+  int n = 0;
+  const char **argv = calloc((size_t)j->n_args + 16, sizeof *argv);
+  if (!argv || make_parent(j->out) < 0) {
+    free(argv);
+    return -1;
+  }
+  const char *head[] = {"ctxpatch", "batch", "--run-job", j->digest, j->name, "patch", j->input, j->out};
+  for (size_t i = 0; i < sizeof head / sizeof *head; i++) argv[n++] = head[i];
+  for (int i = 0; i < j->n_args; i++) argv[n++] = j->args[i];
+  argv[n++] = "--threads";
+  argv[n++] = t;
+  if (force) argv[n++] = "--force";
+  int fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  pid_t parent = getpid(), pid = fd < 0 ? -1 : fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) dup2(nul, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv("/proc/self/exe", (char *const *)argv);
+    _exit(127);
+  }
+  if (fd >= 0) close(fd);
+  free(argv);
+  return pid;
+}
+
+int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, int jobs, bool progress) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int width = jobs < (int)n ? jobs : (int)n;
+  int threads = r->threads ? r->threads : (int)(cpus / (width > 0 ? width : 1));
+  if (threads < 1) threads = 1;
+  pid_t *pids = calloc((size_t)jobs, sizeof *pids);
+  double *start = calloc((size_t)jobs, sizeof *start);
+  size_t *slot_job = calloc((size_t)jobs, sizeof *slot_job), next = 0, finished = 0;
+  int running = 0, rc = 0;
+  CP_CHECK_ALLOC_GOTO(pids && start && slot_job ? pids : NULL, r->path);
+  fflush(stdout);
+  fflush(stderr);
+  while (finished < n) {
+    for (int s = 0; s < jobs && next < n && rc == 0; s++) {
+      if (pids[s]) continue;
+      batch_job *j = &r->jobs[idx[next]];
+      if ((pids[s] = spawn(r, j, threads)) < 0) {
+        pids[s] = 0;
+        rc = cp_error_set(CP_EIO, "%s: cannot start the job: %s", j->name, strerror(errno));
+        break;
+      }
+      slot_job[s] = idx[next++];
+      start[s] = now();
+      running++;
+    }
+    if (running == 0) break;
+    int ws;
+    pid_t pid = waitpid(-1, &ws, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      rc = cp_error_set(CP_EIO, "waitpid: %s", strerror(errno));
+      break;
+    }
+    int s = 0;
+    while (s < jobs && pids[s] != pid) s++;
+    if (s == jobs) continue; /* not one of ours */
+    pids[s] = 0;
+    running--;
+    finished++;
+    batch_job *j = &r->jobs[slot_job[s]];
+    j->seconds = now() - start[s];
+    batch_job_probe(j);
+    if (j->state != JOB_DONE && j->state != JOB_REFUSED && j->state != JOB_ERROR) {
+      j->state = JOB_ERROR;
+      if (WIFSIGNALED(ws)) snprintf(j->message, sizeof j->message, "killed by signal %d", WTERMSIG(ws));
+      else snprintf(j->message, sizeof j->message, "exited %d without a record (see %s)", WEXITSTATUS(ws), j->log);
+    }
+    if (progress)
+      fprintf(stderr, "[%zu/%zu] %-8s %s (%.1f s)%s%s\n", finished, n, batch_state_name(j->state), j->name, j->seconds,
+              *j->message ? ": " : "", j->message);
+    if (rc) break;
+  }
+done:
+  for (int s = 0; pids && s < jobs; s++) /* only after an error: leave nothing behind */
+    if (pids[s] > 0) {
+      kill(pids[s], SIGKILL);
+      waitpid(pids[s], NULL, 0);
+    }
+  free(pids);
+  free(start);
+  free(slot_job);
+  return rc;
+}
