@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# ctxpatch batch (docs/batch.md) over two probe models: --validate, a run with refusals and errors
+# counted apart, kill -9 mid-batch then a re-run that redoes nothing finished, a re-run that skips
+# every done job, --status from the outputs alone (done, refused, error, stale, pending), and
+# three shards as separate processes whose union is the whole recipe with no job twice.
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+
+pm=$src/examples/probe-models
+for m in rope-probe t5-probe; do
+  [ -f "$pm/$m/model.safetensors" ] || { echo "SKIP: $pm/$m is absent"; exit 77; }
+done
+# 2 inputs x 3 methods x 2 target lengths = 12 jobs: 8 certified, 2 refused certifications
+# (rope-pi on the rope model loses to the original), 2 errors (rope-pi does not fit T5).
+recipe() { # recipe FILE OUTDIR
+  cat >"$1" <<EOF
+{
+  "recipe_version": 1,
+  "inputs": ["$pm/rope-probe", "$pm/t5-*"],
+  "methods": [
+    {"name": "lmi", "method": "lm-infinite", "options": {"n-global": 10, "n-local": 256}},
+    {"name": "t09", "method": "temperature", "options": {"tau": 0.9}},
+    {"name": "pi2", "method": "rope-pi", "options": {"factor": 2}}
+  ],
+  "target_lengths": [512, 768],
+  "verify": {"probes": "passkey", "lengths": [256, 512], "depths": "0:1:3", "samples": 1, "threads": 1},
+  "output": {"dir": "$2", "name": "{input}/{method}-{target}"}
+}
+EOF
+}
+R=$work/recipe.json
+recipe "$R" out
+# field FILE.json EXPR: a Python expression over the report `r`
+field() { "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+# 1. --validate: 12 jobs, and refusals of a bad recipe (exit 125, one line naming the key).
+"$bin" batch "$R" --validate --json >"$work/v.json" && ok || bad "--validate exit"
+[ "$(field "$work/v.json" "len(r['jobs'])")" = 12 ] && ok || bad "--validate: not 12 jobs"
+bad_recipe() { # bad_recipe NAME SED-EXPR EXPECTED-MESSAGE
+  sed "$2" "$R" >"$work/bad.json"
+  "$bin" batch "$work/bad.json" --validate >/dev/null 2>"$work/bad.err"
+  local s=$?
+  [ $s -eq 125 ] && grep -q "$3" "$work/bad.err" && ok || { bad "$1: exit $s"; cat "$work/bad.err"; }
+}
+bad_recipe "unknown key" 's/"verify"/"verfy"/' "unknown key 'verfy'"
+bad_recipe "onnx format" 's/"target_lengths"/"formats": ["onnx"], "target_lengths"/' "format not supported by batch yet"
+bad_recipe "glob matching nothing" 's/t5-\*/nothing-*/' "matches nothing"
+bad_recipe "name collision" 's#{input}/{method}-{target}#{method}-{target}#' "two jobs write"
+bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
+"$bin" batch "$R" --shard 3/3 --validate >/dev/null 2>&1; [ $? -eq 125 ] && ok || bad "--shard 3/3 accepted"
+
+# 2. kill -9 mid-batch, then a re-run that finishes the rest with nothing finished redone.
+(cd "$work" && exec "$bin" batch recipe.json --jobs 1 >/dev/null 2>&1) &
+pid=$!
+for _ in $(seq 600); do
+  [ "$(find "$work/out" -name ctxpatch-batch.json 2>/dev/null | wc -l)" -ge 3 ] && break
+  sleep 0.05
+done
+kill -9 $pid; wait $pid 2>/dev/null
+sleep 0.5 # patch's watchdog removes the in-flight temporary folder
+find "$work/out" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort >"$work/before"
+n_before=$(wc -l <"$work/before")
+[ "$n_before" -ge 3 ] && [ "$n_before" -lt 8 ] && ok || bad "kill -9 came at $n_before finished jobs (want 3..7)"
+[ -z "$(find "$work/out" -name '.*tmp-*')" ] && ok || bad "temporary folder left after kill -9: $(find "$work/out" -name '.*tmp-*')"
+(cd "$work" && "$bin" batch recipe.json --jobs 2 --json >"$work/r1.json"); s=$?
+[ $s -eq 4 ] && ok || bad "run after kill: exit $s, want 4 (2 refused + 2 errors)"
+"$py" - "$work/r1.json" "$work/before" "$work/out" <<'EOF' && ok || bad "re-run after kill -9"
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+before = {l.split()[0]: l.split()[1:] for l in open(sys.argv[2])}
+state = {os.path.join(sys.argv[3], j["name"]): j["state"] for j in r["jobs"]}
+for d in before: assert state[d] == "skipped", (d, state[d])           # nothing finished redone
+assert sorted(r["summary"][k] for k in ("done", "skipped")) and r["summary"]["done"] + r["summary"]["skipped"] == 8, r["summary"]
+assert r["summary"]["refused"] == 2 and r["summary"]["error"] == 2, r["summary"]
+for j in r["jobs"]:
+    if j["state"] == "refused": assert "below the baseline" in j["message"] and "pi2" in j["name"], j
+    if j["state"] == "error": assert "CP_EPATCH_FAMILY" in j["message"] and j["name"].startswith("t5-probe/pi2"), j
+EOF
+find "$work/out" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort >"$work/after1"
+join "$work/before" "$work/after1" | awk '$2 != $4 || $3 != $5' | grep -q . && bad "a stamp of a finished job was rewritten" || ok
+
+# 3. Every artifact passes `ctxpatch check`; a re-run skips every done job and retries no refusal.
+for d in $(find "$work/out" -name ctxpatch-batch.json -printf '%h\n'); do
+  "$bin" check "$d" >/dev/null && ok || bad "check $d"
+done
+stat -c %Y "$work/out/rope-probe/pi2-512.batch.log" >"$work/logtime"
+sleep 1.1
+start=$(date +%s%N)
+(cd "$work" && "$bin" batch recipe.json --jobs 2 --json >"$work/r2.json"); s=$?
+took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $s -eq 4 ] && ok || bad "all-done re-run: exit $s"
+[ "$(field "$work/r2.json" "[r['summary'][k] for k in ('skipped','done','refused')]")" = "[8, 0, 2]" ] && ok \
+  || bad "all-done re-run: $(field "$work/r2.json" "r['summary']")"
+[ "$(stat -c %Y "$work/out/rope-probe/pi2-512.batch.log")" = "$(cat "$work/logtime")" ] && ok || bad "a recorded refusal was re-run"
+[ "$took_ms" -lt 5000 ] && ok || bad "all-done re-run took $took_ms ms"
+find "$work/out" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort | cmp -s - "$work/after1" && ok || bad "a re-run rewrote a stamp"
+
+# 4. --status from the outputs alone: done / refused / error, then stale and pending.
+"$bin" batch "$R" --status --json >"$work/s1.json" && ok || bad "--status exit"
+[ "$(field "$work/s1.json" "[r['summary'][k] for k in ('done','refused','error','stale','pending')]")" = "[8, 2, 2, 0, 0]" ] \
+  && ok || bad "--status: $(field "$work/s1.json" "r['summary']")"
+rm "$work/out/rope-probe/lmi-512/ctxpatch-batch.json"      # partial: no stamp
+echo "x" >>"$work/out/t5-probe/t09-768/SHA256SUMS"        # not what the stamp recorded
+rm -r "$work/out/t5-probe/lmi-768"                         # gone
+"$bin" batch "$R" --status --json >"$work/s2.json"
+[ "$(field "$work/s2.json" "[r['summary'][k] for k in ('done','stale','pending')]")" = "[5, 2, 1]" ] && ok \
+  || bad "--status after tampering: $(field "$work/s2.json" "r['summary']")"
+(cd "$work" && "$bin" batch recipe.json --jobs 2 --json >"$work/r3.json")
+[ "$(field "$work/r3.json" "sorted(j['name'] for j in r['jobs'] if j['state'] == 'done')")" = \
+  "['rope-probe/lmi-512', 't5-probe/lmi-768', 't5-probe/t09-768']" ] && ok || bad "stale/pending redo: $(field "$work/r3.json" "r['summary']")"
+"$bin" check "$work/out/t5-probe/t09-768" >/dev/null && ok || bad "redone stale artifact fails check"
+
+# 5. Three shards as separate processes: the union is the recipe, no job twice, balanced.
+recipe "$work/sharded.json" shards
+for i in 0 1 2; do
+  (cd "$work" && "$bin" batch sharded.json --shard $i/3 --json >"$work/shard$i.json") &
+done
+wait
+"$py" - "$work"/shard{0,1,2}.json "$work/v.json" <<'EOF' && ok || bad "shards"
+import json, sys
+reps = [json.load(open(p)) for p in sys.argv[1:4]]
+every = sorted(j["name"] for j in json.load(open(sys.argv[4]))["jobs"])
+ran = [j["name"] for r in reps for j in r["jobs"] if j["state"] in ("done", "refused", "error")]
+assert sorted(ran) == every, (sorted(ran), every)       # union = all, none twice
+assert [len(r["jobs"]) for r in reps] == [4, 4, 4], [len(r["jobs"]) for r in reps]
+EOF
+"$bin" batch "$work/sharded.json" --status --json >"$work/s3.json"
+[ "$(field "$work/s3.json" "[r['summary'][k] for k in ('done','refused','error','pending')]")" = "[8, 2, 2, 0]" ] && ok \
+  || bad "--status after shards: $(field "$work/s3.json" "r['summary']")"
+finish
