@@ -15,7 +15,7 @@
 #define TRANSPOSE_BLOCK 64 /* rows of the transposed weight produced at a time */
 
 typedef struct {
-  char *key;  /* "i:1,2" / "f:0x3f800000" (exact bits) */
+  char *key;  /* "DTYPE.NDIM:" then each element's exact bits in hex */
   const char *name;
 } const_entry;
 
@@ -130,7 +130,7 @@ cp_onnx_attr cp_og_attr_ints(const char *name, const int64_t *v, int n) {
 static const char *constant(cp_og *g, cp_dtype dt, const void *v, int n, int ndim) {
   if (g->rc) return NULL;
   cp_strbuf_reset(&g->key);
-  cp_strbuf_printf(&g->key, "%c%d:", dt == CP_I64 ? 'i' : 'f', ndim);
+  cp_strbuf_printf(&g->key, "%d.%d:", (int)dt, ndim);
   for (int k = 0; k < n; k++) {
     uint64_t bits = 0;
     memcpy(&bits, (const char *)v + (size_t)k * cp_dtype_size(dt), cp_dtype_size(dt));
@@ -154,6 +154,7 @@ const char *cp_og_i64(cp_og *g, int64_t v) { return constant(g, CP_I64, &v, 1, 0
 const char *cp_og_i64s(cp_og *g, const int64_t *v, int n) { return constant(g, CP_I64, v, n, 1); }
 const char *cp_og_f32(cp_og *g, float v) { return constant(g, CP_F32, &v, 1, 0); }
 const char *cp_og_f32s(cp_og *g, const float *v, int n) { return constant(g, CP_F32, v, n, 1); }
+const char *cp_og_f64s(cp_og *g, const double *v, int n) { return constant(g, CP_F64, v, n, 1); }
 
 const char *cp_og_weight(cp_og *g, const char *name, const float *data, int ndim, const int64_t *dims, bool lowp) {
   if (g->rc) return NULL;

@@ -52,11 +52,13 @@ cp_onnx_attr cp_og_attr_i(const char *name, int64_t v);
 cp_onnx_attr cp_og_attr_f(const char *name, float v);
 cp_onnx_attr cp_og_attr_ints(const char *name, const int64_t *v, int n);
 
-/* Constants (float32 or int64 initializers, each distinct value stored once): a scalar or 1-D. */
+/* Constants (int64, float32 or float64 initializers, each distinct value stored once): a scalar
+ * or 1-D. */
 const char *cp_og_i64(cp_og *g, int64_t v);
 const char *cp_og_i64s(cp_og *g, const int64_t *v, int n);
 const char *cp_og_f32(cp_og *g, float v);
 const char *cp_og_f32s(cp_og *g, const float *v, int n);
+const char *cp_og_f64s(cp_og *g, const double *v, int n);
 
 /* A float weight stored under `name` with shape dims[0..ndim) (in the writer's weight dtype
  * when `lowp`). */
