@@ -75,4 +75,31 @@ grep -q "temperature" "$work/err" && [ "$(wc -l <"$work/err")" -eq 1 ] && ok || 
 "$bin" convert "$models/llama" "$work/x" --to onnx --dtype fp8 2>/dev/null; [ $? -eq 2 ] && ok || bad "--dtype fp8 not a usage error"
 check "$bin" convert "$models/llama" "$work/llama" --to onnx --force --external-threshold 4K
 check test "$before" = "$(sha256sum "$work/llama/onnx/model.onnx")"
+
+# 5. inspect reads the export back: the initializers python3-onnx lists, rule, fidelity; hostile
+#    external data (outside the folder, past the data file) is refused
+"$bin" inspect "$work/llama" --json >"$work/insp.json" && ok || bad "inspect --json of the folder"
+"$py" - "$work/insp.json" "$work/llama/onnx/model.onnx" <<'EOF' && ok || bad "inspect --json content"
+import json, sys, onnx
+d = json.load(open(sys.argv[1])); m = onnx.load(sys.argv[2], load_external_data=False)
+assert d["format"] == "onnx" and d["opset"] == 17 and d["ir_version"] == 8, d
+assert d["rule"] == {} and d["fidelity"] == "graph" and d["certificate_sha256"] is None, d
+assert [(t["name"], t["shape"]) for t in d["tensors"]] == [(t.name, list(t.dims)) for t in m.graph.initializer]
+assert d["inputs"] == [i.name for i in m.graph.input] and d["external_data"] == "model.onnx.data"
+EOF
+"$bin" inspect "$work/llama/onnx/model.onnx" | grep "^rule: *{} (fidelity graph)" >/dev/null && ok || bad "inspect text"
+cp "$work/llama/onnx/model.onnx.data" "$work/model.onnx.data"
+for evil in ../SHA256SUMS /etc/passwd offset; do
+  "$py" - "$work/llama/onnx/model.onnx" "$work/evil.onnx" "$evil" <<'EOF' || bad "making hostile model ($evil)"
+import sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+t = [t for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL][-1]
+for e in t.external_data:
+    if sys.argv[3] == "offset" and e.key == "offset": e.value = str(int(e.value) + 4096)
+    elif sys.argv[3] != "offset" and e.key == "location": e.value = sys.argv[3]
+onnx.save(m, sys.argv[2])
+EOF
+  if "$bin" inspect "$work/evil.onnx" >/dev/null 2>"$work/err"; then bad "hostile external data ($evil) accepted"
+  else grep -q "CP_EFORMAT" "$work/err" && ok || bad "hostile ($evil): $(cat "$work/err")"; fi
+done
 finish
