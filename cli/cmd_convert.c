@@ -51,6 +51,14 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
   return false;
 }
 
+/* Prints a summary document on one line and frees it. */
+static void put_json(cJSON *doc) {
+  char *text = cJSON_PrintUnformatted(doc);
+  if (text) puts(text);
+  free(text);
+  cJSON_Delete(doc);
+}
+
 /* "fp32" / "fp16" / "bf16" (NULL: fp32). */
 static bool parse_dtype(cp_dtype *out, const char *text) {
   if (!text || !strcmp(text, "fp32")) *out = CP_F32;
@@ -83,10 +91,7 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     cJSON_AddNumberToObject(doc, "model_bytes", (double)st.model_bytes);
     cJSON_AddNumberToObject(doc, "data_bytes", (double)st.data_bytes);
     cJSON_AddNumberToObject(doc, "aux_files", (double)st.aux_files);
-    char *text = cJSON_PrintUnformatted(doc);
-    if (text) puts(text);
-    free(text);
-    cJSON_Delete(doc);
+    put_json(doc);
   } else {
     printf("wrote %s: onnx/model.onnx (%llu bytes)", out, (unsigned long long)st.model_bytes);
     if (st.data_bytes) printf(" + onnx/model.onnx.data (%llu bytes)", (unsigned long long)st.data_bytes);
@@ -154,10 +159,7 @@ int cmd_convert(int argc, char **argv) {
     cJSON_AddNumberToObject(doc, "tensor_bytes", (double)stats.tensor_bytes);
     cJSON_AddNumberToObject(doc, "shards", (double)stats.shards);
     cJSON_AddNumberToObject(doc, "aux_files", (double)stats.aux_files);
-    char *text = cJSON_PrintUnformatted(doc);
-    if (text) puts(text);
-    free(text);
-    cJSON_Delete(doc);
+    put_json(doc);
   } else
     printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, SHA256SUMS\n", out,
            (unsigned long long)stats.tensors, (unsigned long long)stats.tensor_bytes,

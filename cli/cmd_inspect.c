@@ -57,6 +57,19 @@ static void print_positional(const cJSON *p) {
   printf("\n");
 }
 
+/* One line per entry of d's "tensors": name, dtype, shape (and "external" for ONNX data). */
+static void print_tensors(const cJSON *d) {
+  const cJSON *t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(d, "tensors")) {
+    char shape[256] = "";
+    const cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
+      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
+    printf("  %-60s %-8s [%s]%s\n", str(t, "name"), str(t, "dtype"), shape,
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "external")) ? " external" : "");
+  }
+}
+
 static void print_text(const cJSON *d) {
   printf("path:          %s\n", str(d, "path"));
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(d, "files");
@@ -85,14 +98,7 @@ static void print_text(const cJSON *d) {
   const cJSON *dt;
   cJSON_ArrayForEach(dt, cJSON_GetObjectItemCaseSensitive(d, "dtypes")) printf(" %s %g", dt->string, dt->valuedouble);
   printf(")\n");
-  const cJSON *t;
-  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(d, "tensors")) {
-    char shape[256] = "";
-    const cJSON *s;
-    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
-      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
-    printf("  %-60s %-8s [%s]\n", str(t, "name"), str(t, "dtype"), shape);
-  }
+  print_tensors(d);
 }
 
 static void print_onnx(const cJSON *d) {
@@ -107,15 +113,7 @@ static void print_onnx(const cJSON *d) {
   printf("tensors:       %.0f (%.0f parameters, %.0f bytes, %.0f external in %s)\n", num(d, "tensor_count"),
          num(d, "parameter_count"), num(d, "bytes"), num(d, "external_bytes"),
          *str(d, "external_data") ? str(d, "external_data") : "-");
-  const cJSON *t;
-  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(d, "tensors")) {
-    char shape[256] = "";
-    const cJSON *s;
-    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
-      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
-    printf("  %-60s %-8s [%s]%s\n", str(t, "name"), str(t, "dtype"), shape,
-           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "external")) ? " external" : "");
-  }
+  print_tensors(d);
 }
 
 /* Index of the first non-finite element of n float32 values, or -1. */

@@ -12,6 +12,8 @@
  * The caller owns *out (cJSON_Delete). */
 int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *ck, const cp_hf_config *cfg);
 
+/* One entry of a description's "tensors": {"name", "dtype", "shape", "bytes"}. */
+cJSON *cp_describe_tensor(const char *name, cp_dtype dtype, int ndim, const int64_t *shape, uint64_t nbytes);
 /* The model file of an ONNX export: PATH itself when it names a regular file ending in ".onnx",
  * else PATH/onnx/model.onnx when that exists; NULL otherwise (caller frees). */
 char *cp_onnx_model_path(const char *path);

@@ -31,12 +31,7 @@ static void add_tensors(cJSON *root, const cp_onnx_info *info) {
   uint64_t bytes = 0, ext = 0, params = 0;
   for (size_t k = 0; k < info->n_tensors; k++) {
     const cp_onnx_tensor_info *t = &info->tensors[k];
-    cJSON *item = cJSON_CreateObject();
-    cJSON_AddStringToObject(item, "name", t->name);
-    cJSON_AddStringToObject(item, "dtype", cp_dtype_name(t->dtype));
-    cJSON *shape = cJSON_AddArrayToObject(item, "shape");
-    for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
-    cJSON_AddNumberToObject(item, "bytes", (double)t->nbytes);
+    cJSON *item = cp_describe_tensor(t->name, t->dtype, t->ndim, t->shape, t->nbytes);
     cJSON_AddBoolToObject(item, "external", t->external);
     if (t->external) cJSON_AddNumberToObject(item, "offset", (double)t->offset), ext += t->nbytes;
     cJSON_AddItemToArray(tensors, item);
