@@ -1,20 +1,31 @@
-/* ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] */
+/* ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force]
+ * ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]
+ *                                   [--external-threshold BYTES] [--force] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "ctxpatch/converters/convert.h"
+#include "ctxpatch/converters/onnx_export.h"
 
 #include <cjson/cJSON.h>
 
 static const char convert_help[] =
-    "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] [--json]\n\n"
+    "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] [--json]\n"
+    "       ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]\n"
+    "                                [--external-threshold BYTES] [--force] [--json]\n\n"
     "Converts a checkpoint (PyTorch zip .bin/.pt, safetensors, single or sharded) into the\n"
     "folder OUT: model.safetensors (or model-0000k-of-0000N.safetensors + index when sharded),\n"
     "config and tokenizer files copied over, and SHA256SUMS (check with sha256sum -c).\n"
     "Streams tensor by tensor; OUT appears atomically or not at all.\n\n"
-    "  --to safetensors    output format (the only one for now)\n"
+    "  --to safetensors    output format: safetensors, or onnx: OUT/onnx/model.onnx (opset 17) that\n"
+    "                      computes the model under the rule, with config/tokenizer files and\n"
+    "                      SHA256SUMS (Optimum / transformers.js layout; see docs/onnx.md)\n"
+    "  --rule RULE.json    (onnx) attention rule written as graph nodes, uncertified\n"
+    "  --dtype TYPE        (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
+    "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
+    "                      (default 1M)\n"
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
     "  --force             replace OUT if it exists\n"
@@ -40,8 +51,59 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
   return false;
 }
 
+/* Prints a summary document on one line and frees it. */
+static void put_json(cJSON *doc) {
+  char *text = cJSON_PrintUnformatted(doc);
+  if (text) puts(text);
+  free(text);
+  cJSON_Delete(doc);
+}
+
+/* "fp32" / "fp16" / "bf16" (NULL: fp32). */
+static bool parse_dtype(cp_dtype *out, const char *text) {
+  if (!text || !strcmp(text, "fp32")) *out = CP_F32;
+  else if (!strcmp(text, "fp16")) *out = CP_F16;
+  else if (!strcmp(text, "bf16")) *out = CP_BF16;
+  else return false;
+  return true;
+}
+
+static int convert_onnx(const char *in, const char *out, const char *rule_path, const char *dtype,
+                        unsigned long long threshold, bool replace, bool json) {
+  cp_onnx_export_params p;
+  cp_onnx_export_params_init(&p);
+  if (!parse_dtype(&p.weight_dtype, dtype))
+    return cli_usage_error("convert", "--dtype expects fp32, fp16 or bf16, not '%s'", dtype);
+  p.external_threshold = threshold;
+  p.replace = replace;
+  cp_rule rule;
+  cp_onnx_export_stats st = {0};
+  int rc = 0;
+  if (rule_path) rc = cp_rule_load(&rule, rule_path);
+  else cp_rule_init(&rule);
+  if (rc == 0) rc = cli_check_outputs(&in, 1, &out, 1, true);
+  if (rc == 0) rc = cp_onnx_export(&st, in, out, &rule, &p);
+  if (rc < 0) return cli_report(rc);
+  if (json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "output", out);
+    cJSON_AddStringToObject(doc, "format", "onnx");
+    cJSON_AddNumberToObject(doc, "model_bytes", (double)st.model_bytes);
+    cJSON_AddNumberToObject(doc, "data_bytes", (double)st.data_bytes);
+    cJSON_AddNumberToObject(doc, "aux_files", (double)st.aux_files);
+    put_json(doc);
+  } else {
+    printf("wrote %s: onnx/model.onnx (%llu bytes)", out, (unsigned long long)st.model_bytes);
+    if (st.data_bytes) printf(" + onnx/model.onnx.data (%llu bytes)", (unsigned long long)st.data_bytes);
+    printf(", %llu config/tokenizer file%s, SHA256SUMS\n", (unsigned long long)st.aux_files,
+           st.aux_files == 1 ? "" : "s");
+  }
+  return CLI_OK;
+}
+
 int cmd_convert(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *to = NULL;
+  const char *in = NULL, *out = NULL, *to = NULL, *rule_path = NULL, *dtype = NULL;
+  unsigned long long threshold = 0;
   bool json = false;
   cp_convert_params params;
   cp_convert_params_init(&params);
@@ -57,6 +119,13 @@ int cmd_convert(int argc, char **argv) {
       unsigned long long v;
       if (!cli_parse_size("convert", a, ++i < argc ? argv[i] : NULL, &v)) return CLI_USAGE;
       params.shard_size = v;
+    } else if (!strcmp(a, "--rule") || !strcmp(a, "--dtype")) {
+      if (++i >= argc) return cli_usage_error("convert", "%s needs a value", a);
+      *(a[2] == 'r' ? &rule_path : &dtype) = argv[i];
+    } else if (!strcmp(a, "--external-threshold")) {
+      unsigned long long v;
+      if (!cli_parse_size("convert", a, ++i < argc ? argv[i] : NULL, &v)) return CLI_USAGE;
+      threshold = v;
     } else if (!strcmp(a, "--force")) {
       params.replace = true;
     } else if (!strcmp(a, "--json")) {
@@ -72,9 +141,12 @@ int cmd_convert(int argc, char **argv) {
     }
   }
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
-  if (!to) return cli_usage_error("convert", "missing --to safetensors");
+  if (!to) return cli_usage_error("convert", "missing --to safetensors|onnx");
+  if (!strcmp(to, "onnx")) return convert_onnx(in, out, rule_path, dtype, threshold, params.replace, json);
   if (strcmp(to, "safetensors") != 0)
-    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors)", to);
+    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors, onnx)", to);
+  if (rule_path || dtype || threshold)
+    return cli_usage_error("convert", "--rule, --dtype and --external-threshold apply to --to onnx only");
 
   cp_convert_stats stats = {0};
   int rc = cli_check_outputs(&in, 1, &out, 1, true);
@@ -87,10 +159,7 @@ int cmd_convert(int argc, char **argv) {
     cJSON_AddNumberToObject(doc, "tensor_bytes", (double)stats.tensor_bytes);
     cJSON_AddNumberToObject(doc, "shards", (double)stats.shards);
     cJSON_AddNumberToObject(doc, "aux_files", (double)stats.aux_files);
-    char *text = cJSON_PrintUnformatted(doc);
-    if (text) puts(text);
-    free(text);
-    cJSON_Delete(doc);
+    put_json(doc);
   } else
     printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, SHA256SUMS\n", out,
            (unsigned long long)stats.tensors, (unsigned long long)stats.tensor_bytes,

@@ -57,6 +57,19 @@ static void print_positional(const cJSON *p) {
   printf("\n");
 }
 
+/* One line per entry of d's "tensors": name, dtype, shape (and "external" for ONNX data). */
+static void print_tensors(const cJSON *d) {
+  const cJSON *t;
+  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(d, "tensors")) {
+    char shape[256] = "";
+    const cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
+      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
+    printf("  %-60s %-8s [%s]%s\n", str(t, "name"), str(t, "dtype"), shape,
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "external")) ? " external" : "");
+  }
+}
+
 static void print_text(const cJSON *d) {
   printf("path:          %s\n", str(d, "path"));
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(d, "files");
@@ -85,14 +98,22 @@ static void print_text(const cJSON *d) {
   const cJSON *dt;
   cJSON_ArrayForEach(dt, cJSON_GetObjectItemCaseSensitive(d, "dtypes")) printf(" %s %g", dt->string, dt->valuedouble);
   printf(")\n");
-  const cJSON *t;
-  cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(d, "tensors")) {
-    char shape[256] = "";
-    const cJSON *s;
-    cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
-      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
-    printf("  %-60s %-8s [%s]\n", str(t, "name"), str(t, "dtype"), shape);
-  }
+  print_tensors(d);
+}
+
+static void print_onnx(const cJSON *d) {
+  printf("path:          %s\n", str(d, "path"));
+  printf("format:        onnx (%s, IR %.0f, opset %.0f, %.0f nodes, producer %s %s)\n", str(d, "model_file"),
+         num(d, "ir_version"), num(d, "opset"), num(d, "node_count"), str(d, "producer"), str(d, "producer_version"));
+  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(d, "rule");
+  char *r = rule && !cJSON_IsNull(rule) ? cJSON_PrintUnformatted(rule) : NULL;
+  printf("rule:          %s (fidelity %s)\n", r ? r : "none", *str(d, "fidelity") ? str(d, "fidelity") : "none");
+  free(r);
+  printf("certificate:   %s\n", *str(d, "certificate_sha256") ? str(d, "certificate_sha256") : "none (uncertified)");
+  printf("tensors:       %.0f (%.0f parameters, %.0f bytes, %.0f external in %s)\n", num(d, "tensor_count"),
+         num(d, "parameter_count"), num(d, "bytes"), num(d, "external_bytes"),
+         *str(d, "external_data") ? str(d, "external_data") : "-");
+  print_tensors(d);
 }
 
 /* Index of the first non-finite element of n float32 values, or -1. */
@@ -198,9 +219,11 @@ int cmd_inspect(int argc, char **argv) {
   cp_checkpoint *ck = NULL;
   cp_hf_config *cfg = NULL;
   cJSON *desc = NULL;
-  int rc = cp_checkpoint_open(&ck, path);
-  if (rc == 0 && cp_checkpoint_config_path(ck)) rc = cp_hf_config_load(&cfg, cp_checkpoint_config_path(ck));
-  if (rc == 0) rc = cp_describe_checkpoint(&desc, path, ck, cfg);
+  char *onnx = cp_onnx_model_path(path);
+  int rc = onnx ? cp_describe_onnx(&desc, path, onnx) : cp_checkpoint_open(&ck, path);
+  if (rc == 0 && ck && cp_checkpoint_config_path(ck)) rc = cp_hf_config_load(&cfg, cp_checkpoint_config_path(ck));
+  if (rc == 0 && ck) rc = cp_describe_checkpoint(&desc, path, ck, cfg);
+  free(onnx);
   int status = CLI_OK;
   if (rc < 0) {
     status = cli_report(rc);
@@ -208,6 +231,8 @@ int cmd_inspect(int argc, char **argv) {
     char *text = cJSON_PrintBuffered(desc, 1 << 16, 1);
     if (text) puts(text);
     free(text);
+  } else if (!strcmp(str(desc, "format"), "onnx")) {
+    print_onnx(desc);
   } else {
     print_text(desc);
   }

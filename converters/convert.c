@@ -32,7 +32,7 @@ void cp_folder_result_free(cp_folder_result *r) {
 }
 
 /* Records the digest of a file just written, so the manifest needs no second read. */
-static int digest_add(cp_folder_result *r, const char *name, const char hex[65]) {
+int cp_folder_result_add(cp_folder_result *r, const char *name, const char hex[65]) {
   int rc = CP_ARRAY_RESERVE(r->files, r->cap_files, r->n_files + 1, name);
   if (rc < 0) return rc;
   char *copy = strdup(name);
@@ -111,8 +111,7 @@ done:
   return rc;
 }
 
-/* Every auxiliary file of the input folder, copied unchanged (but p->skip_aux). */
-static int copy_aux(cp_folder_result *r, const char *dir, const cp_checkpoint *ck, const cp_folder_params *p) {
+int cp_folder_copy_aux(cp_folder_result *r, const char *dir, const cp_checkpoint *ck, const cp_folder_params *p) {
   char *src = NULL, *dst = NULL, hex[65];
   int rc = 0;
   for (size_t k = 0; k < cp_checkpoint_aux_count(ck) && rc == 0; k++) {
@@ -123,7 +122,7 @@ static int copy_aux(cp_folder_result *r, const char *dir, const cp_checkpoint *c
     src = cp_path_join(cp_checkpoint_dir(ck), name);
     dst = cp_path_join(dir, name);
     CP_CHECK_ALLOC_GOTO(src && dst, dir);
-    if ((rc = copy_file(hex, src, dst)) == 0) rc = digest_add(r, name, hex);
+    if ((rc = copy_file(hex, src, dst)) == 0) rc = cp_folder_result_add(r, name, hex);
   }
 done:
   free(src);
@@ -152,7 +151,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
     free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, plan->shard_names[s]), dir);
     if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf)) < 0 ||
-        (rc = digest_add(out, plan->shard_names[s], hex)) < 0)
+        (rc = cp_folder_result_add(out, plan->shard_names[s], hex)) < 0)
       goto done;
   }
   if (plan->n_shards > 1) {
@@ -160,7 +159,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "model.safetensors.index.json"), dir);
     if ((rc = cp_st_index_write_plan(path, plan, descs)) < 0) goto done;
   }
-  if ((rc = copy_aux(out, dir, ck, p)) < 0) goto done;
+  if ((rc = cp_folder_copy_aux(out, dir, ck, p)) < 0) goto done;
   out->stats = (cp_convert_stats){n, plan->total_size, plan->n_shards, cp_checkpoint_aux_count(ck)};
 done:
   cp_st_shard_plan_free(plan);
@@ -173,23 +172,42 @@ done:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The regular files of `dir` but the manifest, sorted by name (caller frees names and the array). */
+/* Appends the regular files of dir/sub (sub "" for dir itself; hidden names skipped) as "sub/name",
+ * and for sub "" the files one folder down too (an ONNX export's onnx/). */
+static int list_into(char ***names, size_t *n, size_t *cap, const char *dir, const char *sub) {
+  char *path = sub[0] ? cp_path_join(dir, sub) : strdup(dir);
+  CP_CHECK_ALLOC(path, dir);
+  DIR *d = opendir(path);
+  int rc = 0;
+  if (!d) {
+    rc = cp_error_set(CP_EIO, "%s: cannot list folder: %s", path, strerror(errno));
+    free(path);
+    return rc;
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) && rc == 0) {
+    if (e->d_name[0] == '.' || (!sub[0] && !strcmp(e->d_name, MANIFEST_NAME))) continue;
+    struct stat st;
+    char *full = cp_path_join(path, e->d_name), *rel = sub[0] ? cp_path_join(sub, e->d_name) : strdup(e->d_name);
+    CP_CHECK_ALLOC_GOTO(full && rel, dir);
+    if (lstat(full, &st) == 0 && S_ISDIR(st.st_mode) && !sub[0]) rc = list_into(names, n, cap, dir, rel);
+    else if ((rc = cp_array_reserve(names, cap, *n + 1, sizeof **names, dir)) == 0) (*names)[(*n)++] = rel, rel = NULL;
+  done:
+    free(full);
+    free(rel);
+  }
+  closedir(d);
+  free(path);
+  return rc;
+}
+
+/* The regular files of `dir` (and of its subfolders) but the manifest, sorted by relative path
+ * (caller frees names and the array). */
 static int list_files(char ***out, size_t *n_out, const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return cp_error_set(CP_EIO, "%s: cannot list folder: %s", dir, strerror(errno));
   char **names = NULL;
   size_t n = 0, cap = 0;
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.' || !strcmp(e->d_name, MANIFEST_NAME)) continue;
-    if ((rc = CP_ARRAY_RESERVE(names, cap, n + 1, dir)) < 0) goto done;
-    CP_CHECK_ALLOC_GOTO(names[n] = strdup(e->d_name), dir);
-    n++;
-  }
+  int rc = list_into(&names, &n, &cap, dir, "");
   qsort(names, n, sizeof *names, cmp_str);
-done:
-  closedir(d);
   *out = names;
   *n_out = n;
   return rc;

@@ -7,6 +7,16 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/converters/rule.h"
 
+cJSON *cp_describe_tensor(const char *name, cp_dtype dtype, int ndim, const int64_t *shape, uint64_t nbytes) {
+  cJSON *item = cJSON_CreateObject();
+  cJSON_AddStringToObject(item, "name", name);
+  cJSON_AddStringToObject(item, "dtype", cp_dtype_name(dtype));
+  cJSON *dims = cJSON_AddArrayToObject(item, "shape");
+  for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)shape[d]));
+  cJSON_AddNumberToObject(item, "bytes", (double)nbytes);
+  return item;
+}
+
 static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   cJSON *h = cJSON_AddObjectToObject(obj, "hyperparameters");
   cJSON_AddNumberToObject(h, "vocab_size", c->vocab_size);
@@ -92,13 +102,7 @@ int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *c
     params += numel;
     bytes += t->nbytes;
     per_dtype[t->dtype]++;
-    cJSON *item = cJSON_CreateObject();
-    cJSON_AddStringToObject(item, "name", t->name);
-    cJSON_AddStringToObject(item, "dtype", cp_dtype_name(t->dtype));
-    cJSON *shape = cJSON_AddArrayToObject(item, "shape");
-    for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
-    cJSON_AddNumberToObject(item, "bytes", (double)t->nbytes);
-    cJSON_AddItemToArray(tensors, item);
+    cJSON_AddItemToArray(tensors, cp_describe_tensor(t->name, t->dtype, t->ndim, t->shape, t->nbytes));
   }
   cJSON_AddNumberToObject(root, "tensor_count", (double)n);
   cJSON_AddNumberToObject(root, "parameter_count", (double)params);

@@ -73,13 +73,20 @@ typedef struct {
  * frees *out with cp_folder_result_free (also after an error). */
 int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, const cp_folder_params *params);
 void cp_folder_result_free(cp_folder_result *r);
+/* Copies every auxiliary file of ck's folder (config, tokenizer, ...; all but params->skip_aux)
+ * unchanged into `dir`, adding their digests to *r. */
+int cp_folder_copy_aux(cp_folder_result *r, const char *dir, const cp_checkpoint *ck, const cp_folder_params *params);
+/* Adds a file written into the folder (name relative to it, e.g. "onnx/model.onnx") and its
+ * SHA-256 to *r, for the manifest. */
+int cp_folder_result_add(cp_folder_result *r, const char *name, const char hex[65]);
 
 /* Converts the checkpoint at `in` (file or folder) into the folder `out`.
  * `stats` may be NULL. */
 int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const char *out,
                               const cp_convert_params *params);
 
-/* Writes `dir`/SHA256SUMS over every regular file in `dir` (not recursing), sorted by name.
+/* Writes `dir`/SHA256SUMS over every regular file in `dir` and in its subfolders (one level:
+ * "onnx/model.onnx"), sorted by relative path.
  * Digests already known (known[0..n_known)) are used as given; the other files are hashed from disk. */
 int cp_write_sha256_manifest(const char *dir, const cp_file_digest *known, size_t n_known);
 

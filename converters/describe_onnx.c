@@ -1,0 +1,86 @@
+/* `inspect` of an ONNX export (converters/describe.h, cp_describe_onnx): the bounded summary of
+ * formats/onnx_read.c as the same kind of JSON tree as a checkpoint's description. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "converters/describe.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/onnx.h"
+
+char *cp_onnx_model_path(const char *path) {
+  struct stat st;
+  size_t n = strlen(path);
+  if (n > 5 && !strcmp(path + n - 5, ".onnx") && stat(path, &st) == 0 && S_ISREG(st.st_mode)) return strdup(path);
+  char *p = cp_path_join(path, "onnx/model.onnx");
+  if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) return p;
+  free(p);
+  return NULL;
+}
+
+static cJSON *names(char **v, size_t n) {
+  cJSON *a = cJSON_CreateArray();
+  for (size_t k = 0; a && k < n; k++) cJSON_AddItemToArray(a, cJSON_CreateString(v[k]));
+  return a;
+}
+
+static void add_tensors(cJSON *root, const cp_onnx_info *info) {
+  cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
+  uint64_t bytes = 0, ext = 0, params = 0;
+  for (size_t k = 0; k < info->n_tensors; k++) {
+    const cp_onnx_tensor_info *t = &info->tensors[k];
+    cJSON *item = cp_describe_tensor(t->name, t->dtype, t->ndim, t->shape, t->nbytes);
+    cJSON_AddBoolToObject(item, "external", t->external);
+    if (t->external) cJSON_AddNumberToObject(item, "offset", (double)t->offset), ext += t->nbytes;
+    cJSON_AddItemToArray(tensors, item);
+    bytes += t->nbytes;
+    params += t->nbytes / cp_dtype_size(t->dtype);
+  }
+  cJSON_AddNumberToObject(root, "tensor_count", (double)info->n_tensors);
+  cJSON_AddNumberToObject(root, "parameter_count", (double)params);
+  cJSON_AddNumberToObject(root, "bytes", (double)bytes);
+  cJSON_AddNumberToObject(root, "external_bytes", (double)ext);
+}
+
+/* The ctxpatch.* metadata: rule parsed back to JSON (null when absent or not JSON). */
+static void add_ctxpatch(cJSON *root, const cp_onnx_info *info) {
+  const char *rule = cp_onnx_info_meta(info, "ctxpatch.rule"), *cert = cp_onnx_info_meta(info, "ctxpatch.certificate_sha256");
+  const char *fid = cp_onnx_info_meta(info, "ctxpatch.fidelity");
+  cJSON *r = rule ? cJSON_Parse(rule) : NULL;
+  cJSON_AddItemToObject(root, "rule", r ? r : cJSON_CreateNull());
+  if (fid) cJSON_AddStringToObject(root, "fidelity", fid);
+  else cJSON_AddNullToObject(root, "fidelity");
+  if (cert && cert[0]) cJSON_AddStringToObject(root, "certificate_sha256", cert);
+  else cJSON_AddNullToObject(root, "certificate_sha256");
+  cJSON *meta = cJSON_AddObjectToObject(root, "metadata");
+  for (size_t k = 0; k < info->n_meta; k++) cJSON_AddStringToObject(meta, info->meta_keys[k], info->meta_values[k]);
+}
+
+int cp_describe_onnx(cJSON **out, const char *path, const char *model_path) {
+  cp_onnx_info info;
+  *out = NULL;
+  int rc = cp_onnx_read_info(&info, model_path);
+  if (rc < 0) return rc;
+  cJSON *root = cJSON_CreateObject();
+  CP_CHECK_ALLOC_GOTO(root, path);
+  cJSON_AddStringToObject(root, "path", path);
+  cJSON_AddStringToObject(root, "format", "onnx");
+  cJSON_AddStringToObject(root, "model_file", model_path);
+  cJSON_AddNumberToObject(root, "ir_version", (double)info.ir_version);
+  cJSON_AddNumberToObject(root, "opset", (double)info.opset);
+  cJSON_AddStringToObject(root, "producer", info.producer_name);
+  cJSON_AddStringToObject(root, "producer_version", info.producer_version);
+  cJSON_AddNumberToObject(root, "node_count", (double)info.n_nodes);
+  cJSON_AddItemToObject(root, "inputs", names(info.inputs, info.n_inputs));
+  cJSON_AddItemToObject(root, "outputs", names(info.outputs, info.n_outputs));
+  if (info.data_location) cJSON_AddStringToObject(root, "external_data", info.data_location);
+  else cJSON_AddNullToObject(root, "external_data");
+  add_ctxpatch(root, &info);
+  add_tensors(root, &info);
+  *out = root;
+done:
+  cp_onnx_info_free(&info);
+  return rc;
+}

@@ -1,0 +1,21 @@
+/* Private to converters/: the decoder-only graph of the ONNX export (onnx_decoder.c). */
+#ifndef CTXPATCH_CONVERTERS_ONNX_DECODER_H
+#define CTXPATCH_CONVERTERS_ONNX_DECODER_H
+
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/onnx_graph.h"
+#include "ctxpatch/converters/rule.h"
+
+/* Builds the whole decoder-only graph of m under `rule` (checked against the model by the
+ * caller) into g, Optimum's layout (docs/onnx.md):
+ *   inputs  input_ids [batch_size, sequence_length] int64,
+ *           attention_mask [batch_size, total_sequence_length] int64 (0 hides a key),
+ *           position_ids [batch_size, sequence_length] int64 (absolute query positions),
+ *           past_key_values.{i}.key / .value [batch_size, Hkv, past_sequence_length, d_head] float;
+ *   outputs logits [batch_size, sequence_length, vocab] float,
+ *           present.{i}.key / .value [batch_size, Hkv, total_sequence_length, d_head] float
+ *           (RoPE keys rotated, as the engine caches them).
+ * Returns 0 or the builder's error (CP_EUNSUPPORTED for T5 and for rules not yet in the graph). */
+int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule);
+
+#endif

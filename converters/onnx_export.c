@@ -1,0 +1,122 @@
+/* `convert --to onnx` (include/ctxpatch/converters/onnx_export.h): the rule resolved as the
+ * engine resolves it, the graph written through the builder, the folder assembled atomically. */
+#include "ctxpatch/converters/onnx_export.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "converters/onnx_decoder.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/version.h"
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/onnx_graph.h"
+#include "ctxpatch/formats/onnx.h"
+
+void cp_onnx_export_params_init(cp_onnx_export_params *p) {
+  memset(p, 0, sizeof *p);
+  p->weight_dtype = CP_F32;
+}
+
+int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule) {
+  bool caller = rule && !cp_rule_is_identity(rule);
+  if (caller && m->has_metadata_rule)
+    return cp_error_set(CP_ERULE_MODEL, "rule: the model is a patched artifact whose config.json 'ctxpatch.rule' "
+                                        "already applies a rule; refusing to combine it with another one");
+  if (caller) *out = *rule;
+  else if (m->has_metadata_rule) *out = m->metadata_rule;
+  else cp_rule_init(out);
+  cp_rule_model rm;
+  cp_model_rule_model(&rm, m);
+  return cp_rule_check_model(out, &rm, "rule");
+}
+
+static int add_metadata(cp_onnx_writer *w, const cp_rule *rule, const cp_onnx_export_params *p) {
+  char *text = cp_rule_to_string(rule);
+  CP_CHECK_ALLOC(text, "onnx export: rule");
+  int rc = cp_onnx_add_metadata(w, "ctxpatch.rule", text);
+  free(text);
+  if (rc == 0) rc = cp_onnx_add_metadata(w, "ctxpatch.fidelity", "graph");
+  if (rc == 0) rc = cp_onnx_add_metadata(w, "ctxpatch.version", cp_version());
+  if (rc == 0)
+    rc = cp_onnx_add_metadata(w, "ctxpatch.certificate_sha256", p->certificate_sha256 ? p->certificate_sha256 : "");
+  return rc;
+}
+
+static uint64_t file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, const char *dir, const cp_model *m,
+                        const cp_rule *rule, const cp_onnx_export_params *p) {
+  char *sub = cp_path_join(dir, "onnx"), *path = NULL, model_hex[65], data_hex[65];
+  cp_onnx_writer *w = NULL;
+  cp_og *g = NULL;
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(sub && (path = cp_path_join(sub, "model.onnx")), dir);
+  if (mkdir(sub, 0755) != 0 && errno != EEXIST) {
+    rc = cp_error_set(CP_EIO, "%s: cannot create folder: %s", sub, strerror(errno));
+    goto done;
+  }
+  cp_onnx_params op;
+  cp_onnx_params_init(&op);
+  op.weight_dtype = p->weight_dtype;
+  if (p->external_threshold) op.external_threshold = p->external_threshold;
+  op.graph_name = m->cfg->model_type[0] ? m->cfg->model_type : "ctxpatch";
+  if ((rc = cp_onnx_writer_open(&w, path, &op)) < 0 || (rc = add_metadata(w, rule, p)) < 0 ||
+      (rc = cp_og_create(&g, w)) < 0)
+    goto done;
+  if ((rc = cp_onnx_decoder_graph(g, m, rule)) < 0 || (rc = cp_og_status(g)) < 0) goto done;
+  rc = cp_onnx_writer_commit(w, model_hex, data_hex);
+  w = NULL;
+  if (rc < 0 || (rc = cp_folder_result_add(files, "onnx/model.onnx", model_hex)) < 0) goto done;
+  if (data_hex[0] && (rc = cp_folder_result_add(files, "onnx/model.onnx.data", data_hex)) < 0) goto done;
+  if (stats) {
+    stats->model_bytes = file_size(path);
+    free(sub);
+    CP_CHECK_ALLOC_GOTO(sub = cp_path_join(dir, "onnx/model.onnx.data"), dir);
+    stats->data_bytes = data_hex[0] ? file_size(sub) : 0;
+  }
+done:
+  cp_og_free(g);
+  cp_onnx_writer_abort(w);
+  free(sub);
+  free(path);
+  return rc;
+}
+
+int cp_onnx_export(cp_onnx_export_stats *stats, const char *in, const char *out, const cp_rule *rule,
+                   const cp_onnx_export_params *params) {
+  cp_onnx_export_params defaults;
+  if (!params) cp_onnx_export_params_init(&defaults), params = &defaults;
+  cp_model *m = NULL;
+  cp_checkpoint *ck = NULL;
+  cp_atomic_dir *dir = NULL;
+  cp_folder_result files = {0};
+  cp_onnx_export_stats st = {0};
+  cp_rule eff;
+  int rc;
+  if ((rc = cp_model_open(&m, in)) < 0 || (rc = cp_onnx_export_rule(&eff, m, rule)) < 0 ||
+      (rc = cp_checkpoint_open(&ck, in)) < 0)
+    goto done;
+  if ((rc = cp_atomic_dir_open(&dir, out, params->replace)) < 0) goto done;
+  const char *tmp = cp_atomic_dir_path(dir);
+  cp_folder_params fp = {0};
+  if ((rc = cp_folder_copy_aux(&files, tmp, ck, &fp)) < 0) goto done;
+  st.aux_files = files.n_files;
+  if ((rc = cp_onnx_write_graph(&files, &st, tmp, m, &eff, params)) < 0) goto done;
+  if ((rc = cp_write_sha256_manifest(tmp, files.files, files.n_files)) < 0) goto done;
+  rc = cp_atomic_dir_commit(dir);
+  dir = NULL;
+  if (rc == 0 && stats) *stats = st;
+done:
+  cp_atomic_dir_abort(dir);
+  cp_checkpoint_free(ck);
+  cp_model_free(m);
+  cp_folder_result_free(&files);
+  return rc;
+}
