@@ -76,7 +76,7 @@ for j in r["jobs"]:
     if j["state"] == "error": assert "CP_EPATCH_FAMILY" in j["message"] and j["name"].startswith("t5-probe/pi2"), j
 EOF
 find "$work/out" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort >"$work/after1"
-join "$work/before" "$work/after1" | awk '$2 != $4 || $3 != $5' | grep -q . && bad "a stamp of a finished job was rewritten" || ok
+join "$work/before" "$work/after1" | awk '$2 != $4 || $3 != $5' | grep >/dev/null . && bad "a stamp of a finished job was rewritten" || ok
 
 # 3. Every artifact passes `ctxpatch check`; a re-run skips every done job and retries no refusal.
 for d in $(find "$work/out" -name ctxpatch-batch.json -printf '%h\n'); do

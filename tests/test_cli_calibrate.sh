@@ -13,7 +13,7 @@ passed=0; failed=0
 ok() { passed=$((passed+1)); }
 bad() { failed=$((failed+1)); echo "FAIL: $*"; }
 
-"$bin" calibrate --help | grep -q -- "--grid HI:LO:STEP" && ok || bad "calibrate --help"
+"$bin" calibrate --help | grep >/dev/null -- "--grid HI:LO:STEP" && ok || bad "calibrate --help"
 
 # JSON against the reference (same inputs: seed 0, 2 samples, lengths 48 and 96)
 if "$bin" calibrate "$m/t5_relu" --method all --train-len 24 --lengths 48,96 --samples 2 --threads 2 --json \
@@ -72,7 +72,7 @@ EOF2
   "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["inputs"]=="probe", d["inputs"]; assert 0.5<=d["entries"][0]["tau"]<=1' \
     "$work/probe.json" && ok || bad "probe inputs not used: $(head -c 300 "$work/probe.json")"
   "$bin" calibrate "$work/t5tok" --method pmax --train-len 64 --lengths 128 --samples 1 --threads 2 --inputs random \
-    --json | grep -q '"inputs":.*"random"' && ok || bad "--inputs random"
+    --json | grep >/dev/null '"inputs":.*"random"' && ok || bad "--inputs random"
 fi
 
 # the seed's findings on the trained probe models, where present: tau falls with the length,

@@ -11,7 +11,7 @@ bad() { failed=$((failed+1)); echo "FAIL: $*"; }
 check() { if "$@"; then ok; else bad "$*"; fi; }
 chk=$src/tests/cli_forward_check.py
 
-"$bin" forward --help | grep -q -- "--decoder-ids" && ok || bad "forward --help"
+"$bin" forward --help | grep >/dev/null -- "--decoder-ids" && ok || bad "forward --help"
 
 # decoder-only with a rule file, logits and stats
 c=$g/cases/llama__combo.safetensors

@@ -36,7 +36,7 @@ if [ -x /usr/bin/time ]; then
     >"$work/out" 2>"$work/err"; rc=$?
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/err")
   msg=$(grep -v '^	' "$work/err" | grep -v 'Command exited' | head -1)
-  [ $rc = 1 ] && echo "$msg" | grep -q CP_EPT_RECORD && echo "$msg" | grep -q "archive/data/0" && ok \
+  [ $rc = 1 ] && echo "$msg" | grep >/dev/null CP_EPT_RECORD && echo "$msg" | grep >/dev/null "archive/data/0" && ok \
     || bad "bomb: rc=$rc: $msg"
   [ -n "$rss" ] && [ "$rss" -lt 262144 ] && ok || bad "bomb: peak RSS ${rss:-?} KiB, want < 262144"
   [ ! -e "$work/bomb_out" ] && ok || bad "bomb: output written"

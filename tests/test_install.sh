@@ -38,14 +38,14 @@ done < <(find "$prefix/include/ctxpatch" -name '*.h' | sort)
 
 # Sanitizer builds need the runtime in the consumer too.
 extra=()
-"$prefix/bin/ctxpatch" --version | grep -q 'sanitize=on' && extra=(-fsanitize=address,undefined)
+"$prefix/bin/ctxpatch" --version | grep >/dev/null 'sanitize=on' && extra=(-fsanitize=address,undefined)
 g=$src/examples/probe-models/rope-probe/golden
 m=$src/examples/probe-models/rope-probe
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 if cc -std=c11 "${extra[@]}" "$src/tests/install/consumer.c" -o "$work/consumer" $(pkg-config --cflags --libs ctxpatch) \
      -lm -Wl,-rpath,"$libdir" 2>"$work/cc.err"; then
   ok
-  ldd "$work/consumer" | grep -q "libctxpatch.so.0 => $libdir" && ok || bad "consumer is not linked to the installed libctxpatch.so.0"
+  ldd "$work/consumer" | grep >/dev/null "libctxpatch.so.0 => $libdir" && ok || bad "consumer is not linked to the installed libctxpatch.so.0"
   "$work/consumer" "$m" "$g/ids.txt" "$g/logits.f32" && ok || bad "shared consumer: logits differ or run failed"
 else
   cat "$work/cc.err"; bad "pkg-config build of the consumer (shared)"
@@ -54,7 +54,7 @@ if cc -std=c11 "${extra[@]}" "$src/tests/install/consumer.c" -o "$work/consumer-
      "$libdir/libctxpatch.a" $(pkg-config --static --libs-only-l --libs-only-L ctxpatch | sed 's/-lctxpatch//') \
      2>"$work/cc.err"; then
   ok
-  ldd "$work/consumer-static" | grep -q libctxpatch && bad "static consumer still needs libctxpatch.so" || ok
+  ldd "$work/consumer-static" | grep >/dev/null libctxpatch && bad "static consumer still needs libctxpatch.so" || ok
   "$work/consumer-static" "$m" "$g/ids.txt" "$g/logits.f32" >/dev/null && ok || bad "static consumer: logits differ or run failed"
 else
   cat "$work/cc.err"; bad "pkg-config build of the consumer (static)"

@@ -30,7 +30,7 @@ fwd=("$bin" forward "$llama" --ids 1,2,3)
 if mknod "$work/null" c 1 3 2>/dev/null; then
   timeout 10 "${fwd[@]}" --out "$work/null" --stats "$work/null" >/dev/null 2>"$work/err" && ok || bad "forward --out device: $(cat "$work/err")"
   [ -c "$work/null" ] && ok || bad "forward --out replaced a character device"
-  ls -a "$work" | grep -q '\.tmp-' && bad "temporary left beside a device output" || ok
+  ls -a "$work" | grep >/dev/null '\.tmp-' && bad "temporary left beside a device output" || ok
 fi
 timeout 10 "${fwd[@]}" --out /dev/null >/dev/null 2>"$work/err" && [ -c /dev/null ] && ok || bad "--out /dev/null: $(cat "$work/err")"
 
