@@ -16,8 +16,8 @@ command -v pkg-config >/dev/null || { echo "skip: pkg-config not installed"; exi
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 && ok || { cat "$work/install.log"; bad "cmake --install"; }
 libdir=$(dirname "$(find "$prefix" -name ctxpatch.pc | head -1)")/..
 [ -x "$prefix/bin/ctxpatch" ] && ok || bad "no bin/ctxpatch installed"
-"$prefix/bin/ctxpatch" --version | grep -Eq '^ctxpatch [0-9]+\.[0-9]+\.[0-9]+$' && ok || bad "--version first line"
-"$prefix/bin/ctxpatch" --version | grep -Eq '^build: .*cuda=(on|off)' && ok || bad "--version build options"
+"$prefix/bin/ctxpatch" --version | grep -E >/dev/null '^ctxpatch [0-9]+\.[0-9]+\.[0-9]+$' && ok || bad "--version first line"
+"$prefix/bin/ctxpatch" --version | grep -E >/dev/null '^build: .*cuda=(on|off)' && ok || bad "--version build options"
 soname=$(readelf -d "$libdir/libctxpatch.so" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p')
 [ "$soname" = "libctxpatch.so.0" ] && ok || bad "SONAME is '$soname', not libctxpatch.so.0"
 [ -f "$libdir/libctxpatch.a" ] && ok || bad "no static libctxpatch.a"
