@@ -319,7 +319,7 @@ def finish(g, name, ins, outs):
 def write(out, kind):
     w = weights(kind)
     os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
-    cfg = {"model_type": "toy", "vocab_size": V, "max_position_embeddings": 8}
+    cfg = {"model_type": "toy", "vocab_size": V, "max_position_embeddings": 8, "num_hidden_layers": LAYERS[kind]}
     if kind == "decoder":
         onnx.save(decoder_model(w), os.path.join(out, "onnx", "model.onnx"))
     else:

@@ -1,12 +1,15 @@
 // Runs an exported ONNX folder (the layout `ctxpatch convert --to onnx` writes) in onnxruntime-node
 // and writes what `ctxpatch forward` writes, so a test compares the two:
 //
-//   node ort_run.mjs FOLDER --ids 1,2,3 [--decoder-ids 0,5] [--out F] [--split N] [--generate N]
+//   node ort_run.mjs FOLDER --ids 1,2,3 [--decoder-ids 0,5] [--out F] [--split N [--split-out F2]]
+//                   [--generate N]
 //   node ort_run.mjs FOLDER --bench --lengths 64,256 [--repeat R]
 //
 // --out F       logits of every position (the decoder's for T5) as float32 LE [positions x vocab],
 //               from one pass with an empty cache; with --split N the first N tokens go in as a
-//               prefill and the rest one token per step through the cache (same array).
+//               prefill and the rest one token per step through the cache (same array);
+//               --split-out F2 writes that one to F2 instead and --out keeps the one pass, so one
+//               process gives both.
 // --generate N  greedy-decodes N tokens with the cache, printed comma-separated on stdout (as
 //               `ctxpatch forward --generate`): decoder-only continues --ids; T5 encodes --ids once
 //               and decodes from --decoder-ids (default config.json's decoder_start_token_id).
@@ -18,7 +21,7 @@
 // T5: onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx (Optimum's merged layout:
 // use_cache_branch false on the first step with an empty past, true afterwards).
 // Layer and head counts come from the graphs' inputs, not from config.json.
-import {existsSync, readFileSync, renameSync, writeFileSync} from "node:fs";
+import {existsSync, readFileSync, renameSync, rmSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 import {load} from "../runtimes/load.mjs";
 
@@ -30,7 +33,7 @@ function fail(msg) {
 }
 
 function parseArgs(argv) {
-  const a = {folder: null, ids: null, decoderIds: null, out: null, split: 0, generate: 0, bench: false,
+  const a = {folder: null, ids: null, decoderIds: null, out: null, splitOut: null, split: 0, generate: 0, bench: false,
              lengths: [64], repeat: 3, threads: 2};
   const list = (s) => s.split(",").filter((t) => t !== "").map((t) => {
     if (!/^\d+$/.test(t)) fail(`not a token id: '${t}'`);
@@ -46,6 +49,7 @@ function parseArgs(argv) {
     else if (k === "--decoder-ids") a.decoderIds = list(v), i++;
     else if (k === "--out") a.out = v, i++;
     else if (k === "--split") a.split = int(v, k), i++;
+    else if (k === "--split-out") a.splitOut = v, i++;
     else if (k === "--generate") a.generate = int(v, k), i++;
     else if (k === "--bench") a.bench = true;
     else if (k === "--lengths") a.lengths = list(v), i++;
@@ -57,6 +61,7 @@ function parseArgs(argv) {
   if (!a.folder) fail("usage: ort_run.mjs FOLDER --ids 1,2,3 [--decoder-ids ..] [--out F] [--split N] [--generate N] | --bench --lengths L,..");
   if (!a.bench && (!a.ids || !a.ids.length)) fail("--ids is required");
   if (!a.bench && !a.out && !a.generate) fail("give --out, --generate or --bench");
+  if (a.splitOut && !a.split) fail("--split-out needs --split N");
   return a;
 }
 
@@ -183,8 +188,13 @@ async function generate(model, prompt, n) {
 
 function writeAtomic(path, f32) {
   const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, Buffer.from(f32.buffer, f32.byteOffset, f32.byteLength));
-  renameSync(tmp, path);
+  try {
+    writeFileSync(tmp, Buffer.from(f32.buffer, f32.byteOffset, f32.byteLength));
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, {force: true});
+    fail(`${path}: ${e.message}`);
+  }
 }
 
 async function bench(a) {
@@ -215,7 +225,8 @@ if (a.bench) {
   const model = await openModel(a.folder, a.threads);
   if (model.kind === "t5") await model.encode(a.ids);
   const positions = model.kind === "t5" ? (a.decoderIds ?? model.startIds) : a.ids;
-  if (a.out) writeAtomic(a.out, await allLogits(model, positions, a.split));
+  if (a.out) writeAtomic(a.out, await allLogits(model, positions, a.splitOut ? 0 : a.split));
+  if (a.splitOut) writeAtomic(a.splitOut, await allLogits(model, positions, a.split));
   if (a.generate) console.log((await generate(model, positions, a.generate)).join(","));
   await model.release();
 }
