@@ -319,15 +319,26 @@ def finish(g, name, ins, outs):
 def write(out, kind):
     w = weights(kind)
     os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
-    cfg = {"model_type": "toy", "vocab_size": V, "max_position_embeddings": 8, "num_hidden_layers": LAYERS[kind]}
+    # the configs name llama / t5 only so that transformers.js sizes the empty cache right (heads,
+    # head size, layers); the toy graphs are neither. A word-level tokenizer "t0".."t23".
     if kind == "decoder":
+        cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": D,
+               "num_attention_heads": H, "num_key_value_heads": HKV, "num_hidden_layers": LAYERS[kind]}
         onnx.save(decoder_model(w), os.path.join(out, "onnx", "model.onnx"))
     else:
-        cfg.update(is_encoder_decoder=True, decoder_start_token_id=0)
+        cfg = {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True,
+               "d_model": D, "num_heads": H, "d_kv": DH, "num_layers": 1, "num_decoder_layers": LAYERS[kind],
+               "decoder_start_token_id": 0, "pad_token_id": 0}
         onnx.save(encoder_model(w), os.path.join(out, "onnx", "encoder_model.onnx"))
         onnx.save(merged_decoder_model(w), os.path.join(out, "onnx", "decoder_model_merged.onnx"))
-    with open(os.path.join(out, "config.json"), "w") as fh:
-        json.dump(cfg, fh, indent=2)
+    cfg.update(vocab_size=V, max_position_embeddings=8, bos_token_id=None, eos_token_id=None)
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+           "model": {"type": "WordLevel", "vocab": {f"t{i}": i for i in range(V)}, "unk_token": "t0"}}
+    for name, obj in (("config.json", cfg), ("tokenizer.json", tok),
+                      ("tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast"})):
+        with open(os.path.join(out, name), "w") as fh:
+            json.dump(obj, fh, indent=2)
     np.savez(os.path.join(out, "toy.npz"), kind=np.array(kind), **w)
 
 
