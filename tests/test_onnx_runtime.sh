@@ -11,14 +11,10 @@
 # skip, max rel err); fails if any case fails. Skips (77) without the npm runtimes or before the
 # exporter exists. Timing: the table's footer says how long the matrix took.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
-[ -d "$nm/onnxruntime-node" ] && command -v node >/dev/null ||
-  { echo "SKIP: onnxruntime-node not installed in $nm (run scripts/install-test-runtimes.sh; needs npm)"; exit 77; }
-"$py" -c "import onnx, numpy" 2>/dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
+. "$src/tests/onnx/env.sh"
+onnx_env onnxruntime-node
 "$bin" convert --help 2>&1 | grep -q -- "onnx" ||
   { echo "SKIP: this ctxpatch has no 'convert --to onnx' yet ($("$bin" convert x y --to onnx 2>&1 | head -1))"; exit 77; }
-export CTXPATCH_NODE_MODULES=$nm
-t=$src/tests/onnx
 models=${CTXPATCH_ONNX_MODELS:-$src/tests/goldens/engine/models}   # test_onnx_toy points it at toy models
 tol=${CTXPATCH_ONNX_TOL:-1e-4}
 start=$SECONDS

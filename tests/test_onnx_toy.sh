@@ -6,12 +6,8 @@
 # (GQA, positions from position_ids) and the T5 pair (encoder + Optimum's merged decoder with
 # use_cache_branch). This proves the runner's cache handling before the exporter lands.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
-[ -d "$nm/onnxruntime-node" ] && command -v node >/dev/null ||
-  { echo "SKIP: onnxruntime-node not installed in $nm (run scripts/install-test-runtimes.sh; needs npm)"; exit 77; }
-"$py" -c "import onnx, numpy" 2>/dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
-export CTXPATCH_NODE_MODULES=$nm
-t=$src/tests/onnx
+. "$src/tests/onnx/env.sh"
+onnx_env onnxruntime-node
 ids=$(seq -s, 1 2 35 | tr -d '\n' | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), $i % 24}')   # 18 ids
 
 toy() { # toy KIND IDS DECODER_IDS SPLITS...

@@ -10,12 +10,8 @@
 #    A family transformers.js cannot load (e.g. model_type ctxpatch_fire) is reported as a known
 #    limitation with its exact error (a skip for that model, not a pass).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
-[ -d "$nm/@huggingface/transformers" ] && command -v node >/dev/null ||
-  { echo "SKIP: transformers.js not installed in $nm (run scripts/install-test-runtimes.sh; needs npm)"; exit 77; }
-"$py" -c "import onnx, numpy" 2>/dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
-export CTXPATCH_NODE_MODULES=$nm
-t=$src/tests/onnx
+. "$src/tests/onnx/env.sh"
+onnx_env @huggingface/transformers
 probes=$src/examples/probe-models
 
 # 1. toy graphs
