@@ -13,7 +13,7 @@
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 . "$src/tests/onnx/env.sh"
 onnx_env onnxruntime-node
-"$bin" convert --help 2>&1 | grep -q -- "onnx" ||
+"$bin" convert --help 2>&1 | grep >/dev/null -- "onnx" ||
   { echo "SKIP: this ctxpatch has no 'convert --to onnx' yet ($("$bin" convert x y --to onnx 2>&1 | head -1))"; exit 77; }
 models=${CTXPATCH_ONNX_MODELS:-$src/tests/goldens/engine/models}   # test_onnx_toy points it at toy models
 tol=${CTXPATCH_ONNX_TOL:-1e-4}

@@ -25,7 +25,7 @@ for kind in decoder t5; do
 done
 
 # 2. probe models, exported with a rule of their seed's method
-if ! "$bin" convert --help 2>&1 | grep -q -- "onnx"; then
+if ! "$bin" convert --help 2>&1 | grep >/dev/null -- "onnx"; then
   echo "SKIP (probe models): this ctxpatch has no 'convert --to onnx' yet"
   finish; exit
 fi
