@@ -177,6 +177,12 @@ SCHEDULE_CASES = {
         ("sched_all", "forward", sched([[4, [1.0, 0.8]], [64, [0.5, 0.7]]], "all")),  # cross T = 48
         ("gen_sched_self", "generate", sched([[4, 1.0], [24, 0.5]], "self")),
     ],
+    # one forward case on every other model, so that every family runs a schedule
+    "t5_gated": [("sched_self", "forward", sched([[8, 0.9], [48, 0.6]], "self"))],
+    "mpt": [("sched", "forward", sched([[4, 1.0], [56, 0.6]]))],
+    "llama_rope2": [("sched", "forward", sched([[6, 1.0], [48, 0.7]]))],
+    "gpt_neox": [("sched", "forward", sched([[5, 1.0], [40, 0.6]]))],
+    "fire_shared": [("sched_layers", "forward", sched([[4, [1.0, 0.9]], [48, [0.6, 0.75]]]))],
 }
 
 
