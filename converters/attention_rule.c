@@ -129,8 +129,13 @@ static void plan_schedule(cp_tau_schedule *s, const cp_rule *r, int layer) {
   const int w = r->schedule_width, l = w == 1 ? 0 : layer;
   assert(r->n_schedule <= CP_RULE_MAX_SCHEDULE_POINTS && l < w); /* cp_rule_check_model */
   s->n = r->n_schedule;
-  s->t1 = r->schedule_tau[l];
-  for (int k = 0; k < s->n; k++) s->log_len[k] = log((double)r->schedule_len[k]);
+  s->t1 = s->lo = s->hi = r->schedule_tau[l];
+  for (int k = 0; k < s->n; k++) {
+    const double t = r->schedule_tau[k * w + l];
+    s->lo = t < s->lo ? t : s->lo;
+    s->hi = t > s->hi ? t : s->hi;
+    s->log_len[k] = log((double)r->schedule_len[k]);
+  }
   for (int k = 0; k + 1 < s->n; k++)
     s->slope[k] = (r->schedule_tau[(k + 1) * w + l] - r->schedule_tau[k * w + l]) /
                   (s->log_len[k + 1] - s->log_len[k]);
@@ -199,7 +204,7 @@ double cp_plan_tau_at(const cp_attn_plan *p, int64_t T) {
     x = x < w ? x : w;
     tau += s->slope[k] * x;
   }
-  return tau;
+  return tau < s->lo ? s->lo : tau > s->hi ? s->hi : tau;
 }
 
 int64_t cp_plan_tau_length(const cp_attn_plan *p, int64_t i, int64_t n_keys) {

@@ -770,6 +770,11 @@ static void test_schedule(void) {
   cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 0);
   CHECK(p.sched.n == 0 && p.tau == 0.8 && cp_plan_tau_at(&p, 77) == 0.8 && cp_plan_row_inv_tau(&p, 9, 10) == p.inv_tau);
   CHECK(p.inv_tau == (float)(1.0 / 0.8));
+  /* The sum stays inside the taus' range where rounding would leave it: 3 + (1e-300 - 3) is 0. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, 3], [8, 1e-300]]}}"));
+  cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 0);
+  CHECK_MSG(cp_plan_tau_at(&p, 8) == 1e-300 && cp_plan_tau_at(&p, 1000) == 1e-300 && cp_plan_tau_at(&p, 4) == 3,
+            "tau(8) %g", cp_plan_tau_at(&p, 8));
   /* One point: a constant tau at every length. */
   CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[100, 0.7]]}}"));
   cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 0);

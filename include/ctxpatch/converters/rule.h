@@ -99,10 +99,13 @@ typedef struct {
  * with log_len[k] = log L_k and slope[k] = (t_{k+1} - t_k) / (log L_{k+1} - log L_k). It is
  * t1 for T <= L_1, linear in log T between points, and the last tau (to rounding) for T >= L_n:
  * the spec's interpolation written as a sum, so that a graph of Log, Sub, Clip, Mul and Add
- * nodes computes the same function. */
+ * nodes computes the same function. The sum is then clipped to [lo, hi], the range of the
+ * layer's taus: exact arithmetic never leaves it, rounding can (a last tau of 1e-300 after a
+ * tau of 3 would sum to 0), and tau must stay > 0. T < 1 counts as 1. */
 typedef struct {
   int n;                                          /* points; 0: no schedule in this call */
   double t1;                                      /* the first point's tau */
+  double lo, hi;                                  /* smallest and largest tau of the points */
   double log_len[CP_RULE_MAX_SCHEDULE_POINTS];    /* [n] log L_k */
   double slope[CP_RULE_MAX_SCHEDULE_POINTS];      /* [n - 1] tau per unit of log T in segment k */
 } cp_tau_schedule;
