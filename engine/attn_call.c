@@ -51,11 +51,18 @@ static int build_t5_buckets(cp_attn_call *c) {
   return 0;
 }
 
-static int build_alibi_divisors(cp_attn_call *c) {
+/* Per-row tables: the ALiBi divisor (cp_plan_alibi_divisor) and, under a temperature schedule,
+ * 1/tau (cp_plan_row_inv_tau, T the row's length). */
+static int build_rows(cp_attn_call *c, bool alibi, bool sched) {
   cp_attn_tables *t = &c->tab;
-  t->alibi_div = alloc_n(c, c->n_q, sizeof *t->alibi_div);
-  CP_CHECK_ALLOC(t->alibi_div, "attention tables");
-  for (int64_t r = 0; r < c->n_q; r++) t->alibi_div[r] = cp_plan_alibi_divisor(c->plan, c->q_off + r, c->n_keys);
+  if (alibi) t->alibi_div = alloc_n(c, c->n_q, sizeof *t->alibi_div);
+  if (sched) t->inv_tau = alloc_n(c, c->n_q, sizeof *t->inv_tau);
+  CP_CHECK_ALLOC((!alibi || t->alibi_div) && (!sched || t->inv_tau), "attention tables");
+  for (int64_t r = 0; r < c->n_q; r++) {
+    const int64_t i = c->q_off + r;
+    if (alibi) t->alibi_div[r] = cp_plan_alibi_divisor(c->plan, i, c->n_keys);
+    if (sched) t->inv_tau[r] = cp_plan_row_inv_tau(c->plan, i, c->n_keys);
+  }
   return 0;
 }
 
@@ -104,8 +111,9 @@ int cp_attn_tables_build(cp_attn_call *c) {
   t->in_arena = c->work != NULL;
   if (c->pos == CP_ATTN_POS_FIRE) t->fire_L = p->fire_threshold > 0 ? p->fire_threshold : c->fire->L;
   int rc = 0;
+  const bool alibi = c->pos == CP_ATTN_POS_ALIBI, sched = p->sched.n > 0;
   if ((p->causal && (rc = build_distances(c))) || (c->pos == CP_ATTN_POS_T5 && (rc = build_t5_buckets(c))) ||
-      (c->pos == CP_ATTN_POS_ALIBI && (rc = build_alibi_divisors(c))) || (p->top_k && (rc = build_topk(c))))
+      ((alibi || sched) && (rc = build_rows(c, alibi, sched))) || (p->top_k && (rc = build_topk(c))))
     cp_attn_tables_free(t);
   return rc;
 }
@@ -117,6 +125,7 @@ void cp_attn_tables_free(cp_attn_tables *t) {
   free(t->alibi_div);
   free(t->topk_range);
   free(t->topk_bias);
+  free(t->inv_tau);
 done:
   memset(t, 0, sizeof *t);
   t->rope_far = -1;

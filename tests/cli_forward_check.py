@@ -4,6 +4,7 @@ usage: cli_forward_check.py logits CASE.safetensors LOGITS.bin
        cli_forward_check.py stats CASE.safetensors STATS.json
        cli_forward_check.py generated CASE.safetensors "1,2,3"
        cli_forward_check.py ids CASE.safetensors input_ids|decoder_input_ids   (prints "3,17,5")
+       cli_forward_check.py rule CASE.safetensors   (prints the case's rule JSON)
 """
 import json
 import struct
@@ -32,7 +33,16 @@ def rel_err(a, b):
     return num / den if den else num
 
 
+def read_rule(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))["__metadata__"]["rule"]
+
+
 def main():
+    if sys.argv[1] == "rule":
+        print(read_rule(sys.argv[2]))
+        return 0
     what, case = sys.argv[1], read_case(sys.argv[2])
     if what == "ids":
         print(",".join(str(v) for v in case[sys.argv[3]]))

@@ -36,6 +36,25 @@ c=$g/cases/gpt_neox__gen_identity.safetensors
 gen=$("$bin" forward "$g/models/gpt_neox" --ids "$("$py" "$chk" ids "$c" input_ids)" --generate 8) && ok || bad "generate"
 check "$py" "$chk" generated "$c" "$gen"
 
+# temperature_schedule from a rule file on every family (tau(T) per row; generation with a cache)
+n_sched=0
+for c in "$g"/cases/*__*sched*.safetensors; do
+  name=$(basename "$c" .safetensors); model=${name%%__*}
+  "$py" "$chk" rule "$c" >"$work/sched.json"
+  args=(--ids "$("$py" "$chk" ids "$c" input_ids)" --rule "$work/sched.json" --threads 2)
+  case $model in t5*) args+=(--decoder-ids "$("$py" "$chk" ids "$c" decoder_input_ids)") ;; esac
+  if [[ $name == *__gen_* ]]; then
+    gen=$("$bin" forward "$g/models/$model" "${args[@]}" --generate 8) && ok || bad "$name: generate"
+    check "$py" "$chk" generated "$c" "$gen"
+  else
+    check "$bin" forward "$g/models/$model" "${args[@]}" --out "$work/s.bin" --stats "$work/s.json"
+    check "$py" "$chk" logits "$c" "$work/s.bin"
+    check "$py" "$chk" stats "$c" "$work/s.json"
+  fi
+  n_sched=$((n_sched+1))
+done
+[ "$n_sched" -ge 14 ] && ok || bad "only $n_sched schedule cases"
+
 # refusals: one line, exit 1, nothing written
 for bad_ids in "1,2,96" "" "1,,2" "1,-2" "x"; do
   "$bin" forward "$g/models/llama" --ids "$bad_ids" --out "$work/bad.bin" 2>"$work/err"; rc=$?
