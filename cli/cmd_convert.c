@@ -88,8 +88,10 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     free(text);
     cJSON_Delete(doc);
   } else {
-    printf("wrote %s: onnx/model.onnx (%llu bytes)", out, (unsigned long long)st.model_bytes);
-    if (st.data_bytes) printf(" + onnx/model.onnx.data (%llu bytes)", (unsigned long long)st.data_bytes);
+    bool t5 = st.graphs == 2;
+    printf("wrote %s: %s (%llu bytes)", out, t5 ? "onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx" : "onnx/model.onnx",
+           (unsigned long long)st.model_bytes);
+    if (st.data_bytes) printf(" + %s (%llu bytes)", t5 ? "their .data files" : "onnx/model.onnx.data", (unsigned long long)st.data_bytes);
     printf(", %llu config/tokenizer file%s, SHA256SUMS\n", (unsigned long long)st.aux_files,
            st.aux_files == 1 ? "" : "s");
   }
