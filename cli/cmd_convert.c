@@ -22,6 +22,7 @@ static const char convert_help[] =
     "  --to safetensors    output format: safetensors, or onnx: OUT/onnx/model.onnx (opset 17) that\n"
     "                      computes the model under the rule, with config/tokenizer files and\n"
     "                      SHA256SUMS (Optimum / transformers.js layout; see docs/onnx.md)\n"
+    "                      T5: OUT/onnx/encoder_model.onnx + decoder_model_merged.onnx\n"
     "  --rule RULE.json    (onnx) attention rule written as graph nodes, uncertified\n"
     "  --dtype TYPE        (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
