@@ -90,9 +90,12 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     cJSON_Delete(doc);
   } else {
     bool t5 = st.graphs == 2;
-    printf("wrote %s: %s (%llu bytes)", out, t5 ? "onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx" : "onnx/model.onnx",
+    printf("wrote %s: %s (%llu bytes)", out,
+           t5 ? "onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx" : "onnx/model.onnx",
            (unsigned long long)st.model_bytes);
-    if (st.data_bytes) printf(" + %s (%llu bytes)", t5 ? "their .data files" : "onnx/model.onnx.data", (unsigned long long)st.data_bytes);
+    if (st.data_bytes)
+      printf(" + %s (%llu bytes)", t5 ? "their .data files" : "onnx/model.onnx.data",
+             (unsigned long long)st.data_bytes);
     printf(", %llu config/tokenizer file%s, SHA256SUMS\n", (unsigned long long)st.aux_files,
            st.aux_files == 1 ? "" : "s");
   }

@@ -53,7 +53,8 @@ const char *cp_onnx_t5_bucket(cp_og *g, const char *rel, bool bidirectional, int
    * (nb - max_exact)), capped at nb - 1. Float32 steps as cp_t5_bucket; the log in double,
    * rounded to float (correctly rounded, as cp_t5_bucket's). n below max_exact is lifted to it
    * only to keep Log finite: Where takes n itself there. */
-  const char *a = cp_og_op2(g, "Div", cp_og_cast(g, cp_og_op2(g, "Max", n, me), CP_OG_FLOAT), cp_og_f32(g, (float)max_exact));
+  const char *nf = cp_og_cast(g, cp_og_op2(g, "Max", n, me), CP_OG_FLOAT);
+  const char *a = cp_og_op2(g, "Div", nf, cp_og_f32(g, (float)max_exact));
   const char *l = cp_og_cast(g, cp_og_op1(g, "Log", cp_og_cast(g, a, CP_OG_DOUBLE)), CP_OG_FLOAT);
   const char *x = cp_og_op2(g, "Div", l, cp_og_f32(g, (float)log((double)max_distance / (double)max_exact)));
   x = cp_og_op2(g, "Mul", x, cp_og_f32(g, (float)(nb - max_exact)));
@@ -71,8 +72,8 @@ const char *cp_onnx_t5_bias(cp_onnx_attn_ctx *c, const char *rel) {
   bool enc = c->kind == CP_ATTN_ENCODER_SELF;
   if (!mo->t5_table) {
     int64_t dims[2] = {m->t5_num_buckets, m->n_heads};
-    mo->t5_table = cp_og_weight(g, enc ? "encoder.relative_attention_bias.weight" : "decoder.relative_attention_bias.weight",
-                                enc ? m->encoder.rel_bias : m->decoder.rel_bias, 2, dims, false);
+    const char *name = enc ? "encoder.relative_attention_bias.weight" : "decoder.relative_attention_bias.weight";
+    mo->t5_table = cp_og_weight(g, name, enc ? m->encoder.rel_bias : m->decoder.rel_bias, 2, dims, false);
   }
   const char *bucket = cp_onnx_t5_bucket(g, rel, enc, m->t5_num_buckets, m->t5_max_distance);
   static const int64_t perm[] = {0, 4, 2, 3, 1}, ax4[] = {4};
@@ -163,7 +164,8 @@ int cp_onnx_t5_encoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
     snprintf(p, sizeof p, "encoder.block.%d", l);
     snprintf(pa, sizeof pa, "%s.self_attn", p);
     const char *h = norm(&t, x, &ly->attn_norm, pa);
-    const char *q = heads(&t, h, &ly->q, pa, "q"), *k = heads(&t, h, &ly->k, pa, "k"), *v = heads(&t, h, &ly->v, pa, "v");
+    const char *q = heads(&t, h, &ly->q, pa, "q"), *k = heads(&t, h, &ly->k, pa, "k");
+    const char *v = heads(&t, h, &ly->v, pa, "v");
     x = cp_og_op2(g, "Add", x, attend(&t, l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa));
     snprintf(pa, sizeof pa, "%s.mlp", p);
     x = cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(&t, x, &ly->ffn_norm, pa), p));

@@ -46,7 +46,8 @@ int main(void) {
     test_skip("onnxruntime-node is not installed in CTXPATCH_NODE_MODULES (run scripts/install-test-runtimes.sh)");
   if (!mkdtemp(dir)) test_skip("cannot make a temporary folder");
   for (int bidir = 0; bidir < 2; bidir++)
-    for (size_t k = 0; k < sizeof CONFIGS / sizeof CONFIGS[0]; k++) write_graph(dir, bidir, CONFIGS[k][0], CONFIGS[k][1]);
+    for (size_t k = 0; k < sizeof CONFIGS / sizeof CONFIGS[0]; k++)
+      write_graph(dir, bidir, CONFIGS[k][0], CONFIGS[k][1]);
   /* a configuration with no log-spaced buckets is refused, not written */
   cp_onnx_writer *w = NULL;
   cp_og *g = NULL;
@@ -60,8 +61,8 @@ int main(void) {
   }
   cp_onnx_writer_abort(w);
   free(bad);
-  snprintf(cmd, sizeof cmd, "node '%s/tests/onnx/t5_bucket_check.mjs' '%s' '%s/tests/goldens/t5_buckets.json'", src, dir,
-           src);
+  snprintf(cmd, sizeof cmd, "node '%s/tests/onnx/t5_bucket_check.mjs' '%s' '%s/tests/goldens/t5_buckets.json'",
+           src, dir, src);
   CHECK_MSG(system(cmd) == 0, "%s", cmd);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
