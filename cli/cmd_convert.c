@@ -22,6 +22,7 @@ static const char convert_help[] =
     "  --to safetensors    output format: safetensors, or onnx: OUT/onnx/model.onnx (opset 17) that\n"
     "                      computes the model under the rule, with config/tokenizer files and\n"
     "                      SHA256SUMS (Optimum / transformers.js layout; see docs/onnx.md)\n"
+    "                      T5: OUT/onnx/encoder_model.onnx + decoder_model_merged.onnx\n"
     "  --rule RULE.json    (onnx) attention rule written as graph nodes, uncertified\n"
     "  --dtype TYPE        (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
@@ -93,8 +94,13 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     cJSON_AddNumberToObject(doc, "aux_files", (double)st.aux_files);
     put_json(doc);
   } else {
-    printf("wrote %s: onnx/model.onnx (%llu bytes)", out, (unsigned long long)st.model_bytes);
-    if (st.data_bytes) printf(" + onnx/model.onnx.data (%llu bytes)", (unsigned long long)st.data_bytes);
+    bool t5 = st.graphs == 2;
+    printf("wrote %s: %s (%llu bytes)", out,
+           t5 ? "onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx" : "onnx/model.onnx",
+           (unsigned long long)st.model_bytes);
+    if (st.data_bytes)
+      printf(" + %s (%llu bytes)", t5 ? "their .data files" : "onnx/model.onnx.data",
+             (unsigned long long)st.data_bytes);
     printf(", %llu config/tokenizer file%s, SHA256SUMS\n", (unsigned long long)st.aux_files,
            st.aux_files == 1 ? "" : "s");
   }

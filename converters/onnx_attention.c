@@ -3,6 +3,7 @@
  * and the softmax. The identity rule only, for now: cp_onnx_attn_check_plan refuses the others
  * by key, and their subgraphs belong here, decided through the plan like the engines. */
 #include "converters/onnx_attention.h"
+#include "converters/onnx_t5.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -38,6 +39,12 @@ static const char *distance(cp_onnx_attn_ctx *c) {
     c->memo->dist_f = cp_og_node(c->g, "Cast", &d, 1, &to, 1);
   }
   return c->memo->dist_f;
+}
+
+/* [B, 1, S, T] int64 kpos - qpos (T5's relative position r = j - i), made once per export. */
+static const char *relative(cp_onnx_attn_ctx *c) {
+  if (!c->memo->rel) c->memo->rel = cp_og_op2(c->g, "Sub", c->kpos, c->qpos);
+  return c->memo->rel;
 }
 
 /* ALiBi: -slope_h * (i - j), [B, H, S, T] (engine: sc q.k - (slope / F) d with F = 1). */
@@ -101,6 +108,7 @@ const char *cp_onnx_attention_probs(cp_onnx_attn_ctx *c) {
   if (c->kind != CP_ATTN_CROSS) {
     if (c->m->pos == CP_POS_ALIBI) s = cp_og_op2(g, "Add", s, alibi_bias(c));
     else if (c->m->pos == CP_POS_FIRE) s = cp_og_op2(g, "Add", s, fire_bias(c));
+    else if (c->m->pos == CP_POS_T5_BUCKETS) s = cp_og_op2(g, "Add", s, cp_onnx_t5_bias(c, relative(c)));
   }
   /* Masked keys are replaced (Where), not offset, by the lowest float rather than -inf: a row
    * with every key masked (a padding row) then softmaxes to uniform weights instead of NaN, and

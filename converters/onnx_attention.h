@@ -23,6 +23,9 @@ typedef struct {
   const char *fire_bias;       /* [B, H, S, T] */
   const char *alibi_slopes;    /* [H, 1, 1] the model's slopes (initializer) */
   const char *dist_f;          /* [B, 1, S, T] float qpos - kpos */
+  const char *rel;             /* [B, 1, S, T] int64 kpos - qpos (T5's r = j - i) */
+  const char *t5_table;        /* T5: this graph's bucket table [num_buckets, H] (initializer) */
+  const char *t5_rel, *t5_bias; /* T5: the rel value t5_bias [B, H, S, T] was computed from */
 } cp_onnx_attn_memo;
 
 typedef struct {

@@ -25,31 +25,11 @@ typedef struct {
   cp_onnx_attn_memo memo;
 } dec_t;
 
-static const char *cast(cp_og *g, const char *x, int to) {
-  cp_onnx_attr a = cp_og_attr_i("to", to);
-  return cp_og_node(g, "Cast", &x, 1, &a, 1);
-}
-
-static const char *unsqueeze(cp_og *g, const char *x, const int64_t *axes, int n) {
-  return cp_og_op2(g, "Unsqueeze", x, cp_og_i64s(g, axes, n));
-}
-
-static const char *transpose(cp_og *g, const char *x, const int64_t *perm, int n) {
-  cp_onnx_attr a = cp_og_attr_ints("perm", perm, n);
-  return cp_og_node(g, "Transpose", &x, 1, &a, 1);
-}
-
 /* x[..., lo:hi] on the last axis (axis 3 of [B, h, S, dh]). */
 static const char *slice_last(cp_og *g, const char *x, int64_t lo, int64_t hi) {
   int64_t ax = 3;
   const char *in[] = {x, cp_og_i64s(g, &lo, 1), cp_og_i64s(g, &hi, 1), cp_og_i64s(g, &ax, 1)};
   return cp_og_node(g, "Slice", in, 4, NULL, 0);
-}
-
-static const char *concat(cp_og *g, const char *a, const char *b, int64_t axis) {
-  const char *in[] = {a, b};
-  cp_onnx_attr ax = cp_og_attr_i("axis", axis);
-  return cp_og_node(g, "Concat", in, 2, &ax, 1);
 }
 
 /* ---------------------------------------------------------------- inputs and positions */
@@ -68,13 +48,13 @@ static void positions(dec_t *d) {
   cp_og *g = d->g;
   static const int64_t ax13[] = {1, 3}, ax012[] = {0, 1, 2}, ax12[] = {1, 2};
   int64_t one = 1;
-  d->qpos = unsqueeze(g, d->pos, ax13, 2);
+  d->qpos = cp_og_unsqueeze(g, d->pos, ax13, 2);
   const char *shape = cp_og_op1(g, "Shape", d->mask);
   d->n_keys = cp_og_op2(g, "Gather", shape, cp_og_i64(g, 1)); /* T, a scalar */
   const char *range = cp_og_op3(g, "Range", cp_og_i64(g, 0), d->n_keys, cp_og_i64(g, one));
-  d->kpos = unsqueeze(g, range, ax012, 3);
+  d->kpos = cp_og_unsqueeze(g, range, ax012, 3);
   const char *causal = cp_og_op2(g, "GreaterOrEqual", d->qpos, d->kpos);  /* [B, 1, S, T] */
-  const char *keep = cast(g, unsqueeze(g, d->mask, ax12, 2), ONNX_BOOL); /* [B, 1, 1, T] */
+  const char *keep = cp_og_cast(g, cp_og_unsqueeze(g, d->mask, ax12, 2), ONNX_BOOL); /* [B, 1, 1, T] */
   d->visible = cp_og_op2(g, "And", causal, keep);
 }
 
@@ -91,10 +71,10 @@ static void rope_tables(dec_t *d) {
   }
   for (int a = 0; a < half; a++)
     inv[a] = inv[a + half] = 1.0 / pow(m->rope_theta, (double)(2 * a) / (double)rot) / m->rope_scale;
-  const char *t = cast(g, d->qpos, ONNX_DOUBLE);
+  const char *t = cp_og_cast(g, d->qpos, ONNX_DOUBLE);
   const char *ang = cp_og_op2(g, "Mul", t, cp_og_f64s(g, inv, rot)); /* [B, 1, S, rot] */
-  d->cos = cast(g, cp_og_op1(g, "Cos", ang), ONNX_FLOAT);
-  d->sin = cast(g, cp_og_op1(g, "Sin", ang), ONNX_FLOAT);
+  d->cos = cp_og_cast(g, cp_og_op1(g, "Cos", ang), ONNX_FLOAT);
+  d->sin = cp_og_cast(g, cp_og_op1(g, "Sin", ang), ONNX_FLOAT);
 }
 
 /* x [B, h, S, dh] rotated (first rope_dims of each head): x1 c - x2 s | x2 c + x1 s. */
@@ -104,19 +84,12 @@ static const char *rope(dec_t *d, const char *x) {
   const int rot = m->rope_dims, half = rot / 2;
   const char *xr = rot == m->d_head ? x : slice_last(g, x, 0, rot);
   const char *x1 = slice_last(g, xr, 0, half), *x2 = slice_last(g, xr, half, rot);
-  const char *rh = concat(g, cp_og_op1(g, "Neg", x2), x1, 3);
+  const char *rh = cp_og_concat(g, cp_og_op1(g, "Neg", x2), x1, 3);
   const char *y = cp_og_op2(g, "Add", cp_og_op2(g, "Mul", xr, d->cos), cp_og_op2(g, "Mul", rh, d->sin));
-  return rot == m->d_head ? y : concat(g, y, slice_last(g, x, rot, m->d_head), 3);
+  return rot == m->d_head ? y : cp_og_concat(g, y, slice_last(g, x, rot, m->d_head), 3);
 }
 
 /* ---------------------------------------------------------------- attention */
-
-/* [B, S, h*dh] -> [B, h, S, dh] */
-static const char *split_heads(dec_t *d, const char *x, int heads) {
-  static const int64_t perm[] = {0, 2, 1, 3};
-  int64_t shape[4] = {0, 0, heads, d->m->d_head};
-  return transpose(d->g, cp_og_op2(d->g, "Reshape", x, cp_og_i64s(d->g, shape, 4)), perm, 4);
-}
 
 /* [B, Hkv, T, dh] -> [B, H, T, dh], kv head g serving query heads g*G .. g*G+G-1 (engine:
  * t.g = h / (H / Hkv)). */
@@ -125,7 +98,7 @@ static const char *expand_kv(dec_t *d, const char *x) {
   if (m->n_kv_heads == m->n_heads) return x;
   static const int64_t ax2[] = {2};
   int64_t rep[5] = {1, 1, m->n_heads / m->n_kv_heads, 1, 1}, shape[4] = {0, m->n_heads, -1, m->d_head};
-  const char *e = cp_og_op2(d->g, "Expand", unsqueeze(d->g, x, ax2, 1), cp_og_i64s(d->g, rep, 5));
+  const char *e = cp_og_op2(d->g, "Expand", cp_og_unsqueeze(d->g, x, ax2, 1), cp_og_i64s(d->g, rep, 5));
   return cp_og_op2(d->g, "Reshape", e, cp_og_i64s(d->g, shape, 4));
 }
 
@@ -138,7 +111,7 @@ static const char *cache(dec_t *d, int l, const char *which, const char *now) {
                           {d->m->d_head, NULL}};
   snprintf(in, sizeof in, "past_key_values.%d.%s", l, which);
   snprintf(out, sizeof out, "present.%d.%s", l, which);
-  const char *all = concat(d->g, cp_og_input(d->g, in, CP_F32, 4, past), now, 2);
+  const char *all = cp_og_concat(d->g, cp_og_input(d->g, in, CP_F32, 4, past), now, 2);
   cp_og_output(d->g, out, all, CP_F32, 4, total);
   return all;
 }
@@ -157,11 +130,11 @@ static const char *attention(dec_t *d, int l, const char *h, const char *prefix)
   cp_attn_plan plan;
   cp_rule_plan(&plan, d->rule, &d->rm, CP_ATTN_DECODER_SELF, l);
   snprintf(name, sizeof name, "%s.attn.q", prefix);
-  const char *q = split_heads(d, clip(d, cp_og_linear(g, h, &ly->q, name)), m->n_heads);
+  const char *q = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->q, name)), m->n_heads, m->d_head);
   snprintf(name, sizeof name, "%s.attn.k", prefix);
-  const char *k = split_heads(d, clip(d, cp_og_linear(g, h, &ly->k, name)), m->n_kv_heads);
+  const char *k = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->k, name)), m->n_kv_heads, m->d_head);
   snprintf(name, sizeof name, "%s.attn.v", prefix);
-  const char *v = split_heads(d, clip(d, cp_og_linear(g, h, &ly->v, name)), m->n_kv_heads);
+  const char *v = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->v, name)), m->n_kv_heads, m->d_head);
   const char *q_raw = NULL;
   if (m->pos == CP_POS_ROPE) q_raw = q, q = rope(d, q), k = rope(d, k);
   const char *kall = expand_kv(d, cache(d, l, "key", k)), *vall = expand_kv(d, cache(d, l, "value", v));
@@ -170,29 +143,12 @@ static const char *attention(dec_t *d, int l, const char *h, const char *prefix)
                         .qpos = d->qpos, .kpos = d->kpos, .n_keys = d->n_keys, .visible = d->visible,
                         .memo = &d->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), vall); /* [B, H, S, dh] */
-  static const int64_t perm[] = {0, 2, 1, 3};
-  int64_t shape[3] = {0, 0, (int64_t)m->n_heads * m->d_head};
-  const char *merged = cp_og_op2(g, "Reshape", transpose(g, ctxv, perm, 4), cp_og_i64s(g, shape, 3));
+  const char *merged = cp_og_merge_heads(g, ctxv, m->n_heads, m->d_head);
   snprintf(name, sizeof name, "%s.attn.o", prefix);
   return cp_og_linear(g, merged, &ly->o, name);
 }
 
 /* ---------------------------------------------------------------- blocks */
-
-static const char *ffn(dec_t *d, const cp_layer *ly, const char *h, const char *prefix) {
-  cp_og *g = d->g;
-  char name[128];
-  snprintf(name, sizeof name, "%s.mlp.up", prefix);
-  const char *up = cp_og_linear(g, h, &ly->up, name);
-  if (d->m->gated_ffn) {
-    snprintf(name, sizeof name, "%s.mlp.gate", prefix);
-    up = cp_og_op2(g, "Mul", cp_og_act(g, cp_og_linear(g, h, &ly->gate, name), d->m->act), up);
-  } else {
-    up = cp_og_act(g, up, d->m->act);
-  }
-  snprintf(name, sizeof name, "%s.mlp.down", prefix);
-  return cp_og_linear(g, up, &ly->down, name);
-}
 
 /* One layer over x [B, S, D], with the engine's three residual layouts (run_stack). */
 static const char *layer(dec_t *d, int l, const char *x) {
@@ -207,12 +163,12 @@ static const char *layer(dec_t *d, int l, const char *x) {
   snprintf(name, sizeof name, "%s.ffn_norm", prefix);
   if (m->parallel_residual) { /* GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) */
     const char *h2 = cp_og_norm(g, x, &ly->ffn_norm, m->norm, m->norm_eps, m->d_model, name);
-    return cp_og_op2(g, "Add", cp_og_op2(g, "Add", x, a), ffn(d, ly, h2, prefix));
+    return cp_og_op2(g, "Add", cp_og_op2(g, "Add", x, a), cp_og_ffn(g, m, ly, h2, prefix));
   }
   /* BLOOM apply_residual_connection_post_layernorm: the residuals are the normed inputs. */
   x = cp_og_op2(g, "Add", m->residual_from_norm ? h : x, a);
   h = cp_og_norm(g, x, &ly->ffn_norm, m->norm, m->norm_eps, m->d_model, name);
-  return cp_og_op2(g, "Add", m->residual_from_norm ? h : x, ffn(d, ly, h, prefix));
+  return cp_og_op2(g, "Add", m->residual_from_norm ? h : x, cp_og_ffn(g, m, ly, h, prefix));
 }
 
 /* Final norm and output head: logits [B, S, V] by Gemm against the [V, D] head (the embedding
@@ -221,19 +177,14 @@ static const char *head(dec_t *d, const char *x) {
   const cp_model *m = d->m;
   cp_og *g = d->g;
   const char *h = cp_og_norm(g, x, &m->decoder.final_norm, m->norm, m->norm_eps, m->d_model, "model.norm");
-  if (m->lm_head_scale != 1.0f) h = cp_og_op2(g, "Mul", h, cp_og_f32(g, m->lm_head_scale));
-  int64_t dims[2] = {m->vocab, m->d_model}, flat[2] = {-1, m->d_model}, v = m->vocab;
+  int64_t dims[2] = {m->vocab, m->d_model};
   const char *w = m->lm_head == m->embed ? d->embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
-  const char *in[] = {cp_og_op2(g, "Reshape", h, cp_og_i64s(g, flat, 2)), w};
-  cp_onnx_attr tb = cp_og_attr_i("transB", 1);
-  const char *y = cp_og_node(g, "Gemm", in, 2, &tb, 1); /* [B*S, V] */
-  const char *shape = concat(g, cp_og_op1(g, "Shape", d->ids), cp_og_i64s(g, &v, 1), 0);
-  return cp_og_op2(g, "Reshape", y, shape);
+  return cp_og_lm_head(g, m, h, w, d->ids);
 }
 
 int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   if (m->family == CP_FAMILY_T5)
-    return cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: T5 (encoder-decoder) is not written yet"));
+    return cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: T5 is two graphs (converters/onnx_t5.h), not a decoder-only one"));
   dec_t d = {.g = g, .m = m, .rule = rule};
   cp_model_rule_model(&d.rm, m);
   add_inputs(&d);

@@ -15,7 +15,7 @@
  *   outputs logits [batch_size, sequence_length, vocab] float,
  *           present.{i}.key / .value [batch_size, Hkv, total_sequence_length, d_head] float
  *           (RoPE keys rotated, as the engine caches them).
- * Returns 0 or the builder's error (CP_EUNSUPPORTED for T5 and for rules not yet in the graph). */
+ * Returns 0 or the builder's error (CP_EUNSUPPORTED for T5, see converters/onnx_t5.h, and for rules not yet in the graph). */
 int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule);
 
 #endif

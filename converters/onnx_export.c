@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "converters/onnx_decoder.h"
+#include "converters/onnx_t5.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
@@ -51,17 +52,17 @@ static uint64_t file_size(const char *path) {
   return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
-int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, const char *dir, const cp_model *m,
-                        const cp_rule *rule, const cp_onnx_export_params *p) {
-  char *sub = cp_path_join(dir, "onnx"), *path = NULL, model_hex[65], data_hex[65];
+typedef int (*graph_fn)(cp_og *g, const cp_model *m, const cp_rule *rule);
+
+/* onnx/FILE (+ onnx/FILE.data) of the graph `build` makes, into the existing folder sub
+ * (= dir/onnx); digests into *files, sizes added to *stats. */
+static int write_one(cp_folder_result *files, cp_onnx_export_stats *stats, const char *sub, const char *file,
+                     graph_fn build, const cp_model *m, const cp_rule *rule, const cp_onnx_export_params *p) {
+  char *path = cp_path_join(sub, file), *data = NULL, rel[128], model_hex[65], data_hex[65];
   cp_onnx_writer *w = NULL;
   cp_og *g = NULL;
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(sub && (path = cp_path_join(sub, "model.onnx")), dir);
-  if (mkdir(sub, 0755) != 0 && errno != EEXIST) {
-    rc = cp_error_set(CP_EIO, "%s: cannot create folder: %s", sub, strerror(errno));
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(path, sub);
   cp_onnx_params op;
   cp_onnx_params_init(&op);
   op.weight_dtype = p->weight_dtype;
@@ -70,22 +71,44 @@ int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, co
   if ((rc = cp_onnx_writer_open(&w, path, &op)) < 0 || (rc = add_metadata(w, rule, p)) < 0 ||
       (rc = cp_og_create(&g, w)) < 0)
     goto done;
-  if ((rc = cp_onnx_decoder_graph(g, m, rule)) < 0 || (rc = cp_og_status(g)) < 0) goto done;
+  if ((rc = build(g, m, rule)) < 0 || (rc = cp_og_status(g)) < 0) goto done;
   rc = cp_onnx_writer_commit(w, model_hex, data_hex);
   w = NULL;
-  if (rc < 0 || (rc = cp_folder_result_add(files, "onnx/model.onnx", model_hex)) < 0) goto done;
-  if (data_hex[0] && (rc = cp_folder_result_add(files, "onnx/model.onnx.data", data_hex)) < 0) goto done;
+  snprintf(rel, sizeof rel, "onnx/%s", file);
+  if (rc < 0 || (rc = cp_folder_result_add(files, rel, model_hex)) < 0) goto done;
+  snprintf(rel, sizeof rel, "onnx/%s.data", file);
+  if (data_hex[0] && (rc = cp_folder_result_add(files, rel, data_hex)) < 0) goto done;
   if (stats) {
-    stats->model_bytes = file_size(path);
-    free(sub);
-    CP_CHECK_ALLOC_GOTO(sub = cp_path_join(dir, "onnx/model.onnx.data"), dir);
-    stats->data_bytes = data_hex[0] ? file_size(sub) : 0;
+    CP_CHECK_ALLOC_GOTO(data = cp_path_join(sub, rel + 5), sub);
+    stats->graphs++;
+    stats->model_bytes += file_size(path);
+    stats->data_bytes += data_hex[0] ? file_size(data) : 0;
   }
 done:
   cp_og_free(g);
   cp_onnx_writer_abort(w);
-  free(sub);
   free(path);
+  free(data);
+  return rc;
+}
+
+int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, const char *dir, const cp_model *m,
+                        const cp_rule *rule, const cp_onnx_export_params *p) {
+  char *sub = cp_path_join(dir, "onnx");
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(sub, dir);
+  if (mkdir(sub, 0755) != 0 && errno != EEXIST) {
+    rc = cp_error_set(CP_EIO, "%s: cannot create folder: %s", sub, strerror(errno));
+    goto done;
+  }
+  if (m->family == CP_FAMILY_T5) { /* Optimum's encoder + merged decoder (converters/onnx_t5.h) */
+    if ((rc = write_one(files, stats, sub, "encoder_model.onnx", cp_onnx_t5_encoder_graph, m, rule, p)) == 0)
+      rc = write_one(files, stats, sub, "decoder_model_merged.onnx", cp_onnx_t5_decoder_graph, m, rule, p);
+  } else {
+    rc = write_one(files, stats, sub, "model.onnx", cp_onnx_decoder_graph, m, rule, p);
+  }
+done:
+  free(sub);
   return rc;
 }
 

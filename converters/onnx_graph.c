@@ -270,3 +270,61 @@ const char *cp_og_act(cp_og *g, const char *x, cp_act act) {
   }
   return NULL;
 }
+
+const char *cp_og_ffn(cp_og *g, const cp_model *m, const cp_layer *ly, const char *h, const char *prefix) {
+  char name[256];
+  snprintf(name, sizeof name, "%s.mlp.up", prefix);
+  const char *up = cp_og_linear(g, h, &ly->up, name);
+  if (m->gated_ffn) {
+    snprintf(name, sizeof name, "%s.mlp.gate", prefix);
+    up = cp_og_op2(g, "Mul", cp_og_act(g, cp_og_linear(g, h, &ly->gate, name), m->act), up);
+  } else {
+    up = cp_og_act(g, up, m->act);
+  }
+  snprintf(name, sizeof name, "%s.mlp.down", prefix);
+  return cp_og_linear(g, up, &ly->down, name);
+}
+
+const char *cp_og_lm_head(cp_og *g, const cp_model *m, const char *h, const char *head_w, const char *ids) {
+  if (m->lm_head_scale != 1.0f) h = cp_og_op2(g, "Mul", h, cp_og_f32(g, m->lm_head_scale));
+  int64_t flat[2] = {-1, m->d_model}, v = m->vocab;
+  const char *in[] = {cp_og_op2(g, "Reshape", h, cp_og_i64s(g, flat, 2)), head_w};
+  cp_onnx_attr tb = cp_og_attr_i("transB", 1);
+  const char *y = cp_og_node(g, "Gemm", in, 2, &tb, 1); /* [B*S, V] */
+  const char *shape = cp_og_concat(g, cp_og_op1(g, "Shape", ids), cp_og_i64s(g, &v, 1), 0);
+  return cp_og_op2(g, "Reshape", y, shape);
+}
+
+/* ---------------------------------------------------------------- shape pieces */
+
+const char *cp_og_cast(cp_og *g, const char *x, int to) {
+  cp_onnx_attr a = cp_og_attr_i("to", to);
+  return cp_og_node(g, "Cast", &x, 1, &a, 1);
+}
+
+const char *cp_og_unsqueeze(cp_og *g, const char *x, const int64_t *axes, int n) {
+  return cp_og_op2(g, "Unsqueeze", x, cp_og_i64s(g, axes, n));
+}
+
+const char *cp_og_transpose(cp_og *g, const char *x, const int64_t *perm, int n) {
+  cp_onnx_attr a = cp_og_attr_ints("perm", perm, n);
+  return cp_og_node(g, "Transpose", &x, 1, &a, 1);
+}
+
+const char *cp_og_concat(cp_og *g, const char *a, const char *b, int64_t axis) {
+  const char *in[] = {a, b};
+  cp_onnx_attr ax = cp_og_attr_i("axis", axis);
+  return cp_og_node(g, "Concat", in, 2, &ax, 1);
+}
+
+const char *cp_og_split_heads(cp_og *g, const char *x, int heads, int dh) {
+  static const int64_t perm[] = {0, 2, 1, 3};
+  int64_t shape[4] = {0, 0, heads, dh};
+  return cp_og_transpose(g, cp_og_op2(g, "Reshape", x, cp_og_i64s(g, shape, 4)), perm, 4);
+}
+
+const char *cp_og_merge_heads(cp_og *g, const char *x, int heads, int dh) {
+  static const int64_t perm[] = {0, 2, 1, 3};
+  int64_t shape[3] = {0, 0, (int64_t)heads * dh};
+  return cp_og_op2(g, "Reshape", cp_og_transpose(g, x, perm, 4), cp_og_i64s(g, shape, 3));
+}

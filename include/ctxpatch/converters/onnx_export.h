@@ -5,6 +5,8 @@
  *                                      patched input's config keeps its "ctxpatch" block)
  *   onnx/model.onnx (+ onnx/model.onnx.data)   the graph (ctxpatch/formats/onnx.h); decoder-only
  *                                      inputs and outputs as converters/onnx_decoder.h lists
+ *   T5 instead: onnx/encoder_model.onnx and onnx/decoder_model_merged.onnx (+ their .data), Optimum's
+ *                                      merged layout, as converters/onnx_t5.h lists
  *   SHA256SUMS                         sha256sum manifest of every other file, onnx/ included
  * Graph metadata_props: "ctxpatch.rule" (canonical rule JSON, cp_rule_to_string),
  * "ctxpatch.fidelity" = "graph" (the graph computes the rule), "ctxpatch.version",
@@ -32,7 +34,9 @@ typedef struct {
 void cp_onnx_export_params_init(cp_onnx_export_params *p);
 
 typedef struct {
-  uint64_t model_bytes, data_bytes; /* onnx/model.onnx and onnx/model.onnx.data (0 when absent) */
+  uint64_t model_bytes, data_bytes; /* onnx/model.onnx and onnx/model.onnx.data (0 when absent);
+                                       T5: the sums over its two graphs */
+  uint64_t graphs;                  /* 1, or 2 for T5 (encoder_model.onnx + decoder_model_merged.onnx) */
   uint64_t aux_files;
 } cp_onnx_export_stats;
 
@@ -41,7 +45,7 @@ typedef struct {
  * refused (CP_ERULE_MODEL). Checked against the model. */
 int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule);
 
-/* Writes onnx/model.onnx (+ data) for m under `rule` (resolved by cp_onnx_export_rule) into the
+/* Writes onnx/model.onnx (+ data), or T5's two graphs, for m under `rule` (resolved by cp_onnx_export_rule) into the
  * existing folder `dir`, adding their digests to *files. */
 int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, const char *dir, const cp_model *m,
                         const cp_rule *rule, const cp_onnx_export_params *params);

@@ -83,5 +83,24 @@ const char *cp_og_norm(cp_og *g, const char *x, const cp_norm_weights *w, cp_nor
                        const char *prefix);
 /* relu, gelu (erf form), gelu_tanh, silu = x * Sigmoid(x), as engine/layer_ops.c's act(). */
 const char *cp_og_act(cp_og *g, const char *x, cp_act act);
+/* The layer's FFN as engine/layer_ops.c cp_ops_ffn: down(act(up(h))), or down(act(gate(h)) * up(h))
+ * when m->gated_ffn; weights "PREFIX.mlp.up" / ".gate" / ".down". */
+const char *cp_og_ffn(cp_og *g, const cp_model *m, const cp_layer *ly, const char *h, const char *prefix);
+/* Output head on the final-normed h [B, S, D]: times m->lm_head_scale, then Gemm against the
+ * [V, D] head `head_w` (transB), reshaped to logits [B, S, V] after the shape of ids [B, S]. */
+const char *cp_og_lm_head(cp_og *g, const cp_model *m, const char *h, const char *head_w, const char *ids);
+
+/* ---- shape pieces ---- */
+
+/* ONNX TensorProto data types, for Cast. */
+enum { CP_OG_FLOAT = 1, CP_OG_INT64 = 7, CP_OG_BOOL = 9, CP_OG_DOUBLE = 11 };
+/* Cast to ONNX TensorProto data type `to` (CP_OG_*). */
+const char *cp_og_cast(cp_og *g, const char *x, int to);
+const char *cp_og_unsqueeze(cp_og *g, const char *x, const int64_t *axes, int n);
+const char *cp_og_transpose(cp_og *g, const char *x, const int64_t *perm, int n);
+const char *cp_og_concat(cp_og *g, const char *a, const char *b, int64_t axis);
+/* [B, S, heads*dh] -> [B, heads, S, dh], and back: [B, H, S, dh] -> [B, S, H*dh]. */
+const char *cp_og_split_heads(cp_og *g, const char *x, int heads, int dh);
+const char *cp_og_merge_heads(cp_og *g, const char *x, int heads, int dh);
 
 #endif
