@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "converters/describe.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/formats/tensor.h"
 
@@ -68,7 +69,7 @@ static void print_text(const cJSON *d) {
            *str(a, "class") ? ", " : "", str(a, "class"));
     print_positional(cJSON_GetObjectItemCaseSensitive(d, "positional"));
     const cJSON *tl = cJSON_GetObjectItemCaseSensitive(d, "train_len");
-    if (cJSON_IsNumber(tl)) printf("train length:  %.0f\n", tl->valuedouble);
+    if (cJSON_IsNumber(tl)) printf("train length:  %.0f (from %s)\n", tl->valuedouble, str(d, "train_len_source"));
     else printf("train length:  unknown (not in config.json)\n");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(d, "hyperparameters");
     printf("hyperparams:   vocab %.0f, d_model %.0f, layers %.0f", num(h, "vocab_size"), num(h, "d_model"),
@@ -199,7 +200,7 @@ int cmd_inspect(int argc, char **argv) {
   cp_hf_config *cfg = NULL;
   cJSON *desc = NULL;
   int rc = cp_checkpoint_open(&ck, path);
-  if (rc == 0 && cp_checkpoint_config_path(ck)) rc = cp_hf_config_load(&cfg, cp_checkpoint_config_path(ck));
+  if (rc == 0 && (cp_checkpoint_config_path(ck) || cp_checkpoint_gguf(ck))) rc = cp_checkpoint_config(&cfg, ck, path);
   if (rc == 0) rc = cp_describe_checkpoint(&desc, path, ck, cfg);
   int status = CLI_OK;
   if (rc < 0) {

@@ -75,7 +75,10 @@ int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *c
     cJSON_AddStringToObject(a, "model_type", cfg->model_type);
     cJSON_AddStringToObject(a, "class", cfg->architecture);
     add_positional(root, cfg);
-    if (cfg->train_len > 0) cJSON_AddNumberToObject(root, "train_len", (double)cfg->train_len);
+    if (cfg->train_len > 0) {
+      cJSON_AddNumberToObject(root, "train_len", (double)cfg->train_len);
+      cJSON_AddStringToObject(root, "train_len_source", cfg->train_len_key);
+    }
     else cJSON_AddNullToObject(root, "train_len");
     add_hyperparameters(root, cfg);
   } else {

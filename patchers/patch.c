@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
@@ -216,7 +217,7 @@ static int open_tokenizer(cp_tokenizer **tok, const char *in, const cp_patch_opt
   *tok = NULL;
   bool calibrates = o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0);
   if (!p->verify && !calibrates) return 0;
-  int rc = cp_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
+  int rc = cp_model_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
   if (rc && !p->verify) {
     *tok = NULL;
     rc = 0;
