@@ -14,7 +14,10 @@ const llama = await getLlama({gpu: false, build: "never", logLevel: "error", pro
 const model = await llama.loadModel({modelPath: model_path});
 const out = {greedy: [], logits: [], tokenize: {}};
 
-let ctx = await model.createContext({contextSize: 512, threads, batchSize: 512});
+// F32 K/V cache and no flash attention, so llama.cpp computes in float32 like the engine.
+const ctx_opts = {contextSize: 512, threads, batchSize: 512, flashAttention: false,
+                  experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"};
+let ctx = await model.createContext(ctx_opts);
 let seq = ctx.getSequence();
 const res = await seq.controlledEvaluate(prompt.map((t) => [t, {generateNext: {logits: true}}]));
 for (let i = 0; i < prompt.length; i++) {
@@ -25,7 +28,7 @@ for (let i = 0; i < prompt.length; i++) {
 }
 await ctx.dispose();
 
-ctx = await model.createContext({contextSize: 512, threads, batchSize: 512});
+ctx = await model.createContext(ctx_opts);
 seq = ctx.getSequence();
 for await (const tok of seq.evaluate(prompt, {temperature: 0})) {
   out.greedy.push(tok);
