@@ -2,13 +2,9 @@
  * dequantising reads (layout and checks in include/ctxpatch/formats/gguf.h). */
 #include "ctxpatch/formats/gguf.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
@@ -380,35 +376,16 @@ static int parse(cp_gguf_file *f) {
 
 int cp_gguf_open(cp_gguf_file **out, const char *path) {
   *out = NULL;
-  int rc = 0, fd = -1;
+  int rc = 0;
   cp_gguf_file *f = calloc(1, sizeof *f);
   CP_CHECK_ALLOC(f, path);
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
-  if ((fd = cp_open_input(path, 0)) < 0) {
-    rc = fd;
-    goto done;
+  const void *map = NULL;
+  if ((rc = cp_map_input(&map, &f->size, path)) == 0) {
+    f->map = map;
+    rc = parse(f);
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
-    goto done;
-  }
-  f->size = (uint64_t)st.st_size;
-  if (f->size > SIZE_MAX) {
-    rc = cp_error_set(CP_EOVERFLOW, "%s: file too large to map", path);
-    goto done;
-  }
-  if (f->size) {
-    void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      rc = cp_error_set(CP_EIO, "%s: mmap failed: %s", path, strerror(errno));
-      goto done;
-    }
-    f->map = m;
-  }
-  rc = parse(f);
 done:
-  if (fd >= 0) close(fd);
   if (rc < 0) {
     cp_gguf_free(f);
     return rc;
@@ -419,7 +396,7 @@ done:
 
 void cp_gguf_free(cp_gguf_file *f) {
   if (!f) return;
-  if (f->map) munmap((void *)f->map, (size_t)f->size);
+  cp_unmap_input(f->map, f->size);
   for (size_t i = 0; i < f->n_kv; i++) {
     free(f->kv[i].key);
     free(f->kv[i].str_off);
