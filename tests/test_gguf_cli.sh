@@ -65,7 +65,8 @@ PY
 
 tiny=$fx/third_party/ollama/llama-2-tiny-random.gguf
 if [ -f "$tiny" ]; then
-  "$bin" inspect "$tiny" | grep -q 'vocab 32000, d_model 8, layers 1, heads 2 (kv 2), d_head 4, d_ff 32' && ok ||
+  "$bin" inspect "$tiny" >"$work/tiny.txt"  # to a file: grep -q closing a pipe early would fail it
+  grep -q 'vocab 32000, d_model 8, layers 1, heads 2 (kv 2), d_head 4, d_ff 32' "$work/tiny.txt" && ok ||
     bad "tiny inspect"
   "$bin" forward "$tiny" --ids 1,2,3 --out "$work/tiny.bin" --threads 1 >/dev/null && ok || bad "tiny forward"
 fi

@@ -87,7 +87,8 @@ PY
 q=$work/q.gguf
 "$py" "$src/tests/gguf/requant.py" "$stories/stories260K.gguf" "$q" attn_=Q8_0 output.=Q8_0 ffn_gate=Q4_0 \
   ffn_up=Q4_0 token_embd=Q4_0 && ok || bad "requant"
-"$bin" inspect "$q" | grep -q 'blk.0.attn_q.weight  *F32 (Q8_0) \[64, 64\]' && ok || bad "inspect shows Q8_0"
+"$bin" inspect "$q" >"$work/q_inspect.txt"  # to a file: grep -q closing a pipe early would fail it
+grep -q 'blk.0.attn_q.weight  *F32 (Q8_0) \[64, 64\]' "$work/q_inspect.txt" && ok || bad "inspect shows Q8_0"
 "$bin" forward "$q" --ids "1,$prompt" --out "$work/q.bin" --threads 1 >/dev/null && ok || bad "forward Q"
 "$bin" forward "$q" --ids 1 --generate 40 --threads 1 >"$work/q_gen.txt" && ok || bad "forward Q generate"
 llamacpp "$q" 40 "1,$prompt" 1 >"$work/lc_q.json" && ok || bad "llama.cpp Q"
