@@ -11,6 +11,7 @@
 #include "ctxpatch/patchers/calibrate.h"
 #include "patchers/calibrate_json.h"
 #include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
 static void help(FILE *out) {
@@ -229,7 +230,7 @@ int cmd_calibrate(int argc, char **argv) {
   int rc = 0;
   if ((rc = cp_model_open(&model, model_path))) goto done;
   if (p.inputs != CP_CAL_INPUTS_RANDOM) {
-    rc = cp_tokenizer_open(&tok, tok_path ? tok_path : model_path);
+    rc = cp_model_tokenizer_open(&tok, tok_path ? tok_path : model_path);
     if (rc == CP_ETOK_MISSING && !tok_path && p.inputs == CP_CAL_INPUTS_AUTO) rc = 0; /* random ids */
     else if (rc) goto done;
     p.tokenizer = tok;

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "converters/describe.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/formats/tensor.h"
 
@@ -65,7 +66,10 @@ static void print_tensors(const cJSON *d) {
     const cJSON *s;
     cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
       snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
-    printf("  %-60s %-8s [%s]%s\n", str(t, "name"), str(t, "dtype"), shape,
+    char dtype[64]; /* GGUF: the stored ggml type beside the dtype it reads as */
+    snprintf(dtype, sizeof dtype, "%s%s%s%s", str(t, "dtype"), *str(t, "ggml_type") ? " (" : "", str(t, "ggml_type"),
+             *str(t, "ggml_type") ? ")" : "");
+    printf("  %-60s %-8s [%s]%s\n", str(t, "name"), dtype, shape,
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "external")) ? " external" : "");
   }
 }
@@ -81,7 +85,7 @@ static void print_text(const cJSON *d) {
            *str(a, "class") ? ", " : "", str(a, "class"));
     print_positional(cJSON_GetObjectItemCaseSensitive(d, "positional"));
     const cJSON *tl = cJSON_GetObjectItemCaseSensitive(d, "train_len");
-    if (cJSON_IsNumber(tl)) printf("train length:  %.0f\n", tl->valuedouble);
+    if (cJSON_IsNumber(tl)) printf("train length:  %.0f (from %s)\n", tl->valuedouble, str(d, "train_len_source"));
     else printf("train length:  unknown (not in config.json)\n");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(d, "hyperparameters");
     printf("hyperparams:   vocab %.0f, d_model %.0f, layers %.0f", num(h, "vocab_size"), num(h, "d_model"),
@@ -221,7 +225,7 @@ int cmd_inspect(int argc, char **argv) {
   cJSON *desc = NULL;
   char *onnx = cp_onnx_model_path(path);
   int rc = onnx ? cp_describe_onnx(&desc, path, onnx) : cp_checkpoint_open(&ck, path);
-  if (rc == 0 && ck && cp_checkpoint_config_path(ck)) rc = cp_hf_config_load(&cfg, cp_checkpoint_config_path(ck));
+  if (rc == 0 && ck && (cp_checkpoint_config_path(ck) || cp_checkpoint_gguf(ck))) rc = cp_checkpoint_config(&cfg, ck, path);
   if (rc == 0 && ck) rc = cp_describe_checkpoint(&desc, path, ck, cfg);
   free(onnx);
   int status = CLI_OK;

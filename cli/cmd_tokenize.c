@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
 #define MAX_TEXT_FILE ((size_t)256 << 20)
@@ -118,7 +119,7 @@ int cmd_tokenize(int argc, char **argv) {
   cp_tokenizer *tok = NULL;
   char *buf = NULL, *out = NULL;
   size_t len = 0, outlen = 0;
-  int rc = cp_tokenizer_open(&tok, path);
+  int rc = cp_model_tokenizer_open(&tok, path);
   if (rc) goto done;
   if (decode) {
     if ((rc = cp_tokenizer_decode(tok, &out, &outlen, ids, n, no_special))) goto done;

@@ -13,6 +13,7 @@
 #include "ctxpatch/converters/model.h"
 #include "verify/certificate_json.h"
 #include "ctxpatch/converters/rule.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"
 
@@ -113,7 +114,7 @@ int cmd_verify(int argc, char **argv) {
   if (rc == 0) rc = cli_parse_probes(&probes, &n_probes, probes_text);
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0) rc = cp_model_open(&model, model_path);
-  if (rc == 0) rc = cp_tokenizer_open(&tok, model_path);
+  if (rc == 0) rc = cp_model_tokenizer_open(&tok, model_path);
   if (rc < 0) goto report;
 
   cp_verify_params vp;

@@ -22,6 +22,7 @@ typedef struct {
   char *name; /* relative to the folder */
   cp_st_file *st;
   cp_pt_file *pt;
+  cp_gguf_file *gg;
 } shard;
 
 typedef struct {
@@ -56,6 +57,7 @@ const char *cp_format_name(cp_format format) {
   case CP_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
   case CP_FORMAT_PYTORCH_ZIP: return "pytorch-zip";
   case CP_FORMAT_PYTORCH_ZIP_SHARDED: return "pytorch-zip-sharded";
+  case CP_FORMAT_GGUF: return "gguf";
   }
   return "?";
 }
@@ -99,9 +101,31 @@ done:
   return rc;
 }
 
-static size_t shard_count(const shard *s) { return s->st ? cp_st_count(s->st) : cp_pt_count(s->pt); }
+static int build_entries(cp_checkpoint *ck);
+
+static size_t shard_count(const shard *s) {
+  return s->st ? cp_st_count(s->st) : s->gg ? cp_gguf_count(s->gg) : cp_pt_count(s->pt);
+}
 static const cp_tensor *shard_tensor(const shard *s, size_t i) {
-  return s->st ? cp_st_tensor(s->st, i) : cp_pt_tensor(s->pt, i);
+  return s->st ? cp_st_tensor(s->st, i) : s->gg ? cp_gguf_tensor(s->gg, i) : cp_pt_tensor(s->pt, i);
+}
+
+/* GGUF starts with "GGUF"; a .gguf name that does not is left to the GGUF reader to refuse. */
+static bool looks_like_gguf(const char *path) {
+  unsigned char magic[4] = {0};
+  FILE *fp = NULL;
+  if (cp_fopen_input(&fp, path) < 0) return false;
+  size_t n = fread(magic, 1, 4, fp);
+  fclose(fp);
+  return (n == 4 && !memcmp(magic, "GGUF", 4)) || ends_with(path, ".gguf");
+}
+
+static int open_gguf(cp_checkpoint *ck, const char *path, const char *name) {
+  CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
+  ck->n_shards = 1;
+  CP_CHECK_ALLOC(ck->shards[0].name = strdup(name), name);
+  int rc = cp_gguf_open(&ck->shards[0].gg, path);
+  return rc < 0 ? rc : build_entries(ck);
 }
 
 typedef struct {
@@ -305,7 +329,10 @@ int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
   const char *name = slash ? slash + 1 : copy;
   ck->dir = slash ? strndup(copy, (size_t)(slash - copy) ? (size_t)(slash - copy) : 1) : strdup(".");
   CP_CHECK_ALLOC_GOTO(ck->dir, path);
-  if (ends_with(name, ".index.json")) {
+  if (looks_like_gguf(path)) {
+    ck->format = CP_FORMAT_GGUF;
+    rc = open_gguf(ck, path, name);
+  } else if (ends_with(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;
     rc = open_sharded(ck, path, pytorch);
@@ -329,6 +356,7 @@ void cp_checkpoint_free(cp_checkpoint *ck) {
   for (size_t s = 0; s < ck->n_shards; s++) {
     cp_st_free(ck->shards[s].st);
     cp_pt_free(ck->shards[s].pt);
+    cp_gguf_free(ck->shards[s].gg);
     free(ck->shards[s].name);
   }
   for (size_t k = 0; k < ck->n_aux; k++) free(ck->aux[k]);
@@ -342,6 +370,9 @@ void cp_checkpoint_free(cp_checkpoint *ck) {
 }
 
 cp_format cp_checkpoint_format(const cp_checkpoint *ck) { return ck->format; }
+const cp_gguf_file *cp_checkpoint_gguf(const cp_checkpoint *ck) {
+  return ck->format == CP_FORMAT_GGUF ? ck->shards[0].gg : NULL;
+}
 const char *cp_checkpoint_dir(const cp_checkpoint *ck) { return ck->dir; }
 const char *cp_checkpoint_config_path(const cp_checkpoint *ck) { return ck->config_path; }
 size_t cp_checkpoint_file_count(const cp_checkpoint *ck) { return ck->n_shards; }
@@ -376,6 +407,7 @@ int cp_checkpoint_read(cp_checkpoint *ck, size_t i, uint64_t offset, void *buf, 
     return 0;
   }
   const shard *s = &ck->shards[e->shard];
+  if (s->gg) return cp_gguf_read(s->gg, e->local, offset, buf, len); /* dequantised on read */
   assert(s->pt); /* safetensors views are always mapped */
   return cp_pt_read(s->pt, e->local, offset, buf, len);
 }

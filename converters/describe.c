@@ -85,7 +85,10 @@ int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *c
     cJSON_AddStringToObject(a, "model_type", cfg->model_type);
     cJSON_AddStringToObject(a, "class", cfg->architecture);
     add_positional(root, cfg);
-    if (cfg->train_len > 0) cJSON_AddNumberToObject(root, "train_len", (double)cfg->train_len);
+    if (cfg->train_len > 0) {
+      cJSON_AddNumberToObject(root, "train_len", (double)cfg->train_len);
+      cJSON_AddStringToObject(root, "train_len_source", cfg->train_len_key);
+    }
     else cJSON_AddNullToObject(root, "train_len");
     add_hyperparameters(root, cfg);
   } else {
@@ -102,7 +105,11 @@ int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *c
     params += numel;
     bytes += t->nbytes;
     per_dtype[t->dtype]++;
-    cJSON_AddItemToArray(tensors, cp_describe_tensor(t->name, t->dtype, t->ndim, t->shape, t->nbytes));
+    cJSON *item = cp_describe_tensor(t->name, t->dtype, t->ndim, t->shape, t->nbytes);
+    if (item && cp_checkpoint_gguf(ck)) /* GGUF: the stored type (block types are dequantised to F32) */
+      cJSON_AddStringToObject(item, "ggml_type",
+                              cp_gguf_ggml_type_name(cp_gguf_tensor_ggml_type(cp_checkpoint_gguf(ck), i)));
+    cJSON_AddItemToArray(tensors, item);
   }
   cJSON_AddNumberToObject(root, "tensor_count", (double)n);
   cJSON_AddNumberToObject(root, "parameter_count", (double)params);

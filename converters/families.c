@@ -14,60 +14,60 @@
 /* T5: both stacks spelled out, since the FFN sits in sub-layer 1 of the encoder and 2 of the decoder. */
 #define T5_SELF(s, st)                                                                              \
   {CP_ROLE_ATTN_NORM, st, s ".block.%d.layer.0.layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,    \
-   CP_WHEN_ALWAYS},                                                                                  \
-  {CP_ROLE_Q, st, s ".block.%d.layer.0.SelfAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_K, st, s ".block.%d.layer.0.SelfAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_V, st, s ".block.%d.layer.0.SelfAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_O, st, s ".block.%d.layer.0.SelfAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS}
+   CP_WHEN_ALWAYS, NULL},                                                                                  \
+  {CP_ROLE_Q, st, s ".block.%d.layer.0.SelfAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, NULL}, \
+  {CP_ROLE_K, st, s ".block.%d.layer.0.SelfAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL}, \
+  {CP_ROLE_V, st, s ".block.%d.layer.0.SelfAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL}, \
+  {CP_ROLE_O, st, s ".block.%d.layer.0.SelfAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, NULL}
 #define T5_FFN(s, st, sub)                                                                           \
   {CP_ROLE_FFN_NORM, st, s ".block.%d.layer." sub ".layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, \
-   CP_WHEN_ALWAYS},                                                                                  \
+   CP_WHEN_ALWAYS, NULL},                                                                                  \
   {CP_ROLE_GATE, st, s ".block.%d.layer." sub ".DenseReluDense.wi_0", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, \
-   CP_WHEN_GATED},                                                                                   \
+   CP_WHEN_GATED, NULL},                                                                                   \
   {CP_ROLE_UP, st, s ".block.%d.layer." sub ".DenseReluDense.wi_1", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D,  \
-   CP_WHEN_GATED},                                                                                   \
+   CP_WHEN_GATED, NULL},                                                                                   \
   {CP_ROLE_UP, st, s ".block.%d.layer." sub ".DenseReluDense.wi", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D,    \
-   CP_WHEN_NOT_GATED},                                                                               \
+   CP_WHEN_NOT_GATED, NULL},                                                                               \
   {CP_ROLE_DOWN, st, s ".block.%d.layer." sub ".DenseReluDense.wo", CP_BIAS_NONE, CP_DIM_D, CP_DIM_FF,  \
-   CP_WHEN_ALWAYS},                                                                                  \
-  {CP_ROLE_FINAL_NORM, st, s ".final_layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS}, \
+   CP_WHEN_ALWAYS, NULL},                                                                                  \
+  {CP_ROLE_FINAL_NORM, st, s ".final_layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL}, \
   {CP_ROLE_REL_BIAS, st, s ".block.0.layer.0.SelfAttention.relative_attention_bias", CP_BIAS_NONE,    \
-   CP_DIM_BUCKETS, CP_DIM_HEADS, CP_WHEN_ALWAYS}
+   CP_DIM_BUCKETS, CP_DIM_HEADS, CP_WHEN_ALWAYS, NULL}
 
 static const cp_family_tensor k_t5[] = {
-    {CP_ROLE_EMBED, DEC, "shared", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_EMBED, DEC, "encoder.embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+    {CP_ROLE_EMBED, DEC, "shared", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_EMBED, DEC, "encoder.embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
     T5_SELF("encoder", ENC),
     T5_FFN("encoder", ENC, "1"),
     T5_SELF("decoder", DEC),
-    {CP_ROLE_CQ, DEC, "decoder.block.%d.layer.1.EncDecAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_CK, DEC, "decoder.block.%d.layer.1.EncDecAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_CV, DEC, "decoder.block.%d.layer.1.EncDecAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS},
-    {CP_ROLE_CO, DEC, "decoder.block.%d.layer.1.EncDecAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},
+    {CP_ROLE_CQ, DEC, "decoder.block.%d.layer.1.EncDecAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_CK, DEC, "decoder.block.%d.layer.1.EncDecAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_CV, DEC, "decoder.block.%d.layer.1.EncDecAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_CO, DEC, "decoder.block.%d.layer.1.EncDecAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, NULL},
     {CP_ROLE_CROSS_NORM, DEC, "decoder.block.%d.layer.1.layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
-     CP_WHEN_ALWAYS},
+     CP_WHEN_ALWAYS, NULL},
     T5_FFN("decoder", DEC, "2"),
-    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
 };
 
 /* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX) share one shape; `nb` is the bias rule
  * of norms and MLP, `ab` that of the attention projections. */
 #define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
-  {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},             \
-  {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                     \
-  {CP_ROLE_QKV, DEC, qkv, ab, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS},                            \
-  {CP_ROLE_O, DEC, o, ab, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},                                  \
-  {CP_ROLE_FFN_NORM, DEC, ln2, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                      \
-  {CP_ROLE_UP, DEC, up, nb, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},                               \
-  {CP_ROLE_DOWN, DEC, down, nb, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS},                           \
-  {CP_ROLE_FINAL_NORM, DEC, lnf, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                    \
-  {CP_ROLE_LM_HEAD, DEC, head, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS}
+  {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},             \
+  {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},                     \
+  {CP_ROLE_QKV, DEC, qkv, ab, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS, NULL},                            \
+  {CP_ROLE_O, DEC, o, ab, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, NULL},                                  \
+  {CP_ROLE_FFN_NORM, DEC, ln2, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},                      \
+  {CP_ROLE_UP, DEC, up, nb, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, NULL},                               \
+  {CP_ROLE_DOWN, DEC, down, nb, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS, NULL},                           \
+  {CP_ROLE_FINAL_NORM, DEC, lnf, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},                    \
+  {CP_ROLE_LM_HEAD, DEC, head, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL}
 
 static const cp_family_tensor k_bloom[] = {
     FUSED_ROWS("word_embeddings", "h.%d.input_layernorm", "h.%d.self_attention.query_key_value",
                "h.%d.self_attention.dense", "h.%d.post_attention_layernorm", "h.%d.mlp.dense_h_to_4h",
                "h.%d.mlp.dense_4h_to_h", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
-    {CP_ROLE_EMBED_NORM, DEC, "word_embeddings_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},
+    {CP_ROLE_EMBED_NORM, DEC, "word_embeddings_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},
 };
 
 /* HF's MptForCausalLM has no biases at all; mosaicml's code has them when no_bias is false. */
@@ -84,28 +84,29 @@ static const cp_family_tensor k_gpt_neox[] = {
                CP_BIAS_IF_QKV_BIAS),
 };
 
-/* Llama body, shared with FIRE; attention_bias / mlp_bias checkpoints carry biases. */
+/* Llama body, shared with FIRE; attention_bias / mlp_bias checkpoints carry biases. The last
+ * column is llama.cpp's GGUF name (src/llama-arch.cpp LLM_ARCH_LLAMA). */
 #define LLAMA_ROWS                                                                                       \
-  {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS},            \
-  {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_Q, DEC, "layers.%d.self_attn.q_proj", CP_BIAS_OPTIONAL, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS},  \
-  {CP_ROLE_K, DEC, "layers.%d.self_attn.k_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_V, DEC, "layers.%d.self_attn.v_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS},  \
+  {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},            \
+  {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "blk.%d.attn_norm"}, \
+  {CP_ROLE_Q, DEC, "layers.%d.self_attn.q_proj", CP_BIAS_OPTIONAL, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_q"},  \
+  {CP_ROLE_K, DEC, "layers.%d.self_attn.k_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_k"}, \
+  {CP_ROLE_V, DEC, "layers.%d.self_attn.v_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_v"}, \
+  {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, "blk.%d.attn_output"},  \
   {CP_ROLE_FFN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,    \
-   CP_WHEN_ALWAYS},                                                                                      \
-  {CP_ROLE_GATE, DEC, "layers.%d.mlp.gate_proj", CP_BIAS_OPTIONAL, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_UP, DEC, "layers.%d.mlp.up_proj", CP_BIAS_OPTIONAL, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS},     \
-  {CP_ROLE_DOWN, DEC, "layers.%d.mlp.down_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS}, \
-  {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS},                \
-  {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS}
+   CP_WHEN_ALWAYS, "blk.%d.ffn_norm"},                                                                                      \
+  {CP_ROLE_GATE, DEC, "layers.%d.mlp.gate_proj", CP_BIAS_OPTIONAL, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.ffn_gate"}, \
+  {CP_ROLE_UP, DEC, "layers.%d.mlp.up_proj", CP_BIAS_OPTIONAL, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.ffn_up"},     \
+  {CP_ROLE_DOWN, DEC, "layers.%d.mlp.down_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS, "blk.%d.ffn_down"}, \
+  {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},                \
+  {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"}
 
 static const cp_family_tensor k_llama[] = {LLAMA_ROWS};
 
 static const cp_family_tensor k_fire[] = {
     LLAMA_ROWS,
-    {CP_ROLE_FIRE, DEC, "fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_SHARED},
-    {CP_ROLE_FIRE, DEC, "layers.%d.self_attn.fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_PER_LAYER},
+    {CP_ROLE_FIRE, DEC, "fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_SHARED, NULL},
+    {CP_ROLE_FIRE, DEC, "layers.%d.self_attn.fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_PER_LAYER, NULL},
 };
 
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
@@ -128,17 +129,19 @@ const cp_family_layout *cp_family_layout_of(cp_family family) {
 
 const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const cp_family_tensor *row,
                          int layer, const char *suffix) {
-  const char *prefix = row->role == CP_ROLE_LM_HEAD ? "" : nm->prefix;
-  const char *at = strstr(row->hf, "%d");
+  const char *prefix = row->role == CP_ROLE_LM_HEAD || nm->gguf ? "" : nm->prefix;
+  const char *name = nm->gguf ? row->gguf : row->hf;
+  assert(name);
+  const char *at = strstr(name, "%d");
   if (at)
-    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%.*s%d%s%s", prefix, (int)(at - row->hf), row->hf, layer, at + 2,
-             suffix);
+    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%.*s%d%s%s", prefix, (int)(at - name), name, layer, at + 2, suffix);
   else
-    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%s%s", prefix, row->hf, suffix);
+    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%s%s", prefix, name, suffix);
   return buf;
 }
 
 bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {
+  if (nm->gguf && !row->gguf) return false;
   switch (row->when) {
     case CP_WHEN_ALWAYS: return true;
     case CP_WHEN_GATED: return nm->gated;
@@ -171,6 +174,8 @@ void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *c
   out->gated = cfg->family == CP_FAMILY_T5 ? strncmp(cfg->activation, "gated-", 6) == 0
                                            : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE;
   out->prefix = out->fl->prefixes[0];
+  out->gguf = cp_checkpoint_gguf(ck) != NULL;
+  if (out->gguf) return;
   char buf[CP_TENSOR_NAME_MAX];
   for (int i = 0; i < 2 && out->fl->prefixes[i]; i++) {
     out->prefix = out->fl->prefixes[i];

@@ -276,11 +276,13 @@ static int train_len(cp_hf_config *cfg, const ctx_t *c, const char *own) {
   for (size_t i = 0; !key && i < sizeof keys / sizeof keys[0]; i++)
     if (field(root, keys[i])) key = keys[i];
   cfg->train_len = 0;
+  cfg->train_len_key[0] = '\0';
   if (!key) return 0;
   int v;
   int rc = as_pos_int(&v, c, field(root, key), key);
   if (rc) return rc;
   cfg->train_len = v;
+  snprintf(cfg->train_len_key, sizeof cfg->train_len_key, "config.json %s", key);
   return 0;
 }
 

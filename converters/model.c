@@ -14,6 +14,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/families.h"
+#include "ctxpatch/converters/gguf_model.h"
 
 typedef struct {
   cp_model *m;
@@ -140,6 +141,36 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
   return 0;
 }
 
+/* llama.cpp's converter reorders each head's q/k rows for interleaved rotary pairs: HF row
+ * i*dh/2 + j (half i, pair j) is stored at row 2j + i. Puts them back in HF order. */
+static int gguf_unpermute(cp_linear *lin, loader *L, int heads) {
+  int dh = L->m->d_head, half = dh / 2, n_in = lin->n_in;
+  float *w = alloc_floats(L->m, (size_t)lin->n_out * (size_t)n_in);
+  if (!w) return CP_ENOMEM;
+  for (int h = 0; h < heads; h++)
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < half; j++)
+        memcpy(w + ((size_t)h * dh + (size_t)i * half + (size_t)j) * n_in,
+               lin->w + ((size_t)h * dh + 2 * (size_t)j + (size_t)i) * n_in, (size_t)n_in * sizeof *w);
+  lin->w = w;
+  if (lin->b) {
+    float *b = alloc_floats(L->m, (size_t)lin->n_out);
+    if (!b) return CP_ENOMEM;
+    for (int h = 0; h < heads; h++)
+      for (int i = 0; i < 2; i++)
+        for (int j = 0; j < half; j++) b[h * dh + i * half + j] = lin->b[h * dh + 2 * j + i];
+    lin->b = b;
+  }
+  return 0;
+}
+
+/* q or k of a rotary layer read from GGUF: loaded, then un-permuted. */
+static int load_rotary(cp_linear *out, loader *L, const cp_family_tensor *row, int layer, int heads) {
+  int rc = load_linear(out, L, row, layer);
+  if (rc || !L->nm.gguf || L->m->pos != CP_POS_ROPE) return rc;
+  return gguf_unpermute(out, L, heads);
+}
+
 /* Loads one per-layer row into its place in the layer. */
 static int load_layer_row(cp_layer *ly, loader *L, const cp_family_tensor *row, int layer) {
   switch (row->role) {
@@ -147,8 +178,8 @@ static int load_layer_row(cp_layer *ly, loader *L, const cp_family_tensor *row, 
     case CP_ROLE_CROSS_NORM: return load_norm(&ly->cross_norm, L, row, layer);
     case CP_ROLE_FFN_NORM: return load_norm(&ly->ffn_norm, L, row, layer);
     case CP_ROLE_QKV: return split_qkv(ly, L, row, layer);
-    case CP_ROLE_Q: return load_linear(&ly->q, L, row, layer);
-    case CP_ROLE_K: return load_linear(&ly->k, L, row, layer);
+    case CP_ROLE_Q: return load_rotary(&ly->q, L, row, layer, L->m->n_heads);
+    case CP_ROLE_K: return load_rotary(&ly->k, L, row, layer, L->m->n_kv_heads);
     case CP_ROLE_V: return load_linear(&ly->v, L, row, layer);
     case CP_ROLE_O: return load_linear(&ly->o, L, row, layer);
     case CP_ROLE_CQ: return load_linear(&ly->cq, L, row, layer);
@@ -346,14 +377,11 @@ int cp_model_open(cp_model **out, const char *path) {
   cp_model *m = NULL;
   int rc = cp_checkpoint_open(&ck, path);
   if (rc) goto done;
-  const char *cfg_path = cp_checkpoint_config_path(ck);
-  if (!cfg_path) {
-    rc = cp_error_set(CP_ENOTFOUND, "%s: no config.json beside the weights", path);
-    goto done;
-  }
+  /* config.json, or a GGUF file's own metadata */
+  const char *cfg_path = cp_checkpoint_gguf(ck) ? path : cp_checkpoint_config_path(ck);
   m = calloc(1, sizeof *m);
   CP_CHECK_ALLOC_GOTO(m, "model");
-  TRY(cp_hf_config_load(&m->cfg, cfg_path));
+  TRY(cp_checkpoint_config(&m->cfg, ck, path));
   const cp_hf_config *c = m->cfg;
   m->family = c->family;
   m->pos = c->pos;
@@ -364,6 +392,7 @@ int cp_model_open(cp_model **out, const char *path) {
   m->d_head = c->d_head;
   m->d_ff = c->d_ff;
   m->train_len = c->train_len;
+  m->from_gguf = cp_checkpoint_gguf(ck) != NULL;
   m->norm_eps = (float)c->norm_eps;
   m->attn_scale = (float)(1.0 / sqrt((double)c->d_head));
   m->lm_head_scale = 1.0f;

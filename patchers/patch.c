@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
@@ -188,6 +189,9 @@ done:
 }
 
 static int refuse_artifact(const cp_model *m, const char *in) {
+  if (m->from_gguf)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: a GGUF model cannot be patched yet: the artifact is a Hugging Face "
+                        "folder and the tensors keep llama.cpp's names and q/k row order (issue 15's GGUF writer)", in);
   if (!m->cfg->has_ctxpatch) return 0;
   return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
                                "original checkpoint", in);
@@ -216,7 +220,7 @@ static int open_tokenizer(cp_tokenizer **tok, const char *in, const cp_patch_opt
   *tok = NULL;
   bool calibrates = o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0);
   if (!p->verify && !calibrates) return 0;
-  int rc = cp_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
+  int rc = cp_model_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
   if (rc && !p->verify) {
     *tok = NULL;
     rc = 0;

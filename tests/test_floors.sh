@@ -11,7 +11,7 @@ below = {  # floor -> floors it may include (itself included)
     "base": {"base"},
     "formats": {"base", "formats"},
     "tokenizers": {"base", "tokenizers"},
-    "converters": {"base", "formats", "converters"},
+    "converters": {"base", "formats", "tokenizers", "converters"},
     "engine": {"base", "formats", "converters", "engine"},
     "verify": {"base", "formats", "tokenizers", "converters", "engine", "verify"},
     "patchers": {"base", "formats", "tokenizers", "converters", "engine", "verify", "patchers"},

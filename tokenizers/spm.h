@@ -6,6 +6,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ctxpatch/base/strbuf.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,6 +24,9 @@ extern "C" {
  * (de)normalizer precompiled_charsmap that libsentencepiece would read out of bounds, and
  * pieces or self-test samples past the limits above (CP_ETOK_MODEL naming the piece). */
 int tk_spm_precheck(const unsigned char *data, size_t len, const char *what);
+
+/* Appends the ModelProto of `v` to out (spm_build.c); out->oom on allocation failure. */
+void tk_spm_serialize(cp_strbuf *out, const cp_spm_vocab *v);
 
 /* ---- libsentencepiece shim (tokenizer_spm.cpp); returns 0 or -1 (message in err) ---- */
 typedef struct tk_spm tk_spm;

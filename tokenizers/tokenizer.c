@@ -31,6 +31,39 @@ static bool is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A serialised SentencePiece ModelProto: prechecked, then handed to libsentencepiece. */
+static int load_spm(cp_tokenizer *tok, const char *data, size_t len) {
+  char err[256] = "";
+  int rc = 0;
+  if (len == 0) rc = cp_error_set(CP_ETOK_MODEL, "%s: empty file", tok->path);
+  else if ((rc = tk_spm_precheck((const unsigned char *)data, len, tok->path))) (void)0;
+  else if (tk_spm_load(&tok->spm, data, len, err, sizeof err))
+    rc = cp_error_set(CP_ETOK_MODEL, "%s: not a SentencePiece model: %s", tok->path, err);
+  return rc;
+}
+
+int cp_tokenizer_from_spm_vocab(cp_tokenizer **out, const cp_spm_vocab *v, const char *what) {
+  *out = NULL;
+  cp_strbuf proto = {0};
+  cp_tokenizer *tok = calloc(1, sizeof *tok);
+  int rc = 0;
+  if (!tok || !(tok->path = strdup(what))) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    goto done;
+  }
+  tk_spm_serialize(&proto, v);
+  if (proto.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  else rc = load_spm(tok, proto.s, proto.len);
+  if (rc == 0) {
+    *out = tok;
+    tok = NULL;
+  }
+done:
+  cp_strbuf_free(&proto);
+  cp_tokenizer_free(tok);
+  return rc;
+}
+
 int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
   *out = NULL;
   struct stat st;
@@ -67,15 +100,8 @@ int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
   }
   tok->path = chosen;
   chosen = NULL;
-  if (json) {
-    rc = tk_hf_load(&tok->hf, data, len, tok->path);
-  } else {
-    char err[256] = "";
-    if (len == 0) rc = cp_error_set(CP_ETOK_MODEL, "%s: empty file", tok->path);
-    else if ((rc = tk_spm_precheck((const unsigned char *)data, len, tok->path))) (void)0;
-    else if (tk_spm_load(&tok->spm, data, len, err, sizeof err))
-      rc = cp_error_set(CP_ETOK_MODEL, "%s: not a SentencePiece model: %s", tok->path, err);
-  }
+  if (json) rc = tk_hf_load(&tok->hf, data, len, tok->path);
+  else rc = load_spm(tok, data, len);
   if (rc) goto done;
   *out = tok;
   tok = NULL;

@@ -46,6 +46,19 @@
   X(CP_EST_TRUNCATED, -116, "safetensors: tensor data past end of file")               \
   X(CP_EST_ENTRY, -117, "safetensors: malformed tensor entry")                         \
   X(CP_EST_INDEX, -118, "safetensors: malformed shard index")                          \
+  /* GGUF (-150) */                                                                     \
+  X(CP_EGGUF_MAGIC, -150, "gguf: not a GGUF file (bad magic)")                         \
+  X(CP_EGGUF_VERSION, -151, "gguf: unsupported version")                               \
+  X(CP_EGGUF_TRUNCATED, -152, "gguf: header field past end of file")                   \
+  X(CP_EGGUF_LIMIT, -153, "gguf: count or length past what the file can hold")         \
+  X(CP_EGGUF_TYPE, -154, "gguf: unknown or misused value type")                        \
+  X(CP_EGGUF_DUPLICATE, -155, "gguf: duplicate key or tensor name")                    \
+  X(CP_EGGUF_ALIGNMENT, -156, "gguf: invalid general.alignment")                       \
+  X(CP_EGGUF_TENSOR, -157, "gguf: invalid tensor info (name, dims, shape or type)")    \
+  X(CP_EGGUF_OFFSET, -158, "gguf: tensor data misaligned, overlapping or past the data section") \
+  X(CP_EGGUF_QUANT, -159, "gguf: tensor type cannot be dequantised")                   \
+  X(CP_EGGUF_KEY, -160, "gguf: metadata key missing or of the wrong type")             \
+  X(CP_EGGUF_NAME, -161, "gguf: invalid key or string (empty, NUL, not UTF-8)")        \
   /* PyTorch zip and pickle (-200) */                                                  \
   X(CP_EPT_LEGACY, -200, "pytorch: legacy non-zip checkpoint")                         \
   X(CP_EPT_ZIP, -201, "pytorch: not a readable zip archive")                           \

@@ -1,6 +1,7 @@
 /* Floor: converters. A checkpoint as a flat list of named tensors, whatever its on-disk format:
  * a single .safetensors, a sharded safetensors folder (model.safetensors.index.json),
- * a PyTorch zip (.bin/.pt), or a sharded PyTorch folder (pytorch_model.bin.index.json).
+ * a PyTorch zip (.bin/.pt), a sharded PyTorch folder (pytorch_model.bin.index.json), or a
+ * single GGUF file (llama.cpp; its metadata replaces config.json, see converters/gguf_model.h).
  * Opening a folder also records config.json and the tokenizer/generation files beside it.
  *
  * Tensors keep their stored dtype. A tensor's `data` is a zero-copy view into a read-only
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxpatch/formats/gguf.h"
 #include "ctxpatch/formats/tensor.h"
 
 typedef enum {
@@ -20,6 +22,7 @@ typedef enum {
   CP_FORMAT_SAFETENSORS_SHARDED,
   CP_FORMAT_PYTORCH_ZIP,
   CP_FORMAT_PYTORCH_ZIP_SHARDED,
+  CP_FORMAT_GGUF,
 } cp_format;
 
 typedef struct cp_checkpoint cp_checkpoint;
@@ -30,6 +33,9 @@ void cp_checkpoint_free(cp_checkpoint *ck);
 
 cp_format cp_checkpoint_format(const cp_checkpoint *ck);
 const char *cp_format_name(cp_format format); /* "safetensors", "pytorch-zip", ... */
+
+/* The GGUF file of a CP_FORMAT_GGUF checkpoint (metadata, ggml types), else NULL. Borrowed. */
+const cp_gguf_file *cp_checkpoint_gguf(const cp_checkpoint *ck);
 
 /* Folder of the checkpoint (the file's folder for a single file). */
 const char *cp_checkpoint_dir(const cp_checkpoint *ck);

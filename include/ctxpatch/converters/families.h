@@ -76,6 +76,8 @@ typedef struct {
   cp_bias_rule bias;
   cp_dim rows, cols; /* shape [rows, cols]; cols CP_DIM_NONE for vectors */
   cp_when when;
+  const char *gguf;  /* llama.cpp's GGUF name ("blk.%d.attn_q"), or NULL when the family has no GGUF
+                        reading; GGUF names have no body prefix */
 } cp_family_tensor;
 
 typedef enum {
@@ -113,6 +115,7 @@ typedef struct {
   const char *prefix;
   bool gated;              /* FFN has a gate (T5 gated-ACT, Llama, FIRE) */
   bool fire_shared;
+  bool gguf;               /* the checkpoint is a GGUF file: rows are named by their `gguf` column */
 } cp_names;
 
 void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *cfg);

@@ -49,6 +49,8 @@ typedef struct {
   char activation[32];  /* "relu", "gated-gelu", "gelu", "silu", ... as configured */
   bool tie_word_embeddings;
   int64_t train_len;    /* n_positions / max_position_embeddings / max_seq_len / seq_length; 0 if absent */
+  char train_len_key[96]; /* where train_len came from ("config.json max_position_embeddings",
+                            "GGUF llama.context_length"); "" when absent */
 
   /* Special ids (-1 when null, or absent where HF's config class has no default). */
   int bos_token_id, eos_token_id, pad_token_id, decoder_start_token_id;

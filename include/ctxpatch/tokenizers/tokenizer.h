@@ -65,4 +65,28 @@ const char *cp_tokenizer_kind(const cp_tokenizer *tok);
 /* The file actually read (for a folder: the file chosen in it). Borrowed. */
 const char *cp_tokenizer_path(const cp_tokenizer *tok);
 
+/* A SentencePiece vocabulary given as data (for model files that carry one, e.g. GGUF's
+ * tokenizer.ggml.*): `type` numbers pieces as SentencePiece does (1 normal, 2 unknown, 3 control,
+ * 4 user defined, 5 unused, 6 byte). Ids are the array positions; -1 means none. */
+typedef struct {
+  const char *piece; /* not NUL-terminated */
+  size_t len;
+  float score;
+  int type;
+} cp_spm_piece;
+
+typedef struct {
+  const cp_spm_piece *pieces; /* [n] */
+  size_t n;
+  bool bpe;                      /* SentencePiece BPE (Llama), else Unigram */
+  int unk_id, bos_id, eos_id, pad_id;
+  bool add_dummy_prefix;         /* prepend U+2581 to the text */
+  bool remove_extra_whitespaces; /* collapse runs of spaces, strip the ends */
+  bool byte_fallback;            /* unknown characters as <0xXX> byte pieces */
+} cp_spm_vocab;
+
+/* Builds a SentencePiece ModelProto from `v` (identity normaliser) and opens it as a .model file
+ * is opened; `what` names the source in messages and becomes cp_tokenizer_path. */
+int cp_tokenizer_from_spm_vocab(cp_tokenizer **out, const cp_spm_vocab *v, const char *what);
+
 #endif

@@ -1,0 +1,152 @@
+/* The GGUF reader (include/ctxpatch/formats/gguf.h) on files written by
+ * tests/gguf/make_gguf_cases.py: valid files read back (metadata of every type, tensor views,
+ * hand-computed Q8_0/Q4_0/Q4_K values, refusal of other quant types by name), and every hostile
+ * case refused with its exact code and message (cases.tsv). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/gguf.h"
+#include "test.h"
+
+static char dir[4096];
+
+static const char *path_of(const char *name) {
+  static char buf[4200];
+  snprintf(buf, sizeof buf, "%s/%s", dir, name);
+  return buf;
+}
+
+static float read_f32(const cp_gguf_file *f, const char *name, uint64_t i) {
+  int64_t t = cp_gguf_find(f, name);
+  float v = NAN;
+  if (t < 0 || cp_gguf_read(f, (size_t)t, i * 4, &v, 4)) return NAN;
+  return v;
+}
+
+static void test_metadata(const cp_gguf_file *f) {
+  int64_t i;
+  double d;
+  bool b;
+  const char *s;
+  size_t len;
+  cp_gguf_vtype et;
+  uint64_t n;
+  CHECK(cp_gguf_version(f) == 3 && cp_gguf_alignment(f) == 64 && cp_gguf_kv_count(f) == 16);
+  CHECK_RC(0, cp_gguf_get_str(&s, &len, f, "general.architecture"));
+  CHECK(len == 5 && !memcmp(s, "llama", 5));
+  CHECK(cp_gguf_get_int(&i, f, "t.u8") == 0 && i == 200);
+  CHECK(cp_gguf_get_int(&i, f, "t.i8") == 0 && i == -5);
+  CHECK(cp_gguf_get_int(&i, f, "t.u16") == 0 && i == 60000);
+  CHECK(cp_gguf_get_int(&i, f, "t.i16") == 0 && i == -300);
+  CHECK(cp_gguf_get_int(&i, f, "t.i32") == 0 && i == -70000);
+  CHECK(cp_gguf_get_int(&i, f, "t.u64") == 0 && i == (int64_t)1 << 40);
+  CHECK(cp_gguf_get_int(&i, f, "t.i64") == 0 && i == -((int64_t)1 << 40));
+  CHECK(cp_gguf_get_f64(&d, f, "t.f32") == 0 && d == 0.25);
+  CHECK(cp_gguf_get_f64(&d, f, "t.f64") == 0 && d == 1.5);
+  CHECK(cp_gguf_get_f64(&d, f, "t.i32") == 0 && d == -70000);
+  CHECK(cp_gguf_get_bool(&b, f, "t.bool") == 0 && b);
+  CHECK_RC(CP_EGGUF_KEY, cp_gguf_get_int(&i, f, "t.big")); /* u64 past INT64_MAX */
+  CHECK(strstr(cp_error_message(), "key 't.big' is u64, expected an integer up to 2^63-1") != NULL);
+  CHECK_RC(CP_EGGUF_KEY, cp_gguf_get_int(&i, f, "general.architecture"));
+  CHECK_RC(CP_ENOTFOUND, cp_gguf_get_int(&i, f, "no.such.key"));
+  CHECK(cp_gguf_get_arr(&et, &n, f, "t.strs") == 0 && et == CP_GGUF_STRING && n == 3);
+  CHECK(cp_gguf_arr_str(&s, &len, f, "t.strs", 1) == 0 && len == 0);
+  CHECK(cp_gguf_arr_str(&s, &len, f, "t.strs", 2) == 0 && len == 3 && !memcmp(s, "ccc", 3));
+  CHECK_RC(CP_EGGUF_KEY, cp_gguf_arr_str(&s, &len, f, "t.strs", 3));
+  CHECK(cp_gguf_arr_int(&i, f, "t.ints", 1) == 0 && i == -4);
+  CHECK(cp_gguf_arr_f64(&d, f, "t.ints", 2) == 0 && d == 5);
+  CHECK_RC(CP_EGGUF_KEY, cp_gguf_arr_int(&i, f, "t.strs", 0));
+  CHECK(cp_gguf_get_arr(&et, &n, f, "t.nested") == 0 && et == CP_GGUF_ARRAY && n == 2);
+}
+
+static void test_tensors(const cp_gguf_file *f) {
+  CHECK(cp_gguf_count(f) == 8);
+  const cp_tensor *a = cp_gguf_tensor(f, 0);
+  CHECK(!strcmp(a->name, "a") && a->dtype == CP_F32 && a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 3);
+  CHECK(a->data && a->nbytes == 24 && ((const float *)a->data)[5] == 6.0f);
+  CHECK((cp_gguf_tensor_file_offset(f, 0) - cp_gguf_data_offset(f)) % 64 == 0);
+  const cp_tensor *h = cp_gguf_tensor(f, 1), *bf = cp_gguf_tensor(f, 2);
+  CHECK(h->dtype == CP_F16 && h->data && cp_f16_to_f32(((const uint16_t *)h->data)[3]) == 65504.0f);
+  CHECK(bf->dtype == CP_BF16 && bf->shape[0] == 2 && cp_bf16_to_f32(((const uint16_t *)bf->data)[1]) == -2.0f);
+  /* Q8_0: d = 0.5, row 0 q = -16..15, row 1 q = 15..-16 */
+  const cp_tensor *q8 = cp_gguf_tensor(f, 3);
+  CHECK(q8->dtype == CP_F32 && !q8->data && q8->nbytes == 256 && q8->shape[0] == 2 && q8->shape[1] == 32);
+  CHECK(read_f32(f, "q8", 0) == -8.0f && read_f32(f, "q8", 31) == 7.5f && read_f32(f, "q8", 32) == 7.5f &&
+        read_f32(f, "q8", 63) == -8.0f);
+  /* Q4_0: d = 2, byte j = j | (15-j) << 4: y[j] = (j-8)*2, y[j+16] = (7-j)*2 */
+  CHECK(read_f32(f, "q4", 0) == -16.0f && read_f32(f, "q4", 15) == 14.0f && read_f32(f, "q4", 16) == 14.0f &&
+        read_f32(f, "q4", 31) == -16.0f);
+  /* Q4_K: d = 1, dmin = 0.5, scales 1..8, mins 1,1,1,1,2,2,2,2; byte l: l%16 | (15-l%16) << 4.
+   * y[1] = 1*1 - 0.5; y[33] = 2*14 - 0.5; y[133] = 5*5 - 1; y[226] = 8*13 - 1. */
+  CHECK(read_f32(f, "qk", 1) == 0.5f && read_f32(f, "qk", 33) == 27.5f && read_f32(f, "qk", 133) == 24.0f &&
+        read_f32(f, "qk", 226) == 103.0f);
+  /* A read spanning blocks and starting mid-element range equals element reads. */
+  float span[40];
+  CHECK_RC(0, cp_gguf_read(f, 3, 20 * 4, span, sizeof span));
+  CHECK(span[0] == read_f32(f, "q8", 20) && span[39] == read_f32(f, "q8", 59));
+  CHECK_RC(CP_EARG, cp_gguf_read(f, 3, 250, span, 8));
+  float v;
+  CHECK_RC(CP_EGGUF_QUANT, cp_gguf_read(f, 6, 0, &v, 4));
+  CHECK(strstr(cp_error_message(), "tensor 'iq' is IQ2_XXS; only F32, F16, BF16, Q8_0, Q4_0 and Q4_K are read"));
+  CHECK(!strcmp(cp_gguf_ggml_type_name(cp_gguf_tensor_ggml_type(f, 6)), "IQ2_XXS"));
+  const cp_tensor *e = cp_gguf_tensor(f, 7);
+  CHECK(e->nbytes == 0 && e->shape[0] == 3 && e->shape[1] == 0);
+  CHECK(cp_gguf_find(f, "qk") == 5 && cp_gguf_find(f, "zz") == -1);
+}
+
+/* Every hostile case: its code and its message with the path filled in. */
+static void test_hostile(void) {
+  FILE *fp = fopen(path_of("cases.tsv"), "r");
+  CHECK(fp != NULL);
+  if (!fp) return;
+  char line[8192];
+  int n = 0;
+  while (fgets(line, sizeof line, fp)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *file = strtok(line, "\t"), *code = strtok(NULL, "\t"), *msg = strtok(NULL, "");
+    if (!file || !code || !msg) continue;
+    const char *p = path_of(file);
+    char want[8192];
+    const char *at = strstr(msg, "{p}");
+    snprintf(want, sizeof want, "%.*s%s%s", at ? (int)(at - msg) : 0, msg, at ? p : "", at ? at + 3 : msg);
+    cp_gguf_file *f = NULL;
+    int rc = cp_gguf_open(&f, p);
+    CHECK_MSG(!strcmp(cp_err_name(rc), code), "%s: got %s, want %s (%s)", file, cp_err_name(rc), code,
+              cp_error_message());
+    CHECK_MSG(rc == 0 || !strcmp(cp_error_message(), want), "%s:\n  got  %s\n  want %s", file,
+              cp_error_message(), want);
+    CHECK(f == NULL || rc == 0);
+    cp_gguf_free(f);
+    n++;
+  }
+  fclose(fp);
+  CHECK_MSG(n >= 45, "only %d hostile cases", n);
+}
+
+int main(void) {
+  const char *py = test_env("CTXPATCH_PYTHON"), *src = test_env("CTXPATCH_SOURCE_DIR");
+  snprintf(dir, sizeof dir, "%s/gguf_cases", test_env("CTXPATCH_BUILD_DIR"));
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd, "'%s' '%s/tests/gguf/make_gguf_cases.py' '%s'", py, src, dir);
+  CHECK(system(cmd) == 0);
+
+  cp_gguf_file *f = NULL;
+  CHECK_RC(0, cp_gguf_open(&f, path_of("valid_minimal.gguf")));
+  CHECK(f && cp_gguf_count(f) == 0 && cp_gguf_kv_count(f) == 0 && cp_gguf_alignment(f) == 32);
+  cp_gguf_free(f);
+  f = NULL;
+  CHECK_RC(0, cp_gguf_open(&f, path_of("valid_v2.gguf")));
+  CHECK(f && cp_gguf_version(f) == 2 && cp_gguf_count(f) == 1);
+  cp_gguf_free(f);
+  f = NULL;
+  CHECK_RC(0, cp_gguf_open(&f, path_of("valid_tensors.gguf")));
+  if (f) {
+    test_metadata(f);
+    test_tensors(f);
+  }
+  cp_gguf_free(f);
+  test_hostile();
+  return test_finish();
+}
