@@ -20,7 +20,7 @@ static const char patch_help[] =
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
-    "                      [--to safetensors|onnx] [--dtype fp32|fp16|bf16]\n\n"
+    "                      [--to safetensors|onnx] [--dtype fp32|fp16|bf16] [--external-threshold BYTES]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -45,6 +45,8 @@ static const char patch_help[] =
     "                    with the whole rule as graph nodes (fidelity \"graph\"), certified on the C\n"
     "                    engine under that rule (default: safetensors)\n"
     "  --dtype TYPE      (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
+    "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
+    "                    (K/M/G suffixes; default 1M)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n";
 
@@ -123,7 +125,7 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 typedef struct {
   const char *in, *out_dir, *method_text, *probes_text, *tok_path, *require, *to, *dtype;
   bool no_verify, force;
-  unsigned long long shard_size;
+  unsigned long long shard_size, external_threshold;
   cp_patch_options po;
   cli_verify_opts vo;
 } patch_args;
@@ -177,6 +179,8 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       else if (!strcmp(a, "--dtype")) pa->dtype = v;
       else if (!strcmp(a, "--shard-size")) {
         if (!cli_parse_size("patch", a, v, &pa->shard_size)) return CLI_USAGE;
+      } else if (!strcmp(a, "--external-threshold")) {
+        if (!cli_parse_size("patch", a, v, &pa->external_threshold)) return CLI_USAGE;
       } else return cli_usage_error("patch", "unknown option '%s'", a);
     } else if (!pa->in) pa->in = a;
     else if (!pa->out_dir) pa->out_dir = a;
@@ -189,7 +193,8 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (pa->to && strcmp(pa->to, "safetensors") != 0 && strcmp(pa->to, "onnx") != 0)
     return cli_usage_error("patch", "unsupported --to '%s' (supported: safetensors, onnx)", pa->to);
   bool onnx = pa->to && !strcmp(pa->to, "onnx");
-  if (!onnx && pa->dtype) return cli_usage_error("patch", "--dtype applies to --to onnx only");
+  if (!onnx && (pa->dtype || pa->external_threshold))
+    return cli_usage_error("patch", "--dtype and --external-threshold apply to --to onnx only");
   if (onnx && (pa->require || pa->shard_size))
     return cli_usage_error("patch", "--require and --shard-size apply to --to safetensors only");
   if (cp_patch_method_from_name(&pa->po.method, pa->method_text) || cp_patch_options_check(&pa->po))
@@ -262,6 +267,7 @@ int cmd_patch(int argc, char **argv) {
       status = cli_usage_error("patch", "--dtype expects fp32, fp16 or bf16, not '%s'", pa.dtype);
       goto done;
     }
+    ep.external_threshold = pa.external_threshold;
     pp.onnx = &ep;
   }
   /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
