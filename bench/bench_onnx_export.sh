@@ -24,7 +24,7 @@ echo "input: $params parameters, $bytes bytes (F16 safetensors)"
 run() { # run NAME CMD...: wall seconds, peak RSS, output bytes
   local name=$1; shift
   rm -rf "$work/out"
-  /usr/bin/time -v "$@" >/dev/null 2>"$work/time.txt"
+  /usr/bin/time -v "$@" >/dev/null 2>"$work/time.txt" || { echo "$name: FAILED"; grep -v '^\s' "$work/time.txt"; exit 1; }
   local wall rss out
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,t,":"); s=0; for(i=1;i<=n;i++) s=s*60+t[i]; print s}' "$work/time.txt")
   rss=$(awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$work/time.txt")

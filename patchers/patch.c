@@ -127,6 +127,13 @@ static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const
   return rc;
 }
 
+/* config.json written again with the digest in its block. */
+static int config_digest(const char *tmp, const cp_hf_config *config_src, const cp_bake_plan *plan, cJSON *block,
+                         const char hex[65]) {
+  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(hex));
+  return cp_bake_write_config(tmp, config_src, plan, block);
+}
+
 /* Puts the certificate's digest where the writers left its placeholder: in place in every
  * shard's header, and config.json written again with the digest in its block. */
 static int place_digest(const char *tmp, const cp_folder_result *w, const cp_hf_config *config_src, const cp_bake_plan *plan,
@@ -139,8 +146,7 @@ static int place_digest(const char *tmp, const cp_folder_result *w, const cp_hf_
     rc = fill_digest(path, w->mark_at[s], hex);
   }
   if (rc) goto done;
-  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(hex));
-  rc = cp_bake_write_config(tmp, config_src, plan, block);
+  rc = config_digest(tmp, config_src, plan, block, hex);
 done:
   free(path);
   return rc;
@@ -151,6 +157,17 @@ done:
 static void mark_certified(cJSON *block) {
   cJSON_ReplaceItemInObjectCaseSensitive(block, "certified", cJSON_CreateBool(true));
   cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(SHA_ZEROS));
+}
+
+/* The last step of both passes: SHA256SUMS (known digests as given), then the one rename. */
+static int commit_folder(cp_patch_outcome *out, cp_atomic_dir **ad, const char *tmp, const cp_file_digest *known,
+                         size_t n_known) {
+  int rc = cp_write_sha256_manifest(tmp, known, n_known);
+  if (rc) return rc;
+  rc = cp_atomic_dir_commit(*ad);
+  *ad = NULL;
+  if (rc == 0) out->written = true;
+  return rc;
 }
 
 #define ONNX_DIGEST_KEY "ctxpatch.certificate_sha256"
@@ -201,8 +218,7 @@ static int place_onnx_digest(const char *tmp, cp_folder_result *files, const cp_
   for (size_t i = 0; i < files->n_files && rc == 0; i++)
     if (!strcmp(files->files[i].name, "onnx/model.onnx")) rc = cp_sha256_file(files->files[i].hex, path);
   if (rc) goto done;
-  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(hex));
-  rc = cp_bake_write_config(tmp, config_src, plan, block);
+  rc = config_digest(tmp, config_src, plan, block, hex);
 done:
   free(path);
   return rc;
@@ -257,10 +273,7 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
     if ((rc = certify_model(out, tmp, in, original, &run, &eff, patch, params)) || !out->pass) goto done;
     if ((rc = place_onnx_digest(tmp, &files, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
-  if ((rc = cp_write_sha256_manifest(tmp, files.files, files.n_files))) goto done;
-  rc = cp_atomic_dir_commit(ad);
-  ad = NULL;
-  if (rc == 0) out->written = true;
+  rc = commit_folder(out, &ad, tmp, files.files, files.n_files);
 done:
   cp_atomic_dir_abort(ad);
   cp_checkpoint_free(ck);
@@ -304,10 +317,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   }
   /* The shards changed when the digest was placed; the index and aux files did not. */
   size_t shards = (size_t)written.stats.shards;
-  if ((rc = cp_write_sha256_manifest(tmp, written.files + shards, written.n_files - shards))) goto done;
-  rc = cp_atomic_dir_commit(ad);
-  ad = NULL;
-  if (rc == 0) out->written = true;
+  rc = commit_folder(out, &ad, tmp, written.files + shards, written.n_files - shards);
 done:
   cp_atomic_dir_abort(ad);
   cp_checkpoint_free(ck);
