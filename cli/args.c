@@ -192,3 +192,11 @@ int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs,
   }
   return 0;
 }
+
+bool cli_parse_onnx_dtype(cp_dtype *out, const char *text) {
+  if (!text || !strcmp(text, "fp32")) *out = CP_F32;
+  else if (!strcmp(text, "fp16")) *out = CP_F16;
+  else if (!strcmp(text, "bf16")) *out = CP_BF16;
+  else return false;
+  return true;
+}

@@ -19,12 +19,12 @@
 
 #define RECIPE_MAX ((size_t)4 << 20)
 
-/* Output formats batch can ask `patch` for, and the arguments that ask for it. ONNX and GGUF
- * join with their patch options. */
+/* Output formats batch can ask `patch` for, and the arguments that ask for it. GGUF joins with
+ * its patch options. */
 static const struct {
   const char *name;
   const char *args[3];
-} formats[] = {{"safetensors", {NULL}}};
+} formats[] = {{"safetensors", {NULL}}, {"onnx", {"--to", "onnx", NULL}}};
 
 static int push(char ***v, int *n, const char *s) {
   char **g = realloc(*v, ((size_t)*n + 1) * sizeof **v);
@@ -235,7 +235,9 @@ static int add_job(batch_recipe *r, size_t *cap, const char *tmpl, const char *i
   memset(j, 0, sizeof *j);
   j->method = m;
   j->target = target;
-  j->format = format;
+  j->format = "safetensors"; /* the table's own string: `format` may point into the recipe's JSON, freed after loading */
+  for (size_t f = 0; f < sizeof formats / sizeof *formats; f++)
+    if (!strcmp(formats[f].name, format)) j->format = formats[f].name;
   char t[32];
   snprintf(t, sizeof t, "%lld", (long long)target);
   CP_CHECK_ALLOC(j->input = strdup(input), r->path);
@@ -261,9 +263,9 @@ static int add_job(batch_recipe *r, size_t *cap, const char *tmpl, const char *i
 static int check_format(const cJSON *v, const char *where) {
   for (size_t f = 0; cJSON_IsString(v) && f < sizeof formats / sizeof *formats; f++)
     if (!strcmp(v->valuestring, formats[f].name)) return 0;
-  if (cJSON_IsString(v) && (!strcmp(v->valuestring, "onnx") || !strcmp(v->valuestring, "gguf")))
+  if (cJSON_IsString(v) && !strcmp(v->valuestring, "gguf"))
     return cp_error_set(CP_EUNSUPPORTED, "%s: '%s': format not supported by batch yet", where, v->valuestring);
-  return cp_error_set(CP_EARG, "%s: expected \"safetensors\"", where);
+  return cp_error_set(CP_EARG, "%s: expected \"safetensors\" or \"onnx\"", where);
 }
 
 static int check_target(const cJSON *v, const char *where) {

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/tensor.h"
 #include "ctxpatch/verify/verify.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -34,6 +35,8 @@ bool cli_parse_u64_in(const char *cmd, const char *opt, const char *text, unsign
 bool cli_no_repeated_options(int argc, char **argv);
 /* A positive byte count, optionally with K, M or G (2^10, 2^20, 2^30); false (and prints) on junk. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned long long *out);
+/* ONNX weight storage: "fp32" (also NULL), "fp16" or "bf16"; false for anything else. */
+bool cli_parse_onnx_dtype(cp_dtype *out, const char *text);
 
 /* Token ids "3,17,5", or "@FILE" holding them (commas or whitespace): a heap array the caller
  * frees. Junk or an empty list: CP_EMODEL_INPUT naming `opt` or the file and the entry. */

@@ -60,20 +60,11 @@ static void put_json(cJSON *doc) {
   cJSON_Delete(doc);
 }
 
-/* "fp32" / "fp16" / "bf16" (NULL: fp32). */
-static bool parse_dtype(cp_dtype *out, const char *text) {
-  if (!text || !strcmp(text, "fp32")) *out = CP_F32;
-  else if (!strcmp(text, "fp16")) *out = CP_F16;
-  else if (!strcmp(text, "bf16")) *out = CP_BF16;
-  else return false;
-  return true;
-}
-
 static int convert_onnx(const char *in, const char *out, const char *rule_path, const char *dtype,
                         unsigned long long threshold, bool replace, bool json) {
   cp_onnx_export_params p;
   cp_onnx_export_params_init(&p);
-  if (!parse_dtype(&p.weight_dtype, dtype))
+  if (!cli_parse_onnx_dtype(&p.weight_dtype, dtype))
     return cli_usage_error("convert", "--dtype expects fp32, fp16 or bf16, not '%s'", dtype);
   p.external_threshold = threshold;
   p.replace = replace;

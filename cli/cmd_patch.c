@@ -19,7 +19,8 @@ static const char patch_help[] =
     "                      [method options] [--target-len N] [--verify PROBES] [--lengths L,...]\n"
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
-    "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n\n"
+    "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
+    "                      [--to safetensors|onnx] [--dtype fp32|fp16|bf16] [--external-threshold BYTES]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -40,6 +41,12 @@ static const char patch_help[] =
     "  --require exact   refuse a patch the weights alone cannot carry\n"
     "  --shard-size BYTES  split model.safetensors into shards of at most BYTES (K/M/G suffixes),\n"
     "                    with model.safetensors.index.json (default: one file)\n"
+    "  --to onnx         write the ONNX layout (docs/onnx.md): onnx/model.onnx of the original weights\n"
+    "                    with the whole rule as graph nodes (fidelity \"graph\"), certified on the C\n"
+    "                    engine under that rule (default: safetensors)\n"
+    "  --dtype TYPE      (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
+    "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
+    "                    (K/M/G suffixes; default 1M)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n";
 
@@ -116,9 +123,9 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 
 /* Everything the command line says. */
 typedef struct {
-  const char *in, *out_dir, *method_text, *probes_text, *tok_path, *require;
+  const char *in, *out_dir, *method_text, *probes_text, *tok_path, *require, *to, *dtype;
   bool no_verify, force;
-  unsigned long long shard_size;
+  unsigned long long shard_size, external_threshold;
   cp_patch_options po;
   cli_verify_opts vo;
 } patch_args;
@@ -168,8 +175,12 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       else if (!strcmp(a, "--verify")) pa->probes_text = v;
       else if (!strcmp(a, "--tokenizer")) pa->tok_path = v;
       else if (!strcmp(a, "--require")) pa->require = v;
+      else if (!strcmp(a, "--to")) pa->to = v;
+      else if (!strcmp(a, "--dtype")) pa->dtype = v;
       else if (!strcmp(a, "--shard-size")) {
         if (!cli_parse_size("patch", a, v, &pa->shard_size)) return CLI_USAGE;
+      } else if (!strcmp(a, "--external-threshold")) {
+        if (!cli_parse_size("patch", a, v, &pa->external_threshold)) return CLI_USAGE;
       } else return cli_usage_error("patch", "unknown option '%s'", a);
     } else if (!pa->in) pa->in = a;
     else if (!pa->out_dir) pa->out_dir = a;
@@ -179,6 +190,13 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (!pa->method_text) return cli_usage_error("patch", "missing --method");
   if (pa->require && strcmp(pa->require, "exact") != 0)
     return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", pa->require);
+  if (pa->to && strcmp(pa->to, "safetensors") != 0 && strcmp(pa->to, "onnx") != 0)
+    return cli_usage_error("patch", "unsupported --to '%s' (supported: safetensors, onnx)", pa->to);
+  bool onnx = pa->to && !strcmp(pa->to, "onnx");
+  if (!onnx && (pa->dtype || pa->external_threshold))
+    return cli_usage_error("patch", "--dtype and --external-threshold apply to --to onnx only");
+  if (onnx && (pa->require || pa->shard_size))
+    return cli_usage_error("patch", "--require and --shard-size apply to --to safetensors only");
   if (cp_patch_method_from_name(&pa->po.method, pa->method_text) || cp_patch_options_check(&pa->po))
     return cli_usage_error("patch", "%s", cp_error_message());
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
@@ -242,6 +260,16 @@ int cmd_patch(int argc, char **argv) {
   pp.on_tmp_dir = start_watchdog;
   pp.on_calibrate = print_calibrating;
   pp.on_plan = print_plan;
+  cp_onnx_export_params ep;
+  cp_onnx_export_params_init(&ep);
+  if (pa.to && !strcmp(pa.to, "onnx")) {
+    if (!cli_parse_onnx_dtype(&ep.weight_dtype, pa.dtype)) {
+      status = cli_usage_error("patch", "--dtype expects fp32, fp16 or bf16, not '%s'", pa.dtype);
+      goto done;
+    }
+    ep.external_threshold = pa.external_threshold;
+    pp.onnx = &ep;
+  }
   /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
   size_t tl = pa.tok_path ? strlen(pa.tok_path) : 0;
   if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;

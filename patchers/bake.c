@@ -53,6 +53,7 @@ const char *cp_fidelity_name(cp_fidelity f) {
     case CP_FIDELITY_EXACT_WEIGHTS: return "exact-weights";
     case CP_FIDELITY_NATIVE_CONFIG: return "native-config";
     case CP_FIDELITY_METADATA: return "ctxpatch-metadata";
+    case CP_FIDELITY_GRAPH: return "graph";
   }
   return "?";
 }

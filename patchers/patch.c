@@ -78,28 +78,27 @@ static int copy_tokenizer(const char *dir, const char *src) {
   return rc;
 }
 
-/* Runs the probes on the baked folder `tmp` (its metadata rule applied) beside the original, judges,
- * and on a pass writes certificate.json (digest into out) and report.html there. */
-static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
-                   const cp_patch *patch, const cp_patch_params *params) {
-  cp_model *baked = NULL;
+/* Runs the probes on `run` under `rule` (NULL: its metadata rule applies) beside the original,
+ * judges, and on a pass writes certificate.json (listing the files of `tmp`; digest into out)
+ * and report.html into `tmp`. */
+static int certify_model(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
+                         const cp_model *run, const cp_rule *rule, const cp_patch *patch, const cp_patch_params *params) {
   cJSON *cert = NULL;
   char *path = NULL;
-  int rc = cp_model_open(&baked, tmp);
-  if (rc) goto done;
+  int rc = 0;
   cp_verify_params vp = *params->verify;
   vp.baseline = true;
   vp.baseline_model = original;
-  if ((rc = cp_verify_run(&out->result, baked, params->tok, NULL, &vp))) goto done;
+  if ((rc = cp_verify_run(&out->result, run, params->tok, rule, &vp))) goto done;
   out->verified = true;
   if ((rc = cp_verify_judge(&out->pass, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
   if (!out->pass) goto done;
-  const cp_rule *applied = baked->has_metadata_rule ? &baked->metadata_rule : NULL;
+  const cp_rule *applied = rule ? rule : run->has_metadata_rule ? &run->metadata_rule : NULL;
   /* certificate.c hashes the regular files of model_path (recording names only). */
   cp_certificate_info info = {tmp, params->device ? params->device : "cpu",
                               vp.threads > 0 ? vp.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), applied, vp.seed,
                               vp.max_new_tokens};
-  if ((rc = cp_certificate_build(&cert, baked, out->result, params->thresholds, out->pass, out->reasons,
+  if ((rc = cp_certificate_build(&cert, run, out->result, params->thresholds, out->pass, out->reasons,
                                  out->n_reasons, &info)))
     goto done;
   cJSON *p = cJSON_AddObjectToObject(cert, "patch");
@@ -114,10 +113,26 @@ static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "report.html"), tmp);
   rc = cp_report_write(path, cert);
 done:
-  cp_model_free(baked);
   cJSON_Delete(cert);
   free(path);
   return rc;
+}
+
+/* certify_model on the baked folder `tmp`, opened as written (its metadata rule applied). */
+static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
+                   const cp_patch *patch, const cp_patch_params *params) {
+  cp_model *baked = NULL;
+  int rc = cp_model_open(&baked, tmp);
+  if (rc == 0) rc = certify_model(out, tmp, in, original, baked, NULL, patch, params);
+  cp_model_free(baked);
+  return rc;
+}
+
+/* config.json written again with the digest in its block. */
+static int config_digest(const char *tmp, const cp_hf_config *config_src, const cp_bake_plan *plan, cJSON *block,
+                         const char hex[65]) {
+  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(hex));
+  return cp_bake_write_config(tmp, config_src, plan, block);
 }
 
 /* Puts the certificate's digest where the writers left its placeholder: in place in every
@@ -132,10 +147,139 @@ static int place_digest(const char *tmp, const cp_folder_result *w, const cp_hf_
     rc = fill_digest(path, w->mark_at[s], hex);
   }
   if (rc) goto done;
-  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(hex));
-  rc = cp_bake_write_config(tmp, config_src, plan, block);
+  rc = config_digest(tmp, config_src, plan, block, hex);
 done:
   free(path);
+  return rc;
+}
+
+/* A block that will be certified: "certified" true and the digest placeholder (a digest cannot
+ * cover itself). */
+static void mark_certified(cJSON *block) {
+  cJSON_ReplaceItemInObjectCaseSensitive(block, "certified", cJSON_CreateBool(true));
+  cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(SHA_ZEROS));
+}
+
+/* The last step of both passes: SHA256SUMS (known digests as given), then the one rename. */
+static int commit_folder(cp_patch_outcome *out, cp_atomic_dir **ad, const char *tmp, const cp_file_digest *known,
+                         size_t n_known) {
+  int rc = cp_write_sha256_manifest(tmp, known, n_known);
+  if (rc) return rc;
+  rc = cp_atomic_dir_commit(*ad);
+  *ad = NULL;
+  if (rc == 0) out->written = true;
+  return rc;
+}
+
+#define ONNX_DIGEST_KEY "ctxpatch.certificate_sha256"
+
+/* The offset of the digest placeholder in an exported model.onnx: the value of its metadata
+ * entry (onnx.proto's StringStringEntryProto: 0x0a len key 0x12 0x40 and 64 '0's), which
+ * protobuf-c writes after the graph and the opset list, so it lies in the file's last MiB. */
+static int onnx_digest_offset(uint64_t *at, const char *path) {
+  enum { TAIL = 1 << 20 };
+  unsigned char pat[4 + sizeof ONNX_DIGEST_KEY + 64], *buf = NULL;
+  size_t kl = strlen(ONNX_DIGEST_KEY), plen = 4 + kl + 64, found = 0;
+  pat[0] = 0x0a, pat[1] = (unsigned char)kl, pat[2 + kl] = 0x12, pat[3 + kl] = 0x40;
+  memcpy(pat + 2, ONNX_DIGEST_KEY, kl);
+  memcpy(pat + 4 + kl, SHA_ZEROS, 64);
+  struct stat st;
+  int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = cp_error_set(CP_EIO, "%s: %s", path, strerror(errno));
+    goto done;
+  }
+  off_t start = st.st_size > TAIL ? st.st_size - TAIL : 0;
+  size_t len = (size_t)(st.st_size - start);
+  CP_CHECK_ALLOC_GOTO(buf = malloc(len ? len : 1), path);
+  if (pread(fd, buf, len, start) != (ssize_t)len) {
+    rc = cp_error_set(CP_EIO, "%s: offset %llu: short read", path, (unsigned long long)start);
+    goto done;
+  }
+  for (size_t i = 0; i + plen <= len; i++)
+    if (buf[i] == pat[0] && !memcmp(buf + i, pat, plen)) *at = (uint64_t)start + i + 4 + kl, found++;
+  if (found != 1)
+    rc = cp_error_set(CP_EFORMAT, "%s: metadata %s: %zu digest placeholders in the last MiB, expected 1", path,
+                      ONNX_DIGEST_KEY, found);
+done:
+  if (fd >= 0) close(fd);
+  free(buf);
+  return rc;
+}
+
+/* The digest where the --to onnx pass left its placeholders: model.onnx's metadata (in place; its
+ * manifest digest updated) and config.json (written again). */
+static int place_onnx_digest(const char *tmp, cp_folder_result *files, const cp_hf_config *config_src,
+                             const cp_bake_plan *plan, cJSON *block, const char hex[65]) {
+  char *path = cp_path_join(tmp, "onnx/model.onnx");
+  uint64_t at = 0;
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(path, tmp);
+  if ((rc = onnx_digest_offset(&at, path)) || (rc = fill_digest(path, at, hex))) goto done;
+  for (size_t i = 0; i < files->n_files && rc == 0; i++)
+    if (!strcmp(files->files[i].name, "onnx/model.onnx")) rc = cp_sha256_file(files->files[i].hex, path);
+  if (rc) goto done;
+  rc = config_digest(tmp, config_src, plan, block, hex);
+done:
+  free(path);
+  return rc;
+}
+
+/* The plan of an ONNX artifact: the graph computes the whole rule; nothing is baked. The rope-pi
+ * factor stays: it goes into config.json and the graph's RoPE. */
+static void graph_plan(cp_bake_plan *plan, const cp_patch *patch) {
+  plan->fidelity = CP_FIDELITY_GRAPH;
+  cp_rule_init(&plan->baked);
+  plan->residual = patch->rule;
+  snprintf(plan->note, sizeof plan->note, "the ONNX graph computes the whole rule from the original weights%s",
+           plan->rope_factor > 0 ? " (RoPE positions divided by the config's rope_scaling factor)" : "");
+}
+
+/* The --to onnx pass (patch.h): config and auxiliary files, the graph of the original weights
+ * under the whole rule (refused here, before any probe runs, when the graph cannot compute it),
+ * certification of that model and rule on the C engine, the digest, the manifest, the commit. */
+static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
+                            const cp_patch *patch, const cJSON *calibration, const cp_patch_params *params) {
+  cp_checkpoint *ck = NULL;
+  cp_atomic_dir *ad = NULL;
+  cp_folder_result files = {0};
+  cJSON *block = NULL;
+  cp_rule eff;
+  out->patch = *patch;
+  if (params->require_exact || params->shard_size)
+    return cp_error_set(CP_EARG, "%s: --require exact and --shard-size apply to safetensors output, not ONNX", in);
+  int rc = cp_checkpoint_open(&ck, in);
+  if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
+  graph_plan(&out->plan, patch);
+  cp_model run = *original; /* a view whose RoPE is the patched config's; owns nothing */
+  if (out->plan.rope_factor > 0) run.rope_scale = out->plan.rope_factor;
+  if ((rc = cp_onnx_export_rule(&eff, &run, &patch->rule))) goto done;
+  if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
+  CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
+  if (params->verify) mark_certified(block);
+  if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
+  const char *tmp = cp_atomic_dir_path(ad);
+  if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
+  cp_folder_params fp = {.skip_aux = "config.json"};
+  if ((rc = cp_folder_copy_aux(&files, tmp, ck, &fp)) || (rc = cp_bake_write_config(tmp, original->cfg, &out->plan, block)))
+    goto done;
+  cp_checkpoint_free(ck);
+  ck = NULL;
+  if (params->tokenizer_file && (rc = copy_tokenizer(tmp, params->tokenizer_file))) goto done;
+  cp_onnx_export_params ep = *params->onnx;
+  ep.certificate_sha256 = params->verify ? SHA_ZEROS : "";
+  if ((rc = cp_onnx_write_graph(&files, NULL, tmp, &run, &eff, &ep))) goto done;
+  out->pass = true;
+  if (params->verify) {
+    if ((rc = certify_model(out, tmp, in, original, &run, &eff, patch, params)) || !out->pass) goto done;
+    if ((rc = place_onnx_digest(tmp, &files, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
+  }
+  rc = commit_folder(out, &ad, tmp, files.files, files.n_files);
+done:
+  cp_atomic_dir_abort(ad);
+  cp_checkpoint_free(ck);
+  cp_folder_result_free(&files);
+  cJSON_Delete(block);
   return rc;
 }
 
@@ -146,6 +290,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   cp_atomic_dir *ad = NULL;
   cp_folder_result written = {0};
   cJSON *block = NULL;
+  if (params->onnx) return patch_write_onnx(out, in, out_dir, original, patch, calibration, params);
   out->patch = *patch;
   int rc = cp_checkpoint_open(&ck, in);
   if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
@@ -157,10 +302,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   }
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
   CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
-  if (params->verify) { /* the digest placeholder: a digest cannot cover itself */
-    cJSON_ReplaceItemInObjectCaseSensitive(block, "certified", cJSON_CreateBool(true));
-    cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(SHA_ZEROS));
-  }
+  if (params->verify) mark_certified(block);
   if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
   if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
@@ -176,10 +318,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   }
   /* The shards changed when the digest was placed; the index and aux files did not. */
   size_t shards = (size_t)written.stats.shards;
-  if ((rc = cp_write_sha256_manifest(tmp, written.files + shards, written.n_files - shards))) goto done;
-  rc = cp_atomic_dir_commit(ad);
-  ad = NULL;
-  if (rc == 0) out->written = true;
+  rc = commit_folder(out, &ad, tmp, written.files + shards, written.n_files - shards);
 done:
   cp_atomic_dir_abort(ad);
   cp_checkpoint_free(ck);

@@ -2,7 +2,8 @@
 # ctxpatch batch (docs/batch.md) over two probe models: --validate, a run with refusals and errors
 # counted apart, kill -9 mid-batch then a re-run that redoes nothing finished, a re-run that skips
 # every done job, --status from the outputs alone (done, refused, error, stale, pending), and
-# three shards as separate processes whose union is the whole recipe with no job twice.
+# three shards as separate processes whose union is the whole recipe with no job twice, and an
+# "onnx" job (patch --to onnx) whose artifact passes `ctxpatch check`.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 pm=$src/examples/probe-models
@@ -42,7 +43,7 @@ bad_recipe() { # bad_recipe NAME SED-EXPR EXPECTED-MESSAGE
   [ $s -eq 125 ] && grep -q "$3" "$work/bad.err" && ok || { bad "$1: exit $s"; cat "$work/bad.err"; }
 }
 bad_recipe "unknown key" 's/"verify"/"verfy"/' "unknown key 'verfy'"
-bad_recipe "onnx format" 's/"target_lengths"/"formats": ["onnx"], "target_lengths"/' "format not supported by batch yet"
+bad_recipe "gguf format" 's/"target_lengths"/"formats": ["gguf"], "target_lengths"/' "format not supported by batch yet"
 bad_recipe "glob matching nothing" 's/t5-\*/nothing-*/' "matches nothing"
 bad_recipe "name collision" 's#{input}/{method}-{target}#{method}-{target}#' "two jobs write"
 bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
@@ -126,4 +127,21 @@ EOF
 "$bin" batch "$work/sharded.json" --status --json >"$work/s3.json"
 [ "$(field "$work/s3.json" "[r['summary'][k] for k in ('done','refused','error','pending')]")" = "[8, 2, 2, 0]" ] && ok \
   || bad "--status after shards: $(field "$work/s3.json" "r['summary']")"
+
+# 6. One ONNX job (the "onnx" format row): rope-pi 1.001 certifies on the rope model; the
+# artifact is the ONNX layout and passes check with the batch stamp beside it.
+cat >"$work/onnx.json" <<EOF
+{
+  "recipe_version": 1,
+  "methods": [{"name": "pi", "method": "rope-pi", "options": {"factor": 1.001}}],
+  "jobs": [{"input": "$pm/rope-probe", "method": "pi", "target_length": 512, "format": "onnx"}],
+  "verify": {"probes": "passkey", "lengths": [256, 512], "depths": "0:1:3", "samples": 1, "threads": 1},
+  "output": {"dir": "$work/onnx-out"}
+}
+EOF
+"$bin" batch "$work/onnx.json" --json >"$work/o.json" && ok || { bad "onnx batch exit"; cat "$work/o.json"; }
+od=$work/onnx-out/rope-probe-pi-512-onnx
+[ "$(field "$work/o.json" "[j['state'] for j in r['jobs']]")" = "['done']" ] && [ -f "$od/onnx/model.onnx" ] \
+  && [ ! -e "$od/model.safetensors" ] && ok || { bad "onnx job: $(cat "$work/o.json")"; ls -R "$od"; }
+"$bin" check "$od" >"$work/oc.out" && grep -q "pass (onnx" "$work/oc.out" && ok || { bad "onnx batch artifact fails check"; cat "$work/oc.out"; }
 finish

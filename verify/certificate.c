@@ -1,5 +1,4 @@
 /* The verify certificate (docs/certificate.md). Deterministic: the same inputs give the same bytes. */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -7,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/file_list.h"
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/verify/verify.h"
@@ -15,10 +15,17 @@
 
 #define CERTIFICATE_VERSION 1
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* Skipped by the certificate's listing: hidden names, and files below the first level of
+ * subfolders (SHA256SUMS lists "onnx/model.onnx" and no deeper). */
+static bool listed_file(const cp_file_entry *e) {
+  const char *slash = strchr(e->path, '/');
+  if (!S_ISREG(e->mode) || e->path[0] == '.' || (slash && (slash[1] == '.' || strchr(slash + 1, '/')))) return false;
+  return true;
+}
 
-/* Regular files of the model folder (or the one file), sorted, each with its SHA-256, as the
- * OpenSSF model-signing manifest lists them. */
+/* Regular files of the model folder (or the one file) and of its subfolders one level down
+ * ("onnx/model.onnx"), sorted by relative path, each with its SHA-256, as the OpenSSF
+ * model-signing manifest lists them. */
 static int add_files(cJSON *files, const char *path) {
   struct stat st;
   if (stat(path, &st) != 0) return cp_error_set(CP_EIO, "%s: %s", path, strerror(errno));
@@ -33,41 +40,20 @@ static int add_files(cJSON *files, const char *path) {
     cJSON_AddItemToArray(files, f);
     return 0;
   }
-  DIR *d = opendir(path);
-  if (!d) return cp_error_set(CP_EIO, "%s: cannot list folder: %s", path, strerror(errno));
-  char **names = NULL;
-  size_t n = 0;
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && rc == 0) {
-    if (e->d_name[0] == '.') continue;
-    char *full = cp_path_join(path, e->d_name);
-    bool regular = full && stat(full, &st) == 0 && S_ISREG(st.st_mode);
-    free(full);
-    if (!regular) continue;
-    char **grown = realloc(names, (n + 1) * sizeof *names);
-    if (!grown || !(grown[n] = strdup(e->d_name))) {
-      if (grown) names = grown;
-      rc = cp_error_set(CP_ENOMEM, "out of memory");
-      break;
-    }
-    names = grown;
-    n++;
-  }
-  closedir(d);
-  if (rc == 0) qsort(names, n, sizeof *names, cmp_str);
-  for (size_t i = 0; i < n && rc == 0; i++) {
-    char *full = cp_path_join(path, names[i]);
+  cp_file_list l = {0};
+  int rc = cp_file_list_make(&l, path);
+  for (size_t i = 0; i < l.n && rc == 0; i++) {
+    if (!listed_file(&l.items[i])) continue;
+    char *full = cp_path_join(path, l.items[i].path);
     rc = full ? cp_sha256_file(hex, full) : cp_error_set(CP_ENOMEM, "out of memory");
     free(full);
     if (rc < 0) break;
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddStringToObject(f, "path", names[i]);
+    cJSON_AddStringToObject(f, "path", l.items[i].path);
     cJSON_AddStringToObject(f, "sha256", hex);
     cJSON_AddItemToArray(files, f);
   }
-  for (size_t i = 0; i < n; i++) free(names[i]);
-  free(names);
+  cp_file_list_free(&l);
   return rc;
 }
 

@@ -350,6 +350,11 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s artifacts: format not supported by check yet", path, fmt->name);
     goto done;
   }
+  if (params && params->rerun && !strcmp(fmt->name, "onnx")) { /* the probes run on the C engine only */
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: --rerun: the C engine does not run ONNX graphs; check the artifact without "
+                                       "--rerun (onnxruntime runs the graph: docs/onnx.md)", path);
+    goto done;
+  }
   if ((rc = load_certificate(&c)) < 0 || (rc = fmt->read_meta(&c)) < 0 || (rc = check_sums(&c)) < 0) goto done;
   if (c.cert && (rc = check_metadata(&c)) < 0) goto done;
   if (c.cert && params && params->rerun) rc = check_rerun(&c, params);

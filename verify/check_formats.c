@@ -2,8 +2,10 @@
  * metadata. Adding a format is one detect function and one read_meta function that turns its
  * metadata into config.json-style "ctxpatch" blocks (verify/check_int.h):
  *   safetensors  config.json "ctxpatch" block and every *.safetensors __metadata__.ctxpatch
- *   onnx         (not yet) graph metadata_props ctxpatch.version / .fidelity / .rule /
- *                .certificate_sha256; files under onnx/
+ *   onnx         config.json "ctxpatch" block and every .onnx graph in onnx/'s metadata_props
+ *                ctxpatch.version / .fidelity / .rule / .certificate_sha256 (read by
+ *                formats/onnx_read.c's bounded reader), as tool_version / fidelity / rule /
+ *                certificate_sha256
  *   gguf         (not yet) the ctxpatch.* keys */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "base/json_strict.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/onnx.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "verify/check_int.h"
 
@@ -100,10 +103,60 @@ static int read_safetensors(check_ctx *c) {
   return rc;
 }
 
+/* One graph's metadata_props as a block with config.json's keys; the rule parsed back to JSON. */
+static int onnx_block(check_ctx *c, const char *name) {
+  static const char *const keys[][2] = {{"ctxpatch.version", "tool_version"}, {"ctxpatch.fidelity", "fidelity"},
+                                        {"ctxpatch.certificate_sha256", "certificate_sha256"}};
+  char *path = cp_path_join(c->path, name), where[512];
+  cp_onnx_info info;
+  cJSON *block = NULL, *rule = NULL;
+  if (!path) return cp_error_set(CP_ENOMEM, "%s: out of memory", c->path);
+  snprintf(where, sizeof where, "%s: metadata_props", name);
+  int rc = cp_onnx_read_info(&info, path);
+  if (rc < 0) {
+    rc = check_fail(c->report, "meta-unreadable", "%s: %s", name, cp_error_message());
+    goto done;
+  }
+  if (!(block = cJSON_CreateObject())) goto oom;
+  for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+    const char *v = cp_onnx_info_meta(&info, keys[k][0]);
+    if (v && !cJSON_AddStringToObject(block, keys[k][1], v)) goto oom;
+  }
+  const char *text = cp_onnx_info_meta(&info, "ctxpatch.rule");
+  if (text && (cp_json_parse_strict(&rule, text, strlen(text), where, 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 ||
+               !cJSON_IsObject(rule))) {
+    rc = check_fail(c->report, "meta-json", "%s: ctxpatch.rule is not a JSON object", where);
+    goto done;
+  }
+  if (rule) cJSON_AddItemToObject(block, "rule", rule), rule = NULL;
+  rc = check_meta_add(c, where, block);
+  block = NULL;
+  goto done;
+oom:
+  rc = cp_error_set(CP_ENOMEM, "%s: out of memory", where);
+done:
+  cp_onnx_info_free(&info); /* zeroed by a failed read */
+  cJSON_Delete(block);
+  cJSON_Delete(rule);
+  free(path);
+  return rc;
+}
+
+static int read_onnx(check_ctx *c) {
+  int rc = config_block(c);
+  size_t graphs = 0;
+  for (size_t i = 0; i < c->files.n && rc == 0; i++) {
+    const char *p = c->files.items[i].path;
+    if (!strncmp(p, "onnx/", 5) && !strchr(p + 5, '/') && ends_with(p, ".onnx")) rc = onnx_block(c, p), graphs++;
+  }
+  if (rc == 0 && graphs == 0) rc = check_fail(c->report, "meta-missing", "onnx/: no .onnx graph");
+  return rc;
+}
+
 /* First match wins: an ONNX or GGUF export folder may also hold the safetensors it came from. */
 static const check_format formats[] = {
     {"gguf", detect_gguf, NULL},
-    {"onnx", detect_onnx, NULL},
+    {"onnx", detect_onnx, read_onnx},
     {"safetensors", detect_safetensors, read_safetensors},
 };
 

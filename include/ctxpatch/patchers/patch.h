@@ -23,6 +23,14 @@
  *   certificate.json   the verify certificate (docs/certificate.md), unless --no-verify
  *   report.html        its HTML report, unless --no-verify
  *   SHA256SUMS         sha256sum manifest of every other file
+ * With params->onnx (`patch --to onnx`) the folder is the ONNX layout of docs/onnx.md instead:
+ *   config.json (as above, rope_scaling included, block "fidelity": "graph", "rule": the whole
+ *   rule, "baked_rule": {}), the auxiliary files, onnx/model.onnx (+ onnx/model.onnx.data) of
+ *   the ORIGINAL weights with the whole rule as graph nodes and metadata_props ctxpatch.rule,
+ *   ctxpatch.fidelity = "graph", ctxpatch.version, ctxpatch.certificate_sha256, then
+ *   certificate.json, report.html and SHA256SUMS. Certification runs the C engine on the
+ *   original model with the whole rule (what the graph computes); the certificate lists the
+ *   onnx/ files; the digest placeholder is in config.json and in model.onnx's metadata.
  * The certificate hashes the files it certified: config.json and model.safetensors as they are
  * except that "certificate_sha256" still holds 64 zeros (a digest cannot cover itself); the
  * digest then goes where the writers recorded the placeholder (in place in each safetensors
@@ -36,6 +44,7 @@
 
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/onnx_export.h"
 #include "ctxpatch/converters/rule.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"
@@ -53,8 +62,9 @@ typedef enum {
 const char *cp_patch_method_name(cp_patch_method m);
 int cp_patch_method_from_name(cp_patch_method *out, const char *name); /* CP_EARG otherwise */
 
-typedef enum { CP_FIDELITY_EXACT_WEIGHTS, CP_FIDELITY_NATIVE_CONFIG, CP_FIDELITY_METADATA } cp_fidelity;
-/* "exact-weights", "native-config", "ctxpatch-metadata". */
+/* CP_FIDELITY_GRAPH: an ONNX artifact (`patch --to onnx`) whose graph computes the whole rule. */
+typedef enum { CP_FIDELITY_EXACT_WEIGHTS, CP_FIDELITY_NATIVE_CONFIG, CP_FIDELITY_METADATA, CP_FIDELITY_GRAPH } cp_fidelity;
+/* "exact-weights", "native-config", "ctxpatch-metadata", "graph". */
 const char *cp_fidelity_name(cp_fidelity f);
 
 /* What a patch changes: an attention rule, or (rope-pi) RoPE's linear interpolation factor. */
@@ -128,6 +138,9 @@ typedef struct {
   bool require_exact;                     /* refuse anything below exact-weights */
   bool replace;                           /* replace an existing OUT */
   uint64_t shard_size;                    /* max tensor bytes per safetensors shard; 0: one file */
+  /* Non-NULL: write the ONNX layout instead of safetensors (`--to onnx`, below); its
+   * certificate_sha256 and replace fields are ignored (the pass sets them). */
+  const cp_onnx_export_params *onnx;
   const char *device;                     /* certificate's device (default "cpu") */
   /* A tokenizer.json to copy into OUT when IN has none (the probe models share one file), so
    * that the artifact is self-contained and `ctxpatch verify OUT` finds it. NULL: none. */
