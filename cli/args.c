@@ -153,17 +153,20 @@ int cli_parse_depths(double **out, int *n, const char *text) {
   return 0;
 }
 
-int cli_parse_probes(cp_probe_kind **out, int *n, const char *text) {
+int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text) {
   char *copy = strdup(text);
   int cap = 1;
   for (const char *p = text; *p; p++) cap += *p == ',';
   cp_probe_kind *k = malloc((size_t)cap * sizeof *k);
   int rc = copy && k ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
   *n = 0;
+  if (ppl) *ppl = false;
   for (char *save = NULL, *tok = rc ? NULL : strtok_r(copy, ",", &save); tok && rc == 0;
-       tok = strtok_r(NULL, ",", &save))
-    rc = cp_probe_from_name(&k[(*n)++], tok);
-  if (rc == 0 && *n == 0) rc = cp_error_set(CP_EVERIFY_PROBE, "--probe: no probe named");
+       tok = strtok_r(NULL, ",", &save)) {
+    if (ppl && !strcmp(tok, "ppl")) *ppl = true;
+    else rc = cp_probe_from_name(&k[(*n)++], tok);
+  }
+  if (rc == 0 && *n == 0 && !(ppl && *ppl)) rc = cp_error_set(CP_EVERIFY_PROBE, "--probe: no probe named");
   free(copy);
   if (rc < 0) {
     free(k);
@@ -172,6 +175,8 @@ int cli_parse_probes(cp_probe_kind **out, int *n, const char *text) {
   *out = k;
   return 0;
 }
+
+int cli_parse_probes(cp_probe_kind **out, int *n, const char *text) { return cli_parse_probe_set(out, n, NULL, text); }
 
 void cli_progress_bar(void *ctx, int64_t done, int64_t total) {
   (void)ctx;

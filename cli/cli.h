@@ -53,19 +53,29 @@ int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs,
 int cli_parse_depths(double **out, int *n, const char *text);
 /* "passkey,lines" -> probe kinds; CP_EVERIFY_PROBE naming an unknown one. */
 int cli_parse_probes(cp_probe_kind **out, int *n, const char *text);
+/* As cli_parse_probes, and "ppl" sets *ppl instead (the list may then hold no retrieval probe). */
+int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text);
 /* The probe and threshold options `verify` and `patch` share: --lengths, --depths,
- * --no-regression-at, --samples, --seed, --threads, --min-accuracy. The texts point into argv;
- * the parsed arrays are owned by the struct (cli_verify_opts_free). */
+ * --no-regression-at, --samples, --seed, --threads, --min-accuracy, --margin, and the ppl probe's
+ * --corpus, --corpus-delimiter, --ppl-windows, --ppl-buckets, --ppl-margin, --ppl-flat. The texts
+ * point into argv; the parsed arrays are owned by the struct (cli_verify_opts_free). */
 typedef struct {
   const char *lengths_text, *depths_text, *no_reg_text;
-  unsigned long long samples, seed, threads;
+  unsigned long long samples, seed, threads; /* samples 0: CLI_DEFAULT_PAIRS / depths, rounded up */
   double min_accuracy; /* < 0: none */
+  double margin, ppl_margin, ppl_flat; /* ppl_flat < 0: none */
+  const char *corpus, *corpus_delimiter_text;
+  char *corpus_delimiter; /* the text with \n, \t, \\ unescaped; owned */
+  unsigned long long ppl_windows, ppl_buckets;
   int64_t *lengths;    /* [n_lengths], NULL without --lengths (a command may set a default) */
   int64_t *no_reg;     /* [n_no_reg], NULL without --no-regression-at */
   double *depths;      /* [n_depths] */
   int n_lengths, n_no_reg, n_depths;
 } cli_verify_opts;
 
+/* Paired prompts per (probe, length) the default sample count aims at: with the default margin
+ * Tango's test then detects a drop of 0.16 with 80% power (docs/certificate.md). */
+#define CLI_DEFAULT_PAIRS 40
 void cli_verify_opts_init(cli_verify_opts *o, const char *default_depths);
 /* Option `a` with value `v`: 1 taken, 0 not one of these, -1 bad value (usage error printed). */
 int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const char *v);
@@ -75,6 +85,9 @@ bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd);
 void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes, int n_probes,
                            cp_verify_params *vp, cp_verify_thresholds *th);
 void cli_verify_opts_free(cli_verify_opts *o);
+/* The accuracy table with 95% intervals, the paired comparison with the baseline (labelled
+ * base_label) and the ppl NLL, on stdout (cli/verify_print.c). */
+void cli_print_verify_result(const cp_verify_result *r, const cp_verify_thresholds *th, const char *base_label);
 /* A progress bar on stderr for cp_verify_params.progress (only on a terminal). */
 void cli_progress_bar(void *ctx, int64_t done, int64_t total);
 

@@ -18,36 +18,33 @@
 #include "ctxpatch/verify/verify.h"
 
 static const char verify_help[] =
-    "usage: ctxpatch verify MODEL [--rule RULE.json] [--baseline] --probe passkey,lines,needle,multikey\n"
+    "usage: ctxpatch verify MODEL [--rule RULE.json] [--baseline] --probe passkey,lines,needle,multikey,ppl\n"
     "                       --lengths 256,512,1024 [--depths 0:1:10] [--samples N] [--seed S]\n"
     "                       [--device cpu] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
+    "                       [--margin D] [--corpus FILE] [--corpus-delimiter TEXT] [--ppl-windows N]\n"
+    "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X]\n"
     "                       [--json FILE] [--certificate FILE] [--report FILE.html] [--no-stats]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
-    "through the CPU engine with the attention rule (and, with --baseline, without it), prints\n"
-    "the accuracy per probe and length, and writes the certificate (docs/certificate.md) and a\n"
-    "self-contained HTML report. Exit status 0 only when every threshold holds.\n\n"
+    "through the CPU engine with the attention rule (and, with --baseline, without it, on the same\n"
+    "prompts), prints the accuracy per probe and length with its 95% Wilson interval, and writes the\n"
+    "certificate (docs/certificate.md) and a self-contained HTML report. Exit status 1 when a\n"
+    "criterion fails; without any criterion the verdict is \"none\" (no criterion given), exit 0.\n\n"
     "  --depths A:B:N       N depths evenly from A to B (default 0:1:10), or a list 0,0.5,1\n"
-    "  --samples N          samples per probe x length x depth cell (default 1)\n"
+    "  --samples N          samples per probe x length x depth cell (default: 40 prompts per probe\n"
+    "                       and length over the depths, 4 at 10 depths)\n"
     "  --min-accuracy A     each probe's patched accuracy at each length must reach A\n"
-    "  --no-regression-at   at these lengths the patched accuracy must reach the baseline's\n"
+    "  --no-regression-at   at these lengths no probe may regress: Tango's paired score test must not\n"
+    "                       find a drop beyond --margin (default 0.05) at one-sided level 0.05, and\n"
+    "                       the ppl NLL may not exceed the baseline's by more than --ppl-margin\n"
+    "  --corpus FILE        text for the ppl probe (NLL per token by position bucket; decoder-only\n"
+    "                       models); 'ppl' in --probe needs it, and --corpus alone adds ppl\n"
+    "  --corpus-delimiter T documents are split at T (default <|endoftext|>; \\n\\n: blank lines)\n"
+    "  --ppl-windows N      windows per length (default 4); --ppl-buckets B position buckets (8)\n"
+    "  --ppl-margin X       nats per token (default 0.05); --ppl-flat X: the patched NLL at the\n"
+    "                       longest length may exceed its NLL at the training length by at most X\n"
     "  --json, --certificate  write the certificate JSON (the same document)\n"
     "  --no-stats           skip the P_max / entropy measurement per length\n"
     "A progress bar is drawn on a terminal; otherwise the command is quiet until the table.\n";
-
-
-
-
-
-static void print_table(const cp_verify_result *r) {
-  printf("%-10s %8s %10s %10s\n", "probe", "length", "patched", r->has_baseline ? "baseline" : "");
-  for (int p = 0; p < r->n_probes; p++)
-    for (int l = 0; l < r->n_lengths; l++) {
-      printf("%-10s %8lld %10.3f", cp_probe_name(r->probes[p]), (long long)r->lengths[l],
-             cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l));
-      if (r->has_baseline) printf(" %10.3f", cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l));
-      printf("\n");
-    }
-}
 
 int cmd_verify(int argc, char **argv) {
   const char *model_path = NULL, *rule_path = NULL, *probes_text = NULL;
@@ -99,6 +96,7 @@ int cmd_verify(int argc, char **argv) {
 
   int n_probes = 0;
   cp_probe_kind *probes = NULL;
+  bool ppl = false;
 
   cp_rule rule;
   cp_rule_init(&rule);
@@ -109,9 +107,13 @@ int cmd_verify(int argc, char **argv) {
   char **reasons = NULL;
   int n_reasons = 0, status = CLI_FAIL;
   bool pass = false;
-  const char *ins[] = {model_path, rule_path}, *outs[] = {json_path, cert_path, report_path};
-  int rc = cli_check_outputs(ins, 2, outs, 3, false);
-  if (rc == 0) rc = cli_parse_probes(&probes, &n_probes, probes_text);
+  const char *ins[] = {model_path, rule_path, o.corpus}, *outs[] = {json_path, cert_path, report_path};
+  int rc = cli_check_outputs(ins, 3, outs, 3, false);
+  if (rc == 0) rc = cli_parse_probe_set(&probes, &n_probes, &ppl, probes_text);
+  if (rc == 0 && ppl && !o.corpus) {
+    status = cli_usage_error("verify", "the ppl probe needs --corpus FILE");
+    goto report;
+  }
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0) rc = cp_model_open(&model, model_path);
   if (rc == 0) rc = cp_model_tokenizer_open(&tok, model_path);
@@ -129,6 +131,11 @@ int cmd_verify(int argc, char **argv) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
     goto report;
   }
+  th.flat_train_len = model->train_len;
+  if (th.ppl_flat >= 0 && model->train_len <= 0) {
+    rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--ppl-flat: the model has no training length to compare with");
+    goto report;
+  }
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
   if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
   cp_certificate_info info = {model_path, "cpu", o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
@@ -137,8 +144,10 @@ int cmd_verify(int argc, char **argv) {
   if (json_path && (rc = cp_write_json_atomic(NULL, json_path, cert)) < 0) goto report;
   if (cert_path && (rc = cp_write_json_atomic(NULL, cert_path, cert)) < 0) goto report;
   if (report_path && (rc = cp_report_write(report_path, cert)) < 0) goto report;
-  print_table(result);
-  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", pass ? "pass" : "fail", result->seconds,
+  cli_print_verify_result(result, &th, "baseline [95% CI]");
+  bool judged = cp_verify_has_criterion(&th);
+  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "
+         "--no-regression-at or --ppl-flat)" : pass ? "pass" : "fail", result->seconds,
          result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
   for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
   status = pass ? CLI_OK : CLI_FAIL;

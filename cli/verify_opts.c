@@ -4,12 +4,42 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ctxpatch/verify/stats.h"
 
 void cli_verify_opts_init(cli_verify_opts *o, const char *default_depths) {
   memset(o, 0, sizeof *o);
   o->depths_text = default_depths;
-  o->samples = 1;
   o->min_accuracy = -1;
+  o->margin = CP_STATS_MARGIN;
+  o->ppl_margin = 0.05;
+  o->ppl_flat = -1;
+  o->ppl_windows = 4;
+  o->ppl_buckets = 8;
+}
+
+/* A number in [lo, hi) for option `a`; false after a usage error. */
+static bool parse_num(const char *cmd, const char *a, const char *v, double lo, double hi, double *out) {
+  char *end;
+  *out = strtod(v, &end);
+  if (*end || !(*out >= lo && *out < hi)) {
+    cli_usage_error(cmd, "%s expects a number in [%g, %g), got '%s'", a, lo, hi, v);
+    return false;
+  }
+  return true;
+}
+
+/* --corpus-delimiter: \n, \t and \\ stand for newline, tab and backslash ("\n\n": blank lines). */
+static char *unescape(const char *v) {
+  char *out = malloc(strlen(v) + 1), *w = out;
+  if (!out) return NULL;
+  for (const char *p = v; *p; p++) {
+    if (p[0] == '\\' && (p[1] == 'n' || p[1] == 't' || p[1] == '\\')) {
+      *w++ = p[1] == 'n' ? '\n' : p[1] == 't' ? '\t' : '\\';
+      p++;
+    } else *w++ = *p;
+  }
+  *w = 0;
+  return out;
 }
 
 int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const char *v) {
@@ -19,7 +49,16 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   else if (!strcmp(a, "--samples")) return cli_parse_u64_in(cmd, a, v, 1, 100000, &o->samples) ? 1 : -1;
   else if (!strcmp(a, "--seed")) return cli_parse_u64(cmd, a, v, &o->seed) ? 1 : -1;
   else if (!strcmp(a, "--threads")) return cli_parse_u64_in(cmd, a, v, 0, 1024, &o->threads) ? 1 : -1;
-  else if (!strcmp(a, "--min-accuracy")) {
+  else if (!strcmp(a, "--margin")) return parse_num(cmd, a, v, 0, 1, &o->margin) ? 1 : -1;
+  else if (!strcmp(a, "--ppl-margin")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_margin) ? 1 : -1;
+  else if (!strcmp(a, "--ppl-flat")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_flat) ? 1 : -1;
+  else if (!strcmp(a, "--ppl-windows")) return cli_parse_u64_in(cmd, a, v, 1, 10000, &o->ppl_windows) ? 1 : -1;
+  else if (!strcmp(a, "--ppl-buckets")) return cli_parse_u64_in(cmd, a, v, 1, 1024, &o->ppl_buckets) ? 1 : -1;
+  else if (!strcmp(a, "--corpus")) o->corpus = v;
+  else if (!strcmp(a, "--corpus-delimiter")) {
+    if (!*v) return cli_usage_error(cmd, "--corpus-delimiter must not be empty"), -1;
+    o->corpus_delimiter_text = v;
+  } else if (!strcmp(a, "--min-accuracy")) {
     char *end;
     o->min_accuracy = strtod(v, &end);
     if (*end || !(o->min_accuracy >= 0 && o->min_accuracy <= 1)) {
@@ -31,6 +70,9 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
 }
 
 bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd) {
+  if (o->corpus_delimiter_text && !(o->corpus_delimiter = unescape(o->corpus_delimiter_text)))
+    return cli_usage_error(cmd, "out of memory"), false;
+  if (o->corpus_delimiter_text && !o->corpus) return cli_usage_error(cmd, "--corpus-delimiter needs --corpus"), false;
   if (o->lengths_text && !cli_parse_lengths(cmd, o->lengths_text, &o->lengths, &o->n_lengths)) return false;
   if (o->no_reg_text && !cli_parse_lengths(cmd, o->no_reg_text, &o->no_reg, &o->n_no_reg)) return false;
   if (cli_parse_depths(&o->depths, &o->n_depths, o->depths_text) < 0)
@@ -47,17 +89,25 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   vp->n_lengths = o->n_lengths;
   vp->depths = o->depths;
   vp->n_depths = o->n_depths;
-  vp->samples = (int)o->samples;
+  vp->samples = o->samples ? (int)o->samples : (CLI_DEFAULT_PAIRS + o->n_depths - 1) / o->n_depths;
   vp->seed = o->seed;
   vp->threads = (int)o->threads;
   th->min_accuracy = o->min_accuracy;
   th->no_regression_at = o->no_reg;
   th->n_no_regression = o->n_no_reg;
+  th->margin = o->margin;
+  th->ppl_margin = o->ppl_margin;
+  th->ppl_flat = o->ppl_flat;
+  vp->corpus_path = o->corpus;
+  vp->corpus_delimiter = o->corpus_delimiter;
+  vp->ppl_windows = (int)o->ppl_windows;
+  vp->ppl_buckets = (int)o->ppl_buckets;
 }
 
 void cli_verify_opts_free(cli_verify_opts *o) {
   free(o->lengths);
   free(o->no_reg);
   free(o->depths);
+  free(o->corpus_delimiter);
   memset(o, 0, sizeof *o);
 }

@@ -73,7 +73,7 @@ for d in before: assert state[d] == "skipped", (d, state[d])           # nothing
 assert sorted(r["summary"][k] for k in ("done", "skipped")) and r["summary"]["done"] + r["summary"]["skipped"] == 8, r["summary"]
 assert r["summary"]["refused"] == 2 and r["summary"]["error"] == 2, r["summary"]
 for j in r["jobs"]:
-    if j["state"] == "refused": assert "below the baseline" in j["message"] and "pi2" in j["name"], j
+    if j["state"] == "refused": assert "regression" in j["message"] and "pi2" in j["name"], j
     if j["state"] == "error": assert "CP_EPATCH_FAMILY" in j["message"] and j["name"].startswith("t5-probe/pi2"), j
 EOF
 find "$work/out" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort >"$work/after1"

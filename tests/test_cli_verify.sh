@@ -35,7 +35,7 @@ acc = a["results"]["patched"]["passkey"][0]["accuracy"]
 assert acc >= 0.9, f"passkey accuracy at the training length is {acc}"
 assert a["probes"]["depths"] == [0, 0.25, 0.5, 0.75, 1]
 assert [f["path"] for f in a["model"]["files"]] == sorted(f["path"] for f in a["model"]["files"])
-assert a["verdict"]["result"] == "pass"
+assert a["verdict"]["result"] == "none"  # no criterion given: measured, not passed
 PY
 grep -q 'class="hm-cell"' "$work/r.html" && ok || bad "report has no heatmap"
 

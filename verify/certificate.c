@@ -9,6 +9,7 @@
 #include "ctxpatch/base/file_list.h"
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 #include "converters/rule_json.h"
 #include "verify/certificate_json.h"
@@ -57,20 +58,41 @@ static int add_files(cJSON *files, const char *path) {
   return rc;
 }
 
+static cJSON *ci_array(int64_t k, int64_t n) {
+  double ci[2];
+  cp_wilson_interval(&ci[0], &ci[1], k, n, CP_STATS_Z95);
+  return cJSON_CreateDoubleArray(ci, 2);
+}
+
+static void ppl_results(cJSON *obj, const cp_verify_result *r, cp_verify_side side) {
+  cJSON *arr = cJSON_AddArrayToObject(obj, "ppl");
+  for (int l = 0; l < r->n_lengths; l++) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
+    cJSON_AddNumberToObject(c, "nll", r->ppl_mean[side][l]);
+    cJSON_AddItemToObject(c, "nll_by_bucket",
+                          cJSON_CreateDoubleArray(r->ppl_nll[side] + (size_t)l * r->ppl_buckets, r->ppl_buckets));
+    cJSON_AddItemToArray(arr, c);
+  }
+}
+
 static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
   cJSON *obj = cJSON_CreateObject();
   for (int p = 0; p < r->n_probes; p++) {
     cJSON *probe = cJSON_AddArrayToObject(obj, cp_probe_name(r->probes[p]));
     for (int l = 0; l < r->n_lengths; l++) {
       cJSON *c = cJSON_CreateObject();
+      int64_t k = cp_verify_correct_at(r, side, p, l), n = cp_verify_prompts_at(r);
       cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
       cJSON_AddNumberToObject(c, "accuracy", cp_verify_accuracy_at(r, side, p, l));
+      cJSON_AddItemToObject(c, "accuracy_ci95", ci_array(k, n));
       cJSON *by = cJSON_AddArrayToObject(c, "correct_by_depth");
       for (int d = 0; d < r->n_depths; d++)
         cJSON_AddItemToArray(by, cJSON_CreateNumber(r->correct[side][((size_t)p * r->n_lengths + l) * r->n_depths + d]));
       cJSON_AddItemToArray(probe, c);
     }
   }
+  if (r->has_ppl) ppl_results(obj, r, side);
   if (!isnan(r->pmax[side][0])) {
     cJSON *att = cJSON_AddArrayToObject(obj, "attention");
     for (int l = 0; l < r->n_lengths; l++) {
@@ -82,6 +104,72 @@ static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
     }
   }
   return obj;
+}
+
+/* results.comparison: the paired test per probe and length (with a baseline). */
+static cJSON *comparison(const cp_verify_result *r, const cp_verify_thresholds *t) {
+  cJSON *obj = cJSON_CreateObject();
+  for (int p = 0; p < r->n_probes; p++) {
+    cJSON *probe = cJSON_AddArrayToObject(obj, cp_probe_name(r->probes[p]));
+    for (int l = 0; l < r->n_lengths; l++) {
+      int64_t lost, gained;
+      double pv = cp_verify_pair_test(r, p, l, t->margin, &lost, &gained);
+      cJSON *c = cJSON_CreateObject();
+      cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
+      cJSON_AddNumberToObject(c, "pairs", (double)cp_verify_prompts_at(r));
+      cJSON_AddNumberToObject(c, "lost", (double)lost);
+      cJSON_AddNumberToObject(c, "gained", (double)gained);
+      cJSON_AddNumberToObject(c, "drop", (double)(lost - gained) / (double)cp_verify_prompts_at(r));
+      cJSON_AddNumberToObject(c, "p_value", pv);
+      cJSON_AddItemToArray(probe, c);
+    }
+  }
+  return obj;
+}
+
+/* statistics: what the intervals and the test are, and what the test can detect. */
+static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *t) {
+  cJSON *s = cJSON_CreateObject();
+  int64_t n = cp_verify_prompts_at(r);
+  double drop = cp_tango_detectable_drop(n, t->margin, t->alpha, CP_STATS_POWER);
+  cJSON_AddStringToObject(s, "interval", "wilson-score");
+  cJSON_AddNumberToObject(s, "confidence", 0.95);
+  cJSON_AddStringToObject(s, "test", "tango-score-paired-noninferiority");
+  cJSON_AddStringToObject(s, "alternative", "drop > margin");
+  cJSON_AddNumberToObject(s, "alpha", t->alpha);
+  cJSON_AddNumberToObject(s, "margin", t->margin);
+  cJSON_AddNumberToObject(s, "pairs", (double)n);
+  cJSON_AddNumberToObject(s, "power", CP_STATS_POWER);
+  if (isnan(drop)) cJSON_AddNullToObject(s, "detectable_drop");
+  else cJSON_AddNumberToObject(s, "detectable_drop", round(drop * 1e6) / 1e6);
+  return s;
+}
+
+static void ppl_settings(cJSON *probes, const cp_verify_result *r, const cp_ppl_corpus *corpus) {
+  cJSON *p = cJSON_AddObjectToObject(probes, "ppl");
+  const char *slash = strrchr(corpus->path, '/');
+  cJSON_AddStringToObject(p, "corpus", slash ? slash + 1 : corpus->path);
+  cJSON_AddStringToObject(p, "corpus_sha256", corpus->sha256);
+  cJSON_AddStringToObject(p, "delimiter", corpus->delimiter);
+  cJSON_AddNumberToObject(p, "documents", (double)corpus->n_docs);
+  cJSON_AddNumberToObject(p, "tokens", (double)corpus->n_ids);
+  cJSON_AddNumberToObject(p, "windows", r->ppl_windows);
+  cJSON_AddNumberToObject(p, "buckets", r->ppl_buckets);
+}
+
+static void thresholds(cJSON *c, const cp_verify_result *r, const cp_verify_thresholds *t) {
+  cJSON *th = cJSON_AddObjectToObject(c, "thresholds");
+  if (t->min_accuracy >= 0) cJSON_AddNumberToObject(th, "min_accuracy", t->min_accuracy);
+  else cJSON_AddNullToObject(th, "min_accuracy");
+  cJSON *nr = cJSON_AddArrayToObject(th, "no_regression_at");
+  for (int i = 0; i < t->n_no_regression; i++) cJSON_AddItemToArray(nr, cJSON_CreateNumber((double)t->no_regression_at[i]));
+  cJSON_AddNumberToObject(th, "margin", t->margin);
+  cJSON_AddNumberToObject(th, "alpha", t->alpha);
+  if (r->has_ppl) cJSON_AddNumberToObject(th, "ppl_margin", t->ppl_margin);
+  if (t->ppl_flat >= 0) {
+    cJSON_AddNumberToObject(th, "ppl_flat", t->ppl_flat);
+    cJSON_AddNumberToObject(th, "flat_train_len", (double)t->flat_train_len);
+  }
 }
 
 int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_result *r,
@@ -116,19 +204,17 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   cJSON_AddNumberToObject(probes, "samples", r->samples);
   cJSON_AddNumberToObject(probes, "seed", (double)info->seed);
   cJSON_AddNumberToObject(probes, "max_new_tokens", info->max_new_tokens);
+  if (r->has_ppl) ppl_settings(probes, r, &r->corpus);
 
   cJSON *results = cJSON_AddObjectToObject(c, "results");
   cJSON_AddItemToObject(results, "patched", side_results(r, CP_SIDE_PATCHED));
   if (r->has_baseline) cJSON_AddItemToObject(results, "baseline", side_results(r, CP_SIDE_BASELINE));
-
-  cJSON *th = cJSON_AddObjectToObject(c, "thresholds");
-  if (t->min_accuracy >= 0) cJSON_AddNumberToObject(th, "min_accuracy", t->min_accuracy);
-  else cJSON_AddNullToObject(th, "min_accuracy");
-  cJSON *nr = cJSON_AddArrayToObject(th, "no_regression_at");
-  for (int i = 0; i < t->n_no_regression; i++) cJSON_AddItemToArray(nr, cJSON_CreateNumber((double)t->no_regression_at[i]));
+  if (r->has_baseline && r->n_probes > 0) cJSON_AddItemToObject(results, "comparison", comparison(r, t));
+  cJSON_AddItemToObject(c, "statistics", statistics(r, t));
+  thresholds(c, r, t);
 
   cJSON *verdict = cJSON_AddObjectToObject(c, "verdict");
-  cJSON_AddStringToObject(verdict, "result", pass ? "pass" : "fail");
+  cJSON_AddStringToObject(verdict, "result", !cp_verify_has_criterion(t) ? "none" : pass ? "pass" : "fail");
   cJSON *why = cJSON_AddArrayToObject(verdict, "reasons");
   for (int i = 0; i < n_reasons; i++) cJSON_AddItemToArray(why, cJSON_CreateString(reasons[i]));
 

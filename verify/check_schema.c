@@ -84,7 +84,16 @@ static void probes_block(sv *s, const cJSON *c, int *n_lengths, int *n_depths, d
     cp_probe_kind k;
     if (!cJSON_IsString(v) || cp_probe_from_name(&k, v->valuestring) < 0) bad(s, "probes.names[]", "not a known probe");
   }
-  if (names && cJSON_GetArraySize(names) == 0) bad(s, "probes.names", "empty");
+  const cJSON *ppl = cJSON_GetObjectItemCaseSensitive(p, "ppl");
+  if (names && cJSON_GetArraySize(names) == 0 && !ppl) bad(s, "probes.names", "empty (and no ppl probe)");
+  if (ppl) {
+    need(s, ppl, "probes.ppl", "corpus", cJSON_String);
+    const cJSON *h = need(s, ppl, "probes.ppl", "corpus_sha256", cJSON_String);
+    if (h && !is_sha256(h->valuestring)) bad(s, "probes.ppl.corpus_sha256", "expected 64 lowercase hex digits");
+    need(s, ppl, "probes.ppl", "delimiter", cJSON_String);
+    need_int(s, ppl, "probes.ppl", "windows", 1, 10000);
+    need_int(s, ppl, "probes.ppl", "buckets", 1, 1024);
+  }
   const cJSON *lengths = need(s, p, "probes", "lengths", cJSON_Array), *depths = need(s, p, "probes", "depths", cJSON_Array);
   cJSON_ArrayForEach(v, lengths) if (!is_int_in(v, 1, 1 << 20)) bad(s, "probes.lengths[]", "expected an integer in [1, 2^20]");
   cJSON_ArrayForEach(v, depths) if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1))
@@ -123,6 +132,11 @@ static void side_block(sv *s, const cJSON *side, const char *name, const cJSON *
       if (by && cJSON_GetArraySize(by) != n_depths) bad(s, path, "correct_by_depth needs one count per depth");
       else if (acc && samples > 0 && acc->valuedouble != ok / (samples * n_depths))
         bad(s, path, "accuracy is not correct_by_depth / (samples x depths)");
+      const cJSON *ci = cJSON_GetObjectItemCaseSensitive(cell, "accuracy_ci95"); /* absent before statistics */
+      if (ci && !(cJSON_GetArraySize(ci) == 2 && cJSON_IsNumber(ci->child) && cJSON_IsNumber(ci->child->next) &&
+                  ci->child->valuedouble >= 0 && ci->child->next->valuedouble <= 1 && acc &&
+                  ci->child->valuedouble <= acc->valuedouble && acc->valuedouble <= ci->child->next->valuedouble))
+        bad(s, path, "accuracy_ci95 is not [lo, hi] within [0, 1] around the accuracy");
     }
   }
 }
@@ -146,9 +160,21 @@ static void tail_blocks(sv *s, const cJSON *c) {
   const cJSON *verdict = need(s, c, "", "verdict", cJSON_Object);
   if (verdict) {
     const cJSON *r = need(s, verdict, "verdict", "result", cJSON_String), *why = need(s, verdict, "verdict", "reasons", cJSON_Array);
-    if (r && strcmp(r->valuestring, "pass") && strcmp(r->valuestring, "fail")) bad(s, "verdict.result", "not 'pass' or 'fail'");
+    if (r && strcmp(r->valuestring, "pass") && strcmp(r->valuestring, "fail") && strcmp(r->valuestring, "none"))
+      bad(s, "verdict.result", "not 'pass', 'fail' or 'none'");
     cJSON_ArrayForEach(v, why) if (!cJSON_IsString(v)) bad(s, "verdict.reasons[]", "expected a string");
     if (r && why && !strcmp(r->valuestring, "pass") && cJSON_GetArraySize(why) > 0) bad(s, "verdict", "a pass with reasons");
+  }
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "statistics"); /* absent before statistics */
+  if (st && !cJSON_IsObject(st)) bad(s, "statistics", "expected an object");
+  else if (st) {
+    need(s, st, "statistics", "interval", cJSON_String);
+    need(s, st, "statistics", "test", cJSON_String);
+    const cJSON *m = need(s, st, "statistics", "margin", cJSON_Number), *a = need(s, st, "statistics", "alpha", cJSON_Number);
+    if (m && !(m->valuedouble >= 0 && m->valuedouble < 1)) bad(s, "statistics.margin", "not in [0, 1)");
+    if (a && !(a->valuedouble > 0 && a->valuedouble < 1)) bad(s, "statistics.alpha", "not in (0, 1)");
+    need_int(s, st, "statistics", "pairs", 1, 1e12);
+    need(s, st, "statistics", "detectable_drop", cJSON_Number | cJSON_NULL);
   }
   const cJSON *run = need(s, c, "", "run", cJSON_Object);
   if (run) {

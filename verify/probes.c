@@ -10,6 +10,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/strbuf.h"
 #include "ctxpatch/verify/verify.h"
+#include "verify/splitmix.h"
 
 #define ANSWER_ROOM 8
 
@@ -70,13 +71,7 @@ int cp_probe_from_name(cp_probe_kind *out, const char *name) {
   return cp_error_set(CP_EVERIFY_PROBE, "unknown probe '%s' (known: passkey, lines, needle, multikey)", name);
 }
 
-/* splitmix64: small, fast, and the same on every platform */
-static uint64_t next_u64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+#define next_u64 cp_splitmix64_next
 static int64_t rand_between(uint64_t *s, int64_t lo, int64_t hi) { /* inclusive */
   return lo + (int64_t)(next_u64(s) % (uint64_t)(hi - lo + 1));
 }

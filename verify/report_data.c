@@ -220,7 +220,8 @@ static int parse_probes(report_data *d, const cJSON *c) {
   const cJSON *lengths = cJSON_GetObjectItemCaseSensitive(probes, "lengths");
   const cJSON *depths = cJSON_GetObjectItemCaseSensitive(probes, "depths");
   const cJSON *samples = cJSON_GetObjectItemCaseSensitive(probes, "samples");
-  if (!cJSON_IsArray(names) || cJSON_GetArraySize(names) < 1)
+  /* a ppl-only certificate has no retrieval probe */
+  if (!cJSON_IsArray(names) || (cJSON_GetArraySize(names) < 1 && !cJSON_GetObjectItemCaseSensitive(probes, "ppl")))
     return bad_key("probes.names", "missing or not a non-empty array");
   if (!cJSON_IsArray(lengths) || cJSON_GetArraySize(lengths) < 1)
     return bad_key("probes.lengths", "missing or not a non-empty array");
@@ -234,7 +235,7 @@ static int parse_probes(report_data *d, const cJSON *c) {
   d->n_lengths = cJSON_GetArraySize(lengths);
   d->n_depths = cJSON_GetArraySize(depths);
   d->samples = samples->valuedouble;
-  d->probe_names = calloc((size_t)d->n_probes, sizeof *d->probe_names);
+  d->probe_names = calloc((size_t)d->n_probes + 1, sizeof *d->probe_names);
   if (!d->probe_names) return cp_error_set(CP_ENOMEM, "certificate: out of memory");
   if ((rc = alloc_doubles(&d->lengths, (size_t)d->n_lengths)) < 0) return rc;
   if ((rc = alloc_doubles(&d->depths, (size_t)d->n_depths)) < 0) return rc;
@@ -283,7 +284,7 @@ static int parse_results(report_data *d, const cJSON *c) {
     }
     if (!cJSON_IsObject(side)) return bad_key(key, "expected an object");
     if (s == 1) d->has_baseline = true;
-    d->side[s] = calloc((size_t)d->n_probes, sizeof *d->side[s]);
+    d->side[s] = calloc((size_t)d->n_probes + 1, sizeof *d->side[s]);
     if (!d->side[s]) return cp_error_set(CP_ENOMEM, "certificate: out of memory");
     for (int p = 0; p < d->n_probes; p++) {
       const cJSON *arr = cJSON_GetObjectItemCaseSensitive(side, d->probe_names[p]);

@@ -207,6 +207,24 @@ static void put_settings(cp_strbuf *b, const cJSON *c, const report_data *d) {
   cp_strbuf_str(b, "</section>\n</div>\n");
 }
 
+/* " [lo, hi]" of results.<side>.<probe>[l].accuracy_ci95, when the certificate has it. */
+static void put_ci(cp_strbuf *b, const cJSON *c, const char *side, const char *probe, int l) {
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), side);
+  const cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, probe), l);
+  const cJSON *ci = cJSON_GetObjectItemCaseSensitive(e, "accuracy_ci95");
+  if (cJSON_GetArraySize(ci) == 2 && cJSON_IsNumber(ci->child) && cJSON_IsNumber(ci->child->next))
+    cp_strbuf_printf(b, " <span class=\"note\">[%.2f, %.2f]</span>", ci->child->valuedouble, ci->child->next->valuedouble);
+}
+
+/* The paired test's p-value cell of results.comparison.<probe>[l] ("&ndash;" without one). */
+static void put_p(cp_strbuf *b, const cJSON *c, const char *probe, int l) {
+  const cJSON *cmp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), "comparison");
+  const cJSON *pv = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cmp, probe), l),
+                                                     "p_value");
+  if (cJSON_IsNumber(pv)) cp_strbuf_printf(b, "<td class=\"n\">%.2g</td>", pv->valuedouble);
+  else cp_strbuf_str(b, "<td class=\"n\">&ndash;</td>");
+}
+
 static void put_probe(cp_strbuf *b, const cJSON *c, const report_data *d, int p) {
   const side_probe *pat = &d->side[0][p];
   const side_probe *base = d->has_baseline && d->side[1][p].present ? &d->side[1][p] : NULL;
@@ -226,22 +244,28 @@ static void put_probe(cp_strbuf *b, const cJSON *c, const report_data *d, int p)
                  {"baseline", C_BASELINE, true, d->n_lengths, d->lengths, base ? base->acc : NULL}};
   chart_opts o = {"Accuracy against length", "Accuracy against length", "accuracy", "%.2f", 0, 1, 4,
                   cJSON_IsNumber(ma) ? ma->valuedouble : NAN, "min accuracy",
-                  cJSON_IsNumber(tl) ? tl->valuedouble : NAN};
+                  cJSON_IsNumber(tl) ? tl->valuedouble : NAN, NULL};
   cp_strbuf_str(b, "<div class=\"grid\"><div>");
   report_svg_chart(b, "chart accuracy", &o, s, base ? 2 : 1);
-  cp_strbuf_str(b, "</div><div><table class=\"acc\"><tr><th>length</th><th class=\"n\">patched</th>");
-  if (base) cp_strbuf_str(b, "<th class=\"n\">baseline</th><th class=\"n\">&Delta;</th>");
+  cp_strbuf_str(b, "</div><div><table class=\"acc\"><tr><th>length</th><th class=\"n\">patched [95% CI]</th>");
+  if (base) cp_strbuf_str(b, "<th class=\"n\">baseline [95% CI]</th><th class=\"n\">&Delta;</th><th class=\"n\">p</th>");
   cp_strbuf_str(b, "</tr>");
   for (int l = 0; l < d->n_lengths; l++) {
     char a[48];
     fmt_num(a, d->lengths[l]);
     cp_strbuf_printf(b, "<tr><td>%s</td>", a);
     if (isnan(pat->acc[l])) cp_strbuf_str(b, "<td class=\"n\">&ndash;</td>");
-    else cp_strbuf_printf(b, "<td class=\"n\">%.3f</td>", pat->acc[l]);
+    else {
+      cp_strbuf_printf(b, "<td class=\"n\">%.3f", pat->acc[l]);
+      put_ci(b, c, "patched", d->probe_names[p], l);
+      cp_strbuf_str(b, "</td>");
+    }
     if (base) {
       if (isnan(base->acc[l])) cp_strbuf_str(b, "<td class=\"n\">&ndash;</td><td class=\"n\">&ndash;</td>");
       else {
-        cp_strbuf_printf(b, "<td class=\"n\">%.3f</td>", base->acc[l]);
+        cp_strbuf_printf(b, "<td class=\"n\">%.3f", base->acc[l]);
+        put_ci(b, c, "baseline", d->probe_names[p], l);
+        cp_strbuf_str(b, "</td>");
         double delta = pat->acc[l] - base->acc[l];
         if (isnan(delta)) cp_strbuf_str(b, "<td class=\"n\">&ndash;</td>");
         else {
@@ -253,6 +277,7 @@ static void put_probe(cp_strbuf *b, const cJSON *c, const report_data *d, int p)
         }
       }
     }
+    if (base) put_p(b, c, d->probe_names[p], l);
     cp_strbuf_str(b, "</tr>");
   }
   cp_strbuf_str(b, "</table></div></div>\n</section>\n");
@@ -284,8 +309,8 @@ static void put_attention(cp_strbuf *b, const cJSON *c, const report_data *d) {
   if (etop < 1) etop = 1;
   int eticks = etop <= 8 ? (int)etop : 4;
 #define PMAX_SVG "P<tspan font-size=\"75%\" dy=\"3\">max</tspan><tspan dy=\"-3\"> </tspan>"
-  chart_opts op = {"P_max against length", PMAX_SVG "against length", "mean " PMAX_SVG, "%.2f", 0, 1, 4, NAN, "", vline};
-  chart_opts oe = {"Entropy against length", "Entropy against length", "mean entropy (nats)", "%.1f", 0, etop, eticks, NAN, "", vline};
+  chart_opts op = {"P_max against length", PMAX_SVG "against length", "mean " PMAX_SVG, "%.2f", 0, 1, 4, NAN, "", vline, NULL};
+  chart_opts oe = {"Entropy against length", "Entropy against length", "mean entropy (nats)", "%.1f", 0, etop, eticks, NAN, "", vline, NULL};
   report_svg_chart(b, "chart pmax", &op, sp, n);
   cp_strbuf_str(b, "</div><div>");
   report_svg_chart(b, "chart entropy", &oe, se, n);
@@ -340,6 +365,42 @@ static void put_footer(cp_strbuf *b, const cJSON *c) {
   cp_strbuf_str(b, "</footer>\n</body>\n</html>\n");
 }
 
+/* The ppl probe: NLL against position for every length, patched solid and baseline dashed (the
+ * LM-Infinite paper's figure), read defensively from results.<side>.ppl. */
+#define PPL_MAX_SERIES 16
+static void put_ppl(cp_strbuf *b, const cJSON *c) {
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "results");
+  series s[PPL_MAX_SERIES];
+  double xs[PPL_MAX_SERIES][64], ys[PPL_MAX_SERIES][64], lo = INFINITY, hi = -INFINITY;
+  char labels[PPL_MAX_SERIES][48];
+  int n = 0;
+  for (int side = 0; side < 2; side++) {
+    const cJSON *e, *arr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, REPORT_SIDE_NAME[side]), "ppl");
+    cJSON_ArrayForEach(e, arr) {
+      const cJSON *len = cJSON_GetObjectItemCaseSensitive(e, "length"), *by = cJSON_GetObjectItemCaseSensitive(e, "nll_by_bucket");
+      int nb = cJSON_GetArraySize(by), k = 0;
+      if (n == PPL_MAX_SERIES || !cJSON_IsNumber(len) || !(len->valuedouble >= 1) || nb < 1 || nb > 64) continue;
+      const cJSON *v;
+      cJSON_ArrayForEach(v, by) {
+        xs[n][k] = (k + 0.5) * len->valuedouble / nb;
+        ys[n][k] = cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
+        if (!isnan(ys[n][k])) lo = fmin(lo, ys[n][k]), hi = fmax(hi, ys[n][k]);
+        k++;
+      }
+      snprintf(labels[n], sizeof labels[n], "%s %.0f", REPORT_SIDE_NAME[side], len->valuedouble);
+      s[n] = (series){labels[n], side ? C_BASELINE : C_PATCHED, side == 1, nb, xs[n], ys[n]};
+      n++;
+    }
+  }
+  if (n == 0 || !(lo <= hi)) return;
+  double pad = fmax(0.05, (hi - lo) * 0.1);
+  chart_opts o = {"NLL against position", "NLL against position", "NLL (nats per token)", "%.2f", floor((lo - pad) * 10) / 10,
+                  ceil((hi + pad) * 10) / 10, 4, NAN, "", NAN, "position in the window (tokens, log2 scale)"};
+  cp_strbuf_str(b, "<section class=\"card probe\"><h2>Probe: ppl</h2>\n");
+  report_svg_chart(b, "chart ppl", &o, s, n);
+  cp_strbuf_str(b, "</section>\n");
+}
+
 int cp_report_html(char **out, const cJSON *certificate) {
   *out = NULL;
   report_data d = {0};
@@ -351,6 +412,7 @@ int cp_report_html(char **out, const cJSON *certificate) {
   put_settings(&b, certificate, &d);
   report_svg_scale(&b);
   for (int p = 0; p < d.n_probes; p++) put_probe(&b, certificate, &d, p);
+  put_ppl(&b, certificate);
   put_attention(&b, certificate, &d);
   put_files(&b, certificate);
   put_footer(&b, certificate);

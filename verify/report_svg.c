@@ -210,8 +210,8 @@ static void chart_axes(cp_strbuf *b, const frame *f, const series *s, int n_seri
   }
   free(ticks);
   cp_strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" fill=\"#6b7280\" text-anchor=\"middle\">"
-               "prompt length (tokens, log2 scale)</text>",
-            CH_L + pw / 2, CH_H - 6);
+               "%s</text>",
+            CH_L + pw / 2, CH_H - 6, f->o->x_label_svg ? f->o->x_label_svg : "prompt length (tokens, log2 scale)");
 }
 
 /* The training length (vertical) and the threshold (horizontal), when inside the plot. */

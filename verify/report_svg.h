@@ -28,6 +28,7 @@ typedef struct {
   double hline;      /* NaN = none (e.g. the min_accuracy threshold) */
   const char *hline_label;
   double vline;      /* NaN = none (the training length) */
+  const char *x_label_svg; /* NULL: "prompt length (tokens, log2 scale)"; else a constant of this file */
 } chart_opts;
 
 /* Text or attribute content (NULL: nothing): markup characters become entities, control

@@ -1,5 +1,6 @@
 /* The probe grid: every probe x length x depth x sample, patched and (optionally) baseline. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,19 +8,31 @@
 #include <unistd.h>
 
 #include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/engine/profile.h"
+#include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 
 void cp_verify_params_init(cp_verify_params *p) {
   memset(p, 0, sizeof *p);
   p->samples = 1;
   p->max_new_tokens = 10;
+  p->ppl_windows = 4;
+  p->ppl_buckets = 8;
 }
 
 void cp_verify_thresholds_init(cp_verify_thresholds *t) {
   memset(t, 0, sizeof *t);
   t->min_accuracy = -1;
+  t->margin = CP_STATS_MARGIN;
+  t->alpha = CP_STATS_ALPHA;
+  t->ppl_margin = 0.05;
+  t->ppl_flat = -1;
+}
+
+bool cp_verify_has_criterion(const cp_verify_thresholds *t) {
+  return t->min_accuracy >= 0 || t->n_no_regression > 0 || t->ppl_flat >= 0;
 }
 
 void cp_verify_result_free(cp_verify_result *r) {
@@ -29,6 +42,9 @@ void cp_verify_result_free(cp_verify_result *r) {
   free(r->depths);
   for (int s = 0; s < 2; s++) {
     free(r->correct[s]);
+    free(r->only[s]);
+    free(r->ppl_nll[s]);
+    free(r->ppl_mean[s]);
     free(r->pmax[s]);
     free(r->entropy[s]);
   }
@@ -44,11 +60,28 @@ double cp_verify_accuracy(const cp_verify_result *r, cp_verify_side side, int pr
   return (double)r->correct[side][cell(r, probe, length, depth)] / r->samples;
 }
 
+int64_t cp_verify_correct_at(const cp_verify_result *r, cp_verify_side side, int probe, int length) {
+  int64_t ok = 0;
+  for (int d = 0; r->correct[side] && d < r->n_depths; d++) ok += r->correct[side][cell(r, probe, length, d)];
+  return ok;
+}
+
+int64_t cp_verify_prompts_at(const cp_verify_result *r) { return (int64_t)r->samples * r->n_depths; }
+
 double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int probe, int length) {
   if (!r->correct[side]) return NAN;
-  long ok = 0;
-  for (int d = 0; d < r->n_depths; d++) ok += r->correct[side][cell(r, probe, length, d)];
-  return (double)ok / ((double)r->samples * r->n_depths);
+  return (double)cp_verify_correct_at(r, side, probe, length) / (double)cp_verify_prompts_at(r);
+}
+
+double cp_verify_pair_test(const cp_verify_result *r, int probe, int length, double margin, int64_t *lost,
+                           int64_t *gained) {
+  *lost = *gained = 0;
+  if (!r->only[CP_SIDE_BASELINE]) return NAN;
+  for (int d = 0; d < r->n_depths; d++) {
+    *lost += r->only[CP_SIDE_BASELINE][cell(r, probe, length, d)];
+    *gained += r->only[CP_SIDE_PATCHED][cell(r, probe, length, d)];
+  }
+  return cp_tango_p_value(cp_verify_prompts_at(r), *lost, *gained, margin);
 }
 
 /* One seed per sample, independent of the order cells are visited in. */
@@ -77,16 +110,25 @@ static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   r->n_depths = p->n_depths;
   r->samples = p->samples;
   r->has_baseline = p->baseline;
+  r->has_ppl = p->corpus_path != NULL;
+  r->ppl_windows = p->ppl_windows;
+  r->ppl_buckets = p->ppl_buckets;
   size_t cells = (size_t)p->n_probes * (size_t)p->n_lengths * (size_t)p->n_depths;
-  r->probes = malloc((size_t)p->n_probes * sizeof *r->probes);
+  r->probes = malloc((size_t)(p->n_probes ? p->n_probes : 1) * sizeof *r->probes);
   r->lengths = malloc((size_t)p->n_lengths * sizeof *r->lengths);
   r->depths = malloc((size_t)p->n_depths * sizeof *r->depths);
   bool ok = r->probes && r->lengths && r->depths;
   for (int s = 0; s < (p->baseline ? 2 : 1) && ok; s++) {
-    r->correct[s] = calloc(cells, sizeof *r->correct[s]);
+    r->correct[s] = calloc(cells ? cells : 1, sizeof *r->correct[s]);
     r->pmax[s] = malloc((size_t)p->n_lengths * sizeof *r->pmax[s]);
     r->entropy[s] = malloc((size_t)p->n_lengths * sizeof *r->entropy[s]);
     ok = r->correct[s] && r->pmax[s] && r->entropy[s];
+    if (ok && p->baseline) ok = (r->only[s] = calloc(cells ? cells : 1, sizeof *r->only[s])) != NULL;
+    if (ok && p->corpus_path) {
+      r->ppl_nll[s] = calloc((size_t)p->n_lengths * (size_t)p->ppl_buckets, sizeof *r->ppl_nll[s]);
+      r->ppl_mean[s] = calloc((size_t)p->n_lengths, sizeof *r->ppl_mean[s]);
+      ok = r->ppl_nll[s] && r->ppl_mean[s];
+    }
     for (int l = 0; ok && l < p->n_lengths; l++) r->pmax[s][l] = r->entropy[s][l] = NAN;
   }
   if (!ok) {
@@ -107,7 +149,7 @@ static int measure_stats(cp_verify_result *r, const cp_model *model, const cp_to
   cp_attn_kind kind = model->family == CP_FAMILY_T5 ? CP_ATTN_ENCODER_SELF : CP_ATTN_DECODER_SELF;
   for (int l = 0; l < r->n_lengths; l++) {
     cp_probe_sample s;
-    int rc = cp_probe_make(&s, tok, r->probes[0], r->lengths[l], 0.5, sample_seed(p->seed, 0, r->lengths[l], -1, 0));
+    int rc = cp_probe_make(&s, tok, r->n_probes ? r->probes[0] : CP_PROBE_PASSKEY, r->lengths[l], 0.5, sample_seed(p->seed, 0, r->lengths[l], -1, 0));
     if (rc < 0) return rc;
     cp_profile_params pp;
     cp_profile_params_init(&pp);
@@ -146,7 +188,9 @@ static uint64_t memory_limit(void) {
 /* Refuses a length whose estimated footprint passes the memory limit before anything is
  * allocated: an outsized --lengths otherwise allocates until the kernel kills the process. */
 static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
-  uint64_t per = bytes_per_token(model) * (p->baseline ? 2 : 1), limit = memory_limit();
+  /* the ppl probe keeps the logits of every position */
+  uint64_t logits = p->corpus_path ? (uint64_t)model->vocab * sizeof(float) : 0;
+  uint64_t per = (bytes_per_token(model) + logits) * (p->baseline ? 2 : 1), limit = memory_limit();
   for (int l = 0; l < p->n_lengths; l++) {
     uint64_t len = (uint64_t)p->lengths[l] + (uint64_t)p->max_new_tokens;
     if (per && len > limit / per)
@@ -159,18 +203,102 @@ static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
   return 0;
 }
 
+/* One prompt on every side; counts the correct answers and, with a baseline, the discordant pairs. */
+static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_tokenizer *tok,
+                      const cp_verify_params *p, int pi, int l, int d, int k, int64_t *gen, int64_t *done_count) {
+  cp_probe_sample sample;
+  int rc = cp_probe_make(&sample, tok, p->probes[pi], p->lengths[l], p->depths[d],
+                         sample_seed(p->seed, (int)p->probes[pi], p->lengths[l], d, k));
+  if (rc < 0) return rc;
+  int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + (p->corpus_path ? p->ppl_windows : 0)) *
+                  p->n_lengths * sides;
+  bool ok[2] = {false, false};
+  for (int s = 0; s < sides && rc == 0; s++) {
+    int64_t n_gen = 0;
+    char *text = NULL;
+    size_t len = 0;
+    /* T5: the prompt is the encoder input and the decoder starts from its start token;
+     * decoder-only: the prompt is continued. */
+    rc = cp_engine_generate(engines[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids, NULL, 0,
+                            p->max_new_tokens, true);
+    if (rc == 0) rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)gen, (size_t)n_gen, true);
+    if (rc == 0) ok[s] = cp_probe_correct(p->probes[pi], text, sample.answer);
+    free(text);
+    r->tokens += (int64_t)sample.n_ids + n_gen;
+    if (rc == 0 && p->progress) p->progress(p->progress_ctx, ++*done_count, total);
+  }
+  size_t c = cell(r, pi, l, d);
+  for (int s = 0; s < sides && rc == 0; s++) {
+    r->correct[s][c] += ok[s];
+    if (sides == 2) r->only[s][c] += ok[s] && !ok[1 - s];
+  }
+  cp_probe_sample_free(&sample);
+  return rc;
+}
+
+/* The ppl probe: every window at every length through every side, NLL by position bucket. */
+static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_model *model,
+                   const cp_verify_params *p, int64_t *done_count) {
+  if (model->family == CP_FAMILY_T5)
+    return cp_error_set(CP_EVERIFY_PROBE, "ppl: the model is T5 (encoder-decoder); the ppl probe scores a "
+                                          "decoder-only language model");
+  int64_t longest = 0, total = ((int64_t)p->n_probes * p->n_depths * p->samples + p->ppl_windows) * p->n_lengths * sides;
+  for (int l = 0; l < p->n_lengths; l++) longest = p->lengths[l] > longest ? p->lengths[l] : longest;
+  size_t n_logits, nb = (size_t)p->ppl_buckets;
+  if (!cp_size_mul(&n_logits, (size_t)longest, (size_t)model->vocab))
+    return cp_error_set(CP_EOVERFLOW, "ppl: %lld positions x %d logits overflow", (long long)longest, model->vocab);
+  float *logits = malloc(n_logits * sizeof *logits);
+  double *sum = calloc(nb, sizeof *sum);
+  int64_t *count = calloc(nb, sizeof *count);
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(logits && sum && count, "ppl logits");
+  for (int l = 0; l < p->n_lengths; l++)
+    for (int s = 0; s < sides; s++) {
+      memset(sum, 0, nb * sizeof *sum);
+      memset(count, 0, nb * sizeof *count);
+      for (int w = 0; w < p->ppl_windows; w++) {
+        int64_t start = 0;
+        if ((rc = cp_ppl_window_start(&start, &r->corpus, p->lengths[l], w, p->seed)) < 0) goto done;
+        const int64_t *ids = r->corpus.ids + start;
+        if ((rc = cp_engine_forward(engines[s], logits, ids, p->lengths[l], NULL, 0)) < 0) goto done;
+        cp_ppl_score(sum, count, logits, ids, p->lengths[l], model->vocab, p->ppl_buckets);
+        r->tokens += p->lengths[l];
+        if (p->progress) p->progress(p->progress_ctx, ++*done_count, total);
+      }
+      double all = 0;
+      int64_t n = 0;
+      for (size_t b = 0; b < nb; b++) {
+        r->ppl_nll[s][(size_t)l * nb + b] = count[b] ? sum[b] / (double)count[b] : NAN;
+        all += sum[b];
+        n += count[b];
+      }
+      r->ppl_mean[s][l] = all / (double)n;
+    }
+done:
+  free(logits);
+  free(sum);
+  free(count);
+  return rc;
+}
+
 int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokenizer *tok, const cp_rule *rule,
                   const cp_verify_params *params) {
   *out = NULL;
   const cp_verify_params *p = params;
-  if (p->n_probes <= 0 || p->n_lengths <= 0 || p->n_depths <= 0 || p->samples <= 0 || p->max_new_tokens <= 0)
+  if ((p->n_probes <= 0 && !p->corpus_path) || p->n_probes < 0 || p->n_lengths <= 0 || p->n_depths <= 0 ||
+      p->samples <= 0 || p->max_new_tokens <= 0)
     return cp_error_set(CP_EARG, "verify needs at least one probe, length, depth and sample");
+  if (p->corpus_path && (p->ppl_windows <= 0 || p->ppl_buckets <= 0))
+    return cp_error_set(CP_EARG, "ppl needs at least one window and one bucket");
+  for (int l = 0; p->corpus_path && l < p->n_lengths; l++)
+    if (p->lengths[l] < p->ppl_buckets + 1)
+      return cp_error_set(CP_EVERIFY_LENGTH, "ppl: length %lld is shorter than its %d buckets", (long long)p->lengths[l],
+                          p->ppl_buckets);
   int rc = check_lengths_fit(model, p);
   if (rc < 0) return rc;
   cp_verify_result *r = NULL;
   cp_engine *engines[2] = {NULL, NULL};
   int64_t *gen = NULL;
-  char *text = NULL;
   rc = alloc_result(&r, p);
   if (rc < 0) return rc;
   double t0 = now_seconds();
@@ -182,39 +310,15 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   for (int s = 0; s < sides && rc == 0; s++)
     rc = cp_engine_create(&engines[s], side_model[s], s == 0 ? rule : NULL, &ep);
   if (rc < 0) goto done;
-  if (!(gen = malloc((size_t)p->max_new_tokens * sizeof *gen))) {
-    rc = cp_error_set(CP_ENOMEM, "out of memory");
-    goto done;
-  }
-  int64_t total = (int64_t)p->n_probes * p->n_lengths * p->n_depths * p->samples * sides, done_count = 0;
+  CP_CHECK_ALLOC_GOTO(gen = malloc((size_t)p->max_new_tokens * sizeof *gen), "verify");
+  int64_t done_count = 0;
   for (int pi = 0; pi < p->n_probes; pi++)
     for (int l = 0; l < p->n_lengths; l++)
       for (int d = 0; d < p->n_depths; d++)
-        for (int k = 0; k < p->samples; k++) {
-          cp_probe_sample sample;
-          rc = cp_probe_make(&sample, tok, p->probes[pi], p->lengths[l], p->depths[d],
-                             sample_seed(p->seed, (int)p->probes[pi], p->lengths[l], d, k));
-          if (rc < 0) goto done;
-          for (int s = 0; s < sides; s++) {
-            int64_t n_gen = 0;
-            /* T5: the prompt is the encoder input and the decoder starts from its start token;
-             * decoder-only: the prompt is continued. */
-            rc = cp_engine_generate(engines[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids, NULL, 0,
-                                    p->max_new_tokens, true);
-            size_t len = 0;
-            if (rc == 0) rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)gen, (size_t)n_gen, true);
-            if (rc < 0) {
-              cp_probe_sample_free(&sample);
-              goto done;
-            }
-            if (cp_probe_correct(p->probes[pi], text, sample.answer)) r->correct[s][cell(r, pi, l, d)]++;
-            free(text);
-            text = NULL;
-            r->tokens += (int64_t)sample.n_ids + n_gen;
-            if (p->progress) p->progress(p->progress_ctx, ++done_count, total);
-          }
-          cp_probe_sample_free(&sample);
-        }
+        for (int k = 0; k < p->samples; k++)
+          if ((rc = run_sample(r, engines, sides, tok, p, pi, l, d, k, gen, &done_count)) < 0) goto done;
+  if (p->corpus_path && (rc = cp_ppl_corpus_load(&r->corpus, p->corpus_path, p->corpus_delimiter, tok)) < 0) goto done;
+  if (p->corpus_path && (rc = run_ppl(r, engines, sides, model, p, &done_count)) < 0) goto done;
   if (p->stats)
     for (int s = 0; s < sides && rc == 0; s++)
       rc = measure_stats(r, side_model[s], tok, s == 0 ? rule : NULL, (cp_verify_side)s, p);
@@ -222,7 +326,6 @@ done:
   r->seconds = now_seconds() - t0;
   for (int s = 0; s < 2; s++) cp_engine_free(engines[s]);
   free(gen);
-  free(text);
   if (rc < 0) {
     cp_verify_result_free(r);
     return rc;
@@ -231,9 +334,13 @@ done:
   return 0;
 }
 
-static int add_reason(char ***reasons, int *n, const char *fmt, double a, double b, const char *probe, long long len) {
-  char buf[256];
-  snprintf(buf, sizeof buf, fmt, probe, len, a, b);
+static int add_reason(char ***reasons, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int add_reason(char ***reasons, int *n, const char *fmt, ...) {
+  char buf[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
   char **grown = realloc(*reasons, (size_t)(*n + 1) * sizeof **reasons);
   if (!grown) return cp_error_set(CP_ENOMEM, "out of memory");
   *reasons = grown;
@@ -242,35 +349,83 @@ static int add_reason(char ***reasons, int *n, const char *fmt, double a, double
   return 0;
 }
 
+/* Index of `len` in r->lengths, or -1. */
+static int length_index(const cp_verify_result *r, int64_t len) {
+  for (int l = 0; l < r->n_lengths; l++)
+    if (r->lengths[l] == len) return l;
+  return -1;
+}
+
+/* Refuses thresholds that cannot be judged on this result. */
+static int judgeable(const cp_verify_result *r, const cp_verify_thresholds *t) {
+  if (t->n_no_regression > 0 && !r->has_baseline)
+    return cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
+  for (int i = 0; i < t->n_no_regression; i++)
+    if (length_index(r, t->no_regression_at[i]) < 0)
+      return cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at %lld: that length is not in --lengths",
+                          (long long)t->no_regression_at[i]);
+  if (!(t->margin >= 0 && t->margin < 1) || !(t->alpha > 0 && t->alpha < 1))
+    return cp_error_set(CP_EVERIFY_THRESHOLD, "margin %g / alpha %g: expected margin in [0, 1) and alpha in (0, 1)",
+                        t->margin, t->alpha);
+  if (t->ppl_flat >= 0 && !r->has_ppl)
+    return cp_error_set(CP_EVERIFY_THRESHOLD, "--ppl-flat needs the ppl probe (--corpus)");
+  if (t->ppl_flat >= 0 && length_index(r, t->flat_train_len) < 0)
+    return cp_error_set(CP_EVERIFY_THRESHOLD, "--ppl-flat: the training length %lld is not in --lengths",
+                        (long long)t->flat_train_len);
+  return 0;
+}
+
+/* The ppl criteria: no regression beyond ppl_margin at the no-regression lengths; flat. */
+static int judge_ppl(char ***reasons, int *n_reasons, const cp_verify_result *r, const cp_verify_thresholds *t) {
+  int rc = 0;
+  for (int i = 0; i < t->n_no_regression && rc == 0 && r->has_ppl; i++) {
+    int l = length_index(r, t->no_regression_at[i]);
+    double pat = r->ppl_mean[CP_SIDE_PATCHED][l], base = r->ppl_mean[CP_SIDE_BASELINE][l];
+    if (!(pat - base <= t->ppl_margin))
+      rc = add_reason(reasons, n_reasons, "ppl at %lld: patched NLL %.4f exceeds the original's %.4f by more than "
+                      "the margin %.4f nats", (long long)r->lengths[l], pat, base, t->ppl_margin);
+  }
+  if (rc == 0 && t->ppl_flat >= 0) {
+    int lt = length_index(r, t->flat_train_len), ll = 0;
+    for (int l = 1; l < r->n_lengths; l++) ll = r->lengths[l] > r->lengths[ll] ? l : ll;
+    double at_train = r->ppl_mean[CP_SIDE_PATCHED][lt], longest = r->ppl_mean[CP_SIDE_PATCHED][ll];
+    if (!(longest - at_train <= t->ppl_flat))
+      rc = add_reason(reasons, n_reasons, "ppl not flat: patched NLL %.4f at %lld exceeds its %.4f at the training "
+                      "length %lld by more than %.4f nats", longest, (long long)r->lengths[ll], at_train,
+                      (long long)r->lengths[lt], t->ppl_flat);
+  }
+  return rc;
+}
+
 int cp_verify_judge(bool *pass, char ***reasons, int *n_reasons, const cp_verify_result *r,
                     const cp_verify_thresholds *t) {
   *pass = true;
   *reasons = NULL;
   *n_reasons = 0;
-  int rc = 0;
-  if (t->n_no_regression > 0 && !r->has_baseline)
-    return cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
-  for (int i = 0; i < t->n_no_regression; i++) {
-    int l = 0;
-    while (l < r->n_lengths && r->lengths[l] != t->no_regression_at[i]) l++;
-    if (l == r->n_lengths)
-      return cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at %lld: that length is not in --lengths",
-                          (long long)t->no_regression_at[i]);
-  }
+  int rc = judgeable(r, t);
+  if (rc < 0) return rc;
   for (int p = 0; p < r->n_probes && rc == 0; p++)
     for (int l = 0; l < r->n_lengths && rc == 0; l++) {
-      double acc = cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l);
+      const char *name = cp_probe_name(r->probes[p]);
+      long long len = (long long)r->lengths[l];
+      int64_t n = cp_verify_prompts_at(r), k = cp_verify_correct_at(r, CP_SIDE_PATCHED, p, l);
+      double acc = (double)k / (double)n, lo, hi;
+      cp_wilson_interval(&lo, &hi, k, n, CP_STATS_Z95);
       if (t->min_accuracy >= 0 && acc < t->min_accuracy)
-        rc = add_reason(reasons, n_reasons, "%s at %lld: accuracy %.3f below --min-accuracy %.3f", acc,
-                        t->min_accuracy, cp_probe_name(r->probes[p]), (long long)r->lengths[l]);
+        rc = add_reason(reasons, n_reasons, "%s at %lld: accuracy %.3f (95%% CI %.3f-%.3f) below --min-accuracy %.3f",
+                        name, len, acc, lo, hi, t->min_accuracy);
       for (int i = 0; i < t->n_no_regression && rc == 0; i++) {
         if (r->lengths[l] != t->no_regression_at[i]) continue;
-        double base = cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l);
-        if (acc < base)
-          rc = add_reason(reasons, n_reasons, "%s at %lld: patched accuracy %.3f below the baseline's %.3f", acc,
-                          base, cp_probe_name(r->probes[p]), (long long)r->lengths[l]);
+        int64_t lost, gained;
+        double pv = cp_verify_pair_test(r, p, l, t->margin, &lost, &gained);
+        if (pv < t->alpha)
+          rc = add_reason(reasons, n_reasons, "%s at %lld: regression: patched %.3f vs original %.3f on the same %lld "
+                          "prompts (%lld lost, %lld gained); drop beyond the margin %.3f, Tango p = %.2g < %.3g",
+                          name, len, acc, cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l), (long long)n,
+                          (long long)lost, (long long)gained, t->margin, pv, t->alpha);
       }
     }
+  if (rc == 0) rc = judge_ppl(reasons, n_reasons, r, t);
   *pass = *n_reasons == 0;
   return rc;
 }

@@ -15,6 +15,10 @@
  *             one; first integer.
  * Each prompt fills the length minus 8 tokens (room for the answer, as the probe models'
  * evaluation does). Greedy decoding, at most max_new_tokens (10) new tokens, stop at eos.
+ *   ppl       not a retrieval probe: NLL per token by position bucket on windows of a text
+ *             corpus (ctxpatch/verify/ppl.h), requested with cp_verify_params.corpus.
+ * Verdicts are statistical (ctxpatch/verify/stats.h): both sides answer the same prompts, and a
+ * regression is declared by Tango's paired score test against a non-inferiority margin.
  * The certificate as a cJSON tree and the HTML report drawn from it are declared in the private
  * verify/certificate_json.h (public headers carry no third-party type).
  */
@@ -27,6 +31,7 @@
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/ppl.h"
 
 typedef enum { CP_PROBE_PASSKEY, CP_PROBE_LINES, CP_PROBE_NEEDLE, CP_PROBE_MULTIKEY, CP_PROBE_COUNT } cp_probe_kind;
 
@@ -51,7 +56,7 @@ bool cp_probe_correct(cp_probe_kind kind, const char *generated, int64_t answer)
 
 typedef struct {
   const cp_probe_kind *probes;
-  int n_probes;
+  int n_probes;       /* may be 0 when a corpus is given (ppl only) */
   const int64_t *lengths;
   int n_lengths;
   const double *depths;
@@ -65,6 +70,11 @@ typedef struct {
   const cp_model *baseline_model;
   bool stats;         /* P_max / entropy per length (one extra forward per length and side) */
   int max_new_tokens; /* default 10 */
+  /* The ppl probe: windows of the text file corpus_path (NULL = no ppl) split at
+   * corpus_delimiter (NULL = CP_PPL_DEFAULT_DELIMITER), ppl_windows per length (default 4), NLL
+   * by ppl_buckets position buckets (default 8). */
+  const char *corpus_path, *corpus_delimiter;
+  int ppl_windows, ppl_buckets;
   /* Called after each sample with the number done and the total (may be NULL). */
   void (*progress)(void *ctx, int64_t done, int64_t total);
   void *progress_ctx;
@@ -82,6 +92,15 @@ typedef struct {
   bool has_baseline;
   /* correct[side][((p * n_lengths) + l) * n_depths + d]: samples answered correctly */
   int *correct[2];
+  /* With a baseline, the paired outcomes: only[side][cell] = samples that side answered and the
+   * other did not (only[CP_SIDE_BASELINE] are the losses, only[CP_SIDE_PATCHED] the gains). */
+  int *only[2];
+  /* ppl (has_ppl): mean NLL per token (nats) of bucket b at length l over the windows,
+   * ppl_nll[side][l * ppl_buckets + b], and over every scored position, ppl_mean[side][l] */
+  bool has_ppl;
+  cp_ppl_corpus corpus; /* with has_ppl: the corpus read, owned */
+  int ppl_windows, ppl_buckets;
+  double *ppl_nll[2], *ppl_mean[2];
   /* mean P_max / entropy of the self-attention softmaxes per length (NaN if not measured) */
   double *pmax[2], *entropy[2]; /* [n_lengths] */
   int64_t tokens;        /* prompt + generated tokens processed */
@@ -97,14 +116,33 @@ void cp_verify_result_free(cp_verify_result *r);
 /* Accuracy of one cell, of one (probe, length) over depths, or NaN without that side. */
 double cp_verify_accuracy(const cp_verify_result *r, cp_verify_side side, int probe, int length, int depth);
 double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int probe, int length);
+/* Correct answers of one side at (probe, length) over depths and samples, and the number of
+ * prompts (samples x depths). */
+int64_t cp_verify_correct_at(const cp_verify_result *r, cp_verify_side side, int probe, int length);
+int64_t cp_verify_prompts_at(const cp_verify_result *r);
+/* The paired comparison at (probe, length), with a baseline: n prompts, `lost` answered by the
+ * baseline only, `gained` by the patched model only; its one-sided p-value of a drop beyond
+ * `margin` (cp_tango_p_value). */
+double cp_verify_pair_test(const cp_verify_result *r, int probe, int length, double margin, int64_t *lost,
+                           int64_t *gained);
 
 typedef struct {
   double min_accuracy;      /* each (probe, length) patched accuracy >= this; < 0 = none */
-  const int64_t *no_regression_at; /* lengths where patched >= baseline for every probe */
+  /* Lengths where no probe may regress: for accuracy, Tango's test must not declare a drop
+   * beyond `margin` at level `alpha` (defaults CP_STATS_MARGIN, CP_STATS_ALPHA); for ppl, the
+   * patched mean NLL may exceed the baseline's by at most ppl_margin nats (default 0.05). */
+  const int64_t *no_regression_at;
   int n_no_regression;
+  double margin, alpha, ppl_margin;
+  /* ppl "flat": patched NLL at the longest length at most ppl_flat nats above its NLL at
+   * flat_train_len (which must be a measured length); ppl_flat < 0 = not asked */
+  double ppl_flat;
+  int64_t flat_train_len;
 } cp_verify_thresholds;
 
 void cp_verify_thresholds_init(cp_verify_thresholds *t);
+/* Whether `t` asks anything at all; a verdict without a criterion is "none", never "pass". */
+bool cp_verify_has_criterion(const cp_verify_thresholds *t);
 
 /* Applies the thresholds; *pass and a heap array of one-line reasons for each failure
  * (caller frees each and the array). A threshold that cannot be judged (no baseline, a length
