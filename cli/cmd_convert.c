@@ -5,16 +5,21 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/converters/convert.h"
+#include "ctxpatch/converters/gguf_export.h"
 
 #include <cjson/cJSON.h>
 
 static const char convert_help[] =
-    "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] [--json]\n\n"
+    "usage: ctxpatch convert IN OUT --to safetensors|gguf [--dtype T] [--shard-size BYTES] [--force] [--json]\n\n"
     "Converts a checkpoint (PyTorch zip .bin/.pt, safetensors, single or sharded) into the\n"
     "folder OUT: model.safetensors (or model-0000k-of-0000N.safetensors + index when sharded),\n"
     "config and tokenizer files copied over, and SHA256SUMS (check with sha256sum -c).\n"
     "Streams tensor by tensor; OUT appears atomically or not at all.\n\n"
-    "  --to safetensors    output format (the only one for now)\n"
+    "  --to safetensors    output format: an HF safetensors folder\n"
+    "  --to gguf           output format: one llama.cpp GGUF v3 file (llama models; tensors by\n"
+    "                      llama.cpp's names, q/k rows permuted, llama.* keys, tokenizer.ggml.*\n"
+    "                      carried from a GGUF input)\n"
+    "  --dtype T           with --to gguf: f32 (default), f16, bf16 or q8_0 for 2-D weights\n"
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
     "  --force             replace OUT if it exists\n"
@@ -40,8 +45,22 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
   return false;
 }
 
+/* `convert --to gguf`: one GGUF file, written atomically. */
+static int convert_gguf(const char *in, const char *out, const char *dtype, bool json) {
+  cp_gguf_export_params p = {0};
+  cp_gguf_export_stats st = {0};
+  if (dtype && cp_gguf_dtype_from_name(&p.type, dtype) < 0) return cli_usage_error("convert", "%s", cp_error_message());
+  int rc = cli_check_outputs(&in, 1, &out, 1, false);
+  if (rc == 0) rc = cp_gguf_export(&st, in, out, &p);
+  if (rc < 0) return cli_report(rc);
+  if (json) printf("{\"output\":\"%s\",\"format\":\"gguf\",\"tensors\":%llu,\"sha256\":\"%s\"}\n", out,
+                   (unsigned long long)st.tensors, st.sha256);
+  else printf("wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
+  return CLI_OK;
+}
+
 int cmd_convert(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *to = NULL;
+  const char *in = NULL, *out = NULL, *to = NULL, *dtype = NULL;
   bool json = false;
   cp_convert_params params;
   cp_convert_params_init(&params);
@@ -57,6 +76,9 @@ int cmd_convert(int argc, char **argv) {
       unsigned long long v;
       if (!cli_parse_size("convert", a, ++i < argc ? argv[i] : NULL, &v)) return CLI_USAGE;
       params.shard_size = v;
+    } else if (!strcmp(a, "--dtype")) {
+      if (++i >= argc) return cli_usage_error("convert", "--dtype needs a value");
+      dtype = argv[i];
     } else if (!strcmp(a, "--force")) {
       params.replace = true;
     } else if (!strcmp(a, "--json")) {
@@ -73,8 +95,10 @@ int cmd_convert(int argc, char **argv) {
   }
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
   if (!to) return cli_usage_error("convert", "missing --to safetensors");
+  if (!strcmp(to, "gguf")) return convert_gguf(in, out, dtype, json);
   if (strcmp(to, "safetensors") != 0)
-    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors)", to);
+    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors, gguf)", to);
+  if (dtype) return cli_usage_error("convert", "--dtype goes with --to gguf");
 
   cp_convert_stats stats = {0};
   int rc = cli_check_outputs(&in, 1, &out, 1, true);
