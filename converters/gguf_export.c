@@ -9,10 +9,12 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
 #include "ctxpatch/base/version.h"
 #include "ctxpatch/converters/families.h"
 #include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/formats/gguf_write.h"
+#include "converters/gguf_vocab.h"
 
 #define CHUNK_FLOATS ((size_t)1 << 20) /* rows are converted 4 MiB of float32 at a time */
 
@@ -205,8 +207,23 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg) {
   if (cfg->d_head * cfg->n_heads != cfg->d_model && (rc = cp_gguf_put_u32(w, "llama.attention.key_length",
                                                                          (uint32_t)cfg->d_head)))
     return rc;
-  /* No vocabulary to carry: token ids only (see the header). */
-  static const char no_vocab[] = "no_vocab";
+  return 0;
+}
+
+/* tokenizer.ggml.* of an HF folder: its byte-level BPE tokenizer.json, else no vocabulary. */
+static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_config *cfg) {
+  bool done = false;
+  int rc = 0;
+  for (size_t i = 0; i < cp_checkpoint_aux_count(ck) && rc == 0; i++) {
+    if (strcmp(cp_checkpoint_aux(ck, i), "tokenizer.json")) continue;
+    char *path = cp_path_join(cp_checkpoint_dir(ck), "tokenizer.json");
+    CP_CHECK_ALLOC(path, cp_checkpoint_dir(ck));
+    rc = cp_gguf_put_hf_vocab(&done, w, path, cfg->vocab_size, cfg->bos_token_id, cfg->eos_token_id,
+                              cfg->pad_token_id);
+    free(path);
+  }
+  if (rc || done) return rc;
+  static const char no_vocab[] = "no_vocab"; /* token ids only (see the header) */
   if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", no_vocab, sizeof no_vocab - 1))) return rc;
   if (cfg->bos_token_id >= 0 && (rc = cp_gguf_put_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)cfg->bos_token_id)))
     return rc;
@@ -253,7 +270,7 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
     for (size_t i = 0; i < cp_gguf_kv_count(g) && rc == 0; i++)
       if (!skip_copied(cp_gguf_kv_key(g, i), rope)) rc = copy_kv(w, g, i);
   } else {
-    rc = put_arch(w, cfg);
+    if ((rc = put_arch(w, cfg)) == 0) rc = put_tokenizer(w, ck, cfg);
     if (rc == 0 && !rope && cfg->rope_scaling_factor != 1.0)
       rc = put_rope_scaling(w, cfg->rope_scaling_factor, cfg->train_len);
   }
