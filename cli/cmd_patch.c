@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/converters/rule.h"
 #include "ctxpatch/verify/verify.h"
@@ -19,7 +20,8 @@ static const char patch_help[] =
     "                      [method options] [--target-len N] [--verify PROBES] [--lengths L,...]\n"
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
-    "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n\n"
+    "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
+    "                      [--to safetensors|gguf] [--dtype f32|f16|bf16|q8_0]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -41,7 +43,11 @@ static const char patch_help[] =
     "  --shard-size BYTES  split model.safetensors into shards of at most BYTES (K/M/G suffixes),\n"
     "                    with model.safetensors.index.json (default: one file)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
-    "  --force           replace an existing OUT (only once the new one is certified)\n";
+    "  --force           replace an existing OUT (only once the new one is certified)\n"
+    "  --to gguf         write OUT as one llama.cpp GGUF file (llama models): rope-pi as\n"
+    "                    llama.rope.scaling.*, a temperature baked into the q weights, other rules\n"
+    "                    as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n"
+    "  --dtype T         with --to gguf: f32 (default), f16, bf16 or q8_0\n";
 
 static bool parse_double(const char *opt, const char *v, double *out, double lo) {
   char *end;
@@ -117,6 +123,7 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 /* Everything the command line says. */
 typedef struct {
   const char *in, *out_dir, *method_text, *probes_text, *tok_path, *require;
+  const char *to, *dtype;
   bool no_verify, force;
   unsigned long long shard_size;
   cp_patch_options po;
@@ -168,6 +175,8 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       else if (!strcmp(a, "--verify")) pa->probes_text = v;
       else if (!strcmp(a, "--tokenizer")) pa->tok_path = v;
       else if (!strcmp(a, "--require")) pa->require = v;
+      else if (!strcmp(a, "--to")) pa->to = v;
+      else if (!strcmp(a, "--dtype")) pa->dtype = v;
       else if (!strcmp(a, "--shard-size")) {
         if (!cli_parse_size("patch", a, v, &pa->shard_size)) return CLI_USAGE;
       } else return cli_usage_error("patch", "unknown option '%s'", a);
@@ -179,6 +188,11 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (!pa->method_text) return cli_usage_error("patch", "missing --method");
   if (pa->require && strcmp(pa->require, "exact") != 0)
     return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", pa->require);
+  if (pa->to && strcmp(pa->to, "gguf") && strcmp(pa->to, "safetensors"))
+    return cli_usage_error("patch", "--to accepts safetensors (an HF folder, the default) or gguf, got '%s'", pa->to);
+  bool gguf = pa->to && !strcmp(pa->to, "gguf");
+  if (pa->dtype && !gguf) return cli_usage_error("patch", "--dtype goes with --to gguf");
+  if (gguf && pa->shard_size) return cli_usage_error("patch", "--shard-size does not apply to --to gguf");
   if (cp_patch_method_from_name(&pa->po.method, pa->method_text) || cp_patch_options_check(&pa->po))
     return cli_usage_error("patch", "%s", cp_error_message());
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
@@ -213,14 +227,20 @@ int cmd_patch(int argc, char **argv) {
   cli_verify_opts_init(&pa.vo, "0:1:5");
   cp_probe_kind *probes = NULL;
   int n_probes = 0, rc = 0;
-  bool help = false;
+  bool help = false, pp_gguf = false;
+  uint32_t pp_gguf_type = 0;
   cp_patch_outcome oc;
   memset(&oc, 0, sizeof oc);
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
   const char *ins[] = {pa.in, pa.tok_path};
-  if ((rc = cli_check_outputs(ins, 2, &pa.out_dir, 1, true)) || (rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
+  pp_gguf = pa.to && !strcmp(pa.to, "gguf");
+  if (pa.dtype && cp_gguf_dtype_from_name(&pp_gguf_type, pa.dtype)) {
+    status = cli_usage_error("patch", "%s", cp_error_message());
+    goto done;
+  }
+  if ((rc = cli_check_outputs(ins, 2, &pa.out_dir, 1, !pp_gguf)) || (rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
     status = cli_report(rc);
     goto done;
   }
@@ -239,6 +259,8 @@ int cmd_patch(int argc, char **argv) {
   pp.require_exact = pa.require != NULL;
   pp.replace = pa.force;
   pp.shard_size = pa.shard_size;
+  pp.to_gguf = pp_gguf;
+  pp.gguf_type = pp_gguf_type;
   pp.on_tmp_dir = start_watchdog;
   pp.on_calibrate = print_calibrating;
   pp.on_plan = print_plan;

@@ -84,22 +84,24 @@ static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *
   gg.gguf = true;
   static const char *const suffixes[2] = {".weight", ".bias"};
   int rc = 0;
-  for (int pass = 0; pass < 3 && rc == 0; pass++) { /* model-level first, layers, then the tail */
-    for (size_t r = 0; r < hf.fl->n_tensors && rc == 0; r++) {
-      const cp_family_tensor *row = &hf.fl->tensors[r];
-      bool layered = strstr(row->hf, "%d") != NULL;
-      bool tail = row->role == CP_ROLE_FINAL_NORM || row->role == CP_ROLE_LM_HEAD;
-      if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row)) continue;
-      int n_layers = layered ? cfg->n_layers : 1;
-      int heads = row->role == CP_ROLE_Q ? cfg->n_heads : row->role == CP_ROLE_K ? cfg->n_kv_heads : 0;
-      for (int l = 0; l < n_layers && rc == 0; l++)
+  /* llama.cpp's order: model-level tensors, each layer's in table order, then the tail. */
+  for (int pass = 0; pass < 3 && rc == 0; pass++) {
+    int n_layers = pass == 1 ? cfg->n_layers : 1;
+    for (int l = 0; l < n_layers && rc == 0; l++)
+      for (size_t r = 0; r < hf.fl->n_tensors && rc == 0; r++) {
+        const cp_family_tensor *row = &hf.fl->tensors[r];
+        bool layered = strstr(row->hf, "%d") != NULL;
+        bool tail = row->role == CP_ROLE_FINAL_NORM || row->role == CP_ROLE_LM_HEAD;
+        if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row))
+          continue;
+        int heads = row->role == CP_ROLE_Q ? cfg->n_heads : row->role == CP_ROLE_K ? cfg->n_kv_heads : 0;
         for (int s = 0; s < 2 && rc == 0; s++) {
           char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
           cp_names_row(src, &hf, row, l, suffixes[s]);
           cp_names_row(dst, &gg, row, l, suffixes[s]);
           rc = plan_add(p, ck, src, dst, want, heads);
         }
-    }
+      }
   }
   return rc;
 }
@@ -250,6 +252,7 @@ static const char *base_name(const char *path) {
 
 static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_config *cfg, const char *in,
                     const cp_gguf_export_params *p, uint32_t want) {
+  if (p->source) in = p->source;
   const cp_gguf_file *g = cp_checkpoint_gguf(ck);
   char name[256];
   const char *gname = NULL;

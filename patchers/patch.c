@@ -174,6 +174,11 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
     if ((rc = certify(out, tmp, in, original, patch, params)) || !out->pass) goto done;
     if ((rc = place_digest(tmp, &written, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
+  if (params->to_gguf) { /* one GGUF file from the certified folder, which then goes */
+    if ((rc = cp_patch_write_gguf(tmp, in, out_dir, block, params->verify != NULL, params->gguf_type))) goto done;
+    out->written = true;
+    goto done;
+  }
   /* The shards changed when the digest was placed; the index and aux files did not. */
   size_t shards = (size_t)written.stats.shards;
   if ((rc = cp_write_sha256_manifest(tmp, written.files + shards, written.n_files - shards))) goto done;

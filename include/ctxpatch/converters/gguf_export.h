@@ -56,6 +56,7 @@ typedef struct {
   const cp_gguf_meta *meta;  /* extra keys, written last in this order (borrowed) */
   size_t n_meta;
   double rope_factor;        /* > 0: write linear rope scaling with this factor (patch rope-pi) */
+  const char *source;        /* the name ctxpatch.source and the default general.name take (NULL: `in`'s) */
 } cp_gguf_export_params;
 
 typedef struct {
