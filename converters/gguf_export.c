@@ -273,7 +273,9 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
     for (size_t i = 0; i < cp_gguf_kv_count(g) && rc == 0; i++)
       if (!skip_copied(cp_gguf_kv_key(g, i), rope)) rc = copy_kv(w, g, i);
   } else {
-    if ((rc = put_arch(w, cfg)) == 0) rc = put_tokenizer(w, ck, cfg);
+    if ((rc = put_arch(w, cfg)) == 0 && !p->tokenizer_gguf) rc = put_tokenizer(w, ck, cfg);
+    for (size_t i = 0; p->tokenizer_gguf && rc == 0 && i < cp_gguf_kv_count(p->tokenizer_gguf); i++)
+      if (!strncmp(cp_gguf_kv_key(p->tokenizer_gguf, i), "tokenizer.", 10)) rc = copy_kv(w, p->tokenizer_gguf, i);
     if (rc == 0 && !rope && cfg->rope_scaling_factor != 1.0)
       rc = put_rope_scaling(w, cfg->rope_scaling_factor, cfg->train_len);
   }
@@ -293,10 +295,14 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
 
 /* ---------------------------------------------------------------- tensor data */
 
-/* Source row of output row r of a tensor permuted per head (llama.cpp's rotary pair order). */
-static uint64_t perm_row(uint64_t r, int d_head) {
-  uint64_t dh = (uint64_t)d_head, h = r / dh, k = r % dh, half = dh / 2;
-  return h * dh + (k % 2) * half + k / 2;
+uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head) {
+  uint64_t dh = (uint64_t)d_head, h = gguf_row / dh, k = gguf_row % dh;
+  return h * dh + (k % 2) * (dh / 2) + k / 2;
+}
+
+uint64_t cp_gguf_rotary_to_gguf(uint64_t hf_row, int d_head) {
+  uint64_t dh = (uint64_t)d_head, h = hf_row / dh, k = hf_row % dh, half = dh / 2;
+  return h * dh + 2 * (k % half) + k / half;
 }
 
 /* Streams one tensor: bytes copied when stored in the output type and in order, else rows
@@ -324,7 +330,7 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
     size_t row_bytes = (size_t)cols * es;
     if (e->permute_heads) {
       for (uint64_t r = 0; r < nr && rc == 0; r++)
-        rc = cp_checkpoint_read(ck, e->src, perm_row(r0 + r, d_head) * row_bytes, raw + r * row_bytes, row_bytes);
+        rc = cp_checkpoint_read(ck, e->src, cp_gguf_rotary_to_hf(r0 + r, d_head) * row_bytes, raw + r * row_bytes, row_bytes);
     } else {
       rc = cp_checkpoint_read(ck, e->src, r0 * row_bytes, raw, (size_t)nr * row_bytes);
     }

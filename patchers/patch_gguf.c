@@ -35,6 +35,7 @@ int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const 
   enum { N_STR = sizeof strs / sizeof *strs };
   cp_gguf_meta meta[N_STR + 2];
   char *owned[N_STR] = {0}, *cert = NULL, *cert_path = NULL;
+  cp_gguf_file *src = NULL;
   size_t n = 0, cert_len = 0;
   int rc = 0;
   for (size_t i = 0; i < N_STR; i++) {
@@ -51,9 +52,15 @@ int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const 
     if ((rc = cp_read_file(&cert, &cert_len, cert_path, MAX_CERTIFICATE))) goto done;
     meta[n++] = (cp_gguf_meta){"ctxpatch.certificate", CP_GGUF_STRING, cert, false, 0};
   }
-  cp_gguf_export_params p = {.type = type, .meta = meta, .n_meta = n, .source = in};
+  /* A GGUF input's baked folder has no tokenizer files: its tokenizer.ggml.* keys travel instead. */
+  if (cp_gguf_open(&src, in) != 0) {
+    src = NULL;
+    cp_error_clear();
+  }
+  cp_gguf_export_params p = {.type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src};
   rc = cp_gguf_export(NULL, tmp, out, &p);
 done:
+  cp_gguf_free(src);
   for (size_t i = 0; i < N_STR; i++) free(owned[i]);
   free(cert);
   free(cert_path);

@@ -4,11 +4,13 @@
 #   - stories260K.gguf -> GGUF: every tensor byte-identical, every key equal with its type, the
 #     file written twice byte-identical; --dtype q8_0 / f16 / bf16 bytes equal ggml's encodings
 #     recomputed in numpy; llama.cpp's greedy tokens on the written files == `ctxpatch forward`;
+#   - stories260K.gguf -> safetensors (HF names) -> GGUF: tensor-identical;
 #   - rope-probe (HF safetensors) -> GGUF: q/k rows in llama.cpp's rotary order, llama.cpp's logits
 #     on a 300-token prompt (past the 256 training length) == the engine's on the HF folder;
 #   - patch --to gguf: rope-pi F=2 (llama.rope.scaling.*) and temperature tau=1.3 (baked q) change
 #     llama.cpp's logits exactly as the engine's rule on the patched HF folder says; lm-infinite is
 #     ctxpatch.* metadata (fidelity ctxpatch-metadata, --require exact refuses, leaves nothing);
+#     stories260K patched rope-pi x2 (certified) greedy 100 in llama.cpp == ctxpatch (and changed);
 #     a certified file carries its certificate whose sha256 is ctxpatch.certificate_sha256;
 #   - refused inputs (a T5 model, a bad --dtype) leave nothing.
 # llama.cpp parts skip (the rest still runs) when node-llama-cpp is not in $CTXPATCH_NODE_MODULES
@@ -64,6 +66,24 @@ for d, ft in (("q8_0", 7), ("f16", 1), ("bf16", 32)):
 print("stories260K: 48 tensors identical, keys equal; q8_0/f16/bf16 bytes equal numpy's ggml encodings")
 PY
 
+# --- round trip: stories260K.gguf -> safetensors (HF names, config.json) -> GGUF, tensor-identical
+check "$bin" convert "$stories" "$w/sf" --to safetensors
+check "$bin" convert "$w/sf" "$w/rt.gguf" --to gguf
+"$py" - "$stories" "$w/rt.gguf" "$w/sf" <<'PY' && ok || bad "GGUF -> safetensors -> GGUF"
+import sys, json, struct, gguf_py as g
+a, b, folder = sys.argv[1:]
+_, kv, _, t, order = g.read(a)
+_, kv2, _, t2, order2 = g.read(b)
+assert sorted(order) == sorted(order2) and all(t[n] == t2[n] for n in t), "tensors differ"
+for k in ("llama.embedding_length", "llama.block_count", "llama.attention.head_count",
+          "llama.attention.head_count_kv", "llama.context_length", "llama.feed_forward_length"):
+    assert kv[k] == kv2[k], k
+raw = open(f"{folder}/model.safetensors", "rb").read()
+names = set(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) - {"__metadata__"}
+assert "model.layers.0.self_attn.q_proj.weight" in names and "lm_head.weight" in names and len(names) == 48
+print("round trip: 48 tensors identical through an HF-named safetensors folder")
+PY
+
 # --- rope-probe (HF) -> GGUF: q/k rows permuted as llama.cpp's converter does
 check "$bin" convert "$probe" "$w/r.gguf" --to gguf
 "$py" - "$probe" "$w/r.gguf" <<'PY' && ok || bad "rope-probe GGUF tensors"
@@ -100,6 +120,7 @@ check "$bin" patch "$probe" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-l
 check "$bin" patch "$probe" "$w/lm" --method lm-infinite --n-global 4 --n-local 64 $nv
 "$bin" patch "$probe" "$w/ex.gguf" --method lm-infinite --n-global 4 --to gguf --require exact $nv >/dev/null 2>&1 &&
   bad "--require exact accepted a metadata rule" || ok
+check "$bin" patch "$stories" "$w/sp.gguf" --method rope-pi --factor 2 --to gguf --lengths 512 --samples 2 --min-accuracy 0
 check "$bin" patch "$probe" "$w/cert.gguf" --method rope-pi --factor 2 --to gguf --lengths 512 --samples 2 --min-accuracy 0
 "$py" - "$w" <<'PY' && ok || bad "patched GGUF keys"
 import sys, json, hashlib, gguf_py as g
@@ -145,6 +166,8 @@ if [ "$lc" = 1 ]; then
   llamacpp() { node "$w/run.mjs" "$@"; }
   "$bin" forward "$w/s.gguf" --ids 1 --generate 200 --threads 1 >"$w/g_s.txt" && ok || bad "forward s.gguf"
   "$bin" forward "$w/s_q8_0.gguf" --ids 1 --generate 30 --threads 1 >"$w/g_s8.txt" && ok || bad "forward q8_0"
+  "$bin" forward "$w/sp.gguf" --ids 1 --generate 100 --threads 1 >"$w/g_sp.txt" && ok || bad "forward sp.gguf"
+  llamacpp "$w/sp.gguf" 100 1 1 >"$w/lc_sp.json" && ok || bad "llama.cpp sp.gguf"
   llamacpp "$w/s.gguf" 200 1 1 >"$w/lc_s.json" && ok || bad "llama.cpp s.gguf"
   llamacpp "$w/s_q8_0.gguf" 30 1 1 >"$w/lc_s8.json" && ok || bad "llama.cpp s_q8_0.gguf"
   for f in r rp tp; do llamacpp "$w/$f.gguf" 20 "$prompt" 1 >"$w/lc_$f.json" && ok || bad "llama.cpp $f.gguf"; done
@@ -154,6 +177,8 @@ w = sys.argv[1]
 ids = lambda n: [int(x) for x in open(f"{w}/{n}.txt").read().strip().split(",")]
 assert json.load(open(f"{w}/lc_s.json"))["greedy"] == ids("g_s") and len(ids("g_s")) == 200
 assert json.load(open(f"{w}/lc_s8.json"))["greedy"] == ids("g_s8")
+sp = json.load(open(f"{w}/lc_sp.json"))["greedy"]
+assert sp == ids("g_sp") and sp != ids("g_s")[:100]  # stories260K rope-pi x2: same in both, changed
 ld = lambda n: np.fromfile(f"{w}/{n}.bin", "<f4").reshape(300, -1)
 diffs = {}
 for f, eng in (("r", "e_r"), ("rp", "e_rp"), ("tp", "e_tp")):

@@ -57,12 +57,20 @@ typedef struct {
   size_t n_meta;
   double rope_factor;        /* > 0: write linear rope scaling with this factor (patch rope-pi) */
   const char *source;        /* the name ctxpatch.source and the default general.name take (NULL: `in`'s) */
+  const cp_gguf_file *tokenizer_gguf; /* an HF folder's tokenizer.ggml.* copied from this GGUF instead
+                                         (a patched GGUF input's baked folder); NULL: none */
 } cp_gguf_export_params;
 
 typedef struct {
   uint64_t tensors;
   char sha256[65]; /* of the file written */
 } cp_gguf_export_stats;
+
+/* llama.cpp's rotary row order of a head-major q/k weight with heads of d_head rows: the GGUF row
+ * holding HF row `hf_row` (row i*dh/2 + j of a head is stored at 2j + i), and the HF row of GGUF
+ * row `gguf_row`. */
+uint64_t cp_gguf_rotary_to_gguf(uint64_t hf_row, int d_head);
+uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head);
 
 /* "f32", "f16", "bf16", "q8_0" -> the ggml type (CP_EARG naming the text otherwise). */
 int cp_gguf_dtype_from_name(uint32_t *out, const char *name);
