@@ -53,9 +53,17 @@ static int convert_gguf(const char *in, const char *out, const char *dtype, bool
   int rc = cli_check_outputs(&in, 1, &out, 1, false);
   if (rc == 0) rc = cp_gguf_export(&st, in, out, &p);
   if (rc < 0) return cli_report(rc);
-  if (json) printf("{\"output\":\"%s\",\"format\":\"gguf\",\"tensors\":%llu,\"sha256\":\"%s\"}\n", out,
-                   (unsigned long long)st.tensors, st.sha256);
-  else printf("wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
+  if (json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "output", out);
+    cJSON_AddStringToObject(doc, "format", "gguf");
+    cJSON_AddNumberToObject(doc, "tensors", (double)st.tensors);
+    cJSON_AddStringToObject(doc, "sha256", st.sha256);
+    char *text = cJSON_PrintUnformatted(doc);
+    if (text) puts(text);
+    free(text);
+    cJSON_Delete(doc);
+  } else printf("wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
   return CLI_OK;
 }
 
