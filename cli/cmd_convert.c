@@ -46,8 +46,8 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
 }
 
 /* `convert --to gguf`: one GGUF file, written atomically. */
-static int convert_gguf(const char *in, const char *out, const char *dtype, bool json) {
-  cp_gguf_export_params p = {0};
+static int convert_gguf(const char *in, const char *out, const char *dtype, bool replace, bool json) {
+  cp_gguf_export_params p = {.replace = replace};
   cp_gguf_export_stats st = {0};
   if (dtype && cp_gguf_dtype_from_name(&p.type, dtype) < 0) return cli_usage_error("convert", "%s", cp_error_message());
   int rc = cli_check_outputs(&in, 1, &out, 1, false);
@@ -103,7 +103,7 @@ int cmd_convert(int argc, char **argv) {
   }
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
   if (!to) return cli_usage_error("convert", "missing --to safetensors");
-  if (!strcmp(to, "gguf")) return convert_gguf(in, out, dtype, json);
+  if (!strcmp(to, "gguf")) return convert_gguf(in, out, dtype, params.replace, json);
   if (strcmp(to, "safetensors") != 0)
     return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors, gguf)", to);
   if (dtype) return cli_usage_error("convert", "--dtype goes with --to gguf");

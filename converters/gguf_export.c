@@ -343,6 +343,14 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
   return rc;
 }
 
+int cp_gguf_output_check(const char *out, bool replace) {
+  cp_output kind;
+  int rc = cp_output_kind(&kind, out, 0);
+  if (rc == 0 && kind == CP_OUTPUT_REPLACE && !replace)
+    rc = cp_error_set(CP_EEXIST, "%s: output already exists (remove it or pass --force)", out);
+  return rc;
+}
+
 int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out, const cp_gguf_export_params *p) {
   cp_gguf_export_params defaults = {0};
   if (!p) p = &defaults;
@@ -359,7 +367,9 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
     rc = cp_error_set(CP_EARG, "%s: ggml type %u is not written (f32, f16, bf16, q8_0)", out, want);
     goto done;
   }
-  if ((rc = cp_checkpoint_open(&ck, in)) || (rc = cp_checkpoint_config(&cfg, ck, in))) goto done;
+  if ((rc = cp_gguf_output_check(out, p->replace)) || (rc = cp_checkpoint_open(&ck, in)) ||
+      (rc = cp_checkpoint_config(&cfg, ck, in)))
+    goto done;
   if (cfg->family != CP_FAMILY_LLAMA) {
     rc = cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama models; this is %s (the family table has no "
                       "llama.cpp names for it)", in, cp_family_name(cfg->family));

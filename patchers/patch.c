@@ -11,6 +11,7 @@
 
 #include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/convert.h"
+#include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "base/json_strict.h"
@@ -146,6 +147,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   cp_atomic_dir *ad = NULL;
   cp_folder_result written = {0};
   cJSON *block = NULL;
+  char *bake_dir = NULL;
   out->patch = *patch;
   int rc = cp_checkpoint_open(&ck, in);
   if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
@@ -166,7 +168,12 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
     cJSON_ReplaceItemInObjectCaseSensitive(block, "certified", cJSON_CreateBool(true));
     cJSON_ReplaceItemInObjectCaseSensitive(block, "certificate_sha256", cJSON_CreateString(SHA_ZEROS));
   }
-  if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
+  if (params->to_gguf) { /* OUT is a file: the folder is baked and certified beside it, then removed */
+    if ((rc = cp_gguf_output_check(out_dir, params->replace))) goto done;
+    CP_CHECK_ALLOC_GOTO(bake_dir = malloc(strlen(out_dir) + sizeof ".bake"), out_dir);
+    sprintf(bake_dir, "%s.bake", out_dir);
+  }
+  if ((rc = cp_atomic_dir_open(&ad, bake_dir ? bake_dir : out_dir, bake_dir ? 0 : params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
   if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
   if ((rc = cp_bake_write(&written, tmp, ck, original, &out->plan, block, params->shard_size))) goto done;
@@ -195,6 +202,7 @@ done:
   cp_checkpoint_free(ck);
   cp_folder_result_free(&written);
   cJSON_Delete(block);
+  free(bake_dir);
   return rc;
 }
 

@@ -57,7 +57,7 @@ int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const 
     src = NULL;
     cp_error_clear();
   }
-  cp_gguf_export_params p = {.type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src};
+  cp_gguf_export_params p = {.replace = true, .type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src};
   rc = cp_gguf_export(NULL, tmp, out, &p);
 done:
   cp_gguf_free(src);

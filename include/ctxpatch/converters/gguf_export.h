@@ -56,6 +56,7 @@ typedef struct {
   const cp_gguf_meta *meta;  /* extra keys, written last in this order (borrowed) */
   size_t n_meta;
   double rope_factor;        /* > 0: write linear rope scaling with this factor (patch rope-pi) */
+  bool replace;              /* replace an existing OUT file (else CP_EEXIST) */
   const char *source;        /* the name ctxpatch.source and the default general.name take (NULL: `in`'s) */
   const cp_gguf_file *tokenizer_gguf; /* an HF folder's tokenizer.ggml.* copied from this GGUF instead
                                          (a patched GGUF input's baked folder); NULL: none */
@@ -74,6 +75,10 @@ uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head);
 
 /* "f32", "f16", "bf16", "q8_0" -> the ggml type (CP_EARG naming the text otherwise). */
 int cp_gguf_dtype_from_name(uint32_t *out, const char *name);
+
+/* Whether `out` may be written: a GGUF output is a file (cp_output_kind); an existing one only
+ * with `replace` (CP_EEXIST otherwise). */
+int cp_gguf_output_check(const char *out, bool replace);
 
 /* Writes checkpoint `in` (file or folder) to the GGUF file `out`. `stats` may be NULL. */
 int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out, const cp_gguf_export_params *p);
