@@ -13,9 +13,11 @@
  *   attention.layer_norm_rms_epsilon, rope.freq_base, vocab_size, and with a linear
  *   rope_scaling: rope.scaling.type "linear", rope.scaling.factor and
  *   rope.scaling.original_context_length (the training length).
- * The tokenizer of an HF folder is not converted (the tokenizers floor exposes no vocabulary
- * of a tokenizer.json or tokenizer.model yet): such files get tokenizer.ggml.model "no_vocab"
- * with bos/eos ids, so llama.cpp runs them on token ids.
+ * Tokenizer of an HF folder: a byte-level BPE tokenizer.json becomes llama.cpp's "gpt2" vocabulary
+ * (converters/gguf_vocab.h); SentencePiece tokenizer.model and other tokenizer.json kinds are not
+ * converted (the tokenizers floor exposes no vocabulary of them) and get tokenizer.ggml.model
+ * "no_vocab" with bos/eos ids (token ids only; node-llama-cpp refuses such files). A patched GGUF
+ * input's baked folder takes the input's tokenizer.ggml.* keys instead (`tokenizer_gguf`).
  * From a GGUF file: every tensor in file order with its name (already permuted), every key but
  * general.alignment / general.file_type / general.quantization_version and ctxpatch.* copied
  * with its type (tokenizer.ggml.* included); with a rope override, the llama.rope.scaling.* keys
