@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -130,4 +131,27 @@ int cp_output_outside_input(const char *out, const char *in, int folder) {
   free(ri);
   free(ro);
   return rc;
+}
+
+int cp_map_input(const void **map, uint64_t *size, const char *path) {
+  *map = NULL;
+  *size = 0;
+  int fd = cp_open_input(path, 0), rc = 0;
+  if (fd < 0) return fd;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
+  } else if ((uint64_t)st.st_size > SIZE_MAX) {
+    rc = cp_error_set(CP_EOVERFLOW, "%s: file too large to map", path);
+  } else if (st.st_size > 0) {
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) rc = cp_error_set(CP_EIO, "%s: mmap failed: %s", path, strerror(errno));
+    else *map = m, *size = (uint64_t)st.st_size;
+  }
+  close(fd);
+  return rc;
+}
+
+void cp_unmap_input(const void *map, uint64_t size) {
+  if (map) munmap((void *)map, (size_t)size);
 }

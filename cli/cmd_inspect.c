@@ -92,7 +92,10 @@ static void print_text(const cJSON *d) {
     const cJSON *s;
     cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(t, "shape"))
       snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%.0f", shape[0] ? ", " : "", s->valuedouble);
-    printf("  %-60s %-8s [%s]\n", str(t, "name"), str(t, "dtype"), shape);
+    char dtype[64];
+    snprintf(dtype, sizeof dtype, "%s%s%s%s", str(t, "dtype"), *str(t, "ggml_type") ? " (" : "", str(t, "ggml_type"),
+             *str(t, "ggml_type") ? ")" : "");
+    printf("  %-60s %-8s [%s]\n", str(t, "name"), dtype, shape);
   }
 }
 

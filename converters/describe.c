@@ -98,6 +98,9 @@ int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *c
     cJSON *item = cJSON_CreateObject();
     cJSON_AddStringToObject(item, "name", t->name);
     cJSON_AddStringToObject(item, "dtype", cp_dtype_name(t->dtype));
+    if (cp_checkpoint_gguf(ck)) /* GGUF: the stored type (block types are dequantised to F32) */
+      cJSON_AddStringToObject(item, "ggml_type",
+                              cp_gguf_ggml_type_name(cp_gguf_tensor_ggml_type(cp_checkpoint_gguf(ck), i)));
     cJSON *shape = cJSON_AddArrayToObject(item, "shape");
     for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
     cJSON_AddNumberToObject(item, "bytes", (double)t->nbytes);

@@ -75,6 +75,18 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
   return 0;
 }
 
+/* String key `key` must be `want` (the one value read); `code` when it is another. */
+static int require_str(const cp_gguf_file *g, const char *key, const char *want, int code) {
+  const char *v;
+  size_t len;
+  int rc = cp_gguf_get_str(&v, &len, g, key);
+  if (rc) return rc;
+  if (len != strlen(want) || memcmp(v, want, len))
+    return cp_error_set(code, "%s: %s '%.*s' is not supported (%s)", cp_gguf_path(g), key, (int)(len < 64 ? len : 64),
+                        v, want);
+  return 0;
+}
+
 /* The synthetic config.json of a llama GGUF. */
 static int llama_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
   int64_t d, heads, d_head, bos, eos, vocab;
@@ -126,13 +138,8 @@ static int llama_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
 
 int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   *out = NULL;
-  const char *arch;
-  size_t len;
-  int rc = cp_gguf_get_str(&arch, &len, g, "general.architecture");
+  int rc = require_str(g, "general.architecture", "llama", CP_ECFG_FAMILY);
   if (rc) return rc;
-  if (!(len == 5 && !memcmp(arch, "llama", 5)))
-    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama)", cp_gguf_path(g),
-                        (int)(len < 64 ? len : 64), arch);
   cp_strbuf js = {0};
   if ((rc = llama_json(&js, g, "llama")) == 0) {
     char what[600];
@@ -196,13 +203,8 @@ static int read_pieces(cp_spm_piece **out, size_t *n, const cp_gguf_file *g) {
 
 int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
   *out = NULL;
-  const char *model;
-  size_t len;
-  int rc = cp_gguf_get_str(&model, &len, g, "tokenizer.ggml.model");
+  int rc = require_str(g, "tokenizer.ggml.model", "llama", CP_ETOK_UNSUPPORTED);
   if (rc) return rc;
-  if (!(len == 5 && !memcmp(model, "llama", 5)))
-    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (llama)",
-                        cp_gguf_path(g), (int)(len < 64 ? len : 64), model);
   cp_spm_vocab v = {.bpe = true, .add_dummy_prefix = true};
   int64_t ids[4];
   static const char *const id_keys[4] = {"tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",

@@ -392,6 +392,7 @@ int cp_model_open(cp_model **out, const char *path) {
   m->d_head = c->d_head;
   m->d_ff = c->d_ff;
   m->train_len = c->train_len;
+  m->from_gguf = cp_checkpoint_gguf(ck) != NULL;
   m->norm_eps = (float)c->norm_eps;
   m->attn_scale = (float)(1.0 / sqrt((double)c->d_head));
   m->lm_head_scale = 1.0f;

@@ -2,13 +2,9 @@
  * dequantising reads (layout and checks in include/ctxpatch/formats/gguf.h). */
 #include "ctxpatch/formats/gguf.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
@@ -191,31 +187,35 @@ static int skip_value(cursor *c, cp_gguf_vtype t, int depth, const char *key, gg
   return 0;
 }
 
-static const cp_gguf_file *g_sort_file; /* qsort context; opens are not concurrent with it */
-static int cmp_kv(const void *a, const void *b) {
-  return strcmp(g_sort_file->kv[*(const size_t *)a].key, g_sort_file->kv[*(const size_t *)b].key);
-}
-static int cmp_t(const void *a, const void *b) {
-  return strcmp(g_sort_file->t[*(const size_t *)a].name, g_sort_file->t[*(const size_t *)b].name);
+/* A name or offset with its entry's index, for sorting without a global qsort context. */
+typedef struct {
+  const char *name;
+  uint64_t off;
+  size_t i;
+} sort_rec;
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(((const sort_rec *)a)->name, ((const sort_rec *)b)->name);
 }
 static int cmp_off(const void *a, const void *b) {
-  const gguf_tensor *x = &g_sort_file->t[*(const size_t *)a], *y = &g_sort_file->t[*(const size_t *)b];
-  return (x->offset > y->offset) - (x->offset < y->offset);
+  const sort_rec *x = a, *y = b;
+  return (x->off > y->off) - (x->off < y->off);
 }
 
-/* Sorts the indices of n names and refuses the first duplicate. */
+/* Sorts the indices of n names (keys or tensor names) and refuses the first duplicate. */
 static int index_unique(size_t **out, cp_gguf_file *f, size_t n, bool keys) {
-  CP_CHECK_ALLOC(*out = malloc((n ? n : 1) * sizeof **out), f->path);
-  for (size_t i = 0; i < n; i++) (*out)[i] = i;
-  g_sort_file = f;
-  qsort(*out, n, sizeof **out, keys ? cmp_kv : cmp_t);
-  for (size_t i = 1; i < n; i++) {
-    const char *a = keys ? f->kv[(*out)[i - 1]].key : f->t[(*out)[i - 1]].name;
-    const char *b = keys ? f->kv[(*out)[i]].key : f->t[(*out)[i]].name;
-    if (!strcmp(a, b))
-      return cp_error_set(CP_EGGUF_DUPLICATE, "%s: %s '%s' appears twice", f->path, keys ? "key" : "tensor", a);
-  }
-  return 0;
+  sort_rec *r = malloc((n ? n : 1) * sizeof *r);
+  CP_CHECK_ALLOC(r, f->path);
+  for (size_t i = 0; i < n; i++) r[i] = (sort_rec){keys ? f->kv[i].key : f->t[i].name, 0, i};
+  qsort(r, n, sizeof *r, cmp_name);
+  int rc = 0;
+  for (size_t i = 1; i < n && rc == 0; i++)
+    if (!strcmp(r[i - 1].name, r[i].name))
+      rc = cp_error_set(CP_EGGUF_DUPLICATE, "%s: %s '%s' appears twice", f->path, keys ? "key" : "tensor", r[i].name);
+  if (rc == 0 && !(*out = malloc((n ? n : 1) * sizeof **out))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  for (size_t i = 0; rc == 0 && i < n; i++) (*out)[i] = r[i].i;
+  free(r);
+  return rc;
 }
 
 static int read_kvs(cp_gguf_file *f, cursor *c, uint64_t n_kv) {
@@ -315,12 +315,12 @@ static int read_tensor_info(cp_gguf_file *f, cursor *c, uint64_t i) {
 /* Offsets: aligned, inside the data section, not overlapping. */
 static int check_offsets(cp_gguf_file *f) {
   uint64_t data_size = f->size - f->data_off;
-  size_t *order = malloc((f->n_t ? f->n_t : 1) * sizeof *order);
+  sort_rec *order = malloc((f->n_t ? f->n_t : 1) * sizeof *order);
   CP_CHECK_ALLOC(order, f->path);
   int rc = 0;
   for (size_t i = 0; i < f->n_t; i++) {
     gguf_tensor *t = &f->t[i];
-    order[i] = i;
+    order[i] = (sort_rec){t->name, t->offset, i};
     if (t->offset % f->alignment) {
       rc = cp_error_set(CP_EGGUF_OFFSET, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u", f->path,
                         t->name, (unsigned long long)t->offset, f->alignment);
@@ -335,15 +335,19 @@ static int check_offsets(cp_gguf_file *f) {
     if (gguf_type(t->type)->dtype >= 0) t->t.data = f->map + f->data_off + t->offset;
     t->t.name = t->name;
   }
-  g_sort_file = f;
   qsort(order, f->n_t, sizeof *order, cmp_off);
-  for (size_t k = 1; k < f->n_t; k++) {
-    const gguf_tensor *a = &f->t[order[k - 1]], *b = &f->t[order[k]];
-    if (a->stored && b->stored && a->offset + a->stored > b->offset) {
+  /* Each non-empty tensor must start at or after the furthest end of those before it (empty
+   * tensors in between do not hide an overlap). */
+  const gguf_tensor *a = NULL;
+  for (size_t k = 0; k < f->n_t; k++) {
+    const gguf_tensor *b = &f->t[order[k].i];
+    if (!b->stored) continue;
+    if (a && a->offset + a->stored > b->offset) {
       rc = cp_error_set(CP_EGGUF_OFFSET, "%s: tensors '%s' and '%s' overlap in the data section", f->path, a->name,
                         b->name);
       goto done;
     }
+    if (!a || b->offset + b->stored > a->offset + a->stored) a = b;
   }
 done:
   free(order);
@@ -380,35 +384,16 @@ static int parse(cp_gguf_file *f) {
 
 int cp_gguf_open(cp_gguf_file **out, const char *path) {
   *out = NULL;
-  int rc = 0, fd = -1;
+  int rc = 0;
   cp_gguf_file *f = calloc(1, sizeof *f);
   CP_CHECK_ALLOC(f, path);
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
-  if ((fd = cp_open_input(path, 0)) < 0) {
-    rc = fd;
-    goto done;
+  const void *map = NULL;
+  if ((rc = cp_map_input(&map, &f->size, path)) == 0) {
+    f->map = map;
+    rc = parse(f);
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
-    goto done;
-  }
-  f->size = (uint64_t)st.st_size;
-  if (f->size > SIZE_MAX) {
-    rc = cp_error_set(CP_EOVERFLOW, "%s: file too large to map", path);
-    goto done;
-  }
-  if (f->size) {
-    void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      rc = cp_error_set(CP_EIO, "%s: mmap failed: %s", path, strerror(errno));
-      goto done;
-    }
-    f->map = m;
-  }
-  rc = parse(f);
 done:
-  if (fd >= 0) close(fd);
   if (rc < 0) {
     cp_gguf_free(f);
     return rc;
@@ -419,7 +404,7 @@ done:
 
 void cp_gguf_free(cp_gguf_file *f) {
   if (!f) return;
-  if (f->map) munmap((void *)f->map, (size_t)f->size);
+  cp_unmap_input(f->map, f->size);
   for (size_t i = 0; i < f->n_kv; i++) {
     free(f->kv[i].key);
     free(f->kv[i].str_off);

@@ -84,7 +84,7 @@ static int cmp_meta(const void *a, const void *b) {
 
 void cp_st_free(cp_st_file *f) {
   if (!f) return;
-  if (f->map) munmap(f->map, (size_t)f->size);
+  cp_unmap_input(f->map, f->size);
   for (size_t i = 0; i < f->n; i++) free(f->e[i].name);
   free(f->e);
   free(f->by_name);
@@ -233,35 +233,18 @@ static int validate(cp_st_file *f, const char *hdr, size_t hlen) {
 
 int cp_st_open(cp_st_file **out, const char *path) {
   *out = NULL;
-  int rc = 0, fd = -1;
+  int rc = 0;
   cp_st_file *f = calloc(1, sizeof *f);
   CP_CHECK_ALLOC(f, path);
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
-  if ((fd = cp_open_input(path, 0)) < 0) {
-    rc = fd;
-    goto done;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));
-    goto done;
-  }
-  f->size = (uint64_t)st.st_size;
+  const void *m = NULL;
+  if ((rc = cp_map_input(&m, &f->size, path)) < 0) goto done;
+  f->map = (unsigned char *)m;
   if (f->size < 8) {
     rc = cp_error_set(CP_EST_TOO_SMALL, "%s: file offset 0: file is %llu bytes, shorter than the 8-byte header length",
                       path, (unsigned long long)f->size);
     goto done;
   }
-  if (f->size > SIZE_MAX) {
-    rc = cp_error_set(CP_EOVERFLOW, "%s: file too large to map", path);
-    goto done;
-  }
-  void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (m == MAP_FAILED) {
-    rc = cp_error_set(CP_EIO, "%s: mmap failed: %s", path, strerror(errno));
-    goto done;
-  }
-  f->map = m;
   uint64_t hl = cp_le64(f->map);
   if (hl > CP_ST_MAX_HEADER) {
     rc = cp_error_set(CP_EST_HEADER_TOO_LARGE, "%s: file offset 0: header length %llu is over the 100000000-byte limit",
@@ -276,7 +259,6 @@ int cp_st_open(cp_st_file **out, const char *path) {
   f->header_len = hl;
   rc = validate(f, (const char *)f->map + 8, (size_t)hl);
 done:
-  if (fd >= 0) close(fd);
   if (rc < 0) {
     cp_st_free(f);
     return rc;

@@ -12,7 +12,7 @@ only=${2:-}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCTXPATCH_FUZZ=ON -DCTXPATCH_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config \
-  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate >/dev/null
+  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf >/dev/null
 python3 tests/hostile/make_corpus.py build-fuzz/hostile >/dev/null
 fx=../shared/fixtures
 pm=examples/probe-models
@@ -36,10 +36,13 @@ seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $
   build-fuzz/hostile/tokenizers  # Split / Replace / Prepend / ByteLevel chains and limit pairs
 seed fuzz_spm_model build-fuzz/hostile/tokenizers/spm_ok.model build-fuzz/hostile/tokenizers/spm_piece_at_limit.model
 seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokenizer.model
+python3 tests/gguf/make_gguf_cases.py build-fuzz/gguf_cases >/dev/null
+seed fuzz_gguf tests/fuzz/seeds/gguf build-fuzz/gguf_cases $fx/third_party/stories260K/stories260K.gguf \
+  $fx/third_party/ollama/llama-2-tiny-random.gguf $fx/tokenizers/llama2/ggml-vocab-llama-spm.gguf
 mkdir -p build-fuzz/crashes
 status=0
 for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \
-  fuzz_certificate; do
+  fuzz_certificate fuzz_gguf; do
   [ -n "$only" ] && [ "$only" != "$h" ] && continue
   if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then

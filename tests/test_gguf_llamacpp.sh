@@ -7,6 +7,7 @@
 #   - the GGUF tokenizer (tokenizer.ggml.*) gives llama.cpp's ids on TinyStories text, and the
 #     .model file's ids (python3-sentencepiece) wherever the text has no run of spaces (the .model
 #     collapses them, llama.cpp does not);
+#   - a Q8_0/Q4_0 re-quantisation of stories260K: logits near llama.cpp's on the same bytes;
 #   - ollama's llama-2-tiny-random.gguf (F16, GQA-free, 32000 pieces): greedy 30 tokens equal.
 # Node modules come from $CTXPATCH_NODE_MODULES (default tests/runtimes/node_modules); skips
 # (77) when they or ../shared/fixtures are absent.
@@ -77,6 +78,34 @@ for line, ids in zip(lines, toks):
 assert same_model >= 250, same_model
 print(f"stories260K: greedy 200 equal; logits max |diff| {diff:.2e} over 64x512; "
       f"{len(lines)} texts tokenized as llama.cpp, {same_model} also as tok512.model")
+PY
+
+# --- Q8_0 / Q4_0 decoding: stories260K re-quantised (attention and output Q8_0; embedding, gate
+# and up Q4_0) by tests/gguf/requant.py. llama.cpp quantises activations to Q8_0 in these matmuls,
+# so logits agree to ~0.3 while the quantisation itself moves them by ~3: a wrong block layout
+# would land nowhere near llama.cpp.
+q=$work/q.gguf
+"$py" "$src/tests/gguf/requant.py" "$stories/stories260K.gguf" "$q" attn_=Q8_0 output.=Q8_0 ffn_gate=Q4_0 \
+  ffn_up=Q4_0 token_embd=Q4_0 && ok || bad "requant"
+"$bin" inspect "$q" >"$work/q_inspect.txt"  # to a file: grep -q closing a pipe early would fail it
+grep -q 'blk.0.attn_q.weight  *F32 (Q8_0) \[64, 64\]' "$work/q_inspect.txt" && ok || bad "inspect shows Q8_0"
+"$bin" forward "$q" --ids "1,$prompt" --out "$work/q.bin" --threads 1 >/dev/null && ok || bad "forward Q"
+"$bin" forward "$q" --ids 1 --generate 40 --threads 1 >"$work/q_gen.txt" && ok || bad "forward Q generate"
+llamacpp "$q" 40 "1,$prompt" 1 >"$work/lc_q.json" && ok || bad "llama.cpp Q"
+"$py" - "$work" <<'PY' && ok || bad "quantised stories260K against llama.cpp"
+import json, sys
+import numpy as np
+w = sys.argv[1]
+d = json.load(open(f"{w}/lc_q.json"))
+lc = np.array(d["logits"])
+q = np.fromfile(f"{w}/q.bin", dtype="<f4").reshape(lc.shape)
+f32 = np.fromfile(f"{w}/logits.bin", dtype="<f4").reshape(lc.shape)
+to_lc, moved = np.abs(lc - q).max(), np.abs(q - f32).max()
+assert to_lc < 0.6 and moved > 1.5 and to_lc < moved / 5, (to_lc, moved)
+assert (lc.argmax(1) == q.argmax(1)).mean() >= 0.95
+ours = [int(x) for x in open(f"{w}/q_gen.txt").read().split(",")]
+print(f"Q8_0/Q4_0: max |logit diff| to llama.cpp {to_lc:.3f} (quantisation moved them {moved:.2f}); "
+      f"greedy 40 equal: {ours == d['greedy']}")
 PY
 
 # --- ollama's tiny random Llama-2 (F16)

@@ -181,6 +181,8 @@ def hostile():
         "{p}: tensor 't': bytes [0, +256) run past the 64-byte data section at offset 64", one([64], 0)
     two = pad(header(2, 0) + tinfo("a", [16], 0, 0) + tinfo("b", [16], 0, 32)) + b"\0" * 96
     yield "overlap", "CP_EGGUF_OFFSET", "{p}: tensors 'a' and 'b' overlap in the data section", two
+    hidden = pad(header(3, 0) + tinfo("a", [16], 0, 0) + tinfo("e", [0], 0, 32) + tinfo("b", [8], 0, 32)) + b"\0" * 96
+    yield "overlap_past_empty", "CP_EGGUF_OFFSET", "{p}: tensors 'a' and 'b' overlap in the data section", hidden
     dup = pad(header(2, 0) + tinfo("a", [4], 0, 0) + tinfo("a", [4], 0, 32)) + b"\0" * 64
     yield "dup_tensor", "CP_EGGUF_DUPLICATE", "{p}: tensor 'a' appears twice", dup
 

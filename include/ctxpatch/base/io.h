@@ -27,6 +27,10 @@
  * and refuses anything but a regular file (or a folder when `dir_ok`) with CP_EFILETYPE naming
  * the path. Returns the descriptor (close-on-exec, blocking again) or a negative cp_err. */
 int cp_open_input(const char *path, int dir_ok);
+/* cp_open_input for a regular file, then mapped whole, read-only (MAP_PRIVATE): *map and *size
+ * (an empty file maps to NULL, 0). The caller unmaps with cp_unmap_input. */
+int cp_map_input(const void **map, uint64_t *size, const char *path);
+void cp_unmap_input(const void *map, uint64_t size);
 /* cp_open_input for a regular file, as a stdio stream. */
 int cp_fopen_input(FILE **out, const char *path);
 /* "FIFO", "character device", ... for an st_mode. */

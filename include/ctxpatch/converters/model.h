@@ -79,6 +79,7 @@ typedef struct cp_model {
 
   int vocab, d_model, n_heads, n_kv_heads, d_head, d_ff;
   int64_t train_len;            /* config's training length, 0 when absent */
+  bool from_gguf;               /* read from a single GGUF file (its metadata as the config) */
 
   cp_norm_kind norm;
   float norm_eps;

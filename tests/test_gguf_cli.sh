@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A single .gguf file as MODEL, without llama.cpp at hand (test_gguf_llamacpp.sh runs it live):
+#   - inspect: family, hyperparameters and where the training length came from (text and JSON);
+#   - forward --generate 200 from BOS equals llama.cpp's greedy output recorded in
+#     tests/goldens/gguf/stories260K_greedy200.txt (node-llama-cpp 3.22.1, temperature 0), and
+#     decodes (tok512.model, python3-sentencepiece) to a TinyStories story;
+#   - tokenize with a GGUF vocabulary equals llama.cpp's goldens (llama2.jsonl from
+#     ggml-vocab-llama-spm.gguf);
+#   - verify reads it; patch refuses it with its reason; ollama's tiny random Llama-2 reads.
+set -uo pipefail
+bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR; fx=$CTXPATCH_FIXTURES
+stories=$fx/third_party/stories260K
+[ -f "$stories/stories260K.gguf" ] && [ -f "$fx/tokenizers/llama2/ggml-vocab-llama-spm.gguf" ] ||
+  { echo "SKIP: ../shared/fixtures (stories260K, tokenizers/llama2) not found at $fx"; exit 77; }
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { failed=$((failed+1)); echo "FAIL: $*"; }
+m=$stories/stories260K.gguf
+
+"$bin" inspect "$m" >"$work/inspect.txt" && ok || bad "inspect"
+grep -q '^format:        gguf (1 file)$' "$work/inspect.txt" && ok || bad "inspect format"
+grep -q '^architecture:  llama (model_type llama, LlamaForCausalLM)$' "$work/inspect.txt" && ok || bad "inspect family"
+grep -q '^train length:  2048 (from GGUF llama.context_length)$' "$work/inspect.txt" && ok || bad "inspect train length"
+grep -q 'vocab 512, d_model 64, layers 5, heads 8 (kv 4), d_head 8, d_ff 172, silu, eps 1e-05$' "$work/inspect.txt" &&
+  ok || bad "inspect hyperparameters"
+"$bin" inspect "$m" --json >"$work/inspect.json" && ok || bad "inspect --json"
+"$py" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['train_len'] == 2048 and d['train_len_source'] == 'GGUF llama.context_length', d
+assert d['tensor_count'] == 48 and d['parameter_count'] == 292800
+" "$work/inspect.json" && ok || bad "inspect JSON"
+
+"$bin" forward "$m" --ids 1 --generate 200 --threads 2 >"$work/gen.txt" && ok || bad "forward --generate"
+cmp -s "$work/gen.txt" "$src/tests/goldens/gguf/stories260K_greedy200.txt" && ok || bad "greedy 200 differs from llama.cpp's"
+"$py" -c "
+import sys, sentencepiece as spm
+sp = spm.SentencePieceProcessor(model_file=sys.argv[2])
+text = sp.decode([int(x) for x in open(sys.argv[1]).read().split(',')])
+assert text.startswith('Once upon a time, there was a little girl named Lily.'), text[:80]
+" "$work/gen.txt" "$stories/tok512.model" && ok || bad "generated text"
+
+"$py" - "$bin" "$fx" <<'PY' && ok || bad "GGUF vocabulary against llama.cpp goldens"
+import json, subprocess, sys
+bin, fx = sys.argv[1], sys.argv[2]
+n = 0
+for line in open(f"{fx}/tokenizers/goldens/llama2.jsonl", encoding="utf-8"):
+    d = json.loads(line)
+    args = [bin, "tokenize", f"{fx}/tokenizers/llama2/ggml-vocab-llama-spm.gguf", "--text", d["text"]]
+    if not d["add_special_tokens"]:
+        args.append("--no-special")
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
+    ids = [int(x) for x in out.split(",") if x]
+    assert ids == d["ids"], (d["text"], d["ids"], ids)
+    n += 1
+assert n == 51, n
+PY
+
+"$bin" verify "$m" --probe passkey --lengths 256 --samples 1 --threads 2 >"$work/verify.txt" 2>&1 && ok ||
+  bad "verify on a GGUF model: $(tail -1 "$work/verify.txt")"
+"$bin" patch "$m" "$work/out" --method rope-pi --factor 2 --no-verify 2>"$work/patch.err"
+[ $? -ne 0 ] && grep -q "CP_EUNSUPPORTED: .*a GGUF model cannot be patched yet" "$work/patch.err" && [ ! -e "$work/out" ] &&
+  ok || bad "patch refusal: $(cat "$work/patch.err")"
+
+tiny=$fx/third_party/ollama/llama-2-tiny-random.gguf
+if [ -f "$tiny" ]; then
+  "$bin" inspect "$tiny" >"$work/tiny.txt"  # to a file: grep -q closing a pipe early would fail it
+  grep -q 'vocab 32000, d_model 8, layers 1, heads 2 (kv 2), d_head 4, d_ff 32' "$work/tiny.txt" && ok ||
+    bad "tiny inspect"
+  "$bin" forward "$tiny" --ids 1,2,3 --out "$work/tiny.bin" --threads 1 >/dev/null && ok || bad "tiny forward"
+fi
+
+echo "passed $passed, failed $failed"
+[ "$failed" -eq 0 ]
