@@ -207,9 +207,6 @@ done:
 }
 
 static int refuse_artifact(const cp_model *m, const char *in) {
-  if (m->from_gguf)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: a GGUF model cannot be patched yet: the artifact is a Hugging Face "
-                        "folder and the tensors keep llama.cpp's names and q/k row order (issue 15's GGUF writer)", in);
   if (!m->cfg->has_ctxpatch) return 0;
   return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
                                "original checkpoint", in);
