@@ -45,6 +45,14 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
   return false;
 }
 
+/* Prints `doc` compact on one line and frees it. */
+static void print_doc(cJSON *doc) {
+  char *text = cJSON_PrintUnformatted(doc);
+  if (text) puts(text);
+  free(text);
+  cJSON_Delete(doc);
+}
+
 /* `convert --to gguf`: one GGUF file, written atomically. */
 static int convert_gguf(const char *in, const char *out, const char *dtype, bool replace, bool json) {
   cp_gguf_export_params p = {.replace = replace};
@@ -59,10 +67,7 @@ static int convert_gguf(const char *in, const char *out, const char *dtype, bool
     cJSON_AddStringToObject(doc, "format", "gguf");
     cJSON_AddNumberToObject(doc, "tensors", (double)st.tensors);
     cJSON_AddStringToObject(doc, "sha256", st.sha256);
-    char *text = cJSON_PrintUnformatted(doc);
-    if (text) puts(text);
-    free(text);
-    cJSON_Delete(doc);
+    print_doc(doc);
   } else printf("wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
   return CLI_OK;
 }
@@ -119,10 +124,7 @@ int cmd_convert(int argc, char **argv) {
     cJSON_AddNumberToObject(doc, "tensor_bytes", (double)stats.tensor_bytes);
     cJSON_AddNumberToObject(doc, "shards", (double)stats.shards);
     cJSON_AddNumberToObject(doc, "aux_files", (double)stats.aux_files);
-    char *text = cJSON_PrintUnformatted(doc);
-    if (text) puts(text);
-    free(text);
-    cJSON_Delete(doc);
+    print_doc(doc);
   } else
     printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, SHA256SUMS\n", out,
            (unsigned long long)stats.tensors, (unsigned long long)stats.tensor_bytes,
