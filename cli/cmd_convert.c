@@ -8,13 +8,15 @@
 #include "cli/cli.h"
 #include "ctxpatch/converters/convert.h"
 #include "ctxpatch/converters/onnx_export.h"
+#include "ctxpatch/converters/gguf_export.h"
 
 #include <cjson/cJSON.h>
 
 static const char convert_help[] =
     "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] [--json]\n"
     "       ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]\n"
-    "                                [--external-threshold BYTES] [--force] [--json]\n\n"
+    "                                [--external-threshold BYTES] [--force] [--json]\n"
+    "       ctxpatch convert IN OUT.gguf --to gguf [--dtype f32|f16|bf16|q8_0] [--force] [--json]\n\n"
     "Converts a checkpoint (PyTorch zip .bin/.pt, safetensors, single or sharded) into the\n"
     "folder OUT: model.safetensors (or model-0000k-of-0000N.safetensors + index when sharded),\n"
     "config and tokenizer files copied over, and SHA256SUMS (check with sha256sum -c).\n"
@@ -27,6 +29,10 @@ static const char convert_help[] =
     "  --dtype TYPE        (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
     "                      (default 1M)\n"
+    "  --to gguf           output format: one llama.cpp GGUF v3 file (llama models; tensors by\n"
+    "                      llama.cpp's names, q/k rows permuted, llama.* keys, tokenizer.ggml.*\n"
+    "                      carried from a GGUF input)\n"
+    "  --dtype T           with --to gguf: f32 (default), f16, bf16 or q8_0 for 2-D weights\n"
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
     "  --force             replace OUT if it exists\n"
@@ -98,6 +104,25 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
   return CLI_OK;
 }
 
+/* `convert --to gguf`: one GGUF file, written atomically. */
+static int convert_gguf(const char *in, const char *out, const char *dtype, bool replace, bool json) {
+  cp_gguf_export_params p = {.replace = replace};
+  cp_gguf_export_stats st = {0};
+  if (dtype && cp_gguf_dtype_from_name(&p.type, dtype) < 0) return cli_usage_error("convert", "%s", cp_error_message());
+  int rc = cli_check_outputs(&in, 1, &out, 1, false);
+  if (rc == 0) rc = cp_gguf_export(&st, in, out, &p);
+  if (rc < 0) return cli_report(rc);
+  if (json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "output", out);
+    cJSON_AddStringToObject(doc, "format", "gguf");
+    cJSON_AddNumberToObject(doc, "tensors", (double)st.tensors);
+    cJSON_AddStringToObject(doc, "sha256", st.sha256);
+    put_json(doc);
+  } else printf("wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
+  return CLI_OK;
+}
+
 int cmd_convert(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *to = NULL, *rule_path = NULL, *dtype = NULL;
   unsigned long long threshold = 0;
@@ -138,12 +163,16 @@ int cmd_convert(int argc, char **argv) {
     }
   }
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
-  if (!to) return cli_usage_error("convert", "missing --to safetensors|onnx");
+  if (!to) return cli_usage_error("convert", "missing --to safetensors|onnx|gguf");
   if (!strcmp(to, "onnx")) return convert_onnx(in, out, rule_path, dtype, threshold, params.replace, json);
+  if (!strcmp(to, "gguf")) {
+    if (rule_path || threshold) return cli_usage_error("convert", "--rule and --external-threshold apply to --to onnx only");
+    return convert_gguf(in, out, dtype, params.replace, json);
+  }
   if (strcmp(to, "safetensors") != 0)
-    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors, onnx)", to);
+    return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors, onnx, gguf)", to);
   if (rule_path || dtype || threshold)
-    return cli_usage_error("convert", "--rule, --dtype and --external-threshold apply to --to onnx only");
+    return cli_usage_error("convert", "--rule, --dtype and --external-threshold apply to --to onnx or gguf only");
 
   cp_convert_stats stats = {0};
   int rc = cli_check_outputs(&in, 1, &out, 1, true);

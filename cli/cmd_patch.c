@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/converters/rule.h"
 #include "ctxpatch/verify/verify.h"
@@ -20,7 +21,7 @@ static const char patch_help[] =
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
-    "                      [--to safetensors|onnx] [--dtype fp32|fp16|bf16] [--external-threshold BYTES]\n\n"
+    "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -44,11 +45,15 @@ static const char patch_help[] =
     "  --to onnx         write the ONNX layout (docs/onnx.md): onnx/model.onnx of the original weights\n"
     "                    with the whole rule as graph nodes (fidelity \"graph\"), certified on the C\n"
     "                    engine under that rule (default: safetensors)\n"
-    "  --dtype TYPE      (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
+    "  --dtype TYPE      (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32);\n"
+    "                    (gguf) f32 (default), f16, bf16 or q8_0\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
     "                    (K/M/G suffixes; default 1M)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
-    "  --force           replace an existing OUT (only once the new one is certified)\n";
+    "  --force           replace an existing OUT (only once the new one is certified)\n"
+    "  --to gguf         write OUT as one llama.cpp GGUF file (llama models): rope-pi as\n"
+    "                    llama.rope.scaling.*, a temperature baked into the q weights, other rules\n"
+    "                    as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n";
 
 static bool parse_double(const char *opt, const char *v, double *out, double lo) {
   char *end;
@@ -190,13 +195,15 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (!pa->method_text) return cli_usage_error("patch", "missing --method");
   if (pa->require && strcmp(pa->require, "exact") != 0)
     return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", pa->require);
-  if (pa->to && strcmp(pa->to, "safetensors") != 0 && strcmp(pa->to, "onnx") != 0)
-    return cli_usage_error("patch", "unsupported --to '%s' (supported: safetensors, onnx)", pa->to);
-  bool onnx = pa->to && !strcmp(pa->to, "onnx");
-  if (!onnx && (pa->dtype || pa->external_threshold))
-    return cli_usage_error("patch", "--dtype and --external-threshold apply to --to onnx only");
+  if (pa->to && strcmp(pa->to, "safetensors") != 0 && strcmp(pa->to, "onnx") != 0 && strcmp(pa->to, "gguf") != 0)
+    return cli_usage_error("patch", "unsupported --to '%s' (supported: safetensors, onnx, gguf)", pa->to);
+  bool onnx = pa->to && !strcmp(pa->to, "onnx"), gguf = pa->to && !strcmp(pa->to, "gguf");
+  if (!onnx && pa->external_threshold)
+    return cli_usage_error("patch", "--external-threshold applies to --to onnx only");
+  if (!onnx && !gguf && pa->dtype) return cli_usage_error("patch", "--dtype goes with --to onnx or gguf");
   if (onnx && (pa->require || pa->shard_size))
     return cli_usage_error("patch", "--require and --shard-size apply to --to safetensors only");
+  if (gguf && pa->shard_size) return cli_usage_error("patch", "--shard-size does not apply to --to gguf");
   if (cp_patch_method_from_name(&pa->po.method, pa->method_text) || cp_patch_options_check(&pa->po))
     return cli_usage_error("patch", "%s", cp_error_message());
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
@@ -231,14 +238,20 @@ int cmd_patch(int argc, char **argv) {
   cli_verify_opts_init(&pa.vo, "0:1:5");
   cp_probe_kind *probes = NULL;
   int n_probes = 0, rc = 0;
-  bool help = false;
+  bool help = false, pp_gguf = false;
+  uint32_t pp_gguf_type = 0;
   cp_patch_outcome oc;
   memset(&oc, 0, sizeof oc);
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
   const char *ins[] = {pa.in, pa.tok_path};
-  if ((rc = cli_check_outputs(ins, 2, &pa.out_dir, 1, true)) || (rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
+  pp_gguf = pa.to && !strcmp(pa.to, "gguf");
+  if (pp_gguf && pa.dtype && cp_gguf_dtype_from_name(&pp_gguf_type, pa.dtype)) {
+    status = cli_usage_error("patch", "%s", cp_error_message());
+    goto done;
+  }
+  if ((rc = cli_check_outputs(ins, 2, &pa.out_dir, 1, !pp_gguf)) || (rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
     status = cli_report(rc);
     goto done;
   }
@@ -257,6 +270,8 @@ int cmd_patch(int argc, char **argv) {
   pp.require_exact = pa.require != NULL;
   pp.replace = pa.force;
   pp.shard_size = pa.shard_size;
+  pp.to_gguf = pp_gguf;
+  pp.gguf_type = pp_gguf_type;
   pp.on_tmp_dir = start_watchdog;
   pp.on_calibrate = print_calibrating;
   pp.on_plan = print_plan;

@@ -14,6 +14,9 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/formats/safetensors.h"
+#include "ctxpatch/converters/gguf_export.h"
+#include "ctxpatch/converters/gguf_model.h"
+#include "converters/gguf_names.h"
 
 #define MANIFEST_NAME "SHA256SUMS"
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
@@ -46,8 +49,21 @@ static int copy_file(char out_hex[65], const char *src, const char *dst) {
   return cp_copy_file_atomic(out_hex, dst, src, (size_t)1 << 30);
 }
 
-/* A tensor the hook replaces: its stored bytes read whole, transformed, written. */
-static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook) {
+/* Writes rows [0, rows) of `data` (row_bytes each) in HF order: row s is data row
+ * cp_gguf_rotary_to_gguf(s) when `d_head` > 0, else row s. */
+static int write_rows(cp_st_writer *w, const unsigned char *data, uint64_t rows, size_t row_bytes, int d_head) {
+  int rc = 0;
+  for (uint64_t s = 0; s < rows && rc == 0; s++)
+    rc = cp_st_writer_write(w, data + cp_gguf_rotary_to_gguf(s, d_head) * row_bytes, row_bytes);
+  return rc;
+}
+
+/* Rows of tensor t: its first dimension (1 for scalars). */
+static uint64_t rows_of(const cp_tensor *t) { return t->ndim > 0 && t->shape[0] > 0 ? (uint64_t)t->shape[0] : 1; }
+
+/* A tensor the hook replaces: its stored bytes read whole, transformed, written (rows put back in
+ * HF order when `d_head` > 0: a GGUF rotary q/k). */
+static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook, int d_head) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, src);
   size_t n = (size_t)t->nbytes;
   unsigned char *in = NULL, *out = malloc(n ? n : 1);
@@ -58,7 +74,7 @@ static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, con
     if ((rc = cp_checkpoint_read(ck, src, 0, in, n)) < 0) goto done;
   }
   if ((rc = hook->transform(hook->ctx, t, t->data ? t->data : in, out)) < 0) goto done;
-  rc = cp_st_writer_write(w, out, n);
+  rc = d_head ? write_rows(w, out, rows_of(t), n / rows_of(t), d_head) : cp_st_writer_write(w, out, n);
   cp_checkpoint_release(ck, src, 0, n);
 done:
   free(in);
@@ -66,10 +82,22 @@ done:
   return rc;
 }
 
-/* Copies one tensor's bytes through in chunks, dropping the input pages already copied. */
-static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64_t chunk, unsigned char *buf) {
+/* Copies one tensor's bytes through in chunks, dropping the input pages already copied; a GGUF
+ * rotary q/k (`d_head` > 0) row by row in HF order. */
+static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64_t chunk, unsigned char *buf,
+                          int d_head) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, src);
   int rc = 0;
+  if (d_head) {
+    uint64_t rows = rows_of(t), row_bytes = t->nbytes / rows;
+    for (uint64_t s = 0; s < rows && rc == 0; s++) {
+      uint64_t at = cp_gguf_rotary_to_gguf(s, d_head) * row_bytes;
+      if (row_bytes > chunk) return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': rows longer than the copy chunk",
+                                                 cp_checkpoint_dir(ck), t->name);
+      if ((rc = cp_checkpoint_read(ck, src, at, buf, (size_t)row_bytes)) == 0) rc = cp_st_writer_write(w, buf, (size_t)row_bytes);
+    }
+    return rc;
+  }
   for (uint64_t at = 0; at < t->nbytes && rc == 0; at += chunk) {
     size_t len = (size_t)(t->nbytes - at < chunk ? t->nbytes - at : chunk);
     if (t->data) {
@@ -82,24 +110,32 @@ static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64
   return rc;
 }
 
+/* Tensor i as the folder names it: under its HF name when the input is GGUF (`names`). */
+static cp_tensor desc_of(const cp_checkpoint *ck, size_t i, const cp_gguf_hf_names *names) {
+  cp_tensor t = *cp_checkpoint_tensor(ck, i);
+  if (names->hf && names->hf[i]) t.name = names->hf[i];
+  return t;
+}
+
 /* Streams one shard: the writer fixes the byte order, the checkpoint supplies the bytes. */
 static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, const char *path,
                        const size_t *members, size_t n, const cp_folder_params *p, uint64_t chunk,
-                       unsigned char *buf) {
+                       unsigned char *buf, const cp_gguf_hf_names *names) {
   static const char *const pt[] = {"format", "pt"};
   cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
   cp_st_writer *w = NULL;
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(descs, path);
-  for (size_t k = 0; k < n; k++) descs[k] = *cp_checkpoint_tensor(ck, members[k]);
+  for (size_t k = 0; k < n; k++) descs[k] = desc_of(ck, members[k], names);
   if ((rc = cp_st_writer_open(&w, path, descs, n, p->meta_kv ? p->meta_kv : pt, p->meta_kv ? p->n_meta : 1)) < 0)
     goto done;
   if (p->mark_key && (rc = cp_st_writer_meta_offset(mark_at, w, p->mark_key, p->mark_pos)) < 0) goto done;
   for (size_t k = 0; k < n; k++) {
     size_t src = members[cp_st_writer_order(w, k)];
     const cp_tensor *t = cp_checkpoint_tensor(ck, src);
-    if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook);
-    else rc = write_streamed(w, ck, src, chunk, buf);
+    int d_head = names->heads && names->heads[src] ? names->d_head : 0;
+    if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook, d_head);
+    else rc = write_streamed(w, ck, src, chunk, buf, d_head);
     if (rc < 0) goto done;
   }
   if ((rc = cp_st_writer_sha256(w, out_hex)) < 0) goto done;
@@ -139,9 +175,12 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
   size_t *members = calloc(n ? n : 1, sizeof *members);
   unsigned char *buf = malloc((size_t)chunk);
   char *path = NULL, hex[65];
+  cp_gguf_hf_names names = {0};
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(descs && members && buf, dir);
-  for (size_t i = 0; i < n; i++) descs[i] = *cp_checkpoint_tensor(ck, i);
+  /* A GGUF input is written as an HF folder: HF names, q/k rows back in HF order. */
+  if (cp_checkpoint_gguf(ck) && (rc = cp_gguf_hf_names_make(&names, ck))) goto done;
+  for (size_t i = 0; i < n; i++) descs[i] = desc_of(ck, i, &names);
   if ((rc = cp_st_plan_shards(&plan, descs, n, p->shard_size ? p->shard_size : UINT64_MAX)) < 0) goto done;
   CP_CHECK_ALLOC_GOTO(out->mark_at = calloc(plan->n_shards ? plan->n_shards : 1, sizeof *out->mark_at), dir);
   for (size_t s = 0; s < plan->n_shards; s++) {
@@ -150,7 +189,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
       if (plan->shard_of[i] == s) members[m++] = i;
     free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, plan->shard_names[s]), dir);
-    if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf)) < 0 ||
+    if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf, &names)) < 0 ||
         (rc = cp_folder_result_add(out, plan->shard_names[s], hex)) < 0)
       goto done;
   }
@@ -162,6 +201,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
   if ((rc = cp_folder_copy_aux(out, dir, ck, p)) < 0) goto done;
   out->stats = (cp_convert_stats){n, plan->total_size, plan->n_shards, cp_checkpoint_aux_count(ck)};
 done:
+  cp_gguf_hf_names_free(&names);
   cp_st_shard_plan_free(plan);
   free(descs);
   free(members);
@@ -247,6 +287,17 @@ done:
   return rc;
 }
 
+/* A GGUF input's metadata as the folder's config.json (the config cp_gguf_config reads). */
+static int write_gguf_config(const char *dir, const cp_checkpoint *ck, const char *in) {
+  cp_hf_config *cfg = NULL;
+  char *path = cp_path_join(dir, "config.json");
+  int rc = path ? cp_checkpoint_config(&cfg, ck, in) : cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
+  if (rc == 0) rc = cp_write_file_atomic(NULL, path, cfg->text, cfg->text_len);
+  cp_hf_config_free(cfg);
+  free(path);
+  return rc;
+}
+
 int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const char *out,
                               const cp_convert_params *params) {
   cp_convert_params defaults;
@@ -267,6 +318,7 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
   const char *tmp = cp_atomic_dir_path(dir);
   cp_folder_params fp = {.shard_size = params->shard_size, .chunk_size = params->chunk_size};
   if ((rc = cp_folder_write(&written, tmp, ck, &fp)) < 0) goto done;
+  if (cp_checkpoint_gguf(ck) && (rc = write_gguf_config(tmp, ck, in)) < 0) goto done;
   if ((rc = cp_write_sha256_manifest(tmp, written.files, written.n_files)) < 0) goto done;
   if (stats) *stats = written.stats;
   rc = cp_atomic_dir_commit(dir);

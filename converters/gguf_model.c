@@ -126,6 +126,12 @@ static int llama_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
       (rc = put_int(js, g, arch, "context_length", "max_position_embeddings", false)) ||
       (rc = put_num(js, g, eps, "rms_norm_eps")) || (rc = put_rope(js, g, arch, d_head)))
     return rc;
+  if (cp_gguf_find_key(g, "ctxpatch.rule") >= 0) { /* a patched file's rule (converters/gguf_export.h) */
+    const char *rule;
+    size_t rule_len;
+    if ((rc = cp_gguf_get_str(&rule, &rule_len, g, "ctxpatch.rule"))) return rc;
+    cp_strbuf_printf(js, ",\"ctxpatch\":{\"rule\":%.*s}", (int)(rule_len < INT32_MAX ? rule_len : 0), rule);
+  }
   cp_strbuf_putc(js, '}');
   return 0;
 }

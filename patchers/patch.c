@@ -11,6 +11,7 @@
 
 #include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/convert.h"
+#include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "base/json_strict.h"
@@ -290,6 +291,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   cp_atomic_dir *ad = NULL;
   cp_folder_result written = {0};
   cJSON *block = NULL;
+  char *bake_dir = NULL;
   if (params->onnx) return patch_write_onnx(out, in, out_dir, original, patch, calibration, params);
   out->patch = *patch;
   int rc = cp_checkpoint_open(&ck, in);
@@ -300,10 +302,20 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
                       cp_fidelity_name(out->plan.fidelity), out->plan.note);
     goto done;
   }
+  if (params->to_gguf && original->family != CP_FAMILY_LLAMA) {
+    rc = cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama models; this is %s", in,
+                      cp_family_name(original->family));
+    goto done;
+  }
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
   CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
   if (params->verify) mark_certified(block);
-  if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
+  if (params->to_gguf) { /* OUT is a file: the folder is baked and certified beside it, then removed */
+    if ((rc = cp_gguf_output_check(out_dir, params->replace))) goto done;
+    CP_CHECK_ALLOC_GOTO(bake_dir = malloc(strlen(out_dir) + sizeof ".bake"), out_dir);
+    sprintf(bake_dir, "%s.bake", out_dir);
+  }
+  if ((rc = cp_atomic_dir_open(&ad, bake_dir ? bake_dir : out_dir, bake_dir ? 0 : params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
   if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
   if ((rc = cp_bake_write(&written, tmp, ck, original, &out->plan, block, params->shard_size))) goto done;
@@ -316,6 +328,11 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
     if ((rc = certify(out, tmp, in, original, patch, params)) || !out->pass) goto done;
     if ((rc = place_digest(tmp, &written, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
+  if (params->to_gguf) { /* one GGUF file from the certified folder, which then goes */
+    if ((rc = cp_patch_write_gguf(tmp, in, out_dir, block, params->verify != NULL, params->gguf_type))) goto done;
+    out->written = true;
+    goto done;
+  }
   /* The shards changed when the digest was placed; the index and aux files did not. */
   size_t shards = (size_t)written.stats.shards;
   rc = commit_folder(out, &ad, tmp, written.files + shards, written.n_files - shards);
@@ -324,13 +341,11 @@ done:
   cp_checkpoint_free(ck);
   cp_folder_result_free(&written);
   cJSON_Delete(block);
+  free(bake_dir);
   return rc;
 }
 
 static int refuse_artifact(const cp_model *m, const char *in) {
-  if (m->from_gguf)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: a GGUF model cannot be patched yet: the artifact is a Hugging Face "
-                        "folder and the tensors keep llama.cpp's names and q/k row order (issue 15's GGUF writer)", in);
   if (!m->cfg->has_ctxpatch) return 0;
   return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
                                "original checkpoint", in);

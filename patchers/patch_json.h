@@ -23,4 +23,10 @@ int cp_bake_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, con
 /* Writes dir/config.json: `src` (its text, re-parsed strictly) with the plan's native fields and `block`. */
 int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake_plan *plan, const cJSON *block);
 
+/* `patch --to gguf` (patchers/patch_gguf.c): the baked folder `tmp` (certificate.json in it when
+ * `certified`) written to the GGUF file `out` in ggml type `type`, with `block`'s members as
+ * ctxpatch.* keys and the certificate's text as ctxpatch.certificate; `in` names the source. */
+int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const cJSON *block, bool certified,
+                        uint32_t type);
+
 #endif

@@ -47,7 +47,7 @@ printf 'not a checkpoint at all' >"$work/junk.safetensors"
 check test ! -e "$work/never"
 leftovers=$(ls -A "$work" | grep -c '^\.' || true)
 [ "$leftovers" = 0 ] && ok || bad "temporary files left behind: $(ls -A "$work")"
-"$bin" convert "$model" "$work/x" --to gguf 2>/dev/null; [ $? = 2 ] && ok || bad "--to gguf should be a usage error"
+"$bin" convert "$model" "$work/x" --to bogus 2>/dev/null; [ $? = 2 ] && ok || bad "--to bogus should be a usage error"
 "$bin" inspect 2>/dev/null; [ $? = 2 ] && ok || bad "inspect without PATH should be a usage error"
 check "$bin" inspect --help
 check "$bin" convert --help

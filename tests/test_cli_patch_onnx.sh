@@ -111,7 +111,7 @@ else
 fi
 
 # Usage errors: options of the other format.
-for args in "--dtype fp16" "--to gguf" "--to onnx --require exact" "--to onnx --shard-size 1M" "--to onnx --dtype fp8"; do
+for args in "--dtype fp16" "--to bogus" "--external-threshold 4K" "--to onnx --require exact" "--to onnx --shard-size 1M" "--to onnx --dtype fp8"; do
   "$bin" patch "$model" "$work/u" --method rope-pi --factor 1.001 --no-verify $args >/dev/null 2>&1; s=$?
   [ $s -eq 2 ] && [ ! -e "$work/u" ] && ok || bad "'$args' accepted (exit $s)"
 done

@@ -154,6 +154,12 @@ typedef struct {
    * long bake and verify stages; not when require_exact refuses it), both with on_tmp_ctx. */
   void (*on_calibrate)(void *ctx, const char *method, int64_t target_len);
   void (*on_plan)(void *ctx, const cp_patch *patch, const cp_bake_plan *plan);
+  /* `patch --to gguf`: OUT is one GGUF file (converters/gguf_export.h) written from the baked,
+   * certified folder (which is then removed): llama.rope.scaling.* for rope-pi, q weights
+   * already divided by tau, and ctxpatch.method / fidelity / note / rule / baked_rule /
+   * certified / certificate_sha256 / certificate (the certificate.json text) keys. */
+  bool to_gguf;
+  uint32_t gguf_type;                     /* CP_GGML_F32 (0), F16, BF16, Q8_0 */
 } cp_patch_params;
 
 void cp_patch_params_init(cp_patch_params *p);

@@ -1,0 +1,404 @@
+/* A checkpoint as a llama.cpp GGUF file (include/ctxpatch/converters/gguf_export.h): the tensor
+ * plan (names, q/k permutation, types), the metadata, and the streaming copy through the GGUF
+ * writer. */
+#include "ctxpatch/converters/gguf_export.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/version.h"
+#include "ctxpatch/converters/families.h"
+#include "ctxpatch/converters/gguf_model.h"
+#include "ctxpatch/formats/gguf_write.h"
+#include "converters/gguf_vocab.h"
+
+#define CHUNK_FLOATS ((size_t)1 << 20) /* rows are converted 4 MiB of float32 at a time */
+
+int cp_gguf_dtype_from_name(uint32_t *out, const char *name) {
+  static const struct { const char *name; uint32_t type; } k[] = {
+      {"f32", CP_GGML_F32}, {"f16", CP_GGML_F16}, {"bf16", CP_GGML_BF16}, {"q8_0", CP_GGML_Q8_0}};
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+    if (!strcmp(name, k[i].name)) {
+      *out = k[i].type;
+      return 0;
+    }
+  return cp_error_set(CP_EARG, "--dtype '%s': expected f32, f16, bf16 or q8_0", name);
+}
+
+/* llama_ftype of a file whose weights are `type`. */
+static uint32_t file_type(uint32_t type) {
+  switch (type) {
+    case CP_GGML_F16: return 1;
+    case CP_GGML_Q8_0: return 7;
+    case CP_GGML_BF16: return 32;
+    default: return 0;
+  }
+}
+
+/* One output tensor: where its rows come from and how they are stored. */
+typedef struct {
+  size_t src;         /* checkpoint index */
+  char name[CP_GGUF_MAX_NAME];
+  uint32_t type;
+  int permute_heads;  /* > 0: q/k rows permuted per head of d_head rows */
+} plan_entry;
+
+typedef struct {
+  plan_entry *v;
+  size_t n, cap;
+  int d_head;
+} tensor_plan;
+
+static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, const char *name, uint32_t want,
+                    int heads) {
+  const cp_tensor *t = cp_checkpoint_find(ck, src);
+  if (!t) return 0;
+  size_t idx = 0;
+  while (cp_checkpoint_tensor(ck, idx) != t) idx++;
+  if (strlen(name) >= CP_GGUF_MAX_NAME)
+    return cp_error_set(CP_EARG, "%s: tensor '%s': GGUF name '%s' too long", cp_checkpoint_dir(ck), src, name);
+  if (!cp_dtype_is_float(t->dtype) || t->ndim < 1 || t->ndim > CP_GGUF_MAX_DIMS)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': %s with %d dimensions is not written to GGUF",
+                        cp_checkpoint_dir(ck), src, cp_dtype_name(t->dtype), t->ndim);
+  uint32_t type = t->ndim == 1 ? CP_GGML_F32 : want;
+  if (type == CP_GGML_Q8_0 && t->shape[t->ndim - 1] % 32) type = CP_GGML_F16;
+  int rc = CP_ARRAY_RESERVE(p->v, p->cap, p->n + 1, "gguf export");
+  if (rc) return rc;
+  plan_entry *e = &p->v[p->n++];
+  e->src = idx;
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->type = type;
+  e->permute_heads = heads;
+  return 0;
+}
+
+/* A llama HF folder's tensors by the family table: embedding, layers, final norm, head. */
+static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *cfg, uint32_t want) {
+  cp_names hf, gg;
+  cp_names_init(&hf, ck, cfg);
+  gg = hf;
+  gg.gguf = true;
+  static const char *const suffixes[2] = {".weight", ".bias"};
+  int rc = 0;
+  /* llama.cpp's order: model-level tensors, each layer's in table order, then the tail. */
+  for (int pass = 0; pass < 3 && rc == 0; pass++) {
+    int n_layers = pass == 1 ? cfg->n_layers : 1;
+    for (int l = 0; l < n_layers && rc == 0; l++)
+      for (size_t r = 0; r < hf.fl->n_tensors && rc == 0; r++) {
+        const cp_family_tensor *row = &hf.fl->tensors[r];
+        bool layered = strstr(row->hf, "%d") != NULL;
+        bool tail = row->role == CP_ROLE_FINAL_NORM || row->role == CP_ROLE_LM_HEAD;
+        if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row))
+          continue;
+        int heads = row->role == CP_ROLE_Q ? cfg->n_heads : row->role == CP_ROLE_K ? cfg->n_kv_heads : 0;
+        for (int s = 0; s < 2 && rc == 0; s++) {
+          char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
+          cp_names_row(src, &hf, row, l, suffixes[s]);
+          cp_names_row(dst, &gg, row, l, suffixes[s]);
+          rc = plan_add(p, ck, src, dst, want, heads);
+        }
+      }
+  }
+  return rc;
+}
+
+/* A GGUF input: every tensor in file order under its own name. */
+static int plan_gguf(tensor_plan *p, const cp_checkpoint *ck, uint32_t want) {
+  int rc = 0;
+  for (size_t i = 0; i < cp_checkpoint_count(ck) && rc == 0; i++) {
+    const char *name = cp_checkpoint_tensor(ck, i)->name;
+    rc = plan_add(p, ck, name, name, want, 0);
+  }
+  return rc;
+}
+
+/* ---------------------------------------------------------------- metadata */
+
+/* Copies key i of `g` with its type (arrays of scalars and strings; nested arrays refused). */
+static int copy_kv(cp_gguf_writer *w, const cp_gguf_file *g, size_t i) {
+  const char *key = cp_gguf_kv_key(g, i);
+  cp_gguf_vtype t = cp_gguf_kv_type(g, i);
+  const char *s;
+  size_t len;
+  int64_t iv;
+  double dv;
+  bool bv;
+  int rc;
+  switch (t) {
+    case CP_GGUF_STRING:
+      return (rc = cp_gguf_get_str(&s, &len, g, key)) ? rc : cp_gguf_put_str(w, key, s, len);
+    case CP_GGUF_BOOL: return (rc = cp_gguf_get_bool(&bv, g, key)) ? rc : cp_gguf_put_bool(w, key, bv);
+    case CP_GGUF_F32: case CP_GGUF_F64: {
+      if ((rc = cp_gguf_get_f64(&dv, g, key))) return rc;
+      float f = (float)dv;
+      return t == CP_GGUF_F32 ? cp_gguf_put_scalar(w, key, t, &f) : cp_gguf_put_scalar(w, key, t, &dv);
+    }
+    case CP_GGUF_ARRAY: break;
+    default: { /* integers, stored back in their own width */
+      if ((rc = cp_gguf_get_int(&iv, g, key))) return rc;
+      uint64_t u = (uint64_t)iv;
+      unsigned char buf[8];
+      memcpy(buf, &u, 8); /* little-endian host: the low bytes are the narrower value */
+      return cp_gguf_put_scalar(w, key, t, buf);
+    }
+  }
+  cp_gguf_vtype elem;
+  uint64_t n;
+  if ((rc = cp_gguf_get_arr(&elem, &n, g, key))) return rc;
+  if (elem == CP_GGUF_ARRAY)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s': nested arrays are not copied", cp_gguf_path(g), key);
+  size_t width = elem == CP_GGUF_STRING ? sizeof(char *) + sizeof(size_t) : 8;
+  void *buf = NULL;
+  if (n > SIZE_MAX / width || !(buf = malloc(n ? (size_t)n * width : 1)))
+    return cp_error_set(CP_ENOMEM, "%s: key '%s': out of memory", cp_gguf_path(g), key);
+  rc = 0;
+  if (elem == CP_GGUF_STRING) {
+    const char **ss = buf;
+    size_t *ls = (size_t *)(ss + n);
+    for (uint64_t k = 0; k < n && rc == 0; k++) rc = cp_gguf_arr_str(&ss[k], &ls[k], g, key, k);
+    if (rc == 0) rc = cp_gguf_put_arr_str(w, key, ss, ls, n);
+  } else {
+    unsigned char *o = buf;
+    int size = elem == CP_GGUF_U8 || elem == CP_GGUF_I8 || elem == CP_GGUF_BOOL ? 1
+             : elem == CP_GGUF_U16 || elem == CP_GGUF_I16                     ? 2
+             : elem == CP_GGUF_U32 || elem == CP_GGUF_I32 || elem == CP_GGUF_F32 ? 4 : 8;
+    for (uint64_t k = 0; k < n && rc == 0; k++) {
+      if (elem == CP_GGUF_F32 || elem == CP_GGUF_F64) {
+        if ((rc = cp_gguf_arr_f64(&dv, g, key, k))) break;
+        float f = (float)dv;
+        if (elem == CP_GGUF_F32) memcpy(o + 4 * k, &f, 4);
+        else memcpy(o + 8 * k, &dv, 8);
+      } else {
+        if ((rc = cp_gguf_arr_int(&iv, g, key, k))) break;
+        uint64_t u = (uint64_t)iv;
+        memcpy(o + (size_t)size * k, &u, (size_t)size);
+      }
+    }
+    if (rc == 0) rc = cp_gguf_put_arr(w, key, elem, buf, n);
+  }
+  free(buf);
+  return rc;
+}
+
+static bool skip_copied(const char *key, bool rope_override) {
+  static const char *const owned[] = {"general.architecture", "general.name", "general.alignment",
+                                      "general.file_type", "general.quantization_version"};
+  for (size_t i = 0; i < sizeof owned / sizeof *owned; i++)
+    if (!strcmp(key, owned[i])) return true;
+  return !strncmp(key, "ctxpatch.", 9) || (rope_override && !strncmp(key, "llama.rope.scaling.", 19));
+}
+
+/* The llama.* keys of an HF config. */
+static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg) {
+  int rc = 0;
+  if (cfg->train_len > 0) rc = cp_gguf_put_u32(w, "llama.context_length", (uint32_t)cfg->train_len);
+  if (rc || (rc = cp_gguf_put_u32(w, "llama.embedding_length", (uint32_t)cfg->d_model)) ||
+      (rc = cp_gguf_put_u32(w, "llama.block_count", (uint32_t)cfg->n_layers)) ||
+      (rc = cp_gguf_put_u32(w, "llama.feed_forward_length", (uint32_t)cfg->d_ff)) ||
+      (rc = cp_gguf_put_u32(w, "llama.rope.dimension_count", (uint32_t)cfg->d_head)) ||
+      (rc = cp_gguf_put_u32(w, "llama.attention.head_count", (uint32_t)cfg->n_heads)) ||
+      (rc = cp_gguf_put_u32(w, "llama.attention.head_count_kv", (uint32_t)cfg->n_kv_heads)) ||
+      (rc = cp_gguf_put_f32(w, "llama.attention.layer_norm_rms_epsilon", (float)cfg->norm_eps)) ||
+      (rc = cp_gguf_put_f32(w, "llama.rope.freq_base", (float)cfg->rope_theta)) ||
+      (rc = cp_gguf_put_u32(w, "llama.vocab_size", (uint32_t)cfg->vocab_size)))
+    return rc;
+  if (cfg->d_head * cfg->n_heads != cfg->d_model && (rc = cp_gguf_put_u32(w, "llama.attention.key_length",
+                                                                         (uint32_t)cfg->d_head)))
+    return rc;
+  return 0;
+}
+
+/* tokenizer.ggml.* of an HF folder: its byte-level BPE tokenizer.json, else no vocabulary. */
+static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_config *cfg) {
+  bool done = false;
+  int rc = 0;
+  for (size_t i = 0; i < cp_checkpoint_aux_count(ck) && rc == 0; i++) {
+    if (strcmp(cp_checkpoint_aux(ck, i), "tokenizer.json")) continue;
+    char *path = cp_path_join(cp_checkpoint_dir(ck), "tokenizer.json");
+    CP_CHECK_ALLOC(path, cp_checkpoint_dir(ck));
+    rc = cp_gguf_put_hf_vocab(&done, w, path, cfg->vocab_size, cfg->bos_token_id, cfg->eos_token_id,
+                              cfg->pad_token_id);
+    free(path);
+  }
+  if (rc || done) return rc;
+  static const char no_vocab[] = "no_vocab"; /* token ids only (see the header) */
+  if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", no_vocab, sizeof no_vocab - 1))) return rc;
+  if (cfg->bos_token_id >= 0 && (rc = cp_gguf_put_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)cfg->bos_token_id)))
+    return rc;
+  if (cfg->eos_token_id >= 0 && (rc = cp_gguf_put_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)cfg->eos_token_id)))
+    return rc;
+  return 0;
+}
+
+static int put_rope_scaling(cp_gguf_writer *w, double factor, int64_t train_len) {
+  static const char linear[] = "linear";
+  int rc = cp_gguf_put_str(w, "llama.rope.scaling.type", linear, sizeof linear - 1);
+  if (rc == 0) rc = cp_gguf_put_f32(w, "llama.rope.scaling.factor", (float)factor);
+  if (rc == 0 && train_len > 0) rc = cp_gguf_put_u32(w, "llama.rope.scaling.original_context_length", (uint32_t)train_len);
+  return rc;
+}
+
+static const char *base_name(const char *path) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  const char *s = path + n;
+  while (s > path && s[-1] != '/') s--;
+  return s;
+}
+
+static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_config *cfg, const char *in,
+                    const cp_gguf_export_params *p, uint32_t want) {
+  if (p->source) in = p->source;
+  const cp_gguf_file *g = cp_checkpoint_gguf(ck);
+  char name[256];
+  const char *gname = NULL;
+  size_t glen = 0;
+  if (p->name) snprintf(name, sizeof name, "%s", p->name);
+  else if (g && cp_gguf_find_key(g, "general.name") >= 0 && cp_gguf_get_str(&gname, &glen, g, "general.name") == 0)
+    snprintf(name, sizeof name, "%.*s", (int)(glen < 255 ? glen : 255), gname);
+  else snprintf(name, sizeof name, "%.*s", (int)strcspn(base_name(in), "/"), base_name(in));
+  static const char arch[] = "llama";
+  int rc;
+  if ((rc = cp_gguf_put_str(w, "general.architecture", arch, sizeof arch - 1)) ||
+      (rc = cp_gguf_put_str(w, "general.name", name, strlen(name))) ||
+      (rc = cp_gguf_put_u32(w, "general.file_type", file_type(want))) ||
+      (want == CP_GGML_Q8_0 && (rc = cp_gguf_put_u32(w, "general.quantization_version", 2))))
+    return rc;
+  bool rope = p->rope_factor > 0;
+  if (g) {
+    for (size_t i = 0; i < cp_gguf_kv_count(g) && rc == 0; i++)
+      if (!skip_copied(cp_gguf_kv_key(g, i), rope)) rc = copy_kv(w, g, i);
+  } else {
+    if ((rc = put_arch(w, cfg)) == 0 && !p->tokenizer_gguf) rc = put_tokenizer(w, ck, cfg);
+    for (size_t i = 0; p->tokenizer_gguf && rc == 0 && i < cp_gguf_kv_count(p->tokenizer_gguf); i++)
+      if (!strncmp(cp_gguf_kv_key(p->tokenizer_gguf, i), "tokenizer.", 10)) rc = copy_kv(w, p->tokenizer_gguf, i);
+    if (rc == 0 && !rope && cfg->rope_scaling_factor != 1.0)
+      rc = put_rope_scaling(w, cfg->rope_scaling_factor, cfg->train_len);
+  }
+  if (rc == 0 && rope) rc = put_rope_scaling(w, p->rope_factor, cfg->train_len);
+  const char *src = base_name(in);
+  if (rc || (rc = cp_gguf_put_str(w, "ctxpatch.tool_version", cp_version(), strlen(cp_version()))) ||
+      (rc = cp_gguf_put_str(w, "ctxpatch.source", src, strcspn(src, "/"))))
+    return rc;
+  for (size_t i = 0; i < p->n_meta && rc == 0; i++) {
+    const cp_gguf_meta *m = &p->meta[i];
+    if (m->type == CP_GGUF_STRING) rc = cp_gguf_put_str(w, m->key, m->s, strlen(m->s));
+    else if (m->type == CP_GGUF_BOOL) rc = cp_gguf_put_bool(w, m->key, m->b);
+    else rc = cp_gguf_put_f32(w, m->key, (float)m->num);
+  }
+  return rc;
+}
+
+/* ---------------------------------------------------------------- tensor data */
+
+uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head) {
+  uint64_t dh = (uint64_t)d_head, h = gguf_row / dh, k = gguf_row % dh;
+  return h * dh + (k % 2) * (dh / 2) + k / 2;
+}
+
+uint64_t cp_gguf_rotary_to_gguf(uint64_t hf_row, int d_head) {
+  uint64_t dh = (uint64_t)d_head, h = hf_row / dh, k = hf_row % dh, half = dh / 2;
+  return h * dh + 2 * (k % half) + k / half;
+}
+
+/* Streams one tensor: bytes copied when stored in the output type and in order, else rows
+ * widened to float32 (and permuted) a chunk at a time and encoded by the writer. */
+static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *e, int d_head, float *vals,
+                        unsigned char *raw) {
+  const cp_tensor *t = cp_checkpoint_tensor(ck, e->src);
+  uint64_t numel = 0;
+  cp_shape_numel(&numel, t->ndim, t->shape); /* checked by the reader */
+  uint64_t cols = (uint64_t)t->shape[t->ndim - 1], rows = cols ? numel / cols : 0;
+  size_t es = cp_dtype_size(t->dtype);
+  bool same = !e->permute_heads && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
+                                    (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
+                                    (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
+  if (e->permute_heads && (d_head % 2 || rows % (uint64_t)d_head))
+    return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': %llu rows are not whole heads of %d", cp_checkpoint_dir(ck),
+                        t->name, (unsigned long long)rows, d_head);
+  if (cols > CHUNK_FLOATS)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': rows of %llu values are too long", cp_checkpoint_dir(ck),
+                        t->name, (unsigned long long)cols);
+  uint64_t per = CHUNK_FLOATS / (cols ? cols : 1);
+  int rc = 0;
+  for (uint64_t r0 = 0; r0 < rows && rc == 0; r0 += per) {
+    uint64_t nr = rows - r0 < per ? rows - r0 : per;
+    size_t row_bytes = (size_t)cols * es;
+    if (e->permute_heads) {
+      for (uint64_t r = 0; r < nr && rc == 0; r++)
+        rc = cp_checkpoint_read(ck, e->src, cp_gguf_rotary_to_hf(r0 + r, d_head) * row_bytes, raw + r * row_bytes, row_bytes);
+    } else {
+      rc = cp_checkpoint_read(ck, e->src, r0 * row_bytes, raw, (size_t)nr * row_bytes);
+    }
+    if (rc) break;
+    if (same) rc = cp_gguf_write_data(w, raw, (size_t)nr * row_bytes);
+    else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0)
+      rc = cp_gguf_write_f32(w, vals, (size_t)(nr * cols));
+    cp_checkpoint_release(ck, e->src, r0 * row_bytes, (uint64_t)nr * row_bytes);
+  }
+  return rc;
+}
+
+int cp_gguf_output_check(const char *out, bool replace) {
+  cp_output kind;
+  int rc = cp_output_kind(&kind, out, 0);
+  if (rc == 0 && kind == CP_OUTPUT_REPLACE && !replace)
+    rc = cp_error_set(CP_EEXIST, "%s: output already exists (remove it or pass --force)", out);
+  return rc;
+}
+
+int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out, const cp_gguf_export_params *p) {
+  cp_gguf_export_params defaults = {0};
+  if (!p) p = &defaults;
+  uint32_t want = p->type;
+  cp_checkpoint *ck = NULL;
+  cp_hf_config *cfg = NULL;
+  cp_gguf_writer *w = NULL;
+  tensor_plan plan = {0};
+  float *vals = malloc(CHUNK_FLOATS * sizeof *vals);
+  unsigned char *raw = malloc(CHUNK_FLOATS * 8);
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(vals && raw, out);
+  if (want != CP_GGML_F32 && want != CP_GGML_F16 && want != CP_GGML_BF16 && want != CP_GGML_Q8_0) {
+    rc = cp_error_set(CP_EARG, "%s: ggml type %u is not written (f32, f16, bf16, q8_0)", out, want);
+    goto done;
+  }
+  if ((rc = cp_gguf_output_check(out, p->replace)) || (rc = cp_checkpoint_open(&ck, in)) ||
+      (rc = cp_checkpoint_config(&cfg, ck, in)))
+    goto done;
+  if (cfg->family != CP_FAMILY_LLAMA) {
+    rc = cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama models; this is %s (the family table has no "
+                      "llama.cpp names for it)", in, cp_family_name(cfg->family));
+    goto done;
+  }
+  rc = cp_checkpoint_gguf(ck) ? plan_gguf(&plan, ck, want) : plan_hf(&plan, ck, cfg, want);
+  if (rc) goto done;
+  if (plan.n == 0) {
+    rc = cp_error_set(CP_ECKPT_EMPTY, "%s: no tensor of the llama layout found", in);
+    goto done;
+  }
+  if ((rc = cp_gguf_writer_new(&w, out)) || (rc = put_meta(w, ck, cfg, in, p, want))) goto done;
+  for (size_t i = 0; i < plan.n && rc == 0; i++) {
+    const cp_tensor *t = cp_checkpoint_tensor(ck, plan.v[i].src);
+    rc = cp_gguf_add_tensor(w, plan.v[i].name, plan.v[i].type, t->ndim, t->shape);
+  }
+  if (rc || (rc = cp_gguf_writer_begin(w))) goto done;
+  for (size_t i = 0; i < plan.n && rc == 0; i++) rc = write_tensor(w, ck, &plan.v[i], cfg->d_head, vals, raw);
+  if (rc) goto done;
+  cp_gguf_export_stats st = {plan.n, ""};
+  rc = cp_gguf_writer_commit(w, st.sha256);
+  w = NULL;
+  if (rc == 0 && stats) *stats = st;
+done:
+  cp_gguf_writer_abort(w);
+  free(plan.v);
+  free(vals);
+  free(raw);
+  cp_hf_config_free(cfg);
+  cp_checkpoint_free(ck);
+  return rc;
+}

@@ -1,0 +1,88 @@
+/* Floor: converters. A checkpoint written as a llama.cpp GGUF file (`convert --to gguf`, and the
+ * writer under `patch --to gguf`).
+ *
+ * Families: llama (the family table's GGUF column, llama.cpp's LLM_ARCH_LLAMA names). Others are
+ * refused with CP_ECFG_FAMILY (the table has no GGUF names for gpt-neox, bloom, mpt yet).
+ *
+ * From an HF folder (config.json + weights in any format the checkpoint reader opens): tensors by
+ * the family table's GGUF names, q and k rows of every head permuted as llama.cpp's converter
+ * does for its interleaved rotary pairs (HF row i*dh/2 + j of a head goes to row 2j + i; the
+ * inverse of what the GGUF reader undoes), and the `llama.*` keys from config.json:
+ *   context_length (the training length), embedding_length, block_count, feed_forward_length,
+ *   rope.dimension_count, attention.head_count, attention.head_count_kv,
+ *   attention.layer_norm_rms_epsilon, rope.freq_base, vocab_size, and with a linear
+ *   rope_scaling: rope.scaling.type "linear", rope.scaling.factor and
+ *   rope.scaling.original_context_length (the training length).
+ * Tokenizer of an HF folder: a byte-level BPE tokenizer.json becomes llama.cpp's "gpt2" vocabulary
+ * (converters/gguf_vocab.h); SentencePiece tokenizer.model and other tokenizer.json kinds are not
+ * converted (the tokenizers floor exposes no vocabulary of them) and get tokenizer.ggml.model
+ * "no_vocab" with bos/eos ids (token ids only; node-llama-cpp refuses such files). A patched GGUF
+ * input's baked folder takes the input's tokenizer.ggml.* keys instead (`tokenizer_gguf`).
+ * From a GGUF file: every tensor in file order with its name (already permuted), every key but
+ * general.alignment / general.file_type / general.quantization_version and ctxpatch.* copied
+ * with its type (tokenizer.ggml.* included); with a rope override, the llama.rope.scaling.* keys
+ * are replaced.
+ *
+ * Tensor types: 1-D tensors F32 (as llama.cpp keeps norms); 2-D weights in `type`, except that
+ * Q8_0 falls back to F16 for rows that are not whole blocks of 32 (llama.cpp's converter does the
+ * same). general.file_type follows `type` (llama_ftype: 0 F32, 1 F16, 7 Q8_0, 32 BF16). Bytes
+ * already stored in the output type are copied bit for bit; others pass through float32.
+ *
+ * Provenance: general.architecture, general.name, general.file_type, general.quantization_version
+ * (Q8_0), ctxpatch.tool_version, ctxpatch.source (the input's file or folder name), then the
+ * caller's keys (ctxpatch.* of a patch). Memory: a bounded chunk of rows at a time, never the
+ * whole model. The output is written atomically (nothing on error) and deterministically.
+ */
+#ifndef CTXPATCH_CONVERTERS_GGUF_EXPORT_H
+#define CTXPATCH_CONVERTERS_GGUF_EXPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/formats/gguf.h"
+
+/* An extra key: a string (s), a bool (b) or an f64 number (num), as `type` says. */
+typedef struct {
+  const char *key;
+  cp_gguf_vtype type; /* CP_GGUF_STRING, CP_GGUF_BOOL or CP_GGUF_F32 */
+  const char *s;
+  bool b;
+  double num;
+} cp_gguf_meta;
+
+typedef struct {
+  uint32_t type;             /* CP_GGML_F32 (default 0), F16, BF16 or Q8_0 for 2-D weights */
+  const char *name;          /* general.name; NULL: the input GGUF's, else the input's name */
+  const cp_gguf_meta *meta;  /* extra keys, written last in this order (borrowed) */
+  size_t n_meta;
+  double rope_factor;        /* > 0: write linear rope scaling with this factor (patch rope-pi) */
+  bool replace;              /* replace an existing OUT file (else CP_EEXIST) */
+  const char *source;        /* the name ctxpatch.source and the default general.name take (NULL: `in`'s) */
+  const cp_gguf_file *tokenizer_gguf; /* an HF folder's tokenizer.ggml.* copied from this GGUF instead
+                                         (a patched GGUF input's baked folder); NULL: none */
+} cp_gguf_export_params;
+
+typedef struct {
+  uint64_t tensors;
+  char sha256[65]; /* of the file written */
+} cp_gguf_export_stats;
+
+/* llama.cpp's rotary row order of a head-major q/k weight with heads of d_head rows: the GGUF row
+ * holding HF row `hf_row` (row i*dh/2 + j of a head is stored at 2j + i), and the HF row of GGUF
+ * row `gguf_row`. */
+uint64_t cp_gguf_rotary_to_gguf(uint64_t hf_row, int d_head);
+uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head);
+
+/* "f32", "f16", "bf16", "q8_0" -> the ggml type (CP_EARG naming the text otherwise). */
+int cp_gguf_dtype_from_name(uint32_t *out, const char *name);
+
+/* Whether `out` may be written: a GGUF output is a file (cp_output_kind); an existing one only
+ * with `replace` (CP_EEXIST otherwise). */
+int cp_gguf_output_check(const char *out, bool replace);
+
+/* Writes checkpoint `in` (file or folder) to the GGUF file `out`. `stats` may be NULL. */
+int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out, const cp_gguf_export_params *p);
+
+#endif
