@@ -36,7 +36,7 @@ EOF
 # --to onnx: the schedule as graph nodes
 if "$bin" patch "$model" "$work/onnx" --method temperature --schedule --lengths 256,512 --to onnx $small \
     >"$work/o.log" 2>&1; then ok; else bad "patch --schedule --to onnx: $(cat "$work/o.log")"; fi
-"$bin" inspect "$work/onnx" | grep -qF '{"temperature_schedule":{"points":[[256,1],[512,' && ok ||
+grep -qF '{"temperature_schedule":{"points":[[256,1],[512,' <("$bin" inspect "$work/onnx") && ok ||
   bad "onnx metadata: $("$bin" inspect "$work/onnx" | head -4)"
 # refusals: --schedule with --tau, or with another method
 "$bin" patch "$model" "$work/x" --method temperature --schedule --tau 0.8 --no-verify >/dev/null 2>&1
@@ -68,14 +68,28 @@ grep -q '^ctxpatch: *method temperature, fidelity ctxpatch-metadata' "$work/i.tx
 "$bin" inspect "$out" --json | "$py" -c 'import json,sys; b=json.load(sys.stdin)["ctxpatch"]; assert b["method"]=="temperature" and b["certified"] is True and len(b["certificate_sha256"])==64 and b["rule"]["temperature_schedule"], b' \
   && ok || bad "inspect --json ctxpatch"
 cp -r "$out" "$work/tampered" && echo ' ' >>"$work/tampered/certificate.json"
-"$bin" inspect "$work/tampered" | grep -q 'certificate.json DIFFERS' && ok || bad "inspect: tampered certificate not noticed"
-"$bin" inspect "$model" | grep -q '^ctxpatch:' && bad "inspect shows a ctxpatch block on a plain model" || ok
+grep -q 'certificate.json DIFFERS' <("$bin" inspect "$work/tampered") && ok || bad "inspect: tampered certificate not noticed"
+"$bin" inspect "$model" >"$work/plain.txt" && ! grep -q '^ctxpatch:' "$work/plain.txt" && ok ||
+  bad "inspect shows a ctxpatch block on a plain model"
+# a malformed block is refused in one line naming the key
+for kv in '"certified": "yes"' '"certificate_sha256": "xyz"' '"method": 7' '"baked_rule": {"temprature": 1}'; do
+  rm -rf "$work/bad"; cp -r "$out" "$work/bad"
+  "$py" - "$work/bad/config.json" "$kv" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); c["ctxpatch"].update(json.loads("{" + sys.argv[2] + "}"))
+json.dump(c, open(sys.argv[1], "w"))
+EOF
+  key=$(echo "$kv" | sed 's/^"\([a-z_0-9]*\)".*/\1/')
+  "$bin" inspect "$work/bad" >"$work/out" 2>"$work/err"
+  [ $? -eq 1 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "ctxpatch.$key" "$work/err" && ok ||
+    bad "malformed ctxpatch.$key: $(cat "$work/err")"
+done
 
 # 4. a second temperature on a baked one: refused unless --on-top
 "$bin" patch "$model" "$work/baked" --method temperature --tau 0.8 --no-verify >"$work/b.log" 2>&1 &&
   grep -q 'fidelity: exact-weights' "$work/b.log" && ok || bad "baked patch: $(cat "$work/b.log")"
-"$bin" inspect "$work/baked" | grep -q '^  baked: *{"temperature":0.8}' && "$bin" inspect "$work/baked" |
-  grep -q '^  certified: *no (written with --no-verify)' && ok || bad "inspect baked: $("$bin" inspect "$work/baked" | sed -n 7,11p)"
+"$bin" inspect "$work/baked" >"$work/ib.txt" && grep -q '^  baked: *{"temperature":0.8}' "$work/ib.txt" &&
+  grep -q '^  certified: *no (written with --no-verify)' "$work/ib.txt" && ok || bad "inspect baked: $("$bin" inspect "$work/baked" | sed -n 7,11p)"
 echo '{"temperature": 0.9}' >"$work/t.json"
 echo '{"temperature_schedule": {"points": [[256, 1], [512, 0.9]]}}' >"$work/s.json"
 vargs="--probe passkey --lengths 256 --depths 0:1:2 --samples 1 --threads 2"
