@@ -10,6 +10,8 @@
 #include "cli/cli.h"
 #include "ctxpatch/patchers/calibrate.h"
 #include "patchers/calibrate_json.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
@@ -20,7 +22,8 @@ static void help(FILE *out) {
           "                          --lengths 1024,2048,... [--train-len N] [--per-layer]\n"
           "                          [--grid 1.0:0.5:0.05] [--refine] [--samples K]\n"
           "                          [--inputs random|probe] [--tokenizer PATH] [--seed S]\n"
-          "                          [--threads T] [--json]\n\n"
+          "                          [--threads T] [--json]\n"
+          "                          [--schedule [--out RULE.json] [--no-train-point]]\n\n"
           "Finds the softmax temperature tau for each length (the T5 seed's Algorithm 1 and its\n"
           "closed forms; docs/calibration.md). The softmaxes in scope are T5's encoder\n"
           "self-attention and every self-attention layer of a decoder-only model.\n\n"
@@ -40,7 +43,13 @@ static void help(FILE *out) {
           "  --tokenizer PATH  tokenizer for probe inputs (default: the model folder's)\n"
           "  --seed S          input seed (default 0)\n"
           "  --threads T       engine threads (default: every CPU)\n"
-          "  --json            print the table as JSON\n");
+          "  --json            print the table as JSON\n"
+          "  --schedule        also make a temperature_schedule rule of the one --method's taus at\n"
+          "                    --lengths, with [train length, 1] as its first point (inputs up to\n"
+          "                    the training length keep tau 1); printed, or written to --out\n"
+          "  --out FILE        write the schedule rule there (atomically; needs --schedule)\n"
+          "  --no-train-point  leave the [train length, 1] point out of the schedule: tau(T) is then\n"
+          "                    the shortest length's tau for every T up to it\n");
 }
 
 static int parse_methods(cp_cal_method *out, int *n, const char *text) {
@@ -150,12 +159,32 @@ static void print_text(const cp_calib_table *t, const char *model_path) {
   printf("\n%lld forward passes, %.1f s\n", (long long)t->forwards, t->seconds);
 }
 
+/* The schedule rule of `method` as canonical JSON text (*out, owned), written to out_path
+ * (atomically, with a newline) unless NULL. */
+static int schedule_text(char **out, const cp_calib_table *t, cp_cal_method method, bool train_point,
+                         const char *out_path) {
+  cp_rule rule;
+  int rc = cp_calib_schedule_rule(&rule, t, method, train_point);
+  if (rc) return rc;
+  CP_CHECK_ALLOC(*out = cp_rule_to_string(&rule), "calibrate: schedule");
+  if (!out_path) return 0;
+  size_t n = strlen(*out);
+  char *line = malloc(n + 2);
+  CP_CHECK_ALLOC(line, "calibrate: schedule file");
+  memcpy(line, *out, n);
+  memcpy(line + n, "\n", 2);
+  char sha[65];
+  rc = cp_write_file_atomic(sha, out_path, line, n + 1);
+  free(line);
+  return rc;
+}
+
 int cmd_calibrate(int argc, char **argv) {
   const char *cmd = "calibrate";
   const char *model_path = NULL, *methods_text = NULL, *lengths_text = NULL, *grid_text = NULL;
-  const char *inputs_text = NULL, *tok_path = NULL;
+  const char *inputs_text = NULL, *tok_path = NULL, *out_path = NULL;
   unsigned long long train_len = 0, samples = 4, seed = 0, threads = 0;
-  bool per_layer = false, refine = false, json = false;
+  bool per_layer = false, refine = false, json = false, schedule = false, train_point = true;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (cli_is_help(a)) {
@@ -164,13 +193,15 @@ int cmd_calibrate(int argc, char **argv) {
     }
     bool takes = !strcmp(a, "--method") || !strcmp(a, "--lengths") || !strcmp(a, "--train-len") ||
                  !strcmp(a, "--grid") || !strcmp(a, "--samples") || !strcmp(a, "--inputs") ||
-                 !strcmp(a, "--tokenizer") || !strcmp(a, "--seed") || !strcmp(a, "--threads");
+                 !strcmp(a, "--tokenizer") || !strcmp(a, "--seed") || !strcmp(a, "--threads") ||
+                 !strcmp(a, "--out");
     if (takes && i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     if (!strcmp(a, "--method")) methods_text = argv[++i];
     else if (!strcmp(a, "--lengths")) lengths_text = argv[++i];
     else if (!strcmp(a, "--grid")) grid_text = argv[++i];
     else if (!strcmp(a, "--inputs")) inputs_text = argv[++i];
     else if (!strcmp(a, "--tokenizer")) tok_path = argv[++i];
+    else if (!strcmp(a, "--out")) out_path = argv[++i];
     else if (!strcmp(a, "--train-len")) {
       /* below CLI_MAX_TOKENS: every length must be longer */
       if (!cli_parse_u64_in(cmd, a, argv[++i], 2, CLI_MAX_TOKENS - 1, &train_len)) return CLI_USAGE;
@@ -183,6 +214,8 @@ int cmd_calibrate(int argc, char **argv) {
     } else if (!strcmp(a, "--per-layer")) per_layer = true;
     else if (!strcmp(a, "--refine")) refine = true;
     else if (!strcmp(a, "--json")) json = true;
+    else if (!strcmp(a, "--schedule")) schedule = true;
+    else if (!strcmp(a, "--no-train-point")) train_point = false;
     else if (a[0] == '-' && a[1]) return cli_usage_error(cmd, "unknown option '%s'", a);
     else if (!model_path) model_path = a;
     else return cli_usage_error(cmd, "unexpected argument '%s'", a);
@@ -190,12 +223,15 @@ int cmd_calibrate(int argc, char **argv) {
   if (!model_path) return cli_usage_error(cmd, "missing MODEL");
   if (!methods_text) return cli_usage_error(cmd, "missing --method");
   if (!lengths_text) return cli_usage_error(cmd, "missing --lengths");
+  if ((out_path || !train_point) && !schedule) return cli_usage_error(cmd, "--out and --no-train-point need --schedule");
 
   cp_cal_method methods[CP_CAL_METHOD_COUNT];
   int n_methods = 0;
   if (parse_methods(methods, &n_methods, methods_text))
     return cli_usage_error(cmd, "--method expects pmax, entropy, log, prop1, prop2 or all (comma-separated); got '%s'",
                            methods_text);
+  if (schedule && n_methods != 1)
+    return cli_usage_error(cmd, "--schedule needs exactly one --method (a schedule holds one tau per length)");
   cp_calib_params p;
   cp_calib_params_init(&p);
   if (grid_text && !parse_grid(grid_text, &p.grid_hi, &p.grid_lo, &p.grid_step))
@@ -226,8 +262,10 @@ int cmd_calibrate(int argc, char **argv) {
   cp_tokenizer *tok = NULL;
   cp_calib_table t = {0};
   cJSON *j = NULL;
-  char *text = NULL;
+  char *text = NULL, *rule_text = NULL;
   int rc = 0;
+  if (out_path && (rc = cli_check_outputs((const char *const[]){model_path, tok_path}, 2, &out_path, 1, false)))
+    goto done;
   if ((rc = cp_model_open(&model, model_path))) goto done;
   if (p.inputs != CP_CAL_INPUTS_RANDOM) {
     rc = cp_model_tokenizer_open(&tok, tok_path ? tok_path : model_path);
@@ -236,8 +274,10 @@ int cmd_calibrate(int argc, char **argv) {
     p.tokenizer = tok;
   }
   if ((rc = cp_calibrate(&t, model, methods, n_methods, lengths, n_lengths, &p))) goto done;
+  if (schedule && (rc = schedule_text(&rule_text, &t, methods[0], train_point, out_path))) goto done;
   if (json) {
     if (!(j = cp_calib_table_to_json(&t)) || !cJSON_AddStringToObject(j, "model", model_path) ||
+        (rule_text && !cJSON_AddItemToObject(j, "schedule_rule", cJSON_Parse(rule_text))) ||
         !(text = cJSON_Print(j))) {
       rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory for the JSON output");
       goto done;
@@ -245,8 +285,11 @@ int cmd_calibrate(int argc, char **argv) {
     printf("%s\n", text);
   } else {
     print_text(&t, model_path);
+    if (rule_text) printf("\nschedule (%s): %s\n", cp_cal_method_name(methods[0]), rule_text);
   }
+  if (out_path) fprintf(stderr, "wrote %s\n", out_path);
 done:
+  free(rule_text);
   free(text);
   cJSON_Delete(j);
   cp_calib_table_free(&t);

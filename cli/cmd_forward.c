@@ -17,7 +17,7 @@ static void help(FILE *out) {
   fprintf(out,
           "usage: ctxpatch forward MODEL --ids 3,17,5 [--decoder-ids 0,4] [--rule RULE.json]\n"
           "                        [--threads T] [--out FILE] [--stats FILE.json]\n"
-          "                        [--generate N [--stop-at-eos]]\n\n"
+          "                        [--generate N [--stop-at-eos]] [--on-top]\n\n"
           "Runs the float32 CPU reference engine on MODEL (a checkpoint folder) under an attention\n"
           "rule (default: none) and writes the logits of every position of the last stack (the\n"
           "decoder for T5) to FILE as float32 little-endian, row-major [positions x vocab].\n\n"
@@ -31,7 +31,9 @@ static void help(FILE *out) {
           "                      {\"modules\":[{\"kind\",\"layer\",\"pmax\":[H],\"entropy\":[H]}]}\n"
           "  --generate N        also decode N tokens greedily with the KV cache and print them\n"
           "                      comma-separated on stdout\n"
-          "  --stop-at-eos       stop generating after the model's eos token\n\n"
+          "  --stop-at-eos       stop generating after the model's eos token\n"
+          "  --on-top            apply a --rule temperature although MODEL is an artifact whose\n"
+          "                      weights already carry one (refused otherwise)\n\n"
           "Outputs are written atomically; on any error nothing is written.\n");
 }
 
@@ -101,7 +103,7 @@ int cmd_forward(int argc, char **argv) {
   const char *model_path = NULL, *ids_text = NULL, *dec_text = NULL, *rule_path = NULL;
   const char *out_path = NULL, *stats_path = NULL;
   unsigned long long threads = 0, n_gen = 0;
-  bool generate = false, stop_at_eos = false;
+  bool generate = false, stop_at_eos = false, on_top = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (cli_is_help(a)) {
@@ -123,6 +125,7 @@ int cmd_forward(int argc, char **argv) {
       if (!cli_parse_u64_in(cmd, a, argv[++i], 0, CLI_MAX_TOKENS, &n_gen)) return CLI_USAGE;
       generate = true;
     } else if (!strcmp(a, "--stop-at-eos")) stop_at_eos = true;
+    else if (!strcmp(a, "--on-top")) on_top = true;
     else if (a[0] == '-' && a[1]) return cli_usage_error(cmd, "unknown option '%s'", a);
     else if (!model_path) model_path = a;
     else return cli_usage_error(cmd, "unexpected argument '%s'", a);
@@ -146,7 +149,7 @@ int cmd_forward(int argc, char **argv) {
   if ((rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text))) goto done;
   if (dec_text && (rc = cli_parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
   if (rule_path && (rc = cp_rule_load(&rule, rule_path))) goto done;
-  if ((rc = cp_model_open(&model, model_path))) goto done;
+  if ((rc = cp_model_open(&model, model_path)) || (rc = cp_model_check_rule_on_top(model, &rule, on_top))) goto done;
   /* Check ids before any work so that bad input writes nothing. */
   if ((rc = cp_model_check_ids(model, ids, n_ids, "--ids"))) goto done;
   if (dec && (rc = cp_model_check_ids(model, dec, n_dec, "--decoder-ids"))) goto done;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "converters/describe.h"
 #include "ctxpatch/converters/gguf_model.h"
@@ -74,6 +75,38 @@ static void print_tensors(const cJSON *d) {
   }
 }
 
+/* A JSON member printed compactly (NULL for an empty object or null; caller frees). */
+static char *compact(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return cJSON_IsObject(v) && v->child ? cJSON_PrintUnformatted(v) : NULL;
+}
+
+/* The "ctxpatch" block of a patched artifact: what it carries and whether it was certified; the
+ * digest is checked against the certificate.json beside config.json when there is one. */
+static void print_ctxpatch(const cJSON *d) {
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(d, "ctxpatch");
+  if (!cJSON_IsObject(b)) return;
+  char *rule = compact(b, "rule"), *baked = compact(b, "baked_rule");
+  printf("ctxpatch:      method %s, fidelity %s\n", *str(b, "method") ? str(b, "method") : "?",
+         *str(b, "fidelity") ? str(b, "fidelity") : "?");
+  printf("  rule:        %s%s\n", rule ? rule : "none", rule ? " (applied by the engine from this metadata)" : "");
+  printf("  baked:       %s%s\n", baked ? baked : "none", baked ? " (carried by the weights)" : "");
+  free(rule);
+  free(baked);
+  const cJSON *cert = cJSON_GetObjectItemCaseSensitive(b, "certified");
+  const char *digest = str(b, "certificate_sha256");
+  if (!cJSON_IsTrue(cert)) {
+    printf("  certified:   no%s\n", cJSON_IsFalse(cert) ? " (written with --no-verify)" : " (not recorded)");
+    return;
+  }
+  char *path = cp_path_join(str(d, "path"), "certificate.json"), hex[65];
+  const char *file = !path || cp_sha256_file(hex, path) ? "no certificate.json beside it"
+                     : !strcmp(hex, digest)            ? "certificate.json matches"
+                                                       : "certificate.json DIFFERS from this digest";
+  printf("  certified:   yes, certificate sha256 %s (%s)\n", *digest ? digest : "?", file);
+  free(path);
+}
+
 static void print_text(const cJSON *d) {
   printf("path:          %s\n", str(d, "path"));
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(d, "files");
@@ -97,6 +130,7 @@ static void print_text(const cJSON *d) {
   } else {
     printf("architecture:  unknown (no config.json beside the weights)\n");
   }
+  print_ctxpatch(d);
   printf("tensors:       %.0f (%.0f parameters, %.0f bytes;", num(d, "tensor_count"), num(d, "parameter_count"),
          num(d, "bytes"));
   const cJSON *dt;

@@ -30,6 +30,9 @@ static const char patch_help[] =
     "method options:\n"
     "  temperature     --tau X | --calibrate pmax|entropy|log|prop1|prop2 (default pmax) at\n"
     "                  --target-len N (default the longest --lengths); --per-layer;\n"
+    "                  --schedule: a temperature_schedule calibrated at each --lengths past the\n"
+    "                  training length (target length when none is), [L_tr, 1] first; kept as\n"
+    "                  ctxpatch metadata (safetensors) or graph nodes (--to onnx)\n"
     "                  --scope encoder|self|all (T5; default encoder)\n"
     "  alibi-pi        --factor F (static) | --dynamic [--train-len N] | --progressive\n"
     "  lm-infinite     --n-global G (10) --n-local N (training length) --ceiling D (n-local)\n"
@@ -123,7 +126,8 @@ static void print_plan(void *ctx, const cp_patch *patch, const cp_bake_plan *pla
 
 static void print_calibrating(void *ctx, const char *method, int64_t target_len) {
   (void)ctx;
-  fprintf(stderr, "calibrating tau (%s) at length %lld...\n", method, (long long)target_len);
+  if (target_len) fprintf(stderr, "calibrating tau (%s) at length %lld...\n", method, (long long)target_len);
+  else fprintf(stderr, "calibrating a tau schedule (%s) at the --lengths past the training length...\n", method);
 }
 
 /* Everything the command line says. */
@@ -165,6 +169,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       return CLI_OK;
     }
     if (!strcmp(a, "--per-layer")) pa->po.per_layer = true;
+    else if (!strcmp(a, "--schedule")) pa->po.schedule = true;
     else if (!strcmp(a, "--dynamic")) pa->po.dynamic = true;
     else if (!strcmp(a, "--progressive")) pa->po.progressive = true;
     else if (!strcmp(a, "--no-verify")) pa->no_verify = true;
@@ -209,6 +214,8 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
   /* The longest verified length is the default target. */
   if (!pa->po.target_len && pa->vo.n_lengths > 0) pa->po.target_len = pa->vo.lengths[pa->vo.n_lengths - 1];
+  pa->po.schedule_lengths = pa->vo.lengths; /* borrowed for the whole run */
+  pa->po.n_schedule_lengths = pa->vo.n_lengths;
   pa->po.seed = pa->vo.seed;
   pa->po.threads = (int)pa->vo.threads;
   return CLI_OK;

@@ -13,6 +13,7 @@
 #include "ctxpatch/converters/model.h"
 #include "verify/certificate_json.h"
 #include "ctxpatch/converters/rule.h"
+#include "converters/describe.h"
 #include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"
@@ -23,7 +24,8 @@ static const char verify_help[] =
     "                       [--device cpu] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
     "                       [--margin D] [--corpus FILE] [--corpus-delimiter TEXT] [--ppl-windows N]\n"
     "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X]\n"
-    "                       [--json FILE] [--certificate FILE] [--report FILE.html] [--no-stats]\n\n"
+    "                       [--json FILE] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
+    "                       [--on-top]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
     "through the CPU engine with the attention rule (and, with --baseline, without it, on the same\n"
     "prompts), prints the accuracy per probe and length with its 95% Wilson interval, and writes the\n"
@@ -44,14 +46,43 @@ static const char verify_help[] =
     "                       longest length may exceed its NLL at the training length by at most X\n"
     "  --json, --certificate  write the certificate JSON (the same document)\n"
     "  --no-stats           skip the P_max / entropy measurement per length\n"
+    "  --on-top             apply a --rule temperature although MODEL is an artifact whose weights\n"
+    "                       already carry one (refused otherwise: the logits would be divided twice)\n"
+    "A patched artifact's own rule (config.json ctxpatch.rule) applies when no --rule is given; the\n"
+    "certificate's \"rule\" records it and its \"artifact\" object the artifact's ctxpatch block.\n"
     "A progress bar is drawn on a terminal; otherwise the command is quiet until the table.\n";
+
+/* The certificate's "artifact" object: the ctxpatch block of a patched artifact's config.json
+ * (docs/certificate.md), so that a re-verification says what the artifact carries. */
+static int add_artifact(cJSON *cert, const cp_model *model) {
+  const cp_hf_config *cfg = cp_model_config(model);
+  if (!cfg->has_ctxpatch) return 0;
+  cJSON *a = cp_describe_ctxpatch(cfg);
+  if (a && cJSON_AddItemToObject(cert, "artifact", a)) return 0;
+  cJSON_Delete(a);
+  return cp_error_set(CP_ENOMEM, "verify: out of memory for the certificate's artifact object");
+}
+
+/* One line: the rule the patched side ran and where it came from; what the weights carry. */
+static void print_rule(const cp_model *model, const cp_rule *applied) {
+  const cp_hf_config *cfg = cp_model_config(model);
+  char *text = applied ? cp_rule_to_string(applied) : NULL;
+  printf("rule: %s%s\n", text ? text : "none",
+         !applied ? "" : applied == &model->metadata_rule ? " (from the artifact's config.json ctxpatch.rule)" : " (--rule)");
+  free(text);
+  if (cfg->has_ctxpatch && !cp_rule_is_identity(&cfg->ctxpatch_baked_rule)) {
+    text = cp_rule_to_string(&cfg->ctxpatch_baked_rule);
+    printf("baked into the weights: %s (%s)\n", text ? text : "?", cfg->ctxpatch_fidelity);
+    free(text);
+  }
+}
 
 int cmd_verify(int argc, char **argv) {
   const char *model_path = NULL, *rule_path = NULL, *probes_text = NULL;
   const char *device = "cpu", *json_path = NULL, *cert_path = NULL, *report_path = NULL;
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
-  bool baseline = false, stats = true;
+  bool baseline = false, stats = true, on_top = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (cli_is_help(a)) {
@@ -64,6 +95,10 @@ int cmd_verify(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-stats")) {
       stats = false;
+      continue;
+    }
+    if (!strcmp(a, "--on-top")) {
+      on_top = true;
       continue;
     }
     if (a[0] == '-' && a[1]) {
@@ -116,8 +151,10 @@ int cmd_verify(int argc, char **argv) {
   }
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0) rc = cp_model_open(&model, model_path);
+  if (rc == 0) rc = cp_model_check_rule_on_top(model, &rule, on_top);
   if (rc == 0) rc = cp_model_tokenizer_open(&tok, model_path);
   if (rc < 0) goto report;
+  const cp_rule *applied = cp_model_applied_rule(model, &rule);
 
   cp_verify_params vp;
   cp_verify_params_init(&vp);
@@ -139,11 +176,13 @@ int cmd_verify(int argc, char **argv) {
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
   if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
   cp_certificate_info info = {model_path, "cpu", o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-                              &rule, o.seed, vp.max_new_tokens};
+                              applied, o.seed, vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
+  if ((rc = add_artifact(cert, model)) < 0) goto report;
   if (json_path && (rc = cp_write_json_atomic(NULL, json_path, cert)) < 0) goto report;
   if (cert_path && (rc = cp_write_json_atomic(NULL, cert_path, cert)) < 0) goto report;
   if (report_path && (rc = cp_report_write(report_path, cert)) < 0) goto report;
+  print_rule(model, applied);
   cli_print_verify_result(result, &th, "baseline [95% CI]");
   bool judged = cp_verify_has_criterion(&th);
   printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "

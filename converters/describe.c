@@ -6,6 +6,7 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/converters/rule.h"
+#include "converters/rule_json.h"
 
 cJSON *cp_describe_tensor(const char *name, cp_dtype dtype, int ndim, const int64_t *shape, uint64_t nbytes) {
   cJSON *item = cJSON_CreateObject();
@@ -15,6 +16,22 @@ cJSON *cp_describe_tensor(const char *name, cp_dtype dtype, int ndim, const int6
   for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)shape[d]));
   cJSON_AddNumberToObject(item, "bytes", (double)nbytes);
   return item;
+}
+
+cJSON *cp_describe_ctxpatch(const cp_hf_config *cfg) {
+  cJSON *a = cJSON_CreateObject();
+  bool ok = a && cJSON_AddStringToObject(a, "method", cfg->ctxpatch_method) &&
+            cJSON_AddStringToObject(a, "fidelity", cfg->ctxpatch_fidelity) &&
+            cJSON_AddItemToObject(a, "rule", cp_rule_to_json(&cfg->ctxpatch_rule)) &&
+            cJSON_AddItemToObject(a, "baked_rule", cp_rule_to_json(&cfg->ctxpatch_baked_rule)) &&
+            (cfg->ctxpatch_certified < 0 ? cJSON_AddNullToObject(a, "certified")
+                                         : cJSON_AddBoolToObject(a, "certified", cfg->ctxpatch_certified)) &&
+            (cfg->ctxpatch_certificate_sha256[0]
+                 ? cJSON_AddStringToObject(a, "certificate_sha256", cfg->ctxpatch_certificate_sha256)
+                 : cJSON_AddNullToObject(a, "certificate_sha256"));
+  if (ok) return a;
+  cJSON_Delete(a);
+  return NULL;
 }
 
 static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
@@ -91,6 +108,7 @@ int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *c
     }
     else cJSON_AddNullToObject(root, "train_len");
     add_hyperparameters(root, cfg);
+    if (cfg->has_ctxpatch) cJSON_AddItemToObject(root, "ctxpatch", cp_describe_ctxpatch(cfg));
   } else {
     cJSON_AddNullToObject(root, "architecture");
   }

@@ -12,6 +12,11 @@
  * The caller owns *out (cJSON_Delete). */
 int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *ck, const cp_hf_config *cfg);
 
+/* A patched artifact's ctxpatch block as config.json gives it (cp_hf_config): {"method",
+ * "fidelity", "rule", "baked_rule", "certified" (bool or null), "certificate_sha256" (or null)};
+ * NULL when out of memory. inspect's "ctxpatch" and a re-verify certificate's "artifact". */
+cJSON *cp_describe_ctxpatch(const cp_hf_config *cfg);
+
 /* One entry of a description's "tensors": {"name", "dtype", "shape", "bytes"}. */
 cJSON *cp_describe_tensor(const char *name, cp_dtype dtype, int ndim, const int64_t *shape, uint64_t nbytes);
 /* The model file of an ONNX export: PATH itself when it names a regular file ending in ".onnx",

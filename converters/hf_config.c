@@ -585,19 +585,56 @@ static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
-/* "ctxpatch": {"rule": {...}} of a patched artifact (include/ctxpatch/patchers/patch.h). */
+/* ctxpatch.KEY as a string of fewer than `size` bytes into out ("" when absent; null too when
+ * null_ok); hex: exactly 64 hex digits. */
+static int ctxpatch_string(char *out, size_t size, const cJSON *block, const char *key, bool null_ok, bool hex,
+                           const ctx_t *c) {
+  out[0] = '\0';
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(block, key);
+  if (!v || (null_ok && cJSON_IsNull(v))) return 0;
+  size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+  bool good = cJSON_IsString(v) && n < size && (!hex || n == 64);
+  for (size_t i = 0; good && hex && i < n; i++) good = strchr("0123456789abcdef", v->valuestring[i]) != NULL;
+  if (!good)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch.%s': expected %s", c->what, key,
+                        hex ? "64 lowercase hex digits or null" : "a short string");
+  memcpy(out, v->valuestring, n + 1);
+  return 0;
+}
+
+/* ctxpatch.KEY as a rule (the identity when absent or null). */
+static int ctxpatch_rule(cp_rule *out, const cJSON *block, const char *key, const ctx_t *c) {
+  cp_rule_init(out);
+  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(block, key);
+  if (!rule || cJSON_IsNull(rule)) return 0;
+  char what[600];
+  snprintf(what, sizeof what, "%s: key 'ctxpatch.%s'", c->what, key);
+  return cp_rule_from_json(out, rule, what);
+}
+
+/* "ctxpatch": {"rule": {...}, "baked_rule": {...}, "method", "fidelity", "certified",
+ * "certificate_sha256", ...} of a patched artifact (include/ctxpatch/patchers/patch.h). */
 static int ctxpatch_block(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *block = cJSON_GetObjectItemCaseSensitive(c->root, "ctxpatch");
   cp_rule_init(&cfg->ctxpatch_rule);
+  cp_rule_init(&cfg->ctxpatch_baked_rule);
+  cfg->ctxpatch_certified = -1;
   if (!block) return 0;
   if (!cJSON_IsObject(block))
     return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch': expected an object", c->what);
   cfg->has_ctxpatch = true;
-  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(block, "rule");
-  if (!rule || cJSON_IsNull(rule)) return 0;
-  char what[600];
-  snprintf(what, sizeof what, "%s: key 'ctxpatch.rule'", c->what);
-  return cp_rule_from_json(&cfg->ctxpatch_rule, rule, what);
+  const cJSON *cert = cJSON_GetObjectItemCaseSensitive(block, "certified");
+  if (cert && !cJSON_IsBool(cert))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch.certified': expected true or false", c->what);
+  if (cert) cfg->ctxpatch_certified = cJSON_IsTrue(cert);
+  int rc;
+  if ((rc = ctxpatch_string(cfg->ctxpatch_method, sizeof cfg->ctxpatch_method, block, "method", false, false, c)) ||
+      (rc = ctxpatch_string(cfg->ctxpatch_fidelity, sizeof cfg->ctxpatch_fidelity, block, "fidelity", false, false, c)) ||
+      (rc = ctxpatch_string(cfg->ctxpatch_certificate_sha256, sizeof cfg->ctxpatch_certificate_sha256, block,
+                            "certificate_sha256", true, true, c)) ||
+      (rc = ctxpatch_rule(&cfg->ctxpatch_baked_rule, block, "baked_rule", c)))
+    return rc;
+  return ctxpatch_rule(&cfg->ctxpatch_rule, block, "rule", c);
 }
 
 /* Checks shared by every family once the numbers are in. */

@@ -402,7 +402,7 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0)) {
     cp_cal_method cm; /* a bad name is refused before anything says it calibrates */
     if ((rc = cp_cal_method_from_name(&cm, o.calibrate))) goto done;
-    if (params->on_calibrate) params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.target_len);
+    if (params->on_calibrate) params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.schedule ? 0 : o.target_len);
   }
   if ((rc = cp_patch_from_options(&patch, &calib_text, model, tok, &o))) goto done;
   if (calib_text) CP_CHECK_ALLOC_GOTO(calib = cJSON_Parse(calib_text), in);

@@ -20,8 +20,8 @@ void cp_patch_options_init(cp_patch_options *o) {
 int cp_patch_options_check(const cp_patch_options *o) {
   cp_patch_method m = o->method;
   /* Options that belong to another method are refused rather than ignored. */
-  if ((o->tau > 0 || o->per_layer || o->scope) && m != CP_PATCH_TEMPERATURE)
-    return cp_error_set(CP_EARG, "--tau, --per-layer and --scope belong to --method temperature");
+  if ((o->tau > 0 || o->per_layer || o->scope || o->schedule) && m != CP_PATCH_TEMPERATURE)
+    return cp_error_set(CP_EARG, "--tau, --per-layer, --scope and --schedule belong to --method temperature");
   if ((o->dynamic || o->progressive) && m != CP_PATCH_ALIBI_PI)
     return cp_error_set(CP_EARG, "--dynamic and --progressive belong to --method alibi-pi");
   if (o->factor > 0 && m != CP_PATCH_ALIBI_PI && m != CP_PATCH_ROPE_PI)
@@ -37,6 +37,8 @@ int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m) {
   cp_patch_method meth = o->method;
   if (o->tau > 0 && o->per_layer)
     return cp_error_set(CP_EARG, "--per-layer applies to calibration, not to a given --tau");
+  if (o->tau > 0 && o->schedule)
+    return cp_error_set(CP_EARG, "--schedule is calibrated: it takes no --tau (write a rule for a given schedule)");
   if (o->scope && strcmp(o->scope, "encoder") && strcmp(o->scope, "self") && strcmp(o->scope, "all"))
     return cp_error_set(CP_EARG, "--scope expects encoder, self or all, got '%s'", o->scope);
   if (meth == CP_PATCH_ALIBI_PI && (o->factor > 0) + o->dynamic + o->progressive != 1)
@@ -55,7 +57,28 @@ int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m) {
   return 0;
 }
 
-/* Temperature: the given tau, or one calibrated at target_len; then the scope. */
+/* --schedule: the calibration at the schedule lengths past the training length (target_len when
+ * none is) and its schedule rule; *table is filled on success (caller frees). */
+static int schedule_rule(cp_rule *rule, cp_calib_table *table, const cp_model *m, cp_cal_method cm,
+                         const cp_patch_options *o, const cp_calib_params *cpp) {
+  int64_t L_tr = o->train_len ? o->train_len : m->train_len;
+  int64_t *lengths = NULL;
+  int n = 0, rc = 0;
+  if (o->n_schedule_lengths > 0) {
+    lengths = malloc((size_t)o->n_schedule_lengths * sizeof *lengths);
+    CP_CHECK_ALLOC(lengths, "patch: schedule lengths");
+  }
+  for (int i = 0; i < o->n_schedule_lengths; i++)
+    if (o->schedule_lengths[i] > L_tr) lengths[n++] = o->schedule_lengths[i];
+  if ((rc = cp_calibrate(table, m, &cm, 1, n ? lengths : &o->target_len, n ? n : 1, cpp))) goto done;
+  if ((rc = cp_calib_schedule_rule(rule, table, cm, true))) cp_calib_table_free(table);
+done:
+  free(lengths);
+  return rc;
+}
+
+/* Temperature: the given tau, one calibrated at target_len, or a calibrated schedule; then the
+ * scope. */
 static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_model *m, const cp_tokenizer *tok,
                             const cp_patch_options *o) {
   int rc = 0;
@@ -73,7 +96,9 @@ static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_mod
     cpp.tokenizer = tok;
     cpp.seed = o->seed;
     cpp.threads = o->threads;
-    if ((rc = cp_calibrate_rule(rule, &table, m, cm, o->target_len, &cpp))) return rc;
+    if (o->schedule) rc = schedule_rule(rule, &table, m, cm, o, &cpp);
+    else rc = cp_calibrate_rule(rule, &table, m, cm, o->target_len, &cpp);
+    if (rc) return rc;
     if (calibration_json) {
       cJSON *j = cp_calib_table_to_json(&table);
       *calibration_json = j ? cJSON_PrintUnformatted(j) : NULL;

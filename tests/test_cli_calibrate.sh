@@ -124,5 +124,64 @@ refuse 1 "$m/bloom" --method pmax --lengths 20                  # not longer tha
 refuse 1 "$t5" --method pmax --train-len 24 --lengths 48 --inputs probe   # no tokenizer
 refuse 1 "$work/none" --method pmax --train-len 24 --lengths 48
 
+# --schedule: the schedule's points are the single-length calibrations at the same lengths (same
+# seed), behind [train length, 1]; the rule file parses and runs with forward.
+sched() { # NAME MODEL ARGS...: the schedule of ARGS --lengths 96,48 against single runs at 48 and 96
+  local name=$1 model=$2; shift 2
+  if "$bin" calibrate "$model" "$@" --lengths 96,48 --seed 3 --samples 2 --threads 2 --schedule \
+      --out "$work/$name.rule.json" >"$work/$name.txt" 2>"$work/err"; then ok; else bad "$name --schedule: $(cat "$work/err")"; return; fi
+  for L in 48 96; do
+    "$bin" calibrate "$model" "$@" --lengths $L --seed 3 --samples 2 --threads 2 --json >"$work/$name.$L.json" \
+      2>"$work/err" || bad "$name single $L: $(cat "$work/err")"
+  done
+  "$py" - "$work/$name.rule.json" "$work/$name.48.json" "$work/$name.96.json" <<'EOF3' && ok || bad "$name: schedule != single-length calibrations"
+import json, sys
+rule = json.load(open(sys.argv[1]))
+pts = rule["temperature_schedule"]["points"]
+singles = [json.load(open(f)) for f in sys.argv[2:]]
+assert list(rule) == ["temperature_schedule"], rule
+assert [p[0] for p in pts] == [singles[0]["train_len"], 48, 96], pts
+def tau(e): return e["layer_tau"] if e.get("layer_tau") else e["tau"]
+first = pts[0][1]
+assert first == 1 or first == [1] * len(first), pts[0]
+# cJSON prints the table's numbers to 15 digits when they round-trip within DBL_EPSILON, so the
+# table side may be 1 ulp off; the rule printer round-trips exactly.
+def close(x, y): return abs(x - y) <= 4e-16 * abs(y)
+for p, s in zip(pts[1:], singles):
+    (e,) = s["entries"]
+    got, want = p[1], tau(e)
+    assert (close(got, want) if isinstance(want, float) else
+            len(got) == len(want) and all(close(x, y) for x, y in zip(got, want))), (p, want)
+taus = [p[1] if isinstance(p[1], (int, float)) else min(p[1]) for p in pts]
+assert taus[2] < 1, taus  # something was calibrated
+EOF3
+}
+sched t5pmax "$m/t5_relu" --method pmax --train-len 24 --refine
+sched bloomlayer "$m/bloom" --method pmax --per-layer --grid 1.0:0.5:0.1
+sched t5prop2 "$m/t5_relu" --method prop2 --train-len 24
+sched bloomlog "$m/bloom" --method log
+grep -q '^schedule (pmax): {"temperature_schedule"' "$work/t5pmax.txt" && ok || bad "schedule line: $(tail -2 "$work/t5pmax.txt")"
+# --json carries the rule; --no-train-point leaves [24, 1] out
+"$bin" calibrate "$m/bloom" --method log --lengths 48,96 --schedule --no-train-point --json 2>"$work/err" |
+  "$py" -c 'import json,sys,math; d=json.load(sys.stdin); p=d["schedule_rule"]["temperature_schedule"]["points"]; assert [x[0] for x in p]==[48,96] and abs(p[0][1]-math.log(24)/math.log(48))<1e-15, p' \
+  && ok || bad "--json schedule_rule / --no-train-point: $(cat "$work/err")"
+# forward under the schedule: rows up to the training length (24) keep tau 1, later ones change
+seq 1 40 | paste -sd, >"$work/ids"
+"$bin" forward "$m/bloom" --ids @"$work/ids" --threads 1 --out "$work/plain.bin" 2>"$work/err" || bad "forward: $(cat "$work/err")"
+if "$bin" forward "$m/bloom" --ids @"$work/ids" --threads 1 --rule "$work/bloomlog.rule.json" --out "$work/sched.bin" \
+    2>"$work/err"; then ok; else bad "forward --rule schedule: $(cat "$work/err")"; fi
+"$py" - "$work/plain.bin" "$work/sched.bin" <<'EOF4' && ok || bad "forward under the schedule"
+import struct, sys
+a, b = (open(f, "rb").read() for f in sys.argv[1:])
+assert len(a) == len(b) and len(a) % (40 * 4) == 0
+row = len(a) // 40
+assert a[:24 * row] == b[:24 * row], "rows 0..23 (T <= 24) changed"
+assert a[24 * row:] != b[24 * row:], "rows T > 24 did not change"
+EOF4
+refuse 2 "$t5" --method pmax,log --train-len 24 --lengths 48 --schedule
+refuse 2 "$t5" --method pmax --train-len 24 --lengths 48 --out "$work/x.json"
+refuse 2 "$t5" --method pmax --train-len 24 --lengths 48 --no-train-point
+[ ! -e "$work/x.json" ] && ok || bad "--out without --schedule wrote a file"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -188,6 +188,7 @@ static void put_settings(cp_strbuf *b, const cJSON *c, const report_data *d) {
   /* A `ctxpatch patch` certificate also says what was baked into the weights: then the rule the
    * engine applied can be empty while the patched side still differs from the original. */
   const cJSON *patch = cJSON_GetObjectItemCaseSensitive(c, "patch");
+  if (!patch) patch = cJSON_GetObjectItemCaseSensitive(c, "artifact"); /* a re-verified artifact */
   const cJSON *baked = cJSON_GetObjectItemCaseSensitive(patch, "baked_rule");
   if (cJSON_IsObject(baked) && baked->child) {
     const cJSON *fidelity = cJSON_GetObjectItemCaseSensitive(patch, "fidelity");

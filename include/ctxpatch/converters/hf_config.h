@@ -93,6 +93,14 @@ typedef struct {
    * "rule" (the identity when absent or null), parsed as strictly as a rule file. */
   bool has_ctxpatch;
   cp_rule ctxpatch_rule;
+  /* The rest of the block, for provenance (`inspect`, re-verify, --on-top): "baked_rule" (the
+   * identity when absent or null), "method" and "fidelity" ("" when absent), "certified"
+   * (-1 absent, 0 false, 1 true), "certificate_sha256" (64 hex digits; "" when absent or null). */
+  cp_rule ctxpatch_baked_rule;
+  char ctxpatch_method[32];
+  char ctxpatch_fidelity[32];
+  int ctxpatch_certified;
+  char ctxpatch_certificate_sha256[65];
 
   /* The file's bytes as parsed, NUL-terminated (owned), so a patch rewrites config.json from
    * this parse instead of reading the file again. */

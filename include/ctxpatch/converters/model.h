@@ -126,6 +126,13 @@ void cp_model_free(cp_model *m);
 const cp_hf_config *cp_model_config(const cp_model *m);
 /* What cp_rule_check_model / cp_rule_plan need to know about the model. */
 void cp_model_rule_model(cp_rule_model *out, const cp_model *m);
+/* The rule a run on m applies (cp_engine_set_rule's choice): `caller` when it is not the
+ * identity, else the artifact's metadata rule, else NULL (none). Borrowed. */
+const cp_rule *cp_model_applied_rule(const cp_model *m, const cp_rule *caller);
+/* CP_ERULE_MODEL when `caller` has a temperature or a temperature_schedule and m is an artifact
+ * whose weights carry a baked temperature (config.json ctxpatch.baked_rule), unless on_top: the
+ * logits would be divided twice. 0 otherwise. */
+int cp_model_check_rule_on_top(const cp_model *m, const cp_rule *caller, bool on_top);
 /* Checks ids[0..n) are in [0, vocab): CP_EMODEL_INPUT naming `what` and the first bad entry;
  * also refuses an empty list. */
 int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const char *what);

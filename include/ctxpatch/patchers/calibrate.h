@@ -122,6 +122,13 @@ const cp_calib_entry *cp_calib_table_get(const cp_calib_table *t, cp_cal_method 
 int cp_calibrate_rule(cp_rule *rule, cp_calib_table *table, const cp_model *model, cp_cal_method method,
                       int64_t target_len, const cp_calib_params *params);
 
+/* A temperature_schedule rule (default scope) from one method's taus in table `t`: a point per
+ * table length in increasing order, each the single tau or the per-layer list, and, when
+ * train_point, the point [t->train_len, 1] (every layer 1) in front, so that inputs up to the
+ * training length keep tau 1 (docs/calibration.md). A NaN tau, a method not in the table or a
+ * length given twice is CP_EARG. */
+int cp_calib_schedule_rule(cp_rule *rule, const cp_calib_table *t, cp_cal_method method, bool train_point);
+
 /* The JSON form of a table is cp_calib_table_to_json in patchers/calibrate_json.h (private, so
  * that this header carries no cJSON type). */
 

@@ -112,6 +112,12 @@ typedef struct {
   double threshold;        /* fire-threshold L; 0: none */
   uint64_t seed;           /* calibration */
   int threads;             /* calibration; 0: all cores */
+  /* temperature: calibrate a temperature_schedule (cp_calib_schedule_rule, [L_tr, 1] first)
+   * instead of one tau, at the schedule_lengths longer than the training length (borrowed;
+   * none: at target_len alone). Exclusive with tau. */
+  bool schedule;
+  const int64_t *schedule_lengths; /* [n_schedule_lengths] */
+  int n_schedule_lengths;
 } cp_patch_options;
 
 void cp_patch_options_init(cp_patch_options *o);
@@ -150,7 +156,8 @@ typedef struct {
    * that even kill -9 leaves neither OUT nor a temporary folder. */
   void (*on_tmp_dir)(void *ctx, const char *path);
   void *on_tmp_ctx;
-  /* Called (may be NULL) before a calibration starts, and once the plan is made (before the
+  /* Called (may be NULL) before a calibration starts (target_len 0: a schedule, at several
+   * lengths), and once the plan is made (before the
    * long bake and verify stages; not when require_exact refuses it), both with on_tmp_ctx. */
   void (*on_calibrate)(void *ctx, const char *method, int64_t target_len);
   void (*on_plan)(void *ctx, const cp_patch *patch, const cp_bake_plan *plan);
