@@ -266,8 +266,9 @@ static int check_metadata(check_ctx *c) {
       rc = check_fail(c->report, "meta-certified", "%s: certified is not true (written with --no-verify)", m->where);
     const char *digest = str_at(m->block, "certificate_sha256");
     if (rc == 0 && (!digest || strcmp(digest, c->report->certificate_sha256) != 0))
-      rc = check_fail(c->report, "cert-digest", "%s: certificate_sha256 %.12s... is not certificate.json's %.12s...",
-                      m->where, digest ? digest : "(none)", c->report->certificate_sha256);
+      rc = check_fail(c->report, "cert-digest", "%s: certificate_sha256 %.12s... is not %s's %.12s...", m->where,
+                      digest ? digest : "(none)", c->cert_text ? "ctxpatch.certificate" : CERT_NAME,
+                      c->report->certificate_sha256);
     if (rc == 0) rc = compare_field(c, m, "meta-version", "tool_version", version, "tool.version", true);
     if (rc == 0) rc = compare_field(c, m, "meta-fidelity", "fidelity", cJSON_GetObjectItemCaseSensitive(patch, "fidelity"), "patch.fidelity", true);
     if (rc == 0) rc = compare_field(c, m, "meta-method", "method", cJSON_GetObjectItemCaseSensitive(patch, "method"), "patch.method", false);
@@ -280,34 +281,38 @@ static int check_metadata(check_ctx *c) {
   return rc;
 }
 
-/* certificate.json: read, digest, parse, schema, verdict. Absent or broken is a failure. */
-static int load_certificate(check_ctx *c) {
+/* The certificate's text (`name`: where it came from): digest, parse, schema, verdict. */
+static int parse_certificate(check_ctx *c, const char *text, size_t len, const char *name) {
   cp_check_report *r = c->report;
-  char *path = cp_path_join(c->path, CERT_NAME), *text = NULL;
-  size_t len = 0;
-  CP_CHECK_ALLOC(path, c->path);
-  int rc = cp_read_file(&text, &len, path, CERT_MAX);
-  if (rc < 0) {
-    rc = check_fail(r, "cert-missing", CERT_NAME ": %s", cp_error_message());
-    goto done;
-  }
+  int rc = 0;
   cp_sha256_hex(r->certificate_sha256, text, len);
-  if (cp_json_parse_strict(&c->cert, text, len, CERT_NAME, 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 ||
+  if (cp_json_parse_strict(&c->cert, text, len, name, 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 ||
       !cJSON_IsObject(c->cert)) {
-    rc = check_fail(r, "cert-json", "%s", c->cert ? CERT_NAME ": not a JSON object" : cp_error_message());
+    rc = check_fail(r, "cert-json", "%s%s", c->cert ? name : cp_error_message(), c->cert ? ": not a JSON object" : "");
     cJSON_Delete(c->cert);
     c->cert = NULL;
-    goto done;
+    return rc;
   }
   size_t before = r->n_failures;
-  if ((rc = check_certificate_schema(r, c->cert)) < 0) goto done;
+  if ((rc = check_certificate_schema(r, c->cert)) < 0) return rc;
   const char *verdict = str_at(cJSON_GetObjectItemCaseSensitive(c->cert, "verdict"), "result");
-  if (verdict && strcmp(verdict, "pass") != 0) rc = check_fail(r, "cert-verdict", CERT_NAME ": verdict.result is '%s'", verdict);
+  if (verdict && strcmp(verdict, "pass") != 0) rc = check_fail(r, "cert-verdict", "%s: verdict.result is '%s'", name, verdict);
   if (r->n_failures > before) { /* the cross-checks read fields the schema vouches for */
     cJSON_Delete(c->cert);
     c->cert = NULL;
   }
-done:
+  return rc;
+}
+
+/* certificate.json of a folder, or the text a single-file format embedded. Absent or broken is a failure. */
+static int load_certificate(check_ctx *c) {
+  if (c->cert_text) return parse_certificate(c, c->cert_text, c->cert_len, "ctxpatch.certificate");
+  char *path = cp_path_join(c->path, CERT_NAME), *text = NULL;
+  size_t len = 0;
+  CP_CHECK_ALLOC(path, c->path);
+  int rc = cp_read_file(&text, &len, path, CERT_MAX);
+  if (rc < 0) rc = check_fail(c->report, "cert-missing", CERT_NAME ": %s", cp_error_message());
+  else rc = parse_certificate(c, text, len, CERT_NAME);
   free(path);
   free(text);
   return rc;
@@ -346,8 +351,10 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
     goto done;
   }
   out->format = fmt->name;
-  if (!fmt->read_meta || !S_ISDIR(st.st_mode)) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s artifacts: format not supported by check yet", path, fmt->name);
+  bool dir = S_ISDIR(st.st_mode);
+  if (dir ? !fmt->read_meta : !fmt->read_file) {
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s artifacts%s: format not supported by check yet", path, fmt->name,
+                      dir ? " as a folder" : " as one file");
     goto done;
   }
   if (params && params->rerun && !strcmp(fmt->name, "onnx")) { /* the probes run on the C engine only */
@@ -355,7 +362,17 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
                                        "--rerun (onnxruntime runs the graph: docs/onnx.md)", path);
     goto done;
   }
-  if ((rc = load_certificate(&c)) < 0 || (rc = fmt->read_meta(&c)) < 0 || (rc = check_sums(&c)) < 0) goto done;
+  if (params && params->rerun && !dir) { /* GGUF: its tokenizer.ggml.* keys are not a tokenizer the probes can use */
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: --rerun: not supported for a %s file (the C tokenizer does not read every "
+                                       "tokenizer.ggml.* model); check it without --rerun, or --rerun the folder patch "
+                                       "wrote without --to gguf (docs/ci.md)", path, fmt->name);
+    goto done;
+  }
+  if (dir) {
+    if ((rc = load_certificate(&c)) < 0 || (rc = fmt->read_meta(&c)) < 0 || (rc = check_sums(&c)) < 0) goto done;
+  } else if ((rc = fmt->read_file(&c)) < 0 || (c.cert_text && (rc = load_certificate(&c)) < 0)) {
+    goto done; /* one file: no manifest; the certificate comes out of the file */
+  }
   if (c.cert && (rc = check_metadata(&c)) < 0) goto done;
   if (c.cert && params && params->rerun) rc = check_rerun(&c, params);
 done:
@@ -364,6 +381,7 @@ done:
     cJSON_Delete(c.meta[i].block);
   }
   free(c.meta);
+  free(c.cert_text);
   cJSON_Delete(c.cert);
   cp_file_list_free(&c.files);
   return rc;

@@ -6,14 +6,18 @@
  *                ctxpatch.version / .fidelity / .rule / .certificate_sha256 (read by
  *                formats/onnx_read.c's bounded reader), as tool_version / fidelity / rule /
  *                certificate_sha256
- *   gguf         (not yet) the ctxpatch.* keys */
+ *   gguf         one .gguf file (not a folder): its ctxpatch.tool_version / .method / .fidelity / .rule /
+ *                .baked_rule / .certified / .certificate_sha256 keys, and the certificate itself in
+ *                ctxpatch.certificate (set as c->cert_text); no manifest (docs/ci.md) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/json_strict.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/gguf.h"
 #include "ctxpatch/formats/onnx.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "verify/check_int.h"
@@ -153,11 +157,88 @@ static int read_onnx(check_ctx *c) {
   return rc;
 }
 
+/* A GGUF string key as a block member: JSON objects parsed back (rule, baked_rule), else the string. */
+static int gguf_member(check_ctx *c, cJSON *block, const cp_gguf_file *g, const char *key, const char *member) {
+  const char *v = NULL;
+  size_t len = 0;
+  cJSON *item = NULL;
+  if (cp_gguf_find_key(g, key) < 0) return 0;
+  if (cp_gguf_get_str(&v, &len, g, key) < 0)
+    return check_fail(c->report, "meta-unreadable", "%s: %s: %s", c->path, key, cp_error_message());
+  if (len && v[0] == '{') {
+    if (cp_json_parse_strict(&item, v, len, key, 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 || !cJSON_IsObject(item)) {
+      cJSON_Delete(item);
+      return check_fail(c->report, "meta-json", "%s: %s is not a JSON object", c->path, key);
+    }
+  } else {
+    char *z = memchr(v, '\0', len) ? NULL : malloc(len + 1); /* the GGUF string is not NUL-terminated */
+    if (!z && memchr(v, '\0', len)) return check_fail(c->report, "meta-json", "%s: %s holds a NUL byte", c->path, key);
+    CP_CHECK_ALLOC(z, key);
+    memcpy(z, v, len);
+    z[len] = '\0';
+    item = cJSON_CreateString(z);
+    free(z);
+    CP_CHECK_ALLOC(item, key);
+  }
+  if (!cJSON_AddItemToObject(block, member, item)) {
+    cJSON_Delete(item);
+    return cp_error_set(CP_ENOMEM, "%s: %s: out of memory", c->path, key);
+  }
+  return 0;
+}
+
+/* A patched .gguf: the file must parse; its ctxpatch.* keys become one block, its certificate c->cert_text. */
+static int read_gguf_file(check_ctx *c) {
+  static const char *const keys[][2] = {{"ctxpatch.tool_version", "tool_version"}, {"ctxpatch.method", "method"},
+                                        {"ctxpatch.fidelity", "fidelity"},         {"ctxpatch.rule", "rule"},
+                                        {"ctxpatch.baked_rule", "baked_rule"},
+                                        {"ctxpatch.certificate_sha256", "certificate_sha256"}};
+  cp_gguf_file *g = NULL;
+  cJSON *block = NULL;
+  const char *cert = NULL;
+  size_t len = 0;
+  bool certified = false;
+  int rc = cp_gguf_open(&g, c->path);
+  if (rc < 0) { /* a file that no longer parses fails the artifact */
+    rc = check_fail(c->report, "gguf-unreadable", "%s", cp_error_message());
+    goto done;
+  }
+  CP_CHECK_ALLOC_GOTO(block = cJSON_CreateObject(), c->path);
+  for (size_t k = 0; k < sizeof keys / sizeof *keys && rc == 0; k++) rc = gguf_member(c, block, g, keys[k][0], keys[k][1]);
+  if (rc < 0) goto done;
+  if (cp_gguf_find_key(g, "ctxpatch.certified") >= 0) {
+    if (cp_gguf_get_bool(&certified, g, "ctxpatch.certified") < 0) {
+      rc = check_fail(c->report, "meta-unreadable", "%s: ctxpatch.certified: %s", c->path, cp_error_message());
+      goto done;
+    }
+    CP_CHECK_ALLOC_GOTO(cJSON_AddBoolToObject(block, "certified", certified), c->path);
+  }
+  if (cp_gguf_find_key(g, "ctxpatch.certificate") < 0)
+    rc = check_fail(c->report, "cert-missing", "%s: no ctxpatch.certificate key (%s)", c->path,
+                    cp_gguf_find_key(g, "ctxpatch.tool_version") < 0 ? "not a patched artifact" : "written with --no-verify");
+  else if (cp_gguf_get_str(&cert, &len, g, "ctxpatch.certificate") < 0)
+    rc = check_fail(c->report, "cert-missing", "%s: ctxpatch.certificate: %s", c->path, cp_error_message());
+  else {
+    CP_CHECK_ALLOC_GOTO(c->cert_text = malloc(len + 1), c->path);
+    memcpy(c->cert_text, cert, len);
+    c->cert_text[len] = '\0';
+    c->cert_len = len;
+  }
+  if (rc == 0) {
+    rc = check_meta_add(c, "ctxpatch.* keys", block);
+    block = NULL;
+  }
+done:
+  cJSON_Delete(block);
+  cp_gguf_free(g);
+  return rc;
+}
+
 /* First match wins: an ONNX or GGUF export folder may also hold the safetensors it came from. */
 static const check_format formats[] = {
-    {"gguf", detect_gguf, NULL},
-    {"onnx", detect_onnx, read_onnx},
-    {"safetensors", detect_safetensors, read_safetensors},
+    {"gguf", detect_gguf, NULL, read_gguf_file},
+    {"onnx", detect_onnx, read_onnx, NULL},
+    {"safetensors", detect_safetensors, read_safetensors, NULL},
 };
 
 const check_format *check_format_detect(const cp_file_list *files) {

@@ -23,6 +23,9 @@ typedef struct {
   check_meta *meta;         /* [n_meta] */
   size_t n_meta, cap_meta;
   cp_check_report *report;
+  char *cert_text;          /* a single-file artifact's embedded certificate (GGUF ctxpatch.certificate),
+                               owned; NULL: certificate.json in the folder */
+  size_t cert_len;
 } check_ctx;
 
 /* Records a failure (one line); returns 0, or CP_ENOMEM after setting report->oom. */
@@ -31,11 +34,14 @@ int check_fail(cp_check_report *r, const char *kind, const char *fmt, ...) __att
 int check_meta_add(check_ctx *c, const char *where, cJSON *block);
 
 /* An output format: recognised by its files; `read_meta` adds its metadata records (and failures
- * for what it cannot read). NULL read_meta = not supported yet. verify/check_formats.c. */
+ * for what it cannot read). NULL read_meta = not supported yet. `read_file` is the same for an
+ * artifact that is one file (c->path), and also sets c->cert_text; NULL = only folders.
+ * verify/check_formats.c. */
 typedef struct {
   const char *name;
   bool (*detect)(const cp_file_list *files);
   int (*read_meta)(check_ctx *c);
+  int (*read_file)(check_ctx *c);
 } check_format;
 
 /* The format of a listed artifact folder, or NULL. */
