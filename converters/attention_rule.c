@@ -18,11 +18,13 @@ void cp_rule_init(cp_rule *rule) {
 }
 
 /* True when the rule changes no logit of any model: an empty object, or only fields without
- * effect on their own (temperature 1, static factor 1, temperature_scope, train_len, top_k
+ * effect on their own (temperature 1, a schedule whose every tau is 1, static factor 1, temperature_scope, train_len, top_k
  * without lambda_mask). Engines may skip rule work then. */
 bool cp_rule_is_identity(const cp_rule *r) {
   for (int l = 0; l < r->n_temperature; l++)
     if (r->temperature[l] != 1.0) return false;
+  for (int x = 0; x < r->n_schedule * r->schedule_width; x++) /* tau(T) = 1 at every T */
+    if (r->schedule_tau[x] != 1.0) return false;
   if (r->alibi_mode == CP_ALIBI_DYNAMIC || r->alibi_mode == CP_ALIBI_PROGRESSIVE) return false;
   if (r->alibi_mode == CP_ALIBI_STATIC && r->alibi_factor != 1.0) return false;
   return !r->has_lambda && r->distance_ceiling == 0 && r->fire_threshold == 0;
@@ -48,26 +50,63 @@ static bool temperature_in_scope(const cp_rule *r, const cp_rule_model *m, cp_at
   return false;
 }
 
+/* Decision 1: a per-layer list (temperature, or the taus of each schedule point) indexes layers
+ * within their stack, so it must match the depth of every stack it reaches (cross-attention
+ * layers are the decoder's). */
+static int check_depths(const cp_rule *r, const cp_rule_model *m, const char *what, const char *key, int n) {
+  const struct {
+    bool in_scope;
+    const char *name;
+    int depth;
+  } stacks[] = {
+      {m->is_encoder_decoder && temperature_in_scope(r, m, CP_ATTN_ENCODER_SELF), "encoder", m->n_layers_encoder},
+      {temperature_in_scope(r, m, CP_ATTN_DECODER_SELF), "decoder", m->n_layers_decoder},
+      {m->is_encoder_decoder && temperature_in_scope(r, m, CP_ATTN_CROSS), "decoder (cross-attention)",
+       m->n_layers_decoder},
+  };
+  for (size_t s = 0; s < sizeof stacks / sizeof stacks[0]; s++)
+    if (stacks[s].in_scope && stacks[s].depth != n)
+      return cp_error_set(CP_ERULE_MODEL, "%s: %s has %d values but the %s has %d layers", what, key, n,
+                          stacks[s].name, stacks[s].depth);
+  return 0;
+}
+
+/* A schedule built in code (calibration) holds what the parser would have accepted. */
+static int check_schedule(const cp_rule *r, const char *what) {
+  if (r->n_temperature > 0)
+    return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule': a rule has temperature or "
+                        "temperature_schedule, not both", what);
+  if (r->n_schedule > CP_RULE_MAX_SCHEDULE_POINTS || r->schedule_width < 1 ||
+      r->schedule_width > CP_RULE_MAX_LAYERS ||
+      (int64_t)r->n_schedule * r->schedule_width > CP_RULE_MAX_SCHEDULE_VALUES)
+    return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule': %d points of %d taus (want at most "
+                        "%d points and %d taus in all)", what, r->n_schedule, r->schedule_width,
+                        CP_RULE_MAX_SCHEDULE_POINTS, CP_RULE_MAX_SCHEDULE_VALUES);
+  for (int k = 0; k < r->n_schedule; k++) {
+    if (r->schedule_len[k] < 1 || (k > 0 && r->schedule_len[k] <= r->schedule_len[k - 1]))
+      return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule.points[%d]': length %lld is not >= 1 "
+                          "and above the previous point's", what, k, (long long)r->schedule_len[k]);
+    for (int l = 0; l < r->schedule_width; l++) {
+      double t = r->schedule_tau[k * r->schedule_width + l];
+      if (!(t > 0) || !isfinite(t))
+        return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule.points[%d]': tau %g is not a "
+                            "number > 0", what, k, t);
+    }
+  }
+  return 0;
+}
+
 int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *what) {
   assert(m->n_layers_encoder >= 0 && m->n_layers_decoder >= 0);
-  if (r->n_temperature > 1 || r->temperature_per_layer) {
-    /* Decision 1: a per-layer list indexes layers within their stack, so it must match the
-     * depth of every stack it reaches (cross-attention layers are the decoder's). */
-    const struct {
-      bool in_scope;
-      const char *name;
-      int depth;
-    } stacks[] = {
-        {m->is_encoder_decoder && temperature_in_scope(r, m, CP_ATTN_ENCODER_SELF), "encoder",
-         m->n_layers_encoder},
-        {temperature_in_scope(r, m, CP_ATTN_DECODER_SELF), "decoder", m->n_layers_decoder},
-        {m->is_encoder_decoder && temperature_in_scope(r, m, CP_ATTN_CROSS), "decoder (cross-attention)",
-         m->n_layers_decoder},
-    };
-    for (size_t s = 0; s < sizeof stacks / sizeof stacks[0]; s++)
-      if (stacks[s].in_scope && stacks[s].depth != r->n_temperature)
-        return cp_error_set(CP_ERULE_MODEL, "%s: temperature has %d values but the %s has %d layers",
-                            what, r->n_temperature, stacks[s].name, stacks[s].depth);
+  int rc;
+  if ((r->n_temperature > 1 || r->temperature_per_layer) &&
+      (rc = check_depths(r, m, what, "temperature", r->n_temperature)))
+    return rc;
+  if (r->n_schedule > 0) {
+    if ((rc = check_schedule(r, what))) return rc;
+    if ((r->schedule_width > 1 || r->schedule_per_layer) &&
+        (rc = check_depths(r, m, what, "each temperature_schedule point", r->schedule_width)))
+      return rc;
   }
   /* Rules built in code (CLI options, calibration) pass here too, not only parsed ones. */
   if (r->has_top_k && (r->top_k < 1 || r->top_k > CP_RULE_MAX_TOP_K))
@@ -85,6 +124,18 @@ int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *wh
   return 0;
 }
 
+/* This layer's points of the rule's schedule in the piecewise form of cp_tau_schedule. */
+static void plan_schedule(cp_tau_schedule *s, const cp_rule *r, int layer) {
+  const int w = r->schedule_width, l = w == 1 ? 0 : layer;
+  assert(r->n_schedule <= CP_RULE_MAX_SCHEDULE_POINTS && l < w); /* cp_rule_check_model */
+  s->n = r->n_schedule;
+  s->t1 = r->schedule_tau[l];
+  for (int k = 0; k < s->n; k++) s->log_len[k] = log((double)r->schedule_len[k]);
+  for (int k = 0; k + 1 < s->n; k++)
+    s->slope[k] = (r->schedule_tau[(k + 1) * w + l] - r->schedule_tau[k * w + l]) /
+                  (s->log_len[k + 1] - s->log_len[k]);
+}
+
 void cp_rule_plan(cp_attn_plan *out, const cp_rule *r, const cp_rule_model *m, cp_attn_kind kind,
                   int layer) {
   assert(layer >= 0);
@@ -93,11 +144,13 @@ void cp_rule_plan(cp_attn_plan *out, const cp_rule *r, const cp_rule_model *m, c
   out->layer = layer;
 
   out->inv_tau = 1.0f;
+  out->tau = 1.0;
   if (r->n_temperature > 0 && temperature_in_scope(r, m, kind)) {
     assert(r->n_temperature == 1 || layer < r->n_temperature); /* cp_rule_check_model */
-    double tau = r->temperature[r->n_temperature == 1 ? 0 : layer];
-    out->inv_tau = (float)(1.0 / tau);
+    out->tau = r->temperature[r->n_temperature == 1 ? 0 : layer];
+    out->inv_tau = (float)(1.0 / out->tau);
   }
+  if (r->n_schedule > 0 && temperature_in_scope(r, m, kind)) plan_schedule(&out->sched, r, layer);
 
   out->causal = kind == CP_ATTN_DECODER_SELF;
   /* Lambda only for causal attention (spec; decision 4). */
@@ -133,6 +186,30 @@ void cp_rule_plan(cp_attn_plan *out, const cp_rule *r, const cp_rule_model *m, c
 }
 
 /* ---- per-element helpers ---- */
+
+double cp_plan_tau_at(const cp_attn_plan *p, int64_t T) {
+  const cp_tau_schedule *s = &p->sched;
+  if (s->n == 0) return p->tau;
+  const double lt = log((double)(T > 1 ? T : 1));
+  double tau = s->t1;
+  for (int k = 0; k + 1 < s->n; k++) {
+    /* The clamp as the ONNX graph's Clip computes it: min(max(x, 0), width). */
+    double x = lt - s->log_len[k], w = s->log_len[k + 1] - s->log_len[k];
+    x = x > 0 ? x : 0;
+    x = x < w ? x : w;
+    tau += s->slope[k] * x;
+  }
+  return tau;
+}
+
+int64_t cp_plan_tau_length(const cp_attn_plan *p, int64_t i, int64_t n_keys) {
+  return p->causal ? i + 1 : n_keys;
+}
+
+float cp_plan_row_inv_tau(const cp_attn_plan *p, int64_t i, int64_t n_keys) {
+  if (p->sched.n == 0) return p->inv_tau;
+  return (float)(1.0 / cp_plan_tau_at(p, cp_plan_tau_length(p, i, n_keys)));
+}
 
 bool cp_plan_visible(const cp_attn_plan *p, int64_t i, int64_t j) {
   if (p->causal && j > i) return false;

@@ -13,6 +13,12 @@
  *   "distance": 0 is refused, because 0 is how cp_rule stores "the default D / 2".
  *   top_k without lambda_mask is accepted and has no effect (docs/attention-decisions.md 7).
  * - "alibi_scale": "factor" belongs to mode "static" only; elsewhere it is an unknown key.
+ * - "temperature_schedule": {"points": [[L, tau], ...]}, "points" its only key, 1 to
+ *   CP_RULE_MAX_SCHEDULE_POINTS points (one point is a constant tau). L is an integer >= 1 (a
+ *   length in tokens), strictly increasing. tau is a number > 0 at every point, or a list of
+ *   per-layer taus at every point, all of one size (a list of one is per layer, as for
+ *   "temperature"); at most CP_RULE_MAX_SCHEDULE_VALUES taus in all. With "temperature" it is
+ *   refused (the spec makes them exclusive).
  */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
@@ -132,6 +138,70 @@ static int parse_temperature(cp_rule *r, const cJSON *v, const char *what) {
   return 0;
 }
 
+/* Point k of temperature_schedule.points: [L, tau] with tau a number or a per-layer list; the
+ * first point fixes the form and size every later point must have. */
+static int parse_schedule_point(cp_rule *r, const cJSON *e, int k, int n_points, const char *what) {
+  char key[80];
+  snprintf(key, sizeof key, "temperature_schedule.points[%d]", k);
+  if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2) return bad_value(what, key, e, "a [length, tau] pair");
+  const cJSON *len = e->child, *tau = e->child->next;
+  int64_t L;
+  snprintf(key, sizeof key, "temperature_schedule.points[%d][0]", k);
+  int rc = get_int(&L, len, what, key, 1, EXACT_INT_MAX, "a length: an integer >= 1");
+  if (rc) return rc;
+  if (k > 0 && L <= r->schedule_len[k - 1])
+    return cp_error_set(CP_ERULE_VALUE, "%s: key '%s': length %lld is not above the previous point's %lld "
+                        "(lengths must increase strictly)", what, key, (long long)L,
+                        (long long)r->schedule_len[k - 1]);
+  r->schedule_len[k] = L;
+  snprintf(key, sizeof key, "temperature_schedule.points[%d][1]", k);
+  const bool list = cJSON_IsArray(tau);
+  const int w = list ? cJSON_GetArraySize(tau) : 1;
+  if (k == 0) {
+    if (list && (w < 1 || w > CP_RULE_MAX_LAYERS))
+      return cp_error_set(CP_ERULE_VALUE, "%s: key '%s': a list of %d taus (want 1..%d)", what, key, w,
+                          CP_RULE_MAX_LAYERS);
+    if ((int64_t)n_points * w > CP_RULE_MAX_SCHEDULE_VALUES)
+      return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule.points': %d points of %d taus are "
+                          "more than %d taus", what, n_points, w, CP_RULE_MAX_SCHEDULE_VALUES);
+    r->schedule_per_layer = list;
+    r->schedule_width = w;
+  } else if (list != r->schedule_per_layer || w != r->schedule_width) {
+    if (!list && !cJSON_IsNumber(tau)) return bad_value(what, key, tau, "a number > 0 or a list of them");
+    char got[40], want[40];
+    snprintf(got, sizeof got, list ? "a list of %d taus" : "one tau", w);
+    snprintf(want, sizeof want, r->schedule_per_layer ? "a list of %d taus" : "one tau", r->schedule_width);
+    return cp_error_set(CP_ERULE_VALUE, "%s: key '%s': %s, but point 0 has %s (every point has the same form)",
+                        what, key, got, want);
+  }
+  if (!list) return get_positive(&r->schedule_tau[k], tau, what, key, 0, true, "a number > 0 or a list of them");
+  int l = 0;
+  for (const cJSON *t = tau->child; t; t = t->next, l++) {
+    snprintf(key, sizeof key, "temperature_schedule.points[%d][1][%d]", k, l);
+    if ((rc = get_positive(&r->schedule_tau[k * w + l], t, what, key, 0, true, "a number > 0"))) return rc;
+  }
+  return 0;
+}
+
+static int parse_schedule(cp_rule *r, const cJSON *v, const char *what) {
+  static const char *const known[] = {"points", NULL};
+  int rc = get_object(v, what, "temperature_schedule");
+  if (!rc) rc = check_keys(v, known, what, "temperature_schedule");
+  if (rc) return rc;
+  const cJSON *pts = cJSON_GetObjectItemCaseSensitive(v, "points");
+  if (!pts) return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule': missing \"points\"", what);
+  if (!cJSON_IsArray(pts)) return bad_value(what, "temperature_schedule.points", pts, "an array of [length, tau] pairs");
+  int n = cJSON_GetArraySize(pts);
+  if (n < 1 || n > CP_RULE_MAX_SCHEDULE_POINTS)
+    return cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule.points': %d points (want 1..%d)", what, n,
+                        CP_RULE_MAX_SCHEDULE_POINTS);
+  int k = 0;
+  for (const cJSON *e = pts->child; e; e = e->next, k++)
+    if ((rc = parse_schedule_point(r, e, k, n, what))) return rc;
+  r->n_schedule = n;
+  return 0;
+}
+
 static int parse_alibi(cp_rule *r, const cJSON *v, const char *what) {
   int rc = get_object(v, what, "alibi_scale");
   if (rc) return rc;
@@ -209,8 +279,9 @@ static int parse_top_k(cp_rule *r, const cJSON *v, const char *what) {
 }
 
 int cp_rule_from_json(cp_rule *out, const cJSON *json, const char *what) {
-  static const char *const known[] = {"temperature", "temperature_scope", "alibi_scale", "lambda_mask",
-                                      "distance_ceiling", "top_k", "fire_threshold", "train_len", NULL};
+  static const char *const known[] = {"temperature", "temperature_schedule", "temperature_scope", "alibi_scale",
+                                      "lambda_mask", "distance_ceiling", "top_k", "fire_threshold", "train_len",
+                                      NULL};
   cp_rule_init(out);
   cp_rule r;
   cp_rule_init(&r);
@@ -224,6 +295,14 @@ int cp_rule_from_json(cp_rule *out, const cJSON *json, const char *what) {
   const cJSON *v;
   if ((v = cJSON_GetObjectItemCaseSensitive(json, "temperature")) && (rc = parse_temperature(&r, v, what)))
     goto done;
+  if ((v = cJSON_GetObjectItemCaseSensitive(json, "temperature_schedule"))) {
+    if (r.n_temperature > 0) {
+      rc = cp_error_set(CP_ERULE_VALUE, "%s: key 'temperature_schedule': a rule has temperature or "
+                        "temperature_schedule, not both", what);
+      goto done;
+    }
+    if ((rc = parse_schedule(&r, v, what))) goto done;
+  }
   if ((v = cJSON_GetObjectItemCaseSensitive(json, "temperature_scope"))) {
     int s;
     if ((rc = get_enum(&s, v, what, "temperature_scope", SCOPE_NAMES, "\"encoder\", \"self\" or \"all\"")))
@@ -279,6 +358,26 @@ done:
 static bool add_num(cJSON *obj, const char *key, double v) { return cJSON_AddNumberToObject(obj, key, v) != NULL; }
 static bool add_str(cJSON *obj, const char *key, const char *v) { return cJSON_AddStringToObject(obj, key, v) != NULL; }
 
+/* Adds {"points": [[L, tau or [taus]], ...]} as "temperature_schedule"; NULL when out of memory. */
+static cJSON *schedule_to_json(cJSON *root, const cp_rule *r) {
+  cJSON *sched = cJSON_AddObjectToObject(root, "temperature_schedule");
+  cJSON *pts = sched ? cJSON_AddArrayToObject(sched, "points") : NULL;
+  if (!pts) return NULL;
+  const int w = r->schedule_width;
+  for (int k = 0; k < r->n_schedule; k++) {
+    cJSON *pt = cJSON_CreateArray(), *x;
+    if (!pt) return NULL;
+    cJSON_AddItemToArray(pts, pt);
+    if (!(x = cJSON_CreateNumber((double)r->schedule_len[k]))) return NULL;
+    cJSON_AddItemToArray(pt, x);
+    x = r->schedule_per_layer ? cJSON_CreateDoubleArray(r->schedule_tau + (size_t)k * w, w)
+                              : cJSON_CreateNumber(r->schedule_tau[k]);
+    if (!x) return NULL;
+    cJSON_AddItemToArray(pt, x);
+  }
+  return sched;
+}
+
 cJSON *cp_rule_to_json(const cp_rule *r) {
   cJSON *root = cJSON_CreateObject(), *sub;
   if (!root) goto fail;
@@ -289,6 +388,7 @@ cJSON *cp_rule_to_json(const cp_rule *r) {
     if (!(sub = cJSON_CreateDoubleArray(r->temperature, r->n_temperature))) goto fail;
     cJSON_AddItemToObject(root, "temperature", sub);
   }
+  if (r->n_schedule > 0 && !(sub = schedule_to_json(root, r))) goto fail;
   if (r->temperature_scope != CP_TEMP_SCOPE_ENCODER &&
       !add_str(root, "temperature_scope", SCOPE_NAMES[r->temperature_scope]))
     goto fail;

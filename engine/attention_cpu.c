@@ -1,5 +1,6 @@
 /* Streaming attention for the CPU engine: see engine/attention_cpu.h. Every rule decision
- * (visibility, hidden keys, top-k rows, ALiBi divisor, clamped distances) comes from rule.h, most
+ * (visibility, hidden keys, top-k rows, ALiBi divisor, clamped distances, each row's 1/tau) comes
+ * from rule.h, most
  * through the call's tables (cp_attn_tables_build); the positional terms are the model's (T5
  * table, slopes, FIRE MLP) evaluated at the distances those resolved. */
 #include "engine/attention_cpu.h"
@@ -137,7 +138,7 @@ static void row_logits(const job *jb, const scratch *s, int h, int r, int64_t i,
                        bool far, float *Sr) {
   const cp_attn_call *c = jb->c;
   const int64_t *dprime = c->tab.dprime;
-  const float sc = c->scale, it = c->plan->inv_tau;
+  const float sc = c->scale, it = cp_attn_row_inv_tau(c, i - c->q_off);
   switch (c->pos) {
     case CP_ATTN_POS_NONE:
     case CP_ATTN_POS_ROPE:
@@ -311,7 +312,8 @@ static void topk_row(const cp_attn_call *c, scratch *s, const tile_t *t, int r) 
     cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, dh, 1.0f, keys + (size_t)kb * ldk, ldk, qrow, 1, 0.0f, s->srow, 1);
     for (int k = 0; k < nk; k++) heap_push(s->hv, s->hj, &n, c->plan->k, c->scale * s->srow[k] + bias, kb + k);
   }
-  for (int a = 0; a < n; a++) s->topv[a] = s->hv[a] * c->plan->inv_tau;
+  const float it = cp_attn_row_inv_tau(c, row);
+  for (int a = 0; a < n; a++) s->topv[a] = s->hv[a] * it;
   int z = 0;
   if (c->row_lstd) logit_moments(s, r, s->topv, &z, &n, 1);
   float *p = s->topp, *acc = s->acc + (size_t)r * dh;

@@ -59,6 +59,15 @@ static int build_alibi_divisors(cp_attn_call *c) {
   return 0;
 }
 
+/* 1/tau of every row under a temperature schedule (T: the row's length, cp_plan_tau_length). */
+static int build_inv_tau(cp_attn_call *c) {
+  cp_attn_tables *t = &c->tab;
+  t->inv_tau = alloc_n(c, c->n_q, sizeof *t->inv_tau);
+  CP_CHECK_ALLOC(t->inv_tau, "attention tables");
+  for (int64_t r = 0; r < c->n_q; r++) t->inv_tau[r] = cp_plan_row_inv_tau(c->plan, c->q_off + r, c->n_keys);
+  return 0;
+}
+
 /* Positional term of head h for a top-k candidate of row r: every hidden key sits at the
  * top-k distance. */
 static float topk_bias(const cp_attn_call *c, int h, int64_t r) {
@@ -105,7 +114,8 @@ int cp_attn_tables_build(cp_attn_call *c) {
   if (c->pos == CP_ATTN_POS_FIRE) t->fire_L = p->fire_threshold > 0 ? p->fire_threshold : c->fire->L;
   int rc = 0;
   if ((p->causal && (rc = build_distances(c))) || (c->pos == CP_ATTN_POS_T5 && (rc = build_t5_buckets(c))) ||
-      (c->pos == CP_ATTN_POS_ALIBI && (rc = build_alibi_divisors(c))) || (p->top_k && (rc = build_topk(c))))
+      (c->pos == CP_ATTN_POS_ALIBI && (rc = build_alibi_divisors(c))) || (p->top_k && (rc = build_topk(c))) ||
+      (p->sched.n > 0 && (rc = build_inv_tau(c))))
     cp_attn_tables_free(t);
   return rc;
 }
@@ -117,6 +127,7 @@ void cp_attn_tables_free(cp_attn_tables *t) {
   free(t->alibi_div);
   free(t->topk_range);
   free(t->topk_bias);
+  free(t->inv_tau);
 done:
   memset(t, 0, sizeof *t);
   t->rope_far = -1;

@@ -59,7 +59,7 @@ bool cp_cuda_available(char *why, size_t n) {
 
 typedef struct {
   const cpcu_backend *be;
-  void *p[32]; /* every device buffer of one call (25 at most) */
+  void *p[32]; /* every device buffer of one call (26 at most) */
   int n;
 } dev_list;
 
@@ -146,7 +146,8 @@ static int check_call(const cp_attn_call *c) {
   if (p->top_k && p->k > CPCU_TOPK_MAX)
     return cp_error_set(CP_EUNSUPPORTED, "cuda: top_k k %d (at most %d on cuda)", p->k, CPCU_TOPK_MAX);
   if ((p->causal && !t->dprime) || (c->pos == CP_ATTN_POS_T5 && !t->t5_bucket) ||
-      (c->pos == CP_ATTN_POS_ALIBI && !t->alibi_div) || (p->top_k && !t->topk_range))
+      (c->pos == CP_ATTN_POS_ALIBI && !t->alibi_div) || (p->top_k && !t->topk_range) ||
+      (p->sched.n > 0 && !t->inv_tau))
     return cp_error_set(CP_EARG, "cuda: attention call without its tables (cp_attn_tables_build)");
   return 0;
 }
@@ -238,7 +239,8 @@ static int upload_tensors(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c
   return 0;
 }
 
-/* The row and tile ranges, the clamped distances and the top-k rows. */
+/* The row and tile ranges, the clamped distances, the rows' 1/tau under a schedule and the top-k
+ * rows. */
 static int upload_ranges(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const tile_plan *tp) {
   const int64_t n_q = c->n_q;
   const void *p;
@@ -252,6 +254,8 @@ static int upload_ranges(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c,
   a->tile_nranges = p;
   if ((rc = dev_put(dl, &p, c->tab.dprime, (size_t)c->n_keys * sizeof(int64_t), PUT_I32))) return rc;
   a->dprime = p;
+  if ((rc = dev_put(dl, &p, c->tab.inv_tau, (size_t)n_q * sizeof(float), PUT_RAW))) return rc;
+  a->row_inv_tau = p;
   if (!c->tab.topk_any) return 0;
   a->topk_k = c->plan->k;
   if ((rc = dev_put(dl, &p, c->tab.topk_range, (size_t)n_q * 2 * sizeof(int64_t), PUT_I32))) return rc;

@@ -7,7 +7,8 @@
  * shared by every layer of a stack), FIRE (the MLP's output layer, possibly shared by every
  * layer) and ALiBi checkpoints that store their slopes. A shared parameter can be scaled only
  * when every attention call that reads it has the same 1/tau: that is the whole exactness test.
- * MPT's clip_qkv clamps q before attention, which does not commute with scaling. */
+ * MPT's clip_qkv clamps q before attention, which does not commute with scaling. A
+ * temperature_schedule (tau per input length) is never baked: it stays in the ctxpatch block. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -300,7 +301,13 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
       tau_map t;
       tau_map_make(&t, m, r);
       const char *why;
-      if (temperature_bakeable(m, &t, out->stored_slopes, &why)) {
+      if (r->n_schedule > 0) {
+        /* tau(T) depends on the input length; weights hold one tau (spec: it travels as metadata). */
+        out->fidelity = CP_FIDELITY_METADATA;
+        out->residual = *r;
+        snprintf(out->note, sizeof out->note, "temperature_schedule kept in the ctxpatch block: tau depends on the "
+                 "input length, which no weight can express");
+      } else if (temperature_bakeable(m, &t, out->stored_slopes, &why)) {
         out->fidelity = CP_FIDELITY_EXACT_WEIGHTS;
         out->baked = *r;
         snprintf(out->note, sizeof out->note, "query projections%s divided by tau", 

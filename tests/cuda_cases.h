@@ -104,6 +104,19 @@ static const rule_case CASES[] = {
      "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 10}, \"top_k\": {\"k\": 2}}",
      CP_ATTN_DECODER_SELF, true},
     {"cross", CP_ATTN_POS_NONE, "{\"temperature\": 0.8, \"temperature_scope\": \"all\"}", CP_ATTN_CROSS, true},
+    /* temperature_schedule: each row its own 1/tau (causal T = i + 1 spans the segments; layer 1
+     * of a per-layer schedule; the top-k candidates of a row share its tau; T = keys elsewhere). */
+    {"rope schedule", CP_ATTN_POS_ROPE, "{\"temperature_schedule\": {\"points\": [[8, 1.0], [40, 0.6], [90, 0.8]]}}",
+     CP_ATTN_DECODER_SELF, false},
+    {"alibi schedule top_k layers", CP_ATTN_POS_ALIBI,
+     "{\"temperature_schedule\": {\"points\": [[4, [1.0, 0.9]], [64, [0.7, 0.5]]]}, "
+     "\"lambda_mask\": {\"n_global\": 3, \"n_local\": 20}, \"top_k\": {\"k\": 4, \"rows\": \"all\"}}",
+     CP_ATTN_DECODER_SELF, false},
+    {"t5 encoder schedule", CP_ATTN_POS_T5, "{\"temperature_schedule\": {\"points\": [[16, 1.0], [64, 0.6]]}}",
+     CP_ATTN_ENCODER_SELF, true},
+    {"cross schedule", CP_ATTN_POS_NONE,
+     "{\"temperature_schedule\": {\"points\": [[8, 0.9], [128, 0.5]]}, \"temperature_scope\": \"all\"}",
+     CP_ATTN_CROSS, true},
 };
 
 typedef struct {

@@ -197,6 +197,13 @@ int main(void) {
   bake_case("mpt", CP_PATCH_ALIBI_PI, "{\"alibi_scale\": {\"mode\": \"static\", \"factor\": 2}}", 0, META);
   bake_case("bloom", CP_PATCH_ALIBI_PI, "{\"alibi_scale\": {\"mode\": \"progressive\"}, \"train_len\": 4}", 0, META);
   bake_case("llama", CP_PATCH_LM_INFINITE, "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 4}}", 0, META);
+  /* A temperature schedule depends on the length: never baked, even where one tau would be
+   * exact in the weights (llama, fire, T5), so the 12 rows keep their own tau(T). */
+  bake_case("llama", CP_PATCH_TEMPERATURE, "{\"temperature_schedule\": {\"points\": [[2, 1.0], [8, 0.6]]}}", 0, META);
+  bake_case("fire", CP_PATCH_TEMPERATURE,
+            "{\"temperature_schedule\": {\"points\": [[2, [1.0, 0.9]], [12, [0.6, 0.7]]]}}", 0, META);
+  bake_case("t5_relu", CP_PATCH_TEMPERATURE,
+            "{\"temperature_schedule\": {\"points\": [[2, 1.0], [8, 0.6]]}, \"temperature_scope\": \"self\"}", 0, META);
   /* native-config: rope_scaling's linear factor, multiplied into an existing one. */
   bake_case("llama", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
   bake_case("llama_rope2", CP_PATCH_ROPE_PI, "{}", 1.5, CP_FIDELITY_NATIVE_CONFIG);

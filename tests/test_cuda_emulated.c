@@ -42,6 +42,8 @@ int main(void) {
       {"alibi static", {0, 33, 33}, 40, true},
       {"fire threshold", {0, 20, 20}, 200, false},
       {"cross", {0, 33, 33}, 64, true},
+      {"rope schedule", {40, 1, 41}, 64, false}, /* a decode row: T = 41 as in a one-shot pass */
+      {"alibi schedule top_k layers", {0, 70, 70}, 64, true},
   };
   for (size_t x = 0; x < sizeof MORE / sizeof *MORE; x++)
     for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++)

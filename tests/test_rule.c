@@ -11,9 +11,16 @@
 #include <unistd.h>
 
 static bool rule_eq(const cp_rule *a, const cp_rule *b) {
-  if (a->n_temperature != b->n_temperature) return false;
+  if (a->n_temperature != b->n_temperature || a->temperature_per_layer != b->temperature_per_layer) return false;
   for (int l = 0; l < a->n_temperature; l++)
     if (a->temperature[l] != b->temperature[l]) return false;
+  if (a->n_schedule != b->n_schedule || a->schedule_width != b->schedule_width ||
+      a->schedule_per_layer != b->schedule_per_layer)
+    return false;
+  for (int k = 0; k < a->n_schedule; k++)
+    if (a->schedule_len[k] != b->schedule_len[k]) return false;
+  for (int x = 0; x < a->n_schedule * a->schedule_width; x++)
+    if (a->schedule_tau[x] != b->schedule_tau[x]) return false;
   return a->temperature_scope == b->temperature_scope && a->alibi_mode == b->alibi_mode &&
          a->alibi_factor == b->alibi_factor && a->has_lambda == b->has_lambda &&
          a->n_global == b->n_global && a->n_local == b->n_local &&
@@ -266,6 +273,41 @@ static void test_refusals(void) {
       {"{\"train_len\": 0}", CP_ERULE_VALUE, "'train_len': 0"},
       {"{\"train_len\": 1.5}", CP_ERULE_VALUE, "'train_len': 1.5"},
       {"{\"train_len\": [256]}", CP_ERULE_VALUE, "train_len"},
+      /* temperature_schedule */
+#define SCHED(pts) "{\"temperature_schedule\": {\"points\": " pts "}}"
+      {"{\"temperature\": 0.8, \"temperature_schedule\": {\"points\": [[4, 1]]}}", CP_ERULE_VALUE, "not both"},
+      {"{\"temperature_schedule\": {\"points\": [[4, 1]]}, \"temperature\": [0.8]}", CP_ERULE_VALUE, "not both"},
+      {"{\"temperature_schedule\": [[4, 1]]}", CP_ERULE_VALUE, "'temperature_schedule': an array is not an object"},
+      {"{\"temperature_schedule\": {}}", CP_ERULE_VALUE, "missing \"points\""},
+      {"{\"temperature_schedule\": {\"points\": [[4, 1]], \"kind\": \"log\"}}", CP_ERULE_KEY, "'kind'"},
+      {SCHED("{}"), CP_ERULE_VALUE, "'temperature_schedule.points': an object"},
+      {SCHED("[]"), CP_ERULE_VALUE, "0 points"},
+      {SCHED("[4, 1]"), CP_ERULE_VALUE, "'temperature_schedule.points[0]': 4 is not a [length, tau] pair"},
+      {SCHED("[[4]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0]': an array"},
+      {SCHED("[[4, 1, 2]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0]'"},
+      {SCHED("[[4, 1], null]"), CP_ERULE_VALUE, "'temperature_schedule.points[1]': null"},
+      {SCHED("[[0, 1]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][0]': 0 is not a length"},
+      {SCHED("[[-3, 1]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][0]': -3"},
+      {SCHED("[[4.5, 1]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][0]': 4.5"},
+      {SCHED("[[\"4\", 1]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][0]': \"4\""},
+      {SCHED("[[1e300, 1]]"), CP_ERULE_VALUE, "points[0][0]"},
+      {SCHED("[[9007199254740994, 1]]"), CP_ERULE_VALUE, "points[0][0]"},
+      {SCHED("[[4, 1], [4, 0.9]]"), CP_ERULE_VALUE, "'temperature_schedule.points[1][0]': length 4 is not above the previous point's 4"},
+      {SCHED("[[8, 1], [16, 0.9], [12, 0.8]]"), CP_ERULE_VALUE, "points[2][0]': length 12"},
+      {SCHED("[[4, 0]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1]': 0 is not a number > 0"},
+      {SCHED("[[4, 1], [8, -0.5]]"), CP_ERULE_VALUE, "'temperature_schedule.points[1][1]': -0.5"},
+      {SCHED("[[4, \"1\"]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1]': \"1\""},
+      {SCHED("[[4, null]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1]': null"},
+      {SCHED("[[4, {}]]"), CP_ERULE_VALUE, "points[0][1]': an object"},
+      {SCHED("[[4, 1e400]]"), CP_ERULE_VALUE, "points[0][1]': inf"},
+      {SCHED("[[4, 1], [8, [0.9]]]"), CP_ERULE_VALUE, "'temperature_schedule.points[1][1]': a list of 1 taus, but point 0 has one tau"},
+      {SCHED("[[4, [1, 0.9]], [8, [0.9]]]"), CP_ERULE_VALUE, "points[1][1]': a list of 1 taus, but point 0 has a list of 2 taus"},
+      {SCHED("[[4, [1, 0.9]], [8, 0.9]]"), CP_ERULE_VALUE, "points[1][1]': one tau, but point 0 has a list of 2 taus"},
+      {SCHED("[[4, [1, 0.9]], [8, \"x\"]]"), CP_ERULE_VALUE, "points[1][1]': \"x\""},
+      {SCHED("[[4, []]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1]': a list of 0 taus"},
+      {SCHED("[[4, [1, 0]]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1][1]': 0"},
+      {SCHED("[[4, [1, [0.5]]]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1][1]': an array"},
+#undef SCHED
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     cp_rule r;
@@ -298,6 +340,11 @@ static void test_round_trips(void) {
       {"{\"temperature\": [2, 1e-3, 0.123456789012345678]}", "{\"temperature\":[2,0.001,0.12345678901234568]}"},
       {"{\"temperature_scope\": \"all\", \"temperature\": 0.75}",
        "{\"temperature\":0.75,\"temperature_scope\":\"all\"}"},
+      {"{\"temperature_scope\": \"self\", \"temperature_schedule\": {\"points\": [[256, 1.0], [1024, 0.75], [2048, 0.65]]}}",
+       "{\"temperature_schedule\":{\"points\":[[256,1],[1024,0.75],[2048,0.65]]},\"temperature_scope\":\"self\"}"},
+      {"{\"temperature_schedule\": {\"points\": [[1, [1, 0.5]], [4.0e3, [0.3333333333333333, 2]]]}}",
+       "{\"temperature_schedule\":{\"points\":[[1,[1,0.5]],[4000,[0.33333333333333331,2]]]}}"},
+      {"{\"temperature_schedule\": {\"points\": [[7, [0.9]]]}}", "{\"temperature_schedule\":{\"points\":[[7,[0.9]]]}}"},
       {"{\"temperature_scope\": \"encoder\"}", "{}"},
       {"{\"alibi_scale\": {\"mode\": \"dynamic\"}, \"train_len\": 1000000000000000}",
        "{\"alibi_scale\":{\"mode\":\"dynamic\"},\"train_len\":1000000000000000}"},
@@ -323,6 +370,7 @@ static void test_round_trips(void) {
   cp_rule r, q;
   cp_rule_init(&r);
   r.n_temperature = CP_RULE_MAX_LAYERS;
+  r.temperature_per_layer = true;
   for (int l = 0; l < r.n_temperature; l++) r.temperature[l] = 1.0 / (l + 3) + 1e-17 * l;
   char *s = cp_rule_to_string(&r);
   CHECK(s != NULL);
@@ -664,12 +712,164 @@ static void test_alibi_slopes(const cJSON *golden) {
   CHECK(s[0] == 0.00390625);
 }
 
+/* tau(T) straight from the spec's sentence (first tau below L_1, last above L_n, in between
+ * t_a + (t_b - t_a) (log T - log L_a) / (log L_b - log L_a)), written independently of the
+ * piecewise sum cp_plan_tau_at evaluates. */
+static double spec_tau(const int64_t *len, const double *tau, int n, double T) {
+  if (T <= (double)len[0]) return tau[0];
+  if (T >= (double)len[n - 1]) return tau[n - 1];
+  int a = 0;
+  while (!(T <= (double)len[a + 1])) a++;
+  double la = log((double)len[a]), lb = log((double)len[a + 1]);
+  return tau[a] + (tau[a + 1] - tau[a]) * (log(T) - la) / (lb - la);
+}
+
+static void test_schedule(void) {
+  cp_rule r;
+  /* The spec's example. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[256, 1.0], [1024, 0.75], [2048, 0.65]]}}"));
+  CHECK(r.n_schedule == 3 && r.schedule_width == 1 && !r.schedule_per_layer && r.n_temperature == 0);
+  CHECK(r.schedule_len[0] == 256 && r.schedule_len[2] == 2048 && r.schedule_tau[1] == 0.75);
+  CHECK(!cp_rule_is_identity(&r));
+  CHECK_RC(0, cp_rule_check_model(&r, &GPT, "r"));
+  CHECK_RC(0, cp_rule_check_model(&r, &T5, "r"));
+  cp_attn_plan p;
+  cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 2);
+  CHECK(p.sched.n == 3 && p.inv_tau == 1.0f && p.tau == 1.0 && p.sched.t1 == 1.0);
+  /* Hand values: tau is 1 up to 256, 0.875 at 512 (halfway in log between 256 and 1024), 0.75 at
+   * 1024, 0.7 at 1448.15 (halfway to 2048), 0.65 from 2048 on. */
+  CHECK(cp_plan_tau_at(&p, 1) == 1.0 && cp_plan_tau_at(&p, 0) == 1.0 && cp_plan_tau_at(&p, -5) == 1.0);
+  CHECK(cp_plan_tau_at(&p, 256) == 1.0);
+  CHECK_MSG(fabs(cp_plan_tau_at(&p, 512) - 0.875) < 1e-15, "tau(512) %.17g", cp_plan_tau_at(&p, 512));
+  CHECK(fabs(cp_plan_tau_at(&p, 1024) - 0.75) < 1e-15 && fabs(cp_plan_tau_at(&p, 2048) - 0.65) < 1e-15);
+  CHECK(fabs(cp_plan_tau_at(&p, 1 << 20) - 0.65) < 1e-15 && fabs(cp_plan_tau_at(&p, INT64_MAX) - 0.65) < 1e-15);
+  CHECK(cp_plan_tau_at(&p, 300) < 1.0 && cp_plan_tau_at(&p, 300) > cp_plan_tau_at(&p, 301));
+  double worst = 0;
+  for (int64_t T = 1; T <= 5000; T += 7) {
+    double d = fabs(cp_plan_tau_at(&p, T) - spec_tau(r.schedule_len, r.schedule_tau, 3, (double)T));
+    if (d > worst) worst = d;
+  }
+  CHECK_MSG(worst < 1e-15, "piecewise sum vs the spec's interpolation: %.3g", worst);
+  /* The row's length: i + 1 for causal rows (one-shot or decode step alike), else the keys. */
+  CHECK(cp_plan_tau_length(&p, 511, 4000) == 512 && cp_plan_tau_length(&p, 0, 1) == 1);
+  CHECK(cp_plan_row_inv_tau(&p, 511, 9999) == (float)(1.0 / cp_plan_tau_at(&p, 512)));
+  CHECK(cp_plan_row_inv_tau(&p, 511, 512) == cp_plan_row_inv_tau(&p, 511, 9999));
+  cp_rule_plan(&p, &r, &T5, CP_ATTN_ENCODER_SELF, 0);
+  CHECK(p.sched.n == 3 && cp_plan_tau_length(&p, 3, 1024) == 1024);
+  CHECK(cp_plan_row_inv_tau(&p, 0, 1024) == (float)(1.0 / cp_plan_tau_at(&p, 1024)));
+  /* Scope: "encoder" (the default) leaves the T5 decoder and cross-attention alone. */
+  cp_rule_plan(&p, &r, &T5, CP_ATTN_DECODER_SELF, 0);
+  CHECK(p.sched.n == 0 && cp_plan_tau_at(&p, 4096) == 1.0 && cp_plan_row_inv_tau(&p, 4095, 4096) == 1.0f);
+  cp_rule_plan(&p, &r, &T5, CP_ATTN_CROSS, 0);
+  CHECK(p.sched.n == 0);
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[8, 0.9], [64, 0.5]]}, \"temperature_scope\": \"all\"}"));
+  cp_rule_plan(&p, &r, &T5, CP_ATTN_CROSS, 1);
+  CHECK(p.sched.n == 2 && cp_plan_tau_length(&p, 0, 64) == 64 && fabs(cp_plan_tau_at(&p, 64) - 0.5) < 1e-15);
+  /* Without a schedule the constant temperature is what every row gets. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature\": 0.8}"));
+  cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 0);
+  CHECK(p.sched.n == 0 && p.tau == 0.8 && cp_plan_tau_at(&p, 77) == 0.8 && cp_plan_row_inv_tau(&p, 9, 10) == p.inv_tau);
+  CHECK(p.inv_tau == (float)(1.0 / 0.8));
+  /* One point: a constant tau at every length. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[100, 0.7]]}}"));
+  cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 0);
+  CHECK(cp_plan_tau_at(&p, 1) == 0.7 && cp_plan_tau_at(&p, 100000) == 0.7);
+
+  /* Per-layer taus: layer 1 of [[4, [1, 0.8]], [16, [0.5, 0.6]]] is 0.8 -> 0.6, 0.7 at 8. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, [1, 0.8]], [16, [0.5, 0.6]]]}}"));
+  CHECK(r.n_schedule == 2 && r.schedule_width == 2 && r.schedule_per_layer && r.schedule_tau[3] == 0.6);
+  cp_rule_model two = GPT;
+  two.n_layers_decoder = 2;
+  CHECK_RC(0, cp_rule_check_model(&r, &two, "r"));
+  cp_rule_plan(&p, &r, &two, CP_ATTN_DECODER_SELF, 1);
+  CHECK(cp_plan_tau_at(&p, 2) == 0.8 && fabs(cp_plan_tau_at(&p, 8) - 0.7) < 1e-15 &&
+        fabs(cp_plan_tau_at(&p, 99) - 0.6) < 1e-15);
+  cp_rule_plan(&p, &r, &two, CP_ATTN_DECODER_SELF, 0);
+  CHECK(cp_plan_tau_at(&p, 4) == 1.0 && fabs(cp_plan_tau_at(&p, 8) - 0.75) < 1e-15);
+  /* ... checked against the depth of every stack in scope, as a temperature list. */
+  CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r"));
+  CHECK_MSG(strstr(cp_error_message(), "temperature_schedule point has 2 values") &&
+                strstr(cp_error_message(), "decoder has 4 layers"), "%s", cp_error_message());
+  CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &T5, "r")); /* encoder scope: 3 layers */
+  CHECK(strstr(cp_error_message(), "encoder has 3 layers"));
+  cp_rule_model t5_22 = {.is_encoder_decoder = true, .n_layers_encoder = 2, .n_layers_decoder = 2};
+  CHECK_RC(0, cp_rule_check_model(&r, &t5_22, "r"));
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, [1, 0.8, 0.7]]]}, \"temperature_scope\": \"self\"}"));
+  CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &T5, "r"));
+  CHECK(strstr(cp_error_message(), "decoder has 2 layers"));
+  /* A list of one is per layer. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, [0.9]]]}}"));
+  CHECK_RC(CP_ERULE_MODEL, cp_rule_check_model(&r, &GPT, "r"));
+  cp_rule_model one = GPT;
+  one.n_layers_decoder = 1;
+  CHECK_RC(0, cp_rule_check_model(&r, &one, "r"));
+
+  /* Identity: every tau 1, per layer too. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, 1], [64, 1.0]]}}"));
+  CHECK(cp_rule_is_identity(&r));
+  cp_rule_plan(&p, &r, &GPT, CP_ATTN_DECODER_SELF, 0);
+  CHECK(cp_plan_tau_at(&p, 30) == 1.0 && cp_plan_row_inv_tau(&p, 29, 30) == 1.0f);
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, [1, 1]], [64, [1, 0.99]]]}}"));
+  CHECK(!cp_rule_is_identity(&r));
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, [1, 1]], [64, [1, 1]]]}}"));
+  CHECK(cp_rule_is_identity(&r));
+
+  /* Rules built in code are checked as the parser checks: exclusive with temperature, order,
+   * bounds, taus. */
+  CHECK_RC(0, parse_str(&r, "{\"temperature_schedule\": {\"points\": [[4, 1], [64, 0.5]]}}"));
+  cp_rule bad = r;
+  bad.n_temperature = 1, bad.temperature[0] = 0.9;
+  CHECK_RC(CP_ERULE_VALUE, cp_rule_check_model(&bad, &GPT, "code"));
+  CHECK(strstr(cp_error_message(), "not both"));
+  bad = r;
+  bad.schedule_len[1] = 4;
+  CHECK_RC(CP_ERULE_VALUE, cp_rule_check_model(&bad, &GPT, "code"));
+  CHECK(strstr(cp_error_message(), "points[1]"));
+  bad = r;
+  bad.schedule_tau[1] = NAN;
+  CHECK_RC(CP_ERULE_VALUE, cp_rule_check_model(&bad, &GPT, "code"));
+  bad = r;
+  bad.schedule_width = 0;
+  CHECK_RC(CP_ERULE_VALUE, cp_rule_check_model(&bad, &GPT, "code"));
+  bad = r;
+  bad.n_schedule = CP_RULE_MAX_SCHEDULE_POINTS + 1;
+  CHECK_RC(CP_ERULE_VALUE, cp_rule_check_model(&bad, &GPT, "code"));
+
+  /* Bounds: CP_RULE_MAX_SCHEDULE_POINTS points, and CP_RULE_MAX_SCHEDULE_VALUES taus in all. */
+  static char big[64 * CP_RULE_MAX_SCHEDULE_VALUES];
+  size_t n = (size_t)snprintf(big, sizeof big, "{\"temperature_schedule\": {\"points\": [");
+  for (int k = 0; k < CP_RULE_MAX_SCHEDULE_POINTS; k++)
+    n += (size_t)snprintf(big + n, sizeof big - n, "%s[%d, %g]", k ? "," : "", 2 * k + 1, 1.0 / (k + 1));
+  snprintf(big + n, sizeof big - n, "]}}");
+  CHECK_RC(0, parse_str(&r, big));
+  CHECK(r.n_schedule == CP_RULE_MAX_SCHEDULE_POINTS && r.schedule_len[CP_RULE_MAX_SCHEDULE_POINTS - 1] == 511);
+  free(round_trip(big));
+  snprintf(big + n, sizeof big - n, ",[9999, 1]]}}");
+  CHECK_RC(CP_ERULE_VALUE, parse_str(&r, big));
+  CHECK(strstr(cp_error_message(), "257 points"));
+  /* 16 points of 256 per-layer taus fill the bound; 17 are refused. */
+  const int W = CP_RULE_MAX_SCHEDULE_VALUES / 16;
+  for (int pts = 16; pts <= 17; pts++) {
+    n = (size_t)snprintf(big, sizeof big, "{\"temperature_schedule\": {\"points\": [");
+    for (int k = 0; k < pts; k++) {
+      n += (size_t)snprintf(big + n, sizeof big - n, "%s[%d, [", k ? "," : "", k + 1);
+      for (int l = 0; l < W; l++) n += (size_t)snprintf(big + n, sizeof big - n, "%s0.5", l ? "," : "");
+      n += (size_t)snprintf(big + n, sizeof big - n, "]]");
+    }
+    snprintf(big + n, sizeof big - n, "]}}");
+    CHECK_RC(pts == 16 ? 0 : CP_ERULE_VALUE, parse_str(&r, big));
+    if (pts == 16) CHECK(r.schedule_width == W && r.schedule_tau[CP_RULE_MAX_SCHEDULE_VALUES - 1] == 0.5);
+    else CHECK(strstr(cp_error_message(), "17 points of 256 taus"));
+  }
+}
+
 int main(void) {
   test_identity();
   test_spec_example();
   test_accepts();
   test_refusals();
   test_round_trips();
+  test_schedule();
   test_load();
   test_check_model();
   test_plans_t5();

@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   const T *q = static_cast<const T *>(a.q), *qfar = static_cast<const T *>(a.q_far);
   const T *k = static_cast<const T *>(a.k), *v = static_cast<const T *>(a.v);
   const T *kraw = static_cast<const T *>(a.k_raw);
-  const float it = a.inv_tau, sc = a.scale;
+  /* 1/tau of the row: per row under a temperature schedule (tau(T), resolved on the host). */
+  const float it = valid && a.row_inv_tau ? a.row_inv_tau[row] : a.inv_tau, sc = a.scale;
   const bool stats_lstd = a.row_lstd != nullptr;
 
   for (int b = tid; b < nb; b += NT) t5s[b] = a.t5_table[(size_t)b * a.H + h];

@@ -4,7 +4,8 @@
  *
  * The device code makes no rule decision: the host sends the call's tables (cp_attn_tables_build:
  * cp_plan_distance per distance, cp_t5_bucket per clamped relative position,
- * cp_plan_alibi_divisor per row, top-k rows and terms) and the visible ranges of every row and
+ * cp_plan_alibi_divisor per row, cp_plan_row_inv_tau per row under a temperature schedule, top-k
+ * rows and terms) and the visible ranges of every row and
  * tile (cp_plan_visible_ranges). The
  * one formula evaluated on the device is FIRE's input psi(d') / psi(max(L, i)), a line-by-line
  * mirror of cp_fire_input (the backend-consistency test compares the two).
@@ -38,7 +39,8 @@ typedef struct {
   int bf16;    /* q, q_far, k, v, k_raw hold bfloat16 (uint16 bit patterns), else float */
   int pos;     /* cp_attn_pos */
   float scale; /* c of the spec */
-  float inv_tau;
+  float inv_tau;     /* 1/tau of every row, unless row_inv_tau is set */
+  const float *row_inv_tau; /* temperature_schedule: [n_q] tab.inv_tau, each row's 1/tau; or NULL */
 
   const void *q;     /* [n_q, H*dh] */
   const void *q_far; /* [n_q, H*dh] RoPE with a ceiling: q rotated by the clamped distance; or NULL */

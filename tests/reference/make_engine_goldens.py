@@ -147,7 +147,37 @@ def cases_for(m):
     if pos == "alibi":
         out.append(("gen_alibi_dynamic", "generate",
                     od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))))
+    # appended last: a case's seed depends on its index, so the older cases keep their inputs
+    out += SCHEDULE_CASES.get(m.name, [])
     return out
+
+
+def sched(points, scope=None):
+    rule = od(("temperature_schedule", od(("points", points))))
+    if scope:
+        rule["temperature_scope"] = scope
+    return rule
+
+
+# temperature_schedule: tau(T) per softmax row, T = i + 1 for causal rows and the key count for
+# bidirectional and cross rows. The points span each case's lengths so that rows differ in tau;
+# the generate cases decode with a KV cache in the engine while the reference re-runs the whole
+# sequence, so equal ids show that a row gets the same tau either way.
+SCHEDULE_CASES = {
+    "llama": [
+        ("sched", "forward", sched([[8, 1.0], [32, 0.7], [64, 0.55]])),
+        ("sched_layers", "forward", sched([[4, [1.0, 0.9, 0.8]], [48, [0.6, 0.8, 0.7]]])),
+        ("gen_sched", "generate", sched([[16, 1.0], [44, 0.5]])),
+    ],
+    "bloom": [("sched", "forward", sched([[6, 1.0], [48, 0.6]]))],
+    "fire": [("sched", "forward", sched([[8, 1.0], [64, 0.6]]))],
+    "t5_relu": [
+        ("sched_encoder", "forward", sched([[16, 1.0], [64, 0.5]])),          # every encoder row T = 48
+        ("sched_self", "forward", sched([[4, 1.0], [24, 0.6]], "self")),      # decoder rows T = 1..24
+        ("sched_all", "forward", sched([[4, [1.0, 0.8]], [64, [0.5, 0.7]]], "all")),  # cross T = 48
+        ("gen_sched_self", "generate", sched([[4, 1.0], [24, 0.5]], "self")),
+    ],
+}
 
 
 def draw_inputs(m, seed, lengths):
@@ -390,6 +420,23 @@ def check_attention_scalar(ck):
                 ck.ok(abs(float(P[h, i, j]) - want) < 1e-12, "scalar attention h%d i%d j%d" % (h, i, j))
 
 
+def check_schedule_tau(ck):
+    """tau(T) at hand-worked points of the spec's example and the refusals of the spec."""
+    pts = [(256, 1.0), (1024, 0.75), (2048, 0.65)]
+    for T, want in ((1, 1.0), (256, 1.0), (512, 0.875), (1024, 0.75), (2048, 0.65), (10 ** 6, 0.65),
+                    (1024 * math.sqrt(2), 0.7)):
+        ck.ok(abs(R.schedule_tau(pts, T) - want) < 1e-15, "schedule tau(%g)" % T)
+    facts = R.ModelFacts(False, 0, 2, 64, "rope")
+    for bad in (od(("temperature", 0.8), ("temperature_schedule", od(("points", [[4, 1.0]])))),
+                sched([]), sched([[4, 1.0], [4, 0.9]]), sched([[0, 1.0]]), sched([[4, 0.0]]),
+                sched([[4, 1.0], [8, [0.9, 0.8]]]), sched([[4, [1.0, 0.9, 0.8]]])):
+        try:
+            R.check_rule(bad, facts)
+            ck.ok(False, "refuses %s" % rule_text(bad))
+        except R.RuleError:
+            ck.ok(True, "refuses %s" % rule_text(bad))
+
+
 def check_model_identities(ck, m):
     """Rules that must reduce to the identity, causality, and the fused-QKV split."""
     T = LENGTHS[m.name]
@@ -401,8 +448,10 @@ def check_model_identities(ck, m):
             od(("lambda_mask", od(("n_global", 0), ("n_local", big))), ("distance_ceiling", big)),
             od(("distance_ceiling", big)),
             od(("top_k", od(("k", 3), ("rows", "all"))))]
+    same += [sched([[4, 1.0], [16, 1.0]]), sched([[2, [1.0] * m.L], [9, [1.0] * m.L]])]
     if m.facts.is_t5:
-        same += [od(("temperature", 1.0), ("temperature_scope", "all"))]
+        same += [od(("temperature", 1.0), ("temperature_scope", "all")),
+                 sched([[4, 1.0], [16, 1.0]], "all")]
     if family(m) == "alibi":
         same += [od(("alibi_scale", od(("mode", "static"), ("factor", 1.0)))),
                  od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", len(ids))),
@@ -415,6 +464,14 @@ def check_model_identities(ck, m):
         ck.close(logits, base, 1e-12, "%s: %s is the identity" % (m.name, rule_text(rule)))
         ck.close(torch.stack([s[0] for s in stats]), torch.stack([s[0] for s in base_stats]), 1e-12,
                  "%s: %s stats" % (m.name, rule_text(rule)))
+    # a schedule of one point (or of equal taus) is that constant temperature, per layer too
+    for scope in ("self", "all") if m.facts.is_t5 else ("self",):
+        a, _ = run_forward(m, sched([[7, 0.8]], scope), ids, dec)
+        b, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", scope)), ids, dec)
+        ck.close(a, b, 1e-15, "%s: one-point schedule is the temperature (%s)" % (m.name, scope))
+        a, _ = run_forward(m, sched([[3, [0.9] * m.L], [50, [0.9] * m.L]], scope), ids, dec)
+        b, _ = run_forward(m, od(("temperature", 0.9), ("temperature_scope", scope)), ids, dec)
+        ck.close(a, b, 1e-15, "%s: constant per-layer schedule is the temperature (%s)" % (m.name, scope))
     a, _ = run_forward(m, od(("temperature", [0.8] * m.L), ("temperature_scope", "self")), ids, dec)
     b, _ = run_forward(m, od(("temperature", 0.8), ("temperature_scope", "self")), ids, dec)
     ck.close(a, b, 0.0, "%s: a per-layer list of equal taus is the scalar" % m.name)
@@ -522,6 +579,7 @@ def main():
         check_rope(ck)
         check_blocks(ck)
         check_attention_scalar(ck)
+        check_schedule_tau(ck)
         for m in models:
             check_model_identities(ck, m)
         print("self-checks before the cases passed: %d assertions" % ck.n)

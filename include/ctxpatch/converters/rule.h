@@ -17,6 +17,10 @@
  * the paper); every engine worker holds scratch of k values, so an unbounded k fails for memory
  * before any key is seen. The engines also use min(k, keys) at run time. */
 #define CP_RULE_MAX_TOP_K 4096
+/* Bounds of a temperature_schedule: points, and taus in all (points x per-layer taus), so a
+ * cp_rule stays a fixed-size value (the taus take at most 32 KB). */
+#define CP_RULE_MAX_SCHEDULE_POINTS 256
+#define CP_RULE_MAX_SCHEDULE_VALUES 4096
 
 typedef enum { CP_TEMP_SCOPE_ENCODER, CP_TEMP_SCOPE_SELF, CP_TEMP_SCOPE_ALL } cp_temp_scope;
 typedef enum { CP_ALIBI_NONE, CP_ALIBI_STATIC, CP_ALIBI_DYNAMIC, CP_ALIBI_PROGRESSIVE } cp_alibi_mode;
@@ -25,7 +29,16 @@ typedef enum { CP_TOPK_ROWS_DECODE, CP_TOPK_ROWS_ALL } cp_topk_rows;
 typedef struct {
   int n_temperature;                       /* 0: none; 1: one tau; >1: one per layer */
   double temperature[CP_RULE_MAX_LAYERS];  /* each > 0 */
-  cp_temp_scope temperature_scope;         /* default ENCODER */
+  cp_temp_scope temperature_scope;         /* default ENCODER; also the schedule's scope */
+
+  /* temperature_schedule (exclusive with temperature): tau(T) from n_schedule points
+   * (schedule_len[k], schedule_tau[k * schedule_width + layer]); see cp_plan_tau_at. */
+  int n_schedule;                                       /* 0: none; else 1..MAX_SCHEDULE_POINTS */
+  int schedule_width;                                   /* taus per point: 1, or one per layer */
+  bool schedule_per_layer;                              /* each point's tau was a list: its size
+                                                           must be the depth of every stack in scope */
+  int64_t schedule_len[CP_RULE_MAX_SCHEDULE_POINTS];    /* L_k: strictly increasing, >= 1 */
+  double schedule_tau[CP_RULE_MAX_SCHEDULE_VALUES];     /* [n_schedule, schedule_width], each > 0 */
 
   cp_alibi_mode alibi_mode;
   double alibi_factor;                     /* static factor, >= 1 */
@@ -80,10 +93,27 @@ typedef struct {
   bool has_fire;           /* the model's positional term is FIRE (fire_threshold applies) */
 } cp_rule_model;
 
+/* The piecewise form of one layer's temperature schedule, as every engine and the ONNX exporter
+ * compute it (cp_plan_tau_at, in double):
+ *   tau(T) = t1 + sum_{k=0}^{n-2} slope[k] * clamp(log T - log_len[k], 0, log_len[k+1] - log_len[k])
+ * with log_len[k] = log L_k and slope[k] = (t_{k+1} - t_k) / (log L_{k+1} - log L_k). It is
+ * t1 for T <= L_1, linear in log T between points, and the last tau (to rounding) for T >= L_n:
+ * the spec's interpolation written as a sum, so that a graph of Log, Sub, Clip, Mul and Add
+ * nodes computes the same function. */
+typedef struct {
+  int n;                                          /* points; 0: no schedule in this call */
+  double t1;                                      /* the first point's tau */
+  double log_len[CP_RULE_MAX_SCHEDULE_POINTS];    /* [n] log L_k */
+  double slope[CP_RULE_MAX_SCHEDULE_POINTS];      /* [n - 1] tau per unit of log T in segment k */
+} cp_tau_schedule;
+
 typedef struct {
   cp_attn_kind kind;
   int layer;
-  float inv_tau;            /* 1 / tau for this call (1 when out of scope) */
+  float inv_tau;            /* 1 / tau for this call (1 when out of scope); with a schedule 1, and
+                               each row's 1/tau comes from cp_plan_row_inv_tau */
+  double tau;               /* the constant tau of inv_tau (1 when out of scope or scheduled) */
+  cp_tau_schedule sched;    /* temperature_schedule in scope: this layer's points; else n = 0 */
   bool causal;
   bool lambda;              /* Lambda mask active for this call */
   int64_t n_global, n_local;
@@ -98,13 +128,26 @@ typedef struct {
   double fire_threshold;    /* 0: use the model's L */
 } cp_attn_plan;
 
-/* Checks the rule fits the model (per-layer list lengths, alibi_scale only on ALiBi models,
- * fire_threshold only on FIRE models, a training length for dynamic/progressive ALiBi):
- * CP_ERULE_MODEL otherwise. */
+/* Checks the rule fits the model (per-layer list lengths of temperature and of each schedule
+ * point, alibi_scale only on ALiBi models, fire_threshold only on FIRE models, a training length
+ * for dynamic/progressive ALiBi): CP_ERULE_MODEL otherwise. Rules built in code are checked as
+ * the parser would (CP_ERULE_VALUE): top_k.k, and a schedule's bounds, order, taus and its
+ * exclusion of temperature. */
 int cp_rule_check_model(const cp_rule *rule, const cp_rule_model *model, const char *what);
 /* Resolves the rule for one attention call. The rule must have passed cp_rule_check_model. */
 void cp_rule_plan(cp_attn_plan *out, const cp_rule *rule, const cp_rule_model *model,
                   cp_attn_kind kind, int layer);
+
+/* tau at length T (>= 1; smaller T counts as 1): the schedule's piecewise form above when the
+ * plan has one, else the constant p->tau. */
+double cp_plan_tau_at(const cp_attn_plan *plan, int64_t T);
+/* The length T a softmax row sees (spec, temperature_schedule): i + 1 for a causal row i (the
+ * same in a one-shot pass and in a decode step with a cache), else n_keys (bidirectional and
+ * cross-attention rows). */
+int64_t cp_plan_tau_length(const cp_attn_plan *plan, int64_t i, int64_t n_keys);
+/* 1 / tau of row i in a pass with n_keys keys, as the engines multiply logits by it:
+ * (float)(1 / cp_plan_tau_at(T)) with a schedule, plan->inv_tau without. */
+float cp_plan_row_inv_tau(const cp_attn_plan *plan, int64_t i, int64_t n_keys);
 
 /* Key j visible to query i (causal and Lambda), before top-k additions. */
 bool cp_plan_visible(const cp_attn_plan *plan, int64_t i, int64_t j);

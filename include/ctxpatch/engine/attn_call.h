@@ -30,6 +30,8 @@ typedef struct {
   bool topk_any;        /* some row has a non-empty topk_range */
   float *topk_bias;     /* top-k: [H, n_q] positional term at the top-k distance (0 for RoPE) */
   double fire_L;        /* FIRE: effective threshold (the rule's fire_threshold, else the model's L) */
+  float *inv_tau;       /* temperature_schedule: [n_q] cp_plan_row_inv_tau of each row (tau(T) with T
+                           the row's length); NULL: every row uses plan->inv_tau */
   bool in_arena;        /* the arrays belong to the call's `work` arena: cp_attn_tables_free skips them */
 } cp_attn_tables;
 
@@ -68,6 +70,11 @@ typedef struct {
  * more than one value; on failure c->tab holds nothing. */
 int cp_attn_tables_build(cp_attn_call *c);
 void cp_attn_tables_free(cp_attn_tables *t); /* NULL members are fine; leaves *t empty */
+
+/* 1 / tau of row r (0 .. n_q-1) of the call: the schedule's table, else the plan's constant. */
+static inline float cp_attn_row_inv_tau(const cp_attn_call *c, int64_t r) {
+  return c->tab.inv_tau ? c->tab.inv_tau[r] : c->plan->inv_tau;
+}
 
 /* Zeroed or malloc'd count * elem bytes for call c: from c->work when set, else the heap (free()).
  * NULL on overflow or when out of memory. */

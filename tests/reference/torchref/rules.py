@@ -3,7 +3,7 @@ plain dense L x L torch code (float64; clarity over speed).
 
 Order inside one attention call (spec, "Order"):
   positional term with d' and scaled slopes -> add to c * q.k -> visibility (causal, Lambda,
-  top-k additions) -> divide by tau -> softmax.
+  top-k additions) -> divide by tau (or the row's tau(T) of a temperature_schedule) -> softmax.
 """
 import math
 
@@ -11,8 +11,8 @@ import torch
 
 DTYPE = torch.float64
 
-_RULE_KEYS = {"temperature", "temperature_scope", "alibi_scale", "lambda_mask", "distance_ceiling",
-              "top_k", "fire_threshold", "train_len"}
+_RULE_KEYS = {"temperature", "temperature_schedule", "temperature_scope", "alibi_scale", "lambda_mask",
+              "distance_ceiling", "top_k", "fire_threshold", "train_len"}
 
 
 class RuleError(ValueError):
@@ -30,20 +30,65 @@ class ModelFacts:
         self.pos = pos              # "t5", "alibi", "rope", "fire"
 
 
+def _scope_depths(rule, facts):
+    """Depths of the stacks a per-layer temperature list reaches (decision 1)."""
+    if facts.is_t5:
+        scope = rule.get("temperature_scope", "encoder")
+        return [facts.n_enc] + ([facts.n_dec] if scope in ("self", "all") else [])
+    return [facts.n_dec]
+
+
+def check_schedule(rule, facts):
+    """temperature_schedule (spec): exclusive with temperature; points [[L, tau], ...] with
+    integer L >= 1 strictly increasing and tau > 0, or every tau a per-layer list of one size
+    (which must be the depth of every stack in scope)."""
+    if "temperature" in rule:
+        raise RuleError("temperature and temperature_schedule are exclusive")
+    sched = rule["temperature_schedule"]
+    if set(sched) != {"points"} or not sched["points"]:
+        raise RuleError("temperature_schedule needs exactly a non-empty 'points'")
+    prev = 0
+    kinds = set()
+    for L, tau in sched["points"]:
+        if int(L) != L or L < 1 or L <= prev:
+            raise RuleError("schedule lengths must be integers >= 1, strictly increasing")
+        prev = L
+        taus = tau if isinstance(tau, list) else [tau]
+        kinds.add(len(tau) if isinstance(tau, list) else None)
+        if not taus or any(not (t > 0) for t in taus):
+            raise RuleError("schedule taus must be > 0")
+    if len(kinds) != 1:
+        raise RuleError("schedule points mix forms or sizes")
+    width = kinds.pop()
+    if width is not None and any(width != d for d in _scope_depths(rule, facts)):
+        raise RuleError("per-layer schedule of %d taus != layer count %s" % (width, _scope_depths(rule, facts)))
+
+
+def schedule_tau(points, T):
+    """tau(T) as the spec states it: the first point's tau for T <= L_1, the last one's for
+    T >= L_n, in between linear in log T. points: [(L, tau)] of one layer."""
+    if T <= points[0][0]:
+        return float(points[0][1])
+    if T >= points[-1][0]:
+        return float(points[-1][1])
+    for (la, ta), (lb, tb) in zip(points, points[1:]):
+        if T <= lb:
+            return ta + (tb - ta) * (math.log(T) - math.log(la)) / (math.log(lb) - math.log(la))
+    raise AssertionError("unreachable")
+
+
 def check_rule(rule, facts):
     """Refuses what the spec / decisions refuse for this model (raises RuleError)."""
     unknown = set(rule) - _RULE_KEYS
     if unknown:
         raise RuleError("unknown rule keys %s" % sorted(unknown))
+    if "temperature_schedule" in rule:
+        check_schedule(rule, facts)
     t = rule.get("temperature")
     if isinstance(t, list) and len(t) != 1:
         # Decision 1: the list must match the depth of every stack in scope (decision 12: a
         # one-element list is the scalar).
-        if facts.is_t5:
-            scope = rule.get("temperature_scope", "encoder")
-            depths = [facts.n_enc] + ([facts.n_dec] if scope in ("self", "all") else [])
-        else:
-            depths = [facts.n_dec]
+        depths = _scope_depths(rule, facts)
         if any(len(t) != d for d in depths):
             raise RuleError("per-layer temperature list length %d != layer count %s" % (len(t), depths))
     if "alibi_scale" in rule:
@@ -65,15 +110,20 @@ class Plan:
         self.layer = layer
         self.causal = kind == "dec"
 
-        # temperature (decision 2 for the scope)
+        # temperature or temperature_schedule (decision 2 for the scope)
         self.tau = 1.0
+        self.schedule = None    # [(L, tau)] of this layer when a schedule is in scope
         t = rule.get("temperature")
+        if facts.is_t5:
+            scope = rule.get("temperature_scope", "encoder")
+            in_scope = {"encoder": kind == "enc", "self": kind in ("enc", "dec"), "all": True}[scope]
+        else:
+            in_scope = kind == "dec"
+        ts = rule.get("temperature_schedule")
+        if ts is not None and in_scope:
+            self.schedule = [(int(L), float(tau[layer] if isinstance(tau, list) else tau))
+                             for L, tau in ts["points"]]
         if t is not None:
-            if facts.is_t5:
-                scope = rule.get("temperature_scope", "encoder")
-                in_scope = {"encoder": kind == "enc", "self": kind in ("enc", "dec"), "all": True}[scope]
-            else:
-                in_scope = kind == "dec"
             if in_scope:
                 if isinstance(t, list):
                     self.tau = float(t[0]) if len(t) == 1 else float(t[layer])
@@ -111,6 +161,15 @@ class Plan:
         self.train_len = rule.get("train_len") or facts.train_len
 
         self.fire_threshold = rule.get("fire_threshold")
+
+    def row_tau(self, nq, nk, dtype):
+        """tau of each query row [nq, 1] under a schedule: T = i + 1 for a causal row i (every
+        row here is at its absolute position, also when it stands for a decode step with a cache),
+        else T = nk (bidirectional and cross rows). None without a schedule."""
+        if self.schedule is None:
+            return None
+        T = [i + 1 for i in range(nq)] if self.causal else [nk] * nq
+        return torch.tensor([schedule_tau(self.schedule, t) for t in T], dtype=dtype)[:, None]
 
     def alibi_divisor(self, n_rows, pinfo, dtype=DTYPE):
         """F per query row [n_rows] (spec, alibi_scale)."""
@@ -385,7 +444,8 @@ def attention(plan, pinfo, score, v, nq, margins=None):
                     S[h, row, sel] = St[h, row, sel]
                     vis[h, row, sel] = True
     S = torch.where(vis, S, torch.full_like(S, float("-inf")))
-    S = S / plan.tau
+    row_tau = plan.row_tau(nq, nk, S.dtype)
+    S = S / plan.tau if row_tau is None else S / row_tau
     P = torch.softmax(S, dim=-1)
     return P @ v, P
 
