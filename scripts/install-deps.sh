@@ -11,6 +11,7 @@ packages=(
   hyperfine time zip                           # benchmarks and test inputs
   clang libclang-rt-14-dev                     # libFuzzer harnesses (scripts/fuzz.sh)
   chromium                                     # headless browser for the report test
+  python3-onnx                                 # checker for exported ONNX graphs (tests/onnx)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh build
+bash scripts/install-test-runtimes.sh   # npm runtimes for the ONNX tests (skip when offline)
 (cd build && ctest --output-on-failure -j2)
 bash scripts/build.sh build-asan -DCTXPATCH_SANITIZE=ON -DCTXPATCH_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
