@@ -115,4 +115,7 @@ EOF
 # a rule's graph differs from the identity's: the comparison can fail
 "$py" "$cmp" "$work/llama.lambda_ceiling.ort" "$work/llama.identity.ref" --vocab 96 >/dev/null
 [ $? = 1 ] && ok || bad "the Lambda graph's logits equal the identity's"
+# top-k acts (on the last row) and the graph computes it: its logits are not the Lambda mask's
+"$py" "$cmp" "$work/llama.top_k.ort" "$work/llama.lambda_ceiling.ref" --vocab 96 >/dev/null
+[ $? = 1 ] && ok || bad "the top-k graph's logits equal the Lambda mask's"
 finish
