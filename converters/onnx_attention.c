@@ -151,8 +151,9 @@ static const char *alibi_slopes(cp_onnx_attn_ctx *c) {
   free(s);
   if (!fixed) {
     /* the length: T keys (dynamic) or i + 1 for each row (progressive) */
-    const char *len = p->alibi_mode == CP_ALIBI_DYNAMIC ? cast(g, c->n_keys, ONNX_DOUBLE)
-                                                        : cp_og_op2(g, "Add", cast(g, c->qpos, ONNX_DOUBLE), f64(g, 1.0));
+    const char *len = p->alibi_mode == CP_ALIBI_DYNAMIC
+                          ? cast(g, c->n_keys, ONNX_DOUBLE)
+                          : cp_og_op2(g, "Add", cast(g, c->qpos, ONNX_DOUBLE), f64(g, 1.0));
     const char *F = cp_og_op2(g, "Max", cp_og_op2(g, "Div", len, f64(g, (double)p->train_len)), f64(g, 1.0));
     v = cp_og_op2(g, "Div", v, F);
   }

@@ -15,11 +15,7 @@
 # which keys present.* holds, and a rule changes the ONNX logits (the check can fail).
 # Prints one "FAMILY RULE: one-pass rel_err ... split ... generate ..." line per case.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
-[ -d "$nm/onnxruntime-node" ] && command -v node >/dev/null ||
-  { echo "SKIP: onnxruntime-node not installed in $nm (run scripts/install-test-runtimes.sh; needs npm)"; exit 77; }
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: $py lacks numpy"; exit 77; }
-export CTXPATCH_NODE_MODULES=$nm
+need_onnxruntime
 models=$src/tests/goldens/engine/models
 ort=$src/tests/onnx/ort_run.mjs
 cmp=$src/tests/onnx/compare_logits.py
