@@ -26,7 +26,7 @@ static const char convert_help[] =
     "  --rule RULE.json    (onnx) attention rule written as graph nodes, uncertified\n"
     "  --dtype TYPE        (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
-    "                      (default 1M)\n"
+    "                      (default 1024, onnx's own; past 1 GiB inline, all go there)\n"
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
     "  --force             replace OUT if it exists\n"
