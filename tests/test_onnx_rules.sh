@@ -15,7 +15,8 @@
 # which keys present.* holds, and a rule changes the ONNX logits (the check can fail).
 # Prints one "FAMILY RULE: one-pass rel_err ... split ... generate ..." line per case.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-need_onnxruntime
+. "$src/tests/onnx/env.sh"
+onnx_env onnxruntime-node
 models=$src/tests/goldens/engine/models
 ort=$src/tests/onnx/ort_run.mjs
 cmp=$src/tests/onnx/compare_logits.py
