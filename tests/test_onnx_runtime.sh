@@ -50,6 +50,8 @@ rule() {
     temperature) echo '{"temperature": 0.8}' ;;
     per_layer) seq 0 $((layers - 1)) | awk '{printf "%s%.2f", (NR>1?", ":"{\"temperature\": ["), 1 - 0.1 * $1} END {print "]}"}' ;;
     schedule) echo '{"temperature_schedule": {"points": [[8, 1.0], [32, 0.8], [96, 0.7]]}}' ;;
+    t5_scope_all) [ "$kind" = t5 ] && echo '{"temperature": [0.9, 0.8], "temperature_scope": "all"}' ;;
+    t5_schedule_all) [ "$kind" = t5 ] && echo '{"temperature_schedule": {"points": [[8, 1.0], [32, 0.8], [96, 0.7]]}, "temperature_scope": "all"}' ;;
     alibi_static) [ "$pos" = alibi ] && echo '{"alibi_scale": {"mode": "static", "factor": 2.0}}' ;;
     alibi_dynamic) [ "$pos" = alibi ] && echo "{\"alibi_scale\": {\"mode\": \"dynamic\"}, \"train_len\": $ltrain}" ;;
     alibi_progressive) [ "$pos" = alibi ] && echo "{\"alibi_scale\": {\"mode\": \"progressive\"}, \"train_len\": $ltrain}" ;;
@@ -61,7 +63,7 @@ rule() {
   esac
   return 0
 }
-rules=(identity temperature per_layer schedule alibi_static alibi_dynamic alibi_progressive lambda top_k
+rules=(identity temperature per_layer schedule t5_scope_all t5_schedule_all alibi_static alibi_dynamic alibi_progressive lambda top_k
   top_k_all fire_threshold rope_pi)
 
 # Rules whose logits, by their definition, depend on how the prompt is cut into passes
