@@ -28,7 +28,7 @@ static const char convert_help[] =
     "  --rule RULE.json    (onnx) attention rule written as graph nodes, uncertified\n"
     "  --dtype TYPE        (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
-    "                      (default 1M)\n"
+    "                      (default 1024, onnx's own; past 1 GiB inline, all go there)\n"
     "  --to gguf           output format: one llama.cpp GGUF v3 file (llama models; tensors by\n"
     "                      llama.cpp's names, q/k rows permuted, llama.* keys, tokenizer.ggml.*\n"
     "                      carried from a GGUF input)\n"

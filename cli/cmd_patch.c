@@ -51,7 +51,7 @@ static const char patch_help[] =
     "  --dtype TYPE      (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32);\n"
     "                    (gguf) f32 (default), f16, bf16 or q8_0\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
-    "                    (K/M/G suffixes; default 1M)\n"
+    "                    (K/M/G suffixes; default 1024, onnx's own; past 1 GiB inline, all go there)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n"
     "  --to gguf         write OUT as one llama.cpp GGUF file (llama models): rope-pi as\n"

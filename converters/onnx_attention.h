@@ -1,11 +1,18 @@
 /* Private to converters/: the one place where an ONNX graph turns attention scores into
- * probabilities, for every exporter (decoder-only now, T5 later). The caller builds q, k (heads
- * expanded), the positions and the visibility mask; cp_onnx_attention_probs adds the scale, the
- * model's positional term and the rule, masks and normalises. Every rule subgraph goes here,
- * decided through the cp_attn_plan of ctxpatch/converters/rule.h like the engines.
+ * probabilities, for every exporter (decoder-only, T5). The caller builds q, k (heads expanded),
+ * the positions and the visibility mask; cp_onnx_attention_probs adds the scale, the model's
+ * positional term and every rule of ../shared/spec/attention-rules.md, masks and normalises, each
+ * decision taken from the cp_attn_plan of ctxpatch/converters/rule.h like the engines
+ * (engine/attn_call.c, engine/attention_cpu.c), in the spec's order:
+ *   positional term at d' = min(d, D) with the scaled ALiBi slopes -> add to c q.k (RoPE: pairs
+ *   with d > D score c (R(D) q_raw) . k_raw) -> times 1/tau (constant, per layer, or the
+ *   schedule's tau(T) per row) -> visibility (causal and attention_mask from the caller, the
+ *   Lambda mask, top-k middle keys added back with their logits at the top-k distance) ->
+ *   softmax. (Multiplying by 1/tau before the mask is the same function, and keeps the masked
+ *   fill finite.)
  *
  * Shapes (B batch, H query heads, S rows of this pass, T = past + S keys, dh head width):
- * value names are the graph builder's (ctxpatch/converters/onnx_graph.h). */
+ * value names are the graph builder's (ctxpatch/converters/onnx_graph.h). Positions are int64. */
 #ifndef CTXPATCH_CONVERTERS_ONNX_ATTENTION_H
 #define CTXPATCH_CONVERTERS_ONNX_ATTENTION_H
 
@@ -15,20 +22,33 @@
 #include "ctxpatch/converters/onnx_graph.h"
 #include "ctxpatch/converters/rule.h"
 
-/* Values one export computes once and every layer may reuse (the builder's names, or NULL until
- * first made). Owned by the exporter, zeroed at its start. */
+/* Values one export computes once and every layer may reuse, keyed by what they depend on (a
+ * tag, an object such as a FIRE MLP, and the qpos / kpos value names of the call): rule-wide
+ * terms (clamped distances, ALiBi bias, Lambda masks, the schedule's log-length segments,
+ * RoPE tables) are built once per stack. Owned by the exporter, zeroed at its start; a full
+ * memo only means values are built again. */
+#define CP_ONNX_MEMO_MAX 48
 typedef struct {
-  const cp_fire_mlp *fire_key; /* shared FIRE: the MLP whose bias fire_bias holds (a rule that
-                                  changes the bias per layer must not reuse it) */
-  const char *fire_bias;       /* [B, H, S, T] */
-  const char *alibi_slopes;    /* [H, 1, 1] the model's slopes (initializer) */
-  const char *dist_f;          /* [B, 1, S, T] float qpos - kpos */
-  const char *rel;             /* [B, 1, S, T] int64 kpos - qpos (T5's r = j - i) */
-  const char *t5_table;        /* T5: this graph's bucket table [num_buckets, H] (initializer) */
-  const char *t5_rel, *t5_bias; /* T5: the rel value t5_bias [B, H, S, T] was computed from */
+  const char *tag;
+  const void *obj, *qpos, *kpos;
+  const char *val;
+} cp_onnx_memo_entry;
+typedef struct {
+  cp_onnx_memo_entry e[CP_ONNX_MEMO_MAX];
+  int n;
 } cp_onnx_attn_memo;
 
-typedef struct {
+typedef struct cp_onnx_attn_ctx cp_onnx_attn_ctx;
+
+/* A positional term the exporter computes itself (T5: the relative-attention table gathered at
+ * the buckets of the distance). dist: int64 d' (cp_onnx_attn_distance's convention, d = qpos -
+ * kpos, clamped), of a shape that broadcasts to [B, 1, S, T]: the full [B, 1, S, T] for the
+ * logits, a scalar (the top-k distance) for top-k candidates. Returns the float bias that
+ * broadcasts against [B, H, S, T] (NULL on a builder error). The result for the full distance is
+ * memoised per (user, qpos, kpos), so one stack's table is gathered once. */
+typedef const char *(*cp_onnx_pos_fn)(void *user, const cp_onnx_attn_ctx *c, const char *dist);
+
+struct cp_onnx_attn_ctx {
   cp_og *g;
   const cp_model *m;
   const cp_attn_plan *plan;  /* cp_rule_plan of (kind, layer) */
@@ -40,25 +60,40 @@ typedef struct {
   const char *q;       /* [B, H, S, dh] RoPE: rotated to the query positions */
   const char *k;       /* [B, H, T, dh] heads expanded (GQA); RoPE: rotated to the key positions */
   const char *q_raw;   /* [B, H, S, dh] RoPE: q before rotation; NULL otherwise */
-  const char *k_raw;   /* [B, H, T, dh] RoPE when the exporter keeps unrotated keys (see
-                          cp_onnx_attn_needs_raw_keys); NULL otherwise */
+  const char *k_raw;   /* [B, H, T, dh] RoPE when cp_onnx_attn_needs_raw_keys: the unrotated keys
+                          (the exporter keeps them, cache included); NULL otherwise */
   const char *qpos;    /* [B, 1, S, 1] int64 absolute query positions (position_ids) */
   const char *kpos;    /* [1, 1, 1, T] int64 key positions 0 .. T-1 */
   const char *n_keys;  /* [] int64 T */
-  const char *visible; /* [B, 1, S, T] bool: causal (kpos <= qpos) and attention_mask */
+  const char *visible; /* [B, 1, S, T] bool: causal (kpos <= qpos where causal) and attention_mask */
+  cp_onnx_pos_fn pos_bias; /* non-NULL: the positional term (T5), in place of the model's ALiBi / FIRE */
+  void *pos_user;
   cp_onnx_attn_memo *memo;
-} cp_onnx_attn_ctx;
+};
 
 /* Whether the rule needs the unrotated RoPE keys of this module (a distance ceiling or top-k, as
  * the engine's rope_needs_raw): the exporter then keeps them (cache included) and sets k_raw. */
 bool cp_onnx_attn_needs_raw_keys(const cp_model *m, const cp_attn_plan *plan);
 
 /* Checks the rule of this plan can be written as graph nodes: 0, or CP_EUNSUPPORTED naming the
- * rule key that is not yet supported. */
-int cp_onnx_attn_check_plan(const cp_attn_plan *plan, const char *what);
+ * rule key (only a distance ceiling on a bidirectional RoPE call, which no family has and the
+ * engine does not run either). */
+int cp_onnx_attn_check_plan(const cp_model *m, const cp_attn_plan *plan, const char *what);
 
-/* softmax over keys of the masked logits (c q.k + positional term) * (1 / tau):
- * returns probabilities [B, H, S, T]; masked keys get exactly 0 (see the .c for the fill value). */
+/* int64 [B, 1, S, T] d' = clamp(qpos - kpos, -D, D) (cp_plan_distance: min(d, D) for d >= 0,
+ * sign kept), or the unclamped difference without a ceiling. T5 buckets take r' = -d'. */
+const char *cp_onnx_attn_distance(cp_onnx_attn_ctx *c);
+
+/* softmax over keys of the rule's logits (see the top of this file): returns probabilities
+ * [B, H, S, T]; masked keys get exactly 0 (see the .c for the fill value). */
 const char *cp_onnx_attention_probs(cp_onnx_attn_ctx *c);
+
+/* RoPE tables of int64 positions pos [..., 1]: *cos, *sin [..., rope_dims] float, angles in
+ * double as the engine's rope_rotate: pos * theta^(-2a / rot) / rope_scale, the first half
+ * repeated for the second (rotate-half layout). A scalar-like pos [1] gives [rope_dims]. */
+void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, const char **cos, const char **sin);
+/* x [B, h, n, dh] with its first rope_dims of each head rotated by the tables (broadcast over
+ * [B, h, n, rope_dims]): x1 cos - x2 sin | x2 cos + x1 sin. */
+const char *cp_onnx_rope(cp_og *g, const cp_model *m, const char *x, const char *cos, const char *sin);
 
 #endif

@@ -10,8 +10,6 @@
 #include "converters/onnx_attention.h"
 #include "ctxpatch/base/error.h"
 
-enum { ONNX_FLOAT = 1, ONNX_BOOL = 9, ONNX_DOUBLE = 11 }; /* TensorProto.DataType */
-
 /* Per-export values every layer shares. */
 typedef struct {
   cp_og *g;
@@ -21,16 +19,11 @@ typedef struct {
   const char *ids, *mask, *pos; /* graph inputs */
   const char *qpos, *kpos, *n_keys, *visible;
   const char *cos, *sin;        /* RoPE: [B, 1, S, rope_dims] */
+  const char *kcos, *ksin;      /* RoPE with an unrotated cache: [1, 1, T, rope_dims] (key_tables) */
   const char *embed;            /* the embedding initializer [V, D] */
   cp_onnx_attn_memo memo;
 } dec_t;
 
-/* x[..., lo:hi] on the last axis (axis 3 of [B, h, S, dh]). */
-static const char *slice_last(cp_og *g, const char *x, int64_t lo, int64_t hi) {
-  int64_t ax = 3;
-  const char *in[] = {x, cp_og_i64s(g, &lo, 1), cp_og_i64s(g, &hi, 1), cp_og_i64s(g, &ax, 1)};
-  return cp_og_node(g, "Slice", in, 4, NULL, 0);
-}
 
 /* ---------------------------------------------------------------- inputs and positions */
 
@@ -54,39 +47,20 @@ static void positions(dec_t *d) {
   const char *range = cp_og_op3(g, "Range", cp_og_i64(g, 0), d->n_keys, cp_og_i64(g, one));
   d->kpos = cp_og_unsqueeze(g, range, ax012, 3);
   const char *causal = cp_og_op2(g, "GreaterOrEqual", d->qpos, d->kpos);  /* [B, 1, S, T] */
-  const char *keep = cp_og_cast(g, cp_og_unsqueeze(g, d->mask, ax12, 2), ONNX_BOOL); /* [B, 1, 1, T] */
+  const char *keep = cp_og_cast(g, cp_og_unsqueeze(g, d->mask, ax12, 2), CP_OG_BOOL); /* [B, 1, 1, T] */
   d->visible = cp_og_op2(g, "And", causal, keep);
 }
 
-/* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions, angles in double like the
- * engine: (pos / rope_scale) * theta^(-2a / rot), repeated for both halves (rotate-half layout). */
-static void rope_tables(dec_t *d) {
-  const cp_model *m = d->m;
-  cp_og *g = d->g;
-  const int rot = m->rope_dims, half = rot / 2;
-  double inv[1024];
-  if (rot > 1024) {
-    cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: rope_dims %d is over 1024", rot));
-    return;
-  }
-  for (int a = 0; a < half; a++)
-    inv[a] = inv[a + half] = 1.0 / pow(m->rope_theta, (double)(2 * a) / (double)rot) / m->rope_scale;
-  const char *t = cp_og_cast(g, d->qpos, ONNX_DOUBLE);
-  const char *ang = cp_og_op2(g, "Mul", t, cp_og_f64s(g, inv, rot)); /* [B, 1, S, rot] */
-  d->cos = cp_og_cast(g, cp_og_op1(g, "Cos", ang), ONNX_FLOAT);
-  d->sin = cp_og_cast(g, cp_og_op1(g, "Sin", ang), ONNX_FLOAT);
-}
+/* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions. */
+static void rope_tables(dec_t *d) { cp_onnx_rope_tables(d->g, d->m, d->qpos, &d->cos, &d->sin); }
 
-/* x [B, h, S, dh] rotated (first rope_dims of each head): x1 c - x2 s | x2 c + x1 s. */
-static const char *rope(dec_t *d, const char *x) {
-  const cp_model *m = d->m;
-  cp_og *g = d->g;
-  const int rot = m->rope_dims, half = rot / 2;
-  const char *xr = rot == m->d_head ? x : slice_last(g, x, 0, rot);
-  const char *x1 = slice_last(g, xr, 0, half), *x2 = slice_last(g, xr, half, rot);
-  const char *rh = cp_og_concat(g, cp_og_op1(g, "Neg", x2), x1, 3);
-  const char *y = cp_og_op2(g, "Add", cp_og_op2(g, "Mul", xr, d->cos), cp_og_op2(g, "Mul", rh, d->sin));
-  return rot == m->d_head ? y : cp_og_concat(g, y, slice_last(g, x, rot, m->d_head), 3);
+/* The tables of the key positions 0 .. T-1, [1, 1, T, rope_dims], made once: a cache of
+ * unrotated keys is rotated in the graph at every step. */
+static void key_tables(dec_t *d) {
+  if (d->kcos) return;
+  static const int64_t ax013[] = {0, 1, 3};
+  const char *range = cp_og_op3(d->g, "Range", cp_og_i64(d->g, 0), d->n_keys, cp_og_i64(d->g, 1));
+  cp_onnx_rope_tables(d->g, d->m, cp_og_unsqueeze(d->g, range, ax013, 3), &d->kcos, &d->ksin);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -135,11 +109,24 @@ static const char *attention(dec_t *d, int l, const char *h, const char *prefix)
   const char *k = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->k, name)), m->n_kv_heads, m->d_head);
   snprintf(name, sizeof name, "%s.attn.v", prefix);
   const char *v = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->v, name)), m->n_kv_heads, m->d_head);
-  const char *q_raw = NULL;
-  if (m->pos == CP_POS_ROPE) q_raw = q, q = rope(d, q), k = rope(d, k);
-  const char *kall = expand_kv(d, cache(d, l, "key", k)), *vall = expand_kv(d, cache(d, l, "value", v));
+  const char *q_raw = NULL, *k_raw = NULL, *kall;
+  if (m->pos == CP_POS_ROPE) {
+    q_raw = q, q = cp_onnx_rope(g, m, q, d->cos, d->sin);
+    if (cp_onnx_attn_needs_raw_keys(m, &plan)) {
+      /* the cache holds unrotated keys (ctxpatch.kv_cache = "unrotated"), rotated here each step */
+      const char *raw_all = cache(d, l, "key", k);
+      key_tables(d);
+      k_raw = expand_kv(d, raw_all);
+      kall = expand_kv(d, cp_onnx_rope(g, m, raw_all, d->kcos, d->ksin));
+    } else {
+      kall = expand_kv(d, cache(d, l, "key", cp_onnx_rope(g, m, k, d->cos, d->sin)));
+    }
+  } else {
+    kall = expand_kv(d, cache(d, l, "key", k));
+  }
+  const char *vall = expand_kv(d, cache(d, l, "value", v));
   cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = CP_ATTN_DECODER_SELF, .layer = l,
-                        .fire = ly->fire, .prefix = prefix, .q = q, .k = kall, .q_raw = q_raw,
+                        .fire = ly->fire, .prefix = prefix, .q = q, .k = kall, .q_raw = q_raw, .k_raw = k_raw,
                         .qpos = d->qpos, .kpos = d->kpos, .n_keys = d->n_keys, .visible = d->visible,
                         .memo = &d->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), vall); /* [B, H, S, dh] */
@@ -180,6 +167,17 @@ static const char *head(dec_t *d, const char *x) {
   int64_t dims[2] = {m->vocab, m->d_model};
   const char *w = m->lm_head == m->embed ? d->embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
   return cp_og_lm_head(g, m, h, w, d->ids);
+}
+
+const char *cp_onnx_decoder_kv_cache(const cp_model *m, const cp_rule *rule) {
+  cp_rule_model rm;
+  cp_model_rule_model(&rm, m);
+  for (int l = 0; l < m->decoder.n_layers; l++) {
+    cp_attn_plan plan;
+    cp_rule_plan(&plan, rule, &rm, CP_ATTN_DECODER_SELF, l);
+    if (cp_onnx_attn_needs_raw_keys(m, &plan)) return "unrotated";
+  }
+  return "rotated";
 }
 
 int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {

@@ -14,8 +14,15 @@
  *           past_key_values.{i}.key / .value [batch_size, Hkv, past_sequence_length, d_head] float;
  *   outputs logits [batch_size, sequence_length, vocab] float,
  *           present.{i}.key / .value [batch_size, Hkv, total_sequence_length, d_head] float
- *           (RoPE keys rotated, as the engine caches them).
- * Returns 0 or the builder's error (CP_EUNSUPPORTED for T5, see converters/onnx_t5.h, and for rules not yet in the graph). */
+ *           (RoPE keys rotated, as the engine caches them, except under a rule with a distance
+ *           ceiling or top-k: those need the unrotated keys (cp_onnx_attn_needs_raw_keys), so
+ *           the cache holds them unrotated and the graph rotates them to 0 .. T-1 each step;
+ *           cp_onnx_decoder_kv_cache says which, for the "ctxpatch.kv_cache" metadata).
+ * Returns 0 or the builder's error (CP_EUNSUPPORTED for T5, see converters/onnx_t5.h). */
 int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule);
+
+/* "unrotated" when some layer of m under `rule` caches unrotated RoPE keys (see above), else
+ * "rotated" (a static string). */
+const char *cp_onnx_decoder_kv_cache(const cp_model *m, const cp_rule *rule);
 
 #endif

@@ -35,7 +35,7 @@ int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule) {
   return cp_rule_check_model(out, &rm, "rule");
 }
 
-static int add_metadata(cp_onnx_writer *w, const cp_rule *rule, const cp_onnx_export_params *p) {
+static int add_metadata(cp_onnx_writer *w, const cp_model *m, const cp_rule *rule, const cp_onnx_export_params *p) {
   char *text = cp_rule_to_string(rule);
   CP_CHECK_ALLOC(text, "onnx export: rule");
   int rc = cp_onnx_add_metadata(w, "ctxpatch.rule", text);
@@ -44,6 +44,8 @@ static int add_metadata(cp_onnx_writer *w, const cp_rule *rule, const cp_onnx_ex
   if (rc == 0) rc = cp_onnx_add_metadata(w, "ctxpatch.version", cp_version());
   if (rc == 0)
     rc = cp_onnx_add_metadata(w, "ctxpatch.certificate_sha256", p->certificate_sha256 ? p->certificate_sha256 : "");
+  if (rc == 0 && m->family != CP_FAMILY_T5) /* what present.{i}.key holds (converters/onnx_decoder.h) */
+    rc = cp_onnx_add_metadata(w, "ctxpatch.kv_cache", cp_onnx_decoder_kv_cache(m, rule));
   return rc;
 }
 
@@ -68,7 +70,7 @@ static int write_one(cp_folder_result *files, cp_onnx_export_stats *stats, const
   op.weight_dtype = p->weight_dtype;
   if (p->external_threshold) op.external_threshold = p->external_threshold;
   op.graph_name = m->cfg->model_type[0] ? m->cfg->model_type : "ctxpatch";
-  if ((rc = cp_onnx_writer_open(&w, path, &op)) < 0 || (rc = add_metadata(w, rule, p)) < 0 ||
+  if ((rc = cp_onnx_writer_open(&w, path, &op)) < 0 || (rc = add_metadata(w, m, rule, p)) < 0 ||
       (rc = cp_og_create(&g, w)) < 0)
     goto done;
   if ((rc = build(g, m, rule)) < 0 || (rc = cp_og_status(g)) < 0) goto done;

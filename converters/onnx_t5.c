@@ -1,7 +1,7 @@
 /* T5 as two ONNX graphs (converters/onnx_t5.h): the encoder and Optimum's merged decoder,
  * computing what engine/engine_cpu.c computes for T5 (run_encoder, run_stack with cross-attention,
- * head), with the attention probabilities from converters/onnx_attention.c and the relative
- * bucket bias computed in the graph from positions. */
+ * head), with the attention probabilities (and every rule) from converters/onnx_attention.c and
+ * the relative bucket bias computed in the graph from positions through its pos_bias hook. */
 #include "converters/onnx_t5.h"
 
 #include <math.h>
@@ -23,6 +23,7 @@ typedef struct {
   /* self-attention */
   const char *qpos, *kpos, *n_keys, *visible;
   cp_onnx_attn_memo memo;
+  const char *table;                     /* the stack's relative_attention_bias [num_buckets, H] */
   /* decoder only: cross-attention and the cache */
   const char *keep_dec, *keep_enc;       /* [1] int64: past positions kept (0 unless use_cache_branch) */
   const char *enc_rest;                  /* [B, enc - keep_enc, D] encoder rows still to project */
@@ -64,23 +65,27 @@ const char *cp_onnx_t5_bucket(cp_og *g, const char *rel, bool bidirectional, int
   return base ? cp_og_op2(g, "Add", b, base) : b;
 }
 
-const char *cp_onnx_t5_bias(cp_onnx_attn_ctx *c, const char *rel) {
-  cp_onnx_attn_memo *mo = c->memo;
-  const cp_model *m = c->m;
-  cp_og *g = c->g;
-  if (mo->t5_bias && mo->t5_rel == rel) return mo->t5_bias;
+/* The pos_bias hook of converters/onnx_attention.h: table[bucket(r')][h] at r' = -d' (d' the
+ * clamped qpos - kpos, as engine/attn_call.c buckets cp_plan_distance of j - i), bidirectional
+ * in the encoder, causal in the decoder's self-attention. dist is [X, 1, S, T] or a scalar (the
+ * top-k distance); adding an int64 zero [1, 1, 1, 1] makes both rank 4, so the result is
+ * [X, H, S, T] or [1, H, 1, 1]. The stack's table [num_buckets, H] is stored once per graph. */
+static const char *t5_pos_bias(void *user, const cp_onnx_attn_ctx *c, const char *dist) {
+  t5_t *t = user;
+  const cp_model *m = t->m;
+  cp_og *g = t->g;
   bool enc = c->kind == CP_ATTN_ENCODER_SELF;
-  if (!mo->t5_table) {
+  if (!t->table) {
     int64_t dims[2] = {m->t5_num_buckets, m->n_heads};
     const char *name = enc ? "encoder.relative_attention_bias.weight" : "decoder.relative_attention_bias.weight";
-    mo->t5_table = cp_og_weight(g, name, enc ? m->encoder.rel_bias : m->decoder.rel_bias, 2, dims, false);
+    t->table = cp_og_weight(g, name, enc ? m->encoder.rel_bias : m->decoder.rel_bias, 2, dims, false);
   }
+  static const int64_t perm[] = {0, 4, 2, 3, 1}, ax4[] = {4}, rank4[] = {1, 1, 1, 1};
+  const char *zero4 = cp_og_op2(g, "Reshape", cp_og_i64(g, 0), cp_og_i64s(g, rank4, 4));
+  const char *rel = cp_og_op1(g, "Neg", cp_og_op2(g, "Add", dist, zero4));
   const char *bucket = cp_onnx_t5_bucket(g, rel, enc, m->t5_num_buckets, m->t5_max_distance);
-  static const int64_t perm[] = {0, 4, 2, 3, 1}, ax4[] = {4};
-  const char *per_key = cp_og_op2(g, "Gather", mo->t5_table, bucket); /* [X, 1, S, T, H] */
-  const char *bias = cp_og_op2(g, "Squeeze", cp_og_transpose(g, per_key, perm, 5), cp_og_i64s(g, ax4, 1));
-  mo->t5_rel = rel, mo->t5_bias = bias; /* [X, H, S, T] */
-  return bias;
+  const char *per_key = cp_og_op2(g, "Gather", t->table, bucket); /* [X, 1, S, T, H] */
+  return cp_og_op2(g, "Squeeze", cp_og_transpose(g, per_key, perm, 5), cp_og_i64s(g, ax4, 1));
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -108,6 +113,7 @@ static const char *attend(t5_t *t, int l, cp_attn_kind kind, const char *q, cons
   cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = kind, .layer = l, .prefix = prefix, .q = q, .k = k,
                         .qpos = t->qpos, .kpos = cross ? t->cross_kpos : t->kpos,
                         .n_keys = cross ? t->cross_n : t->n_keys, .visible = cross ? t->cross_visible : t->visible,
+                        .pos_bias = cross ? NULL : t5_pos_bias, .pos_user = t,
                         .memo = cross ? &t->cross_memo : &t->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), v); /* [B, H, S, dh] */
   char name[160];

@@ -49,10 +49,4 @@ int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule);
  * (converters/attention_rule.c): int64 buckets of the same shape. */
 const char *cp_onnx_t5_bucket(cp_og *g, const char *rel, bool bidirectional, int num_buckets, int max_distance);
 
-/* The T5 positional term of self-attention module c (encoder: bidirectional, decoder: causal)
- * at relative positions rel [X, 1, S, T] int64: table[bucket(rel)][h] as [X, H, S, T], with the
- * stack's table [num_buckets, H] stored once per graph. Reused (c->memo) while rel is the same
- * value. */
-const char *cp_onnx_t5_bias(cp_onnx_attn_ctx *c, const char *rel);
-
 #endif

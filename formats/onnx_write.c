@@ -42,12 +42,14 @@ struct cp_onnx_writer {
   cp_dtype cur_src, cur_dst; /* elements given as cur_src, stored as cur_dst */
   uint64_t cur_numel, cur_done;
   bool cur_external;
+  uint64_t inline_bytes; /* raw_data bytes of the inline initializers so far (<= p.inline_max) */
   unsigned char *scratch; /* [CONVERT_CHUNK * 4] conversion buffer */
 };
 
 void cp_onnx_params_init(cp_onnx_params *p) {
   memset(p, 0, sizeof *p);
   p->external_threshold = CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD;
+  p->inline_max = CP_ONNX_DEFAULT_INLINE_MAX;
   p->weight_dtype = CP_F32;
 }
 
@@ -100,6 +102,7 @@ int cp_onnx_writer_open(cp_onnx_writer **out, const char *path, const cp_onnx_pa
   if (params) w->p = *params;
   else cp_onnx_params_init(&w->p);
   if (!w->p.external_threshold) w->p.external_threshold = CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD;
+  if (!w->p.inline_max) w->p.inline_max = CP_ONNX_DEFAULT_INLINE_MAX;
   if (w->p.weight_dtype != CP_F32 && w->p.weight_dtype != CP_F16 && w->p.weight_dtype != CP_BF16) {
     rc = cp_error_set(CP_EARG, "%s: weight dtype %s is not F32, F16 or BF16", path, cp_dtype_name(w->p.weight_dtype));
     goto done;
@@ -301,7 +304,10 @@ int cp_onnx_tensor_begin(cp_onnx_writer *w, const char *name, cp_dtype dtype, in
   t->n_dims = (size_t)ndim;
   t->has_data_type = 1, t->data_type = cp_onnx_elem_type(dst);
   int rc;
-  w->cur_external = nbytes >= w->p.external_threshold;
+  /* Large tensors go external, and so does any tensor that would take the inline bytes past
+   * inline_max (so many small tensors cannot push the proto over 2 GiB). */
+  w->cur_external = nbytes >= w->p.external_threshold || nbytes > w->p.inline_max - w->inline_bytes;
+  if (!w->cur_external) w->inline_bytes += nbytes;
   if (w->cur_external) {
     if ((rc = data_align(w)) < 0 || (rc = set_external(w, t, cp_atomic_tell(w->data), nbytes)) < 0) return rc;
   } else {

@@ -4,8 +4,8 @@
 # metadata_props agree (fidelity, rule, digest); `check` passes it and catches a flipped byte in
 # model.onnx.data and an edited metadata rule; `inspect --json` lists the safetensors artifact's
 # tensors (HF names mapped, docs/onnx.md), rule and its own certificate digest; a failing
-# certification writes nothing; a rule the graph cannot compute yet is refused with the exact
-# message (once every rule is graph nodes, the same case must give a valid artifact instead).
+# certification writes nothing; a temperature patch (a rule the graph computes) gives a
+# certified artifact whose rule is the safetensors artifact's rule + baked_rule combined.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 model=$src/examples/probe-models/rope-probe
@@ -96,19 +96,29 @@ EOF
 [ $s -eq 1 ] && [ ! -e "$work/f" ] && grep -q "nothing written" "$work/f.log" && [ -z "$(ls -A "$work" | grep '^\.')" ] \
   && ok || { bad "failing certification: exit $s"; cat "$work/f.log"; }
 
-# A rule the graph may not compute yet: a valid artifact, or the exact refusal with nothing written.
-"$bin" patch "$model" "$work/tau" --method temperature --tau 0.9 --to onnx $V >"$work/tau.log" 2>&1; s=$?
-if [ $s -eq 0 ]; then
-  "$bin" check "$work/tau" >/dev/null && "$py" - "$work/tau" <<'EOF' && ok || bad "temperature ONNX artifact"
-import json, os, sys, onnx
-m = onnx.load(os.path.join(sys.argv[1], "onnx/model.onnx"), load_external_data=False)
+# Every rule is graph nodes now (docs/onnx-rules.md): the temperature patch gives a certified
+# artifact that check accepts, whose rule is the safetensors artifact's rule and baked_rule
+# combined (safetensors bakes the temperature into q; the graph computes it).
+"$bin" patch "$model" "$work/tau" --method temperature --tau 0.9 --to onnx $V >"$work/tau.log" 2>&1 \
+  && grep -q "(certified, certificate sha256" "$work/tau.log" && ok || { bad "temperature --to onnx"; cat "$work/tau.log"; }
+"$bin" check "$work/tau" >"$work/tauc.out" && grep -q "pass (onnx" "$work/tauc.out" && ok || { bad "check on the temperature artifact"; cat "$work/tauc.out"; }
+"$bin" patch "$model" "$work/taus" --method temperature --tau 0.9 $V >/dev/null 2>&1 && ok || bad "temperature safetensors patch"
+"$bin" inspect "$work/tau" --json >"$work/itau.json" && ok || bad "inspect --json (temperature)"
+"$py" - "$work/tau" "$work/taus" "$work/itau.json" <<'EOF' && ok || bad "temperature ONNX artifact"
+import hashlib, json, os, sys, onnx
+d, ds, ij = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+m = onnx.load(os.path.join(d, "onnx/model.onnx"), load_external_data=False)
 meta = {p.key: p.value for p in m.metadata_props}
-assert json.loads(meta["ctxpatch.rule"]) == {"temperature": 0.9} and meta["ctxpatch.fidelity"] == "graph", meta
+cert_bytes = open(os.path.join(d, "certificate.json"), "rb").read()
+cert, block = json.loads(cert_bytes), json.load(open(os.path.join(d, "config.json")))["ctxpatch"]
+sblock = json.load(open(os.path.join(ds, "config.json")))["ctxpatch"]
+combined = {**sblock["rule"], **sblock["baked_rule"]}
+assert combined == {"temperature": 0.9}, sblock
+assert json.loads(meta["ctxpatch.rule"]) == combined == block["rule"] == ij["rule"] == cert["rule"], (meta, block, ij["rule"])
+assert meta["ctxpatch.fidelity"] == "graph" == ij["fidelity"] and block["baked_rule"] == {} and block["certified"] is True
+assert meta["ctxpatch.certificate_sha256"] == hashlib.sha256(cert_bytes).hexdigest() == ij["certificate_sha256"]
+assert cert["verdict"]["result"] == "pass", cert["verdict"]
 EOF
-else
-  [ $s -eq 1 ] && [ ! -e "$work/tau" ] && grep -q "rule key 'temperature' is not yet written as ONNX graph nodes" "$work/tau.log" \
-    && ! grep -q "^probe" "$work/tau.log" && ok || { bad "temperature --to onnx: exit $s"; cat "$work/tau.log"; }
-fi
 
 # Usage errors: options of the other format.
 for args in "--dtype fp16" "--to bogus" "--external-threshold 4K" "--to onnx --require exact" "--to onnx --shard-size 1M" "--to onnx --dtype fp8"; do

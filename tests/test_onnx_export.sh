@@ -58,8 +58,22 @@ EOF
 # 3. determinism: same input, same options, same bytes
 "$bin" convert "$models/bloom" "$work/bloom2" --to onnx --external-threshold 4K >/dev/null
 for f in onnx/model.onnx onnx/model.onnx.data SHA256SUMS; do check cmp -s "$work/bloom/$f" "$work/bloom2/$f"; done
-"$bin" convert "$models/mpt" "$work/mpt_inline" --to onnx >/dev/null && ok || bad "default threshold"
-[ ! -e "$work/mpt_inline/onnx/model.onnx.data" ] && ok || bad "tiny model at 1 MiB threshold wrote external data"
+# The default threshold is onnx's own 1024 bytes: the tiny model's matrices go external, its
+# small vectors stay inline; a threshold over every tensor keeps all inline (no data file).
+"$bin" convert "$models/mpt" "$work/mpt_default" --to onnx >/dev/null && ok || bad "default threshold"
+"$py" - "$work/mpt_default/onnx/model.onnx" <<'EOF' && ok || bad "default threshold placement"
+import sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+ext = 0
+for t in m.graph.initializer:
+    x = t.data_location == onnx.TensorProto.EXTERNAL
+    n = int({e.key: e.value for e in t.external_data}["length"]) if x else len(t.raw_data)
+    assert x == (n >= 1024), (t.name, n)
+    ext += x
+assert ext > 0 and ext < len(m.graph.initializer), ext
+EOF
+"$bin" convert "$models/mpt" "$work/mpt_inline" --to onnx --external-threshold 1G >/dev/null && ok || bad "1G threshold"
+[ ! -e "$work/mpt_inline/onnx/model.onnx.data" ] && ok || bad "tiny model at a 1G threshold wrote external data"
 
 # 4. atomicity and refusals: exit nonzero, one line, nothing written or replaced
 before=$(sha256sum "$work/llama/onnx/model.onnx")

@@ -26,7 +26,7 @@
 
 typedef struct {
   cp_dtype weight_dtype;          /* CP_F32 (default), CP_F16 or CP_BF16 storage of the weights */
-  uint64_t external_threshold;    /* bytes; 0: CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD (1 MiB) */
+  uint64_t external_threshold;    /* bytes; 0: CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD (1024) */
   bool replace;                   /* replace an existing output folder */
   const char *certificate_sha256; /* NULL: "" (uncertified) */
 } cp_onnx_export_params;

@@ -38,7 +38,11 @@
 
 #define CP_ONNX_IR_VERSION 8
 #define CP_ONNX_OPSET 17
-#define CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD ((uint64_t)1 << 20)
+/* onnx's own convert_model_to_external_data default (size_threshold=1024). */
+#define CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD ((uint64_t)1024)
+/* Inline initializer bytes at most, so that the model proto (nodes and names besides) stays under
+ * protobuf's 2 GiB message limit whatever the tensors' count and threshold. */
+#define CP_ONNX_DEFAULT_INLINE_MAX ((uint64_t)1 << 30)
 #define CP_ONNX_DATA_ALIGN 4096
 
 typedef struct cp_onnx_writer cp_onnx_writer;
@@ -46,6 +50,8 @@ typedef struct cp_onnx_writer cp_onnx_writer;
 typedef struct {
   uint64_t external_threshold; /* initializers of this many bytes or more go to external data;
                                   0: CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD */
+  uint64_t inline_max;         /* inline initializer bytes at most: a smaller tensor that would
+                                  pass it goes to external data too; 0: CP_ONNX_DEFAULT_INLINE_MAX */
   cp_dtype weight_dtype;       /* CP_F32 (default), CP_F16 or CP_BF16: storage of float
                                   initializers added with `lowp` */
   const char *graph_name;      /* NULL: "ctxpatch" */
