@@ -50,7 +50,7 @@ for name in rope-probe alibi-probe fire-probe t5-probe; do
   rc=$?
   if [ $rc = 3 ]; then limits+=("$name: transformers.js: $(grep -m1 'cannot load' "$c/tjs.log")"); continue; fi
   [ $rc = 0 ] || { bad "$name: tjs_passkey exited $rc: $(tail -2 "$c/tjs.log")"; continue; }
-  "$bin" verify "$m" --rule "$c/rule.json" --probe passkey --lengths $lengths --depths $depths --seed $seed \
+  "$bin" verify "$m" --rule "$c/rule.json" --probe passkey --lengths $lengths --depths $depths --seed $seed --samples 1 \
     --no-stats --threads 2 --json "$c/verify.json" > "$c/verify.log" 2>&1 ||
     grep -q "verdict" "$c/verify.log" || { bad "$name: verify: $(tail -2 "$c/verify.log")"; continue; }
   # every cell: ids = ctxpatch tokenize's, answer = ctxpatch forward --generate's; accuracy = verify's
