@@ -19,12 +19,12 @@
 
 #define RECIPE_MAX ((size_t)4 << 20)
 
-/* Output formats batch can ask `patch` for, and the arguments that ask for it. GGUF joins with
- * its patch options. */
+/* Output formats batch can ask `patch` for, and the arguments that ask for it. A gguf job's
+ * output is one file, OUT.gguf (job_name adds the suffix), stamped beside it (batch_run.c). */
 static const struct {
   const char *name;
   const char *args[3];
-} formats[] = {{"safetensors", {NULL}}, {"onnx", {"--to", "onnx", NULL}}};
+} formats[] = {{"safetensors", {NULL}}, {"onnx", {"--to", "onnx", NULL}}, {"gguf", {"--to", "gguf", NULL}}};
 
 static int push(char ***v, int *n, const char *s) {
   char **g = realloc(*v, ((size_t)*n + 1) * sizeof **v);
@@ -183,6 +183,8 @@ static int job_name(char **out, const char *tmpl, const char *input, const char 
     else rc = cp_error_set(CP_EARG, "%s: output.name: unknown placeholder at '%s' ({input}, {method}, {target}, {format})", rp, p);
     if (e) p = e;
   }
+  /* A GGUF is one file named *.gguf: the suffix is added unless the template ends with it. */
+  if (rc == 0 && !strcmp(format, "gguf") && (b.len < 5 || strcmp(b.s + b.len - 5, ".gguf") != 0)) cp_strbuf_str(&b, ".gguf");
   if (rc == 0 && b.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", rp);
   if (rc == 0 && (!b.len || b.s[0] == '/' || strstr(b.s, "..") || b.s[b.len - 1] == '/'))
     rc = cp_error_set(CP_EARG, "%s: output.name: '%s' is empty, absolute, ends in '/' or has '..'", rp, b.s ? b.s : "");
@@ -263,9 +265,7 @@ static int add_job(batch_recipe *r, size_t *cap, const char *tmpl, const char *i
 static int check_format(const cJSON *v, const char *where) {
   for (size_t f = 0; cJSON_IsString(v) && f < sizeof formats / sizeof *formats; f++)
     if (!strcmp(v->valuestring, formats[f].name)) return 0;
-  if (cJSON_IsString(v) && !strcmp(v->valuestring, "gguf"))
-    return cp_error_set(CP_EUNSUPPORTED, "%s: '%s': format not supported by batch yet", where, v->valuestring);
-  return cp_error_set(CP_EARG, "%s: expected \"safetensors\" or \"onnx\"", where);
+  return cp_error_set(CP_EARG, "%s: expected \"safetensors\", \"onnx\" or \"gguf\"", where);
 }
 
 static int check_target(const cJSON *v, const char *where) {

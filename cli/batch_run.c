@@ -1,6 +1,7 @@
 /* ctxpatch batch: running jobs. Each job is a child process, this binary again
  * (`ctxpatch batch --run-job DIGEST NAME patch IN OUT ARGS...`), which runs `patch` in-process and
- * then writes the job's stamp into the artifact (or its failure record beside it). The pool keeps
+ * then writes the job's stamp into the artifact (beside it for a GGUF file; or its failure record
+ * beside it). The pool keeps
  * at most N children; a child dies with the batch (PR_SET_PDEATHSIG), and patch's own watchdog
  * removes its temporary folder, so kill -9 leaves finished jobs stamped and nothing half-made.
  * A job's state is read back from its output alone (batch_job_probe). */
@@ -49,9 +50,18 @@ static const char *str_at(const cJSON *o, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/* SHA-256 of OUT/SHA256SUMS, "" when unreadable. */
-static void sums_digest(char hex[65], const char *out) {
-  char *p = cp_path_join(out, "SHA256SUMS");
+/* A gguf job's OUT is one file (OUT.gguf): its stamp lies beside it, OUT.gguf.batch.json, and
+ * stands for the file's own SHA-256. A folder's stamp lies inside it and stands for SHA256SUMS. */
+static char *stamp_path(const char *out, bool file) {
+  if (!file) return cp_path_join(out, CP_BATCH_STAMP_NAME);
+  char *p = malloc(strlen(out) + sizeof ".batch.json");
+  if (p) sprintf(p, "%s.batch.json", out);
+  return p;
+}
+
+/* SHA-256 of what the stamp stands for (OUT itself, or OUT/SHA256SUMS), "" when unreadable. */
+static void content_digest(char hex[65], const char *out, bool file) {
+  char *p = file ? strdup(out) : cp_path_join(out, "SHA256SUMS");
   hex[0] = '\0';
   if (!p || cp_sha256_file(hex, p) < 0) hex[0] = '\0';
   free(p);
@@ -60,14 +70,16 @@ static void sums_digest(char hex[65], const char *out) {
 
 batch_state batch_job_probe(batch_job *j) {
   struct stat st;
+  bool file = !strcmp(j->format, "gguf");
   bool exists = stat(j->out, &st) == 0;
   j->message[0] = '\0';
   if (exists) {
-    char *p = cp_path_join(j->out, CP_BATCH_STAMP_NAME), sums[65];
+    char *p = stamp_path(j->out, file), sums[65];
     cJSON *stamp = p ? read_json(p) : NULL;
     free(p);
-    sums_digest(sums, j->out);
-    bool done = stamp && !strcmp(str_at(stamp, "digest"), j->digest) && *sums && !strcmp(str_at(stamp, "sha256sums"), sums);
+    content_digest(sums, j->out, file);
+    const char *key = file ? "gguf_sha256" : "sha256sums";
+    bool done = stamp && !strcmp(str_at(stamp, "digest"), j->digest) && *sums && !strcmp(str_at(stamp, key), sums);
     cJSON_Delete(stamp);
     if (done) return j->state = JOB_DONE;
   }
@@ -123,7 +135,7 @@ static bool refused_in_log(char *msg, size_t cap, const char *log) {
 
 /* The stamp (success) or the failure record, written atomically. */
 static int write_record(const char *path, const char *digest, const char *name, const char *in, int argc, char **argv,
-                        const char *out, const char *state, const char *message) {
+                        const char *out, bool file, const char *state, const char *message) {
   cJSON *o = cJSON_CreateObject();
   CP_CHECK_ALLOC(o, path);
   cJSON_AddNumberToObject(o, "stamp_version", 1);
@@ -133,9 +145,13 @@ static int write_record(const char *path, const char *digest, const char *name, 
   cJSON_AddStringToObject(o, "input", in);
   cJSON_AddItemToObject(o, "args", digested_args(argc, argv));
   cJSON_AddStringToObject(o, "state", state);
-  if (out) {
+  if (out && file) { /* the certificate is inside the GGUF (ctxpatch.certificate_sha256) */
+    char sha[65];
+    content_digest(sha, out, true);
+    cJSON_AddStringToObject(o, "gguf_sha256", sha);
+  } else if (out) {
     char sums[65], cert[65] = "";
-    sums_digest(sums, out);
+    content_digest(sums, out, false);
     char *c = cp_path_join(out, "certificate.json");
     if (!c || cp_sha256_file(cert, c) < 0) cert[0] = '\0';
     free(c);
@@ -157,18 +173,21 @@ int batch_run_job_main(int argc, char **argv) {
   sprintf(log, "%s.batch.log", out);
   cp_error_clear();
   int status = cmd_patch(argc - 2, argv + 2), rc;
+  bool file = false; /* --to gguf: OUT is one file */
+  for (int i = 5; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--to") && !strcmp(argv[i + 1], "gguf")) file = true;
   fflush(stdout);
   fflush(stderr);
   if (status == CLI_OK) {
-    char *stamp = cp_path_join(out, CP_BATCH_STAMP_NAME);
-    rc = stamp ? write_record(stamp, digest, name, in, argc - 5, argv + 5, out, "done", NULL) : CP_ENOMEM;
+    char *stamp = stamp_path(out, file);
+    rc = stamp ? write_record(stamp, digest, name, in, argc - 5, argv + 5, out, file, "done", NULL) : CP_ENOMEM;
     free(stamp);
     if (rc == 0) unlink(failed);
     else status = cli_report(rc);
   } else {
     bool refused = status == CLI_FAIL && refused_in_log(msg, sizeof msg, log);
     if (!refused && status != CLI_FAIL) snprintf(msg, sizeof msg, "exited %d (see %s)", status, log);
-    if ((rc = write_record(failed, digest, name, in, argc - 5, argv + 5, NULL, refused ? "refused" : "error", msg)) < 0)
+    if ((rc = write_record(failed, digest, name, in, argc - 5, argv + 5, NULL, false, refused ? "refused" : "error", msg)) < 0)
       cli_report(rc);
     status = refused ? EXIT_REFUSED : CLI_FAIL;
   }

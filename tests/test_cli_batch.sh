@@ -43,7 +43,7 @@ bad_recipe() { # bad_recipe NAME SED-EXPR EXPECTED-MESSAGE
   [ $s -eq 125 ] && grep -q "$3" "$work/bad.err" && ok || { bad "$1: exit $s"; cat "$work/bad.err"; }
 }
 bad_recipe "unknown key" 's/"verify"/"verfy"/' "unknown key 'verfy'"
-bad_recipe "gguf format" 's/"target_lengths"/"formats": ["gguf"], "target_lengths"/' "format not supported by batch yet"
+bad_recipe "unknown format" 's/"target_lengths"/"formats": ["ggml"], "target_lengths"/' "or \"gguf\""
 bad_recipe "glob matching nothing" 's/t5-\*/nothing-*/' "matches nothing"
 bad_recipe "name collision" 's#{input}/{method}-{target}#{method}-{target}#' "two jobs write"
 bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
