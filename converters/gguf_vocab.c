@@ -94,7 +94,7 @@ int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int
   const char **tok = NULL;
   size_t *len = NULL;
   int32_t *type = NULL;
-  char (*pads)[24] = NULL;
+  char (*pads)[32] /* "[PAD" + 20 digits of a size_t + "]" */ = NULL;
   int rc = cp_read_file(&text, &text_len, path, MAX_TOKENIZER_JSON);
   if (rc || (rc = cp_json_parse_strict(&root, text, text_len, path, 64, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
                                        CP_ETOK_JSON)))
