@@ -392,8 +392,9 @@ static int parse_doc(batch_recipe *r, const cJSON *doc) {
   if (!cJSON_IsArray(methods) || !cJSON_GetArraySize(methods)) return cp_error_set(CP_EARG, "%s: methods: expected a non-empty array", r->path);
   CP_CHECK_ALLOC(r->methods = calloc((size_t)cJSON_GetArraySize(methods), sizeof *r->methods), r->path);
   cJSON_ArrayForEach(e, methods) {
-    if ((rc = parse_method(&r->methods[i], e, i, r->path)) < 0) return rc;
-    r->n_methods = ++i;
+    rc = parse_method(&r->methods[i], e, i, r->path);
+    r->n_methods = ++i; /* counted even when refused, so batch_recipe_free frees what it parsed */
+    if (rc < 0) return rc;
     if (find_method(r, r->methods[i - 1].name) != &r->methods[i - 1])
       return cp_error_set(CP_EARG, "%s: methods[%d].name: '%s' used twice", r->path, i - 1, r->methods[i - 1].name);
   }
