@@ -48,6 +48,7 @@ void cp_verify_result_free(cp_verify_result *r) {
     free(r->pmax[s]);
     free(r->entropy[s]);
   }
+  cp_ppl_corpus_free(&r->corpus);
   free(r);
 }
 
