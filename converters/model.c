@@ -12,6 +12,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/families.h"
 #include "ctxpatch/converters/gguf_model.h"
@@ -144,23 +145,18 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
 /* llama.cpp's converter reorders each head's q/k rows for interleaved rotary pairs: HF row
  * i*dh/2 + j (half i, pair j) is stored at row 2j + i. Puts them back in HF order. */
 static int gguf_unpermute(cp_linear *lin, loader *L, int heads) {
-  int dh = L->m->d_head, half = dh / 2, n_in = lin->n_in;
-  float *w = alloc_floats(L->m, (size_t)lin->n_out * (size_t)n_in);
-  if (!w) return CP_ENOMEM;
-  for (int h = 0; h < heads; h++)
-    for (int i = 0; i < 2; i++)
-      for (int j = 0; j < half; j++)
-        memcpy(w + ((size_t)h * dh + (size_t)i * half + (size_t)j) * n_in,
-               lin->w + ((size_t)h * dh + 2 * (size_t)j + (size_t)i) * n_in, (size_t)n_in * sizeof *w);
-  lin->w = w;
-  if (lin->b) {
-    float *b = alloc_floats(L->m, (size_t)lin->n_out);
-    if (!b) return CP_ENOMEM;
-    for (int h = 0; h < heads; h++)
-      for (int i = 0; i < 2; i++)
-        for (int j = 0; j < half; j++) b[h * dh + i * half + j] = lin->b[h * dh + 2 * j + i];
-    lin->b = b;
+  const int dh = L->m->d_head, n_in = lin->n_in;
+  const size_t rows = (size_t)heads * (size_t)dh;
+  float *w = alloc_floats(L->m, rows * (size_t)n_in);
+  float *b = lin->b ? alloc_floats(L->m, rows) : NULL;
+  if (!w || (lin->b && !b)) return CP_ENOMEM;
+  for (size_t r = 0; r < rows; r++) { /* HF row r is GGUF row cp_gguf_rotary_to_gguf(r): one formula */
+    size_t src = (size_t)cp_gguf_rotary_to_gguf(r, dh);
+    memcpy(w + r * (size_t)n_in, lin->w + src * (size_t)n_in, (size_t)n_in * sizeof *w);
+    if (b) b[r] = lin->b[src];
   }
+  lin->w = w;
+  if (b) lin->b = b;
   return 0;
 }
 
