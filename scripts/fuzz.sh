@@ -12,7 +12,7 @@ only=${2:-}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCTXPATCH_FUZZ=ON -DCTXPATCH_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config \
-  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf >/dev/null
+  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf fuzz_onnx >/dev/null
 python3 tests/hostile/make_corpus.py build-fuzz/hostile >/dev/null
 fx=../shared/fixtures
 pm=examples/probe-models
@@ -39,10 +39,11 @@ seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokeniz
 python3 tests/gguf/make_gguf_cases.py build-fuzz/gguf_cases >/dev/null
 seed fuzz_gguf tests/fuzz/seeds/gguf build-fuzz/gguf_cases $fx/third_party/stories260K/stories260K.gguf \
   $fx/third_party/ollama/llama-2-tiny-random.gguf $fx/tokenizers/llama2/ggml-vocab-llama-spm.gguf
+seed fuzz_onnx tests/fuzz/seeds/onnx
 mkdir -p build-fuzz/crashes
 status=0
 for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \
-  fuzz_certificate fuzz_gguf; do
+  fuzz_certificate fuzz_gguf fuzz_onnx; do
   [ -n "$only" ] && [ "$only" != "$h" ] && continue
   if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then
