@@ -143,8 +143,10 @@ static int summarise(cp_onnx_info *info, const Onnx__ModelProto *m, const char *
     return rc;
   CP_CHECK_ALLOC(info->tensors = calloc(g->n_initializer + 1, sizeof *info->tensors), path);
   uint64_t data_size = 0;
-  for (size_t k = 0; k < g->n_initializer; k++, info->n_tensors++)
+  for (size_t k = 0; k < g->n_initializer; k++) {
+    info->n_tensors++; /* counted first: a refused tensor's name is freed with the rest */
     if ((rc = read_tensor(info, &info->tensors[k], g->initializer[k], path, &data_size)) < 0) return rc;
+  }
   return 0;
 }
 
