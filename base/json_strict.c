@@ -146,7 +146,9 @@ static cp_json_problem check_duplicates(scanner *sc, key_list *kl) {
   if (kl->n < 2) return CP_JSON_OK;
   key_view *v = malloc(kl->n * sizeof *v);
   if (!v) return fail(sc, CP_JSON_SYNTAX, sc->pos);
-  for (size_t i = 0; i < kl->n; i++) v[i] = (key_view){kl->bytes + kl->keys[i].start, kl->keys[i].len, kl->keys[i].offset};
+  /* when every key is empty nothing was ever stored, so bytes is still NULL */
+  const char *bytes = kl->bytes ? kl->bytes : "";
+  for (size_t i = 0; i < kl->n; i++) v[i] = (key_view){bytes + kl->keys[i].start, kl->keys[i].len, kl->keys[i].offset};
   qsort(v, kl->n, sizeof *v, cmp_keys);
   cp_json_problem p = CP_JSON_OK;
   for (size_t i = 1; i < kl->n && p == CP_JSON_OK; i++) {

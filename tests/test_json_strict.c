@@ -17,6 +17,8 @@ int main(void) {
   CHECK(scan("{\"a\":1,\"\\u0061\":2}", NULL) == CP_JSON_OK); /* escapes compared raw-decoded */
   CHECK(scan("{\"x\":{\"a\":1},\"y\":{\"a\":1}}", NULL) == CP_JSON_OK); /* same key, other objects */
   CHECK(scan("{\"x\":{\"a\":1,\"a\":1}}", NULL) == CP_JSON_DUPLICATE);
+  /* only empty keys: no key bytes were ever stored (fuzz_rule found UB here under UBSan) */
+  CHECK(scan("{\"\":1,\"\":2}", &off) == CP_JSON_DUPLICATE && off == 6);
   CHECK(scan("{\"a\":01}", NULL) == CP_JSON_SYNTAX);
   CHECK(scan("{\"a\":1,}", NULL) == CP_JSON_SYNTAX);
   CHECK(scan("{\"a\":1} x", NULL) == CP_JSON_SYNTAX);
