@@ -50,11 +50,12 @@ static int copy_file(char out_hex[65], const char *src, const char *dst) {
 }
 
 /* Writes rows [0, rows) of `data` (row_bytes each) in HF order: row s is data row
- * cp_gguf_rotary_to_gguf(s) when `d_head` > 0, else row s. */
-static int write_rows(cp_st_writer *w, const unsigned char *data, uint64_t rows, size_t row_bytes, int d_head) {
+ * cp_gguf_row_to_gguf(order, s). */
+static int write_rows(cp_st_writer *w, const unsigned char *data, uint64_t rows, size_t row_bytes,
+                      const cp_gguf_rows *order) {
   int rc = 0;
   for (uint64_t s = 0; s < rows && rc == 0; s++)
-    rc = cp_st_writer_write(w, data + cp_gguf_rotary_to_gguf(s, d_head) * row_bytes, row_bytes);
+    rc = cp_st_writer_write(w, data + cp_gguf_row_to_gguf(order, s) * row_bytes, row_bytes);
   return rc;
 }
 
@@ -62,8 +63,9 @@ static int write_rows(cp_st_writer *w, const unsigned char *data, uint64_t rows,
 static uint64_t rows_of(const cp_tensor *t) { return t->ndim > 0 && t->shape[0] > 0 ? (uint64_t)t->shape[0] : 1; }
 
 /* A tensor the hook replaces: its stored bytes read whole, transformed, written (rows put back in
- * HF order when `d_head` > 0: a GGUF rotary q/k). */
-static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook, int d_head) {
+ * HF order when `order` is given: a GGUF tensor in llama.cpp's row order). */
+static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook,
+                             const cp_gguf_rows *order) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, src);
   size_t n = (size_t)t->nbytes;
   unsigned char *in = NULL, *out = malloc(n ? n : 1);
@@ -74,7 +76,7 @@ static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, con
     if ((rc = cp_checkpoint_read(ck, src, 0, in, n)) < 0) goto done;
   }
   if ((rc = hook->transform(hook->ctx, t, t->data ? t->data : in, out)) < 0) goto done;
-  rc = d_head ? write_rows(w, out, rows_of(t), n / rows_of(t), d_head) : cp_st_writer_write(w, out, n);
+  rc = order ? write_rows(w, out, rows_of(t), n / rows_of(t), order) : cp_st_writer_write(w, out, n);
   cp_checkpoint_release(ck, src, 0, n);
 done:
   free(in);
@@ -83,15 +85,15 @@ done:
 }
 
 /* Copies one tensor's bytes through in chunks, dropping the input pages already copied; a GGUF
- * rotary q/k (`d_head` > 0) row by row in HF order. */
+ * tensor in llama.cpp's row order (`order`) row by row in HF order. */
 static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64_t chunk, unsigned char *buf,
-                          int d_head) {
+                          const cp_gguf_rows *order) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, src);
   int rc = 0;
-  if (d_head) {
+  if (order) {
     uint64_t rows = rows_of(t), row_bytes = t->nbytes / rows;
     for (uint64_t s = 0; s < rows && rc == 0; s++) {
-      uint64_t at = cp_gguf_rotary_to_gguf(s, d_head) * row_bytes;
+      uint64_t at = cp_gguf_row_to_gguf(order, s) * row_bytes;
       if (row_bytes > chunk) return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': rows longer than the copy chunk",
                                                  cp_checkpoint_dir(ck), t->name);
       if ((rc = cp_checkpoint_read(ck, src, at, buf, (size_t)row_bytes)) == 0) rc = cp_st_writer_write(w, buf, (size_t)row_bytes);
@@ -133,9 +135,9 @@ static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, c
   for (size_t k = 0; k < n; k++) {
     size_t src = members[cp_st_writer_order(w, k)];
     const cp_tensor *t = cp_checkpoint_tensor(ck, src);
-    int d_head = names->heads && names->heads[src] ? names->d_head : 0;
-    if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook, d_head);
-    else rc = write_streamed(w, ck, src, chunk, buf, d_head);
+    const cp_gguf_rows *order = names->rows && names->rows[src].order != CP_GGUF_ROWS_SAME ? &names->rows[src] : NULL;
+    if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook, order);
+    else rc = write_streamed(w, ck, src, chunk, buf, order);
     if (rc < 0) goto done;
   }
   if ((rc = cp_st_writer_sha256(w, out_hex)) < 0) goto done;
@@ -178,7 +180,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
   cp_gguf_hf_names names = {0};
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(descs && members && buf, dir);
-  /* A GGUF input is written as an HF folder: HF names, q/k rows back in HF order. */
+  /* A GGUF input is written as an HF folder: HF names, rows back in HF order. */
   if (cp_checkpoint_gguf(ck) && (rc = cp_gguf_hf_names_make(&names, ck))) goto done;
   for (size_t i = 0; i < n; i++) descs[i] = desc_of(ck, i, &names);
   if ((rc = cp_st_plan_shards(&plan, descs, n, p->shard_size ? p->shard_size : UINT64_MAX)) < 0) goto done;

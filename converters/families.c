@@ -51,23 +51,26 @@ static const cp_family_tensor k_t5[] = {
 };
 
 /* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX) share one shape; `nb` is the bias rule
- * of norms and MLP, `ab` that of the attention projections. */
+ * of norms and MLP, `ab` that of the attention projections. The last column is llama.cpp's GGUF
+ * name, the same for its `bloom`, `mpt` and `gptneox` architectures (src/llama-arch.cpp); its
+ * attn_qkv holds q | k | v whatever the HF layout (converters/gguf_export.c reorders). */
 #define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
-  {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},             \
-  {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},                     \
-  {CP_ROLE_QKV, DEC, qkv, ab, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS, NULL},                            \
-  {CP_ROLE_O, DEC, o, ab, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, NULL},                                  \
-  {CP_ROLE_FFN_NORM, DEC, ln2, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},                      \
-  {CP_ROLE_UP, DEC, up, nb, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, NULL},                               \
-  {CP_ROLE_DOWN, DEC, down, nb, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS, NULL},                           \
-  {CP_ROLE_FINAL_NORM, DEC, lnf, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},                    \
-  {CP_ROLE_LM_HEAD, DEC, head, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL}
+  {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},     \
+  {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "blk.%d.attn_norm"},        \
+  {CP_ROLE_QKV, DEC, qkv, ab, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_qkv"},                \
+  {CP_ROLE_O, DEC, o, ab, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, "blk.%d.attn_output"},                   \
+  {CP_ROLE_FFN_NORM, DEC, ln2, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "blk.%d.ffn_norm"},          \
+  {CP_ROLE_UP, DEC, up, nb, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.ffn_up"},                     \
+  {CP_ROLE_DOWN, DEC, down, nb, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS, "blk.%d.ffn_down"},               \
+  {CP_ROLE_FINAL_NORM, DEC, lnf, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},            \
+  {CP_ROLE_LM_HEAD, DEC, head, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"}
 
 static const cp_family_tensor k_bloom[] = {
     FUSED_ROWS("word_embeddings", "h.%d.input_layernorm", "h.%d.self_attention.query_key_value",
                "h.%d.self_attention.dense", "h.%d.post_attention_layernorm", "h.%d.mlp.dense_h_to_4h",
                "h.%d.mlp.dense_4h_to_h", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
-    {CP_ROLE_EMBED_NORM, DEC, "word_embeddings_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_EMBED_NORM, DEC, "word_embeddings_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS,
+     "token_embd_norm"},
 };
 
 /* HF's MptForCausalLM has no biases at all; mosaicml's code has them when no_bias is false. */

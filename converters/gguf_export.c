@@ -3,6 +3,7 @@
  * writer. */
 #include "ctxpatch/converters/gguf_export.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,17 +45,16 @@ typedef struct {
   size_t src;         /* checkpoint index */
   char name[CP_GGUF_MAX_NAME];
   uint32_t type;
-  int permute_heads;  /* > 0: q/k rows permuted per head of d_head rows */
+  cp_gguf_rows rows;  /* llama.cpp's row order (GGUF row r is HF row cp_gguf_row_to_hf(r)) */
 } plan_entry;
 
 typedef struct {
   plan_entry *v;
   size_t n, cap;
-  int d_head;
 } tensor_plan;
 
 static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, const char *name, uint32_t want,
-                    int heads) {
+                    cp_gguf_rows rows) {
   const cp_tensor *t = cp_checkpoint_find(ck, src);
   if (!t) return 0;
   size_t idx = 0;
@@ -72,11 +72,12 @@ static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, co
   e->src = idx;
   snprintf(e->name, sizeof e->name, "%s", name);
   e->type = type;
-  e->permute_heads = heads;
+  e->rows = rows;
   return 0;
 }
 
-/* A llama HF folder's tensors by the family table: embedding, layers, final norm, head. */
+/* An HF folder's tensors by the family table: embedding, layers, final norm, head (for BLOOM and
+ * GPT-NeoX, whose llama.cpp loader requires output.weight, the embedding when tied). */
 static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *cfg, uint32_t want) {
   cp_names hf, gg;
   cp_names_init(&hf, ck, cfg);
@@ -94,12 +95,15 @@ static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *
         bool tail = row->role == CP_ROLE_FINAL_NORM || row->role == CP_ROLE_LM_HEAD;
         if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row))
           continue;
-        int heads = row->role == CP_ROLE_Q ? cfg->n_heads : row->role == CP_ROLE_K ? cfg->n_kv_heads : 0;
+        cp_gguf_rows rows = cp_gguf_rows_of(cfg, row->role);
         for (int s = 0; s < 2 && rc == 0; s++) {
           char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
           cp_names_row(src, &hf, row, l, suffixes[s]);
           cp_names_row(dst, &gg, row, l, suffixes[s]);
-          rc = plan_add(p, ck, src, dst, want, heads);
+          if (row->role == CP_ROLE_LM_HEAD && cfg->tie_word_embeddings && s == 0 &&
+              (cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX))
+            cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
+          rc = plan_add(p, ck, src, dst, want, rows);
         }
       }
   }
@@ -111,7 +115,7 @@ static int plan_gguf(tensor_plan *p, const cp_checkpoint *ck, uint32_t want) {
   int rc = 0;
   for (size_t i = 0; i < cp_checkpoint_count(ck) && rc == 0; i++) {
     const char *name = cp_checkpoint_tensor(ck, i)->name;
-    rc = plan_add(p, ck, name, name, want, 0);
+    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0});
   }
   return rc;
 }
@@ -184,32 +188,62 @@ static int copy_kv(cp_gguf_writer *w, const cp_gguf_file *g, size_t i) {
   return rc;
 }
 
-static bool skip_copied(const char *key, bool rope_override) {
+static bool skip_copied(const char *key, const char *arch, bool rope_override) {
   static const char *const owned[] = {"general.architecture", "general.name", "general.alignment",
                                       "general.file_type", "general.quantization_version"};
   for (size_t i = 0; i < sizeof owned / sizeof *owned; i++)
     if (!strcmp(key, owned[i])) return true;
-  return !strncmp(key, "ctxpatch.", 9) || (rope_override && !strncmp(key, "llama.rope.scaling.", 19));
+  size_t n = strlen(arch);
+  return !strncmp(key, "ctxpatch.", 9) ||
+         (rope_override && !strncmp(key, arch, n) && !strncmp(key + n, ".rope.scaling.", 14));
 }
 
-/* The llama.* keys of an HF config. */
-static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg) {
+/* A u32 key `{arch}.suffix`. */
+static int put_u32(cp_gguf_writer *w, const char *arch, const char *suffix, int64_t v) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  return cp_gguf_put_u32(w, key, (uint32_t)v);
+}
+
+static int put_f32(cp_gguf_writer *w, const char *arch, const char *suffix, double v) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  return cp_gguf_put_f32(w, key, (float)v);
+}
+
+/* The {arch}.* keys of an HF config (see the header for which architecture gets which). */
+static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch) {
   int rc = 0;
-  if (cfg->train_len > 0) rc = cp_gguf_put_u32(w, "llama.context_length", (uint32_t)cfg->train_len);
-  if (rc || (rc = cp_gguf_put_u32(w, "llama.embedding_length", (uint32_t)cfg->d_model)) ||
-      (rc = cp_gguf_put_u32(w, "llama.block_count", (uint32_t)cfg->n_layers)) ||
-      (rc = cp_gguf_put_u32(w, "llama.feed_forward_length", (uint32_t)cfg->d_ff)) ||
-      (rc = cp_gguf_put_u32(w, "llama.rope.dimension_count", (uint32_t)cfg->d_head)) ||
-      (rc = cp_gguf_put_u32(w, "llama.attention.head_count", (uint32_t)cfg->n_heads)) ||
-      (rc = cp_gguf_put_u32(w, "llama.attention.head_count_kv", (uint32_t)cfg->n_kv_heads)) ||
-      (rc = cp_gguf_put_f32(w, "llama.attention.layer_norm_rms_epsilon", (float)cfg->norm_eps)) ||
-      (rc = cp_gguf_put_f32(w, "llama.rope.freq_base", (float)cfg->rope_theta)) ||
-      (rc = cp_gguf_put_u32(w, "llama.vocab_size", (uint32_t)cfg->vocab_size)))
+  if (cfg->train_len > 0) rc = put_u32(w, arch, "context_length", cfg->train_len);
+  if (rc || (rc = put_u32(w, arch, "embedding_length", cfg->d_model)) ||
+      (rc = put_u32(w, arch, "block_count", cfg->n_layers)) ||
+      (rc = put_u32(w, arch, "feed_forward_length", cfg->d_ff)) ||
+      (rc = put_u32(w, arch, "attention.head_count", cfg->n_heads)) ||
+      (rc = put_u32(w, arch, "attention.head_count_kv", cfg->n_kv_heads)) ||
+      (rc = put_u32(w, arch, "vocab_size", cfg->vocab_size)))
     return rc;
-  if (cfg->d_head * cfg->n_heads != cfg->d_model && (rc = cp_gguf_put_u32(w, "llama.attention.key_length",
-                                                                         (uint32_t)cfg->d_head)))
+  if (cfg->family == CP_FAMILY_LLAMA) {
+    if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->d_head)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
+        (rc = put_f32(w, arch, "rope.freq_base", cfg->rope_theta)))
+      return rc;
+    if (cfg->d_head * cfg->n_heads != cfg->d_model) rc = put_u32(w, arch, "attention.key_length", cfg->d_head);
     return rc;
-  return 0;
+  }
+  if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
+  if (cfg->family == CP_FAMILY_GPT_NEOX) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.use_parallel_residual", arch);
+    if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->rotary_dims)) ||
+        (rc = put_f32(w, arch, "rope.freq_base", cfg->rope_theta)))
+      return rc;
+    return cp_gguf_put_bool(w, key, cfg->use_parallel_residual);
+  }
+  if (cfg->family == CP_FAMILY_MPT) {
+    if ((rc = put_f32(w, arch, "attention.max_alibi_bias", cfg->alibi_bias_max))) return rc;
+    if (cfg->mpt_clip_qkv > 0) rc = put_f32(w, arch, "attention.clamp_kqv", cfg->mpt_clip_qkv);
+  }
+  return rc;
 }
 
 /* tokenizer.ggml.* of an HF folder: its byte-level BPE tokenizer.json, else no vocabulary. */
@@ -234,11 +268,13 @@ static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf
   return 0;
 }
 
-static int put_rope_scaling(cp_gguf_writer *w, double factor, int64_t train_len) {
+static int put_rope_scaling(cp_gguf_writer *w, const char *arch, double factor, int64_t train_len) {
   static const char linear[] = "linear";
-  int rc = cp_gguf_put_str(w, "llama.rope.scaling.type", linear, sizeof linear - 1);
-  if (rc == 0) rc = cp_gguf_put_f32(w, "llama.rope.scaling.factor", (float)factor);
-  if (rc == 0 && train_len > 0) rc = cp_gguf_put_u32(w, "llama.rope.scaling.original_context_length", (uint32_t)train_len);
+  char key[128];
+  snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+  int rc = cp_gguf_put_str(w, key, linear, sizeof linear - 1);
+  if (rc == 0) rc = put_f32(w, arch, "rope.scaling.factor", factor);
+  if (rc == 0 && train_len > 0) rc = put_u32(w, arch, "rope.scaling.original_context_length", train_len);
   return rc;
 }
 
@@ -261,9 +297,9 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
   else if (g && cp_gguf_find_key(g, "general.name") >= 0 && cp_gguf_get_str(&gname, &glen, g, "general.name") == 0)
     snprintf(name, sizeof name, "%.*s", (int)(glen < 255 ? glen : 255), gname);
   else snprintf(name, sizeof name, "%.*s", (int)strcspn(base_name(in), "/"), base_name(in));
-  static const char arch[] = "llama";
+  const char *arch = cp_gguf_arch_of(cfg->family); /* checked by cp_gguf_export_check */
   int rc;
-  if ((rc = cp_gguf_put_str(w, "general.architecture", arch, sizeof arch - 1)) ||
+  if ((rc = cp_gguf_put_str(w, "general.architecture", arch, strlen(arch))) ||
       (rc = cp_gguf_put_str(w, "general.name", name, strlen(name))) ||
       (rc = cp_gguf_put_u32(w, "general.file_type", file_type(want))) ||
       (want == CP_GGML_Q8_0 && (rc = cp_gguf_put_u32(w, "general.quantization_version", 2))))
@@ -271,15 +307,15 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
   bool rope = p->rope_factor > 0;
   if (g) {
     for (size_t i = 0; i < cp_gguf_kv_count(g) && rc == 0; i++)
-      if (!skip_copied(cp_gguf_kv_key(g, i), rope)) rc = copy_kv(w, g, i);
+      if (!skip_copied(cp_gguf_kv_key(g, i), arch, rope)) rc = copy_kv(w, g, i);
   } else {
-    if ((rc = put_arch(w, cfg)) == 0 && !p->tokenizer_gguf) rc = put_tokenizer(w, ck, cfg);
+    if ((rc = put_arch(w, cfg, arch)) == 0 && !p->tokenizer_gguf) rc = put_tokenizer(w, ck, cfg);
     for (size_t i = 0; p->tokenizer_gguf && rc == 0 && i < cp_gguf_kv_count(p->tokenizer_gguf); i++)
       if (!strncmp(cp_gguf_kv_key(p->tokenizer_gguf, i), "tokenizer.", 10)) rc = copy_kv(w, p->tokenizer_gguf, i);
     if (rc == 0 && !rope && cfg->rope_scaling_factor != 1.0)
-      rc = put_rope_scaling(w, cfg->rope_scaling_factor, cfg->train_len);
+      rc = put_rope_scaling(w, arch, cfg->rope_scaling_factor, cfg->train_len);
   }
-  if (rc == 0 && rope) rc = put_rope_scaling(w, p->rope_factor, cfg->train_len);
+  if (rc == 0 && rope) rc = put_rope_scaling(w, arch, p->rope_factor, cfg->train_len);
   const char *src = base_name(in);
   if (rc || (rc = cp_gguf_put_str(w, "ctxpatch.tool_version", cp_version(), strlen(cp_version()))) ||
       (rc = cp_gguf_put_str(w, "ctxpatch.source", src, strcspn(src, "/"))))
@@ -295,42 +331,82 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
 
 /* ---------------------------------------------------------------- tensor data */
 
-uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head) {
-  uint64_t dh = (uint64_t)d_head, h = gguf_row / dh, k = gguf_row % dh;
-  return h * dh + (k % 2) * (dh / 2) + k / 2;
+cp_gguf_rows cp_gguf_rows_of(const cp_hf_config *cfg, cp_tensor_role role) {
+  cp_gguf_rows r = {CP_GGUF_ROWS_SAME, cfg->n_heads, cfg->d_head};
+  if (cfg->family == CP_FAMILY_LLAMA && (role == CP_ROLE_Q || role == CP_ROLE_K)) r.order = CP_GGUF_ROWS_ROTARY;
+  if ((cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX) && role == CP_ROLE_QKV)
+    r.order = CP_GGUF_ROWS_QKV;
+  return r;
 }
 
-uint64_t cp_gguf_rotary_to_gguf(uint64_t hf_row, int d_head) {
-  uint64_t dh = (uint64_t)d_head, h = hf_row / dh, k = hf_row % dh, half = dh / 2;
-  return h * dh + 2 * (k % half) + k / half;
+/* Row = (head h, k within the head): ROTARY k = 2j + i <-> HF k = i*dh/2 + j; QKV GGUF
+ * (t, h, j) <-> HF (h, t, j) with t in q, k, v. */
+uint64_t cp_gguf_row_to_hf(const cp_gguf_rows *r, uint64_t gguf_row) {
+  uint64_t dh = (uint64_t)r->d_head, H = (uint64_t)r->n_heads;
+  switch (r->order) {
+    case CP_GGUF_ROWS_ROTARY: {
+      uint64_t h = gguf_row / dh, k = gguf_row % dh;
+      return h * dh + (k % 2) * (dh / 2) + k / 2;
+    }
+    case CP_GGUF_ROWS_QKV: {
+      uint64_t t = gguf_row / (H * dh), h = gguf_row / dh % H, j = gguf_row % dh;
+      return (h * 3 + t) * dh + j;
+    }
+    default: return gguf_row;
+  }
+}
+
+uint64_t cp_gguf_row_to_gguf(const cp_gguf_rows *r, uint64_t hf_row) {
+  uint64_t dh = (uint64_t)r->d_head, H = (uint64_t)r->n_heads;
+  switch (r->order) {
+    case CP_GGUF_ROWS_ROTARY: {
+      uint64_t h = hf_row / dh, k = hf_row % dh, half = dh / 2;
+      return h * dh + 2 * (k % half) + k / half;
+    }
+    case CP_GGUF_ROWS_QKV: {
+      uint64_t h = hf_row / (3 * dh), t = hf_row / dh % 3, j = hf_row % dh;
+      return (t * H + h) * dh + j;
+    }
+    default: return hf_row;
+  }
+}
+
+int cp_gguf_rows_check(const cp_gguf_rows *r, uint64_t rows, const char *where, const char *tensor) {
+  uint64_t dh = (uint64_t)(r->d_head > 0 ? r->d_head : 0);
+  bool fits = r->order == CP_GGUF_ROWS_SAME ||
+              (r->order == CP_GGUF_ROWS_ROTARY && dh > 0 && dh % 2 == 0 && rows % dh == 0) ||
+              (r->order == CP_GGUF_ROWS_QKV && dh > 0 && r->n_heads > 0 && rows == 3 * (uint64_t)r->n_heads * dh);
+  if (fits) return 0;
+  return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': %llu rows do not fit llama.cpp's %s row order (%d heads of %d)",
+                      where, tensor, (unsigned long long)rows, r->order == CP_GGUF_ROWS_QKV ? "fused q/k/v" : "rotary",
+                      r->n_heads, r->d_head);
 }
 
 /* Streams one tensor: bytes copied when stored in the output type and in order, else rows
  * widened to float32 (and permuted) a chunk at a time and encoded by the writer. */
-static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *e, int d_head, float *vals,
-                        unsigned char *raw) {
+static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *e, float *vals, unsigned char *raw) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, e->src);
   uint64_t numel = 0;
   cp_shape_numel(&numel, t->ndim, t->shape); /* checked by the reader */
-  uint64_t cols = (uint64_t)t->shape[t->ndim - 1], rows = cols ? numel / cols : 0;
+  /* A vector's rows are its elements (a fused q/k/v bias is reordered like the weight). */
+  uint64_t cols = t->ndim >= 2 ? (uint64_t)t->shape[t->ndim - 1] : 1, rows = cols ? numel / cols : 0;
   size_t es = cp_dtype_size(t->dtype);
-  bool same = !e->permute_heads && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
+  bool in_order = e->rows.order == CP_GGUF_ROWS_SAME;
+  bool same = in_order && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
                                     (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
                                     (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
-  if (e->permute_heads && (d_head % 2 || rows % (uint64_t)d_head))
-    return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': %llu rows are not whole heads of %d", cp_checkpoint_dir(ck),
-                        t->name, (unsigned long long)rows, d_head);
+  int rc = cp_gguf_rows_check(&e->rows, rows, cp_checkpoint_dir(ck), t->name);
+  if (rc) return rc;
   if (cols > CHUNK_FLOATS)
     return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': rows of %llu values are too long", cp_checkpoint_dir(ck),
                         t->name, (unsigned long long)cols);
   uint64_t per = CHUNK_FLOATS / (cols ? cols : 1);
-  int rc = 0;
   for (uint64_t r0 = 0; r0 < rows && rc == 0; r0 += per) {
     uint64_t nr = rows - r0 < per ? rows - r0 : per;
     size_t row_bytes = (size_t)cols * es;
-    if (e->permute_heads) {
+    if (!in_order) {
       for (uint64_t r = 0; r < nr && rc == 0; r++)
-        rc = cp_checkpoint_read(ck, e->src, cp_gguf_rotary_to_hf(r0 + r, d_head) * row_bytes, raw + r * row_bytes, row_bytes);
+        rc = cp_checkpoint_read(ck, e->src, cp_gguf_row_to_hf(&e->rows, r0 + r) * row_bytes, raw + r * row_bytes, row_bytes);
     } else {
       rc = cp_checkpoint_read(ck, e->src, r0 * row_bytes, raw, (size_t)nr * row_bytes);
     }
@@ -341,6 +417,47 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
     cp_checkpoint_release(ck, e->src, r0 * row_bytes, (uint64_t)nr * row_bytes);
   }
   return rc;
+}
+
+int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
+  const char *act = cfg->activation;
+  switch (cfg->family) {
+    case CP_FAMILY_LLAMA: return 0;
+    case CP_FAMILY_BLOOM:
+      if (!cfg->residual_post_layernorm) return 0;
+      return cp_error_set(CP_EUNSUPPORTED, "%s: key 'apply_residual_connection_post_layernorm': true is not run by "
+                          "llama.cpp's bloom (its residual is the block input)", in);
+    case CP_FAMILY_GPT_NEOX:
+      if (!cfg->qkv_bias)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attention_bias': false, but llama.cpp's gptneox requires "
+                            "attn_qkv and attn_output biases", in);
+      if (strncmp(act, "gelu", 4))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_act': '%s', but llama.cpp's gptneox always runs GELU",
+                            in, act);
+      return 0;
+    case CP_FAMILY_MPT:
+      if (cfg->mpt_softmax_scale > 0 && fabs(cfg->mpt_softmax_scale * sqrt((double)cfg->d_head) - 1.0) > 1e-6)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attn_config.softmax_scale': %g, but llama.cpp's mpt scales by "
+                            "1/sqrt(%d)", in, cfg->mpt_softmax_scale, cfg->d_head);
+      return 0;
+    case CP_FAMILY_T5:
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf: t5 is not written: llama.cpp's t5 must run llama_encode "
+                          "first, which node-llama-cpp never calls, so the file could not be proven (docs/gguf.md)", in);
+    default:
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom and mpt models; %s has no "
+                          "llama.cpp architecture", in, cp_family_name(cfg->family));
+  }
+}
+
+/* Stored ALiBi slopes (JAIS-style, or a baked ALiBi factor) have no llama.cpp key: refused rather
+ * than dropped. */
+static int no_stored_slopes(const cp_checkpoint *ck, const cp_hf_config *cfg, const char *in) {
+  cp_names nm;
+  cp_names_init(&nm, ck, cfg);
+  size_t i = cp_names_next_slopes(&nm, 0);
+  if (i == (size_t)-1) return 0;
+  return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': stored ALiBi slopes have no llama.cpp counterpart (it "
+                      "computes them from the head count and the max bias)", in, cp_checkpoint_tensor(ck, i)->name);
 }
 
 int cp_gguf_output_check(const char *out, bool replace) {
@@ -370,15 +487,12 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   if ((rc = cp_gguf_output_check(out, p->replace)) || (rc = cp_checkpoint_open(&ck, in)) ||
       (rc = cp_checkpoint_config(&cfg, ck, in)))
     goto done;
-  if (cfg->family != CP_FAMILY_LLAMA) {
-    rc = cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama models; this is %s (the family table has no "
-                      "llama.cpp names for it)", in, cp_family_name(cfg->family));
-    goto done;
-  }
+  if ((rc = cp_gguf_export_check(cfg, in))) goto done;
+  if (!cp_checkpoint_gguf(ck) && (rc = no_stored_slopes(ck, cfg, in))) goto done;
   rc = cp_checkpoint_gguf(ck) ? plan_gguf(&plan, ck, want) : plan_hf(&plan, ck, cfg, want);
   if (rc) goto done;
   if (plan.n == 0) {
-    rc = cp_error_set(CP_ECKPT_EMPTY, "%s: no tensor of the llama layout found", in);
+    rc = cp_error_set(CP_ECKPT_EMPTY, "%s: no tensor of the %s layout found", in, cp_family_name(cfg->family));
     goto done;
   }
   if ((rc = cp_gguf_writer_new(&w, out)) || (rc = put_meta(w, ck, cfg, in, p, want))) goto done;
@@ -387,7 +501,7 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
     rc = cp_gguf_add_tensor(w, plan.v[i].name, plan.v[i].type, t->ndim, t->shape);
   }
   if (rc || (rc = cp_gguf_writer_begin(w))) goto done;
-  for (size_t i = 0; i < plan.n && rc == 0; i++) rc = write_tensor(w, ck, &plan.v[i], cfg->d_head, vals, raw);
+  for (size_t i = 0; i < plan.n && rc == 0; i++) rc = write_tensor(w, ck, &plan.v[i], vals, raw);
   if (rc) goto done;
   cp_gguf_export_stats st = {plan.n, ""};
   rc = cp_gguf_writer_commit(w, st.sha256);

@@ -45,18 +45,29 @@ static int token_id(int64_t *out, const cp_gguf_file *g, const char *key) {
   return rc;
 }
 
-/* Rope checks and scaling: whole-head rotation, scaling "none" or "linear" with a factor. */
-static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t d_head) {
+/* A field whose parser floors `field * den` back to an integer (rotary_pct, MPT's
+ * expansion_ratio): num/den, nudged up by half a unit when the product would round below num. */
+static void put_fraction(cp_strbuf *js, const char *field, int64_t num, int64_t den) {
+  double v = (double)num / (double)den;
+  if (floor(v * (double)den) != (double)num) v = ((double)num + 0.5) / (double)den;
+  cp_strbuf_printf(js, ",\"%s\":%.17g", field, v);
+}
+
+/* Rope keys: dimension_count (the whole head unless `partial`, else rotary_pct), freq_base, and
+ * scaling "none" or "linear" with a factor. */
+static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t d_head, bool partial) {
   char key[128];
-  int64_t dims;
+  int64_t dims = d_head;
   int rc;
   snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
   if (cp_gguf_find_key(g, key) >= 0) {
     if ((rc = cp_gguf_get_int(&dims, g, key))) return rc;
-    if (dims != d_head)
-      return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is %lld but heads have %lld dims; partial rotary is not "
-                          "read for %s", cp_gguf_path(g), key, (long long)dims, (long long)d_head, arch);
+    if (dims != d_head && (!partial || dims < 2 || dims > d_head || dims % 2))
+      return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is %lld but heads have %lld dims; %s", cp_gguf_path(g), key,
+                          (long long)dims, (long long)d_head,
+                          partial ? "expected an even count in [2, head size]" : "partial rotary is not read for llama");
   }
+  if (partial) put_fraction(js, "rotary_pct", dims, d_head);
   snprintf(key, sizeof key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0 && (rc = put_num(js, g, key, "rope_theta"))) return rc;
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -87,70 +98,191 @@ static int require_str(const cp_gguf_file *g, const char *key, const char *want,
   return 0;
 }
 
-/* The synthetic config.json of a llama GGUF. */
-static int llama_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
-  int64_t d, heads, d_head, bos, eos, vocab;
+/* llama.cpp's architecture names of the families it shares with ctxpatch. */
+static const struct {
+  const char *arch;
+  cp_family family;
+} k_archs[] = {{"llama", CP_FAMILY_LLAMA}, {"gptneox", CP_FAMILY_GPT_NEOX}, {"bloom", CP_FAMILY_BLOOM},
+               {"mpt", CP_FAMILY_MPT}};
+
+const char *cp_gguf_arch_of(cp_family family) {
+  for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
+    if (k_archs[i].family == family) return k_archs[i].arch;
+  return NULL;
+}
+
+/* The numbers every architecture states: heads, head size, vocabulary, special ids, tied head. */
+typedef struct {
+  int64_t d, heads, kv_heads, d_head, vocab, ff;
+} arch_dims;
+
+static int read_dims(arch_dims *a, cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
   char key[128];
+  int64_t bos, eos;
   int rc;
   snprintf(key, sizeof key, "%s.embedding_length", arch);
-  if ((rc = cp_gguf_get_int(&d, g, key))) return rc;
+  if ((rc = cp_gguf_get_int(&a->d, g, key))) return rc;
   snprintf(key, sizeof key, "%s.attention.head_count", arch);
-  if ((rc = cp_gguf_get_int(&heads, g, key))) return rc;
-  if (heads <= 0 || d % heads)
+  if ((rc = cp_gguf_get_int(&a->heads, g, key))) return rc;
+  if (a->heads <= 0 || a->d % a->heads)
     return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': %lld heads do not divide embedding_length %lld",
-                        cp_gguf_path(g), key, (long long)heads, (long long)d);
-  d_head = d / heads;
-  snprintf(key, sizeof key, "%s.attention.key_length", arch);
-  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&d_head, g, key))) return rc;
+                        cp_gguf_path(g), key, (long long)a->heads, (long long)a->d);
+  a->d_head = a->d / a->heads;
+  a->kv_heads = a->heads;
+  snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a->kv_heads, g, key))) return rc;
+  snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+  if ((rc = cp_gguf_get_int(&a->ff, g, key))) return rc;
   int64_t embd = cp_gguf_find(g, "token_embd.weight");
   snprintf(key, sizeof key, "%s.vocab_size", arch);
   if (cp_gguf_find_key(g, key) >= 0) {
-    if ((rc = cp_gguf_get_int(&vocab, g, key))) return rc;
+    if ((rc = cp_gguf_get_int(&a->vocab, g, key))) return rc;
   } else if (embd >= 0 && cp_gguf_tensor(g, (size_t)embd)->ndim == 2) {
-    vocab = cp_gguf_tensor(g, (size_t)embd)->shape[0];
+    a->vocab = cp_gguf_tensor(g, (size_t)embd)->shape[0];
   } else {
     return cp_error_set(CP_ENOTFOUND, "%s: no %s.vocab_size and no 2-D token_embd.weight", cp_gguf_path(g), arch);
   }
   if ((rc = token_id(&bos, g, "tokenizer.ggml.bos_token_id")) || (rc = token_id(&eos, g, "tokenizer.ggml.eos_token_id")))
     return rc;
-  cp_strbuf_printf(js, "{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],\"hidden_act\":\"silu\","
-                   "\"vocab_size\":%lld,\"hidden_size\":%lld,\"num_attention_heads\":%lld,\"head_dim\":%lld,"
-                   "\"bos_token_id\":%lld,\"eos_token_id\":%lld,\"tie_word_embeddings\":%s",
-                   (long long)vocab, (long long)d, (long long)heads, (long long)d_head, (long long)bos,
-                   (long long)eos, cp_gguf_find(g, "output.weight") < 0 ? "true" : "false");
-  char eps[128];
-  snprintf(eps, sizeof eps, "%s.attention.layer_norm_rms_epsilon", arch);
-  if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
-      (rc = put_int(js, g, arch, "feed_forward_length", "intermediate_size", true)) ||
-      (rc = put_int(js, g, arch, "attention.head_count_kv", "num_key_value_heads", false)) ||
-      (rc = put_int(js, g, arch, "context_length", "max_position_embeddings", false)) ||
-      (rc = put_num(js, g, eps, "rms_norm_eps")) || (rc = put_rope(js, g, arch, d_head)))
-    return rc;
-  if (cp_gguf_find_key(g, "ctxpatch.rule") >= 0) { /* a patched file's rule (converters/gguf_export.h) */
-    const char *rule;
-    size_t rule_len;
-    if ((rc = cp_gguf_get_str(&rule, &rule_len, g, "ctxpatch.rule"))) return rc;
-    cp_strbuf_printf(js, ",\"ctxpatch\":{\"rule\":%.*s}", (int)(rule_len < INT32_MAX ? rule_len : 0), rule);
+  cp_strbuf_printf(js, ",\"vocab_size\":%lld,\"bos_token_id\":%lld,\"eos_token_id\":%lld,\"tie_word_embeddings\":%s",
+                   (long long)a->vocab, (long long)bos, (long long)eos,
+                   cp_gguf_find(g, "output.weight") < 0 ? "true" : "false");
+  snprintf(key, sizeof key, "%s.context_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0) { /* the family's own training-length field */
+    static const struct { cp_family f; const char *field; } len_fields[] = {
+        {CP_FAMILY_BLOOM, "seq_length"}, {CP_FAMILY_MPT, "max_seq_len"}};
+    const char *field = "max_position_embeddings";
+    for (size_t i = 0; i < sizeof len_fields / sizeof *len_fields; i++)
+      if (!strcmp(arch, cp_gguf_arch_of(len_fields[i].f))) field = len_fields[i].field;
+    if ((rc = put_int(js, g, arch, "context_length", field, true))) return rc;
   }
-  cp_strbuf_putc(js, '}');
   return 0;
+}
+
+/* Whether the file has any bias tensor. */
+static bool has_biases(const cp_gguf_file *g) {
+  for (size_t i = 0; i < cp_gguf_count(g); i++) {
+    const char *n = cp_gguf_tensor(g, i)->name;
+    size_t len = strlen(n);
+    if (len >= 5 && !strcmp(n + len - 5, ".bias")) return true;
+  }
+  return false;
+}
+
+static int no_gqa(const cp_gguf_file *g, const char *arch, const arch_dims *a) {
+  if (a->kv_heads == a->heads) return 0;
+  return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.attention.head_count_kv' is %lld; %s has no grouped-query attention "
+                      "(head_count %lld)", cp_gguf_path(g), arch, (long long)a->kv_heads, arch, (long long)a->heads);
+}
+
+/* The synthetic config.json of each architecture: the fields its HF config names. */
+static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_family family) {
+  arch_dims a;
+  char eps[128];
+  int rc;
+  cp_strbuf_printf(js, "{\"model_type\":\"%s\"", cp_family_name(family));
+  if ((rc = read_dims(&a, js, g, arch))) return rc;
+  snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA ? "rms_" : "");
+  switch (family) {
+    case CP_FAMILY_LLAMA: {
+      char key[128];
+      snprintf(key, sizeof key, "%s.attention.key_length", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a.d_head, g, key))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"LlamaForCausalLM\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
+                       "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld,"
+                       "\"intermediate_size\":%lld", (long long)a.d, (long long)a.heads, (long long)a.kv_heads,
+                       (long long)a.d_head, (long long)a.ff);
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "rms_norm_eps")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, false);
+    }
+    case CP_FAMILY_GPT_NEOX: {
+      /* llama.cpp's gptneox runs ggml_gelu, the tanh form, whatever the HF config said. */
+      char par[128];
+      bool parallel = true;
+      snprintf(par, sizeof par, "%s.use_parallel_residual", arch);
+      if (cp_gguf_find_key(g, par) >= 0 && (rc = cp_gguf_get_bool(&parallel, g, par))) return rc;
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"GPTNeoXForCausalLM\"],\"hidden_act\":\"gelu_pytorch_tanh\","
+                       "\"hidden_size\":%lld,\"num_attention_heads\":%lld,\"intermediate_size\":%lld,"
+                       "\"use_parallel_residual\":%s,\"attention_bias\":%s", (long long)a.d, (long long)a.heads,
+                       (long long)a.ff, parallel ? "true" : "false",
+                       cp_gguf_find(g, "blk.0.attn_qkv.bias") >= 0 ? "true" : "false");
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "layer_norm_eps")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, true);
+    }
+    case CP_FAMILY_BLOOM:
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      if (a.ff != 4 * a.d)
+        return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.feed_forward_length' is %lld; BLOOM's MLP is 4 x %lld wide",
+                            cp_gguf_path(g), arch, (long long)a.ff, (long long)a.d);
+      cp_strbuf_printf(js, ",\"architectures\":[\"BloomForCausalLM\"],\"hidden_size\":%lld,\"n_head\":%lld",
+                       (long long)a.d, (long long)a.heads);
+      if ((rc = put_int(js, g, arch, "block_count", "n_layer", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    case CP_FAMILY_MPT: {
+      /* max_alibi_bias absent or 0: llama.cpp runs no ALiBi (learned positions), which the engine does not. */
+      char key[128];
+      double bias_max = 0, clamp = 0;
+      snprintf(key, sizeof key, "%s.attention.max_alibi_bias", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_f64(&bias_max, g, key))) return rc;
+      if (!(bias_max > 0) || !isfinite(bias_max))
+        return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is absent or not positive: an MPT without ALiBi is not "
+                            "supported", cp_gguf_path(g), key);
+      snprintf(key, sizeof key, "%s.attention.clamp_kqv", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_f64(&clamp, g, key))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"MptForCausalLM\"],\"d_model\":%lld,\"n_heads\":%lld,\"no_bias\":%s",
+                       (long long)a.d, (long long)a.heads, has_biases(g) ? "false" : "true");
+      put_fraction(js, "expansion_ratio", a.ff, a.d);
+      cp_strbuf_printf(js, ",\"attn_config\":{\"alibi\":true,\"alibi_bias_max\":%.17g", bias_max);
+      if (clamp > 0 && isfinite(clamp)) cp_strbuf_printf(js, ",\"clip_qkv\":%.17g", clamp);
+      if (a.kv_heads != a.heads)
+        cp_strbuf_printf(js, ",\"attn_type\":\"grouped_query_attention\",\"kv_n_heads\":%lld", (long long)a.kv_heads);
+      cp_strbuf_putc(js, '}');
+      if ((rc = put_int(js, g, arch, "block_count", "n_layers", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    }
+    default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
+  }
 }
 
 int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   *out = NULL;
-  int rc = require_str(g, "general.architecture", "llama", CP_ECFG_FAMILY);
+  const char *arch;
+  size_t len;
+  int rc = cp_gguf_get_str(&arch, &len, g, "general.architecture");
   if (rc) return rc;
+  size_t k = 0;
+  while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
+    k++;
+  if (k == sizeof k_archs / sizeof *k_archs)
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt)",
+                        cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
+  arch = k_archs[k].arch;
   cp_strbuf js = {0};
-  if ((rc = llama_json(&js, g, "llama")) == 0) {
+  if ((rc = arch_json(&js, g, arch, k_archs[k].family)) == 0 && cp_gguf_find_key(g, "ctxpatch.rule") >= 0) {
+    const char *rule; /* a patched file's rule (converters/gguf_export.h) */
+    size_t rule_len;
+    if ((rc = cp_gguf_get_str(&rule, &rule_len, g, "ctxpatch.rule")) == 0)
+      cp_strbuf_printf(&js, ",\"ctxpatch\":{\"rule\":%.*s}", (int)(rule_len < INT32_MAX ? rule_len : 0), rule);
+  }
+  if (rc == 0) {
+    cp_strbuf_putc(&js, '}');
     char what[600];
     snprintf(what, sizeof what, "%s (GGUF metadata as config.json)", cp_gguf_path(g));
     rc = js.oom ? cp_error_set(CP_ENOMEM, "%s: out of memory", cp_gguf_path(g))
                 : cp_hf_config_parse(out, js.s, js.len, what);
   }
   cp_strbuf_free(&js);
-  if (rc == 0 && (*out)->train_len > 0)
-    snprintf((*out)->train_len_key, sizeof (*out)->train_len_key, "GGUF %s.context_length", "llama");
-  return rc;
+  if (rc) return rc;
+  /* MptConfig has no activation field (MptMLP is exact GELU); llama.cpp's mpt runs ggml_gelu, the tanh form. */
+  if ((*out)->family == CP_FAMILY_MPT) snprintf((*out)->activation, sizeof (*out)->activation, "gelu_pytorch_tanh");
+  if ((*out)->train_len > 0)
+    snprintf((*out)->train_len_key, sizeof (*out)->train_len_key, "GGUF %s.context_length", arch);
+  return 0;
 }
 
 int cp_checkpoint_config(cp_hf_config **out, const cp_checkpoint *ck, const char *path) {

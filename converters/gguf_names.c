@@ -8,13 +8,14 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/converters/families.h"
+#include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/converters/gguf_model.h"
 
 void cp_gguf_hf_names_free(cp_gguf_hf_names *m) {
   if (!m) return;
   for (size_t i = 0; m->hf && i < m->n; i++) free(m->hf[i]);
   free(m->hf);
-  free(m->heads);
+  free(m->rows);
   memset(m, 0, sizeof *m);
 }
 
@@ -33,10 +34,9 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
   if (rc) return rc;
   size_t n = cp_checkpoint_count(ck);
   out->n = n;
-  out->d_head = cfg->d_head;
   out->hf = calloc(n ? n : 1, sizeof *out->hf);
-  out->heads = calloc(n ? n : 1, sizeof *out->heads);
-  CP_CHECK_ALLOC_GOTO(out->hf && out->heads, cp_checkpoint_dir(ck));
+  out->rows = calloc(n ? n : 1, sizeof *out->rows); /* zeroed: CP_GGUF_ROWS_SAME */
+  CP_CHECK_ALLOC_GOTO(out->hf && out->rows, cp_checkpoint_dir(ck));
   cp_names gg, hf;
   cp_names_init(&gg, ck, cfg);
   hf = gg;
@@ -47,15 +47,16 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
     const cp_family_tensor *row = &gg.fl->tensors[r];
     if (!cp_names_row_applies(&gg, row)) continue;
     int layers = strstr(row->gguf, "%d") ? cfg->n_layers : 1;
-    int heads = cfg->pos != CP_POS_ROPE ? 0 : row->role == CP_ROLE_Q ? cfg->n_heads
-              : row->role == CP_ROLE_K ? cfg->n_kv_heads : 0;
+    cp_gguf_rows rows = cp_gguf_rows_of(cfg, row->role);
     for (int l = 0; l < layers && rc == 0; l++)
       for (int s = 0; s < 2; s++) {
         char g[CP_TENSOR_NAME_MAX], h[CP_TENSOR_NAME_MAX];
         size_t i = index_of(ck, cp_names_row(g, &gg, row, l, suffixes[s]));
         if (i == (size_t)-1 || out->hf[i]) continue;
         CP_CHECK_ALLOC_GOTO(out->hf[i] = strdup(cp_names_row(h, &hf, row, l, suffixes[s])), g);
-        out->heads[i] = heads;
+        const cp_tensor *t = cp_checkpoint_tensor(ck, i);
+        if ((rc = cp_gguf_rows_check(&rows, t->ndim ? (uint64_t)t->shape[0] : 1, cp_checkpoint_dir(ck), g))) goto done;
+        out->rows[i] = rows;
       }
   }
 done:

@@ -7,17 +7,18 @@
 #include <stdint.h>
 
 #include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/gguf_export.h"
 
 /* Per checkpoint tensor: its HF name (NULL: a tensor the family table does not name, kept as is)
- * and, for rotary q/k weights and biases, the head count whose rows go back to HF order. */
+ * and llama.cpp's row order (llama rotary q/k, BLOOM / GPT-NeoX fused q/k/v), which goes back to
+ * HF order: HF row s is GGUF row cp_gguf_row_to_gguf(&rows[i], s). */
 typedef struct {
-  char **hf;    /* [n] owned */
-  int *heads;   /* [n] 0: rows in place */
-  int d_head;
+  char **hf;          /* [n] owned */
+  cp_gguf_rows *rows; /* [n] CP_GGUF_ROWS_SAME: rows in place */
   size_t n;
 } cp_gguf_hf_names;
 
-/* The map of GGUF checkpoint `ck` (its llama config read from the metadata); CP_ECFG_FAMILY etc.
+/* The map of GGUF checkpoint `ck` (its config read from the metadata); CP_ECFG_FAMILY etc.
  * from the config. Free with cp_gguf_hf_names_free (also after an error). */
 int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck);
 void cp_gguf_hf_names_free(cp_gguf_hf_names *m);

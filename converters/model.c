@@ -117,11 +117,12 @@ static int load_norm(cp_norm_weights *out, loader *L, const cp_family_tensor *ro
 }
 
 /* Splits a fused QKV weight [n_q + 2 n_kv, D] (and bias) into q, k, v in the family's layout:
- * per-head [H, 3, dh] rows when interleaved (needs H == Hkv), else q | k | v concatenated. */
+ * per-head [H, 3, dh] rows when interleaved (needs H == Hkv), else q | k | v concatenated (every
+ * GGUF attn_qkv: llama.cpp's converter reorders interleaved rows, cp_gguf_rows). */
 static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int layer) {
   cp_model *m = L->m;
   int D = m->d_model, dh = m->d_head, nq = dim(m, CP_DIM_Q), nkv = dim(m, CP_DIM_KV);
-  bool interleaved = L->nm.fl->qkv == CP_QKV_INTERLEAVED;
+  bool interleaved = L->nm.fl->qkv == CP_QKV_INTERLEAVED && !L->nm.gguf;
   cp_linear fused;
   int rc = load_linear(&fused, L, row, layer);
   if (rc) return rc;
@@ -146,12 +147,13 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
  * i*dh/2 + j (half i, pair j) is stored at row 2j + i. Puts them back in HF order. */
 static int gguf_unpermute(cp_linear *lin, loader *L, int heads) {
   const int dh = L->m->d_head, n_in = lin->n_in;
+  const cp_gguf_rows order = {CP_GGUF_ROWS_ROTARY, heads, dh};
   const size_t rows = (size_t)heads * (size_t)dh;
   float *w = alloc_floats(L->m, rows * (size_t)n_in);
   float *b = lin->b ? alloc_floats(L->m, rows) : NULL;
   if (!w || (lin->b && !b)) return CP_ENOMEM;
-  for (size_t r = 0; r < rows; r++) { /* HF row r is GGUF row cp_gguf_rotary_to_gguf(r): one formula */
-    size_t src = (size_t)cp_gguf_rotary_to_gguf(r, dh);
+  for (size_t r = 0; r < rows; r++) { /* HF row r is GGUF row cp_gguf_row_to_gguf(r): one formula */
+    size_t src = (size_t)cp_gguf_row_to_gguf(&order, r);
     memcpy(w + r * (size_t)n_in, lin->w + src * (size_t)n_in, (size_t)n_in * sizeof *w);
     if (b) b[r] = lin->b[src];
   }
@@ -160,10 +162,10 @@ static int gguf_unpermute(cp_linear *lin, loader *L, int heads) {
   return 0;
 }
 
-/* q or k of a rotary layer read from GGUF: loaded, then un-permuted. */
+/* q or k of a llama layer read from GGUF: loaded, then un-permuted. */
 static int load_rotary(cp_linear *out, loader *L, const cp_family_tensor *row, int layer, int heads) {
   int rc = load_linear(out, L, row, layer);
-  if (rc || !L->nm.gguf || L->m->pos != CP_POS_ROPE) return rc;
+  if (rc || !L->nm.gguf || cp_gguf_rows_of(L->m->cfg, row->role).order != CP_GGUF_ROWS_ROTARY) return rc;
   return gguf_unpermute(out, L, heads);
 }
 

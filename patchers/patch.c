@@ -302,11 +302,7 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
                       cp_fidelity_name(out->plan.fidelity), out->plan.note);
     goto done;
   }
-  if (params->to_gguf && original->family != CP_FAMILY_LLAMA) {
-    rc = cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama models; this is %s", in,
-                      cp_family_name(original->family));
-    goto done;
-  }
+  if (params->to_gguf && (rc = cp_gguf_export_check(original->cfg, in))) goto done;
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
   CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
   if (params->verify) mark_certified(block);

@@ -1,18 +1,28 @@
 /* Floor: converters. A checkpoint written as a llama.cpp GGUF file (`convert --to gguf`, and the
  * writer under `patch --to gguf`).
  *
- * Families: llama (the family table's GGUF column, llama.cpp's LLM_ARCH_LLAMA names). Others are
- * refused with CP_ECFG_FAMILY (the table has no GGUF names for gpt-neox, bloom, mpt yet).
+ * Families: llama, gpt_neox, bloom, mpt (the family table's GGUF column: llama.cpp's `llama`,
+ * `gptneox`, `bloom`, `mpt` architectures). T5 and FIRE are refused with CP_ECFG_FAMILY (llama.cpp's
+ * t5 needs llama_encode, which node-llama-cpp never calls; FIRE has no llama.cpp counterpart).
  *
  * From an HF folder (config.json + weights in any format the checkpoint reader opens): tensors by
- * the family table's GGUF names, q and k rows of every head permuted as llama.cpp's converter
- * does for its interleaved rotary pairs (HF row i*dh/2 + j of a head goes to row 2j + i; the
- * inverse of what the GGUF reader undoes), and the `llama.*` keys from config.json:
- *   context_length (the training length), embedding_length, block_count, feed_forward_length,
- *   rope.dimension_count, attention.head_count, attention.head_count_kv,
- *   attention.layer_norm_rms_epsilon, rope.freq_base, vocab_size, and with a linear
- *   rope_scaling: rope.scaling.type "linear", rope.scaling.factor and
- *   rope.scaling.original_context_length (the training length).
+ * the family table's GGUF names, rows reordered as llama.cpp's converter does (cp_gguf_rows: llama
+ * q/k for interleaved rotary pairs, BLOOM / GPT-NeoX fused q/k/v to q | k | v), and the
+ * `{arch}.*` keys from config.json:
+ *   every arch: context_length (the training length), embedding_length, block_count,
+ *     feed_forward_length, attention.head_count, attention.head_count_kv, vocab_size;
+ *   llama: rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base
+ *     (attention.key_length when heads are not d_model / H);
+ *   gptneox: rope.dimension_count (the rotary dims), rope.freq_base, use_parallel_residual,
+ *     attention.layer_norm_epsilon;
+ *   bloom: attention.layer_norm_epsilon (llama.cpp fixes BLOOM's ALiBi max bias at 8);
+ *   mpt: attention.layer_norm_epsilon, attention.max_alibi_bias, attention.clamp_kqv (clip_qkv);
+ *   with a linear rope_scaling (llama, gptneox): rope.scaling.type "linear", rope.scaling.factor
+ *   and rope.scaling.original_context_length (the training length).
+ * BLOOM and GPT-NeoX with tied embeddings get output.weight = the embedding (llama.cpp requires
+ * it, and its converter writes it so). Refused (cp_gguf_export_check): BLOOM with
+ * apply_residual_connection_post_layernorm, GPT-NeoX without attention biases or with a non-GELU
+ * activation, MPT with a softmax_scale other than 1/sqrt(dh), stored ALiBi slopes.
  * Tokenizer of an HF folder: a byte-level BPE tokenizer.json becomes llama.cpp's "gpt2" vocabulary
  * (converters/gguf_vocab.h); SentencePiece tokenizer.model and other tokenizer.json kinds are not
  * converted (the tokenizers floor exposes no vocabulary of them) and get tokenizer.ggml.model
@@ -20,7 +30,7 @@
  * input's baked folder takes the input's tokenizer.ggml.* keys instead (`tokenizer_gguf`).
  * From a GGUF file: every tensor in file order with its name (already permuted), every key but
  * general.alignment / general.file_type / general.quantization_version and ctxpatch.* copied
- * with its type (tokenizer.ggml.* included); with a rope override, the llama.rope.scaling.* keys
+ * with its type (tokenizer.ggml.* included); with a rope override, the {arch}.rope.scaling.* keys
  * are replaced.
  *
  * Tensor types: 1-D tensors F32 (as llama.cpp keeps norms); 2-D weights in `type`, except that
@@ -41,6 +51,8 @@
 #include <stdint.h>
 
 #include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/families.h"
+#include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/formats/gguf.h"
 
 /* An extra key: a string (s), a bool (b) or an f64 number (num), as `type` says. */
@@ -69,11 +81,32 @@ typedef struct {
   char sha256[65]; /* of the file written */
 } cp_gguf_export_stats;
 
-/* llama.cpp's rotary row order of a head-major q/k weight with heads of d_head rows: the GGUF row
- * holding HF row `hf_row` (row i*dh/2 + j of a head is stored at 2j + i), and the HF row of GGUF
- * row `gguf_row`. */
-uint64_t cp_gguf_rotary_to_gguf(uint64_t hf_row, int d_head);
-uint64_t cp_gguf_rotary_to_hf(uint64_t gguf_row, int d_head);
+/* How llama.cpp orders the rows of a tensor relative to HF:
+ *   CP_GGUF_ROWS_ROTARY: a llama q/k weight (or bias), heads of d_head rows; row i*dh/2 + j of a
+ *     head (half i, pair j) is stored at row 2j + i (convert_hf_to_gguf.py's LlamaModel.permute);
+ *   CP_GGUF_ROWS_QKV: BLOOM's / GPT-NeoX's fused q/k/v, HF rows per head [H, 3, dh], stored as
+ *     q | k | v, i.e. [3, H, dh] (the converters' BloomModel / GPTNeoXModel reorder);
+ *   CP_GGUF_ROWS_SAME: in place. */
+typedef enum { CP_GGUF_ROWS_SAME, CP_GGUF_ROWS_ROTARY, CP_GGUF_ROWS_QKV } cp_gguf_row_order;
+typedef struct {
+  cp_gguf_row_order order;
+  int n_heads; /* CP_GGUF_ROWS_QKV */
+  int d_head;
+} cp_gguf_rows;
+
+/* The row order of family table role `role` in a model of config `cfg` (SAME for families other
+ * than llama, gpt_neox, bloom). */
+cp_gguf_rows cp_gguf_rows_of(const cp_hf_config *cfg, cp_tensor_role role);
+/* The GGUF row holding HF row `hf_row`, and the HF row of GGUF row `gguf_row`. */
+uint64_t cp_gguf_row_to_gguf(const cp_gguf_rows *r, uint64_t hf_row);
+uint64_t cp_gguf_row_to_hf(const cp_gguf_rows *r, uint64_t gguf_row);
+/* CP_EMODEL_TENSOR (naming `where` and `tensor`) unless `rows` rows fit order `r`. */
+int cp_gguf_rows_check(const cp_gguf_rows *r, uint64_t rows, const char *where, const char *tensor);
+
+/* Whether a model of config `cfg` (read from `in`) can be written for llama.cpp: a family with a
+ * llama.cpp architecture and nothing llama.cpp would compute differently (see docs/gguf.md);
+ * CP_ECFG_FAMILY or CP_EUNSUPPORTED with the reason. */
+int cp_gguf_export_check(const cp_hf_config *cfg, const char *in);
 
 /* "f32", "f16", "bf16", "q8_0" -> the ggml type (CP_EARG naming the text otherwise). */
 int cp_gguf_dtype_from_name(uint32_t *out, const char *name);

@@ -1,25 +1,39 @@
 /* Floor: converters. A single GGUF file as a model: its `{arch}.*` metadata as the model
  * config (in place of config.json) and its `tokenizer.ggml.*` metadata as the tokenizer.
  *
- * Config: general.architecture "llama" is read (family llama). The keys become the config.json
- * fields HF's LlamaConfig names, and go through the same parser (cp_hf_config_parse), so every
- * range check applies; cfg->text is that synthetic config.json:
- *   {arch}.embedding_length -> hidden_size        {arch}.block_count -> num_hidden_layers
- *   {arch}.attention.head_count -> num_attention_heads
- *   {arch}.attention.head_count_kv -> num_key_value_heads (default: head_count)
- *   {arch}.attention.key_length -> head_dim (when present)
- *   {arch}.feed_forward_length -> intermediate_size
- *   {arch}.attention.layer_norm_rms_epsilon -> rms_norm_eps
- *   {arch}.rope.freq_base -> rope_theta (default 10000)
- *   {arch}.rope.scaling.type / .factor -> rope_scaling (type "none" is no scaling)
- *   {arch}.context_length -> max_position_embeddings, the training length (train_len_key says
- *                            "GGUF llama.context_length"; commands with --train-len override it)
+ * Config: general.architecture "llama", "gptneox", "bloom" or "mpt" (llama.cpp's names; families
+ * llama, gpt_neox, bloom, mpt). The keys become the config.json fields the family's HF config
+ * names, and go through the same parser (cp_hf_config_parse), so every range check applies;
+ * cfg->text is that synthetic config.json. Every architecture:
+ *   {arch}.embedding_length -> hidden_size (MPT d_model)
+ *   {arch}.block_count -> num_hidden_layers (BLOOM n_layer, MPT n_layers)
+ *   {arch}.attention.head_count -> num_attention_heads (BLOOM n_head, MPT n_heads)
+ *   {arch}.attention.head_count_kv (default: head_count; gptneox and bloom refuse another value)
+ *   {arch}.feed_forward_length -> intermediate_size (BLOOM: must be 4 x embedding_length; MPT:
+ *                            expansion_ratio)
+ *   {arch}.context_length -> the training length (max_position_embeddings, BLOOM seq_length, MPT
+ *                            max_seq_len); train_len_key says "GGUF {arch}.context_length";
+ *                            commands with --train-len override it
  *   {arch}.vocab_size, else the rows of token_embd.weight -> vocab_size
  *   tokenizer.ggml.bos_token_id / eos_token_id -> bos/eos (u32 0xFFFFFFFF: none)
  *   tie_word_embeddings: true when the file has no output.weight.
- * {arch}.rope.dimension_count must equal the head size (llama rotates whole heads).
- * llama.cpp's converter permutes the q and k rows of each head for its interleaved rotary pairs;
- * the model loader (converters/model.c) undoes it, so the engines see HF's layout.
+ * llama: {arch}.attention.key_length -> head_dim (when present), layer_norm_rms_epsilon ->
+ *   rms_norm_eps, rope.freq_base -> rope_theta (default 10000), rope.scaling.type / .factor ->
+ *   rope_scaling ("none" is no scaling); rope.dimension_count must equal the head size.
+ *   llama.cpp's converter permutes the q and k rows of each head for its interleaved rotary pairs;
+ *   the model loader (converters/model.c) undoes it, so the engines see HF's layout.
+ * gptneox: rope.dimension_count -> rotary_pct (partial NEOX-style rotary, no row permutation),
+ *   rope.freq_base, rope.scaling as llama, use_parallel_residual (default true),
+ *   attention.layer_norm_epsilon -> layer_norm_eps, attention_bias when blk.0.attn_qkv.bias exists.
+ * bloom: attention.layer_norm_epsilon; ALiBi with llama.cpp's fixed max bias 8 (BLOOM's slopes).
+ * mpt: attention.max_alibi_bias -> attn_config.alibi_bias_max (required and > 0: llama.cpp runs an
+ *   MPT without it on learned positions, not supported), attention.clamp_kqv -> clip_qkv,
+ *   attention.layer_norm_epsilon, no_bias when the file has no bias tensor.
+ * The fused attn_qkv of gptneox, bloom and mpt holds q | k | v (llama.cpp's converter reorders
+ * BLOOM's and GPT-NeoX's per-head [H, 3, dh] rows); the loader splits it so.
+ * Activation: llama.cpp runs all three with ggml_gelu, the tanh approximation, so the config read
+ * from a GGUF says gelu_pytorch_tanh (HF's GPT-NeoX and MPT use the exact GELU; the difference is
+ * below 1e-3 per activation).
  *
  * Tokenizer: tokenizer.ggml.model "llama" (SentencePiece vocabulary: tokens, scores, token_type,
  * unknown/bos/eos/padding ids, add_space_prefix) becomes a SentencePiece BPE model run by
@@ -37,7 +51,11 @@
 #include "ctxpatch/formats/gguf.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
-/* The config of GGUF file `g` (CP_ECFG_FAMILY for an architecture other than llama,
+/* llama.cpp's architecture name of `family` ("llama", "gptneox", "bloom", "mpt"), or NULL when
+ * the family has no GGUF mapping (T5, FIRE). */
+const char *cp_gguf_arch_of(cp_family family);
+
+/* The config of GGUF file `g` (CP_ECFG_FAMILY for an architecture other than those above,
  * CP_ENOTFOUND / CP_EGGUF_KEY naming a missing or mistyped key). */
 int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g);
 
