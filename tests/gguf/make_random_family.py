@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
+float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
+models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt [SEED]
+  gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
+  gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
+  mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
+numpy only (Debian's /usr/bin/python3)."""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+
+D, H, L, V, T = 64, 4, 2, 559, 256
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOKENIZER = os.path.join(HERE, "..", "..", "examples", "probe-models", "tokenizer.json")
+
+
+def write_safetensors(path, tensors):
+    header, off, blobs = {}, 0, []
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], "<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+        blobs.append(a.tobytes())
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def main():
+    out, kind = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+    w = lambda *shape: rng.normal(0, 0.1, shape)
+    norm = lambda: 1 + rng.normal(0, 0.1, D)
+    bias = lambda n: rng.normal(0, 0.05, n)
+    t = {}
+    if kind.startswith("gpt_neox"):
+        p = "gpt_neox."
+        t[p + "embed_in.weight"] = rng.normal(0, 1, (V, D))
+        for i in range(L):
+            q = f"{p}layers.{i}."
+            for n in ("input_layernorm", "post_attention_layernorm"):
+                t[q + n + ".weight"], t[q + n + ".bias"] = norm(), bias(D)
+            t[q + "attention.query_key_value.weight"], t[q + "attention.query_key_value.bias"] = w(3 * D, D), bias(3 * D)
+            t[q + "attention.dense.weight"], t[q + "attention.dense.bias"] = w(D, D), bias(D)
+            t[q + "mlp.dense_h_to_4h.weight"], t[q + "mlp.dense_h_to_4h.bias"] = w(4 * D, D), bias(4 * D)
+            t[q + "mlp.dense_4h_to_h.weight"], t[q + "mlp.dense_4h_to_h.bias"] = w(D, 4 * D), bias(D)
+        t[p + "final_layer_norm.weight"], t[p + "final_layer_norm.bias"] = norm(), bias(D)
+        t["embed_out.weight"] = w(V, D)
+        seq = kind == "gpt_neox_seq"
+        cfg = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "intermediate_size": 4 * D, "hidden_act": "gelu",
+               "rotary_pct": 0.5 if seq else 0.25, "rotary_emb_base": 500.0 if seq else 10000.0,
+               "max_position_embeddings": T, "layer_norm_eps": 1e-5, "use_parallel_residual": not seq,
+               "attention_bias": True, "tie_word_embeddings": False, "bos_token_id": 2, "eos_token_id": 1,
+               "pad_token_id": 0, "torch_dtype": "float32"}
+    elif kind == "mpt":
+        t["transformer.wte.weight"] = rng.normal(0, 1, (V, D))
+        for i in range(L):
+            q = f"transformer.blocks.{i}."
+            t[q + "norm_1.weight"], t[q + "norm_2.weight"] = norm(), norm()
+            t[q + "attn.Wqkv.weight"], t[q + "attn.out_proj.weight"] = w(3 * D, D), w(D, D)
+            t[q + "ffn.up_proj.weight"], t[q + "ffn.down_proj.weight"] = w(4 * D, D), w(D, 4 * D)
+        t["transformer.norm_f.weight"] = norm()
+        cfg = {"architectures": ["MptForCausalLM"], "model_type": "mpt", "vocab_size": V, "d_model": D,
+               "n_layers": L, "n_heads": H, "expansion_ratio": 4, "max_seq_len": T, "no_bias": True,
+               "layer_norm_epsilon": 1e-5, "attn_config": {"alibi": True, "alibi_bias_max": 8, "clip_qkv": 0.5},
+               "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+               "torch_dtype": "float32"}
+    else:
+        sys.exit(f"unknown kind {kind}")
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(os.path.join(out, "model.safetensors"), t)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    shutil.copyfile(TOKENIZER, os.path.join(out, "tokenizer.json"))
+
+
+if __name__ == "__main__":
+    main()
