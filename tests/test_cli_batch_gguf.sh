@@ -67,7 +67,7 @@ printf x >>"$o/rope-probe-pi-512.gguf"
 sed "s#$pm/rope-probe#$pm/t5-probe#; s#\"out\"#\"t5out\"#" "$R" >"$work/t5.json"
 "$bin" batch "$work/t5.json" --json >"$work/t5r.json"
 [ $? -eq 2 ] && ok || bad "t5 gguf: exit not 2"
-grep "writes llama models" "$work/t5out/t5-probe-lmi-512.gguf.batch-failed.json" >/dev/null && ok \
+grep "t5 is not written" "$work/t5out/t5-probe-lmi-512.gguf.batch-failed.json" >/dev/null && ok \
   || bad "t5 gguf: no failure record naming the family"
 [ -z "$(find "$work/t5out" -name "*.gguf")" ] && ok || bad "t5 gguf: a file was written"
 finish
