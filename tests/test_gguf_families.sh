@@ -22,15 +22,7 @@
 # (default tests/runtimes/node_modules); the test needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
-lc=0
-if [ -d "$nm/node-llama-cpp" ] && [ -d "$nm/@node-llama-cpp/linux-x64" ] && command -v node >/dev/null; then
-  lc=1; cp "$src/tests/gguf/llamacpp_run.mjs" "$work/run.mjs"; ln -s "$nm" "$work/node_modules"
-else
-  echo "note: node-llama-cpp not in $nm (set CTXPATCH_NODE_MODULES): llama.cpp checks skipped"
-fi
-export PYTHONPATH=$src/tests/gguf
-w=$work
+. "$src/tests/gguf/llamacpp_env.sh"
 cp -r "$src/examples/probe-models/alibi-probe" "$w/bloom"
 rm -f "$w/bloom/pytorch_model.bin" # one weights file: the folder's safetensors
 for k in gpt_neox gpt_neox_seq mpt; do check "$py" "$src/tests/gguf/make_random_family.py" "$w/$k" $k; done

@@ -21,15 +21,7 @@ fx=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}
 stories=$fx/third_party/stories260K/stories260K.gguf
 probe=$src/examples/probe-models/rope-probe
 [ -f "$stories" ] || { echo "SKIP: ../shared/fixtures (stories260K) not found at $fx"; exit 77; }
-nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
-lc=0
-if [ -d "$nm/node-llama-cpp" ] && [ -d "$nm/@node-llama-cpp/linux-x64" ] && command -v node >/dev/null; then
-  lc=1; cp "$src/tests/gguf/llamacpp_run.mjs" "$work/run.mjs"; ln -s "$nm" "$work/node_modules"
-else
-  echo "note: node-llama-cpp not in $nm (set CTXPATCH_NODE_MODULES): llama.cpp checks skipped"
-fi
-export PYTHONPATH=$src/tests/gguf
-w=$work
+. "$src/tests/gguf/llamacpp_env.sh"
 
 # --- stories260K: GGUF -> GGUF, all dtypes, determinism
 check "$bin" convert "$stories" "$w/s.gguf" --to gguf
