@@ -16,18 +16,14 @@
 #     vs 14, 88%);
 #   - a tensor whose type id is patched to Q6_K is refused by name, nothing written.
 # Skips (77) without ../shared/fixtures or node-llama-cpp.
-set -uo pipefail
-bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR; fx=$CTXPATCH_FIXTURES
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+fx=$CTXPATCH_FIXTURES
 nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
 stories=$fx/third_party/stories260K/stories260K.gguf
 [ -f "$stories" ] || { echo "SKIP: ../shared/fixtures (stories260K) not found at $fx"; exit 77; }
 [ -d "$nm/node-llama-cpp" ] && [ -d "$nm/@node-llama-cpp/linux-x64" ] ||
   { echo "SKIP: node-llama-cpp not installed in $nm (set CTXPATCH_NODE_MODULES)"; exit 77; }
 command -v node >/dev/null || { echo "SKIP: node not on PATH"; exit 77; }
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { failed=$((failed+1)); echo "FAIL: $*"; }
 cp "$src/tests/gguf/llamacpp_run.mjs" "$work/run.mjs"; ln -s "$nm" "$work/node_modules"
 requant() { "$py" "$src/tests/gguf/requant.py" "$@"; }
 
@@ -87,5 +83,4 @@ requant "$work/f32.gguf" "$work/q6.gguf" attn_q=retype:Q6_K >/dev/null && ok || 
 $work/q6.gguf: tensor 'blk.0.attn_q.weight' is Q6_K; only F32, F16, BF16, Q8_0, Q4_0 and Q4_K are read" ] &&
   ok || bad "Q6_K refusal: rc $rc: $(cat "$work/q6.err")"
 
-echo "passed $passed, failed $failed"
-[ "$failed" -eq 0 ]
+finish

@@ -13,15 +13,11 @@
 #     exactly as on the folder. (`forward` has no --text option.)
 # Refusals of inconsistent vocabularies (bounds, duplicates, bad merges, other pre) are in
 # tests/test_gguf_vocab.c. Skips (77) without ../shared/fixtures; the llama.cpp part without npm.
-set -uo pipefail
-bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR; fx=$CTXPATCH_FIXTURES
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+fx=$CTXPATCH_FIXTURES
 nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
 gpt2=$fx/tokenizers/gpt2/tokenizer.json; goldens=$fx/tokenizers/goldens/gpt2.jsonl
 [ -f "$gpt2" ] && [ -f "$goldens" ] || { echo "SKIP: ../shared/fixtures (tokenizers/gpt2) not found at $fx"; exit 77; }
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { failed=$((failed+1)); echo "FAIL: $*"; }
 
 # --- a tiny random Llama with GPT-2's vocabulary (50257 tokens), as GGUF
 "$py" - "$work/g2" <<'PY' && cp "$gpt2" "$work/g2/tokenizer.json" && ok || bad "tiny gpt2-vocab llama"
@@ -119,5 +115,4 @@ g, f = cells(f"{w}/vg.json"), cells(f"{w}/vf.json")
 assert g == f and '"correct_by_depth"' in g, (g, f)
 PY
 
-echo "passed $passed, failed $failed"
-[ "$failed" -eq 0 ]
+finish

@@ -9,16 +9,12 @@
 #   - `ctxpatch tokenize` on the written file equals the original's;
 #   - a tokenizer.model with more pieces than the model's vocabulary is refused, nothing written.
 # Skips (77) without ../shared/fixtures; the llama.cpp part without node-llama-cpp.
-set -uo pipefail
-bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR; fx=$CTXPATCH_FIXTURES
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+fx=$CTXPATCH_FIXTURES
 nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
 st=$fx/third_party/stories260K; text=$fx/third_party/text/tinystories_val_1000_eot.txt
 [ -f "$st/stories260K.gguf" ] && [ -f "$st/tok512.model" ] && [ -f "$text" ] ||
   { echo "SKIP: ../shared/fixtures (stories260K, text) not found at $fx"; exit 77; }
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { failed=$((failed+1)); echo "FAIL: $*"; }
 
 "$bin" convert "$st/stories260K.gguf" "$work/hf" --to safetensors >/dev/null && ok || bad "GGUF -> safetensors"
 cp "$st/tok512.model" "$work/hf/tokenizer.model"
@@ -72,5 +68,4 @@ PY
 [ "$rc" -ne 0 ] && [ ! -e "$work/bad.gguf" ] && grep -q "tokenizer.model: 512 pieces for a model vocabulary of 300" \
   "$work/bad.err" && ok || bad "short vocabulary: rc $rc: $(cat "$work/bad.err")"
 
-echo "passed $passed, failed $failed"
-[ "$failed" -eq 0 ]
+finish
