@@ -246,7 +246,8 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
   return rc;
 }
 
-/* tokenizer.ggml.* of an HF folder: its byte-level BPE tokenizer.json, else no vocabulary. */
+/* tokenizer.ggml.* of an HF folder: its byte-level BPE tokenizer.json, else its tokenizer.model,
+ * else no vocabulary. */
 static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_config *cfg) {
   bool done = false;
   int rc = 0;
@@ -258,6 +259,9 @@ static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf
                               cfg->pad_token_id);
     free(path);
   }
+  if (rc == 0 && !done) /* a SentencePiece tokenizer.model as llama.cpp's "llama" vocabulary */
+    rc = cp_gguf_put_spm_vocab(&done, w, cp_checkpoint_dir(ck), cfg->vocab_size, cfg->bos_token_id,
+                               cfg->eos_token_id, cfg->pad_token_id);
   if (rc || done) return rc;
   static const char no_vocab[] = "no_vocab"; /* token ids only (see the header) */
   if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", no_vocab, sizeof no_vocab - 1))) return rc;

@@ -1,7 +1,7 @@
 /* A GGUF file's metadata as a model config and a tokenizer (include/ctxpatch/converters/gguf_model.h):
  * the `{arch}.*` keys written out as the config.json HF's LlamaConfig would hold and parsed by
  * the one config parser; tokenizer.ggml.* handed to the tokenizers floor as a SentencePiece
- * vocabulary. */
+ * vocabulary ("llama") or a byte-level BPE one ("gpt2", converters/gguf_vocab.c). */
 #include "ctxpatch/converters/gguf_model.h"
 
 #include <math.h>
@@ -13,6 +13,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/strbuf.h"
+#include "converters/gguf_vocab.h"
 
 /* An integer key `{arch}.<suffix>` as a JSON field; absent optional keys are skipped. */
 static int put_int(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const char *suffix, const char *field,
@@ -335,8 +336,14 @@ static int read_pieces(cp_spm_piece **out, size_t *n, const cp_gguf_file *g) {
 
 int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
   *out = NULL;
-  int rc = require_str(g, "tokenizer.ggml.model", "llama", CP_ETOK_UNSUPPORTED);
+  const char *model;
+  size_t model_len;
+  int rc = cp_gguf_get_str(&model, &model_len, g, "tokenizer.ggml.model");
   if (rc) return rc;
+  bool gpt2 = model_len == 4 && !memcmp(model, "gpt2", 4); /* byte-level BPE: converters/gguf_vocab.c */
+  if (!gpt2 && !(model_len == 5 && !memcmp(model, "llama", 5)))
+    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+                        cp_gguf_path(g), (int)(model_len < 64 ? model_len : 64), model);
   cp_spm_vocab v = {.bpe = true, .add_dummy_prefix = true};
   int64_t ids[4];
   static const char *const id_keys[4] = {"tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
@@ -348,6 +355,12 @@ int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
     return rc;
   cp_spm_piece *pieces = NULL;
   if ((rc = read_pieces(&pieces, &v.n, g))) return rc;
+  if (gpt2) {
+    rc = cp_gguf_bpe_tokenizer(out, g, pieces, v.n, ids[1] < (int64_t)v.n ? (int)ids[1] : -1,
+                               ids[2] < (int64_t)v.n ? (int)ids[2] : -1);
+    free(pieces);
+    return rc;
+  }
   v.pieces = pieces;
   size_t n_bytes = 0;
   for (size_t i = 0; i < v.n; i++) n_bytes += pieces[i].type == 6;

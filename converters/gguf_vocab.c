@@ -140,3 +140,109 @@ done:
   free(pads);
   return rc;
 }
+
+/* ------------------------------------------------------------ "gpt2" vocabulary read */
+
+int cp_gguf_bpe_tokenizer(cp_tokenizer **out, const cp_gguf_file *g, const cp_spm_piece *tokens, size_t n, int bos,
+                          int eos) {
+  *out = NULL;
+  const char *path = cp_gguf_path(g), *pre = NULL;
+  size_t pre_len = 0;
+  cp_gguf_vtype elem;
+  uint64_t n_merges = 0;
+  cp_bpe_vocab v = {.tokens = tokens, .n = n, .bos_id = bos, .eos_id = eos};
+  int rc = 0;
+  if (cp_gguf_find_key(g, "tokenizer.ggml.pre") < 0)
+    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: gpt2 vocabulary without tokenizer.ggml.pre (llama.cpp's default "
+                        "regex is not read; gpt-2 is)", path);
+  if ((rc = cp_gguf_get_str(&pre, &pre_len, g, "tokenizer.ggml.pre"))) return rc;
+  if (pre_len != 5 || memcmp(pre, "gpt-2", 5))
+    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not supported (gpt-2)", path,
+                        (int)(pre_len < 64 ? pre_len : 64), pre);
+  if ((rc = cp_gguf_get_arr(&elem, &n_merges, g, "tokenizer.ggml.merges"))) return rc;
+  if (n_merges > CP_BPE_MAX_MERGES)
+    return cp_error_set(CP_ETOK_MODEL, "%s: tokenizer.ggml.merges: %llu merges, more than the limit of %d", path,
+                        (unsigned long long)n_merges, CP_BPE_MAX_MERGES);
+  if ((cp_gguf_find_key(g, "tokenizer.ggml.add_bos_token") >= 0 &&
+       (rc = cp_gguf_get_bool(&v.add_bos, g, "tokenizer.ggml.add_bos_token"))) ||
+      (cp_gguf_find_key(g, "tokenizer.ggml.add_eos_token") >= 0 &&
+       (rc = cp_gguf_get_bool(&v.add_eos, g, "tokenizer.ggml.add_eos_token"))))
+    return rc;
+  cp_str_span *merges = calloc((size_t)n_merges + 1, sizeof *merges);
+  CP_CHECK_ALLOC(merges, path);
+  for (uint64_t i = 0; i < n_merges && rc == 0; i++)
+    rc = cp_gguf_arr_str(&merges[i].s, &merges[i].len, g, "tokenizer.ggml.merges", i);
+  v.merges = merges;
+  v.n_merges = (size_t)n_merges;
+  if (rc == 0) rc = cp_tokenizer_from_bpe_vocab(out, &v, path);
+  free(merges);
+  return rc;
+}
+
+/* ------------------------------------------------- SentencePiece .model as "llama" written */
+
+/* The pieces of `tok` (n of them) padded to n_vocab, written with the ids. */
+static int put_spm_pieces(cp_gguf_writer *w, const cp_tokenizer *tok, size_t n, size_t n_vocab, int bos, int eos,
+                          int pad, const char *path) {
+  const char **s = calloc(n_vocab, sizeof *s);
+  size_t *len = calloc(n_vocab, sizeof *len);
+  float *score = calloc(n_vocab, sizeof *score);
+  int32_t *type = calloc(n_vocab, sizeof *type);
+  char (*pads)[32] /* "[PAD" + 20 digits of a size_t + "]" */ = calloc(n_vocab - n + 1, sizeof *pads);
+  int rc = 0, unk = -1;
+  CP_CHECK_ALLOC_GOTO(s && len && score && type && pads, path);
+  for (size_t i = 0; i < n_vocab && rc == 0; i++) {
+    cp_spm_piece p = {0};
+    if (i < n) {
+      rc = cp_tokenizer_spm_piece(&p, tok, i);
+      if (p.type == 2 && unk < 0) unk = (int)i;
+    } else { /* llama.cpp's converter pads a short vocabulary the same way */
+      snprintf(pads[i - n], sizeof pads[i - n], "[PAD%zu]", i);
+      p = (cp_spm_piece){pads[i - n], strlen(pads[i - n]), -1000.0f, 5};
+    }
+    s[i] = p.piece, len[i] = p.len, score[i] = p.score, type[i] = p.type;
+  }
+  static const char model[] = "llama";
+  if (rc == 0 && ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) ||
+      (rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.tokens", s, len, n_vocab)) ||
+      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.scores", CP_GGUF_F32, score, n_vocab)) ||
+      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.token_type", CP_GGUF_I32, type, n_vocab)) ||
+      (rc = put_id(w, "tokenizer.ggml.bos_token_id", bos)) || (rc = put_id(w, "tokenizer.ggml.eos_token_id", eos)) ||
+      (rc = put_id(w, "tokenizer.ggml.unknown_token_id", unk)) ||
+      (rc = put_id(w, "tokenizer.ggml.padding_token_id", pad)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_bos_token", true)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_eos_token", false))))
+    (void)0; /* rc holds the first failure */
+done:
+  free(s);
+  free(len);
+  free(score);
+  free(type);
+  free(pads);
+  return rc;
+}
+
+int cp_gguf_put_spm_vocab(bool *written, cp_gguf_writer *w, const char *folder, int64_t n_vocab, int bos, int eos,
+                          int pad) {
+  *written = false;
+  cp_tokenizer *tok = NULL;
+  char *path = cp_path_join(folder, "tokenizer.model");
+  CP_CHECK_ALLOC(path, folder);
+  FILE *fp = NULL;
+  int rc = 0;
+  if (cp_fopen_input(&fp, path) != 0) goto done; /* no tokenizer.model: nothing to write */
+  fclose(fp);
+  if ((rc = cp_tokenizer_open(&tok, path)) || strcmp(cp_tokenizer_kind(tok), "sentencepiece")) goto done;
+  size_t n = cp_tokenizer_vocab_size(tok);
+  if (n_vocab <= 0 || n_vocab > MAX_VOCAB || (int64_t)n > n_vocab) {
+    rc = cp_error_set(CP_ETOK_MODEL, "%s: %zu pieces for a model vocabulary of %lld", path, n, (long long)n_vocab);
+    goto done;
+  }
+  if (bos < 0) bos = (int)cp_tokenizer_bos_id(tok);
+  if (eos < 0) eos = (int)cp_tokenizer_eos_id(tok);
+  if ((rc = put_spm_pieces(w, tok, n, (size_t)n_vocab, bos, eos, pad, path)) == 0) *written = true;
+done:
+  cp_tokenizer_free(tok);
+  free(path);
+  return rc;
+}

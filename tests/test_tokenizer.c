@@ -11,7 +11,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "converters/gguf_vocab.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "test.h"
 
@@ -94,6 +96,30 @@ static void goldens_case(const char *fixtures, const char *tokpath, const char *
   printf("%-44s on %-34s %3d / %3d rows equal%s\n", strrchr(goldens, '/') + 1, tokpath + strlen(fixtures) + 1, ok, rows,
          strict ? "" : " (informational)");
   CHECK(rows > 0);
+  cp_tokenizer_free(tok);
+}
+
+/* A byte-level BPE tokenizer.json written as a vocabulary-only GGUF ("gpt2": tokens, token types,
+ * merges, pre "gpt-2"; as llama.cpp's ggml-vocab-*.gguf files), read back through the GGUF
+ * vocabulary path (converters/gguf_vocab.c) and run on the tokenizer.json's goldens. */
+static void gguf_goldens_case(const char *tokpath, int64_t n_vocab, const char *goldens, bool roundtrip) {
+  const char *path = test_path(tmpdir, "vocab.gguf");
+  cp_gguf_writer *w = NULL;
+  bool written = false;
+  int rc = cp_gguf_writer_new(&w, path);
+  if (!rc) rc = cp_gguf_put_str(w, "general.architecture", "llama", 5);
+  if (!rc) rc = cp_gguf_put_hf_vocab(&written, w, tokpath, n_vocab, -1, -1, -1);
+  if (!rc) rc = cp_gguf_writer_begin(w);
+  if (!rc) rc = cp_gguf_writer_commit(w, NULL);
+  else cp_gguf_writer_abort(w);
+  CHECK_RC(0, rc);
+  CHECK(written);
+  cp_tokenizer *tok = NULL;
+  CHECK_RC(0, rc = rc ? rc : cp_model_tokenizer_open(&tok, path));
+  if (rc) return;
+  int rows = 0, ok = run_goldens(tok, goldens, true, &rows, roundtrip);
+  printf("%-44s on %-34s %3d / %3d rows equal\n", strrchr(goldens, '/') + 1, "(as a GGUF gpt2 vocabulary)", ok, rows);
+  CHECK(rows > 0 && cp_tokenizer_vocab_size(tok) == (size_t)n_vocab);
   cp_tokenizer_free(tok);
 }
 
@@ -270,6 +296,9 @@ int main(void) {
   snprintf(tf, sizeof tf, "%s/tokenizers", fixtures);
 
   goldens_case(tf, test_path(tf, "gpt2/tokenizer.json"), test_path(tf, "goldens/gpt2.jsonl"), true, true);
+  gguf_goldens_case(test_path(tf, "gpt2/tokenizer.json"), 50257, test_path(tf, "goldens/gpt2.jsonl"), true);
+  gguf_goldens_case(test_path(src, "examples/probe-models/tokenizer.json"), 600,
+                    test_path(src, "tests/goldens/tokenizers/probe.jsonl"), true);
   goldens_case(tf, test_path(tf, "gpt-neox/tokenizer.json"), test_path(tf, "goldens/gpt-neox-20b.jsonl"), true, false);
   goldens_case(tf, test_path(tf, "t5/tokenizer.json"), test_path(tf, "goldens/t5.jsonl"), true, false);
   goldens_case(tf, test_path(tf, "llama2/tokenizer.model"), test_path(tf, "goldens/llama2.jsonl"), true, false);

@@ -7,12 +7,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "ctxpatch/base/strbuf.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
 
 typedef struct tk_hf tk_hf;
 /* Parses text[0..len) (the file `path`, named in messages). Caller frees *out with tk_hf_free. */
 int tk_hf_load(tk_hf **out, const char *text, size_t len, const char *path);
+/* The same from a parsed tokenizer.json tree (borrowed; e.g. one built from a GGUF vocabulary). */
+int tk_hf_load_tree(tk_hf **out, const cJSON *root, const char *path);
 void tk_hf_free(tk_hf *hf);
+/* Overrides the BOS / EOS ids the loader guessed (-1: keep). */
+void tk_hf_set_bos_eos(tk_hf *hf, int64_t bos, int64_t eos);
+/* A tk_hf for a byte-level BPE vocabulary given as data (hf_vocab.c; bounds and messages there). */
+int tk_hf_from_bpe_vocab(tk_hf **out, const cp_bpe_vocab *v, const char *what);
 /* text must be valid UTF-8; *ids is heap-allocated (caller frees). */
 int tk_hf_encode(const tk_hf *hf, int64_t **ids, size_t *n, const char *text, size_t len, bool add_special);
 /* Appends the decoded text to out (never leaves out->s NULL on success). */

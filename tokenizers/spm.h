@@ -44,6 +44,10 @@ int tk_spm_piece_id(const tk_spm *s, const char *piece);
 /* Borrowed, valid while s lives. */
 const char *tk_spm_piece(const tk_spm *s, int id);
 bool tk_spm_is_control(const tk_spm *s, int id);
+float tk_spm_score(const tk_spm *s, int id);
+/* The piece's type as ModelProto numbers it: 1 normal, 2 unknown, 3 control, 5 unused, 6 byte
+ * (libsentencepiece does not tell user-defined pieces, 4, from normal ones: they answer 1). */
+int tk_spm_type(const tk_spm *s, int id);
 
 #ifdef __cplusplus
 }

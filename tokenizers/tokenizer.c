@@ -64,6 +64,29 @@ done:
   return rc;
 }
 
+int cp_tokenizer_from_bpe_vocab(cp_tokenizer **out, const cp_bpe_vocab *v, const char *what) {
+  *out = NULL;
+  cp_tokenizer *tok = calloc(1, sizeof *tok);
+  if (!tok || !(tok->path = strdup(what))) {
+    free(tok);
+    return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  }
+  int rc = tk_hf_from_bpe_vocab(&tok->hf, v, what);
+  if (rc) cp_tokenizer_free(tok);
+  else *out = tok;
+  return rc;
+}
+
+int cp_tokenizer_spm_piece(cp_spm_piece *out, const cp_tokenizer *tok, size_t id) {
+  if (!tok->spm || id >= (size_t)tk_spm_size(tok->spm))
+    return cp_error_set(CP_EARG, "%s: piece %zu: not a SentencePiece piece", tok->path, id);
+  out->piece = tk_spm_piece(tok->spm, (int)id);
+  out->len = strlen(out->piece);
+  out->score = tk_spm_score(tok->spm, (int)id);
+  out->type = tk_spm_type(tok->spm, (int)id);
+  return 0;
+}
+
 int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
   *out = NULL;
   struct stat st;

@@ -120,13 +120,19 @@ static int64_t find_named(const tk_hf *hf, const char *const *names) {
 int tk_hf_load(tk_hf **out, const char *text, size_t len, const char *path) {
   *out = NULL;
   cJSON *root = NULL;
+  int rc = cp_json_parse_strict(&root, text, len, path, TK_MAX_DEPTH, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
+                                CP_ETOK_JSON);
+  if (rc == 0) rc = tk_hf_load_tree(out, root, path);
+  cJSON_Delete(root);
+  return rc;
+}
+
+int tk_hf_load_tree(tk_hf **out, const cJSON *root, const char *path) {
+  *out = NULL;
   tk_hf *hf = calloc(1, sizeof *hf);
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(hf, path);
   CP_CHECK_ALLOC_GOTO(hf->path = strdup(path), path);
-  if ((rc = cp_json_parse_strict(&root, text, len, path, TK_MAX_DEPTH, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
-                                 CP_ETOK_JSON)))
-    goto done;
   if (!cJSON_IsObject(root)) {
     rc = cp_error_set(CP_ETOK_JSON, "%s: offset 0: top level is not an object", path);
     goto done;
@@ -158,9 +164,13 @@ int tk_hf_load(tk_hf **out, const char *text, size_t len, const char *path) {
   *out = hf;
   hf = NULL;
 done:
-  cJSON_Delete(root);
   tk_hf_free(hf);
   return rc;
+}
+
+void tk_hf_set_bos_eos(tk_hf *hf, int64_t bos, int64_t eos) {
+  if (bos >= 0) hf->bos = bos;
+  if (eos >= 0) hf->eos = eos;
 }
 
 /* ---- encode / decode */

@@ -117,3 +117,13 @@ extern "C" const char *tk_spm_piece(const tk_spm *s, int id) { return s->sp.IdTo
 extern "C" bool tk_spm_is_control(const tk_spm *s, int id) {
   return s->sp.IsControl(id) || s->sp.IsUnknown(id);
 }
+
+extern "C" float tk_spm_score(const tk_spm *s, int id) { return s->sp.GetScore(id); }
+
+extern "C" int tk_spm_type(const tk_spm *s, int id) {
+  if (s->sp.IsUnknown(id)) return 2;
+  if (s->sp.IsControl(id)) return 3;
+  if (s->sp.IsUnused(id)) return 5;
+  if (s->sp.IsByte(id)) return 6;
+  return 1; // the library has no IsUserDefined: user-defined pieces are reported as normal
+}

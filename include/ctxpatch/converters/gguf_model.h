@@ -38,8 +38,11 @@
  * Tokenizer: tokenizer.ggml.model "llama" (SentencePiece vocabulary: tokens, scores, token_type,
  * unknown/bos/eos/padding ids, add_space_prefix) becomes a SentencePiece BPE model run by
  * libsentencepiece, as llama.cpp's SPM tokenizer does: no whitespace collapsing, a dummy prefix
- * unless add_space_prefix is false, byte fallback when the 256 byte pieces are there. Other
- * tokenizer.ggml.model values ("gpt2", ...) are refused with CP_ETOK_UNSUPPORTED.
+ * unless add_space_prefix is false, byte fallback when the 256 byte pieces are there.
+ * tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, token_type, merges, pre "gpt-2" only,
+ * bos/eos ids, add_bos_token / add_eos_token) becomes the tokenizer.json byte-level BPE it was
+ * made from (cp_tokenizer_from_bpe_vocab; bounds and refusals there). Other values, and other
+ * gpt2 pre-tokenizers, are refused with CP_ETOK_UNSUPPORTED.
  *
  * Ownership: results are owned by the caller (cp_hf_config_free, cp_tokenizer_free).
  */

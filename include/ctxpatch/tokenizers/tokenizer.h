@@ -89,4 +89,40 @@ typedef struct {
  * is opened; `what` names the source in messages and becomes cp_tokenizer_path. */
 int cp_tokenizer_from_spm_vocab(cp_tokenizer **out, const cp_spm_vocab *v, const char *what);
 
+/* Piece `id` of a SentencePiece tokenizer (.model, or one built by cp_tokenizer_from_spm_vocab)
+ * with its score and type (numbered as above, except that libsentencepiece reports user-defined
+ * pieces as normal, 1); out->piece is borrowed, NUL-terminated and valid
+ * while tok lives. CP_EARG when tok is not SentencePiece or id is past its pieces. */
+int cp_tokenizer_spm_piece(cp_spm_piece *out, const cp_tokenizer *tok, size_t id);
+
+/* A byte-level BPE vocabulary given as data (GGUF tokenizer.ggml.model "gpt2"): tokens in GPT-2's
+ * byte-to-unicode alphabet, ranked merges "left right", GPT-2's ByteLevel pre-tokenizer (its regex,
+ * no prefix space) and decoder, no normaliser. Control (3) and user-defined (4) tokens are matched
+ * in the text before BPE, as tokenizer.json's added tokens are (control ones are special: skipped
+ * when decoding with skip_special); every token is also in the BPE vocabulary. */
+typedef struct {
+  const char *s; /* not NUL-terminated */
+  size_t len;
+} cp_str_span;
+
+typedef struct {
+  const cp_spm_piece *tokens; /* [n]: piece, len, type (1..6 as above); score unused */
+  size_t n;
+  const cp_str_span *merges; /* [n_merges], rank order */
+  size_t n_merges;
+  int bos_id, eos_id;    /* -1: none */
+  bool add_bos, add_eos; /* what add_special adds */
+} cp_bpe_vocab;
+
+/* Limits on a cp_bpe_vocab (refused with CP_ETOK_MODEL past them): */
+#define CP_BPE_MAX_TOKENS (1 << 21)
+#define CP_BPE_MAX_MERGES (1 << 22)
+#define CP_BPE_MAX_TOKEN_BYTES 1024
+
+/* Opens `v` as a tokenizer.json of that shape is opened. Refused with CP_ETOK_MODEL naming
+ * `what` and the entry: no tokens, counts or lengths past the limits, an empty token, one with a
+ * NUL byte or invalid UTF-8, a token twice, a type outside 1..6, a merge that is not two tokens
+ * whose concatenation is a token, bos/eos outside the tokens. */
+int cp_tokenizer_from_bpe_vocab(cp_tokenizer **out, const cp_bpe_vocab *v, const char *what);
+
 #endif
