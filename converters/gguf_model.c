@@ -87,18 +87,6 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
   return 0;
 }
 
-/* String key `key` must be `want` (the one value read); `code` when it is another. */
-static int require_str(const cp_gguf_file *g, const char *key, const char *want, int code) {
-  const char *v;
-  size_t len;
-  int rc = cp_gguf_get_str(&v, &len, g, key);
-  if (rc) return rc;
-  if (len != strlen(want) || memcmp(v, want, len))
-    return cp_error_set(code, "%s: %s '%.*s' is not supported (%s)", cp_gguf_path(g), key, (int)(len < 64 ? len : 64),
-                        v, want);
-  return 0;
-}
-
 /* llama.cpp's architecture names of the families it shares with ctxpatch. */
 static const struct {
   const char *arch;
