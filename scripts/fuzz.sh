@@ -40,6 +40,12 @@ python3 tests/gguf/make_gguf_cases.py build-fuzz/gguf_cases >/dev/null
 seed fuzz_gguf tests/fuzz/seeds/gguf build-fuzz/gguf_cases $fx/third_party/stories260K/stories260K.gguf \
   $fx/third_party/ollama/llama-2-tiny-random.gguf $fx/tokenizers/llama2/ggml-vocab-llama-spm.gguf
 seed fuzz_onnx tests/fuzz/seeds/onnx
+# The ONNX corpus (one model.onnx per case folder: flattened under unique names; data files stay out).
+/usr/bin/python3 tests/onnx/make_onnx_cases.py build-fuzz/onnx_cases >/dev/null
+for f in build-fuzz/onnx_cases/hostile/*/model.onnx build-fuzz/onnx_cases/good/structure.onnx \
+  build-fuzz/onnx_cases/good/elements/model.onnx; do
+  cp "$f" "build-fuzz/corpus/fuzz_onnx/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
 mkdir -p build-fuzz/crashes
 status=0
 for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \

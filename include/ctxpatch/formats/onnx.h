@@ -111,7 +111,7 @@ int cp_onnx_tensor_end(cp_onnx_writer *w);
 int cp_onnx_add_tensor(cp_onnx_writer *w, const char *name, cp_dtype dtype, int ndim, const int64_t *dims,
                        const void *elems, bool lowp);
 
-/* ---- reading back (inspect): a bounded summary, not the full hardened reader ---- */
+/* ---- reading back (inspect): a summary made by the full hardened reader (onnx_graph.h) ---- */
 
 typedef struct {
   char *name;
@@ -133,12 +133,12 @@ typedef struct {
   size_t n_meta;
   char **inputs, **outputs;        /* graph input / output names */
   size_t n_inputs, n_outputs;
-  char *data_location;             /* the one external data file named (relative), or NULL */
+  char *data_location;             /* the first external data file named (relative), or NULL */
 } cp_onnx_info;
 
-/* Reads the model file at `path` (at most 2 GiB) and summarises it. External data locations must
- * be relative, without "..", name a regular file inside the model's folder, and every
- * (offset, length) must lie inside that file and agree with the tensor's shape.
+/* Reads the model file at `path` (at most 2 GiB) with cp_onnx_model_open (every refusal listed in
+ * onnx_graph.h applies) and summarises its main graph; an initializer whose type has no cp_dtype
+ * (UINT16, UINT32, UINT64, complex, FNUZ float8, 4-bit) is refused with CP_EUNSUPPORTED.
  * Caller frees *out with cp_onnx_info_free. */
 int cp_onnx_read_info(cp_onnx_info *out, const char *path);
 void cp_onnx_info_free(cp_onnx_info *info);

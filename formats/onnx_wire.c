@@ -1,0 +1,168 @@
+/* The protobuf layer of the ONNX reader (formats/onnx_wire.h): a bounded walk of the wire format
+ * over protobuf-c's descriptors before unpacking, so that truncated varints, wrong wire types,
+ * lengths past the end, NUL bytes in strings and deep nesting are refused with the offset and the
+ * field (protobuf-c would fail without saying where, and recurses without a bound), then
+ * protobuf-c's unpack under an allocator that caps the memory it may take. */
+#include "formats/onnx_wire.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/onnx_graph.h"
+
+typedef struct {
+  const char *path;
+  const uint8_t *base; /* the whole file, for offsets */
+} wire_ctx;
+
+/* Reads a varint at *pos (< end); 0, or the refusal naming the offset. */
+static int read_varint(uint64_t *out, const wire_ctx *c, const uint8_t **pos, const uint8_t *end, const char *what) {
+  uint64_t v = 0;
+  const uint8_t *p = *pos;
+  for (int k = 0; k < 10; k++, p++) {
+    if (p >= end)
+      return cp_error_set(CP_EFORMAT, "%s: offset %zu: truncated varint (%s)", c->path, (size_t)(*pos - c->base), what);
+    v |= (uint64_t)(*p & 0x7f) << (7 * k);
+    if (!(*p & 0x80)) {
+      *out = v, *pos = p + 1;
+      return 0;
+    }
+  }
+  return cp_error_set(CP_EFORMAT, "%s: offset %zu: varint longer than 10 bytes (%s)", c->path, (size_t)(*pos - c->base),
+                      what);
+}
+
+/* The wire type a scalar field of this type is written with (2 for strings, bytes, messages). */
+static unsigned wire_of(ProtobufCType t) {
+  switch (t) {
+  case PROTOBUF_C_TYPE_SFIXED64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE: return 1;
+  case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_FLOAT: return 5;
+  case PROTOBUF_C_TYPE_STRING: case PROTOBUF_C_TYPE_BYTES: case PROTOBUF_C_TYPE_MESSAGE: return 2;
+  default: return 0;
+  }
+}
+
+/* A packed repeated scalar field: whole varints or whole fixed-size elements. */
+static int scan_packed(const wire_ctx *c, const ProtobufCFieldDescriptor *f, const uint8_t *p, const uint8_t *end) {
+  unsigned w = wire_of(f->type);
+  if (w != 0) {
+    size_t esz = w == 1 ? 8 : 4;
+    if ((size_t)(end - p) % esz)
+      return cp_error_set(CP_EFORMAT, "%s: offset %zu: packed field '%s' holds %zu bytes, not a multiple of %zu",
+                          c->path, (size_t)(p - c->base), f->name, (size_t)(end - p), esz);
+    return 0;
+  }
+  while (p < end) {
+    uint64_t v;
+    int rc = read_varint(&v, c, &p, end, f->name);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static int scan_message(const wire_ctx *c, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                        int depth) {
+  if (depth > CP_ONNX_MAX_NESTING)
+    return cp_error_set(CP_EFORMAT, "%s: offset %zu: messages nested deeper than %d (%s)", c->path,
+                        (size_t)(p - c->base), CP_ONNX_MAX_NESTING, d->name);
+  while (p < end) {
+    const uint8_t *at = p;
+    uint64_t tag, v;
+    int rc = read_varint(&tag, c, &p, end, d->name);
+    if (rc < 0) return rc;
+    unsigned wire = (unsigned)(tag & 7);
+    uint64_t id = tag >> 3;
+    if (id == 0 || id > 0x1fffffff)
+      return cp_error_set(CP_EFORMAT, "%s: offset %zu: field number %" PRIu64 " in %s", c->path,
+                          (size_t)(at - c->base), id, d->name);
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(d, (unsigned)id);
+    const char *fname = f ? f->name : "(unknown field)";
+    bool packed = f && f->label == PROTOBUF_C_LABEL_REPEATED && wire == 2 && wire_of(f->type) != 2;
+    if (wire > 2 && wire != 5)
+      return cp_error_set(CP_EFORMAT, "%s: offset %zu: wire type %u (field %" PRIu64 " '%s' of %s) is not supported",
+                          c->path, (size_t)(at - c->base), wire, id, fname, d->name);
+    if (f && wire != wire_of(f->type) && !packed)
+      return cp_error_set(CP_EFORMAT, "%s: offset %zu: wrong wire type %u for field '%s' of %s (expected %u)", c->path,
+                          (size_t)(at - c->base), wire, f->name, d->name, wire_of(f->type));
+    if (wire == 0) {
+      if ((rc = read_varint(&v, c, &p, end, fname)) < 0) return rc;
+      continue;
+    }
+    size_t need = wire == 1 ? 8 : 4;
+    if (wire == 2) {
+      if ((rc = read_varint(&v, c, &p, end, fname)) < 0) return rc;
+      if (v > (uint64_t)(end - p))
+        return cp_error_set(CP_EFORMAT, "%s: offset %zu: length %" PRIu64 " of field '%s' of %s runs past the end "
+                            "(%zu bytes left)", c->path, (size_t)(at - c->base), v, fname, d->name,
+                            (size_t)(end - p));
+      need = (size_t)v;
+    } else if ((size_t)(end - p) < need) {
+      return cp_error_set(CP_EFORMAT, "%s: offset %zu: fixed-size field '%s' of %s runs past the end", c->path,
+                          (size_t)(at - c->base), fname, d->name);
+    }
+    const uint8_t *sub = p;
+    p += need;
+    if (!f || wire != 2) continue;
+    if (packed) rc = scan_packed(c, f, sub, p);
+    else if (f->type == PROTOBUF_C_TYPE_MESSAGE) rc = scan_message(c, f->descriptor, sub, p, depth + 1);
+    else if (f->type == PROTOBUF_C_TYPE_STRING && memchr(sub, 0, need))
+      rc = cp_error_set(CP_EFORMAT, "%s: offset %zu: string field '%s' of %s holds a NUL byte", c->path,
+                        (size_t)(at - c->base), f->name, d->name);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* protobuf-c's allocations, each with its size in front, counted against a cap. */
+typedef struct {
+  uint64_t used, cap;
+  bool refused; /* an allocation passed the cap */
+} mem_cap;
+typedef union {
+  size_t n;
+  max_align_t align;
+} mem_head;
+
+static void *cap_alloc(void *data, size_t size) {
+  mem_cap *m = data;
+  if (size > m->cap - m->used || size > SIZE_MAX - sizeof(mem_head)) {
+    m->refused = true;
+    return NULL;
+  }
+  mem_head *h = malloc(sizeof *h + size);
+  if (!h) return NULL;
+  h->n = size, m->used += size;
+  return h + 1;
+}
+
+/* The cap bounds what one unpack takes at once or in all: frees are not credited back. */
+static void cap_free(void *data, void *ptr) {
+  (void)data;
+  if (ptr) free((mem_head *)ptr - 1);
+}
+
+int cp_onnx_wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                        const char *path) {
+  *out = NULL;
+  wire_ctx c = {path, buf};
+  int rc = scan_message(&c, d, buf, buf + len, 0);
+  if (rc < 0) return rc;
+  mem_cap cap = {0, CP_ONNX_UNPACK_MEM_MAX, false};
+  ProtobufCAllocator a = {cap_alloc, cap_free, &cap};
+  *out = protobuf_c_message_unpack(d, &a, len, buf);
+  if (!*out) {
+    if (cap.refused)
+      return cp_error_set(CP_EOVERFLOW, "%s: unpacking would take more than %" PRIu64 " bytes of memory", path,
+                          (uint64_t)CP_ONNX_UNPACK_MEM_MAX);
+    return cp_error_set(CP_EFORMAT, "%s: not a readable %s (protobuf unpack failed)", path, d->name);
+  }
+  return 0;
+}
+
+void cp_onnx_wire_free(ProtobufCMessage *m) {
+  if (!m) return;
+  ProtobufCAllocator a = {cap_alloc, cap_free, NULL};
+  protobuf_c_message_free_unpacked(m, &a);
+}
