@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Regenerates docs/results.md from scratch with the ctxpatch CLI: the probe models (original vs
+# each seed's method), the T5 seed's single tau vs the temperature schedule at 1x..16x (passkey,
+# needle, ppl) and the pretrained stories260K on ppl at 1x..8x, every cell with its 95% interval.
+#
+#   bash scripts/results.sh            measure and write docs/results.md (about 10-25 min, 2 cores)
+#   bash scripts/results.sh --render   rewrite docs/results.md from the last run's numbers
+#
+# Knobs (environment): RESULTS_SAMPLES (samples per probe x length x depth cell, default 2),
+# RESULTS_WINDOWS (ppl windows per length, default 8), RESULTS_WORK (scratch folder, default
+# build/results-work), CTXPATCH (the binary, default build/ctxpatch), FIXTURES (default
+# ../shared/fixtures; when it is missing the sections that need it are skipped with a message).
+# Needs /usr/bin/python3 (stdlib only) and a build; builds build/ with -j2 when ctxpatch is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -z "${CTXPATCH:-}" && ! -x build/ctxpatch ]]; then
+  echo "results: building build/ctxpatch"
+  cmake -S . -B build -DCTXPATCH_CUDA=OFF >/dev/null
+  cmake --build build -j2 --target ctxpatch >/dev/null
+fi
+fix="${FIXTURES:-../shared/fixtures}"
+if [[ ! -d "$fix/third_party" ]]; then
+  echo "results: SKIP: $fix is not reachable; the stories260K section and the ppl tables are skipped"
+fi
+if [[ "${1:-}" != "--render" ]]; then
+  rm -rf "${RESULTS_WORK:-build/results-work}"
+fi
+start=$(date +%s)
+/usr/bin/python3 bench/results.py "$@"
+echo "results: total wall time $(( $(date +%s) - start )) s"
