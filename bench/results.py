@@ -326,19 +326,13 @@ def section2(have_fix):
     t5 = os.path.join(PM, "t5-probe")
     rope = os.path.join(PM, "rope-probe")
     out = {}
-    cal, single, single_p, sched = calibrate(sec, t5, None, S2_LENGTHS[1:], "t5")
-    out["t5_cal"] = (cal, single, load(sched))
-    certs = retrieval(sec, t5, [("one tau", single_p), ("schedule", sched)], "t5",
-                      "passkey,needle")
-    out["t5_tables"] = retrieval_table(certs, ["one tau", "schedule"])
-    out["t5_certs"] = certs
-    cal, single, single_p, sched = calibrate(sec, rope, None, S2_LENGTHS[1:], "rope")
-    out["rope_cal"] = (cal, single, load(sched))
-    certs = retrieval(sec, rope, [("one tau", single_p), ("schedule", sched)], "rope",
-                      "passkey")
-    out["rope_tables"] = retrieval_table(certs, ["one tau", "schedule"])
-    out["rope_certs"] = certs
-    if have_fix:
+    for tag, model, probes in (("t5", t5, "passkey,needle"), ("rope", rope, "passkey")):
+        cal, single, single_p, sched = calibrate(sec, model, None, S2_LENGTHS[1:], tag)
+        out[tag + "_cal"] = (cal, single, load(sched))
+        certs = retrieval(sec, model, [("one tau", single_p), ("schedule", sched)], tag, probes)
+        out[tag + "_tables"] = retrieval_table(certs, ["one tau", "schedule"])
+        out[tag + "_certs"] = certs
+    if have_fix:   # single_p and sched are the rope-probe's (the loop's last model)
         corpus = held_out_corpus()
         res, tokens = ppl_runs(sec, rope, [("original", rope, None, S2_LENGTHS),
                                            ("one tau", rope, single_p, S2_LENGTHS),
