@@ -20,6 +20,7 @@ HELD_OUT = (800, 1000)   # stories [800, 1000) of the validation file: the ppl c
 
 commands = {}   # section -> list of command strings (deduplicated, in order)
 timings = {}    # section -> wall seconds
+cpu = {}        # section -> CPU seconds of the CLI processes (user + system)
 
 
 def shown(arg):
@@ -31,9 +32,10 @@ def shown(arg):
     return s
 
 
-def run(section, args, ok=(0,), quiet=True, template=None):
-    """Runs the CLI; records the command (with --seed N shown as --seed $w when templated)."""
-    text = " ".join(shlex.quote(shown(a)) for a in args)
+def run(section, args, ok=(0,), template=False):
+    """Runs the CLI and returns its standard output; records the command (with --seed N shown
+    as --seed $w when templated). Exit statuses outside ok stop the run."""
+    text = " ".join(shown(shlex.quote(str(a))) for a in args)
     if template:
         text = re.sub(r"--seed \d+", "--seed $w", text)
         text = re.sub(r"-w\d+\.json", "-w$w.json", text)
@@ -45,8 +47,6 @@ def run(section, args, ok=(0,), quiet=True, template=None):
     if p.returncode not in ok:
         sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
         raise SystemExit("results: command failed (exit %d): %s" % (p.returncode, text))
-    if not quiet:
-        sys.stdout.write(p.stdout)
     return p.stdout
 
 
@@ -423,17 +423,30 @@ def main():
     if sys.argv[1:] == ["--render"]:    # redo the document from the last run's numbers
         import pickle
         with open(state, "rb") as f:
-            head, s1, s2, s3, have_fix, cmds, tims = pickle.load(f)
+            st = pickle.load(f)
+        head, s1, s2, s3, have_fix, cmds, tims = st[:7]
         commands.update(cmds)
         timings.update(tims)
+        cpu.update(st[7] if len(st) > 7 else {})
     else:
         head, s1, s2, s3, have_fix = measure()
         import pickle
         with open(state, "wb") as f:
-            pickle.dump((head, s1, s2, s3, have_fix, commands, timings), f)
+            pickle.dump((head, s1, s2, s3, have_fix, commands, timings, cpu), f)
     import results_doc
     write(results_doc.render(sys.modules[__name__], head, s1, s2, s3, have_fix))
     print("results: wrote %s (total %.0f s)" % (shown(OUT), sum(timings.values())))
+
+
+def timed(sec, what, fn):
+    t, c = time.time(), os.times()
+    out = fn()
+    c2 = os.times()
+    timings[sec] = time.time() - t
+    cpu[sec] = (c2.children_user - c.children_user) + (c2.children_system - c.children_system)
+    print("results: section %s (%s): %.0f s wall, %.0f s CPU" % (sec, what, timings[sec],
+                                                                 cpu[sec]), flush=True)
+    return out
 
 
 def measure():
@@ -442,20 +455,9 @@ def measure():
         print("results: SKIP: %s is missing (stories260K or the TinyStories text): the ppl "
               "table of section 2 and all of section 3 are skipped" % FIX, flush=True)
     head = machine()
-    t = time.time()
-    s1 = section1()
-    timings["1"] = time.time() - t
-    print("results: section 1 (probe models): %.0f s" % timings["1"], flush=True)
-    t = time.time()
-    s2 = section2(have_fix)
-    timings["2"] = time.time() - t
-    print("results: section 2 (T5 seed, one tau vs schedule): %.0f s" % timings["2"], flush=True)
-    s3 = None
-    if have_fix:
-        t = time.time()
-        s3 = section3()
-        timings["3"] = time.time() - t
-        print("results: section 3 (stories260K): %.0f s" % timings["3"], flush=True)
+    s1 = timed("1", "probe models", section1)
+    s2 = timed("2", "T5 seed, one tau vs schedule", lambda: section2(have_fix))
+    s3 = timed("3", "stories260K", section3) if have_fix else None
     return head, s1, s2, s3, have_fix
 
 

@@ -1,10 +1,24 @@
 """Writes docs/results.md from the numbers bench/results.py measured. Every sentence that states
 a measured number or a comparison is computed here from the certificates, so a rerun cannot
 leave a stale claim behind; the papers' claims are quoted with their table or figure."""
+import re
 
 
 def commands(R, sec):
-    return "```sh\n" + "\n".join(R.commands.get(sec, [])) + "\n```"
+    """The section's commands as a shell block; the per-window ones inside one loop."""
+    out, loop = [], []
+    for c in R.commands.get(sec, []):
+        c = re.sub(r"'(\$W/[^']*)'", r"\1", c)     # $W must expand
+        if "$w" in c:
+            loop.append("  " + c)
+            continue
+        if loop:
+            out += ["for w in $(seq 0 %d); do" % (R.WINDOWS - 1)] + loop + ["done"]
+            loop = []
+        out.append(c)
+    if loop:
+        out += ["for w in $(seq 0 %d); do" % (R.WINDOWS - 1)] + loop + ["done"]
+    return "```sh\n" + "\n".join(out) + "\n```"
 
 
 def render(R, head, s1, s2, s3, have_fix):
@@ -17,12 +31,14 @@ def render(R, head, s1, s2, s3, have_fix):
           "in `build/results-work/`, and rewrites this file; `RESULTS_SAMPLES` (samples per "
           "probe x length x depth cell, default 2) and `RESULTS_WINDOWS` (ppl windows per length, "
           "default 8) scale it; `bash scripts/results.sh --render` rewrites the text from the "
-          "last run's numbers without measuring).", "",
+          "last run's numbers without measuring). In the commands, `ctxpatch` is "
+          "`build/ctxpatch` and `W=build/results-work`.", "",
           "**This run:** %s." % head, "",
-          "**Wall time per section:** " + ", ".join(
-              "section %s %.0f s" % (k, v) for k, v in sorted(R.timings.items()))
-          + " (total %.0f s; the machine was shared with other jobs, so an idle run is faster)."
-          % sum(R.timings.values()), "",
+          "**Time per section (wall / CPU of the CLI processes):** " + ", ".join(
+              "section %s %.0f s / %s" % (k, v, "%.0f s" % getattr(R, "cpu", {})[k]
+                                            if k in getattr(R, "cpu", {}) else "-")
+              for k, v in sorted(R.timings.items()))
+          + "; total %.0f s wall%s." % (sum(R.timings.values()), cpu_note(R)), "",
           "**How to read the cells.** Retrieval: accuracy k/n with its 95%% Wilson score "
           "interval `[lo, hi]` as `ctxpatch verify` reports it (verify/stats.c); `p` is Tango's "
           "one-sided paired test of a drop larger than 0.05 against the original on the same "
@@ -97,9 +113,12 @@ def render(R, head, s1, s2, s3, have_fix):
           s2["rope_tables"][0], "", s2["rope_tables"][1], ""]
     d += obs_retrieval(R, s2["rope_certs"])
     if "rope_ppl" in s2:
-        d += ["ppl on the held-out TinyStories slice (stories 800-999 of "
-              "`../shared/fixtures/third_party/text/tinystories_val_1000_eot.txt`, the "
-              "validation split; %d tokens of the probe tokenizer), %d windows per length:"
+        d += ["ppl on a held-out TinyStories slice: the last 200 of the 1000 stories (0-based "
+              "800-999) of `../shared/fixtures/third_party/text/tinystories_val_1000_eot.txt` "
+              "(the validation split), cut by bench/results.py into "
+              "`$W/tinystories_val_800_1000.txt`, documents split at `<|endoftext|>`; the first "
+              "800 stay free for training a probe model on text. %d tokens of the probe "
+              "tokenizer, %d windows per length:"
               % (s2["rope_ppl_tokens"], w), "", s2["rope_ppl"], "",
               "At %dx (%d): " % (R.S2_LENGTHS[-1] // 256, R.S2_LENGTHS[-1])
               + R.ppl_summary(s2["rope_ppl_res"], ["one tau", "schedule"],
@@ -130,7 +149,7 @@ def render(R, head, s1, s2, s3, have_fix):
           "read directly as GGUF with its own SentencePiece tokenizer from the GGUF metadata; the "
           "GGUF says context 2048, but the model was trained at 512, so every rule below is "
           "given 512 explicitly). Corpus: the same held-out TinyStories validation slice "
-          "(stories 800-999; %d tokens of tok512; the model was trained on the train split). "
+          "(stories 800-999 of the validation file; %d tokens of tok512; the model was trained on the train split). "
           "%d windows per length." % (s3["tokens"], w), "",
           "Sides: **lm-infinite**: rule %s (Lambda mask with 10 global tokens and a 512 local "
           "window, distance ceiling 512; made by `patch --method lm-infinite --n-local 512`). "
@@ -168,6 +187,18 @@ def render(R, head, s1, s2, s3, have_fix):
           "evaluated on T5's encoder, and applying it to a RoPE decoder is this project's "
           "extension, not the paper's claim.", "", "Commands:", "", commands(R, "3"), ""]
     return d
+
+
+def cpu_note(R):
+    c = getattr(R, "cpu", {})
+    if not c:
+        return ""
+    total = sum(c.values())
+    return (", %.0f s CPU. The wall time is what this run took on a machine shared with other "
+            "jobs (see the load average); an idle 2-core machine should need about the CPU time "
+            "over the %d cores the engine threads use, %.0f-%.0f min (an estimate, not a "
+            "measurement)"
+            % (total, 2, total / 2 / 60, total / 1.5 / 60))
 
 
 def json_s(x):
