@@ -391,8 +391,10 @@ def ppl_summary(res, names, L, base="original"):
         if L not in res[n]:
             continue
         x = [e["nll"] for e in res[n][L]]
-        m, lo, hi = mean_ci([u - v for u, v in zip(x, b)])
+        diffs = [u - v for u, v in zip(x, b)]
+        m, lo, hi = mean_ci(diffs)
         verdict = ("lower (better)" if hi < 0 else "higher (worse)" if lo > 0
+                   else "identical in every window" if not any(diffs)
                    else "not distinguishable")
         parts.append("%s %+.3f [%+.3f, %+.3f] nats, %s" % (n, m, lo, hi, verdict))
     return "; ".join(parts)

@@ -50,6 +50,8 @@ def render(R, head, s1, s2, s3, have_fix):
           "length may overlap (random starts in the corpus), so the t interval is optimistic "
           "about their independence." % (w, w - 1), ""]
 
+    d += summary(R, s1, s2, s3)
+
     # ---- section 1
     d += ["## 1. Probe models: the original against each seed's method", "",
           "Passkey accuracy at 1x-8x the training length (256), original → patched, "
@@ -90,10 +92,11 @@ def render(R, head, s1, s2, s3, have_fix):
           "Algorithm 1 (P_max alignment, grid 1.0..0.5 step 0.05) is run once by `ctxpatch "
           "calibrate --method pmax --schedule` at %s; the schedule is its table with [L_tr, 1] "
           "first (tau(T) linear in log T between points, spec `temperature_schedule`), and the "
-          "single tau is the same calibration's value at the longest length, %s (what `patch "
-          "--method temperature --calibrate pmax` bakes for a %d target; baked into weights "
-          "it is exact, see section 1's re-verify column)." % (
-              ", ".join(str(L) for L in R.S2_LENGTHS[1:]), single, R.S2_LENGTHS[-1]), "",
+          "single tau is the same calibration's value at the longest length, %s (the tau "
+          "`patch --method temperature --calibrate pmax --target-len %d` bakes by the same "
+          "algorithm: %s; baked into weights it is exact, see section 1's re-verify column)."
+          % (", ".join(str(L) for L in R.S2_LENGTHS[1:]), single, R.S2_LENGTHS[-1],
+             same_tau(s1, cal)), "",
           "### t5-probe (encoder temperature), passkey and needle", "",
           "Schedule: %s. %d prompts per probe and length." % (sched_text(sched), s1["n"]), "",
           s2["t5_tables"][0], "",
@@ -187,6 +190,49 @@ def render(R, head, s1, s2, s3, have_fix):
           "evaluated on T5's encoder, and applying it to a RoPE decoder is this project's "
           "extension, not the paper's claim.", "", "Commands:", "", commands(R, "3"), ""]
     return d
+
+
+def acc_at(R, cert, side, probe, L):
+    return R.acc_cell(R.by_len(cert["results"][side][probe])[L])
+
+
+def summary(R, s1, s2, s3):
+    """The headline numbers, taken from the tables below."""
+    lo, hi = R.S2_LENGTHS[0], R.S2_LENGTHS[-1]
+    one, sch = s2["t5_certs"]["one tau"], s2["t5_certs"]["schedule"]
+    out = ["## Summary (computed from the tables below)", ""]
+    for probe, L in (("passkey", hi), ("needle", lo), ("needle", hi)):
+        if probe not in one["probes"]["names"]:
+            continue
+        out.append("- t5-probe, %s at %d (%dx): original %s, one tau %s, schedule %s." % (
+            probe, L, L // lo, acc_at(R, one, "baseline", probe, L),
+            acc_at(R, one, "patched", probe, L), acc_at(R, sch, "patched", probe, L)))
+    if "rope_ppl_res" in s2:
+        out.append("- rope-probe ppl at %d, against the original: %s." % (
+            hi, R.ppl_summary(s2["rope_ppl_res"], ["one tau", "schedule"], hi)))
+    if s3 is not None:
+        L = R.S3_LENGTHS[-1]
+        names = [n for n in s3["res"] if n != "original" and L in s3["res"][n]]
+        o = [e["nll"] for e in s3["res"]["original"][L]]
+        t = [e["nll"] for e in s3["res"]["original"][R.S3_LENGTHS[0]]]
+        out.append("- stories260K ppl at %d (%dx), original %s nats (at 512: %s); against the "
+                   "original: %s." % (L, L // R.S3_LENGTHS[0], R.nll_cell(o), R.nll_cell(t),
+                                      R.ppl_summary(s3["res"], names, L)))
+    verdicts = ["%s %s: %s" % (m, lab.split(" (")[0], c["verdict"]["result"])
+                for m, lab, _, _, c, _ in s1["rows"]]
+    out += ["- Section 1 verdicts (no regression at any length, Tango's test): "
+            + "; ".join(verdicts) + ".", ""]
+    return out
+
+
+def same_tau(s1, cal):
+    """Section 1's patch calibrated the t5-probe at 2048 by itself: does calibrate agree?"""
+    t1 = s1["rows"][0][3].get("temperature")
+    t2 = [e["tau"] for e in cal["entries"] if e["length"] == 2048]
+    if t1 is None or not t2:
+        return "not compared in this run"
+    return ("section 1's `patch` found %s at 2048, calibrate %s" % (t1, t2[0])
+            + (", the same" if abs(t1 - t2[0]) < 1e-9 else ", which differs"))
 
 
 def cpu_note(R):
