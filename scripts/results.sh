@@ -3,7 +3,8 @@
 # each seed's method), the T5 seed's single tau vs the temperature schedule at 1x..16x (passkey,
 # needle, ppl) and the pretrained stories260K on ppl at 1x..8x, every cell with its 95% interval.
 #
-#   bash scripts/results.sh            measure and write docs/results.md (about 10-25 min, 2 cores)
+#   bash scripts/results.sh            measure and write docs/results.md (~835 s CPU: 46 min on the
+#                                      2-core VM under load 12-33, roughly 7-10 min idle)
 #   bash scripts/results.sh --render   rewrite docs/results.md from the last run's numbers
 #
 # Knobs (environment): RESULTS_SAMPLES (samples per probe x length x depth cell, default 2),
@@ -26,6 +27,4 @@ fi
 if [[ "${1:-}" != "--render" ]]; then
   rm -rf "${RESULTS_WORK:-build/results-work}"
 fi
-start=$(date +%s)
 /usr/bin/python3 bench/results.py "$@"
-echo "results: total wall time $(( $(date +%s) - start )) s"
