@@ -24,7 +24,13 @@ fix="${FIXTURES:-../shared/fixtures}"
 if [[ ! -d "$fix/third_party" ]]; then
   echo "results: SKIP: $fix is not reachable; the stories260K section and the ppl tables are skipped"
 fi
-if [[ "${1:-}" != "--render" ]]; then
-  rm -rf "${RESULTS_WORK:-build/results-work}"
+work="${RESULTS_WORK:-build/results-work}"
+if [[ "${1:-}" != "--render" && -d "$work" ]]; then
+  # start from scratch, but never empty a folder this script did not make
+  if [[ -n "$(ls -A "$work")" && ! -f "$work/state.pickle" && "$work" != build/results-work ]]; then
+    echo "results: $work is not empty and holds no earlier run (state.pickle): refusing to clear it" >&2
+    exit 2
+  fi
+  rm -rf "$work"
 fi
 /usr/bin/python3 bench/results.py "$@"
