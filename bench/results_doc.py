@@ -86,18 +86,18 @@ def render(R, head, s1, s2, s3, have_fix):
         d.append(txt)
     d += ["", "Papers, for comparison (these probes measure passkey retrieval on 3-layer models "
           "trained on synthetic data, not the papers' settings):", "",
-          "- ALiBi PI (/work/shared/seeds/alibi-position-interpolation.txt, Figures 2 and 3): "
+          "- ALiBi PI (../shared/seeds/alibi-position-interpolation.txt, Figures 2 and 3): "
           "on BTLM-3B and MPT-7B, interpolated slopes keep Proof-pile perplexity low to at "
           "least 2x the training length where the originals degrade past 9-10K (8K models); "
           "Figure 4 reports LongEval line and topic retrieval gains. Here dynamic PI removes "
           "retrieval the small ALiBi probe has; issue 18's probe trained on text is where the "
           "perplexity claim can be tested.",
-          "- LM-Infinite (/work/shared/seeds/lm-infinite.txt, Table 2): on Llama-2 the Lambda "
+          "- LM-Infinite (../shared/seeds/lm-infinite.txt, Table 2): on Llama-2 the Lambda "
           "mask and ceiling keep passkey retrieval beyond 4K above the original and the "
           "truncation baseline. On this probe a key is visible only inside the 256-token window "
           "or the 10 global tokens, so retrieval tracks the share of depths inside the window; "
           "section 3 tests the paper's NLL claim (Figure 3) on a pretrained model.",
-          "- FIRE (/work/shared/seeds/fire-functional-interpolation.txt, Figure 1 and Table 2): "
+          "- FIRE (../shared/seeds/fire-functional-interpolation.txt, Figure 1 and Table 2): "
           "FIRE's learned interpolation gives the best C4 perplexity across lengths among the "
           "encodings compared. Its threshold patch here is this project's mechanism check, "
           "not the paper's method; the paper's learned threshold is issue 18's probe v2.",
@@ -147,7 +147,7 @@ def render(R, head, s1, s2, s3, have_fix):
               + ".", "", uniform_note(R, s2["rope_ppl_res"]), ""]
     else:
         d += ["ppl: SKIPPED, `../shared/fixtures` was not reachable.", ""]
-    d += ["Paper (/work/shared/seeds/t5-attention-alignment.txt): Table 4, Flan-T5-Large "
+    d += ["Paper (../shared/seeds/t5-attention-alignment.txt): Table 4, Flan-T5-Large "
           "passkey at 55k sentences rises from 9 to 85 with P_max alignment, and Table 10 "
           "calibrates one temperature per task length, decreasing as the length grows (a "
           "schedule in all but name); Table 3 (T5-Large-LM, trained at 512) reports perplexity "
@@ -198,7 +198,7 @@ def render(R, head, s1, s2, s3, have_fix):
           "MLP); LM-Infinite's optional **top-k** middle tokens act by default only on decode "
           "rows (`rows: \"decode\"`), which a ppl pass has none of, so it was not measured here.",
           "",
-          "Papers: LM-Infinite (/work/shared/seeds/lm-infinite.txt, Figure 3) reports that the "
+          "Papers: LM-Infinite (../shared/seeds/lm-infinite.txt, Figure 3) reports that the "
           "Lambda mask plus ceiling flattens the NLL curves of several LLMs on ArXiv far past "
           "their pre-training length without parameter updates (Table 1: the best perplexity "
           "on 7 of 9 columns); the by-position table above is the same view on a 260K-parameter "
