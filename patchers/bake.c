@@ -64,6 +64,7 @@ static const char *pos_name(cp_pos_scheme p) {
     case CP_POS_ROPE: return "RoPE";
     case CP_POS_FIRE: return "FIRE";
     case CP_POS_T5_BUCKETS: return "T5 relative buckets";
+    case CP_POS_LEARNED: return "learned absolute";
   }
   return "another positional scheme";
 }
