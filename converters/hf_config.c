@@ -376,20 +376,29 @@ static int parse_t5(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
-static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
+/* The sizes BLOOM and GPT-2 spell alike (n_layer, n_head with their HF aliases) and the width
+ * under `width_key` / `width_alias`; d_head = width / n_head; *ff4 = 4 x width, their FFN width
+ * (GPT-2's n_inner default), checked for overflow. */
+static int n_sizes(cp_hf_config *cfg, int *ff4, const ctx_t *c, const char *width_key, const char *width_alias) {
   const cJSON *r = c->root;
-  cfg->pos = CP_POS_ALIBI;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
-  /* BloomConfig: a given n_embed replaces hidden_size. */
-  TRY(req_int(&cfg->d_model, c, r, "hidden_size", "n_embed"));
+  TRY(req_int(&cfg->d_model, c, r, width_key, width_alias));
   TRY(req_int(&cfg->n_layers, c, r, "n_layer", "num_hidden_layers"));
   TRY(req_int(&cfg->n_heads, c, r, "n_head", "num_attention_heads"));
   cfg->n_kv_heads = cfg->n_heads;
   TRY(split_heads(cfg, c, field(r, "n_head") ? "n_head" : "num_attention_heads"));
   if ((double)cfg->d_model * 4 > CFG_INT_MAX)
-    return cp_error_set(CP_ECFG_FIELD, "%s: key 'hidden_size': 4 x %d overflows the FFN width",
-                        c->what, cfg->d_model);
-  cfg->d_ff = 4 * cfg->d_model;
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': 4 x %d overflows the FFN width", c->what, width_key,
+                        cfg->d_model);
+  *ff4 = 4 * cfg->d_model;
+  return 0;
+}
+
+static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ALIBI;
+  /* BloomConfig: a given n_embed replaces hidden_size. */
+  TRY(n_sizes(cfg, &cfg->d_ff, c, "hidden_size", "n_embed"));
   TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
   snprintf(cfg->activation, sizeof cfg->activation, "gelu_pytorch_tanh"); /* BloomGelu */
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
@@ -593,20 +602,13 @@ static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
 static int parse_gpt2(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_LEARNED;
-  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
-  TRY(req_int(&cfg->d_model, c, r, "n_embd", "hidden_size"));
-  TRY(req_int(&cfg->n_layers, c, r, "n_layer", "num_hidden_layers"));
-  TRY(req_int(&cfg->n_heads, c, r, "n_head", "num_attention_heads"));
-  cfg->n_kv_heads = cfg->n_heads;
-  TRY(split_heads(cfg, c, field(r, "n_head") ? "n_head" : "num_attention_heads"));
-  int n_pos;
+  int ff4, n_pos;
+  TRY(n_sizes(cfg, &ff4, c, "n_embd", "hidden_size"));
   TRY(req_int(&n_pos, c, r, "n_positions", "max_position_embeddings"));
   cfg->train_len = n_pos;
   snprintf(cfg->train_len_key, sizeof cfg->train_len_key, "config.json %s",
            field(r, "n_positions") ? "n_positions" : "max_position_embeddings");
-  if ((double)cfg->d_model * 4 > CFG_INT_MAX)
-    return cp_error_set(CP_ECFG_FIELD, "%s: key 'n_embd': 4 x %d overflows the FFN width", c->what, cfg->d_model);
-  TRY(opt_int(&cfg->d_ff, c, r, "n_inner", NULL, 4 * cfg->d_model));
+  TRY(opt_int(&cfg->d_ff, c, r, "n_inner", NULL, ff4));
   TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
   TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "activation_function", NULL, "gelu_new"));
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
