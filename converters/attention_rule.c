@@ -96,6 +96,24 @@ static int check_schedule(const cp_rule *r, const char *what) {
   return 0;
 }
 
+/* A learned absolute position table (GPT-2) is added to the input once: attention has no
+ * positional term, so every rule part that acts on one has nothing to act on. Temperature, its
+ * schedule, lambda_mask and top_k (k, from_layer, rows) are position-free and apply. */
+static int check_learned_pos(const cp_rule *r, const cp_rule_model *m, const char *what) {
+  const char *fam = m->family ? m->family : "this", *why = NULL, *key = NULL;
+  if (r->distance_ceiling > 0)
+    key = "distance_ceiling", why = "there is no distance in attention to clamp";
+  else if (r->has_top_k && r->top_k_distance > 0)
+    key = "top_k.distance", why = "top-k logits have no distance term to evaluate";
+  else if (r->alibi_mode != CP_ALIBI_NONE)
+    key = "alibi_scale", why = "there are no ALiBi slopes to scale";
+  else if (r->fire_threshold > 0)
+    key = "fire_threshold", why = "there is no FIRE bias to threshold";
+  if (!key) return 0;
+  return cp_error_set(CP_ERULE_MODEL, "%s: %s cannot apply to a %s model: its positions are a learned absolute "
+                      "table added to the input, so %s", what, key, fam, why);
+}
+
 int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *what) {
   assert(m->n_layers_encoder >= 0 && m->n_layers_decoder >= 0);
   int rc;
@@ -111,6 +129,7 @@ int cp_rule_check_model(const cp_rule *r, const cp_rule_model *m, const char *wh
   /* Rules built in code (CLI options, calibration) pass here too, not only parsed ones. */
   if (r->has_top_k && (r->top_k < 1 || r->top_k > CP_RULE_MAX_TOP_K))
     return cp_error_set(CP_ERULE_VALUE, "%s: key 'top_k.k': %d is not in [1, %d]", what, r->top_k, CP_RULE_MAX_TOP_K);
+  if (m->learned_pos && (rc = check_learned_pos(r, m, what))) return rc;
   if (r->alibi_mode != CP_ALIBI_NONE && !m->has_alibi)
     return cp_error_set(CP_ERULE_MODEL, "%s: alibi_scale needs a model with ALiBi biases; this one has none", what);
   if (r->fire_threshold > 0 && !m->has_fire)
@@ -165,11 +184,12 @@ void cp_rule_plan(cp_attn_plan *out, const cp_rule *r, const cp_rule_model *m, c
     out->n_local = r->n_local;
   }
 
-  /* Cross-attention has no positional term, so no ceiling (decision 5). Elsewhere the default
+  /* Cross-attention and learned-position models have no positional term in attention, so no
+   * ceiling (decision 5). Elsewhere the default
    * D = n_local follows from lambda_mask being given, also where the mask itself does not
    * apply (T5 encoder). */
   out->ceiling = INT64_MAX;
-  if (kind != CP_ATTN_CROSS) {
+  if (kind != CP_ATTN_CROSS && !m->learned_pos) { /* learned positions: no distance term */
     if (r->distance_ceiling > 0)
       out->ceiling = r->distance_ceiling;
     else if (r->has_lambda)

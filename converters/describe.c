@@ -83,6 +83,11 @@ static cJSON *add_positional(cJSON *obj, const cp_hf_config *c) {
     cJSON_AddBoolToObject(p, "shared", c->fire_shared);
     cJSON_AddNumberToObject(p, "threshold_init", c->fire_threshold);
     break;
+  case CP_POS_LEARNED: /* a table of n_positions rows: no position past it has an embedding */
+    cJSON_AddNumberToObject(p, "n_positions", (double)c->train_len);
+    cJSON_AddBoolToObject(p, "scale_attn_weights", c->scale_attn_weights);
+    cJSON_AddBoolToObject(p, "scale_attn_by_inverse_layer_idx", c->scale_attn_inverse_layer);
+    break;
   }
   return p;
 }

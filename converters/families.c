@@ -50,10 +50,11 @@ static const cp_family_tensor k_t5[] = {
     {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
 };
 
-/* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX) share one shape; `nb` is the bias rule
- * of norms and MLP, `ab` that of the attention projections. The last column is llama.cpp's GGUF
- * name, the same for its `bloom`, `mpt` and `gptneox` architectures (src/llama-arch.cpp); its
- * attn_qkv holds q | k | v whatever the HF layout (converters/gguf_export.c reorders). */
+/* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX, GPT-2) share one shape; `nb` is the
+ * bias rule of norms and MLP, `ab` that of the attention projections. The last column is
+ * llama.cpp's GGUF name, the same for its `bloom`, `mpt` and `gptneox` architectures
+ * (src/llama-arch.cpp); its attn_qkv holds q | k | v whatever the HF layout
+ * (converters/gguf_export.c reorders). GPT-2 is not written to GGUF yet (cp_gguf_export_check). */
 #define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
   {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},     \
   {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "blk.%d.attn_norm"},        \
@@ -112,6 +113,15 @@ static const cp_family_tensor k_fire[] = {
     {CP_ROLE_FIRE, DEC, "layers.%d.self_attn.fire", CP_BIAS_NONE, CP_DIM_NONE, CP_DIM_NONE, CP_WHEN_PER_LAYER, NULL},
 };
 
+/* GPT-2 (HF GPT2LMHeadModel, modeling_gpt2.py): Conv1D layers (the layout's conv1d flag), c_attn
+ * = q | k | v along its output, learned positions wpe, biases everywhere, tied head. Hub
+ * checkpoints of the original gpt2 store the body without "transformer.". */
+static const cp_family_tensor k_gpt2[] = {
+    FUSED_ROWS("wte", "h.%d.ln_1", "h.%d.attn.c_attn", "h.%d.attn.c_proj", "h.%d.ln_2", "h.%d.mlp.c_fc",
+               "h.%d.mlp.c_proj", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
+    {CP_ROLE_POS_EMBED, DEC, "wpe", CP_BIAS_NONE, CP_DIM_POSITIONS, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+};
+
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
 static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5)},
@@ -123,6 +133,8 @@ static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_GPT_NEOX] = {CP_FAMILY_GPT_NEOX, {"gpt_neox.", NULL}, CP_QKV_INTERLEAVED, CP_TAU_NOWHERE, NULL,
                             ROWS(k_gpt_neox)},
     [CP_FAMILY_FIRE] = {CP_FAMILY_FIRE, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_FIRE_OUT, NULL, ROWS(k_fire)},
+    [CP_FAMILY_GPT2] = {CP_FAMILY_GPT2, {"transformer.", ""}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_gpt2),
+                        true},
 };
 
 const cp_family_layout *cp_family_layout_of(cp_family family) {

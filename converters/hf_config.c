@@ -1,7 +1,7 @@
 /* Hugging Face config.json -> cp_hf_config, parsed once and strictly into typed fields.
  *
  * Field names and defaults follow each family's HF config class (T5Config, BloomConfig,
- * MptConfig + MptAttentionConfig, LlamaConfig, MistralConfig, GPTNeoXConfig) and
+ * MptConfig + MptAttentionConfig, LlamaConfig, MistralConfig, GPTNeoXConfig, GPT2Config) and
  * docs/fire-layout.md for ctxpatch_fire. Two deliberate departures from HF:
  *  - the sizes that fix tensor shapes (vocab, width, depth, heads, FFN width, T5 d_kv) are
  *    required: HF's class defaults for them are one arbitrary model's numbers, and silently
@@ -43,7 +43,7 @@ static const struct {
 } k_model_types[] = {
     {"t5", CP_FAMILY_T5},       {"bloom", CP_FAMILY_BLOOM},       {"mpt", CP_FAMILY_MPT},
     {"llama", CP_FAMILY_LLAMA}, {"mistral", CP_FAMILY_LLAMA},     {"gpt_neox", CP_FAMILY_GPT_NEOX},
-    {"ctxpatch_fire", CP_FAMILY_FIRE},
+    {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -60,10 +60,11 @@ static const struct {
     {"MistralForCausalLM", "mistral"},    {"MistralModel", "mistral"},
     {"GPTNeoXForCausalLM", "gpt_neox"},   {"GPTNeoXModel", "gpt_neox"},
     {"CtxpatchFireForCausalLM", "ctxpatch_fire"},
+    {"GPT2LMHeadModel", "gpt2"},          {"GPT2Model", "gpt2"},
 };
 
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, gpt_neox, ctxpatch_fire";
+  return "t5, bloom, mpt, llama, mistral, gpt_neox, ctxpatch_fire, gpt2";
 }
 
 const char *cp_family_name(cp_family family) {
@@ -74,6 +75,7 @@ const char *cp_family_name(cp_family family) {
     case CP_FAMILY_LLAMA: return "llama";
     case CP_FAMILY_GPT_NEOX: return "gpt_neox";
     case CP_FAMILY_FIRE: return "fire";
+    case CP_FAMILY_GPT2: return "gpt2";
     case CP_FAMILY_COUNT: break;
   }
   return "?";
@@ -85,6 +87,7 @@ const char *cp_pos_scheme_name(cp_pos_scheme pos) {
     case CP_POS_ALIBI: return "alibi";
     case CP_POS_ROPE: return "rope";
     case CP_POS_FIRE: return "fire";
+    case CP_POS_LEARNED: return "learned";
   }
   return "?";
 }
@@ -373,20 +376,29 @@ static int parse_t5(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
-static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
+/* The sizes BLOOM and GPT-2 spell alike (n_layer, n_head with their HF aliases) and the width
+ * under `width_key` / `width_alias`; d_head = width / n_head; *ff4 = 4 x width, their FFN width
+ * (GPT-2's n_inner default), checked for overflow. */
+static int n_sizes(cp_hf_config *cfg, int *ff4, const ctx_t *c, const char *width_key, const char *width_alias) {
   const cJSON *r = c->root;
-  cfg->pos = CP_POS_ALIBI;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
-  /* BloomConfig: a given n_embed replaces hidden_size. */
-  TRY(req_int(&cfg->d_model, c, r, "hidden_size", "n_embed"));
+  TRY(req_int(&cfg->d_model, c, r, width_key, width_alias));
   TRY(req_int(&cfg->n_layers, c, r, "n_layer", "num_hidden_layers"));
   TRY(req_int(&cfg->n_heads, c, r, "n_head", "num_attention_heads"));
   cfg->n_kv_heads = cfg->n_heads;
   TRY(split_heads(cfg, c, field(r, "n_head") ? "n_head" : "num_attention_heads"));
   if ((double)cfg->d_model * 4 > CFG_INT_MAX)
-    return cp_error_set(CP_ECFG_FIELD, "%s: key 'hidden_size': 4 x %d overflows the FFN width",
-                        c->what, cfg->d_model);
-  cfg->d_ff = 4 * cfg->d_model;
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': 4 x %d overflows the FFN width", c->what, width_key,
+                        cfg->d_model);
+  *ff4 = 4 * cfg->d_model;
+  return 0;
+}
+
+static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ALIBI;
+  /* BloomConfig: a given n_embed replaces hidden_size. */
+  TRY(n_sizes(cfg, &cfg->d_ff, c, "hidden_size", "n_embed"));
   TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
   snprintf(cfg->activation, sizeof cfg->activation, "gelu_pytorch_tanh"); /* BloomGelu */
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
@@ -585,6 +597,38 @@ static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* GPT2Config. n_positions is required like the other sizes: it is the row count of the learned
+ * position table wpe, and no position past it has an embedding. n_inner null means 4 n_embd. */
+static int parse_gpt2(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_LEARNED;
+  int ff4, n_pos;
+  TRY(n_sizes(cfg, &ff4, c, "n_embd", "hidden_size"));
+  TRY(req_int(&n_pos, c, r, "n_positions", "max_position_embeddings"));
+  cfg->train_len = n_pos;
+  snprintf(cfg->train_len_key, sizeof cfg->train_len_key, "config.json %s",
+           field(r, "n_positions") ? "n_positions" : "max_position_embeddings");
+  TRY(opt_int(&cfg->d_ff, c, r, "n_inner", NULL, ff4));
+  TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "activation_function", NULL, "gelu_new"));
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(opt_bool(&cfg->scale_attn_weights, c, r, "scale_attn_weights", NULL, true));
+  TRY(opt_bool(&cfg->scale_attn_inverse_layer, c, r, "scale_attn_by_inverse_layer_idx", NULL, false));
+  bool ignored, cross;
+  TRY(opt_bool(&ignored, c, r, "reorder_and_upcast_attn", NULL, false));
+  TRY(opt_bool(&cross, c, r, "add_cross_attention", NULL, false));
+  if (cross)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'add_cross_attention': true is not supported (a GPT-2 with "
+                        "cross-attention is an encoder-decoder's decoder)", c->what);
+  cfg->qkv_bias = true;
+  cfg->no_bias = false; /* Conv1D layers and LayerNorms all carry biases */
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 50256));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50256));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
 /* ctxpatch.KEY as a string of fewer than `size` bytes into out ("" when absent; null too when
  * null_ok); hex: exactly 64 hex digits. */
 static int ctxpatch_string(char *out, size_t size, const cJSON *block, const char *key, bool null_ok, bool hex,
@@ -719,6 +763,7 @@ static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
     case CP_FAMILY_LLAMA: rc = parse_llama(cfg, c); break;
     case CP_FAMILY_GPT_NEOX: rc = parse_gpt_neox(cfg, c); break;
     case CP_FAMILY_FIRE: rc = parse_fire(cfg, c); break;
+    case CP_FAMILY_GPT2: rc = parse_gpt2(cfg, c); break;
     case CP_FAMILY_COUNT: assert(0); break;
   }
   if (rc) return rc;

@@ -1,7 +1,7 @@
 /* Checkpoint folder -> cp_model (include/ctxpatch/converters/model.h): each family's settings, then its
  * tensors loaded through the family table (include/ctxpatch/converters/families.h) with shape checks
  * and fused-QKV splitting. Family semantics follow the HF modeling code of each family (T5, BLOOM,
- * MPT, Llama/Mistral, GPT-NeoX) and docs/fire-layout.md. */
+ * MPT, Llama/Mistral, GPT-NeoX, GPT-2) and docs/fire-layout.md. */
 #include "ctxpatch/converters/model.h"
 
 #include <assert.h>
@@ -85,7 +85,27 @@ static int dim(const cp_model *m, cp_dim d) {
     case CP_DIM_VOCAB: return m->vocab;
     case CP_DIM_BUCKETS: return m->t5_num_buckets;
     case CP_DIM_HEADS: return m->n_heads;
+    case CP_DIM_POSITIONS: return (int)m->train_len; /* GPT-2 requires n_positions, an int */
   }
+  return 0;
+}
+
+/* Whether a row's matrix is stored [cols, rows]: GPT-2's Conv1D layers (not its embeddings or head). */
+static bool stored_in_out(const loader *L, const cp_family_tensor *row) {
+  return L->nm.fl->conv1d && row->cols != CP_DIM_NONE && row->role != CP_ROLE_EMBED &&
+         row->role != CP_ROLE_POS_EMBED && row->role != CP_ROLE_LM_HEAD;
+}
+
+/* `name` stored [cols, rows] (Conv1D) loaded and transposed into [rows, cols]. */
+static int load_transposed(const float **out, loader *L, const char *name, int rows, int cols) {
+  const float *t;
+  int rc = load(&t, L, name, 2, cols, rows);
+  if (rc) return rc;
+  float *w = alloc_floats(L->m, (size_t)rows * (size_t)cols);
+  if (!w) return CP_ENOMEM;
+  for (size_t i = 0; i < (size_t)cols; i++)
+    for (size_t o = 0; o < (size_t)rows; o++) w[o * (size_t)cols + i] = t[i * (size_t)rows + o];
+  *out = w;
   return 0;
 }
 
@@ -97,7 +117,8 @@ static int load_row(const float **w, const float **b, loader *L, const cp_family
   cp_names_row(wn, &L->nm, row, layer, ".weight");
   cp_names_row(bn, &L->nm, row, layer, ".bias");
   *b = NULL;
-  int rc = load(w, L, wn, row->cols == CP_DIM_NONE ? 1 : 2, rows, cols);
+  int rc = stored_in_out(L, row) ? load_transposed(w, L, wn, rows, cols)
+                                 : load(w, L, wn, row->cols == CP_DIM_NONE ? 1 : 2, rows, cols);
   if (rc) return rc;
   switch (cp_names_bias(row, L->m->cfg)) {
     case CP_BIAS_REQUIRED: return load(b, L, bn, 1, rows, 0);
@@ -237,6 +258,11 @@ static int family_settings(cp_model *m, const loader *L) {
       m->norm = CP_NORM_LAYER;
       m->parallel_residual = c->use_parallel_residual;
       return parse_act(m, "config.json hidden_act", c->activation);
+    case CP_FAMILY_GPT2:
+      m->norm = CP_NORM_LAYER;
+      if (!c->scale_attn_weights) m->attn_scale = 1.0f;
+      m->attn_scale_inverse_layer = c->scale_attn_inverse_layer;
+      return parse_act(m, "config.json activation_function", c->activation);
     case CP_FAMILY_COUNT: break;
   }
   return cp_error_set(CP_ECFG_FAMILY, "%s: unknown family", cp_checkpoint_config_path(L->ck));
@@ -309,6 +335,8 @@ static int load_tensors(loader *L) {
            m->vocab, m->d_model));
   const cp_family_tensor *en = cp_names_get(n, &L->nm, CP_ROLE_EMBED_NORM, CP_STACK_DECODER, 0, "");
   if (en) TRY(load_norm(&m->embed_norm, L, en, 0));
+  if (cp_names_get(n, &L->nm, CP_ROLE_POS_EMBED, CP_STACK_DECODER, 0, ".weight"))
+    TRY(load(&m->pos_embed, L, n, 2, m->train_len, m->d_model));
   if (m->family == CP_FAMILY_T5) TRY(load_stack(L, CP_STACK_ENCODER, &m->encoder, m->cfg->n_layers));
   TRY(load_stack(L, CP_STACK_DECODER, &m->decoder,
                  m->family == CP_FAMILY_T5 ? m->cfg->n_decoder_layers : m->cfg->n_layers));
@@ -442,6 +470,19 @@ void cp_model_rule_model(cp_rule_model *out, const cp_model *m) {
   out->train_len = m->train_len;
   out->has_alibi = m->pos == CP_POS_ALIBI;
   out->has_fire = m->pos == CP_POS_FIRE;
+  out->learned_pos = m->pos == CP_POS_LEARNED;
+  out->family = cp_family_name(m->family);
+}
+
+float cp_model_attn_scale(const cp_model *m, int layer) {
+  return m->attn_scale_inverse_layer ? m->attn_scale / (float)(layer + 1) : m->attn_scale;
+}
+
+int cp_model_check_positions(const cp_model *m, int64_t n, const char *what) {
+  if (!m->pos_embed || n <= m->train_len) return 0;
+  return cp_error_set(CP_EMODEL_INPUT, "%s: %lld positions, but this %s model learned %lld (%s): its position "
+                      "table has no row for position %lld or later", what, (long long)n, cp_family_name(m->family),
+                      (long long)m->train_len, m->cfg->train_len_key, (long long)m->train_len);
 }
 
 int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const char *what) {

@@ -111,7 +111,7 @@ static const char *rope_fixed_scores(cp_onnx_attn_ctx *c, int64_t pos) {
   const char *cs, *sn;
   cp_onnx_rope_tables(g, c->m, cp_og_i64s(g, &pos, 1), &cs, &sn);
   const char *qf = cp_onnx_rope(g, c->m, c->q_raw, cs, sn);
-  return cp_og_op2(g, "Mul", cp_og_op2(g, "MatMul", qf, cp_og_transpose(g, c->k_raw, PERM_LAST2, 4)), cp_og_f32(g, c->m->attn_scale));
+  return cp_og_op2(g, "Mul", cp_og_op2(g, "MatMul", qf, cp_og_transpose(g, c->k_raw, PERM_LAST2, 4)), cp_og_f32(g, cp_model_attn_scale(c->m, c->layer)));
 }
 
 /* ---------------------------------------------------------------- ALiBi */
@@ -317,8 +317,9 @@ static const char *topk_logits(cp_onnx_attn_ctx *c, const char *qk, const char *
     s = rope_fixed_scores(c, p->top_k_distance); /* engine: q_topk against k_raw, no bias */
   } else {
     /* every candidate sits at the top-k distance (engine: topk_bias) */
-    const char *b = c->pos_bias ? positional(c, cp_og_i64(g, p->top_k_distance), NULL)
-                                : positional(c, NULL, cp_og_f32(g, (float)p->top_k_distance));
+    const char *b = c->m->pos == CP_POS_LEARNED ? NULL /* no positional term in attention */
+                    : c->pos_bias ? positional(c, cp_og_i64(g, p->top_k_distance), NULL)
+                                  : positional(c, NULL, cp_og_f32(g, (float)p->top_k_distance));
     s = b ? cp_og_op2(g, "Add", qk, b) : qk;
   }
   s = cp_og_op3(g, "Where", topk_candidates(c), times(g, s, it), fill); /* [B, H, S, T] */
@@ -341,7 +342,7 @@ const char *cp_onnx_attention_probs(cp_onnx_attn_ctx *c) {
   int rc = cp_onnx_attn_check_plan(c->m, p, "onnx export");
   if (rc) return cp_og_fail(g, rc), NULL;
   const char *qk = cp_og_op2(g, "Mul", cp_og_op2(g, "MatMul", c->q, cp_og_transpose(g, c->k, PERM_LAST2, 4)),
-                             cp_og_f32(g, c->m->attn_scale)); /* c q.k [B, H, S, T] */
+                             cp_og_f32(g, cp_model_attn_scale(c->m, c->layer))); /* c q.k [B, H, S, T] */
   const char *s = qk;
   if (c->m->pos == CP_POS_ROPE && c->kind != CP_ATTN_CROSS && p->ceiling != INT64_MAX) {
     /* pairs the ceiling changes (d > D): c (R(D) q_raw) . k_raw (engine: row_logits `far`) */

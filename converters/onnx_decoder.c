@@ -1,5 +1,5 @@
-/* The decoder-only ONNX graph (converters/onnx_decoder.h): Llama/Mistral, GPT-NeoX, BLOOM, MPT
- * and FIRE, computing what engine/engine_cpu.c computes (run_stack, attention_module, head) with
+/* The decoder-only ONNX graph (converters/onnx_decoder.h): Llama/Mistral, GPT-NeoX, BLOOM, MPT,
+ * FIRE and GPT-2, computing what engine/engine_cpu.c computes (run_stack, attention_module, head) with
  * the attention probabilities from converters/onnx_attention.c. */
 #include "converters/onnx_decoder.h"
 
@@ -191,6 +191,11 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   int64_t dims[2] = {m->vocab, m->d_model};
   d.embed = cp_og_weight(g, "model.embed_tokens.weight", m->embed, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", d.embed, d.ids); /* [B, S, D] */
+  if (m->pos_embed) { /* GPT-2 wpe: the learned row of each absolute position (engine: embed) */
+    int64_t pdims[2] = {m->train_len, m->d_model};
+    const char *wpe = cp_og_weight(g, "model.embed_positions.weight", m->pos_embed, 2, pdims, true);
+    x = cp_og_op2(g, "Add", x, cp_og_op2(g, "Gather", wpe, d.pos));
+  }
   if (m->embed_norm.w) x = cp_og_norm(g, x, &m->embed_norm, m->norm, m->norm_eps, m->d_model, "model.embed_norm");
   for (int l = 0; l < m->decoder.n_layers; l++) x = layer(&d, l, x);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "sequence_length"}, {m->vocab, NULL}};

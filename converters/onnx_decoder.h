@@ -10,7 +10,8 @@
  * caller) into g, Optimum's layout (docs/onnx.md):
  *   inputs  input_ids [batch_size, sequence_length] int64,
  *           attention_mask [batch_size, total_sequence_length] int64 (0 hides a key),
- *           position_ids [batch_size, sequence_length] int64 (absolute query positions),
+ *           position_ids [batch_size, sequence_length] int64 (absolute query positions; GPT-2
+ *           also gathers its learned position rows with them, so each must be below n_positions),
  *           past_key_values.{i}.key / .value [batch_size, Hkv, past_sequence_length, d_head] float;
  *   outputs logits [batch_size, sequence_length, vocab] float,
  *           present.{i}.key / .value [batch_size, Hkv, total_sequence_length, d_head] float

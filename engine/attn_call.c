@@ -131,7 +131,8 @@ done:
   t->rope_far = -1;
 }
 
-/* The positional term of the module: the model's, except cross-attention, which has none. */
+/* The positional term of the module: the model's, except cross-attention and learned absolute
+ * positions, which have none. */
 static void model_pos(cp_attn_call *c, const cp_model *m, const cp_stack *st, const cp_attn_plan *plan) {
   c->pos = CP_ATTN_POS_NONE;
   if (plan->kind == CP_ATTN_CROSS) return;
@@ -144,6 +145,8 @@ static void model_pos(cp_attn_call *c, const cp_model *m, const cp_stack *st, co
       break;
     case CP_POS_FIRE:
       c->pos = CP_ATTN_POS_FIRE, c->fire = st->layers[plan->layer].fire;
+      break;
+    case CP_POS_LEARNED: /* added to the input (engine_cpu.c embed): nothing in attention */
       break;
     case CP_POS_T5_BUCKETS:
       c->pos = CP_ATTN_POS_T5, c->t5_table = st->rel_bias; /* [nb, H] */
@@ -159,7 +162,7 @@ int cp_attn_call_for_model(cp_attn_call *c, const cp_model *m, const cp_stack *s
   c->plan = plan;
   c->H = m->n_heads, c->Hkv = m->n_kv_heads, c->dh = m->d_head;
   c->q_off = q_off, c->n_q = n_q, c->n_keys = n_keys, c->last_prompt_row = last_prompt_row;
-  c->scale = m->attn_scale;
+  c->scale = cp_model_attn_scale(m, plan->layer);
   model_pos(c, m, st, plan);
   return cp_attn_tables_build(c);
 }

@@ -354,9 +354,18 @@ static int run_stack(cp_engine *e, const cp_stack *st, cp_attn_kind kind, int64_
   return 0;
 }
 
-static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n) {
+/* x [n, D] = the embeddings of ids [n], plus the learned position rows q_off .. q_off+n-1 when
+ * the model has a position table (GPT-2 wpe; check_inputs keeps them inside it). */
+static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n, int64_t q_off) {
   const size_t D = (size_t)e->m->d_model;
-  for (int64_t r = 0; r < n; r++) memcpy(x + (size_t)r * D, e->m->embed + (size_t)ids[r] * D, D * sizeof *x);
+  const float *wpe = e->m->pos_embed;
+  assert(!wpe || q_off + n <= e->m->train_len);
+  for (int64_t r = 0; r < n; r++) {
+    float *row = x + (size_t)r * D;
+    memcpy(row, e->m->embed + (size_t)ids[r] * D, D * sizeof *x);
+    if (wpe)
+      for (size_t i = 0; i < D; i++) row[i] += wpe[(size_t)(q_off + r) * D + i];
+  }
 }
 
 /* Final norm and output head for rows [r0, n) of b->x into logits [n - r0, V]; a non-finite
@@ -471,13 +480,18 @@ static bool any_layer_needs_raw(const cp_engine *e, const cp_stack *st, cp_attn_
   return false;
 }
 
-/* Validates inputs; for T5 resolves the decoder input (default [decoder_start_token_id]). */
+/* Validates inputs; for T5 resolves the decoder input (default [decoder_start_token_id]).
+ * n_new: tokens a generation adds after the prompt (0 for a forward pass); a learned position
+ * table must hold every position the run embeds. */
 static int check_inputs(const cp_engine *e, const int64_t *ids, int64_t n_ids, const int64_t **dec_ids,
-                        int64_t *n_dec, int64_t *start_id) {
+                        int64_t *n_dec, int64_t *start_id, int n_new) {
   const cp_model *m = e->m;
   int rc = cp_model_check_ids(m, ids, n_ids, "input ids");
   if (rc) return rc;
   if (n_ids > MAX_TOKENS) return cp_error_set(CP_EMODEL_INPUT, "input ids: %lld tokens is above the limit", (long long)n_ids);
+  /* the last generated token is never embedded */
+  if ((rc = cp_model_check_positions(m, n_ids + (n_new > 0 ? n_new - 1 : 0), n_new > 0 ? "generate" : "input ids")))
+    return rc;
   if (m->family != CP_FAMILY_T5) return 0;
   if (!*dec_ids || *n_dec <= 0) {
     /* T5 starts decoding from decoder_start_token_id, which is the pad id in every T5. */
@@ -503,7 +517,7 @@ static int run_encoder(cp_engine *e, const int64_t *ids, int64_t n, float *enc) 
     bufs_free(&b);
     return rc;
   }
-  embed(e, b.x, ids, n);
+  embed(e, b.x, ids, n, 0);
   rc = run_stack(e, &m->encoder, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, &b);
   if (!rc) cp_ops_norm_rows(e->pool, e->m, &m->encoder.final_norm, b.x, enc, n);
   kv_free(&kv);
@@ -534,7 +548,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
                       int64_t n_dec) {
   const cp_model *m = e->m;
   int64_t start_id;
-  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id);
+  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, 0);
   if (rc) return rc;
   bool t5 = m->family == CP_FAMILY_T5;
   const int64_t *xids = t5 ? dec_ids : ids;
@@ -557,7 +571,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   if ((rc = bufs_alloc(&b, m, n))) goto done;
   if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF))))
     goto done;
-  embed(e, b.x, xids, n);
+  embed(e, b.x, xids, n, 0);
   if (m->embed_norm.w) cp_ops_norm_rows(e->pool, e->m, &m->embed_norm, b.x, b.x, n);
   if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
     goto done;
@@ -586,7 +600,7 @@ static int decode_step(cp_engine *e, bufs_t *b, kv_t *kvs, const cross_t *cross,
                        int64_t q_off, int64_t last_prompt_row, float *logits /* [vocab] */) {
   const cp_model *m = e->m;
   const cp_stack *st = &m->decoder;
-  embed(e, b->x, in, rows);
+  embed(e, b->x, in, rows, q_off);
   if (m->embed_norm.w) cp_ops_norm_rows(e->pool, e->m, &m->embed_norm, b->x, b->x, rows);
   int rc = run_stack(e, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, cross, last_prompt_row, b);
   if (rc) return rc;
@@ -599,7 +613,7 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   *n_out = 0;
   if (n_new < 0) return cp_error_set(CP_EARG, "engine: negative number of tokens to generate");
   int64_t start_id;
-  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id);
+  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, n_new);
   if (rc) return rc;
   if (n_new == 0) return 0;
   bool t5 = m->family == CP_FAMILY_T5;

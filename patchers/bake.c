@@ -64,6 +64,7 @@ static const char *pos_name(cp_pos_scheme p) {
     case CP_POS_ROPE: return "RoPE";
     case CP_POS_FIRE: return "FIRE";
     case CP_POS_T5_BUCKETS: return "T5 relative buckets";
+    case CP_POS_LEARNED: return "learned absolute";
   }
   return "another positional scheme";
 }
@@ -100,7 +101,9 @@ typedef enum {
   XF_SET,         /* a scalar set to value */
 } xf_kind;
 
-typedef enum { QL_PLAIN, QL_INTERLEAVED, QL_CONCAT } q_layout;
+/* QL_CONCAT_IN_OUT: GPT-2's Conv1D c_attn, q | k | v along the output, which is the weight's
+ * second dimension ([n_in, n_out]) and the bias's only one. */
+typedef enum { QL_PLAIN, QL_INTERLEAVED, QL_CONCAT, QL_CONCAT_IN_OUT } q_layout;
 
 typedef struct {
   char *name;
@@ -147,7 +150,9 @@ static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer
   cp_qkv_layout fused = kind == CP_ATTN_CROSS ? CP_QKV_SEPARATE : nm->fl->qkv;
   cp_tensor_role role = kind == CP_ATTN_CROSS ? CP_ROLE_CQ : fused == CP_QKV_SEPARATE ? CP_ROLE_Q : CP_ROLE_QKV;
   cp_stack_kind stack = kind == CP_ATTN_ENCODER_SELF ? CP_STACK_ENCODER : CP_STACK_DECODER;
-  q_layout ql = fused == CP_QKV_INTERLEAVED ? QL_INTERLEAVED : fused == CP_QKV_CONCAT ? QL_CONCAT : QL_PLAIN;
+  q_layout ql = fused == CP_QKV_INTERLEAVED ? QL_INTERLEAVED
+                : fused == CP_QKV_CONCAT     ? (nm->fl->conv1d ? QL_CONCAT_IN_OUT : QL_CONCAT)
+                                             : QL_PLAIN;
   char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
   if (!cp_names_get(w, nm, role, stack, layer, ".weight") || !cp_names_get(b, nm, role, stack, layer, ".bias"))
     return cp_error_set(CP_EUNSUPPORTED, "%s: layer %d: family %s has no query projection name to bake",
@@ -244,7 +249,8 @@ static bool temperature_bakeable(const cp_model *m, const tau_map *t, bool store
         return false;
       }
       return true;
-    case CP_POS_ROPE: return true;
+    case CP_POS_ROPE:
+    case CP_POS_LEARNED: return true; /* no positional weight beside q (GPT-2's is in the input) */
     default: *why = "unknown positional scheme"; return false;
   }
 }
@@ -404,8 +410,13 @@ static int apply_xform(float *v, const cp_tensor *t, const xform *x, const cp_mo
   }
   uint64_t rows = t->ndim > 0 ? (uint64_t)t->shape[0] : 1, width = rows ? numel / rows : 0;
   uint64_t dh = (uint64_t)m->d_head, nq = (uint64_t)m->n_heads * dh;
+  if (x->layout == QL_CONCAT_IN_OUT && t->ndim == 2) { /* [n_in, n_out]: the first nq columns */
+    for (uint64_t r = 0; r < rows; r++)
+      for (uint64_t k = 0; k < width && k < nq; k++) v[r * width + k] = (float)(v[r * width + k] * x->mult);
+    return 0;
+  }
   for (uint64_t r = 0; r < rows; r++) {
-    bool q = x->layout == QL_PLAIN || (x->layout == QL_CONCAT && r < nq) ||
+    bool q = x->layout == QL_PLAIN || ((x->layout == QL_CONCAT || x->layout == QL_CONCAT_IN_OUT) && r < nq) ||
              (x->layout == QL_INTERLEAVED && (r % (3 * dh)) < dh);
     if (!q) continue;
     for (uint64_t k = 0; k < width; k++) v[r * width + k] = (float)(v[r * width + k] * x->mult);

@@ -133,7 +133,8 @@ int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model
       r->has_lambda = true;
       r->n_global = o->n_global;
       r->n_local = o->n_local ? o->n_local : m->train_len;
-      r->distance_ceiling = o->ceiling ? o->ceiling : r->n_local;
+      /* learned absolute positions (GPT-2) have no distance to clamp: the rule refuses a ceiling */
+      r->distance_ceiling = o->ceiling ? o->ceiling : m->pos == CP_POS_LEARNED ? 0 : r->n_local;
       if (o->top_k) {
         r->has_top_k = true;
         r->top_k = o->top_k;

@@ -172,7 +172,7 @@ static void call_free(cp_attn_call *c) {
 static void run_case(cp_pool *pool, const rule_case *rc, shape sh, int dh, bool bf16) {
   const int H = case_heads;
   cp_rule rule;
-  cp_rule_model rm = {rc->t5_model, rc->t5_model ? 2 : 0, 2, 64, rc->pos == CP_ATTN_POS_ALIBI, rc->pos == CP_ATTN_POS_FIRE};
+  cp_rule_model rm = {rc->t5_model, rc->t5_model ? 2 : 0, 2, 64, rc->pos == CP_ATTN_POS_ALIBI, rc->pos == CP_ATTN_POS_FIRE, false, NULL};
   if (cp_rule_parse(&rule, rc->rule, strlen(rc->rule), rc->name) ||
       cp_rule_check_model(&rule, &rm, rc->name)) {
     CHECK_MSG(0, "%s: rule refused: %s", rc->name, cp_error_message());

@@ -184,6 +184,8 @@ int main(void) {
   bake_case("llama", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6, 0.75]}", 0, EXACT);
   bake_case("llama_rope2", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.5}", 0, EXACT);
   bake_case("gpt_neox", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.75}", 0, EXACT); /* fused [H,3,dh] */
+  bake_case("gpt2", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.75}", 0, EXACT); /* Conv1D c_attn [D, 3D] */
+  bake_case("gpt2_bin", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6, 0.75]}", 0, EXACT); /* .bin, 1/(l+1) */
   bake_case("fire", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.7}", 0, EXACT);
   bake_case("fire", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6]}", 0, EXACT);
   bake_case("fire_shared", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.7}", 0, EXACT);

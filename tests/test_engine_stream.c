@@ -32,7 +32,7 @@ static float urand(void) { /* uniform in [-1, 1) */
 /* ---------------------------------------------------------------- 1. ranges */
 
 static void test_ranges(void) {
-  cp_rule_model rm = {false, 0, 3, 100, true, true};
+  cp_rule_model rm = {false, 0, 3, 100, true, true, false, NULL};
   int bad = 0, checked = 0;
   for (int lam = 0; lam < 2; lam++)
     for (int g = 0; g < 4; g++)
@@ -147,7 +147,7 @@ static void dense(const att_data *d, const cp_attn_plan *p, cp_attn_pos pos, int
 
 static void kernel_case(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule, cp_attn_pos pos,
                         int64_t q_off, int64_t n_q) {
-  cp_rule_model rm = {false, 0, 1, 100, true, true};
+  cp_rule_model rm = {false, 0, 1, 100, true, true, false, NULL};
   cp_attn_plan p;
   CHECK_RC(0, cp_rule_check_model(rule, &rm, name));
   cp_rule_plan(&p, rule, &rm, CP_ATTN_DECODER_SELF, 0);

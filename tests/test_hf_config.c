@@ -211,6 +211,44 @@ static void mistral_7b(void) {
   cp_hf_config_free(c);
 }
 
+/* openai-community/gpt2's config.json: GPT2Config defaults (n_inner null -> 4 n_embd, gelu_new,
+ * scale_attn_weights, tied head) and the learned position table of n_positions rows. */
+static void gpt2_small(void) {
+  cp_hf_config *c = load("gpt2.json");
+  if (!c) return;
+  CHECK(c->family == CP_FAMILY_GPT2);
+  CHECK(c->pos == CP_POS_LEARNED);
+  CHECK(strcmp(cp_pos_scheme_name(c->pos), "learned") == 0 && strcmp(cp_family_name(c->family), "gpt2") == 0);
+  CHECK(c->vocab_size == 50257 && c->d_model == 768 && c->n_layers == 12);
+  CHECK(c->n_heads == 12 && c->n_kv_heads == 12 && c->d_head == 64);
+  CHECK(c->d_ff == 3072);
+  CHECK(near(c->norm_eps, 1e-5));
+  CHECK(strcmp(c->activation, "gelu_new") == 0);
+  CHECK(c->tie_word_embeddings);
+  CHECK(c->train_len == 1024 && strcmp(c->train_len_key, "config.json n_positions") == 0);
+  CHECK(c->scale_attn_weights && !c->scale_attn_inverse_layer);
+  CHECK(c->bos_token_id == 50256 && c->eos_token_id == 50256);
+  CHECK(c->qkv_bias && !c->no_bias);
+  cp_hf_config_free(c);
+  /* n_positions sizes the wpe table: required; add_cross_attention is refused */
+  const char *no_pos = "{\"model_type\": \"gpt2\", \"n_embd\": 8, \"n_head\": 2, \"n_layer\": 1, \"vocab_size\": 5}";
+  CHECK(cp_hf_config_parse(&c, no_pos, strlen(no_pos), "x.json") == CP_ECFG_FIELD && !c);
+  CHECK(strstr(cp_error_message(), "'n_positions'") != NULL);
+  const char *cross = "{\"model_type\": \"gpt2\", \"n_embd\": 8, \"n_head\": 2, \"n_layer\": 1, \"vocab_size\": 5, "
+                      "\"n_positions\": 4, \"add_cross_attention\": true}";
+  CHECK(cp_hf_config_parse(&c, cross, strlen(cross), "x.json") == CP_ECFG_FIELD && !c);
+  CHECK(strstr(cp_error_message(), "'add_cross_attention'") != NULL);
+  const char *alias = "{\"model_type\": \"gpt2\", \"hidden_size\": 8, \"num_attention_heads\": 2, \"n_layer\": 1, "
+                      "\"vocab_size\": 5, \"max_position_embeddings\": 4, \"n_inner\": 12, "
+                      "\"scale_attn_by_inverse_layer_idx\": true, \"scale_attn_weights\": false}";
+  CHECK(cp_hf_config_parse(&c, alias, strlen(alias), "x.json") == 0);
+  if (c) {
+    CHECK(c->d_model == 8 && c->d_head == 4 && c->d_ff == 12 && c->train_len == 4);
+    CHECK(c->scale_attn_inverse_layer && !c->scale_attn_weights);
+  }
+  cp_hf_config_free(c);
+}
+
 static void pythia_70m(void) {
   cp_hf_config *c = load("pythia-70m.json");
   if (!c) return;
@@ -274,10 +312,10 @@ static void bad_files(void) {
   expect_fail("bad-mpt-no-alibi.json", CP_ECFG_POSITION, "attn_config.alibi");
   expect_fail("bad-family-mismatch.json", CP_ECFG_FAMILY, "GPTNeoXForCausalLM");
   /* Unknown families list every supported model_type. */
-  const char *families[] = {"t5", "bloom", "mpt", "llama", "mistral", "gpt_neox", "ctxpatch_fire"};
+  const char *families[] = {"t5", "bloom", "mpt", "llama", "mistral", "gpt_neox", "ctxpatch_fire", "gpt2"};
   for (int f = 0; f < 2; f++) {
     const char *name = f ? "bad-unknown-architecture.json" : "bad-unknown-family.json";
-    expect_fail(name, CP_ECFG_FAMILY, f ? "FalconForCausalLM" : "gpt2");
+    expect_fail(name, CP_ECFG_FAMILY, f ? "FalconForCausalLM" : "gptj");
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
       CHECK_MSG(strstr(cp_error_message(), families[i]) != NULL, "%s: '%s' not listed: %s", name,
                 families[i], cp_error_message());
@@ -447,6 +485,7 @@ int main(void) {
   llama_rope_linear();
   mistral_7b();
   pythia_70m();
+  gpt2_small();
   fire_small();
   bad_files();
   in_memory();

@@ -62,12 +62,17 @@ def build_models():
         M.Llama("fire", 601, pos="fire", n_layers=2, n_kv=2, fire_c=0.5, fire_L=20.0),
         M.Llama("fire_shared", 602, pos="fire", n_layers=2, n_kv=4, fire_shared=True,
                 fire_c=2.0, fire_L=18.0, tied=True, mix=3.0),
+        # learned absolute positions (appended: the models above keep their bytes)
+        M.GPT2("gpt2", 701, n_positions=64),
+        M.GPT2("gpt2_bin", 702, n_positions=48, prefix="", fmt="bin", inverse_layer=True, n_inner=80,
+               act="gelu", mask_buffer=True),
     ]
 
 
 # forward prompt length (decoder-only) or (encoder, decoder) lengths (T5)
 LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
-           "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48}
+           "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
+           "gpt2": 56, "gpt2_bin": 48}   # gpt2_bin: exactly its n_positions
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -107,6 +112,8 @@ def cases_for(m):
     elif m.name == "llama":
         # decision 2: the scope is ignored on decoder-only models
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
+    if family(m) == "learned":
+        return out + LEARNED_CASES
     out += [
         ("lambda", "forward", od(("lambda_mask", LAMBDA))),
         ("ceiling_6", "forward", od(("distance_ceiling", 6))),
@@ -150,6 +157,20 @@ def cases_for(m):
     # appended last: a case's seed depends on its index, so the older cases keep their inputs
     out += SCHEDULE_CASES.get(m.name, [])
     return out
+
+
+# Learned absolute positions (GPT-2): only the position-free rules apply (temperature, its
+# schedule, lambda_mask, top_k without a distance); the reference refuses the others.
+LEARNED_CASES = [
+    ("lambda", "forward", od(("lambda_mask", LAMBDA))),
+    ("lambda_topk_all", "forward", od(("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("rows", "all"))))),
+    ("lambda_topk_decode", "forward", od(
+        ("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("from_layer", 1), ("rows", "decode"))))),
+    ("combo", "forward", od(("temperature", 0.9), ("lambda_mask", LAMBDA), ("top_k", od(("k", 3), ("rows", "all"))))),
+    ("gen_identity", "generate", od()),
+    ("gen_lambda_topk_decode", "generate", od(("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("rows", "decode"))))),
+    ("sched", "forward", od(("temperature_schedule", od(("points", [[6, 1.0], [48, 0.6]]))))),
+]
 
 
 def sched(points, scope=None):
@@ -451,9 +472,28 @@ def check_model_identities(ck, m):
     base, base_stats = run_forward(m, od(), ids, dec)
     big = 10 * len(ids)
     same = [od(("temperature", 1.0)), od(("temperature", [1.0] * m.L)),
-            od(("lambda_mask", od(("n_global", 0), ("n_local", big))), ("distance_ceiling", big)),
-            od(("distance_ceiling", big)),
             od(("top_k", od(("k", 3), ("rows", "all"))))]
+    if family(m) == "learned":
+        same += [od(("lambda_mask", od(("n_global", 0), ("n_local", big))))]
+        for bad in (od(("distance_ceiling", big)), od(("alibi_scale", od(("mode", "static"), ("factor", 2.0)))),
+                    od(("fire_threshold", 12)),
+                    od(("lambda_mask", LAMBDA), ("top_k", od(("k", 2), ("distance", 4))))):
+            try:
+                R.check_rule(bad, m.facts)
+                ck.ok(False, "%s refuses %s" % (m.name, rule_text(bad)))
+            except R.RuleError:
+                ck.ok(True, "%s refuses %s" % (m.name, rule_text(bad)))
+        # the positions matter: the same tokens shifted by one position give other logits
+        if len(ids) < m.n_positions:
+            w = m.w[m.prefix + "wpe.weight"]
+            saved = w.clone()
+            w[:-1] = saved[1:]
+            shifted, _ = run_forward(m, od(), ids, dec)
+            w.copy_(saved)
+            ck.ok(rel_diff(shifted, base) > MIN_EFFECT, "%s: learned positions move the logits" % m.name)
+    else:
+        same += [od(("lambda_mask", od(("n_global", 0), ("n_local", big))), ("distance_ceiling", big)),
+                 od(("distance_ceiling", big))]
     same += [sched([[4, 1.0], [16, 1.0]]), sched([[2, [1.0] * m.L], [9, [1.0] * m.L]])]
     if m.facts.is_t5:
         same += [od(("temperature", 1.0), ("temperature_scope", "all")),
@@ -504,6 +544,12 @@ def check_model_identities(ck, m):
         whole, _ = m.forward(ids, rule)
         ck.ok(rel_diff(full[cut:], whole[cut:]) > MIN_EFFECT, "%s: dynamic decode rows differ" % m.name)
     # fused QKV layouts
+    if isinstance(m, M.GPT2):
+        p, wq, wk, wv = m.check_split
+        eye = torch.eye(m.D, dtype=R.DTYPE)
+        q, k, v = m.split_qkv(eye @ m.w[p + "attn.c_attn.weight"])   # Conv1D: x W, W [in, out]
+        ck.ok(torch.equal(M.merge(q), wq.t().to(R.DTYPE)) and torch.equal(M.merge(k), wk.t().to(R.DTYPE))
+              and torch.equal(M.merge(v), wv.t().to(R.DTYPE)), "%s: Conv1D c_attn split" % m.name)
     if isinstance(m, (M.Bloom, M.NeoX)):
         p, wq, wk, wv = m.check_split
         key = p + ("self_attention.query_key_value.weight" if isinstance(m, M.Bloom)

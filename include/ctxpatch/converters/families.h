@@ -42,6 +42,7 @@ typedef enum {
   CP_ROLE_FIRE,       /* base name of a FIRE MLP (parts below); per layer or shared */
   CP_ROLE_FINAL_NORM, /* [D], per stack */
   CP_ROLE_LM_HEAD,    /* [V, D], absent when tied */
+  CP_ROLE_POS_EMBED,  /* [n_positions, D] learned absolute positions (GPT-2 wpe) */
   CP_ROLE_COUNT
 } cp_tensor_role;
 
@@ -55,7 +56,7 @@ typedef enum { CP_STACK_DECODER, CP_STACK_ENCODER } cp_stack_kind; /* decoder-on
 
 /* A tensor dimension in terms of the config. */
 typedef enum { CP_DIM_NONE, CP_DIM_D, CP_DIM_Q, CP_DIM_KV, CP_DIM_QKV, CP_DIM_FF, CP_DIM_VOCAB,
-               CP_DIM_BUCKETS, CP_DIM_HEADS } cp_dim;
+               CP_DIM_BUCKETS, CP_DIM_HEADS, CP_DIM_POSITIONS /* n_positions */ } cp_dim;
 
 /* Which bias a row's module has: the config decides for the last two. */
 typedef enum {
@@ -103,6 +104,9 @@ typedef struct {
   const char *slopes_suffix; /* stored ALiBi slopes (e.g. JAIS's relative_pe.slopes), or NULL */
   const cp_family_tensor *tensors;
   size_t n_tensors;
+  bool conv1d;               /* GPT-2's Conv1D: every per-layer matrix (q/k/v, o, FFN) is stored
+                                transposed, [cols, rows] = [n_in, n_out] (y = x W + b); the rows'
+                                shapes above are the [n_out, n_in] the loader makes of them */
 } cp_family_layout;
 
 const cp_family_layout *cp_family_layout_of(cp_family family);

@@ -20,6 +20,7 @@ typedef enum {
   CP_FAMILY_LLAMA,    /* model_type llama or mistral */
   CP_FAMILY_GPT_NEOX, /* model_type gpt_neox */
   CP_FAMILY_FIRE,     /* model_type ctxpatch_fire (layout in docs/fire-layout.md) */
+  CP_FAMILY_GPT2,     /* model_type gpt2 (GPT2LMHeadModel: Conv1D weights, learned wpe positions) */
   CP_FAMILY_COUNT
 } cp_family;
 
@@ -28,6 +29,8 @@ typedef enum {
   CP_POS_ALIBI,      /* linear biases */
   CP_POS_ROPE,       /* rotary */
   CP_POS_FIRE,       /* functional interpolation */
+  CP_POS_LEARNED,    /* learned absolute positions added to the input (GPT-2 wpe): attention
+                        itself has no positional term, so no distance-based rule applies */
 } cp_pos_scheme;
 
 typedef struct {
@@ -85,6 +88,13 @@ typedef struct {
   double fire_c_init;    /* initial value of c, informational */
   double fire_threshold; /* initial L, informational; the learned value lives in the weights */
 
+  /* GPT-2 attention scaling: scale_attn_weights (c = 1/sqrt(d_head), else 1) and
+   * scale_attn_by_inverse_layer_idx (layer l's c further divided by l + 1).
+   * reorder_and_upcast_attn changes only the precision of HF's half-precision path, so an fp32
+   * engine computes the same function: it is read and ignored. */
+  bool scale_attn_weights;
+  bool scale_attn_inverse_layer;
+
   /* MPT / misc flags. */
   bool qkv_bias;
   bool no_bias;          /* MPT no_bias */
@@ -114,8 +124,8 @@ int cp_hf_config_load(cp_hf_config **out, const char *path);
 int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const char *what);
 void cp_hf_config_free(cp_hf_config *cfg);
 
-const char *cp_family_name(cp_family family);     /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire" */
-const char *cp_pos_scheme_name(cp_pos_scheme pos); /* "t5-buckets", "alibi", "rope", "fire" */
+const char *cp_family_name(cp_family family);     /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2" */
+const char *cp_pos_scheme_name(cp_pos_scheme pos); /* "t5-buckets", "alibi", "rope", "fire", "learned" */
 /* Comma-separated list of supported model_type values, for error messages. */
 const char *cp_supported_families(void);
 

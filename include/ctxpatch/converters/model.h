@@ -4,8 +4,8 @@
  * Each family's HF tensors are normalised on load:
  *   - fused QKV projections (BLOOM and GPT-NeoX per-head interleaved [H, 3, dh]; MPT
  *     concatenated q|k|v) are split into separate q, k, v matrices;
- *   - every linear layer is `y = x W^T + b` with W [n_out, n_in] as HF stores it; absent biases
- *     are NULL;
+ *   - every linear layer is `y = x W^T + b` with W [n_out, n_in] as HF stores it (GPT-2's Conv1D
+ *     weights, stored [n_in, n_out], are transposed on load); absent biases are NULL;
  *   - the FFN is up -> act -> down, or act(gate) * up -> down when gated (T5 gated-*:
  *     gate = wi_0, up = wi_1; Llama/FIRE: gate_proj, up_proj);
  *   - T5's relative bucket table is kept once per stack (block 0), BLOOM's embedding LayerNorm
@@ -87,10 +87,14 @@ typedef struct cp_model {
   bool gated_ffn;
   bool parallel_residual;       /* GPT-NeoX use_parallel_residual */
   bool residual_from_norm;      /* BLOOM apply_residual_connection_post_layernorm */
-  float attn_scale;             /* c of the spec: 1/sqrt(d_head), 1 for T5, MPT softmax_scale */
+  float attn_scale;             /* c of the spec: 1/sqrt(d_head), 1 for T5, MPT softmax_scale,
+                                   GPT-2 1 without scale_attn_weights; per layer: cp_model_attn_scale */
+  bool attn_scale_inverse_layer; /* GPT-2 scale_attn_by_inverse_layer_idx: layer l divides c by l + 1 */
   float clip_qkv;               /* MPT attn_config.clip_qkv; 0 when none */
 
   const float *embed;           /* [V, D] */
+  const float *pos_embed;       /* [train_len, D] learned absolute positions (GPT-2 wpe, row p added
+                                   to the input at position p; no row past train_len); else NULL */
   cp_norm_weights embed_norm;   /* BLOOM word_embeddings_layernorm; w NULL elsewhere */
   const float *lm_head;         /* [V, D] (the embedding when tied) */
   float lm_head_scale;          /* T5 with tied embeddings: d_model^-0.5; else 1 */
@@ -138,5 +142,11 @@ int cp_model_check_rule_on_top(const cp_model *m, const cp_rule *caller, bool on
 int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const char *what);
 
 const char *cp_act_name(cp_act act);
+/* c of the spec for self-attention layer `layer` of m: attn_scale, divided by layer + 1 under
+ * GPT-2's scale_attn_by_inverse_layer_idx. Every engine and exporter takes c from here. */
+float cp_model_attn_scale(const cp_model *m, int layer);
+/* CP_EMODEL_INPUT when positions [0, n) need a row that m's learned position table lacks (only
+ * models with pos_embed have such a limit); `what` names the input in the message. */
+int cp_model_check_positions(const cp_model *m, int64_t n, const char *what);
 
 #endif

@@ -91,6 +91,10 @@ typedef struct {
   int64_t train_len;       /* model's L_train (the rule's train_len overrides) */
   bool has_alibi;          /* the model's positional term is ALiBi (alibi_scale applies) */
   bool has_fire;           /* the model's positional term is FIRE (fire_threshold applies) */
+  bool learned_pos;        /* learned absolute positions added to the input (GPT-2): attention has
+                              no distance term, so distance_ceiling and top_k.distance cannot apply
+                              and the ceiling that lambda_mask implies is none */
+  const char *family;      /* family name for messages (cp_family_name), or NULL */
 } cp_rule_model;
 
 /* The piecewise form of one layer's temperature schedule, as every engine and the ONNX exporter
@@ -133,7 +137,8 @@ typedef struct {
 
 /* Checks the rule fits the model (per-layer list lengths of temperature and of each schedule
  * point, alibi_scale only on ALiBi models, fire_threshold only on FIRE models, a training length
- * for dynamic/progressive ALiBi): CP_ERULE_MODEL otherwise. Rules built in code are checked as
+ * for dynamic/progressive ALiBi, no distance_ceiling or top_k.distance on a learned-position
+ * model): CP_ERULE_MODEL otherwise. Rules built in code are checked as
  * the parser would (CP_ERULE_VALUE): top_k.k, and a schedule's bounds, order, taus and its
  * exclusion of temperature. */
 int cp_rule_check_model(const cp_rule *rule, const cp_rule_model *model, const char *what);

@@ -1,6 +1,7 @@
 """Tiny random models in Hugging Face layout (config.json field names, tensor names) and their
 forward passes in plain torch (float64), following HF's modeling code:
-modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py;
+modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
+modeling_gpt2.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -552,3 +553,95 @@ class NeoX(Model):
             h = h + attn + mlp
         h = layer_norm(h, w["gpt_neox.final_layer_norm.weight"], w["gpt_neox.final_layer_norm.bias"], self.eps)
         return linear(h, w["embed_out.weight"]), stats
+
+
+# ---------------------------------------------------------------- GPT-2
+
+class GPT2(Model):
+    """HF GPT2LMHeadModel (modeling_gpt2.py): Conv1D layers (y = x W + b, W stored [in, out]),
+    c_attn = q | k | v along its output, learned absolute positions wpe added to the input,
+    LayerNorms with biases, gelu_new, head tied to wte. prefix "transformer." (GPT2LMHeadModel's
+    state dict) or "" (the original hub checkpoints, which also carry the causal-mask buffer
+    h.N.attn.bias, ignored by loaders). inverse_layer: scale_attn_by_inverse_layer_idx."""
+
+    def __init__(self, name, seed, n_positions=64, prefix="transformer.", fmt="safetensors",
+                 inverse_layer=False, n_inner=None, act="gelu_new", mask_buffer=False):
+        self.name = name
+        self.fmt = fmt
+        V, D, H, L = 96, 32, 4, 3
+        self.V, self.D, self.H, self.L, self.dh = V, D, H, L, D // H
+        self.dff = n_inner or 4 * D
+        self.eps = 1e-5
+        self.prefix = prefix
+        self.inverse_layer = inverse_layer
+        self.act = {"gelu_new": gelu_tanh, "gelu": gelu_exact, "relu": torch.relu}[act]
+        self.n_positions = n_positions
+        self.config = collections.OrderedDict([
+            ("activation_function", act), ("architectures", ["GPT2LMHeadModel"]),
+            ("attn_pdrop", 0.0), ("bos_token_id", 0), ("embd_pdrop", 0.0), ("eos_token_id", 0),
+            ("initializer_range", 0.02), ("layer_norm_epsilon", self.eps), ("model_type", "gpt2"),
+            ("n_embd", D), ("n_head", H), ("n_inner", n_inner), ("n_layer", L),
+            ("n_positions", n_positions), ("reorder_and_upcast_attn", inverse_layer),
+            ("resid_pdrop", 0.0), ("scale_attn_by_inverse_layer_idx", inverse_layer),
+            ("scale_attn_weights", True), ("torch_dtype", "float32"), ("use_cache", True),
+            ("vocab_size", V),
+        ])
+        self.facts = R.ModelFacts(False, 0, L, n_positions, "learned")
+        g = Init(seed)
+        P = prefix
+        # positions strong enough that removing or shifting them visibly moves the logits
+        t = {P + "wte.weight": g.normal([V, D], 0.5), P + "wpe.weight": g.normal([n_positions, D], 0.5)}
+        for l in range(L):
+            p = P + "h.%d." % l
+            t[p + "ln_1.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "ln_1.bias"] = g.normal([D], 0.05)
+            wq, wk, wv = g.normal([D, D], 0.3), g.normal([D, D], 0.3), g.normal([D, D], 0.2)
+            # Conv1D stores [in, out]: the [out, in] matrices transposed, q | k | v along out
+            t[p + "attn.c_attn.weight"] = torch.cat([wq, wk, wv], dim=0).t().contiguous()
+            t[p + "attn.c_attn.bias"] = g.normal([3 * D], 0.1)
+            self.check_split = (p, wq, wk, wv)
+            t[p + "attn.c_proj.weight"] = g.normal([D, D], 0.6)
+            t[p + "attn.c_proj.bias"] = g.normal([D], 0.05)
+            t[p + "ln_2.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "ln_2.bias"] = g.normal([D], 0.05)
+            t[p + "mlp.c_fc.weight"] = g.normal([D, self.dff], 0.2)
+            t[p + "mlp.c_fc.bias"] = g.normal([self.dff], 0.05)
+            t[p + "mlp.c_proj.weight"] = g.normal([self.dff, D], 0.3)
+            t[p + "mlp.c_proj.bias"] = g.normal([D], 0.05)
+            if mask_buffer:
+                t[p + "attn.bias"] = torch.tril(torch.ones(n_positions, n_positions)).view(
+                    1, 1, n_positions, n_positions)
+        t[P + "ln_f.weight"] = g.normal([D], 0.1, 1.0)
+        t[P + "ln_f.bias"] = g.normal([D], 0.05)
+        self.finish(t)
+
+    def split_qkv(self, fused):
+        """GPT2Attention: query, key, value = c_attn(x).split(n_embd, dim=2), then heads."""
+        q, k, v = fused.split(self.D, dim=-1)
+        return heads(q, self.H), heads(k, self.H), heads(v, self.H)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, T, P = self.w, len(ids), self.prefix
+        R.check_rule(rule, self.facts)
+        if T > self.n_positions:
+            raise ValueError("%d positions past n_positions %d" % (T, self.n_positions))
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w[P + "wte.weight"][ids] + w[P + "wpe.weight"][torch.arange(T)]
+        stats = []
+        for l in range(self.L):
+            p = P + "h.%d." % l
+            x = layer_norm(h, w[p + "ln_1.weight"], w[p + "ln_1.bias"], self.eps)
+            q, k, v = self.split_qkv(x @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"])
+            c = 1.0 / math.sqrt(self.dh)                  # scale_attn_weights
+            if self.inverse_layer:
+                c = c / float(l + 1)                      # scale_attn_by_inverse_layer_idx
+            plan = R.Plan(rule, self.facts, "dec", l)
+            qk = R.qk_dot(q, k, c)
+            out, Pr = R.attention(plan, pinfo, lambda rel, qk=qk: qk, v, T, margins)
+            stats.append(R.head_stats(Pr))
+            h = h + merge(out) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+            x = layer_norm(h, w[p + "ln_2.weight"], w[p + "ln_2.bias"], self.eps)
+            y = self.act(x @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+            h = h + y @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+        h = layer_norm(h, w[P + "ln_f.weight"], w[P + "ln_f.bias"], self.eps)
+        return linear(h, w[P + "wte.weight"]), stats

@@ -27,7 +27,7 @@ class ModelFacts:
         self.n_enc = n_enc          # T5 encoder depth, 0 for decoder-only
         self.n_dec = n_dec          # decoder depth (decoder-only: number of layers)
         self.train_len = train_len  # model's L_train or None
-        self.pos = pos              # "t5", "alibi", "rope", "fire"
+        self.pos = pos              # "t5", "alibi", "rope", "fire", "learned" (GPT-2 wpe)
 
 
 def _scope_depths(rule, facts):
@@ -99,6 +99,13 @@ def check_rule(rule, facts):
             raise RuleError("alibi_scale %s needs a train length" % mode)
     if "fire_threshold" in rule and facts.pos != "fire":
         raise RuleError("fire_threshold on a non-FIRE model")
+    if facts.pos == "learned":
+        # learned absolute positions are added to the input: attention has no distance term for
+        # a ceiling or a top-k distance to act on (the spec's positional-term rules)
+        if "distance_ceiling" in rule:
+            raise RuleError("distance_ceiling on a learned-position model")
+        if "distance" in rule.get("top_k", {}):
+            raise RuleError("top_k.distance on a learned-position model")
 
 
 class Plan:
@@ -138,7 +145,9 @@ class Plan:
 
         # distance ceiling: explicit, else implied by lambda_mask (= n_local). Rule-wide: every
         # positional term uses it (the T5 encoder too); cross-attention has no positional term.
-        if "distance_ceiling" in rule:
+        if facts.pos == "learned":
+            self.ceiling = None     # no positional term in attention
+        elif "distance_ceiling" in rule:
             self.ceiling = int(rule["distance_ceiling"])
         elif lam is not None:
             self.ceiling = int(lam["n_local"])
@@ -151,7 +160,9 @@ class Plan:
         if self.topk:
             self.k = int(tk["k"])
             dist = tk.get("distance")
-            self.topk_distance = int(dist) if dist is not None else self.ceiling // 2
+            # learned positions: the scorer has no positional term, the distance is never read
+            self.topk_distance = int(dist) if dist is not None else (
+                0 if self.ceiling is None else self.ceiling // 2)
             self.topk_rows = tk.get("rows", "decode")
 
         # ALiBi scaling
