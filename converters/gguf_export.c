@@ -447,6 +447,9 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
     case CP_FAMILY_T5:
       return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf: t5 is not written: llama.cpp's t5 must run llama_encode "
                           "first, which node-llama-cpp never calls, so the file could not be proven (docs/gguf.md)", in);
+    case CP_FAMILY_GPT2:
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf: gpt2 is not written yet (llama.cpp's gpt2 names and "
+                          "position_embd are not mapped; docs/gguf.md)", in);
     default:
       return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom and mpt models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
