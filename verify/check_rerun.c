@@ -11,6 +11,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/base/num.h"
 #include "ctxpatch/verify/verify.h"
 #include "verify/check_int.h"
 
@@ -63,7 +64,8 @@ static int compare(check_ctx *c, const cp_verify_result *r, const cJSON *patched
     const cJSON *cells = cJSON_GetObjectItemCaseSensitive(patched, cp_probe_name(r->probes[p]));
     for (int l = 0; l < r->n_lengths && rc == 0; l++) {
       const cJSON *cell = cJSON_GetArrayItem(cells, l);
-      double acc = cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l);
+      /* as the certificate writes it (base/num.h) */
+      double acc = cp_num_round(cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l), CP_NUM_JSON_DIGITS);
       double want = cJSON_GetObjectItemCaseSensitive(cell, "accuracy")->valuedouble;
       const cJSON *by = cJSON_GetObjectItemCaseSensitive(cell, "correct_by_depth");
       bool same = acc == want;
