@@ -196,15 +196,21 @@ int cli_print_json(const cJSON *doc) {
   return fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
 }
 
-void cli_json_round(cJSON *doc) {
+static bool exact_key(const char *key, const char *const *exact) {
+  size_t kl = key ? strlen(key) : 0;
+  if (kl >= 4 && !strcmp(key + kl - 4, "rule")) return true;
+  for (; key && exact && *exact; exact++)
+    if (!strcmp(key, *exact)) return true;
+  return false;
+}
+
+void cli_json_round(cJSON *doc, const char *const *exact) {
   if (cJSON_IsNumber(doc)) {
     cJSON_SetNumberValue(doc, cp_num_round(doc->valuedouble, CP_NUM_JSON_DIGITS));
     return;
   }
-  for (cJSON *c = doc ? doc->child : NULL; c; c = c->next) {
-    size_t kl = c->string ? strlen(c->string) : 0;
-    if (!(kl >= 4 && !strcmp(c->string + kl - 4, "rule"))) cli_json_round(c);
-  }
+  for (cJSON *c = doc ? doc->child : NULL; c; c = c->next)
+    if (!exact_key(c->string, exact)) cli_json_round(c, exact);
 }
 
 void cli_progress_bar(void *ctx, int64_t done, int64_t total) {

@@ -104,8 +104,9 @@ bool cli_progress_wanted(void);
  * `doc` (pretty) and a newline; CLI_OK, or CLI_FAIL after reporting an allocation failure. */
 int cli_print_json(const cJSON *doc);
 /* Rounds every number of `doc` to CP_NUM_JSON_DIGITS significant digits (base/num.h), except
- * inside members whose key ends in "rule" (a rule is applied exactly as written). */
-void cli_json_round(cJSON *doc);
+ * inside members whose key ends in "rule" (a rule is applied exactly as written) or is one of
+ * `exact` (NULL-terminated, may be NULL: values a user copies into a rule, such as taus). */
+void cli_json_round(cJSON *doc, const char *const *exact);
 
 int cmd_inspect(int argc, char **argv);
 /* `inspect --attention-stats`: attention statistics against input length. */

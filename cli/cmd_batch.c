@@ -106,12 +106,10 @@ static int report(const batch_recipe *r, const size_t *idx, size_t n, const batc
     cJSON_AddNumberToObject(sum, "jobs", (double)n);
     for (int s = JOB_PENDING; s <= JOB_STALE && strcmp(mode, "validate"); s++)
       cJSON_AddNumberToObject(sum, batch_state_name((batch_state)s), (double)count[s]);
-    char *text = cJSON_Print(o);
+    cli_json_round(o, NULL);
+    int printed = cli_print_json(o);
     cJSON_Delete(o);
-    if (!text) return cli_report(cp_error_set(CP_ENOMEM, "batch report: out of memory"));
-    puts(text);
-    free(text);
-    return status;
+    return printed == CLI_OK ? status : printed;
   }
   for (size_t k = 0; k < n; k++) {
     const batch_job *j = &r->jobs[idx[k]];

@@ -44,12 +44,9 @@ static int print_json(const char *path, const cp_check_report *r, bool rerun) {
     cJSON_AddStringToObject(f, "message", r->failures[i].message);
     cJSON_AddItemToArray(fails, f);
   }
-  char *text = cJSON_Print(o);
+  int status = cli_print_json(o);
   cJSON_Delete(o);
-  if (!text) return cli_report(cp_error_set(CP_ENOMEM, "check report: out of memory"));
-  puts(text);
-  free(text);
-  return r->n_failures ? CLI_FAIL : CLI_OK;
+  return status != CLI_OK || r->n_failures ? CLI_FAIL : CLI_OK;
 }
 
 static int print_text(const char *path, const cp_check_report *r, bool rerun) {
