@@ -1,7 +1,6 @@
-/* base/num.c: rounding to significant digits and the short text of a number. Expected values
+/* base/num.c: rounding to significant digits. Expected values
  * are written out by hand (decimal literals, which C parses to the nearest double). */
 #include <math.h>
-#include <string.h>
 
 #include "ctxpatch/base/num.h"
 #include "test.h"
@@ -21,13 +20,5 @@ int main(void) {
   CHECK(cp_num_round(1.23456789e-10, 2) == 1.2e-10);
   CHECK(isnan(cp_num_round(NAN, 6)) && cp_num_round(INFINITY, 6) == INFINITY);
   CHECK(cp_num_round(0.123456789, 0) == 0.1 && cp_num_round(0.123456789, 99) == 0.123456789);
-  char buf[CP_NUM_BUF];
-  CHECK(!strcmp(cp_num_format(buf, noisy, 6), "0.8"));
-  CHECK(!strcmp(cp_num_format(buf, 1.0 / 3, 6), "0.333333"));
-  CHECK(!strcmp(cp_num_format(buf, 0.5, 6), "0.5"));
-  CHECK(!strcmp(cp_num_format(buf, 40, 6), "40"));
-  CHECK(!strcmp(cp_num_format(buf, 1.5e-7, 6), "1.5e-07"));
-  CHECK(!strcmp(cp_num_format(buf, NAN, 6), "nan"));
-  CHECK(!strcmp(cp_num_format(buf, -INFINITY, 6), "-inf"));
   return test_finish();
 }
