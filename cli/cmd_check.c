@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -92,7 +91,7 @@ int cmd_check(int argc, char **argv) {
     else path = a;
   }
   if (!path) return cli_usage_error("check", "missing ARTIFACT");
-  if (p.rerun && !json && isatty(STDERR_FILENO)) p.progress = cli_progress_bar;
+  if (p.rerun && cli_progress_wanted()) p.progress = cli_progress_bar;
   cp_check_report r;
   int rc = cp_check_artifact(&r, path, &p), status;
   if (rc < 0) {
