@@ -68,8 +68,20 @@ static int add_artifact(cJSON *cert, const cp_model *model) {
   return cp_error_set(CP_ENOMEM, "verify: out of memory for the certificate's artifact object");
 }
 
-/* One line: the rule the patched side ran and where it came from; what the weights carry. */
-static void print_rule(const cp_model *model, const cp_rule *applied) {
+/* The table, the verdict and its reasons. */
+static void print_verdict(const cp_verify_result *result, const cp_verify_thresholds *th, bool pass, char **reasons,
+                          int n_reasons) {
+  cli_print_verify_result(result, th, "baseline [95% CI]");
+  bool judged = cp_verify_has_criterion(th);
+  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "
+         "--no-regression-at or --ppl-flat)" : pass ? "pass" : "fail", result->seconds,
+         result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
+  for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
+}
+
+/* One line: the rule the patched side ran and where it came from; what the weights carry; with
+ * a baseline on an artifact, that the baseline side runs without its metadata rule. */
+static void print_rule(const cp_model *model, const cp_rule *applied, bool baseline) {
   const cp_hf_config *cfg = cp_model_config(model);
   char *text = applied ? cp_rule_to_string(applied) : NULL;
   printf("rule: %s%s\n", text ? text : "none",
@@ -80,6 +92,9 @@ static void print_rule(const cp_model *model, const cp_rule *applied) {
     printf("baked into the weights: %s (%s)\n", text ? text : "?", cfg->ctxpatch_fidelity);
     free(text);
   }
+  if (baseline && model->has_metadata_rule) printf("baseline: the same weights without the metadata rule\n");
+  if (baseline && cfg->has_ctxpatch && !cp_rule_is_identity(&cfg->ctxpatch_baked_rule))
+    printf("baseline: these weights still carry the baked rule (verify the original checkpoint to compare)\n");
 }
 
 int cmd_verify(int argc, char **argv) {
@@ -192,14 +207,8 @@ int cmd_verify(int argc, char **argv) {
     if ((status = cli_print_json(cert)) == CLI_OK) status = pass ? CLI_OK : CLI_FAIL;
     goto report;
   }
-  print_rule(model, applied);
-  if (baseline && model->has_metadata_rule) printf("baseline: the same weights without the metadata rule\n");
-  cli_print_verify_result(result, &th, "baseline [95% CI]");
-  bool judged = cp_verify_has_criterion(&th);
-  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "
-         "--no-regression-at or --ppl-flat)" : pass ? "pass" : "fail", result->seconds,
-         result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
-  for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
+  print_rule(model, applied, baseline);
+  print_verdict(result, &th, pass, reasons, n_reasons);
   status = pass ? CLI_OK : CLI_FAIL;
 report:
   if (rc < 0) status = cli_report(rc);
