@@ -4,10 +4,12 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/num.h"
 #include "ctxpatch/verify/verify.h"
 
 /* "3,17,5" -> heap array; junk or an empty list is CP_EMODEL_INPUT. In a file (`from` names it)
@@ -177,6 +179,39 @@ int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text
 }
 
 int cli_parse_probes(cp_probe_kind **out, int *n, const char *text) { return cli_parse_probe_set(out, n, NULL, text); }
+
+bool cli_progress_wanted(void) { return isatty(STDERR_FILENO); }
+
+void cli_progress_note(void *ctx, const char *what) {
+  (void)ctx;
+  if (what) fprintf(stderr, "\r\033[K%s", what);
+  else fputc('\n', stderr);
+}
+
+int cli_print_json(const cJSON *doc) {
+  char *text = doc ? cJSON_Print(doc) : NULL;
+  if (!text) return cli_report(cp_error_set(CP_ENOMEM, "--json: out of memory for the JSON document"));
+  puts(text);
+  free(text);
+  return fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
+}
+
+static bool exact_key(const char *key, const char *const *exact) {
+  size_t kl = key ? strlen(key) : 0;
+  if (kl >= 4 && !strcmp(key + kl - 4, "rule")) return true;
+  for (; key && exact && *exact; exact++)
+    if (!strcmp(key, *exact)) return true;
+  return false;
+}
+
+void cli_json_round(cJSON *doc, const char *const *exact) {
+  if (cJSON_IsNumber(doc)) {
+    cJSON_SetNumberValue(doc, cp_num_round(doc->valuedouble, CP_NUM_JSON_DIGITS));
+    return;
+  }
+  for (cJSON *c = doc ? doc->child : NULL; c; c = c->next)
+    if (!exact_key(c->string, exact)) cli_json_round(c, exact);
+}
 
 void cli_progress_bar(void *ctx, int64_t done, int64_t total) {
   (void)ctx;

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 #include "ctxpatch/verify/verify.h"
@@ -60,6 +62,7 @@ int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text
  * --corpus, --corpus-delimiter, --ppl-windows, --ppl-buckets, --ppl-margin, --ppl-flat. The texts
  * point into argv; the parsed arrays are owned by the struct (cli_verify_opts_free). */
 typedef struct {
+  const char *probes_text; /* --probe, or its alias --verify (one name; both given is refused) */
   const char *lengths_text, *depths_text, *no_reg_text;
   unsigned long long samples, seed, threads; /* samples 0: CLI_DEFAULT_PAIRS / depths, rounded up */
   double min_accuracy; /* < 0: none */
@@ -90,6 +93,20 @@ void cli_verify_opts_free(cli_verify_opts *o);
 void cli_print_verify_result(const cp_verify_result *r, const cp_verify_thresholds *th, const char *base_label);
 /* A progress bar on stderr for cp_verify_params.progress (only on a terminal). */
 void cli_progress_bar(void *ctx, int64_t done, int64_t total);
+/* A one-line progress note on stderr (cp_calib_params.progress; only on a terminal); a NULL
+ * `what` ends the line. */
+void cli_progress_note(void *ctx, const char *what);
+/* Whether progress may be drawn: stderr is a terminal (never into files or pipes). */
+bool cli_progress_wanted(void);
+
+/* --json means one thing in every command: the command's result as one JSON document on stdout
+ * (nothing else goes to stdout; files are named by their own options). cli_print_json prints
+ * `doc` (pretty) and a newline; CLI_OK, or CLI_FAIL after reporting an allocation failure. */
+int cli_print_json(const cJSON *doc);
+/* Rounds every number of `doc` to CP_NUM_JSON_DIGITS significant digits (base/num.h), except
+ * inside members whose key ends in "rule" (a rule is applied exactly as written) or is one of
+ * `exact` (NULL-terminated, may be NULL: values a user copies into a rule, such as taus). */
+void cli_json_round(cJSON *doc, const char *const *exact);
 
 int cmd_inspect(int argc, char **argv);
 /* `inspect --attention-stats`: attention statistics against input length. */

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/batch.h"
 #include "cli/cli.h"
@@ -106,12 +105,10 @@ static int report(const batch_recipe *r, const size_t *idx, size_t n, const batc
     cJSON_AddNumberToObject(sum, "jobs", (double)n);
     for (int s = JOB_PENDING; s <= JOB_STALE && strcmp(mode, "validate"); s++)
       cJSON_AddNumberToObject(sum, batch_state_name((batch_state)s), (double)count[s]);
-    char *text = cJSON_Print(o);
+    cli_json_round(o, NULL);
+    int printed = cli_print_json(o);
     cJSON_Delete(o);
-    if (!text) return cli_report(cp_error_set(CP_ENOMEM, "batch report: out of memory"));
-    puts(text);
-    free(text);
-    return status;
+    return printed == CLI_OK ? status : printed;
   }
   for (size_t k = 0; k < n; k++) {
     const batch_job *j = &r->jobs[idx[k]];
@@ -129,7 +126,7 @@ static int report(const batch_recipe *r, const size_t *idx, size_t n, const batc
 static int run(batch_recipe *r, size_t *idx, size_t n, const batch_args *a) {
   size_t *todo = calloc(n ? n : 1, sizeof *todo), n_todo = 0;
   if (!todo) return cli_report(cp_error_set(CP_ENOMEM, "batch: out of memory"));
-  bool progress = isatty(STDERR_FILENO);
+  bool progress = cli_progress_wanted();
   for (size_t k = 0; k < n; k++) {
     batch_job *j = &r->jobs[idx[k]];
     batch_state s = batch_job_probe(j);

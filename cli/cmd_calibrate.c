@@ -43,7 +43,8 @@ static void help(FILE *out) {
           "  --tokenizer PATH  tokenizer for probe inputs (default: the model folder's)\n"
           "  --seed S          input seed (default 0)\n"
           "  --threads T       engine threads (default: every CPU)\n"
-          "  --json            print the table as JSON\n"
+          "  --json            print the table as one JSON document on stdout (taus exact, measured\n"
+          "                    statistics to 6 significant digits)\n"
           "  --schedule        also make a temperature_schedule rule of the one --method's taus at\n"
           "                    --lengths, with [train length, 1] as its first point (inputs up to\n"
           "                    the training length keep tau 1); printed, or written to --out\n"
@@ -262,8 +263,8 @@ int cmd_calibrate(int argc, char **argv) {
   cp_tokenizer *tok = NULL;
   cp_calib_table t = {0};
   cJSON *j = NULL;
-  char *text = NULL, *rule_text = NULL;
-  int rc = 0;
+  char *rule_text = NULL;
+  int rc = 0, status = CLI_OK;
   if (out_path && (rc = cli_check_outputs((const char *const[]){model_path, tok_path}, 2, &out_path, 1, false)))
     goto done;
   if ((rc = cp_model_open(&model, model_path))) goto done;
@@ -273,16 +274,21 @@ int cmd_calibrate(int argc, char **argv) {
     else if (rc) goto done;
     p.tokenizer = tok;
   }
-  if ((rc = cp_calibrate(&t, model, methods, n_methods, lengths, n_lengths, &p))) goto done;
+  if (cli_progress_wanted()) p.progress = cli_progress_note;
+  rc = cp_calibrate(&t, model, methods, n_methods, lengths, n_lengths, &p);
+  if (p.progress) cli_progress_note(NULL, NULL);
+  if (rc) goto done;
   if (schedule && (rc = schedule_text(&rule_text, &t, methods[0], train_point, out_path))) goto done;
   if (json) {
     if (!(j = cp_calib_table_to_json(&t)) || !cJSON_AddStringToObject(j, "model", model_path) ||
-        (rule_text && !cJSON_AddItemToObject(j, "schedule_rule", cJSON_Parse(rule_text))) ||
-        !(text = cJSON_Print(j))) {
+        (rule_text && !cJSON_AddItemToObject(j, "schedule_rule", cJSON_Parse(rule_text)))) {
       rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory for the JSON output");
       goto done;
     }
-    printf("%s\n", text);
+    /* Measured statistics at a readable precision; taus exact (they go into rules). */
+    static const char *const taus[] = {"tau", "layer_tau", "other_root", NULL};
+    cli_json_round(j, taus);
+    status = cli_print_json(j);
   } else {
     print_text(&t, model_path);
     if (rule_text) printf("\nschedule (%s): %s\n", cp_cal_method_name(methods[0]), rule_text);
@@ -290,11 +296,10 @@ int cmd_calibrate(int argc, char **argv) {
   if (out_path) fprintf(stderr, "wrote %s\n", out_path);
 done:
   free(rule_text);
-  free(text);
   cJSON_Delete(j);
   cp_calib_table_free(&t);
   cp_tokenizer_free(tok);
   cp_model_free(model);
   free(lengths);
-  return rc ? cli_report(rc) : CLI_OK;
+  return rc ? cli_report(rc) : status;
 }

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -44,12 +43,9 @@ static int print_json(const char *path, const cp_check_report *r, bool rerun) {
     cJSON_AddStringToObject(f, "message", r->failures[i].message);
     cJSON_AddItemToArray(fails, f);
   }
-  char *text = cJSON_Print(o);
+  int status = cli_print_json(o);
   cJSON_Delete(o);
-  if (!text) return cli_report(cp_error_set(CP_ENOMEM, "check report: out of memory"));
-  puts(text);
-  free(text);
-  return r->n_failures ? CLI_FAIL : CLI_OK;
+  return status != CLI_OK || r->n_failures ? CLI_FAIL : CLI_OK;
 }
 
 static int print_text(const char *path, const cp_check_report *r, bool rerun) {
@@ -95,7 +91,7 @@ int cmd_check(int argc, char **argv) {
     else path = a;
   }
   if (!path) return cli_usage_error("check", "missing ARTIFACT");
-  if (p.rerun && !json && isatty(STDERR_FILENO)) p.progress = cli_progress_bar;
+  if (p.rerun && cli_progress_wanted()) p.progress = cli_progress_bar;
   cp_check_report r;
   int rc = cp_check_artifact(&r, path, &p), status;
   if (rc < 0) {

@@ -36,7 +36,8 @@ static const char convert_help[] =
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
     "  --force             replace OUT if it exists\n"
-    "  --json              print a JSON summary\n";
+    "  --json              print a JSON summary on stdout (as every command's --json)\n"
+    "A progress bar (tensors written, --to safetensors) is drawn on stderr when it is a terminal.\n";
 
 /* A byte count with an optional K/M/G suffix; shared with `patch --shard-size`. */
 static bool parse_size(const char *text, unsigned long long *out) {
@@ -175,6 +176,7 @@ int cmd_convert(int argc, char **argv) {
     return cli_usage_error("convert", "--rule, --dtype and --external-threshold apply to --to onnx or gguf only");
 
   cp_convert_stats stats = {0};
+  if (cli_progress_wanted()) params.progress = cli_progress_bar;
   int rc = cli_check_outputs(&in, 1, &out, 1, true);
   if (rc == 0) rc = cp_convert_to_safetensors(&stats, in, out, &params);
   if (rc < 0) return cli_report(rc);

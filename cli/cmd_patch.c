@@ -17,7 +17,8 @@
 
 static const char patch_help[] =
     "usage: ctxpatch patch IN OUT --method temperature|alibi-pi|lm-infinite|rope-pi|fire-threshold\n"
-    "                      [method options] [--target-len N] [--verify PROBES] [--lengths L,...]\n"
+    "                      [method options] | --rule RULE.json\n"
+    "                      [--target-len N] [--verify PROBES] [--lengths L,...] [--json]\n"
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
@@ -27,9 +28,18 @@ static const char patch_help[] =
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
     "writes nothing and exits 1. The fidelity (exact-weights, native-config, ctxpatch-metadata)\n"
     "is printed and stored in OUT's metadata; docs/patching.md has the table.\n\n"
+    "  --rule FILE       the patch is this rule file (any rule of ../shared/spec/attention-rules.md,\n"
+    "                    e.g. top_k with from_layer/distance/rows), certified like the methods; no\n"
+    "                    method options; --method may be left out: one mechanism alone names its\n"
+    "                    method (its fidelity is planned as that method's), a mix is method \"rule\"\n"
+    "                    (all of it as ctxpatch metadata)\n"
+    "  --json            print the outcome as one JSON document on stdout (output, written,\n"
+    "                    verdict, method, fidelity, probe selection and the whole certificate),\n"
+    "                    nothing else on stdout (as every command's --json)\n"
     "method options:\n"
     "  temperature     --tau X | --calibrate pmax|entropy|log|prop1|prop2 (default pmax) at\n"
     "                  --target-len N (default the longest --lengths); --per-layer;\n"
+    "                  --calibration-samples N sequences per length (default 4);\n"
     "                  --schedule: a temperature_schedule calibrated at each --lengths past the\n"
     "                  training length (target length when none is), [L_tr, 1] first; kept as\n"
     "                  ctxpatch metadata (safetensors) or graph nodes (--to onnx)\n"
@@ -39,9 +49,14 @@ static const char patch_help[] =
     "                  [--top-k K]\n"
     "  rope-pi         --factor F (config.json rope_scaling linear, times any existing factor)\n"
     "  fire-threshold  --threshold L\n"
-    "verify options (as 'ctxpatch verify'): --verify PROBES (default passkey); --lengths (default\n"
-    "  the training length and --target-len); --depths (default 0:1:5); --min-accuracy A (default\n"
-    "  none); --no-regression-at (default every length: the patch may not lose to the original).\n"
+    "verify options (as 'ctxpatch verify'): --verify PROBES (--probe is the same option; 'ppl'\n"
+    "  needs --corpus); --lengths (default the training length and --target-len); --depths (default\n"
+    "  0:1:5); --samples; --min-accuracy A (default none); --no-regression-at (default every length:\n"
+    "  the patch may not lose to the original); --margin; --corpus FILE and the --ppl-* options.\n"
+    "  Without --verify the default probe set certifies: every retrieval probe the ORIGINAL model\n"
+    "  answers with accuracy above 0.5 at its training length (screened first on 10 prompts each),\n"
+    "  plus ppl when --corpus is given; the probes used and skipped are printed and recorded in the\n"
+    "  certificate (probes.selection).\n"
     "  --require exact   refuse a patch the weights alone cannot carry\n"
     "  --shard-size BYTES  split model.safetensors into shards of at most BYTES (K/M/G suffixes),\n"
     "                    with model.safetensors.index.json (default: one file)\n"
@@ -105,14 +120,6 @@ static void start_watchdog(void *ctx, const char *tmp) {
   fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* held open until this process exits */
 }
 
-static void print_table(const cp_verify_result *r) {
-  printf("%-10s %8s %10s %10s\n", "probe", "length", "patched", "original");
-  for (int p = 0; p < r->n_probes; p++)
-    for (int l = 0; l < r->n_lengths; l++)
-      printf("%-10s %8lld %10.3f %10.3f\n", cp_probe_name(r->probes[p]), (long long)r->lengths[l],
-             cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l), cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l));
-}
-
 /* Printed from inside the pass, before the (long) bake and verify stages. */
 static void print_plan(void *ctx, const cp_patch *patch, const cp_bake_plan *plan) {
   (void)ctx;
@@ -132,8 +139,9 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 
 /* Everything the command line says. */
 typedef struct {
-  const char *in, *out_dir, *method_text, *probes_text, *tok_path, *require, *to, *dtype;
-  bool no_verify, force;
+  const char *in, *out_dir, *method_text, *tok_path, *require, *to, *dtype, *rule_path;
+  bool no_verify, force, json;
+  cp_rule rule; /* --rule */
   unsigned long long shard_size, external_threshold;
   cp_patch_options po;
   cli_verify_opts vo;
@@ -156,6 +164,8 @@ static int method_opt(cp_patch_options *po, const char *a, const char *v) {
   else if (!strcmp(a, "--n-local")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->n_local = (int64_t)u;
   else if (!strcmp(a, "--ceiling")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->ceiling = (int64_t)u;
   else if (!strcmp(a, "--top-k")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->top_k = (int)u;
+  else if (!strcmp(a, "--calibration-samples"))
+    ok = cli_parse_u64_in("patch", a, v, 1, 1000, &u), po->calibration_samples = (int)u;
   else return 0;
   return ok ? 1 : -1;
 }
@@ -174,6 +184,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
     else if (!strcmp(a, "--progressive")) pa->po.progressive = true;
     else if (!strcmp(a, "--no-verify")) pa->no_verify = true;
     else if (!strcmp(a, "--force")) pa->force = true;
+    else if (!strcmp(a, "--json")) pa->json = true;
     else if (a[0] == '-' && a[1]) {
       if (!v) return cli_usage_error("patch", "%s needs a value", a);
       i++;
@@ -182,7 +193,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       if (taken < 0) return CLI_USAGE;
       if (taken) continue;
       if (!strcmp(a, "--method")) pa->method_text = v;
-      else if (!strcmp(a, "--verify")) pa->probes_text = v;
+      else if (!strcmp(a, "--rule")) pa->rule_path = v;
       else if (!strcmp(a, "--tokenizer")) pa->tok_path = v;
       else if (!strcmp(a, "--require")) pa->require = v;
       else if (!strcmp(a, "--to")) pa->to = v;
@@ -197,7 +208,8 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
     else return cli_usage_error("patch", "unexpected argument '%s'", a);
   }
   if (!pa->in || !pa->out_dir) return cli_usage_error("patch", "needs IN and OUT");
-  if (!pa->method_text) return cli_usage_error("patch", "missing --method");
+  if (!pa->method_text && !pa->rule_path) return cli_usage_error("patch", "missing --method (or --rule FILE)");
+  if (pa->no_verify && pa->vo.probes_text) return cli_usage_error("patch", "--no-verify and --verify exclude each other");
   if (pa->require && strcmp(pa->require, "exact") != 0)
     return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", pa->require);
   if (pa->to && strcmp(pa->to, "safetensors") != 0 && strcmp(pa->to, "onnx") != 0 && strcmp(pa->to, "gguf") != 0)
@@ -209,7 +221,14 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (onnx && (pa->require || pa->shard_size))
     return cli_usage_error("patch", "--require and --shard-size apply to --to safetensors only");
   if (gguf && pa->shard_size) return cli_usage_error("patch", "--shard-size does not apply to --to gguf");
-  if (cp_patch_method_from_name(&pa->po.method, pa->method_text) || cp_patch_options_check(&pa->po))
+  if (pa->rule_path) {
+    int rc = cp_rule_load(&pa->rule, pa->rule_path);
+    if (rc) return cli_report(rc);
+    pa->po.rule = &pa->rule;
+    pa->po.method = cp_patch_rule_method(&pa->rule);
+  }
+  pa->po.method_given = pa->method_text != NULL;
+  if ((pa->method_text && cp_patch_method_from_name(&pa->po.method, pa->method_text)) || cp_patch_options_check(&pa->po))
     return cli_usage_error("patch", "%s", cp_error_message());
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
   /* The longest verified length is the default target. */
@@ -221,10 +240,23 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   return CLI_OK;
 }
 
+/* Which probes certified and why the others did not (the default probe set). */
+static void print_selection(const cp_patch_outcome *oc, const cp_verify_params *vp) {
+  if (oc->n_screened == 0) return;
+  printf("probes: default set, screened on the original at its training length %lld (%lld prompts each, floor "
+         "accuracy %g):\n", (long long)oc->screen_length, (long long)oc->screen_prompts, CP_PATCH_PROBE_FLOOR);
+  for (int i = 0; i < oc->n_screened; i++)
+    printf("  %-9s %5.3f  %s\n", cp_probe_name(oc->screened[i]), oc->screened_accuracy[i],
+           oc->screened_used[i] ? "used" : "skipped: the original itself does not do it at its training length");
+  printf("  %-9s        %s\n", "ppl", vp->corpus_path ? "used (--corpus)" : "skipped: no --corpus");
+}
+
 /* The verdict and where the artifact went; the exit status. */
-static int print_outcome(const cp_patch_outcome *oc, const char *out_dir) {
+static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const cp_verify_params *vp,
+                         const cp_verify_thresholds *th) {
+  print_selection(oc, vp);
   if (oc->verified) {
-    print_table(oc->result);
+    cli_print_verify_result(oc->result, th, "original [95% CI]");
     /* Timings are printed only: the certificate stays reproducible (docs/certificate.md). */
     printf("verdict: %s (%.1f s, %.0f tokens/s)\n", oc->pass ? "pass" : "fail", oc->result->seconds,
            oc->result->seconds > 0 ? (double)oc->result->tokens / oc->result->seconds : 0.0);
@@ -239,27 +271,60 @@ static int print_outcome(const cp_patch_outcome *oc, const char *out_dir) {
   return CLI_OK;
 }
 
+/* patch --json: the outcome as one document on stdout; the exit status. */
+static int print_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
+  cJSON *o = cJSON_CreateObject(), *cert = oc->certificate_json ? cJSON_Parse(oc->certificate_json) : NULL;
+  int status = CLI_FAIL;
+  if (!o || (oc->certificate_json && !cert)) goto nomem;
+  cJSON_AddStringToObject(o, "output", out_dir);
+  cJSON_AddBoolToObject(o, "written", oc->written);
+  cJSON_AddBoolToObject(o, "certified", oc->verified && oc->pass);
+  cJSON_AddStringToObject(o, "verdict", !oc->verified ? "not verified (--no-verify)" : oc->pass ? "pass" : "fail");
+  cJSON_AddStringToObject(o, "method", cp_patch_method_name(oc->patch.method));
+  cJSON_AddStringToObject(o, "fidelity", cp_fidelity_name(oc->plan.fidelity));
+  cJSON_AddStringToObject(o, "note", oc->plan.note);
+  if (oc->verified && oc->pass) cJSON_AddStringToObject(o, "certificate_sha256", oc->certificate_sha256);
+  else cJSON_AddNullToObject(o, "certificate_sha256");
+  if (cert) cJSON_AddItemToObject(o, "certificate", cert);
+  else cJSON_AddNullToObject(o, "certificate");
+  cert = NULL;
+  status = cli_print_json(o);
+  if (status == CLI_OK && !oc->pass) status = CLI_FAIL;
+  cJSON_Delete(o);
+  return status;
+nomem:
+  cJSON_Delete(o);
+  cJSON_Delete(cert);
+  return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
+}
+
 int cmd_patch(int argc, char **argv) {
-  patch_args pa = {.probes_text = "passkey"};
+  static patch_args pa; /* holds a cp_rule (tens of KiB): not on the stack */
+  memset(&pa, 0, sizeof pa);
   cp_patch_options_init(&pa.po);
   cli_verify_opts_init(&pa.vo, "0:1:5");
   cp_probe_kind *probes = NULL;
   int n_probes = 0, rc = 0;
-  bool help = false, pp_gguf = false;
+  bool help = false, pp_gguf = false, ppl = false;
   uint32_t pp_gguf_type = 0;
   cp_patch_outcome oc;
   memset(&oc, 0, sizeof oc);
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
-  const char *ins[] = {pa.in, pa.tok_path};
+  const char *ins[] = {pa.in, pa.tok_path, pa.rule_path, pa.vo.corpus};
   pp_gguf = pa.to && !strcmp(pa.to, "gguf");
   if (pp_gguf && pa.dtype && cp_gguf_dtype_from_name(&pp_gguf_type, pa.dtype)) {
     status = cli_usage_error("patch", "%s", cp_error_message());
     goto done;
   }
-  if ((rc = cli_check_outputs(ins, 2, &pa.out_dir, 1, !pp_gguf)) || (rc = cli_parse_probes(&probes, &n_probes, pa.probes_text))) {
+  if ((rc = cli_check_outputs(ins, 4, &pa.out_dir, 1, !pp_gguf)) ||
+      (pa.vo.probes_text && (rc = cli_parse_probe_set(&probes, &n_probes, &ppl, pa.vo.probes_text)))) {
     status = cli_report(rc);
+    goto done;
+  }
+  if (ppl && !pa.vo.corpus) {
+    status = cli_usage_error("patch", "the ppl probe needs --corpus FILE");
     goto done;
   }
   cp_verify_params vp;
@@ -268,10 +333,11 @@ int cmd_patch(int argc, char **argv) {
   cp_verify_thresholds_init(&th);
   cli_verify_opts_apply(&pa.vo, probes, n_probes, &vp, &th);
   vp.stats = true;
-  if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
+  if (cli_progress_wanted()) vp.progress = cli_progress_bar;
   cp_patch_params pp;
   cp_patch_params_init(&pp);
   pp.verify = pa.no_verify ? NULL : &vp;
+  pp.default_probes = !pa.vo.probes_text;
   pp.thresholds = &th;
   pp.tokenizer_path = pa.tok_path;
   pp.require_exact = pa.require != NULL;
@@ -281,7 +347,7 @@ int cmd_patch(int argc, char **argv) {
   pp.gguf_type = pp_gguf_type;
   pp.on_tmp_dir = start_watchdog;
   pp.on_calibrate = print_calibrating;
-  pp.on_plan = print_plan;
+  if (!pa.json) pp.on_plan = print_plan; /* --json: nothing but the document on stdout */
   cp_onnx_export_params ep;
   cp_onnx_export_params_init(&ep);
   if (pa.to && !strcmp(pa.to, "onnx")) {
@@ -297,7 +363,7 @@ int cmd_patch(int argc, char **argv) {
   if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;
   if ((rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
     status = oc.bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
-  else status = print_outcome(&oc, pa.out_dir);
+  else status = pa.json ? print_outcome_json(&oc, pa.out_dir) : print_outcome(&oc, pa.out_dir, &vp, &th);
 done:
   cp_patch_outcome_free(&oc);
   free(probes);

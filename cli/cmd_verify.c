@@ -24,13 +24,16 @@ static const char verify_help[] =
     "                       [--device cpu] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
     "                       [--margin D] [--corpus FILE] [--corpus-delimiter TEXT] [--ppl-windows N]\n"
     "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X]\n"
-    "                       [--json FILE] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
+    "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
     "                       [--on-top]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
     "through the CPU engine with the attention rule (and, with --baseline, without it, on the same\n"
     "prompts), prints the accuracy per probe and length with its 95% Wilson interval, and writes the\n"
     "certificate (docs/certificate.md) and a self-contained HTML report. Exit status 1 when a\n"
     "criterion fails; without any criterion the verdict is \"none\" (no criterion given), exit 0.\n\n"
+    "  --probe LIST         probes to run (--verify is the same option)\n"
+    "  --baseline           also run MODEL without any rule on the same prompts (an artifact's\n"
+    "                       metadata rule is left out on that side)\n"
     "  --depths A:B:N       N depths evenly from A to B (default 0:1:10), or a list 0,0.5,1\n"
     "  --samples N          samples per probe x length x depth cell (default: 40 prompts per probe\n"
     "                       and length over the depths, 4 at 10 depths)\n"
@@ -44,7 +47,9 @@ static const char verify_help[] =
     "  --ppl-windows N      windows per length (default 4); --ppl-buckets B position buckets (8)\n"
     "  --ppl-margin X       nats per token (default 0.05); --ppl-flat X: the patched NLL at the\n"
     "                       longest length may exceed its NLL at the training length by at most X\n"
-    "  --json, --certificate  write the certificate JSON (the same document)\n"
+    "  --certificate FILE   write the certificate JSON there\n"
+    "  --json               print the certificate JSON on stdout instead of the table (as every\n"
+    "                       command's --json: one JSON document on stdout, nothing else)\n"
     "  --no-stats           skip the P_max / entropy measurement per length\n"
     "  --on-top             apply a --rule temperature although MODEL is an artifact whose weights\n"
     "                       already carry one (refused otherwise: the logits would be divided twice)\n"
@@ -63,8 +68,20 @@ static int add_artifact(cJSON *cert, const cp_model *model) {
   return cp_error_set(CP_ENOMEM, "verify: out of memory for the certificate's artifact object");
 }
 
-/* One line: the rule the patched side ran and where it came from; what the weights carry. */
-static void print_rule(const cp_model *model, const cp_rule *applied) {
+/* The table, the verdict and its reasons. */
+static void print_verdict(const cp_verify_result *result, const cp_verify_thresholds *th, bool pass, char **reasons,
+                          int n_reasons) {
+  cli_print_verify_result(result, th, "baseline [95% CI]");
+  bool judged = cp_verify_has_criterion(th);
+  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "
+         "--no-regression-at or --ppl-flat)" : pass ? "pass" : "fail", result->seconds,
+         result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
+  for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
+}
+
+/* One line: the rule the patched side ran and where it came from; what the weights carry; with
+ * a baseline on an artifact, that the baseline side runs without its metadata rule. */
+static void print_rule(const cp_model *model, const cp_rule *applied, bool baseline) {
   const cp_hf_config *cfg = cp_model_config(model);
   char *text = applied ? cp_rule_to_string(applied) : NULL;
   printf("rule: %s%s\n", text ? text : "none",
@@ -75,14 +92,17 @@ static void print_rule(const cp_model *model, const cp_rule *applied) {
     printf("baked into the weights: %s (%s)\n", text ? text : "?", cfg->ctxpatch_fidelity);
     free(text);
   }
+  if (baseline && model->has_metadata_rule) printf("baseline: the same weights without the metadata rule\n");
+  if (baseline && cfg->has_ctxpatch && !cp_rule_is_identity(&cfg->ctxpatch_baked_rule))
+    printf("baseline: these weights still carry the baked rule (verify the original checkpoint to compare)\n");
 }
 
 int cmd_verify(int argc, char **argv) {
-  const char *model_path = NULL, *rule_path = NULL, *probes_text = NULL;
-  const char *device = "cpu", *json_path = NULL, *cert_path = NULL, *report_path = NULL;
+  const char *model_path = NULL, *rule_path = NULL;
+  const char *device = "cpu", *cert_path = NULL, *report_path = NULL;
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
-  bool baseline = false, stats = true, on_top = false;
+  bool baseline = false, stats = true, on_top = false, json = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (cli_is_help(a)) {
@@ -101,6 +121,10 @@ int cmd_verify(int argc, char **argv) {
       on_top = true;
       continue;
     }
+    if (!strcmp(a, "--json")) {
+      json = true;
+      continue;
+    }
     if (a[0] == '-' && a[1]) {
       if (!v) return cli_usage_error("verify", "%s needs a value", a);
       i++;
@@ -108,9 +132,7 @@ int cmd_verify(int argc, char **argv) {
       if (taken < 0) return CLI_USAGE;
       if (taken) continue;
       if (!strcmp(a, "--rule")) rule_path = v;
-      else if (!strcmp(a, "--probe")) probes_text = v;
       else if (!strcmp(a, "--device")) device = v;
-      else if (!strcmp(a, "--json")) json_path = v;
       else if (!strcmp(a, "--certificate")) cert_path = v;
       else if (!strcmp(a, "--report")) report_path = v;
       else return cli_usage_error("verify", "unknown option '%s'", a);
@@ -120,7 +142,7 @@ int cmd_verify(int argc, char **argv) {
     model_path = a;
   }
   if (!model_path) return cli_usage_error("verify", "missing MODEL");
-  if (!probes_text) return cli_usage_error("verify", "missing --probe");
+  if (!o.probes_text) return cli_usage_error("verify", "missing --probe");
   if (!o.lengths_text) return cli_usage_error("verify", "missing --lengths");
   if (strcmp(device, "cpu") != 0)
     return cli_usage_error("verify", "--device %s is not available in this build (only cpu)", device);
@@ -142,9 +164,9 @@ int cmd_verify(int argc, char **argv) {
   char **reasons = NULL;
   int n_reasons = 0, status = CLI_FAIL;
   bool pass = false;
-  const char *ins[] = {model_path, rule_path, o.corpus}, *outs[] = {json_path, cert_path, report_path};
-  int rc = cli_check_outputs(ins, 3, outs, 3, false);
-  if (rc == 0) rc = cli_parse_probe_set(&probes, &n_probes, &ppl, probes_text);
+  const char *ins[] = {model_path, rule_path, o.corpus}, *outs[] = {cert_path, report_path};
+  int rc = cli_check_outputs(ins, 3, outs, 2, false);
+  if (rc == 0) rc = cli_parse_probe_set(&probes, &n_probes, &ppl, o.probes_text);
   if (rc == 0 && ppl && !o.corpus) {
     status = cli_usage_error("verify", "the ppl probe needs --corpus FILE");
     goto report;
@@ -163,7 +185,7 @@ int cmd_verify(int argc, char **argv) {
   cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
   vp.baseline = baseline;
   vp.stats = stats;
-  if (isatty(STDERR_FILENO)) vp.progress = cli_progress_bar;
+  if (cli_progress_wanted()) vp.progress = cli_progress_bar;
   if (o.n_no_reg > 0 && !baseline) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
     goto report;
@@ -179,16 +201,14 @@ int cmd_verify(int argc, char **argv) {
                               applied, o.seed, vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
   if ((rc = add_artifact(cert, model)) < 0) goto report;
-  if (json_path && (rc = cp_write_json_atomic(NULL, json_path, cert)) < 0) goto report;
   if (cert_path && (rc = cp_write_json_atomic(NULL, cert_path, cert)) < 0) goto report;
   if (report_path && (rc = cp_report_write(report_path, cert)) < 0) goto report;
-  print_rule(model, applied);
-  cli_print_verify_result(result, &th, "baseline [95% CI]");
-  bool judged = cp_verify_has_criterion(&th);
-  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "
-         "--no-regression-at or --ppl-flat)" : pass ? "pass" : "fail", result->seconds,
-         result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
-  for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
+  if (json) {
+    if ((status = cli_print_json(cert)) == CLI_OK) status = pass ? CLI_OK : CLI_FAIL;
+    goto report;
+  }
+  print_rule(model, applied, baseline);
+  print_verdict(result, &th, pass, reasons, n_reasons);
   status = pass ? CLI_OK : CLI_FAIL;
 report:
   if (rc < 0) status = cli_report(rc);

@@ -30,7 +30,7 @@ static void print_table(const cp_profile_point *pts, int n, int64_t train_len) {
   }
 }
 
-static void print_json(const cp_profile_point *pts, int n, const char *path, int64_t train_len) {
+static int print_json(const cp_profile_point *pts, int n, const char *path, int64_t train_len) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "model", path);
   if (train_len > 0) cJSON_AddNumberToObject(root, "train_len", (double)train_len);
@@ -58,10 +58,10 @@ static void print_json(const cp_profile_point *pts, int n, const char *path, int
     }
     cJSON_AddItemToArray(arr, pt);
   }
-  char *text = cJSON_Print(root);
-  if (text) puts(text);
-  free(text);
+  cli_json_round(root, NULL);
+  int status = cli_print_json(root);
   cJSON_Delete(root);
+  return status;
 }
 
 int inspect_attention_stats(const char *path, const int64_t *lengths, int n_lengths, const char *rule_path,
@@ -90,7 +90,7 @@ int inspect_attention_stats(const char *path, const int64_t *lengths, int n_leng
     status = cli_report(rc);
   } else {
     int64_t train_len = cp_model_config(model)->train_len;
-    if (json) print_json(pts, n_lengths, path, train_len);
+    if (json) status = print_json(pts, n_lengths, path, train_len);
     else print_table(pts, n_lengths, train_len);
   }
   for (int i = 0; pts && i < n_lengths; i++) cp_profile_point_free(&pts[i]);

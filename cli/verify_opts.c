@@ -43,7 +43,10 @@ static char *unescape(const char *v) {
 }
 
 int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const char *v) {
-  if (!strcmp(a, "--lengths")) o->lengths_text = v;
+  if (!strcmp(a, "--probe") || !strcmp(a, "--verify")) {
+    if (o->probes_text) return cli_usage_error(cmd, "--probe and --verify are one option (give it once)"), -1;
+    o->probes_text = v;
+  } else if (!strcmp(a, "--lengths")) o->lengths_text = v;
   else if (!strcmp(a, "--depths")) o->depths_text = v;
   else if (!strcmp(a, "--no-regression-at")) o->no_reg_text = v;
   else if (!strcmp(a, "--samples")) return cli_parse_u64_in(cmd, a, v, 1, 100000, &o->samples) ? 1 : -1;

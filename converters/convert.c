@@ -122,7 +122,7 @@ static cp_tensor desc_of(const cp_checkpoint *ck, size_t i, const cp_gguf_hf_nam
 /* Streams one shard: the writer fixes the byte order, the checkpoint supplies the bytes. */
 static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, const char *path,
                        const size_t *members, size_t n, const cp_folder_params *p, uint64_t chunk,
-                       unsigned char *buf, const cp_gguf_hf_names *names) {
+                       unsigned char *buf, const cp_gguf_hf_names *names, int64_t *done_tensors, int64_t total) {
   static const char *const pt[] = {"format", "pt"};
   cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
   cp_st_writer *w = NULL;
@@ -139,6 +139,7 @@ static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, c
     if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook, order);
     else rc = write_streamed(w, ck, src, chunk, buf, order);
     if (rc < 0) goto done;
+    if (p->progress) p->progress(p->progress_ctx, ++*done_tensors, total);
   }
   if ((rc = cp_st_writer_sha256(w, out_hex)) < 0) goto done;
   rc = cp_st_writer_commit(w);
@@ -178,6 +179,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
   unsigned char *buf = malloc((size_t)chunk);
   char *path = NULL, hex[65];
   cp_gguf_hf_names names = {0};
+  int64_t done_tensors = 0;
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(descs && members && buf, dir);
   /* A GGUF input is written as an HF folder: HF names, rows back in HF order. */
@@ -191,7 +193,8 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
       if (plan->shard_of[i] == s) members[m++] = i;
     free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, plan->shard_names[s]), dir);
-    if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf, &names)) < 0 ||
+    if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf, &names, &done_tensors,
+                          (int64_t)n)) < 0 ||
         (rc = cp_folder_result_add(out, plan->shard_names[s], hex)) < 0)
       goto done;
   }
@@ -318,7 +321,8 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
   }
   if ((rc = cp_atomic_dir_open(&dir, out, params->replace)) < 0) goto done;
   const char *tmp = cp_atomic_dir_path(dir);
-  cp_folder_params fp = {.shard_size = params->shard_size, .chunk_size = params->chunk_size};
+  cp_folder_params fp = {.shard_size = params->shard_size, .chunk_size = params->chunk_size,
+                         .progress = params->progress, .progress_ctx = params->progress_ctx};
   if ((rc = cp_folder_write(&written, tmp, ck, &fp)) < 0) goto done;
   if (cp_checkpoint_gguf(ck) && (rc = write_gguf_config(tmp, ck, in)) < 0) goto done;
   if ((rc = cp_write_sha256_manifest(tmp, written.files, written.n_files)) < 0) goto done;

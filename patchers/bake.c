@@ -33,6 +33,7 @@ const char *cp_patch_method_name(cp_patch_method m) {
     case CP_PATCH_LM_INFINITE: return "lm-infinite";
     case CP_PATCH_ROPE_PI: return "rope-pi";
     case CP_PATCH_FIRE_THRESHOLD: return "fire-threshold";
+    case CP_PATCH_RULE: return "rule";
     case CP_PATCH_METHOD_COUNT: break;
   }
   return "?";
@@ -367,6 +368,12 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
       out->fidelity = CP_FIDELITY_EXACT_WEIGHTS;
       out->baked = *r;
       snprintf(out->note, sizeof out->note, "every FIRE L tensor set to %g", r->fire_threshold);
+      return 0;
+    case CP_PATCH_RULE:
+      out->fidelity = CP_FIDELITY_METADATA;
+      out->residual = *r;
+      snprintf(out->note, sizeof out->note, "the --rule file kept whole in the ctxpatch block: it combines "
+               "mechanisms no single weight change or config field carries");
       return 0;
     case CP_PATCH_METHOD_COUNT: break;
   }

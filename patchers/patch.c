@@ -16,6 +16,7 @@
 #include "ctxpatch/base/error.h"
 #include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/num.h"
 #include "converters/rule_json.h"
 #include "ctxpatch/patchers/calibrate.h"
 #include "ctxpatch/patchers/patch.h"
@@ -33,6 +34,7 @@ void cp_patch_params_init(cp_patch_params *p) {
 void cp_patch_outcome_free(cp_patch_outcome *o) {
   if (!o) return;
   cp_verify_result_free(o->result);
+  free(o->certificate_json);
   for (int i = 0; i < o->n_reasons; i++) free(o->reasons[i]);
   free(o->reasons);
   memset(o, 0, sizeof *o);
@@ -79,9 +81,28 @@ static int copy_tokenizer(const char *dir, const char *src) {
   return rc;
 }
 
+/* probes.selection in the certificate: how the default probe set was chosen. */
+static void add_selection(cJSON *cert, const cp_patch_outcome *out, const cp_verify_params *vp) {
+  if (out->n_screened == 0) return;
+  cJSON *sel = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(cert, "probes"), "selection");
+  cJSON_AddStringToObject(sel, "rule", "default set: each retrieval probe the original answers above the floor at "
+                                       "its training length, and ppl with a corpus");
+  cJSON_AddNumberToObject(sel, "floor", CP_PATCH_PROBE_FLOOR);
+  cJSON_AddNumberToObject(sel, "length", (double)out->screen_length);
+  cJSON_AddNumberToObject(sel, "prompts", (double)out->screen_prompts);
+  cJSON *sc = cJSON_AddObjectToObject(sel, "screened");
+  for (int i = 0; i < out->n_screened; i++) {
+    cJSON *e = cJSON_AddObjectToObject(sc, cp_probe_name(out->screened[i]));
+    cJSON_AddNumberToObject(e, "original_accuracy", cp_num_round(out->screened_accuracy[i], CP_NUM_JSON_DIGITS));
+    cJSON_AddBoolToObject(e, "used", out->screened_used[i]);
+  }
+  cJSON_AddBoolToObject(sel, "ppl", vp->corpus_path != NULL);
+}
+
 /* Runs the probes on `run` under `rule` (NULL: its metadata rule applies) beside the original,
- * judges, and on a pass writes certificate.json (listing the files of `tmp`; digest into out)
- * and report.html into `tmp`. */
+ * judges, builds the certificate (kept as text in out, also for a failing verdict) and on a pass
+ * writes certificate.json (listing the files of `tmp`; digest into out) and report.html into
+ * `tmp`. */
 static int certify_model(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
                          const cp_model *run, const cp_rule *rule, const cp_patch *patch, const cp_patch_params *params) {
   cJSON *cert = NULL;
@@ -93,7 +114,6 @@ static int certify_model(cp_patch_outcome *out, const char *tmp, const char *in,
   if ((rc = cp_verify_run(&out->result, run, params->tok, rule, &vp))) goto done;
   out->verified = true;
   if ((rc = cp_verify_judge(&out->pass, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
-  if (!out->pass) goto done;
   const cp_rule *applied = rule ? rule : run->has_metadata_rule ? &run->metadata_rule : NULL;
   /* certificate.c hashes the regular files of model_path (recording names only). */
   cp_certificate_info info = {tmp, params->device ? params->device : "cpu",
@@ -102,12 +122,15 @@ static int certify_model(cp_patch_outcome *out, const char *tmp, const char *in,
   if ((rc = cp_certificate_build(&cert, run, out->result, params->thresholds, out->pass, out->reasons,
                                  out->n_reasons, &info)))
     goto done;
+  add_selection(cert, out, &vp);
   cJSON *p = cJSON_AddObjectToObject(cert, "patch");
   cJSON_AddStringToObject(p, "method", cp_patch_method_name(patch->method));
   cJSON_AddStringToObject(p, "fidelity", cp_fidelity_name(out->plan.fidelity));
   cJSON_AddItemToObject(p, "baked_rule", cp_rule_to_json(&out->plan.baked));
   cJSON_AddItemToObject(p, "rule", cp_rule_to_json(&out->plan.residual));
   cJSON_AddStringToObject(p, "baseline", in);
+  CP_CHECK_ALLOC_GOTO(out->certificate_json = cJSON_Print(cert), tmp);
+  if (!out->pass) goto done;
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "certificate.json"), tmp);
   if ((rc = cp_write_json_atomic(out->certificate_sha256, path, cert))) goto done;
   free(path);
@@ -365,10 +388,55 @@ static int default_lengths(int64_t lengths[2], int *n, const cp_model *m, const 
   return 0;
 }
 
+/* The default probe set: every retrieval probe run on the original at its training length with
+ * a small sample (same seed and depths as certification); those above the floor are used. No
+ * probe and no corpus: CP_EVERIFY_PROBE (there would be nothing to certify on). */
+static int screen_probes(cp_patch_outcome *out, cp_probe_kind used[CP_PROBE_COUNT], int *n_used, const cp_model *m,
+                         const cp_tokenizer *tok, const cp_patch_options *o, const cp_verify_params *vp) {
+  int64_t L_tr = o->train_len ? o->train_len : m->train_len;
+  if (L_tr <= 0)
+    return cp_error_set(CP_EVERIFY_PROBE, "default probe set: the model has no training length to screen the probes "
+                                          "at; name them with --verify");
+  cp_probe_kind all[CP_PROBE_COUNT];
+  for (int k = 0; k < CP_PROBE_COUNT; k++) all[k] = (cp_probe_kind)k;
+  cp_verify_params sp = *vp;
+  sp.probes = all;
+  sp.n_probes = CP_PROBE_COUNT;
+  sp.lengths = &L_tr;
+  sp.n_lengths = 1;
+  sp.samples = (CP_PATCH_SCREEN_PROMPTS + vp->n_depths - 1) / vp->n_depths;
+  sp.baseline = false;
+  sp.baseline_model = NULL;
+  sp.stats = false;
+  sp.corpus_path = NULL;
+  cp_verify_result *r = NULL;
+  int rc = cp_verify_run(&r, m, tok, NULL, &sp);
+  if (rc) return rc;
+  out->screen_length = L_tr;
+  out->screen_prompts = cp_verify_prompts_at(r);
+  *n_used = 0;
+  for (int k = 0; k < CP_PROBE_COUNT; k++) {
+    double acc = cp_verify_accuracy_at(r, CP_SIDE_PATCHED, k, 0);
+    out->screened[k] = all[k];
+    out->screened_accuracy[k] = acc;
+    out->screened_used[k] = acc > CP_PATCH_PROBE_FLOOR;
+    if (out->screened_used[k]) used[(*n_used)++] = all[k];
+  }
+  out->n_screened = CP_PROBE_COUNT;
+  cp_verify_result_free(r);
+  if (*n_used == 0 && !vp->corpus_path)
+    return cp_error_set(CP_EVERIFY_PROBE, "default probe set: the original answers no retrieval probe above %g at its "
+                        "training length %lld (passkey %.2f, lines %.2f, needle %.2f, multikey %.2f); give --corpus "
+                        "for ppl or name probes with --verify", CP_PATCH_PROBE_FLOOR, (long long)L_tr,
+                        out->screened_accuracy[0], out->screened_accuracy[1], out->screened_accuracy[2],
+                        out->screened_accuracy[3]);
+  return 0;
+}
+
 /* The probe tokenizer, when verifying or calibrating; calibration alone falls back to random ids. */
 static int open_tokenizer(cp_tokenizer **tok, const char *in, const cp_patch_options *o, const cp_patch_params *p) {
   *tok = NULL;
-  bool calibrates = o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0);
+  bool calibrates = o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0) && !o->rule;
   if (!p->verify && !calibrates) return 0;
   int rc = cp_model_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
   if (rc && !p->verify) {
@@ -388,6 +456,8 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   cJSON *calib = NULL;
   cp_patch patch;
   int64_t lengths[2];
+  cp_probe_kind used[CP_PROBE_COUNT];
+  int n_used = 0;
   int rc = cp_patch_options_check(&o);
   if (rc) goto bad_options;
   if ((rc = cp_model_open(&model, in)) || (rc = cp_patch_method_fits(model, o.method)) ||
@@ -395,7 +465,7 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
     goto done;
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
   if ((rc = open_tokenizer(&tok, in, &o, params))) goto done;
-  if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0)) {
+  if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule) {
     cp_cal_method cm; /* a bad name is refused before anything says it calibrates */
     if ((rc = cp_cal_method_from_name(&cm, o.calibrate))) goto done;
     if (params->on_calibrate) params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.schedule ? 0 : o.target_len);
@@ -413,6 +483,11 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
     if (!th.no_regression_at) { /* by default the patch may lose to the original at no length */
       th.no_regression_at = vp.lengths;
       th.n_no_regression = vp.n_lengths;
+    }
+    if (params->default_probes && vp.n_probes == 0) {
+      if ((rc = screen_probes(out, used, &n_used, model, tok, &o, &vp))) goto done;
+      vp.probes = used;
+      vp.n_probes = n_used;
     }
     p.verify = &vp;
     p.thresholds = &th;

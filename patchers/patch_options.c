@@ -17,8 +17,35 @@ void cp_patch_options_init(cp_patch_options *o) {
   o->n_global = 10;
 }
 
+cp_patch_method cp_patch_rule_method(const cp_rule *r) {
+  bool temp = r->n_temperature > 0 || r->n_schedule > 0, alibi = r->alibi_mode != CP_ALIBI_NONE;
+  bool fire = r->fire_threshold > 0, lminf = r->has_lambda || r->distance_ceiling > 0 || r->has_top_k;
+  if (temp + alibi + fire + lminf != 1) return CP_PATCH_RULE;
+  return temp ? CP_PATCH_TEMPERATURE : alibi ? CP_PATCH_ALIBI_PI : fire ? CP_PATCH_FIRE_THRESHOLD : CP_PATCH_LM_INFINITE;
+}
+
+/* --rule FILE: the file is the whole rule, so no method option may add to it, and a --method
+ * given beside it must be the rule's own. */
+static int check_rule_options(const cp_patch_options *o) {
+  if (!o->rule) {
+    if (o->method == CP_PATCH_RULE) return cp_error_set(CP_EARG, "--method rule needs --rule FILE");
+    return 0;
+  }
+  if (o->tau > 0 || o->per_layer || o->scope || o->schedule || o->factor > 0 || o->dynamic || o->progressive ||
+      o->have_n_global || o->n_local || o->ceiling || o->top_k || o->threshold > 0 || o->calibration_samples)
+    return cp_error_set(CP_EARG, "--rule FILE is the whole rule: it takes no method options (--tau, --factor, "
+                                 "--n-local, --calibration-samples, ...)");
+  cp_patch_method rm = cp_patch_rule_method(o->rule);
+  if (o->method_given && o->method != rm)
+    return cp_error_set(CP_EARG, "--method %s, but the --rule file's method is %s (leave --method out)",
+                        cp_patch_method_name(o->method), cp_patch_method_name(rm));
+  return 0;
+}
+
 int cp_patch_options_check(const cp_patch_options *o) {
   cp_patch_method m = o->method;
+  int rc = check_rule_options(o);
+  if (rc) return rc;
   /* Options that belong to another method are refused rather than ignored. */
   if ((o->tau > 0 || o->per_layer || o->scope || o->schedule) && m != CP_PATCH_TEMPERATURE)
     return cp_error_set(CP_EARG, "--tau, --per-layer, --scope and --schedule belong to --method temperature");
@@ -30,11 +57,14 @@ int cp_patch_options_check(const cp_patch_options *o) {
     return cp_error_set(CP_EARG, "--n-global, --n-local, --ceiling and --top-k belong to --method lm-infinite");
   if (o->threshold > 0 && m != CP_PATCH_FIRE_THRESHOLD)
     return cp_error_set(CP_EARG, "--threshold belongs to --method fire-threshold");
+  if (o->calibration_samples && (m != CP_PATCH_TEMPERATURE || o->tau > 0))
+    return cp_error_set(CP_EARG, "--calibration-samples applies to a calibrated --method temperature");
   return 0;
 }
 
 int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m) {
   cp_patch_method meth = o->method;
+  if (o->rule) return 0; /* the file is the whole rule (cp_patch_options_check) */
   if (o->tau > 0 && o->per_layer)
     return cp_error_set(CP_EARG, "--per-layer applies to calibration, not to a given --tau");
   if (o->tau > 0 && o->schedule)
@@ -96,6 +126,7 @@ static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_mod
     cpp.tokenizer = tok;
     cpp.seed = o->seed;
     cpp.threads = o->threads;
+    if (o->calibration_samples > 0) cpp.samples = o->calibration_samples;
     if (o->schedule) rc = schedule_rule(rule, &table, m, cm, o, &cpp);
     else rc = cp_calibrate_rule(rule, &table, m, cm, o->target_len, &cpp);
     if (rc) return rc;
@@ -122,6 +153,10 @@ int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model
   out->method = o->method;
   if (calibration_json) *calibration_json = NULL;
   cp_rule *r = &out->rule;
+  if (o->rule) {
+    *r = *o->rule;
+    return 0;
+  }
   switch (o->method) {
     case CP_PATCH_TEMPERATURE: return temperature_rule(r, calibration_json, m, tok, o);
     case CP_PATCH_ALIBI_PI:
@@ -142,6 +177,7 @@ int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model
       return 0;
     case CP_PATCH_ROPE_PI: out->rope_factor = o->factor; return 0;
     case CP_PATCH_FIRE_THRESHOLD: r->fire_threshold = o->threshold; return 0;
+    case CP_PATCH_RULE: /* refused without o->rule by cp_patch_options_check */
     case CP_PATCH_METHOD_COUNT: break;
   }
   return cp_error_set(CP_EARG, "patch: unknown method");

@@ -108,7 +108,7 @@ for shard in glob.glob(out + "/model-*-of-*.safetensors"):
 EOF
 
 # 2. `ctxpatch verify OUT` applies the metadata rule and reproduces the certificate's accuracies
-"$bin" verify "$out" --probe passkey --lengths 128,256 --depths 0:1:3 --samples 1 --threads 1 --json "$work/v.json" \
+"$bin" verify "$out" --probe passkey --lengths 128,256 --depths 0:1:3 --samples 1 --threads 1 --certificate "$work/v.json" \
   >"$work/v.log" 2>&1 && ok || { bad "verify OUT exited nonzero"; cat "$work/v.log"; }
 "$py" - "$out/certificate.json" "$work/v.json" <<'EOF' && ok || bad "verify OUT differs from the certificate"
 import json, sys

@@ -22,7 +22,7 @@ if [ ! -f "$model/model.safetensors" ]; then echo "SKIP: $model is absent"; exit
 common=(--probe passkey --lengths 256 --depths 0:1:5 --samples 4 --seed 3 --threads 2)
 "$bin" verify "$model" "${common[@]}" --certificate "$work/c1.json" --report "$work/r.html" >"$work/table" \
   && ok || bad "verify at 256: $(cat "$work/table")"
-"$bin" verify "$model" "${common[@]}" --json "$work/c2.json" >/dev/null && ok || bad "second verify"
+"$bin" verify "$model" "${common[@]}" --certificate "$work/c2.json" >/dev/null && ok || bad "second verify"
 "$py" - "$work/c1.json" "$work/c2.json" <<'PY' && ok || bad "certificate checks"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])

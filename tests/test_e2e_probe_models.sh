@@ -22,7 +22,7 @@ run() { # run NAME FIDELITY METHOD...
   if [ $rc = 0 ]; then
     [ -f "$out/certificate.json" ] && [ -f "$out/report.html" ] && ok || bad "$name: certified OUT incomplete"
     (cd "$out" && sha256sum --quiet -c SHA256SUMS) && ok || bad "$name: SHA256SUMS"
-    "$bin" verify "$out" "${probes[@]}" --threads 2 --json "$work/$name.re.json" >/dev/null && ok || bad "$name: re-verify"
+    "$bin" verify "$out" "${probes[@]}" --threads 2 --certificate "$work/$name.re.json" >/dev/null && ok || bad "$name: re-verify"
     "$py" - "$out/certificate.json" "$work/$name.re.json" <<'PY' && ok || bad "$name: re-verify differs from the certificate"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])

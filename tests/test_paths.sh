@@ -49,7 +49,7 @@ done
 [ "$(cat "$work/target")" = keep ] && ok || bad "symlink output was followed"
 [ ! -e "$work/nowhere" ] && [ ! -e "$work/ok.bin" ] && ok || bad "refused run wrote something"
 vcommon=(verify "$t5" --probe passkey --lengths 64 --depths 0.5 --samples 1 --threads 1)
-refused CP_EFILETYPE "$bin" "${vcommon[@]}" --json "$work/fifo"
+refused CP_EFILETYPE "$bin" "${vcommon[@]}" --certificate "$work/fifo"
 refused CP_EFILETYPE "$bin" "${vcommon[@]}" --certificate "$work/link"
 refused CP_EFILETYPE "$bin" "${vcommon[@]}" --report "$work/sock"
 # a regular file is still replaced atomically

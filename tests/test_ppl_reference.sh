@@ -15,7 +15,7 @@ golden=$src/tests/goldens/ppl/rope-probe.json
 
 # 1. NLL per bucket equal to the reference
 "$bin" verify "$model" --probe ppl --corpus "$corpus" --corpus-delimiter '\n\n' --lengths 64,256,512 \
-  --ppl-windows 2 --ppl-buckets 8 --seed 7 --threads 2 --no-stats --json "$work/c.json" >"$work/out" 2>&1 \
+  --ppl-windows 2 --ppl-buckets 8 --seed 7 --threads 2 --no-stats --certificate "$work/c.json" >"$work/out" 2>&1 \
   && ok || { bad "verify --probe ppl"; cat "$work/out"; }
 "$py" - "$golden" "$work/c.json" <<'PY' && ok || bad "ppl differs from the PyTorch reference"
 import json, sys

@@ -9,6 +9,7 @@
 #include "ctxpatch/base/file_list.h"
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/num.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 #include "converters/rule_json.h"
@@ -58,10 +59,20 @@ static int add_files(cJSON *files, const char *path) {
   return rc;
 }
 
+/* Measured numbers are written at CP_NUM_JSON_DIGITS significant digits (base/num.h); what a
+ * re-run reads back (depths, seed, the rule) is written exactly. */
+static double num(double x) { return cp_num_round(x, CP_NUM_JSON_DIGITS); }
+
+static cJSON *num_array(const double *v, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(num(v[i])));
+  return a;
+}
+
 static cJSON *ci_array(int64_t k, int64_t n) {
   double ci[2];
   cp_wilson_interval(&ci[0], &ci[1], k, n, CP_STATS_Z95);
-  return cJSON_CreateDoubleArray(ci, 2);
+  return num_array(ci, 2);
 }
 
 static void ppl_results(cJSON *obj, const cp_verify_result *r, cp_verify_side side) {
@@ -69,9 +80,8 @@ static void ppl_results(cJSON *obj, const cp_verify_result *r, cp_verify_side si
   for (int l = 0; l < r->n_lengths; l++) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
-    cJSON_AddNumberToObject(c, "nll", r->ppl_mean[side][l]);
-    cJSON_AddItemToObject(c, "nll_by_bucket",
-                          cJSON_CreateDoubleArray(r->ppl_nll[side] + (size_t)l * r->ppl_buckets, r->ppl_buckets));
+    cJSON_AddNumberToObject(c, "nll", num(r->ppl_mean[side][l]));
+    cJSON_AddItemToObject(c, "nll_by_bucket", num_array(r->ppl_nll[side] + (size_t)l * r->ppl_buckets, r->ppl_buckets));
     cJSON_AddItemToArray(arr, c);
   }
 }
@@ -84,7 +94,7 @@ static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
       cJSON *c = cJSON_CreateObject();
       int64_t k = cp_verify_correct_at(r, side, p, l), n = cp_verify_prompts_at(r);
       cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
-      cJSON_AddNumberToObject(c, "accuracy", cp_verify_accuracy_at(r, side, p, l));
+      cJSON_AddNumberToObject(c, "accuracy", num(cp_verify_accuracy_at(r, side, p, l)));
       cJSON_AddItemToObject(c, "accuracy_ci95", ci_array(k, n));
       cJSON *by = cJSON_AddArrayToObject(c, "correct_by_depth");
       for (int d = 0; d < r->n_depths; d++)
@@ -98,8 +108,8 @@ static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
     for (int l = 0; l < r->n_lengths; l++) {
       cJSON *c = cJSON_CreateObject();
       cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
-      cJSON_AddNumberToObject(c, "pmax", r->pmax[side][l]);
-      cJSON_AddNumberToObject(c, "entropy", r->entropy[side][l]);
+      cJSON_AddNumberToObject(c, "pmax", num(r->pmax[side][l]));
+      cJSON_AddNumberToObject(c, "entropy", num(r->entropy[side][l]));
       cJSON_AddItemToArray(att, c);
     }
   }
@@ -119,8 +129,8 @@ static cJSON *comparison(const cp_verify_result *r, const cp_verify_thresholds *
       cJSON_AddNumberToObject(c, "pairs", (double)cp_verify_prompts_at(r));
       cJSON_AddNumberToObject(c, "lost", (double)lost);
       cJSON_AddNumberToObject(c, "gained", (double)gained);
-      cJSON_AddNumberToObject(c, "drop", (double)(lost - gained) / (double)cp_verify_prompts_at(r));
-      cJSON_AddNumberToObject(c, "p_value", pv);
+      cJSON_AddNumberToObject(c, "drop", num((double)(lost - gained) / (double)cp_verify_prompts_at(r)));
+      cJSON_AddNumberToObject(c, "p_value", num(pv));
       cJSON_AddItemToArray(probe, c);
     }
   }
@@ -141,7 +151,7 @@ static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *
   cJSON_AddNumberToObject(s, "pairs", (double)n);
   cJSON_AddNumberToObject(s, "power", CP_STATS_POWER);
   if (isnan(drop)) cJSON_AddNullToObject(s, "detectable_drop");
-  else cJSON_AddNumberToObject(s, "detectable_drop", round(drop * 1e6) / 1e6);
+  else cJSON_AddNumberToObject(s, "detectable_drop", num(drop));
   return s;
 }
 

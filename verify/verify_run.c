@@ -307,7 +307,14 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   cp_engine_params_init(&ep);
   ep.threads = p->threads;
   int sides = p->baseline ? 2 : 1;
-  const cp_model *side_model[2] = {model, p->baseline_model ? p->baseline_model : model};
+  /* The baseline side is the model without any rule: an artifact whose rule lives only in its
+   * ctxpatch metadata would otherwise apply it on both sides (the engine applies the metadata
+   * rule when given none) and be compared with itself. A view of the model without that rule;
+   * it owns nothing. */
+  cp_model plain = *model;
+  plain.has_metadata_rule = false;
+  cp_rule_init(&plain.metadata_rule);
+  const cp_model *side_model[2] = {model, p->baseline_model ? p->baseline_model : &plain};
   for (int s = 0; s < sides && rc == 0; s++)
     rc = cp_engine_create(&engines[s], side_model[s], s == 0 ? rule : NULL, &ep);
   if (rc < 0) goto done;

@@ -23,6 +23,9 @@ typedef struct {
   uint64_t shard_size; /* max bytes of tensor data per shard; 0 = one file */
   bool replace;        /* replace an existing output folder */
   uint64_t chunk_size; /* copy granularity in bytes (default 16 MiB) */
+  /* Called after each tensor with the tensors written and their total (may be NULL). */
+  void (*progress)(void *ctx, int64_t done, int64_t total);
+  void *progress_ctx;
 } cp_convert_params;
 
 void cp_convert_params_init(cp_convert_params *params);
@@ -53,6 +56,8 @@ typedef struct {
   size_t mark_pos;
   const char *skip_aux;         /* an auxiliary file not copied (the caller writes its own), or NULL */
   const cp_tensor_hook *hook;   /* NULL: every tensor's bytes pass through */
+  void (*progress)(void *ctx, int64_t done, int64_t total); /* as cp_convert_params (may be NULL) */
+  void *progress_ctx;
 } cp_folder_params;
 
 /* A file of the folder and its SHA-256, known without reading it back. */

@@ -55,10 +55,11 @@ typedef enum {
   CP_PATCH_LM_INFINITE,
   CP_PATCH_ROPE_PI,
   CP_PATCH_FIRE_THRESHOLD,
+  CP_PATCH_RULE, /* `patch --rule FILE` whose rule mixes mechanisms: all of it as ctxpatch metadata */
   CP_PATCH_METHOD_COUNT
 } cp_patch_method;
 
-/* "temperature", "alibi-pi", "lm-infinite", "rope-pi", "fire-threshold". */
+/* "temperature", "alibi-pi", "lm-infinite", "rope-pi", "fire-threshold", "rule". */
 const char *cp_patch_method_name(cp_patch_method m);
 int cp_patch_method_from_name(cp_patch_method *out, const char *name); /* CP_EARG otherwise */
 
@@ -118,7 +119,17 @@ typedef struct {
   bool schedule;
   const int64_t *schedule_lengths; /* [n_schedule_lengths] */
   int n_schedule_lengths;
+  int calibration_samples; /* temperature calibration: sequences per length; 0: the default (4) */
+  /* `patch --rule FILE`: the rule itself (borrowed; any rule of the spec), instead of one the
+   * method options build. method_given false: the method is the rule's (cp_patch_rule_method). */
+  const cp_rule *rule;
+  bool method_given;
 } cp_patch_options;
+
+/* The method a rule file is: one mechanism alone names its method (temperature or schedule,
+ * alibi_scale, fire_threshold; lambda_mask / distance_ceiling / top_k are lm-infinite), so its
+ * fidelity is planned as that method's; a mix is CP_PATCH_RULE (all of it as metadata). */
+cp_patch_method cp_patch_rule_method(const cp_rule *r);
 
 void cp_patch_options_init(cp_patch_options *o);
 /* Refuses (CP_EARG, one line) options that belong to another method; needs no model. */
@@ -167,7 +178,18 @@ typedef struct {
    * certified / certificate_sha256 / certificate (the certificate.json text) keys. */
   bool to_gguf;
   uint32_t gguf_type;                     /* CP_GGML_F32 (0), F16, BF16, Q8_0 */
+  /* With verify and no probes in it: certify on the default probe set, every retrieval probe
+   * the ORIGINAL model answers above CP_PATCH_PROBE_FLOOR at its training length (screened with
+   * CP_PATCH_SCREEN_PROMPTS prompts each, same seed), plus ppl when verify has a corpus. The
+   * screening is in the outcome and in the certificate's probes.selection. */
+  bool default_probes;
 } cp_patch_params;
+
+/* The default probe set's floor (accuracy of the original at its training length) and the
+ * screening sample (prompts per probe: enough to tell a model that retrieves from one that
+ * guesses, far fewer than certification runs). */
+#define CP_PATCH_PROBE_FLOOR 0.5
+#define CP_PATCH_SCREEN_PROMPTS 10
 
 void cp_patch_params_init(cp_patch_params *p);
 
@@ -181,6 +203,17 @@ typedef struct {
   int n_reasons;
   char certificate_sha256[65];
   cp_patch patch;             /* the patch that was applied */
+  /* With verified: the certificate as JSON text (owned), also for a failed verdict (then
+   * written nowhere); NULL otherwise. */
+  char *certificate_json;
+  /* The default probe set (verify params without probes, cp_patch_params.default_probes): the
+   * screening on the original at the training length, one entry per retrieval probe. */
+  int n_screened;
+  cp_probe_kind screened[CP_PROBE_COUNT];
+  double screened_accuracy[CP_PROBE_COUNT];
+  bool screened_used[CP_PROBE_COUNT];
+  int64_t screen_length;      /* the training length it ran at */
+  int64_t screen_prompts;     /* prompts per probe */
   bool bad_options;           /* the error came from the options (the CLI reports a usage error) */
 } cp_patch_outcome;
 
