@@ -162,9 +162,9 @@ def section1():
                   "--samples", str(SAMPLES), "--no-stats"]
         cert = os.path.join(WORK, "s1-%d.json" % i)
         run(sec, [BIN, "verify", os.path.join(PM, model), "--rule", rp, "--baseline"] + common
-            + ["--no-regression-at", S1_LENGTHS, "--json", cert], ok=(0, 1))
+            + ["--no-regression-at", S1_LENGTHS, "--certificate", cert], ok=(0, 1))
         re_cert = os.path.join(WORK, "s1-%d-reverify.json" % i)
-        run(sec, [BIN, "verify", art] + common + ["--json", re_cert])
+        run(sec, [BIN, "verify", art] + common + ["--certificate", re_cert])
         rows.append((model, label, meta, rule, load(cert), load(re_cert)))
     lens = [int(x) for x in S1_LENGTHS.split(",")]
     out = ["| model | method | fidelity | " + " | ".join(str(L) for L in lens)
@@ -220,7 +220,7 @@ def retrieval(sec, model, rules, tag, probes):
         cert = os.path.join(WORK, "%s-%s-retrieval.json" % (tag, slug(name)))
         run(sec, [BIN, "verify", model, "--rule", rp, "--baseline", "--probe", probes,
                   "--lengths", ",".join(str(L) for L in S2_LENGTHS), "--depths", "0:1:10",
-                  "--samples", str(SAMPLES), "--json", cert])
+                  "--samples", str(SAMPLES), "--certificate", cert])
         certs[name] = load(cert)
     return certs
 
@@ -265,7 +265,7 @@ def ppl_runs(sec, model, configs, corpus, tag):
             cert = os.path.join(WORK, "%s-ppl-%s-w%d.json" % (tag, slug(name), w))
             args = [BIN, "verify", mpath, "--probe", "ppl", "--corpus", corpus, "--lengths",
                     ",".join(str(L) for L in lengths), "--ppl-windows", "1", "--seed", str(w),
-                    "--no-stats", "--json", cert]
+                    "--no-stats", "--certificate", cert]
             if rp:
                 args[3:3] = ["--rule", rp]
             run(sec, args, template=True)
