@@ -101,9 +101,9 @@ ids=$("$bin" tokenize "$pm" --text "$text")
 "$bin" forward "$work/rp.gguf" --ids "$ids" --out "$work/g.bin" --threads 1 >/dev/null &&
   "$bin" forward "$pm" --ids "$ids" --out "$work/f.bin" --threads 1 >/dev/null &&
   cmp -s "$work/g.bin" "$work/f.bin" && [ -s "$work/g.bin" ] && ok || bad "forward on the GGUF equals the folder"
-"$bin" verify "$work/rp.gguf" --probe passkey --lengths 128 --samples 2 --threads 2 --json "$work/vg.json" \
+"$bin" verify "$work/rp.gguf" --probe passkey --lengths 128 --samples 2 --threads 2 --certificate "$work/vg.json" \
   --no-stats >/dev/null 2>&1 && ok || bad "verify on the GGUF"
-"$bin" verify "$pm" --probe passkey --lengths 128 --samples 2 --threads 2 --json "$work/vf.json" \
+"$bin" verify "$pm" --probe passkey --lengths 128 --samples 2 --threads 2 --certificate "$work/vf.json" \
   --no-stats >/dev/null 2>&1 && ok || bad "verify on the folder"
 "$py" - "$work" <<'PY' && ok || bad "verify on the GGUF equals the folder"
 import json, sys
