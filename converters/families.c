@@ -124,15 +124,17 @@ static const cp_family_tensor k_gpt2[] = {
 
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
 static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
-    [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5)},
+    [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5), false},
     [CP_FAMILY_BLOOM] = {CP_FAMILY_BLOOM, {"transformer.", ""}, CP_QKV_INTERLEAVED, CP_TAU_STORED_SLOPES,
-                         "relative_pe.slopes", ROWS(k_bloom)},
+                         "relative_pe.slopes", ROWS(k_bloom), false},
     [CP_FAMILY_MPT] = {CP_FAMILY_MPT, {"transformer.", ""}, CP_QKV_CONCAT, CP_TAU_STORED_SLOPES,
-                       "relative_pe.slopes", ROWS(k_mpt)},
-    [CP_FAMILY_LLAMA] = {CP_FAMILY_LLAMA, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_llama)},
+                       "relative_pe.slopes", ROWS(k_mpt), false},
+    [CP_FAMILY_LLAMA] = {CP_FAMILY_LLAMA, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_llama),
+                         false},
     [CP_FAMILY_GPT_NEOX] = {CP_FAMILY_GPT_NEOX, {"gpt_neox.", NULL}, CP_QKV_INTERLEAVED, CP_TAU_NOWHERE, NULL,
-                            ROWS(k_gpt_neox)},
-    [CP_FAMILY_FIRE] = {CP_FAMILY_FIRE, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_FIRE_OUT, NULL, ROWS(k_fire)},
+                            ROWS(k_gpt_neox), false},
+    [CP_FAMILY_FIRE] = {CP_FAMILY_FIRE, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_FIRE_OUT, NULL, ROWS(k_fire),
+                        false},
     [CP_FAMILY_GPT2] = {CP_FAMILY_GPT2, {"transformer.", ""}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_gpt2),
                         true},
 };
