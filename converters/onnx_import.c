@@ -291,23 +291,33 @@ static int recover_ctxpatch(cp_onnx_import *im, const cp_hf_config *c) {
 
 /* ---------------------------------------------------------------- HF names */
 
-/* The family whose embedding (under one of its prefixes) is an initializer; -1 when none. */
-static int hf_family(const cp_onnx_graph *g, const char **prefix) {
+/* The body prefix under which `family`'s embedding is an initializer of g, or NULL. */
+static const char *hf_prefix(const cp_onnx_graph *g, cp_family family) {
   char n[CP_TENSOR_NAME_MAX];
-  for (int f = 0; f < CP_FAMILY_COUNT; f++) {
-    const cp_family_layout *fl = cp_family_layout_of((cp_family)f);
-    if (f == CP_FAMILY_T5) continue;
-    for (int p = 0; p < 2 && fl->prefixes[p]; p++)
-      for (size_t i = 0; i < fl->n_tensors; i++)
-        if (fl->tensors[i].role == CP_ROLE_EMBED) {
-          snprintf(n, sizeof n, "%s%s.weight", fl->prefixes[p], fl->tensors[i].hf);
-          if (cp_onnx_graph_initializer(g, n)) {
-            *prefix = fl->prefixes[p];
-            return f;
-          }
-        }
+  const cp_family_layout *fl = cp_family_layout_of(family);
+  for (int p = 0; p < 2 && fl->prefixes[p]; p++)
+    for (size_t i = 0; i < fl->n_tensors; i++)
+      if (fl->tensors[i].role == CP_ROLE_EMBED) {
+        snprintf(n, sizeof n, "%s%s.weight", fl->prefixes[p], fl->tensors[i].hf);
+        if (cp_onnx_graph_initializer(g, n)) return fl->prefixes[p];
+      }
+  return NULL;
+}
+
+/* Whether some decoder family's embedding is there under its HF name. */
+static bool hf_named(const cp_onnx_graph *g) {
+  for (int f = 0; f < CP_FAMILY_COUNT; f++)
+    if (f != CP_FAMILY_T5 && hf_prefix(g, (cp_family)f)) return true;
+  return false;
+}
+
+/* ctxpatch's export names all start so (docs/onnx.md); `const/N` are its graph constants. */
+static const char *first_foreign_name(const cp_onnx_graph *g) {
+  for (size_t i = 0; i < g->n_initializers; i++) {
+    const char *n = g->initializers[i].name;
+    if (strncmp(n, "model.", 6) && strncmp(n, "lm_head.", 8) && strncmp(n, "const/", 6)) return n;
   }
-  return -1;
+  return NULL;
 }
 
 /* Every initializer whose name is one of the family's HF names (any layer), as it is. */
@@ -389,14 +399,22 @@ int cp_onnx_import_config(cp_hf_config **out, const cp_onnx_import *im) {
 
 /* ---------------------------------------------------------------- entry points */
 
-/* Initializers not used: own graph constants and non-weights are listed; a float weight refuses. */
-static int check_unused(cp_onnx_import *im) {
+/* Whether t could be a weight of a model of width d_model: a float matrix with a d_model side. */
+static bool weight_like(const cp_onnx_tensor *t, int d_model) {
+  if (t->ndim < 2 || !t->has_dtype || !cp_dtype_is_float(t->dtype)) return false;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->shape[d] == d_model) return true;
+  return false;
+}
+
+/* Initializers not used are listed (own graph constants, HF graphs' constant tables); one that
+ * could be a weight (weight_like) refuses: the graph computes with a tensor the model would lack. */
+static int check_unused(cp_onnx_import *im, int d_model) {
   const cp_onnx_graph *g = im->om->graph;
   for (size_t i = 0; i < g->n_initializers; i++) {
     const cp_onnx_tensor *t = &g->initializers[i];
     if (im->used[i]) continue;
-    bool weight = t->numel > 1 && t->has_dtype && cp_dtype_is_float(t->dtype);
-    if (weight && !(im->ctxpatch && !strncmp(t->name, "const/", 6)))
+    if (!(im->ctxpatch && !strncmp(t->name, "const/", 6)) && weight_like(t, d_model))
       return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (%s names; "
                           "anonymous names need graph pattern matching, not supported)", im->path, t->name,
                           im->ctxpatch ? "ctxpatch export" : "Hugging Face");
@@ -418,9 +436,13 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
   const cp_onnx_graph *g = im->om->graph;
   CP_CHECK_ALLOC_GOTO(im->used = calloc(g->n_initializers + 1, sizeof *im->used), path);
   im->ctxpatch = cp_onnx_model_meta(im->om, "ctxpatch.version") != NULL;
-  const char *prefix = NULL;
-  int family = im->ctxpatch ? 0 : hf_family(g, &prefix);
-  if (family < 0) {
+  const char *foreign = im->ctxpatch ? first_foreign_name(g) : NULL;
+  if (foreign) {
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch export "
+                      "names; anonymous names need graph pattern matching, not supported)", path, foreign);
+    goto done;
+  }
+  if (!im->ctxpatch && !hf_named(g)) {
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (no ctxpatch "
                       "metadata_props and no family's Hugging Face embedding name; anonymous names need graph "
                       "pattern matching, not supported)", path, g->n_initializers ? g->initializers[0].name : "");
@@ -432,13 +454,14 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
                       "read back; only decoder-only graphs are", path);
     goto done;
   }
-  if (!im->ctxpatch && c->family != (cp_family)family) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s says family %s but the initializers are named as %s's", path,
-                      im->config_source, cp_family_name(c->family), cp_family_name((cp_family)family));
+  const char *prefix = im->ctxpatch ? NULL : hf_prefix(g, c->family);
+  if (!im->ctxpatch && !prefix) {
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s says family %s but the graph has no initializer of its embedding's "
+                      "Hugging Face name", path, im->config_source, cp_family_name(c->family));
     goto done;
   }
   rc = im->ctxpatch ? recover_ctxpatch(im, c) : recover_hf(im, c, prefix);
-  if (rc == 0) rc = check_unused(im);
+  if (rc == 0) rc = check_unused(im, c->d_model);
 done:
   cp_hf_config_free(c);
   if (rc < 0) cp_onnx_import_free(im);

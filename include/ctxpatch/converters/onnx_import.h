@@ -17,13 +17,16 @@
  *   Hugging Face / Optimum names kept by the exporter (`model.layers.0.self_attn.q_proj.weight`,
  *     `transformer.h.0.attn.c_attn.weight`): the family is the one whose embedding name is there,
  *     tensors are taken in HF layout as they are, and the config is config.json in the model's
- *     folder or its parent (Optimum's layout); without one, the hyper-parameters are inferred
- *     from the tensors' shapes where they can be, and the refusal names the one they cannot give.
- * Refused (CP_EUNSUPPORTED unless said), one line naming the file and the initializer or key: a
- * graph with an unrecognised float initializer of more than one element (anonymous names such as
- * `onnx::MatMul_123` need graph pattern matching, not supported), a missing initializer the
- * config needs (CP_EMODEL_TENSOR), q/k/v of different input widths, T5 graphs, a malformed
- * `ctxpatch.fire` (CP_EFORMAT).
+ *     folder or its parent (Optimum's layout); without one the graph is refused, naming the
+ *     hyper-parameter shapes cannot give (num_attention_heads).
+ * Refused (CP_EUNSUPPORTED unless said), one line naming the file and the initializer or key: in
+ * a ctxpatch export, an initializer outside its names (`model.`, `lm_head.`, `const/` prefixes); in any
+ * graph, an unused float initializer of 2+ dims with a d_model side (it could be a weight the
+ * model would lack: anonymous names such as `onnx::MatMul_123` need graph pattern matching, not
+ * supported); a graph with neither ctxpatch's metadata nor a family's HF embedding name; a
+ * missing initializer the config needs (CP_EMODEL_TENSOR); no config anywhere (CP_ENOTFOUND);
+ * q/k/v that do not fuse; T5 graphs; a malformed `ctxpatch.fire` (CP_EFORMAT). Unused
+ * initializers that cannot be weights are listed (cp_onnx_import_ignored).
  *
  * Ownership: the import owns every tensor (float32, borrowed views) until cp_onnx_import_free.
  */
@@ -48,8 +51,7 @@ void cp_onnx_import_free(cp_onnx_import *im);
 
 /* "ctxpatch" (own export) or "hf" (Hugging Face names). */
 const char *cp_onnx_import_naming(const cp_onnx_import *im);
-/* Where the config came from: "metadata_props ctxpatch.config", a config.json path, or
- * "inferred from the tensors". */
+/* Where the config came from: "metadata_props ctxpatch.config" or a config.json path. */
 const char *cp_onnx_import_config_source(const cp_onnx_import *im);
 /* A fresh parse of the recovered config (rule of `ctxpatch.rule` as its ctxpatch_rule). */
 int cp_onnx_import_config(cp_hf_config **out, const cp_onnx_import *im);
