@@ -125,20 +125,12 @@ static bool looks_like_gguf(const char *path) {
   return (n == 4 && !memcmp(magic, "GGUF", 4)) || ends_with(path, ".gguf");
 }
 
-static int open_gguf(cp_checkpoint *ck, const char *path, const char *name) {
+/* A single GGUF file, or an ONNX graph whose tensors are recovered by name (onnx_import.h). */
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx) {
   CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
   ck->n_shards = 1;
   CP_CHECK_ALLOC(ck->shards[0].name = strdup(name), name);
-  int rc = cp_gguf_open(&ck->shards[0].gg, path);
-  return rc < 0 ? rc : build_entries(ck);
-}
-
-/* An ONNX graph: its tensors recovered by name (converters/onnx_import.h). */
-static int open_onnx(cp_checkpoint *ck, const char *path, const char *name) {
-  CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
-  ck->n_shards = 1;
-  CP_CHECK_ALLOC(ck->shards[0].name = strdup(name), name);
-  int rc = cp_onnx_import_open(&ck->shards[0].ox, path);
+  int rc = onnx ? cp_onnx_import_open(&ck->shards[0].ox, path) : cp_gguf_open(&ck->shards[0].gg, path);
   return rc < 0 ? rc : build_entries(ck);
 }
 
@@ -345,10 +337,10 @@ int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
   CP_CHECK_ALLOC_GOTO(ck->dir, path);
   if (looks_like_gguf(path)) {
     ck->format = CP_FORMAT_GGUF;
-    rc = open_gguf(ck, path, name);
+    rc = open_lone(ck, path, name, false);
   } else if (ends_with(name, ".onnx")) {
     ck->format = CP_FORMAT_ONNX;
-    rc = open_onnx(ck, path, name);
+    rc = open_lone(ck, path, name, true);
   } else if (ends_with(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;
