@@ -139,6 +139,26 @@ static void print_text(const cJSON *d) {
   print_tensors(d);
 }
 
+/* The model description read back from an ONNX graph (converters/onnx_import.h). */
+static void print_recovered(const cJSON *r) {
+  if (!r) return;
+  if (*str(r, "error")) {
+    printf("recovered:     none: %s\n", str(r, "error"));
+    return;
+  }
+  printf("recovered:     %s, %s positions (%s names, config from %s)\n", str(r, "family"), str(r, "positions"),
+         str(r, "naming"), str(r, "config"));
+  printf("  vocab %.0f, d_model %.0f, layers %.0f, heads %.0f (kv %.0f, d_head %.0f), d_ff %.0f, train_len %.0f, "
+         "%s norm, %s%s\n", num(r, "vocab_size"), num(r, "d_model"), num(r, "n_layers"), num(r, "n_heads"),
+         num(r, "n_kv_heads"), num(r, "d_head"), num(r, "d_ff"), num(r, "train_len"), str(r, "norm"),
+         str(r, "activation"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "tied_head")) ? ", tied head" : "");
+  if (cJSON_GetObjectItemCaseSensitive(r, "rope_theta"))
+    printf("  rope theta %g, %.0f dims, scale %g\n", num(r, "rope_theta"), num(r, "rope_dims"), num(r, "rope_scale"));
+  printf("  %d tensors recovered; %d initializers not used (graph constants)\n",
+         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "tensors")),
+         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "unrecognised")));
+}
+
 static void print_onnx(const cJSON *d) {
   printf("path:          %s\n", str(d, "path"));
   printf("format:        onnx (%s, IR %.0f, opset %.0f, %.0f nodes, producer %s %s)\n", str(d, "model_file"),
@@ -152,6 +172,7 @@ static void print_onnx(const cJSON *d) {
          num(d, "parameter_count"), num(d, "bytes"), num(d, "external_bytes"),
          *str(d, "external_data") ? str(d, "external_data") : "-");
   print_tensors(d);
+  print_recovered(cJSON_GetObjectItemCaseSensitive(d, "recovered"));
 }
 
 /* Index of the first non-finite element of n float32 values, or -1. */

@@ -15,6 +15,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/onnx_import.h"
 #include "ctxpatch/formats/pytorch.h"
 #include "ctxpatch/formats/safetensors.h"
 
@@ -23,6 +24,7 @@ typedef struct {
   cp_st_file *st;
   cp_pt_file *pt;
   cp_gguf_file *gg;
+  cp_onnx_import *ox; /* an ONNX graph's recovered tensors (converters/onnx_import.h) */
 } shard;
 
 typedef struct {
@@ -58,6 +60,7 @@ const char *cp_format_name(cp_format format) {
   case CP_FORMAT_PYTORCH_ZIP: return "pytorch-zip";
   case CP_FORMAT_PYTORCH_ZIP_SHARDED: return "pytorch-zip-sharded";
   case CP_FORMAT_GGUF: return "gguf";
+  case CP_FORMAT_ONNX: return "onnx";
   }
   return "?";
 }
@@ -104,9 +107,11 @@ done:
 static int build_entries(cp_checkpoint *ck);
 
 static size_t shard_count(const shard *s) {
+  if (s->ox) return cp_onnx_import_count(s->ox);
   return s->st ? cp_st_count(s->st) : s->gg ? cp_gguf_count(s->gg) : cp_pt_count(s->pt);
 }
 static const cp_tensor *shard_tensor(const shard *s, size_t i) {
+  if (s->ox) return cp_onnx_import_tensor(s->ox, i);
   return s->st ? cp_st_tensor(s->st, i) : s->gg ? cp_gguf_tensor(s->gg, i) : cp_pt_tensor(s->pt, i);
 }
 
@@ -120,11 +125,12 @@ static bool looks_like_gguf(const char *path) {
   return (n == 4 && !memcmp(magic, "GGUF", 4)) || ends_with(path, ".gguf");
 }
 
-static int open_gguf(cp_checkpoint *ck, const char *path, const char *name) {
+/* A single GGUF file, or an ONNX graph whose tensors are recovered by name (onnx_import.h). */
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx) {
   CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
   ck->n_shards = 1;
   CP_CHECK_ALLOC(ck->shards[0].name = strdup(name), name);
-  int rc = cp_gguf_open(&ck->shards[0].gg, path);
+  int rc = onnx ? cp_onnx_import_open(&ck->shards[0].ox, path) : cp_gguf_open(&ck->shards[0].gg, path);
   return rc < 0 ? rc : build_entries(ck);
 }
 
@@ -331,7 +337,10 @@ int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
   CP_CHECK_ALLOC_GOTO(ck->dir, path);
   if (looks_like_gguf(path)) {
     ck->format = CP_FORMAT_GGUF;
-    rc = open_gguf(ck, path, name);
+    rc = open_lone(ck, path, name, false);
+  } else if (ends_with(name, ".onnx")) {
+    ck->format = CP_FORMAT_ONNX;
+    rc = open_lone(ck, path, name, true);
   } else if (ends_with(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;
@@ -357,6 +366,7 @@ void cp_checkpoint_free(cp_checkpoint *ck) {
     cp_st_free(ck->shards[s].st);
     cp_pt_free(ck->shards[s].pt);
     cp_gguf_free(ck->shards[s].gg);
+    cp_onnx_import_free(ck->shards[s].ox);
     free(ck->shards[s].name);
   }
   for (size_t k = 0; k < ck->n_aux; k++) free(ck->aux[k]);
@@ -372,6 +382,9 @@ void cp_checkpoint_free(cp_checkpoint *ck) {
 cp_format cp_checkpoint_format(const cp_checkpoint *ck) { return ck->format; }
 const cp_gguf_file *cp_checkpoint_gguf(const cp_checkpoint *ck) {
   return ck->format == CP_FORMAT_GGUF ? ck->shards[0].gg : NULL;
+}
+const cp_onnx_import *cp_checkpoint_onnx(const cp_checkpoint *ck) {
+  return ck->format == CP_FORMAT_ONNX ? ck->shards[0].ox : NULL;
 }
 const char *cp_checkpoint_dir(const cp_checkpoint *ck) { return ck->dir; }
 const char *cp_checkpoint_config_path(const cp_checkpoint *ck) { return ck->config_path; }

@@ -8,6 +8,8 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/onnx_import.h"
 #include "ctxpatch/formats/onnx.h"
 
 char *cp_onnx_model_path(const char *path) {
@@ -58,6 +60,45 @@ static void add_ctxpatch(cJSON *root, const cp_onnx_info *info) {
   for (size_t k = 0; k < info->n_meta; k++) cJSON_AddStringToObject(meta, info->meta_keys[k], info->meta_values[k]);
 }
 
+/* "recovered": the model description read back from the graph (converters/onnx_import.h) with
+ * its hyper-parameters, the tensors it made and the initializers it left, or {"error": why}. */
+static void add_recovered(cJSON *root, const char *model_path) {
+  cJSON *r = cJSON_AddObjectToObject(root, "recovered");
+  cp_model *m = NULL;
+  cp_checkpoint *ck = NULL;
+  if (cp_model_open(&m, model_path) < 0 || cp_checkpoint_open(&ck, model_path) < 0) {
+    cJSON_AddStringToObject(r, "error", cp_error_message());
+    cp_error_clear();
+    cp_model_free(m);
+    return;
+  }
+  const cp_onnx_import *im = cp_checkpoint_onnx(ck);
+  cJSON_AddStringToObject(r, "naming", cp_onnx_import_naming(im));
+  cJSON_AddStringToObject(r, "config", cp_onnx_import_config_source(im));
+  cJSON_AddStringToObject(r, "family", cp_family_name(m->family));
+  cJSON_AddStringToObject(r, "positions", cp_pos_scheme_name(m->pos));
+  const struct { const char *key; double v; } nums[] = {
+      {"vocab_size", m->vocab}, {"d_model", m->d_model}, {"n_layers", m->decoder.n_layers},
+      {"n_heads", m->n_heads}, {"n_kv_heads", m->n_kv_heads}, {"d_head", m->d_head}, {"d_ff", m->d_ff},
+      {"train_len", (double)m->train_len}, {"norm_eps", m->norm_eps}, {"attn_scale", m->attn_scale}};
+  for (size_t k = 0; k < sizeof nums / sizeof *nums; k++) cJSON_AddNumberToObject(r, nums[k].key, nums[k].v);
+  cJSON_AddStringToObject(r, "norm", m->norm == CP_NORM_RMS ? "rms" : "layer");
+  cJSON_AddStringToObject(r, "activation", cp_act_name(m->act));
+  if (m->pos == CP_POS_ROPE) {
+    cJSON_AddNumberToObject(r, "rope_theta", m->rope_theta);
+    cJSON_AddNumberToObject(r, "rope_dims", m->rope_dims);
+    cJSON_AddNumberToObject(r, "rope_scale", m->rope_scale);
+  }
+  cJSON_AddBoolToObject(r, "tied_head", m->lm_head == m->embed);
+  cJSON *t = cJSON_AddArrayToObject(r, "tensors"), *u = cJSON_AddArrayToObject(r, "unrecognised");
+  for (size_t k = 0; k < cp_checkpoint_count(ck); k++)
+    cJSON_AddItemToArray(t, cJSON_CreateString(cp_checkpoint_tensor(ck, k)->name));
+  for (size_t k = 0; k < cp_onnx_import_ignored_count(im); k++)
+    cJSON_AddItemToArray(u, cJSON_CreateString(cp_onnx_import_ignored(im, k)));
+  cp_checkpoint_free(ck);
+  cp_model_free(m);
+}
+
 int cp_describe_onnx(cJSON **out, const char *path, const char *model_path) {
   cp_onnx_info info;
   *out = NULL;
@@ -79,6 +120,7 @@ int cp_describe_onnx(cJSON **out, const char *path, const char *model_path) {
   else cJSON_AddNullToObject(root, "external_data");
   add_ctxpatch(root, &info);
   add_tensors(root, &info);
+  add_recovered(root, model_path);
   *out = root;
 done:
   cp_onnx_info_free(&info);

@@ -12,6 +12,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/onnx_import.h"
 #include "ctxpatch/base/strbuf.h"
 #include "converters/gguf_vocab.h"
 
@@ -277,6 +278,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
 int cp_checkpoint_config(cp_hf_config **out, const cp_checkpoint *ck, const char *path) {
   *out = NULL;
   if (cp_checkpoint_gguf(ck)) return cp_gguf_config(out, cp_checkpoint_gguf(ck));
+  if (cp_checkpoint_onnx(ck)) return cp_onnx_import_config(out, cp_checkpoint_onnx(ck));
   if (!cp_checkpoint_config_path(ck))
     return cp_error_set(CP_ENOTFOUND, "%s: no config.json beside the weights", path);
   return cp_hf_config_load(out, cp_checkpoint_config_path(ck));

@@ -404,7 +404,7 @@ int cp_model_open(cp_model **out, const char *path) {
   int rc = cp_checkpoint_open(&ck, path);
   if (rc) goto done;
   /* config.json, or a GGUF file's own metadata */
-  const char *cfg_path = cp_checkpoint_gguf(ck) ? path : cp_checkpoint_config_path(ck);
+  const char *cfg_path = cp_checkpoint_gguf(ck) || cp_checkpoint_onnx(ck) ? path : cp_checkpoint_config_path(ck);
   m = calloc(1, sizeof *m);
   CP_CHECK_ALLOC_GOTO(m, "model");
   TRY(cp_checkpoint_config(&m->cfg, ck, path));

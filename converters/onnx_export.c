@@ -15,6 +15,7 @@
 #include "ctxpatch/base/version.h"
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/onnx_graph.h"
+#include "ctxpatch/converters/onnx_import.h"
 #include "ctxpatch/formats/onnx.h"
 
 void cp_onnx_export_params_init(cp_onnx_export_params *p) {
@@ -46,6 +47,14 @@ static int add_metadata(cp_onnx_writer *w, const cp_model *m, const cp_rule *rul
     rc = cp_onnx_add_metadata(w, "ctxpatch.certificate_sha256", p->certificate_sha256 ? p->certificate_sha256 : "");
   if (rc == 0 && m->family != CP_FAMILY_T5) /* what present.{i}.key holds (converters/onnx_decoder.h) */
     rc = cp_onnx_add_metadata(w, "ctxpatch.kv_cache", cp_onnx_decoder_kv_cache(m, rule));
+  /* What reading the graph back needs (converters/onnx_import.h): the config, FIRE's scalars. */
+  if (rc == 0 && m->cfg->text) rc = cp_onnx_add_metadata(w, CP_ONNX_META_CONFIG, m->cfg->text);
+  if (rc == 0 && m->n_fire) {
+    char *fire = cp_onnx_fire_meta(m);
+    CP_CHECK_ALLOC(fire, "onnx export: fire");
+    rc = cp_onnx_add_metadata(w, CP_ONNX_META_FIRE, fire);
+    free(fire);
+  }
   return rc;
 }
 

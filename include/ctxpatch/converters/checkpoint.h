@@ -23,9 +23,11 @@ typedef enum {
   CP_FORMAT_PYTORCH_ZIP,
   CP_FORMAT_PYTORCH_ZIP_SHARDED,
   CP_FORMAT_GGUF,
+  CP_FORMAT_ONNX, /* a .onnx decoder graph, tensors recovered by name (converters/onnx_import.h) */
 } cp_format;
 
 typedef struct cp_checkpoint cp_checkpoint;
+typedef struct cp_onnx_import cp_onnx_import;
 
 /* `path`: a weights file or a checkpoint folder. */
 int cp_checkpoint_open(cp_checkpoint **out, const char *path);
@@ -36,6 +38,10 @@ const char *cp_format_name(cp_format format); /* "safetensors", "pytorch-zip", .
 
 /* The GGUF file of a CP_FORMAT_GGUF checkpoint (metadata, ggml types), else NULL. Borrowed. */
 const cp_gguf_file *cp_checkpoint_gguf(const cp_checkpoint *ck);
+
+/* The recovered ONNX graph of a CP_FORMAT_ONNX checkpoint (its config: cp_onnx_import_config),
+ * else NULL. Borrowed. */
+const cp_onnx_import *cp_checkpoint_onnx(const cp_checkpoint *ck);
 
 /* Folder of the checkpoint (the file's folder for a single file). */
 const char *cp_checkpoint_dir(const cp_checkpoint *ck);

@@ -1,0 +1,69 @@
+/* Floor: converters. An ONNX decoder graph read back as a checkpoint (issue 14, "Recover the model
+ * description"): its initializers recognised by name and turned into the Hugging Face tensors of
+ * the family (names and layouts of families.h), its config recovered, so the model loader
+ * (converters/model.c) builds the same cp_model from it as from the safetensors folder, with the
+ * same shape checks against the config.
+ *
+ * Two namings are recognised:
+ *   ctxpatch's own exports (metadata_props `ctxpatch.version` set; docs/onnx.md): initializers
+ *     `model.embed_tokens.weight`, `model.layers.{i}.attn.q.weight` [in, out], ... (`NAME.stored`
+ *     with a Cast under --dtype fp16|bf16), `const/N` graph constants ignored. Linear weights are
+ *     transposed back to [out, in] (kept [in, out] for GPT-2's Conv1D), q/k/v fused again in the
+ *     family's layout (BLOOM / GPT-NeoX per-head interleaved, MPT / GPT-2 concatenated). The config
+ *     is metadata_props `ctxpatch.config` (the model's config.json text), else config.json in the
+ *     model's folder or its parent (the export folder); FIRE's learned scalars c and L are
+ *     `ctxpatch.fire` ("c L" per MLP, ';'-separated, %.9g). `ctxpatch.rule` becomes the model's
+ *     metadata rule (the graph computes the model under it).
+ *   Hugging Face / Optimum names kept by the exporter (`model.layers.0.self_attn.q_proj.weight`,
+ *     `transformer.h.0.attn.c_attn.weight`): the family is the one whose embedding name is there,
+ *     tensors are taken in HF layout as they are, and the config is config.json in the model's
+ *     folder or its parent (Optimum's layout); without one the graph is refused, naming the
+ *     hyper-parameter shapes cannot give (num_attention_heads).
+ * Refused (CP_EUNSUPPORTED unless said), one line naming the file and the initializer or key: in
+ * a ctxpatch export, an initializer outside its names (`model.`, `lm_head.`, `const/` prefixes); in any
+ * graph, an unused float initializer of 2+ dims with a d_model side (it could be a weight the
+ * model would lack: anonymous names such as `onnx::MatMul_123` need graph pattern matching, not
+ * supported); a graph with neither ctxpatch's metadata nor a family's HF embedding name; a
+ * missing initializer the config needs (CP_EMODEL_TENSOR); no config anywhere (CP_ENOTFOUND);
+ * q/k/v that do not fuse; T5 graphs; a malformed `ctxpatch.fire` (CP_EFORMAT). Unused
+ * initializers that cannot be weights are listed (cp_onnx_import_ignored).
+ *
+ * Ownership: the import owns every tensor (float32, borrowed views) until cp_onnx_import_free.
+ */
+#ifndef CTXPATCH_CONVERTERS_ONNX_IMPORT_H
+#define CTXPATCH_CONVERTERS_ONNX_IMPORT_H
+
+#include <stddef.h>
+
+#include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/formats/tensor.h"
+
+#define CP_ONNX_META_CONFIG "ctxpatch.config" /* the exported model's config.json text */
+#define CP_ONNX_META_FIRE "ctxpatch.fire"     /* FIRE models: "c L;c L;..." one pair per MLP */
+
+typedef struct cp_onnx_import cp_onnx_import;
+
+/* Reads the graph at `path` (a .onnx file) and recovers its tensors and config. *out is the
+ * caller's (cp_onnx_import_free). */
+int cp_onnx_import_open(cp_onnx_import **out, const char *path);
+void cp_onnx_import_free(cp_onnx_import *im);
+
+/* "ctxpatch" (own export) or "hf" (Hugging Face names). */
+const char *cp_onnx_import_naming(const cp_onnx_import *im);
+/* Where the config came from: "metadata_props ctxpatch.config" or a config.json path. */
+const char *cp_onnx_import_config_source(const cp_onnx_import *im);
+/* A fresh parse of the recovered config (rule of `ctxpatch.rule` as its ctxpatch_rule). */
+int cp_onnx_import_config(cp_hf_config **out, const cp_onnx_import *im);
+
+/* The recovered tensors, HF names and layouts, float32. */
+size_t cp_onnx_import_count(const cp_onnx_import *im);
+const cp_tensor *cp_onnx_import_tensor(const cp_onnx_import *im, size_t i);
+/* Initializers not used for the model (graph constants, scalars, integer tensors). */
+size_t cp_onnx_import_ignored_count(const cp_onnx_import *im);
+const char *cp_onnx_import_ignored(const cp_onnx_import *im, size_t i);
+
+/* The `ctxpatch.fire` value of m (NULL when out of memory; caller frees). */
+char *cp_onnx_fire_meta(const cp_model *m);
+
+#endif
