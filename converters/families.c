@@ -144,17 +144,22 @@ const cp_family_layout *cp_family_layout_of(cp_family family) {
   return &k_layouts[family];
 }
 
+const char *cp_names_format(char buf[CP_TENSOR_NAME_MAX], const char *prefix, const char *pattern, int layer,
+                            const char *suffix) {
+  const char *at = strstr(pattern, "%d");
+  if (at)
+    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%.*s%d%s%s", prefix, (int)(at - pattern), pattern, layer, at + 2, suffix);
+  else
+    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%s%s", prefix, pattern, suffix);
+  return buf;
+}
+
 const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const cp_family_tensor *row,
                          int layer, const char *suffix) {
   const char *prefix = row->role == CP_ROLE_LM_HEAD || nm->gguf ? "" : nm->prefix;
   const char *name = nm->gguf ? row->gguf : row->hf;
   assert(name);
-  const char *at = strstr(name, "%d");
-  if (at)
-    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%.*s%d%s%s", prefix, (int)(at - name), name, layer, at + 2, suffix);
-  else
-    snprintf(buf, CP_TENSOR_NAME_MAX, "%s%s%s", prefix, name, suffix);
-  return buf;
+  return cp_names_format(buf, prefix, name, layer, suffix);
 }
 
 bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {

@@ -136,14 +136,6 @@ static const char *export_name(cp_tensor_role role) {
   }
 }
 
-static void fmt_name(char out[CP_TENSOR_NAME_MAX], const char *pattern, int layer, const char *suffix) {
-  const char *at = strstr(pattern, "%d");
-  if (at)
-    snprintf(out, CP_TENSOR_NAME_MAX, "%.*s%d%s%s", (int)(at - pattern), pattern, layer, at + 2, suffix);
-  else
-    snprintf(out, CP_TENSOR_NAME_MAX, "%s%s", pattern, suffix);
-}
-
 /* q, k, v of `layer` fused into the family's HF QKV tensor (families.h cp_qkv_layout): rows
  * q | k | v, or per head [H, 3, dh] when interleaved; GPT-2's Conv1D keeps [in, out] columns. */
 static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_config *c, const char *dst,
@@ -156,7 +148,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
   int rc = 0, nin = bias ? 1 : -1;
   int64_t rows[3], total = 0;
   for (int p = 0; p < 3; p++) {
-    fmt_name(name, export_name(roles[p]), layer, suffix);
+    cp_names_format(name, "", export_name(roles[p]), layer, suffix);
     if (!(src[p] = find_init(im, name))) {
       if (bias && p == 0) return 0; /* no attention biases */
       rc = cp_error_set(CP_EMODEL_TENSOR, "%s: initializer '%s' is missing", im->path, name);
@@ -256,7 +248,7 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
     }
     const char *pattern = export_name(row->role);
     if (!pattern) continue;
-    fmt_name(src, pattern, layer, suffix[s]);
+    cp_names_format(src, "", pattern, layer, suffix[s]);
     const cp_onnx_tensor *t = find_init(im, src);
     if (!t) {
       if (s == 1 || (row->role == CP_ROLE_LM_HEAD && c->tie_word_embeddings)) continue;

@@ -125,6 +125,9 @@ typedef struct {
 void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *cfg);
 /* Whether a row applies under `nm`'s config. */
 bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row);
+/* prefix + `pattern` with its one "%d" (if any) replaced by `layer`, + suffix, into buf. */
+const char *cp_names_format(char buf[CP_TENSOR_NAME_MAX], const char *prefix, const char *pattern, int layer,
+                            const char *suffix);
 /* Writes the full name of `row` in `layer` with `suffix` (".weight", ".bias", "" ...) to buf. */
 const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const cp_family_tensor *row,
                          int layer, const char *suffix);
