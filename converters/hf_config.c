@@ -281,7 +281,7 @@ static int train_len(cp_hf_config *cfg, const ctx_t *c, const char *own) {
   cfg->train_len = 0;
   cfg->train_len_key[0] = '\0';
   if (!key) return 0;
-  int v;
+  int v = 0;
   int rc = as_pos_int(&v, c, field(root, key), key);
   if (rc) return rc;
   cfg->train_len = v;
@@ -454,7 +454,7 @@ static int parse_mpt(cp_hf_config *cfg, const ctx_t *c) {
   if (ac && !cJSON_IsObject(ac)) return bad(c, "attn_config", "an object", ac);
   static const cJSON empty = {0};
   if (!ac) ac = &empty; /* MptAttentionConfig() defaults */
-  bool alibi, rope;
+  bool alibi = true, rope = false;
   /* HF's MptAttentionConfig defaults alibi to true (mosaicml's remote code to false, but its
    * config.json files always spell it out). */
   TRY(opt_bool(&alibi, c, ac, "alibi", "attn_config.alibi", true));
@@ -526,7 +526,7 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   TRY(opt_num(&cfg->rotary_pct, c, r, "partial_rotary_factor", NULL, "", 1.0, 0, 1,
               "a number in (0, 1]"));
   TRY(rope_scaling(cfg, c));
-  bool attention_bias, mlp_bias;
+  bool attention_bias = false, mlp_bias = false;
   TRY(opt_bool(&attention_bias, c, r, "attention_bias", NULL, false));
   TRY(opt_bool(&mlp_bias, c, r, "mlp_bias", NULL, false));
   cfg->qkv_bias = attention_bias;

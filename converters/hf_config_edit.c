@@ -67,7 +67,9 @@ static int check_finite(const cJSON *v, const char *path, const char *what) {
     return cp_error_set(CP_EOVERFLOW, "%s: key '%s': the new value is not a finite number", what, path);
   for (const cJSON *c = v->child; c; c = c->next) {
     char sub[160];
-    snprintf(sub, sizeof sub, "%s.%s", path, c->string ? c->string : "[]");
+    /* A path too long for the buffer is cut: it only names the key in a message. */
+    if (snprintf(sub, sizeof sub, "%s.%s", path, c->string ? c->string : "[]") >= (int)sizeof sub)
+      sub[sizeof sub - 1] = '\0';
     int rc = check_finite(c, sub, what);
     if (rc) return rc;
   }

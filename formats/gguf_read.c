@@ -111,7 +111,7 @@ static int rd_str(const char **s, uint64_t *len, cursor *c, const char *what) {
 /* A key or tensor name: non-empty, no NUL, valid UTF-8, under `max` bytes; copied. */
 static int rd_name(char **out, cursor *c, const char *what, uint64_t max) {
   uint64_t at = c->pos, len;
-  const char *s;
+  const char *s = NULL;
   int rc = rd_str(&s, &len, c, what);
   if (rc) return rc;
   if (len == 0 || len >= max || memchr(s, 0, (size_t)len) || cp_utf8_check(s, (size_t)len, CP_UTF8_STRICT) != len) {

@@ -69,7 +69,7 @@ static int scan_message(const wire_ctx *c, const ProtobufCMessageDescriptor *d, 
                         (size_t)(p - c->base), CP_ONNX_MAX_NESTING, d->name);
   while (p < end) {
     const uint8_t *at = p;
-    uint64_t tag, v;
+    uint64_t tag = 0, v = 0;
     int rc = read_varint(&tag, c, &p, end, d->name);
     if (rc < 0) return rc;
     unsigned wire = (unsigned)(tag & 7);

@@ -496,8 +496,8 @@ static int align_layers(cp_calib_entry *en, ctx_t *c, int stat, int64_t lex, con
   for (int l = 0; l < c->n_layers; l++) c->taus[l] = 1.0;
   for (int l = 0; l < c->n_layers; l++) {
     fn_t f = {c, lex, stat, l, c->taus};
-    double tau_l, ach;
-    bool clip;
+    double tau_l = 1.0, ach = 0.0;
+    bool clip = false;
     int rc = align(&tau_l, &ach, &clip, &f, tr->layer[stat][l], NULL);
     if (rc) return rc;
     c->taus[l] = tau_l;
