@@ -54,7 +54,8 @@ static const cp_family_tensor k_t5[] = {
  * bias rule of norms and MLP, `ab` that of the attention projections. The last column is
  * llama.cpp's GGUF name, the same for its `bloom`, `mpt` and `gptneox` architectures
  * (src/llama-arch.cpp); its attn_qkv holds q | k | v whatever the HF layout
- * (converters/gguf_export.c reorders). GPT-2 is not written to GGUF yet (cp_gguf_export_check). */
+ * (converters/gguf_export.c reorders), and for its `gpt2` architecture too (llama.cpp's converter
+ * transposes GPT-2's Conv1D matrices into [n_out, n_in]; cp_names_conv1d). */
 #define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
   {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},     \
   {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "blk.%d.attn_norm"},        \
@@ -119,7 +120,7 @@ static const cp_family_tensor k_fire[] = {
 static const cp_family_tensor k_gpt2[] = {
     FUSED_ROWS("wte", "h.%d.ln_1", "h.%d.attn.c_attn", "h.%d.attn.c_proj", "h.%d.ln_2", "h.%d.mlp.c_fc",
                "h.%d.mlp.c_proj", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
-    {CP_ROLE_POS_EMBED, DEC, "wpe", CP_BIAS_NONE, CP_DIM_POSITIONS, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_POS_EMBED, DEC, "wpe", CP_BIAS_NONE, CP_DIM_POSITIONS, CP_DIM_D, CP_WHEN_ALWAYS, "position_embd"},
 };
 
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
@@ -160,6 +161,11 @@ const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const
   const char *name = nm->gguf ? row->gguf : row->hf;
   assert(name);
   return cp_names_format(buf, prefix, name, layer, suffix);
+}
+
+bool cp_names_conv1d(const cp_names *nm, const cp_family_tensor *row) {
+  return nm->fl->conv1d && !nm->gguf && row->cols != CP_DIM_NONE && row->role != CP_ROLE_EMBED &&
+         row->role != CP_ROLE_POS_EMBED && row->role != CP_ROLE_LM_HEAD;
 }
 
 bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {

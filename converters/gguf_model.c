@@ -93,7 +93,7 @@ static const struct {
   const char *arch;
   cp_family family;
 } k_archs[] = {{"llama", CP_FAMILY_LLAMA}, {"gptneox", CP_FAMILY_GPT_NEOX}, {"bloom", CP_FAMILY_BLOOM},
-               {"mpt", CP_FAMILY_MPT}};
+               {"mpt", CP_FAMILY_MPT}, {"gpt2", CP_FAMILY_GPT2}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -140,7 +140,7 @@ static int read_dims(arch_dims *a, cp_strbuf *js, const cp_gguf_file *g, const c
   snprintf(key, sizeof key, "%s.context_length", arch);
   if (cp_gguf_find_key(g, key) >= 0) { /* the family's own training-length field */
     static const struct { cp_family f; const char *field; } len_fields[] = {
-        {CP_FAMILY_BLOOM, "seq_length"}, {CP_FAMILY_MPT, "max_seq_len"}};
+        {CP_FAMILY_BLOOM, "seq_length"}, {CP_FAMILY_MPT, "max_seq_len"}, {CP_FAMILY_GPT2, "n_positions"}};
     const char *field = "max_position_embeddings";
     for (size_t i = 0; i < sizeof len_fields / sizeof *len_fields; i++)
       if (!strcmp(arch, cp_gguf_arch_of(len_fields[i].f))) field = len_fields[i].field;
@@ -235,6 +235,21 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       if ((rc = put_int(js, g, arch, "block_count", "n_layers", true))) return rc;
       return put_num(js, g, eps, "layer_norm_epsilon");
     }
+    case CP_FAMILY_GPT2: {
+      /* llama.cpp's gpt2: learned positions (position_embd, n_positions rows = context_length),
+       * scores scaled by 1/sqrt(dh) in every layer, ggml_gelu (the tanh form, HF's gelu_new). */
+      char key[128];
+      snprintf(key, sizeof key, "%s.context_length", arch);
+      if (cp_gguf_find_key(g, key) < 0)
+        return cp_error_set(CP_ENOTFOUND, "%s: key '%s' is absent: gpt2's learned position table needs it",
+                            cp_gguf_path(g), key);
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"GPT2LMHeadModel\"],\"activation_function\":\"gelu_new\","
+                       "\"n_embd\":%lld,\"n_head\":%lld,\"n_inner\":%lld", (long long)a.d, (long long)a.heads,
+                       (long long)a.ff);
+      if ((rc = put_int(js, g, arch, "block_count", "n_layer", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    }
     default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
   }
 }
@@ -249,7 +264,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
-    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt)",
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt, gpt2)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};
