@@ -92,20 +92,24 @@ static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *
   static const char *const suffixes[2] = {".weight", ".bias"};
   int rc = 0;
   /* llama.cpp's order: model-level tensors, each layer's in table order, then the tail. */
+  int depth = cfg->n_layers > cfg->n_decoder_layers ? cfg->n_layers : cfg->n_decoder_layers;
   for (int pass = 0; pass < 3 && rc == 0; pass++) {
-    int n_layers = pass == 1 ? cfg->n_layers : 1;
+    int n_layers = pass == 1 ? depth : 1;
     for (int l = 0; l < n_layers && rc == 0; l++)
       for (size_t r = 0; r < hf.fl->n_tensors && rc == 0; r++) {
         const cp_family_tensor *row = &hf.fl->tensors[r];
         bool layered = strstr(row->hf, "%d") != NULL;
         bool tail = row->role == CP_ROLE_FINAL_NORM || row->role == CP_ROLE_LM_HEAD;
-        if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row))
+        if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row) ||
+            l >= cp_names_layers(cfg, row))
           continue;
         cp_gguf_rows rows = cp_gguf_rows_of(cfg, row->role);
         for (int s = 0; s < 2 && rc == 0; s++) {
           char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
           cp_names_row(src, &hf, row, l, suffixes[s]);
           cp_names_row(dst, &gg, row, l, suffixes[s]);
+          if (row->role == CP_ROLE_EMBED) /* whichever copy the checkpoint has (T5: shared or encoder's) */
+            cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, suffixes[s]);
           if (row->role == CP_ROLE_LM_HEAD && cfg->tie_word_embeddings && s == 0 &&
               (cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX))
             cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
@@ -228,6 +232,17 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
       (rc = put_u32(w, arch, "attention.head_count_kv", cfg->n_kv_heads)) ||
       (rc = put_u32(w, arch, "vocab_size", cfg->vocab_size)))
     return rc;
+  if (cfg->family == CP_FAMILY_T5) { /* conversion/t5.py's T5Model.set_gguf_parameters */
+    if ((rc = put_u32(w, arch, "decoder_block_count", cfg->n_decoder_layers)) ||
+        (rc = put_u32(w, arch, "attention.key_length", cfg->d_head)) ||
+        (rc = put_u32(w, arch, "attention.value_length", cfg->d_head)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
+        (rc = put_u32(w, arch, "attention.relative_buckets_count", cfg->t5_num_buckets)))
+      return rc;
+    if (cfg->decoder_start_token_id >= 0) rc = put_u32(w, arch, "decoder_start_token_id", cfg->decoder_start_token_id);
+    return rc;
+  }
   if (cfg->family == CP_FAMILY_LLAMA) {
     if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->d_head)) ||
         (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
@@ -473,9 +488,17 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attn_config.softmax_scale': %g, but llama.cpp's mpt scales by "
                             "1/sqrt(%d)", in, cfg->mpt_softmax_scale, cfg->d_head);
       return 0;
-    case CP_FAMILY_T5:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf: t5 is not written: llama.cpp's t5 must run llama_encode "
-                          "first, which node-llama-cpp never calls, so the file could not be proven (docs/gguf.md)", in);
+    case CP_FAMILY_T5: /* llama.cpp's t5 (src/models/t5.cpp, llama-graph.cpp's relative buckets) */
+      if (cfg->t5_max_distance != 128)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'relative_attention_max_distance': %d, but llama.cpp's t5 buckets "
+                            "distances up to 128", in, cfg->t5_max_distance);
+      if (cfg->tie_word_embeddings)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'tie_word_embeddings': true: HF's T5 scales the tied head's input "
+                            "by d_model^-0.5, llama.cpp's t5 does not", in);
+      if (strcmp(act, "relu") && strcmp(act, "gated-gelu"))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'feed_forward_proj': '%s', but llama.cpp's t5 runs relu or "
+                            "gated-gelu only", in, act);
+      return 0;
     case CP_FAMILY_GPT2: /* llama.cpp's gpt2 scales every layer's scores by 1/sqrt(dh) and runs GELU */
       if (!cfg->scale_attn_weights || cfg->scale_attn_inverse_layer)
         return cp_error_set(CP_EUNSUPPORTED, "%s: key %s, but llama.cpp's gpt2 always scales attention scores by "
@@ -486,7 +509,7 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
                             "GELU", in, act);
       return 0;
     default:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt and gpt2 models; %s has no "
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2 and t5 models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
   }
 }

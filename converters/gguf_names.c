@@ -48,7 +48,7 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
   for (size_t r = 0; r < gg.fl->n_tensors && rc == 0; r++) {
     const cp_family_tensor *row = &gg.fl->tensors[r];
     if (!cp_names_row_applies(&gg, row)) continue;
-    int layers = strstr(row->gguf, "%d") ? cfg->n_layers : 1;
+    int layers = cp_names_layers(cfg, row);
     cp_gguf_rows rows = cp_gguf_rows_of(cfg, row->role);
     for (int l = 0; l < layers && rc == 0; l++)
       for (int s = 0; s < 2; s++) {
