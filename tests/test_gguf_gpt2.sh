@@ -18,7 +18,8 @@
 #     tau 1.3) within 1e-3 of the largest logit (ggml's f16 GELU table), argmax equal where the
 #     engine's top-2 margin exceeds twice the difference, greedy 20 tokens equal;
 #   - refused: a GPT-2 with scale_attn_by_inverse_layer_idx (the goldens' gpt2_bin; llama.cpp's gpt2
-#     scales every layer by 1/sqrt(dh)); nothing left behind.
+#     scales every layer by 1/sqrt(dh)), nothing written; a gpt2 GGUF without gpt2.context_length
+#     (the learned position table's size) when read.
 # llama.cpp parts skip (the rest still runs) when node-llama-cpp is not in $CTXPATCH_NODE_MODULES;
 # the test needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
@@ -100,6 +101,13 @@ assert min(moved.values()) > 0.05, moved
 print("gpt2 GGUF: llama.cpp names/order, Conv1D transposed, round trip identical, tau in attn_qkv q rows; moved",
       {k: round(v, 2) for k, v in moved.items()})
 PY
+
+# --- a gpt2 GGUF without gpt2.context_length (renamed in place) is refused: no position table size
+"$py" -c "import sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(b.replace(b'gpt2.context_length', b'gpt2.context_lengtX', 1))" \
+  "$w/gpt2.gguf" "$w/nolen.gguf"
+"$bin" forward "$w/nolen.gguf" --ids 5,6 --out "$w/nolen.bin" 2>"$w/nolen.err" && bad "gpt2 GGUF without context_length read" || ok
+check grep -q "gpt2.context_length" "$w/nolen.err"
+check test ! -e "$w/nolen.bin"
 
 # --- the PyTorch-made GPT-2 of the engine goldens, as GGUF: the engine still computes PyTorch's logits
 gd=$src/tests/goldens/engine

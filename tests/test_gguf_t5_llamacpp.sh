@@ -19,7 +19,8 @@
 #   - llama.cpp's logits on stories260K.gguf (decoder-only, through the same C API) == the engine's,
 #     which the node-llama-cpp tests compared as greedy tokens only;
 #   - refused, nothing written: a tied T5 (HF scales the tied head's input by d_model^-0.5,
-#     llama.cpp does not), a gated-silu FFN, relative_attention_max_distance other than 128.
+#     llama.cpp does not), a gated-silu FFN, relative_attention_max_distance other than 128; a t5
+#     GGUF without output.weight is refused when read.
 # Needs numpy; the llama.cpp parts need the node-llama-cpp package in $CTXPATCH_NODE_MODULES (default
 # tests/runtimes/node_modules): without it the rest runs and the test exits 77.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
@@ -126,6 +127,12 @@ refuse() { # NAME JSON-EDIT WORD
 refuse tied "c['tie_word_embeddings']=True" "d_model^-0.5"
 refuse silu "c['feed_forward_proj']='gated-silu'" "gated-silu"
 refuse far "c['relative_attention_max_distance']=64" "128"
+# a t5 GGUF without output.weight (renamed in place): llama.cpp would run the embedding unscaled
+"$py" -c "import sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(b.replace(b'output.weight', b'outpux.weight', 1))" \
+  "$w/t5.gguf" "$w/nohead.gguf"
+"$bin" forward "$w/nohead.gguf" --ids 5,6,1 --out "$w/nohead.bin" 2>"$w/nohead.err" && bad "t5 GGUF without output read" || ok
+check grep -q "output.weight" "$w/nohead.err"
+check test ! -e "$w/nohead.bin"
 
 if [ "$ct" = 1 ]; then
   lcrun() { "$py" "$src/tests/gguf/llamacpp_ctypes.py" "$bins" "$@"; }
