@@ -47,6 +47,7 @@ typedef struct {
   uint32_t type;
   cp_gguf_rows rows;  /* llama.cpp's row order (GGUF row r is HF row cp_gguf_row_to_hf(r)) */
   bool transpose;     /* a GPT-2 Conv1D matrix: stored [n_in, n_out], written [n_out, n_in] */
+  float scale;        /* values multiplied by it (1: as stored; T5's tied head: d_model^-0.5) */
 } plan_entry;
 
 typedef struct {
@@ -55,7 +56,7 @@ typedef struct {
 } tensor_plan;
 
 static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, const char *name, uint32_t want,
-                    cp_gguf_rows rows, bool transpose) {
+                    cp_gguf_rows rows, bool transpose, float scale) {
   const cp_tensor *t = cp_checkpoint_find(ck, src);
   if (!t) return 0;
   size_t idx = 0;
@@ -78,12 +79,14 @@ static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, co
   e->type = type;
   e->rows = rows;
   e->transpose = transpose;
+  e->scale = scale;
   return 0;
 }
 
 /* An HF folder's tensors by the family table: embedding, layers, final norm, head (for BLOOM and
- * GPT-NeoX, whose llama.cpp loader requires output.weight, the embedding when tied); GPT-2's
- * Conv1D matrices transposed, as llama.cpp's converter writes them. */
+ * GPT-NeoX, whose llama.cpp loader requires output.weight, the embedding when tied; for a tied T5
+ * the embedding times d_model^-0.5, the factor HF's T5 applies to the head's input and llama.cpp's
+ * t5 does not); GPT-2's Conv1D matrices transposed, as llama.cpp's converter writes them. */
 static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *cfg, uint32_t want) {
   cp_names hf, gg;
   cp_names_init(&hf, ck, cfg);
@@ -110,10 +113,12 @@ static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *
           cp_names_row(dst, &gg, row, l, suffixes[s]);
           if (row->role == CP_ROLE_EMBED) /* whichever copy the checkpoint has (T5: shared or encoder's) */
             cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, suffixes[s]);
-          if (row->role == CP_ROLE_LM_HEAD && cfg->tie_word_embeddings && s == 0 &&
-              (cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX))
-            cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
-          rc = plan_add(p, ck, src, dst, want, rows, s == 0 && cp_names_conv1d(&hf, row));
+          bool tied_head = row->role == CP_ROLE_LM_HEAD && cfg->tie_word_embeddings && s == 0 &&
+                           (cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX ||
+                            cfg->family == CP_FAMILY_T5);
+          if (tied_head) cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
+          float scale = tied_head && cfg->family == CP_FAMILY_T5 ? (float)(1.0 / sqrt((double)cfg->d_model)) : 1.0f;
+          rc = plan_add(p, ck, src, dst, want, rows, s == 0 && cp_names_conv1d(&hf, row), scale);
         }
       }
   }
@@ -125,7 +130,7 @@ static int plan_gguf(tensor_plan *p, const cp_checkpoint *ck, uint32_t want) {
   int rc = 0;
   for (size_t i = 0; i < cp_checkpoint_count(ck) && rc == 0; i++) {
     const char *name = cp_checkpoint_tensor(ck, i)->name;
-    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0}, false);
+    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0}, false, 1.0f);
   }
   return rc;
 }
@@ -435,7 +440,7 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
   uint64_t cols = t->ndim >= 2 ? (uint64_t)t->shape[e->transpose ? 0 : t->ndim - 1] : 1, rows = cols ? numel / cols : 0;
   size_t es = cp_dtype_size(t->dtype);
   bool in_order = e->rows.order == CP_GGUF_ROWS_SAME && !e->transpose;
-  bool same = in_order && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
+  bool same = in_order && e->scale == 1.0f && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
                                     (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
                                     (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
   int rc = cp_gguf_rows_check(&e->rows, rows, cp_checkpoint_dir(ck), t->name);
@@ -460,8 +465,10 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
     }
     if (rc) break;
     if (same) rc = cp_gguf_write_data(w, raw, (size_t)nr * row_bytes);
-    else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0)
+    else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0) {
+      for (size_t k = 0; e->scale != 1.0f && k < (size_t)(nr * cols); k++) vals[k] *= e->scale;
       rc = cp_gguf_write_f32(w, vals, (size_t)(nr * cols));
+    }
     cp_checkpoint_release(ck, e->src, r0 * row_bytes, (uint64_t)nr * row_bytes);
   }
   return rc;
@@ -492,9 +499,6 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
       if (cfg->t5_max_distance != 128)
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'relative_attention_max_distance': %d, but llama.cpp's t5 buckets "
                             "distances up to 128", in, cfg->t5_max_distance);
-      if (cfg->tie_word_embeddings)
-        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'tie_word_embeddings': true: HF's T5 scales the tied head's input "
-                            "by d_model^-0.5, llama.cpp's t5 does not", in);
       if (strcmp(act, "relu") && strcmp(act, "gated-gelu"))
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'feed_forward_proj': '%s', but llama.cpp's t5 runs relu or "
                             "gated-gelu only", in, act);

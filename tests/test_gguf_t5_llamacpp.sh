@@ -18,8 +18,11 @@
 #     logit (measured ~5e-7), argmax equal, greedy 20 tokens equal (up to llama.cpp's stop at eos);
 #   - llama.cpp's logits on stories260K.gguf (decoder-only, through the same C API) == the engine's,
 #     which the node-llama-cpp tests compared as greedy tokens only;
-#   - refused, nothing written: a tied T5 (HF scales the tied head's input by d_model^-0.5,
-#     llama.cpp does not), a gated-silu FFN, relative_attention_max_distance other than 128; a t5
+#   - a tied T5 (the probe's weights without lm_head, tie_word_embeddings true): HF scales the
+#     head's input by d_model^-0.5, llama.cpp's t5 does not, so output.weight is written as the
+#     embedding times d_model^-0.5 (0.125 here, exact); engine on the file == on the folder, llama.cpp
+#     == engine;
+#   - refused, nothing written: a gated-silu FFN, relative_attention_max_distance other than 128; a t5
 #     GGUF without output.weight is refused when read.
 # Needs numpy; the llama.cpp parts need the node-llama-cpp package in $CTXPATCH_NODE_MODULES (default
 # tests/runtimes/node_modules): without it the rest runs and the test exits 77.
@@ -34,10 +37,29 @@ bins=$nm/@node-llama-cpp/linux-x64/bins/linux-x64
 ct=0; [ -f "$bins/libllama.v0.5.0.so" ] && ct=1
 
 check "$bin" convert "$t5" "$w/t5.gguf" --to gguf
+mkdir "$w/tied" && cp "$t5/tokenizer.json" "$w/tied/" && "$py" - "$t5" "$w/tied" <<'PY' && ok || bad "tied T5 folder"
+import sys, json, struct
+src, dst = sys.argv[1:3]
+raw = open(f"{src}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
+keep = {k: v for k, v in hdr.items() if k not in ("__metadata__", "lm_head.weight")}
+out, blobs, off = {}, [], 0
+for k in sorted(keep):
+    b = raw[8 + n + keep[k]["data_offsets"][0]:8 + n + keep[k]["data_offsets"][1]]
+    out[k] = {"dtype": keep[k]["dtype"], "shape": keep[k]["shape"], "data_offsets": [off, off + len(b)]}
+    off += len(b); blobs.append(b)
+h = json.dumps(out).encode(); h += b" " * (-len(h) % 8)
+open(f"{dst}/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+c = json.load(open(f"{src}/config.json")); c["tie_word_embeddings"] = True
+json.dump(c, open(f"{dst}/config.json", "w"))
+PY
+check "$bin" convert "$w/tied" "$w/tied.gguf" --to gguf
 enc=$("$py" -c "import random; r=random.Random(5); print(','.join([str(r.randrange(3,559)) for _ in range(299)]+['1']))")
 dec=$("$py" -c "import random; r=random.Random(6); print(','.join([str(r.randrange(3,559)) for _ in range(40)]))")
 fwd() { "$bin" forward "$1" --ids "$enc" --decoder-ids "0,$dec" --out "$2" --threads 1 >/dev/null; }
 check fwd "$t5" "$w/e_hf.bin"
+check fwd "$w/tied" "$w/e_tied_hf.bin"
+check fwd "$w/tied.gguf" "$w/e_tied.bin"
 check fwd "$w/t5.gguf" "$w/e_t5.bin"
 check "$bin" convert "$w/t5.gguf" "$w/t5_sf" --to safetensors
 check "$bin" convert "$w/t5_sf" "$w/t5_rt.gguf" --to gguf
@@ -109,6 +131,11 @@ _, _, _, tpf, _ = g.read(f"{w}/tp.gguf")
 assert all(tpg[n] == tpf[n] for n in tpf)
 _, kvl, _, _, _ = g.read(f"{w}/lm.gguf")
 assert kvl["ctxpatch.fidelity"] == "ctxpatch-metadata" and json.loads(kvl["ctxpatch.rule"])
+_, _, _, tt, _ = g.read(f"{w}/tied.gguf")  # output = shared x 64^-0.5 = x 0.125 (exact in float32)
+assert np.array_equal(g.f32(tt["output.weight"]), g.f32(tt["token_embd.weight"]) * np.float32(0.125))
+assert np.array_equal(g.f32(tt["token_embd.weight"]).reshape(-1), hf["shared.weight"].reshape(-1))
+dt = np.abs(ld("tied") - ld("tied_hf")).max()
+assert dt <= 1e-5 * np.abs(ld("tied_hf")).max(), dt
 moved = {f: float(np.abs(ld(f) - ld("t5")).max()) for f in ("tp", "ta", "lm")}
 assert min(moved.values()) > 0.05, moved
 print("t5 GGUF: llama.cpp names, tensors equal to HF, round trip identical, tau in q weights and bucket tables; moved",
@@ -124,7 +151,6 @@ refuse() { # NAME JSON-EDIT WORD
   check grep -q "$3" "$w/$1.err"
   check test ! -e "$w/$1.gguf"
 }
-refuse tied "c['tie_word_embeddings']=True" "d_model^-0.5"
 refuse silu "c['feed_forward_proj']='gated-silu'" "gated-silu"
 refuse far "c['relative_attention_max_distance']=64" "128"
 # a t5 GGUF without output.weight (renamed in place): llama.cpp would run the embedding unscaled
@@ -136,7 +162,7 @@ check test ! -e "$w/nohead.bin"
 
 if [ "$ct" = 1 ]; then
   lcrun() { "$py" "$src/tests/gguf/llamacpp_ctypes.py" "$bins" "$@"; }
-  for f in t5 tp ta; do
+  for f in t5 tp ta tied; do
     lcrun "$w/$f.gguf" t5 "$enc" "$dec" 20 >"$w/lc_$f.json" && ok || bad "llama.cpp $f.gguf"
     "$bin" forward "$w/$f.gguf" --ids "$enc" --generate 20 --threads 1 >"$w/g_$f.txt" && ok || bad "generate $f"
   done
@@ -144,7 +170,7 @@ if [ "$ct" = 1 ]; then
 import sys, json, numpy as np
 w = sys.argv[1]
 out = []
-for f in ("t5", "tp", "ta"):
+for f in ("t5", "tp", "ta", "tied"):
     res = json.load(open(f"{w}/lc_{f}.json"))
     lc, e = np.array(res["logits"], np.float64), np.fromfile(f"{w}/e_{f}.bin", "<f4").reshape(41, -1)
     d, scale = np.abs(lc - e).max(), np.abs(e).max()

@@ -25,11 +25,12 @@
  *   with a linear rope_scaling (llama, gptneox): rope.scaling.type "linear", rope.scaling.factor
  *   and rope.scaling.original_context_length (the training length).
  * BLOOM and GPT-NeoX with tied embeddings get output.weight = the embedding (llama.cpp requires
- * it, and its converter writes it so). Refused (cp_gguf_export_check): BLOOM with
+ * it, and its converter writes it so); a tied T5 gets output.weight = the embedding times
+ * d_model^-0.5 (HF's T5 scales the tied head's input so; llama.cpp's t5 runs its head unscaled). Refused (cp_gguf_export_check): BLOOM with
  * apply_residual_connection_post_layernorm, GPT-NeoX without attention biases or with a non-GELU
  * activation, MPT with a softmax_scale other than 1/sqrt(dh), GPT-2 with scale_attn_weights false,
- * scale_attn_by_inverse_layer_idx or a non-GELU activation, T5 with tied embeddings (HF scales the
- * head's input by d_model^-0.5, llama.cpp does not), relative_attention_max_distance other than 128
+ * scale_attn_by_inverse_layer_idx or a non-GELU activation, T5 with relative_attention_max_distance
+ * other than 128
  * (llama.cpp's constant) or an FFN other than relu / gated-gelu, stored ALiBi slopes.
  * Tokenizer of an HF folder: a byte-level BPE tokenizer.json becomes llama.cpp's "gpt2" vocabulary
  * (converters/gguf_vocab.h); SentencePiece tokenizer.model and other tokenizer.json kinds are not
