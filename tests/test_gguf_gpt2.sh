@@ -8,7 +8,8 @@
 #     gpt2.* keys, tokenizer.ggml.model gpt2 / pre gpt-2;
 #   - the engine on the GGUF == on the HF folder; the engine goldens' GPT-2 (PyTorch logits,
 #     tests/reference/make_engine_goldens.py) written as GGUF and run by `ctxpatch forward` gives
-#     PyTorch's logits;
+#     PyTorch's logits, and so does llama.cpp (its C API through tests/gguf/llamacpp_ctypes.py:
+#     the file has no vocabulary, which node-llama-cpp refuses) to 1e-3 of the largest logit;
 #   - GGUF -> safetensors (HF names, Conv1D layout: equal to the source folder) -> GGUF:
 #     tensor-identical, gpt2.* keys equal;
 #   - tau 1.3 (`patch --to gguf`, from the folder and from the GGUF): the q rows of attn_qkv are the
@@ -125,6 +126,23 @@ d = np.abs(got - want).max()
 assert d <= 1e-4 * max(1.0, np.abs(want).max()), d
 print(f"golden GPT-2 as GGUF: engine vs PyTorch max |diff| {d:.1e}")
 PY
+  # llama.cpp's C API (tests/gguf/llamacpp_ctypes.py; llama.cpp runs this no_vocab file on ids, which
+  # node-llama-cpp refuses) on the same file: PyTorch's logits to ggml's GELU table
+  bins=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}/@node-llama-cpp/linux-x64/bins/linux-x64
+  if [ -f "$bins/libllama.v0.5.0.so" ]; then
+    "$py" "$src/tests/gguf/llamacpp_ctypes.py" "$bins" "$w/golden.gguf" decoder "$ids" 0 >"$w/golden_lc.json" && ok ||
+      bad "llama.cpp on the golden GPT-2"
+    "$py" - "$gd/cases/gpt2__identity.safetensors" "$w/golden_lc.json" <<'PY' && ok || bad "llama.cpp vs PyTorch golden"
+import sys, json, struct, numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n])
+e = h["logits"]; want = np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
+lc = np.array(json.load(open(sys.argv[2]))["logits"], np.float64)
+d = np.abs(lc - want).max()
+assert lc.shape == want.shape and d <= 1e-3 * np.abs(want).max(), (lc.shape, d)
+print(f"golden GPT-2 as GGUF: llama.cpp vs PyTorch max |diff| {d:.1e} (logits up to {np.abs(want).max():.1f})")
+PY
+  fi
   # refused: llama.cpp's gpt2 has no per-layer score scaling
   "$bin" convert "$gd/models/gpt2_bin" "$w/inv.gguf" --to gguf 2>"$w/inv.err" && bad "inverse-layer GPT-2 exported" || ok
   check grep -q "scale_attn_by_inverse_layer_idx" "$w/inv.err"
