@@ -285,7 +285,9 @@ static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf
                               cfg->pad_token_id);
     free(path);
   }
-  if (rc == 0 && !done) /* a SentencePiece tokenizer.model as llama.cpp's "llama" vocabulary */
+  /* a SentencePiece tokenizer.model as llama.cpp's "llama" vocabulary; not for T5, whose Unigram
+   * SentencePiece llama.cpp runs as its "t5" vocabulary, which is not written */
+  if (rc == 0 && !done && cfg->family != CP_FAMILY_T5)
     rc = cp_gguf_put_spm_vocab(&done, w, cp_checkpoint_dir(ck), cfg->vocab_size, cfg->bos_token_id,
                                cfg->eos_token_id, cfg->pad_token_id);
   if (rc || done) return rc;

@@ -22,6 +22,8 @@
 #     head's input by d_model^-0.5, llama.cpp's t5 does not, so output.weight is written as the
 #     embedding times d_model^-0.5 (0.125 here, exact); engine on the file == on the folder, llama.cpp
 #     == engine;
+#   - a T5 folder with a SentencePiece tokenizer.model gets no_vocab (llama.cpp would run it as
+#     SPM BPE under "llama"; T5's Unigram is llama.cpp's "t5" vocabulary, not written);
 #   - refused, nothing written: a gated-silu FFN, relative_attention_max_distance other than 128; a t5
 #     GGUF without output.weight is refused when read.
 # Needs numpy; the llama.cpp parts need the node-llama-cpp package in $CTXPATCH_NODE_MODULES (default
@@ -153,6 +155,15 @@ refuse() { # NAME JSON-EDIT WORD
 }
 refuse silu "c['feed_forward_proj']='gated-silu'" "gated-silu"
 refuse far "c['relative_attention_max_distance']=64" "128"
+# a T5 folder whose tokenizer is a SentencePiece tokenizer.model (stories260K's tok512.model): not
+# written as llama.cpp's "llama" vocabulary (SPM BPE; T5's is Unigram, llama.cpp's "t5"), no_vocab
+spm=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party/stories260K/tok512.model
+if [ -f "$spm" ]; then
+  mkdir "$w/t5spm" && cp "$t5/model.safetensors" "$t5/config.json" "$w/t5spm/" && cp "$spm" "$w/t5spm/tokenizer.model"
+  check "$bin" convert "$w/t5spm" "$w/t5spm.gguf" --to gguf
+  "$py" -c "import sys, gguf_py as g; kv = g.read(sys.argv[1])[1]; assert kv['tokenizer.ggml.model'] == 'no_vocab', kv['tokenizer.ggml.model']" \
+    "$w/t5spm.gguf" && ok || bad "T5 with a SentencePiece tokenizer.model: vocabulary written"
+fi
 # a t5 GGUF without output.weight (renamed in place): llama.cpp would run the embedding unscaled
 "$py" -c "import sys; b=open(sys.argv[1],'rb').read(); open(sys.argv[2],'wb').write(b.replace(b'output.weight', b'outpux.weight', 1))" \
   "$w/t5.gguf" "$w/nohead.gguf"
