@@ -69,9 +69,9 @@ static const char patch_help[] =
     "                    (K/M/G suffixes; default 1024, onnx's own; past 1 GiB inline, all go there)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n"
-    "  --to gguf         write OUT as one llama.cpp GGUF file (llama, gpt_neox, bloom, mpt): rope-pi\n"
-    "                    as {arch}.rope.scaling.*, a temperature baked into the q weights, other rules\n"
-    "                    as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n";
+    "  --to gguf         write OUT as one llama.cpp GGUF file (llama, gpt_neox, bloom, mpt, gpt2, t5):\n"
+    "                    rope-pi as {arch}.rope.scaling.*, a temperature baked into the q weights,\n"
+    "                    other rules as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n";
 
 static bool parse_double(const char *opt, const char *v, double *out, double lo) {
   char *end;

@@ -62,25 +62,46 @@ static int write_rows(cp_st_writer *w, const unsigned char *data, uint64_t rows,
 /* Rows of tensor t: its first dimension (1 for scalars). */
 static uint64_t rows_of(const cp_tensor *t) { return t->ndim > 0 && t->shape[0] > 0 ? (uint64_t)t->shape[0] : 1; }
 
-/* A tensor the hook replaces: its stored bytes read whole, transformed, written (rows put back in
- * HF order when `order` is given: a GGUF tensor in llama.cpp's row order). */
+/* Writes matrix `data` [rows, cols] (elements of es bytes) transposed, one output row at a time. */
+static int write_transposed(cp_st_writer *w, const unsigned char *data, uint64_t rows, uint64_t cols, size_t es,
+                            unsigned char *row_buf /* [rows * es] */) {
+  int rc = 0;
+  for (uint64_t c = 0; c < cols && rc == 0; c++) {
+    for (uint64_t r = 0; r < rows; r++) memcpy(row_buf + r * es, data + (r * cols + c) * es, es);
+    rc = cp_st_writer_write(w, row_buf, (size_t)(rows * es));
+  }
+  return rc;
+}
+
+/* A tensor the hook replaces (hook NULL: none), or a GGUF matrix HF stores transposed
+ * (`transpose`, GPT-2's Conv1D): its stored bytes read whole, transformed, written (rows put back
+ * in HF order when `order` is given: a GGUF tensor in llama.cpp's row order). */
 static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook,
-                             const cp_gguf_rows *order) {
+                             const cp_gguf_rows *order, bool transpose) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, src);
   size_t n = (size_t)t->nbytes;
-  unsigned char *in = NULL, *out = malloc(n ? n : 1);
+  unsigned char *in = NULL, *out = hook ? malloc(n ? n : 1) : NULL, *row_buf = NULL;
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(out, t->name);
-  if (!t->data) {
+  CP_CHECK_ALLOC_GOTO(out || !hook, t->name);
+  if (!t->data || !hook) {
     CP_CHECK_ALLOC_GOTO(in = malloc(n ? n : 1), t->name);
     if ((rc = cp_checkpoint_read(ck, src, 0, in, n)) < 0) goto done;
   }
-  if ((rc = hook->transform(hook->ctx, t, t->data ? t->data : in, out)) < 0) goto done;
-  rc = order ? write_rows(w, out, rows_of(t), n / rows_of(t), order) : cp_st_writer_write(w, out, n);
+  if (hook && (rc = hook->transform(hook->ctx, t, t->data ? t->data : in, out)) < 0) goto done;
+  const unsigned char *res = hook ? out : in;
+  if (transpose) { /* 2-D, [rows, cols] as stored (cp_gguf_hf_names_make checked) */
+    uint64_t rows = (uint64_t)t->shape[0], cols = (uint64_t)t->shape[1];
+    size_t es = rows && cols ? (size_t)(n / (rows * cols)) : 1;
+    CP_CHECK_ALLOC_GOTO(row_buf = malloc(rows > 0 ? (size_t)(rows * es) : 1), t->name);
+    rc = write_transposed(w, res, rows, cols, es, row_buf);
+  } else {
+    rc = order ? write_rows(w, res, rows_of(t), n / rows_of(t), order) : cp_st_writer_write(w, res, n);
+  }
   cp_checkpoint_release(ck, src, 0, n);
 done:
   free(in);
   free(out);
+  free(row_buf);
   return rc;
 }
 
@@ -116,6 +137,10 @@ static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64
 static cp_tensor desc_of(const cp_checkpoint *ck, size_t i, const cp_gguf_hf_names *names) {
   cp_tensor t = *cp_checkpoint_tensor(ck, i);
   if (names->hf && names->hf[i]) t.name = names->hf[i];
+  if (names->transpose && names->transpose[i]) { /* 2-D (cp_gguf_hf_names_make) */
+    t.shape[0] = cp_checkpoint_tensor(ck, i)->shape[1];
+    t.shape[1] = cp_checkpoint_tensor(ck, i)->shape[0];
+  }
   return t;
 }
 
@@ -136,7 +161,9 @@ static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, c
     size_t src = members[cp_st_writer_order(w, k)];
     const cp_tensor *t = cp_checkpoint_tensor(ck, src);
     const cp_gguf_rows *order = names->rows && names->rows[src].order != CP_GGUF_ROWS_SAME ? &names->rows[src] : NULL;
-    if (p->hook && p->hook->wants(p->hook->ctx, t)) rc = write_transformed(w, ck, src, p->hook, order);
+    bool hooked = p->hook && p->hook->wants(p->hook->ctx, t);
+    bool transpose = names->transpose && names->transpose[src];
+    if (hooked || transpose) rc = write_transformed(w, ck, src, hooked ? p->hook : NULL, order, transpose);
     else rc = write_streamed(w, ck, src, chunk, buf, order);
     if (rc < 0) goto done;
     if (p->progress) p->progress(p->progress_ctx, ++*done_tensors, total);

@@ -11,50 +11,62 @@
 #define DEC CP_STACK_DECODER
 #define ENC CP_STACK_ENCODER
 
-/* T5: both stacks spelled out, since the FFN sits in sub-layer 1 of the encoder and 2 of the decoder. */
-#define T5_SELF(s, st)                                                                              \
+/* T5: both stacks spelled out, since the FFN sits in sub-layer 1 of the encoder and 2 of the decoder.
+ * `g` is llama.cpp's GGUF stack prefix ("enc" / "dec", src/llama-arch.cpp LLM_ARCH_T5). */
+#define T5_SELF(s, g, st)                                                                             \
   {CP_ROLE_ATTN_NORM, st, s ".block.%d.layer.0.layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,    \
-   CP_WHEN_ALWAYS, NULL},                                                                                  \
-  {CP_ROLE_Q, st, s ".block.%d.layer.0.SelfAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, NULL}, \
-  {CP_ROLE_K, st, s ".block.%d.layer.0.SelfAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL}, \
-  {CP_ROLE_V, st, s ".block.%d.layer.0.SelfAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL}, \
-  {CP_ROLE_O, st, s ".block.%d.layer.0.SelfAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, NULL}
-#define T5_FFN(s, st, sub)                                                                           \
+   CP_WHEN_ALWAYS, g ".blk.%d.attn_norm"},                                                                 \
+  {CP_ROLE_Q, st, s ".block.%d.layer.0.SelfAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, \
+   g ".blk.%d.attn_q"},                                                                                    \
+  {CP_ROLE_K, st, s ".block.%d.layer.0.SelfAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, \
+   g ".blk.%d.attn_k"},                                                                                    \
+  {CP_ROLE_V, st, s ".block.%d.layer.0.SelfAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, \
+   g ".blk.%d.attn_v"},                                                                                    \
+  {CP_ROLE_O, st, s ".block.%d.layer.0.SelfAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, \
+   g ".blk.%d.attn_o"}
+#define T5_FFN(s, g, st, sub)                                                                        \
   {CP_ROLE_FFN_NORM, st, s ".block.%d.layer." sub ".layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, \
-   CP_WHEN_ALWAYS, NULL},                                                                                  \
+   CP_WHEN_ALWAYS, g ".blk.%d.ffn_norm"},                                                                  \
   {CP_ROLE_GATE, st, s ".block.%d.layer." sub ".DenseReluDense.wi_0", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, \
-   CP_WHEN_GATED, NULL},                                                                                   \
+   CP_WHEN_GATED, g ".blk.%d.ffn_gate"},                                                                   \
   {CP_ROLE_UP, st, s ".block.%d.layer." sub ".DenseReluDense.wi_1", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D,  \
-   CP_WHEN_GATED, NULL},                                                                                   \
+   CP_WHEN_GATED, g ".blk.%d.ffn_up"},                                                                     \
   {CP_ROLE_UP, st, s ".block.%d.layer." sub ".DenseReluDense.wi", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D,    \
-   CP_WHEN_NOT_GATED, NULL},                                                                               \
+   CP_WHEN_NOT_GATED, g ".blk.%d.ffn_up"},                                                                 \
   {CP_ROLE_DOWN, st, s ".block.%d.layer." sub ".DenseReluDense.wo", CP_BIAS_NONE, CP_DIM_D, CP_DIM_FF,  \
-   CP_WHEN_ALWAYS, NULL},                                                                                  \
-  {CP_ROLE_FINAL_NORM, st, s ".final_layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, NULL}, \
+   CP_WHEN_ALWAYS, g ".blk.%d.ffn_down"},                                                                  \
+  {CP_ROLE_FINAL_NORM, st, s ".final_layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS,  \
+   g ".output_norm"},                                                                                      \
   {CP_ROLE_REL_BIAS, st, s ".block.0.layer.0.SelfAttention.relative_attention_bias", CP_BIAS_NONE,    \
-   CP_DIM_BUCKETS, CP_DIM_HEADS, CP_WHEN_ALWAYS, NULL}
+   CP_DIM_BUCKETS, CP_DIM_HEADS, CP_WHEN_ALWAYS, g ".blk.0.attn_rel_b"}
 
+/* The embedding's first row ("shared") is llama.cpp's token_embd; the encoder's copy is not written. */
 static const cp_family_tensor k_t5[] = {
-    {CP_ROLE_EMBED, DEC, "shared", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_EMBED, DEC, "shared", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},
     {CP_ROLE_EMBED, DEC, "encoder.embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
-    T5_SELF("encoder", ENC),
-    T5_FFN("encoder", ENC, "1"),
-    T5_SELF("decoder", DEC),
-    {CP_ROLE_CQ, DEC, "decoder.block.%d.layer.1.EncDecAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
-    {CP_ROLE_CK, DEC, "decoder.block.%d.layer.1.EncDecAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
-    {CP_ROLE_CV, DEC, "decoder.block.%d.layer.1.EncDecAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
-    {CP_ROLE_CO, DEC, "decoder.block.%d.layer.1.EncDecAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS, NULL},
+    T5_SELF("encoder", "enc", ENC),
+    T5_FFN("encoder", "enc", ENC, "1"),
+    T5_SELF("decoder", "dec", DEC),
+    {CP_ROLE_CQ, DEC, "decoder.block.%d.layer.1.EncDecAttention.q", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS,
+     "dec.blk.%d.cross_attn_q"},
+    {CP_ROLE_CK, DEC, "decoder.block.%d.layer.1.EncDecAttention.k", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "dec.blk.%d.cross_attn_k"},
+    {CP_ROLE_CV, DEC, "decoder.block.%d.layer.1.EncDecAttention.v", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "dec.blk.%d.cross_attn_v"},
+    {CP_ROLE_CO, DEC, "decoder.block.%d.layer.1.EncDecAttention.o", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS,
+     "dec.blk.%d.cross_attn_o"},
     {CP_ROLE_CROSS_NORM, DEC, "decoder.block.%d.layer.1.layer_norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
-     CP_WHEN_ALWAYS, NULL},
-    T5_FFN("decoder", DEC, "2"),
-    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+     CP_WHEN_ALWAYS, "dec.blk.%d.cross_attn_norm"},
+    T5_FFN("decoder", "dec", DEC, "2"),
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
 };
 
 /* The fused-QKV, LayerNorm decoders (BLOOM, MPT, GPT-NeoX, GPT-2) share one shape; `nb` is the
  * bias rule of norms and MLP, `ab` that of the attention projections. The last column is
  * llama.cpp's GGUF name, the same for its `bloom`, `mpt` and `gptneox` architectures
  * (src/llama-arch.cpp); its attn_qkv holds q | k | v whatever the HF layout
- * (converters/gguf_export.c reorders). GPT-2 is not written to GGUF yet (cp_gguf_export_check). */
+ * (converters/gguf_export.c reorders), and for its `gpt2` architecture too (llama.cpp's converter
+ * transposes GPT-2's Conv1D matrices into [n_out, n_in]; cp_names_conv1d). */
 #define FUSED_ROWS(embed, ln1, qkv, o, ln2, up, down, lnf, head, nb, ab)                        \
   {CP_ROLE_EMBED, DEC, embed, CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},     \
   {CP_ROLE_ATTN_NORM, DEC, ln1, nb, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "blk.%d.attn_norm"},        \
@@ -119,7 +131,7 @@ static const cp_family_tensor k_fire[] = {
 static const cp_family_tensor k_gpt2[] = {
     FUSED_ROWS("wte", "h.%d.ln_1", "h.%d.attn.c_attn", "h.%d.attn.c_proj", "h.%d.ln_2", "h.%d.mlp.c_fc",
                "h.%d.mlp.c_proj", "ln_f", "lm_head", CP_BIAS_REQUIRED, CP_BIAS_REQUIRED),
-    {CP_ROLE_POS_EMBED, DEC, "wpe", CP_BIAS_NONE, CP_DIM_POSITIONS, CP_DIM_D, CP_WHEN_ALWAYS, NULL},
+    {CP_ROLE_POS_EMBED, DEC, "wpe", CP_BIAS_NONE, CP_DIM_POSITIONS, CP_DIM_D, CP_WHEN_ALWAYS, "position_embd"},
 };
 
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
@@ -160,6 +172,16 @@ const char *cp_names_row(char buf[CP_TENSOR_NAME_MAX], const cp_names *nm, const
   const char *name = nm->gguf ? row->gguf : row->hf;
   assert(name);
   return cp_names_format(buf, prefix, name, layer, suffix);
+}
+
+int cp_names_layers(const cp_hf_config *cfg, const cp_family_tensor *row) {
+  if (!strstr(row->hf, "%d")) return 1;
+  return row->stack == CP_STACK_DECODER && cfg->n_decoder_layers > 0 ? cfg->n_decoder_layers : cfg->n_layers;
+}
+
+bool cp_names_conv1d(const cp_names *nm, const cp_family_tensor *row) {
+  return nm->fl->conv1d && !nm->gguf && row->cols != CP_DIM_NONE && row->role != CP_ROLE_EMBED &&
+         row->role != CP_ROLE_POS_EMBED && row->role != CP_ROLE_LM_HEAD;
 }
 
 bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {

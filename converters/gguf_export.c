@@ -46,6 +46,8 @@ typedef struct {
   char name[CP_GGUF_MAX_NAME];
   uint32_t type;
   cp_gguf_rows rows;  /* llama.cpp's row order (GGUF row r is HF row cp_gguf_row_to_hf(r)) */
+  bool transpose;     /* a GPT-2 Conv1D matrix: stored [n_in, n_out], written [n_out, n_in] */
+  float scale;        /* values multiplied by it (1: as stored; T5's tied head: d_model^-0.5) */
 } plan_entry;
 
 typedef struct {
@@ -54,7 +56,7 @@ typedef struct {
 } tensor_plan;
 
 static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, const char *name, uint32_t want,
-                    cp_gguf_rows rows) {
+                    cp_gguf_rows rows, bool transpose, float scale) {
   const cp_tensor *t = cp_checkpoint_find(ck, src);
   if (!t) return 0;
   size_t idx = 0;
@@ -64,8 +66,11 @@ static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, co
   if (!cp_dtype_is_float(t->dtype) || t->ndim < 1 || t->ndim > CP_GGUF_MAX_DIMS)
     return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': %s with %d dimensions is not written to GGUF",
                         cp_checkpoint_dir(ck), src, cp_dtype_name(t->dtype), t->ndim);
+  if (transpose && t->ndim != 2)
+    return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': a Conv1D weight must have 2 dimensions, not %d",
+                        cp_checkpoint_dir(ck), src, t->ndim);
   uint32_t type = t->ndim == 1 ? CP_GGML_F32 : want;
-  if (type == CP_GGML_Q8_0 && t->shape[t->ndim - 1] % 32) type = CP_GGML_F16;
+  if (type == CP_GGML_Q8_0 && t->shape[transpose ? 0 : t->ndim - 1] % 32) type = CP_GGML_F16;
   int rc = CP_ARRAY_RESERVE(p->v, p->cap, p->n + 1, "gguf export");
   if (rc) return rc;
   plan_entry *e = &p->v[p->n++];
@@ -73,11 +78,15 @@ static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, co
   snprintf(e->name, sizeof e->name, "%s", name);
   e->type = type;
   e->rows = rows;
+  e->transpose = transpose;
+  e->scale = scale;
   return 0;
 }
 
 /* An HF folder's tensors by the family table: embedding, layers, final norm, head (for BLOOM and
- * GPT-NeoX, whose llama.cpp loader requires output.weight, the embedding when tied). */
+ * GPT-NeoX, whose llama.cpp loader requires output.weight, the embedding when tied; for a tied T5
+ * the embedding times d_model^-0.5, the factor HF's T5 applies to the head's input and llama.cpp's
+ * t5 does not); GPT-2's Conv1D matrices transposed, as llama.cpp's converter writes them. */
 static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *cfg, uint32_t want) {
   cp_names hf, gg;
   cp_names_init(&hf, ck, cfg);
@@ -86,24 +95,30 @@ static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *
   static const char *const suffixes[2] = {".weight", ".bias"};
   int rc = 0;
   /* llama.cpp's order: model-level tensors, each layer's in table order, then the tail. */
+  int depth = cfg->n_layers > cfg->n_decoder_layers ? cfg->n_layers : cfg->n_decoder_layers;
   for (int pass = 0; pass < 3 && rc == 0; pass++) {
-    int n_layers = pass == 1 ? cfg->n_layers : 1;
+    int n_layers = pass == 1 ? depth : 1;
     for (int l = 0; l < n_layers && rc == 0; l++)
       for (size_t r = 0; r < hf.fl->n_tensors && rc == 0; r++) {
         const cp_family_tensor *row = &hf.fl->tensors[r];
         bool layered = strstr(row->hf, "%d") != NULL;
         bool tail = row->role == CP_ROLE_FINAL_NORM || row->role == CP_ROLE_LM_HEAD;
-        if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row))
+        if ((pass == 1) != layered || (pass == 2) != tail || !row->gguf || !cp_names_row_applies(&hf, row) ||
+            l >= cp_names_layers(cfg, row))
           continue;
         cp_gguf_rows rows = cp_gguf_rows_of(cfg, row->role);
         for (int s = 0; s < 2 && rc == 0; s++) {
           char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
           cp_names_row(src, &hf, row, l, suffixes[s]);
           cp_names_row(dst, &gg, row, l, suffixes[s]);
-          if (row->role == CP_ROLE_LM_HEAD && cfg->tie_word_embeddings && s == 0 &&
-              (cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX))
-            cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
-          rc = plan_add(p, ck, src, dst, want, rows);
+          if (row->role == CP_ROLE_EMBED) /* whichever copy the checkpoint has (T5: shared or encoder's) */
+            cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, suffixes[s]);
+          bool tied_head = row->role == CP_ROLE_LM_HEAD && cfg->tie_word_embeddings && s == 0 &&
+                           (cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX ||
+                            cfg->family == CP_FAMILY_T5);
+          if (tied_head) cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
+          float scale = tied_head && cfg->family == CP_FAMILY_T5 ? (float)(1.0 / sqrt((double)cfg->d_model)) : 1.0f;
+          rc = plan_add(p, ck, src, dst, want, rows, s == 0 && cp_names_conv1d(&hf, row), scale);
         }
       }
   }
@@ -115,7 +130,7 @@ static int plan_gguf(tensor_plan *p, const cp_checkpoint *ck, uint32_t want) {
   int rc = 0;
   for (size_t i = 0; i < cp_checkpoint_count(ck) && rc == 0; i++) {
     const char *name = cp_checkpoint_tensor(ck, i)->name;
-    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0});
+    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0}, false, 1.0f);
   }
   return rc;
 }
@@ -222,6 +237,17 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
       (rc = put_u32(w, arch, "attention.head_count_kv", cfg->n_kv_heads)) ||
       (rc = put_u32(w, arch, "vocab_size", cfg->vocab_size)))
     return rc;
+  if (cfg->family == CP_FAMILY_T5) { /* conversion/t5.py's T5Model.set_gguf_parameters */
+    if ((rc = put_u32(w, arch, "decoder_block_count", cfg->n_decoder_layers)) ||
+        (rc = put_u32(w, arch, "attention.key_length", cfg->d_head)) ||
+        (rc = put_u32(w, arch, "attention.value_length", cfg->d_head)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
+        (rc = put_u32(w, arch, "attention.relative_buckets_count", cfg->t5_num_buckets)))
+      return rc;
+    if (cfg->decoder_start_token_id >= 0) rc = put_u32(w, arch, "decoder_start_token_id", cfg->decoder_start_token_id);
+    return rc;
+  }
   if (cfg->family == CP_FAMILY_LLAMA) {
     if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->d_head)) ||
         (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
@@ -259,7 +285,9 @@ static int put_tokenizer(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf
                               cfg->pad_token_id);
     free(path);
   }
-  if (rc == 0 && !done) /* a SentencePiece tokenizer.model as llama.cpp's "llama" vocabulary */
+  /* a SentencePiece tokenizer.model as llama.cpp's "llama" vocabulary; not for T5, whose Unigram
+   * SentencePiece llama.cpp runs as its "t5" vocabulary, which is not written */
+  if (rc == 0 && !done && cfg->family != CP_FAMILY_T5)
     rc = cp_gguf_put_spm_vocab(&done, w, cp_checkpoint_dir(ck), cfg->vocab_size, cfg->bos_token_id,
                                cfg->eos_token_id, cfg->pad_token_id);
   if (rc || done) return rc;
@@ -386,17 +414,35 @@ int cp_gguf_rows_check(const cp_gguf_rows *r, uint64_t rows, const char *where, 
                       r->n_heads, r->d_head);
 }
 
+/* GGUF rows [r0, r0 + nr) of a Conv1D matrix stored [n_in, n_out]: column slices of every stored
+ * row read into raw ([n_in, nr] in the stored type), widened, transposed into out [nr, n_in]. */
+static int read_transposed(float *out /* [nr, n_in] */, cp_checkpoint *ck, const plan_entry *e, uint64_t r0,
+                           uint64_t nr, float *vals, unsigned char *raw) {
+  const cp_tensor *t = cp_checkpoint_tensor(ck, e->src);
+  uint64_t n_in = (uint64_t)t->shape[0], n_out = (uint64_t)t->shape[1];
+  size_t es = cp_dtype_size(t->dtype);
+  int rc = 0;
+  for (uint64_t i = 0; i < n_in && rc == 0; i++) {
+    rc = cp_checkpoint_read(ck, e->src, (i * n_out + r0) * es, raw + i * nr * es, (size_t)nr * es);
+    cp_checkpoint_release(ck, e->src, (i * n_out + r0) * es, nr * es);
+  }
+  if (rc || (rc = cp_convert_to_f32(vals, raw, t->dtype, n_in * nr))) return rc;
+  for (uint64_t i = 0; i < n_in; i++)
+    for (uint64_t o = 0; o < nr; o++) out[o * n_in + i] = vals[i * nr + o];
+  return 0;
+}
+
 /* Streams one tensor: bytes copied when stored in the output type and in order, else rows
- * widened to float32 (and permuted) a chunk at a time and encoded by the writer. */
+ * widened to float32 (and permuted or transposed) a chunk at a time and encoded by the writer. */
 static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *e, float *vals, unsigned char *raw) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, e->src);
   uint64_t numel = 0;
   cp_shape_numel(&numel, t->ndim, t->shape); /* checked by the reader */
   /* A vector's rows are its elements (a fused q/k/v bias is reordered like the weight). */
-  uint64_t cols = t->ndim >= 2 ? (uint64_t)t->shape[t->ndim - 1] : 1, rows = cols ? numel / cols : 0;
+  uint64_t cols = t->ndim >= 2 ? (uint64_t)t->shape[e->transpose ? 0 : t->ndim - 1] : 1, rows = cols ? numel / cols : 0;
   size_t es = cp_dtype_size(t->dtype);
-  bool in_order = e->rows.order == CP_GGUF_ROWS_SAME;
-  bool same = in_order && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
+  bool in_order = e->rows.order == CP_GGUF_ROWS_SAME && !e->transpose;
+  bool same = in_order && e->scale == 1.0f && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
                                     (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
                                     (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
   int rc = cp_gguf_rows_check(&e->rows, rows, cp_checkpoint_dir(ck), t->name);
@@ -408,6 +454,11 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
   for (uint64_t r0 = 0; r0 < rows && rc == 0; r0 += per) {
     uint64_t nr = rows - r0 < per ? rows - r0 : per;
     size_t row_bytes = (size_t)cols * es;
+    if (e->transpose) { /* raw is CHUNK_FLOATS * 8 bytes, malloc-aligned: floats fit in it */
+      if ((rc = read_transposed((float *)(void *)raw, ck, e, r0, nr, vals, raw)) == 0)
+        rc = cp_gguf_write_f32(w, (const float *)(const void *)raw, (size_t)(nr * cols));
+      continue;
+    }
     if (!in_order) {
       for (uint64_t r = 0; r < nr && rc == 0; r++)
         rc = cp_checkpoint_read(ck, e->src, cp_gguf_row_to_hf(&e->rows, r0 + r) * row_bytes, raw + r * row_bytes, row_bytes);
@@ -416,8 +467,10 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
     }
     if (rc) break;
     if (same) rc = cp_gguf_write_data(w, raw, (size_t)nr * row_bytes);
-    else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0)
+    else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0) {
+      for (size_t k = 0; e->scale != 1.0f && k < (size_t)(nr * cols); k++) vals[k] *= e->scale;
       rc = cp_gguf_write_f32(w, vals, (size_t)(nr * cols));
+    }
     cp_checkpoint_release(ck, e->src, r0 * row_bytes, (uint64_t)nr * row_bytes);
   }
   return rc;
@@ -444,14 +497,25 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attn_config.softmax_scale': %g, but llama.cpp's mpt scales by "
                             "1/sqrt(%d)", in, cfg->mpt_softmax_scale, cfg->d_head);
       return 0;
-    case CP_FAMILY_T5:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf: t5 is not written: llama.cpp's t5 must run llama_encode "
-                          "first, which node-llama-cpp never calls, so the file could not be proven (docs/gguf.md)", in);
-    case CP_FAMILY_GPT2:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf: gpt2 is not written yet (llama.cpp's gpt2 names and "
-                          "position_embd are not mapped; docs/gguf.md)", in);
+    case CP_FAMILY_T5: /* llama.cpp's t5 (src/models/t5.cpp, llama-graph.cpp's relative buckets) */
+      if (cfg->t5_max_distance != 128)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'relative_attention_max_distance': %d, but llama.cpp's t5 buckets "
+                            "distances up to 128", in, cfg->t5_max_distance);
+      if (strcmp(act, "relu") && strcmp(act, "gated-gelu"))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'feed_forward_proj': '%s', but llama.cpp's t5 runs relu or "
+                            "gated-gelu only", in, act);
+      return 0;
+    case CP_FAMILY_GPT2: /* llama.cpp's gpt2 scales every layer's scores by 1/sqrt(dh) and runs GELU */
+      if (!cfg->scale_attn_weights || cfg->scale_attn_inverse_layer)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key %s, but llama.cpp's gpt2 always scales attention scores by "
+                            "1/sqrt(%d)", in, cfg->scale_attn_weights ? "'scale_attn_by_inverse_layer_idx': true"
+                                                                      : "'scale_attn_weights': false", cfg->d_head);
+      if (strncmp(act, "gelu", 4))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'activation_function': '%s', but llama.cpp's gpt2 always runs "
+                            "GELU", in, act);
+      return 0;
     default:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom and mpt models; %s has no "
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2 and t5 models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
   }
 }
@@ -505,7 +569,9 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   if ((rc = cp_gguf_writer_new(&w, out)) || (rc = put_meta(w, ck, cfg, in, p, want))) goto done;
   for (size_t i = 0; i < plan.n && rc == 0; i++) {
     const cp_tensor *t = cp_checkpoint_tensor(ck, plan.v[i].src);
-    rc = cp_gguf_add_tensor(w, plan.v[i].name, plan.v[i].type, t->ndim, t->shape);
+    int64_t shape[CP_GGUF_MAX_DIMS] = {0};
+    for (int d = 0; d < t->ndim; d++) shape[d] = t->shape[plan.v[i].transpose ? t->ndim - 1 - d : d];
+    rc = cp_gguf_add_tensor(w, plan.v[i].name, plan.v[i].type, t->ndim, shape);
   }
   if (rc || (rc = cp_gguf_writer_begin(w))) goto done;
   for (size_t i = 0; i < plan.n && rc == 0; i++) rc = write_tensor(w, ck, &plan.v[i], vals, raw);

@@ -93,7 +93,7 @@ static const struct {
   const char *arch;
   cp_family family;
 } k_archs[] = {{"llama", CP_FAMILY_LLAMA}, {"gptneox", CP_FAMILY_GPT_NEOX}, {"bloom", CP_FAMILY_BLOOM},
-               {"mpt", CP_FAMILY_MPT}};
+               {"mpt", CP_FAMILY_MPT}, {"gpt2", CP_FAMILY_GPT2}, {"t5", CP_FAMILY_T5}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -140,7 +140,7 @@ static int read_dims(arch_dims *a, cp_strbuf *js, const cp_gguf_file *g, const c
   snprintf(key, sizeof key, "%s.context_length", arch);
   if (cp_gguf_find_key(g, key) >= 0) { /* the family's own training-length field */
     static const struct { cp_family f; const char *field; } len_fields[] = {
-        {CP_FAMILY_BLOOM, "seq_length"}, {CP_FAMILY_MPT, "max_seq_len"}};
+        {CP_FAMILY_BLOOM, "seq_length"}, {CP_FAMILY_MPT, "max_seq_len"}, {CP_FAMILY_GPT2, "n_positions"}, {CP_FAMILY_T5, "n_positions"}};
     const char *field = "max_position_embeddings";
     for (size_t i = 0; i < sizeof len_fields / sizeof *len_fields; i++)
       if (!strcmp(arch, cp_gguf_arch_of(len_fields[i].f))) field = len_fields[i].field;
@@ -163,6 +163,35 @@ static int no_gqa(const cp_gguf_file *g, const char *arch, const arch_dims *a) {
   if (a->kv_heads == a->heads) return 0;
   return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.attention.head_count_kv' is %lld; %s has no grouped-query attention "
                       "(head_count %lld)", cp_gguf_path(g), arch, (long long)a->kv_heads, arch, (long long)a->heads);
+}
+
+/* T5Config of llama.cpp's t5 keys (conversion/t5.py): relu FFN unless the encoder has a gate
+ * (then gated-gelu, llama.cpp's LLM_FFN_GELU), relative buckets up to distance 128 (llama.cpp's
+ * fixed max_distance), an untied head (llama.cpp runs a missing output.weight as the embedding
+ * unscaled, which no T5Config describes: refused). */
+static int t5_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const arch_dims *a) {
+  char key[128];
+  int64_t d_kv = a->d_head, start = -1;
+  int rc;
+  if (cp_gguf_find(g, "output.weight") < 0)
+    return cp_error_set(CP_ENOTFOUND, "%s: tensor 'output.weight' is absent: llama.cpp's t5 would run the embedding "
+                        "as an unscaled head, which HF's T5 does not", cp_gguf_path(g));
+  if ((rc = no_gqa(g, arch, a))) return rc;
+  snprintf(key, sizeof key, "%s.attention.key_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&d_kv, g, key))) return rc;
+  snprintf(key, sizeof key, "%s.decoder_start_token_id", arch);
+  if ((rc = token_id(&start, g, key))) return rc;
+  cp_strbuf_printf(js, ",\"architectures\":[\"T5ForConditionalGeneration\"],\"is_encoder_decoder\":true,"
+                   "\"d_model\":%lld,\"num_heads\":%lld,\"d_kv\":%lld,\"d_ff\":%lld,\"feed_forward_proj\":\"%s\","
+                   "\"relative_attention_max_distance\":128,\"decoder_start_token_id\":%lld", (long long)a->d,
+                   (long long)a->heads, (long long)d_kv, (long long)a->ff,
+                   cp_gguf_find(g, "enc.blk.0.ffn_gate.weight") >= 0 ? "gated-gelu" : "relu", (long long)start);
+  snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+  if ((rc = put_int(js, g, arch, "block_count", "num_layers", true)) ||
+      (rc = put_int(js, g, arch, "decoder_block_count", "num_decoder_layers", false)) ||
+      (rc = put_int(js, g, arch, "attention.relative_buckets_count", "relative_attention_num_buckets", true)))
+    return rc;
+  return put_num(js, g, key, "layer_norm_epsilon");
 }
 
 /* The synthetic config.json of each architecture: the fields its HF config names. */
@@ -235,6 +264,22 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       if ((rc = put_int(js, g, arch, "block_count", "n_layers", true))) return rc;
       return put_num(js, g, eps, "layer_norm_epsilon");
     }
+    case CP_FAMILY_GPT2: {
+      /* llama.cpp's gpt2: learned positions (position_embd, n_positions rows = context_length),
+       * scores scaled by 1/sqrt(dh) in every layer, ggml_gelu (the tanh form, HF's gelu_new). */
+      char key[128];
+      snprintf(key, sizeof key, "%s.context_length", arch);
+      if (cp_gguf_find_key(g, key) < 0)
+        return cp_error_set(CP_ENOTFOUND, "%s: key '%s' is absent: gpt2's learned position table needs it",
+                            cp_gguf_path(g), key);
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"GPT2LMHeadModel\"],\"activation_function\":\"gelu_new\","
+                       "\"n_embd\":%lld,\"n_head\":%lld,\"n_inner\":%lld", (long long)a.d, (long long)a.heads,
+                       (long long)a.ff);
+      if ((rc = put_int(js, g, arch, "block_count", "n_layer", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    }
+    case CP_FAMILY_T5: return t5_json(js, g, arch, &a);
     default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
   }
 }
@@ -249,7 +294,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
-    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt)",
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};

@@ -16,6 +16,7 @@ void cp_gguf_hf_names_free(cp_gguf_hf_names *m) {
   for (size_t i = 0; m->hf && i < m->n; i++) free(m->hf[i]);
   free(m->hf);
   free(m->rows);
+  free(m->transpose);
   memset(m, 0, sizeof *m);
 }
 
@@ -36,7 +37,8 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
   out->n = n;
   out->hf = calloc(n ? n : 1, sizeof *out->hf);
   out->rows = calloc(n ? n : 1, sizeof *out->rows); /* zeroed: CP_GGUF_ROWS_SAME */
-  CP_CHECK_ALLOC_GOTO(out->hf && out->rows, cp_checkpoint_dir(ck));
+  out->transpose = calloc(n ? n : 1, sizeof *out->transpose);
+  CP_CHECK_ALLOC_GOTO(out->hf && out->rows && out->transpose, cp_checkpoint_dir(ck));
   cp_names gg, hf;
   cp_names_init(&gg, ck, cfg);
   hf = gg;
@@ -46,7 +48,7 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
   for (size_t r = 0; r < gg.fl->n_tensors && rc == 0; r++) {
     const cp_family_tensor *row = &gg.fl->tensors[r];
     if (!cp_names_row_applies(&gg, row)) continue;
-    int layers = strstr(row->gguf, "%d") ? cfg->n_layers : 1;
+    int layers = cp_names_layers(cfg, row);
     cp_gguf_rows rows = cp_gguf_rows_of(cfg, row->role);
     for (int l = 0; l < layers && rc == 0; l++)
       for (int s = 0; s < 2; s++) {
@@ -57,6 +59,12 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
         const cp_tensor *t = cp_checkpoint_tensor(ck, i);
         if ((rc = cp_gguf_rows_check(&rows, t->ndim ? (uint64_t)t->shape[0] : 1, cp_checkpoint_dir(ck), g))) goto done;
         out->rows[i] = rows;
+        out->transpose[i] = s == 0 && cp_names_conv1d(&hf, row);
+        if (out->transpose[i] && t->ndim != 2) {
+          rc = cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': %d dimensions, expected a 2-D matrix",
+                            cp_checkpoint_dir(ck), g, t->ndim);
+          goto done;
+        }
       }
   }
 done:

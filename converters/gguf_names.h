@@ -3,18 +3,21 @@
 #ifndef CTXPATCH_CONVERTERS_GGUF_NAMES_H
 #define CTXPATCH_CONVERTERS_GGUF_NAMES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/gguf_export.h"
 
-/* Per checkpoint tensor: its HF name (NULL: a tensor the family table does not name, kept as is)
- * and llama.cpp's row order (llama rotary q/k, BLOOM / GPT-NeoX fused q/k/v), which goes back to
- * HF order: HF row s is GGUF row cp_gguf_row_to_gguf(&rows[i], s). */
+/* Per checkpoint tensor: its HF name (NULL: a tensor the family table does not name, kept as is),
+ * llama.cpp's row order (llama rotary q/k, BLOOM / GPT-NeoX fused q/k/v), which goes back to
+ * HF order: HF row s is GGUF row cp_gguf_row_to_gguf(&rows[i], s), and whether HF stores it
+ * transposed (GPT-2's Conv1D matrices: GGUF [n_out, n_in], HF [n_in, n_out]). */
 typedef struct {
   char **hf;          /* [n] owned */
   cp_gguf_rows *rows; /* [n] CP_GGUF_ROWS_SAME: rows in place */
+  bool *transpose;    /* [n] */
   size_t n;
 } cp_gguf_hf_names;
 

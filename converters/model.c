@@ -90,11 +90,8 @@ static int dim(const cp_model *m, cp_dim d) {
   return 0;
 }
 
-/* Whether a row's matrix is stored [cols, rows]: GPT-2's Conv1D layers (not its embeddings or head). */
-static bool stored_in_out(const loader *L, const cp_family_tensor *row) {
-  return L->nm.fl->conv1d && row->cols != CP_DIM_NONE && row->role != CP_ROLE_EMBED &&
-         row->role != CP_ROLE_POS_EMBED && row->role != CP_ROLE_LM_HEAD;
-}
+/* Whether a row's matrix is stored [cols, rows]: GPT-2's Conv1D layers in an HF checkpoint. */
+static bool stored_in_out(const loader *L, const cp_family_tensor *row) { return cp_names_conv1d(&L->nm, row); }
 
 /* `name` stored [cols, rows] (Conv1D) loaded and transposed into [rows, cols]. */
 static int load_transposed(const float **out, loader *L, const char *name, int rows, int cols) {

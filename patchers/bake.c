@@ -152,7 +152,7 @@ static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer
   cp_tensor_role role = kind == CP_ATTN_CROSS ? CP_ROLE_CQ : fused == CP_QKV_SEPARATE ? CP_ROLE_Q : CP_ROLE_QKV;
   cp_stack_kind stack = kind == CP_ATTN_ENCODER_SELF ? CP_STACK_ENCODER : CP_STACK_DECODER;
   q_layout ql = fused == CP_QKV_INTERLEAVED ? QL_INTERLEAVED
-                : fused == CP_QKV_CONCAT     ? (nm->fl->conv1d ? QL_CONCAT_IN_OUT : QL_CONCAT)
+                : fused == CP_QKV_CONCAT     ? (nm->fl->conv1d && !nm->gguf ? QL_CONCAT_IN_OUT : QL_CONCAT)
                                              : QL_PLAIN;
   char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
   if (!cp_names_get(w, nm, role, stack, layer, ".weight") || !cp_names_get(b, nm, role, stack, layer, ".bias"))

@@ -2,11 +2,11 @@
 # ctxpatch batch with the "gguf" format (docs/batch.md): two jobs on the llama-family rope-probe
 # write OUT.gguf files with their stamps beside them (OUT.gguf.batch.json); a re-run skips both,
 # --status reports them done, and a deleted GGUF reads as pending (a changed one as stale) and is
-# redone by the next run. A gguf job on a non-llama model is recorded as an error.
+# redone by the next run. A gguf job on a model without a llama.cpp architecture is recorded as an error.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 pm=$src/examples/probe-models
-for m in rope-probe t5-probe; do
+for m in rope-probe fire-probe; do
   [ -f "$pm/$m/model.safetensors" ] || { echo "SKIP: $pm/$m is absent"; exit 77; }
 done
 field() { "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
@@ -62,12 +62,12 @@ printf x >>"$o/rope-probe-pi-512.gguf"
 "$bin" batch "$R" --status --json >"$work/s3.json"
 [ "$(field "$work/s3.json" "r['summary']['done']")" = 2 ] && ok || bad "--status after redo: $(cat "$work/s3.json")"
 
-# 5. gguf of a T5 model: patch refuses the family (lm-infinite; rope-pi fails earlier, no RoPE);
-# both jobs are errors, with the reason recorded and no file written.
-sed "s#$pm/rope-probe#$pm/t5-probe#; s#\"out\"#\"t5out\"#" "$R" >"$work/t5.json"
-"$bin" batch "$work/t5.json" --json >"$work/t5r.json"
-[ $? -eq 2 ] && ok || bad "t5 gguf: exit not 2"
-grep "t5 is not written" "$work/t5out/t5-probe-lmi-512.gguf.batch-failed.json" >/dev/null && ok \
-  || bad "t5 gguf: no failure record naming the family"
-[ -z "$(find "$work/t5out" -name "*.gguf")" ] && ok || bad "t5 gguf: a file was written"
+# 5. gguf of a FIRE model (no llama.cpp architecture): patch refuses the family (lm-infinite;
+# rope-pi fails earlier, no RoPE); both jobs are errors, with the reason recorded and no file written.
+sed "s#$pm/rope-probe#$pm/fire-probe#; s#\"out\"#\"fireout\"#" "$R" >"$work/fire.json"
+"$bin" batch "$work/fire.json" --json >"$work/firer.json"
+[ $? -eq 2 ] && ok || bad "fire gguf: exit not 2"
+grep "no llama.cpp architecture" "$work/fireout/fire-probe-lmi-512.gguf.batch-failed.json" >/dev/null && ok \
+  || bad "fire gguf: no failure record naming the family"
+[ -z "$(find "$work/fireout" -name "*.gguf")" ] && ok || bad "fire gguf: a file was written"
 finish

@@ -16,8 +16,8 @@
 #   - patches: rope-pi x2 on GPT-NeoX is gptneox.rope.scaling.*, tau 1.3 is baked into the q rows of
 #     attn_qkv exactly (k, v rows untouched); llama.cpp == engine on both; alibi-pi and lm-infinite
 #     stay ctxpatch.* metadata (applied by `ctxpatch forward`, refused by --require exact);
-#   - refused: T5 (llama.cpp's t5 needs llama_encode, which node-llama-cpp never calls), a GPT-NeoX
-#     without attention biases; nothing is left behind.
+#   - refused: FIRE (no llama.cpp architecture), a GPT-NeoX without attention biases; nothing is
+#     left behind. (T5 and GPT-2: tests/test_gguf_t5_llamacpp.sh, tests/test_gguf_gpt2.sh.)
 # llama.cpp parts skip (the rest still runs) when node-llama-cpp is not in $CTXPATCH_NODE_MODULES
 # (default tests/runtimes/node_modules); the test needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
@@ -141,13 +141,13 @@ print("patches: rope-pi native, tau baked into attn_qkv's q rows, alibi-pi / lm-
 PY
 
 # --- refused inputs leave nothing
-"$bin" convert "$src/examples/probe-models/t5-probe" "$w/t5.gguf" --to gguf 2>"$w/t5.err" && bad "T5 exported" || ok
-check grep -q "llama_encode" "$w/t5.err"
+"$bin" convert "$src/examples/probe-models/fire-probe" "$w/fire.gguf" --to gguf 2>"$w/fire.err" && bad "FIRE exported" || ok
+check grep -q "no llama.cpp architecture" "$w/fire.err"
 mkdir "$w/nb" && cp "$w/gpt_neox/model.safetensors" "$w/gpt_neox/tokenizer.json" "$w/nb/" &&
   "$py" -c "import json,sys; c=json.load(open(sys.argv[1])); c['attention_bias']=False; json.dump(c, open(sys.argv[2],'w'))" \
     "$w/gpt_neox/config.json" "$w/nb/config.json"
 "$bin" convert "$w/nb" "$w/nb.gguf" --to gguf >/dev/null 2>&1 && bad "gpt-neox without biases exported" || ok
-check test -z "$(ls -A "$w" | grep -E '^\.|t5\.gguf|nb\.gguf|b_ex\.gguf|bake')"
+check test -z "$(ls -A "$w" | grep -E '^\.|fire\.gguf|nb\.gguf|b_ex\.gguf|bake')"
 
 if [ "$lc" = 1 ]; then
   for f in $models n_rp n_tp; do node "$w/run.mjs" "$w/$f.gguf" 20 "$prompt" 1 >"$w/lc_$f.json" && ok || bad "llama.cpp $f.gguf"; done

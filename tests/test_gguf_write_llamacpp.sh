@@ -12,7 +12,7 @@
 #     ctxpatch.* metadata (fidelity ctxpatch-metadata, --require exact refuses, leaves nothing);
 #     stories260K patched rope-pi x2 (certified) greedy 100 in llama.cpp == ctxpatch (and changed);
 #     a certified file carries its certificate whose sha256 is ctxpatch.certificate_sha256;
-#   - refused inputs (a T5 model, a bad --dtype, a failing certification, an existing OUT without
+#   - refused inputs (a FIRE model, a bad --dtype, a failing certification, an existing OUT without
 #     --force) leave nothing and change nothing.
 # llama.cpp parts skip (the rest still runs) when node-llama-cpp is not in $CTXPATCH_NODE_MODULES
 # (default tests/runtimes/node_modules); the whole test skips (77) without ../shared/fixtures.
@@ -133,14 +133,14 @@ print("patched GGUF keys: rope scaling native, temperature baked, lm-infinite me
 PY
 
 # --- refused inputs leave nothing
-"$bin" convert "$src/examples/probe-models/t5-probe" "$w/t5.gguf" --to gguf >/dev/null 2>&1 && bad "T5 exported" || ok
+"$bin" convert "$src/examples/probe-models/fire-probe" "$w/fire.gguf" --to gguf >/dev/null 2>&1 && bad "FIRE exported" || ok
 "$bin" convert "$stories" "$w/bad.gguf" --to gguf --dtype q4_0 >/dev/null 2>&1 && bad "--dtype q4_0 accepted" || ok
 "$bin" patch "$probe" "$w/fail.gguf" --method rope-pi --factor 2 --to gguf --lengths 256 --samples 2 >/dev/null 2>&1 &&
   bad "a failing verdict wrote a GGUF" || ok
 sum=$(sha256sum <"$w/s.gguf")
 "$bin" convert "$probe" "$w/s.gguf" --to gguf >/dev/null 2>&1 && bad "replaced an existing OUT without --force" || ok
 check test "$(sha256sum <"$w/s.gguf")" = "$sum"
-check test -z "$(ls -A "$w" | grep -E '^\.|t5\.gguf|bad\.gguf|ex\.gguf|fail\.gguf|bake')"
+check test -z "$(ls -A "$w" | grep -E '^\.|fire\.gguf|bad\.gguf|ex\.gguf|fail\.gguf|bake')"
 
 # --- the engine on the written files (ctxpatch reads what it wrote)
 prompt=$("$py" -c "import random; r=random.Random(7); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")

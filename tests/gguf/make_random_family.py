@@ -2,10 +2,11 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2 [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
+  gpt2          learned positions (n_positions 512), Conv1D matrices stored [n_in, n_out], tied head
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -72,6 +73,23 @@ def main():
                "n_layers": L, "n_heads": H, "expansion_ratio": 4, "max_seq_len": T, "no_bias": True,
                "layer_norm_epsilon": 1e-5, "attn_config": {"alibi": True, "alibi_bias_max": 8, "clip_qkv": 0.5},
                "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+               "torch_dtype": "float32"}
+    elif kind == "gpt2":
+        t["transformer.wte.weight"] = rng.normal(0, 1, (V, D))
+        t["transformer.wpe.weight"] = rng.normal(0, 0.3, (512, D))
+        for i in range(L):
+            q = f"transformer.h.{i}."
+            for n in ("ln_1", "ln_2"):
+                t[q + n + ".weight"], t[q + n + ".bias"] = norm(), bias(D)
+            # Conv1D: weight [n_in, n_out], y = x W + b
+            t[q + "attn.c_attn.weight"], t[q + "attn.c_attn.bias"] = w(D, 3 * D), bias(3 * D)
+            t[q + "attn.c_proj.weight"], t[q + "attn.c_proj.bias"] = w(D, D), bias(D)
+            t[q + "mlp.c_fc.weight"], t[q + "mlp.c_fc.bias"] = w(D, 4 * D), bias(4 * D)
+            t[q + "mlp.c_proj.weight"], t[q + "mlp.c_proj.bias"] = w(4 * D, D), bias(D)
+        t["transformer.ln_f.weight"], t["transformer.ln_f.bias"] = norm(), bias(D)
+        cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_embd": D,
+               "n_layer": L, "n_head": H, "n_inner": None, "n_positions": 512, "activation_function": "gelu_new",
+               "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
                "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")

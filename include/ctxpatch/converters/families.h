@@ -123,6 +123,12 @@ typedef struct {
 } cp_names;
 
 void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *cfg);
+/* How many tensors `row` names: its stack's depth (T5's decoder: n_decoder_layers) for per-layer
+ * rows, else 1. */
+int cp_names_layers(const cp_hf_config *cfg, const cp_family_tensor *row);
+/* Whether `row`'s matrix is stored [cols, rows] in `nm`'s checkpoint: GPT-2's Conv1D layers (not its
+ * embeddings or head) in an HF checkpoint; a GGUF file stores every matrix [rows, cols]. */
+bool cp_names_conv1d(const cp_names *nm, const cp_family_tensor *row);
 /* Whether a row applies under `nm`'s config. */
 bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row);
 /* prefix + `pattern` with its one "%d" (if any) replaced by `layer`, + suffix, into buf. */

@@ -1,13 +1,14 @@
 /* Floor: converters. A checkpoint written as a llama.cpp GGUF file (`convert --to gguf`, and the
  * writer under `patch --to gguf`).
  *
- * Families: llama, gpt_neox, bloom, mpt (the family table's GGUF column: llama.cpp's `llama`,
- * `gptneox`, `bloom`, `mpt` architectures). T5 and FIRE are refused with CP_ECFG_FAMILY (llama.cpp's
- * t5 needs llama_encode, which node-llama-cpp never calls; FIRE has no llama.cpp counterpart).
+ * Families: llama, gpt_neox, bloom, mpt, gpt2, t5 (the family table's GGUF column: llama.cpp's
+ * `llama`, `gptneox`, `bloom`, `mpt`, `gpt2`, `t5` architectures). FIRE is refused with
+ * CP_ECFG_FAMILY (no llama.cpp counterpart).
  *
  * From an HF folder (config.json + weights in any format the checkpoint reader opens): tensors by
  * the family table's GGUF names, rows reordered as llama.cpp's converter does (cp_gguf_rows: llama
- * q/k for interleaved rotary pairs, BLOOM / GPT-NeoX fused q/k/v to q | k | v), and the
+ * q/k for interleaved rotary pairs, BLOOM / GPT-NeoX fused q/k/v to q | k | v; GPT-2's Conv1D
+ * matrices transposed to [n_out, n_in], cp_names_conv1d), and the
  * `{arch}.*` keys from config.json:
  *   every arch: context_length (the training length), embedding_length, block_count,
  *     feed_forward_length, attention.head_count, attention.head_count_kv, vocab_size;
@@ -17,12 +18,20 @@
  *     attention.layer_norm_epsilon;
  *   bloom: attention.layer_norm_epsilon (llama.cpp fixes BLOOM's ALiBi max bias at 8);
  *   mpt: attention.layer_norm_epsilon, attention.max_alibi_bias, attention.clamp_kqv (clip_qkv);
+ *   gpt2: attention.layer_norm_epsilon (context_length is n_positions, position_embd's rows);
+ *   t5: decoder_block_count, attention.key_length / value_length (d_kv),
+ *     attention.layer_norm_epsilon and layer_norm_rms_epsilon, attention.relative_buckets_count,
+ *     decoder_start_token_id (conversion/t5.py's keys);
  *   with a linear rope_scaling (llama, gptneox): rope.scaling.type "linear", rope.scaling.factor
  *   and rope.scaling.original_context_length (the training length).
  * BLOOM and GPT-NeoX with tied embeddings get output.weight = the embedding (llama.cpp requires
- * it, and its converter writes it so). Refused (cp_gguf_export_check): BLOOM with
+ * it, and its converter writes it so); a tied T5 gets output.weight = the embedding times
+ * d_model^-0.5 (HF's T5 scales the tied head's input so; llama.cpp's t5 runs its head unscaled). Refused (cp_gguf_export_check): BLOOM with
  * apply_residual_connection_post_layernorm, GPT-NeoX without attention biases or with a non-GELU
- * activation, MPT with a softmax_scale other than 1/sqrt(dh), stored ALiBi slopes.
+ * activation, MPT with a softmax_scale other than 1/sqrt(dh), GPT-2 with scale_attn_weights false,
+ * scale_attn_by_inverse_layer_idx or a non-GELU activation, T5 with relative_attention_max_distance
+ * other than 128
+ * (llama.cpp's constant) or an FFN other than relu / gated-gelu, stored ALiBi slopes.
  * Tokenizer of an HF folder: a byte-level BPE tokenizer.json becomes llama.cpp's "gpt2" vocabulary
  * (converters/gguf_vocab.h); SentencePiece tokenizer.model and other tokenizer.json kinds are not
  * converted (the tokenizers floor exposes no vocabulary of them) and get tokenizer.ggml.model

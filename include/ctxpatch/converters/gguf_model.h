@@ -1,8 +1,8 @@
 /* Floor: converters. A single GGUF file as a model: its `{arch}.*` metadata as the model
  * config (in place of config.json) and its `tokenizer.ggml.*` metadata as the tokenizer.
  *
- * Config: general.architecture "llama", "gptneox", "bloom" or "mpt" (llama.cpp's names; families
- * llama, gpt_neox, bloom, mpt). The keys become the config.json fields the family's HF config
+ * Config: general.architecture "llama", "gptneox", "bloom", "mpt", "gpt2" or "t5" (llama.cpp's
+ * names; families llama, gpt_neox, bloom, mpt, gpt2, t5). The keys become the config.json fields the family's HF config
  * names, and go through the same parser (cp_hf_config_parse), so every range check applies;
  * cfg->text is that synthetic config.json. Every architecture:
  *   {arch}.embedding_length -> hidden_size (MPT d_model)
@@ -29,7 +29,15 @@
  * mpt: attention.max_alibi_bias -> attn_config.alibi_bias_max (required and > 0: llama.cpp runs an
  *   MPT without it on learned positions, not supported), attention.clamp_kqv -> clip_qkv,
  *   attention.layer_norm_epsilon, no_bias when the file has no bias tensor.
- * The fused attn_qkv of gptneox, bloom and mpt holds q | k | v (llama.cpp's converter reorders
+ * gpt2: context_length (required: the rows of position_embd) -> n_positions,
+ *   attention.layer_norm_epsilon, activation gelu_new (llama.cpp's ggml_gelu); matrices are
+ *   [n_out, n_in] (llama.cpp's converter transposed HF's Conv1D), read as such.
+ * t5: attention.key_length -> d_kv, block_count / decoder_block_count -> num_layers /
+ *   num_decoder_layers, attention.relative_buckets_count, layer_norm_rms_epsilon,
+ *   decoder_start_token_id, feed_forward_proj gated-gelu when enc.blk.0.ffn_gate exists else relu,
+ *   relative_attention_max_distance 128 (llama.cpp's constant); a file without output.weight is
+ *   refused (llama.cpp would run the embedding unscaled as the head, no T5Config says that).
+ * The fused attn_qkv of gptneox, bloom, mpt and gpt2 holds q | k | v (llama.cpp's converter reorders
  * BLOOM's and GPT-NeoX's per-head [H, 3, dh] rows); the loader splits it so.
  * Activation: llama.cpp runs all three with ggml_gelu, the tanh approximation, so the config read
  * from a GGUF says gelu_pytorch_tanh (HF's GPT-NeoX and MPT use the exact GELU; the difference is
