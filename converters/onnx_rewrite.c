@@ -1,0 +1,385 @@
+/* Patching a third-party ONNX graph in place (include/ctxpatch/converters/onnx_rewrite.h): finds
+ * the attention sites (Softmax after a q.k MatMul; com.microsoft attention ops) and splices the
+ * rule in through the byte-preserving editor (formats/onnx_edit.c). */
+#include "ctxpatch/converters/onnx_rewrite.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/quote.h"
+#include "ctxpatch/base/version.h"
+#include "ctxpatch/formats/onnx_edit.h"
+
+#define WALK_STEPS 8
+#define PREFIX "ctxpatch/rewrite/"
+
+static const char *q(char buf[128], const char *s) { return cp_quote(buf, 128, s, strlen(s)); }
+
+/* "node 'NAME' (OP)" or "node INDEX (OP)" in buf[300]. */
+static const char *label(char buf[300], const cp_onnx_node *n, size_t index) {
+  char a[128], b[128];
+  if (n->name[0]) snprintf(buf, 300, "node '%s' (%s%s%s)", q(a, n->name), n->domain, n->domain[0] ? " " : "", q(b, n->op_type));
+  else snprintf(buf, 300, "node %zu (%s%s%s)", index, n->domain, n->domain[0] ? " " : "", q(b, n->op_type));
+  return buf;
+}
+
+static bool is_ms(const cp_onnx_node *n) { return !strcmp(n->domain, "com.microsoft"); }
+static bool is_default(const cp_onnx_node *n) { return !n->domain[0] || !strcmp(n->domain, "ai.onnx"); }
+
+/* The node producing `name` in g (file order index), or SIZE_MAX. Linear: graphs are walked a
+ * bounded number of steps per site. */
+static size_t producer(const cp_onnx_graph *g, const char *name) {
+  if (!name[0]) return SIZE_MAX;
+  for (size_t k = 0; k < g->n_nodes; k++)
+    for (size_t o = 0; o < g->nodes[k].n_outputs; o++)
+      if (!strcmp(g->nodes[k].outputs[o], name)) return k;
+  return SIZE_MAX;
+}
+
+static bool passes_logits(const cp_onnx_node *n) {
+  static const char *const ops[] = {"Where", "Add", "Sub", "Mul", "Div", "Cast", "Reshape", "Identity", "Transpose"};
+  if (!is_default(n)) return false;
+  for (size_t k = 0; k < sizeof ops / sizeof *ops; k++)
+    if (!strcmp(n->op_type, ops[k])) return true;
+  return false;
+}
+
+static bool is_matmul(const cp_onnx_node *n) {
+  return (is_default(n) && !strcmp(n->op_type, "MatMul")) || (is_ms(n) && !strcmp(n->op_type, "FusedMatMul"));
+}
+
+/* The q.k MatMul upstream of `name` through elementwise ops (depth-first, bounded), or SIZE_MAX. */
+static size_t find_matmul(const cp_onnx_graph *g, const char *name, int steps) {
+  size_t p = producer(g, name);
+  if (p == SIZE_MAX || steps <= 0) return SIZE_MAX;
+  const cp_onnx_node *n = &g->nodes[p];
+  if (is_matmul(n)) return p;
+  if (!passes_logits(n)) return SIZE_MAX;
+  for (size_t i = 0; i < n->n_inputs; i++) {
+    size_t r = find_matmul(g, n->inputs[i], steps - 1);
+    if (r != SIZE_MAX) return r;
+  }
+  return SIZE_MAX;
+}
+
+/* The ONNX type of value `name`: value_info / outputs, else an initializer or Constant operand
+ * of the nodes on the way up (the logits share the type of a scale constant), else float. */
+static int32_t logits_type(const cp_onnx_graph *g, const char *name, size_t matmul) {
+  for (size_t k = 0; k < g->n_value_info; k++)
+    if (!strcmp(g->value_info[k].name, name) && g->value_info[k].elem_type) return g->value_info[k].elem_type;
+  const cp_onnx_node *mm = &g->nodes[matmul];
+  for (size_t i = 0; i < mm->n_inputs; i++) {
+    const cp_onnx_tensor *t = cp_onnx_graph_initializer(g, mm->inputs[i]);
+    if (t) return t->elem_type;
+  }
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const cp_onnx_node *n = &g->nodes[k];
+    bool uses = false;
+    for (size_t i = 0; i < n->n_inputs; i++) uses |= !strcmp(n->inputs[i], mm->outputs[0]);
+    if (!uses || (strcmp(n->op_type, "Div") && strcmp(n->op_type, "Mul"))) continue;
+    for (size_t i = 0; i < n->n_inputs; i++) {
+      const cp_onnx_tensor *t = cp_onnx_graph_initializer(g, n->inputs[i]);
+      size_t p = producer(g, n->inputs[i]);
+      if (!t && p != SIZE_MAX && !strcmp(g->nodes[p].op_type, "Constant") && g->nodes[p].n_attrs &&
+          g->nodes[p].attrs[0].type == CP_ONNX_ATYPE_TENSOR)
+        t = g->nodes[p].attrs[0].t;
+      if (t) return t->elem_type;
+    }
+  }
+  return 1;
+}
+
+/* The output width of the MatMul whose weight (an initializer, [in, out]) feeds `name` through
+ * ops that keep the width (RotaryEmbedding, Add, Cast, Identity), or 0. */
+static int64_t proj_width(const cp_onnx_graph *g, const char *name, int steps) {
+  size_t p = producer(g, name);
+  if (p == SIZE_MAX || steps <= 0) return 0;
+  const cp_onnx_node *n = &g->nodes[p];
+  if (is_matmul(n) && n->n_inputs >= 2) {
+    const cp_onnx_tensor *w = cp_onnx_graph_initializer(g, n->inputs[1]);
+    return w && w->ndim == 2 ? w->shape[1] : 0;
+  }
+  if (!strcmp(n->op_type, "RotaryEmbedding") || !strcmp(n->op_type, "Add") || !strcmp(n->op_type, "Cast") ||
+      !strcmp(n->op_type, "Identity"))
+    return n->n_inputs ? proj_width(g, n->inputs[0], steps - 1) : 0;
+  return 0;
+}
+
+static int64_t attr_i(const cp_onnx_node *n, const char *name, int64_t dflt) {
+  const cp_onnx_attribute *a = cp_onnx_node_attr(n, name);
+  return a && a->type == CP_ONNX_ATYPE_INT ? a->i : dflt;
+}
+
+/* The scale a contrib attention node uses now: its attribute, else 1/sqrt(head size); 0 when
+ * the head size cannot be told. */
+static float contrib_scale(const cp_onnx_graph *g, const cp_onnx_node *n) {
+  const cp_onnx_attribute *s = cp_onnx_node_attr(n, "scale");
+  if (s && s->type == CP_ONNX_ATYPE_FLOAT && s->f != 0.0f) return s->f;
+  int64_t heads = attr_i(n, "num_heads", 0), width = 0, parts = 1;
+  if (heads <= 0 || n->n_inputs < 1) return 0;
+  if (!strcmp(n->op_type, "Attention")) {
+    const cp_onnx_attribute *qkv = cp_onnx_node_attr(n, "qkv_hidden_sizes");
+    const cp_onnx_tensor *w = n->n_inputs >= 2 ? cp_onnx_graph_initializer(g, n->inputs[1]) : NULL;
+    if (qkv && qkv->type == CP_ONNX_ATYPE_INTS && qkv->n == 3) width = qkv->ints[0];
+    else if (w && w->ndim == 2 && w->shape[1] % 3 == 0) width = w->shape[1] / 3;
+  } else {
+    bool packed = n->n_inputs < 2 || !n->inputs[1][0];
+    width = proj_width(g, n->inputs[0], WALK_STEPS);
+    if (packed && !strcmp(n->op_type, "GroupQueryAttention")) parts = 0; /* q, k, v widths differ: see below */
+    else if (packed) return 0; /* MultiHeadAttention's packed QKV is 5-D: its width is not a head count */
+    if (parts == 0) {
+      int64_t kv = attr_i(n, "kv_num_heads", 0);
+      if (kv <= 0 || width % (heads + 2 * kv)) return 0;
+      return (float)(1.0 / sqrt((double)(width / (heads + 2 * kv))));
+    }
+  }
+  if (width <= 0 || width % heads) return 0;
+  return (float)(1.0 / sqrt((double)(width / heads)));
+}
+
+static bool is_contrib_attention(const cp_onnx_node *n) {
+  return is_ms(n) && (!strcmp(n->op_type, "Attention") || !strcmp(n->op_type, "MultiHeadAttention") ||
+                      !strcmp(n->op_type, "GroupQueryAttention"));
+}
+
+/* A training graph: a backward op or a training opset. */
+static int refuse_training(const cp_onnx_model *m) {
+  const cp_onnx_graph *g = m->graph;
+  char lb[300];
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const cp_onnx_node *n = &g->nodes[k];
+    size_t len = strlen(n->op_type);
+    bool grad = (len > 4 && !strcmp(n->op_type + len - 4, "Grad")) || strstr(n->op_type, "Grad_") ||
+                !strcmp(n->op_type, "YieldOp");
+    if (grad)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: a training graph (forward and backward); it does not run "
+                          "as an inference model, so it is not rewritten", m->path, label(lb, n, k));
+  }
+  return 0;
+}
+
+int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m) {
+  *out = NULL, *n_out = 0;
+  const cp_onnx_graph *g = m->graph;
+  int rc = refuse_training(m);
+  if (rc < 0) return rc;
+  cp_onnx_site *s = calloc(g->n_nodes + 1, sizeof *s);
+  CP_CHECK_ALLOC(s, m->path);
+  size_t n = 0;
+  for (size_t o = 0; o < g->n_nodes; o++) {
+    size_t k = g->order[o];
+    const cp_onnx_node *nd = &g->nodes[k];
+    if (is_contrib_attention(nd)) {
+      s[n].kind = CP_ONNX_SITE_CONTRIB, s[n].node = k, s[n].scale = contrib_scale(g, nd);
+      n++;
+    } else if (is_default(nd) && !strcmp(nd->op_type, "Softmax") && nd->n_inputs == 1) {
+      size_t mm = find_matmul(g, nd->inputs[0], WALK_STEPS);
+      if (mm == SIZE_MAX) continue; /* not an attention softmax */
+      s[n].kind = CP_ONNX_SITE_SOFTMAX, s[n].node = k, s[n].matmul = mm;
+      s[n].elem_type = logits_type(g, nd->inputs[0], mm);
+      n++;
+    }
+  }
+  if (n == 0) {
+    free(s);
+    return cp_error_set(CP_EUNSUPPORTED, "%s: no attention site found (no Softmax fed by a MatMul through elementwise "
+                        "ops, no com.microsoft Attention / MultiHeadAttention / GroupQueryAttention)", m->path);
+  }
+  *out = s, *n_out = n;
+  return 0;
+}
+
+static bool has_rotary(const cp_onnx_graph *g, size_t *at) {
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const cp_onnx_node *n = &g->nodes[k];
+    bool trig = is_default(n) && (!strcmp(n->op_type, "Sin") || !strcmp(n->op_type, "Cos")); /* RoPE built from ops */
+    if (trig || strstr(n->op_type, "Rotary") || (!strcmp(n->op_type, "GroupQueryAttention") && attr_i(n, "do_rotary", 0))) {
+      *at = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* What the rewriter cannot express, one line naming the node or the rule key. */
+static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_site *s, size_t n) {
+  const cp_onnx_graph *g = m->graph;
+  char lb[300];
+  const char *meta = cp_onnx_model_meta(m, "ctxpatch.rule");
+  if (meta && strcmp(meta, "{}") != 0 && meta[0])
+    return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
+                        "(%.80s); patch the original instead", m->path, meta);
+  const char *what = r->n_schedule ? "temperature_schedule" : r->alibi_mode ? "alibi_scale" :
+                     r->distance_ceiling ? "distance_ceiling" : r->has_top_k ? "top_k" :
+                     r->fire_threshold > 0 ? "fire_threshold" : NULL;
+  if (what)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: %s at %s: not expressed by the in-place rewriter (docs/onnx.md); "
+                        "export the model with `patch --to onnx` instead", m->path, what, label(lb, &g->nodes[s[0].node], s[0].node));
+  if (r->n_temperature > 1 && (size_t)r->n_temperature != n)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: %d per-layer temperatures for %zu attention sites (first %s)", m->path,
+                        r->n_temperature, n, label(lb, &g->nodes[s[0].node], s[0].node));
+  size_t rot;
+  if (r->has_lambda && has_rotary(g, &rot))
+    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask implies a distance ceiling of %lld on RoPE, and the "
+                        "rotation is computed before the attention site: not expressible here", m->path,
+                        label(lb, &g->nodes[rot], rot), (long long)r->n_local);
+  for (size_t k = 0; k < n; k++) {
+    const cp_onnx_node *nd = &g->nodes[s[k].node];
+    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->n_temperature && s[k].scale == 0.0f)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: no scale attribute and the head size cannot be told from the "
+                          "weights feeding it, so its temperature cannot be set", m->path, label(lb, nd, s[k].node));
+    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask through the node's attention_bias is not expressed by "
+                          "the rewriter", m->path, label(lb, nd, s[k].node));
+    if (s[k].kind == CP_ONNX_SITE_SOFTMAX && s[k].elem_type != 1 && s[k].elem_type != 10)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
+                          label(lb, nd, s[k].node), (int)s[k].elem_type);
+  }
+  if (r->has_lambda && cp_onnx_model_opset(m, "") < 11)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: opset %lld: lambda_mask needs opset 11 (Range, negative Gather indices)",
+                        m->path, (long long)cp_onnx_model_opset(m, ""));
+  return 0;
+}
+
+typedef struct {
+  cp_onnx_edit *e;
+  const cp_onnx_model *m;
+  cp_onnx_rewrite_report *rep;
+} rw;
+
+static int add_node(rw *w, size_t before, const char *name, const char *op, const char *const *in, size_t n_in,
+                    const char *out, const cp_onnx_edit_attr *attrs, size_t n_attrs) {
+  cp_onnx_edit_node nd = {name, op, NULL, in, n_in, &out, 1, attrs, n_attrs};
+  w->rep->n_nodes_added++;
+  return cp_onnx_edit_insert_node(w->e, before, &nd);
+}
+
+static int add_const(rw *w, const char *name, int32_t type, const int64_t *shape, int ndim, const void *data) {
+  w->rep->n_initializers_added++;
+  return cp_onnx_edit_add_initializer(w->e, name, type, shape, ndim, data);
+}
+
+/* Lambda bias [S, T] for a softmax site whose logits are `x`; *bias names its output. */
+static int lambda_bias(rw *w, size_t before, const char *p, const char *x, int32_t type, const cp_rule *r) {
+  char nm[16][200];
+  const char *k[] = {"shape", "S", "T", "kpos", "q0", "qpos", "qcol", "d", "near", "glob", "keep", "bias", "i0",
+                     "i1", "col", "c"};
+  for (int j = 0; j < 16; j++) snprintf(nm[j], sizeof nm[j], "%s%s", p, k[j]);
+  char c_m2[220], c_m1[220], c_0[220], c_1[220], c_ng[220], c_nl[220], c_zero[220], c_neg[220];
+  snprintf(c_m2, sizeof c_m2, "%sconst/-2", p), snprintf(c_m1, sizeof c_m1, "%sconst/-1", p);
+  snprintf(c_0, sizeof c_0, "%sconst/0", p), snprintf(c_1, sizeof c_1, "%sconst/1", p);
+  snprintf(c_ng, sizeof c_ng, "%sconst/n_global", p), snprintf(c_nl, sizeof c_nl, "%sconst/n_local", p);
+  snprintf(c_zero, sizeof c_zero, "%sconst/zero", p), snprintf(c_neg, sizeof c_neg, "%sconst/masked", p);
+  int64_t vm2 = -2, vm1 = -1, v0 = 0, v1 = 1, ng = r->n_global, nl = r->n_local, col[2] = {-1, 1}, two = 2;
+  float zero = 0.0f, neg = type == 10 ? -65504.0f : -FLT_MAX;
+  int rc;
+  if ((rc = add_const(w, c_m2, 7, NULL, 0, &vm2)) < 0 || (rc = add_const(w, c_m1, 7, NULL, 0, &vm1)) < 0 ||
+      (rc = add_const(w, c_0, 7, NULL, 0, &v0)) < 0 || (rc = add_const(w, c_1, 7, NULL, 0, &v1)) < 0 ||
+      (rc = add_const(w, c_ng, 7, NULL, 0, &ng)) < 0 || (rc = add_const(w, c_nl, 7, NULL, 0, &nl)) < 0 ||
+      (rc = add_const(w, nm[14], 7, &two, 1, col)) < 0 || (rc = add_const(w, c_zero, type, NULL, 0, &zero)) < 0 ||
+      (rc = add_const(w, c_neg, type, NULL, 0, &neg)) < 0)
+    return rc;
+  const char *in_shape[] = {x}, *in_s[] = {nm[0], c_m2}, *in_t[] = {nm[0], c_m1}, *in_k[] = {c_0, nm[2], c_1},
+             *in_q0[] = {nm[2], nm[1]}, *in_q[] = {nm[4], nm[2], c_1}, *in_col[] = {nm[5], nm[14]},
+             *in_d[] = {nm[6], nm[3]}, *in_near[] = {nm[7], c_nl}, *in_glob[] = {nm[3], c_ng},
+             *in_keep[] = {nm[8], nm[9]}, *in_bias[] = {nm[10], c_zero, c_neg};
+  char n2[16][220];
+  for (int j = 0; j < 12; j++) snprintf(n2[j], sizeof n2[j], "%snode/%s", p, k[j]);
+  cp_onnx_edit_attr ax0 = {"axis", 2, 0, 0, NULL, 0};
+  if ((rc = add_node(w, before, n2[0], "Shape", in_shape, 1, nm[0], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[1], "Gather", in_s, 2, nm[1], &ax0, 1)) < 0 ||
+      (rc = add_node(w, before, n2[2], "Gather", in_t, 2, nm[2], &ax0, 1)) < 0 ||
+      (rc = add_node(w, before, n2[3], "Range", in_k, 3, nm[3], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[4], "Sub", in_q0, 2, nm[4], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[5], "Range", in_q, 3, nm[5], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[6], "Reshape", in_col, 2, nm[6], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[7], "Sub", in_d, 2, nm[7], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[8], "Less", in_near, 2, nm[8], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[9], "Less", in_glob, 2, nm[9], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[10], "Or", in_keep, 2, nm[10], NULL, 0)) < 0 ||
+      (rc = add_node(w, before, n2[11], "Where", in_bias, 3, nm[11], NULL, 0)) < 0)
+    return rc;
+  return 0;
+}
+
+/* Mul by 1/tau and / or Add of the Lambda bias in front of the Softmax of site s (layer l). */
+static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r) {
+  const cp_onnx_node *sm = &w->m->graph->nodes[s->node];
+  char p[64], x[600], name[200], out[200], c[200];
+  snprintf(p, sizeof p, PREFIX "L%zu/", l);
+  snprintf(x, sizeof x, "%s", sm->inputs[0]);
+  double tau = r->n_temperature == 0 ? 1.0 : r->temperature[r->n_temperature > 1 ? l : 0];
+  int rc;
+  if (tau != 1.0) {
+    float inv = (float)(1.0 / tau);
+    snprintf(c, sizeof c, "%sconst/inv_tau", p), snprintf(name, sizeof name, "%snode/temperature", p);
+    snprintf(out, sizeof out, "%slogits_tau", p);
+    const char *in[] = {x, c};
+    if ((rc = add_const(w, c, s->elem_type, NULL, 0, &inv)) < 0 ||
+        (rc = add_node(w, s->node, name, "Mul", in, 2, out, NULL, 0)) < 0)
+      return rc;
+    snprintf(x, sizeof x, "%s", out);
+  }
+  if (r->has_lambda) {
+    if ((rc = lambda_bias(w, s->node, p, x, s->elem_type, r)) < 0) return rc;
+    char bias[200];
+    snprintf(bias, sizeof bias, "%sbias", p), snprintf(name, sizeof name, "%snode/lambda", p);
+    snprintf(out, sizeof out, "%slogits_lambda", p);
+    const char *in[] = {x, bias};
+    if ((rc = add_node(w, s->node, name, "Add", in, 2, out, NULL, 0)) < 0) return rc;
+    snprintf(x, sizeof x, "%s", out);
+  }
+  if (strcmp(x, sm->inputs[0]) != 0) {
+    w->rep->n_nodes_changed++;
+    if ((rc = cp_onnx_edit_set_input(w->e, s->node, 0, x)) < 0) return rc;
+  }
+  w->rep->n_softmax++;
+  return 0;
+}
+
+static int rewrite_contrib(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r) {
+  double tau = r->n_temperature == 0 ? 1.0 : r->temperature[r->n_temperature > 1 ? l : 0];
+  w->rep->n_contrib++;
+  if (tau == 1.0) return 0;
+  w->rep->n_nodes_changed++;
+  return cp_onnx_edit_set_attr_float(w->e, s->node, "scale", (float)((double)s->scale / tau));
+}
+
+int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule, const char *out_path,
+                    const cp_onnx_rewrite_params *p) {
+  memset(rep, 0, sizeof *rep);
+  cp_onnx_site *s = NULL;
+  size_t n = 0;
+  cp_onnx_edit *e = NULL;
+  char *rule_json = NULL;
+  int rc = cp_onnx_find_sites(&s, &n, m);
+  if (rc < 0) goto done;
+  if ((rc = refuse_rule(m, rule, s, n)) < 0) goto done;
+  if ((rc = cp_onnx_edit_open(&e, m->path)) < 0) goto done;
+  if (cp_onnx_edit_n_nodes(e) != m->graph->n_nodes) {
+    rc = cp_error_set(CP_EFORMAT, "%s: the file changed while it was read", m->path);
+    goto done;
+  }
+  rw w = {e, m, rep};
+  for (size_t k = 0; k < n && rc == 0; k++)
+    rc = s[k].kind == CP_ONNX_SITE_SOFTMAX ? rewrite_softmax(&w, &s[k], k, rule) : rewrite_contrib(&w, &s[k], k, rule);
+  if (rc < 0) goto done;
+  CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(rule), m->path);
+  if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.version", cp_version())) < 0 ||
+      (rc = cp_onnx_edit_set_meta(e, "ctxpatch.rule", rule_json)) < 0 ||
+      (rc = cp_onnx_edit_set_meta(e, "ctxpatch.fidelity", "graph-rewrite")) < 0)
+    goto done;
+  for (size_t k = 0; p && k < p->n_meta && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, p->meta_keys[k], p->meta_values[k]);
+  if (rc == 0 && out_path) rc = cp_onnx_edit_write(e, out_path);
+done:
+  free(rule_json);
+  cp_onnx_edit_free(e);
+  free(s);
+  return rc;
+}
