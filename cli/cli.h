@@ -116,6 +116,10 @@ int cmd_convert(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_patch(int argc, char **argv);
+/* patch IN OUT.onnx on an ONNX IN (a .onnx file, or a folder holding model.onnx or
+ * onnx/model.onnx): the in-place rewrite (cli/patch_rewrite.c). */
+bool cli_patch_is_rewrite(const char *in, const char *out);
+int cli_patch_rewrite(const char *in, const char *out, const cp_rule *rule, bool no_verify, bool force);
 int cmd_tokenize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_check(int argc, char **argv);

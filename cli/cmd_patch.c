@@ -22,7 +22,9 @@ static const char patch_help[] =
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
-    "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n\n"
+    "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
+    "       ctxpatch patch IN.onnx OUT.onnx --no-verify [--force] --rule RULE.json |\n"
+    "                      --method temperature --tau X | --method lm-infinite --n-local N [--n-global G]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -71,7 +73,13 @@ static const char patch_help[] =
     "  --force           replace an existing OUT (only once the new one is certified)\n"
     "  --to gguf         write OUT as one llama.cpp GGUF file (llama, gpt_neox, bloom, mpt): rope-pi\n"
     "                    as {arch}.rope.scaling.*, a temperature baked into the q weights, other rules\n"
-    "                    as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n";
+    "                    as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n\n"
+    "In-place ONNX rewrite (IN a .onnx file or a folder holding model.onnx or onnx/model.onnx, OUT ending\n"
+    "in .onnx): the rule is spliced into the graph's own attention (a temperature before each attention\n"
+    "Softmax or in the scale of com.microsoft Attention / MultiHeadAttention / GroupQueryAttention; the\n"
+    "Lambda mask as an Add before Softmax), every other byte kept; external data files are copied beside\n"
+    "OUT. No certificate can be produced for it yet: --no-verify is required. Rules the graph cannot\n"
+    "express are refused in one line naming the node (docs/onnx.md).\n";
 
 static bool parse_double(const char *opt, const char *v, double *out, double lo) {
   char *end;
@@ -298,6 +306,29 @@ nomem:
   return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
 }
 
+/* patch IN.onnx OUT.onnx: the rule the options name (no calibration: no model is run), spliced
+ * into the graph in place. */
+static int rewrite_in_place(patch_args *pa) {
+  if (pa->to || pa->dtype || pa->external_threshold || pa->shard_size || pa->require || pa->tok_path)
+    return cli_usage_error("patch", "an in-place ONNX rewrite (OUT ending in .onnx) takes no --to, --dtype, "
+                           "--external-threshold, --shard-size, --require or --tokenizer");
+  const char *ins[] = {pa->in, pa->rule_path};
+  int rc = cli_check_outputs(ins, 2, &pa->out_dir, 1, false);
+  if (rc) return cli_report(rc);
+  cp_rule r;
+  cp_rule_init(&r);
+  const cp_patch_options *o = &pa->po;
+  if (pa->rule_path) r = pa->rule;
+  else if (o->method == CP_PATCH_TEMPERATURE && o->tau > 0 && !o->per_layer && !o->schedule)
+    r.n_temperature = 1, r.temperature[0] = o->tau;
+  else if (o->method == CP_PATCH_LM_INFINITE && o->n_local > 0 && !o->ceiling && !o->top_k)
+    r.has_lambda = true, r.n_global = o->have_n_global ? o->n_global : 10, r.n_local = o->n_local;
+  else
+    return cli_usage_error("patch", "an in-place ONNX rewrite takes --rule FILE, --method temperature --tau X or "
+                           "--method lm-infinite --n-local N [--n-global G] (nothing to calibrate: no model is run)");
+  return cli_patch_rewrite(pa->in, pa->out_dir, &r, pa->no_verify, pa->force);
+}
+
 int cmd_patch(int argc, char **argv) {
   static patch_args pa; /* holds a cp_rule (tens of KiB): not on the stack */
   memset(&pa, 0, sizeof pa);
@@ -312,6 +343,10 @@ int cmd_patch(int argc, char **argv) {
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
+  if (cli_patch_is_rewrite(pa.in, pa.out_dir)) {
+    status = rewrite_in_place(&pa);
+    goto done;
+  }
   const char *ins[] = {pa.in, pa.tok_path, pa.rule_path, pa.vo.corpus};
   pp_gguf = pa.to && !strcmp(pa.to, "gguf");
   if (pp_gguf && pa.dtype && cp_gguf_dtype_from_name(&pp_gguf_type, pa.dtype)) {
