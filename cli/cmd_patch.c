@@ -306,27 +306,32 @@ nomem:
   return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
 }
 
-/* patch IN.onnx OUT.onnx: the rule the options name (no calibration: no model is run), spliced
- * into the graph in place. */
-static int rewrite_in_place(patch_args *pa) {
-  if (pa->to || pa->dtype || pa->external_threshold || pa->shard_size || pa->require || pa->tok_path)
+/* patch IN.onnx OUT.onnx (cli/patch_rewrite.c): options of the other paths are usage errors;
+ * methods the rewriter cannot express are refused before any work; *rule gets the rule the
+ * options name when it needs no model (--rule, --tau, lm-infinite), for a dry run that refuses
+ * what the graph cannot carry before a certification runs. CLI_OK or the exit status. */
+static int rewrite_args(patch_args *pa, cp_rule *rule, bool *have_rule) {
+  if (pa->to || pa->dtype || pa->external_threshold || pa->shard_size || pa->require)
     return cli_usage_error("patch", "an in-place ONNX rewrite (OUT ending in .onnx) takes no --to, --dtype, "
-                           "--external-threshold, --shard-size, --require or --tokenizer");
-  const char *ins[] = {pa->in, pa->rule_path};
-  int rc = cli_check_outputs(ins, 2, &pa->out_dir, 1, false);
-  if (rc) return cli_report(rc);
-  cp_rule r;
-  cp_rule_init(&r);
+                           "--external-threshold, --shard-size or --require");
   const cp_patch_options *o = &pa->po;
-  if (pa->rule_path) r = pa->rule;
+  if (o->method != CP_PATCH_TEMPERATURE && o->method != CP_PATCH_LM_INFINITE && o->method != CP_PATCH_RULE &&
+      !pa->rule_path)
+    return cli_usage_error("patch", "an in-place ONNX rewrite takes --method temperature, lm-infinite or --rule FILE "
+                           "(%s changes what the graph computes before its attention)", cp_patch_method_name(o->method));
+  cp_rule_init(rule);
+  *have_rule = true;
+  if (pa->rule_path) *rule = pa->rule;
   else if (o->method == CP_PATCH_TEMPERATURE && o->tau > 0 && !o->per_layer && !o->schedule)
-    r.n_temperature = 1, r.temperature[0] = o->tau;
+    rule->n_temperature = 1, rule->temperature[0] = o->tau;
   else if (o->method == CP_PATCH_LM_INFINITE && o->n_local > 0 && !o->ceiling && !o->top_k)
-    r.has_lambda = true, r.n_global = o->have_n_global ? o->n_global : 10, r.n_local = o->n_local;
-  else
-    return cli_usage_error("patch", "an in-place ONNX rewrite takes --rule FILE, --method temperature --tau X or "
-                           "--method lm-infinite --n-local N [--n-global G] (nothing to calibrate: no model is run)");
-  return cli_patch_rewrite(pa->in, pa->out_dir, &r, pa->no_verify, pa->force);
+    rule->has_lambda = true, rule->n_global = o->have_n_global ? o->n_global : 10, rule->n_local = o->n_local;
+  else *have_rule = false;
+  if (!*have_rule && pa->no_verify)
+    return cli_usage_error("patch", "with --no-verify an in-place ONNX rewrite takes --rule FILE, --method temperature "
+                           "--tau X or --method lm-infinite --n-local N [--n-global G] (no model is run to "
+                           "calibrate or resolve defaults)");
+  return CLI_OK;
 }
 
 int cmd_patch(int argc, char **argv) {
@@ -343,9 +348,22 @@ int cmd_patch(int argc, char **argv) {
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
-  if (cli_patch_is_rewrite(pa.in, pa.out_dir)) {
-    status = rewrite_in_place(&pa);
-    goto done;
+  static cp_rule rw_rule; /* tens of KiB: not on the stack */
+  char rw_model[CLI_PATH_MAX];
+  bool rewrite = cli_patch_rewrite_model(rw_model, pa.in, pa.out_dir), have_rule = false;
+  if (rewrite) {
+    const char *rins[] = {pa.in, pa.rule_path, pa.tok_path, pa.vo.corpus};
+    if ((status = rewrite_args(&pa, &rw_rule, &have_rule)) != CLI_OK) goto done;
+    if ((rc = cli_check_outputs(rins, 4, &pa.out_dir, 1, false)) ||
+        (have_rule && (rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, NULL, NULL, pa.force, true)) < 0)) {
+      status = cli_report(rc);
+      goto done;
+    }
+    if (pa.no_verify) {
+      rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, NULL, NULL, pa.force, false);
+      status = rc < 0 ? cli_report(rc) : CLI_OK;
+      goto done;
+    }
   }
   const char *ins[] = {pa.in, pa.tok_path, pa.rule_path, pa.vo.corpus};
   pp_gguf = pa.to && !strcmp(pa.to, "gguf");
@@ -353,7 +371,7 @@ int cmd_patch(int argc, char **argv) {
     status = cli_usage_error("patch", "%s", cp_error_message());
     goto done;
   }
-  if ((rc = cli_check_outputs(ins, 4, &pa.out_dir, 1, !pp_gguf)) ||
+  if ((!rewrite && (rc = cli_check_outputs(ins, 4, &pa.out_dir, 1, !pp_gguf))) ||
       (pa.vo.probes_text && (rc = cli_parse_probe_set(&probes, &n_probes, &ppl, pa.vo.probes_text)))) {
     status = cli_report(rc);
     goto done;
@@ -385,6 +403,7 @@ int cmd_patch(int argc, char **argv) {
   if (!pa.json) pp.on_plan = print_plan; /* --json: nothing but the document on stdout */
   cp_onnx_export_params ep;
   cp_onnx_export_params_init(&ep);
+  if (rewrite) pp.onnx = &ep; /* certified as `patch --to onnx` certifies: the C engine under the whole rule */
   if (pa.to && !strcmp(pa.to, "onnx")) {
     if (!cli_parse_onnx_dtype(&ep.weight_dtype, pa.dtype)) {
       status = cli_usage_error("patch", "--dtype expects fp32, fp16 or bf16, not '%s'", pa.dtype);
@@ -396,7 +415,10 @@ int cmd_patch(int argc, char **argv) {
   /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
   size_t tl = pa.tok_path ? strlen(pa.tok_path) : 0;
   if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;
-  if ((rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
+  char rw_tok[CLI_PATH_MAX];
+  if (rewrite && !pp.tokenizer_path) pp.tokenizer_path = cli_patch_rewrite_tokenizer(rw_tok, rw_model);
+  if ((rc = rewrite ? cli_patch_rewrite_certified(&oc, rw_model, pa.out_dir, &pa.po, &pp)
+                    : cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
     status = oc.bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
   else status = pa.json ? print_outcome_json(&oc, pa.out_dir) : print_outcome(&oc, pa.out_dir, &vp, &th);
 done:

@@ -14,10 +14,14 @@
 #include "ctxpatch/converters/onnx_rewrite.h"
 #include "ctxpatch/formats/onnx_graph.h"
 
+_Static_assert(CLI_PATH_MAX >= PATH_MAX, "realpath needs PATH_MAX bytes");
+
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && !strcmp(s + n - k, suffix);
 }
+
+static const char *folder_of(char buf[CLI_PATH_MAX], const char *path);
 
 static bool is_file(const char *p) {
   struct stat st;
@@ -25,26 +29,33 @@ static bool is_file(const char *p) {
 }
 
 /* The model file of IN: IN itself (a .onnx file), or IN/model.onnx, or IN/onnx/model.onnx. */
-static bool model_file(char out[PATH_MAX], const char *in) {
+static bool model_file(char out[CLI_PATH_MAX], const char *in) {
   struct stat st;
   if (stat(in, &st) != 0) return false;
-  if (S_ISREG(st.st_mode)) return ends_with(in, ".onnx") && snprintf(out, PATH_MAX, "%s", in) < PATH_MAX;
+  if (S_ISREG(st.st_mode)) return ends_with(in, ".onnx") && snprintf(out, CLI_PATH_MAX, "%s", in) < CLI_PATH_MAX;
   if (!S_ISDIR(st.st_mode)) return false;
-  if (snprintf(out, PATH_MAX, "%s/model.onnx", in) < PATH_MAX && is_file(out)) return true;
-  return snprintf(out, PATH_MAX, "%s/onnx/model.onnx", in) < PATH_MAX && is_file(out);
+  if (snprintf(out, CLI_PATH_MAX, "%s/model.onnx", in) < CLI_PATH_MAX && is_file(out)) return true;
+  return snprintf(out, CLI_PATH_MAX, "%s/onnx/model.onnx", in) < CLI_PATH_MAX && is_file(out);
 }
 
-bool cli_patch_is_rewrite(const char *in, const char *out) {
-  char p[PATH_MAX];
-  return ends_with(out, ".onnx") && model_file(p, in);
+bool cli_patch_rewrite_model(char model[CLI_PATH_MAX], const char *in, const char *out) {
+  return ends_with(out, ".onnx") && model_file(model, in);
 }
 
-/* The folder of a path (".": none), in buf[PATH_MAX]. */
-static const char *folder_of(char buf[PATH_MAX], const char *path) {
+const char *cli_patch_rewrite_tokenizer(char buf[CLI_PATH_MAX], const char *model) {
+  char dir[CLI_PATH_MAX];
+  const char *d = folder_of(dir, model);
+  if (snprintf(buf, CLI_PATH_MAX, "%s/tokenizer.json", d) < CLI_PATH_MAX && is_file(buf)) return buf;
+  if (snprintf(buf, CLI_PATH_MAX, "%s/../tokenizer.json", d) < CLI_PATH_MAX && is_file(buf)) return buf;
+  return NULL;
+}
+
+/* The folder of a path (".": none), in buf[CLI_PATH_MAX]. */
+static const char *folder_of(char buf[CLI_PATH_MAX], const char *path) {
   const char *slash = strrchr(path, '/');
   if (!slash) return strcpy(buf, ".");
   size_t n = (size_t)(slash - path) + (slash == path);
-  if (n >= PATH_MAX) n = PATH_MAX - 1;
+  if (n >= CLI_PATH_MAX) n = CLI_PATH_MAX - 1;
   memcpy(buf, path, n), buf[n] = 0;
   return buf;
 }
@@ -52,18 +63,18 @@ static const char *folder_of(char buf[PATH_MAX], const char *path) {
 /* Each external data file of m, copied (atomically) into OUT's folder unless it is the same
  * folder; an existing file of that name is replaced only when its bytes differ and --force. */
 static int place_data_files(const cp_onnx_model *m, const char *out, bool force) {
-  char din[PATH_MAX], dout[PATH_MAX], rin[PATH_MAX], rout[PATH_MAX];
+  char din[CLI_PATH_MAX], dout[CLI_PATH_MAX], rin[CLI_PATH_MAX], rout[CLI_PATH_MAX];
   folder_of(din, m->path), folder_of(dout, out);
   if (!realpath(din, rin) || !realpath(dout, rout))
     return cp_error_set(CP_EIO, "%s: cannot resolve the output folder", out);
   if (!strcmp(rin, rout) || m->n_data_files == 0) return 0;
   for (size_t k = 0; k < m->n_data_files; k++) {
     const char *loc = m->data_files[k];
-    char src[PATH_MAX], dst[PATH_MAX], hs[65], hd[65];
+    char src[CLI_PATH_MAX], dst[CLI_PATH_MAX], hs[65], hd[65];
     if (strchr(loc, '/'))
       return cp_error_set(CP_EUNSUPPORTED, "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
                           "the folder first", m->path, loc);
-    if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PATH_MAX || snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PATH_MAX)
+    if (snprintf(src, sizeof src, "%s/%s", din, loc) >= CLI_PATH_MAX || snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= CLI_PATH_MAX)
       return cp_error_set(CP_EARG, "%s: path too long", loc);
     if (is_file(dst)) {
       int rc = cp_sha256_file(hs, src);
@@ -78,51 +89,76 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
   return 0;
 }
 
-int cli_patch_rewrite(const char *in, const char *out, const cp_rule *rule, bool no_verify, bool force) {
-  char path[PATH_MAX];
-  if (!model_file(path, in)) return cli_report(cp_error_set(CP_ENOTFOUND, "%s: no .onnx model file", in));
+int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, const char *cert_sha256,
+                      const char *cert_text, bool force, bool dry_run) {
+  bool cert = cert_sha256 != NULL;
   cp_onnx_model *m = NULL;
-  int rc = cp_onnx_model_open(&m, path, NULL);
-  if (rc < 0) return cli_report(rc);
-  int status = CLI_FAIL;
-  if (!no_verify) {
-    /* Certification runs the C engine on the model the graph describes: only possible when that
-     * model can be recovered, and the in-place path does not run it yet. */
-    cp_model *cm = NULL;
-    int mrc = cp_model_open(&cm, path);
-    cp_model_free(cm);
-    if (mrc == 0)
-      fprintf(stderr, "ctxpatch patch: %s: the certificate of an in-place rewrite cannot be produced yet; "
-              "`ctxpatch patch %s DIR --to onnx` exports a certified graph of the same model; pass --no-verify to "
-              "write the rewritten graph uncertified. Nothing written.\n", path, path);
-    else
-      fprintf(stderr, "ctxpatch patch: %s: no model description can be recovered from this graph, so no certificate "
-              "can be produced; pass --no-verify to write the rewritten graph uncertified. Nothing written.\n", path);
-    goto done;
-  }
+  int rc = cp_onnx_model_open(&m, model, NULL);
+  if (rc < 0) return rc;
   cp_output kind;
-  if ((rc = cp_output_kind(&kind, out, 0)) < 0) goto report;
+  if ((rc = cp_output_kind(&kind, out, 0)) < 0) goto done;
   if (kind == CP_OUTPUT_REPLACE && !force) {
     rc = cp_error_set(CP_EEXIST, "%s: exists (--force replaces it)", out);
-    goto report;
+    goto done;
   }
-  const char *keys[] = {"ctxpatch.certified", "ctxpatch.certificate_sha256"}, *values[] = {"false", ""};
-  cp_onnx_rewrite_params p = {keys, values, 2};
+  const char *keys[] = {"ctxpatch.certified", "ctxpatch.certificate_sha256", "ctxpatch.certificate"};
+  const char *values[] = {cert ? "true" : "false", cert ? cert_sha256 : "", cert && cert_text ? cert_text : ""};
+  cp_onnx_rewrite_params p = {keys, values, cert ? 3 : 2};
   cp_onnx_rewrite_report rep;
   /* The graph is rewritten in memory (every refusal) before any file is placed. */
-  if ((rc = cp_onnx_rewrite(&rep, m, rule, NULL, &p)) < 0 || (rc = place_data_files(m, out, force)) < 0 ||
-      (rc = cp_onnx_rewrite(&rep, m, rule, out, &p)) < 0)
-    goto report;
+  if ((rc = cp_onnx_rewrite(&rep, m, rule, NULL, &p)) < 0 || dry_run) goto done;
+  if ((rc = place_data_files(m, out, force)) < 0 || (rc = cp_onnx_rewrite(&rep, m, rule, out, &p)) < 0) goto done;
   printf("rewrote %zu attention sites (%zu Softmax, %zu contrib): %zu nodes added, %zu changed, %zu initializers "
          "added; everything else kept byte for byte\n",
          rep.n_softmax + rep.n_contrib, rep.n_softmax, rep.n_contrib, rep.n_nodes_added, rep.n_nodes_changed,
          rep.n_initializers_added);
-  printf("wrote %s (NOT certified: --no-verify)\n", out);
-  status = CLI_OK;
-  goto done;
-report:
-  status = cli_report(rc);
+  if (!cert) printf("wrote %s (NOT certified: --no-verify)\n", out);
 done:
   cp_onnx_model_free(m);
-  return status;
+  return rc;
+}
+
+int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const char *out_path,
+                                const cp_patch_options *o, const cp_patch_params *params) {
+  cp_model *cm = NULL;
+  int rc = cp_model_open(&cm, model);
+  cp_model_free(cm);
+  if (rc < 0) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", cp_error_message());
+    return cp_error_set(CP_EUNSUPPORTED, "%s: no model description can be recovered from this graph (%s), so no "
+                        "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
+  }
+  char tmp_target[CLI_PATH_MAX], cert_dir[CLI_PATH_MAX];
+  if (snprintf(tmp_target, sizeof tmp_target, "%s.ctxpatch-certify", out_path) >= (int)sizeof tmp_target)
+    return cp_error_set(CP_EARG, "%s: path too long", out_path);
+  cp_atomic_dir *d = NULL;
+  char *text = NULL;
+  if ((rc = cp_atomic_dir_open(&d, tmp_target, 0)) < 0) return rc;
+  if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, cp_atomic_dir_path(d));
+  if (snprintf(cert_dir, sizeof cert_dir, "%s/cert", cp_atomic_dir_path(d)) >= (int)sizeof cert_dir) {
+    rc = cp_error_set(CP_EARG, "%s: path too long", out_path);
+    goto done;
+  }
+  cp_patch_params pp = *params;
+  pp.replace = false;
+  /* The certification writes the `patch --to onnx` artifact in the temporary folder: its
+   * certificate is what the rewritten graph carries; the folder goes afterwards. */
+  if ((rc = cp_patch_run(out, model, cert_dir, o, &pp)) < 0 || !out->pass) goto done;
+  out->written = false;
+  /* The certificate's own bytes travel in the graph: their sha256 is the digest. */
+  char path[CLI_PATH_MAX + 32];
+  size_t len;
+  snprintf(path, sizeof path, "%s/certificate.json", cert_dir);
+  if ((rc = cp_read_file(&text, &len, path, (size_t)64 << 20)) < 0 ||
+      (rc = cli_patch_rewrite(model, out_path, &out->patch.rule, out->certificate_sha256, text, params->replace,
+                              false)) < 0) {
+    out->pass = false;
+    goto done;
+  }
+  out->written = true;
+done:
+  free(text);
+  cp_atomic_dir_abort(d);
+  return rc;
 }

@@ -17,7 +17,10 @@
 #    file; the external data file is copied beside OUT byte for byte;
 #  - refusals, one line naming the node: a training graph (BLOOM), Lambda on RoPE (own llama
 #    export: its Cos node; Llama fp16: its RotaryEmbedding), rules the rewriter does not express,
-#    per-layer taus of the wrong count, a graph with no attention, no --no-verify; nothing written.
+#    per-layer taus of the wrong count, a graph with no attention, no --no-verify on a graph whose
+#    model cannot be recovered; nothing written;
+#  - certification where the model can be recovered (ctxpatch's export of the rope probe): the
+#    certificate in metadata_props, no temporary left, a failing verdict writes nothing.
 # Skips (77) without onnxruntime-node / python3-onnx, and the third-party part without fixtures.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 . "$src/tests/onnx/env.sh"
@@ -58,10 +61,36 @@ own llama tau '{"temperature": 0.8}' --method temperature --tau 0.8
 "$bin" patch "$work/llama.exp/onnx/model.onnx" "$work/l.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/l.onnx" ] && grep -q "(Cos): lambda_mask implies a distance ceiling of 8 on RoPE" "$work/e" \
   && ok || { bad "llama export lambda: exit $s"; cat "$work/e"; }
-# No --no-verify: no certificate can be produced, nothing written.
-"$bin" patch "$work/gpt2.exp/onnx/model.onnx" "$work/nv.onnx" --method temperature --tau 0.8 >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/nv.onnx" ] && grep -q "certificate of an in-place rewrite cannot be produced yet" "$work/e" \
-  && ok || { bad "without --no-verify: exit $s"; cat "$work/e"; }
+# Certified: a graph whose model ctxpatch recovers (its own export of the rope probe model) is
+# certified on the C engine under the rule (as `patch --to onnx`), then rewritten; the
+# certificate's bytes travel in metadata_props with their sha256; the temporary folder is gone;
+# the rewritten graph computes `forward --rule`. A failing certification writes nothing.
+probe=$src/examples/probe-models/rope-probe
+V="--lengths 256,512 --depths 0:1:3 --samples 2 --threads 1"
+"$bin" convert "$probe" "$work/rp" --to onnx >/dev/null && mkdir -p "$work/cert" && ok || bad "rope-probe export"
+"$bin" patch "$work/rp" "$work/cert/rw.onnx" --method temperature --tau 0.9 $V >"$work/c.log" 2>&1 \
+  && grep -q "^wrote $work/cert/rw.onnx (certified, certificate sha256" "$work/c.log" && ok || { bad "certified rewrite"; cat "$work/c.log"; }
+[ "$(ls -A "$work/cert" | sort | tr '\n' ' ')" = "model.onnx.data rw.onnx " ] && ok || bad "left behind: $(ls -A "$work/cert")"
+"$py" - "$work/cert/rw.onnx" <<'PYEOF' && ok || bad "certificate in metadata_props"
+import hashlib, json, sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+d = {p.key: p.value for p in m.metadata_props}
+cert = json.loads(d["ctxpatch.certificate"])
+assert d["ctxpatch.certified"] == "true" and d["ctxpatch.fidelity"] == "graph-rewrite", d.keys()
+assert hashlib.sha256(d["ctxpatch.certificate"].encode()).hexdigest() == d["ctxpatch.certificate_sha256"]
+assert cert["rule"] == json.loads(d["ctxpatch.rule"]) == {"temperature": 0.9}, cert["rule"]
+assert cert["verdict"]["result"] == "pass", cert["verdict"]
+PYEOF
+mkdir -p "$work/rpo/onnx" && cp "$work/cert/rw.onnx" "$work/rpo/onnx/model.onnx" && cp "$work/cert/model.onnx.data" "$work/rpo/onnx/" \
+  && cp "$work/rp/config.json" "$work/rpo/" && echo '{"temperature": 0.9}' >"$work/rp.json"
+"$bin" forward "$probe" --ids "$ids" --rule "$work/rp.json" --out "$work/rp.ref" >/dev/null &&
+  node "$t/ort_run.mjs" "$work/rpo" --ids "$ids" --out "$work/rp.ort" &&
+  "$py" "$t/compare_logits.py" "$work/rp.ort" "$work/rp.ref" --vocab "$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$probe/config.json")" \
+    --label "rope-probe certified tau" && ok || bad "certified rewrite against forward --rule"
+"$bin" patch "$work/rp" "$work/cert/fail.onnx" --method temperature --tau 3 $V >"$work/f.log" 2>&1; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/cert/fail.onnx" ] && grep -q "nothing written" "$work/f.log" && [ -z "$(ls -A "$work/cert" | grep '^\.')" ] \
+  && ok || { bad "failing certification: exit $s"; cat "$work/f.log"; }
+# No model recoverable (a third-party graph, below) and no --no-verify: refused, nothing written.
 # Options of the other paths are usage errors.
 "$bin" patch "$work/gpt2.exp/onnx/model.onnx" "$work/u.onnx" --method temperature --tau 0.8 --no-verify --to onnx >/dev/null 2>&1
 [ $? -eq 2 ] && [ ! -e "$work/u.onnx" ] && ok || bad "--to onnx with an in-place rewrite accepted"
@@ -124,6 +153,9 @@ echo '{"temperature_schedule": {"points": [[4, 1.0], [8, 0.8]]}}' >"$work/sched.
 refuse "schedule" "$g2" "temperature_schedule at node 'Softmax_175' (Softmax): not expressed" --rule "$work/sched.json"
 echo '{"temperature": [0.9, 0.8]}' >"$work/per2.json"
 refuse "per-layer count" "$g2" "2 per-layer temperatures for 12 attention sites" --rule "$work/per2.json"
+"$bin" patch "$g2" "$work/nv.onnx" --method temperature --tau 0.8 >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/nv.onnx" ] && grep -q "no model description can be recovered from this graph.*so no certificate can be produced; --no-verify" "$work/e" \
+  && ok || { bad "gpt2_past without --no-verify: exit $s"; cat "$work/e"; }
 refuse "no attention" "$fx/onnxruntime/external-data/model_with_external_initializers.onnx" "no attention site found" \
   --method temperature --tau 0.8
 finish
