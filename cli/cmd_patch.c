@@ -23,8 +23,8 @@ static const char patch_help[] =
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
     "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
-    "       ctxpatch patch IN.onnx OUT.onnx --no-verify [--force] --rule RULE.json |\n"
-    "                      --method temperature --tau X | --method lm-infinite --n-local N [--n-global G]\n\n"
+    "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
+    "                      --method temperature [--tau X] | --method lm-infinite --n-local N [--n-global G]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -76,10 +76,13 @@ static const char patch_help[] =
     "                    as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n\n"
     "In-place ONNX rewrite (IN a .onnx file or a folder holding model.onnx or onnx/model.onnx, OUT ending\n"
     "in .onnx): the rule is spliced into the graph's own attention (a temperature before each attention\n"
-    "Softmax or in the scale of com.microsoft Attention / MultiHeadAttention / GroupQueryAttention; the\n"
-    "Lambda mask as an Add before Softmax), every other byte kept; external data files are copied beside\n"
-    "OUT. No certificate can be produced for it yet: --no-verify is required. Rules the graph cannot\n"
-    "express are refused in one line naming the node (docs/onnx.md).\n";
+    "Softmax or in the scale of com.microsoft Attention / MultiHeadAttention / GroupQueryAttention; a\n"
+    "temperature_schedule or the Lambda mask as nodes before each Softmax), every other byte kept;\n"
+    "external data files are copied beside OUT. When ctxpatch recovers the graph's model, it is certified\n"
+    "on the C engine under the rule first (as --to onnx; a temperature without --tau is calibrated) and\n"
+    "the certificate goes into the graph's metadata_props; otherwise no certificate can be produced and\n"
+    "--no-verify is required. Rules the graph cannot express are refused in one line naming the node\n"
+    "(docs/onnx.md, \"Patching a third-party graph in place\").\n";
 
 static bool parse_double(const char *opt, const char *v, double *out, double lo) {
   char *end;

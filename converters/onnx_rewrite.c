@@ -215,7 +215,7 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
   if (meta && strcmp(meta, "{}") != 0 && meta[0])
     return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
                         "(%.80s); patch the original instead", m->path, meta);
-  const char *what = r->n_schedule ? "temperature_schedule" : r->alibi_mode ? "alibi_scale" :
+  const char *what = r->alibi_mode ? "alibi_scale" :
                      r->distance_ceiling ? "distance_ceiling" : r->has_top_k ? "top_k" :
                      r->fire_threshold > 0 ? "fire_threshold" : NULL;
   if (what)
@@ -234,6 +234,9 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
     if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->n_temperature && s[k].scale == 0.0f)
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: no scale attribute and the head size cannot be told from the "
                           "weights feeding it, so its temperature cannot be set", m->path, label(lb, nd, s[k].node));
+    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->n_schedule)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: temperature_schedule gives each row its own tau, and the node's "
+                          "scale attribute is one number", m->path, label(lb, nd, s[k].node));
     if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda)
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask through the node's attention_bias is not expressed by "
                           "the rewriter", m->path, label(lb, nd, s[k].node));
@@ -241,9 +244,9 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
                           label(lb, nd, s[k].node), (int)s[k].elem_type);
   }
-  if (r->has_lambda && cp_onnx_model_opset(m, "") < 11)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: opset %lld: lambda_mask needs opset 11 (Range, negative Gather indices)",
-                        m->path, (long long)cp_onnx_model_opset(m, ""));
+  if ((r->has_lambda || r->n_schedule) && cp_onnx_model_opset(m, "") < 11)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: opset %lld: %s needs opset 11 (Range, negative Gather indices)", m->path,
+                        (long long)cp_onnx_model_opset(m, ""), r->has_lambda ? "lambda_mask" : "temperature_schedule");
   return 0;
 }
 
@@ -265,75 +268,158 @@ static int add_const(rw *w, const char *name, int32_t type, const int64_t *shape
   return cp_onnx_edit_add_initializer(w->e, name, type, shape, ndim, data);
 }
 
-/* Lambda bias [S, T] for a softmax site whose logits are `x`; *bias names its output. */
-static int lambda_bias(rw *w, size_t before, const char *p, const char *x, int32_t type, const cp_rule *r) {
-  char nm[16][200];
-  const char *k[] = {"shape", "S", "T", "kpos", "q0", "qpos", "qcol", "d", "near", "glob", "keep", "bias", "i0",
-                     "i1", "col", "c"};
-  for (int j = 0; j < 16; j++) snprintf(nm[j], sizeof nm[j], "%s%s", p, k[j]);
-  char c_m2[220], c_m1[220], c_0[220], c_1[220], c_ng[220], c_nl[220], c_zero[220], c_neg[220];
-  snprintf(c_m2, sizeof c_m2, "%sconst/-2", p), snprintf(c_m1, sizeof c_m1, "%sconst/-1", p);
-  snprintf(c_0, sizeof c_0, "%sconst/0", p), snprintf(c_1, sizeof c_1, "%sconst/1", p);
-  snprintf(c_ng, sizeof c_ng, "%sconst/n_global", p), snprintf(c_nl, sizeof c_nl, "%sconst/n_local", p);
-  snprintf(c_zero, sizeof c_zero, "%sconst/zero", p), snprintf(c_neg, sizeof c_neg, "%sconst/masked", p);
-  int64_t vm2 = -2, vm1 = -1, v0 = 0, v1 = 1, ng = r->n_global, nl = r->n_local, col[2] = {-1, 1}, two = 2;
-  float zero = 0.0f, neg = type == 10 ? -65504.0f : -FLT_MAX;
+/* Names of one site's values and nodes: "<p><what>" and "<p>node/<what>". */
+typedef struct {
+  char v[200], n[220];
+} nm;
+
+static nm name2(const char *p, const char *what) {
+  nm r;
+  snprintf(r.v, sizeof r.v, "%s%s", p, what);
+  snprintf(r.n, sizeof r.n, "%snode/%s", p, what);
+  return r;
+}
+
+static int op(rw *w, size_t before, const char *p, const char *what, const char *type, const char *const *in,
+              size_t n_in, const cp_onnx_edit_attr *attrs, size_t n_attrs) {
+  nm x = name2(p, what);
+  return add_node(w, before, x.n, type, in, n_in, x.v, attrs, n_attrs);
+}
+
+static int scalar_i64(rw *w, const char *p, const char *what, int64_t v) {
+  nm x = name2(p, what);
+  return add_const(w, x.v, 7, NULL, 0, &v);
+}
+
+/* The site's positions from its logits x [..., S, T]: <p>T (int64 scalar), <p>kpos [T] = 0 .. T-1
+ * and <p>qpos [S] = T - S .. T-1 (a causal pass over a cache of T - S keys). */
+static int positions(rw *w, size_t before, const char *p, const char *x) {
+  nm c_m2 = name2(p, "const/-2"), c_m1 = name2(p, "const/-1"), c_0 = name2(p, "const/0"), c_1 = name2(p, "const/1");
+  nm shape = name2(p, "shape"), S = name2(p, "S"), T = name2(p, "T"), q0 = name2(p, "q0");
   int rc;
-  if ((rc = add_const(w, c_m2, 7, NULL, 0, &vm2)) < 0 || (rc = add_const(w, c_m1, 7, NULL, 0, &vm1)) < 0 ||
-      (rc = add_const(w, c_0, 7, NULL, 0, &v0)) < 0 || (rc = add_const(w, c_1, 7, NULL, 0, &v1)) < 0 ||
-      (rc = add_const(w, c_ng, 7, NULL, 0, &ng)) < 0 || (rc = add_const(w, c_nl, 7, NULL, 0, &nl)) < 0 ||
-      (rc = add_const(w, nm[14], 7, &two, 1, col)) < 0 || (rc = add_const(w, c_zero, type, NULL, 0, &zero)) < 0 ||
-      (rc = add_const(w, c_neg, type, NULL, 0, &neg)) < 0)
+  if ((rc = scalar_i64(w, p, "const/-2", -2)) < 0 || (rc = scalar_i64(w, p, "const/-1", -1)) < 0 ||
+      (rc = scalar_i64(w, p, "const/0", 0)) < 0 || (rc = scalar_i64(w, p, "const/1", 1)) < 0)
     return rc;
-  const char *in_shape[] = {x}, *in_s[] = {nm[0], c_m2}, *in_t[] = {nm[0], c_m1}, *in_k[] = {c_0, nm[2], c_1},
-             *in_q0[] = {nm[2], nm[1]}, *in_q[] = {nm[4], nm[2], c_1}, *in_col[] = {nm[5], nm[14]},
-             *in_d[] = {nm[6], nm[3]}, *in_near[] = {nm[7], c_nl}, *in_glob[] = {nm[3], c_ng},
-             *in_keep[] = {nm[8], nm[9]}, *in_bias[] = {nm[10], c_zero, c_neg};
-  char n2[16][220];
-  for (int j = 0; j < 12; j++) snprintf(n2[j], sizeof n2[j], "%snode/%s", p, k[j]);
+  const char *in_shape[] = {x}, *in_s[] = {shape.v, c_m2.v}, *in_t[] = {shape.v, c_m1.v}, *in_k[] = {c_0.v, T.v, c_1.v},
+             *in_q0[] = {T.v, S.v}, *in_q[] = {q0.v, T.v, c_1.v};
   cp_onnx_edit_attr ax0 = {"axis", 2, 0, 0, NULL, 0};
-  if ((rc = add_node(w, before, n2[0], "Shape", in_shape, 1, nm[0], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[1], "Gather", in_s, 2, nm[1], &ax0, 1)) < 0 ||
-      (rc = add_node(w, before, n2[2], "Gather", in_t, 2, nm[2], &ax0, 1)) < 0 ||
-      (rc = add_node(w, before, n2[3], "Range", in_k, 3, nm[3], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[4], "Sub", in_q0, 2, nm[4], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[5], "Range", in_q, 3, nm[5], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[6], "Reshape", in_col, 2, nm[6], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[7], "Sub", in_d, 2, nm[7], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[8], "Less", in_near, 2, nm[8], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[9], "Less", in_glob, 2, nm[9], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[10], "Or", in_keep, 2, nm[10], NULL, 0)) < 0 ||
-      (rc = add_node(w, before, n2[11], "Where", in_bias, 3, nm[11], NULL, 0)) < 0)
+  if ((rc = op(w, before, p, "shape", "Shape", in_shape, 1, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "S", "Gather", in_s, 2, &ax0, 1)) < 0 ||
+      (rc = op(w, before, p, "T", "Gather", in_t, 2, &ax0, 1)) < 0 ||
+      (rc = op(w, before, p, "kpos", "Range", in_k, 3, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "q0", "Sub", in_q0, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "qpos", "Range", in_q, 3, NULL, 0)) < 0)
     return rc;
   return 0;
 }
 
-/* Mul by 1/tau and / or Add of the Lambda bias in front of the Softmax of site s (layer l). */
-static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r) {
+/* <p>bias [S, T] of the Lambda mask (after positions()). */
+static int lambda_bias(rw *w, size_t before, const char *p, int32_t type, const cp_rule *r) {
+  nm col = name2(p, "const/col"), ng = name2(p, "const/n_global"), nl = name2(p, "const/n_local");
+  nm zero = name2(p, "const/zero"), masked = name2(p, "const/masked"), qpos = name2(p, "qpos"), kpos = name2(p, "kpos");
+  nm qcol = name2(p, "qcol"), d = name2(p, "d"), near = name2(p, "near"), glob = name2(p, "glob"), keep = name2(p, "keep");
+  int64_t shape_col[2] = {-1, 1}, two = 2;
+  float z = 0.0f, neg = type == 10 ? -65504.0f : -FLT_MAX;
+  int rc;
+  if ((rc = scalar_i64(w, p, "const/n_global", r->n_global)) < 0 || (rc = scalar_i64(w, p, "const/n_local", r->n_local)) < 0 ||
+      (rc = add_const(w, col.v, 7, &two, 1, shape_col)) < 0 || (rc = add_const(w, zero.v, type, NULL, 0, &z)) < 0 ||
+      (rc = add_const(w, masked.v, type, NULL, 0, &neg)) < 0)
+    return rc;
+  const char *in_col[] = {qpos.v, col.v}, *in_d[] = {qcol.v, kpos.v}, *in_near[] = {d.v, nl.v}, *in_glob[] = {kpos.v, ng.v},
+             *in_keep[] = {near.v, glob.v}, *in_bias[] = {keep.v, zero.v, masked.v};
+  if ((rc = op(w, before, p, "qcol", "Reshape", in_col, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "d", "Sub", in_d, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "near", "Less", in_near, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "glob", "Less", in_glob, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "keep", "Or", in_keep, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "bias", "Where", in_bias, 3, NULL, 0)) < 0)
+    return rc;
+  return 0;
+}
+
+/* <p>inv_tau_rows [S, 1] of the logits' type: 1 / tau(T) per row, T = qpos + 1, from the
+ * layer's piecewise schedule (cp_tau_schedule) in double, as the engines compute it (after
+ * positions()). */
+static int schedule_rows(rw *w, size_t before, const char *p, int32_t type, const cp_tau_schedule *sc) {
+  char what[64], prev[200];
+  int rc;
+  double one = 1.0, t1 = sc->t1, lo = sc->lo, hi = sc->hi, zero = 0.0;
+  nm c1 = name2(p, "const/1"), d1 = name2(p, "const/d1"), dt1 = name2(p, "const/t1"), dlo = name2(p, "const/lo");
+  nm dhi = name2(p, "const/hi"), d0 = name2(p, "const/d0"), qpos = name2(p, "qpos"), col = name2(p, "const/col");
+  int64_t shape_col[2] = {-1, 1}, two = 2;
+  if ((rc = add_const(w, d1.v, 11, NULL, 0, &one)) < 0 || (rc = add_const(w, dt1.v, 11, NULL, 0, &t1)) < 0 ||
+      (rc = add_const(w, dlo.v, 11, NULL, 0, &lo)) < 0 || (rc = add_const(w, dhi.v, 11, NULL, 0, &hi)) < 0 ||
+      (rc = add_const(w, d0.v, 11, NULL, 0, &zero)) < 0 || (rc = add_const(w, col.v, 7, &two, 1, shape_col)) < 0)
+    return rc;
+  nm len = name2(p, "len"), lend = name2(p, "len_d"), lenc = name2(p, "len_clamped"), lg = name2(p, "log_len");
+  cp_onnx_edit_attr to_d = {"to", 2, 0, 11, NULL, 0}, to_t = {"to", 2, 0, type, NULL, 0};
+  const char *in_len[] = {qpos.v, c1.v}, *in_lend[] = {len.v}, *in_c[] = {lend.v, d1.v}, *in_lg[] = {lenc.v};
+  if ((rc = op(w, before, p, "len", "Add", in_len, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "len_d", "Cast", in_lend, 1, &to_d, 1)) < 0 ||
+      (rc = op(w, before, p, "len_clamped", "Max", in_c, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "log_len", "Log", in_lg, 1, NULL, 0)) < 0)
+    return rc;
+  snprintf(prev, sizeof prev, "%s", dt1.v);
+  for (int k = 0; k + 1 < sc->n; k++) {
+    double loglen = sc->log_len[k], width = sc->log_len[k + 1] - sc->log_len[k], slope = sc->slope[k];
+    char cn[3][64], vn[4][64];
+    snprintf(cn[0], 64, "const/seg%d/log_len", k), snprintf(cn[1], 64, "const/seg%d/width", k);
+    snprintf(cn[2], 64, "const/seg%d/slope", k);
+    snprintf(vn[0], 64, "seg%d/from", k), snprintf(vn[1], 64, "seg%d/over", k), snprintf(vn[2], 64, "seg%d/in", k);
+    snprintf(vn[3], 64, "seg%d/term", k);
+    nm c_l = name2(p, cn[0]), c_w = name2(p, cn[1]), c_s = name2(p, cn[2]);
+    nm v0 = name2(p, vn[0]), v1 = name2(p, vn[1]), v2 = name2(p, vn[2]), v3 = name2(p, vn[3]);
+    if ((rc = add_const(w, c_l.v, 11, NULL, 0, &loglen)) < 0 || (rc = add_const(w, c_w.v, 11, NULL, 0, &width)) < 0 ||
+        (rc = add_const(w, c_s.v, 11, NULL, 0, &slope)) < 0)
+      return rc;
+    const char *i0[] = {lg.v, c_l.v}, *i1[] = {v0.v, d0.v}, *i2[] = {v1.v, c_w.v}, *i3[] = {v2.v, c_s.v}, *i4[] = {prev, v3.v};
+    snprintf(what, sizeof what, "seg%d/sum", k);
+    if ((rc = op(w, before, p, vn[0], "Sub", i0, 2, NULL, 0)) < 0 || (rc = op(w, before, p, vn[1], "Max", i1, 2, NULL, 0)) < 0 ||
+        (rc = op(w, before, p, vn[2], "Min", i2, 2, NULL, 0)) < 0 || (rc = op(w, before, p, vn[3], "Mul", i3, 2, NULL, 0)) < 0 ||
+        (rc = op(w, before, p, what, "Add", i4, 2, NULL, 0)) < 0)
+      return rc;
+    snprintf(prev, sizeof prev, "%s", name2(p, what).v);
+  }
+  nm tlo = name2(p, "tau_lo"), tau = name2(p, "tau"), inv = name2(p, "inv_tau_d"), invt = name2(p, "inv_tau");
+  const char *in_lo[] = {prev, dlo.v}, *in_hi[] = {tlo.v, dhi.v}, *in_inv[] = {d1.v, tau.v}, *in_cast[] = {inv.v},
+             *in_rows[] = {invt.v, col.v};
+  if ((rc = op(w, before, p, "tau_lo", "Max", in_lo, 2, NULL, 0)) < 0 || (rc = op(w, before, p, "tau", "Min", in_hi, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "inv_tau_d", "Div", in_inv, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "inv_tau", "Cast", in_cast, 1, &to_t, 1)) < 0 ||
+      (rc = op(w, before, p, "inv_tau_rows", "Reshape", in_rows, 2, NULL, 0)) < 0)
+    return rc;
+  return 0;
+}
+
+/* Mul by 1/tau (constant, or per row from the schedule) and / or Add of the Lambda bias in front
+ * of the Softmax of site s (layer l). */
+static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r, const cp_tau_schedule *sc) {
   const cp_onnx_node *sm = &w->m->graph->nodes[s->node];
-  char p[64], x[600], name[200], out[200], c[200];
+  char p[64], x[600], c[200];
   snprintf(p, sizeof p, PREFIX "L%zu/", l);
   snprintf(x, sizeof x, "%s", sm->inputs[0]);
   double tau = r->n_temperature == 0 ? 1.0 : r->temperature[r->n_temperature > 1 ? l : 0];
   int rc;
-  if (tau != 1.0) {
-    float inv = (float)(1.0 / tau);
-    snprintf(c, sizeof c, "%sconst/inv_tau", p), snprintf(name, sizeof name, "%snode/temperature", p);
-    snprintf(out, sizeof out, "%slogits_tau", p);
+  if ((sc->n || r->has_lambda) && (rc = positions(w, s->node, p, x)) < 0) return rc;
+  if (sc->n || tau != 1.0) {
+    if (sc->n) {
+      if ((rc = schedule_rows(w, s->node, p, s->elem_type, sc)) < 0) return rc;
+      snprintf(c, sizeof c, "%sinv_tau_rows", p);
+    } else {
+      float inv = (float)(1.0 / tau);
+      snprintf(c, sizeof c, "%sconst/inv_tau", p);
+      if ((rc = add_const(w, c, s->elem_type, NULL, 0, &inv)) < 0) return rc;
+    }
     const char *in[] = {x, c};
-    if ((rc = add_const(w, c, s->elem_type, NULL, 0, &inv)) < 0 ||
-        (rc = add_node(w, s->node, name, "Mul", in, 2, out, NULL, 0)) < 0)
-      return rc;
-    snprintf(x, sizeof x, "%s", out);
+    if ((rc = op(w, s->node, p, "logits_tau", "Mul", in, 2, NULL, 0)) < 0) return rc;
+    snprintf(x, sizeof x, "%slogits_tau", p);
   }
   if (r->has_lambda) {
-    if ((rc = lambda_bias(w, s->node, p, x, s->elem_type, r)) < 0) return rc;
-    char bias[200];
-    snprintf(bias, sizeof bias, "%sbias", p), snprintf(name, sizeof name, "%snode/lambda", p);
-    snprintf(out, sizeof out, "%slogits_lambda", p);
-    const char *in[] = {x, bias};
-    if ((rc = add_node(w, s->node, name, "Add", in, 2, out, NULL, 0)) < 0) return rc;
-    snprintf(x, sizeof x, "%s", out);
+    nm bias = name2(p, "bias");
+    if ((rc = lambda_bias(w, s->node, p, s->elem_type, r)) < 0) return rc;
+    const char *in[] = {x, bias.v};
+    if ((rc = op(w, s->node, p, "logits_lambda", "Add", in, 2, NULL, 0)) < 0) return rc;
+    snprintf(x, sizeof x, "%slogits_lambda", p);
   }
   if (strcmp(x, sm->inputs[0]) != 0) {
     w->rep->n_nodes_changed++;
@@ -361,14 +447,25 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   int rc = cp_onnx_find_sites(&s, &n, m);
   if (rc < 0) goto done;
   if ((rc = refuse_rule(m, rule, s, n)) < 0) goto done;
+  /* The sites are the layers of one decoder-only stack: per-layer lists must have their count. */
+  cp_rule_model rm = {false, 0, (int)n, rule->train_len, false, false, true, NULL};
+  if (n > CP_RULE_MAX_LAYERS) {
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
+    goto done;
+  }
+  if ((rc = cp_rule_check_model(rule, &rm, m->path)) < 0) goto done;
   if ((rc = cp_onnx_edit_open(&e, m->path)) < 0) goto done;
   if (cp_onnx_edit_n_nodes(e) != m->graph->n_nodes) {
     rc = cp_error_set(CP_EFORMAT, "%s: the file changed while it was read", m->path);
     goto done;
   }
   rw w = {e, m, rep};
-  for (size_t k = 0; k < n && rc == 0; k++)
-    rc = s[k].kind == CP_ONNX_SITE_SOFTMAX ? rewrite_softmax(&w, &s[k], k, rule) : rewrite_contrib(&w, &s[k], k, rule);
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    cp_attn_plan plan;
+    cp_rule_plan(&plan, rule, &rm, CP_ATTN_DECODER_SELF, (int)k);
+    rc = s[k].kind == CP_ONNX_SITE_SOFTMAX ? rewrite_softmax(&w, &s[k], k, rule, &plan.sched)
+                                           : rewrite_contrib(&w, &s[k], k, rule);
+  }
   if (rc < 0) goto done;
   CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(rule), m->path);
   if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.version", cp_version())) < 0 ||

@@ -259,13 +259,14 @@ int cp_onnx_edit_add_initializer(cp_onnx_edit *e, const char *name, int32_t elem
   for (int k = 0; k < ndim; k++)
     if (shape[k] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[k], &numel) || numel > ((uint64_t)1 << 28))
       return cp_error_set(CP_EARG, "%s: initializer '%s': shape too large", e->path, name);
-  size_t esz = elem_type == 1 ? 4 : elem_type == 10 ? 2 : elem_type == 7 ? 8 : 0;
+  size_t esz = elem_type == 1 ? 4 : elem_type == 10 ? 2 : elem_type == 7 || elem_type == 11 ? 8 : 0;
   if (!esz) return cp_error_set(CP_EARG, "%s: initializer '%s': data type %d not supported", e->path, name, elem_type);
   uint8_t *raw = malloc(numel * esz + 1);
   CP_CHECK_ALLOC(raw, e->path);
   for (uint64_t k = 0; k < numel; k++) {
     if (elem_type == 1) memcpy(raw + 4 * k, (const float *)data + k, 4); /* little-endian hosts (base/le.h) */
     else if (elem_type == 7) memcpy(raw + 8 * k, (const int64_t *)data + k, 8);
+    else if (elem_type == 11) memcpy(raw + 8 * k, (const double *)data + k, 8);
     else {
       uint16_t h = cp_f32_to_f16(((const float *)data)[k]);
       memcpy(raw + 2 * k, &h, 2);

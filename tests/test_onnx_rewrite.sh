@@ -9,7 +9,8 @@
 #    onnxruntime-genai tiny-random-gpt2 with com.microsoft Attention; tiny-random-Llama fp16 with
 #    MultiHeadAttention + RotaryEmbedding and external data): outputs equal a reference built
 #    without ctxpatch's code (tests/onnx/rewrite_check.py: the temperature baked into the query
-#    weights by python3-onnx/numpy, the Lambda mask as a numpy constant added before each
+#    weights by python3-onnx/numpy, a schedule's tau at the decode row's length computed by
+#    numpy from the spec's interpolation, the Lambda mask as a numpy constant added before each
 #    attention Softmax) within 1e-4, and the original graph differs from that reference by more
 #    (the check can fail);
 #  - every node but the changed ones, every initializer, input, output, value_info, opset and
@@ -57,6 +58,9 @@ own gpt2 tau '{"temperature": 0.8}' --method temperature --tau 0.8
 own gpt2 per_layer '{"temperature": [0.7, 0.9, 1.2]}' --rule "$work/gpt2.per_layer.json"
 own gpt2 lambda '{"lambda_mask": {"n_global": 2, "n_local": 8}}' --method lm-infinite --n-global 2 --n-local 8
 own llama tau '{"temperature": 0.8}' --method temperature --tau 0.8
+sched='{"temperature_schedule": {"points": [[12, 1.0], [24, 0.8], [48, 0.7]]}}'
+own gpt2 schedule "$sched" --rule "$work/gpt2.schedule.json"
+own llama schedule "$sched" --rule "$work/llama.schedule.json"
 # RoPE built from ops (Cos, Sin): the ceiling Lambda implies cannot reach it.
 "$bin" patch "$work/llama.exp/onnx/model.onnx" "$work/l.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/l.onnx" ] && grep -q "(Cos): lambda_mask implies a distance ceiling of 8 on RoPE" "$work/e" \
@@ -119,7 +123,7 @@ third() {
   line=$("$py" "$chk" compare "$d/x" "$d/r" "$outs") && ok || bad "$kind $name: $line"
   echo "$kind $name: rewritten vs reference: $line"
   line=$("$py" "$chk" compare "$d/o" "$d/r" "${outs%%,*}") && bad "$kind $name: the original equals the reference" || ok
-  echo "$kind $name: original vs reference: $line"
+  echo "$kind $name: original vs reference (must differ): $line"
   "$py" "$chk" kept "$model" "$d/out.onnx" "$nchanged" && ok || bad "$kind $name: untouched parts differ"
 }
 g2=$fx/onnxruntime/gpt2_past.onnx
@@ -128,6 +132,10 @@ per=$("$py" -c "print(','.join(str(round(0.6 + 0.05 * l, 2)) for l in range(12))
 echo "{\"temperature\": [$per]}" >"$work/per12.json"
 # layer 8's tau is 1: its Softmax is left as it was (11 changed).
 third gpt2_past "$g2" per_layer 11 last_state,present_0 ref-tau "$per" --rule "$work/per12.json"
+# The decode row sees T = 6 keys (5 cached): tau(6) between the points (4, 1.0) and (8, 0.7).
+pts='[[4,1.0],[8,0.7]]'
+echo "{\"temperature_schedule\": {\"points\": $pts}}" >"$work/sched12.json"
+third gpt2_past "$g2" schedule 12 last_state,present_0 ref-sched "6 $pts" --rule "$work/sched12.json"
 third gpt2_past "$g2" lambda 12 last_state,present_0 ref-lambda "1 3 1 6" --method lm-infinite --n-global 1 --n-local 3
 cg=$fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
 third genai_gpt2 "$cg" tau 5 logits,present_0 ref-tau 0.8 --method temperature --tau 0.8
@@ -149,8 +157,10 @@ refuse "Llama fp16 lambda" "$ll/model.onnx" \
   "(com.microsoft RotaryEmbedding): lambda_mask implies a distance ceiling of 4 on RoPE" --method lm-infinite --n-local 4
 refuse "contrib lambda" "$cg" "(com.microsoft Attention): lambda_mask through the node's attention_bias" \
   --method lm-infinite --n-local 4
-echo '{"temperature_schedule": {"points": [[4, 1.0], [8, 0.8]]}}' >"$work/sched.json"
-refuse "schedule" "$g2" "temperature_schedule at node 'Softmax_175' (Softmax): not expressed" --rule "$work/sched.json"
+refuse "contrib schedule" "$cg" "(com.microsoft Attention): temperature_schedule gives each row its own tau" \
+  --rule "$work/sched12.json"
+echo '{"alibi_scale": {"mode": "static", "factor": 2.0}}' >"$work/alibi.json"
+refuse "alibi" "$g2" "alibi_scale at node 'Softmax_175' (Softmax): not expressed" --rule "$work/alibi.json"
 echo '{"temperature": [0.9, 0.8]}' >"$work/per2.json"
 refuse "per-layer count" "$g2" "2 per-layer temperatures for 12 attention sites" --rule "$work/per2.json"
 "$bin" patch "$g2" "$work/nv.onnx" --method temperature --tau 0.8 >/dev/null 2>"$work/e"; s=$?

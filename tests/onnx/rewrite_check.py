@@ -10,6 +10,9 @@ other means, output comparison, and the byte-level check of what a rewrite kept.
         and bias, per MultiHeadAttention its query projection, per plain attention Softmax the
         q third of the GPT-2 c_attn Gemm/MatMul weight and bias of that layer; one TAU or one per
         site in graph order; shared tensors are scaled once (one TAU only)
+  rewrite_check.py ref-sched MODEL OUT T POINTS_JSON
+        ref-tau at the one tau the spec's schedule gives a row that sees T keys (linear in log T
+        between the points, the end points' taus outside): the fixtures' single decode row
   rewrite_check.py ref-lambda MODEL OUT NGLOBAL NLOCAL S T
         Add(logits, bias) before every attention Softmax, bias [S, T] a numpy constant:
         0 where kpos < n_global or qpos - kpos < n_local (qpos = T - S + i), else -FLT_MAX
@@ -143,6 +146,19 @@ def ref_tau(model, out, taus):
     save(m, out)
 
 
+def sched_tau(T, points):
+    lens = [float(p[0]) for p in points]
+    taus = [float(p[1]) for p in points]
+    if T <= lens[0]:
+        return taus[0]
+    if T >= lens[-1]:
+        return taus[-1]
+    for (la, ta), (lb, tb) in zip(zip(lens, taus), zip(lens[1:], taus[1:])):
+        if la <= T <= lb:
+            return ta + (tb - ta) * (np.log(T) - np.log(la)) / (np.log(lb) - np.log(la))
+    raise AssertionError
+
+
 def ref_lambda(model, out, n_global, n_local, S, T):
     m = onnx.load(model)
     g = m.graph
@@ -229,6 +245,10 @@ def main():
         inputs(*args)
     elif cmd == "ref-tau":
         ref_tau(args[0], args[1], [float(t) for t in args[2].split(",")])
+    elif cmd == "ref-sched":
+        tau = sched_tau(int(args[2]), json.loads(args[3]))
+        print(f"tau({args[2]}) = {tau:.6f}")
+        ref_tau(args[0], args[1], [tau])
     elif cmd == "ref-lambda":
         ref_lambda(args[0], args[1], *[int(v) for v in args[2:6]])
     elif cmd == "compare":

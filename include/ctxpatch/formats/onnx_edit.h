@@ -62,7 +62,8 @@ int cp_onnx_edit_set_attr_float(cp_onnx_edit *e, size_t node, const char *name, 
  * before one node keep the order they were made in. */
 int cp_onnx_edit_insert_node(cp_onnx_edit *e, size_t before, const cp_onnx_edit_node *n);
 /* A new initializer; elem_type 1 (FLOAT: data is float), 10 (FLOAT16: data is float, rounded
- * to nearest even) or 7 (INT64: data is int64_t), raw_data little-endian. */
+ * to nearest even), 7 (INT64: data is int64_t) or 11 (DOUBLE: data is double), raw_data
+ * little-endian. */
 int cp_onnx_edit_add_initializer(cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape /* [ndim] */,
                                  int ndim, const void *data /* [prod(shape)] */);
 /* metadata_props `key` = value: the entry of that key replaced in place, else appended. */
