@@ -318,15 +318,17 @@ static int rewrite_args(patch_args *pa, cp_rule *rule, bool *have_rule) {
     return cli_usage_error("patch", "an in-place ONNX rewrite (OUT ending in .onnx) takes no --to, --dtype, "
                            "--external-threshold, --shard-size or --require");
   const cp_patch_options *o = &pa->po;
-  if (o->method != CP_PATCH_TEMPERATURE && o->method != CP_PATCH_LM_INFINITE && o->method != CP_PATCH_RULE &&
-      !pa->rule_path)
-    return cli_usage_error("patch", "an in-place ONNX rewrite takes --method temperature, lm-infinite or --rule FILE "
+  if (o->method != CP_PATCH_TEMPERATURE && o->method != CP_PATCH_LM_INFINITE && o->method != CP_PATCH_ALIBI_PI &&
+      o->method != CP_PATCH_RULE && !pa->rule_path)
+    return cli_usage_error("patch", "an in-place ONNX rewrite takes --method temperature, lm-infinite, alibi-pi or --rule FILE "
                            "(%s changes what the graph computes before its attention)", cp_patch_method_name(o->method));
   cp_rule_init(rule);
   *have_rule = true;
   if (pa->rule_path) *rule = pa->rule;
   else if (o->method == CP_PATCH_TEMPERATURE && o->tau > 0 && !o->per_layer && !o->schedule)
     rule->n_temperature = 1, rule->temperature[0] = o->tau;
+  else if (o->method == CP_PATCH_ALIBI_PI && o->factor > 0 && !o->dynamic && !o->progressive)
+    rule->alibi_mode = CP_ALIBI_STATIC, rule->alibi_factor = o->factor;
   else if (o->method == CP_PATCH_LM_INFINITE && o->n_local > 0 && !o->ceiling && !o->top_k)
     rule->has_lambda = true, rule->n_global = o->have_n_global ? o->n_global : 10, rule->n_local = o->n_local;
   else *have_rule = false;

@@ -109,9 +109,9 @@ int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, c
   if ((rc = cp_onnx_rewrite(&rep, m, rule, NULL, &p)) < 0 || dry_run) goto done;
   if ((rc = place_data_files(m, out, force)) < 0 || (rc = cp_onnx_rewrite(&rep, m, rule, out, &p)) < 0) goto done;
   printf("rewrote %zu attention sites (%zu Softmax, %zu contrib): %zu nodes added, %zu changed, %zu initializers "
-         "added; everything else kept byte for byte\n",
+         "added, %zu changed; everything else kept byte for byte\n",
          rep.n_softmax + rep.n_contrib, rep.n_softmax, rep.n_contrib, rep.n_nodes_added, rep.n_nodes_changed,
-         rep.n_initializers_added);
+         rep.n_initializers_added, rep.n_initializers_changed);
   if (!cert) printf("wrote %s (NOT certified: --no-verify)\n", out);
 done:
   cp_onnx_model_free(m);

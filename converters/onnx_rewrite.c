@@ -207,6 +207,71 @@ static bool has_rotary(const cp_onnx_graph *g, size_t *at) {
   return false;
 }
 
+/* Whether initializer t holds ALiBi slopes: float32 or float64, H in 2 .. 1024 values in a shape whose
+ * other dims are 1, equal (to 1e-6 relative) to the BLOOM/MPT slopes of H heads with an integer
+ * max bias of 1 .. 16 (BLOOM: 8; MPT: alibi_bias_max). */
+/* The values of a float32 or float64 tensor of at most 1024 elements, in double (raw float64
+ * read as stored, without a float round trip). */
+static int values_f64(double *out /* [t->numel] */, const cp_onnx_tensor *t) {
+  if (t->elem_type == 11 && t->data) {
+    memcpy(out, t->data, t->numel * sizeof *out); /* little-endian hosts (base/le.h) */
+    return 0;
+  }
+  float v[1024];
+  int rc = cp_onnx_tensor_f32(v, t);
+  for (uint64_t h = 0; rc == 0 && h < t->numel; h++) out[h] = v[h];
+  return rc;
+}
+
+static bool is_slopes(const cp_onnx_tensor *t) {
+  if ((t->elem_type != 1 && t->elem_type != 11) || t->numel < 2 || t->numel > 1024) return false;
+  for (int k = 0; k < t->ndim; k++)
+    if (t->shape[k] != 1 && (uint64_t)t->shape[k] != t->numel) return false;
+  double v[1024], want[1024];
+  if (values_f64(v, t) < 0) return false;
+  for (int bias = 1; bias <= 16; bias++) { /* max bias: BLOOM 8, MPT's alibi_bias_max (8 by default) */
+    cp_alibi_slopes(want, (int)t->numel, (double)bias);
+    uint64_t h = 0;
+    while (h < t->numel && fabs(v[h] - want[h]) <= 1e-6 * want[h]) h++;
+    if (h == t->numel) return true;
+  }
+  return false;
+}
+
+static bool passes_positional(const cp_onnx_node *n) {
+  static const char *const ops[] = {"Neg", "Unsqueeze", "Squeeze", "Expand", "Tile"};
+  if (passes_logits(n)) return true;
+  for (size_t k = 0; is_default(n) && k < sizeof ops / sizeof *ops; k++)
+    if (!strcmp(n->op_type, ops[k])) return true;
+  return false;
+}
+
+/* The ALiBi slopes initializers upstream of site s's logits (through elementwise and shape ops,
+ * each node once): their indexes in g->initializers are flagged in found[]. */
+static int find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_graph *g, const cp_onnx_node *softmax,
+                       const char *path) {
+  bool *seen = calloc(g->n_nodes + 1, sizeof *seen);
+  size_t *stack = malloc((g->n_nodes + 1) * sizeof *stack), top = 0;
+  if (!seen || !stack) {
+    free(seen), free(stack);
+    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  }
+  size_t p = producer(g, softmax->inputs[0]);
+  if (p != SIZE_MAX) stack[top++] = p, seen[p] = true;
+  while (top) {
+    const cp_onnx_node *n = &g->nodes[stack[--top]];
+    if (!passes_positional(n)) continue;
+    for (size_t i = 0; i < n->n_inputs; i++) {
+      for (size_t k = 0; k < g->n_initializers; k++)
+        if (!strcmp(g->initializers[k].name, n->inputs[i]) && is_slopes(&g->initializers[k])) found[k] = true;
+      size_t q = producer(g, n->inputs[i]);
+      if (q != SIZE_MAX && !seen[q]) seen[q] = true, stack[top++] = q;
+    }
+  }
+  free(seen), free(stack);
+  return 0;
+}
+
 /* What the rewriter cannot express, one line naming the node or the rule key. */
 static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_site *s, size_t n) {
   const cp_onnx_graph *g = m->graph;
@@ -215,7 +280,8 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
   if (meta && strcmp(meta, "{}") != 0 && meta[0])
     return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
                         "(%.80s); patch the original instead", m->path, meta);
-  const char *what = r->alibi_mode ? "alibi_scale" :
+  const char *what = r->alibi_mode == CP_ALIBI_DYNAMIC ? "alibi_scale dynamic" :
+                     r->alibi_mode == CP_ALIBI_PROGRESSIVE ? "alibi_scale progressive" :
                      r->distance_ceiling ? "distance_ceiling" : r->has_top_k ? "top_k" :
                      r->fire_threshold > 0 ? "fire_threshold" : NULL;
   if (what)
@@ -444,11 +510,32 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   size_t n = 0;
   cp_onnx_edit *e = NULL;
   char *rule_json = NULL;
+  bool *slopes = NULL;
   int rc = cp_onnx_find_sites(&s, &n, m);
   if (rc < 0) goto done;
   if ((rc = refuse_rule(m, rule, s, n)) < 0) goto done;
+  bool any_slopes = false;
+  CP_CHECK_ALLOC_GOTO(slopes = calloc(m->graph->n_initializers + 1, sizeof *slopes), m->path);
+  for (size_t k = 0; k < n && (rule->alibi_mode || rule->has_lambda); k++)
+    if (s[k].kind == CP_ONNX_SITE_SOFTMAX && (rc = find_slopes(slopes, m->graph, &m->graph->nodes[s[k].node], m->path)) < 0)
+      goto done;
+  for (size_t k = 0; k < m->graph->n_initializers; k++) any_slopes |= slopes[k];
+  if (rule->alibi_mode && !any_slopes) {
+    char lb[300];
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: alibi_scale: no ALiBi slopes constant (float32 or float64 [H], the BLOOM/MPT slopes) "
+                      "upstream of %s", m->path, label(lb, &m->graph->nodes[s[0].node], s[0].node));
+    goto done;
+  }
+  for (size_t k = 0; k < m->graph->n_initializers && rule->has_lambda; k++)
+    if (slopes[k]) {
+      char q1[128];
+      rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' (ALiBi slopes): lambda_mask implies a distance ceiling "
+                        "of %lld on ALiBi's distance term: not expressed by the rewriter", m->path,
+                        q(q1, m->graph->initializers[k].name), (long long)rule->n_local);
+      goto done;
+    }
   /* The sites are the layers of one decoder-only stack: per-layer lists must have their count. */
-  cp_rule_model rm = {false, 0, (int)n, rule->train_len, false, false, true, NULL};
+  cp_rule_model rm = {false, 0, (int)n, rule->train_len, any_slopes, false, !any_slopes, NULL};
   if (n > CP_RULE_MAX_LAYERS) {
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
     goto done;
@@ -466,6 +553,17 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
     rc = s[k].kind == CP_ONNX_SITE_SOFTMAX ? rewrite_softmax(&w, &s[k], k, rule, &plan.sched)
                                            : rewrite_contrib(&w, &s[k], k, rule);
   }
+  /* Static ALiBi: each slopes constant becomes m_h / F, computed in double (as the engines). */
+  for (size_t k = 0; k < m->graph->n_initializers && rc == 0 && rule->alibi_mode == CP_ALIBI_STATIC; k++) {
+    const cp_onnx_tensor *t = &m->graph->initializers[k];
+    if (!slopes[k]) continue;
+    double v[1024];
+    float f[1024];
+    if ((rc = values_f64(v, t)) < 0) break;
+    for (uint64_t h = 0; h < t->numel; h++) v[h] /= rule->alibi_factor, f[h] = (float)v[h];
+    rc = cp_onnx_edit_replace_initializer(e, t->name, t->elem_type, t->shape, t->ndim, t->elem_type == 11 ? (void *)v : (void *)f);
+    rep->n_initializers_changed++;
+  }
   if (rc < 0) goto done;
   CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(rule), m->path);
   if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.version", cp_version())) < 0 ||
@@ -475,6 +573,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   for (size_t k = 0; p && k < p->n_meta && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, p->meta_keys[k], p->meta_values[k]);
   if (rc == 0 && out_path) rc = cp_onnx_edit_write(e, out_path);
 done:
+  free(slopes);
   free(rule_json);
   cp_onnx_edit_free(e);
   free(s);

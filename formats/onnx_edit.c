@@ -53,6 +53,7 @@ struct cp_onnx_edit {
   size_t n_ins, cap_ins;
   blob *inits;
   size_t n_inits, cap_inits;
+  blob *gf_repl;                    /* [n_gf] replaced graph fields (initializers; p NULL: kept) */
   meta_set *meta;
   size_t n_meta, cap_meta;
 };
@@ -112,6 +113,7 @@ static int index_model(cp_onnx_edit *e) {
   for (size_t k = 0; k < e->n_gf; k++) e->n_nodes += e->gf[k].field == G_NODE && e->gf[k].wire == 2;
   CP_CHECK_ALLOC(e->node_gf = calloc(e->n_nodes + 1, sizeof *e->node_gf), e->path);
   CP_CHECK_ALLOC(e->repl = calloc(e->n_nodes + 1, sizeof *e->repl), e->path);
+  CP_CHECK_ALLOC(e->gf_repl = calloc(e->n_gf + 1, sizeof *e->gf_repl), e->path);
   for (size_t k = 0, j = 0; k < e->n_gf; k++)
     if (e->gf[k].field == G_NODE && e->gf[k].wire == 2) e->node_gf[j++] = k;
   return 0;
@@ -138,6 +140,8 @@ void cp_onnx_edit_free(cp_onnx_edit *e) {
   for (size_t k = 0; k < e->n_nodes; k++) free(e->repl[k].p);
   for (size_t k = 0; k < e->n_ins; k++) free(e->ins[k].b.p);
   for (size_t k = 0; k < e->n_inits; k++) free(e->inits[k].p);
+  for (size_t k = 0; e->gf_repl && k < e->n_gf; k++) free(e->gf_repl[k].p);
+  free(e->gf_repl);
   for (size_t k = 0; k < e->n_meta; k++) free(e->meta[k].key), free(e->meta[k].b.p);
   free(e->repl), free(e->ins), free(e->inits), free(e->meta), free(e->node_gf);
   free(e->top), free(e->gf), free(e->buf), free(e->path);
@@ -253,8 +257,32 @@ int cp_onnx_edit_insert_node(cp_onnx_edit *e, size_t before, const cp_onnx_edit_
   return 0;
 }
 
-int cp_onnx_edit_add_initializer(cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape, int ndim,
-                                 const void *data) {
+/* Whether the message at span s has the length-delimited field `field` equal to `key`. */
+static bool string_field_is(const cp_onnx_edit *e, const span *s, unsigned field, const char *key) {
+  size_t pos = s->body, klen = strlen(key);
+  while (pos < s->end) {
+    uint64_t tag, v;
+    if (read_varint(&tag, e->buf, &pos, s->end) < 0) return false;
+    if ((tag & 7) == 0) {
+      if (read_varint(&v, e->buf, &pos, s->end) < 0) return false;
+      continue;
+    }
+    if ((tag & 7) == 1 || (tag & 7) == 5) {
+      size_t need = (tag & 7) == 1 ? 8 : 4;
+      if (s->end - pos < need) return false;
+      pos += need;
+      continue;
+    }
+    if ((tag & 7) != 2 || read_varint(&v, e->buf, &pos, s->end) < 0 || v > s->end - pos) return false;
+    if ((tag >> 3) == field) return v == klen && !memcmp(e->buf + pos, key, klen);
+    pos += (size_t)v;
+  }
+  return false;
+}
+
+/* A TensorProto of raw little-endian data packed into *b. */
+static int pack_tensor(blob *b, const cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape, int ndim,
+                       const void *data) {
   uint64_t numel = 1;
   for (int k = 0; k < ndim; k++)
     if (shape[k] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[k], &numel) || numel > ((uint64_t)1 << 28))
@@ -276,33 +304,36 @@ int cp_onnx_edit_add_initializer(cp_onnx_edit *e, const char *name, int32_t elem
   tp.name = (char *)name, tp.has_data_type = 1, tp.data_type = elem_type;
   tp.dims = (int64_t *)shape, tp.n_dims = (size_t)ndim;
   tp.has_raw_data = 1, tp.raw_data.data = raw, tp.raw_data.len = numel * esz;
-  int rc = CP_ARRAY_RESERVE(e->inits, e->cap_inits, e->n_inits + 1, e->path);
-  if (rc == 0 && (rc = pack(&e->inits[e->n_inits], &tp.base, e->path)) == 0) e->n_inits++;
+  int rc = pack(b, &tp.base, e->path);
   free(raw);
   return rc;
 }
 
-/* The key of a metadata_props entry at top-level span s, or NULL (absent / not a string). */
-static bool meta_key_is(const cp_onnx_edit *e, const span *s, const char *key) {
-  size_t pos = s->body, klen = strlen(key);
-  while (pos < s->end) {
-    uint64_t tag, v;
-    if (read_varint(&tag, e->buf, &pos, s->end) < 0) return false;
-    if ((tag & 7) == 0) {
-      if (read_varint(&v, e->buf, &pos, s->end) < 0) return false;
-      continue;
-    }
-    if ((tag & 7) != 2 || read_varint(&v, e->buf, &pos, s->end) < 0 || v > s->end - pos) return false;
-    if ((tag >> 3) == 1) return v == klen && !memcmp(e->buf + pos, key, klen);
-    pos += (size_t)v;
-  }
-  return false;
+int cp_onnx_edit_add_initializer(cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape, int ndim,
+                                 const void *data) {
+  int rc = CP_ARRAY_RESERVE(e->inits, e->cap_inits, e->n_inits + 1, e->path);
+  if (rc == 0 && (rc = pack_tensor(&e->inits[e->n_inits], e, name, elem_type, shape, ndim, data)) == 0) e->n_inits++;
+  return rc;
+}
+
+int cp_onnx_edit_replace_initializer(cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape,
+                                     int ndim, const void *data) {
+  size_t at = SIZE_MAX;
+  for (size_t k = 0; k < e->n_gf; k++)
+    if (e->gf[k].field == G_INIT && e->gf[k].wire == 2 && string_field_is(e, &e->gf[k], 8, name)) at = k;
+  if (at == SIZE_MAX) return cp_error_set(CP_ENOTFOUND, "%s: initializer '%s' not found in the main graph", e->path, name);
+  blob b;
+  int rc = pack_tensor(&b, e, name, elem_type, shape, ndim, data);
+  if (rc < 0) return rc;
+  free(e->gf_repl[at].p);
+  e->gf_repl[at] = b;
+  return 0;
 }
 
 int cp_onnx_edit_set_meta(cp_onnx_edit *e, const char *key, const char *value) {
   size_t top = SIZE_MAX;
   for (size_t k = 0; k < e->n_top; k++)
-    if (e->top[k].field == F_META && e->top[k].wire == 2 && meta_key_is(e, &e->top[k], key)) top = k;
+    if (e->top[k].field == F_META && e->top[k].wire == 2 && string_field_is(e, &e->top[k], 1, key)) top = k;
   meta_set *m = NULL;
   for (size_t k = 0; k < e->n_meta; k++)
     if (!strcmp(e->meta[k].key, key)) m = &e->meta[k];
@@ -379,7 +410,8 @@ static void put_graph(out_buf *o, const cp_onnx_edit *e) {
       node++;
       continue;
     }
-    put(o, e->buf + s->start, s->end - s->start);
+    if (e->gf_repl[k].p) put_field(o, G_INIT, e->gf_repl[k].p, e->gf_repl[k].n);
+    else put(o, e->buf + s->start, s->end - s->start);
   }
   put_inserted(o, e, e->n_nodes);
   for (size_t k = 0; k < e->n_inits; k++) put_field(o, G_INIT, e->inits[k].p, e->inits[k].n);

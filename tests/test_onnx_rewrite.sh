@@ -2,7 +2,7 @@
 # Patching an ONNX graph in place (`patch IN.onnx OUT.onnx`, converters/onnx_rewrite.c,
 # formats/onnx_edit.c; docs/onnx.md "Patching a third-party graph in place"), run in
 # onnxruntime-node:
-#  - ctxpatch's own exports (engine golden models gpt2 and llama, exported with no rule): the
+#  - ctxpatch's own exports (engine golden models gpt2, llama, bloom, mpt, exported with no rule): the
 #    rewritten graph's logits equal `ctxpatch forward --rule` (the C engine) within 1e-4, in one
 #    pass and (gpt2 Lambda) through the cache;
 #  - third-party graphs (../shared/fixtures: onnxruntime/gpt2_past.onnx, plain ops;
@@ -35,9 +35,10 @@ ids=$(seq -s, 1 48 | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), (
 run() { rm -rf "$3" && mkdir -p "$3" && node "$t/ort_feed.mjs" "$1" "$2" "$3"; }
 
 # --- ctxpatch's own exports against the C engine -------------------------------------------------
-# own MODEL NAME RULE_JSON PATCH_ARGS... : export without a rule, rewrite, compare with forward --rule
+# own MODEL NAME RULE_JSON NODES_CHANGED INITS_CHANGED PATCH_ARGS... : export without a rule,
+# rewrite, compare with forward --rule
 own() {
-  local model=$1 name=$2 rule=$3; shift 3
+  local model=$1 name=$2 rule=$3 nn=$4 ni=$5; shift 5
   local exp=$work/$model.exp d=$work/$model.$name
   [ -d "$exp" ] || "$bin" convert "$models/$model" "$exp" --to onnx >/dev/null || { bad "$model: export"; return; }
   rm -rf "$d" && cp -r "$exp" "$d"
@@ -52,15 +53,22 @@ own() {
   echo "$line" | head -2
   [ -f "$work/$model.ident" ] || "$bin" forward "$models/$model" --ids "$ids" --out "$work/$model.ident" >/dev/null
   "$py" "$t/compare_logits.py" "$d.ort" "$work/$model.ident" --vocab 96 >/dev/null && bad "$model $name: the rule changes nothing" || ok
-  "$py" "$chk" kept "$exp/onnx/model.onnx" "$d/onnx/model.onnx" 3 >/dev/null && ok || bad "$model $name: untouched parts differ"
+  "$py" "$chk" kept "$exp/onnx/model.onnx" "$d/onnx/model.onnx" "$nn" "$ni" >/dev/null && ok || bad "$model $name: untouched parts differ"
 }
-own gpt2 tau '{"temperature": 0.8}' --method temperature --tau 0.8
-own gpt2 per_layer '{"temperature": [0.7, 0.9, 1.2]}' --rule "$work/gpt2.per_layer.json"
-own gpt2 lambda '{"lambda_mask": {"n_global": 2, "n_local": 8}}' --method lm-infinite --n-global 2 --n-local 8
-own llama tau '{"temperature": 0.8}' --method temperature --tau 0.8
+own gpt2 tau '{"temperature": 0.8}' 3 0 --method temperature --tau 0.8
+own gpt2 per_layer '{"temperature": [0.7, 0.9, 1.2]}' 3 0 --rule "$work/gpt2.per_layer.json"
+own gpt2 lambda '{"lambda_mask": {"n_global": 2, "n_local": 8}}' 3 0 --method lm-infinite --n-global 2 --n-local 8
+own llama tau '{"temperature": 0.8}' 3 0 --method temperature --tau 0.8
 sched='{"temperature_schedule": {"points": [[12, 1.0], [24, 0.8], [48, 0.7]]}}'
-own gpt2 schedule "$sched" --rule "$work/gpt2.schedule.json"
-own llama schedule "$sched" --rule "$work/llama.schedule.json"
+own gpt2 schedule "$sched" 3 0 --rule "$work/gpt2.schedule.json"
+own llama schedule "$sched" 3 0 --rule "$work/llama.schedule.json"
+# Static ALiBi: the slopes constant (float64 in ctxpatch's exports; MPT's alibi_bias_max 6, 6 heads)
+# is replaced in place by m_h / F; no node changes.
+own bloom alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2
+own mpt alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2
+"$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && grep -q "initializer 'const/8' (ALiBi slopes): lambda_mask implies a distance ceiling of 8" "$work/e" \
+  && ok || { bad "bloom export lambda: exit $s"; cat "$work/e"; }
 # RoPE built from ops (Cos, Sin): the ceiling Lambda implies cannot reach it.
 "$bin" patch "$work/llama.exp/onnx/model.onnx" "$work/l.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/l.onnx" ] && grep -q "(Cos): lambda_mask implies a distance ceiling of 8 on RoPE" "$work/e" \
@@ -159,8 +167,10 @@ refuse "contrib lambda" "$cg" "(com.microsoft Attention): lambda_mask through th
   --method lm-infinite --n-local 4
 refuse "contrib schedule" "$cg" "(com.microsoft Attention): temperature_schedule gives each row its own tau" \
   --rule "$work/sched12.json"
-echo '{"alibi_scale": {"mode": "static", "factor": 2.0}}' >"$work/alibi.json"
-refuse "alibi" "$g2" "alibi_scale at node 'Softmax_175' (Softmax): not expressed" --rule "$work/alibi.json"
+refuse "alibi without slopes" "$g2" "alibi_scale: no ALiBi slopes constant .* upstream of node 'Softmax_175' (Softmax)" \
+  --method alibi-pi --factor 2
+echo '{"alibi_scale": {"mode": "dynamic"}, "train_len": 8}' >"$work/alibid.json"
+refuse "dynamic alibi" "$g2" "alibi_scale dynamic at node 'Softmax_175' (Softmax): not expressed" --rule "$work/alibid.json"
 echo '{"temperature": [0.9, 0.8]}' >"$work/per2.json"
 refuse "per-layer count" "$g2" "2 per-layer temperatures for 12 attention sites" --rule "$work/per2.json"
 "$bin" patch "$g2" "$work/nv.onnx" --method temperature --tau 0.8 >/dev/null 2>"$work/e"; s=$?

@@ -18,9 +18,10 @@ other means, output comparison, and the byte-level check of what a rewrite kept.
         0 where kpos < n_global or qpos - kpos < n_local (qpos = T - S + i), else -FLT_MAX
   rewrite_check.py compare DIR_A DIR_B NAME[,NAME...] [TOL]
         max|a-b| / max|b| per output (b the reference), printed; exit 1 over TOL (1e-4)
-  rewrite_check.py kept ORIG REWRITTEN N_CHANGED
+  rewrite_check.py kept ORIG REWRITTEN N_CHANGED [N_INIT_CHANGED]
         every node of ORIG is in REWRITTEN, in order, serialised byte-equal, but for exactly
-        N_CHANGED nodes whose name and op are kept; every initializer, input, output,
+        N_CHANGED nodes whose name and op are kept; every initializer (but exactly N_INIT_CHANGED,
+        default 0, which keep their name, type and dims and change their values), input, output,
         value_info, opset and metadata entry of ORIG is byte-equal in REWRITTEN; new nodes and
         initializers are named ctxpatch/rewrite/...; metadata ctxpatch.rule is present
 """
@@ -204,7 +205,7 @@ def compare(da, db, names, tol):
     return 0 if worst <= tol else 1
 
 
-def kept(orig, new, n_changed):
+def kept(orig, new, n_changed, n_init_changed=0):
     a = onnx.load(orig, load_external_data=False)
     b = onnx.load(new, load_external_data=False)
     ga, gb = a.graph, b.graph
@@ -219,7 +220,13 @@ def kept(orig, new, n_changed):
     assert changed == n_changed, f"{changed} nodes changed, expected {n_changed}"
     ia = {t.name: t.SerializeToString() for t in ga.initializer}
     ib = {t.name: t.SerializeToString() for t in gb.initializer}
-    assert all(ib.get(k) == v for k, v in ia.items()), [k for k, v in ia.items() if ib.get(k) != v][:5]
+    diff = [k for k, v in ia.items() if ib.get(k) != v]
+    assert len(diff) == n_init_changed, diff[:5]
+    ta, tb = {t.name: t for t in ga.initializer}, {t.name: t for t in gb.initializer}
+    for k in diff:
+        assert (ta[k].data_type, list(ta[k].dims)) == (tb[k].data_type, list(tb[k].dims)), k
+        assert not np.array_equal(numpy_helper.to_array(ta[k]), numpy_helper.to_array(tb[k])), k
+    assert [t.name for t in ga.initializer] == [t.name for t in gb.initializer][:len(ga.initializer)]
     assert all(k.startswith("ctxpatch/rewrite/") for k in set(ib) - set(ia)), sorted(set(ib) - set(ia))[:5]
     for field in ("input", "output", "value_info"):
         assert [v.SerializeToString() for v in getattr(ga, field)] == [v.SerializeToString() for v in getattr(gb, field)], field
@@ -235,8 +242,8 @@ def kept(orig, new, n_changed):
     for x, y in zip(ga.node, old):
         if x.SerializeToString() == y.SerializeToString():
             assert x.SerializeToString() in raw, x.name
-    print(f"kept: {len(ga.node) - changed} nodes and {len(ia)} initializers byte-equal, {changed} changed, "
-          f"{len(added)} added")
+    print(f"kept: {len(ga.node) - changed} nodes and {len(ia) - len(diff)} initializers byte-equal, {changed} nodes "
+          f"and {len(diff)} initializers changed, {len(added)} nodes added")
 
 
 def main():
@@ -254,7 +261,7 @@ def main():
     elif cmd == "compare":
         return compare(args[0], args[1], args[2].split(","), float(args[3]) if len(args) > 3 else 1e-4)
     elif cmd == "kept":
-        kept(args[0], args[1], int(args[2]))
+        kept(args[0], args[1], int(args[2]), int(args[3]) if len(args) > 3 else 0)
     else:
         sys.exit(f"unknown command {cmd}")
     return 0

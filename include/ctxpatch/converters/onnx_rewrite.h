@@ -62,7 +62,7 @@ typedef struct {
 /* What was done, for the CLI's report. */
 typedef struct {
   size_t n_softmax, n_contrib; /* sites rewritten */
-  size_t n_nodes_added, n_nodes_changed, n_initializers_added;
+  size_t n_nodes_added, n_nodes_changed, n_initializers_added, n_initializers_changed;
 } cp_onnx_rewrite_report;
 
 /* Rewrites the model at m->path under `rule` into out_path (atomic; NULL: a dry run that makes

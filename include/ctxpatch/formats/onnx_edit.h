@@ -6,10 +6,11 @@
  * Byte layout handled (protobuf wire format, onnx.proto field numbers):
  *   ModelProto:   ... graph = 7 (length-delimited GraphProto) ... metadata_props = 14
  *                 (StringStringEntryProto: key = 1, value = 2) ...
- *   GraphProto:   node = 1 (NodeProto), initializer = 5 (TensorProto), other fields kept as is.
+ *   GraphProto:   node = 1 (NodeProto), initializer = 5 (TensorProto: name = 8), other fields kept.
  * The output is: every top-level field of the input in its order, the graph field rewritten
  * (its node entries in order, each kept or replaced, new nodes spliced in before the node they
- * were inserted before, new initializers after the last field of the graph) with its new length,
+ * were inserted before, replaced initializers in their place, new initializers after the last
+ * field of the graph) with its new length,
  * metadata entries whose key is set replaced in place, new metadata entries at the end. A node
  * that is edited (an input renamed, an attribute set) is re-serialised by protobuf-c from its own
  * bytes (its unknown fields kept); every other byte is copied. Output deterministic.
@@ -66,6 +67,11 @@ int cp_onnx_edit_insert_node(cp_onnx_edit *e, size_t before, const cp_onnx_edit_
  * little-endian. */
 int cp_onnx_edit_add_initializer(cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape /* [ndim] */,
                                  int ndim, const void *data /* [prod(shape)] */);
+/* The main-graph initializer `name` replaced in place (same position) by one of that name with
+ * these data (types as cp_onnx_edit_add_initializer; raw_data, so one that was external becomes
+ * inline); CP_ENOTFOUND when there is none. */
+int cp_onnx_edit_replace_initializer(cp_onnx_edit *e, const char *name, int32_t elem_type, const int64_t *shape,
+                                     int ndim, const void *data);
 /* metadata_props `key` = value: the entry of that key replaced in place, else appended. */
 int cp_onnx_edit_set_meta(cp_onnx_edit *e, const char *key, const char *value);
 
