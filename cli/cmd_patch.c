@@ -24,7 +24,8 @@ static const char patch_help[] =
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
     "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
     "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
-    "                      --method temperature [--tau X] | --method lm-infinite --n-local N [--n-global G]\n\n"
+    "                      --method temperature [--tau X] | --method lm-infinite --n-local N [--n-global G] |\n"
+    "                      --method alibi-pi --factor F\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -77,7 +78,8 @@ static const char patch_help[] =
     "In-place ONNX rewrite (IN a .onnx file or a folder holding model.onnx or onnx/model.onnx, OUT ending\n"
     "in .onnx): the rule is spliced into the graph's own attention (a temperature before each attention\n"
     "Softmax or in the scale of com.microsoft Attention / MultiHeadAttention / GroupQueryAttention; a\n"
-    "temperature_schedule or the Lambda mask as nodes before each Softmax), every other byte kept;\n"
+    "temperature_schedule or the Lambda mask as nodes before each Softmax; a static ALiBi factor in the\n"
+    "slopes constant), every other byte kept;\n"
     "external data files are copied beside OUT. When ctxpatch recovers the graph's model, it is certified\n"
     "on the C engine under the rule first (as --to onnx; a temperature without --tau is calibrated) and\n"
     "the certificate goes into the graph's metadata_props; otherwise no certificate can be produced and\n"
@@ -334,8 +336,8 @@ static int rewrite_args(patch_args *pa, cp_rule *rule, bool *have_rule) {
   else *have_rule = false;
   if (!*have_rule && pa->no_verify)
     return cli_usage_error("patch", "with --no-verify an in-place ONNX rewrite takes --rule FILE, --method temperature "
-                           "--tau X or --method lm-infinite --n-local N [--n-global G] (no model is run to "
-                           "calibrate or resolve defaults)");
+                           "--tau X, --method lm-infinite --n-local N [--n-global G] or --method alibi-pi --factor F "
+                           "(no model is run to calibrate or resolve defaults)");
   return CLI_OK;
 }
 
