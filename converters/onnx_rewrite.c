@@ -275,7 +275,7 @@ static int find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_grap
 /* What the rewriter cannot express, one line naming the node or the rule key. */
 static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_site *s, size_t n) {
   const cp_onnx_graph *g = m->graph;
-  char lb[300];
+  char lb[300], qb[128];
   const char *meta = cp_onnx_model_meta(m, "ctxpatch.rule");
   if (meta && strcmp(meta, "{}") != 0 && meta[0])
     return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
@@ -303,9 +303,14 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
     if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->n_schedule)
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: temperature_schedule gives each row its own tau, and the node's "
                           "scale attribute is one number", m->path, label(lb, nd, s[k].node));
-    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask through the node's attention_bias is not expressed by "
-                          "the rewriter", m->path, label(lb, nd, s[k].node));
+    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda && !strcmp(nd->op_type, "Attention") && nd->n_inputs > 4 &&
+        nd->inputs[4][0])
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask goes through attention_bias, and onnxruntime refuses "
+                          "an Attention with both a past (input '%s') and an attention_bias", m->path,
+                          label(lb, nd, s[k].node), q(qb, nd->inputs[4]));
+    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda && strcmp(nd->op_type, "Attention") != 0)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask through the attention_bias of %s is not expressed by "
+                          "the rewriter (Attention only)", m->path, label(lb, nd, s[k].node), nd->op_type);
     if (s[k].kind == CP_ONNX_SITE_SOFTMAX && s[k].elem_type != 1 && s[k].elem_type != 10)
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
                           label(lb, nd, s[k].node), (int)s[k].elem_type);
@@ -495,12 +500,74 @@ static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule
   return 0;
 }
 
+/* Positions of a com.microsoft Attention node (input [B, S, hidden], past [2, B, N, P, H]):
+ * <p>T = P + S (S without a past), <p>kpos, <p>qpos as positions() gives them. */
+static int positions_attention(rw *w, size_t before, const char *p, const cp_onnx_node *n) {
+  nm c_1 = name2(p, "const/1"), c_3 = name2(p, "const/3"), c_0 = name2(p, "const/0");
+  nm shape = name2(p, "shape"), S = name2(p, "S"), T = name2(p, "T"), q0 = name2(p, "q0"), ps = name2(p, "past_shape");
+  nm P = name2(p, "P");
+  bool past = n->n_inputs > 4 && n->inputs[4][0];
+  int rc;
+  if ((rc = scalar_i64(w, p, "const/1", 1)) < 0 || (rc = scalar_i64(w, p, "const/3", 3)) < 0 ||
+      (rc = scalar_i64(w, p, "const/0", 0)) < 0)
+    return rc;
+  const char *in_shape[] = {n->inputs[0]}, *in_s[] = {shape.v, c_1.v}, *in_ps[] = {past ? n->inputs[4] : ""},
+             *in_p[] = {ps.v, c_3.v}, *in_t[] = {P.v, S.v}, *in_t0[] = {S.v}, *in_k[] = {c_0.v, T.v, c_1.v},
+             *in_q0[] = {T.v, S.v}, *in_q[] = {q0.v, T.v, c_1.v};
+  cp_onnx_edit_attr ax0 = {"axis", 2, 0, 0, NULL, 0};
+  if ((rc = op(w, before, p, "shape", "Shape", in_shape, 1, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "S", "Gather", in_s, 2, &ax0, 1)) < 0)
+    return rc;
+  if (past && ((rc = op(w, before, p, "past_shape", "Shape", in_ps, 1, NULL, 0)) < 0 ||
+               (rc = op(w, before, p, "P", "Gather", in_p, 2, &ax0, 1)) < 0 ||
+               (rc = op(w, before, p, "T", "Add", in_t, 2, NULL, 0)) < 0))
+    return rc;
+  if (!past && (rc = op(w, before, p, "T", "Identity", in_t0, 1, NULL, 0)) < 0) return rc;
+  if ((rc = op(w, before, p, "kpos", "Range", in_k, 3, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "q0", "Sub", in_q0, 2, NULL, 0)) < 0 ||
+      (rc = op(w, before, p, "qpos", "Range", in_q, 3, NULL, 0)) < 0)
+    return rc;
+  return 0;
+}
+
+/* The Lambda bias [1, 1, S, T] fed to a com.microsoft Attention node as its attention_bias
+ * (input 5), added to the one it has. */
+static int attention_lambda(rw *w, const cp_onnx_site *s, const char *p, const cp_rule *r) {
+  const cp_onnx_node *n = &w->m->graph->nodes[s->node];
+  const cp_onnx_tensor *wt = n->n_inputs > 1 ? cp_onnx_graph_initializer(w->m->graph, n->inputs[1]) : NULL;
+  int32_t type = wt ? wt->elem_type : 1;
+  int rc;
+  if ((rc = positions_attention(w, s->node, p, n)) < 0 || (rc = lambda_bias(w, s->node, p, type, r)) < 0) return rc;
+  nm bias = name2(p, "bias"), b4 = name2(p, "bias4"), axes = name2(p, "const/axes01"), sum = name2(p, "attention_bias");
+  int64_t ax[2] = {0, 1}, two = 2;
+  const char *in_u[] = {bias.v, axes.v};
+  if (cp_onnx_model_opset(w->m, "") >= 13) {
+    if ((rc = add_const(w, axes.v, 7, &two, 1, ax)) < 0 || (rc = op(w, s->node, p, "bias4", "Unsqueeze", in_u, 2, NULL, 0)) < 0)
+      return rc;
+  } else {
+    cp_onnx_edit_attr a = {"axes", 7, 0, 0, ax, 2};
+    if ((rc = op(w, s->node, p, "bias4", "Unsqueeze", in_u, 1, &a, 1)) < 0) return rc;
+  }
+  const char *fed = b4.v;
+  if (n->n_inputs > 5 && n->inputs[5][0]) {
+    const char *in_add[] = {n->inputs[5], b4.v};
+    if ((rc = op(w, s->node, p, "attention_bias", "Add", in_add, 2, NULL, 0)) < 0) return rc;
+    fed = sum.v;
+  }
+  return cp_onnx_edit_set_input(w->e, s->node, 5, fed);
+}
+
 static int rewrite_contrib(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r) {
   double tau = r->n_temperature == 0 ? 1.0 : r->temperature[r->n_temperature > 1 ? l : 0];
+  char p[64];
+  snprintf(p, sizeof p, PREFIX "L%zu/", l);
+  int rc = 0;
   w->rep->n_contrib++;
-  if (tau == 1.0) return 0;
-  w->rep->n_nodes_changed++;
-  return cp_onnx_edit_set_attr_float(w->e, s->node, "scale", (float)((double)s->scale / tau));
+  if (tau != 1.0 && (rc = cp_onnx_edit_set_attr_float(w->e, s->node, "scale", (float)((double)s->scale / tau))) < 0)
+    return rc;
+  if (r->has_lambda && (rc = attention_lambda(w, s, p, r)) < 0) return rc;
+  if (tau != 1.0 || r->has_lambda) w->rep->n_nodes_changed++;
+  return 0;
 }
 
 int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule, const char *out_path,

@@ -184,13 +184,27 @@ int cp_onnx_edit_set_input(cp_onnx_edit *e, size_t node, size_t input, const cha
   Onnx__NodeProto *np;
   int rc = node_unpack(&np, e, node);
   if (rc < 0) return rc;
-  if (input >= np->n_input) {
-    rc = cp_error_set(CP_EARG, "%s: node %zu has no input %zu", e->path, node, input);
-  } else {
+  if (input >= 64) {
+    rc = cp_error_set(CP_EARG, "%s: node %zu: input %zu", e->path, node, input);
+  } else if (input < np->n_input) {
     char *old = np->input[input];
     np->input[input] = (char *)name;
     rc = node_repack(e, node, np);
     np->input[input] = old;
+  } else {
+    /* A later optional input: the ones between are omitted (""). */
+    char **arr = malloc((input + 1) * sizeof *arr), **old = np->input;
+    size_t n_old = np->n_input;
+    if (!arr) {
+      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", e->path);
+    } else {
+      for (size_t k = 0; k <= input; k++) arr[k] = k < n_old ? old[k] : (char *)"";
+      arr[input] = (char *)name;
+      np->input = arr, np->n_input = input + 1;
+      rc = node_repack(e, node, np);
+      np->input = old, np->n_input = n_old;
+      free(arr);
+    }
   }
   onnx__node_proto__free_unpacked(np, NULL);
   return rc;

@@ -7,7 +7,8 @@
 #    pass and (gpt2 Lambda) through the cache;
 #  - third-party graphs (../shared/fixtures: onnxruntime/gpt2_past.onnx, plain ops;
 #    onnxruntime-genai tiny-random-gpt2 with com.microsoft Attention; tiny-random-Llama fp16 with
-#    MultiHeadAttention + RotaryEmbedding and external data): outputs equal a reference built
+#    MultiHeadAttention + RotaryEmbedding and external data; onnxruntime/attention_opt.onnx, one
+#    Attention without a past, weights drawn at random by python): outputs equal a reference built
 #    without ctxpatch's code (tests/onnx/rewrite_check.py: the temperature baked into the query
 #    weights by python3-onnx/numpy, a schedule's tau at the decode row's length computed by
 #    numpy from the spec's interpolation, the Lambda mask as a numpy constant added before each
@@ -16,7 +17,8 @@
 #  - every node but the changed ones, every initializer, input, output, value_info, opset and
 #    metadata entry compares byte-equal (python3-onnx), and untouched nodes occur verbatim in the
 #    file; the external data file is copied beside OUT byte for byte;
-#  - refusals, one line naming the node: a training graph (BLOOM), Lambda on RoPE (own llama
+#  - refusals, one line naming the node: a training graph (BLOOM), Lambda on an Attention with a
+#    past (onnxruntime refuses attention_bias with past), Lambda on RoPE (own llama
 #    export: its Cos node; Llama fp16: its RotaryEmbedding), rules the rewriter does not express,
 #    per-layer taus of the wrong count, a graph with no attention, no --no-verify on a graph whose
 #    model cannot be recovered; nothing written;
@@ -147,6 +149,11 @@ third gpt2_past "$g2" schedule 12 last_state,present_0 ref-sched "6 $pts" --rule
 third gpt2_past "$g2" lambda 12 last_state,present_0 ref-lambda "1 3 1 6" --method lm-infinite --n-global 1 --n-local 3
 cg=$fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
 third genai_gpt2 "$cg" tau 5 logits,present_0 ref-tau 0.8 --method temperature --tau 0.8
+# com.microsoft Attention without a past: the Lambda bias as its attention_bias (input 5). The
+# fixture's weights are all ones (every score ties), so a copy with random weights is used.
+"$py" "$chk" randomize "$fx/onnxruntime/attention_opt.onnx" "$work/attention_opt_random.onnx"
+third attention_opt "$work/attention_opt_random.onnx" lambda 1 output ref-lambda "1 1 3 3" --method lm-infinite --n-global 1 --n-local 1
+third attention_opt "$work/attention_opt_random.onnx" tau 1 output ref-tau 0.5 --method temperature --tau 0.5
 ll=$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16
 # tau 0.25: 1/tau is exact in float16, so the reference's scaled weights round nowhere.
 third llama_fp16 "$ll/model.onnx" tau 2 logits,present.0.key ref-tau 0.25 --method temperature --tau 0.25
@@ -163,7 +170,7 @@ refuse "BLOOM training graph" "$fx/onnxruntime/3layer_bloom_optimized_training.o
   "node 'YieldOp' (com.microsoft YieldOp): a training graph" --method temperature --tau 0.8
 refuse "Llama fp16 lambda" "$ll/model.onnx" \
   "(com.microsoft RotaryEmbedding): lambda_mask implies a distance ceiling of 4 on RoPE" --method lm-infinite --n-local 4
-refuse "contrib lambda" "$cg" "(com.microsoft Attention): lambda_mask through the node's attention_bias" \
+refuse "contrib lambda with a past" "$cg" "(com.microsoft Attention): lambda_mask goes through attention_bias, and onnxruntime refuses an Attention with both a past (input 'past_0')" \
   --method lm-infinite --n-local 4
 refuse "contrib schedule" "$cg" "(com.microsoft Attention): temperature_schedule gives each row its own tau" \
   --rule "$work/sched12.json"

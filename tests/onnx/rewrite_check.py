@@ -14,8 +14,13 @@ other means, output comparison, and the byte-level check of what a rewrite kept.
         ref-tau at the one tau the spec's schedule gives a row that sees T keys (linear in log T
         between the points, the end points' taus outside): the fixtures' single decode row
   rewrite_check.py ref-lambda MODEL OUT NGLOBAL NLOCAL S T
-        Add(logits, bias) before every attention Softmax, bias [S, T] a numpy constant:
+        Add(logits, bias) before every attention Softmax (com.microsoft Attention: as its
+        attention_bias [1, 1, S, T], input 5), bias [S, T] a numpy constant:
         0 where kpos < n_global or qpos - kpos < n_local (qpos = T - S + i), else -FLT_MAX
+  rewrite_check.py randomize MODEL OUT
+        MODEL with every float initializer of 2+ dims drawn at random (seed 3): a fixture whose
+        weights are degenerate (onnxruntime's attention_opt.onnx: all ones, so every score ties)
+        becomes one whose outputs depend on the attention probabilities
   rewrite_check.py compare DIR_A DIR_B NAME[,NAME...] [TOL]
         max|a-b| / max|b| per output (b the reference), printed; exit 1 over TOL (1e-4)
   rewrite_check.py kept ORIG REWRITTEN N_CHANGED [N_INIT_CHANGED]
@@ -68,6 +73,11 @@ def inputs(kind, d):
                 a = (0.5 * rng.standard_normal((1, 1, P, 16))).astype(np.float16)
                 write(d, f"past_key_values.{i}.{kv}", a.view(np.uint16), spec, "float16")
         spec["outputs"] = ["logits", "present.0.key"]
+    elif kind == "attention_opt":  # one com.microsoft Attention (no past), S = T = 3
+        write(d, "input_1", rng.standard_normal((1, 3, 16)).astype(np.float32), spec, "float32")
+        write(d, "input_2", rng.standard_normal((1, 3, 16)).astype(np.float32), spec, "float32")
+        write(d, "input_mask", np.ones((1, 3), dtype=np.int64), spec, "int64")
+        spec["outputs"] = ["output"]
     else:
         sys.exit(f"unknown kind {kind}")
     json.dump(spec, open(os.path.join(d, "spec.json"), "w"))
@@ -169,9 +179,18 @@ def ref_lambda(model, out, n_global, n_local, S, T):
     keep = (kpos < n_global) | (qpos - kpos < n_local)
     bias = np.where(keep, 0.0, -FLT_MAX).astype(np.float32)
     g.initializer.append(numpy_helper.from_array(bias, "ref/lambda_bias"))
+    g.initializer.append(numpy_helper.from_array(bias[None, None], "ref/lambda_bias4"))
     nodes = []
     for k, n in enumerate(g.node):
-        if is_attention_softmax(g, n, prod):
+        if n.domain == "com.microsoft" and n.op_type == "Attention":  # attention_bias is input 5
+            assert len(n.input) <= 5 or not n.input[5]
+            while len(n.input) < 5:
+                n.input.append("")
+            if len(n.input) == 5:
+                n.input.append("ref/lambda_bias4")
+            else:
+                n.input[5] = "ref/lambda_bias4"
+        elif is_attention_softmax(g, n, prod):
             x = f"ref/lambda_{k}"
             nodes.append(onnx.helper.make_node("Add", [n.input[0], "ref/lambda_bias"], [x], name=f"ref/add_{k}"))
             n.input[0] = x
@@ -187,6 +206,16 @@ def save(m, out):
         onnx.save(m, out, save_as_external_data=True, location=os.path.basename(out) + ".data")
     else:
         onnx.save(m, out)
+
+
+def randomize(model, out):
+    m = onnx.load(model)
+    rng = np.random.default_rng(3)
+    for t in m.graph.initializer:
+        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= 2:
+            a = (0.5 * rng.standard_normal(tuple(t.dims))).astype(np.float32)
+            t.CopyFrom(numpy_helper.from_array(a, t.name))
+    onnx.save(m, out)
 
 
 def compare(da, db, names, tol):
@@ -258,6 +287,8 @@ def main():
         ref_tau(args[0], args[1], [tau])
     elif cmd == "ref-lambda":
         ref_lambda(args[0], args[1], *[int(v) for v in args[2:6]])
+    elif cmd == "randomize":
+        randomize(args[0], args[1])
     elif cmd == "compare":
         return compare(args[0], args[1], args[2].split(","), float(args[3]) if len(args) > 3 else 1e-4)
     elif cmd == "kept":

@@ -55,7 +55,8 @@ void cp_onnx_edit_free(cp_onnx_edit *e);
 /* Main-graph nodes in the input file. */
 size_t cp_onnx_edit_n_nodes(const cp_onnx_edit *e);
 
-/* Node `node` (file order) reads `name` as its input `input` (which exists). */
+/* Node `node` (file order) reads `name` as its input `input` (< 64); past its last input, the
+ * inputs between are added as omitted (""). */
 int cp_onnx_edit_set_input(cp_onnx_edit *e, size_t node, size_t input, const char *name);
 /* Node `node` gets the FLOAT attribute `name` = v (replacing one of that name). */
 int cp_onnx_edit_set_attr_float(cp_onnx_edit *e, size_t node, const char *name, float v);
