@@ -32,14 +32,74 @@ static const char *label(char buf[300], const cp_onnx_node *n, size_t index) {
 static bool is_ms(const cp_onnx_node *n) { return !strcmp(n->domain, "com.microsoft"); }
 static bool is_default(const cp_onnx_node *n) { return !n->domain[0] || !strcmp(n->domain, "ai.onnx"); }
 
-/* The node producing `name` in g (file order index), or SIZE_MAX. Linear: graphs are walked a
- * bounded number of steps per site. */
-static size_t producer(const cp_onnx_graph *g, const char *name) {
-  if (!name[0]) return SIZE_MAX;
+/* Names of the main graph sorted for lookups: node outputs (a name several Constant nodes define:
+ * the last in file order, as the reader takes it) and initializers. */
+typedef struct {
+  const char *name;
+  size_t idx;
+} name_ix;
+
+typedef struct {
+  const cp_onnx_graph *g;
+  name_ix *out, *init;
+  size_t n_out, n_init;
+} gix;
+
+static int cmp_name_ix(const void *a, const void *b) {
+  const name_ix *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* Sorts v[0..*n) by (name, idx) and keeps the last idx of each name. */
+static void sort_last(name_ix *v, size_t *n) {
+  if (*n) qsort(v, *n, sizeof *v, cmp_name_ix);
+  size_t k = 0;
+  for (size_t i = 0; i < *n; i++) {
+    if (k && !strcmp(v[k - 1].name, v[i].name)) v[k - 1] = v[i];
+    else v[k++] = v[i];
+  }
+  *n = k;
+}
+
+static int gix_build(gix *x, const cp_onnx_graph *g, const char *path) {
+  memset(x, 0, sizeof *x);
+  x->g = g;
+  size_t n = 0;
+  for (size_t k = 0; k < g->n_nodes; k++) n += g->nodes[k].n_outputs;
+  x->out = malloc((n + 1) * sizeof *x->out), x->init = malloc((g->n_initializers + 1) * sizeof *x->init);
+  if (!x->out || !x->init) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
   for (size_t k = 0; k < g->n_nodes; k++)
     for (size_t o = 0; o < g->nodes[k].n_outputs; o++)
-      if (!strcmp(g->nodes[k].outputs[o], name)) return k;
+      if (g->nodes[k].outputs[o][0]) x->out[x->n_out++] = (name_ix){g->nodes[k].outputs[o], k};
+  for (size_t k = 0; k < g->n_initializers; k++) x->init[x->n_init++] = (name_ix){g->initializers[k].name, k};
+  sort_last(x->out, &x->n_out);
+  sort_last(x->init, &x->n_init);
+  return 0;
+}
+
+static void gix_free(gix *x) { free(x->out), free(x->init); }
+
+static size_t lookup(const name_ix *v, size_t n, const char *name) {
+  name_ix key = {name, 0};
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(v[mid].name, key.name);
+    if (c == 0) return v[mid].idx;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
   return SIZE_MAX;
+}
+
+/* The node producing `name` (file order index), or SIZE_MAX. */
+static size_t producer(const gix *x, const char *name) { return name[0] ? lookup(x->out, x->n_out, name) : SIZE_MAX; }
+
+/* The initializer named `name`, or NULL. */
+static const cp_onnx_tensor *init_of(const gix *x, const char *name) {
+  size_t k = lookup(x->init, x->n_init, name);
+  return k == SIZE_MAX ? NULL : &x->g->initializers[k];
 }
 
 static bool passes_logits(const cp_onnx_node *n) {
@@ -55,14 +115,15 @@ static bool is_matmul(const cp_onnx_node *n) {
 }
 
 /* The q.k MatMul upstream of `name` through elementwise ops (depth-first, bounded), or SIZE_MAX. */
-static size_t find_matmul(const cp_onnx_graph *g, const char *name, int steps) {
-  size_t p = producer(g, name);
+static size_t find_matmul(const gix *x, const char *name, int steps) {
+  const cp_onnx_graph *g = x->g;
+  size_t p = producer(x, name);
   if (p == SIZE_MAX || steps <= 0) return SIZE_MAX;
   const cp_onnx_node *n = &g->nodes[p];
   if (is_matmul(n)) return p;
   if (!passes_logits(n)) return SIZE_MAX;
   for (size_t i = 0; i < n->n_inputs; i++) {
-    size_t r = find_matmul(g, n->inputs[i], steps - 1);
+    size_t r = find_matmul(x, n->inputs[i], steps - 1);
     if (r != SIZE_MAX) return r;
   }
   return SIZE_MAX;
@@ -70,12 +131,13 @@ static size_t find_matmul(const cp_onnx_graph *g, const char *name, int steps) {
 
 /* The ONNX type of value `name`: value_info / outputs, else an initializer or Constant operand
  * of the nodes on the way up (the logits share the type of a scale constant), else float. */
-static int32_t logits_type(const cp_onnx_graph *g, const char *name, size_t matmul) {
+static int32_t logits_type(const gix *x, const char *name, size_t matmul) {
+  const cp_onnx_graph *g = x->g;
   for (size_t k = 0; k < g->n_value_info; k++)
     if (!strcmp(g->value_info[k].name, name) && g->value_info[k].elem_type) return g->value_info[k].elem_type;
   const cp_onnx_node *mm = &g->nodes[matmul];
   for (size_t i = 0; i < mm->n_inputs; i++) {
-    const cp_onnx_tensor *t = cp_onnx_graph_initializer(g, mm->inputs[i]);
+    const cp_onnx_tensor *t = init_of(x, mm->inputs[i]);
     if (t) return t->elem_type;
   }
   for (size_t k = 0; k < g->n_nodes; k++) {
@@ -84,8 +146,8 @@ static int32_t logits_type(const cp_onnx_graph *g, const char *name, size_t matm
     for (size_t i = 0; i < n->n_inputs; i++) uses |= !strcmp(n->inputs[i], mm->outputs[0]);
     if (!uses || (strcmp(n->op_type, "Div") && strcmp(n->op_type, "Mul"))) continue;
     for (size_t i = 0; i < n->n_inputs; i++) {
-      const cp_onnx_tensor *t = cp_onnx_graph_initializer(g, n->inputs[i]);
-      size_t p = producer(g, n->inputs[i]);
+      const cp_onnx_tensor *t = init_of(x, n->inputs[i]);
+      size_t p = producer(x, n->inputs[i]);
       if (!t && p != SIZE_MAX && !strcmp(g->nodes[p].op_type, "Constant") && g->nodes[p].n_attrs &&
           g->nodes[p].attrs[0].type == CP_ONNX_ATYPE_TENSOR)
         t = g->nodes[p].attrs[0].t;
@@ -97,17 +159,18 @@ static int32_t logits_type(const cp_onnx_graph *g, const char *name, size_t matm
 
 /* The output width of the MatMul whose weight (an initializer, [in, out]) feeds `name` through
  * ops that keep the width (RotaryEmbedding, Add, Cast, Identity), or 0. */
-static int64_t proj_width(const cp_onnx_graph *g, const char *name, int steps) {
-  size_t p = producer(g, name);
+static int64_t proj_width(const gix *x, const char *name, int steps) {
+  const cp_onnx_graph *g = x->g;
+  size_t p = producer(x, name);
   if (p == SIZE_MAX || steps <= 0) return 0;
   const cp_onnx_node *n = &g->nodes[p];
   if (is_matmul(n) && n->n_inputs >= 2) {
-    const cp_onnx_tensor *w = cp_onnx_graph_initializer(g, n->inputs[1]);
+    const cp_onnx_tensor *w = init_of(x, n->inputs[1]);
     return w && w->ndim == 2 ? w->shape[1] : 0;
   }
   if (!strcmp(n->op_type, "RotaryEmbedding") || !strcmp(n->op_type, "Add") || !strcmp(n->op_type, "Cast") ||
       !strcmp(n->op_type, "Identity"))
-    return n->n_inputs ? proj_width(g, n->inputs[0], steps - 1) : 0;
+    return n->n_inputs ? proj_width(x, n->inputs[0], steps - 1) : 0;
   return 0;
 }
 
@@ -118,19 +181,19 @@ static int64_t attr_i(const cp_onnx_node *n, const char *name, int64_t dflt) {
 
 /* The scale a contrib attention node uses now: its attribute, else 1/sqrt(head size); 0 when
  * the head size cannot be told. */
-static float contrib_scale(const cp_onnx_graph *g, const cp_onnx_node *n) {
+static float contrib_scale(const gix *x, const cp_onnx_node *n) {
   const cp_onnx_attribute *s = cp_onnx_node_attr(n, "scale");
   if (s && s->type == CP_ONNX_ATYPE_FLOAT && s->f != 0.0f) return s->f;
   int64_t heads = attr_i(n, "num_heads", 0), width = 0, parts = 1;
   if (heads <= 0 || n->n_inputs < 1) return 0;
   if (!strcmp(n->op_type, "Attention")) {
     const cp_onnx_attribute *qkv = cp_onnx_node_attr(n, "qkv_hidden_sizes");
-    const cp_onnx_tensor *w = n->n_inputs >= 2 ? cp_onnx_graph_initializer(g, n->inputs[1]) : NULL;
+    const cp_onnx_tensor *w = n->n_inputs >= 2 ? init_of(x, n->inputs[1]) : NULL;
     if (qkv && qkv->type == CP_ONNX_ATYPE_INTS && qkv->n == 3) width = qkv->ints[0];
     else if (w && w->ndim == 2 && w->shape[1] % 3 == 0) width = w->shape[1] / 3;
   } else {
     bool packed = n->n_inputs < 2 || !n->inputs[1][0];
-    width = proj_width(g, n->inputs[0], WALK_STEPS);
+    width = proj_width(x, n->inputs[0], WALK_STEPS);
     if (packed && !strcmp(n->op_type, "GroupQueryAttention")) parts = 0; /* q, k, v widths differ: see below */
     else if (packed) return 0; /* MultiHeadAttention's packed QKV is 5-D: its width is not a head count */
     if (parts == 0) {
@@ -169,30 +232,33 @@ int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m
   const cp_onnx_graph *g = m->graph;
   int rc = refuse_training(m);
   if (rc < 0) return rc;
-  cp_onnx_site *s = calloc(g->n_nodes + 1, sizeof *s);
-  CP_CHECK_ALLOC(s, m->path);
+  gix ix, *x = &ix;
+  cp_onnx_site *s = NULL;
   size_t n = 0;
+  if ((rc = gix_build(x, g, m->path)) < 0) goto done;
+  CP_CHECK_ALLOC_GOTO(s = calloc(g->n_nodes + 1, sizeof *s), m->path);
   for (size_t o = 0; o < g->n_nodes; o++) {
     size_t k = g->order[o];
     const cp_onnx_node *nd = &g->nodes[k];
     if (is_contrib_attention(nd)) {
-      s[n].kind = CP_ONNX_SITE_CONTRIB, s[n].node = k, s[n].scale = contrib_scale(g, nd);
+      s[n].kind = CP_ONNX_SITE_CONTRIB, s[n].node = k, s[n].scale = contrib_scale(x, nd);
       n++;
     } else if (is_default(nd) && !strcmp(nd->op_type, "Softmax") && nd->n_inputs == 1) {
-      size_t mm = find_matmul(g, nd->inputs[0], WALK_STEPS);
+      size_t mm = find_matmul(x, nd->inputs[0], WALK_STEPS);
       if (mm == SIZE_MAX) continue; /* not an attention softmax */
       s[n].kind = CP_ONNX_SITE_SOFTMAX, s[n].node = k, s[n].matmul = mm;
-      s[n].elem_type = logits_type(g, nd->inputs[0], mm);
+      s[n].elem_type = logits_type(x, nd->inputs[0], mm);
       n++;
     }
   }
-  if (n == 0) {
-    free(s);
-    return cp_error_set(CP_EUNSUPPORTED, "%s: no attention site found (no Softmax fed by a MatMul through elementwise "
-                        "ops, no com.microsoft Attention / MultiHeadAttention / GroupQueryAttention)", m->path);
-  }
-  *out = s, *n_out = n;
-  return 0;
+  if (n == 0)
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: no attention site found (no Softmax fed by a MatMul through elementwise "
+                      "ops, no com.microsoft Attention / MultiHeadAttention / GroupQueryAttention)", m->path);
+done:
+  gix_free(x);
+  if (rc < 0) free(s);
+  else *out = s, *n_out = n;
+  return rc;
 }
 
 static bool has_rotary(const cp_onnx_graph *g, size_t *at) {
@@ -246,30 +312,33 @@ static bool passes_positional(const cp_onnx_node *n) {
   return false;
 }
 
-/* The ALiBi slopes initializers upstream of site s's logits (through elementwise and shape ops,
- * each node once): their indexes in g->initializers are flagged in found[]. */
-static int find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_graph *g, const cp_onnx_node *softmax,
+/* The ALiBi slopes initializers upstream of the Softmax sites' logits (through elementwise and
+ * shape ops; each node visited once over all sites): flagged in found[] by initializer index. */
+static int find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_graph *g, const cp_onnx_site *s, size_t n,
                        const char *path) {
+  gix ix;
   bool *seen = calloc(g->n_nodes + 1, sizeof *seen);
   size_t *stack = malloc((g->n_nodes + 1) * sizeof *stack), top = 0;
-  if (!seen || !stack) {
-    free(seen), free(stack);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  int rc = gix_build(&ix, g, path);
+  if (rc == 0 && (!seen || !stack)) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    if (s[k].kind != CP_ONNX_SITE_SOFTMAX) continue;
+    size_t p = producer(&ix, g->nodes[s[k].node].inputs[0]);
+    if (p != SIZE_MAX && !seen[p]) stack[top++] = p, seen[p] = true;
   }
-  size_t p = producer(g, softmax->inputs[0]);
-  if (p != SIZE_MAX) stack[top++] = p, seen[p] = true;
-  while (top) {
-    const cp_onnx_node *n = &g->nodes[stack[--top]];
-    if (!passes_positional(n)) continue;
-    for (size_t i = 0; i < n->n_inputs; i++) {
-      for (size_t k = 0; k < g->n_initializers; k++)
-        if (!strcmp(g->initializers[k].name, n->inputs[i]) && is_slopes(&g->initializers[k])) found[k] = true;
-      size_t q = producer(g, n->inputs[i]);
+  while (rc == 0 && top) {
+    const cp_onnx_node *nd = &g->nodes[stack[--top]];
+    if (!passes_positional(nd)) continue;
+    for (size_t i = 0; i < nd->n_inputs; i++) {
+      size_t t = lookup(ix.init, ix.n_init, nd->inputs[i]);
+      if (t != SIZE_MAX && !found[t] && is_slopes(&g->initializers[t])) found[t] = true;
+      size_t q = producer(&ix, nd->inputs[i]);
       if (q != SIZE_MAX && !seen[q]) seen[q] = true, stack[top++] = q;
     }
   }
+  gix_free(&ix);
   free(seen), free(stack);
-  return 0;
+  return rc;
 }
 
 /* What the rewriter cannot express, one line naming the node or the rule key. */
@@ -583,9 +652,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   if ((rc = refuse_rule(m, rule, s, n)) < 0) goto done;
   bool any_slopes = false;
   CP_CHECK_ALLOC_GOTO(slopes = calloc(m->graph->n_initializers + 1, sizeof *slopes), m->path);
-  for (size_t k = 0; k < n && (rule->alibi_mode || rule->has_lambda); k++)
-    if (s[k].kind == CP_ONNX_SITE_SOFTMAX && (rc = find_slopes(slopes, m->graph, &m->graph->nodes[s[k].node], m->path)) < 0)
-      goto done;
+  if ((rule->alibi_mode || rule->has_lambda) && (rc = find_slopes(slopes, m->graph, s, n, m->path)) < 0) goto done;
   for (size_t k = 0; k < m->graph->n_initializers; k++) any_slopes |= slopes[k];
   if (rule->alibi_mode && !any_slopes) {
     char lb[300];
