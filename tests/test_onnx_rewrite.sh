@@ -111,6 +111,15 @@ mkdir -p "$work/rpo/onnx" && cp "$work/cert/rw.onnx" "$work/rpo/onnx/model.onnx"
 "$bin" patch "$work/gpt2.exp/onnx/model.onnx" "$work/u.onnx" --method temperature --no-verify >/dev/null 2>&1
 [ $? -eq 2 ] && [ ! -e "$work/u.onnx" ] && ok || bad "temperature without --tau accepted (nothing to calibrate with)"
 
+# Bad input and outputs: one line, exit 1, nothing written (the input untouched).
+cp "$work/gpt2.exp/onnx/model.onnx" "$work/same.onnx" && sum0=$(sha256sum <"$work/same.onnx")
+"$bin" patch "$work/same.onnx" "$work/same.onnx" --method temperature --tau 0.8 --no-verify --force >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && grep -q "CP_EOVERLAP" "$work/e" && [ "$(sha256sum <"$work/same.onnx")" = "$sum0" ] && ok || { bad "OUT = IN: exit $s"; cat "$work/e"; }
+head -c 300 "$work/gpt2.exp/onnx/model.onnx" >"$work/trunc.onnx"
+"$bin" patch "$work/trunc.onnx" "$work/t.onnx" --method temperature --tau 0.8 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/t.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "trunc.onnx: offset" "$work/e" \
+  && ok || { bad "truncated graph: exit $s"; cat "$work/e"; }
+
 # --- third-party graphs against references built without ctxpatch -------------------------------
 if [ ! -f "$fx/onnxruntime/gpt2_past.onnx" ]; then
   echo "SKIP (part): ../shared/fixtures/third_party not found at $fx"
