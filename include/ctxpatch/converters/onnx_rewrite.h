@@ -15,18 +15,24 @@
  *            Softmax (the spec's s'/tau: after the mask); contrib sites get `scale` = the node's
  *            scale (its attribute, else 1/sqrt(head_size) with the head size read from the
  *            weights that feed it) / tau;
- *   lambda_mask on softmax sites of a graph without rotary embeddings (no *Rotary* op, no Sin / Cos): Add(x, bias) before
- *            the Softmax (after the temperature), bias [S, T] = 0 where kpos < n_global or
- *            qpos - kpos < n_local, else the lowest finite value of the logits' type, with
- *            T, S from the logits' shape, kpos = 0 .. T-1, qpos = T - S .. T-1 (a causal pass
- *            over a cache of T - S keys).
+ *   temperature_schedule on softmax sites: Mul(x, 1/tau(T) [S, 1]) per row, T = qpos + 1, the
+ *            layer's piecewise schedule (cp_tau_schedule) in double;
+ *   lambda_mask on softmax sites: Add(x, bias) before the Softmax (after the temperature), bias
+ *            [S, T] = 0 where kpos < n_global or qpos - kpos < n_local, else the lowest finite
+ *            value of the logits' type, with T, S from the logits' shape, kpos = 0 .. T-1,
+ *            qpos = T - S .. T-1 (a causal pass over a cache of T - S keys); on a
+ *            com.microsoft Attention without a past: the bias [1, 1, S, T] as its
+ *            attention_bias (input 5, added to one it has);
+ *   alibi_scale static: the ALiBi slopes constant upstream of the softmax sites (float32 or
+ *            float64 [H], the BLOOM/MPT slopes for an integer max bias) replaced by m_h / F.
  * Refused (CP_EUNSUPPORTED, one line naming the node): no site; a training graph (backward
  *   ops); a graph that already carries a ctxpatch rule; per-layer taus whose count is not the
- *   number of sites; a contrib node whose head size cannot be told; lambda_mask on a contrib
- *   node, or with rotary embeddings (the ceiling it implies moves RoPE's distance, which is
- *   computed before the site); temperature_schedule, alibi_scale, distance_ceiling, top_k and
- *   fire_threshold (not expressed by the rewriter); logits of a type other than float / float16;
- *   an opset below 11 when nodes that need it are added.
+ *   number of sites; a contrib node whose head size cannot be told; a schedule on a contrib
+ *   node; lambda_mask on an Attention with a past, on MultiHeadAttention / GroupQueryAttention,
+ *   with rotary embeddings or ALiBi slopes (the ceiling it implies moves a distance computed
+ *   before the site); alibi_scale with no slopes found, dynamic or progressive; distance_ceiling,
+ *   top_k and fire_threshold (not expressed by the rewriter); logits of a type other than
+ *   float / float16; an opset below 11 when nodes that need it are added.
  *
  * The output model gets metadata_props ctxpatch.version, ctxpatch.rule (the rule's JSON),
  * ctxpatch.fidelity = "graph-rewrite" and the entries of params (e.g. the certificate digest).
