@@ -378,7 +378,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   }
   if (rc < 0) goto done;
   CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(rule), m->path);
-  if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.version", cp_version())) < 0 ||
+  if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.rewrite_version", cp_version())) < 0 ||
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.rule", rule_json)) < 0 ||
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.fidelity", "graph-rewrite")) < 0)
     goto done;

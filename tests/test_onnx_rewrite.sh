@@ -4,7 +4,8 @@
 # onnxruntime-node:
 #  - ctxpatch's own exports (engine golden models gpt2, llama, bloom, mpt, exported with no rule): the
 #    rewritten graph's logits equal `ctxpatch forward --rule` (the C engine) within 1e-4, in one
-#    pass and (gpt2 Lambda) through the cache;
+#    pass and through the cache, and `forward` on the rewritten graph (the rule read back from its
+#    metadata) gives the same logits;
 #  - third-party graphs (../shared/fixtures: onnxruntime/gpt2_past.onnx, plain ops;
 #    onnxruntime-genai tiny-random-gpt2 with com.microsoft Attention; tiny-random-Llama fp16 with
 #    MultiHeadAttention + RotaryEmbedding and external data; onnxruntime/attention_opt.onnx, one
@@ -56,6 +57,9 @@ own() {
   [ -f "$work/$model.ident" ] || "$bin" forward "$models/$model" --ids "$ids" --out "$work/$model.ident" >/dev/null
   "$py" "$t/compare_logits.py" "$d.ort" "$work/$model.ident" --vocab 96 >/dev/null && bad "$model $name: the rule changes nothing" || ok
   "$py" "$chk" kept "$exp/onnx/model.onnx" "$d/onnx/model.onnx" "$nn" "$ni" >/dev/null && ok || bad "$model $name: untouched parts differ"
+  # Read back: the rule comes from the rewritten graph's metadata, the engine computes the same.
+  "$bin" forward "$d/onnx/model.onnx" --ids "$ids" --out "$d.back" >/dev/null &&
+    "$py" "$t/compare_logits.py" "$d.back" "$d.ref" --vocab 96 --tol 1e-6 >/dev/null && ok || bad "$model $name: forward on the rewritten graph"
 }
 own gpt2 tau '{"temperature": 0.8}' 3 0 --method temperature --tau 0.8
 own gpt2 per_layer '{"temperature": [0.7, 0.9, 1.2]}' 3 0 --rule "$work/gpt2.per_layer.json"

@@ -34,8 +34,10 @@
  *   top_k and fire_threshold (not expressed by the rewriter); logits of a type other than
  *   float / float16; an opset below 11 when nodes that need it are added.
  *
- * The output model gets metadata_props ctxpatch.version, ctxpatch.rule (the rule's JSON),
- * ctxpatch.fidelity = "graph-rewrite" and the entries of params (e.g. the certificate digest).
+ * The output model gets metadata_props ctxpatch.rewrite_version, ctxpatch.rule (the rule's JSON),
+ * ctxpatch.fidelity = "graph-rewrite" and the entries of params (e.g. the certificate digest);
+ * ctxpatch.version stays what it was (set only on ctxpatch's own exports, which the importer
+ * reads by their names: converters/onnx_import.c).
  * External data files are referenced by the same relative locations; the caller places them. */
 #ifndef CTXPATCH_ONNX_REWRITE_H
 #define CTXPATCH_ONNX_REWRITE_H
