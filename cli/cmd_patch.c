@@ -22,7 +22,10 @@ static const char patch_help[] =
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
-    "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n\n"
+    "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
+    "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
+    "                      --method temperature [--tau X] | --method lm-infinite --n-local N [--n-global G] |\n"
+    "                      --method alibi-pi --factor F\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -71,7 +74,17 @@ static const char patch_help[] =
     "  --force           replace an existing OUT (only once the new one is certified)\n"
     "  --to gguf         write OUT as one llama.cpp GGUF file (llama, gpt_neox, bloom, mpt, gpt2, t5):\n"
     "                    rope-pi as {arch}.rope.scaling.*, a temperature baked into the q weights,\n"
-    "                    other rules as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n";
+    "                    other rules as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n\n"
+    "In-place ONNX rewrite (IN a .onnx file or a folder holding model.onnx or onnx/model.onnx, OUT ending\n"
+    "in .onnx): the rule is spliced into the graph's own attention (a temperature before each attention\n"
+    "Softmax or in the scale of com.microsoft Attention / MultiHeadAttention / GroupQueryAttention; a\n"
+    "temperature_schedule or the Lambda mask as nodes before each Softmax; a static ALiBi factor in the\n"
+    "slopes constant), every other byte kept;\n"
+    "external data files are copied beside OUT. When ctxpatch recovers the graph's model, it is certified\n"
+    "on the C engine under the rule first (as --to onnx; a temperature without --tau is calibrated) and\n"
+    "the certificate goes into the graph's metadata_props; otherwise no certificate can be produced and\n"
+    "--no-verify is required. Rules the graph cannot express are refused in one line naming the node\n"
+    "(docs/onnx.md, \"Patching a third-party graph in place\").\n";
 
 static bool parse_double(const char *opt, const char *v, double *out, double lo) {
   char *end;
@@ -298,6 +311,36 @@ nomem:
   return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
 }
 
+/* patch IN.onnx OUT.onnx (cli/patch_rewrite.c): options of the other paths are usage errors;
+ * methods the rewriter cannot express are refused before any work; *rule gets the rule the
+ * options name when it needs no model (--rule, --tau, lm-infinite), for a dry run that refuses
+ * what the graph cannot carry before a certification runs. CLI_OK or the exit status. */
+static int rewrite_args(patch_args *pa, cp_rule *rule, bool *have_rule) {
+  if (pa->to || pa->dtype || pa->external_threshold || pa->shard_size || pa->require)
+    return cli_usage_error("patch", "an in-place ONNX rewrite (OUT ending in .onnx) takes no --to, --dtype, "
+                           "--external-threshold, --shard-size or --require");
+  const cp_patch_options *o = &pa->po;
+  if (o->method != CP_PATCH_TEMPERATURE && o->method != CP_PATCH_LM_INFINITE && o->method != CP_PATCH_ALIBI_PI &&
+      o->method != CP_PATCH_RULE && !pa->rule_path)
+    return cli_usage_error("patch", "an in-place ONNX rewrite takes --method temperature, lm-infinite, alibi-pi or --rule FILE "
+                           "(%s changes what the graph computes before its attention)", cp_patch_method_name(o->method));
+  cp_rule_init(rule);
+  *have_rule = true;
+  if (pa->rule_path) *rule = pa->rule;
+  else if (o->method == CP_PATCH_TEMPERATURE && o->tau > 0 && !o->per_layer && !o->schedule)
+    rule->n_temperature = 1, rule->temperature[0] = o->tau;
+  else if (o->method == CP_PATCH_ALIBI_PI && o->factor > 0 && !o->dynamic && !o->progressive)
+    rule->alibi_mode = CP_ALIBI_STATIC, rule->alibi_factor = o->factor;
+  else if (o->method == CP_PATCH_LM_INFINITE && o->n_local > 0 && !o->ceiling && !o->top_k)
+    rule->has_lambda = true, rule->n_global = o->have_n_global ? o->n_global : 10, rule->n_local = o->n_local;
+  else *have_rule = false;
+  if (!*have_rule && pa->no_verify)
+    return cli_usage_error("patch", "with --no-verify an in-place ONNX rewrite takes --rule FILE, --method temperature "
+                           "--tau X, --method lm-infinite --n-local N [--n-global G] or --method alibi-pi --factor F "
+                           "(no model is run to calibrate or resolve defaults)");
+  return CLI_OK;
+}
+
 int cmd_patch(int argc, char **argv) {
   static patch_args pa; /* holds a cp_rule (tens of KiB): not on the stack */
   memset(&pa, 0, sizeof pa);
@@ -312,13 +355,30 @@ int cmd_patch(int argc, char **argv) {
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
+  static cp_rule rw_rule; /* tens of KiB: not on the stack */
+  char rw_model[CLI_PATH_MAX];
+  bool rewrite = cli_patch_rewrite_model(rw_model, pa.in, pa.out_dir), have_rule = false;
+  if (rewrite) {
+    const char *rins[] = {pa.in, pa.rule_path, pa.tok_path, pa.vo.corpus};
+    if ((status = rewrite_args(&pa, &rw_rule, &have_rule)) != CLI_OK) goto done;
+    if ((rc = cli_check_outputs(rins, 4, &pa.out_dir, 1, false)) ||
+        (have_rule && (rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, NULL, NULL, pa.force, true)) < 0)) {
+      status = cli_report(rc);
+      goto done;
+    }
+    if (pa.no_verify) {
+      rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, NULL, NULL, pa.force, false);
+      status = rc < 0 ? cli_report(rc) : CLI_OK;
+      goto done;
+    }
+  }
   const char *ins[] = {pa.in, pa.tok_path, pa.rule_path, pa.vo.corpus};
   pp_gguf = pa.to && !strcmp(pa.to, "gguf");
   if (pp_gguf && pa.dtype && cp_gguf_dtype_from_name(&pp_gguf_type, pa.dtype)) {
     status = cli_usage_error("patch", "%s", cp_error_message());
     goto done;
   }
-  if ((rc = cli_check_outputs(ins, 4, &pa.out_dir, 1, !pp_gguf)) ||
+  if ((!rewrite && (rc = cli_check_outputs(ins, 4, &pa.out_dir, 1, !pp_gguf))) ||
       (pa.vo.probes_text && (rc = cli_parse_probe_set(&probes, &n_probes, &ppl, pa.vo.probes_text)))) {
     status = cli_report(rc);
     goto done;
@@ -350,6 +410,7 @@ int cmd_patch(int argc, char **argv) {
   if (!pa.json) pp.on_plan = print_plan; /* --json: nothing but the document on stdout */
   cp_onnx_export_params ep;
   cp_onnx_export_params_init(&ep);
+  if (rewrite) pp.onnx = &ep; /* certified as `patch --to onnx` certifies: the C engine under the whole rule */
   if (pa.to && !strcmp(pa.to, "onnx")) {
     if (!cli_parse_onnx_dtype(&ep.weight_dtype, pa.dtype)) {
       status = cli_usage_error("patch", "--dtype expects fp32, fp16 or bf16, not '%s'", pa.dtype);
@@ -361,7 +422,10 @@ int cmd_patch(int argc, char **argv) {
   /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
   size_t tl = pa.tok_path ? strlen(pa.tok_path) : 0;
   if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;
-  if ((rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
+  char rw_tok[CLI_PATH_MAX];
+  if (rewrite && !pp.tokenizer_path) pp.tokenizer_path = cli_patch_rewrite_tokenizer(rw_tok, rw_model);
+  if ((rc = rewrite ? cli_patch_rewrite_certified(&oc, rw_model, pa.out_dir, &pa.po, &pp)
+                    : cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
     status = oc.bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
   else status = pa.json ? print_outcome_json(&oc, pa.out_dir) : print_outcome(&oc, pa.out_dir, &vp, &th);
 done:

@@ -303,11 +303,14 @@ static bool hf_named(const cp_onnx_graph *g) {
   return false;
 }
 
-/* ctxpatch's export names all start so (docs/onnx.md); `const/N` are its graph constants. */
+/* ctxpatch's export names all start so (docs/onnx.md); `const/N` are its graph constants and
+ * `ctxpatch/rewrite/...` the constants an in-place rewrite added (converters/onnx_rewrite.c). */
 static const char *first_foreign_name(const cp_onnx_graph *g) {
   for (size_t i = 0; i < g->n_initializers; i++) {
     const char *n = g->initializers[i].name;
-    if (strncmp(n, "model.", 6) && strncmp(n, "lm_head.", 8) && strncmp(n, "const/", 6)) return n;
+    if (strncmp(n, "model.", 6) && strncmp(n, "lm_head.", 8) && strncmp(n, "const/", 6) &&
+        strncmp(n, "ctxpatch/rewrite/", 17))
+      return n;
   }
   return NULL;
 }
@@ -378,8 +381,9 @@ int cp_onnx_import_config(cp_hf_config **out, const cp_onnx_import *im) {
   char what[700];
   snprintf(what, sizeof what, "%s: %s", im->path, im->config_source);
   int rc = cp_hf_config_parse(out, im->config_text, im->config_len, what);
-  const char *rule = cp_onnx_model_meta(im->om, "ctxpatch.rule");
-  if (rc == 0 && rule && im->ctxpatch) {
+  const char *rule = cp_onnx_model_meta(im->om, "ctxpatch.rule"), *fid = cp_onnx_model_meta(im->om, "ctxpatch.fidelity");
+  /* An in-place rewrite (fidelity "graph-rewrite") computes its rule in the graph too. */
+  if (rc == 0 && rule && (im->ctxpatch || (fid && !strcmp(fid, "graph-rewrite")))) {
     snprintf(what, sizeof what, "%s: metadata_props 'ctxpatch.rule'", im->path);
     if ((rc = cp_rule_parse(&(*out)->ctxpatch_rule, rule, strlen(rule), what)) < 0) {
       cp_hf_config_free(*out);

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Patching an ONNX graph in place (`patch IN.onnx OUT.onnx`, converters/onnx_rewrite.c,
+# formats/onnx_edit.c; docs/onnx.md "Patching a third-party graph in place"), run in
+# onnxruntime-node:
+#  - ctxpatch's own exports (engine golden models gpt2, llama, bloom, mpt, exported with no rule): the
+#    rewritten graph's logits equal `ctxpatch forward --rule` (the C engine) within 1e-4, in one
+#    pass and through the cache, and `forward` on the rewritten graph (the rule read back from its
+#    metadata) gives the same logits;
+#  - third-party graphs (../shared/fixtures: onnxruntime/gpt2_past.onnx, plain ops;
+#    onnxruntime-genai tiny-random-gpt2 with com.microsoft Attention; tiny-random-Llama fp16 with
+#    MultiHeadAttention + RotaryEmbedding and external data; onnxruntime/attention_opt.onnx, one
+#    Attention without a past, weights drawn at random by python): outputs equal a reference built
+#    without ctxpatch's code (tests/onnx/rewrite_check.py: the temperature baked into the query
+#    weights by python3-onnx/numpy, a schedule's tau at the decode row's length computed by
+#    numpy from the spec's interpolation, the Lambda mask as a numpy constant added before each
+#    attention Softmax) within 1e-4, and the original graph differs from that reference by more
+#    (the check can fail);
+#  - every node but the changed ones, every initializer, input, output, value_info, opset and
+#    metadata entry compares byte-equal (python3-onnx), and untouched nodes occur verbatim in the
+#    file; the external data file is copied beside OUT byte for byte;
+#  - refusals, one line naming the node: a training graph (BLOOM), Lambda on an Attention with a
+#    past (onnxruntime refuses attention_bias with past), Lambda on RoPE (own llama
+#    export: its Cos node; Llama fp16: its RotaryEmbedding), rules the rewriter does not express,
+#    per-layer taus of the wrong count, a graph with no attention, no --no-verify on a graph whose
+#    model cannot be recovered; nothing written;
+#  - certification where the model can be recovered (ctxpatch's export of the rope probe): the
+#    certificate in metadata_props, no temporary left, a failing verdict writes nothing.
+# Skips (77) without onnxruntime-node / python3-onnx, and the third-party part without fixtures.
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+. "$src/tests/onnx/env.sh"
+onnx_env onnxruntime-node
+models=$src/tests/goldens/engine/models
+chk=$t/rewrite_check.py
+fx=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party
+ids=$(seq -s, 1 48 | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), ($i*7+3)%96}')
+
+# run MODEL SPEC OUTDIR: onnxruntime-node on the inputs of SPEC
+run() { rm -rf "$3" && mkdir -p "$3" && node "$t/ort_feed.mjs" "$1" "$2" "$3"; }
+
+# --- ctxpatch's own exports against the C engine -------------------------------------------------
+# own MODEL NAME RULE_JSON NODES_CHANGED INITS_CHANGED PATCH_ARGS... : export without a rule,
+# rewrite, compare with forward --rule
+own() {
+  local model=$1 name=$2 rule=$3 nn=$4 ni=$5; shift 5
+  local exp=$work/$model.exp d=$work/$model.$name
+  [ -d "$exp" ] || "$bin" convert "$models/$model" "$exp" --to onnx >/dev/null || { bad "$model: export"; return; }
+  rm -rf "$d" && cp -r "$exp" "$d"
+  echo "$rule" >"$d.json"
+  "$bin" patch "$exp/onnx/model.onnx" "$d/onnx/model.onnx" --force --no-verify "$@" >"$d.log" 2>&1 \
+    || { bad "$model $name: patch"; cat "$d.log"; return; }
+  "$bin" forward "$models/$model" --ids "$ids" --rule "$d.json" --out "$d.ref" >/dev/null || { bad "$model $name: forward"; return; }
+  node "$t/ort_run.mjs" "$d" --ids "$ids" --out "$d.ort" --split 30 --split-out "$d.split" || { bad "$model $name: ort_run"; return; }
+  local line
+  line=$("$py" "$t/compare_logits.py" "$d.ort" "$d.ref" --vocab 96 --label "$model $name one-pass" --also "$d.split") \
+    && ok || bad "$line"
+  echo "$line" | head -2
+  [ -f "$work/$model.ident" ] || "$bin" forward "$models/$model" --ids "$ids" --out "$work/$model.ident" >/dev/null
+  "$py" "$t/compare_logits.py" "$d.ort" "$work/$model.ident" --vocab 96 >/dev/null && bad "$model $name: the rule changes nothing" || ok
+  "$py" "$chk" kept "$exp/onnx/model.onnx" "$d/onnx/model.onnx" "$nn" "$ni" >/dev/null && ok || bad "$model $name: untouched parts differ"
+  # Read back: the rule comes from the rewritten graph's metadata, the engine computes the same.
+  "$bin" forward "$d/onnx/model.onnx" --ids "$ids" --out "$d.back" >/dev/null &&
+    "$py" "$t/compare_logits.py" "$d.back" "$d.ref" --vocab 96 --tol 1e-6 >/dev/null && ok || bad "$model $name: forward on the rewritten graph"
+}
+own gpt2 tau '{"temperature": 0.8}' 3 0 --method temperature --tau 0.8
+own gpt2 per_layer '{"temperature": [0.7, 0.9, 1.2]}' 3 0 --rule "$work/gpt2.per_layer.json"
+own gpt2 lambda '{"lambda_mask": {"n_global": 2, "n_local": 8}}' 3 0 --method lm-infinite --n-global 2 --n-local 8
+own llama tau '{"temperature": 0.8}' 3 0 --method temperature --tau 0.8
+sched='{"temperature_schedule": {"points": [[12, 1.0], [24, 0.8], [48, 0.7]]}}'
+own gpt2 schedule "$sched" 3 0 --rule "$work/gpt2.schedule.json"
+own llama schedule "$sched" 3 0 --rule "$work/llama.schedule.json"
+# Static ALiBi: the slopes constant (float64 in ctxpatch's exports; MPT's alibi_bias_max 6, 6 heads)
+# is replaced in place by m_h / F; no node changes.
+own bloom alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2
+own mpt alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2
+"$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && grep -q "initializer 'const/8' (ALiBi slopes): lambda_mask implies a distance ceiling of 8" "$work/e" \
+  && ok || { bad "bloom export lambda: exit $s"; cat "$work/e"; }
+# RoPE built from ops (Cos, Sin): the ceiling Lambda implies cannot reach it.
+"$bin" patch "$work/llama.exp/onnx/model.onnx" "$work/l.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/l.onnx" ] && grep -q "(Cos): lambda_mask implies a distance ceiling of 8 on RoPE" "$work/e" \
+  && ok || { bad "llama export lambda: exit $s"; cat "$work/e"; }
+# Certified: a graph whose model ctxpatch recovers (its own export of the rope probe model) is
+# certified on the C engine under the rule (as `patch --to onnx`), then rewritten; the
+# certificate's bytes travel in metadata_props with their sha256; the temporary folder is gone;
+# the rewritten graph computes `forward --rule`. A failing certification writes nothing.
+probe=$src/examples/probe-models/rope-probe
+V="--lengths 256,512 --depths 0:1:3 --samples 2 --threads 1"
+"$bin" convert "$probe" "$work/rp" --to onnx >/dev/null && mkdir -p "$work/cert" && ok || bad "rope-probe export"
+"$bin" patch "$work/rp" "$work/cert/rw.onnx" --method temperature --tau 0.9 $V >"$work/c.log" 2>&1 \
+  && grep -q "^wrote $work/cert/rw.onnx (certified, certificate sha256" "$work/c.log" && ok || { bad "certified rewrite"; cat "$work/c.log"; }
+[ "$(ls -A "$work/cert" | sort | tr '\n' ' ')" = "model.onnx.data rw.onnx " ] && ok || bad "left behind: $(ls -A "$work/cert")"
+"$py" - "$work/cert/rw.onnx" <<'PYEOF' && ok || bad "certificate in metadata_props"
+import hashlib, json, sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+d = {p.key: p.value for p in m.metadata_props}
+cert = json.loads(d["ctxpatch.certificate"])
+assert d["ctxpatch.certified"] == "true" and d["ctxpatch.fidelity"] == "graph-rewrite", d.keys()
+assert hashlib.sha256(d["ctxpatch.certificate"].encode()).hexdigest() == d["ctxpatch.certificate_sha256"]
+assert cert["rule"] == json.loads(d["ctxpatch.rule"]) == {"temperature": 0.9}, cert["rule"]
+assert cert["verdict"]["result"] == "pass", cert["verdict"]
+PYEOF
+mkdir -p "$work/rpo/onnx" && cp "$work/cert/rw.onnx" "$work/rpo/onnx/model.onnx" && cp "$work/cert/model.onnx.data" "$work/rpo/onnx/" \
+  && cp "$work/rp/config.json" "$work/rpo/" && echo '{"temperature": 0.9}' >"$work/rp.json"
+"$bin" forward "$probe" --ids "$ids" --rule "$work/rp.json" --out "$work/rp.ref" >/dev/null &&
+  node "$t/ort_run.mjs" "$work/rpo" --ids "$ids" --out "$work/rp.ort" &&
+  "$py" "$t/compare_logits.py" "$work/rp.ort" "$work/rp.ref" --vocab "$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$probe/config.json")" \
+    --label "rope-probe certified tau" && ok || bad "certified rewrite against forward --rule"
+"$bin" patch "$work/rp" "$work/cert/fail.onnx" --method temperature --tau 3 $V >"$work/f.log" 2>&1; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/cert/fail.onnx" ] && grep -q "nothing written" "$work/f.log" && [ -z "$(ls -A "$work/cert" | grep '^\.')" ] \
+  && ok || { bad "failing certification: exit $s"; cat "$work/f.log"; }
+# No model recoverable (a third-party graph, below) and no --no-verify: refused, nothing written.
+# Options of the other paths are usage errors.
+"$bin" patch "$work/gpt2.exp/onnx/model.onnx" "$work/u.onnx" --method temperature --tau 0.8 --no-verify --to onnx >/dev/null 2>&1
+[ $? -eq 2 ] && [ ! -e "$work/u.onnx" ] && ok || bad "--to onnx with an in-place rewrite accepted"
+"$bin" patch "$work/gpt2.exp/onnx/model.onnx" "$work/u.onnx" --method temperature --no-verify >/dev/null 2>&1
+[ $? -eq 2 ] && [ ! -e "$work/u.onnx" ] && ok || bad "temperature without --tau accepted (nothing to calibrate with)"
+
+# Bad input and outputs: one line, exit 1, nothing written (the input untouched).
+cp "$work/gpt2.exp/onnx/model.onnx" "$work/same.onnx" && sum0=$(sha256sum <"$work/same.onnx")
+"$bin" patch "$work/same.onnx" "$work/same.onnx" --method temperature --tau 0.8 --no-verify --force >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && grep -q "CP_EOVERLAP" "$work/e" && [ "$(sha256sum <"$work/same.onnx")" = "$sum0" ] && ok || { bad "OUT = IN: exit $s"; cat "$work/e"; }
+head -c 300 "$work/gpt2.exp/onnx/model.onnx" >"$work/trunc.onnx"
+"$bin" patch "$work/trunc.onnx" "$work/t.onnx" --method temperature --tau 0.8 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/t.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "trunc.onnx: offset" "$work/e" \
+  && ok || { bad "truncated graph: exit $s"; cat "$work/e"; }
+
+# --- third-party graphs against references built without ctxpatch -------------------------------
+if [ ! -f "$fx/onnxruntime/gpt2_past.onnx" ]; then
+  echo "SKIP (part): ../shared/fixtures/third_party not found at $fx"
+  finish
+  exit
+fi
+
+# third KIND MODEL NAME N_CHANGED OUTPUTS REF_ARGS -- PATCH_ARGS...
+third() {
+  local kind=$1 model=$2 name=$3 nchanged=$4 outs=$5 refcmd=$6 refargs=$7; shift 7
+  local d=$work/$kind.$name
+  mkdir -p "$d/in"
+  "$py" "$chk" inputs "$kind" "$d/in"
+  "$bin" patch "$model" "$d/out.onnx" --no-verify "$@" >"$d.log" 2>&1 || { bad "$kind $name: patch"; cat "$d.log"; return; }
+  # shellcheck disable=SC2086
+  "$py" "$chk" "$refcmd" "$model" "$d/ref.onnx" $refargs || { bad "$kind $name: reference"; return; }
+  run "$d/out.onnx" "$d/in/spec.json" "$d/x" && run "$d/ref.onnx" "$d/in/spec.json" "$d/r" && run "$model" "$d/in/spec.json" "$d/o" \
+    || { bad "$kind $name: onnxruntime"; return; }
+  local line
+  line=$("$py" "$chk" compare "$d/x" "$d/r" "$outs") && ok || bad "$kind $name: $line"
+  echo "$kind $name: rewritten vs reference: $line"
+  line=$("$py" "$chk" compare "$d/o" "$d/r" "${outs%%,*}") && bad "$kind $name: the original equals the reference" || ok
+  echo "$kind $name: original vs reference (must differ): $line"
+  "$py" "$chk" kept "$model" "$d/out.onnx" "$nchanged" && ok || bad "$kind $name: untouched parts differ"
+}
+g2=$fx/onnxruntime/gpt2_past.onnx
+third gpt2_past "$g2" tau 12 last_state,present_0 ref-tau 0.8 --method temperature --tau 0.8
+per=$("$py" -c "print(','.join(str(round(0.6 + 0.05 * l, 2)) for l in range(12)))")
+echo "{\"temperature\": [$per]}" >"$work/per12.json"
+# layer 8's tau is 1: its Softmax is left as it was (11 changed).
+third gpt2_past "$g2" per_layer 11 last_state,present_0 ref-tau "$per" --rule "$work/per12.json"
+# The decode row sees T = 6 keys (5 cached): tau(6) between the points (4, 1.0) and (8, 0.7).
+pts='[[4,1.0],[8,0.7]]'
+echo "{\"temperature_schedule\": {\"points\": $pts}}" >"$work/sched12.json"
+third gpt2_past "$g2" schedule 12 last_state,present_0 ref-sched "6 $pts" --rule "$work/sched12.json"
+third gpt2_past "$g2" lambda 12 last_state,present_0 ref-lambda "1 3 1 6" --method lm-infinite --n-global 1 --n-local 3
+cg=$fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
+third genai_gpt2 "$cg" tau 5 logits,present_0 ref-tau 0.8 --method temperature --tau 0.8
+# com.microsoft Attention without a past: the Lambda bias as its attention_bias (input 5). The
+# fixture's weights are all ones (every score ties), so a copy with random weights is used.
+"$py" "$chk" randomize "$fx/onnxruntime/attention_opt.onnx" "$work/attention_opt_random.onnx"
+third attention_opt "$work/attention_opt_random.onnx" lambda 1 output ref-lambda "1 1 3 3" --method lm-infinite --n-global 1 --n-local 1
+third attention_opt "$work/attention_opt_random.onnx" tau 1 output ref-tau 0.5 --method temperature --tau 0.5
+ll=$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16
+# tau 0.25: 1/tau is exact in float16, so the reference's scaled weights round nowhere.
+third llama_fp16 "$ll/model.onnx" tau 2 logits,present.0.key ref-tau 0.25 --method temperature --tau 0.25
+cmp -s "$ll/model.onnx.data" "$work/llama_fp16.tau/model.onnx.data" && ok || bad "external data not copied beside OUT byte for byte"
+
+# Refusals: one line naming the node (or the rule), exit 1, nothing written.
+refuse() {
+  local what=$1 model=$2 pattern=$3; shift 3
+  "$bin" patch "$model" "$work/refused.onnx" --no-verify "$@" >/dev/null 2>"$work/e"; local s=$?
+  [ $s -eq 1 ] && [ ! -e "$work/refused.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q -- "$pattern" "$work/e" \
+    && ok || { bad "$what: exit $s"; cat "$work/e"; }
+}
+refuse "BLOOM training graph" "$fx/onnxruntime/3layer_bloom_optimized_training.onnx" \
+  "node 'YieldOp' (com.microsoft YieldOp): a training graph" --method temperature --tau 0.8
+refuse "Llama fp16 lambda" "$ll/model.onnx" \
+  "(com.microsoft RotaryEmbedding): lambda_mask implies a distance ceiling of 4 on RoPE" --method lm-infinite --n-local 4
+refuse "contrib lambda with a past" "$cg" "(com.microsoft Attention): lambda_mask goes through attention_bias, and onnxruntime refuses an Attention with both a past (input 'past_0')" \
+  --method lm-infinite --n-local 4
+refuse "contrib schedule" "$cg" "(com.microsoft Attention): temperature_schedule gives each row its own tau" \
+  --rule "$work/sched12.json"
+refuse "alibi without slopes" "$g2" "alibi_scale: no ALiBi slopes constant .* upstream of node 'Softmax_175' (Softmax)" \
+  --method alibi-pi --factor 2
+echo '{"alibi_scale": {"mode": "dynamic"}, "train_len": 8}' >"$work/alibid.json"
+refuse "dynamic alibi" "$g2" "alibi_scale dynamic at node 'Softmax_175' (Softmax): not expressed" --rule "$work/alibid.json"
+echo '{"temperature": [0.9, 0.8]}' >"$work/per2.json"
+refuse "per-layer count" "$g2" "2 per-layer temperatures for 12 attention sites" --rule "$work/per2.json"
+"$bin" patch "$g2" "$work/nv.onnx" --method temperature --tau 0.8 >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/nv.onnx" ] && grep -q "no model description can be recovered from this graph.*so no certificate can be produced; --no-verify" "$work/e" \
+  && ok || { bad "gpt2_past without --no-verify: exit $s"; cat "$work/e"; }
+refuse "no attention" "$fx/onnxruntime/external-data/model_with_external_initializers.onnx" "no attention site found" \
+  --method temperature --tau 0.8
+finish
