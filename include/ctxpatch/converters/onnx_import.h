@@ -49,8 +49,14 @@ typedef struct cp_onnx_import cp_onnx_import;
 int cp_onnx_import_open(cp_onnx_import **out, const char *path);
 void cp_onnx_import_free(cp_onnx_import *im);
 
-/* "ctxpatch" (own export) or "hf" (Hugging Face names). */
+/* "ctxpatch" (own export), "hf" (Hugging Face names), "pattern" (plain-op graph recovered by its
+ * pattern) or "contrib" (onnxruntime's fused contrib ops recovered by their attributes). */
 const char *cp_onnx_import_naming(const cp_onnx_import *im);
+/* Recovered graphs: each hyper-parameter and where its value came from (a node's attribute, an
+ * initializer's shape, a constant, genai_config.json), in the order found. Returns the key and
+ * sets *source; both borrowed. */
+size_t cp_onnx_import_provenance_count(const cp_onnx_import *im);
+const char *cp_onnx_import_provenance(const cp_onnx_import *im, size_t i, const char **source);
 /* Where the config came from: "metadata_props ctxpatch.config" or a config.json path. */
 const char *cp_onnx_import_config_source(const cp_onnx_import *im);
 /* A fresh parse of the recovered config (rule of `ctxpatch.rule` as its ctxpatch_rule). */
