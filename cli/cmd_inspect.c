@@ -146,8 +146,12 @@ static void print_recovered(const cJSON *r) {
     printf("recovered:     none: %s\n", str(r, "error"));
     return;
   }
-  printf("recovered:     %s, %s positions (%s names, config from %s)\n", str(r, "family"), str(r, "positions"),
-         str(r, "naming"), str(r, "config"));
+  const char *naming = str(r, "naming");
+  if (!strcmp(naming, "pattern") || !strcmp(naming, "contrib"))
+    printf("recovered:     %s, %s positions (%s)\n", str(r, "family"), str(r, "positions"), str(r, "config"));
+  else
+    printf("recovered:     %s, %s positions (%s names, config from %s)\n", str(r, "family"), str(r, "positions"),
+           naming, str(r, "config"));
   printf("  vocab %.0f, d_model %.0f, layers %.0f, heads %.0f (kv %.0f, d_head %.0f), d_ff %.0f, train_len %.0f, "
          "%s norm, %s%s\n", num(r, "vocab_size"), num(r, "d_model"), num(r, "n_layers"), num(r, "n_heads"),
          num(r, "n_kv_heads"), num(r, "d_head"), num(r, "d_ff"), num(r, "train_len"), str(r, "norm"),
@@ -157,6 +161,8 @@ static void print_recovered(const cJSON *r) {
   printf("  %d tensors recovered; %d initializers not used (graph constants)\n",
          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "tensors")),
          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "unrecognised")));
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "provenance"), *e;
+  cJSON_ArrayForEach(e, p) printf("  %s: %s\n", e->string, cJSON_IsString(e) ? e->valuestring : "");
 }
 
 static void print_onnx(const cJSON *d) {

@@ -431,6 +431,31 @@ static int check_unused(cp_onnx_import *im, int d_model) {
   return 0;
 }
 
+/* Why a graph with no ctxpatch metadata, no HF names and no token embedding Gather holds no model:
+ * no weight initializer at all (single-op test graphs; training graphs, whose weights are graph
+ * inputs), or no embedding. */
+static int no_model(cp_onnx_import *im) {
+  const cp_onnx_graph *g = im->om->graph;
+  for (size_t i = 0; i < g->n_inputs; i++) {
+    const cp_onnx_value *v = &g->inputs[i];
+    if (v->is_tensor && v->ndim == 2 && (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) &&
+        v->dims[0].value > 0 && v->dims[1].value > 0 && !cp_onnx_graph_initializer(g, v->name))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: weights are graph inputs fed at run time, not stored in the file "
+                          "(input '%s' [%lld, %lld]; a training graph or an op test graph)", im->path, v->name,
+                          (long long)v->dims[0].value, (long long)v->dims[1].value);
+  }
+  for (size_t i = 0; i < g->n_initializers; i++) {
+    const cp_onnx_tensor *t = &g->initializers[i];
+    if (t->ndim >= 2 && t->has_dtype && cp_dtype_is_float(t->dtype))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: no token embedding to recover a model from: no Gather of a 2-D float "
+                          "initializer by a graph input (no ctxpatch metadata_props, no family's Hugging Face "
+                          "names; first weight '%s')", im->path, t->name);
+  }
+  return cp_error_set(CP_EUNSUPPORTED, "%s: no float weight initializer of 2+ dims: %zu node%s (first '%s'), "
+                      "not a model", im->path, g->n_nodes, g->n_nodes == 1 ? "" : "s",
+                      g->n_nodes ? g->nodes[0].op_type : "");
+}
+
 /* A graph without ctxpatch's metadata: onnxruntime's contrib ops first, then Hugging Face names
  * with a config.json, then the plain-op pattern. 0: recovered from the graph (config_text made);
  * 1: read it by Hugging Face names; negative: refused. */
@@ -444,10 +469,7 @@ static int recover_foreign(cp_onnx_import *im) {
   rc = cp_onnx_recover_pattern(im);
   if (rc != 1) return rc;
   if (hf_named(g)) return find_config(im); /* the "no hyper-parameters" refusal */
-  return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (no ctxpatch "
-                      "metadata_props, no family's Hugging Face embedding name, and no token embedding Gather "
-                      "from input_ids to recover the model from)", im->path,
-                      g->n_initializers ? g->initializers[0].name : "");
+  return no_model(im);
 }
 
 int cp_onnx_import_open(cp_onnx_import **out, const char *path) {

@@ -168,13 +168,19 @@ static bool see(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
     if (p && is(p, "MatMul") && !cp_ow_weight(w, p, 1, 2) && !cp_ow_scalar(w, in(n, 1), &s) && s != 0)
       c->scale = is(n, "Div") ? 1 / s : s, c->scale_at = n;
   }
+  const cp_onnx_tensor *shape = is(n, "Reshape") ? cp_onnx_graph_initializer(w->g, in(n, 1)) : NULL;
+  int64_t dims[4];
+  if (shape && !c->heads && shape->numel == 4 && !cp_onnx_tensor_i64(dims, shape) && dims[2] > 0 && dims[2] < 1000000)
+    c->heads = dims[2], c->heads_at = n;
   if (is(n, "Reshape") && !c->heads) {
     const cp_onnx_node *cc = cp_ow_producer(w, in(n, 1));
     if (cc && is(cc, "Concat") && cc->n_inputs == 4 && !cp_ow_scalar(w, in(cc, 2), &s) && s > 0 && s < 1e6)
       c->heads = (int64_t)s, c->heads_at = n;
   }
-  const char *act = is(n, "Tanh") ? "gelu_new" : is(n, "Erf") ? "gelu" : is(n, "Sigmoid") ? "silu"
-                  : is(n, "Relu") ? "relu" : NULL;
+  bool ms = !strcmp(n->domain, "com.microsoft");
+  const char *act = is(n, "Tanh") || (ms && !strcmp(n->op_type, "FastGelu")) ? "gelu_new"
+                  : is(n, "Erf") || (ms && (!strcmp(n->op_type, "Gelu") || !strcmp(n->op_type, "BiasGelu"))) ? "gelu"
+                  : is(n, "Sigmoid") ? "silu" : is(n, "Relu") ? "relu" : NULL;
   if (act && (!c->act || strcmp(c->act, act))) c->act = act, c->acts++;
   return false;
 }
@@ -227,7 +233,7 @@ static int mlp(walk *k, const cp_onnx_node *fc, cp_rec_layer *l, const char *x, 
   core c = {.k = k};
   const cp_onnx_node *pn = cp_ow_forward(&k->w, h, linear, see, &c);
   if (!pn) return bad(k, fc, "no second MLP projection after it");
-  if (c.acts != 1) return bad(k, pn, "not one recognised activation (Tanh, Erf, Sigmoid, Relu) before it");
+  if (c.acts != 1) return bad(k, pn, "not one recognised activation (Tanh, Erf, Sigmoid, Relu, FastGelu, Gelu) before it");
   if (c.softmax) return bad(k, pn, "a Softmax in the MLP");
   if (k->r.n_layers == 1) {
     k->r.act = c.act;
