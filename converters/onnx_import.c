@@ -436,13 +436,18 @@ static int check_unused(cp_onnx_import *im, int d_model) {
  * inputs), or no embedding. */
 static int no_model(cp_onnx_import *im) {
   const cp_onnx_graph *g = im->om->graph;
-  for (size_t i = 0; i < g->n_inputs; i++) {
-    const cp_onnx_value *v = &g->inputs[i];
-    if (v->is_tensor && v->ndim == 2 && (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) &&
-        v->dims[0].value > 0 && v->dims[1].value > 0 && !cp_onnx_graph_initializer(g, v->name))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: weights are graph inputs fed at run time, not stored in the file "
-                          "(input '%s' [%lld, %lld]; a training graph or an op test graph)", im->path, v->name,
-                          (long long)v->dims[0].value, (long long)v->dims[1].value);
+  for (size_t i = 0; i < g->n_nodes; i++) { /* an embedding lookup of a weight fed as an input */
+    const cp_onnx_node *n = &g->nodes[i];
+    if (n->n_inputs < 2 || (strcmp(n->op_type, "Gather") && strcmp(n->op_type, "ATen"))) continue;
+    for (size_t k = 0; k < g->n_inputs && k < 64; k++) {
+      const cp_onnx_value *v = &g->inputs[k];
+      if (!strcmp(v->name, n->inputs[0]) && v->is_tensor && v->ndim == 2 && v->dims[0].value > 0 &&
+          (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) && !cp_onnx_graph_initializer(g, v->name))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: '%s' [%lld, %lld], which node '%s' (%s) looks up, is a graph "
+                            "input fed at run time, not a stored initializer: the file stores no weights (a training "
+                            "or op test graph)", im->path, v->name, (long long)v->dims[0].value,
+                            (long long)v->dims[1].value, n->name, n->op_type);
+    }
   }
   for (size_t i = 0; i < g->n_initializers; i++) {
     const cp_onnx_tensor *t = &g->initializers[i];
@@ -451,9 +456,17 @@ static int no_model(cp_onnx_import *im) {
                           "initializer by a graph input (no ctxpatch metadata_props, no family's Hugging Face "
                           "names; first weight '%s')", im->path, t->name);
   }
-  return cp_error_set(CP_EUNSUPPORTED, "%s: no float weight initializer of 2+ dims: %zu node%s (first '%s'), "
-                      "not a model", im->path, g->n_nodes, g->n_nodes == 1 ? "" : "s",
-                      g->n_nodes ? g->nodes[0].op_type : "");
+  char fed[CP_TENSOR_NAME_MAX + 160] = "";
+  for (size_t i = 0; i < g->n_inputs && !fed[0]; i++) {
+    const cp_onnx_value *v = &g->inputs[i];
+    if (v->is_tensor && v->ndim == 2 && (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) &&
+        v->dims[0].value > 0 && v->dims[1].value > 0)
+      snprintf(fed, sizeof fed, "; 2-D float inputs such as '%.500s' [%lld, %lld] are fed at run time (a training or "
+               "op test graph)", v->name, (long long)v->dims[0].value, (long long)v->dims[1].value);
+  }
+  return cp_error_set(CP_EUNSUPPORTED, "%s: no float weight initializer of 2+ dims (%zu node%s, first '%s'): nothing "
+                      "stored to recover a model from%s", im->path, g->n_nodes, g->n_nodes == 1 ? "" : "s",
+                      g->n_nodes ? g->nodes[0].op_type : "", fed);
 }
 
 /* A graph without ctxpatch's metadata: onnxruntime's contrib ops first, then Hugging Face names
@@ -467,8 +480,12 @@ static int recover_foreign(cp_onnx_import *im) {
     if ((rc = read_config_file(im)) <= 0) return rc < 0 ? rc : 1;
   }
   rc = cp_onnx_recover_pattern(im);
+  if (rc == 0) return 0;
+  if (hf_named(g)) { /* HF names want their config.json: say so rather than why the pattern failed */
+    cp_error_clear();
+    return find_config(im);
+  }
   if (rc != 1) return rc;
-  if (hf_named(g)) return find_config(im); /* the "no hyper-parameters" refusal */
   return no_model(im);
 }
 
