@@ -79,13 +79,14 @@ const cp_onnx_node *cp_ow_producer(const cp_ow *w, const char *name) {
 
 size_t cp_ow_consumers(const cp_ow *w, const char *name, const cp_onnx_node **out, size_t max) {
   size_t i = lower(w->cons, w->n_cons, name), n = 0;
-  for (; i < w->n_cons && !strcmp(w->cons[i].name, name); i++, n++)
+  for (; i < w->n_cons && n <= max && !strcmp(w->cons[i].name, name); i++, n++)
     if (n < max) out[n] = &w->g->nodes[w->cons[i].node];
   return n;
 }
 
 const cp_onnx_node *cp_ow_consumer(const cp_ow *w, const char *name, const char *op, int slot) {
-  for (size_t i = lower(w->cons, w->n_cons, name); i < w->n_cons && !strcmp(w->cons[i].name, name); i++) {
+  size_t i = lower(w->cons, w->n_cons, name), end = i + CP_REC_MAX_VISIT;
+  for (; i < w->n_cons && i < end && !strcmp(w->cons[i].name, name); i++) {
     const cp_onnx_node *n = &w->g->nodes[w->cons[i].node];
     if (strcmp(n->op_type, op)) continue;
     if (slot < 0) return n;
@@ -163,7 +164,8 @@ static void push_node(const cp_ow *w, queue *q, size_t node) {
 }
 
 static void push_consumers(const cp_ow *w, queue *q, const char *name) {
-  for (size_t i = lower(w->cons, w->n_cons, name); i < w->n_cons && !strcmp(w->cons[i].name, name); i++)
+  for (size_t i = lower(w->cons, w->n_cons, name); i < w->n_cons && q->tail < q->cap && !strcmp(w->cons[i].name, name);
+       i++)
     push_node(w, q, w->cons[i].node);
 }
 
@@ -172,7 +174,6 @@ static const cp_onnx_node *search(const cp_ow *w, const char *from, const cp_onn
   size_t buf[CP_REC_MAX_VISIT];
   queue q = {buf, 0, 0, CP_REC_MAX_VISIT};
   const cp_onnx_node *hit = NULL;
-  memset(w->seen, 0, w->g->n_nodes);
   if (forward) push_consumers(w, &q, from);
   for (size_t k = 0; !forward && k < start->n_inputs; k++) {
     const cp_onnx_node *p = start->inputs[k][0] ? cp_ow_producer(w, start->inputs[k]) : NULL;
@@ -195,6 +196,7 @@ static const cp_onnx_node *search(const cp_ow *w, const char *from, const cp_onn
       }
     }
   }
+  for (size_t i = 0; i < q.tail; i++) w->seen[q.q[i]] = 0; /* every node marked is queued: O(visited) */
   return hit;
 }
 

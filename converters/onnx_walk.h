@@ -28,15 +28,17 @@ typedef struct {
   cp_ow_edge *prod, *cons; /* sorted by name (then node); prod: a name several Constants define maps to
                               the last in file order, as the reader and onnxruntime take it */
   size_t n_prod, n_cons;
-  unsigned char *seen;     /* [n_nodes] scratch of the searches */
+  unsigned char *seen;     /* [n_nodes] scratch of the searches, all zero between them */
 } cp_ow;
 
 int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g);
 void cp_ow_free(cp_ow *w);
 const cp_onnx_node *cp_ow_producer(const cp_ow *w, const char *name);
-/* The consumers of `name`, up to `max` in *out; returns how many there are. */
+/* The consumers of `name`, up to `max` in *out; returns how many there are, counting at most
+ * max + 1 (so "exactly one" can be asked with max 1). */
 size_t cp_ow_consumers(const cp_ow *w, const char *name, const cp_onnx_node **out, size_t max);
-/* The first consumer of `name` with op_type `op` (any domain) taking it as input `slot` (-1: any). */
+/* The first consumer of `name` with op_type `op` (any domain) taking it as input `slot` (-1: any),
+ * among its first CP_REC_MAX_VISIT consumers. */
 const cp_onnx_node *cp_ow_consumer(const cp_ow *w, const char *name, const char *op, int slot);
 /* Whether `name` is a graph output. */
 bool cp_ow_is_output(const cp_ow *w, const char *name);
