@@ -15,7 +15,8 @@
 #     hyper-parameter came from (the `recovered.provenance` block).
 #   - every other fixture graph is refused with its exact one-line reason.
 #   - on the recovered contrib GPT-2: `convert --to safetensors` (then forward on the folder is
-#     bit-equal to forward on the graph) and `verify` (a tokenizer copied beside the graph).
+#     bit-equal to forward on the graph), `verify` (a tokenizer copied beside the graph) and
+#     `calibrate`; `patch --method rope-pi` on the recovered Llama.
 # Skips (77) without the fixtures, the npm runtimes or python3-onnx.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 . "$src/tests/onnx/env.sh"
@@ -142,5 +143,19 @@ cp "$src/examples/probe-models/rope-probe/tokenizer.json" "$work/g2/"
 "$bin" verify "$work/g2/past.onnx" --probe passkey --lengths 256 --depths 0,1 --samples 2 --seed 1 --threads 2 \
   > "$work/verify.txt" 2> "$work/err" && check grep -q "^passkey *256 " "$work/verify.txt" ||
   bad "verify on the recovered graph: $(head -1 "$work/err")"
+
+# calibrate and patch on a recovered graph
+"$bin" calibrate "$work/g2/past.onnx" --method pmax --lengths 64 --train-len 32 --samples 2 --threads 2 \
+  > "$work/cal.txt" 2> "$work/err" && check grep -q "^pmax  *64 " "$work/cal.txt" || bad "calibrate: $(head -1 "$work/err")"
+"$bin" patch "$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16/model.onnx" "$work/llama.pi" --method rope-pi \
+  --factor 2 --no-verify > /dev/null 2> "$work/err" &&
+  "$bin" forward "$work/llama.pi" --ids $ids_long --threads 2 --out "$work/llama.pi.f32" 2>> "$work/err" ||
+  bad "patch rope-pi: $(head -1 "$work/err")"
+"$py" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c['model_type'] == 'llama' and c['rope_scaling']['factor'] == 2, c
+" "$work/llama.pi/config.json" && ok || bad "patched config.json"
+cmp -s "$work/llama.pi.f32" "$work/tiny-random-LlamaForCausalLM-fp16.eng.f32" && bad "rope-pi changed nothing" || ok
 
 finish
