@@ -13,7 +13,8 @@
 #     by numpy from the graph's own initializer, are compared with the engine's logits.
 #   - `inspect --json` names the family, the naming ("pattern" / "contrib") and where each
 #     hyper-parameter came from (the `recovered.provenance` block).
-#   - every other fixture graph is refused with its exact one-line reason.
+#   - every other fixture graph is refused with its exact one-line reason, and so is each malformed
+#     or hostile decoder of tests/onnx/make_onnx_cases.py's recover/ folder.
 #   - on the recovered contrib GPT-2: `convert --to safetensors` (then forward on the folder is
 #     bit-equal to forward on the graph), `verify` (a tokenizer copied beside the graph) and
 #     `calibrate`; `patch --method rope-pi` on the recovered Llama.
@@ -124,6 +125,22 @@ for d in "$fx"/onnx-node-tests/*/; do # every op test graph: no weights
   n_node=$((n_node + 1))
 done
 echo "onnx-node-tests: $n_node graphs refused (no weights)"
+
+# --- malformed and hostile decoders (tests/onnx/make_onnx_cases.py, recover/): each refused with its
+# message in bounded time (1025 layers, 100000 consumers of one value, ids behind 40 Reshapes)
+"$py" "$t/make_onnx_cases.py" "$work/cases" > /dev/null || bad "make_onnx_cases.py"
+n=0
+while IFS=$'\t' read -r name code sub; do
+  timeout 30 "$bin" forward "$work/cases/recover/$name/model.onnx" --ids 1,2 --out "$work/rc.f32" 2> "$work/err"
+  rc=$?
+  if [ "$code" = OK ]; then
+    [ $rc = 0 ] && ok || bad "recover/$name: expected to read (rc=$rc): $(cat "$work/err")"
+  elif [ $rc = 1 ] && grep -qF -- "error $code:" "$work/err" && grep -qF -- "$sub" "$work/err" &&
+       [ "$(wc -l < "$work/err")" = 1 ]; then ok
+  else bad "recover/$name: expected $code /$sub/ (rc=$rc): $(cat "$work/err")"; fi
+  n=$((n + 1))
+done < "$work/cases/recover/cases.tsv"
+[ $n -ge 9 ] && ok || bad "only $n recovery cases"
 
 # --- convert --to safetensors and verify on the recovered contrib GPT-2
 mkdir -p "$work/g2"
