@@ -509,7 +509,8 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
   im->naming = im->ctxpatch ? "ctxpatch" : "hf";
   if (!im->ctxpatch && (rc = recover_foreign(im)) < 0) goto done;
   if (!im->ctxpatch && rc == 0) { /* recovered from the graph: config_text made by the recoverer */
-    if ((rc = cp_onnx_import_config(&c, im)) == 0) rc = check_unused(im, c->d_model);
+    if ((rc = cp_onnx_import_config(&c, im)) == 0 && (rc = cp_onnx_genai_check(im, c)) == 0)
+      rc = check_unused(im, c->d_model);
     goto done;
   }
   if ((rc = find_config(im)) < 0 || (rc = cp_onnx_import_config(&c, im)) < 0) goto done;

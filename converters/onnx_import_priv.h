@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "ctxpatch/base/strbuf.h"
+#include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/converters/onnx_import.h"
 #include "ctxpatch/formats/onnx_graph.h"
 
@@ -57,5 +58,8 @@ int cp_oi_prov(cp_onnx_import *im, const char *key, const char *fmt, ...)
  * negative cp_err naming the node that does not fit. */
 int cp_onnx_recover_contrib(cp_onnx_import *im);
 int cp_onnx_recover_pattern(cp_onnx_import *im);
+/* onnxruntime-genai's genai_config.json beside the graph, when there: every size it states must
+ * equal c's (else CP_EUNSUPPORTED naming the key); the agreement goes into the provenance. */
+int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c);
 
 #endif

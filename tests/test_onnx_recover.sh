@@ -82,10 +82,10 @@ EOF
 inspect_json "$fx/onnxruntime/gpt2_past.onnx" gpt2 pattern vocab_size n_embd n_positions n_head n_inner \
   layer_norm_epsilon activation_function n_layer lm_head tie_word_embeddings
 inspect_json "$fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx" gpt2 contrib vocab_size d_model n_positions \
-  n_head n_inner norm_eps activation_function n_layers lm_head tie_word_embeddings
+  n_head n_inner norm_eps activation_function n_layers lm_head tie_word_embeddings genai_config.json
 inspect_json "$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16/model.onnx" llama contrib vocab_size d_model \
   num_attention_heads num_key_value_heads head_dim intermediate_size rope_theta max_position_embeddings norm_eps \
-  hidden_act n_layers lm_head
+  hidden_act n_layers lm_head genai_config.json
 "$bin" inspect "$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16/model.onnx" --json > "$work/l.json" 2>&1
 "$py" -c "
 import json, sys
@@ -125,6 +125,13 @@ for d in "$fx"/onnx-node-tests/*/; do # every op test graph: no weights
   n_node=$((n_node + 1))
 done
 echo "onnx-node-tests: $n_node graphs refused (no weights)"
+
+# genai_config.json beside the graph is a cross-check: a size it states that the graph contradicts refuses
+mkdir -p "$work/gbad"
+cp "$fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx" "$work/gbad/"
+sed 's/"head_size": 8/"head_size": 16/' "$fx/onnxruntime-genai/tiny-random-gpt2-fp32/genai_config.json" > "$work/gbad/genai_config.json"
+"$bin" forward "$work/gbad/past.onnx" --ids 1,2 --out "$work/never.f32" 2> "$work/err" && bad "contradicting genai_config.json accepted" ||
+  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/gbad/genai_config.json: key 'model.decoder.head_size' is 16 but the graph gives 8" "$work/err"
 
 # --- malformed and hostile decoders (tests/onnx/make_onnx_cases.py, recover/): each refused with its
 # message in bounded time (1025 layers, 100000 consumers of one value, ids behind 40 Reshapes)
