@@ -229,7 +229,10 @@ static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, in
     float *x = malloc(sizeof *x);
     CP_CHECK_ALLOC(x, im->path);
     *x = v[p];
-    snprintf(dst, sizeof dst, "%s%s", base, scal[p]);
+    if (snprintf(dst, sizeof dst, "%s%s", base, scal[p]) >= (int)sizeof dst) {
+      free(x);
+      return cp_error_set(CP_EOVERFLOW, "%s: tensor name '%s%s' is too long", im->path, base, scal[p]);
+    }
     int rc = cp_oi_add(im, dst, x, 0, 0, 0);
     if (rc) return rc;
   }
