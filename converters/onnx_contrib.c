@@ -109,7 +109,8 @@ static int next_norm(walk *k, const cp_onnx_node *block, const char *o, cp_rec_l
 /* theta from the cos/sin caches [P, h] (h = rotary dims / 2): the angle of position p in column
  * j is p theta^(-2j / 2h). Column 1's frequency is unwrapped over positions 1, 2, 4, ... (each
  * step predicts the next angle within pi), then every entry is checked against the theta found. */
-static int rope_theta(walk *k, const cp_onnx_node *rot, const cp_onnx_tensor *cs, const cp_onnx_tensor *sn) {
+static int rope_theta(walk *k, const cp_onnx_node *rot, const cp_onnx_tensor *cs /* [P, h] */,
+                      const cp_onnx_tensor *sn /* [P, h] */) {
   int64_t P = cs->shape[0], h = cs->shape[1];
   if (sn->ndim != 2 || sn->shape[0] != P || sn->shape[1] != h || h < 2 || P < 2)
     return bad(k, rot, "cos and sin caches are not both [positions, d_head / 2] with 2+ of each");
@@ -163,7 +164,7 @@ static int rope_node(walk *k, const cp_onnx_node *rot, int64_t d_head) {
   if (rd && rd != d_head) return bad(k, rot, "partial rotary dims are not supported");
   const cp_onnx_tensor *cs = cp_ow_weight(&k->w, rot, 2, 2), *sn = cp_ow_weight(&k->w, rot, 3, 2);
   if (!cs || !sn) return bad(k, rot, "cos/sin caches are not 2-D float initializers");
-  if (cs->shape[1] * 2 != d_head) return bad(k, rot, "cos cache width is not d_head / 2");
+  if (d_head % 2 || cs->shape[1] != d_head / 2) return bad(k, rot, "cos cache width is not d_head / 2");
   if (k->cos) return cs == k->cos ? 0 : bad(k, rot, "a cos cache other than the first layer's");
   return rope_theta(k, rot, cs, sn);
 }
@@ -210,7 +211,8 @@ static int llama_attention(walk *k, const cp_onnx_node *a, cp_rec_layer *l, cons
       if (rq || rk) return bad(k, a, "rotary both inside and before the attention");
       if (attr_i(a, "rotary_interleaved", 0)) return bad(k, a, "interleaved rotation is not supported");
       const cp_onnx_tensor *cs = cp_ow_weight(&k->w, a, 7, 2), *sn = cp_ow_weight(&k->w, a, 8, 2);
-      if (!cs || !sn || cs->shape[1] * 2 != dh) return bad(k, a, "cos/sin caches are not [P, d_head / 2] initializers");
+      if (!cs || !sn || dh % 2 || cs->shape[1] != dh / 2)
+        return bad(k, a, "cos/sin caches are not [P, d_head / 2] initializers");
       int rc = k->cos ? (cs == k->cos ? 0 : bad(k, a, "a cos cache other than the first layer's"))
                       : rope_theta(k, a, cs, sn);
       if (rc) return rc;

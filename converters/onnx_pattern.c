@@ -135,9 +135,11 @@ typedef struct {
   int acts;
 } core;
 
+/* Whether t [1, 1, P, P] holds ones on and below the diagonal, zeros above. */
 static bool lower_triangular(walk *k, const cp_onnx_tensor *t) {
-  if (t->ndim != 4 || t->shape[2] != t->shape[3] || t->numel != (uint64_t)(t->shape[2] * t->shape[3]) ||
-      t->numel > ((uint64_t)1 << 26))
+  /* numel in [1, 2^26] bounds every dim, so the product below cannot overflow */
+  if (t->ndim != 4 || t->numel == 0 || t->numel > ((uint64_t)1 << 26) || t->shape[2] != t->shape[3] ||
+      t->numel != (uint64_t)t->shape[2] * (uint64_t)t->shape[3])
     return false;
   float *v = NULL;
   if (cp_oi_read_f32(&v, k->im, t)) return cp_error_clear(), false;

@@ -223,7 +223,8 @@ cp_rec_layer *cp_rec_push(cp_rec *r, const char *path) {
 }
 
 /* Checks t's shape against `a` x `b` (b < 0: a vector of a). */
-static int check_shape(const cp_onnx_import *im, const cp_onnx_tensor *t, int64_t a, int64_t b, const char *role,
+static int check_shape(const cp_onnx_import *im, const cp_onnx_tensor *t /* [a, b] or [a] */, int64_t a, int64_t b,
+                       const char *role,
                        int layer) {
   bool ok = b < 0 ? t->ndim == 1 && t->shape[0] == a : t->ndim == 2 && t->shape[0] == a && t->shape[1] == b;
   if (ok) return 0;
@@ -351,6 +352,13 @@ static int emit_llama(cp_onnx_import *im, const cp_rec *r) {
 }
 
 int cp_rec_emit(cp_onnx_import *im, const cp_rec *r, const char *naming) {
+  const struct { const char *what; int64_t v; } sizes[] = {
+      {"vocab_size", r->vocab}, {"d_model", r->d_model}, {"heads", r->n_heads}, {"kv heads", r->n_kv_heads},
+      {"d_head", r->d_head}, {"d_ff", r->d_ff}, {"positions", r->train_len}};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) /* sizes from shapes: bound them before any product */
+    if (sizes[k].v < 1 || sizes[k].v > ((int64_t)1 << 30))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: recovered %s %lld is outside [1, 2^30]", im->path, sizes[k].what,
+                          (long long)sizes[k].v);
   bool tied = r->head.w == NULL;
   int rc = tied ? 0 : head_is_embed(&tied, im, r);
   if (rc) return rc;
