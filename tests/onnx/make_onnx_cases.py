@@ -401,6 +401,47 @@ def contrib_gpt2(layers=1, heads=2, unidirectional=1, qkv_cols=None, extra=(), d
                              producer_name="make_onnx_cases")
 
 
+def contrib_llama(theta=500.0, d=16, heads=2, vocab=64, ff=32, positions=64):
+    """onnxruntime-genai's Llama layout (SimplifiedLayerNormalization, q/k/v MatMuls, RotaryEmbedding
+    with cos/sin caches, MultiHeadAttention unidirectional, SkipSimplifiedLayerNormalization, SiLU-gated
+    MLP), one layer, weights large enough that attention depends on the positions."""
+    rng = np.random.default_rng(11)
+    f = lambda scale, *shape: (rng.standard_normal(shape) * scale).astype(np.float32)
+    dh = d // heads
+    inv = theta ** (-np.arange(0, dh, 2, dtype=np.float64) / dh)
+    ang = np.arange(positions, dtype=np.float64)[:, None] * inv[None, :]
+    inits = {"embed": f(1.0, vocab, d), "g1": 1 + f(0.1, d), "wq": f(0.6, d, d), "wk": f(0.6, d, d),
+             "wv": f(0.3, d, d), "wo": f(0.3, d, d), "g2": 1 + f(0.1, d), "wg": f(0.3, d, ff), "wu": f(0.3, d, ff),
+             "wd": f(0.3, ff, d), "gf": 1 + f(0.1, d), "head": f(0.3, d, vocab),
+             "cos_cache": np.cos(ang).astype(np.float32), "sin_cache": np.sin(ang).astype(np.float32)}
+    ms = "com.microsoft"
+    n = helper.make_node
+    nodes = [n("Gather", ["embed", "input_ids"], ["e"], name="embed"),
+             n("SimplifiedLayerNormalization", ["e", "g1"], ["y"], name="ln1", epsilon=1e-5, axis=-1),
+             n("MatMul", ["y", "wq"], ["q"], name="q"), n("MatMul", ["y", "wk"], ["k"], name="k"),
+             n("MatMul", ["y", "wv"], ["v"], name="v"),
+             n("RotaryEmbedding", ["q", "position_ids", "cos_cache", "sin_cache"], ["qr"], domain=ms, name="rq",
+               interleaved=0),
+             n("RotaryEmbedding", ["k", "position_ids", "cos_cache", "sin_cache"], ["kr"], domain=ms, name="rk",
+               interleaved=0),
+             n("MultiHeadAttention", ["qr", "kr", "v"], ["a"], domain=ms, name="mha", num_heads=heads,
+               unidirectional=1),
+             n("MatMul", ["a", "wo"], ["o"], name="o"),
+             n("SkipSimplifiedLayerNormalization", ["e", "o", "g2"], ["y2", "", "", "x2"], domain=ms, name="ln2",
+               epsilon=1e-5),
+             n("MatMul", ["y2", "wg"], ["gt"], name="gate"), n("MatMul", ["y2", "wu"], ["up"], name="up"),
+             n("Sigmoid", ["gt"], ["sg"], name="sig"), n("Mul", ["gt", "sg"], ["silu"], name="silu"),
+             n("Mul", ["silu", "up"], ["h"], name="gated"), n("MatMul", ["h", "wd"], ["dn"], name="down"),
+             n("SkipSimplifiedLayerNormalization", ["x2", "dn", "gf"], ["yf"], domain=ms, name="lnf", epsilon=1e-5),
+             n("MatMul", ["yf", "head"], ["logits"], name="lm_head")]
+    ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+           helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["b", "s"])]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab])],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)],
+                             producer_name="make_onnx_cases")
+
+
 def recover_cases():
     """Decoders the recovery must refuse with a clear line, in bounded time."""
     out = []
@@ -413,6 +454,7 @@ def recover_cases():
         out.append((name, code, sub))
 
     put("ok_contrib_gpt2", "OK", "", contrib_gpt2(layers=2))
+    put("ok_contrib_llama", "OK", "", contrib_llama())
     put("heads_zero", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size",
         contrib_gpt2(heads=0))
     put("heads_3", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size", contrib_gpt2(heads=3))
