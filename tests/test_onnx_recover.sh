@@ -11,6 +11,9 @@
 #     allows a pass; onnxruntime/gpt2_past.onnx takes one token per run ([batch, 1] input_ids) and
 #     has no head (its output is the final LayerNorm's): its hidden states times wte^T, computed
 #     by numpy from the graph's own initializer, are compared with the engine's logits.
+#   - synthetic graphs of tests/onnx/make_onnx_cases.py in the genai Llama layout (RotaryEmbedding +
+#     MultiHeadAttention; GroupQueryAttention with do_rotary) whose attention depends on positions,
+#     and a fused GPT-2: onnxruntime vs engine, 1e-4 (the fixture Llama cannot tell a wrong theta).
 #   - `inspect --json` names the family, the naming ("pattern" / "contrib") and where each
 #     hyper-parameter came from (the `recovered.provenance` block).
 #   - every other fixture graph is refused with its exact one-line reason, and so is each malformed
@@ -147,12 +150,12 @@ while IFS=$'\t' read -r name code sub; do
   else bad "recover/$name: expected $code /$sub/ (rc=$rc): $(cat "$work/err")"; fi
   n=$((n + 1))
 done < "$work/cases/recover/cases.tsv"
-[ $n -ge 10 ] && ok || bad "only $n recovery cases"
+[ $n -ge 11 ] && ok || bad "only $n recovery cases"
 # The genai Llama fixture's random weights are too small for its attention to depend on positions
 # (a rope theta 1% off changes its logits by nothing measurable), so RoPE recovery is checked on a
 # synthetic graph in the same layout whose attention does (there theta x 1.01 gives 1.6e-2).
 sids=$("$py" -c "print(','.join(str((i * 37 + 5) % 64) for i in range(48)))")
-for name in ok_contrib_llama ok_contrib_gpt2; do
+for name in ok_contrib_llama ok_contrib_llama_gqa ok_contrib_gpt2; do
   m=$work/cases/recover/$name/model.onnx
   V=$("$py" -c "import onnx,sys; print(onnx.load(sys.argv[1]).graph.output[0].type.tensor_type.shape.dim[2].dim_value)" "$m")
   ids_n=$([ $name = ok_contrib_gpt2 ] && echo 3,1,4,1,5,2,6,7 || echo "$sids")

@@ -401,17 +401,18 @@ def contrib_gpt2(layers=1, heads=2, unidirectional=1, qkv_cols=None, extra=(), d
                              producer_name="make_onnx_cases")
 
 
-def contrib_llama(theta=500.0, d=16, heads=2, vocab=64, ff=32, positions=64):
+def contrib_llama(theta=500.0, d=16, heads=2, vocab=64, ff=32, positions=64, gqa=False):
     """onnxruntime-genai's Llama layout (SimplifiedLayerNormalization, q/k/v MatMuls, RotaryEmbedding
     with cos/sin caches, MultiHeadAttention unidirectional, SkipSimplifiedLayerNormalization, SiLU-gated
     MLP), one layer, weights large enough that attention depends on the positions."""
     rng = np.random.default_rng(11)
     f = lambda scale, *shape: (rng.standard_normal(shape) * scale).astype(np.float32)
     dh = d // heads
+    kvd = dh if gqa else d  # GQA: one kv head
     inv = theta ** (-np.arange(0, dh, 2, dtype=np.float64) / dh)
     ang = np.arange(positions, dtype=np.float64)[:, None] * inv[None, :]
-    inits = {"embed": f(1.0, vocab, d), "g1": 1 + f(0.1, d), "wq": f(0.6, d, d), "wk": f(0.6, d, d),
-             "wv": f(0.3, d, d), "wo": f(0.3, d, d), "g2": 1 + f(0.1, d), "wg": f(0.3, d, ff), "wu": f(0.3, d, ff),
+    inits = {"embed": f(1.0, vocab, d), "g1": 1 + f(0.1, d), "wq": f(0.6, d, d), "wk": f(0.6, d, kvd),
+             "wv": f(0.3, d, kvd), "wo": f(0.3, d, d), "g2": 1 + f(0.1, d), "wg": f(0.3, d, ff), "wu": f(0.3, d, ff),
              "wd": f(0.3, ff, d), "gf": 1 + f(0.1, d), "head": f(0.3, d, vocab),
              "cos_cache": np.cos(ang).astype(np.float32), "sin_cache": np.sin(ang).astype(np.float32)}
     ms = "com.microsoft"
@@ -425,7 +426,12 @@ def contrib_llama(theta=500.0, d=16, heads=2, vocab=64, ff=32, positions=64):
              n("RotaryEmbedding", ["k", "position_ids", "cos_cache", "sin_cache"], ["kr"], domain=ms, name="rk",
                interleaved=0),
              n("MultiHeadAttention", ["qr", "kr", "v"], ["a"], domain=ms, name="mha", num_heads=heads,
-               unidirectional=1),
+               unidirectional=1)]
+    if gqa:  # rotary inside the attention, positions from seqlens_k
+        nodes = nodes[:5] + [n("GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length",
+                                                       "cos_cache", "sin_cache"], ["a"], domain=ms, name="gqa",
+                               num_heads=heads, kv_num_heads=1, do_rotary=1)]
+    nodes += [
              n("MatMul", ["a", "wo"], ["o"], name="o"),
              n("SkipSimplifiedLayerNormalization", ["e", "o", "g2"], ["y2", "", "", "x2"], domain=ms, name="ln2",
                epsilon=1e-5),
@@ -434,8 +440,10 @@ def contrib_llama(theta=500.0, d=16, heads=2, vocab=64, ff=32, positions=64):
              n("Mul", ["silu", "up"], ["h"], name="gated"), n("MatMul", ["h", "wd"], ["dn"], name="down"),
              n("SkipSimplifiedLayerNormalization", ["x2", "dn", "gf"], ["yf"], domain=ms, name="lnf", epsilon=1e-5),
              n("MatMul", ["yf", "head"], ["logits"], name="lm_head")]
-    ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
-           helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["b", "s"])]
+    ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])]
+    ins += [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["b"]),
+            helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])] if gqa else \
+        [helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["b", "s"])]
     g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab])],
                           initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)],
@@ -455,6 +463,7 @@ def recover_cases():
 
     put("ok_contrib_gpt2", "OK", "", contrib_gpt2(layers=2))
     put("ok_contrib_llama", "OK", "", contrib_llama())
+    put("ok_contrib_llama_gqa", "OK", "", contrib_llama(gqa=True, d=32))  # ORT: head_size a multiple of 16
     put("heads_zero", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size",
         contrib_gpt2(heads=0))
     put("heads_3", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size", contrib_gpt2(heads=3))

@@ -5,7 +5,8 @@
 //   node ort_recover.mjs MODEL.onnx --ids 1,2,3 --out F [--mode pass|steps] [--threads T]
 //
 // Inputs: input_ids ([batch, seq]; int32 or int64 as declared), position_ids (0..n-1) and
-// attention_mask (ones over past + current) when the graph has them, every other input is a
+// attention_mask (ones over past + current) when the graph has them, GroupQueryAttention's
+// seqlens_k (total - 1) and total_sequence_length, every other input is a
 // past cache (past_%d, past_key_values.%d.key/value) given empty: its symbolic batch dim 1, its
 // other symbolic dims 0, in the declared float type.
 // --mode pass   one run over all ids (the graph's sequence dim must be symbolic);
@@ -56,6 +57,8 @@ async function run(ids, start, past) {
   for (const m of session.inputMetadata) {
     if (m.name === "input_ids") feeds[m.name] = intTensor(m.name, ids, [1, ids.length]);
     else if (m.name === "position_ids") feeds[m.name] = intTensor(m.name, ids.map((_, i) => start + i), [1, ids.length]);
+    else if (m.name === "seqlens_k") feeds[m.name] = new ort.Tensor("int32", Int32Array.from([start + ids.length - 1]), [1]);
+    else if (m.name === "total_sequence_length") feeds[m.name] = new ort.Tensor("int32", Int32Array.from([start + ids.length]), []);
     else if (m.name === "attention_mask") feeds[m.name] = intTensor(m.name, new Array(start + ids.length).fill(1), [1, start + ids.length]);
     else feeds[m.name] = past[m.name] ?? emptyPast(m);
   }
