@@ -486,6 +486,8 @@ static int recover_foreign(cp_onnx_import *im) {
   if (rc == 0) return 0;
   if (hf_named(g)) { /* HF names want their config.json: say so rather than why the pattern failed */
     cp_error_clear();
+    free(im->config_text); /* whatever a failed recovery left */
+    im->config_text = NULL;
     return find_config(im);
   }
   if (rc != 1) return rc;
