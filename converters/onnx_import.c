@@ -484,11 +484,16 @@ static int recover_foreign(cp_onnx_import *im) {
   }
   rc = cp_onnx_recover_pattern(im);
   if (rc == 0) return 0;
-  if (hf_named(g)) { /* HF names want their config.json: say so rather than why the pattern failed */
-    cp_error_clear();
+  if (hf_named(g)) { /* HF names want their config.json: say so, and why the pattern failed */
+    char why[600];
+    snprintf(why, sizeof why, "%s", rc == 1 ? "no token embedding Gather" : cp_error_message());
+    const char *at = strstr(why, ": "); /* drop the repeated path */
     free(im->config_text); /* whatever a failed recovery left */
     im->config_text = NULL;
-    return find_config(im);
+    if (read_config_file(im) != 1) return find_config(im);
+    return cp_error_set(CP_ENOTFOUND, "%s: no hyper-parameters: no config.json beside the model or in its parent "
+                        "folder, and the graph's pattern does not give them (%s)", im->path,
+                        rc != 1 && at && !strncmp(why, im->path, strlen(im->path)) ? at + 2 : why);
   }
   if (rc != 1) return rc;
   return no_model(im);

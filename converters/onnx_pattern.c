@@ -79,9 +79,9 @@ static int layer_norm(walk *k, const char *x, cp_rec_norm *nm, const char **y, c
   if (!(sq = cp_ow_consumer(&k->w, out(ad, 0), "Sqrt", 0)) || !(dv = consumer2(k, "Div", centred, out(sq, 0))) ||
       strcmp(in(dv, 0), centred))
     return bad(k, ad, "not followed by Sqrt and Div(x - mean, .) (LayerNorm)");
-  if (!(mu = consumer2(k, "Mul", out(dv, 0), NULL)) || !(nm->w = cp_onnx_graph_initializer(k->w.g, other(mu, out(dv, 0)))))
+  if (!(mu = consumer2(k, "Mul", out(dv, 0), NULL)) || !(nm->w = cp_ow_const(&k->w, other(mu, out(dv, 0)))))
     return bad(k, dv, "not followed by Mul with a scale initializer (LayerNorm)");
-  if (!(ab = consumer2(k, "Add", out(mu, 0), NULL)) || !(nm->b = cp_onnx_graph_initializer(k->w.g, other(ab, out(mu, 0)))))
+  if (!(ab = consumer2(k, "Add", out(mu, 0), NULL)) || !(nm->b = cp_ow_const(&k->w, other(ab, out(mu, 0)))))
     return bad(k, mu, "not followed by Add with a bias initializer (LayerNorm)");
   *y = out(ab, 0);
 eps:
@@ -116,7 +116,7 @@ static int take_lin(walk *k, const cp_onnx_node *n, cp_rec_lin *lin, const char 
   }
   const cp_onnx_node *c[4];
   if (cp_ow_consumers(&k->w, *o, c, 4) == 1 && is(c[0], "Add") &&
-      (lin->b = cp_onnx_graph_initializer(k->w.g, other(c[0], *o))) && lin->b->ndim == 1)
+      (lin->b = cp_ow_const(&k->w, other(c[0], *o))) && lin->b->ndim == 1)
     *o = out(c[0], 0);
   else
     lin->b = NULL;
@@ -155,7 +155,7 @@ static bool lower_triangular(walk *k, const cp_onnx_tensor *t) {
 static bool mask_piece(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
   core *c = ctx;
   if (is(n, "Trilu")) return true;
-  const cp_onnx_tensor *t = is(n, "Slice") ? cp_onnx_graph_initializer(w->g, in(n, 0)) : NULL;
+  const cp_onnx_tensor *t = is(n, "Slice") ? cp_ow_const(w, in(n, 0)) : NULL;
   if (!t || !lower_triangular(c->k, t)) return false;
   cp_oi_use(c->k->im, t);
   return true;
@@ -170,7 +170,7 @@ static bool see(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
     if (p && is(p, "MatMul") && !cp_ow_weight(w, p, 1, 2) && !cp_ow_scalar(w, in(n, 1), &s) && s != 0)
       c->scale = is(n, "Div") ? 1 / s : s, c->scale_at = n;
   }
-  const cp_onnx_tensor *shape = is(n, "Reshape") ? cp_onnx_graph_initializer(w->g, in(n, 1)) : NULL;
+  const cp_onnx_tensor *shape = is(n, "Reshape") ? cp_ow_const(w, in(n, 1)) : NULL;
   int64_t dims[4];
   if (shape && !c->heads && shape->numel == 4 && !cp_onnx_tensor_i64(dims, shape) && dims[2] > 0 && dims[2] < 1000000)
     c->heads = dims[2], c->heads_at = n;

@@ -133,13 +133,21 @@ int cp_ow_scalar(const cp_ow *w, const char *name, double *out) {
   return 1;
 }
 
+const cp_onnx_tensor *cp_ow_const(const cp_ow *w, const char *name) {
+  for (int step = 0; step < 4; step++) {
+    const cp_onnx_tensor *t = cp_ow_init_of(w, name);
+    if (t) return t;
+    const cp_onnx_node *p = cp_ow_producer(w, name);
+    if (!p || p->domain[0] || p->n_inputs != 1 || (strcmp(p->op_type, "Cast") && strcmp(p->op_type, "Identity")))
+      return NULL;
+    name = p->inputs[0];
+  }
+  return NULL;
+}
+
 const cp_onnx_tensor *cp_ow_weight(const cp_ow *w, const cp_onnx_node *n, size_t slot, int ndim) {
   if (slot >= n->n_inputs) return NULL;
-  const cp_onnx_tensor *t = cp_ow_init_of(w, n->inputs[slot]);
-  if (!t) {
-    const cp_onnx_node *p = cp_ow_producer(w, n->inputs[slot]);
-    if (p && !strcmp(p->op_type, "Cast") && p->n_inputs == 1) t = cp_ow_init_of(w, p->inputs[0]);
-  }
+  const cp_onnx_tensor *t = cp_ow_const(w, n->inputs[slot]);
   if (!t || t->ndim != ndim || !t->has_dtype || !cp_dtype_is_float(t->dtype)) return NULL;
   return t;
 }

@@ -47,7 +47,10 @@ const cp_onnx_tensor *cp_ow_init_of(const cp_ow *w, const char *name);
 /* The one element of a constant (initializer or Constant node's value) as double: 0, or 1 when
  * `name` is not a one-element constant. */
 int cp_ow_scalar(const cp_ow *w, const char *name, double *out);
-/* A float weight initializer of `ndim` dims feeding input `slot` of n (through a Cast), or NULL. */
+/* The initializer `name` is, directly or through at most 4 Cast / Identity nodes (torch.onnx
+ * writes a shared tensor once and the other uses as Identity of it), or NULL. */
+const cp_onnx_tensor *cp_ow_const(const cp_ow *w, const char *name);
+/* A float weight initializer of `ndim` dims feeding input `slot` of n (cp_ow_const), or NULL. */
 const cp_onnx_tensor *cp_ow_weight(const cp_ow *w, const cp_onnx_node *n, size_t slot, int ndim);
 /* A node's name for messages: its name, else its op_type and index. */
 const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]);

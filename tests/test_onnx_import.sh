@@ -152,6 +152,6 @@ EOF
 check grep -q "^recovered:     llama, rope positions (hf names, config from $work/hf/config.json)" "$work/hf.txt"
 rm "$work/hf/config.json"
 "$bin" forward "$work/hf/model.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/hf.err" && bad "hf names without config accepted" ||
-  check grep -qxF "ctxpatch: error CP_ENOTFOUND: $work/hf/model.onnx: no hyper-parameters: no config.json beside the model or in its parent folder (num_attention_heads cannot be read from the tensors' shapes)" "$work/hf.err"
+  check grep -qxF "ctxpatch: error CP_ENOTFOUND: $work/hf/model.onnx: no hyper-parameters: no config.json beside the model or in its parent folder, and the graph's pattern does not give them (node 'Gather #36' (Gather): the token embedding is not added to a learned position embedding (Gather); RoPE or ALiBi spelled in plain ops is not recognised)" "$work/hf.err"
 
 finish

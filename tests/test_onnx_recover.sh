@@ -11,6 +11,7 @@
 #     allows a pass; onnxruntime/gpt2_past.onnx takes one token per run ([batch, 1] input_ids) and
 #     has no head (its output is the final LayerNorm's): its hidden states times wte^T, computed
 #     by numpy from the graph's own initializer, are compared with the engine's logits.
+#   - torch.onnx's export of a GPT-2-shaped model made here (tests/onnx/make_torch_gpt2.py): 1e-4.
 #   - synthetic graphs of tests/onnx/make_onnx_cases.py in the genai Llama layout (RotaryEmbedding +
 #     MultiHeadAttention; GroupQueryAttention with do_rotary) whose attention depends on positions,
 #     and a fused GPT-2: onnxruntime vs engine, 1e-4 (the fixture Llama cannot tell a wrong theta).
@@ -54,6 +55,26 @@ EOF
   compare "gpt2_past (pattern) onnxruntime steps x wte vs engine" "$work/g2p.ort.f32" "$work/g2p.eng.f32" 20 1e-4
 else
   bad "gpt2_past: forward: $(head -1 "$work/err")"
+fi
+
+# --- torch.onnx's own export of a GPT-2-shaped model (tests/onnx/make_torch_gpt2.py, Debian's torch):
+# LayerNormalization ops, the causal buffer shared through Identity nodes, an untied head, GELU as
+# Erf or as its tanh formula; weights large enough that attention depends on positions
+if "$py" -c "import torch" 2> /dev/null; then
+  tids=$("$py" -c "print(','.join(str((i * 7 + 3) % 50) for i in range(30)))")
+  for gelu in tanh none; do
+    g=$work/torch_$gelu.onnx
+    "$py" "$t/make_torch_gpt2.py" "$g" --gelu $gelu > /dev/null 2> "$work/torch.log" ||
+      { bad "make_torch_gpt2 $gelu: $(tail -1 "$work/torch.log")"; continue; }
+    node "$t/ort_recover.mjs" "$g" --ids "$tids" --mode pass --out "$work/torch_$gelu.ort.f32" > /dev/null 2> "$work/ort.log" &&
+      "$bin" forward "$g" --ids "$tids" --threads 2 --out "$work/torch_$gelu.eng.f32" 2> "$work/err" &&
+      compare "torch.onnx gpt2 (pattern, gelu $gelu) onnxruntime vs engine" "$work/torch_$gelu.ort.f32" \
+        "$work/torch_$gelu.eng.f32" 50 1e-4 || bad "torch $gelu: $(tail -1 "$work/ort.log") $(head -1 "$work/err")"
+  done
+  "$bin" inspect "$work/torch_none.onnx" > "$work/torch.txt" 2>&1
+  check grep -q "^  vocab 50, d_model 16, layers 2, heads 2 (kv 2, d_head 8), d_ff 40, train_len 32, layer norm, gelu$" "$work/torch.txt"
+else
+  echo "note: $py has no torch: the torch.onnx export is not checked"
 fi
 
 # --- contrib GPT-2 and the genai Llama: one pass and steps
