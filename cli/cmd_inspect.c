@@ -19,7 +19,12 @@ static const char inspect_help[] =
     "                        [--ids LIST|@FILE] [--seed S] [--threads T] [--json]\n\n"
     "Describes a checkpoint file or folder: format, architecture family, positional scheme\n"
     "(T5 buckets, ALiBi slopes, RoPE theta/rotary dims/scaling, FIRE), training length,\n"
-    "hyperparameters, tensor and parameter counts, dtypes, bytes, and every tensor.\n\n"
+    "hyperparameters, tensor and parameter counts, dtypes, bytes, and every tensor. For an ONNX\n"
+    "graph (a .onnx file or an export folder) also the model recovered from it: by ctxpatch's or\n"
+    "Hugging Face's initializer names, or, for third-party graphs, by the pattern of plain ops\n"
+    "(torch.onnx GPT-2) or by onnxruntime's contrib ops (fused GPT-2, onnxruntime-genai Llama),\n"
+    "with where each hyper-parameter came from; or the one-line reason it cannot be recovered\n"
+    "(docs/onnx.md).\n\n"
     "  --json   print the description as JSON (keys documented in docs/inspect-json.md)\n\n"
     "With --check-values, reads every floating-point tensor (F64, F32, F16, BF16; not F8) and\n"
     "prints the first NaN or Inf: tensor and element index (row-major); exit 1 when found.\n\n"
@@ -146,8 +151,12 @@ static void print_recovered(const cJSON *r) {
     printf("recovered:     none: %s\n", str(r, "error"));
     return;
   }
-  printf("recovered:     %s, %s positions (%s names, config from %s)\n", str(r, "family"), str(r, "positions"),
-         str(r, "naming"), str(r, "config"));
+  const char *naming = str(r, "naming");
+  if (!strcmp(naming, "pattern") || !strcmp(naming, "contrib"))
+    printf("recovered:     %s, %s positions (%s)\n", str(r, "family"), str(r, "positions"), str(r, "config"));
+  else
+    printf("recovered:     %s, %s positions (%s names, config from %s)\n", str(r, "family"), str(r, "positions"),
+           naming, str(r, "config"));
   printf("  vocab %.0f, d_model %.0f, layers %.0f, heads %.0f (kv %.0f, d_head %.0f), d_ff %.0f, train_len %.0f, "
          "%s norm, %s%s\n", num(r, "vocab_size"), num(r, "d_model"), num(r, "n_layers"), num(r, "n_heads"),
          num(r, "n_kv_heads"), num(r, "d_head"), num(r, "d_ff"), num(r, "train_len"), str(r, "norm"),
@@ -157,6 +166,8 @@ static void print_recovered(const cJSON *r) {
   printf("  %d tensors recovered; %d initializers not used (graph constants)\n",
          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "tensors")),
          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "unrecognised")));
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "provenance"), *e;
+  cJSON_ArrayForEach(e, p) printf("  %s: %s\n", e->string, cJSON_IsString(e) ? e->valuestring : "");
 }
 
 static void print_onnx(const cJSON *d) {

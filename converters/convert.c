@@ -319,7 +319,16 @@ done:
   return rc;
 }
 
-/* A GGUF input's metadata as the folder's config.json (the config cp_gguf_config reads). */
+static bool has_config(const char *dir) {
+  char *path = cp_path_join(dir, "config.json");
+  struct stat st;
+  bool yes = path && stat(path, &st) == 0;
+  free(path);
+  return yes;
+}
+
+/* A GGUF input's metadata (or an ONNX graph's recovered config) as the folder's config.json (the
+ * config cp_checkpoint_config reads). */
 static int write_gguf_config(const char *dir, const cp_checkpoint *ck, const char *in) {
   cp_hf_config *cfg = NULL;
   char *path = cp_path_join(dir, "config.json");
@@ -351,7 +360,10 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
   cp_folder_params fp = {.shard_size = params->shard_size, .chunk_size = params->chunk_size,
                          .progress = params->progress, .progress_ctx = params->progress_ctx};
   if ((rc = cp_folder_write(&written, tmp, ck, &fp)) < 0) goto done;
-  if (cp_checkpoint_gguf(ck) && (rc = write_gguf_config(tmp, ck, in)) < 0) goto done;
+  /* GGUF metadata, or an ONNX graph's recovered config when no config.json came along */
+  if ((cp_checkpoint_gguf(ck) || (cp_checkpoint_onnx(ck) && !has_config(tmp))) &&
+      (rc = write_gguf_config(tmp, ck, in)) < 0)
+    goto done;
   if ((rc = cp_write_sha256_manifest(tmp, written.files, written.n_files)) < 0) goto done;
   if (stats) *stats = written.stats;
   rc = cp_atomic_dir_commit(dir);

@@ -90,6 +90,13 @@ static void add_recovered(cJSON *root, const char *model_path) {
     cJSON_AddNumberToObject(r, "rope_scale", m->rope_scale);
   }
   cJSON_AddBoolToObject(r, "tied_head", m->lm_head == m->embed);
+  if (cp_onnx_import_provenance_count(im)) {
+    cJSON *p = cJSON_AddObjectToObject(r, "provenance");
+    for (size_t k = 0; k < cp_onnx_import_provenance_count(im); k++) {
+      const char *src, *key = cp_onnx_import_provenance(im, k, &src);
+      cJSON_AddStringToObject(p, key, src);
+    }
+  }
   cJSON *t = cJSON_AddArrayToObject(r, "tensors"), *u = cJSON_AddArrayToObject(r, "unrecognised");
   for (size_t k = 0; k < cp_checkpoint_count(ck); k++)
     cJSON_AddItemToArray(t, cJSON_CreateString(cp_checkpoint_tensor(ck, k)->name));

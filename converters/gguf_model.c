@@ -407,8 +407,30 @@ int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
   return rc;
 }
 
+/* An ONNX graph's tokenizer: its folder's, else its parent's (Optimum's onnx/ layout). */
+static int onnx_tokenizer_open(cp_tokenizer **out, const char *path) {
+  char *dir = strdup(path), *slash, *up = NULL;
+  int rc = 0;
+  if (!dir) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  else strcpy(dir, ".");
+  if ((rc = cp_tokenizer_open(out, dir)) == CP_ETOK_MISSING) {
+    cp_error_clear();
+    if (!(up = cp_path_join(dir, ".."))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    else if ((rc = cp_tokenizer_open(out, up)) == CP_ETOK_MISSING)
+      rc = cp_error_set(CP_ETOK_MISSING, "%s: no tokenizer.json, tokenizer.model or spiece.model beside the graph "
+                        "or in its parent folder", path);
+  }
+  free(up);
+  free(dir);
+  return rc;
+}
+
 int cp_model_tokenizer_open(cp_tokenizer **out, const char *path) {
   *out = NULL;
+  size_t n = strlen(path);
+  if (n > 5 && !strcmp(path + n - 5, ".onnx")) return onnx_tokenizer_open(out, path);
   cp_gguf_file *g = NULL;
   FILE *fp = NULL;
   char magic[4] = {0};

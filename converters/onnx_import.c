@@ -5,6 +5,7 @@
 #include "ctxpatch/converters/onnx_import.h"
 
 #include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,28 +17,9 @@
 #include "ctxpatch/base/strbuf.h"
 #include "ctxpatch/converters/families.h"
 #include "ctxpatch/formats/onnx_graph.h"
+#include "converters/onnx_import_priv.h"
 
 #define CONFIG_MAX ((size_t)1 << 20) /* config.json bytes read at most */
-
-typedef struct {
-  cp_tensor view;
-  char *name;
-  float *data;
-} owned_tensor;
-
-struct cp_onnx_import {
-  char *path;
-  cp_onnx_model *om;
-  bool ctxpatch;      /* own export naming */
-  char *config_text;  /* owned */
-  size_t config_len;
-  char *config_source;
-  owned_tensor *t;
-  size_t n_t, cap_t;
-  bool *used;         /* [n_initializers] */
-  const char **ignored;
-  size_t n_ignored, cap_ignored;
-};
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -49,12 +31,37 @@ static const cp_onnx_tensor *find_init(cp_onnx_import *im, const char *name) {
     snprintf(stored, sizeof stored, "%s.stored", name);
     t = cp_onnx_graph_initializer(g, stored);
   }
-  if (t) im->used[t - g->initializers] = true;
+  if (t) cp_oi_use(im, t);
   return t;
 }
 
+void cp_oi_use(cp_onnx_import *im, const cp_onnx_tensor *t) {
+  const cp_onnx_graph *g = im->om->graph;
+  if (t >= g->initializers && t < g->initializers + g->n_initializers) im->used[t - g->initializers] = true;
+}
+
+int cp_oi_prov(cp_onnx_import *im, const char *key, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  int rc = CP_ARRAY_RESERVE(im->prov, im->cap_prov, 2 * (im->n_prov + 1), im->path);
+  if (rc) return rc;
+  char *k = strdup(key), *v = strdup(buf);
+  if (!k || !v) {
+    free(k);
+    free(v);
+    return cp_error_set(CP_ENOMEM, "%s: out of memory", im->path);
+  }
+  im->prov[2 * im->n_prov] = k;
+  im->prov[2 * im->n_prov + 1] = v;
+  im->n_prov++;
+  return 0;
+}
+
 /* The elements of t as a new float buffer (caller frees). */
-static int read_f32(float **out, const cp_onnx_import *im, const cp_onnx_tensor *t) {
+int cp_oi_read_f32(float **out, const cp_onnx_import *im, const cp_onnx_tensor *t) {
   size_t bytes;
   *out = NULL;
   if (t->numel > SIZE_MAX / sizeof(float) || !cp_size_mul(&bytes, (size_t)t->numel, sizeof(float)))
@@ -71,9 +78,9 @@ static int read_f32(float **out, const cp_onnx_import *im, const cp_onnx_tensor 
 }
 
 /* Adds `data` (taken over) as tensor `name` of shape [d0] (ndim 1), [d0, d1] (2) or a scalar (0). */
-static int add_tensor(cp_onnx_import *im, const char *name, float *data, int ndim, int64_t d0, int64_t d1) {
+int cp_oi_add(cp_onnx_import *im, const char *name, float *data, int ndim, int64_t d0, int64_t d1) {
   int rc = CP_ARRAY_RESERVE(im->t, im->cap_t, im->n_t + 1, im->path);
-  owned_tensor *o = rc ? NULL : &im->t[im->n_t];
+  cp_oi_tensor *o = rc ? NULL : &im->t[im->n_t];
   char *copy = rc ? NULL : strdup(name);
   if (rc == 0 && !copy) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", im->path);
   if (rc) {
@@ -90,9 +97,10 @@ static int add_tensor(cp_onnx_import *im, const char *name, float *data, int ndi
 }
 
 /* Initializer `src` as HF tensor `dst`, transposed from [in, out] to [out, in] when `transpose`. */
-static int take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, bool transpose) {
+int cp_oi_take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, bool transpose) {
   float *buf = NULL;
-  int rc = read_f32(&buf, im, src);
+  cp_oi_use(im, src);
+  int rc = cp_oi_read_f32(&buf, im, src);
   if (rc) return rc;
   if (src->ndim > 2) {
     free(buf);
@@ -100,7 +108,7 @@ static int take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, 
                         src->name, src->ndim);
   }
   if (!transpose || src->ndim != 2)
-    return add_tensor(im, dst, buf, src->ndim, src->ndim ? src->shape[0] : 0, src->ndim > 1 ? src->shape[1] : 0);
+    return cp_oi_add(im, dst, buf, src->ndim, src->ndim ? src->shape[0] : 0, src->ndim > 1 ? src->shape[1] : 0);
   int64_t rows = src->shape[0], cols = src->shape[1]; /* [in, out] */
   float *t = malloc((size_t)src->numel * sizeof *t + 1);
   if (!t) {
@@ -110,7 +118,7 @@ static int take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, 
   for (int64_t i = 0; i < rows; i++)
     for (int64_t o = 0; o < cols; o++) t[o * rows + i] = buf[i * cols + o];
   free(buf);
-  return add_tensor(im, dst, t, 2, cols, rows);
+  return cp_oi_add(im, dst, t, 2, cols, rows);
 }
 
 /* ---------------------------------------------------------------- ctxpatch's own names */
@@ -163,7 +171,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
     nin = (int)in;
     rows[p] = bias ? src[p]->shape[0] : src[p]->shape[1];
     total += rows[p];
-    if ((rc = read_f32(&part[p], im, src[p]))) goto done;
+    if ((rc = cp_oi_read_f32(&part[p], im, src[p]))) goto done;
   }
   bool interleaved = fl->qkv == CP_QKV_INTERLEAVED;
   if (interleaved && (rows[0] != rows[1] || rows[0] != rows[2] || rows[0] % c->d_head)) {
@@ -183,8 +191,8 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
       }
     }
   }
-  rc = bias ? add_tensor(im, dst, out, 1, total, 0)
-            : fl->conv1d ? add_tensor(im, dst, out, 2, nin, total) : add_tensor(im, dst, out, 2, total, nin);
+  rc = bias ? cp_oi_add(im, dst, out, 1, total, 0)
+            : fl->conv1d ? cp_oi_add(im, dst, out, 2, nin, total) : cp_oi_add(im, dst, out, 2, total, nin);
   out = NULL;
 done:
   for (int p = 0; p < 3; p++) free(part[p]);
@@ -203,7 +211,7 @@ static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, in
     snprintf(dst, sizeof dst, "%s%s", base, parts[p]);
     const cp_onnx_tensor *t = find_init(im, src);
     if (!t) return cp_error_set(CP_EMODEL_TENSOR, "%s: initializer '%s' is missing", im->path, src);
-    int rc = take(im, dst, t, p == 2);
+    int rc = cp_oi_take(im, dst, t, p == 2);
     if (rc) return rc;
     if (p == 0) im->t[im->n_t - 1].view.ndim = 2, im->t[im->n_t - 1].view.shape[1] = 1;
   }
@@ -221,8 +229,11 @@ static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, in
     float *x = malloc(sizeof *x);
     CP_CHECK_ALLOC(x, im->path);
     *x = v[p];
-    snprintf(dst, sizeof dst, "%s%s", base, scal[p]);
-    int rc = add_tensor(im, dst, x, 0, 0, 0);
+    if (snprintf(dst, sizeof dst, "%s%s", base, scal[p]) >= (int)sizeof dst) {
+      free(x);
+      return cp_error_set(CP_EOVERFLOW, "%s: tensor name '%s%s' is too long", im->path, base, scal[p]);
+    }
+    int rc = cp_oi_add(im, dst, x, 0, 0, 0);
     if (rc) return rc;
   }
   return 0;
@@ -256,7 +267,7 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
     }
     bool linear = row->cols != CP_DIM_NONE && row->role != CP_ROLE_EMBED && row->role != CP_ROLE_POS_EMBED &&
                   row->role != CP_ROLE_LM_HEAD;
-    int rc = take(im, dst, t, linear && !nm->fl->conv1d && s == 0);
+    int rc = cp_oi_take(im, dst, t, linear && !nm->fl->conv1d && s == 0);
     if (rc) return rc;
   }
   return 0;
@@ -328,7 +339,7 @@ static int recover_hf(cp_onnx_import *im, const cp_hf_config *c, const char *pre
     for (int l = 0; l < (per_layer ? c->n_layers : 1); l++)
       for (int s = 0; s < 2; s++) {
         const cp_onnx_tensor *t = find_init(im, cp_names_row(n, &nm, row, l, suffix[s]));
-        int rc = t ? take(im, n, t, false) : 0;
+        int rc = t ? cp_oi_take(im, n, t, false) : 0;
         if (rc) return rc;
       }
   }
@@ -363,6 +374,7 @@ done:
 }
 
 static int find_config(cp_onnx_import *im) {
+  if (im->config_text) return 0; /* read already (recover_foreign) */
   const char *meta = cp_onnx_model_meta(im->om, CP_ONNX_META_CONFIG);
   if (meta && im->ctxpatch) {
     CP_CHECK_ALLOC(im->config_text = strdup(meta), im->path);
@@ -410,6 +422,11 @@ static int check_unused(cp_onnx_import *im, int d_model) {
   for (size_t i = 0; i < g->n_initializers; i++) {
     const cp_onnx_tensor *t = &g->initializers[i];
     if (im->used[i]) continue;
+    bool recovered = strcmp(im->naming, "ctxpatch") && strcmp(im->naming, "hf");
+    if (recovered && weight_like(t, d_model))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' has a d_model (%d) side but no role in the "
+                          "recovered model (%s recovery; a weight the model would lack)", im->path, t->name,
+                          d_model, im->naming);
     if (!(im->ctxpatch && !strncmp(t->name, "const/", 6)) && weight_like(t, d_model))
       return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (%s names; "
                           "anonymous names need graph pattern matching, not supported)", im->path, t->name,
@@ -419,6 +436,71 @@ static int check_unused(cp_onnx_import *im, int d_model) {
     im->ignored[im->n_ignored++] = t->name;
   }
   return 0;
+}
+
+/* Why a graph with no ctxpatch metadata, no HF names and no token embedding Gather holds no model:
+ * no weight initializer at all (single-op test graphs; training graphs, whose weights are graph
+ * inputs), or no embedding. */
+static int no_model(cp_onnx_import *im) {
+  const cp_onnx_graph *g = im->om->graph;
+  for (size_t i = 0; i < g->n_nodes; i++) { /* an embedding lookup of a weight fed as an input */
+    const cp_onnx_node *n = &g->nodes[i];
+    if (n->n_inputs < 2 || (strcmp(n->op_type, "Gather") && strcmp(n->op_type, "ATen"))) continue;
+    for (size_t k = 0; k < g->n_inputs && k < 64; k++) {
+      const cp_onnx_value *v = &g->inputs[k];
+      if (!strcmp(v->name, n->inputs[0]) && v->is_tensor && v->ndim == 2 && v->dims[0].value > 0 &&
+          (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) && !cp_onnx_graph_initializer(g, v->name))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: '%s' [%lld, %lld], which node '%s' (%s) looks up, is a graph "
+                            "input fed at run time, not a stored initializer: the file stores no weights (a training "
+                            "or op test graph)", im->path, v->name, (long long)v->dims[0].value,
+                            (long long)v->dims[1].value, n->name, n->op_type);
+    }
+  }
+  for (size_t i = 0; i < g->n_initializers; i++) {
+    const cp_onnx_tensor *t = &g->initializers[i];
+    if (t->ndim >= 2 && t->has_dtype && cp_dtype_is_float(t->dtype))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: no token embedding to recover a model from: no Gather of a 2-D float "
+                          "initializer by a graph input (no ctxpatch metadata_props, no family's Hugging Face "
+                          "names; first weight '%s')", im->path, t->name);
+  }
+  char fed[CP_TENSOR_NAME_MAX + 160] = "";
+  for (size_t i = 0; i < g->n_inputs && !fed[0]; i++) {
+    const cp_onnx_value *v = &g->inputs[i];
+    if (v->is_tensor && v->ndim == 2 && (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) &&
+        v->dims[0].value > 0 && v->dims[1].value > 0)
+      snprintf(fed, sizeof fed, "; 2-D float inputs such as '%.500s' [%lld, %lld] are fed at run time (a training or "
+               "op test graph)", v->name, (long long)v->dims[0].value, (long long)v->dims[1].value);
+  }
+  return cp_error_set(CP_EUNSUPPORTED, "%s: no float weight initializer of 2+ dims (%zu node%s, first '%s'): nothing "
+                      "stored to recover a model from%s", im->path, g->n_nodes, g->n_nodes == 1 ? "" : "s",
+                      g->n_nodes ? g->nodes[0].op_type : "", fed);
+}
+
+/* A graph without ctxpatch's metadata: onnxruntime's contrib ops first, then Hugging Face names
+ * with a config.json, then the plain-op pattern. 0: recovered from the graph (config_text made);
+ * 1: read it by Hugging Face names; negative: refused. */
+static int recover_foreign(cp_onnx_import *im) {
+  const cp_onnx_graph *g = im->om->graph;
+  int rc = cp_onnx_recover_contrib(im);
+  if (rc != 1) return rc;
+  if (hf_named(g)) {
+    if ((rc = read_config_file(im)) <= 0) return rc < 0 ? rc : 1;
+  }
+  rc = cp_onnx_recover_pattern(im);
+  if (rc == 0) return 0;
+  if (hf_named(g)) { /* HF names want their config.json: say so, and why the pattern failed */
+    char why[600];
+    snprintf(why, sizeof why, "%s", rc == 1 ? "no token embedding Gather" : cp_error_message());
+    const char *at = strstr(why, ": "); /* drop the repeated path */
+    free(im->config_text); /* whatever a failed recovery left */
+    im->config_text = NULL;
+    if (read_config_file(im) != 1) return find_config(im);
+    return cp_error_set(CP_ENOTFOUND, "%s: no hyper-parameters: no config.json beside the model or in its parent "
+                        "folder, and the graph's pattern does not give them (%s)", im->path,
+                        rc != 1 && at && !strncmp(why, im->path, strlen(im->path)) ? at + 2 : why);
+  }
+  if (rc != 1) return rc;
+  return no_model(im);
 }
 
 int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
@@ -438,10 +520,11 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
                       "names; anonymous names need graph pattern matching, not supported)", path, foreign);
     goto done;
   }
-  if (!im->ctxpatch && !hf_named(g)) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (no ctxpatch "
-                      "metadata_props and no family's Hugging Face embedding name; anonymous names need graph "
-                      "pattern matching, not supported)", path, g->n_initializers ? g->initializers[0].name : "");
+  im->naming = im->ctxpatch ? "ctxpatch" : "hf";
+  if (!im->ctxpatch && (rc = recover_foreign(im)) < 0) goto done;
+  if (!im->ctxpatch && rc == 0) { /* recovered from the graph: config_text made by the recoverer */
+    if ((rc = cp_onnx_import_config(&c, im)) == 0 && (rc = cp_onnx_genai_check(im, c)) == 0)
+      rc = check_unused(im, c->d_model);
     goto done;
   }
   if ((rc = find_config(im)) < 0 || (rc = cp_onnx_import_config(&c, im)) < 0) goto done;
@@ -473,12 +556,20 @@ void cp_onnx_import_free(cp_onnx_import *im) {
   free(im->ignored);
   free(im->config_text);
   free(im->config_source);
+  for (size_t i = 0; i < 2 * im->n_prov; i++) free(im->prov[i]);
+  free(im->prov);
   cp_onnx_model_free(im->om);
   free(im->path);
   free(im);
 }
 
-const char *cp_onnx_import_naming(const cp_onnx_import *im) { return im->ctxpatch ? "ctxpatch" : "hf"; }
+const char *cp_onnx_import_naming(const cp_onnx_import *im) { return im->naming; }
+size_t cp_onnx_import_provenance_count(const cp_onnx_import *im) { return im->n_prov; }
+const char *cp_onnx_import_provenance(const cp_onnx_import *im, size_t i, const char **source) {
+  assert(i < im->n_prov);
+  *source = im->prov[2 * i + 1];
+  return im->prov[2 * i];
+}
 const char *cp_onnx_import_config_source(const cp_onnx_import *im) { return im->config_source; }
 size_t cp_onnx_import_count(const cp_onnx_import *im) { return im->n_t; }
 const cp_tensor *cp_onnx_import_tensor(const cp_onnx_import *im, size_t i) {

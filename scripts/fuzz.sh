@@ -12,7 +12,7 @@ only=${2:-}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCTXPATCH_FUZZ=ON -DCTXPATCH_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config \
-  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf fuzz_onnx >/dev/null
+  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover >/dev/null
 python3 tests/hostile/make_corpus.py build-fuzz/hostile >/dev/null
 fx=../shared/fixtures
 pm=examples/probe-models
@@ -46,10 +46,16 @@ for f in build-fuzz/onnx_cases/hostile/*/model.onnx build-fuzz/onnx_cases/good/s
   build-fuzz/onnx_cases/good/elements/model.onnx; do
   cp "$f" "build-fuzz/corpus/fuzz_onnx/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
+# Recovery of third-party graphs: the synthetic fused GPT-2s, the recovery cases, the fixture decoders.
+seed fuzz_onnx_recover tests/fuzz/seeds/onnx_recover tests/fuzz/seeds/onnx $fx/third_party/onnxruntime/gpt2_past.onnx \
+  $fx/third_party/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
+for f in build-fuzz/onnx_cases/recover/*/model.onnx; do
+  cp "$f" "build-fuzz/corpus/fuzz_onnx_recover/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
 mkdir -p build-fuzz/crashes
 status=0
 for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \
-  fuzz_certificate fuzz_gguf fuzz_onnx; do
+  fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover; do
   [ -n "$only" ] && [ "$only" != "$h" ] && continue
   if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then

@@ -222,6 +222,10 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides,
      * decoder-only: the prompt is continued. */
     rc = cp_engine_generate(engines[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids, NULL, 0,
                             p->max_new_tokens, true);
+    /* an id the tokenizer has no text for (an embedding padded past the tokenizer's vocabulary)
+     * ends the answer: it cannot spell any of it */
+    for (int64_t i = 0; rc == 0 && i < n_gen; i++)
+      if (gen[i] < 0 || (uint64_t)gen[i] >= (uint64_t)cp_tokenizer_vocab_size(tok)) n_gen = i;
     if (rc == 0) rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)gen, (size_t)n_gen, true);
     if (rc == 0) ok[s] = cp_probe_correct(p->probes[pi], text, sample.answer);
     free(text);

@@ -8,6 +8,9 @@ Layout written under OUT (replaced):
                                  code OK: the model must read (e.g. a hard link inside the folder)
   OUT/outside/                   files a hostile model points at: secret.bin (a regular file) and
                                  fifo (a FIFO); nothing may ever open them
+  OUT/recover/<case>/model.onnx  hostile or malformed decoders for the recovery of third-party
+                                 graphs (tests/test_onnx_recover.sh runs `forward` on each);
+  OUT/recover/cases.tsv          "<case>\t<CP_E... code>\t<exact substring of the message>"
   OUT/good/structure.onnx        subgraphs, every attribute kind, value_info, opsets, metadata,
                                  nodes out of file order (tests/test_onnx_graph.c knows its shape)
   OUT/good/elements/model.onnx   one initializer per (dtype, storage), external ones in
@@ -362,6 +365,141 @@ def elements_model(d):
     return items
 
 
+def contrib_gpt2(layers=1, heads=2, unidirectional=1, qkv_cols=None, extra=(), d=4, vocab=8, ff=8):
+    """An ORT-fused GPT-2 (EmbedLayerNormalization, Attention, SkipLayerNormalization, FastGelu) with
+    shared initializers, as the transformers optimizer deduplicates them."""
+    rng = np.random.default_rng(7)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32) * 0.1
+    inits = {"wte": f(vocab, d), "wpe": f(8, d), "g": np.ones(d, np.float32), "b": np.zeros(d, np.float32),
+             "qkv": f(d, qkv_cols or 3 * d), "qkv_b": np.zeros(qkv_cols or 3 * d, np.float32), "o": f(d, d),
+             "fc": f(d, ff), "fc_b": np.zeros(ff, np.float32), "proj": f(ff, d), "head": f(d, vocab)}
+    inits.update(extra)
+    ms = "com.microsoft"
+    nodes = [helper.make_node("EmbedLayerNormalization", ["input_ids", "", "wte", "wpe", "", "g", "b"],
+                              ["y0", "", "x0"], domain=ms, name="emb", epsilon=1e-5)]
+    y, x = "y0", "x0"
+    for i in range(layers):
+        nodes += [
+            helper.make_node("Attention", [y, "qkv", "qkv_b"], [f"a{i}"], domain=ms, name=f"attn{i}",
+                             num_heads=heads, unidirectional=unidirectional),
+            helper.make_node("MatMul", [f"a{i}", "o"], [f"ao{i}"], name=f"o{i}"),
+            helper.make_node("SkipLayerNormalization", [f"ao{i}", x, "g", "b"], [f"y{i}m", "", "", f"x{i}m"],
+                             domain=ms, name=f"ln2_{i}", epsilon=1e-5),
+            helper.make_node("MatMul", [f"y{i}m", "fc"], [f"h{i}"], name=f"fc{i}"),
+            helper.make_node("FastGelu", [f"h{i}", "fc_b"], [f"g{i}"], domain=ms, name=f"gelu{i}"),
+            helper.make_node("MatMul", [f"g{i}", "proj"], [f"p{i}"], name=f"proj{i}")]
+        last = i == layers - 1
+        nodes.append(helper.make_node("SkipLayerNormalization", [f"p{i}", f"x{i}m", "g", "b"],
+                                      [f"y{i + 1}"] + ([] if last else ["", "", f"x{i + 1}"]), domain=ms,
+                                      name=f"ln1_{i + 1}", epsilon=1e-5))
+        y, x = f"y{i + 1}", f"x{i + 1}"
+    nodes.append(helper.make_node("MatMul", [y, "head"], ["logits"], name="head"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT32, ["b", "s"])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab])],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)],
+                             producer_name="make_onnx_cases")
+
+
+def contrib_llama(theta=500.0, d=16, heads=2, vocab=64, ff=32, positions=64, gqa=False):
+    """onnxruntime-genai's Llama layout (SimplifiedLayerNormalization, q/k/v MatMuls, RotaryEmbedding
+    with cos/sin caches, MultiHeadAttention unidirectional, SkipSimplifiedLayerNormalization, SiLU-gated
+    MLP), one layer, weights large enough that attention depends on the positions."""
+    rng = np.random.default_rng(11)
+    f = lambda scale, *shape: (rng.standard_normal(shape) * scale).astype(np.float32)
+    dh = d // heads
+    kvd = dh if gqa else d  # GQA: one kv head
+    inv = theta ** (-np.arange(0, dh, 2, dtype=np.float64) / dh)
+    ang = np.arange(positions, dtype=np.float64)[:, None] * inv[None, :]
+    inits = {"embed": f(1.0, vocab, d), "g1": 1 + f(0.1, d), "wq": f(0.6, d, d), "wk": f(0.6, d, kvd),
+             "wv": f(0.3, d, kvd), "wo": f(0.3, d, d), "g2": 1 + f(0.1, d), "wg": f(0.3, d, ff), "wu": f(0.3, d, ff),
+             "wd": f(0.3, ff, d), "gf": 1 + f(0.1, d), "head": f(0.3, d, vocab),
+             "cos_cache": np.cos(ang).astype(np.float32), "sin_cache": np.sin(ang).astype(np.float32)}
+    ms = "com.microsoft"
+    n = helper.make_node
+    nodes = [n("Gather", ["embed", "input_ids"], ["e"], name="embed"),
+             n("SimplifiedLayerNormalization", ["e", "g1"], ["y"], name="ln1", epsilon=1e-5, axis=-1),
+             n("MatMul", ["y", "wq"], ["q"], name="q"), n("MatMul", ["y", "wk"], ["k"], name="k"),
+             n("MatMul", ["y", "wv"], ["v"], name="v"),
+             n("RotaryEmbedding", ["q", "position_ids", "cos_cache", "sin_cache"], ["qr"], domain=ms, name="rq",
+               interleaved=0),
+             n("RotaryEmbedding", ["k", "position_ids", "cos_cache", "sin_cache"], ["kr"], domain=ms, name="rk",
+               interleaved=0),
+             n("MultiHeadAttention", ["qr", "kr", "v"], ["a"], domain=ms, name="mha", num_heads=heads,
+               unidirectional=1)]
+    if gqa:  # rotary inside the attention, positions from seqlens_k
+        nodes = nodes[:5] + [n("GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length",
+                                                       "cos_cache", "sin_cache"], ["a"], domain=ms, name="gqa",
+                               num_heads=heads, kv_num_heads=1, do_rotary=1)]
+    nodes += [
+             n("MatMul", ["a", "wo"], ["o"], name="o"),
+             n("SkipSimplifiedLayerNormalization", ["e", "o", "g2"], ["y2", "", "", "x2"], domain=ms, name="ln2",
+               epsilon=1e-5),
+             n("MatMul", ["y2", "wg"], ["gt"], name="gate"), n("MatMul", ["y2", "wu"], ["up"], name="up"),
+             n("Sigmoid", ["gt"], ["sg"], name="sig"), n("Mul", ["gt", "sg"], ["silu"], name="silu"),
+             n("Mul", ["silu", "up"], ["h"], name="gated"), n("MatMul", ["h", "wd"], ["dn"], name="down"),
+             n("SkipSimplifiedLayerNormalization", ["x2", "dn", "gf"], ["yf"], domain=ms, name="lnf", epsilon=1e-5),
+             n("MatMul", ["yf", "head"], ["logits"], name="lm_head")]
+    ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])]
+    ins += [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["b"]),
+            helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])] if gqa else \
+        [helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["b", "s"])]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab])],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)],
+                             producer_name="make_onnx_cases")
+
+
+def recover_cases():
+    """Decoders the recovery must refuse with a clear line, in bounded time."""
+    out = []
+
+    def put(name, code, sub, model):
+        d = os.path.join(OUT, "recover", name)
+        os.makedirs(d)
+        with open(os.path.join(d, "model.onnx"), "wb") as fh:
+            fh.write(model.SerializeToString())
+        out.append((name, code, sub))
+
+    put("ok_contrib_gpt2", "OK", "", contrib_gpt2(layers=2))
+    put("ok_contrib_llama", "OK", "", contrib_llama())
+    put("ok_contrib_llama_gqa", "OK", "", contrib_llama(gqa=True, d=32))  # ORT: head_size a multiple of 16
+    put("heads_zero", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size",
+        contrib_gpt2(heads=0))
+    put("heads_3", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size", contrib_gpt2(heads=3))
+    put("not_causal", "CP_EUNSUPPORTED", "not unidirectional (a decoder needs causal attention)",
+        contrib_gpt2(unidirectional=0))
+    put("qkv_shape", "CP_EUNSUPPORTED",
+        "initializer 'qkv' is [4, 8]; as transformer.h.0.attn.c_attn of layer 0 it should be [4, 12]",
+        contrib_gpt2(qkv_cols=8))
+    put("unused_weight", "CP_EUNSUPPORTED",
+        "initializer 'stray' has a d_model (4) side but no role in the recovered model (contrib recovery",
+        contrib_gpt2(extra={"stray": np.ones((4, 4), np.float32)}))
+    put("layers_1025", "CP_EUNSUPPORTED", "more than 1024 layers recovered", contrib_gpt2(layers=1025))
+    # plain ops: the token Gather's ids behind 40 Reshapes (the walk back gives up after 32)
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 2])
+    shape = numpy_helper.from_array(np.array([1, 2], np.int64), "shape")
+    chain = [helper.make_node("Reshape", ["input_ids" if i == 0 else f"r{i - 1}", "shape"], [f"r{i}"], name=f"r{i}")
+             for i in range(40)]
+    emb = numpy_helper.from_array(np.ones((8, 4), np.float32), "emb")
+    chain.append(helper.make_node("Gather", ["emb", "r39"], ["e"], name="tok"))
+    m = helper.make_model(helper.make_graph(chain, "g", [ids], [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+                                            initializer=[shape, emb]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    put("ids_behind_40_reshapes", "CP_EUNSUPPORTED", "no token embedding to recover a model from", m)
+    # plain ops: the token embedding feeds 100000 consumers (scans are capped, the walk ends fast)
+    wide = [helper.make_node("Gather", ["emb", "input_ids"], ["e"], name="tok")]
+    wide += [helper.make_node("Identity", ["e"], [f"i{i}"]) for i in range(100000)]
+    m = helper.make_model(helper.make_graph(wide, "g", [ids], [helper.make_tensor_value_info("i0", TensorProto.FLOAT, None)],
+                                            initializer=[emb]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    put("embedding_100000_consumers", "CP_EUNSUPPORTED", "is not added to a learned position embedding", m)
+    with open(os.path.join(OUT, "recover", "cases.tsv"), "w") as fh:
+        for name, code, sub in out:
+            fh.write(f"{name}\t{code}\t{sub}\n")
+    return len(out)
+
+
 def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
@@ -370,6 +508,7 @@ def main():
     graph_cases()
     tensor_cases()
     external_cases()
+    n_recover = recover_cases()
     with open(os.path.join(HOSTILE, "cases.tsv"), "w") as f:
         for name, code, sub in cases:
             f.write(f"{name}\t{code}\t{sub}\n")
@@ -391,7 +530,7 @@ def main():
             expect.reshape(-1).astype("<f4").tofile(os.path.join(ed, name + ".f32"))
             if is_int:
                 expect.reshape(-1).astype("<i8").tofile(os.path.join(ed, name + ".i64"))
-    print(f"onnx cases: {len(cases)} hostile, {len(items)} element tensors, in {OUT}")
+    print(f"onnx cases: {len(cases)} hostile, {n_recover} recovery, {len(items)} element tensors, in {OUT}")
 
 
 if __name__ == "__main__":

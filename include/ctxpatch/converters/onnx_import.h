@@ -19,11 +19,18 @@
  *     tensors are taken in HF layout as they are, and the config is config.json in the model's
  *     folder or its parent (Optimum's layout); without one the graph is refused, naming the
  *     hyper-parameter shapes cannot give (num_attention_heads).
+ *   Third-party graphs with neither (docs/onnx.md "Recovering third-party graphs"): recovered from
+ *     the graph itself, weights taken by their role whatever their names, hyper-parameters from
+ *     attributes, shapes and constants (each with its provenance): onnxruntime's contrib ops
+ *     (converters/onnx_contrib.c: the ORT-fused GPT-2, onnxruntime-genai's Llama with
+ *     RotaryEmbedding and MultiHeadAttention / GroupQueryAttention) or the plain-op pattern
+ *     (converters/onnx_pattern.c: torch.onnx's GPT-2); a genai_config.json beside the graph is
+ *     cross-checked (converters/onnx_genai.c). Graphs that hold no model are refused with why (no
+ *     stored weights, weights fed as graph inputs, no token embedding, the node that does not fit).
  * Refused (CP_EUNSUPPORTED unless said), one line naming the file and the initializer or key: in
  * a ctxpatch export, an initializer outside its names (`model.`, `lm_head.`, `const/` prefixes); in any
  * graph, an unused float initializer of 2+ dims with a d_model side (it could be a weight the
- * model would lack: anonymous names such as `onnx::MatMul_123` need graph pattern matching, not
- * supported); a graph with neither ctxpatch's metadata nor a family's HF embedding name; a
+ * model would lack); a
  * missing initializer the config needs (CP_EMODEL_TENSOR); no config anywhere (CP_ENOTFOUND);
  * q/k/v that do not fuse; T5 graphs; a malformed `ctxpatch.fire` (CP_EFORMAT). Unused
  * initializers that cannot be weights are listed (cp_onnx_import_ignored).
@@ -49,8 +56,14 @@ typedef struct cp_onnx_import cp_onnx_import;
 int cp_onnx_import_open(cp_onnx_import **out, const char *path);
 void cp_onnx_import_free(cp_onnx_import *im);
 
-/* "ctxpatch" (own export) or "hf" (Hugging Face names). */
+/* "ctxpatch" (own export), "hf" (Hugging Face names), "pattern" (plain-op graph recovered by its
+ * pattern) or "contrib" (onnxruntime's fused contrib ops recovered by their attributes). */
 const char *cp_onnx_import_naming(const cp_onnx_import *im);
+/* Recovered graphs: each hyper-parameter and where its value came from (a node's attribute, an
+ * initializer's shape, a constant, genai_config.json), in the order found. Returns the key and
+ * sets *source; both borrowed. */
+size_t cp_onnx_import_provenance_count(const cp_onnx_import *im);
+const char *cp_onnx_import_provenance(const cp_onnx_import *im, size_t i, const char **source);
 /* Where the config came from: "metadata_props ctxpatch.config" or a config.json path. */
 const char *cp_onnx_import_config_source(const cp_onnx_import *im);
 /* A fresh parse of the recovered config (rule of `ctxpatch.rule` as its ctxpatch_rule). */
