@@ -144,7 +144,17 @@ int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const 
   pp.replace = false;
   /* The certification writes the `patch --to onnx` artifact in the temporary folder: its
    * certificate is what the rewritten graph carries; the folder goes afterwards. */
-  if ((rc = cp_patch_run(out, model, cert_dir, o, &pp)) < 0 || !out->pass) goto done;
+  if ((rc = cp_patch_run(out, model, cert_dir, o, &pp)) < 0) {
+    /* A recovered third-party graph usually comes without its tokenizer: say what to do. */
+    if (rc == CP_ETOK_MISSING) {
+      char why[400];
+      snprintf(why, sizeof why, "%s", cp_error_message());
+      rc = cp_error_set(rc, "%s; the probes need it to certify, --no-verify writes the rewritten graph uncertified",
+                        why);
+    }
+    goto done;
+  }
+  if (!out->pass) goto done;
   out->written = false;
   /* The certificate's own bytes travel in the graph: their sha256 is the digest. */
   char path[CLI_PATH_MAX + 32];
