@@ -59,8 +59,9 @@ def main():
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "ctxpatch"))
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--out")
+    ap.add_argument("--json", help="write the cells there")
     a = ap.parse_args()
-    lines = []
+    lines, cells = [], []
     with tempfile.TemporaryDirectory() as td:
         for length, n_local, depths in SETTINGS:
             lam = {"n_global": 10, "n_local": n_local}
@@ -76,12 +77,18 @@ def main():
                     rule["top_k"] = tk
                 pat, base = verify(a.bin, rule, length, depths, a.samples, td)
                 lines.append("| %s | %s |" % (name, cell(pat)))
+                cells.append({"length": length, "n_local": n_local, "variant": name, "rule": rule,
+                              "accuracy": pat["accuracy"], "ci95": pat["accuracy_ci95"]})
             lines.append("| (original, no rule) | %s |" % cell(base))
+            cells.append({"length": length, "n_local": n_local, "variant": "original", "rule": None,
+                          "accuracy": base["accuracy"], "ci95": base["accuracy_ci95"]})
             lines.append("")
     text = "\n".join(lines)
     print(text)
     if a.out:
         open(a.out, "w").write(text + "\n")
+    if a.json:
+        json.dump({"samples": a.samples, "cells": cells}, open(a.json, "w"), indent=1)
 
 
 if __name__ == "__main__":
