@@ -20,8 +20,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
-WORK = os.path.join(ROOT, "build", "results-seeds-work")
-DOC = os.path.join(ROOT, "docs", "results-seeds.md")
+WORK = os.environ.get("RESULTS_SEEDS_WORK", os.path.join(ROOT, "build", "results-seeds-work"))
+DOC = os.environ.get("RESULTS_SEEDS_DOC", os.path.join(ROOT, "docs", "results-seeds.md"))
 PY = "/usr/bin/python3"
 
 
@@ -235,11 +235,24 @@ def render():
         m, lo, hi = flat(side, Lmax)
         s.append("%s %+.2f [%+.2f, %+.2f]" % (side, m, lo, hi))
     P("**Does it reproduce?** The rise of the NLL from the first to the last 512 tokens of a %d-token "
-      "window (%dx), mean over windows with 95%% t interval: %s nats. " % (Lmax, Lmax // 512, "; ".join(s)))
+      "window (%dx), mean over windows with 95%% t interval: %s nats." % (Lmax, Lmax // 512, "; ".join(s)))
+    o, l = flat("original", Lmax), flat("LM-Infinite", Lmax)
+    v = []
+    v.append("Figure 3: the original's NLL %s and LM-Infinite's %s" % (
+        "rises" if o[1] > 0 else "does not rise beyond its interval",
+        "stays flat (its rise's interval holds 0)" if l[1] <= 0 <= l[2] else
+        "rises by %+.2f" % l[0] if l[1] > 0 else "falls by %.2f" % -l[0]))
+    for part in ("Lambda only", "ceiling only"):
+        pm = flat(part, Lmax)
+        v.append("Figure 5, %s: %s" % (part, "rises more than LM-Infinite beyond the intervals (as in the "
+                                       "paper)" if pm[1] > l[2] else "not distinguishable from LM-Infinite "
+                                       "(the paper has it explode)" if pm[1] <= l[2] and pm[2] >= l[1]
+                                       else "rises less than LM-Infinite"))
+    P(" " + "; ".join(v) + ".")
     m0 = whole("original", Lmax)
     m1 = whole("LM-Infinite", Lmax)
-    P("Over the whole window the original scores %.3f [%.3f, %.3f] and LM-Infinite %.3f [%.3f, %.3f] "
-      "nats per token (paired difference %+.3f [%+.3f, %+.3f]). "
+    P(" Over the whole window the original scores %.3f [%.3f, %.3f] and LM-Infinite %.3f [%.3f, %.3f] "
+      "nats per token (paired difference %+.3f [%+.3f, %+.3f])."
       % (m0 + m1 + diff("LM-Infinite", Lmax)))
     pi = "PI %d" % (Lmax // 512)
     if pi in data:
@@ -247,16 +260,24 @@ def render():
         b = tmean([x[1] - y[1] for x, y in zip(data[pi]["512"], data["original"]["512"])])
         pc = "PI %d + ceiling 512" % (Lmax // 512)
         c = diff(pc, Lmax, pi)
-        P("RoPE PI %d without fine-tuning costs %+.3f [%+.3f, %+.3f] nats per token at %d against the "
-          "original, and %+.3f [%+.3f, %+.3f] at the training length 512 (interpolated positions the "
-          "model never saw, everywhere); adding the ceiling 512 to PI changes it by %+.3f "
-          "[%+.3f, %+.3f] nats." % (a + (Lmax,) + b + c))
-    P("\n")
+        lm = diff("LM-Infinite", Lmax, pi)
+        P(" RoPE PI %d without fine-tuning changes the NLL by %+.3f [%+.3f, %+.3f] nats per token at %d "
+          "against the original, and by %+.3f [%+.3f, %+.3f] at the training length 512 (every position "
+          "is interpolated, also the ones the model was trained on); LM-Infinite against PI %d at %d: "
+          "%+.3f [%+.3f, %+.3f]; adding the ceiling 512 to PI changes it by %+.3f [%+.3f, %+.3f] nats "
+          "(with F = L / 512 every interpolated distance is already below 512, so the ceiling only "
+          "clamps raw distances past 512 to the interpolated 512 / F)."
+          % ((Lmax // 512,) + a + (Lmax,) + b + (Lmax // 512, Lmax) + lm + c))
+    d[-1] += ""
+    P("")
     P("Mean NLL per token (nats) by 512-token position bucket, with 95%% Student-t intervals over "
       "%d windows (each window one `ctxpatch verify --probe ppl --ppl-windows 1 --seed w` run; the "
       "same windows on every side, so differences are paired):\n" % nll["windows"])
     P(nll_md)
-    open(DOC, "w").write("\n".join(d).replace("\n\n\n", "\n\n"))
+    text = "\n".join(d).replace("\n ", " ")
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    open(DOC, "w").write(text)
     print("wrote", DOC)
 
 
