@@ -187,7 +187,7 @@ def render():
     n_cell = 6 * sweep["samples"]
     got = max(round(c["accuracy"] * n_cell) for c in tk_long)
     verdict = ("So top-k does recover a few keys past the training length (at most %d of %d in a "
-               "cell; \"never\" in the issue came from a smaller sample)" % (got, n_cell) if got else
+               "cell: the issue's \"never\" does not hold at this sample size)" % (got, n_cell) if got else
                "So top-k recovers no key past the training length in any cell")
     verdict += (", but no k, distance, first layer or row choice comes near the paper's 0.63-0.94"
                 if best_long < 0.63 else ", and some choice reaches the paper's range")
