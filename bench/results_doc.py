@@ -202,8 +202,11 @@ def render(R, head, s1, s2, s3, have_fix):
           "Lambda mask plus ceiling flattens the NLL curves of several LLMs on ArXiv far past "
           "their pre-training length without parameter updates (Table 1: the best perplexity "
           "on 7 of 9 columns); the by-position table above is the same view on a 260K-parameter "
-          "model. No seed claims that RoPE position interpolation works without "
-          "fine-tuning: the T5 seed's Table 7 shows YaRN without fine-tuning falling from 85 to "
+          "model; [results-seeds.md](results-seeds.md) (`bash scripts/results_seeds.sh`) has it "
+          "at every length with intervals, the paper's Figure 5 ablation (Lambda alone, ceiling "
+          "alone), RoPE PI with and without a ceiling, a llama.cpp cross-check, and the "
+          "top-k investigation on the RoPE probe. No seed claims that RoPE position "
+          "interpolation works without fine-tuning: the T5 seed's Table 7 shows YaRN without fine-tuning falling from 85 to "
           "30 passkey accuracy at 8192; the temperature method (T5 seed) is defined and "
           "evaluated on T5's encoder, and applying it to a RoPE decoder is this project's "
           "extension, not the paper's claim.", "", "Commands:", "", commands(R, "3"), ""]
