@@ -255,10 +255,19 @@ static int copy_range(size_t *copied, cp_atomic_file *f, int src_fd, uint64_t sr
 
 int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off, int drop) {
   if (len == 0) return 0;
-  cp_hash_pipe_push(f->pipe, data, len, NULL, drop);
+  int kernel = src_fd >= 0 && f->tmp && f->copy_ok;
+  /* The hash thread drops the pages only when the kernel copies: write() from the mapping would
+   * fault them back in after a drop that came first, and they would stay resident. */
+  uint64_t k = cp_hash_pipe_push(f->pipe, data, len, NULL, drop && kernel);
   size_t copied = 0;
-  int rc = src_fd >= 0 && f->tmp ? copy_range(&copied, f, src_fd, src_off, len) : 0;
-  if (rc == 0 && copied < len) rc = write_all(f, (const char *)data + copied, len - copied);
+  int rc = kernel ? copy_range(&copied, f, src_fd, src_off, len) : 0;
+  if (rc == 0 && copied < len) {
+    rc = write_all(f, (const char *)data + copied, len - copied);
+    if (drop) { /* both done with the pages (the hash overlapped the write): drop them here */
+      cp_hash_pipe_wait(f->pipe, k);
+      cp_drop_pages(data, len);
+    }
+  }
   return rc;
 }
 

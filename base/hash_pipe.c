@@ -33,7 +33,7 @@ struct cp_hash_pipe {
   pthread_t thread;
 };
 
-static void drop_pages(const void *data, size_t len) {
+void cp_drop_pages(const void *data, size_t len) {
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t start = ((uintptr_t)data + page - 1) & ~(page - 1), stop = ((uintptr_t)data + len) & ~(page - 1);
   if (stop > start) (void)madvise((void *)start, stop - start, MADV_DONTNEED);
@@ -41,7 +41,7 @@ static void drop_pages(const void *data, size_t len) {
 
 static void run_job(cp_sha256 *hash, const job *j) {
   cp_sha256_update(hash, j->data, j->len);
-  if (j->drop) drop_pages(j->data, j->len);
+  if (j->drop) cp_drop_pages(j->data, j->len);
   free(j->owned);
 }
 

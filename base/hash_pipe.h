@@ -24,6 +24,9 @@ int cp_hash_pipe_idle(cp_hash_pipe *p);
 void cp_hash_pipe_wait(cp_hash_pipe *p, uint64_t k);
 /* Waits until every job pushed so far is hashed. */
 void cp_hash_pipe_drain(cp_hash_pipe *p);
+/* madvise(MADV_DONTNEED) on the whole pages inside data[0..len) of a read-only mapping: they are
+ * read again from the file if touched. */
+void cp_drop_pages(const void *data, size_t len);
 /* Finishes the queued jobs, stops the thread and frees the pipe; NULL is a no-op. */
 void cp_hash_pipe_free(cp_hash_pipe *p);
 
