@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* renameat2 and RENAME_EXCHANGE (glibc 2.28+) */
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "base/hash_pipe.h"
 #include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 
@@ -23,7 +24,10 @@ struct cp_atomic_file {
   char *tmp; /* NULL when writing through a character device */
   int fd;
   uint64_t written;
+  uint64_t wb_started, wb_dropped; /* bytes handed to writeback, and dropped from the page cache */
+  int copy_ok;                     /* copy_file_range not yet refused by the kernel */
   cp_sha256 *hash;
+  cp_hash_pipe *pipe; /* hashes `hash` on its own thread */
 };
 
 struct cp_atomic_dir {
@@ -147,6 +151,7 @@ int cp_atomic_open(cp_atomic_file **out, const char *path) {
     else if (fstat(f->fd, &st) != 0 || !S_ISCHR(st.st_mode))
       rc = cp_error_set(CP_EFILETYPE, "%s: output changed while being opened", path);
     if (rc == 0) rc = cp_sha256_new(&f->hash);
+    if (rc == 0) rc = cp_hash_pipe_new(&f->pipe, f->hash);
     goto done;
   }
   cp_sweep_stale_temporaries(path);
@@ -156,7 +161,8 @@ int cp_atomic_open(cp_atomic_file **out, const char *path) {
     goto done;
   }
   fchmod(f->fd, 0644);
-  rc = cp_sha256_new(&f->hash);
+  f->copy_ok = 1;
+  if ((rc = cp_sha256_new(&f->hash)) == 0) rc = cp_hash_pipe_new(&f->pipe, f->hash);
 done:
   if (rc < 0) {
     if (f->fd >= 0) cp_atomic_abort(f); /* the temporary exists: remove it too */
@@ -167,16 +173,23 @@ done:
   return 0;
 }
 
-typedef struct {
-  cp_sha256 *hash;
-  const void *data;
-  size_t len;
-} hash_job;
+/* Writeback is started every WB_STEP bytes (sync_file_range), and what was written more than
+ * WB_LAG bytes ago is waited for and dropped from the page cache (POSIX_FADV_DONTNEED): the disk
+ * works while we write, the final fsync has little left to do, and a large output does not push
+ * everything else out of the page cache. Errors here are left for fsync at commit to report. */
+#define WB_STEP ((uint64_t)8 << 20)
+#define WB_LAG ((uint64_t)64 << 20)
 
-static void *hash_worker(void *arg) {
-  hash_job *job = arg;
-  cp_sha256_update(job->hash, job->data, job->len);
-  return NULL;
+static void writeback(cp_atomic_file *f) {
+  if (!f->tmp || f->written - f->wb_started < WB_STEP) return;
+  (void)sync_file_range(f->fd, (off_t)f->wb_started, (off_t)(f->written - f->wb_started), SYNC_FILE_RANGE_WRITE);
+  f->wb_started = f->written;
+  if (f->wb_started - f->wb_dropped < WB_LAG + WB_STEP) return;
+  uint64_t end = f->wb_started - WB_LAG;
+  (void)sync_file_range(f->fd, (off_t)f->wb_dropped, (off_t)(end - f->wb_dropped),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+  (void)posix_fadvise(f->fd, (off_t)f->wb_dropped, (off_t)(end - f->wb_dropped), POSIX_FADV_DONTNEED);
+  f->wb_dropped = end;
 }
 
 static int write_all(cp_atomic_file *f, const char *p, size_t len) {
@@ -190,30 +203,83 @@ static int write_all(cp_atomic_file *f, const char *p, size_t len) {
     len -= (size_t)n;
     f->written += (uint64_t)n;
   }
+  writeback(f);
   return 0;
 }
 
-/* Large writes hash on a second thread while this one writes: SHA-256 (about 1.8 GB/s with
- * SHA-NI) and the copy into the page cache then overlap instead of adding up. */
+/* Writes under this size are hashed from a copy when the hash thread is busy (from the caller's
+ * buffer, on this thread, when it is idle); larger ones are hashed from the caller's buffer on
+ * the hash thread while this one writes, and waited for before returning. */
 #define PARALLEL_HASH_MIN ((size_t)4 << 20)
 
 int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len) {
-  hash_job job = {f->hash, data, len};
-  pthread_t worker;
-  if (len < PARALLEL_HASH_MIN || pthread_create(&worker, NULL, hash_worker, &job) != 0) {
-    cp_sha256_update(f->hash, data, len);
-    return write_all(f, data, len);
+  if (len == 0) return 0;
+  if (len >= PARALLEL_HASH_MIN) {
+    uint64_t k = cp_hash_pipe_push(f->pipe, data, len, NULL, 0);
+    int rc = write_all(f, data, len);
+    cp_hash_pipe_wait(f->pipe, k); /* the caller's buffer must stay valid until both are done */
+    return rc;
   }
-  int rc = write_all(f, data, len);
-  pthread_join(worker, NULL); /* the caller's buffer must stay valid until both are done */
+  if (cp_hash_pipe_idle(f->pipe)) {
+    cp_sha256_update(f->hash, data, len);
+  } else {
+    void *copy = malloc(len);
+    CP_CHECK_ALLOC(copy, f->path);
+    memcpy(copy, data, len);
+    cp_hash_pipe_push(f->pipe, copy, len, copy, 0);
+  }
+  return write_all(f, data, len);
+}
+
+/* Copies len bytes of src_fd from src_off to the end of the output in the kernel; the count copied
+ * (maybe short of len, 0 when the kernel refuses the pair of files: then write() takes over). */
+static int copy_range(size_t *copied, cp_atomic_file *f, int src_fd, uint64_t src_off, size_t len) {
+  *copied = 0;
+  loff_t in = (loff_t)src_off;
+  while (f->copy_ok && *copied < len) {
+    ssize_t n = copy_file_range(src_fd, &in, f->fd, NULL, len - *copied, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && *copied == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP ||
+                                  errno == EBADF || errno == ETXTBSY || errno == EPERM)) {
+      f->copy_ok = 0; /* not between these files: write() from the mapping from now on */
+      break;
+    }
+    if (n < 0) return cp_error_set(CP_EIO, "%s: copy_file_range failed: %s", f->path, strerror(errno));
+    if (n == 0) break; /* the source ended early (truncated under us): write() says the rest */
+    *copied += (size_t)n;
+    f->written += (uint64_t)n;
+  }
+  writeback(f);
+  return 0;
+}
+
+int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off, int drop) {
+  if (len == 0) return 0;
+  int kernel = src_fd >= 0 && f->tmp && f->copy_ok;
+  /* The hash thread drops the pages only when the kernel copies: write() from the mapping would
+   * fault them back in after a drop that came first, and they would stay resident. */
+  uint64_t k = cp_hash_pipe_push(f->pipe, data, len, NULL, drop && kernel);
+  size_t copied = 0;
+  int rc = kernel ? copy_range(&copied, f, src_fd, src_off, len) : 0;
+  if (rc == 0 && copied < len) {
+    rc = write_all(f, (const char *)data + copied, len - copied);
+    if (drop) { /* both done with the pages (the hash overlapped the write): drop them here */
+      cp_hash_pipe_wait(f->pipe, k);
+      cp_drop_pages(data, len);
+    }
+  }
   return rc;
 }
 
 uint64_t cp_atomic_tell(const cp_atomic_file *f) { return f->written; }
 
-void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]) { cp_sha256_peek(f->hash, out_hex); }
+void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]) {
+  cp_hash_pipe_drain(f->pipe);
+  cp_sha256_peek(f->hash, out_hex);
+}
 
 static void atomic_free(cp_atomic_file *f) {
+  cp_hash_pipe_free(f->pipe); /* before the hash it feeds, and before a mapping it reads goes */
   cp_sha256_free(f->hash);
   free(f->tmp);
   free(f->path);

@@ -134,8 +134,15 @@ int cp_output_outside_input(const char *out, const char *in, int folder) {
 }
 
 int cp_map_input(const void **map, uint64_t *size, const char *path) {
+  int fd = -1, rc = cp_map_input_fd(map, size, &fd, path);
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+int cp_map_input_fd(const void **map, uint64_t *size, int *fd_out, const char *path) {
   *map = NULL;
   *size = 0;
+  *fd_out = -1;
   int fd = cp_open_input(path, 0), rc = 0;
   if (fd < 0) return fd;
   struct stat st;
@@ -148,7 +155,8 @@ int cp_map_input(const void **map, uint64_t *size, const char *path) {
     if (m == MAP_FAILED) rc = cp_error_set(CP_EIO, "%s: mmap failed: %s", path, strerror(errno));
     else *map = m, *size = (uint64_t)st.st_size;
   }
-  close(fd);
+  if (rc == 0) *fd_out = fd;
+  else close(fd);
   return rc;
 }
 

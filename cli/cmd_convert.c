@@ -1,6 +1,6 @@
-/* ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force]
+/* ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--threads N] [--force] [--no-manifest]
  * ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]
- *                                   [--external-threshold BYTES] [--force] */
+ *                                   [--external-threshold BYTES] [--force] [--no-manifest] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +13,10 @@
 #include <cjson/cJSON.h>
 
 static const char convert_help[] =
-    "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--force] [--json]\n"
+    "usage: ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--threads N] [--force]\n"
+    "                                [--no-manifest] [--json]\n"
     "       ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]\n"
-    "                                [--external-threshold BYTES] [--force] [--json]\n"
+    "                                [--external-threshold BYTES] [--force] [--no-manifest] [--json]\n"
     "       ctxpatch convert IN OUT.gguf --to gguf [--dtype f32|f16|bf16|q8_0] [--force] [--json]\n\n"
     "Converts a checkpoint (PyTorch zip .bin/.pt, safetensors, single or sharded) into the\n"
     "folder OUT: model.safetensors (or model-0000k-of-0000N.safetensors + index when sharded),\n"
@@ -35,7 +36,11 @@ static const char convert_help[] =
     "  --dtype T           with --to gguf: f32 (default), f16, bf16 or q8_0 for 2-D weights\n"
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
+    "  --threads N         (safetensors) shards written and hashed at once (default: one per core;\n"
+    "                      the bytes and SHA256SUMS are the same for any N)\n"
     "  --force             replace OUT if it exists\n"
+    "  --no-manifest       (safetensors, onnx) scratch output: write no SHA256SUMS; `check` then fails\n"
+    "                      it with sums-missing (files are still hashed beside the copy: no faster)\n"
     "  --json              print a JSON summary on stdout (as every command's --json)\n"
     "A progress bar (tensors written, --to safetensors) is drawn on stderr when it is a terminal.\n";
 
@@ -67,14 +72,20 @@ static void put_json(cJSON *doc) {
   cJSON_Delete(doc);
 }
 
+/* What the summary line says of the manifest. */
+static const char *manifest_note(bool no_manifest) {
+  return no_manifest ? "no SHA256SUMS (--no-manifest: `check` cannot verify it)" : "SHA256SUMS";
+}
+
 static int convert_onnx(const char *in, const char *out, const char *rule_path, const char *dtype,
-                        unsigned long long threshold, bool replace, bool json) {
+                        unsigned long long threshold, bool replace, bool no_manifest, bool json) {
   cp_onnx_export_params p;
   cp_onnx_export_params_init(&p);
   if (!cli_parse_onnx_dtype(&p.weight_dtype, dtype))
     return cli_usage_error("convert", "--dtype expects fp32, fp16 or bf16, not '%s'", dtype);
   p.external_threshold = threshold;
   p.replace = replace;
+  p.no_manifest = no_manifest;
   cp_rule rule;
   cp_onnx_export_stats st = {0};
   int rc = 0;
@@ -90,6 +101,7 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     cJSON_AddNumberToObject(doc, "model_bytes", (double)st.model_bytes);
     cJSON_AddNumberToObject(doc, "data_bytes", (double)st.data_bytes);
     cJSON_AddNumberToObject(doc, "aux_files", (double)st.aux_files);
+    cJSON_AddBoolToObject(doc, "manifest", !no_manifest);
     put_json(doc);
   } else {
     bool t5 = st.graphs == 2;
@@ -99,8 +111,8 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     if (st.data_bytes)
       printf(" + %s (%llu bytes)", t5 ? "their .data files" : "onnx/model.onnx.data",
              (unsigned long long)st.data_bytes);
-    printf(", %llu config/tokenizer file%s, SHA256SUMS\n", (unsigned long long)st.aux_files,
-           st.aux_files == 1 ? "" : "s");
+    printf(", %llu config/tokenizer file%s, %s\n", (unsigned long long)st.aux_files,
+           st.aux_files == 1 ? "" : "s", manifest_note(no_manifest));
   }
   return CLI_OK;
 }
@@ -151,6 +163,15 @@ int cmd_convert(int argc, char **argv) {
       threshold = v;
     } else if (!strcmp(a, "--force")) {
       params.replace = true;
+    } else if (!strcmp(a, "--threads")) {
+      char *end = NULL;
+      const char *v = ++i < argc ? argv[i] : "";
+      unsigned long k = strtoul(v, &end, 10);
+      if (!*v || *end || *v == '-' || k < 1 || k > 256)
+        return cli_usage_error("convert", "--threads expects a count from 1 to 256, not '%s'", v);
+      params.threads = (unsigned)k;
+    } else if (!strcmp(a, "--no-manifest")) {
+      params.no_manifest = true;
     } else if (!strcmp(a, "--json")) {
       json = true;
     } else if (a[0] == '-' && a[1]) {
@@ -165,8 +186,12 @@ int cmd_convert(int argc, char **argv) {
   }
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
   if (!to) return cli_usage_error("convert", "missing --to safetensors|onnx|gguf");
-  if (!strcmp(to, "onnx")) return convert_onnx(in, out, rule_path, dtype, threshold, params.replace, json);
+  if (!strcmp(to, "onnx"))
+    return convert_onnx(in, out, rule_path, dtype, threshold, params.replace, params.no_manifest, json);
   if (!strcmp(to, "gguf")) {
+    if (params.no_manifest)
+      return cli_usage_error("convert", "--no-manifest applies to folder outputs (safetensors, onnx); a GGUF file "
+                                        "has no manifest (its sha256 is printed)");
     if (rule_path || threshold) return cli_usage_error("convert", "--rule and --external-threshold apply to --to onnx only");
     return convert_gguf(in, out, dtype, params.replace, json);
   }
@@ -187,11 +212,12 @@ int cmd_convert(int argc, char **argv) {
     cJSON_AddNumberToObject(doc, "tensor_bytes", (double)stats.tensor_bytes);
     cJSON_AddNumberToObject(doc, "shards", (double)stats.shards);
     cJSON_AddNumberToObject(doc, "aux_files", (double)stats.aux_files);
+    cJSON_AddBoolToObject(doc, "manifest", !params.no_manifest);
     put_json(doc);
   } else
-    printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, SHA256SUMS\n", out,
+    printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, %s\n", out,
            (unsigned long long)stats.tensors, (unsigned long long)stats.tensor_bytes,
            (unsigned long long)stats.shards, stats.shards == 1 ? "" : "s", (unsigned long long)stats.aux_files,
-           stats.aux_files == 1 ? "" : "s");
+           stats.aux_files == 1 ? "" : "s", manifest_note(params.no_manifest));
   return CLI_OK;
 }

@@ -425,6 +425,23 @@ int cp_checkpoint_read(cp_checkpoint *ck, size_t i, uint64_t offset, void *buf, 
   return cp_pt_read(s->pt, e->local, offset, buf, len);
 }
 
+int cp_checkpoint_source(int *fd, uint64_t *offset, const cp_checkpoint *ck, size_t i) {
+  assert(i < ck->n_entries);
+  const entry *e = &ck->entries[i];
+  const shard *s = &ck->shards[e->shard];
+  *fd = -1;
+  *offset = 0;
+  if (!e->view->data) return -1;
+  if (s->st && cp_st_fd(s->st) >= 0) {
+    *offset = (uint64_t)((const unsigned char *)e->view->data - (const unsigned char *)cp_st_map_base(s->st));
+    *fd = cp_st_fd(s->st);
+  } else if (s->pt && cp_pt_fd(s->pt) >= 0 && cp_pt_tensor_file_offset(s->pt, e->local) >= 0) {
+    *offset = (uint64_t)cp_pt_tensor_file_offset(s->pt, e->local);
+    *fd = cp_pt_fd(s->pt);
+  }
+  return *fd >= 0 ? 0 : -1;
+}
+
 void cp_checkpoint_release(const cp_checkpoint *ck, size_t i, uint64_t offset, uint64_t len) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, i);
   if (!t->data || len == 0) return;

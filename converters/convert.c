@@ -4,10 +4,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
@@ -121,9 +123,15 @@ static int write_streamed(cp_st_writer *w, cp_checkpoint *ck, size_t src, uint64
     }
     return rc;
   }
+  int fd = -1;
+  uint64_t file_off = 0;
+  if (t->data) cp_checkpoint_source(&fd, &file_off, ck, src);
   for (uint64_t at = 0; at < t->nbytes && rc == 0; at += chunk) {
     size_t len = (size_t)(t->nbytes - at < chunk ? t->nbytes - at : chunk);
-    if (t->data) {
+    if (t->data && len >= CP_ST_WRITE_MAPPED_MIN) {
+      /* the kernel copies, the hash thread hashes from the mapping and then drops its pages */
+      rc = cp_st_writer_write_mapped(w, (const char *)t->data + at, len, fd, file_off + at, 1);
+    } else if (t->data) {
       rc = cp_st_writer_write(w, (const char *)t->data + at, len);
       cp_checkpoint_release(ck, src, at, len);
     } else if ((rc = cp_checkpoint_read(ck, src, at, buf, len)) == 0) {
@@ -196,37 +204,136 @@ done:
   return rc;
 }
 
+/* Shards written by a team of threads: each takes the next shard not yet taken and records its
+ * digest and mark at the shard's index, so the manifest (filled in shard order afterwards) and the
+ * bytes are the same whatever the number of threads. */
+typedef struct {
+  pthread_mutex_t mu; /* guards next, failed, done_tensors and the progress callback */
+  size_t next;
+  int failed;                           /* first error's code (0: none) */
+  char message[1024];                   /* and its message, from the thread that hit it */
+  cp_checkpoint *ck;
+  const char *dir;
+  const cp_st_shard_plan *plan;
+  const cp_folder_params *p;
+  const cp_gguf_hf_names *names;
+  uint64_t chunk;
+  char (*hex)[65];                      /* [n_shards] */
+  uint64_t *mark_at;                    /* [n_shards] */
+  int64_t done_tensors, total;
+} shard_team;
+
+/* Progress through the team's lock (write_shard reports to this instead of the caller). */
+static void team_progress(void *ctx, int64_t done, int64_t total) {
+  shard_team *t = ctx;
+  pthread_mutex_lock(&t->mu);
+  (void)done;
+  (void)total;
+  t->done_tensors++;
+  if (t->p->progress) t->p->progress(t->p->progress_ctx, t->done_tensors, t->total);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* Writes shards until none is left or one failed; 0 or the first negative code it met. */
+static int team_run(shard_team *t) {
+  size_t n = cp_checkpoint_count(t->ck);
+  size_t *members = calloc(n ? n : 1, sizeof *members);
+  unsigned char *buf = malloc((size_t)t->chunk);
+  char *path = NULL;
+  int rc = 0;
+  int64_t ignored = 0;
+  cp_folder_params p = *t->p;
+  p.progress = team_progress;
+  p.progress_ctx = t;
+  CP_CHECK_ALLOC_GOTO(members && buf, t->dir);
+  for (;;) {
+    pthread_mutex_lock(&t->mu);
+    size_t s = t->failed ? t->plan->n_shards : t->next++;
+    pthread_mutex_unlock(&t->mu);
+    if (s >= t->plan->n_shards) break;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+      if (t->plan->shard_of[i] == s) members[m++] = i;
+    free(path);
+    CP_CHECK_ALLOC_GOTO(path = cp_path_join(t->dir, t->plan->shard_names[s]), t->dir);
+    if ((rc = write_shard(t->hex[s], &t->mark_at[s], t->ck, path, members, m, &p, t->chunk, buf, t->names, &ignored,
+                          t->total)) < 0)
+      goto done;
+  }
+done:
+  if (rc < 0) {
+    pthread_mutex_lock(&t->mu);
+    if (!t->failed) {
+      t->failed = rc;
+      snprintf(t->message, sizeof t->message, "%s", cp_error_message());
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  free(members);
+  free(buf);
+  free(path);
+  return rc;
+}
+
+static void *team_worker(void *arg) {
+  team_run(arg);
+  return NULL;
+}
+
+/* Threads for the shards: the caller's number, else one per online core; never more than the
+ * shards, and 1 when a tensor's bytes come through a reader that is not thread-safe (compressed
+ * or strided PyTorch records, GGUF dequantisation: they are read into a cache) or the hook is not. */
+static unsigned team_size(const cp_checkpoint *ck, const cp_folder_params *p, size_t n_shards) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned k = p->threads ? p->threads : cores > 0 ? (unsigned)cores : 1;
+  if (k > n_shards) k = (unsigned)n_shards;
+  if (p->hook && !p->hook->thread_safe) return 1;
+  for (size_t i = 0; k > 1 && i < cp_checkpoint_count(ck); i++)
+    if (!cp_checkpoint_tensor(ck, i)->data) return 1;
+  return k ? k : 1;
+}
+
+/* Writes every shard of the plan with `k` threads (this one among them). */
+static int write_shards(cp_folder_result *out, shard_team *t, unsigned k) {
+  pthread_t *tid = calloc(k, sizeof *tid);
+  unsigned started = 0;
+  CP_CHECK_ALLOC(tid, t->dir);
+  while (started + 1 < k && pthread_create(&tid[started], NULL, team_worker, t) == 0) started++;
+  team_run(t); /* this thread is one of the team (the only one when no thread could start) */
+  for (unsigned i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  free(tid);
+  if (t->failed) return cp_error_set(t->failed, "%s", t->message);
+  for (size_t s = 0; s < t->plan->n_shards; s++) {
+    int rc = cp_folder_result_add(out, t->plan->shard_names[s], t->hex[s]);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
 int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, const cp_folder_params *p) {
   memset(out, 0, sizeof *out);
   size_t n = cp_checkpoint_count(ck);
-  uint64_t chunk = p->chunk_size ? p->chunk_size : DEFAULT_CHUNK;
   cp_st_shard_plan *plan = NULL;
   cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
-  size_t *members = calloc(n ? n : 1, sizeof *members);
-  unsigned char *buf = malloc((size_t)chunk);
-  char *path = NULL, hex[65];
+  char *path = NULL;
+  char (*hex)[65] = NULL;
   cp_gguf_hf_names names = {0};
-  int64_t done_tensors = 0;
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(descs && members && buf, dir);
+  CP_CHECK_ALLOC_GOTO(descs, dir);
   /* A GGUF input is written as an HF folder: HF names, rows back in HF order. */
   if (cp_checkpoint_gguf(ck) && (rc = cp_gguf_hf_names_make(&names, ck))) goto done;
   for (size_t i = 0; i < n; i++) descs[i] = desc_of(ck, i, &names);
   if ((rc = cp_st_plan_shards(&plan, descs, n, p->shard_size ? p->shard_size : UINT64_MAX)) < 0) goto done;
   CP_CHECK_ALLOC_GOTO(out->mark_at = calloc(plan->n_shards ? plan->n_shards : 1, sizeof *out->mark_at), dir);
-  for (size_t s = 0; s < plan->n_shards; s++) {
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (plan->shard_of[i] == s) members[m++] = i;
-    free(path);
-    CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, plan->shard_names[s]), dir);
-    if ((rc = write_shard(hex, &out->mark_at[s], ck, path, members, m, p, chunk, buf, &names, &done_tensors,
-                          (int64_t)n)) < 0 ||
-        (rc = cp_folder_result_add(out, plan->shard_names[s], hex)) < 0)
-      goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(hex = calloc(plan->n_shards ? plan->n_shards : 1, sizeof *hex), dir);
+  shard_team team = {.ck = ck, .dir = dir, .plan = plan, .p = p, .names = &names,
+                     .chunk = p->chunk_size ? p->chunk_size : DEFAULT_CHUNK, .hex = hex, .mark_at = out->mark_at,
+                     .total = (int64_t)n};
+  pthread_mutex_init(&team.mu, NULL);
+  rc = write_shards(out, &team, team_size(ck, p, plan->n_shards));
+  pthread_mutex_destroy(&team.mu);
+  if (rc < 0) goto done;
   if (plan->n_shards > 1) {
-    free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "model.safetensors.index.json"), dir);
     if ((rc = cp_st_index_write_plan(path, plan, descs)) < 0) goto done;
   }
@@ -236,8 +343,7 @@ done:
   cp_gguf_hf_names_free(&names);
   cp_st_shard_plan_free(plan);
   free(descs);
-  free(members);
-  free(buf);
+  free(hex);
   free(path);
   return rc;
 }
@@ -358,13 +464,13 @@ int cp_convert_to_safetensors(cp_convert_stats *stats, const char *in, const cha
   if ((rc = cp_atomic_dir_open(&dir, out, params->replace)) < 0) goto done;
   const char *tmp = cp_atomic_dir_path(dir);
   cp_folder_params fp = {.shard_size = params->shard_size, .chunk_size = params->chunk_size,
-                         .progress = params->progress, .progress_ctx = params->progress_ctx};
+                         .threads = params->threads, .progress = params->progress, .progress_ctx = params->progress_ctx};
   if ((rc = cp_folder_write(&written, tmp, ck, &fp)) < 0) goto done;
   /* GGUF metadata, or an ONNX graph's recovered config when no config.json came along */
   if ((cp_checkpoint_gguf(ck) || (cp_checkpoint_onnx(ck) && !has_config(tmp))) &&
       (rc = write_gguf_config(tmp, ck, in)) < 0)
     goto done;
-  if ((rc = cp_write_sha256_manifest(tmp, written.files, written.n_files)) < 0) goto done;
+  if (!params->no_manifest && (rc = cp_write_sha256_manifest(tmp, written.files, written.n_files)) < 0) goto done;
   if (stats) *stats = written.stats;
   rc = cp_atomic_dir_commit(dir);
   dir = NULL;

@@ -143,7 +143,7 @@ int cp_onnx_export(cp_onnx_export_stats *stats, const char *in, const char *out,
   if ((rc = cp_folder_copy_aux(&files, tmp, ck, &fp)) < 0) goto done;
   st.aux_files = files.n_files;
   if ((rc = cp_onnx_write_graph(&files, &st, tmp, m, &eff, params)) < 0) goto done;
-  if ((rc = cp_write_sha256_manifest(tmp, files.files, files.n_files)) < 0) goto done;
+  if (!params->no_manifest && (rc = cp_write_sha256_manifest(tmp, files.files, files.n_files)) < 0) goto done;
   rc = cp_atomic_dir_commit(dir);
   dir = NULL;
   if (rc == 0 && stats) *stats = st;

@@ -40,6 +40,7 @@ struct cp_pt_file {
   char *path;
   uint8_t *map;
   size_t map_len;
+  int fd; /* the file mapped, open while mapped (for copy_file_range) */
   zd_archive zip;
   const pk_storage **storage_of; /* [zip.nent] the first storage loaded from each record */
   char *prefix;
@@ -375,6 +376,7 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
   cp_pt_file *f = calloc(1, sizeof *f);
   *out = NULL;
   CP_CHECK_ALLOC(f, path);
+  f->fd = -1;
   f->cache_ent = SIZE_MAX;
   f->arena.limit = PK_MAX_ARENA;
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
@@ -401,7 +403,7 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
     rc = cp_error_set(CP_EIO, "%s: mmap: %s", path, strerror(errno));
     goto done;
   }
-  close(fd);
+  f->fd = fd; /* kept open while mapped: cp_pt_fd */
   fd = -1;
 
   pt_kind kind = sniff(f->map, f->map_len);
@@ -466,6 +468,7 @@ void cp_pt_free(cp_pt_file *f) {
   if (!f) return;
   zd_close(&f->zip);
   if (f->map) munmap(f->map, f->map_len);
+  if (f->fd >= 0) close(f->fd);
   cp_arena_free(&f->arena);
   free(f->storage_of);
   free(f->tensors);
@@ -496,6 +499,8 @@ int64_t cp_pt_find(const cp_pt_file *f, const char *name) {
 size_t cp_pt_skipped_count(const cp_pt_file *f) { return f->skipped; }
 
 const char *cp_pt_prefix(const cp_pt_file *f) { return f->prefix; }
+
+int cp_pt_fd(const cp_pt_file *f) { return f->fd; }
 
 int64_t cp_pt_tensor_file_offset(const cp_pt_file *f, size_t i) {
   return i < f->ntensors ? f->tensors[i].file_off : -1;

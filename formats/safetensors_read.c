@@ -37,6 +37,7 @@ typedef struct {
 struct cp_st_file {
   char *path;
   unsigned char *map;
+  int fd; /* the file mapped, open while mapped (for copy_file_range) */
   uint64_t size;
   uint64_t header_len;
   size_t n;
@@ -85,6 +86,7 @@ static int cmp_meta(const void *a, const void *b) {
 void cp_st_free(cp_st_file *f) {
   if (!f) return;
   cp_unmap_input(f->map, f->size);
+  if (f->fd >= 0) close(f->fd);
   for (size_t i = 0; i < f->n; i++) free(f->e[i].name);
   free(f->e);
   free(f->by_name);
@@ -236,9 +238,10 @@ int cp_st_open(cp_st_file **out, const char *path) {
   int rc = 0;
   cp_st_file *f = calloc(1, sizeof *f);
   CP_CHECK_ALLOC(f, path);
+  f->fd = -1;
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
   const void *m = NULL;
-  if ((rc = cp_map_input(&m, &f->size, path)) < 0) goto done;
+  if ((rc = cp_map_input_fd(&m, &f->size, &f->fd, path)) < 0) goto done;
   f->map = (unsigned char *)m;
   if (f->size < 8) {
     rc = cp_error_set(CP_EST_TOO_SMALL, "%s: file offset 0: file is %llu bytes, shorter than the 8-byte header length",
@@ -310,6 +313,7 @@ const char *cp_st_meta_get(const cp_st_file *f, const char *key) {
 }
 
 const void *cp_st_map_base(const cp_st_file *f) { return f->map; }
+int cp_st_fd(const cp_st_file *f) { return f->fd; }
 uint64_t cp_st_file_size(const cp_st_file *f) { return f->size; }
 uint64_t cp_st_header_len(const cp_st_file *f) { return f->header_len; }
 

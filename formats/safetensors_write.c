@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* Small writes are gathered so a caller streaming element by element does not pay a syscall each. */
-#define ST_WRITE_BUF (1u << 20)
+#define ST_WRITE_BUF CP_ST_WRITE_MAPPED_MIN
 
 struct cp_st_writer {
   cp_atomic_file *af;
@@ -332,6 +332,18 @@ int cp_st_writer_write(cp_st_writer *w, const void *data, size_t len) {
     memcpy(w->buf + w->buf_used, data, len);
     w->buf_used += len;
   }
+  w->written += len;
+  while (w->k < w->n && w->ends[w->k] <= w->written) w->k++;
+  return 0;
+}
+
+int cp_st_writer_write_mapped(cp_st_writer *w, const void *data, size_t len, int src_fd, uint64_t src_off, int drop) {
+  if (len > w->total - w->written)
+    return cp_error_set(CP_EARG, "%s: %zu bytes written past the end of the tensor data (%" PRIu64 " of %" PRIu64
+                        " already written)", w->path, len, w->written, w->total);
+  int rc;
+  if (len < ST_WRITE_BUF) return cp_st_writer_write(w, data, len); /* small: gathered with its neighbours */
+  if ((rc = flush(w)) < 0 || (rc = cp_atomic_write_mapped(w->af, data, len, src_fd, src_off, drop)) < 0) return rc;
   w->written += len;
   while (w->k < w->n && w->ends[w->k] <= w->written) w->k++;
   return 0;

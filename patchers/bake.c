@@ -550,7 +550,7 @@ int cp_bake_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, con
   if (block) CP_CHECK_ALLOC_GOTO(meta_text = block_text(block, &digest_pos), dir);
   const char *meta[4] = {"format", "pt", "ctxpatch", meta_text};
   bake_hook h = {&xl, m, cp_checkpoint_dir(ck)};
-  cp_tensor_hook hook = {bake_wants, bake_transform, &h};
+  cp_tensor_hook hook = {bake_wants, bake_transform, &h, true}; /* reads only the plan and the model */
   cp_folder_params fp = {.shard_size = shard_size, .meta_kv = meta, .n_meta = block ? 2 : 1,
                          .mark_key = digest_pos != SIZE_MAX ? "ctxpatch" : NULL, .mark_pos = digest_pos,
                          .skip_aux = "config.json", .hook = &hook};

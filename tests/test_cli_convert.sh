@@ -37,6 +37,26 @@ check "$py" "$src/tests/cli_convert_check.py" inspect "$model/pytorch_model.bin"
 check "$bin" convert "$work/sharded" "$work/merged" --to safetensors
 check cmp -s "$work/st/model.safetensors" "$work/merged/model.safetensors"
 
+# shards written (and hashed) by 1 and by 2 threads at once: the same bytes and the same manifest
+check "$bin" convert "$model" "$work/sh1" --to safetensors --shard-size 100K --threads 1
+check "$bin" convert "$model" "$work/sh2" --to safetensors --shard-size 100K --threads 2
+for f in "$work/sharded"/*; do
+  check cmp -s "$f" "$work/sh1/$(basename "$f")"
+  check cmp -s "$f" "$work/sh2/$(basename "$f")"
+done
+"$bin" convert "$model" "$work/x" --to safetensors --threads 0 2>/dev/null; [ $? = 2 ] && ok || bad "--threads 0 should be a usage error"
+
+# --no-manifest: the output says so, no SHA256SUMS, same weights, and `check` reports the absence
+out=$("$bin" convert "$model" "$work/nm" --to safetensors --no-manifest) && ok || bad "convert --no-manifest failed"
+grep -q "no SHA256SUMS" <<<"$out" && ok || bad "output does not say there is no manifest: $out"
+check test ! -e "$work/nm/SHA256SUMS"
+check cmp -s "$work/st/model.safetensors" "$work/nm/model.safetensors"
+"$bin" check "$work/nm" >"$work/nm.check" 2>&1 && bad "check passed an artifact without a manifest" || ok
+grep -q "sums-missing: SHA256SUMS: absent: the artifact has no manifest" "$work/nm.check" && ok ||
+  bad "check does not say the manifest is absent: $(cat "$work/nm.check")"
+"$bin" convert "$model" "$work/x.gguf" --to gguf --no-manifest 2>/dev/null; [ $? = 2 ] && ok ||
+  bad "--no-manifest with --to gguf should be a usage error"
+
 # refusals: exit nonzero, one line, nothing written
 "$bin" convert "$model" "$work/st" --to safetensors 2>"$work/err" && bad "overwrote without --force" || ok
 grep -q "CP_EEXIST" "$work/err" && ok || bad "expected CP_EEXIST: $(cat "$work/err")"

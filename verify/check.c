@@ -1,6 +1,7 @@
 /* `ctxpatch check` (include/ctxpatch/verify/check.h): the manifest against the files, the
  * certificate against the files and the metadata, then the schema and the optional re-run. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,8 +324,13 @@ static int check_sums(check_ctx *c) {
   size_t len = 0, n = 0;
   sums_entry *sums = NULL;
   CP_CHECK_ALLOC(path, c->path);
-  int rc = cp_read_file(&text, &len, path, SUMS_MAX);
-  if (rc < 0) rc = check_fail(c->report, "sums-missing", SUMS_NAME ": %s", cp_error_message());
+  struct stat st;
+  int rc = 0;
+  if (lstat(path, &st) != 0 && errno == ENOENT)
+    rc = check_fail(c->report, "sums-missing", SUMS_NAME ": absent: the artifact has no manifest (written with "
+                                               "--no-manifest?), so its files cannot be checked");
+  else if ((rc = cp_read_file(&text, &len, path, SUMS_MAX)) < 0)
+    rc = check_fail(c->report, "sums-missing", SUMS_NAME ": %s", cp_error_message());
   else if ((rc = parse_sums(&sums, &n, text, len, c->report)) == 0) {
     c->report->n_files = n;
     rc = check_files(c, sums, n);

@@ -31,6 +31,9 @@ int cp_open_input(const char *path, int dir_ok);
  * (an empty file maps to NULL, 0). The caller unmaps with cp_unmap_input. */
 int cp_map_input(const void **map, uint64_t *size, const char *path);
 void cp_unmap_input(const void *map, uint64_t size);
+/* cp_map_input that also hands back the descriptor of the file mapped (the caller closes it),
+ * for cp_atomic_write_mapped to copy from. */
+int cp_map_input_fd(const void **map, uint64_t *size, int *fd, const char *path);
 /* cp_open_input for a regular file, as a stdio stream. */
 int cp_fopen_input(FILE **out, const char *path);
 /* "FIFO", "character device", ... for an st_mode. */
@@ -51,13 +54,22 @@ typedef struct cp_atomic_file cp_atomic_file;
 
 /* Opens a temporary file beside `path`. The handle owns the temporary until commit/abort. */
 int cp_atomic_open(cp_atomic_file **out, const char *path);
+/* Appends data[0..len); the bytes are hashed (on a second thread when large) before it returns. */
 int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len);
+/* Appends bytes that stay readable and unchanged until the handle is committed, aborted or asked
+ * for its digest (a read-only mapping of an input): they are hashed on the hash thread while this
+ * thread goes on, from `data`. When `src_fd` >= 0 it is the file mapped at `data`, the same bytes
+ * from byte `src_off`, and the kernel copies them (copy_file_range; write() from `data` where the
+ * kernel refuses the pair of files: EXDEV, ENOSYS, EINVAL, ...). `drop`: once hashed, the whole
+ * pages of the range are madvise(MADV_DONTNEED)'d, so a streamed input's resident set stays flat. */
+int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off, int drop);
 /* Current length written so far. */
 uint64_t cp_atomic_tell(const cp_atomic_file *f);
 /* SHA-256 of the bytes written so far (hashed as they are written, so manifests need no
  * second read of large outputs). */
 void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]);
-/* fsync + rename over `path` + fsync folder; frees the handle (also on error). */
+/* fsync (once, here; writeback was started while writing and older pages dropped from the page
+ * cache) + rename over `path` + fsync folder; frees the handle (also on error). */
 int cp_atomic_commit(cp_atomic_file *f);
 /* Removes the temporary and frees the handle; NULL is a no-op. */
 void cp_atomic_abort(cp_atomic_file *f);

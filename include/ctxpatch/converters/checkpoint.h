@@ -59,6 +59,12 @@ const cp_tensor *cp_checkpoint_find(const cp_checkpoint *ck, const char *name);
 /* Copies `len` bytes of tensor i's contiguous little-endian bytes from byte `offset`. */
 int cp_checkpoint_read(cp_checkpoint *ck, size_t i, uint64_t offset, void *buf, size_t len);
 
+/* Where a mapped tensor's bytes lie: the descriptor of its file (borrowed, open until
+ * cp_checkpoint_free) and the byte offset of its first byte. Returns 0, or -1 (*fd = -1) when
+ * the tensor is not mapped from a file (safetensors and PyTorch zip views are; GGUF, ONNX and
+ * compressed or strided PyTorch tensors are not). For copy_file_range (cp_atomic_write_mapped). */
+int cp_checkpoint_source(int *fd, uint64_t *offset, const cp_checkpoint *ck, size_t i);
+
 /* Drops the resident pages of bytes [offset, offset+len) of a mapped tensor (madvise
  * MADV_DONTNEED on whole pages inside the range); they are re-read from the file if touched.
  * Lets a streaming conversion keep its resident set bounded. No-op for unmapped tensors. */

@@ -23,6 +23,8 @@ typedef struct {
   uint64_t shard_size; /* max bytes of tensor data per shard; 0 = one file */
   bool replace;        /* replace an existing output folder */
   uint64_t chunk_size; /* copy granularity in bytes (default 16 MiB) */
+  unsigned threads;    /* shards written (and hashed) at once; 0: one per online core */
+  bool no_manifest;    /* write no SHA256SUMS (scratch output: `check` reports it as unverifiable) */
   /* Called after each tensor with the tensors written and their total (may be NULL). */
   void (*progress)(void *ctx, int64_t done, int64_t total);
   void *progress_ctx;
@@ -45,11 +47,13 @@ typedef struct {
    * in_bytes [t->nbytes]. */
   int (*transform)(void *ctx, const cp_tensor *t, const void *in_bytes, void *out_bytes);
   void *ctx;
+  bool thread_safe; /* wants/transform may run on several threads at once (shards in parallel) */
 } cp_tensor_hook;
 
 typedef struct {
   uint64_t shard_size;          /* as cp_convert_params */
   uint64_t chunk_size;          /* copy granularity; 0: 16 MiB */
+  unsigned threads;             /* shards written at once; 0: one per online core (see cp_folder_write) */
   const char *const *meta_kv;   /* every shard's __metadata__ pairs (borrowed); "format": "pt" if absent */
   size_t n_meta;
   const char *mark_key;         /* record where byte mark_pos of this metadata value lands (or NULL) */

@@ -28,6 +28,7 @@ typedef struct {
   cp_dtype weight_dtype;          /* CP_F32 (default), CP_F16 or CP_BF16 storage of the weights */
   uint64_t external_threshold;    /* bytes; 0: CP_ONNX_DEFAULT_EXTERNAL_THRESHOLD (1024) */
   bool replace;                   /* replace an existing output folder */
+  bool no_manifest;               /* write no SHA256SUMS (as cp_convert_params) */
   const char *certificate_sha256; /* NULL: "" (uncertified) */
 } cp_onnx_export_params;
 

@@ -93,5 +93,7 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len);
 /* File offset of a mapped tensor's first byte (so a streaming caller can madvise(DONTNEED)
  * ranges it has consumed), or -1 when tensor i is not mapped (data == NULL). */
 int64_t cp_pt_tensor_file_offset(const cp_pt_file *f, size_t i);
+/* The descriptor of the file mapped (borrowed; open until cp_pt_free), for copy_file_range. */
+int cp_pt_fd(const cp_pt_file *f);
 
 #endif

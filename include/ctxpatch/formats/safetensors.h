@@ -80,6 +80,8 @@ const char *cp_st_meta_get(const cp_st_file *f, const char *key);
 /* The read-only mapping of the whole file and its size; the header length N (the data starts at
  * file offset 8 + N). For streaming conversions that drop consumed pages themselves. */
 const void *cp_st_map_base(const cp_st_file *f);
+/* The descriptor of the file mapped (borrowed; open until cp_st_free), for copy_file_range. */
+int cp_st_fd(const cp_st_file *f);
 uint64_t cp_st_file_size(const cp_st_file *f);
 uint64_t cp_st_header_len(const cp_st_file *f);
 /* File offset of tensor i's first byte (8 + N + begin); its length is cp_st_tensor(f, i)->nbytes. */
@@ -117,6 +119,13 @@ size_t cp_st_writer_order(const cp_st_writer *w, size_t k);
 /* Appends `len` bytes of tensor data in file order; chunks may be any size and may span
  * tensors. CP_EARG if that would write more than the tensors hold. */
 int cp_st_writer_write(cp_st_writer *w, const void *data, size_t len);
+/* Chunks below this many bytes go to cp_st_writer_write_mapped's gathering buffer (copied there,
+ * so the caller may drop their pages at once); chunks this large or larger are written as below. */
+#define CP_ST_WRITE_MAPPED_MIN ((size_t)1 << 20)
+/* cp_st_writer_write of bytes from a read-only mapping of the file `src_fd` (byte `src_off` on;
+ * -1: no file, write() from `data`): copied in the kernel and hashed on the hash thread, see
+ * cp_atomic_write_mapped (`data` must stay mapped until commit/abort; `drop` as there). */
+int cp_st_writer_write_mapped(cp_st_writer *w, const void *data, size_t len, int src_fd, uint64_t src_off, int drop);
 /* Flushes buffered bytes and gives the SHA-256 of the file written so far (the whole file
  * once every tensor byte is in), without reading it back. */
 int cp_st_writer_sha256(cp_st_writer *w, char out_hex[65]);
