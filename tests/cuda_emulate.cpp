@@ -75,21 +75,26 @@ int emu_launch(const cpcu_attn_args *a) {
   pthread_barrier_init(&bar, nullptr, NT);
   emu_bar = &bar;
   const unsigned tiles = (unsigned)((a->n_q + BM - 1) / BM);
-  for (unsigned by = 0; by < (unsigned)a->H; by++)
-    for (unsigned bx = 0; bx < tiles; bx++) {
-      memset(buf, 0xff, L.total); /* garbage, as fresh shared memory would be */
-      std::vector<std::thread> th;
-      th.reserve(NT);
-      for (unsigned t = 0; t < (unsigned)NT; t++)
-        th.emplace_back([=] {
+  /* One set of NT threads per launch runs the blocks one after another (creating threads per block
+   * made the engine test spend minutes in the kernel); a barrier before and after each block's
+   * fresh shared memory keeps every thread on the same block. */
+  std::vector<std::thread> th;
+  th.reserve(NT);
+  for (unsigned t = 0; t < (unsigned)NT; t++)
+    th.emplace_back([=, &bar] {
+      for (unsigned by = 0; by < (unsigned)a->H; by++)
+        for (unsigned bx = 0; bx < tiles; bx++) {
+          pthread_barrier_wait(&bar); /* every thread has left the previous block */
+          if (t == 0) memset(buf, 0xff, L.total); /* garbage, as fresh shared memory would be */
+          pthread_barrier_wait(&bar);
           threadIdx = {t, 0, 0};
           blockIdx = {bx, by, 0};
           emu_smem = buf;
           emu_parity = 0;
           attn_kernel<T, MAXD, TPR>(*a);
-        });
-      for (auto &x : th) x.join();
-    }
+        }
+    });
+  for (auto &x : th) x.join();
   pthread_barrier_destroy(&bar);
   free(buf);
   return 0;
