@@ -15,6 +15,14 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 
+bool cp_cuda_built(void) {
+#ifdef CTXPATCH_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 #ifndef CTXPATCH_WITH_CUDA
 
 bool cp_cuda_available(char *why, size_t n) {
@@ -53,7 +61,14 @@ bool cp_cuda_available(char *why, size_t n) {
     if (why && n) snprintf(why, n, "%s", r);
     return false;
   }
-  if (why && n) snprintf(why, n, "%s (compute capability %d.%d)", name, ma, mi);
+  int drv = 0, rt = 0;
+  if (cpcu_versions(&drv, &rt, r, sizeof r)) {
+    if (why && n) snprintf(why, n, "%s", r);
+    return false;
+  }
+  if (why && n)
+    snprintf(why, n, "%s (compute capability %d.%d), driver %d.%d, runtime %d.%d", name, ma, mi, drv / 1000,
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
   return true;
 }
 

@@ -30,8 +30,12 @@ typedef struct {
   double *bench_ms;   /* ... and write the mean milliseconds here */
 } cp_cuda_opts;
 
+/* Whether this build has the CUDA backend and engine (-DCTXPATCH_CUDA=ON). */
+bool cp_cuda_built(void);
+
 /* Whether a CUDA device can be used. false, with a one-line reason in why[0..n) (built without
- * CUDA, no driver, no device), otherwise true and the device's name and compute capability. */
+ * CUDA, no driver, no device), otherwise true and "NAME (compute capability X.Y), driver A.B,
+ * runtime C.D". */
 bool cp_cuda_available(char *why, size_t n);
 
 /* Runs one call on device 0: all its arrays are host memory (the call copies them to the device,
