@@ -4,9 +4,10 @@
  * its small kernels (engine/cuda/kernels.cu) and the fused attention kernel
  * (engine/cuda/attention.cu) compiled for the host, run behind cp_engine as --device cuda runs it:
  *
- * - the cases of the engine goldens (tests/goldens/engine, PyTorch) named identity, combo and
- *   gen_lambda_topk_decode for every model (CTXPATCH_CUDA_EMU_ALL=1: all 142 cases, ~7 minutes
- *   on 2 loaded cores, as each attention block is 128 host threads meeting at barriers): logits and attention
+ * - the cases of the engine goldens (tests/goldens/engine, PyTorch) named identity and combo for
+ *   every model, and gen_lambda_topk_decode for one model per positional scheme (26 cases;
+ *   CTXPATCH_CUDA_EMU_ALL=1: all 142, ~7 minutes on 2 loaded cores, as each attention block is
+ *   128 host threads meeting at barriers): logits and attention
  *   statistics within the goldens' max|a - b| / max|b| <= 1e-4 of the golden AND of the CPU
  *   engine; greedy continuations exactly equal to both;
  * - a forward with statistics of every probe model (examples/probe-models) against the CPU engine;
@@ -162,8 +163,12 @@ static void run_golden(const char *dir, const cJSON *entry, cp_model **model, ch
   const char *label = jfile->valuestring;
   const cJSON *jcase = cJSON_GetObjectItem(entry, "case");
   const char *all = getenv("CTXPATCH_CUDA_EMU_ALL");
+  /* Generations cost most (a launch per layer and step, each block 128 host threads): one model
+   * per positional scheme (T5 with its cross-attention caches, RoPE, ALiBi, FIRE). */
+  const bool gen_model = !strcmp(jmodel->valuestring, "t5_relu") || !strcmp(jmodel->valuestring, "llama") ||
+                         !strcmp(jmodel->valuestring, "bloom") || !strcmp(jmodel->valuestring, "fire");
   if (!(all && !strcmp(all, "1")) && cJSON_IsString(jcase) && strcmp(jcase->valuestring, "identity") &&
-      strcmp(jcase->valuestring, "combo") && strcmp(jcase->valuestring, "gen_lambda_topk_decode"))
+      strcmp(jcase->valuestring, "combo") && !(gen_model && !strcmp(jcase->valuestring, "gen_lambda_topk_decode")))
     return;
   (*n_run)++;
   char path[4096];
@@ -342,7 +347,7 @@ int main(void) {
   printf("%d of %d golden cases; worst logits error %.2e, statistics %.2e; GEMMs %ld; estimate / peak device bytes "
          "%.3f .. %.3f\n",
          n_run, n_cases, worst_logits, worst_stats, cpcu_shim_gemm_calls(), best_mem_ratio, worst_mem_ratio);
-  CHECK(cpcu_shim_gemm_calls() > 0 && n_run >= 33);
+  CHECK(cpcu_shim_gemm_calls() > 0 && n_run >= 26);
   shim_selftest(); /* last: it leaves violations on the counter on purpose */
   return test_finish();
 }

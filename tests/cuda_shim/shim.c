@@ -48,11 +48,11 @@ static cudaError_t fail(cudaError_t e) {
 
 /* Index of the live allocation holding [p, p + bytes), or -1. */
 static long find(const void *p, size_t bytes) {
-  const unsigned char *q = p;
+  const uintptr_t q = (uintptr_t)p; /* addresses as integers: p may belong to no allocation */
   for (size_t i = 0; i < g_n; i++) {
-    const shim_alloc *a = &g_allocs[i];
-    if (q >= a->p && q < a->p + a->bytes + (a->bytes == 0)) {
-      if ((size_t)(q - a->p) + bytes > a->bytes && bytes) return -2; /* starts inside, runs past the end */
+    const uintptr_t lo = (uintptr_t)g_allocs[i].p, n = g_allocs[i].bytes;
+    if (q >= lo && q - lo < n + (n == 0)) {
+      if (bytes && q - lo + bytes > n) return -2; /* starts inside, runs past the end */
       return (long)i;
     }
   }
