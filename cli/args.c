@@ -10,6 +10,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/num.h"
+#include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/verify/verify.h"
 
 /* "3,17,5" -> heap array; junk or an empty list is CP_EMODEL_INPUT. In a file (`from` names it)
@@ -239,4 +240,29 @@ bool cli_parse_onnx_dtype(cp_dtype *out, const char *text) {
   else if (!strcmp(text, "bf16")) *out = CP_BF16;
   else return false;
   return true;
+}
+
+bool cli_parse_device(const char *cmd, const char *text, cp_device *out) {
+  if (text && !strcmp(text, "cpu")) *out = CP_DEVICE_CPU;
+  else if (text && !strcmp(text, "cuda")) *out = CP_DEVICE_CUDA;
+  else return cli_usage_error(cmd, "--device expects cpu or cuda, got '%s'", text ? text : ""), false;
+  return true;
+}
+
+int cli_device_ready(const char *cmd, cp_device d, char *desc, size_t n) {
+  char why[400] = "";
+  if (d == CP_DEVICE_CPU) {
+    snprintf(desc, n, "cpu");
+    return CLI_OK;
+  }
+  if (!cp_cuda_built()) {
+    fprintf(stderr, "ctxpatch %s: --device cuda: this build has no CUDA (configure with -DCTXPATCH_CUDA=ON)\n", cmd);
+    return CLI_USAGE;
+  }
+  if (!cp_cuda_available(why, sizeof why)) {
+    fprintf(stderr, "ctxpatch %s: --device cuda: no CUDA device present (%s)\n", cmd, why);
+    return CLI_USAGE;
+  }
+  snprintf(desc, n, "cuda: %s", why);
+  return CLI_OK;
 }

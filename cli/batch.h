@@ -48,6 +48,8 @@ typedef struct {
   char **verify_args;  /* --verify, --lengths, ... for every job */
   int n_verify_args;
   int threads;         /* verify.threads; 0 = split the cores between jobs */
+  const char *device;  /* the batch command's --device (cpu or cuda), passed to every job as
+                          --threads is (not in the digest); NULL: none */
   batch_job *jobs;     /* sorted by name */
   size_t n_jobs;
   bool stat_inputs;    /* "input_digest": "stat" */

@@ -233,6 +233,10 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads) {
   for (int i = 0; i < j->n_args; i++) argv[n++] = j->args[i];
   argv[n++] = "--threads";
   argv[n++] = t;
+  if (r->device) {
+    argv[n++] = "--device";
+    argv[n++] = r->device;
+  }
   if (force) argv[n++] = "--force";
   int fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_t parent = getpid(), pid = fd < 0 ? -1 : fork();

@@ -9,6 +9,7 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
+#include "ctxpatch/engine/engine.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/verify/verify.h"
 
@@ -38,6 +39,14 @@ bool cli_parse_u64_in(const char *cmd, const char *opt, const char *text, unsign
 bool cli_no_repeated_options(int argc, char **argv);
 /* A positive byte count, optionally with K, M or G (2^10, 2^20, 2^30); false (and prints) on junk. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned long long *out);
+/* --device cpu|cuda, the one parser of verify, patch, calibrate, forward and batch: false (usage
+ * error printed) for anything else. */
+bool cli_parse_device(const char *cmd, const char *text, cp_device *out);
+/* Before any work: CLI_OK with desc[0..n) naming the device for certificates and output ("cpu",
+ * or "cuda: NAME (compute capability X.Y), driver A.B, runtime C.D"); else prints the one-line
+ * error "--device cuda: this build has no CUDA (configure with -DCTXPATCH_CUDA=ON)" or
+ * "--device cuda: no CUDA device present (REASON)" and returns CLI_USAGE. */
+int cli_device_ready(const char *cmd, cp_device d, char *desc, size_t n);
 /* ONNX weight storage: "fp32" (also NULL), "fp16" or "bf16"; false for anything else. */
 bool cli_parse_onnx_dtype(cp_dtype *out, const char *text);
 
@@ -59,13 +68,15 @@ int cli_parse_probes(cp_probe_kind **out, int *n, const char *text);
 /* As cli_parse_probes, and "ppl" sets *ppl instead (the list may then hold no retrieval probe). */
 int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text);
 /* The probe and threshold options `verify` and `patch` share: --lengths, --depths,
- * --no-regression-at, --samples, --seed, --threads, --min-accuracy, --margin, and the ppl probe's
+ * --no-regression-at, --samples, --seed, --threads, --device, --min-accuracy, --margin, and the ppl probe's
  * --corpus, --corpus-delimiter, --ppl-windows, --ppl-buckets, --ppl-margin, --ppl-flat. The texts
  * point into argv; the parsed arrays are owned by the struct (cli_verify_opts_free). */
 typedef struct {
   const char *probes_text; /* --probe, or its alias --verify (one name; both given is refused) */
   const char *lengths_text, *depths_text, *no_reg_text;
   unsigned long long samples, seed, threads; /* samples 0: CLI_DEFAULT_PAIRS / depths, rounded up */
+  cp_device device;    /* --device (checked by cli_verify_opts_parse) */
+  char device_desc[512]; /* cli_device_ready's description, for the certificate */
   double min_accuracy; /* < 0: none */
   double margin, ppl_margin, ppl_flat; /* ppl_flat < 0: none */
   const char *corpus, *corpus_delimiter_text;

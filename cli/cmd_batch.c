@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 
 static const char batch_help[] =
-    "usage: ctxpatch batch RECIPE [--jobs N] [--shard I/N] [--json]\n"
+    "usage: ctxpatch batch RECIPE [--jobs N] [--shard I/N] [--device cpu|cuda] [--json]\n"
     "       ctxpatch batch RECIPE --validate [--json]\n"
     "       ctxpatch batch RECIPE --status [--shard I/N] [--json]\n\n"
     "Runs every job of RECIPE (a JSON file, docs/batch.md: inputs or globs, methods with their\n"
@@ -20,6 +20,8 @@ static const char batch_help[] =
     "ones (replacing an artifact only with a certified one) and retries errors; a refused\n"
     "certification is recorded beside the output (OUT.batch-failed.json) and not retried.\n\n"
     "  --jobs N      children at once (1..256)\n"
+    "  --device D    cpu or cuda: where every job's engines run (passed to each 'ctxpatch patch'; not\n"
+    "                part of the digest, as the thread count)\n"
     "  --shard I/N   only the jobs whose index in name order is I modulo N (0 <= I < N)\n"
     "  --validate    check the recipe and list its jobs; runs nothing\n"
     "  --status      done / refused / error / stale / pending per job, from the outputs alone\n"
@@ -30,6 +32,8 @@ static const char batch_help[] =
 typedef struct {
   const char *recipe;
   unsigned long long jobs, shard_i, shard_n;
+  const char *device_text; /* --device, or NULL */
+  cp_device device;
   bool validate, status, json;
 } batch_args;
 
@@ -52,7 +56,11 @@ static int parse_args(batch_args *a, int argc, char **argv, bool *help) {
     if (!strcmp(o, "--validate")) a->validate = true;
     else if (!strcmp(o, "--status")) a->status = true;
     else if (!strcmp(o, "--json")) a->json = true;
-    else if (!strcmp(o, "--jobs") || !strcmp(o, "--shard")) {
+    else if (!strcmp(o, "--device")) {
+      if (!v) return cli_usage_error("batch", "%s needs a value", o);
+      if (!cli_parse_device("batch", v, &a->device)) return CLI_USAGE;
+      a->device_text = argv[++i];
+    } else if (!strcmp(o, "--jobs") || !strcmp(o, "--shard")) {
       if (!v) return cli_usage_error("batch", "%s needs a value", o);
       i++;
       if (o[2] == 'j' && !cli_parse_u64_in("batch", o, v, 1, 256, &a->jobs)) return CLI_USAGE;
@@ -148,6 +156,9 @@ int cmd_batch(int argc, char **argv) {
   int status = parse_args(&a, argc, argv, &help);
   if (help) fputs(batch_help, stdout);
   if (help || status != CLI_OK) return status == CLI_USAGE ? BATCH_USAGE : status;
+  char device_desc[512];
+  if (!a.validate && !a.status && cli_device_ready("batch", a.device, device_desc, sizeof device_desc) != CLI_OK)
+    return BATCH_USAGE;
   batch_recipe r;
   int rc = batch_recipe_load(&r, a.recipe);
   size_t *idx = NULL, n = 0;
@@ -166,7 +177,10 @@ int cmd_batch(int argc, char **argv) {
   else if (a.status) {
     for (size_t k = 0; k < n; k++) batch_job_probe(&r.jobs[idx[k]]);
     status = report(&r, idx, n, &a, "status");
-  } else status = run(&r, idx, n, &a);
+  } else {
+    r.device = a.device_text;
+    status = run(&r, idx, n, &a);
+  }
 done:
   free(idx);
   batch_recipe_free(&r);

@@ -22,7 +22,7 @@ static void help(FILE *out) {
           "                          --lengths 1024,2048,... [--train-len N] [--per-layer]\n"
           "                          [--grid 1.0:0.5:0.05] [--refine] [--samples K]\n"
           "                          [--inputs random|probe] [--tokenizer PATH] [--seed S]\n"
-          "                          [--threads T] [--json]\n"
+          "                          [--threads T] [--device cpu|cuda] [--json]\n"
           "                          [--schedule [--out RULE.json] [--no-train-point]]\n\n"
           "Finds the softmax temperature tau for each length (the T5 seed's Algorithm 1 and its\n"
           "closed forms; docs/calibration.md). The softmaxes in scope are T5's encoder\n"
@@ -43,6 +43,8 @@ static void help(FILE *out) {
           "  --tokenizer PATH  tokenizer for probe inputs (default: the model folder's)\n"
           "  --seed S          input seed (default 0)\n"
           "  --threads T       engine threads (default: every CPU)\n"
+          "  --device cpu|cuda where the engine runs (default cpu; cuda needs a -DCTXPATCH_CUDA=ON build\n"
+          "                    and a device, else exit 2)\n"
           "  --json            print the table as one JSON document on stdout (taus exact, measured\n"
           "                    statistics to 6 significant digits)\n"
           "  --schedule        also make a temperature_schedule rule of the one --method's taus at\n"
@@ -185,6 +187,8 @@ int cmd_calibrate(int argc, char **argv) {
   const char *model_path = NULL, *methods_text = NULL, *lengths_text = NULL, *grid_text = NULL;
   const char *inputs_text = NULL, *tok_path = NULL, *out_path = NULL;
   unsigned long long train_len = 0, samples = 4, seed = 0, threads = 0;
+  cp_device device = CP_DEVICE_CPU;
+  char device_desc[512];
   bool per_layer = false, refine = false, json = false, schedule = false, train_point = true;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -195,7 +199,7 @@ int cmd_calibrate(int argc, char **argv) {
     bool takes = !strcmp(a, "--method") || !strcmp(a, "--lengths") || !strcmp(a, "--train-len") ||
                  !strcmp(a, "--grid") || !strcmp(a, "--samples") || !strcmp(a, "--inputs") ||
                  !strcmp(a, "--tokenizer") || !strcmp(a, "--seed") || !strcmp(a, "--threads") ||
-                 !strcmp(a, "--out");
+                 !strcmp(a, "--out") || !strcmp(a, "--device");
     if (takes && i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     if (!strcmp(a, "--method")) methods_text = argv[++i];
     else if (!strcmp(a, "--lengths")) lengths_text = argv[++i];
@@ -212,6 +216,8 @@ int cmd_calibrate(int argc, char **argv) {
       if (!cli_parse_u64(cmd, a, argv[++i], &seed)) return CLI_USAGE;
     } else if (!strcmp(a, "--threads")) {
       if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1024, &threads)) return CLI_USAGE;
+    } else if (!strcmp(a, "--device")) {
+      if (!cli_parse_device(cmd, argv[++i], &device)) return CLI_USAGE;
     } else if (!strcmp(a, "--per-layer")) per_layer = true;
     else if (!strcmp(a, "--refine")) refine = true;
     else if (!strcmp(a, "--json")) json = true;
@@ -225,6 +231,7 @@ int cmd_calibrate(int argc, char **argv) {
   if (!methods_text) return cli_usage_error(cmd, "missing --method");
   if (!lengths_text) return cli_usage_error(cmd, "missing --lengths");
   if ((out_path || !train_point) && !schedule) return cli_usage_error(cmd, "--out and --no-train-point need --schedule");
+  if (cli_device_ready(cmd, device, device_desc, sizeof device_desc) != CLI_OK) return CLI_USAGE;
 
   cp_cal_method methods[CP_CAL_METHOD_COUNT];
   int n_methods = 0;
@@ -258,6 +265,7 @@ int cmd_calibrate(int argc, char **argv) {
   p.samples = (int)samples;
   p.seed = seed;
   p.threads = (int)threads;
+  p.device = device;
 
   cp_model *model = NULL;
   cp_tokenizer *tok = NULL;

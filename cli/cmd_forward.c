@@ -16,7 +16,7 @@
 static void help(FILE *out) {
   fprintf(out,
           "usage: ctxpatch forward MODEL --ids 3,17,5 [--decoder-ids 0,4] [--rule RULE.json]\n"
-          "                        [--threads T] [--out FILE] [--stats FILE.json]\n"
+          "                        [--threads T] [--device cpu|cuda] [--out FILE] [--stats FILE.json]\n"
           "                        [--generate N [--stop-at-eos]] [--on-top]\n\n"
           "Runs the float32 CPU reference engine on MODEL (a checkpoint folder) under an attention\n"
           "rule (default: none) and writes the logits of every position of the last stack (the\n"
@@ -26,6 +26,8 @@ static void help(FILE *out) {
           "  --decoder-ids LIST  T5 decoder input (default: [decoder_start_token_id])\n"
           "  --rule FILE         attention rule JSON (../shared/spec/attention-rules.md)\n"
           "  --threads T         worker threads (default: every CPU)\n"
+          "  --device cpu|cuda   where the engine runs (default cpu; cuda needs a -DCTXPATCH_CUDA=ON\n"
+          "                      build and a device, else exit 2)\n"
           "  --out FILE          logits output (required unless --generate is given)\n"
           "  --stats FILE        attention statistics per module and head as JSON:\n"
           "                      {\"modules\":[{\"kind\",\"layer\",\"pmax\":[H],\"entropy\":[H]}]}\n"
@@ -103,6 +105,8 @@ int cmd_forward(int argc, char **argv) {
   const char *model_path = NULL, *ids_text = NULL, *dec_text = NULL, *rule_path = NULL;
   const char *out_path = NULL, *stats_path = NULL;
   unsigned long long threads = 0, n_gen = 0;
+  cp_device device = CP_DEVICE_CPU;
+  char device_desc[512];
   bool generate = false, stop_at_eos = false, on_top = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -112,7 +116,7 @@ int cmd_forward(int argc, char **argv) {
     }
     bool takes = !strcmp(a, "--ids") || !strcmp(a, "--decoder-ids") || !strcmp(a, "--rule") ||
                  !strcmp(a, "--threads") || !strcmp(a, "--out") || !strcmp(a, "--stats") ||
-                 !strcmp(a, "--generate");
+                 !strcmp(a, "--generate") || !strcmp(a, "--device");
     if (takes && i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     if (!strcmp(a, "--ids")) ids_text = argv[++i];
     else if (!strcmp(a, "--decoder-ids")) dec_text = argv[++i];
@@ -121,6 +125,8 @@ int cmd_forward(int argc, char **argv) {
     else if (!strcmp(a, "--stats")) stats_path = argv[++i];
     else if (!strcmp(a, "--threads")) {
       if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1024, &threads)) return CLI_USAGE;
+    } else if (!strcmp(a, "--device")) {
+      if (!cli_parse_device(cmd, argv[++i], &device)) return CLI_USAGE;
     } else if (!strcmp(a, "--generate")) {
       if (!cli_parse_u64_in(cmd, a, argv[++i], 0, CLI_MAX_TOKENS, &n_gen)) return CLI_USAGE;
       generate = true;
@@ -134,6 +140,7 @@ int cmd_forward(int argc, char **argv) {
   if (!ids_text) return cli_usage_error(cmd, "missing --ids");
   if (!out_path && !generate) return cli_usage_error(cmd, "missing --out (or --generate)");
   if (stats_path && !out_path) return cli_usage_error(cmd, "--stats needs --out");
+  if (cli_device_ready(cmd, device, device_desc, sizeof device_desc) != CLI_OK) return CLI_USAGE;
 
   int64_t *ids = NULL, *dec = NULL, *gen = NULL, n_ids = 0, n_dec = 0, n_out = 0;
   float *logits = NULL;
@@ -156,6 +163,7 @@ int cmd_forward(int argc, char **argv) {
   cp_engine_params params;
   cp_engine_params_init(&params);
   params.threads = (int)threads;
+  params.device = device;
   params.stats = stats_path != NULL;
   if ((rc = cp_engine_create(&eng, model, &rule, &params))) goto done;
   if (out_path) {

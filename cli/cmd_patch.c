@@ -20,6 +20,7 @@ static const char patch_help[] =
     "                      [method options] | --rule RULE.json\n"
     "                      [--target-len N] [--verify PROBES] [--lengths L,...] [--json]\n"
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
+    "                      [--device cpu|cuda]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
     "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
@@ -54,7 +55,8 @@ static const char patch_help[] =
     "  fire-threshold  --threshold L\n"
     "verify options (as 'ctxpatch verify'): --verify PROBES (--probe is the same option; 'ppl'\n"
     "  needs --corpus); --lengths (default the training length and --target-len); --depths (default\n"
-    "  0:1:5); --samples; --min-accuracy A (default none); --no-regression-at (default every length:\n"
+    "  0:1:5); --samples; --device cpu|cuda (calibration and verify engines; the certificate names the\n"
+    "  device); --min-accuracy A (default none); --no-regression-at (default every length:\n"
     "  the patch may not lose to the original); --margin; --corpus FILE and the --ppl-* options.\n"
     "  Without --verify the default probe set certifies: every retrieval probe the ORIGINAL model\n"
     "  answers with accuracy above 0.5 at its training length (screened first on 10 prompts each),\n"
@@ -250,6 +252,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   pa->po.n_schedule_lengths = pa->vo.n_lengths;
   pa->po.seed = pa->vo.seed;
   pa->po.threads = (int)pa->vo.threads;
+  pa->po.device = pa->vo.device;
   return CLI_OK;
 }
 
@@ -400,6 +403,7 @@ int cmd_patch(int argc, char **argv) {
   pp.default_probes = !pa.vo.probes_text;
   pp.thresholds = &th;
   pp.tokenizer_path = pa.tok_path;
+  pp.device = pa.vo.device_desc;
   pp.require_exact = pa.require != NULL;
   pp.replace = pa.force;
   pp.shard_size = pa.shard_size;

@@ -21,22 +21,25 @@
 static const char verify_help[] =
     "usage: ctxpatch verify MODEL [--rule RULE.json] [--baseline] --probe passkey,lines,needle,multikey,ppl\n"
     "                       --lengths 256,512,1024 [--depths 0:1:10] [--samples N] [--seed S]\n"
-    "                       [--device cpu] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
+    "                       [--device cpu|cuda] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
     "                       [--margin D] [--corpus FILE] [--corpus-delimiter TEXT] [--ppl-windows N]\n"
     "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X]\n"
     "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
     "                       [--on-top]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
-    "through the CPU engine with the attention rule (and, with --baseline, without it, on the same\n"
-    "prompts), prints the accuracy per probe and length with its 95% Wilson interval, and writes the\n"
-    "certificate (docs/certificate.md) and a self-contained HTML report. Exit status 1 when a\n"
-    "criterion fails; without any criterion the verdict is \"none\" (no criterion given), exit 0.\n\n"
+    "through the engine (CPU, or --device cuda) with the attention rule (and, with --baseline,\n"
+    "without it, on the same prompts), prints the accuracy per probe and length with its 95%\n"
+    "Wilson interval, and writes the certificate (docs/certificate.md) and a self-contained HTML\n"
+    "report. Exit status 1 when a criterion fails; without any criterion the verdict is \"none\"\n"
+    "(no criterion given), exit 0.\n\n"
     "  --probe LIST         probes to run (--verify is the same option)\n"
     "  --baseline           also run MODEL without any rule on the same prompts (an artifact's\n"
     "                       metadata rule is left out on that side)\n"
     "  --depths A:B:N       N depths evenly from A to B (default 0:1:10), or a list 0,0.5,1\n"
     "  --samples N          samples per probe x length x depth cell (default: 40 prompts per probe\n"
     "                       and length over the depths, 4 at 10 depths)\n"
+    "  --device cpu|cuda    where the engines run (default cpu); cuda needs a -DCTXPATCH_CUDA=ON build\n"
+    "                       and a device (else exit 2); the certificate's run.device names it\n"
     "  --min-accuracy A     each probe's patched accuracy at each length must reach A\n"
     "  --no-regression-at   at these lengths no probe may regress: Tango's paired score test must not\n"
     "                       find a drop beyond --margin (default 0.05) at one-sided level 0.05, and\n"
@@ -99,7 +102,7 @@ static void print_rule(const cp_model *model, const cp_rule *applied, bool basel
 
 int cmd_verify(int argc, char **argv) {
   const char *model_path = NULL, *rule_path = NULL;
-  const char *device = "cpu", *cert_path = NULL, *report_path = NULL;
+  const char *cert_path = NULL, *report_path = NULL;
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
   bool baseline = false, stats = true, on_top = false, json = false;
@@ -132,7 +135,6 @@ int cmd_verify(int argc, char **argv) {
       if (taken < 0) return CLI_USAGE;
       if (taken) continue;
       if (!strcmp(a, "--rule")) rule_path = v;
-      else if (!strcmp(a, "--device")) device = v;
       else if (!strcmp(a, "--certificate")) cert_path = v;
       else if (!strcmp(a, "--report")) report_path = v;
       else return cli_usage_error("verify", "unknown option '%s'", a);
@@ -144,8 +146,6 @@ int cmd_verify(int argc, char **argv) {
   if (!model_path) return cli_usage_error("verify", "missing MODEL");
   if (!o.probes_text) return cli_usage_error("verify", "missing --probe");
   if (!o.lengths_text) return cli_usage_error("verify", "missing --lengths");
-  if (strcmp(device, "cpu") != 0)
-    return cli_usage_error("verify", "--device %s is not available in this build (only cpu)", device);
   if (!cli_verify_opts_parse(&o, "verify")) {
     cli_verify_opts_free(&o);
     return CLI_USAGE;
@@ -197,7 +197,7 @@ int cmd_verify(int argc, char **argv) {
   }
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
   if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
-  cp_certificate_info info = {model_path, "cpu", o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+  cp_certificate_info info = {model_path, o.device_desc, o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
                               applied, o.seed, vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
   if ((rc = add_artifact(cert, model)) < 0) goto report;

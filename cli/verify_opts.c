@@ -52,6 +52,7 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   else if (!strcmp(a, "--samples")) return cli_parse_u64_in(cmd, a, v, 1, 100000, &o->samples) ? 1 : -1;
   else if (!strcmp(a, "--seed")) return cli_parse_u64(cmd, a, v, &o->seed) ? 1 : -1;
   else if (!strcmp(a, "--threads")) return cli_parse_u64_in(cmd, a, v, 0, 1024, &o->threads) ? 1 : -1;
+  else if (!strcmp(a, "--device")) return cli_parse_device(cmd, v, &o->device) ? 1 : -1;
   else if (!strcmp(a, "--margin")) return parse_num(cmd, a, v, 0, 1, &o->margin) ? 1 : -1;
   else if (!strcmp(a, "--ppl-margin")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_margin) ? 1 : -1;
   else if (!strcmp(a, "--ppl-flat")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_flat) ? 1 : -1;
@@ -73,6 +74,7 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
 }
 
 bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd) {
+  if (cli_device_ready(cmd, o->device, o->device_desc, sizeof o->device_desc) != CLI_OK) return false;
   if (o->corpus_delimiter_text && !(o->corpus_delimiter = unescape(o->corpus_delimiter_text)))
     return cli_usage_error(cmd, "out of memory"), false;
   if (o->corpus_delimiter_text && !o->corpus) return cli_usage_error(cmd, "--corpus-delimiter needs --corpus"), false;
@@ -95,6 +97,7 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   vp->samples = o->samples ? (int)o->samples : (CLI_DEFAULT_PAIRS + o->n_depths - 1) / o->n_depths;
   vp->seed = o->seed;
   vp->threads = (int)o->threads;
+  vp->device = o->device;
   th->min_accuracy = o->min_accuracy;
   th->no_regression_at = o->no_reg;
   th->n_no_regression = o->n_no_reg;

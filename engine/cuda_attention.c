@@ -15,6 +15,14 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 
+bool cp_cuda_built(void) {
+#ifdef CTXPATCH_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 #ifndef CTXPATCH_WITH_CUDA
 
 bool cp_cuda_available(char *why, size_t n) {
@@ -36,6 +44,8 @@ int cp_cuda_attention(const cp_attn_call *c, const cp_cuda_opts *opts) {
   return cp_cuda_attention_on(&CUDA_RUNTIME, c, opts);
 }
 
+const cpcu_backend *cp_cuda_runtime_backend(void) { return &CUDA_RUNTIME; }
+
 bool cp_cuda_available(char *why, size_t n) {
   char r[256] = "", name[256] = "";
   int count = 0, ma = 0, mi = 0;
@@ -51,7 +61,14 @@ bool cp_cuda_available(char *why, size_t n) {
     if (why && n) snprintf(why, n, "%s", r);
     return false;
   }
-  if (why && n) snprintf(why, n, "%s (compute capability %d.%d)", name, ma, mi);
+  int drv = 0, rt = 0;
+  if (cpcu_versions(&drv, &rt, r, sizeof r)) {
+    if (why && n) snprintf(why, n, "%s", r);
+    return false;
+  }
+  if (why && n)
+    snprintf(why, n, "%s (compute capability %d.%d), driver %d.%d, runtime %d.%d", name, ma, mi, drv / 1000,
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
   return true;
 }
 
@@ -223,12 +240,19 @@ done:
   return rc;
 }
 
-/* q, k, v and the RoPE variants, as float or bfloat16. */
-static int upload_tensors(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, bool bf16) {
+/* q, k, v and the RoPE variants, as float or bfloat16; `resident`: they are device pointers
+ * already (the CUDA engine), taken as they are. */
+static int upload_tensors(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, bool bf16, bool resident) {
   const size_t qn = (size_t)c->n_q * c->H * c->dh, kn = (size_t)c->n_keys * c->Hkv * c->dh;
   const put_as as = bf16 ? PUT_BF16 : PUT_RAW;
   const bool topk = c->tab.topk_any;
   int rc;
+  if (resident) {
+    a->q = c->q, a->q_far = c->q_far, a->k = c->k, a->v = c->v;
+    a->k_raw = c->q_far || (topk && c->q_topk) ? c->k_raw : NULL;
+    a->q_topk = topk ? c->q_topk : NULL;
+    return 0;
+  }
   if ((rc = dev_put(dl, &a->q, c->q, qn * sizeof(float), as)) ||
       (rc = dev_put(dl, &a->q_far, c->q_far, qn * sizeof(float), as)) ||
       (rc = dev_put(dl, &a->k, c->k, kn * sizeof(float), as)) ||
@@ -301,20 +325,22 @@ static int upload_pos(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c) {
   return 0;
 }
 
-/* Runs the kernel on the uploaded call and copies the outputs back into c's host arrays. */
-static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const cp_cuda_opts *o) {
+/* Runs the kernel on the uploaded call and copies the outputs back into c's host arrays (with
+ * `resident`, c->out is a device pointer the kernel writes; the statistics still come back). */
+static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const cp_cuda_opts *o, bool resident) {
   const cpcu_backend *be = dl->be;
   const size_t qn = (size_t)c->n_q * c->H * c->dh, sn = (size_t)c->H * c->n_q;
   char why[256] = "";
   int rc;
-  if ((rc = dev_out(dl, &a->out, c->out, qn * sizeof(float))) ||
+  if (resident) a->out = c->out;
+  if ((!resident && (rc = dev_out(dl, &a->out, c->out, qn * sizeof(float)))) ||
       (rc = dev_out(dl, &a->row_pmax, c->row_pmax, sn * sizeof(float))) ||
       (rc = dev_out(dl, &a->row_ent, c->row_ent, sn * sizeof(float))) ||
       (rc = dev_out(dl, &a->row_lstd, c->row_lstd, sn * sizeof(float))))
     return rc;
   if (be->attention(a, o ? o->bench_reps : 0, o ? o->bench_ms : NULL, why, sizeof why))
     return cp_error_set(CP_ECUDA, "cuda: %s", why);
-  if (be->download(c->out, a->out, qn * sizeof(float), why, sizeof why) ||
+  if ((!resident && be->download(c->out, a->out, qn * sizeof(float), why, sizeof why)) ||
       (c->row_pmax && be->download(c->row_pmax, a->row_pmax, sn * sizeof(float), why, sizeof why)) ||
       (c->row_ent && be->download(c->row_ent, a->row_ent, sn * sizeof(float), why, sizeof why)) ||
       (c->row_lstd && be->download(c->row_lstd, a->row_lstd, sn * sizeof(float), why, sizeof why)))
@@ -322,10 +348,10 @@ static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, co
   return 0;
 }
 
-int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts) {
+static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts, bool resident) {
   int rc = check_call(c);
   if (rc || c->n_q == 0) return rc;
-  const bool bf16 = opts && opts->bf16;
+  const bool bf16 = !resident && opts && opts->bf16;
   dev_list dl = {be, {0}, 0};
   tile_plan tp;
   cpcu_attn_args a;
@@ -337,10 +363,18 @@ int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp
   a.pos = c->pos;
   a.scale = c->scale, a.inv_tau = c->plan->inv_tau;
   if ((rc = tile_plan_build(&tp, c, be->tile_rows(c->dh)))) return rc;
-  if (!(rc = upload_tensors(&dl, &a, c, bf16)) && !(rc = upload_ranges(&dl, &a, c, &tp)) &&
+  if (!(rc = upload_tensors(&dl, &a, c, bf16, resident)) && !(rc = upload_ranges(&dl, &a, c, &tp)) &&
       !(rc = upload_pos(&dl, &a, c)))
-    rc = run_kernel(&dl, &a, c, opts);
+    rc = run_kernel(&dl, &a, c, opts, resident);
   for (int x = 0; x < dl.n; x++) be->release(dl.p[x]);
   tile_plan_free(&tp);
   return rc;
+}
+
+int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts) {
+  return attention_on(be, c, opts, false);
+}
+
+int cp_cuda_attention_resident(const cpcu_backend *be, const cp_attn_call *c) {
+  return attention_on(be, c, NULL, true);
 }

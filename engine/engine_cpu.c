@@ -16,6 +16,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 #include "engine/attention_cpu.h"
+#include "engine/device_engine.h"
 #include "engine/layer_ops.h"
 #include "engine/pool.h"
 
@@ -37,6 +38,8 @@ struct cp_engine {
   bool collect; /* inside a forward that collects */
   cp_arena work; /* per-call attention tables and kernel scratch, reset per call: no allocation per
                     decode step once it has grown to the call size */
+  const cp_device_ops *dev_ops; /* params.device CUDA: the device engine runs every pass ... */
+  cp_device_engine *dev;        /* ... (engine/device_engine.h); NULL on the CPU */
 };
 
 /* One layer's cache: keys (rotated for RoPE), values, and unrotated keys where the rule needs
@@ -429,7 +432,30 @@ static int alloc_stats(cp_engine *e) {
   return 0;
 }
 
+void cp_engine_record_device_stats(cp_engine *e, cp_attn_kind kind, int layer, const float *rp, const float *re,
+                                   const float *rs, int64_t n_q) {
+  record_stats(e, stats_module(e, kind, layer), rp, re, e->st_lstd ? rs : NULL, n_q);
+}
+
+bool cp_engine_wants_logit_std(const cp_engine *e) { return e->st_lstd != NULL; }
+
+const char *cp_engine_device(const cp_engine *e) { return e->dev ? e->dev_ops->describe(e->dev) : "cpu"; }
+
 int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params) {
+  const cp_device_ops *dev = NULL;
+  if (params && params->device == CP_DEVICE_CUDA) {
+#ifdef CTXPATCH_WITH_CUDA
+    dev = &cp_cuda_engine_ops;
+#else
+    *out = NULL;
+    return cp_error_set(CP_EUNSUPPORTED, "--device cuda: this build has no CUDA (configure with -DCTXPATCH_CUDA=ON)");
+#endif
+  }
+  return cp_engine_create_on(out, model, rule, params, dev);
+}
+
+int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params,
+                        const cp_device_ops *dev) {
   assert(out && model);
   *out = NULL;
   cp_engine *e = calloc(1, sizeof *e);
@@ -450,6 +476,10 @@ int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule
   if ((rc = cp_pool_create(&e->pool, threads))) goto done;
   e->n_modules = 0;
   if ((rc = alloc_stats(e))) goto done;
+  if (dev) {
+    e->dev_ops = dev;
+    if ((rc = dev->create(&e->dev, e, model, &e->rule, &e->rm, e->st_lstd != NULL))) goto done;
+  }
   *out = e;
   e = NULL;
 done:
@@ -459,6 +489,7 @@ done:
 
 void cp_engine_free(cp_engine *e) {
   if (!e) return;
+  if (e->dev) e->dev_ops->destroy(e->dev);
   cp_pool_free(e->pool);
   cp_arena_free(&e->work);
   free(e->st_kind);
@@ -559,6 +590,10 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   kv_t kv = {0};
   e->collect = e->p.stats;
   if (e->collect) e->n_modules = 0;
+  if (e->dev) {
+    rc = e->dev_ops->forward(e->dev, logits, ids, n_ids, dec_ids, n_dec, e->collect);
+    goto done;
+  }
 
   if (t5) {
     if (!(enc = alloc_f(n_ids, m->d_model))) {
@@ -576,9 +611,9 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
     goto done;
   if (logits && (rc = head(e, &m->decoder, &b, n, 0, logits))) goto done;
-  if (e->collect)
-    e->n_modules = m->encoder.n_layers + m->decoder.n_layers + (t5 ? m->decoder.n_layers : 0);
 done:
+  if (!rc && e->collect)
+    e->n_modules = m->encoder.n_layers + m->decoder.n_layers + (t5 ? m->decoder.n_layers : 0);
   e->collect = false;
   free(enc);
   free_cross(&cross, m);
@@ -616,6 +651,10 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, n_new);
   if (rc) return rc;
   if (n_new == 0) return 0;
+  if (e->dev) {
+    e->collect = false;
+    return e->dev_ops->generate(e->dev, out, n_out, step_logits, ids, n_ids, dec_ids, n_dec, n_new, stop_at_eos);
+  }
   bool t5 = m->family == CP_FAMILY_T5;
   const int64_t *xids = t5 ? dec_ids : ids;
   int64_t n = t5 ? n_dec : n_ids;

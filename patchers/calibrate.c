@@ -394,6 +394,7 @@ static int ctx_open(ctx_t *c, const request_t *rq, const cp_model *model, const 
   cp_engine_params ep;
   cp_engine_params_init(&ep);
   ep.threads = params->threads;
+  ep.device = params->device;
   ep.stats = true;
   ep.logit_stats = rq->want_closed;
   return cp_engine_create(&c->engine, model, NULL, &ep);

@@ -126,6 +126,7 @@ static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_mod
     cpp.tokenizer = tok;
     cpp.seed = o->seed;
     cpp.threads = o->threads;
+    cpp.device = o->device;
     if (o->calibration_samples > 0) cpp.samples = o->calibration_samples;
     if (o->schedule) rc = schedule_rule(rule, &table, m, cm, o, &cpp);
     else rc = cp_calibrate_rule(rule, &table, m, cm, o->target_len, &cpp);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cmath>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,52 @@ inline int min(int a, int b) { return a < b ? a : b; }
 
 namespace {
 
+/* NT host threads kept for the whole process (thread creation per launch made the engine test
+ * spend most of its time in the kernel): a launch hands them a job and meets them at `go` and
+ * `done`; the kernel's own barrier (emu_bar) is separate. Joined at exit. */
+struct emu_pool {
+  std::vector<std::thread> th;
+  pthread_barrier_t go, done;
+  std::function<void(unsigned)> job;
+  bool quit = false;
+};
+emu_pool *pool_get() {
+  static emu_pool *p = [] {
+    emu_pool *q = new emu_pool;
+    pthread_barrier_init(&q->go, nullptr, NT + 1);
+    pthread_barrier_init(&q->done, nullptr, NT + 1);
+    for (unsigned t = 0; t < (unsigned)NT; t++)
+      q->th.emplace_back([q, t] {
+        for (;;) {
+          pthread_barrier_wait(&q->go);
+          if (q->quit) return;
+          q->job(t);
+          pthread_barrier_wait(&q->done);
+        }
+      });
+    atexit([] {
+      emu_pool *r = pool_get();
+      r->quit = true;
+      pthread_barrier_wait(&r->go);
+      for (auto &x : r->th) x.join();
+      pthread_barrier_destroy(&r->go);
+      pthread_barrier_destroy(&r->done);
+      delete r;
+    });
+    return q;
+  }();
+  return p;
+}
+
+/* Runs job(t) on every pool thread t and waits for all of them. */
+void pool_run(std::function<void(unsigned)> job) {
+  emu_pool *p = pool_get();
+  p->job = std::move(job);
+  pthread_barrier_wait(&p->go);
+  pthread_barrier_wait(&p->done);
+  p->job = nullptr;
+}
+
 template <typename T, int MAXD, int TPR>
 int emu_launch(const cpcu_attn_args *a) {
   constexpr int BM = NT / TPR;
@@ -75,21 +122,21 @@ int emu_launch(const cpcu_attn_args *a) {
   pthread_barrier_init(&bar, nullptr, NT);
   emu_bar = &bar;
   const unsigned tiles = (unsigned)((a->n_q + BM - 1) / BM);
-  for (unsigned by = 0; by < (unsigned)a->H; by++)
-    for (unsigned bx = 0; bx < tiles; bx++) {
-      memset(buf, 0xff, L.total); /* garbage, as fresh shared memory would be */
-      std::vector<std::thread> th;
-      th.reserve(NT);
-      for (unsigned t = 0; t < (unsigned)NT; t++)
-        th.emplace_back([=] {
+  /* The pool's NT threads run the blocks one after another; a barrier before and after each
+   * block's fresh shared memory keeps every thread on the same block. */
+  pool_run([=, &bar](unsigned t) {
+      for (unsigned by = 0; by < (unsigned)a->H; by++)
+        for (unsigned bx = 0; bx < tiles; bx++) {
+          pthread_barrier_wait(&bar); /* every thread has left the previous block */
+          if (t == 0) memset(buf, 0xff, L.total); /* garbage, as fresh shared memory would be */
+          pthread_barrier_wait(&bar);
           threadIdx = {t, 0, 0};
           blockIdx = {bx, by, 0};
           emu_smem = buf;
           emu_parity = 0;
           attn_kernel<T, MAXD, TPR>(*a);
-        });
-      for (auto &x : th) x.join();
-    }
+        }
+    });
   pthread_barrier_destroy(&bar);
   free(buf);
   return 0;

@@ -229,7 +229,8 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   for (int i = 0; i < n_reasons; i++) cJSON_AddItemToArray(why, cJSON_CreateString(reasons[i]));
 
   cJSON *run = cJSON_AddObjectToObject(c, "run");
-  cJSON_AddStringToObject(run, "engine", "cpu-fp32");
+  const bool cuda = info->device && !strncmp(info->device, "cuda", 4);
+  cJSON_AddStringToObject(run, "engine", cuda ? "cuda-fp32" : "cpu-fp32");
   cJSON_AddStringToObject(run, "device", info->device ? info->device : "cpu");
   cJSON_AddNumberToObject(run, "threads", info->threads);
   /* No wall time or rate: a patched artifact's config.json and safetensors headers carry this

@@ -310,6 +310,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   cp_engine_params ep;
   cp_engine_params_init(&ep);
   ep.threads = p->threads;
+  ep.device = p->device;
   int sides = p->baseline ? 2 : 1;
   /* The baseline side is the model without any rule: an artifact whose rule lives only in its
    * ctxpatch metadata would otherwise apply it on both sides (the engine applies the metadata

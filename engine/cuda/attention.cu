@@ -419,6 +419,12 @@ extern "C" int cpcu_device_name(char *name, size_t name_n, int *cc_major, int *c
   return 0;
 }
 
+extern "C" int cpcu_versions(int *driver, int *runtime, char *why, size_t n) {
+  cudaError_t err = cudaDriverGetVersion(driver);
+  if (err == cudaSuccess) err = cudaRuntimeGetVersion(runtime);
+  return err == cudaSuccess ? 0 : fail(err, "cudaDriverGetVersion", why, n);
+}
+
 extern "C" int cpcu_tile_rows(int dh) { return tile_rows_for(dh); }
 
 extern "C" int cpcu_attention(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {

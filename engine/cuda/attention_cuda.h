@@ -80,6 +80,8 @@ typedef struct {
 int cpcu_device_count(int *count, char *why, size_t n);
 /* Name and compute capability of device 0. */
 int cpcu_device_name(char *name, size_t name_n, int *cc_major, int *cc_minor, char *why, size_t n);
+/* Driver and runtime versions as the CUDA API reports them (1000 major + 10 minor). */
+int cpcu_versions(int *driver, int *runtime, char *why, size_t n);
 /* Query rows per thread block for head dim dh (the tile the host's tile_ranges must use). */
 int cpcu_tile_rows(int dh);
 /* Runs the fused kernel and waits for it. With reps > 0 it runs reps more times afterwards and

@@ -19,7 +19,13 @@
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
 
+/* Where the engine runs: the CPU (default), or the CUDA engine (engine/cuda/engine_cuda.c; builds
+ * with -DCTXPATCH_CUDA=ON only: elsewhere cp_engine_create refuses it with CP_EUNSUPPORTED, and
+ * without a device with CP_ECUDA). Both give the same results within the goldens' tolerance. */
+typedef enum { CP_DEVICE_CPU = 0, CP_DEVICE_CUDA = 1 } cp_device;
+
 typedef struct {
+  cp_device device; /* CP_DEVICE_CPU (default) */
   int threads; /* worker threads; 0 = every online CPU (default) */
   bool stats;  /* collect attention statistics in cp_engine_forward (default false) */
   bool logit_stats; /* with stats: also the logit standard deviation (calibration's closed forms) */
@@ -34,6 +40,10 @@ typedef struct cp_engine cp_engine;
 int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule,
                      const cp_engine_params *params);
 void cp_engine_free(cp_engine *e);
+
+/* What the engine runs on: "cpu", or "cuda: NAME (compute capability X.Y), driver A.B, runtime
+ * C.D". Borrowed from the engine. */
+const char *cp_engine_device(const cp_engine *e);
 
 /* Replaces the engine's rule (NULL: the identity, or the model's metadata rule) with the checks
  * of cp_engine_create: a non-identity rule on a patched artifact is CP_ERULE_MODEL, and the

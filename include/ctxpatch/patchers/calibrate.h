@@ -25,6 +25,7 @@
 
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
+#include "ctxpatch/engine/engine.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
 typedef enum {
@@ -60,6 +61,7 @@ typedef struct {
   const cp_tokenizer *tokenizer; /* borrowed; NULL: random ids */
   uint64_t seed;           /* inputs (default 0) */
   int threads;             /* engine threads; 0 = every CPU */
+  cp_device device;        /* where the engine runs (default CP_DEVICE_CPU) */
   /* Called after each forward pass (may be NULL). */
   void (*progress)(void *ctx, const char *what);
   void *progress_ctx;

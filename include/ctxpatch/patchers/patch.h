@@ -113,6 +113,7 @@ typedef struct {
   double threshold;        /* fire-threshold L; 0: none */
   uint64_t seed;           /* calibration */
   int threads;             /* calibration; 0: all cores */
+  cp_device device;        /* calibration's engine (default CP_DEVICE_CPU) */
   /* temperature: calibrate a temperature_schedule (cp_calib_schedule_rule, [L_tr, 1] first)
    * instead of one tau, at the schedule_lengths longer than the training length (borrowed;
    * none: at target_len alone). Exclusive with tau. */
@@ -158,7 +159,7 @@ typedef struct {
   /* Non-NULL: write the ONNX layout instead of safetensors (`--to onnx`, below); its
    * certificate_sha256 and replace fields are ignored (the pass sets them). */
   const cp_onnx_export_params *onnx;
-  const char *device;                     /* certificate's device (default "cpu") */
+  const char *device;                     /* certificate's device (default "cpu"; as cp_certificate_info) */
   /* A tokenizer.json to copy into OUT when IN has none (the probe models share one file), so
    * that the artifact is self-contained and `ctxpatch verify OUT` finds it. NULL: none. */
   const char *tokenizer_file;

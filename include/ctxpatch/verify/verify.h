@@ -30,6 +30,7 @@
 
 #include "ctxpatch/converters/model.h"
 #include "ctxpatch/converters/rule.h"
+#include "ctxpatch/engine/engine.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/ppl.h"
 
@@ -64,6 +65,7 @@ typedef struct {
   int samples;        /* per (probe, length, depth) cell; default 1 */
   uint64_t seed;      /* default 0 */
   int threads;        /* engine threads; 0 = every CPU */
+  cp_device device;   /* where the engines run (default CP_DEVICE_CPU; --device cuda) */
   bool baseline;      /* also run the unpatched model */
   /* Baseline side's model (borrowed; NULL = the same model with the identity rule). `ctxpatch
    * patch` certifies the baked artifact against the original checkpoint this way. */
@@ -152,7 +154,7 @@ int cp_verify_judge(bool *pass, char ***reasons, int *n_reasons, const cp_verify
 
 typedef struct {
   const char *model_path;
-  const char *device;       /* "cpu" */
+  const char *device;       /* "cpu", or "cuda: GPU NAME (compute capability X.Y), driver A.B" */
   int threads;
   const cp_rule *rule;      /* patched rule */
   uint64_t seed;

@@ -1,0 +1,770 @@
+/* The CUDA engine behind cp_engine (engine/device_engine.h; params.device = CP_DEVICE_CUDA): the
+ * CPU engine's passes (engine/engine_cpu.c) with every tensor on the device. Weights are uploaded
+ * once (each distinct array once: tied embeddings share); projections and the LM head are cuBLAS
+ * GEMMs; attention is the fused rule-aware kernel of engine/cuda/attention.cu through
+ * cp_cuda_attention_resident (its tables resolved on the host by rule.h, as for the CPU);
+ * norms, activations, biases, residuals and RoPE are the small kernels of engine/cuda/kernels.cu;
+ * the KV caches live on the device; a generation copies back only the last row's logits.
+ *
+ * Plain C against the CUDA runtime API and cuBLAS, so that tests/test_cuda_engine_emulated.c
+ * compiles this same file against the host shim of tests/cuda_shim/ (CPCU_SHIM) and checks its
+ * allocations, copies, launches and GEMM arguments in CI without a GPU.
+ *
+ * GEMM layout: the engine's matrices are row-major. Y[M, N] = X[M, K] W^T with W [N, K]: read
+ * column-major, W is K x N (ld K), X is K x M (ld its row stride) and Y is N x M (ld its row
+ * stride), so Y = op_T(W) * X is cublasGemmEx(T, N, m = N, n = M, k = K, W, lda = K, X, ldb,
+ * Y, ldc) with fp32 data and CUBLAS_COMPUTE_32F (no TF32: the CPU engine is the oracle).
+ *
+ * Not (yet) on the device, and said so: the non-finite checks of q, k and v (only the logits are
+ * checked, on the host); overlapping streams for the two sides of a certification; weights in a
+ * stored 16-bit dtype (the model holds float32 today). */
+#include <assert.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/arena.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/engine/attn_call.h"
+#include "ctxpatch/engine/cuda.h"
+#include "ctxpatch/formats/tensor.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda_attention.h"
+#include "engine/device_engine.h"
+
+#ifdef CPCU_SHIM
+const cpcu_backend *cpcu_shim_backend(void); /* tests/cuda_shim/shim_backend.c */
+#define ATTN_BACKEND() cpcu_shim_backend()
+#else
+#define ATTN_BACKEND() cp_cuda_runtime_backend()
+#endif
+
+typedef struct {
+  float *w, *b; /* [n_out, n_in], [n_out] or NULL */
+  int n_out, n_in;
+} dlin;
+
+typedef struct {
+  float *w, *b; /* [D], [D] or NULL */
+} dnorm;
+
+typedef struct {
+  dnorm attn_norm, cross_norm, ffn_norm;
+  dlin q, k, v, o, cq, ck, cv, co, gate, up, down;
+} dlayer;
+
+typedef struct {
+  dlayer *layers; /* [n_layers] */
+  dnorm final_norm;
+} dstack;
+
+struct cp_device_engine {
+  cp_engine *owner;
+  const cp_model *m;
+  const cp_rule *rule;     /* the owner's, live */
+  const cp_rule_model *rm; /* the owner's */
+  bool logit_stats;
+  const cpcu_backend *be;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  /* Uploaded weights: host array -> device copy. */
+  const float **w_host;
+  float **w_dev;
+  size_t n_w, cap_w;
+  float *embed, *pos_embed, *lm_head; /* [V, D], [train_len, D] or NULL, [V, D] */
+  dnorm embed_norm;
+  dstack enc, dec;
+  cp_arena work; /* the attention call's host tables, reset per call */
+  char desc[512];
+};
+
+/* One layer's device cache, as kv_t of engine_cpu.c. */
+typedef struct {
+  float *k, *v, *k_raw; /* [cap, Hkv*dh] */
+  int64_t cap;
+  bool ready;
+} dkv;
+
+/* Per-pass device activations, as bufs_t of engine_cpu.c. */
+typedef struct {
+  int64_t n;
+  float *x, *h, *tmp;                   /* [n, D] */
+  float *q, *qraw, *qfar, *qtopk, *att; /* [n, H*dh] */
+  float *up, *gate;                     /* [min(n, CP_CUDA_FFN_CHUNK), d_ff] */
+  int64_t *ids;                         /* [n] */
+} dbufs;
+
+typedef struct {
+  const float *enc; /* [n_enc, D] device */
+  int64_t n_enc;
+  dkv *kv; /* [decoder layers] */
+} dcross;
+
+/* ---------------------------------------------------------------- runtime helpers */
+
+static int cu_fail(cudaError_t err, const char *what) {
+  return cp_error_set(CP_ECUDA, "cuda engine: %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+static int blas_fail(cublasStatus_t st, const char *what) {
+  return cp_error_set(CP_ECUDA, "cuda engine: %s: %s", what, cublasGetStatusString(st));
+}
+
+static int kern_fail(const char *why) { return cp_error_set(CP_ECUDA, "cuda engine: %s", why); }
+
+/* A device array of a x b elements of `elem` bytes (sizes checked), or NULL with the error set. */
+static void *dalloc(int64_t a, int64_t b, size_t elem) {
+  uint64_t n;
+  if (a < 0 || b < 0 || !cp_mul_u64(&n, (uint64_t)a, (uint64_t)b) || !cp_mul_u64(&n, n, elem) || n > SIZE_MAX) {
+    cp_error_set(CP_EOVERFLOW, "cuda engine: buffer of %lld x %lld elements is too large", (long long)a, (long long)b);
+    return NULL;
+  }
+  void *p = NULL;
+  cudaError_t err = cudaMalloc(&p, n ? (size_t)n : 1);
+  if (err != cudaSuccess) {
+    cu_fail(err, "cudaMalloc");
+    return NULL;
+  }
+  return p;
+}
+
+static void dfree(void *p) {
+  if (p) cudaFree(p);
+}
+
+static int upload(cp_device_engine *d, void *dst, const void *src, size_t bytes) {
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream);
+  return err == cudaSuccess ? 0 : cu_fail(err, "copy to the device");
+}
+
+/* Copies device memory to the host and waits for it (and for everything queued before it). */
+static int download(cp_device_engine *d, void *dst, const void *src, size_t bytes) {
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(d->stream);
+  return err == cudaSuccess ? 0 : cu_fail(err, "copy to the host");
+}
+
+static int dcopy(cp_device_engine *d, void *dst, const void *src, size_t bytes) {
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream);
+  return err == cudaSuccess ? 0 : cu_fail(err, "copy on the device");
+}
+
+/* ---------------------------------------------------------------- weights */
+
+typedef struct {
+  cp_device_engine *d;
+  int rc;
+} upload_ctx;
+
+static float *weight_of(const cp_device_engine *d, const float *host) {
+  if (!host) return NULL;
+  for (size_t i = 0; i < d->n_w; i++)
+    if (d->w_host[i] == host) return d->w_dev[i];
+  return NULL;
+}
+
+static void upload_weight(void *ctx, const float *w, size_t count) {
+  upload_ctx *u = ctx;
+  cp_device_engine *d = u->d;
+  if (u->rc || weight_of(d, w)) return;
+  if (d->n_w == d->cap_w) {
+    size_t cap = d->cap_w ? 2 * d->cap_w : 64;
+    const float **h = realloc(d->w_host, cap * sizeof *h);
+    if (h) d->w_host = h;
+    float **p = h ? realloc(d->w_dev, cap * sizeof *p) : NULL;
+    if (!h || !p) {
+      u->rc = cp_error_set(CP_ENOMEM, "cuda engine: weight table: out of memory");
+      return;
+    }
+    d->w_dev = p, d->cap_w = cap;
+  }
+  float *dev = dalloc((int64_t)count, 1, sizeof(float));
+  if (!dev) {
+    u->rc = cp_error_code();
+    return;
+  }
+  d->w_host[d->n_w] = w, d->w_dev[d->n_w++] = dev;
+  u->rc = upload(d, dev, w, count * sizeof(float));
+}
+
+static dlin dlin_of(const cp_device_engine *d, const cp_linear *L) {
+  dlin o = {weight_of(d, L->w), weight_of(d, L->b), L->n_out, L->n_in};
+  return o;
+}
+
+static dnorm dnorm_of(const cp_device_engine *d, const cp_norm_weights *w) {
+  dnorm o = {weight_of(d, w->w), weight_of(d, w->b)};
+  return o;
+}
+
+static int map_stack(cp_device_engine *d, dstack *ds, const cp_stack *st) {
+  ds->layers = calloc((size_t)st->n_layers + 1, sizeof *ds->layers);
+  CP_CHECK_ALLOC(ds->layers, "cuda engine: layers");
+  for (int l = 0; l < st->n_layers; l++) {
+    const cp_layer *ly = &st->layers[l];
+    dlayer *o = &ds->layers[l];
+    o->attn_norm = dnorm_of(d, &ly->attn_norm), o->cross_norm = dnorm_of(d, &ly->cross_norm);
+    o->ffn_norm = dnorm_of(d, &ly->ffn_norm);
+    o->q = dlin_of(d, &ly->q), o->k = dlin_of(d, &ly->k), o->v = dlin_of(d, &ly->v), o->o = dlin_of(d, &ly->o);
+    o->cq = dlin_of(d, &ly->cq), o->ck = dlin_of(d, &ly->ck), o->cv = dlin_of(d, &ly->cv);
+    o->co = dlin_of(d, &ly->co);
+    o->gate = dlin_of(d, &ly->gate), o->up = dlin_of(d, &ly->up), o->down = dlin_of(d, &ly->down);
+  }
+  ds->final_norm = dnorm_of(d, &st->final_norm);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- row operations */
+
+/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] (row stride lda) W^T + b:
+ * see the GEMM layout at the top. */
+static int linear(cp_device_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda,
+                  int64_t M, const dlin *L, bool accumulate) {
+  if (M <= 0) return 0;
+  if (M > INT_MAX) return cp_error_set(CP_EUNSUPPORTED, "cuda engine: %lld rows in one GEMM", (long long)M);
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, L->n_out, (int)M, L->n_in, &one, L->w,
+                                   CUDA_R_32F, L->n_in, A, CUDA_R_32F, lda, accumulate ? &one : &zero, C,
+                                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasGemmEx");
+  char why[256] = "";
+  if (L->b && cpcu_k_bias(d->stream, C, ldc, L->b, M, L->n_out, why, sizeof why)) return kern_fail(why);
+  return 0;
+}
+
+static int norm_rows(cp_device_engine *d, const dnorm *w, const float *x /* [n, D] */, float *y /* [n, D] */,
+                     int64_t n) {
+  const cp_model *m = d->m;
+  char why[256] = "";
+  if (cpcu_k_norm(d->stream, y, x, w->w, w->b, n, m->d_model, m->norm == CP_NORM_LAYER, m->norm_eps, why, sizeof why))
+    return kern_fail(why);
+  return 0;
+}
+
+static int add(cp_device_engine *d, float *y, const float *a, const float *b, int64_t n) {
+  char why[256] = "";
+  return cpcu_k_add(d->stream, y, a, b, n, why, sizeof why) ? kern_fail(why) : 0;
+}
+
+/* dst[n, D] += FFN(h[n, D]), CP_CUDA_FFN_CHUNK rows at a time, as cp_ops_ffn. */
+static int ffn(cp_device_engine *d, const dlayer *ly, const float *h, float *dst, int64_t n, dbufs *b) {
+  const cp_model *m = d->m;
+  const int D = m->d_model, F = m->d_ff;
+  char why[256] = "";
+  int rc;
+  for (int64_t r0 = 0; r0 < n; r0 += CP_CUDA_FFN_CHUNK) {
+    int64_t nr = n - r0 < CP_CUDA_FFN_CHUNK ? n - r0 : CP_CUDA_FFN_CHUNK;
+    if ((rc = linear(d, b->up, F, h + (size_t)r0 * D, D, nr, &ly->up, false))) return rc;
+    if (m->gated_ffn && (rc = linear(d, b->gate, F, h + (size_t)r0 * D, D, nr, &ly->gate, false))) return rc;
+    if (cpcu_k_act(d->stream, b->up, m->gated_ffn ? b->gate : NULL, nr * F, (int)m->act, why, sizeof why))
+      return kern_fail(why);
+    if ((rc = linear(d, dst + (size_t)r0 * D, D, b->up, F, nr, &ly->down, true))) return rc;
+  }
+  return 0;
+}
+
+static int rope_rows(cp_device_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
+  const cp_model *m = d->m;
+  char why[256] = "";
+  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, m->rope_theta, m->rope_scale, n, pos0, fixed,
+                  why, sizeof why))
+    return kern_fail(why);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- caches and buffers */
+
+static void kv_free(dkv *kv) {
+  dfree(kv->k), dfree(kv->v), dfree(kv->k_raw);
+  memset(kv, 0, sizeof *kv);
+}
+
+static int kv_alloc(dkv *kv, int64_t cap, int width, bool raw) {
+  memset(kv, 0, sizeof *kv);
+  kv->cap = cap;
+  if (!(kv->k = dalloc(cap, width, sizeof(float))) || !(kv->v = dalloc(cap, width, sizeof(float))) ||
+      (raw && !(kv->k_raw = dalloc(cap, width, sizeof(float))))) {
+    int rc = cp_error_code();
+    kv_free(kv);
+    return rc;
+  }
+  return 0;
+}
+
+static void bufs_free(dbufs *b) {
+  dfree(b->x), dfree(b->h), dfree(b->tmp), dfree(b->q), dfree(b->qraw), dfree(b->qfar), dfree(b->qtopk);
+  dfree(b->att), dfree(b->up), dfree(b->gate), dfree(b->ids);
+  memset(b, 0, sizeof *b);
+}
+
+static int bufs_alloc(dbufs *b, const cp_model *m, int64_t n) {
+  memset(b, 0, sizeof *b);
+  const int64_t qd = (int64_t)m->n_heads * m->d_head, chunk = n < CP_CUDA_FFN_CHUNK ? n : CP_CUDA_FFN_CHUNK;
+  const bool rope = m->pos == CP_POS_ROPE;
+  b->n = n;
+  if (!(b->x = dalloc(n, m->d_model, 4)) || !(b->h = dalloc(n, m->d_model, 4)) ||
+      !(b->tmp = dalloc(n, m->d_model, 4)) || !(b->q = dalloc(n, qd, 4)) || !(b->att = dalloc(n, qd, 4)) ||
+      (rope && (!(b->qraw = dalloc(n, qd, 4)) || !(b->qfar = dalloc(n, qd, 4)) || !(b->qtopk = dalloc(n, qd, 4)))) ||
+      !(b->up = dalloc(chunk, m->d_ff, 4)) || (m->gated_ffn && !(b->gate = dalloc(chunk, m->d_ff, 4))) ||
+      !(b->ids = dalloc(n, 1, sizeof(int64_t)))) {
+    int rc = cp_error_code();
+    bufs_free(b);
+    return rc;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- attention modules */
+
+static bool rope_needs_raw(const cp_device_engine *d, cp_attn_kind kind, int layer) {
+  if (d->m->pos != CP_POS_ROPE || kind == CP_ATTN_CROSS) return false;
+  cp_attn_plan plan;
+  cp_rule_plan(&plan, d->rule, d->rm, kind, layer);
+  return plan.ceiling != INT64_MAX || plan.top_k;
+}
+
+static bool any_layer_needs_raw(const cp_device_engine *d, const cp_stack *st, cp_attn_kind kind) {
+  for (int l = 0; l < st->n_layers; l++)
+    if (rope_needs_raw(d, kind, l)) return true;
+  return false;
+}
+
+/* As project_qkv of engine_cpu.c: q of hin [n, D] into b->q; self-attention appends k, v to kv
+ * at q_off (MPT clamps them), cross-attention projects the encoder states on first use. */
+static int project_qkv(const float **K, const float **V, int64_t *n_keys, cp_device_engine *d, const dlayer *ly,
+                       int layer, cp_attn_kind kind, const float *hin, int64_t n, int64_t q_off, dkv *kv,
+                       const dcross *cross, dbufs *b) {
+  const cp_model *m = d->m;
+  const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  int rc;
+  if (kind == CP_ATTN_CROSS) {
+    if ((rc = linear(d, b->q, qd, hin, D, n, &ly->cq, false))) return rc;
+    dkv *ckv = &cross->kv[layer];
+    if (!ckv->ready) {
+      if ((rc = linear(d, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false)) ||
+          (rc = linear(d, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false)))
+        return rc;
+      ckv->ready = true;
+    }
+    *n_keys = cross->n_enc;
+    *K = ckv->k, *V = ckv->v;
+    return 0;
+  }
+  assert(q_off + n <= kv->cap);
+  float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
+  if ((rc = linear(d, b->q, qd, hin, D, n, &ly->q, false)) || (rc = linear(d, kc, kvd, hin, D, n, &ly->k, false)) ||
+      (rc = linear(d, vc, kvd, hin, D, n, &ly->v, false)))
+    return rc;
+  if (m->clip_qkv > 0) {
+    char why[256] = "";
+    if (cpcu_k_clamp(d->stream, b->q, n * qd, m->clip_qkv, why, sizeof why) ||
+        cpcu_k_clamp(d->stream, kc, n * kvd, m->clip_qkv, why, sizeof why) ||
+        cpcu_k_clamp(d->stream, vc, n * kvd, m->clip_qkv, why, sizeof why))
+      return kern_fail(why);
+  }
+  *n_keys = q_off + n;
+  *K = kv->k, *V = kv->v;
+  return 0;
+}
+
+/* As rope_call of engine_cpu.c, on the device. */
+static int rope_call(cp_device_engine *d, cp_attn_call *c, dkv *kv, dbufs *b) {
+  const cp_model *m = d->m;
+  const int H = m->n_heads, qd = H * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  const int64_t n = c->n_q, q_off = c->q_off;
+  const size_t qbytes = (size_t)n * qd * sizeof(float);
+  const bool raw = rope_needs_raw(d, c->plan->kind, c->plan->layer);
+  float *kc = kv->k + (size_t)q_off * kvd;
+  int rc;
+  if (raw) {
+    assert(kv->k_raw);
+    if ((rc = dcopy(d, kv->k_raw + (size_t)q_off * kvd, kc, (size_t)n * kvd * sizeof(float))) ||
+        (rc = dcopy(d, b->qraw, b->q, qbytes)))
+      return rc;
+    c->k_raw = kv->k_raw;
+  }
+  if ((rc = rope_rows(d, b->q, qd, H, n, q_off, false)) || (rc = rope_rows(d, kc, kvd, m->n_kv_heads, n, q_off, false)))
+    return rc;
+  if (c->tab.rope_far >= 0) {
+    assert(raw);
+    if ((rc = dcopy(d, b->qfar, b->qraw, qbytes)) || (rc = rope_rows(d, b->qfar, qd, H, n, c->tab.rope_far, true)))
+      return rc;
+    c->q_far = b->qfar;
+  }
+  if (c->plan->top_k) {
+    assert(raw);
+    if ((rc = dcopy(d, b->qtopk, b->qraw, qbytes)) ||
+        (rc = rope_rows(d, b->qtopk, qd, H, n, c->plan->top_k_distance, true)))
+      return rc;
+    c->q_topk = b->qtopk;
+  }
+  return 0;
+}
+
+/* As attention_module of engine_cpu.c: out [n, D] = the module's output for hin [n, D]. */
+static int attention_module(cp_device_engine *d, const cp_stack *st, const dstack *ds, int layer, cp_attn_kind kind,
+                            const float *hin, int64_t n, int64_t q_off, dkv *kv, const dcross *cross,
+                            int64_t last_prompt_row, dbufs *b, float *out, bool collect) {
+  const cp_model *m = d->m;
+  const dlayer *ly = &ds->layers[layer];
+  const size_t Hn = (size_t)m->n_heads * (size_t)n;
+  const float *K = NULL, *V = NULL;
+  int64_t n_keys = 0;
+  float *stats = NULL; /* host [2 or 3, H, n] */
+  cp_attn_plan plan;
+  cp_attn_call c;
+  cp_rule_plan(&plan, d->rule, d->rm, kind, layer);
+  int rc = project_qkv(&K, &V, &n_keys, d, ly, layer, kind, hin, n, q_off, kv, cross, b);
+  if (rc) return rc;
+  cp_arena_reset(&d->work);
+  if ((rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row, &d->work))) return rc;
+  c.q = b->q, c.k = K, c.v = V, c.out = b->att;
+  if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, kv, b))) goto done;
+  if (collect) {
+    stats = cp_attn_scratch(&c, (d->logit_stats ? 3 : 2) * (Hn ? Hn : 1), sizeof *stats);
+    CP_CHECK_ALLOC_GOTO(stats, "cuda engine: attention statistics");
+    c.row_pmax = stats, c.row_ent = stats + Hn, c.row_lstd = d->logit_stats ? stats + 2 * Hn : NULL;
+  }
+  /* The attention kernel runs on the legacy default stream, which waits for this blocking stream. */
+  if ((rc = cp_cuda_attention_resident(d->be, &c))) goto done;
+  if (collect) cp_engine_record_device_stats(d->owner, kind, layer, c.row_pmax, c.row_ent, c.row_lstd, n);
+  rc = linear(d, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
+done:
+  cp_attn_tables_free(&c.tab);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- stacks */
+
+/* As run_stack of engine_cpu.c. */
+static int run_stack(cp_device_engine *d, const cp_stack *st, const dstack *ds, cp_attn_kind kind, int64_t n,
+                     int64_t q_off, dkv *kvs, bool shared_kv, const dcross *cross, int64_t last_prompt_row, dbufs *b,
+                     bool collect) {
+  const cp_model *m = d->m;
+  const int64_t nd = n * m->d_model;
+  int rc = 0;
+  for (int l = 0; l < st->n_layers; l++) {
+    const dlayer *ly = &ds->layers[l];
+    dkv *kv = shared_kv ? kvs : &kvs[l];
+    if ((rc = norm_rows(d, &ly->attn_norm, b->x, b->h, n)) ||
+        (rc = attention_module(d, st, ds, l, kind, b->h, n, q_off, kv, NULL, last_prompt_row, b, b->tmp, collect)))
+      return rc;
+    if (m->parallel_residual) {
+      if ((rc = norm_rows(d, &ly->ffn_norm, b->x, b->h, n)) || (rc = add(d, b->x, b->x, b->tmp, nd)) ||
+          (rc = ffn(d, ly, b->h, b->x, n, b)))
+        return rc;
+      continue;
+    }
+    if (m->residual_from_norm) {
+      if ((rc = add(d, b->x, b->h, b->tmp, nd)) || (rc = norm_rows(d, &ly->ffn_norm, b->x, b->h, n)) ||
+          (rc = dcopy(d, b->x, b->h, (size_t)nd * sizeof(float))) || (rc = ffn(d, ly, b->h, b->x, n, b)))
+        return rc;
+      continue;
+    }
+    if ((rc = add(d, b->x, b->x, b->tmp, nd))) return rc;
+    if (cross) {
+      if ((rc = norm_rows(d, &ly->cross_norm, b->x, b->h, n)) ||
+          (rc = attention_module(d, st, ds, l, CP_ATTN_CROSS, b->h, n, q_off, NULL, cross, last_prompt_row, b, b->tmp,
+                                 collect)) ||
+          (rc = add(d, b->x, b->x, b->tmp, nd)))
+        return rc;
+    }
+    if ((rc = norm_rows(d, &ly->ffn_norm, b->x, b->h, n)) || (rc = ffn(d, ly, b->h, b->x, n, b))) return rc;
+  }
+  return 0;
+}
+
+/* b->x [n, D] = embeddings of ids [n] (host, checked by the owner) at positions q_off.. */
+static int embed(cp_device_engine *d, dbufs *b, const int64_t *ids, int64_t n, int64_t q_off) {
+  const cp_model *m = d->m;
+  char why[256] = "";
+  int rc = upload(d, b->ids, ids, (size_t)n * sizeof *ids);
+  if (rc) return rc;
+  if (cpcu_k_embed(d->stream, b->x, d->embed, b->ids, d->pos_embed, q_off, n, m->d_model, why, sizeof why))
+    return kern_fail(why);
+  if (m->embed_norm.w) return norm_rows(d, &d->embed_norm, b->x, b->x, n);
+  return 0;
+}
+
+/* Final norm and LM head for rows [r0, n) of b->x into the device logits dl [n - r0, V], copied
+ * to the host logits; a non-finite logit fails the run as on the CPU. */
+static int head(cp_device_engine *d, const dstack *ds, dbufs *b, int64_t n, int64_t r0, float *dl, float *logits) {
+  const cp_model *m = d->m;
+  const int D = m->d_model, V = m->vocab;
+  const int64_t rows = n - r0;
+  char why[256] = "";
+  int rc;
+  if ((rc = norm_rows(d, &ds->final_norm, b->x + (size_t)r0 * D, b->h, rows))) return rc;
+  if (m->lm_head_scale != 1.0f && cpcu_k_scale(d->stream, b->h, rows * D, m->lm_head_scale, why, sizeof why))
+    return kern_fail(why);
+  dlin L = {d->lm_head, NULL, V, D};
+  if ((rc = linear(d, dl, V, b->h, D, rows, &L, false)) ||
+      (rc = download(d, logits, dl, (size_t)rows * V * sizeof *logits)))
+    return rc;
+  for (int64_t r = 0; r < rows; r++)
+    for (int i = 0; i < V; i++)
+      if (!isfinite(logits[(size_t)r * V + i]))
+        return cp_error_set(CP_EMODEL_NONFINITE, "engine: row %lld: non-finite logits", (long long)(r0 + r));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- device checks */
+
+/* The device's name, driver and runtime, and its free memory, or CP_ECUDA "no CUDA device present". */
+static int probe_device(cp_device_engine *d, size_t *free_b, size_t *total_b) {
+  int count = 0, drv = 0, rtv = 0;
+  struct cudaDeviceProp p;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0)
+    return cp_error_set(CP_ECUDA, "--device cuda: no CUDA device present (%s)",
+                        err == cudaSuccess ? "the runtime reports none" : cudaGetErrorString(err));
+  if ((err = cudaSetDevice(0)) != cudaSuccess || (err = cudaGetDeviceProperties(&p, 0)) != cudaSuccess ||
+      (err = cudaDriverGetVersion(&drv)) != cudaSuccess || (err = cudaRuntimeGetVersion(&rtv)) != cudaSuccess ||
+      (err = cudaMemGetInfo(free_b, total_b)) != cudaSuccess)
+    return cu_fail(err, "device query");
+  snprintf(d->desc, sizeof d->desc, "cuda: %.256s (compute capability %d.%d), driver %d.%d, runtime %d.%d", p.name,
+           p.major, p.minor, drv / 1000, drv % 1000 / 10, rtv / 1000, rtv % 1000 / 10);
+  return 0;
+}
+
+/* Refuses a run whose estimate (cp_cuda_engine_bytes) exceeds the device's free memory. */
+static int check_memory(cp_device_engine *d, int64_t n_ids, int64_t n_dec, int64_t n_new) {
+  uint64_t w, run;
+  size_t free_b = 0, total_b = 0;
+  int rc = cp_cuda_engine_bytes(&w, &run, d->m, n_ids, n_dec, n_new);
+  if (rc) return rc;
+  cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
+  if (err != cudaSuccess) return cu_fail(err, "cudaMemGetInfo");
+  if (run > free_b)
+    return cp_error_set(CP_ENOMEM,
+                        "--device cuda: %lld tokens need %.1f MiB of device memory beyond the weights, %.1f MiB "
+                        "of %.1f MiB are free (%s)",
+                        (long long)(n_ids + n_dec + n_new), run / 1048576.0, free_b / 1048576.0,
+                        total_b / 1048576.0, d->desc);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- engine */
+
+static void cuda_destroy(cp_device_engine *d) {
+  if (!d) return;
+  if (d->stream) cudaStreamSynchronize(d->stream);
+  for (size_t i = 0; i < d->n_w; i++) dfree(d->w_dev[i]);
+  free(d->w_host), free(d->w_dev);
+  free(d->enc.layers), free(d->dec.layers);
+  if (d->blas) cublasDestroy(d->blas);
+  if (d->stream) cudaStreamDestroy(d->stream);
+  cp_arena_free(&d->work);
+  free(d);
+}
+
+static int cuda_create(cp_device_engine **out, cp_engine *owner, const cp_model *m, const cp_rule *rule,
+                       const cp_rule_model *rm, bool logit_stats) {
+  *out = NULL;
+  cp_device_engine *d = calloc(1, sizeof *d);
+  size_t free_b = 0, total_b = 0;
+  uint64_t wbytes, run;
+  int rc = 0;
+  CP_CHECK_ALLOC(d, "cuda engine");
+  d->owner = owner, d->m = m, d->rule = rule, d->rm = rm, d->logit_stats = logit_stats;
+  d->be = ATTN_BACKEND();
+  if ((rc = probe_device(d, &free_b, &total_b))) goto done;
+  /* Estimate before allocating: the weights and a one-token pass must fit. */
+  if ((rc = cp_cuda_engine_bytes(&wbytes, &run, m, 1, 1, 0))) goto done;
+  if (wbytes + run > free_b) {
+    rc = cp_error_set(CP_ENOMEM, "--device cuda: the model needs %.1f MiB of device memory, %.1f MiB of %.1f MiB are free (%s)",
+                      (wbytes + run) / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, d->desc);
+    goto done;
+  }
+  cudaError_t err = cudaStreamCreate(&d->stream);
+  if (err != cudaSuccess) {
+    d->stream = NULL;
+    rc = cu_fail(err, "cudaStreamCreate");
+    goto done;
+  }
+  cublasStatus_t st = cublasCreate(&d->blas);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    d->blas = NULL;
+    rc = blas_fail(st, "cublasCreate");
+    goto done;
+  }
+  if ((st = cublasSetStream(d->blas, d->stream)) != CUBLAS_STATUS_SUCCESS) {
+    rc = blas_fail(st, "cublasSetStream");
+    goto done;
+  }
+  upload_ctx u = {d, 0};
+  cp_cuda_for_each_weight(m, upload_weight, &u);
+  if ((rc = u.rc)) goto done;
+  d->embed = weight_of(d, m->embed), d->pos_embed = weight_of(d, m->pos_embed), d->lm_head = weight_of(d, m->lm_head);
+  d->embed_norm = dnorm_of(d, &m->embed_norm);
+  if ((rc = map_stack(d, &d->enc, &m->encoder)) || (rc = map_stack(d, &d->dec, &m->decoder))) goto done;
+  if ((err = cudaStreamSynchronize(d->stream)) != cudaSuccess) {
+    rc = cu_fail(err, "uploading the weights");
+    goto done;
+  }
+  *out = d;
+  d = NULL;
+done:
+  cuda_destroy(d);
+  return rc;
+}
+
+/* T5 encoder: enc [n, D] (device) = final-normed encoder states. */
+static int run_encoder(cp_device_engine *d, const int64_t *ids, int64_t n, float *enc, bool collect) {
+  const cp_model *m = d->m;
+  dbufs b;
+  dkv kv;
+  int rc = bufs_alloc(&b, m, n);
+  if (rc) return rc;
+  if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, false))) {
+    bufs_free(&b);
+    return rc;
+  }
+  if (!(rc = embed(d, &b, ids, n, 0)) &&
+      !(rc = run_stack(d, &m->encoder, &d->enc, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, &b, collect)))
+    rc = norm_rows(d, &d->enc.final_norm, b.x, enc, n);
+  /* The buffers are freed only after the queued work that reads them. */
+  if (!rc) {
+    cudaError_t err = cudaStreamSynchronize(d->stream);
+    if (err != cudaSuccess) rc = cu_fail(err, "encoder");
+  }
+  kv_free(&kv);
+  bufs_free(&b);
+  return rc;
+}
+
+static int alloc_cross(dcross *cr, const cp_model *m, const float *enc, int64_t n_enc) {
+  cr->enc = enc;
+  cr->n_enc = n_enc;
+  cr->kv = calloc((size_t)m->decoder.n_layers + 1, sizeof *cr->kv);
+  CP_CHECK_ALLOC(cr->kv, "cuda engine: cross-attention caches");
+  for (int l = 0; l < m->decoder.n_layers; l++) {
+    int rc = kv_alloc(&cr->kv[l], n_enc, m->n_kv_heads * m->d_head, false);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void free_cross(dcross *cr, const cp_model *m) {
+  if (cr->kv)
+    for (int l = 0; l < m->decoder.n_layers; l++) kv_free(&cr->kv[l]);
+  free(cr->kv);
+  cr->kv = NULL;
+}
+
+static int cuda_forward(cp_device_engine *d, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
+                        int64_t n_dec, bool collect) {
+  const cp_model *m = d->m;
+  const bool t5 = m->family == CP_FAMILY_T5;
+  const int64_t *xids = t5 ? dec_ids : ids;
+  const int64_t n = t5 ? n_dec : n_ids;
+  float *enc = NULL, *dl = NULL;
+  dcross cross = {0};
+  dbufs b = {0};
+  dkv kv = {0};
+  int rc = check_memory(d, n_ids, t5 ? n_dec : 0, 0);
+  if (rc) return rc;
+  if (t5) {
+    if (!(enc = dalloc(n_ids, m->d_model, 4))) {
+      rc = cp_error_code();
+      goto done;
+    }
+    if ((rc = run_encoder(d, ids, n_ids, enc, collect)) || (rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
+  }
+  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(d, &m->decoder, CP_ATTN_DECODER_SELF))))
+    goto done;
+  if (logits && !(dl = dalloc(n, m->vocab, 4))) {
+    rc = cp_error_code();
+    goto done;
+  }
+  if ((rc = embed(d, &b, xids, n, 0))) goto done;
+  if ((rc = run_stack(d, &m->decoder, &d->dec, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b,
+                      collect)))
+    goto done;
+  if (logits && (rc = head(d, &d->dec, &b, n, 0, dl, logits))) goto done;
+done:
+  if (d->stream) cudaStreamSynchronize(d->stream); /* nothing queued may outlive its buffers */
+  dfree(enc);
+  dfree(dl);
+  free_cross(&cross, m);
+  bufs_free(&b);
+  kv_free(&kv);
+  return rc;
+}
+
+static int64_t argmax(const float *x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+static int cuda_generate(cp_device_engine *d, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
+                         int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
+  const cp_model *m = d->m;
+  const cp_stack *st = &m->decoder;
+  const bool t5 = m->family == CP_FAMILY_T5;
+  const int64_t *xids = t5 ? dec_ids : ids;
+  const int64_t n = t5 ? n_dec : n_ids, cap = n + n_new;
+  float *enc = NULL, *dl = NULL, *logits = NULL;
+  dcross cross = {0};
+  dbufs b = {0};
+  dkv *kvs = NULL;
+  *n_out = 0;
+  int rc = check_memory(d, n_ids, t5 ? n_dec : 0, n_new);
+  if (rc) return rc;
+  kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs);
+  CP_CHECK_ALLOC_GOTO(kvs, "cuda engine: generate");
+  for (int l = 0; l < st->n_layers; l++)
+    if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(d, CP_ATTN_DECODER_SELF, l))))
+      goto done;
+  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if (!(dl = dalloc(1, m->vocab, 4))) {
+    rc = cp_error_code();
+    goto done;
+  }
+  CP_CHECK_ALLOC_GOTO(logits = malloc((size_t)m->vocab * sizeof *logits), "cuda engine: generate");
+  if (t5) {
+    if (!(enc = dalloc(n_ids, m->d_model, 4))) {
+      rc = cp_error_code();
+      goto done;
+    }
+    if ((rc = run_encoder(d, ids, n_ids, enc, false)) || (rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
+  }
+  /* Prefill, then one row per step against the caches; only the last row's logits come back. */
+  int64_t tok = 0;
+  for (int step = 0; step < n_new; step++) {
+    const int64_t rows = step == 0 ? n : 1, q_off = step == 0 ? 0 : n + step - 1;
+    if ((rc = embed(d, &b, step == 0 ? xids : &tok, rows, q_off)) ||
+        (rc = run_stack(d, st, &d->dec, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1, &b,
+                        false)) ||
+        (rc = head(d, &d->dec, &b, rows, rows - 1, dl, logits)))
+      goto done;
+    tok = argmax(logits, m->vocab);
+    if (step_logits) memcpy(step_logits + (size_t)*n_out * m->vocab, logits, (size_t)m->vocab * sizeof *logits);
+    out[(*n_out)++] = tok;
+    if (stop_at_eos && m->cfg->eos_token_id >= 0 && tok == m->cfg->eos_token_id) break;
+  }
+done:
+  if (d->stream) cudaStreamSynchronize(d->stream);
+  bufs_free(&b);
+  if (kvs)
+    for (int l = 0; l < st->n_layers; l++) kv_free(&kvs[l]);
+  free(kvs);
+  dfree(enc);
+  dfree(dl);
+  free(logits);
+  free_cross(&cross, m);
+  return rc;
+}
+
+static const char *cuda_describe(const cp_device_engine *d) { return d->desc; }
+
+const cp_device_ops cp_cuda_engine_ops = {cuda_create, cuda_destroy, cuda_forward, cuda_generate, cuda_describe};

@@ -1,0 +1,50 @@
+/* Boundary between the CUDA engine's host code (engine/cuda/engine_cuda.c, C) and its small kernels
+ * (engine/cuda/kernels.cu): embedding, LayerNorm/RMSNorm, bias, activations, residual adds, MPT's
+ * clamp and RoPE, each launched on the caller's stream. Internal to engine/.
+ *
+ * Every float pointer is a device pointer; `stream` is a cudaStream_t (void * keeps this header
+ * free of CUDA types). Each function returns 0, or -1 with the runtime's reason in why[0..n).
+ * tests/cuda_emulate_kernels.cpp compiles the same kernel source for the host
+ * (tests/test_cuda_engine_emulated.c). Arithmetic mirrors engine/layer_ops.c (norm moments and
+ * RoPE angles in double) so the two engines agree within the goldens' tolerance. */
+#ifndef CTXPATCH_ENGINE_CUDA_KERNELS_H
+#define CTXPATCH_ENGINE_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x[r] = embed[ids[r]] (+ pos_embed[pos0 + r] unless NULL); ids already checked on the host. */
+int cpcu_k_embed(void *stream, float *x /* [n, D] */, const float *embed /* [V, D] */,
+                 const int64_t *ids /* [n] device */, const float *pos_embed /* [*, D] or NULL */,
+                 int64_t pos0, int64_t n, int D, char *why, size_t wn);
+/* y = norm(x) per row: LayerNorm (layer != 0, w, b) or RMSNorm (b NULL); y may alias x. */
+int cpcu_k_norm(void *stream, float *y /* [n, D] */, const float *x /* [n, D] */, const float *w /* [D] */,
+                const float *b /* [D] or NULL */, int64_t n, int D, int layer, float eps, char *why, size_t wn);
+/* C[r, c] += b[c] for r < M, c < N (row stride ldc). */
+int cpcu_k_bias(void *stream, float *C /* [M, ldc] */, int ldc, const float *b /* [N] */, int64_t M, int N,
+                char *why, size_t wn);
+/* up = act(gate) * up (gate non-NULL) or act(up); act is a cp_act. */
+int cpcu_k_act(void *stream, float *up /* [n] */, const float *gate /* [n] or NULL */, int64_t n, int act,
+               char *why, size_t wn);
+/* y = a + b elementwise (y may alias a or b). */
+int cpcu_k_add(void *stream, float *y /* [n] */, const float *a /* [n] */, const float *b /* [n] */, int64_t n,
+               char *why, size_t wn);
+/* x *= s. */
+int cpcu_k_scale(void *stream, float *x /* [n] */, int64_t n, float s, char *why, size_t wn);
+/* x = min(max(x, -c), c). */
+int cpcu_k_clamp(void *stream, float *x /* [n] */, int64_t n, float c, char *why, size_t wn);
+/* Rotates the first `rot` dims of each of n_heads heads (head dim dh) of rows x[r] (stride ld) by
+ * pos0 + r, or every row by pos0 when `fixed`: rotate-half layout, angle (pos / scale) theta^(-2a/rot),
+ * as cp_ops_rope_rows. */
+int cpcu_k_rope(void *stream, float *x /* [n, ld] */, int ld, int n_heads, int dh, int rot, double theta,
+                double scale, int64_t n, int64_t pos0, int fixed, char *why, size_t wn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

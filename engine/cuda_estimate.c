@@ -1,0 +1,137 @@
+/* Device memory of the CUDA engine, before it allocates (cp_cuda_engine_bytes,
+ * include/ctxpatch/engine/cuda.h), and the list of weights it uploads (engine/device_engine.h).
+ * In every build: the CLI checks a run against the device's free memory and the tests check the
+ * estimate against what the emulated engine really allocates. The pass sizes here are those of
+ * engine/cuda/engine_cuda.c (bufs_alloc, kv_alloc, the attention call's tables in
+ * engine/cuda_attention.c); change them together. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/engine/cuda.h"
+#include "ctxpatch/formats/tensor.h"
+#include "engine/device_engine.h"
+
+static void lin(const cp_linear *L, void (*fn)(void *, const float *, size_t), void *ctx) {
+  if (!L->w) return;
+  fn(ctx, L->w, (size_t)L->n_out * (size_t)L->n_in);
+  if (L->b) fn(ctx, L->b, (size_t)L->n_out);
+}
+
+static void norm(const cp_norm_weights *w, size_t D, void (*fn)(void *, const float *, size_t), void *ctx) {
+  if (w->w) fn(ctx, w->w, D);
+  if (w->b) fn(ctx, w->b, D);
+}
+
+static void stack(const cp_stack *st, size_t D, void (*fn)(void *, const float *, size_t), void *ctx) {
+  for (int l = 0; l < st->n_layers; l++) {
+    const cp_layer *ly = &st->layers[l];
+    norm(&ly->attn_norm, D, fn, ctx);
+    norm(&ly->cross_norm, D, fn, ctx);
+    norm(&ly->ffn_norm, D, fn, ctx);
+    const cp_linear *L[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->cq, &ly->ck, &ly->cv, &ly->co, &ly->gate, &ly->up, &ly->down};
+    for (size_t i = 0; i < sizeof L / sizeof *L; i++) lin(L[i], fn, ctx);
+  }
+  norm(&st->final_norm, D, fn, ctx);
+}
+
+void cp_cuda_for_each_weight(const cp_model *m, void (*fn)(void *ctx, const float *w, size_t count), void *ctx) {
+  const size_t D = (size_t)m->d_model, V = (size_t)m->vocab;
+  fn(ctx, m->embed, V * D);
+  if (m->pos_embed) fn(ctx, m->pos_embed, (size_t)m->train_len * D);
+  norm(&m->embed_norm, D, fn, ctx);
+  fn(ctx, m->lm_head, V * D);
+  stack(&m->encoder, D, fn, ctx);
+  stack(&m->decoder, D, fn, ctx);
+}
+
+typedef struct {
+  const float **seen;
+  size_t n, cap;
+  uint64_t floats;
+  bool overflow, nomem;
+} weight_sum;
+
+static void add_weight(void *ctx, const float *w, size_t count) {
+  weight_sum *s = ctx;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->seen[i] == w) return;
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    const float **p = realloc(s->seen, cap * sizeof *p);
+    if (!p) {
+      s->nomem = true;
+      return;
+    }
+    s->seen = p, s->cap = cap;
+  }
+  s->seen[s->n++] = w;
+  if (!cp_add_u64(&s->floats, s->floats, (uint64_t)count)) s->overflow = true;
+}
+
+/* a * b * c + acc, false on overflow. */
+static bool mac(uint64_t *acc, uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x;
+  return cp_mul_u64(&x, a, b) && cp_mul_u64(&x, x, c) && cp_add_u64(acc, *acc, x);
+}
+
+/* One pass of n rows: x, h, tmp [n, D]; q and att [n, H*dh] (RoPE: qraw, qfar, qtopk too); the
+ * FFN chunk's up (and gate) [min(n, chunk), d_ff]; the ids [n]. */
+static bool pass_bytes(uint64_t *acc, const cp_model *m, uint64_t n) {
+  const uint64_t qd = (uint64_t)m->n_heads * (uint64_t)m->d_head;
+  const uint64_t chunk = n < CP_CUDA_FFN_CHUNK ? n : CP_CUDA_FFN_CHUNK;
+  const uint64_t nq = m->pos == CP_POS_ROPE ? 5 : 2;
+  return mac(acc, 3 * n, (uint64_t)m->d_model, 4) && mac(acc, nq * n, qd, 4) &&
+         mac(acc, chunk * (m->gated_ffn ? 2 : 1), (uint64_t)m->d_ff, 4) && mac(acc, n, 8, 1);
+}
+
+/* Caches of `layers` layers for cap positions: keys, values (RoPE: unrotated keys too). */
+static bool kv_bytes(uint64_t *acc, const cp_model *m, uint64_t layers, uint64_t cap, bool rope) {
+  const uint64_t kvd = (uint64_t)m->n_kv_heads * (uint64_t)m->d_head;
+  return mac(acc, layers * (rope ? 3 : 2), cap, kvd * 4);
+}
+
+/* What one attention call of n_q rows over n_keys keys uploads and gets back
+ * (engine/cuda_attention.c in resident mode): row and tile ranges, distances, per-row tables,
+ * top-k tables, the positional term's tables, three statistics per head and row; 1 byte for
+ * each of at most 24 empty buffers. */
+static bool call_bytes(uint64_t *acc, const cp_model *m, uint64_t n_q, uint64_t n_keys) {
+  const uint64_t H = (uint64_t)m->n_heads;
+  uint64_t fire = 0;
+  for (int i = 0; i < m->n_fire; i++) {
+    uint64_t w = (uint64_t)m->fire[i].width * (3 + H) + H;
+    if (w > fire) fire = w;
+  }
+  return mac(acc, n_q, 96 + 16 * H, 1) && mac(acc, n_keys, 12, 1) &&
+         mac(acc, (uint64_t)(m->t5_num_buckets > 0 ? m->t5_num_buckets : 0), H, 4) && mac(acc, H, 8, 1) &&
+         mac(acc, fire, 4, 1) && mac(acc, 24, 1, 1);
+}
+
+int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, int64_t n_ids, int64_t n_dec,
+                         int64_t n_new) {
+  *weights = 0, *run = 0;
+  if (n_ids < 0 || n_dec < 0 || n_new < 0)
+    return cp_error_set(CP_EARG, "cuda: memory estimate: negative length");
+  weight_sum s;
+  memset(&s, 0, sizeof s);
+  cp_cuda_for_each_weight(m, add_weight, &s);
+  free(s.seen);
+  if (s.nomem) return cp_error_set(CP_ENOMEM, "cuda: memory estimate: out of memory");
+  if (s.overflow || !cp_mul_u64(weights, s.floats, 4))
+    return cp_error_set(CP_EOVERFLOW, "cuda: memory estimate: the weights overflow 64 bits");
+  const bool t5 = m->family == CP_FAMILY_T5, rope = m->pos == CP_POS_ROPE;
+  const uint64_t ne = (uint64_t)n_ids, n = t5 ? (uint64_t)(n_dec > 0 ? n_dec : 1) : ne;
+  const uint64_t cap = n + (uint64_t)n_new, L = (uint64_t)m->decoder.n_layers;
+  uint64_t r = 0;
+  bool ok = true;
+  if (t5) /* encoder states, the encoder's own pass and cache, the cross-attention caches */
+    ok = mac(&r, ne, (uint64_t)m->d_model, 4) && pass_bytes(&r, m, ne) && kv_bytes(&r, m, 1, ne, false) &&
+         kv_bytes(&r, m, L, ne, false) && call_bytes(&r, m, ne, ne);
+  /* the decoder's pass: one shared cache for a forward, one per layer for a generation; the
+   * logits of every row (forward) or of the last (generation) */
+  ok = ok && pass_bytes(&r, m, n) && kv_bytes(&r, m, n_new ? L : 1, cap, rope) &&
+       mac(&r, n_new ? 1 : n, (uint64_t)m->vocab, 4) && call_bytes(&r, m, n, t5 && ne > cap ? ne : cap);
+  if (!ok) return cp_error_set(CP_EOVERFLOW, "cuda: memory estimate: %lld tokens overflow 64 bits", (long long)n_ids);
+  *run = r;
+  return 0;
+}

@@ -1,0 +1,36 @@
+/* Host emulation of the CUDA engine's small kernels (engine/cuda/kernels.cu), for
+ * tests/test_cuda_engine_emulated.c: compiles the kernel source with g++ and runs every launch as
+ * plain loops over its blocks and threads (the kernels share no memory and meet at no barrier, so
+ * the order does not matter). The launch configuration (blocks, threads) is the product's. */
+#define CPCU_EMULATE 1
+
+#include <stdint.h>
+
+#include <cmath>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+
+namespace {
+struct emu_dim3 {
+  unsigned x, y, z;
+};
+emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+} // namespace
+
+#define CPCU_LAUNCH(kernel, blocks, threads, stream, ...)               \
+  do {                                                                  \
+    (void)(stream);                                                     \
+    gridDim = {(unsigned)(blocks), 1, 1};                               \
+    blockDim = {(unsigned)(threads), 1, 1};                             \
+    for (unsigned bx_ = 0; bx_ < gridDim.x; bx_++)                      \
+      for (unsigned tx_ = 0; tx_ < blockDim.x; tx_++) {                 \
+        blockIdx = {bx_, 0, 0};                                         \
+        threadIdx = {tx_, 0, 0};                                        \
+        kernel(__VA_ARGS__);                                            \
+      }                                                                 \
+  } while (0)
+
+#include "engine/cuda/kernels.cu"

@@ -1,0 +1,353 @@
+/* The CUDA engine's host code without a GPU (issue 20): engine/cuda/engine_cuda.c compiled against
+ * the strict host shim of tests/cuda_shim/ (cudaMalloc = a recorded malloc, every copy and GEMM
+ * bounds-checked, cuBLAS's column-major GEMM with its exact transpose and leading-dimension rules),
+ * its small kernels (engine/cuda/kernels.cu) and the fused attention kernel
+ * (engine/cuda/attention.cu) compiled for the host, run behind cp_engine as --device cuda runs it:
+ *
+ * - the cases of the engine goldens (tests/goldens/engine, PyTorch) named identity and combo for
+ *   every model, and gen_lambda_topk_decode for one model per positional scheme (26 cases;
+ *   CTXPATCH_CUDA_EMU_ALL=1: all 142, ~7 minutes on 2 loaded cores, as each attention block is
+ *   128 host threads meeting at barriers): logits and attention
+ *   statistics within the goldens' max|a - b| / max|b| <= 1e-4 of the golden AND of the CPU
+ *   engine; greedy continuations exactly equal to both;
+ * - a forward with statistics of every probe model (examples/probe-models) against the CPU engine;
+ * - no shim violation, no device allocation left after each engine, and the device memory the run
+ *   really held (the shim's peak) within cp_cuda_engine_bytes' estimate;
+ * - the refusals: no device, and a device too small for the model (one-line errors, no engine).
+ *
+ * The shim runs everything synchronously on the host, so stream ordering is not exercised. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/converters/model.h"
+#include "ctxpatch/engine/cuda.h"
+#include "ctxpatch/engine/engine.h"
+#include "ctxpatch/formats/safetensors.h"
+#include "converters/rule_json.h"
+#include "cuda_shim/cublas_v2.h"
+#include "cuda_shim/cuda_runtime_api.h"
+#include "engine/device_engine.h"
+#include "test.h"
+
+#define TOL 1e-4
+
+static double worst_logits, worst_stats, worst_mem_ratio, best_mem_ratio = 1e9;
+
+static void *take(const cp_st_file *f, const char *name, cp_dtype dtype, uint64_t *numel) {
+  const cp_tensor *t = cp_st_find(f, name);
+  if (!t || t->dtype != dtype) return NULL;
+  *numel = t->nbytes / cp_dtype_size(dtype);
+  void *p = malloc(t->nbytes ? t->nbytes : 1);
+  if (p && t->nbytes) memcpy(p, t->data, t->nbytes);
+  return p;
+}
+
+static int make(cp_engine **e, const cp_model *m, const cp_rule *rule, bool cuda, bool logit_stats) {
+  cp_engine_params p;
+  cp_engine_params_init(&p);
+  p.threads = 2;
+  p.stats = true;
+  p.logit_stats = logit_stats;
+  return cp_engine_create_on(e, m, rule, &p, cuda ? &cp_cuda_engine_ops : NULL);
+}
+
+/* After an emulated engine is freed: nothing left on the device, no violation so far. */
+static void check_device_clean(const char *label) {
+  size_t bytes = 0, live = cpcu_shim_live(&bytes);
+  CHECK_MSG(live == 0, "%s: %zu device allocations (%zu bytes) left after cp_engine_free", label, live, bytes);
+  CHECK_MSG(cpcu_shim_violations() == 0, "%s: %d shim violations", label, cpcu_shim_violations());
+}
+
+/* The shim's peak since the engine was created against the estimate for this run. */
+static void check_estimate(const char *label, const cp_model *m, int64_t n_ids, int64_t n_dec, int64_t n_new) {
+  uint64_t w = 0, run = 0;
+  CHECK_RC(0, cp_cuda_engine_bytes(&w, &run, m, n_ids, n_dec, n_new));
+  const double peak = (double)cpcu_shim_peak_bytes(), est = (double)(w + run);
+  CHECK_MSG(peak <= est, "%s: the run held %.0f device bytes, the estimate is %.0f", label, peak, est);
+  if (peak > 0 && est / peak > worst_mem_ratio) worst_mem_ratio = est / peak;
+  if (peak > 0 && est / peak < best_mem_ratio) best_mem_ratio = est / peak;
+}
+
+static void forward_case(const char *label, cp_st_file *f, const cp_model *m, const cp_rule *rule,
+                         const int64_t *ids, uint64_t n_ids, const int64_t *dec, uint64_t n_dec) {
+  uint64_t n_logits = 0, n_pm = 0, n_en = 0;
+  float *want = take(f, "logits", CP_F32, &n_logits);
+  float *want_pm = take(f, "stats_pmax", CP_F32, &n_pm);
+  float *want_en = take(f, "stats_entropy", CP_F32, &n_en);
+  cp_engine *cpu = NULL, *gpu = NULL;
+  CHECK_RC(0, make(&cpu, m, rule, false, false));
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gpu, m, rule, true, false));
+  if (cpu && gpu && want) {
+    const int64_t rows = cp_engine_output_rows(gpu, (int64_t)n_ids, (int64_t)n_dec);
+    const size_t nl = (size_t)rows * m->vocab;
+    CHECK_MSG(n_logits == nl, "%s: logits shape", label);
+    float *got = malloc(nl * sizeof *got), *ref = malloc(nl * sizeof *ref);
+    CHECK_RC(0, cp_engine_forward(cpu, ref, ids, (int64_t)n_ids, dec, (int64_t)n_dec));
+    CHECK_RC(0, cp_engine_forward(gpu, got, ids, (int64_t)n_ids, dec, (int64_t)n_dec));
+    check_estimate(label, m, (int64_t)n_ids, (int64_t)n_dec, 0);
+    cp_engine_stats sg, sc;
+    cp_engine_get_stats(&sg, gpu);
+    cp_engine_get_stats(&sc, cpu);
+    const size_t ns = (size_t)sg.n_modules * sg.n_heads;
+    const double eg = test_rel_err(got, want, nl), ec = test_rel_err(got, ref, nl);
+    CHECK_MSG(sg.n_modules == sc.n_modules && n_pm == ns && n_en == ns, "%s: statistics shape", label);
+    double sp = 1, se = 1, scp = 1, sce = 1;
+    if (sg.n_modules == sc.n_modules && n_pm == ns && n_en == ns) {
+      sp = test_rel_err(sg.pmax, want_pm, ns), se = test_rel_err(sg.entropy, want_en, ns);
+      scp = test_rel_err(sg.pmax, sc.pmax, ns), sce = test_rel_err(sg.entropy, sc.entropy, ns);
+    }
+    printf("%-44s logits %.1e (cpu %.1e)  pmax %.1e (cpu %.1e)  entropy %.1e (cpu %.1e)\n", label, eg, ec, sp, scp,
+           se, sce);
+    CHECK_MSG(eg <= TOL && ec <= TOL, "%s: logits error %.3g against the golden, %.3g against the CPU", label, eg, ec);
+    CHECK_MSG(sp <= TOL && scp <= TOL && se <= TOL && sce <= TOL, "%s: statistics error", label);
+    const double worst[] = {eg, ec}, ws[] = {sp, se, scp, sce};
+    for (int i = 0; i < 2; i++)
+      if (worst[i] > worst_logits) worst_logits = worst[i];
+    for (int i = 0; i < 4; i++)
+      if (ws[i] > worst_stats) worst_stats = ws[i];
+    free(got);
+    free(ref);
+  }
+  cp_engine_free(gpu);
+  cp_engine_free(cpu);
+  check_device_clean(label);
+  free(want);
+  free(want_pm);
+  free(want_en);
+}
+
+static void generate_case(const char *label, cp_st_file *f, const cp_model *m, const cp_rule *rule,
+                          const int64_t *ids, uint64_t n_ids, const int64_t *dec, uint64_t n_dec) {
+  uint64_t n = 0;
+  int64_t *want = take(f, "generated", CP_I64, &n);
+  CHECK_MSG(want != NULL, "%s: no generated ids", label);
+  cp_engine *cpu = NULL, *gpu = NULL;
+  CHECK_RC(0, make(&cpu, m, rule, false, false));
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gpu, m, rule, true, false));
+  if (want && cpu && gpu) {
+    int64_t *got = calloc(n + 1, sizeof *got), *ref = calloc(n + 1, sizeof *ref), n_got = 0, n_ref = 0;
+    float *lg = malloc((n + 1) * m->vocab * sizeof *lg), *lc = malloc((n + 1) * m->vocab * sizeof *lc);
+    CHECK_RC(0, cp_engine_generate(gpu, got, &n_got, lg, ids, (int64_t)n_ids, dec, (int64_t)n_dec, (int)n, false));
+    CHECK_RC(0, cp_engine_generate(cpu, ref, &n_ref, lc, ids, (int64_t)n_ids, dec, (int64_t)n_dec, (int)n, false));
+    check_estimate(label, m, (int64_t)n_ids, (int64_t)n_dec, (int64_t)n);
+    const bool same = n_got == (int64_t)n && !memcmp(got, want, n * sizeof *got) && n_ref == n_got &&
+                      !memcmp(got, ref, n * sizeof *got);
+    const double e = n_got == n_ref ? test_rel_err(lg, lc, (size_t)n_got * m->vocab) : 1;
+    printf("%-44s generated %s  step logits vs cpu %.1e\n", label, same ? "equal" : "DIFFERENT", e);
+    CHECK_MSG(same, "%s: generated ids differ from the golden or the CPU", label);
+    CHECK_MSG(e <= TOL, "%s: step logits error %.3g against the CPU", label, e);
+    if (e > worst_logits) worst_logits = e;
+    free(got), free(ref), free(lg), free(lc);
+  }
+  cp_engine_free(gpu);
+  cp_engine_free(cpu);
+  check_device_clean(label);
+  free(want);
+}
+
+static void run_golden(const char *dir, const cJSON *entry, cp_model **model, char *model_name, size_t name_n,
+                       int *n_run) {
+  const cJSON *jfile = cJSON_GetObjectItem(entry, "file"), *jmodel = cJSON_GetObjectItem(entry, "model");
+  const cJSON *jrule = cJSON_GetObjectItem(entry, "rule"), *jkind = cJSON_GetObjectItem(entry, "kind");
+  if (!cJSON_IsString(jfile) || !cJSON_IsString(jmodel) || !cJSON_IsObject(jrule) || !cJSON_IsString(jkind)) {
+    CHECK_MSG(0, "malformed MANIFEST entry");
+    return;
+  }
+  const char *label = jfile->valuestring;
+  const cJSON *jcase = cJSON_GetObjectItem(entry, "case");
+  const char *all = getenv("CTXPATCH_CUDA_EMU_ALL");
+  /* Generations cost most (a launch per layer and step, each block 128 host threads): one model
+   * per positional scheme (T5 with its cross-attention caches, RoPE, ALiBi, FIRE). */
+  const bool gen_model = !strcmp(jmodel->valuestring, "t5_relu") || !strcmp(jmodel->valuestring, "llama") ||
+                         !strcmp(jmodel->valuestring, "bloom") || !strcmp(jmodel->valuestring, "fire");
+  if (!(all && !strcmp(all, "1")) && cJSON_IsString(jcase) && strcmp(jcase->valuestring, "identity") &&
+      strcmp(jcase->valuestring, "combo") && !(gen_model && !strcmp(jcase->valuestring, "gen_lambda_topk_decode")))
+    return;
+  (*n_run)++;
+  char path[4096];
+  if (strcmp(model_name, jmodel->valuestring) != 0) {
+    cp_model_free(*model);
+    *model = NULL;
+    model_name[0] = '\0';
+    snprintf(path, sizeof path, "%s/models/%s", dir, jmodel->valuestring);
+    CHECK_RC(0, cp_model_open(model, path));
+    if (!*model) return;
+    snprintf(model_name, name_n, "%s", jmodel->valuestring);
+  }
+  cp_rule rule;
+  CHECK_RC(0, cp_rule_from_json(&rule, jrule, label));
+  snprintf(path, sizeof path, "%s/%s", dir, label);
+  cp_st_file *f = NULL;
+  CHECK_RC(0, cp_st_open(&f, path));
+  if (!f) return;
+  uint64_t n_ids = 0, n_dec = 0;
+  int64_t *ids = take(f, "input_ids", CP_I64, &n_ids), *dec = take(f, "decoder_input_ids", CP_I64, &n_dec);
+  CHECK_MSG(ids != NULL, "%s: no input_ids", label);
+  if (ids && !strcmp(jkind->valuestring, "forward")) forward_case(label, f, *model, &rule, ids, n_ids, dec, n_dec);
+  else if (ids) generate_case(label, f, *model, &rule, ids, n_ids, dec, n_dec);
+  free(ids);
+  free(dec);
+  cp_st_free(f);
+}
+
+/* A probe model's forward with statistics (logit std too) on 48 ids: CUDA against the CPU. */
+static void probe_forward(const char *src, const char *name) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/examples/probe-models/%s", src, name);
+  cp_model *m = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  if (!m) return;
+  int64_t ids[48], dec[9];
+  for (int i = 0; i < 48; i++) ids[i] = (i * 37 + 11) % m->vocab;
+  for (int i = 0; i < 9; i++) dec[i] = (i * 53 + 5) % m->vocab;
+  const bool t5 = m->family == CP_FAMILY_T5;
+  cp_engine *cpu = NULL, *gpu = NULL;
+  CHECK_RC(0, make(&cpu, m, NULL, false, true));
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gpu, m, NULL, true, true));
+  if (cpu && gpu) {
+    const int64_t rows = cp_engine_output_rows(cpu, 48, t5 ? 9 : 0);
+    const size_t nl = (size_t)rows * m->vocab;
+    float *got = malloc(nl * sizeof *got), *ref = malloc(nl * sizeof *ref);
+    CHECK_RC(0, cp_engine_forward(cpu, ref, ids, 48, t5 ? dec : NULL, t5 ? 9 : 0));
+    CHECK_RC(0, cp_engine_forward(gpu, got, ids, 48, t5 ? dec : NULL, t5 ? 9 : 0));
+    check_estimate(name, m, 48, t5 ? 9 : 0, 0);
+    cp_engine_stats sg, sc;
+    cp_engine_get_stats(&sg, gpu);
+    cp_engine_get_stats(&sc, cpu);
+    const size_t ns = (size_t)sc.n_modules * sc.n_heads;
+    const double e = test_rel_err(got, ref, nl);
+    double sp = 1, se = 1, sl = 1;
+    if (sg.n_modules == sc.n_modules && sg.logit_std && sc.logit_std) {
+      sp = test_rel_err(sg.pmax, sc.pmax, ns), se = test_rel_err(sg.entropy, sc.entropy, ns);
+      sl = test_rel_err(sg.logit_std, sc.logit_std, ns);
+    }
+    printf("probe %-38s logits %.1e  pmax %.1e  entropy %.1e  logit std %.1e  (%s)\n", name, e, sp, se, sl,
+           cp_engine_device(gpu));
+    CHECK_MSG(e <= TOL && sp <= TOL && se <= TOL && sl <= TOL, "%s: CUDA engine differs from the CPU", name);
+    CHECK(!strncmp(cp_engine_device(gpu), "cuda: host emulation", 20) && !strcmp(cp_engine_device(cpu), "cpu"));
+    free(got);
+    free(ref);
+  }
+  cp_engine_free(gpu);
+  cp_engine_free(cpu);
+  check_device_clean(name);
+  cp_model_free(m);
+}
+
+/* No device, and a device smaller than the model: one-line refusals, nothing left allocated. */
+static void refusals(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/examples/probe-models/rope-probe", src);
+  cp_model *m = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  if (!m) return;
+  cp_engine *e = NULL;
+  cpcu_shim_set_device(0, 0);
+  CHECK_RC(CP_ECUDA, make(&e, m, NULL, true, false));
+  CHECK(e == NULL && strstr(cp_error_message(), "no CUDA device present") && !strchr(cp_error_message(), '\n'));
+  printf("no device: %s\n", cp_error_message());
+  uint64_t w = 0, run = 0;
+  CHECK_RC(0, cp_cuda_engine_bytes(&w, &run, m, 1, 1, 0));
+  cpcu_shim_set_device(1, (size_t)(w / 2));
+  CHECK_RC(CP_ENOMEM, make(&e, m, NULL, true, false));
+  CHECK(e == NULL && strstr(cp_error_message(), "device memory") && !strchr(cp_error_message(), '\n'));
+  printf("small device: %s\n", cp_error_message());
+  /* Room for the weights but not for a long run: the engine exists, the forward is refused. */
+  uint64_t w2 = 0, run_long = 0;
+  CHECK_RC(0, cp_cuda_engine_bytes(&w2, &run_long, m, 4000, 0, 0));
+  cpcu_shim_set_device(1, (size_t)(w + run_long / 2));
+  CHECK_RC(0, make(&e, m, NULL, true, false));
+  int64_t *ids = calloc(4000, sizeof *ids);
+  float *lg = malloc(sizeof *lg);
+  if (e && ids) {
+    CHECK_RC(CP_ENOMEM, cp_engine_forward(e, NULL, ids, 4000, NULL, 0));
+    printf("long run: %s\n", cp_error_message());
+  }
+  free(ids);
+  free(lg);
+  cp_engine_free(e);
+  cpcu_shim_set_device(1, (size_t)80 << 30);
+  CHECK_RC(CP_EARG, cp_cuda_engine_bytes(&w, &run, m, -1, 0, 0));
+  CHECK_RC(CP_EOVERFLOW, cp_cuda_engine_bytes(&w, &run, m, INT64_MAX / 2, 0, 0));
+  check_device_clean("refusals");
+  cp_model_free(m);
+}
+
+/* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
+ * and the checks that make it worth running the engine against (each must be caught). */
+static void shim_selftest(void) {
+  /* X = [[1, 2, 3], [4, 5, 6]] (2 x 3), Y = [[1, 0], [0, 1], [2, 3]] (3 x 2): X Y = [[7, 11], [16, 23]]. */
+  const float x_cm[] = {1, 4, 2, 5, 3, 6}, xt_cm[] = {1, 2, 3, 4, 5, 6}; /* X, and X^T, column-major */
+  const float y_cm[] = {1, 0, 2, 0, 1, 3}, yt_cm[] = {1, 0, 0, 1, 2, 3};
+  const float want[] = {7, 16, 11, 23}, one = 1, zero = 0;
+  float *dA = NULL, *dB = NULL, *dC = NULL, got[4];
+  cublasHandle_t h = NULL;
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cudaMalloc((void **)&dA, 6 * sizeof(float)) == cudaSuccess && cudaMalloc((void **)&dB, 6 * sizeof(float)) == cudaSuccess &&
+        cudaMalloc((void **)&dC, 4 * sizeof(float)) == cudaSuccess);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      cudaMemcpy(dA, ta ? xt_cm : x_cm, sizeof x_cm, cudaMemcpyHostToDevice);
+      cudaMemcpy(dB, tb ? yt_cm : y_cm, sizeof y_cm, cudaMemcpyHostToDevice);
+      CHECK(cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, 2, 2, 3, &one, dA,
+                         CUDA_R_32F, ta ? 3 : 2, dB, CUDA_R_32F, tb ? 2 : 3, &zero, dC, CUDA_R_32F, 2,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+      cudaMemcpy(got, dC, sizeof got, cudaMemcpyDeviceToHost);
+      CHECK_MSG(!memcmp(got, want, sizeof got), "shim GEMM transa %d transb %d", ta, tb);
+    }
+  const int v0 = cpcu_shim_violations();
+  /* lda below the rows of A as stored; B's last column past its allocation; a copy past the end;
+   * a host pointer given as device memory; a free of an interior pointer. */
+  CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 1, dB, CUDA_R_32F, 3, &zero, dC,
+                     CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 4, &zero, dC,
+                     CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cudaMemcpy(dC, got, 5 * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess);
+  CHECK(cudaMemcpy(got, got, sizeof got, cudaMemcpyHostToDevice) != cudaSuccess);
+  CHECK(cudaFree(dA + 1) != cudaSuccess);
+  CHECK_MSG(cpcu_shim_violations() == v0 + 5, "the shim caught %d of 5 bad calls", cpcu_shim_violations() - v0);
+  cudaFree(dA), cudaFree(dB), cudaFree(dC);
+  cublasDestroy(h);
+  size_t live = cpcu_shim_live(NULL);
+  CHECK(live == 0);
+}
+
+int main(void) {
+  const char *src = test_env("CTXPATCH_SOURCE_DIR");
+  char dir[2048], manifest[2200];
+  snprintf(dir, sizeof dir, "%.1900s/tests/goldens/engine", src);
+  snprintf(manifest, sizeof manifest, "%s/MANIFEST.json", dir);
+  refusals(src);
+  const char *probes[] = {"rope-probe", "alibi-probe", "fire-probe", "t5-probe"};
+  for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) probe_forward(src, probes[i]);
+  char *text = NULL;
+  size_t len = 0;
+  CHECK_RC(0, cp_read_file(&text, &len, manifest, (size_t)64 << 20));
+  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *cases = cJSON_GetObjectItem(root, "cases"), *entry;
+  CHECK_MSG(cJSON_IsArray(cases) && cJSON_GetArraySize(cases) > 0, "MANIFEST has no cases");
+  cp_model *model = NULL;
+  char model_name[256] = "";
+  int n_cases = 0, n_run = 0;
+  cJSON_ArrayForEach(entry, cases) {
+    run_golden(dir, entry, &model, model_name, sizeof model_name, &n_run);
+    n_cases++;
+  }
+  cp_model_free(model);
+  cJSON_Delete(root);
+  free(text);
+  printf("%d of %d golden cases; worst logits error %.2e, statistics %.2e; GEMMs %ld; estimate / peak device bytes "
+         "%.3f .. %.3f\n",
+         n_run, n_cases, worst_logits, worst_stats, cpcu_shim_gemm_calls(), best_mem_ratio, worst_mem_ratio);
+  CHECK(cpcu_shim_gemm_calls() > 0 && n_run >= 26);
+  shim_selftest(); /* last: it leaves violations on the counter on purpose */
+  return test_finish();
+}
