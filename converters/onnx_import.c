@@ -207,8 +207,9 @@ static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, in
                                        "." CP_FIRE_OUT ".bias"};
   char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
   for (int p = 0; p < 4; p++) {
-    snprintf(src, sizeof src, "%s%s", ebase, parts[p]);
-    snprintf(dst, sizeof dst, "%s%s", base, parts[p]);
+    if (snprintf(src, sizeof src, "%s%s", ebase, parts[p]) >= (int)sizeof src ||
+        snprintf(dst, sizeof dst, "%s%s", base, parts[p]) >= (int)sizeof dst)
+      return cp_error_set(CP_EOVERFLOW, "%s: tensor name '%s%s' is too long", im->path, ebase, parts[p]);
     const cp_onnx_tensor *t = find_init(im, src);
     if (!t) return cp_error_set(CP_EMODEL_TENSOR, "%s: initializer '%s' is missing", im->path, src);
     int rc = cp_oi_take(im, dst, t, p == 2);
