@@ -362,7 +362,8 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n, i
   assert(!wpe || q_off + n <= e->m->train_len);
   for (int64_t r = 0; r < n; r++) {
     float *row = x + (size_t)r * D;
-    memcpy(row, e->m->embed + (size_t)ids[r] * D, D * sizeof *x);
+    const size_t esz = cp_dtype_size(e->m->embed_dtype); /* F32, or F16/BF16 as stored: widens */
+    (void)cp_convert_to_f32(row, (const unsigned char *)e->m->embed + (size_t)ids[r] * D * esz, e->m->embed_dtype, D);
     if (wpe)
       for (size_t i = 0; i < D; i++) row[i] += wpe[(size_t)(q_off + r) * D + i];
   }
@@ -370,13 +371,14 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n, i
 
 /* Final norm and output head for rows [r0, n) of b->x into logits [n - r0, V]; a non-finite
  * logit fails the run (CP_EMODEL_NONFINITE). */
-static int head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits) {
+static int head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits /* [n - r0, V] */) {
   const cp_model *m = e->m;
   const size_t D = (size_t)m->d_model;
+  assert(n - r0 <= b->n);
   cp_ops_norm_rows(e->pool, e->m, &st->final_norm, b->x + r0 * D, b->h, n - r0);
   if (m->lm_head_scale != 1.0f)
     for (size_t i = 0; i < (size_t)(n - r0) * D; i++) b->h[i] *= m->lm_head_scale;
-  cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model};
+  cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model, m->lm_head_dtype};
   cp_ops_linear(e->pool, logits, m->vocab, b->h, m->d_model, n - r0, &L, false);
   return check_finite(logits, n - r0, 1, m->vocab, m->vocab, -1, "logits", r0);
 }
@@ -544,8 +546,22 @@ static void free_cross(cross_t *cr, const cp_model *m) {
   cr->kv = NULL;
 }
 
-int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
-                      int64_t n_dec) {
+/* The head in blocks of CP_ENGINE_LOGIT_BLOCK rows through fn. */
+static int head_blocks(cp_engine *e, bufs_t *b, int64_t n, cp_engine_logits_fn fn, void *ctx) {
+  const cp_model *m = e->m;
+  float *block = alloc_f(min64(n, CP_ENGINE_LOGIT_BLOCK), m->vocab);
+  int rc = block ? 0 : cp_error_code();
+  for (int64_t r0 = 0; rc == 0 && r0 < n; r0 += CP_ENGINE_LOGIT_BLOCK) {
+    int64_t r1 = min64(n, r0 + CP_ENGINE_LOGIT_BLOCK);
+    /* head() normalises rows [r0, r1) of b->x into b->h and writes their logits */
+    if ((rc = head(e, &m->decoder, b, r1, r0, block)) == 0) rc = fn(ctx, block, r0, r1 - r0);
+  }
+  free(block);
+  return rc;
+}
+
+static int forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ctx, const int64_t *ids,
+                   int64_t n_ids, const int64_t *dec_ids, int64_t n_dec) {
   const cp_model *m = e->m;
   int64_t start_id;
   int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, 0);
@@ -576,6 +592,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
     goto done;
   if (logits && (rc = head(e, &m->decoder, &b, n, 0, logits))) goto done;
+  if (fn && (rc = head_blocks(e, &b, n, fn, ctx))) goto done;
   if (e->collect)
     e->n_modules = m->encoder.n_layers + m->decoder.n_layers + (t5 ? m->decoder.n_layers : 0);
 done:
@@ -585,6 +602,17 @@ done:
   bufs_free(&b);
   kv_free(&kv);
   return rc;
+}
+
+int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
+                      int64_t n_dec) {
+  return forward(e, logits, NULL, NULL, ids, n_ids, dec_ids, n_dec);
+}
+
+int cp_engine_forward_blocks(cp_engine *e, cp_engine_logits_fn fn, void *ctx, const int64_t *ids, int64_t n_ids,
+                             const int64_t *dec_ids, int64_t n_dec) {
+  assert(fn);
+  return forward(e, NULL, fn, ctx, ids, n_ids, dec_ids, n_dec);
 }
 
 static int64_t argmax(const float *x, int n) {
