@@ -53,6 +53,17 @@ int64_t cp_engine_output_rows(const cp_engine *e, int64_t n_ids, int64_t n_dec);
 int cp_engine_forward(cp_engine *e, float *logits /* [rows, vocab] */, const int64_t *ids,
                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec);
 
+/* cp_engine_forward without the [rows, vocab] array: the logits come in blocks of at most
+ * CP_ENGINE_LOGIT_BLOCK rows, in row order, each handed to fn(ctx, logits [n_rows, vocab], row0,
+ * n_rows) and then overwritten, so memory is one block whatever the length and vocabulary (the
+ * ppl probe at 32K tokens x 256K vocabulary would otherwise hold 32 GiB). fn returns 0 or a
+ * negative cp_err, which stops the pass and is returned. */
+enum { CP_ENGINE_LOGIT_BLOCK = 32 };
+typedef int (*cp_engine_logits_fn)(void *ctx, const float *logits /* [n_rows, vocab] */, int64_t row0,
+                                   int64_t n_rows);
+int cp_engine_forward_blocks(cp_engine *e, cp_engine_logits_fn fn, void *ctx, const int64_t *ids, int64_t n_ids,
+                             const int64_t *dec_ids, int64_t n_dec);
+
 /* Greedy continuation (argmax, first index on ties) of the prompt (decoder-only) or of dec_ids
  * given the encoder input ids (T5), computed step by step with the KV cache. Writes up to
  * n_new ids to out[0..*n_out); with stop_at_eos it stops after emitting eos_token_id.
