@@ -2,6 +2,12 @@
  * statistics, for every model family and any attention rule (../shared/spec/attention-rules.md,
  * docs/attention-decisions.md; every rule decision comes from ctxpatch/rule.h).
  *
+ * Weights are read in the dtype the model holds them in (cp_linear.dtype, model.h): float32, or
+ * F16/BF16 as stored (cp_model_open_stored), widened [256 x 512] tile by tile into a per-thread
+ * scratch inside each matrix product, so no float32 copy of the model exists. Activations, the
+ * KV cache, attention and every sum are float32. (Debian's OpenBLAS 0.3.21 exports no
+ * cblas_sbgemm; it would also round the activations to BF16.)
+ *
  * Attention streams over key blocks with an online softmax, so memory grows with the sequence
  * length L, not L^2; rows under a Lambda mask visit only their global prefix and local window
  * (plus their top-k middle keys). Matrix products use OpenBLAS; the engine's own threads split
