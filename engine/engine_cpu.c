@@ -122,7 +122,9 @@ static void bufs_free(bufs_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
+/* raw: some layer keeps unrotated RoPE queries (rope_needs_raw), the only user of qraw, qfar and
+ * qtopk; three [n, H*dh] arrays that an identity or temperature rule does not pay for. */
+static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n, bool raw) {
   memset(b, 0, sizeof *b);
   int64_t qd = (int64_t)m->n_heads * m->d_head;
   b->n = n;
@@ -130,7 +132,7 @@ static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
   b->h = alloc_f(n, m->d_model);
   b->tmp = alloc_f(n, m->d_model);
   b->q = alloc_f(n, qd);
-  bool rope = m->pos == CP_POS_ROPE; /* unrotated, far and top-k queries are RoPE-only */
+  bool rope = m->pos == CP_POS_ROPE && raw; /* unrotated, far and top-k queries are RoPE-only */
   b->qraw = rope ? alloc_f(n, qd) : NULL;
   b->qfar = rope ? alloc_f(n, qd) : NULL;
   b->qtopk = rope ? alloc_f(n, qd) : NULL;
@@ -513,7 +515,7 @@ static int run_encoder(cp_engine *e, const int64_t *ids, int64_t n, float *enc) 
   const cp_model *m = e->m;
   bufs_t b;
   kv_t kv;
-  int rc = bufs_alloc(&b, m, n);
+  int rc = bufs_alloc(&b, m, n, false); /* T5: no RoPE */
   if (rc) return rc;
   if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, false))) {
     bufs_free(&b);
@@ -584,7 +586,7 @@ static int forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ct
     if ((rc = run_encoder(e, ids, n_ids, enc))) goto done;
     if ((rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
   }
-  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if ((rc = bufs_alloc(&b, m, n, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF)))) goto done;
   if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF))))
     goto done;
   embed(e, b.x, xids, n, 0);
@@ -661,7 +663,7 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   for (int l = 0; l < st->n_layers; l++)
     if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(e, CP_ATTN_DECODER_SELF, l))))
       goto done;
-  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if ((rc = bufs_alloc(&b, m, n, any_layer_needs_raw(e, st, CP_ATTN_DECODER_SELF)))) goto done;
   CP_CHECK_ALLOC_GOTO(logits = alloc_f(1, m->vocab), "engine: generate");
   if (t5) {
     CP_CHECK_ALLOC_GOTO(enc = alloc_f(n_ids, m->d_model), "engine: generate");
