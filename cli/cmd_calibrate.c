@@ -275,7 +275,7 @@ int cmd_calibrate(int argc, char **argv) {
   int rc = 0, status = CLI_OK;
   if (out_path && (rc = cli_check_outputs((const char *const[]){model_path, tok_path}, 2, &out_path, 1, false)))
     goto done;
-  if ((rc = cp_model_open(&model, model_path))) goto done;
+  if ((rc = cp_model_open_stored(&model, model_path))) goto done;
   if (p.inputs != CP_CAL_INPUTS_RANDOM) {
     rc = cp_model_tokenizer_open(&tok, tok_path ? tok_path : model_path);
     if (rc == CP_ETOK_MISSING && !tok_path && p.inputs == CP_CAL_INPUTS_AUTO) rc = 0; /* random ids */

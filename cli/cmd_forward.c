@@ -156,7 +156,7 @@ int cmd_forward(int argc, char **argv) {
   if ((rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text))) goto done;
   if (dec_text && (rc = cli_parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
   if (rule_path && (rc = cp_rule_load(&rule, rule_path))) goto done;
-  if ((rc = cp_model_open(&model, model_path)) || (rc = cp_model_check_rule_on_top(model, &rule, on_top))) goto done;
+  if ((rc = cp_model_open_stored(&model, model_path)) || (rc = cp_model_check_rule_on_top(model, &rule, on_top))) goto done;
   /* Check ids before any work so that bad input writes nothing. */
   if ((rc = cp_model_check_ids(model, ids, n_ids, "--ids"))) goto done;
   if (dec && (rc = cp_model_check_ids(model, dec, n_dec, "--decoder-ids"))) goto done;

@@ -172,7 +172,7 @@ int cmd_verify(int argc, char **argv) {
     goto report;
   }
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
-  if (rc == 0) rc = cp_model_open(&model, model_path);
+  if (rc == 0) rc = cp_model_open_stored(&model, model_path);
   if (rc == 0) rc = cp_model_check_rule_on_top(model, &rule, on_top);
   if (rc == 0) rc = cp_model_tokenizer_open(&tok, model_path);
   if (rc < 0) goto report;

@@ -74,7 +74,7 @@ int inspect_attention_stats(const char *path, const int64_t *lengths, int n_leng
   int rc = pts ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0 && ids_text) rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text);
-  if (rc == 0) rc = cp_model_open(&model, path);
+  if (rc == 0) rc = cp_model_open_stored(&model, path);
   if (rc == 0 && ids) rc = cp_model_check_ids(model, ids, n_ids, "--ids");
   if (rc == 0) {
     cp_profile_params pp;

@@ -452,7 +452,8 @@ void cp_checkpoint_release(const cp_checkpoint *ck, size_t i, uint64_t offset, u
   if (stop > start) madvise((void *)start, stop - start, MADV_DONTNEED);
 }
 
-int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int ndim, const int64_t *shape) {
+int cp_checkpoint_lookup(const cp_tensor **out, size_t *index, const cp_checkpoint *ck, const char *name, int ndim,
+                         const int64_t *shape) {
   *out = NULL;
   long e = find_entry(ck, name);
   if (e < 0) return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s' is missing", ck->dir, name);
@@ -470,6 +471,17 @@ int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int
                           want);
     }
   }
+  *out = t;
+  if (index) *index = (size_t)e;
+  return 0;
+}
+
+int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int ndim, const int64_t *shape) {
+  *out = NULL;
+  const cp_tensor *t;
+  size_t e;
+  int rc = cp_checkpoint_lookup(&t, &e, ck, name, ndim, shape);
+  if (rc) return rc;
   if (!cp_dtype_is_float(t->dtype) || t->dtype == CP_F8_E4M3 || t->dtype == CP_F8_E5M2)
     return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s' has dtype %s; expected F32, F16, BF16 or F64", ck->dir,
                         name, cp_dtype_name(t->dtype));
@@ -479,7 +491,6 @@ int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int
     return cp_error_set(CP_EOVERFLOW, "%s: tensor '%s' too large", ck->dir, name);
   float *buf = malloc(bytes ? (size_t)bytes : 1);
   if (!buf) return cp_error_set(CP_ENOMEM, "%s: out of memory for tensor '%s'", ck->dir, name);
-  int rc = 0;
   if (t->data) {
     rc = cp_convert_to_f32(buf, t->data, t->dtype, numel);
   } else {

@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ typedef struct {
   cp_checkpoint *ck;
   const char *path;
   cp_names nm; /* the checkpoint's tensor names */
+  bool stored; /* cp_model_open_params.stored_dtype */
 } loader;
 
 #define TRY(expr)        \
@@ -73,6 +75,55 @@ static int load(const float **out, loader *L, const char *name, int ndim, int64_
   return 0;
 }
 
+/* Whether `n` bytes at a and b are equal, compared in chunks whose resident pages are dropped
+ * again (cp_checkpoint_release), so comparing two checkpoints does not hold both in memory. */
+static bool same_bytes(const cp_checkpoint *ca, size_t ia, const void *a, const cp_checkpoint *cb, size_t ib,
+                       const void *b, uint64_t n) {
+  const uint64_t chunk = (uint64_t)4 << 20;
+  bool same = true;
+  for (uint64_t at = 0; same && at < n; at += chunk) {
+    uint64_t len = n - at < chunk ? n - at : chunk;
+    same = memcmp((const char *)a + at, (const char *)b + at, (size_t)len) == 0;
+    cp_checkpoint_release(ca, ia, at, len);
+    cp_checkpoint_release(cb, ib, at, len);
+  }
+  return same;
+}
+
+/* The matrix `name` [rows, cols] (or [rows] when cols is 0) as the engines read it: float32
+ * (an owned copy), or with L->stored the stored F32/F16/BF16 bytes in place in the mapping, or
+ * in the mapping of the share_from model when its tensor of that name is byte-equal. */
+static int load_matrix(const void **out, cp_dtype *dtype, loader *L, const char *name, int rows, int cols) {
+  int64_t shape[2] = {rows, cols};
+  int ndim = cols ? 2 : 1;
+  const cp_tensor *t;
+  size_t ti;
+  *dtype = CP_F32;
+  int rc = cp_checkpoint_lookup(&t, &ti, L->ck, name, ndim, shape);
+  if (rc) return rc;
+  bool in_place = L->stored && t->data && (t->dtype == CP_F32 || t->dtype == CP_F16 || t->dtype == CP_BF16) &&
+                  (uintptr_t)t->data % cp_dtype_size(t->dtype) == 0;
+  if (!in_place) {
+    const float *f;
+    rc = load(&f, L, name, ndim, rows, cols);
+    *out = f;
+    return rc;
+  }
+  *out = t->data;
+  *dtype = t->dtype;
+  const cp_model *base = L->m->share_from;
+  const cp_tensor *bt = base && base->ck ? cp_checkpoint_find(base->ck, name) : NULL;
+  size_t bi = 0;
+  if (!bt || bt->dtype != t->dtype || bt->nbytes != t->nbytes || !bt->data ||
+      cp_checkpoint_lookup(&bt, &bi, base->ck, name, ndim, shape) != 0)
+    return 0;
+  if (same_bytes(L->ck, ti, t->data, base->ck, bi, bt->data, t->nbytes)) {
+    *out = bt->data;
+    L->m->shared_bytes += t->nbytes;
+  }
+  return 0;
+}
+
 /* A table dimension in this model's numbers. */
 static int dim(const cp_model *m, cp_dim d) {
   switch (d) {
@@ -107,15 +158,22 @@ static int load_transposed(const float **out, loader *L, const char *name, int r
 }
 
 /* A row's "<name>.weight" [rows(, cols)] into *w and its "<name>.bias" [rows] into *b as the
- * config's bias rule says (*b NULL when absent). */
-static int load_row(const float **w, const float **b, loader *L, const cp_family_tensor *row, int layer) {
+ * config's bias rule says (*b NULL when absent). With `dtype` NULL, *w is float32; else a
+ * matrix (load_matrix) whose dtype goes to *dtype. */
+static int load_row(const void **w, cp_dtype *dtype, const float **b, loader *L, const cp_family_tensor *row,
+                    int layer) {
   char wn[CP_TENSOR_NAME_MAX], bn[CP_TENSOR_NAME_MAX];
   int rows = dim(L->m, row->rows), cols = dim(L->m, row->cols);
   cp_names_row(wn, &L->nm, row, layer, ".weight");
   cp_names_row(bn, &L->nm, row, layer, ".bias");
   *b = NULL;
-  int rc = stored_in_out(L, row) ? load_transposed(w, L, wn, rows, cols)
-                                 : load(w, L, wn, row->cols == CP_DIM_NONE ? 1 : 2, rows, cols);
+  const float *f = NULL;
+  int rc;
+  if (dtype) *dtype = CP_F32;
+  if (stored_in_out(L, row)) rc = load_transposed(&f, L, wn, rows, cols);
+  else if (dtype && row->cols != CP_DIM_NONE) rc = load_matrix(w, dtype, L, wn, rows, cols);
+  else rc = load(&f, L, wn, row->cols == CP_DIM_NONE ? 1 : 2, rows, cols);
+  if (f) *w = f;
   if (rc) return rc;
   switch (cp_names_bias(row, L->m->cfg)) {
     case CP_BIAS_REQUIRED: return load(b, L, bn, 1, rows, 0);
@@ -124,14 +182,23 @@ static int load_row(const float **w, const float **b, loader *L, const cp_family
   }
 }
 
-static int load_linear(cp_linear *out, loader *L, const cp_family_tensor *row, int layer) {
+/* `f32`: a float32 copy whatever the mode (the loader rearranges its rows). */
+static int load_linear_as(cp_linear *out, loader *L, const cp_family_tensor *row, int layer, bool f32) {
   out->n_out = dim(L->m, row->rows);
   out->n_in = dim(L->m, row->cols);
-  return load_row(&out->w, &out->b, L, row, layer);
+  out->dtype = CP_F32;
+  return load_row(&out->w, f32 ? NULL : &out->dtype, &out->b, L, row, layer);
+}
+
+static int load_linear(cp_linear *out, loader *L, const cp_family_tensor *row, int layer) {
+  return load_linear_as(out, L, row, layer, false);
 }
 
 static int load_norm(cp_norm_weights *out, loader *L, const cp_family_tensor *row, int layer) {
-  return load_row(&out->w, &out->b, L, row, layer);
+  const void *w = NULL;
+  int rc = load_row(&w, NULL, &out->b, L, row, layer);
+  out->w = w;
+  return rc;
 }
 
 /* Splits a fused QKV weight [n_q + 2 n_kv, D] (and bias) into q, k, v in the family's layout:
@@ -142,7 +209,7 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
   int D = m->d_model, dh = m->d_head, nq = dim(m, CP_DIM_Q), nkv = dim(m, CP_DIM_KV);
   bool interleaved = L->nm.fl->qkv == CP_QKV_INTERLEAVED && !L->nm.gguf;
   cp_linear fused;
-  int rc = load_linear(&fused, L, row, layer);
+  int rc = load_linear_as(&fused, L, row, layer, true);
   if (rc) return rc;
   cp_linear *dst[3] = {&ly->q, &ly->k, &ly->v};
   int rows[3] = {nq, nkv, nkv};
@@ -153,10 +220,10 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
     for (int r = 0; r < rows[t]; r++) {
       size_t src = interleaved ? (size_t)(r / dh) * 3 * dh + (size_t)t * dh + (size_t)(r % dh)
                                : (size_t)(t == 0 ? 0 : t == 1 ? nq : nq + nkv) + (size_t)r;
-      memcpy(w + (size_t)r * D, fused.w + src * D, (size_t)D * sizeof *w);
+      memcpy(w + (size_t)r * D, (const float *)fused.w + src * D, (size_t)D * sizeof *w);
       if (b) b[r] = fused.b[src];
     }
-    *dst[t] = (cp_linear){w, b, rows[t], D};
+    *dst[t] = (cp_linear){w, b, rows[t], D, CP_F32};
   }
   return 0;
 }
@@ -172,18 +239,20 @@ static int gguf_unpermute(cp_linear *lin, loader *L, int heads) {
   if (!w || (lin->b && !b)) return CP_ENOMEM;
   for (size_t r = 0; r < rows; r++) { /* HF row r is GGUF row cp_gguf_row_to_gguf(r): one formula */
     size_t src = (size_t)cp_gguf_row_to_gguf(&order, r);
-    memcpy(w + r * (size_t)n_in, lin->w + src * (size_t)n_in, (size_t)n_in * sizeof *w);
+    memcpy(w + r * (size_t)n_in, (const float *)lin->w + src * (size_t)n_in, (size_t)n_in * sizeof *w);
     if (b) b[r] = lin->b[src];
   }
   lin->w = w;
+  lin->dtype = CP_F32;
   if (b) lin->b = b;
   return 0;
 }
 
 /* q or k of a llama layer read from GGUF: loaded, then un-permuted. */
 static int load_rotary(cp_linear *out, loader *L, const cp_family_tensor *row, int layer, int heads) {
-  int rc = load_linear(out, L, row, layer);
-  if (rc || !L->nm.gguf || cp_gguf_rows_of(L->m->cfg, row->role).order != CP_GGUF_ROWS_ROTARY) return rc;
+  bool rotary = L->nm.gguf && cp_gguf_rows_of(L->m->cfg, row->role).order == CP_GGUF_ROWS_ROTARY;
+  int rc = load_linear_as(out, L, row, layer, rotary);
+  if (rc || !rotary) return rc;
   return gguf_unpermute(out, L, heads);
 }
 
@@ -328,8 +397,8 @@ static int load_tensors(loader *L) {
   cp_model *m = L->m;
   char n[CP_TENSOR_NAME_MAX];
   int rc = 0;
-  TRY(load(&m->embed, L, (cp_names_get(n, &L->nm, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), n), 2,
-           m->vocab, m->d_model));
+  TRY(load_matrix(&m->embed, &m->embed_dtype, L,
+                  (cp_names_get(n, &L->nm, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), n), m->vocab, m->d_model));
   const cp_family_tensor *en = cp_names_get(n, &L->nm, CP_ROLE_EMBED_NORM, CP_STACK_DECODER, 0, "");
   if (en) TRY(load_norm(&m->embed_norm, L, en, 0));
   if (cp_names_get(n, &L->nm, CP_ROLE_POS_EMBED, CP_STACK_DECODER, 0, ".weight"))
@@ -341,10 +410,11 @@ static int load_tensors(loader *L) {
   m->lm_head_scale = 1.0f;
   if (m->cfg->tie_word_embeddings) {
     m->lm_head = m->embed;
+    m->lm_head_dtype = m->embed_dtype;
     if (m->family == CP_FAMILY_T5) m->lm_head_scale = (float)(1.0 / sqrt((double)m->d_model));
   } else {
     cp_names_get(n, &L->nm, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight");
-    TRY(load(&m->lm_head, L, n, 2, m->vocab, m->d_model));
+    TRY(load_matrix(&m->lm_head, &m->lm_head_dtype, L, n, m->vocab, m->d_model));
   }
 done:
   return rc;
@@ -393,9 +463,24 @@ static int load_metadata_rule(cp_model *m, const char *cfg_path) {
 
 /* ---------------------------------------------------------------- entry points */
 
-int cp_model_open(cp_model **out, const char *path) {
+void cp_model_open_params_init(cp_model_open_params *p) { memset(p, 0, sizeof *p); }
+
+int cp_model_open(cp_model **out, const char *path) { return cp_model_open_ex(out, path, NULL); }
+
+int cp_model_open_stored(cp_model **out, const char *path) {
+  cp_model_open_params p;
+  cp_model_open_params_init(&p);
+  p.stored_dtype = true;
+  return cp_model_open_ex(out, path, &p);
+}
+
+int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_params *params) {
   assert(out && path);
   *out = NULL;
+  cp_model_open_params op;
+  if (params) op = *params;
+  else cp_model_open_params_init(&op);
+  assert(!op.share_from || op.stored_dtype);
   cp_checkpoint *ck = NULL;
   cp_model *m = NULL;
   int rc = cp_checkpoint_open(&ck, path);
@@ -404,6 +489,8 @@ int cp_model_open(cp_model **out, const char *path) {
   const char *cfg_path = cp_checkpoint_gguf(ck) || cp_checkpoint_onnx(ck) ? path : cp_checkpoint_config_path(ck);
   m = calloc(1, sizeof *m);
   CP_CHECK_ALLOC_GOTO(m, "model");
+  m->share_from = op.share_from;
+  m->embed_dtype = m->lm_head_dtype = CP_F32;
   TRY(cp_checkpoint_config(&m->cfg, ck, path));
   const cp_hf_config *c = m->cfg;
   m->family = c->family;
@@ -431,12 +518,16 @@ int cp_model_open(cp_model **out, const char *path) {
   }
   if (c->pos == CP_POS_ROPE && !c->rope_scaling_type[0]) m->rope_scale = 1.0;
 
-  loader L = {m, ck, cp_checkpoint_dir(ck), {0}};
+  loader L = {m, ck, cp_checkpoint_dir(ck), {0}, op.stored_dtype};
   cp_names_init(&L.nm, ck, c);
   TRY(family_settings(m, &L));
   TRY(load_tensors(&L));
   if (c->pos == CP_POS_ALIBI) TRY(load_slopes(&L));
   TRY(load_metadata_rule(m, cfg_path));
+  if (op.stored_dtype) { /* the matrices point into its mapping */
+    m->ck = ck;
+    ck = NULL;
+  }
   *out = m;
   m = NULL;
 done:
@@ -453,6 +544,7 @@ void cp_model_free(cp_model *m) {
   free(m->decoder.layers);
   free(m->alibi_slopes);
   free(m->fire);
+  cp_checkpoint_free(m->ck);
   cp_hf_config_free(m->cfg);
   free(m);
 }

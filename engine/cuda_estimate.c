@@ -12,18 +12,18 @@
 #include "ctxpatch/formats/tensor.h"
 #include "engine/device_engine.h"
 
-static void lin(const cp_linear *L, void (*fn)(void *, const float *, size_t), void *ctx) {
+static void lin(const cp_linear *L, cp_cuda_weight_fn fn, void *ctx) {
   if (!L->w) return;
-  fn(ctx, L->w, (size_t)L->n_out * (size_t)L->n_in);
-  if (L->b) fn(ctx, L->b, (size_t)L->n_out);
+  fn(ctx, L->w, L->dtype, (size_t)L->n_out * (size_t)L->n_in);
+  if (L->b) fn(ctx, L->b, CP_F32, (size_t)L->n_out);
 }
 
-static void norm(const cp_norm_weights *w, size_t D, void (*fn)(void *, const float *, size_t), void *ctx) {
-  if (w->w) fn(ctx, w->w, D);
-  if (w->b) fn(ctx, w->b, D);
+static void norm(const cp_norm_weights *w, size_t D, cp_cuda_weight_fn fn, void *ctx) {
+  if (w->w) fn(ctx, w->w, CP_F32, D);
+  if (w->b) fn(ctx, w->b, CP_F32, D);
 }
 
-static void stack(const cp_stack *st, size_t D, void (*fn)(void *, const float *, size_t), void *ctx) {
+static void stack(const cp_stack *st, size_t D, cp_cuda_weight_fn fn, void *ctx) {
   for (int l = 0; l < st->n_layers; l++) {
     const cp_layer *ly = &st->layers[l];
     norm(&ly->attn_norm, D, fn, ctx);
@@ -35,30 +35,31 @@ static void stack(const cp_stack *st, size_t D, void (*fn)(void *, const float *
   norm(&st->final_norm, D, fn, ctx);
 }
 
-void cp_cuda_for_each_weight(const cp_model *m, void (*fn)(void *ctx, const float *w, size_t count), void *ctx) {
+void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx) {
   const size_t D = (size_t)m->d_model, V = (size_t)m->vocab;
-  fn(ctx, m->embed, V * D);
-  if (m->pos_embed) fn(ctx, m->pos_embed, (size_t)m->train_len * D);
+  fn(ctx, m->embed, m->embed_dtype, V * D);
+  if (m->pos_embed) fn(ctx, m->pos_embed, CP_F32, (size_t)m->train_len * D);
   norm(&m->embed_norm, D, fn, ctx);
-  fn(ctx, m->lm_head, V * D);
+  fn(ctx, m->lm_head, m->lm_head_dtype, V * D);
   stack(&m->encoder, D, fn, ctx);
   stack(&m->decoder, D, fn, ctx);
 }
 
 typedef struct {
-  const float **seen;
+  const void **seen; /* uploaded as F32 whatever their stored dtype */
   size_t n, cap;
   uint64_t floats;
   bool overflow, nomem;
 } weight_sum;
 
-static void add_weight(void *ctx, const float *w, size_t count) {
+static void add_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
+  (void)dtype;
   weight_sum *s = ctx;
   for (size_t i = 0; i < s->n; i++)
     if (s->seen[i] == w) return;
   if (s->n == s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 64;
-    const float **p = realloc(s->seen, cap * sizeof *p);
+    const void **p = realloc(s->seen, cap * sizeof *p);
     if (!p) {
       s->nomem = true;
       return;

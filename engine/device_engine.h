@@ -49,9 +49,12 @@ void cp_engine_record_device_stats(cp_engine *owner, cp_attn_kind kind, int laye
 /* Whether the owner keeps logit standard deviations (row_lstd is needed). */
 bool cp_engine_wants_logit_std(const cp_engine *owner);
 
-/* Every weight array the CUDA engine uploads, in upload order: fn(ctx, host array, floats). A
- * tensor shared by two uses (tied embeddings) is passed each time; callers keep it once. */
-void cp_cuda_for_each_weight(const cp_model *m, void (*fn)(void *ctx, const float *w, size_t count), void *ctx);
+/* Every weight array the CUDA engine uploads, in upload order: fn(ctx, host array, its dtype,
+ * elements). Matrices may be F16/BF16 as stored (cp_model_open_stored); the engine widens them to
+ * F32 on upload. A tensor shared by two uses (tied embeddings) is passed each time; callers keep
+ * it once. */
+typedef void (*cp_cuda_weight_fn)(void *ctx, const void *w, cp_dtype dtype, size_t count);
+void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx);
 /* The CUDA engine's pass sizes, one definition for the engine and cp_cuda_engine_bytes. */
 enum { CP_CUDA_FFN_CHUNK = 256 }; /* FFN hidden rows held at once (as CP_OPS_FFN_CHUNK) */
 

@@ -125,7 +125,9 @@ static void bufs_free(bufs_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
+/* raw: some layer keeps unrotated RoPE queries (rope_needs_raw), the only user of qraw, qfar and
+ * qtopk; three [n, H*dh] arrays that an identity or temperature rule does not pay for. */
+static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n, bool raw) {
   memset(b, 0, sizeof *b);
   int64_t qd = (int64_t)m->n_heads * m->d_head;
   b->n = n;
@@ -133,7 +135,7 @@ static int bufs_alloc(bufs_t *b, const cp_model *m, int64_t n) {
   b->h = alloc_f(n, m->d_model);
   b->tmp = alloc_f(n, m->d_model);
   b->q = alloc_f(n, qd);
-  bool rope = m->pos == CP_POS_ROPE; /* unrotated, far and top-k queries are RoPE-only */
+  bool rope = m->pos == CP_POS_ROPE && raw; /* unrotated, far and top-k queries are RoPE-only */
   b->qraw = rope ? alloc_f(n, qd) : NULL;
   b->qfar = rope ? alloc_f(n, qd) : NULL;
   b->qtopk = rope ? alloc_f(n, qd) : NULL;
@@ -365,7 +367,8 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n, i
   assert(!wpe || q_off + n <= e->m->train_len);
   for (int64_t r = 0; r < n; r++) {
     float *row = x + (size_t)r * D;
-    memcpy(row, e->m->embed + (size_t)ids[r] * D, D * sizeof *x);
+    const size_t esz = cp_dtype_size(e->m->embed_dtype); /* F32, or F16/BF16 as stored: widens */
+    (void)cp_convert_to_f32(row, (const unsigned char *)e->m->embed + (size_t)ids[r] * D * esz, e->m->embed_dtype, D);
     if (wpe)
       for (size_t i = 0; i < D; i++) row[i] += wpe[(size_t)(q_off + r) * D + i];
   }
@@ -373,13 +376,14 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n, i
 
 /* Final norm and output head for rows [r0, n) of b->x into logits [n - r0, V]; a non-finite
  * logit fails the run (CP_EMODEL_NONFINITE). */
-static int head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits) {
+static int head(cp_engine *e, const cp_stack *st, bufs_t *b, int64_t n, int64_t r0, float *logits /* [n - r0, V] */) {
   const cp_model *m = e->m;
   const size_t D = (size_t)m->d_model;
+  assert(n - r0 <= b->n);
   cp_ops_norm_rows(e->pool, e->m, &st->final_norm, b->x + r0 * D, b->h, n - r0);
   if (m->lm_head_scale != 1.0f)
     for (size_t i = 0; i < (size_t)(n - r0) * D; i++) b->h[i] *= m->lm_head_scale;
-  cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model};
+  cp_linear L = {m->lm_head, NULL, m->vocab, m->d_model, m->lm_head_dtype};
   cp_ops_linear(e->pool, logits, m->vocab, b->h, m->d_model, n - r0, &L, false);
   return check_finite(logits, n - r0, 1, m->vocab, m->vocab, -1, "logits", r0);
 }
@@ -542,7 +546,7 @@ static int run_encoder(cp_engine *e, const int64_t *ids, int64_t n, float *enc) 
   const cp_model *m = e->m;
   bufs_t b;
   kv_t kv;
-  int rc = bufs_alloc(&b, m, n);
+  int rc = bufs_alloc(&b, m, n, false); /* T5: no RoPE */
   if (rc) return rc;
   if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, false))) {
     bufs_free(&b);
@@ -575,8 +579,22 @@ static void free_cross(cross_t *cr, const cp_model *m) {
   cr->kv = NULL;
 }
 
-int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
-                      int64_t n_dec) {
+/* The head in blocks of CP_ENGINE_LOGIT_BLOCK rows through fn. */
+static int head_blocks(cp_engine *e, bufs_t *b, int64_t n, cp_engine_logits_fn fn, void *ctx) {
+  const cp_model *m = e->m;
+  float *block = alloc_f(min64(n, CP_ENGINE_LOGIT_BLOCK), m->vocab);
+  int rc = block ? 0 : cp_error_code();
+  for (int64_t r0 = 0; rc == 0 && r0 < n; r0 += CP_ENGINE_LOGIT_BLOCK) {
+    int64_t r1 = min64(n, r0 + CP_ENGINE_LOGIT_BLOCK);
+    /* head() normalises rows [r0, r1) of b->x into b->h and writes their logits */
+    if ((rc = head(e, &m->decoder, b, r1, r0, block)) == 0) rc = fn(ctx, block, r0, r1 - r0);
+  }
+  free(block);
+  return rc;
+}
+
+static int forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ctx, const int64_t *ids,
+                   int64_t n_ids, const int64_t *dec_ids, int64_t n_dec) {
   const cp_model *m = e->m;
   int64_t start_id;
   int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, 0);
@@ -591,7 +609,17 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   e->collect = e->p.stats;
   if (e->collect) e->n_modules = 0;
   if (e->dev) {
-    rc = e->dev_ops->forward(e->dev, logits, ids, n_ids, dec_ids, n_dec, e->collect);
+    /* The device engine hands back whole logits: blocks are cut from them on the host (O(L x V)
+     * host memory under --device cuda, unlike the CPU path). */
+    float *all = logits;
+    if (fn && !(all = alloc_f(n, m->vocab))) {
+      rc = cp_error_code();
+      goto done;
+    }
+    rc = e->dev_ops->forward(e->dev, all, ids, n_ids, dec_ids, n_dec, e->collect);
+    for (int64_t r0 = 0; fn && rc == 0 && r0 < n; r0 += CP_ENGINE_LOGIT_BLOCK)
+      rc = fn(ctx, all + r0 * m->vocab, r0, min64(n, r0 + CP_ENGINE_LOGIT_BLOCK) - r0);
+    if (fn) free(all);
     goto done;
   }
 
@@ -603,7 +631,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
     if ((rc = run_encoder(e, ids, n_ids, enc))) goto done;
     if ((rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
   }
-  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if ((rc = bufs_alloc(&b, m, n, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF)))) goto done;
   if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(e, &m->decoder, CP_ATTN_DECODER_SELF))))
     goto done;
   embed(e, b.x, xids, n, 0);
@@ -611,6 +639,7 @@ int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n
   if ((rc = run_stack(e, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b)))
     goto done;
   if (logits && (rc = head(e, &m->decoder, &b, n, 0, logits))) goto done;
+  if (fn && (rc = head_blocks(e, &b, n, fn, ctx))) goto done;
 done:
   if (!rc && e->collect)
     e->n_modules = m->encoder.n_layers + m->decoder.n_layers + (t5 ? m->decoder.n_layers : 0);
@@ -620,6 +649,17 @@ done:
   bufs_free(&b);
   kv_free(&kv);
   return rc;
+}
+
+int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
+                      int64_t n_dec) {
+  return forward(e, logits, NULL, NULL, ids, n_ids, dec_ids, n_dec);
+}
+
+int cp_engine_forward_blocks(cp_engine *e, cp_engine_logits_fn fn, void *ctx, const int64_t *ids, int64_t n_ids,
+                             const int64_t *dec_ids, int64_t n_dec) {
+  assert(fn);
+  return forward(e, NULL, fn, ctx, ids, n_ids, dec_ids, n_dec);
 }
 
 static int64_t argmax(const float *x, int n) {
@@ -672,7 +712,7 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   for (int l = 0; l < st->n_layers; l++)
     if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(e, CP_ATTN_DECODER_SELF, l))))
       goto done;
-  if ((rc = bufs_alloc(&b, m, n))) goto done;
+  if ((rc = bufs_alloc(&b, m, n, any_layer_needs_raw(e, st, CP_ATTN_DECODER_SELF)))) goto done;
   CP_CHECK_ALLOC_GOTO(logits = alloc_f(1, m->vocab), "engine: generate");
   if (t5) {
     CP_CHECK_ALLOC_GOTO(enc = alloc_f(n_ids, m->d_model), "engine: generate");

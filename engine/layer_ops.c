@@ -4,31 +4,56 @@
 #include <cblas.h>
 #include <math.h>
 
-enum { GEMM_MB = 128, GEMM_NB = 256, ROW_CHUNK = 64 };
+#include "ctxpatch/formats/tensor.h"
+
+/* GEMM tiles: C in [GEMM_MB, GEMM_NB] blocks, one per pool item; an F16/BF16 weight block is
+ * widened GEMM_KB columns at a time into the worker's scratch ([GEMM_NB, GEMM_KB] floats, 512 KiB:
+ * about an L2), so no float32 copy of a weight matrix ever exists. */
+enum { GEMM_MB = 128, GEMM_NB = 256, GEMM_KB = 512, ROW_CHUNK = 64 };
+_Static_assert(GEMM_NB * GEMM_KB <= CP_POOL_SCRATCH_FLOATS, "weight tile must fit the pool's scratch");
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 typedef struct {
+  cp_pool *pool;
   int64_t M;
   int N, K;
   const float *A;
   int lda;
-  const float *W, *b;
+  const void *W; /* [N, K] of wtype */
+  cp_dtype wtype;
+  const float *b;
   float *C;
   int ldc;
   bool accumulate;
 } gemm_job;
 
 static void gemm_item(void *ctx, size_t item, int worker) {
-  (void)worker;
   const gemm_job *g = ctx;
   size_t nbn = (size_t)(g->N + GEMM_NB - 1) / GEMM_NB;
   int64_t m0 = (int64_t)(item / nbn) * GEMM_MB;
   int n0 = (int)(item % nbn) * GEMM_NB;
   int mc = (int)min64(GEMM_MB, g->M - m0), nc = g->N - n0 < GEMM_NB ? g->N - n0 : GEMM_NB;
   float *C = g->C + (size_t)m0 * g->ldc + n0;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, g->A + (size_t)m0 * g->lda, g->lda,
-              g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
+  const float *A = g->A + (size_t)m0 * g->lda;
+  if (g->wtype == CP_F32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, A, g->lda,
+                (const float *)g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
+  } else {
+    /* Stored F16/BF16: widen W[n0 .. n0+nc, k0 .. k0+kc] into the worker's tile, multiply, add
+     * the next K block on top. Products and sums stay float32. */
+    float *tile = cp_pool_scratch(g->pool, worker); /* [nc, kc] */
+    const size_t esz = cp_dtype_size(g->wtype);
+    const unsigned char *W = (const unsigned char *)g->W + (size_t)n0 * (size_t)g->K * esz;
+    for (int k0 = 0; k0 < g->K; k0 += GEMM_KB) {
+      int kc = g->K - k0 < GEMM_KB ? g->K - k0 : GEMM_KB;
+      for (int r = 0; r < nc; r++) /* F16/BF16 always widen: cannot fail */
+        (void)cp_convert_to_f32(tile + (size_t)r * kc, W + ((size_t)r * g->K + (size_t)k0) * esz, g->wtype,
+                                (uint64_t)kc);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, kc, 1.0f, A + k0, g->lda, tile, kc,
+                  k0 > 0 || g->accumulate ? 1.0f : 0.0f, C, g->ldc);
+    }
+  }
   if (g->b)
     for (int r = 0; r < mc; r++)
       for (int c = 0; c < nc; c++) C[(size_t)r * g->ldc + c] += g->b[n0 + c];
@@ -37,7 +62,7 @@ static void gemm_item(void *ctx, size_t item, int worker) {
 void cp_ops_linear(cp_pool *pool, float *C, int ldc, const float *A, int lda, int64_t M, const cp_linear *L,
                    bool accumulate) {
   if (M <= 0) return;
-  gemm_job g = {M, L->n_out, L->n_in, A, lda, L->w, L->b, C, ldc, accumulate};
+  gemm_job g = {pool, M, L->n_out, L->n_in, A, lda, L->w, L->dtype, L->b, C, ldc, accumulate};
   size_t items = (size_t)((M + GEMM_MB - 1) / GEMM_MB) * (size_t)((L->n_out + GEMM_NB - 1) / GEMM_NB);
   cp_pool_run(pool, items, gemm_item, &g);
 }

@@ -21,6 +21,7 @@ struct cp_pool {
   void *ctx;
   size_t n_items;
   atomic_size_t next;
+  float *scratch; /* [n_threads, CP_POOL_SCRATCH_FLOATS] */
 };
 
 typedef struct {
@@ -61,7 +62,10 @@ int cp_pool_create(cp_pool **out, int n_threads) {
   cp_pool *p = calloc(1, sizeof *p);
   if (!p) return cp_error_set(CP_ENOMEM, "engine: out of memory for the thread pool");
   p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-  if (!p->threads) {
+  p->scratch = malloc((size_t)n_threads * CP_POOL_SCRATCH_FLOATS * sizeof *p->scratch);
+  if (!p->threads || !p->scratch) {
+    free(p->threads);
+    free(p->scratch);
     free(p);
     return cp_error_set(CP_ENOMEM, "engine: out of memory for the thread pool");
   }
@@ -96,7 +100,12 @@ void cp_pool_free(cp_pool *p) {
   pthread_cond_destroy(&p->start);
   pthread_cond_destroy(&p->done);
   free(p->threads);
+  free(p->scratch);
   free(p);
+}
+
+float *cp_pool_scratch(cp_pool *p, int worker) {
+  return p->scratch + (size_t)worker * CP_POOL_SCRATCH_FLOATS;
 }
 
 int cp_pool_size(const cp_pool *p) { return p->size; }

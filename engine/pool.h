@@ -12,6 +12,10 @@ typedef void (*cp_pool_fn)(void *ctx, size_t item, int worker /* 0 .. size-1 */)
 int cp_pool_create(cp_pool **out, int n_threads);
 void cp_pool_free(cp_pool *pool);
 int cp_pool_size(const cp_pool *pool);
+/* Worker `worker`'s own scratch of CP_POOL_SCRATCH_FLOATS floats (the matrix products widen
+ * F16/BF16 weight tiles into it), allocated with the pool: valid until cp_pool_free. */
+enum { CP_POOL_SCRATCH_FLOATS = 256 * 512 };
+float *cp_pool_scratch(cp_pool *pool, int worker);
 /* Runs fn(ctx, i, worker) for every i in [0, n_items), in any order, and returns when all are
  * done. Not reentrant: one job at a time, from one thread. */
 void cp_pool_run(cp_pool *pool, size_t n_items, cp_pool_fn fn, void *ctx);

@@ -142,11 +142,17 @@ done:
   return rc;
 }
 
-/* certify_model on the baked folder `tmp`, opened as written (its metadata rule applied). */
+/* certify_model on the baked folder `tmp`, opened as written (its metadata rule applied). Its
+ * matrices stay as stored, and every one whose bytes equal the original's (all but what the bake
+ * changed; compared at open) is the original's memory: the two sides cost about one model. */
 static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
                    const cp_patch *patch, const cp_patch_params *params) {
   cp_model *baked = NULL;
-  int rc = cp_model_open(&baked, tmp);
+  cp_model_open_params op;
+  cp_model_open_params_init(&op);
+  op.stored_dtype = true;
+  op.share_from = original;
+  int rc = cp_model_open_ex(&baked, tmp, &op);
   if (rc == 0) rc = certify_model(out, tmp, in, original, baked, NULL, patch, params);
   cp_model_free(baked);
   return rc;
@@ -460,7 +466,9 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   int n_used = 0;
   int rc = cp_patch_options_check(&o);
   if (rc) goto bad_options;
-  if ((rc = cp_model_open(&model, in)) || (rc = cp_patch_method_fits(model, o.method)) ||
+  /* The engine reads stored F16/BF16 matrices; the ONNX writer needs float32. */
+  if ((rc = params->onnx ? cp_model_open(&model, in) : cp_model_open_stored(&model, in)) ||
+      (rc = cp_patch_method_fits(model, o.method)) ||
       (rc = refuse_artifact(model, in)))
     goto done;
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;

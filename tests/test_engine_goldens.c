@@ -1,6 +1,9 @@
 /* The CPU engine against the PyTorch goldens of tests/goldens/engine (format:
  * tests/reference/GOLDEN_FORMAT.md): logits and attention statistics within
- * max|a - b| / max|b| <= 1e-4, greedy continuations exactly. */
+ * max|a - b| / max|b| <= 1e-4, greedy continuations exactly. Every case runs twice: on the model
+ * widened to float32 (cp_model_open) and on its matrices as stored (cp_model_open_stored: the
+ * BF16 llama_rope2 and F16 t5_gated weights widened tile by tile inside the products). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +31,8 @@ static void *take(const cp_st_file *f, const char *name, cp_dtype dtype, uint64_
   return p;
 }
 
-static int run_case(const char *dir, const cJSON *entry, cp_model **model, char *model_name, size_t model_name_size) {
+static int run_case(const char *dir, const cJSON *entry, cp_model **model, char *model_name, size_t model_name_size,
+                    bool stored) {
   const cJSON *jfile = cJSON_GetObjectItem(entry, "file"), *jmodel = cJSON_GetObjectItem(entry, "model");
   const cJSON *jcase = cJSON_GetObjectItem(entry, "case"), *jrule = cJSON_GetObjectItem(entry, "rule");
   const cJSON *jkind = cJSON_GetObjectItem(entry, "kind");
@@ -43,12 +47,19 @@ static int run_case(const char *dir, const cJSON *entry, cp_model **model, char 
     *model = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/models/%s", dir, jmodel->valuestring);
-    CHECK_RC(0, cp_model_open(model, path));
+    CHECK_RC(0, stored ? cp_model_open_stored(model, path) : cp_model_open(model, path));
     snprintf(model_name, model_name_size, "%s", jmodel->valuestring);
     if (!*model) {
       model_name[0] = '\0';
       return 1;
     }
+    /* the stored path is the one under test: the 16-bit models must not have been widened */
+    cp_dtype want = !stored ? CP_F32 : !strcmp(model_name, "llama_rope2") ? CP_BF16
+                                     : !strcmp(model_name, "t5_gated") ? CP_F16 : CP_F32;
+    const cp_stack *st = &(*model)->decoder;
+    CHECK_MSG(st->n_layers > 0 && st->layers[0].o.dtype == want && (*model)->embed_dtype == want,
+              "%s (%s): o.dtype %s, embed %s, expected %s", model_name, stored ? "stored" : "f32",
+              cp_dtype_name(st->layers[0].o.dtype), cp_dtype_name((*model)->embed_dtype), cp_dtype_name(want));
   }
   cp_rule rule;
   CHECK_RC(0, cp_rule_from_json(&rule, jrule, label));
@@ -145,12 +156,16 @@ int main(void) {
   char model_name[256] = "";
   int n_cases = 0;
   const cJSON *entry;
-  cJSON_ArrayForEach(entry, cases) {
-    run_case(dir, entry, &model, model_name, sizeof model_name);
-    n_cases++;
+  for (int stored = 0; stored < 2; stored++) {
+    cJSON_ArrayForEach(entry, cases) {
+      run_case(dir, entry, &model, model_name, sizeof model_name, stored);
+      n_cases++;
+    }
+    cp_model_free(model);
+    model = NULL;
+    model_name[0] = '\0';
   }
-  printf("%d cases\n", n_cases);
-  cp_model_free(model);
+  printf("%d cases (each as float32 and as stored)\n", n_cases / 2);
   cJSON_Delete(root);
   free(text);
   return test_finish();

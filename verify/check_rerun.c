@@ -105,7 +105,7 @@ int check_rerun(check_ctx *c, const cp_check_params *p) {
   int rc = params_from_cert(&vp, &a, c->cert, p);
   if (rc < 0) goto done;
   /* A model or tokenizer that no longer opens fails the artifact; it does not stop the report. */
-  if (cp_model_open(&model, c->path) < 0 || cp_tokenizer_open(&tok, c->path) < 0 ||
+  if (cp_model_open_stored(&model, c->path) < 0 || cp_tokenizer_open(&tok, c->path) < 0 ||
       cp_verify_run(&r, model, tok, NULL, &vp) < 0) {
     rc = check_fail(c->report, "rerun-error", "rerun: %s", cp_error_message());
     goto done;

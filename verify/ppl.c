@@ -85,8 +85,15 @@ int cp_ppl_window_start(int64_t *start, const cp_ppl_corpus *c, int64_t length, 
 
 void cp_ppl_score(double *sum, int64_t *count, const float *logits, const int64_t *ids, int64_t length,
                   int64_t vocab, int n_buckets) {
-  for (int64_t t = 1; t < length; t++) {
-    const float *row = logits + (size_t)(t - 1) * (size_t)vocab;
+  cp_ppl_score_rows(sum, count, logits, 0, length, ids, length, vocab, n_buckets);
+}
+
+void cp_ppl_score_rows(double *sum, int64_t *count, const float *logits, int64_t row0, int64_t n_rows,
+                       const int64_t *ids, int64_t length, int64_t vocab, int n_buckets) {
+  /* the logits of position t - 1 score ids[t] */
+  int64_t t0 = row0 + 1 > 1 ? row0 + 1 : 1, t1 = row0 + n_rows + 1 < length ? row0 + n_rows + 1 : length;
+  for (int64_t t = t0; t < t1; t++) {
+    const float *row = logits + (size_t)(t - 1 - row0) * (size_t)vocab;
     double mx = row[0], z = 0;
     for (int64_t v = 1; v < vocab; v++) mx = fmax(mx, row[v]);
     for (int64_t v = 0; v < vocab; v++) z += exp((double)row[v] - mx);

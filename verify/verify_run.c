@@ -189,9 +189,8 @@ static uint64_t memory_limit(void) {
 /* Refuses a length whose estimated footprint passes the memory limit before anything is
  * allocated: an outsized --lengths otherwise allocates until the kernel kills the process. */
 static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
-  /* the ppl probe keeps the logits of every position */
-  uint64_t logits = p->corpus_path ? (uint64_t)model->vocab * sizeof(float) : 0;
-  uint64_t per = (bytes_per_token(model) + logits) * (p->baseline ? 2 : 1), limit = memory_limit();
+  /* the logits are one block of rows (cp_engine_forward_blocks) or the last row, not per token */
+  uint64_t per = bytes_per_token(model) * (p->baseline ? 2 : 1), limit = memory_limit();
   for (int l = 0; l < p->n_lengths; l++) {
     uint64_t len = (uint64_t)p->lengths[l] + (uint64_t)p->max_new_tokens;
     if (per && len > limit / per)
@@ -241,22 +240,33 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides,
   return rc;
 }
 
-/* The ppl probe: every window at every length through every side, NLL by position bucket. */
+typedef struct {
+  double *sum;
+  int64_t *count;
+  const int64_t *ids;
+  int64_t length, vocab;
+  int buckets;
+} ppl_blocks;
+
+static int score_block(void *ctx, const float *logits /* [n_rows, vocab] */, int64_t row0, int64_t n_rows) {
+  const ppl_blocks *pb = ctx;
+  cp_ppl_score_rows(pb->sum, pb->count, logits, row0, n_rows, pb->ids, pb->length, pb->vocab, pb->buckets);
+  return 0;
+}
+
+/* The ppl probe: every window at every length through every side, NLL by position bucket. The
+ * logits are scored block by block (cp_engine_forward_blocks), never held for the window. */
 static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_model *model,
                    const cp_verify_params *p, int64_t *done_count) {
   if (model->family == CP_FAMILY_T5)
     return cp_error_set(CP_EVERIFY_PROBE, "ppl: the model is T5 (encoder-decoder); the ppl probe scores a "
                                           "decoder-only language model");
-  int64_t longest = 0, total = ((int64_t)p->n_probes * p->n_depths * p->samples + p->ppl_windows) * p->n_lengths * sides;
-  for (int l = 0; l < p->n_lengths; l++) longest = p->lengths[l] > longest ? p->lengths[l] : longest;
-  size_t n_logits, nb = (size_t)p->ppl_buckets;
-  if (!cp_size_mul(&n_logits, (size_t)longest, (size_t)model->vocab))
-    return cp_error_set(CP_EOVERFLOW, "ppl: %lld positions x %d logits overflow", (long long)longest, model->vocab);
-  float *logits = malloc(n_logits * sizeof *logits);
+  int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + p->ppl_windows) * p->n_lengths * sides;
+  size_t nb = (size_t)p->ppl_buckets;
   double *sum = calloc(nb, sizeof *sum);
   int64_t *count = calloc(nb, sizeof *count);
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(logits && sum && count, "ppl logits");
+  CP_CHECK_ALLOC_GOTO(sum && count, "ppl");
   for (int l = 0; l < p->n_lengths; l++)
     for (int s = 0; s < sides; s++) {
       memset(sum, 0, nb * sizeof *sum);
@@ -265,8 +275,8 @@ static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, co
         int64_t start = 0;
         if ((rc = cp_ppl_window_start(&start, &r->corpus, p->lengths[l], w, p->seed)) < 0) goto done;
         const int64_t *ids = r->corpus.ids + start;
-        if ((rc = cp_engine_forward(engines[s], logits, ids, p->lengths[l], NULL, 0)) < 0) goto done;
-        cp_ppl_score(sum, count, logits, ids, p->lengths[l], model->vocab, p->ppl_buckets);
+        ppl_blocks pb = {sum, count, ids, p->lengths[l], model->vocab, p->ppl_buckets};
+        if ((rc = cp_engine_forward_blocks(engines[s], score_block, &pb, ids, p->lengths[l], NULL, 0)) < 0) goto done;
         r->tokens += p->lengths[l];
         if (p->progress) p->progress(p->progress_ctx, ++*done_count, total);
       }
@@ -280,7 +290,6 @@ static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, co
       r->ppl_mean[s][l] = all / (double)n;
     }
 done:
-  free(logits);
   free(sum);
   free(count);
   return rc;

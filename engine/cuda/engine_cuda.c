@@ -73,8 +73,8 @@ struct cp_device_engine {
   const cpcu_backend *be;
   cudaStream_t stream;
   cublasHandle_t blas;
-  /* Uploaded weights: host array -> device copy. */
-  const float **w_host;
+  /* Uploaded weights: host array (any stored dtype) -> device copy (F32). */
+  const void **w_host;
   float **w_dev;
   size_t n_w, cap_w;
   float *embed, *pos_embed, *lm_head; /* [V, D], [train_len, D] or NULL, [V, D] */
@@ -162,20 +162,39 @@ typedef struct {
   int rc;
 } upload_ctx;
 
-static float *weight_of(const cp_device_engine *d, const float *host) {
+static float *weight_of(const cp_device_engine *d, const void *host) {
   if (!host) return NULL;
   for (size_t i = 0; i < d->n_w; i++)
     if (d->w_host[i] == host) return d->w_dev[i];
   return NULL;
 }
 
-static void upload_weight(void *ctx, const float *w, size_t count) {
+/* An F16/BF16 matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk
+ * copied before the buffer is reused: the device holds F32 (cuBLAS's SGEMM path). */
+static int upload_widened(cp_device_engine *d, float *dev, const void *w, cp_dtype dtype, size_t count) {
+  enum { CHUNK = 1 << 20 };
+  size_t esz = cp_dtype_size(dtype);
+  float *tmp = malloc((count < CHUNK ? count : CHUNK) * sizeof *tmp);
+  CP_CHECK_ALLOC(tmp, "cuda engine: widening a weight");
+  int rc = 0;
+  for (size_t at = 0; at < count && !rc; at += CHUNK) {
+    size_t n = count - at < CHUNK ? count - at : CHUNK;
+    cudaError_t err;
+    if ((rc = cp_convert_to_f32(tmp, (const char *)w + at * esz, dtype, n)) == 0 &&
+        (rc = upload(d, dev + at, tmp, n * sizeof *tmp)) == 0 && (err = cudaStreamSynchronize(d->stream)) != cudaSuccess)
+      rc = cu_fail(err, "copy to the device");
+  }
+  free(tmp);
+  return rc;
+}
+
+static void upload_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
   upload_ctx *u = ctx;
   cp_device_engine *d = u->d;
   if (u->rc || weight_of(d, w)) return;
   if (d->n_w == d->cap_w) {
     size_t cap = d->cap_w ? 2 * d->cap_w : 64;
-    const float **h = realloc(d->w_host, cap * sizeof *h);
+    const void **h = realloc(d->w_host, cap * sizeof *h);
     if (h) d->w_host = h;
     float **p = h ? realloc(d->w_dev, cap * sizeof *p) : NULL;
     if (!h || !p) {
@@ -190,7 +209,7 @@ static void upload_weight(void *ctx, const float *w, size_t count) {
     return;
   }
   d->w_host[d->n_w] = w, d->w_dev[d->n_w++] = dev;
-  u->rc = upload(d, dev, w, count * sizeof(float));
+  u->rc = dtype == CP_F32 ? upload(d, dev, w, count * sizeof(float)) : upload_widened(d, dev, w, dtype, count);
 }
 
 static dlin dlin_of(const cp_device_engine *d, const cp_linear *L) {

@@ -75,6 +75,12 @@ void cp_checkpoint_release(const cp_checkpoint *ck, size_t i, uint64_t offset, u
 size_t cp_checkpoint_aux_count(const cp_checkpoint *ck);
 const char *cp_checkpoint_aux(const cp_checkpoint *ck, size_t i);
 
+/* Finds tensor `name` and checks its shape equals `shape[0..ndim)` when ndim >= 0 (CP_EMODEL_TENSOR
+ * naming the tensor when it is missing, or the expected and actual shapes). *index (unless NULL)
+ * is its index for cp_checkpoint_read / cp_checkpoint_release. *out is borrowed. */
+int cp_checkpoint_lookup(const cp_tensor **out, size_t *index, const cp_checkpoint *ck, const char *name, int ndim,
+                         const int64_t *shape);
+
 /* Returns tensor `name` widened to float32 in a new heap buffer (caller frees), checking
  * its shape equals `shape[0..ndim)` when ndim >= 0. Used by the model loaders. */
 int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int ndim,

@@ -1,5 +1,7 @@
 /* Floor: converters. Format-neutral model description: one checkpoint folder (config.json + weights in any format
- * cp_checkpoint_open reads) turned into float32 arrays in a layout every engine shares.
+ * cp_checkpoint_open reads) turned into arrays in a layout every engine shares: float32 after
+ * cp_model_open; with cp_model_open_ex's stored_dtype the matrices (cp_linear, embedding, output
+ * head) keep the checkpoint's F32/F16/BF16 and point into its mapping (cp_weight_dtype says which).
  *
  * Each family's HF tensors are normalised on load:
  *   - fused QKV projections (BLOOM and GPT-NeoX per-head interleaved [H, 3, dh]; MPT
@@ -25,6 +27,9 @@
 
 #include "ctxpatch/converters/hf_config.h"
 #include "ctxpatch/converters/rule.h"
+#include "ctxpatch/formats/tensor.h"
+
+struct cp_checkpoint;
 
 typedef enum { CP_NORM_LAYER, CP_NORM_RMS } cp_norm_kind;
 typedef enum { CP_ACT_RELU, CP_ACT_GELU, CP_ACT_GELU_TANH, CP_ACT_SILU } cp_act;
@@ -35,9 +40,10 @@ typedef struct {
 } cp_norm_weights;
 
 typedef struct {
-  const float *w; /* [n_out, n_in] */
+  const void *w;  /* [n_out, n_in] elements of `dtype` */
   const float *b; /* [n_out], or NULL */
   int n_out, n_in;
+  cp_dtype dtype; /* of w: CP_F32 (always after cp_model_open), or CP_F16 / CP_BF16 as stored */
 } cp_linear;
 
 /* FIRE bias MLP of docs/fire-layout.md: b_h(x) = w2[h] . relu(w1 * x + b1) + b2[h]. */
@@ -92,11 +98,13 @@ typedef struct cp_model {
   bool attn_scale_inverse_layer; /* GPT-2 scale_attn_by_inverse_layer_idx: layer l divides c by l + 1 */
   float clip_qkv;               /* MPT attn_config.clip_qkv; 0 when none */
 
-  const float *embed;           /* [V, D] */
+  const void *embed;            /* [V, D] elements of embed_dtype */
+  cp_dtype embed_dtype;         /* CP_F32, or as stored (stored_dtype) */
   const float *pos_embed;       /* [train_len, D] learned absolute positions (GPT-2 wpe, row p added
                                    to the input at position p; no row past train_len); else NULL */
   cp_norm_weights embed_norm;   /* BLOOM word_embeddings_layernorm; w NULL elsewhere */
-  const float *lm_head;         /* [V, D] (the embedding when tied) */
+  const void *lm_head;          /* [V, D] elements of lm_head_dtype (the embedding when tied) */
+  cp_dtype lm_head_dtype;
   float lm_head_scale;          /* T5 with tied embeddings: d_model^-0.5; else 1 */
 
   cp_stack encoder;             /* T5 only; n_layers 0 for decoder-only models */
@@ -120,11 +128,37 @@ typedef struct cp_model {
   /* Owned float arrays (freed by cp_model_free). */
   float **bufs;
   size_t n_bufs, cap_bufs;
+  /* stored_dtype: the open checkpoint the matrices point into (owned), the model whose memory
+   * unchanged tensors share (borrowed), and how many bytes of matrices are shared with it. */
+  struct cp_checkpoint *ck;
+  const struct cp_model *share_from;
+  uint64_t shared_bytes;
 } cp_model;
 
 /* Opens a checkpoint folder (or a weights file with config.json beside it) and loads the whole
  * model as float32. The caller owns *out (cp_model_free). */
 int cp_model_open(cp_model **out, const char *path);
+
+typedef struct {
+  /* Keep every F32/F16/BF16 matrix (linear layers, embedding, output head) as stored, pointing
+   * into the checkpoint's mapping, which the model then keeps open: memory about the file's size
+   * instead of float32. Matrices the loader must rearrange (GPT-2 Conv1D transposes, fused QKV
+   * splits, GGUF q/k row order), GGUF quantised blocks (dequantised by the reader), unmapped or
+   * misaligned tensors, norms and biases are float32 copies. Engines that read the weights as
+   * float32 (the ONNX and GGUF exporters) need the default, false. */
+  bool stored_dtype;
+  /* With stored_dtype: a model opened with stored_dtype (it must outlive this one) whose
+   * matrices this one uses in place of its own wherever the tensor of the same name has the same
+   * dtype, shape and bytes (compared, chunk by chunk, at open): the patched side of a
+   * certification then costs only what the bake changed. NULL: none. */
+  const struct cp_model *share_from;
+} cp_model_open_params;
+
+void cp_model_open_params_init(cp_model_open_params *p);
+int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_params *params);
+/* cp_model_open_ex with stored_dtype: how the engine's commands (forward, verify, calibrate,
+ * inspect --stats, patch) open a model. */
+int cp_model_open_stored(cp_model **out, const char *path);
 void cp_model_free(cp_model *m);
 
 const cp_hf_config *cp_model_config(const cp_model *m);

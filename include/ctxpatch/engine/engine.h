@@ -2,6 +2,12 @@
  * statistics, for every model family and any attention rule (../shared/spec/attention-rules.md,
  * docs/attention-decisions.md; every rule decision comes from ctxpatch/rule.h).
  *
+ * Weights are read in the dtype the model holds them in (cp_linear.dtype, model.h): float32, or
+ * F16/BF16 as stored (cp_model_open_stored), widened [256 x 512] tile by tile into a per-thread
+ * scratch inside each matrix product, so no float32 copy of the model exists. Activations, the
+ * KV cache, attention and every sum are float32. (Debian's OpenBLAS 0.3.21 exports no
+ * cblas_sbgemm; it would also round the activations to BF16.)
+ *
  * Attention streams over key blocks with an online softmax, so memory grows with the sequence
  * length L, not L^2; rows under a Lambda mask visit only their global prefix and local window
  * (plus their top-k middle keys). Matrix products use OpenBLAS; the engine's own threads split
@@ -62,6 +68,17 @@ int64_t cp_engine_output_rows(const cp_engine *e, int64_t n_ids, int64_t n_dec);
  * the previous ones. */
 int cp_engine_forward(cp_engine *e, float *logits /* [rows, vocab] */, const int64_t *ids,
                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec);
+
+/* cp_engine_forward without the [rows, vocab] array: the logits come in blocks of at most
+ * CP_ENGINE_LOGIT_BLOCK rows, in row order, each handed to fn(ctx, logits [n_rows, vocab], row0,
+ * n_rows) and then overwritten, so memory is one block whatever the length and vocabulary (the
+ * ppl probe at 32K tokens x 256K vocabulary would otherwise hold 32 GiB). fn returns 0 or a
+ * negative cp_err, which stops the pass and is returned. */
+enum { CP_ENGINE_LOGIT_BLOCK = 32 };
+typedef int (*cp_engine_logits_fn)(void *ctx, const float *logits /* [n_rows, vocab] */, int64_t row0,
+                                   int64_t n_rows);
+int cp_engine_forward_blocks(cp_engine *e, cp_engine_logits_fn fn, void *ctx, const int64_t *ids, int64_t n_ids,
+                             const int64_t *dec_ids, int64_t n_dec);
 
 /* Greedy continuation (argmax, first index on ties) of the prompt (decoder-only) or of dec_ids
  * given the encoder input ids (T5), computed step by step with the KV cache. Writes up to

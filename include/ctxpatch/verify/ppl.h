@@ -43,5 +43,9 @@ int cp_ppl_window_start(int64_t *start, const cp_ppl_corpus *c, int64_t length, 
  * count[bucket] (both [n_buckets]), given the logits of every position [length, vocab]. */
 void cp_ppl_score(double *sum, int64_t *count, const float *logits /* [length, vocab] */, const int64_t *ids,
                   int64_t length, int64_t vocab, int n_buckets);
+/* The same for the logits of positions [row0, row0 + n_rows) only (a block of
+ * cp_engine_forward_blocks): the blocks of one window, in any order, add up to cp_ppl_score. */
+void cp_ppl_score_rows(double *sum, int64_t *count, const float *logits /* [n_rows, vocab] */, int64_t row0,
+                       int64_t n_rows, const int64_t *ids, int64_t length, int64_t vocab, int n_buckets);
 
 #endif

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Real-size checkpoints on the CPU engine (issue #19; results in docs/perf.md "Real-size
+# checkpoints"): synthetic Llama-shaped BF16 checkpoints made by bench/make_llama_bf16.py.
+#
+# usage: bench/bench_bigw.sh WORK SECTION...     (WORK: a folder with room for the checkpoints)
+#   verify  1B: peak RSS and wall time of `verify --baseline` (passkey, 1 depth, 1 sample, so one
+#           prompt per side) at VERIFY_LEN tokens (default 4096); with OLD_BIN (a build of the
+#           engine that widens every weight to float32) the same at OLD_LEN (default 512)
+#   speed   1B: prefill and decode tokens/s of `ctxpatch forward --generate` at 1 and 2 threads,
+#           PyTorch eager (float32 weights) and llama.cpp (node-llama-cpp, the model converted to
+#           GGUF bf16) on the same PROMPT-token prompt (default 512) and NEW tokens (default 17)
+#   patch   1B: peak RSS and wall time of `patch --method temperature --tau 1.2` certified on
+#           passkey at PATCH_LEN tokens (default 128; 1 depth, 1 sample): original and baked side
+#           by side; with OLD_BIN the same with the old build
+#   big7b   7B: the verify run of `verify` at BIG_LEN tokens (default 256), RSS and time; the
+#           13.5 GB checkpoint is deleted afterwards
+#   logits  d_model 64, vocab 256000: peak RSS of `verify --probe ppl` at LOGITS_LEN tokens
+#           (default 32768, one window); with OLD_BIN also the old build at OLD_LOGITS_LEN (4096)
+# Every row also gives the load average when it started (the machine is shared).
+#   CTXPATCH_BIN (default build/ctxpatch), CTXPATCH_PYTHON (default /usr/bin/python3),
+#   CTXPATCH_NODE_MODULES (default tests/runtimes/node_modules), TOKENIZER (a Llama
+#   tokenizer.model; default ../shared/fixtures/tokenizers/llama2/tokenizer.model)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(dirname "$here")
+bin=${CTXPATCH_BIN:-$src/build/ctxpatch}
+py=${CTXPATCH_PYTHON:-/usr/bin/python3}
+nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
+tok=${TOKENIZER:-$src/../shared/fixtures/tokenizers/llama2/tokenizer.model}
+work=${1:?usage: bench_bigw.sh WORK SECTION...}
+shift
+[ -x "$bin" ] || { echo "bench_bigw: $bin is not built (set CTXPATCH_BIN)" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "bench_bigw: needs GNU time (/usr/bin/time -v)" >&2; exit 2; }
+[ -f "$tok" ] || { echo "bench_bigw: no tokenizer.model at $tok (set TOKENIZER)" >&2; exit 2; }
+mkdir -p "$work"
+
+load() { cut -d' ' -f1 /proc/loadavg; }
+# rss FILE: peak RSS in MiB from a `time -v` report; wall FILE: elapsed seconds
+rss() { "$py" -c "import re,sys; print('%.0f' % (int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', open(sys.argv[1]).read()).group(1)) / 1024))" "$1"; }
+wall() { "$py" -c "import re,sys; t=re.search(r'Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)', open(sys.argv[1]).read()).group(1).split(':'); print('%.1f' % sum(float(x) * 60 ** i for i, x in enumerate(reversed(t))))" "$1"; }
+size_mib() { "$py" -c "import os,sys; print('%.0f' % (os.path.getsize(sys.argv[1]) / 2**20))" "$1"; }
+model() { # model PRESET DIR: the checkpoint, made once, with the tokenizer beside it
+  [ -f "$2/model.safetensors" ] || "$py" "$here/make_llama_bf16.py" "$2" "$1"
+  cp "$tok" "$2/tokenizer.model"
+}
+ids() { "$py" -c "import random; random.seed($2); print(','.join(str(random.randrange(3, 32000)) for _ in range($1)))"; }
+
+verify_row() { # verify_row LABEL BIN MODEL LEN
+  local l0; l0=$(load)
+  /usr/bin/time -v "$2" verify "$3" --baseline --probe passkey --lengths "$4" --depths 0.5 --samples 1 \
+    --no-stats --threads 2 >"$work/v.out" 2>"$work/v.time" || { cat "$work/v.out" "$work/v.time" >&2; return 1; }
+  echo "| $1 | $4 | $(size_mib "$3/model.safetensors") | $(rss "$work/v.time") | $(wall "$work/v.time") | $l0 |"
+}
+
+for section in "$@"; do
+  case $section in
+  verify)
+    model 1b "$work/m1b"
+    echo "| build | tokens | checkpoint MiB | peak RSS MiB | wall s | load |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    verify_row "stored BF16 (this)" "$bin" "$work/m1b" "${VERIFY_LEN:-4096}"
+    [ -z "${OLD_BIN:-}" ] || verify_row "float32 copy (before)" "$OLD_BIN" "$work/m1b" "${OLD_LEN:-512}"
+    [ -z "${OLD_BIN:-}" ] || verify_row "stored BF16 (this)" "$bin" "$work/m1b" "${OLD_LEN:-512}"
+    ;;
+  speed)
+    model 1b "$work/m1b"
+    P=${PROMPT:-512} N=${NEW:-17}
+    ids "$P" 11 >"$work/ids"
+    ids 1 11 >"$work/ids1"
+    echo "| engine | threads | prompt | prefill tokens/s | decode tokens/s | peak RSS MiB | load |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    for T in 1 2; do
+      # prefill = P / (t(P tokens, 1 new) - t(1 token, 1 new)); decode = (N-1) / (t(P, N) - t(P, 1))
+      local_l0=$(load)
+      declare -A t=()
+      for run in "ids1 1" "ids 1" "ids $N"; do
+        set -- $run
+        /usr/bin/time -v "$bin" forward "$work/m1b" --ids @"$work/$1" --generate "$2" --threads "$T" \
+          >"$work/f.out" 2>"$work/f.time"
+        t["$1 $2"]=$(wall "$work/f.time")
+      done
+      "$py" -c "import sys; a,b,c,P,N=map(float,sys.argv[1:]); print('| ctxpatch forward --generate | $T | %d | %.1f | %.2f | $(rss "$work/f.time") | $local_l0 |' % (P, P/(b-a), (N-1)/(c-b)))" \
+        "${t[ids1 1]}" "${t[ids 1]}" "${t[ids $N]}" "$P" "$N"
+      unset t
+    done
+    l0=$(load)
+    /usr/bin/time -v "$py" "$here/bigw_torch.py" "$work/m1b" --ids "$work/ids" --threads 2 --new "$N" \
+      >"$work/t.json" 2>"$work/t.time"
+    "$py" -c "import json; r=json.load(open('$work/t.json')); print('| PyTorch %s eager (float32 weights) | 2 | %d | %.1f | %.2f | $(rss "$work/t.time") | $l0 |' % (__import__('torch').__version__, r['prompt'], r['prefill_tokens_per_s'], r['decode_tokens_per_s']))"
+    if [ -d "$nm/node-llama-cpp" ]; then
+      [ -f "$work/m1b.gguf" ] || "$bin" convert "$work/m1b" "$work/m1b.gguf" --to gguf --dtype bf16 >/dev/null
+      mkdir -p "$work/js" && cp "$here/bigw_llamacpp.mjs" "$work/js/run.mjs" && ln -sfn "$nm" "$work/js/node_modules"
+      l0=$(load)
+      /usr/bin/time -v node "$work/js/run.mjs" "$work/m1b.gguf" 2 "$work/ids" "$N" >"$work/l.json" 2>"$work/l.time"
+      "$py" -c "import json; r=json.load(open('$work/l.json')); print('| llama.cpp (node-llama-cpp, GGUF bf16) | 2 | %d | %.1f | %.2f | $(rss "$work/l.time") | $l0 |' % (r['prompt'], r['prompt']/r['prefill_s'], (r['new']-1)/r['decode_s']))"
+    fi
+    ;;
+  patch)
+    model 1b "$work/m1b"
+    echo "| build | tokens | checkpoint MiB | peak RSS MiB | wall s | load |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    for pair in "stored BF16, shared (this):$bin" ${OLD_BIN:+"float32 copies (before):$OLD_BIN"}; do
+      IFS=: read -r label b <<<"$pair"
+      rm -rf "$work/patched"
+      l0=$(load)
+      /usr/bin/time -v "$b" patch "$work/m1b" "$work/patched" --method temperature --tau 1.2 --verify passkey \
+        --lengths "${PATCH_LEN:-128}" --depths 0.5 --samples 1 --threads 2 >"$work/pa.out" 2>"$work/pa.time" ||
+        { cat "$work/pa.out" "$work/pa.time" >&2; exit 1; }
+      echo "| $label | ${PATCH_LEN:-128} | $(size_mib "$work/m1b/model.safetensors") | $(rss "$work/pa.time") | $(wall "$work/pa.time") | $l0 |"
+    done
+    rm -rf "$work/patched"
+    ;;
+  big7b)
+    [ "$(df -Pk "$work" | awk 'NR==2 {print $4}')" -gt 16000000 ] || { echo "bench_bigw: big7b needs 16 GB free in $work" >&2; exit 2; }
+    model 7b "$work/m7b"
+    echo "| build | tokens | checkpoint MiB | peak RSS MiB | wall s | load |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    verify_row "stored BF16, 7B shape" "$bin" "$work/m7b" "${BIG_LEN:-256}"
+    rm -rf "$work/m7b"
+    ;;
+  logits)
+    model tiny-256k "$work/m256k"
+    "$py" -c "
+import random
+random.seed(3)
+w = ['river', 'stone', 'light', 'house', 'under', 'seven', 'quiet', 'paper', 'green', 'north', 'metal', 'cloud']
+print(' '.join(random.choice(w) for _ in range(60000)))" >"$work/corpus.txt"
+    echo "| build | tokens | vocab | peak RSS MiB | wall s | load |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    for pair in "this:$bin:${LOGITS_LEN:-32768}" ${OLD_BIN:+"before:$OLD_BIN:${OLD_LOGITS_LEN:-4096}"} \
+                ${OLD_BIN:+"this:$bin:${OLD_LOGITS_LEN:-4096}"}; do
+      IFS=: read -r label b L <<<"$pair"
+      l0=$(load)
+      /usr/bin/time -v "$b" verify "$work/m256k" --probe ppl --corpus "$work/corpus.txt" --ppl-windows 1 \
+        --lengths "$L" --no-stats --threads 2 >"$work/p.out" 2>"$work/p.time" || { cat "$work/p.out" "$work/p.time" >&2; exit 1; }
+      echo "| $label | $L | 256000 | $(rss "$work/p.time") | $(wall "$work/p.time") | $l0 |"
+    done
+    ;;
+  *) echo "bench_bigw: unknown section '$section'" >&2; exit 2 ;;
+  esac
+done

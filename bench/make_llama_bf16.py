@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Writes a synthetic Llama-shaped BF16 checkpoint (config.json + model.safetensors, random normal
+weights of standard deviation 0.02, RMSNorm weights 1) for bench/bench_bigw.sh, with numpy only.
+
+usage: make_llama_bf16.py OUTDIR {1b,7b,tiny-256k} [SEED]
+  1b         TinyLlama-1.1B's shape: d_model 2048, d_ff 5632, 22 layers, 32 heads (4 KV), vocab
+             32000: 1.10e9 parameters, 2.2 GB
+  7b         Llama-2-7B's shape: d_model 4096, d_ff 11008, 32 layers, 32 heads, vocab 32000:
+             6.74e9 parameters, 13.5 GB
+  tiny-256k  d_model 64, 2 layers, vocab 256000: the logits-buffer check (32K-256K vocabularies)
+Tensors are written one at a time, so the script needs memory for the largest one only.
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+SHAPES = {
+    "1b": dict(D=2048, F=5632, L=22, H=32, Hkv=4, V=32000, ctx=2048),
+    "7b": dict(D=4096, F=11008, L=32, H=32, Hkv=32, V=32000, ctx=4096),
+    "tiny-256k": dict(D=64, F=256, L=2, H=4, Hkv=4, V=256000, ctx=32768),
+}
+
+
+def tensors(s):
+    D, F, V, dh = s["D"], s["F"], s["V"], s["D"] // s["H"]
+    kv = s["Hkv"] * dh
+    yield "model.embed_tokens.weight", (V, D), "normal"
+    for i in range(s["L"]):
+        p = "model.layers.%d." % i
+        yield p + "input_layernorm.weight", (D,), "ones"
+        yield p + "self_attn.q_proj.weight", (D, D), "normal"
+        yield p + "self_attn.k_proj.weight", (kv, D), "normal"
+        yield p + "self_attn.v_proj.weight", (kv, D), "normal"
+        yield p + "self_attn.o_proj.weight", (D, D), "normal"
+        yield p + "post_attention_layernorm.weight", (D,), "ones"
+        yield p + "mlp.gate_proj.weight", (F, D), "normal"
+        yield p + "mlp.up_proj.weight", (F, D), "normal"
+        yield p + "mlp.down_proj.weight", (D, F), "normal"
+    yield "model.norm.weight", (D,), "ones"
+    yield "lm_head.weight", (V, D), "normal"
+
+
+def bf16(x):
+    """float32 -> bfloat16 bits, rounded to nearest even."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+
+
+def main():
+    out, preset = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    s = SHAPES[preset]
+    header, off = {}, 0
+    for name, shape, _ in tensors(s):
+        n = 2 * int(np.prod(shape))
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "model.safetensors")
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for name, shape, kind in tensors(s):
+            n = int(np.prod(shape))
+            if kind == "ones":
+                f.write(bf16(np.ones(n, np.float32)).tobytes())
+                continue
+            for at in range(0, n, 1 << 26):  # 64M elements at a time
+                m = min(n - at, 1 << 26)
+                f.write(bf16(rng.standard_normal(m, dtype=np.float32) * 0.02).tobytes())
+    os.replace(path + ".tmp", path)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": s["V"],
+           "hidden_size": s["D"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
+           "num_attention_heads": s["H"], "num_key_value_heads": s["Hkv"],
+           "max_position_embeddings": s["ctx"], "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "bos_token_id": 1, "eos_token_id": 2}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
