@@ -104,7 +104,7 @@ static int load_matrix(const void **out, cp_dtype *dtype, loader *L, const char 
   bool in_place = L->stored && t->data && (t->dtype == CP_F32 || t->dtype == CP_F16 || t->dtype == CP_BF16) &&
                   (uintptr_t)t->data % cp_dtype_size(t->dtype) == 0;
   if (!in_place) {
-    const float *f;
+    const float *f = NULL;
     rc = load(&f, L, name, ndim, rows, cols);
     *out = f;
     return rc;
