@@ -442,6 +442,13 @@ int cp_checkpoint_source(int *fd, uint64_t *offset, const cp_checkpoint *ck, siz
   return *fd >= 0 ? 0 : -1;
 }
 
+const void *cp_checkpoint_blocks(cp_dtype *dtype, const cp_checkpoint *ck, size_t i) {
+  assert(i < ck->n_entries);
+  const entry *e = &ck->entries[i];
+  const shard *s = &ck->shards[e->shard];
+  return s->gg && !e->view->data ? cp_gguf_tensor_blocks(dtype, s->gg, e->local) : NULL;
+}
+
 void cp_checkpoint_release(const cp_checkpoint *ck, size_t i, uint64_t offset, uint64_t len) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, i);
   if (!t->data || len == 0) return;

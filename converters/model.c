@@ -103,6 +103,16 @@ static int load_matrix(const void **out, cp_dtype *dtype, loader *L, const char 
   if (rc) return rc;
   bool in_place = L->stored && t->data && (t->dtype == CP_F32 || t->dtype == CP_F16 || t->dtype == CP_BF16) &&
                   (uintptr_t)t->data % cp_dtype_size(t->dtype) == 0;
+  cp_dtype bt_dtype = CP_F32;
+  const void *blocks = L->stored && cols && !t->data ? cp_checkpoint_blocks(&bt_dtype, L->ck, ti) : NULL;
+  if (blocks) { /* GGUF quant: the blocks as stored, decoded tile by tile by the engine */
+    if (cols % (int)cp_dtype_block(bt_dtype))
+      return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': rows of %d are not whole %s blocks of %u",
+                          cp_checkpoint_dir(L->ck), name, cols, cp_dtype_name(bt_dtype), cp_dtype_block(bt_dtype));
+    *out = blocks;
+    *dtype = bt_dtype;
+    return 0;
+  }
   if (!in_place) {
     const float *f = NULL;
     rc = load(&f, L, name, ndim, rows, cols);

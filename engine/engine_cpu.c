@@ -367,8 +367,9 @@ static void embed(const cp_engine *e, float *x, const int64_t *ids, int64_t n, i
   assert(!wpe || q_off + n <= e->m->train_len);
   for (int64_t r = 0; r < n; r++) {
     float *row = x + (size_t)r * D;
-    const size_t esz = cp_dtype_size(e->m->embed_dtype); /* F32, or F16/BF16 as stored: widens */
-    (void)cp_convert_to_f32(row, (const unsigned char *)e->m->embed + (size_t)ids[r] * D * esz, e->m->embed_dtype, D);
+    /* F32, or F16/BF16 / GGUF quant blocks as stored (a row is whole blocks): widens */
+    const size_t row_bytes = (size_t)cp_dtype_span(e->m->embed_dtype, (uint64_t)D);
+    (void)cp_convert_to_f32(row, (const unsigned char *)e->m->embed + (size_t)ids[r] * row_bytes, e->m->embed_dtype, D);
     if (wpe)
       for (size_t i = 0; i < D; i++) row[i] += wpe[(size_t)(q_off + r) * D + i];
   }

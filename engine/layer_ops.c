@@ -40,16 +40,18 @@ static void gemm_item(void *ctx, size_t item, int worker) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, A, g->lda,
                 (const float *)g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
   } else {
-    /* Stored F16/BF16: widen W[n0 .. n0+nc, k0 .. k0+kc] into the worker's tile, multiply, add
-     * the next K block on top. Products and sums stay float32. */
+    /* Stored F16/BF16, or GGUF Q8_0/Q4_0/Q4_K blocks: widen (decode) W[n0 .. n0+nc, k0 .. k0+kc]
+     * into the worker's tile, multiply, add the next K block on top. Products and sums stay
+     * float32. A row is K elements in row_bytes (whole blocks: K is a multiple of the block,
+     * checked at open, and so are k0 and kc since GEMM_KB is a multiple of 32 and 256). */
     float *tile = cp_pool_scratch(g->pool, worker); /* [nc, kc] */
-    const size_t esz = cp_dtype_size(g->wtype);
-    const unsigned char *W = (const unsigned char *)g->W + (size_t)n0 * (size_t)g->K * esz;
+    const size_t row_bytes = (size_t)cp_dtype_span(g->wtype, (uint64_t)g->K);
+    const unsigned char *W = (const unsigned char *)g->W + (size_t)n0 * row_bytes;
     for (int k0 = 0; k0 < g->K; k0 += GEMM_KB) {
       int kc = g->K - k0 < GEMM_KB ? g->K - k0 : GEMM_KB;
-      for (int r = 0; r < nc; r++) /* F16/BF16 always widen: cannot fail */
-        (void)cp_convert_to_f32(tile + (size_t)r * kc, W + ((size_t)r * g->K + (size_t)k0) * esz, g->wtype,
-                                (uint64_t)kc);
+      const size_t at = (size_t)cp_dtype_span(g->wtype, (uint64_t)k0);
+      for (int r = 0; r < nc; r++) /* F16/BF16 and whole blocks always widen: cannot fail */
+        (void)cp_convert_to_f32(tile + (size_t)r * kc, W + (size_t)r * row_bytes + at, g->wtype, (uint64_t)kc);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, kc, 1.0f, A + k0, g->lda, tile, kc,
                   k0 > 0 || g->accumulate ? 1.0f : 0.0f, C, g->ldc);
     }

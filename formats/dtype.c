@@ -3,7 +3,10 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
 
+#include <assert.h>
 #include <string.h>
+
+#include "formats/gguf_quant.h"
 
 static const struct {
   const char *name;
@@ -17,7 +20,28 @@ static const struct {
 
 size_t cp_dtype_size(cp_dtype dtype) { return (unsigned)dtype < CP_DTYPE_COUNT ? dtype_info[dtype].size : 0; }
 
+bool cp_dtype_is_block(cp_dtype dtype) { return dtype == CP_Q4_0 || dtype == CP_Q8_0 || dtype == CP_Q4_K; }
+
+/* The ggml type info of a block format (its id is dtype - CP_DTYPE_BLOCK_BASE). */
+static const gguf_type_info *block_info(cp_dtype dtype) {
+  return cp_dtype_is_block(dtype) ? gguf_type((uint32_t)(dtype - CP_DTYPE_BLOCK_BASE)) : NULL;
+}
+
+uint32_t cp_dtype_block(cp_dtype dtype) {
+  const gguf_type_info *ti = block_info(dtype);
+  return ti ? ti->block : (unsigned)dtype < CP_DTYPE_COUNT ? 1u : 0u;
+}
+
+uint64_t cp_dtype_span(cp_dtype dtype, uint64_t count) {
+  const gguf_type_info *ti = block_info(dtype);
+  if (!ti) return count * cp_dtype_size(dtype);
+  assert(count % ti->block == 0);
+  return count / ti->block * ti->size;
+}
+
 const char *cp_dtype_name(cp_dtype dtype) {
+  const gguf_type_info *ti = block_info(dtype);
+  if (ti) return ti->name;
   return (unsigned)dtype < CP_DTYPE_COUNT ? dtype_info[dtype].name : "?";
 }
 
@@ -141,6 +165,16 @@ int cp_convert_to_f32(float *dst, const void *src, cp_dtype dtype, uint64_t coun
       memcpy(dst + i, &u, 4);
     }
     return 0;
+  case CP_Q4_0:
+  case CP_Q8_0:
+  case CP_Q4_K: {
+    const gguf_type_info *ti = block_info(dtype);
+    if (count % ti->block)
+      return cp_error_set(CP_EARG, "cannot decode %llu elements of %s: not whole blocks of %u", (unsigned long long)count,
+                          ti->name, ti->block);
+    gguf_dequant_blocks(dst, p, (uint32_t)(dtype - CP_DTYPE_BLOCK_BASE), (size_t)(count / ti->block));
+    return 0;
+  }
   default:
     return cp_error_set(CP_EUNSUPPORTED, "cannot widen dtype %s to F32", cp_dtype_name(dtype));
   }

@@ -595,6 +595,17 @@ int cp_gguf_arr_int(int64_t *out, const cp_gguf_file *f, const char *key, uint64
   return 0;
 }
 
+_Static_assert(CP_Q4_0 - CP_DTYPE_BLOCK_BASE == CP_GGML_Q4_0 && CP_Q8_0 - CP_DTYPE_BLOCK_BASE == CP_GGML_Q8_0 &&
+                   CP_Q4_K - CP_DTYPE_BLOCK_BASE == CP_GGML_Q4_K,
+               "block cp_dtype ids are ggml ids + CP_DTYPE_BLOCK_BASE");
+
+const void *cp_gguf_tensor_blocks(cp_dtype *dtype, const cp_gguf_file *f, size_t i) {
+  const gguf_tensor *t = &f->t[i];
+  if (!gguf_type(t->type)->dequant) return NULL;
+  *dtype = (cp_dtype)(CP_DTYPE_BLOCK_BASE + (int)t->type);
+  return f->map + f->data_off + t->offset;
+}
+
 int cp_gguf_read(const cp_gguf_file *f, size_t i, uint64_t offset, void *buf, size_t len) {
   const gguf_tensor *t = &f->t[i];
   uint64_t end;

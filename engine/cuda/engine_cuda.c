@@ -169,18 +169,17 @@ static float *weight_of(const cp_device_engine *d, const void *host) {
   return NULL;
 }
 
-/* An F16/BF16 matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk
+/* An F16/BF16 or GGUF quant-block matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk
  * copied before the buffer is reused: the device holds F32 (cuBLAS's SGEMM path). */
 static int upload_widened(cp_device_engine *d, float *dev, const void *w, cp_dtype dtype, size_t count) {
   enum { CHUNK = 1 << 20 };
-  size_t esz = cp_dtype_size(dtype);
   float *tmp = malloc((count < CHUNK ? count : CHUNK) * sizeof *tmp);
   CP_CHECK_ALLOC(tmp, "cuda engine: widening a weight");
   int rc = 0;
   for (size_t at = 0; at < count && !rc; at += CHUNK) {
     size_t n = count - at < CHUNK ? count - at : CHUNK;
     cudaError_t err;
-    if ((rc = cp_convert_to_f32(tmp, (const char *)w + at * esz, dtype, n)) == 0 &&
+    if ((rc = cp_convert_to_f32(tmp, (const char *)w + cp_dtype_span(dtype, at), dtype, n)) == 0 &&
         (rc = upload(d, dev + at, tmp, n * sizeof *tmp)) == 0 && (err = cudaStreamSynchronize(d->stream)) != cudaSuccess)
       rc = cu_fail(err, "copy to the device");
   }

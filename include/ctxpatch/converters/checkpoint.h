@@ -65,6 +65,11 @@ int cp_checkpoint_read(cp_checkpoint *ck, size_t i, uint64_t offset, void *buf, 
  * compressed or strided PyTorch tensors are not). For copy_file_range (cp_atomic_write_mapped). */
 int cp_checkpoint_source(int *fd, uint64_t *offset, const cp_checkpoint *ck, size_t i);
 
+/* Tensor i's quantised blocks in place when it is a GGUF Q8_0 / Q4_0 / Q4_K tensor (its view
+ * shows float32 with data NULL), with their block dtype in *dtype (cp_gguf_tensor_blocks); NULL
+ * for every other tensor. Borrowed until cp_checkpoint_free. */
+const void *cp_checkpoint_blocks(cp_dtype *dtype, const cp_checkpoint *ck, size_t i);
+
 /* Drops the resident pages of bytes [offset, offset+len) of a mapped tensor (madvise
  * MADV_DONTNEED on whole pages inside the range); they are re-read from the file if touched.
  * Lets a streaming conversion keep its resident set bounded. No-op for unmapped tensors. */

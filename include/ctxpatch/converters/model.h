@@ -1,7 +1,8 @@
 /* Floor: converters. Format-neutral model description: one checkpoint folder (config.json + weights in any format
  * cp_checkpoint_open reads) turned into arrays in a layout every engine shares: float32 after
  * cp_model_open; with cp_model_open_ex's stored_dtype the matrices (cp_linear, embedding, output
- * head) keep the checkpoint's F32/F16/BF16 and point into its mapping (cp_weight_dtype says which).
+ * head) keep the checkpoint's F32/F16/BF16, or a GGUF's Q8_0/Q4_0/Q4_K blocks, and point into its
+ * mapping (cp_weight_dtype says which).
  *
  * Each family's HF tensors are normalised on load:
  *   - fused QKV projections (BLOOM and GPT-NeoX per-head interleaved [H, 3, dh]; MPT
@@ -40,10 +41,11 @@ typedef struct {
 } cp_norm_weights;
 
 typedef struct {
-  const void *w;  /* [n_out, n_in] elements of `dtype` */
+  const void *w;  /* [n_out, n_in] elements of `dtype`; rows of cp_dtype_span(dtype, n_in) bytes */
   const float *b; /* [n_out], or NULL */
   int n_out, n_in;
-  cp_dtype dtype; /* of w: CP_F32 (always after cp_model_open), or CP_F16 / CP_BF16 as stored */
+  cp_dtype dtype; /* of w: CP_F32 (always after cp_model_open), or CP_F16 / CP_BF16 / a GGUF block
+                     format (CP_Q8_0, CP_Q4_0, CP_Q4_K; n_in whole blocks) as stored */
 } cp_linear;
 
 /* FIRE bias MLP of docs/fire-layout.md: b_h(x) = w2[h] . relu(w1 * x + b1) + b2[h]. */
@@ -140,11 +142,11 @@ typedef struct cp_model {
 int cp_model_open(cp_model **out, const char *path);
 
 typedef struct {
-  /* Keep every F32/F16/BF16 matrix (linear layers, embedding, output head) as stored, pointing
-   * into the checkpoint's mapping, which the model then keeps open: memory about the file's size
-   * instead of float32. Matrices the loader must rearrange (GPT-2 Conv1D transposes, fused QKV
-   * splits, GGUF q/k row order), GGUF quantised blocks (dequantised by the reader), unmapped or
-   * misaligned tensors, norms and biases are float32 copies. Engines that read the weights as
+  /* Keep every F32/F16/BF16 matrix (linear layers, embedding, output head) and every GGUF
+   * Q8_0/Q4_0/Q4_K matrix as stored, pointing into the checkpoint's mapping, which the model then
+   * keeps open: memory about the file's size instead of float32. Matrices the loader must
+   * rearrange (GPT-2 Conv1D transposes, fused QKV splits, GGUF llama q/k row order: float32 copies
+   * even when quantised), unmapped or misaligned tensors, norms and biases are float32 copies. Engines that read the weights as
    * float32 (the ONNX and GGUF exporters) need the default, false. */
   bool stored_dtype;
   /* With stored_dtype: a model opened with stored_dtype (it must outlive this one) whose

@@ -117,6 +117,10 @@ const char *cp_gguf_ggml_type_name(uint32_t type);
 /* File offset of tensor i's stored bytes and their length. */
 uint64_t cp_gguf_tensor_file_offset(const cp_gguf_file *f, size_t i);
 uint64_t cp_gguf_tensor_stored_bytes(const cp_gguf_file *f, size_t i);
+/* Tensor i's stored blocks in place in the mapping when it is Q8_0, Q4_0 or Q4_K (*dtype CP_Q8_0,
+ * CP_Q4_0, CP_Q4_K; rows of ne[0] elements are whole blocks, cp_dtype_span bytes each); NULL
+ * for every other type. Borrowed, valid until cp_gguf_free. */
+const void *cp_gguf_tensor_blocks(cp_dtype *dtype, const cp_gguf_file *f, size_t i);
 /* Copies bytes [offset, offset+len) of tensor i's row-major little-endian view (the dequantised
  * float32 values for Q8_0/Q4_0/Q4_K). CP_EARG past the view; CP_EGGUF_QUANT for a type that
  * cannot be dequantised. */

@@ -24,7 +24,15 @@ typedef enum {
   CP_I8,
   CP_U8,
   CP_BOOL,
-  CP_DTYPE_COUNT
+  CP_DTYPE_COUNT,
+  /* Block formats (GGUF quants, ggml type id + CP_DTYPE_BLOCK_BASE): never a cp_tensor's dtype,
+   * only the dtype of a model matrix kept quantised (cp_linear, model.h). Outside
+   * [0, CP_DTYPE_COUNT): cp_dtype_size is 0 and every per-element table refuses them; use
+   * cp_dtype_span for their bytes. */
+  CP_DTYPE_BLOCK_BASE = 0x100,
+  CP_Q4_0 = CP_DTYPE_BLOCK_BASE + 2,
+  CP_Q8_0 = CP_DTYPE_BLOCK_BASE + 8,
+  CP_Q4_K = CP_DTYPE_BLOCK_BASE + 12
 } cp_dtype;
 
 #define CP_MAX_DIMS 8
@@ -38,9 +46,18 @@ typedef struct {
   const void *data;            /* borrowed; NULL when the producer cannot map it */
 } cp_tensor;
 
-/* Bytes per element. */
+/* Bytes per element; 0 for a block format. */
 size_t cp_dtype_size(cp_dtype dtype);
-/* safetensors spelling: "F32", "BF16", "F8_E4M3", ... */
+/* Whether dtype is a block format (CP_Q4_0, CP_Q8_0, CP_Q4_K). */
+bool cp_dtype_is_block(cp_dtype dtype);
+/* Elements per block: 32 (Q4_0, Q8_0), 256 (Q4_K), 1 for element types, 0 for unknown values. */
+uint32_t cp_dtype_block(cp_dtype dtype);
+/* Bytes of `count` consecutive elements: count * cp_dtype_size, or for a block format whole
+ * blocks (count / block * bytes per block). `count` must be a multiple of the block (assert);
+ * the caller has bounded count * size (the tensor's checked size). */
+uint64_t cp_dtype_span(cp_dtype dtype, uint64_t count);
+/* safetensors spelling: "F32", "BF16", "F8_E4M3", ... ("Q8_0", "Q4_0", "Q4_K" for blocks; never
+ * parsed back by cp_dtype_from_name) */
 const char *cp_dtype_name(cp_dtype dtype);
 /* Parses the safetensors spelling; returns 0 or CP_EUNSUPPORTED (message not set). */
 int cp_dtype_from_name(cp_dtype *out, const char *name);
@@ -65,7 +82,9 @@ float cp_bf16_to_f32(uint16_t b);
 uint16_t cp_f32_to_f16(float f);   /* round to nearest even */
 uint16_t cp_f32_to_bf16(float f);  /* round to nearest even */
 
-/* Widens `count` elements of a float dtype (F64/F32/F16/BF16) to float32. */
+/* Widens `count` elements of a float dtype (F64/F32/F16/BF16) to float32, or decodes whole
+ * blocks of a block format (count a multiple of the block; CP_EARG otherwise) exactly as the GGUF
+ * reader does (formats/gguf_quant.c). */
 int cp_convert_to_f32(float *dst /* [count] */, const void *src, cp_dtype dtype, uint64_t count);
 
 #endif
