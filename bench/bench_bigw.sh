@@ -14,6 +14,10 @@
 #           by side; with OLD_BIN the same with the old build
 #   big7b   7B: the verify run of `verify` at BIG_LEN tokens (default 256), RSS and time; the
 #           13.5 GB checkpoint is deleted afterwards
+#   quant   1B as a Q8_0 GGUF (`convert --to gguf --dtype q8_0`): peak RSS of `verify --baseline`
+#           (passkey, 1 depth, 1 sample) at QUANT_LEN tokens (default 512) against the GGUF's size
+#           and the weights' float32 size; with OLD_BIN (a build that dequantises GGUF quants to
+#           float32 at open) the same. Memory only (no wall column)
 #   logits  d_model 64, vocab 256000: peak RSS of `verify --probe ppl` at LOGITS_LEN tokens
 #           (default 32768, one window); with OLD_BIN also the old build at OLD_LOGITS_LEN (4096)
 # Every row also gives the load average when it started (the machine is shared).
@@ -134,6 +138,22 @@ print(' '.join(random.choice(w) for _ in range(60000)))" >"$work/corpus.txt"
       /usr/bin/time -v "$b" verify "$work/m256k" --probe ppl --corpus "$work/corpus.txt" --ppl-windows 1 \
         --lengths "$L" --no-stats --threads 2 >"$work/p.out" 2>"$work/p.time" || { cat "$work/p.out" "$work/p.time" >&2; exit 1; }
       echo "| $label | $L | 256000 | $(rss "$work/p.time") | $(wall "$work/p.time") | $l0 |"
+    done
+    ;;
+  quant)
+    # memory only: the 1B model as a Q8_0 GGUF (ctxpatch convert --dtype q8_0), verify --baseline
+    model 1b "$work/m1b"
+    [ -f "$work/m1b.q8_0.gguf" ] || "$bin" convert "$work/m1b" "$work/m1b.q8_0.gguf" --to gguf --dtype q8_0 >/dev/null
+    f32=$("$py" -c "import os,sys; print('%.0f' % (os.path.getsize(sys.argv[1]) * 2 / 2**20))" "$work/m1b/model.safetensors")
+    echo "| build | tokens | GGUF Q8_0 MiB | weights as float32 MiB | peak RSS MiB | load |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    for pair in "Q8_0 blocks kept (this):$bin" ${OLD_BIN:+"dequantised at open (before):$OLD_BIN"}; do
+      IFS=: read -r label b <<<"$pair"
+      l0=$(load)
+      /usr/bin/time -v "$b" verify "$work/m1b.q8_0.gguf" --baseline --probe passkey --lengths "${QUANT_LEN:-512}" \
+        --depths 0.5 --samples 1 --no-stats --threads 2 >"$work/q.out" 2>"$work/q.time" ||
+        { cat "$work/q.out" "$work/q.time" >&2; exit 1; }
+      echo "| $label | ${QUANT_LEN:-512} | $(size_mib "$work/m1b.q8_0.gguf") | $f32 | $(rss "$work/q.time") | $l0 |"
     done
     ;;
   *) echo "bench_bigw: unknown section '$section'" >&2; exit 2 ;;

@@ -1,6 +1,6 @@
 /* GGUF quantised matrices opened as stored (cp_model_open_ex stored_dtype, model.h): the golden
  * Llama llama_rope2 written with `convert --to gguf --dtype q8_0` (cp_gguf_export, the only quant
- * ctxpatch writes), and any GGUF named in argv (tests/test_model_stored_quant.sh passes Q4_K and
+ * ctxpatch writes), and any GGUF named in argv (tests/test_model_stored_q4.sh passes Q4_K and
  * Q4_0 files made by tests/gguf/requant.py, ggml's reference quantisers). For each file:
  *   - every quantised matrix but llama's q/k (their rows are reordered on load: float32 copies)
  *     keeps its block dtype and points into the file's mapping, not into a float32 copy;
