@@ -239,29 +239,31 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
 }
 
 /* llama.cpp's converter reorders each head's q/k rows for interleaved rotary pairs: HF row
- * i*dh/2 + j (half i, pair j) is stored at row 2j + i. Puts them back in HF order. */
+ * i*dh/2 + j (half i, pair j) is stored at row 2j + i. Puts them back in HF order in an owned
+ * copy of the same dtype: a row is whole elements or whole quant blocks, moved byte for byte. */
 static int gguf_unpermute(cp_linear *lin, loader *L, int heads) {
-  const int dh = L->m->d_head, n_in = lin->n_in;
+  const int dh = L->m->d_head;
   const cp_gguf_rows order = {CP_GGUF_ROWS_ROTARY, heads, dh};
   const size_t rows = (size_t)heads * (size_t)dh;
-  float *w = alloc_floats(L->m, rows * (size_t)n_in);
+  const size_t row_bytes = (size_t)cp_dtype_span(lin->dtype, (uint64_t)lin->n_in); /* bounded: the tensor's size */
+  unsigned char *w = (unsigned char *)alloc_floats(L->m, (rows * row_bytes + sizeof(float) - 1) / sizeof(float));
   float *b = lin->b ? alloc_floats(L->m, rows) : NULL;
   if (!w || (lin->b && !b)) return CP_ENOMEM;
   for (size_t r = 0; r < rows; r++) { /* HF row r is GGUF row cp_gguf_row_to_gguf(r): one formula */
     size_t src = (size_t)cp_gguf_row_to_gguf(&order, r);
-    memcpy(w + r * (size_t)n_in, (const float *)lin->w + src * (size_t)n_in, (size_t)n_in * sizeof *w);
+    memcpy(w + r * row_bytes, (const unsigned char *)lin->w + src * row_bytes, row_bytes);
     if (b) b[r] = lin->b[src];
   }
   lin->w = w;
-  lin->dtype = CP_F32;
   if (b) lin->b = b;
   return 0;
 }
 
-/* q or k of a llama layer read from GGUF: loaded, then un-permuted. */
+/* q or k of a llama layer read from GGUF: loaded (as stored when the model is), then
+ * un-permuted into a copy of the same dtype. */
 static int load_rotary(cp_linear *out, loader *L, const cp_family_tensor *row, int layer, int heads) {
   bool rotary = L->nm.gguf && cp_gguf_rows_of(L->m->cfg, row->role).order == CP_GGUF_ROWS_ROTARY;
-  int rc = load_linear_as(out, L, row, layer, rotary);
+  int rc = load_linear_as(out, L, row, layer, false);
   if (rc || !rotary) return rc;
   return gguf_unpermute(out, L, heads);
 }

@@ -6,7 +6,8 @@
 # matrix whose rows are whole blocks in Q4_K, the same in Q4_0, and a mix (token_embd Q4_K,
 # attn_v Q4_0, attn_output and ffn_gate Q8_0). ffn_down's 688-wide rows are not whole blocks and
 # stay F32. test_model_stored_quant checks each file: block matrices in the mapping, llama q/k as
-# float32 copies, logits bit-equal to the file opened with full dequantisation.
+# reordered copies that keep their block type, logits bit-equal to the file opened with full
+# dequantisation.
 # Skips (77) without numpy.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py (tests/gguf/requant.py needs it)"; exit 77; }

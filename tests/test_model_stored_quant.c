@@ -2,14 +2,16 @@
  * Llama llama_rope2 written with `convert --to gguf --dtype q8_0` (cp_gguf_export, the only quant
  * ctxpatch writes), and any GGUF named in argv (tests/test_model_stored_q4.sh passes Q4_K and
  * Q4_0 files made by tests/gguf/requant.py, ggml's reference quantisers). For each file:
- *   - every quantised matrix but llama's q/k (their rows are reordered on load: float32 copies)
- *     keeps its block dtype and points into the file's mapping, not into a float32 copy;
+ *   - every quantised matrix keeps its block dtype and points into the file's mapping, not into
+ *     a float32 copy, but llama's q/k: their rows are reordered on load, into an owned copy that
+ *     keeps the block dtype (whole rows of blocks moved);
  *   - the logits equal those of the same file opened with full dequantisation (cp_model_open)
  *     bit for bit: the engine decodes tiles with the reader's dequantiser (formats/gguf_quant.c)
  *     and every K here is at most one GEMM_KB tile (512), so each product is the same single
  *     SGEMM call on the same floats (past 512 columns the K blocks are summed in a different
  *     order than one SGEMM over K and the logits would agree only to rounding);
  *   - a GGUF whose matrices are all F32 keeps none as a block type. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +34,14 @@ typedef struct {
   int bad;             /* block matrices outside the mapping */
 } map_check;
 
-static void check_matrix(map_check *c, const void *w, cp_dtype dtype, int n_out, int n_in) {
+/* Counts a block matrix; `copy`: it must lie outside the mapping (llama q/k), else inside. */
+static void check_matrix(map_check *c, const void *w, cp_dtype dtype, int n_out, int n_in, bool copy) {
   if (!w || !cp_dtype_is_block(dtype)) return;
   c->blocks++;
   const char *p = w;
   uint64_t bytes = (uint64_t)n_out * cp_dtype_span(dtype, (uint64_t)n_in);
-  if (p < c->lo || p > c->hi || bytes > (uint64_t)(c->hi - p)) c->bad++;
+  bool inside = p >= c->lo && p <= c->hi && bytes <= (uint64_t)(c->hi - p);
+  if (inside == copy) c->bad++;
 }
 
 static float *logits_of(const cp_model *m, const int64_t *ids) {
@@ -71,20 +75,19 @@ static int check_file(const char *path) {
     if (b) c.lo = b - cp_gguf_tensor_file_offset(g, i), c.hi = c.lo + st.st_size;
   }
   const int V = s->vocab, D = s->d_model;
-  check_matrix(&c, s->embed, s->embed_dtype, V, D);
-  if (s->lm_head != s->embed) check_matrix(&c, s->lm_head, s->lm_head_dtype, V, D);
+  check_matrix(&c, s->embed, s->embed_dtype, V, D, false);
+  if (s->lm_head != s->embed) check_matrix(&c, s->lm_head, s->lm_head_dtype, V, D, false);
   for (int l = 0; l < s->decoder.n_layers; l++) {
     const cp_layer *ly = &s->decoder.layers[l];
     const cp_linear *lin[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-    for (int i = 0; i < 7; i++) check_matrix(&c, lin[i]->w, lin[i]->dtype, lin[i]->n_out, lin[i]->n_in);
-    /* llama q/k: rows reordered on load, so float32 whatever the file holds */
-    if (s->family == CP_FAMILY_LLAMA) CHECK(ly->q.dtype == CP_F32 && ly->k.dtype == CP_F32);
+    for (int i = 0; i < 7; i++)
+      check_matrix(&c, lin[i]->w, lin[i]->dtype, lin[i]->n_out, lin[i]->n_in, s->family == CP_FAMILY_LLAMA && i < 2);
     const cp_linear *fl[7] = {&f->decoder.layers[l].q, &f->decoder.layers[l].k, &f->decoder.layers[l].v,
                               &f->decoder.layers[l].o, &f->decoder.layers[l].gate, &f->decoder.layers[l].up,
                               &f->decoder.layers[l].down};
     for (int i = 0; i < 7; i++) CHECK(!fl[i]->w || fl[i]->dtype == CP_F32);
   }
-  CHECK_MSG(c.bad == 0, "%s: %d block matrices lie outside the file's mapping", path, c.bad);
+  CHECK_MSG(c.bad == 0, "%s: %d block matrices lie outside the file's mapping (or q/k inside it)", path, c.bad);
   int64_t ids[N_IDS];
   for (int i = 0; i < N_IDS; i++) ids[i] = (i * 37 + 5) % V;
   float *ls = logits_of(s, ids), *lf = logits_of(f, ids);
@@ -119,9 +122,9 @@ int main(int argc, char **argv) {
   p.type = CP_GGML_F32;
   CHECK_RC(0, cp_gguf_export(NULL, model_dir, f32, &p));
 
-  /* q8_0: embedding, head and v/o/gate/up/down of both layers (q/k are float32 copies) */
+  /* q8_0: embedding, head and all 7 matrices of both layers (q/k as reordered Q8_0 copies) */
   int n = check_file(q8);
-  CHECK_MSG(n == 2 + 2 * 5, "q8_0: %d matrices kept as Q8_0, want 12", n);
+  CHECK_MSG(n == 2 + 2 * 7, "q8_0: %d matrices kept as Q8_0, want 16", n);
   {
     cp_model *m = NULL;
     cp_model_open_params op;
@@ -131,6 +134,7 @@ int main(int argc, char **argv) {
     if (m) {
       CHECK(m->embed_dtype == CP_Q8_0 && m->lm_head_dtype == CP_Q8_0);
       CHECK(m->decoder.layers[0].v.dtype == CP_Q8_0 && m->decoder.layers[1].down.dtype == CP_Q8_0);
+      CHECK(m->decoder.layers[0].q.dtype == CP_Q8_0 && m->decoder.layers[1].k.dtype == CP_Q8_0);
     }
     cp_model_free(m);
   }

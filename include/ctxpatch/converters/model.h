@@ -144,9 +144,10 @@ int cp_model_open(cp_model **out, const char *path);
 typedef struct {
   /* Keep every F32/F16/BF16 matrix (linear layers, embedding, output head) and every GGUF
    * Q8_0/Q4_0/Q4_K matrix as stored, pointing into the checkpoint's mapping, which the model then
-   * keeps open: memory about the file's size instead of float32. Matrices the loader must
-   * rearrange (GPT-2 Conv1D transposes, fused QKV splits, GGUF llama q/k row order: float32 copies
-   * even when quantised), unmapped or misaligned tensors, norms and biases are float32 copies. Engines that read the weights as
+   * keeps open: memory about the file's size instead of float32. GGUF llama q/k, whose rows the
+   * loader puts back in HF order, are owned copies in their stored dtype (whole rows of elements
+   * or blocks moved). Matrices the loader must otherwise rearrange (GPT-2 Conv1D transposes, fused
+   * QKV splits), unmapped or misaligned tensors, norms and biases are float32 copies. Engines that read the weights as
    * float32 (the ONNX and GGUF exporters) need the default, false. */
   bool stored_dtype;
   /* With stored_dtype: a model opened with stored_dtype (it must outlive this one) whose
