@@ -6,7 +6,7 @@
 
 #include "ctxpatch/formats/tensor.h"
 
-/* GEMM tiles: C in [GEMM_MB, GEMM_NB] blocks, one per pool item; an F16/BF16 weight block is
+/* GEMM tiles: C in [GEMM_MB, GEMM_NB] blocks, one per pool item; an F16/BF16/quant weight block is
  * widened GEMM_KB columns at a time into the worker's scratch ([GEMM_NB, GEMM_KB] floats, 512 KiB:
  * about an L2), so no float32 copy of a weight matrix ever exists. */
 enum { GEMM_MB = 128, GEMM_NB = 256, GEMM_KB = 512, ROW_CHUNK = 64 };

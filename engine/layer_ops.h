@@ -12,7 +12,8 @@
 enum { CP_OPS_FFN_CHUNK = 256 }; /* rows of the FFN's hidden layer held at once */
 
 /* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] W^T + b. W is read in its
- * stored dtype (L->dtype: F32 directly, F16/BF16 widened tile by tile inside the product). */
+ * stored dtype (L->dtype: F32 directly, F16/BF16 widened and GGUF quant blocks decoded tile by
+ * tile inside the product). */
 void cp_ops_linear(cp_pool *pool, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda,
                    int64_t M, const cp_linear *L, bool accumulate);
 /* y = norm(x) row by row (the model's LayerNorm or RMSNorm); y may alias x. */

@@ -3,8 +3,9 @@
  * docs/attention-decisions.md; every rule decision comes from ctxpatch/rule.h).
  *
  * Weights are read in the dtype the model holds them in (cp_linear.dtype, model.h): float32, or
- * F16/BF16 as stored (cp_model_open_stored), widened [256 x 512] tile by tile into a per-thread
- * scratch inside each matrix product, so no float32 copy of the model exists. Activations, the
+ * F16/BF16 or GGUF Q8_0/Q4_0/Q4_K blocks as stored (cp_model_open_stored), widened (decoded)
+ * [256 x 512] tile by tile into a per-thread scratch inside each matrix product, so no float32
+ * copy of the model exists. Activations, the
  * KV cache, attention and every sum are float32. (Debian's OpenBLAS 0.3.21 exports no
  * cblas_sbgemm; it would also round the activations to BF16.)
  *
