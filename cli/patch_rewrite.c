@@ -10,7 +10,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/converters/checkpoint.h"
 #include "ctxpatch/converters/onnx_rewrite.h"
 #include "ctxpatch/formats/onnx_graph.h"
 
@@ -120,9 +120,11 @@ done:
 
 int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const char *out_path,
                                 const cp_patch_options *o, const cp_patch_params *params) {
-  cp_model *cm = NULL;
-  int rc = cp_model_open(&cm, model);
-  cp_model_free(cm);
+  /* Recovering the description is what can fail here; building the engine's model from it is
+   * cp_patch_run's job (opening it twice would widen every weight twice). */
+  cp_checkpoint *ck = NULL;
+  int rc = cp_checkpoint_open(&ck, model);
+  cp_checkpoint_free(ck);
   if (rc < 0) {
     char why[300];
     snprintf(why, sizeof why, "%s", cp_error_message());
