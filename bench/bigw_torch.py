@@ -16,8 +16,13 @@ import os
 import struct
 import time
 
+import sys
+
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prefill_torch import rms, rotate_half  # noqa: E402  (the same Llama pieces as the prefill bench)
 
 
 def load(path, dtype):
@@ -34,15 +39,6 @@ def load(path, dtype):
         bits = torch.from_numpy(np.array(raw[8 + n + s:8 + n + e]).view(np.int16))
         out[name] = bits.view(torch.bfloat16).reshape(info["shape"]).to(dtype)
     return out
-
-
-def rms(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
 @torch.no_grad()
