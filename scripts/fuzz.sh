@@ -37,6 +37,14 @@ seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $
 seed fuzz_spm_model build-fuzz/hostile/tokenizers/spm_ok.model build-fuzz/hostile/tokenizers/spm_piece_at_limit.model
 seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokenizer.model
 python3 tests/gguf/make_gguf_cases.py build-fuzz/gguf_cases >/dev/null
+# gpt2 and t5 GGUFs (their own keys and tensor checks in converters/gguf_model.c), written by the
+# normal build when there is one (scripts/test.sh builds it first).
+if [ -x build/ctxpatch ]; then
+  for src in tests/goldens/engine/models/gpt2 examples/probe-models/t5-probe; do
+    build/ctxpatch convert "$src" "build-fuzz/gguf_cases/family_$(basename "$src").gguf" --to gguf --force \
+      >/dev/null 2>&1 || echo "fuzz: could not write the GGUF seed of $src" >&2
+  done
+fi
 seed fuzz_gguf tests/fuzz/seeds/gguf build-fuzz/gguf_cases $fx/third_party/stories260K/stories260K.gguf \
   $fx/third_party/ollama/llama-2-tiny-random.gguf $fx/tokenizers/llama2/ggml-vocab-llama-spm.gguf
 seed fuzz_onnx tests/fuzz/seeds/onnx
