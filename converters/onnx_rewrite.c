@@ -15,6 +15,7 @@
 #include "ctxpatch/base/quote.h"
 #include "ctxpatch/base/version.h"
 #include "ctxpatch/formats/onnx_edit.h"
+#include "converters/onnx_rewrite_int.h"
 #include "converters/onnx_sites.h"
 
 #define PREFIX "ctxpatch/rewrite/"
@@ -22,7 +23,7 @@
 /* What the rewriter cannot express, one line naming the node or the rule key. */
 static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_site *s, size_t n) {
   const cp_onnx_graph *g = m->graph;
-  char lb[300], qb[128];
+  char lb[300];
   const char *meta = cp_onnx_model_meta(m, "ctxpatch.rule");
   if (meta && strcmp(meta, "{}") != 0 && meta[0])
     return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
@@ -44,20 +45,8 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
                         cp_onnx_site_label(lb, &g->nodes[rot], rot), (long long)r->n_local);
   for (size_t k = 0; k < n; k++) {
     const cp_onnx_node *nd = &g->nodes[s[k].node];
-    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->n_temperature && s[k].scale == 0.0f)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: no scale attribute and the head size cannot be told from the "
-                          "weights feeding it, so its temperature cannot be set", m->path, cp_onnx_site_label(lb, nd, s[k].node));
-    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->n_schedule)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: temperature_schedule gives each row its own tau, and the node's "
-                          "scale attribute is one number", m->path, cp_onnx_site_label(lb, nd, s[k].node));
-    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda && !strcmp(nd->op_type, "Attention") && nd->n_inputs > 4 &&
-        nd->inputs[4][0])
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask goes through attention_bias, and onnxruntime refuses "
-                          "an Attention with both a past (input '%s') and an attention_bias", m->path,
-                          cp_onnx_site_label(lb, nd, s[k].node), cp_quote(qb, sizeof qb, nd->inputs[4], strlen(nd->inputs[4])));
-    if (s[k].kind == CP_ONNX_SITE_CONTRIB && r->has_lambda && strcmp(nd->op_type, "Attention") != 0)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask through the attention_bias of %s is not expressed by "
-                          "the rewriter (Attention only)", m->path, cp_onnx_site_label(lb, nd, s[k].node), nd->op_type);
+    int rc = s[k].kind == CP_ONNX_SITE_CONTRIB ? cp_rw_contrib_refuse(m, &s[k], r) : 0;
+    if (rc < 0) return rc;
     if (s[k].kind == CP_ONNX_SITE_SOFTMAX && s[k].elem_type != 1 && s[k].elem_type != 10)
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
                           cp_onnx_site_label(lb, nd, s[k].node), (int)s[k].elem_type);
@@ -68,114 +57,136 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
   return 0;
 }
 
-typedef struct {
-  cp_onnx_edit *e;
-  const cp_onnx_model *m;
-  cp_onnx_rewrite_report *rep;
-} rw;
-
-static int add_node(rw *w, size_t before, const char *name, const char *op, const char *const *in, size_t n_in,
+static int add_node(cp_rw *w, size_t before, const char *name, const char *op, const char *const *in, size_t n_in,
                     const char *out, const cp_onnx_edit_attr *attrs, size_t n_attrs) {
   cp_onnx_edit_node nd = {name, op, NULL, in, n_in, &out, 1, attrs, n_attrs};
   w->rep->n_nodes_added++;
   return cp_onnx_edit_insert_node(w->e, before, &nd);
 }
 
-static int add_const(rw *w, const char *name, int32_t type, const int64_t *shape, int ndim, const void *data) {
+int cp_rw_const(cp_rw *w, const char *name, int32_t type, const int64_t *shape, int ndim, const void *data) {
   w->rep->n_initializers_added++;
   return cp_onnx_edit_add_initializer(w->e, name, type, shape, ndim, data);
 }
 
-/* Names of one site's values and nodes: "<p><what>" and "<p>node/<what>". */
-typedef struct {
-  char v[200], n[220];
-} nm;
-
-static nm name2(const char *p, const char *what) {
-  nm r;
+cp_rw_name cp_rw_name_of(const char *p, const char *what) {
+  cp_rw_name r;
   snprintf(r.v, sizeof r.v, "%s%s", p, what);
   snprintf(r.n, sizeof r.n, "%snode/%s", p, what);
   return r;
 }
 
-static int op(rw *w, size_t before, const char *p, const char *what, const char *type, const char *const *in,
-              size_t n_in, const cp_onnx_edit_attr *attrs, size_t n_attrs) {
-  nm x = name2(p, what);
+int cp_rw_op(cp_rw *w, size_t before, const char *p, const char *what, const char *type, const char *const *in,
+             size_t n_in, const cp_onnx_edit_attr *attrs, size_t n_attrs) {
+  cp_rw_name x = cp_rw_name_of(p, what);
   return add_node(w, before, x.n, type, in, n_in, x.v, attrs, n_attrs);
 }
 
-static int scalar_i64(rw *w, const char *p, const char *what, int64_t v) {
-  nm x = name2(p, what);
-  return add_const(w, x.v, 7, NULL, 0, &v);
+int cp_rw_i64(cp_rw *w, const char *p, const char *what, int64_t v) {
+  cp_rw_name x = cp_rw_name_of(p, what);
+  return cp_rw_const(w, x.v, 7, NULL, 0, &v);
+}
+
+int cp_rw_unsqueeze(cp_rw *w, size_t before, const char *p, const char *out, const char *in, const int64_t *axes,
+                    int n_axes) {
+  char what[64];
+  snprintf(what, sizeof what, "const/axes_%s", out);
+  cp_rw_name ax = cp_rw_name_of(p, what);
+  int64_t n = n_axes;
+  const char *ins[] = {in, ax.v};
+  int rc;
+  if (cp_onnx_model_opset(w->m, "") >= 13) {
+    if ((rc = cp_rw_const(w, ax.v, 7, &n, 1, axes)) < 0) return rc;
+    return cp_rw_op(w, before, p, out, "Unsqueeze", ins, 2, NULL, 0);
+  }
+  cp_onnx_edit_attr a = {"axes", 7, 0, 0, axes, (size_t)n_axes};
+  return cp_rw_op(w, before, p, out, "Unsqueeze", ins, 1, &a, 1);
 }
 
 /* The site's positions from its logits x [..., S, T]: <p>T (int64 scalar), <p>kpos [T] = 0 .. T-1
  * and <p>qpos [S] = T - S .. T-1 (a causal pass over a cache of T - S keys). */
-static int positions(rw *w, size_t before, const char *p, const char *x) {
-  nm c_m2 = name2(p, "const/-2"), c_m1 = name2(p, "const/-1"), c_0 = name2(p, "const/0"), c_1 = name2(p, "const/1");
-  nm shape = name2(p, "shape"), S = name2(p, "S"), T = name2(p, "T"), q0 = name2(p, "q0");
+static int positions(cp_rw *w, size_t before, const char *p, const char *x) {
+  cp_rw_name c_m2 = cp_rw_name_of(p, "const/-2"), c_m1 = cp_rw_name_of(p, "const/-1"), c_0 = cp_rw_name_of(p, "const/0"), c_1 = cp_rw_name_of(p, "const/1");
+  cp_rw_name shape = cp_rw_name_of(p, "shape"), S = cp_rw_name_of(p, "S"), T = cp_rw_name_of(p, "T"), q0 = cp_rw_name_of(p, "q0");
   int rc;
-  if ((rc = scalar_i64(w, p, "const/-2", -2)) < 0 || (rc = scalar_i64(w, p, "const/-1", -1)) < 0 ||
-      (rc = scalar_i64(w, p, "const/0", 0)) < 0 || (rc = scalar_i64(w, p, "const/1", 1)) < 0)
+  if ((rc = cp_rw_i64(w, p, "const/-2", -2)) < 0 || (rc = cp_rw_i64(w, p, "const/-1", -1)) < 0 ||
+      (rc = cp_rw_i64(w, p, "const/0", 0)) < 0 || (rc = cp_rw_i64(w, p, "const/1", 1)) < 0)
     return rc;
   const char *in_shape[] = {x}, *in_s[] = {shape.v, c_m2.v}, *in_t[] = {shape.v, c_m1.v}, *in_k[] = {c_0.v, T.v, c_1.v},
              *in_q0[] = {T.v, S.v}, *in_q[] = {q0.v, T.v, c_1.v};
   cp_onnx_edit_attr ax0 = {"axis", 2, 0, 0, NULL, 0};
-  if ((rc = op(w, before, p, "shape", "Shape", in_shape, 1, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "S", "Gather", in_s, 2, &ax0, 1)) < 0 ||
-      (rc = op(w, before, p, "T", "Gather", in_t, 2, &ax0, 1)) < 0 ||
-      (rc = op(w, before, p, "kpos", "Range", in_k, 3, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "q0", "Sub", in_q0, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "qpos", "Range", in_q, 3, NULL, 0)) < 0)
+  if ((rc = cp_rw_op(w, before, p, "shape", "Shape", in_shape, 1, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "S", "Gather", in_s, 2, &ax0, 1)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "T", "Gather", in_t, 2, &ax0, 1)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "kpos", "Range", in_k, 3, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "q0", "Sub", in_q0, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "qpos", "Range", in_q, 3, NULL, 0)) < 0)
     return rc;
   return 0;
 }
 
-/* <p>bias [S, T] of the Lambda mask (after positions()). */
-static int lambda_bias(rw *w, size_t before, const char *p, int32_t type, const cp_rule *r) {
-  nm col = name2(p, "const/col"), ng = name2(p, "const/n_global"), nl = name2(p, "const/n_local");
-  nm zero = name2(p, "const/zero"), masked = name2(p, "const/masked"), qpos = name2(p, "qpos"), kpos = name2(p, "kpos");
-  nm qcol = name2(p, "qcol"), d = name2(p, "d"), near = name2(p, "near"), glob = name2(p, "glob"), keep = name2(p, "keep");
+int cp_rw_qcol(cp_rw *w, size_t before, const char *p) {
+  cp_rw_name col = cp_rw_name_of(p, "const/qcol_shape"), qpos = cp_rw_name_of(p, "qpos");
   int64_t shape_col[2] = {-1, 1}, two = 2;
-  float z = 0.0f, neg = type == 10 ? -65504.0f : -FLT_MAX;
+  const char *in[] = {qpos.v, col.v};
+  int rc = cp_rw_const(w, col.v, 7, &two, 1, shape_col);
+  return rc < 0 ? rc : cp_rw_op(w, before, p, "qcol", "Reshape", in, 2, NULL, 0);
+}
+
+int cp_rw_lambda_keep(cp_rw *w, size_t before, const char *p, const cp_rule *r) {
+  cp_rw_name ng = cp_rw_name_of(p, "const/n_global"), nl = cp_rw_name_of(p, "const/n_local"), kpos = cp_rw_name_of(p, "kpos");
+  cp_rw_name qcol = cp_rw_name_of(p, "qcol"), d = cp_rw_name_of(p, "d"), near = cp_rw_name_of(p, "near");
+  cp_rw_name glob = cp_rw_name_of(p, "glob");
   int rc;
-  if ((rc = scalar_i64(w, p, "const/n_global", r->n_global)) < 0 || (rc = scalar_i64(w, p, "const/n_local", r->n_local)) < 0 ||
-      (rc = add_const(w, col.v, 7, &two, 1, shape_col)) < 0 || (rc = add_const(w, zero.v, type, NULL, 0, &z)) < 0 ||
-      (rc = add_const(w, masked.v, type, NULL, 0, &neg)) < 0)
+  if ((rc = cp_rw_i64(w, p, "const/n_global", r->n_global)) < 0 || (rc = cp_rw_i64(w, p, "const/n_local", r->n_local)) < 0)
     return rc;
-  const char *in_col[] = {qpos.v, col.v}, *in_d[] = {qcol.v, kpos.v}, *in_near[] = {d.v, nl.v}, *in_glob[] = {kpos.v, ng.v},
-             *in_keep[] = {near.v, glob.v}, *in_bias[] = {keep.v, zero.v, masked.v};
-  if ((rc = op(w, before, p, "qcol", "Reshape", in_col, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "d", "Sub", in_d, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "near", "Less", in_near, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "glob", "Less", in_glob, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "keep", "Or", in_keep, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "bias", "Where", in_bias, 3, NULL, 0)) < 0)
+  const char *in_d[] = {qcol.v, kpos.v}, *in_near[] = {d.v, nl.v}, *in_glob[] = {kpos.v, ng.v}, *in_keep[] = {near.v, glob.v};
+  if ((rc = cp_rw_op(w, before, p, "d", "Sub", in_d, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "near", "Less", in_near, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "glob", "Less", in_glob, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "keep", "Or", in_keep, 2, NULL, 0)) < 0)
     return rc;
   return 0;
+}
+
+int cp_rw_lambda_bias(cp_rw *w, size_t before, const char *p, int32_t type) {
+  cp_rw_name zero = cp_rw_name_of(p, "const/zero"), masked = cp_rw_name_of(p, "const/masked"), keep = cp_rw_name_of(p, "keep");
+  float z = 0.0f, neg = type == 10 ? -65504.0f : -FLT_MAX;
+  const char *in[] = {keep.v, zero.v, masked.v};
+  int rc;
+  if ((rc = cp_rw_const(w, zero.v, type, NULL, 0, &z)) < 0 || (rc = cp_rw_const(w, masked.v, type, NULL, 0, &neg)) < 0)
+    return rc;
+  return cp_rw_op(w, before, p, "bias", "Where", in, 3, NULL, 0);
+}
+
+/* <p>bias [S, T] of the Lambda mask (after positions()). */
+static int lambda_bias(cp_rw *w, size_t before, const char *p, int32_t type, const cp_rule *r) {
+  int rc;
+  if ((rc = cp_rw_qcol(w, before, p)) < 0 || (rc = cp_rw_lambda_keep(w, before, p, r)) < 0) return rc;
+  return cp_rw_lambda_bias(w, before, p, type);
 }
 
 /* <p>inv_tau_rows [S, 1] of the logits' type: 1 / tau(T) per row, T = qpos + 1, from the
  * layer's piecewise schedule (cp_tau_schedule) in double, as the engines compute it (after
  * positions()). */
-static int schedule_rows(rw *w, size_t before, const char *p, int32_t type, const cp_tau_schedule *sc) {
+static int schedule_rows(cp_rw *w, size_t before, const char *p, int32_t type, const cp_tau_schedule *sc) {
   char what[64], prev[200];
   int rc;
   double one = 1.0, t1 = sc->t1, lo = sc->lo, hi = sc->hi, zero = 0.0;
-  nm c1 = name2(p, "const/1"), d1 = name2(p, "const/d1"), dt1 = name2(p, "const/t1"), dlo = name2(p, "const/lo");
-  nm dhi = name2(p, "const/hi"), d0 = name2(p, "const/d0"), qpos = name2(p, "qpos"), col = name2(p, "const/col");
+  cp_rw_name c1 = cp_rw_name_of(p, "const/1"), d1 = cp_rw_name_of(p, "const/d1"), dt1 = cp_rw_name_of(p, "const/t1"), dlo = cp_rw_name_of(p, "const/lo");
+  cp_rw_name dhi = cp_rw_name_of(p, "const/hi"), d0 = cp_rw_name_of(p, "const/d0"), qpos = cp_rw_name_of(p, "qpos"), col = cp_rw_name_of(p, "const/col");
   int64_t shape_col[2] = {-1, 1}, two = 2;
-  if ((rc = add_const(w, d1.v, 11, NULL, 0, &one)) < 0 || (rc = add_const(w, dt1.v, 11, NULL, 0, &t1)) < 0 ||
-      (rc = add_const(w, dlo.v, 11, NULL, 0, &lo)) < 0 || (rc = add_const(w, dhi.v, 11, NULL, 0, &hi)) < 0 ||
-      (rc = add_const(w, d0.v, 11, NULL, 0, &zero)) < 0 || (rc = add_const(w, col.v, 7, &two, 1, shape_col)) < 0)
+  if ((rc = cp_rw_const(w, d1.v, 11, NULL, 0, &one)) < 0 || (rc = cp_rw_const(w, dt1.v, 11, NULL, 0, &t1)) < 0 ||
+      (rc = cp_rw_const(w, dlo.v, 11, NULL, 0, &lo)) < 0 || (rc = cp_rw_const(w, dhi.v, 11, NULL, 0, &hi)) < 0 ||
+      (rc = cp_rw_const(w, d0.v, 11, NULL, 0, &zero)) < 0 || (rc = cp_rw_const(w, col.v, 7, &two, 1, shape_col)) < 0)
     return rc;
-  nm len = name2(p, "len"), lend = name2(p, "len_d"), lenc = name2(p, "len_clamped"), lg = name2(p, "log_len");
+  cp_rw_name len = cp_rw_name_of(p, "len"), lend = cp_rw_name_of(p, "len_d"), lenc = cp_rw_name_of(p, "len_clamped"), lg = cp_rw_name_of(p, "log_len");
   cp_onnx_edit_attr to_d = {"to", 2, 0, 11, NULL, 0}, to_t = {"to", 2, 0, type, NULL, 0};
   const char *in_len[] = {qpos.v, c1.v}, *in_lend[] = {len.v}, *in_c[] = {lend.v, d1.v}, *in_lg[] = {lenc.v};
-  if ((rc = op(w, before, p, "len", "Add", in_len, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "len_d", "Cast", in_lend, 1, &to_d, 1)) < 0 ||
-      (rc = op(w, before, p, "len_clamped", "Max", in_c, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "log_len", "Log", in_lg, 1, NULL, 0)) < 0)
+  if ((rc = cp_rw_op(w, before, p, "len", "Add", in_len, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "len_d", "Cast", in_lend, 1, &to_d, 1)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "len_clamped", "Max", in_c, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "log_len", "Log", in_lg, 1, NULL, 0)) < 0)
     return rc;
   snprintf(prev, sizeof prev, "%s", dt1.v);
   for (int k = 0; k + 1 < sc->n; k++) {
@@ -185,33 +196,33 @@ static int schedule_rows(rw *w, size_t before, const char *p, int32_t type, cons
     snprintf(cn[2], 64, "const/seg%d/slope", k);
     snprintf(vn[0], 64, "seg%d/from", k), snprintf(vn[1], 64, "seg%d/over", k), snprintf(vn[2], 64, "seg%d/in", k);
     snprintf(vn[3], 64, "seg%d/term", k);
-    nm c_l = name2(p, cn[0]), c_w = name2(p, cn[1]), c_s = name2(p, cn[2]);
-    nm v0 = name2(p, vn[0]), v1 = name2(p, vn[1]), v2 = name2(p, vn[2]), v3 = name2(p, vn[3]);
-    if ((rc = add_const(w, c_l.v, 11, NULL, 0, &loglen)) < 0 || (rc = add_const(w, c_w.v, 11, NULL, 0, &width)) < 0 ||
-        (rc = add_const(w, c_s.v, 11, NULL, 0, &slope)) < 0)
+    cp_rw_name c_l = cp_rw_name_of(p, cn[0]), c_w = cp_rw_name_of(p, cn[1]), c_s = cp_rw_name_of(p, cn[2]);
+    cp_rw_name v0 = cp_rw_name_of(p, vn[0]), v1 = cp_rw_name_of(p, vn[1]), v2 = cp_rw_name_of(p, vn[2]), v3 = cp_rw_name_of(p, vn[3]);
+    if ((rc = cp_rw_const(w, c_l.v, 11, NULL, 0, &loglen)) < 0 || (rc = cp_rw_const(w, c_w.v, 11, NULL, 0, &width)) < 0 ||
+        (rc = cp_rw_const(w, c_s.v, 11, NULL, 0, &slope)) < 0)
       return rc;
     const char *i0[] = {lg.v, c_l.v}, *i1[] = {v0.v, d0.v}, *i2[] = {v1.v, c_w.v}, *i3[] = {v2.v, c_s.v}, *i4[] = {prev, v3.v};
     snprintf(what, sizeof what, "seg%d/sum", k);
-    if ((rc = op(w, before, p, vn[0], "Sub", i0, 2, NULL, 0)) < 0 || (rc = op(w, before, p, vn[1], "Max", i1, 2, NULL, 0)) < 0 ||
-        (rc = op(w, before, p, vn[2], "Min", i2, 2, NULL, 0)) < 0 || (rc = op(w, before, p, vn[3], "Mul", i3, 2, NULL, 0)) < 0 ||
-        (rc = op(w, before, p, what, "Add", i4, 2, NULL, 0)) < 0)
+    if ((rc = cp_rw_op(w, before, p, vn[0], "Sub", i0, 2, NULL, 0)) < 0 || (rc = cp_rw_op(w, before, p, vn[1], "Max", i1, 2, NULL, 0)) < 0 ||
+        (rc = cp_rw_op(w, before, p, vn[2], "Min", i2, 2, NULL, 0)) < 0 || (rc = cp_rw_op(w, before, p, vn[3], "Mul", i3, 2, NULL, 0)) < 0 ||
+        (rc = cp_rw_op(w, before, p, what, "Add", i4, 2, NULL, 0)) < 0)
       return rc;
-    snprintf(prev, sizeof prev, "%s", name2(p, what).v);
+    snprintf(prev, sizeof prev, "%s", cp_rw_name_of(p, what).v);
   }
-  nm tlo = name2(p, "tau_lo"), tau = name2(p, "tau"), inv = name2(p, "inv_tau_d"), invt = name2(p, "inv_tau");
+  cp_rw_name tlo = cp_rw_name_of(p, "tau_lo"), tau = cp_rw_name_of(p, "tau"), inv = cp_rw_name_of(p, "inv_tau_d"), invt = cp_rw_name_of(p, "inv_tau");
   const char *in_lo[] = {prev, dlo.v}, *in_hi[] = {tlo.v, dhi.v}, *in_inv[] = {d1.v, tau.v}, *in_cast[] = {inv.v},
              *in_rows[] = {invt.v, col.v};
-  if ((rc = op(w, before, p, "tau_lo", "Max", in_lo, 2, NULL, 0)) < 0 || (rc = op(w, before, p, "tau", "Min", in_hi, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "inv_tau_d", "Div", in_inv, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "inv_tau", "Cast", in_cast, 1, &to_t, 1)) < 0 ||
-      (rc = op(w, before, p, "inv_tau_rows", "Reshape", in_rows, 2, NULL, 0)) < 0)
+  if ((rc = cp_rw_op(w, before, p, "tau_lo", "Max", in_lo, 2, NULL, 0)) < 0 || (rc = cp_rw_op(w, before, p, "tau", "Min", in_hi, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "inv_tau_d", "Div", in_inv, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "inv_tau", "Cast", in_cast, 1, &to_t, 1)) < 0 ||
+      (rc = cp_rw_op(w, before, p, "inv_tau_rows", "Reshape", in_rows, 2, NULL, 0)) < 0)
     return rc;
   return 0;
 }
 
 /* Mul by 1/tau (constant, or per row from the schedule) and / or Add of the Lambda bias in front
  * of the Softmax of site s (layer l). */
-static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r, const cp_tau_schedule *sc) {
+static int rewrite_softmax(cp_rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r, const cp_tau_schedule *sc) {
   const cp_onnx_node *sm = &w->m->graph->nodes[s->node];
   char p[64], x[600], c[200];
   snprintf(p, sizeof p, PREFIX "L%zu/", l);
@@ -226,17 +237,17 @@ static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule
     } else {
       float inv = (float)(1.0 / tau);
       snprintf(c, sizeof c, "%sconst/inv_tau", p);
-      if ((rc = add_const(w, c, s->elem_type, NULL, 0, &inv)) < 0) return rc;
+      if ((rc = cp_rw_const(w, c, s->elem_type, NULL, 0, &inv)) < 0) return rc;
     }
     const char *in[] = {x, c};
-    if ((rc = op(w, s->node, p, "logits_tau", "Mul", in, 2, NULL, 0)) < 0) return rc;
+    if ((rc = cp_rw_op(w, s->node, p, "logits_tau", "Mul", in, 2, NULL, 0)) < 0) return rc;
     snprintf(x, sizeof x, "%slogits_tau", p);
   }
   if (r->has_lambda) {
-    nm bias = name2(p, "bias");
+    cp_rw_name bias = cp_rw_name_of(p, "bias");
     if ((rc = lambda_bias(w, s->node, p, s->elem_type, r)) < 0) return rc;
     const char *in[] = {x, bias.v};
-    if ((rc = op(w, s->node, p, "logits_lambda", "Add", in, 2, NULL, 0)) < 0) return rc;
+    if ((rc = cp_rw_op(w, s->node, p, "logits_lambda", "Add", in, 2, NULL, 0)) < 0) return rc;
     snprintf(x, sizeof x, "%slogits_lambda", p);
   }
   if (strcmp(x, sm->inputs[0]) != 0) {
@@ -244,76 +255,6 @@ static int rewrite_softmax(rw *w, const cp_onnx_site *s, size_t l, const cp_rule
     if ((rc = cp_onnx_edit_set_input(w->e, s->node, 0, x)) < 0) return rc;
   }
   w->rep->n_softmax++;
-  return 0;
-}
-
-/* Positions of a com.microsoft Attention node (input [B, S, hidden], past [2, B, N, P, H]):
- * <p>T = P + S (S without a past), <p>kpos, <p>qpos as positions() gives them. */
-static int positions_attention(rw *w, size_t before, const char *p, const cp_onnx_node *n) {
-  nm c_1 = name2(p, "const/1"), c_3 = name2(p, "const/3"), c_0 = name2(p, "const/0");
-  nm shape = name2(p, "shape"), S = name2(p, "S"), T = name2(p, "T"), q0 = name2(p, "q0"), ps = name2(p, "past_shape");
-  nm P = name2(p, "P");
-  bool past = n->n_inputs > 4 && n->inputs[4][0];
-  int rc;
-  if ((rc = scalar_i64(w, p, "const/1", 1)) < 0 || (rc = scalar_i64(w, p, "const/3", 3)) < 0 ||
-      (rc = scalar_i64(w, p, "const/0", 0)) < 0)
-    return rc;
-  const char *in_shape[] = {n->inputs[0]}, *in_s[] = {shape.v, c_1.v}, *in_ps[] = {past ? n->inputs[4] : ""},
-             *in_p[] = {ps.v, c_3.v}, *in_t[] = {P.v, S.v}, *in_t0[] = {S.v}, *in_k[] = {c_0.v, T.v, c_1.v},
-             *in_q0[] = {T.v, S.v}, *in_q[] = {q0.v, T.v, c_1.v};
-  cp_onnx_edit_attr ax0 = {"axis", 2, 0, 0, NULL, 0};
-  if ((rc = op(w, before, p, "shape", "Shape", in_shape, 1, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "S", "Gather", in_s, 2, &ax0, 1)) < 0)
-    return rc;
-  if (past && ((rc = op(w, before, p, "past_shape", "Shape", in_ps, 1, NULL, 0)) < 0 ||
-               (rc = op(w, before, p, "P", "Gather", in_p, 2, &ax0, 1)) < 0 ||
-               (rc = op(w, before, p, "T", "Add", in_t, 2, NULL, 0)) < 0))
-    return rc;
-  if (!past && (rc = op(w, before, p, "T", "Identity", in_t0, 1, NULL, 0)) < 0) return rc;
-  if ((rc = op(w, before, p, "kpos", "Range", in_k, 3, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "q0", "Sub", in_q0, 2, NULL, 0)) < 0 ||
-      (rc = op(w, before, p, "qpos", "Range", in_q, 3, NULL, 0)) < 0)
-    return rc;
-  return 0;
-}
-
-/* The Lambda bias [1, 1, S, T] fed to a com.microsoft Attention node as its attention_bias
- * (input 5), added to the one it has. */
-static int attention_lambda(rw *w, const cp_onnx_site *s, const char *p, const cp_rule *r) {
-  const cp_onnx_node *n = &w->m->graph->nodes[s->node];
-  const cp_onnx_tensor *wt = n->n_inputs > 1 ? cp_onnx_graph_initializer(w->m->graph, n->inputs[1]) : NULL;
-  int32_t type = wt ? wt->elem_type : 1;
-  int rc;
-  if ((rc = positions_attention(w, s->node, p, n)) < 0 || (rc = lambda_bias(w, s->node, p, type, r)) < 0) return rc;
-  nm bias = name2(p, "bias"), b4 = name2(p, "bias4"), axes = name2(p, "const/axes01"), sum = name2(p, "attention_bias");
-  int64_t ax[2] = {0, 1}, two = 2;
-  const char *in_u[] = {bias.v, axes.v};
-  if (cp_onnx_model_opset(w->m, "") >= 13) {
-    if ((rc = add_const(w, axes.v, 7, &two, 1, ax)) < 0 || (rc = op(w, s->node, p, "bias4", "Unsqueeze", in_u, 2, NULL, 0)) < 0)
-      return rc;
-  } else {
-    cp_onnx_edit_attr a = {"axes", 7, 0, 0, ax, 2};
-    if ((rc = op(w, s->node, p, "bias4", "Unsqueeze", in_u, 1, &a, 1)) < 0) return rc;
-  }
-  const char *fed = b4.v;
-  if (n->n_inputs > 5 && n->inputs[5][0]) {
-    const char *in_add[] = {n->inputs[5], b4.v};
-    if ((rc = op(w, s->node, p, "attention_bias", "Add", in_add, 2, NULL, 0)) < 0) return rc;
-    fed = sum.v;
-  }
-  return cp_onnx_edit_set_input(w->e, s->node, 5, fed);
-}
-
-static int rewrite_contrib(rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r) {
-  double tau = r->n_temperature == 0 ? 1.0 : r->temperature[r->n_temperature > 1 ? l : 0];
-  char p[64];
-  snprintf(p, sizeof p, PREFIX "L%zu/", l);
-  int rc = 0;
-  w->rep->n_contrib++;
-  if (tau != 1.0 && (rc = cp_onnx_edit_set_attr_float(w->e, s->node, "scale", (float)((double)s->scale / tau))) < 0)
-    return rc;
-  if (r->has_lambda && (rc = attention_lambda(w, s, p, r)) < 0) return rc;
-  if (tau != 1.0 || r->has_lambda) w->rep->n_nodes_changed++;
   return 0;
 }
 
@@ -358,12 +299,12 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
     rc = cp_error_set(CP_EFORMAT, "%s: the file changed while it was read", m->path);
     goto done;
   }
-  rw w = {e, m, rep};
+  cp_rw w = {e, m, rep};
   for (size_t k = 0; k < n && rc == 0; k++) {
     cp_attn_plan plan;
     cp_rule_plan(&plan, rule, &rm, CP_ATTN_DECODER_SELF, (int)k);
     rc = s[k].kind == CP_ONNX_SITE_SOFTMAX ? rewrite_softmax(&w, &s[k], k, rule, &plan.sched)
-                                           : rewrite_contrib(&w, &s[k], k, rule);
+                                           : cp_rw_contrib(&w, &s[k], k, rule);
   }
   /* Static ALiBi: each slopes constant becomes m_h / F, computed in double (as the engines). */
   for (size_t k = 0; k < m->graph->n_initializers && rc == 0 && rule->alibi_mode == CP_ALIBI_STATIC; k++) {

@@ -203,6 +203,84 @@ static float contrib_scale(const gix *x, const cp_onnx_node *n) {
   return (float)(1.0 / sqrt((double)(width / heads)));
 }
 
+/* The ONNX element type of the query feeding a contrib node: its value_info or graph input,
+ * else through ops that keep it (RotaryEmbedding, Add, Identity, Reshape, Transpose) up to a
+ * Cast (its `to`) or a MatMul with an initializer weight (the weight's type); float when none
+ * tells. */
+static int32_t query_type(const gix *x, const char *name, int steps) {
+  const cp_onnx_graph *g = x->g;
+  for (; steps > 0 && name[0]; steps--) {
+    for (size_t k = 0; k < g->n_value_info; k++)
+      if (!strcmp(g->value_info[k].name, name) && g->value_info[k].elem_type) return g->value_info[k].elem_type;
+    for (size_t k = 0; k < g->n_inputs; k++)
+      if (!strcmp(g->inputs[k].name, name) && g->inputs[k].elem_type) return g->inputs[k].elem_type;
+    size_t p = producer(x, name);
+    if (p == SIZE_MAX) break;
+    const cp_onnx_node *n = &g->nodes[p];
+    if (!strcmp(n->op_type, "Cast")) return (int32_t)attr_i(n, "to", 1);
+    if (is_matmul(n) && n->n_inputs >= 2) {
+      const cp_onnx_tensor *w = init_of(x, n->inputs[1]);
+      return w ? w->elem_type : 1;
+    }
+    static const char *const keep[] = {"RotaryEmbedding", "Add", "Identity", "Reshape", "Transpose"};
+    bool passes = false;
+    for (size_t k = 0; k < sizeof keep / sizeof *keep; k++) passes |= !strcmp(n->op_type, keep[k]);
+    if (!passes || !n->n_inputs) break;
+    const cp_onnx_tensor *t = n->n_inputs > 1 && !strcmp(n->op_type, "Add") ? init_of(x, n->inputs[1]) : NULL;
+    if (t) return t->elem_type;
+    name = n->inputs[0];
+  }
+  return 1;
+}
+
+/* The value a projection reads: up from `name` through a MatMul / FusedMatMul / Gemm with an
+ * initializer weight (to its input 0) and through ops that keep a row's identity (Add, Mul, Cast,
+ * Identity, Reshape, Transpose, RotaryEmbedding, Squeeze, Unsqueeze: to their one non-initializer
+ * input), bounded; the first value it cannot go past. */
+static const char *source_of(const gix *x, const char *name, int steps) {
+  static const char *const keep[] = {"Add", "Mul", "Cast", "Identity", "Reshape", "Transpose", "RotaryEmbedding",
+                                     "Squeeze", "Unsqueeze"};
+  for (; steps > 0; steps--) {
+    size_t p = producer(x, name);
+    if (p == SIZE_MAX) return name;
+    const cp_onnx_node *n = &x->g->nodes[p];
+    bool mm = (is_matmul(n) || !strcmp(n->op_type, "Gemm")) && n->n_inputs >= 2 && init_of(x, n->inputs[1]);
+    bool passes = false;
+    for (size_t k = 0; k < sizeof keep / sizeof *keep; k++) passes |= !strcmp(n->op_type, keep[k]);
+    if (!mm && !passes) return name;
+    const char *next = NULL;
+    for (size_t i = 0; i < (mm ? 1 : n->n_inputs); i++) {
+      if (!n->inputs[i][0] || init_of(x, n->inputs[i])) continue;
+      if (next) return name; /* two live inputs: not a projection's path */
+      next = n->inputs[i];
+    }
+    if (!next) return name;
+    name = next;
+  }
+  return name;
+}
+
+/* The declared rank of value `name` (a graph input or a value_info), -1 when not declared. */
+static int value_rank(const cp_onnx_graph *g, const char *name) {
+  for (size_t k = 0; k < g->n_inputs; k++)
+    if (!strcmp(g->inputs[k].name, name)) return g->inputs[k].ndim;
+  for (size_t k = 0; k < g->n_value_info; k++)
+    if (!strcmp(g->value_info[k].name, name)) return g->value_info[k].ndim;
+  return -1;
+}
+
+/* The contrib site's facts besides its scale (cp_onnx_site). */
+static void contrib_facts(cp_onnx_site *s, const gix *x, const cp_onnx_node *n) {
+  bool attention = !strcmp(n->op_type, "Attention");
+  s->self_attention = attention || n->n_inputs < 2 || !n->inputs[1][0] ||
+                      !strcmp(source_of(x, n->inputs[0], WALK_STEPS), source_of(x, n->inputs[1], WALK_STEPS));
+  if (attention) {
+    const cp_onnx_tensor *w = n->n_inputs > 1 ? init_of(x, n->inputs[1]) : NULL;
+    s->elem_type = w ? w->elem_type : 1;
+    s->mask_rank = n->n_inputs > 3 && n->inputs[3][0] ? value_rank(x->g, n->inputs[3]) : 0;
+  } else s->elem_type = query_type(x, n->inputs[0], WALK_STEPS);
+}
+
 static bool is_contrib_attention(const cp_onnx_node *n) {
   return is_ms(n) && (!strcmp(n->op_type, "Attention") || !strcmp(n->op_type, "MultiHeadAttention") ||
                       !strcmp(n->op_type, "GroupQueryAttention"));
@@ -239,6 +317,7 @@ int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m
     const cp_onnx_node *nd = &g->nodes[k];
     if (is_contrib_attention(nd)) {
       s[n].kind = CP_ONNX_SITE_CONTRIB, s[n].node = k, s[n].scale = contrib_scale(x, nd);
+      contrib_facts(&s[n], x, nd);
       n++;
     } else if (is_default(nd) && !strcmp(nd->op_type, "Softmax") && nd->n_inputs == 1) {
       size_t mm = find_matmul(x, nd->inputs[0], WALK_STEPS);

@@ -18,8 +18,12 @@
 #  - every node but the changed ones, every initializer, input, output, value_info, opset and
 #    metadata entry compares byte-equal (python3-onnx), and untouched nodes occur verbatim in the
 #    file; the external data file is copied beside OUT byte for byte;
-#  - refusals, one line naming the node: a training graph (BLOOM), Lambda on an Attention with a
-#    past (onnxruntime refuses attention_bias with past), Lambda on RoPE (own llama
+#  - Lambda on com.microsoft attention with a cache, from the nodes' runtime shapes: the fused
+#    GPT-2's Attention with a past (as its mask_index), and make_mha_graph.py's MultiHeadAttention
+#    and GroupQueryAttention decoders (as their attention_bias), each on a prefill and on 2
+#    tokens after 9 cached, against the numpy bias / mask as a constant in the same place;
+#  - refusals, one line naming the node: a training graph (BLOOM), Lambda on a cross-attention
+#    MultiHeadAttention, on an Attention with a past and a 1-D mask_index, Lambda on RoPE (own llama
 #    export: its Cos node; Llama fp16: its RotaryEmbedding), rules the rewriter does not express,
 #    per-layer taus of the wrong count, a graph with no attention, no --no-verify on a graph whose
 #    model cannot be recovered; nothing written;
@@ -167,6 +171,26 @@ third genai_gpt2 "$cg" tau 5 logits,present_0 ref-tau 0.8 --method temperature -
 "$py" "$chk" randomize "$fx/onnxruntime/attention_opt.onnx" "$work/attention_opt_random.onnx"
 third attention_opt "$work/attention_opt_random.onnx" lambda 1 output ref-lambda "1 1 3 3" --method lm-infinite --n-global 1 --n-local 1
 third attention_opt "$work/attention_opt_random.onnx" tau 1 output ref-tau 0.5 --method temperature --tau 0.5
+# com.microsoft Attention with a past (onnxruntime refuses it an attention_bias): the Lambda mask as
+# its mask_index [B, S, T] int32, ANDed with the graph's attention_mask; a prefill (an empty past,
+# 8 tokens) and 2 tokens after 9 cached (key 0 global, keys 1..6 or 1..7 outside n_local 3, key 7
+# also padded by attention_mask), positions absolute (past + row).
+for x in "prefill 8 8" "decode 2 11"; do
+  read -r ph S T <<<"$x"
+  third genai_gpt2_$ph "$cg" lambda 5 logits,present_0 ref-lambda "1 3 $S $T $work/genai_gpt2_$ph.lambda/in/attention_mask.bin" \
+    --method lm-infinite --n-global 1 --n-local 3
+done
+# MultiHeadAttention (attention_bias, input 5) and GroupQueryAttention (attention_bias, input 10)
+# without rotary embeddings: tests/onnx/make_mha_graph.py's 2-layer decoders with learned positions.
+for op in mha gqa; do
+  "$py" "$t/make_mha_graph.py" "$work/$op.onnx" $op || bad "make_mha_graph.py $op"
+  third ${op}_prefill "$work/$op.onnx" lambda 2 logits,present_key.0 ref-lambda "1 3 8 8" --method lm-infinite --n-global 1 --n-local 3
+  third ${op}_decode "$work/$op.onnx" lambda 2 logits,present_key.0 ref-lambda "1 3 2 11" --method lm-infinite --n-global 1 --n-local 3
+done
+# GQA, a batch of two sequences of different lengths (seqlens_k 9 and 7, one new token each): each
+# sequence's query at its own position.
+third gqa_batch "$work/gqa.onnx" lambda 2 logits,present_key.0 ref-lambda "1 3 1 10 $work/gqa_batch.lambda/in/seqlens_k.bin" \
+  --method lm-infinite --n-global 1 --n-local 3
 ll=$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16
 # tau 0.25: 1/tau is exact in float16, so the reference's scaled weights round nowhere.
 third llama_fp16 "$ll/model.onnx" tau 2 logits,present.0.key ref-tau 0.25 --method temperature --tau 0.25
@@ -183,7 +207,25 @@ refuse "BLOOM training graph" "$fx/onnxruntime/3layer_bloom_optimized_training.o
   "node 'YieldOp' (com.microsoft YieldOp): a training graph" --method temperature --tau 0.8
 refuse "Llama fp16 lambda" "$ll/model.onnx" \
   "(com.microsoft RotaryEmbedding): lambda_mask implies a distance ceiling of 4 on RoPE" --method lm-infinite --n-local 4
-refuse "contrib lambda with a past" "$cg" "(com.microsoft Attention): lambda_mask goes through attention_bias, and onnxruntime refuses an Attention with both a past (input 'past_0')" \
+# A MultiHeadAttention whose keys come from another value (cross-attention): not a decoder's self-attention.
+"$py" - "$work/mha.onnx" "$work/mha_cross.onnx" <<'PY' || bad "making the cross-attention graph"
+import sys, onnx
+m = onnx.load(sys.argv[1])
+m.graph.input.append(onnx.helper.make_tensor_value_info("encoder_states", onnx.TensorProto.FLOAT, ["batch", "enc", 32]))
+next(n for n in m.graph.node if n.name == "layers.1.k").input[0] = "encoder_states"
+onnx.save(m, sys.argv[2])
+PY
+refuse "MHA cross-attention lambda" "$work/mha_cross.onnx" "node 'layers.1.attention' (com.microsoft MultiHeadAttention): its keys are not projected from the query's hidden states" \
+  --method lm-infinite --n-local 4
+# An Attention with a past whose mask_index is 1-D (lengths): not combined with the Lambda mask.
+"$py" - "$cg" "$work/genai_1d.onnx" <<'PY' || bad "making the 1-D mask graph"
+import sys, onnx
+m = onnx.load(sys.argv[1])
+i = next(v for v in m.graph.input if v.name == "attention_mask")
+del i.type.tensor_type.shape.dim[1]
+onnx.save(m, sys.argv[2])
+PY
+refuse "Attention past with a 1-D mask" "$work/genai_1d.onnx" "node 'GptAttention_0' (com.microsoft Attention): lambda_mask with a past goes through mask_index (onnxruntime refuses attention_bias with a past), and its mask_index 'attention_mask' is 1-D (lengths)" \
   --method lm-infinite --n-local 4
 refuse "contrib schedule" "$cg" "(com.microsoft Attention): temperature_schedule gives each row its own tau" \
   --rule "$work/sched12.json"

@@ -13,10 +13,15 @@ other means, output comparison, and the byte-level check of what a rewrite kept.
   rewrite_check.py ref-sched MODEL OUT T POINTS_JSON
         ref-tau at the one tau the spec's schedule gives a row that sees T keys (linear in log T
         between the points, the end points' taus outside): the fixtures' single decode row
-  rewrite_check.py ref-lambda MODEL OUT NGLOBAL NLOCAL S T
-        Add(logits, bias) before every attention Softmax (com.microsoft Attention: as its
-        attention_bias [1, 1, S, T], input 5), bias [S, T] a numpy constant:
-        0 where kpos < n_global or qpos - kpos < n_local (qpos = T - S + i), else -FLT_MAX
+  rewrite_check.py ref-lambda MODEL OUT NGLOBAL NLOCAL S T [MASK.bin]
+        Add(logits, bias) before every attention Softmax (com.microsoft Attention and
+        MultiHeadAttention: as their attention_bias [1, 1, S, T], input 5; GroupQueryAttention:
+        input 10), bias [S, T] a numpy constant: 0 where kpos < n_global or qpos - kpos < n_local
+        (qpos = T - S + i), else -FLT_MAX; an Attention with a past (onnxruntime refuses it an
+        attention_bias): its mask_index = the numpy keep [1, S, T] AND MASK.bin (the graph's
+        attention_mask input, int32 [1, T]) as an int32 constant; a GroupQueryAttention with
+        MASK.bin (its seqlens_k input, int32 [B]): the bias [B, 1, S, T] with sequence b's
+        queries at seqlens_k[b] + 1 - S + i (i on a first prompt, S = T), as onnxruntime places them
   rewrite_check.py randomize MODEL OUT
         MODEL with every float initializer of 2+ dims drawn at random (seed 3): a fixture whose
         weights are degenerate (onnxruntime's attention_opt.onnx: all ones, so every score ties)
@@ -73,6 +78,33 @@ def inputs(kind, d):
                 a = (0.5 * rng.standard_normal((1, 1, P, 16))).astype(np.float16)
                 write(d, f"past_key_values.{i}.{kv}", a.view(np.uint16), spec, "float16")
         spec["outputs"] = ["logits", "present.0.key"]
+    elif kind in ("genai_gpt2_prefill", "genai_gpt2_decode"):  # no past (S = 8); 2 tokens after 9 cached
+        S, P = (8, 0) if kind.endswith("prefill") else (2, 9)
+        write(d, "input_ids", rng.integers(0, 1000, (1, S)).astype(np.int32), spec, "int32")
+        write(d, "position_ids", np.arange(P, P + S, dtype=np.int32)[None], spec, "int32")
+        mask = np.ones((1, P + S), dtype=np.int32)
+        if P:
+            mask[0, 7] = 0  # a padded key inside the local window: the Lambda mask is ANDed with it
+        write(d, "attention_mask", mask, spec, "int32")
+        for i in range(5):
+            write(d, f"past_{i}", rng.standard_normal((2, 1, 4, P, 8)).astype(np.float32), spec, "float32")
+        spec["outputs"] = ["logits", "present_0"]
+    elif kind.startswith(("mha_", "gqa_")):  # tests/onnx/make_mha_graph.py: prefill S = 8, or 2 after 9 cached
+        S, P = (8, 0) if kind.endswith("prefill") else (2, 9)
+        B = 2 if kind == "gqa_batch" else 1  # one token each, the second sequence 2 shorter (onnxruntime:
+        if B == 2:                            # a batch with a past takes one new token)
+            S = 1
+        lens = np.array([P + S, P + S - 2][:B], dtype=np.int32)
+        kv = 1 if kind.startswith("gqa") else 2
+        write(d, "input_ids", rng.integers(0, 64, (B, S)).astype(np.int64), spec, "int64")
+        write(d, "position_ids", (lens[:, None] - S + np.arange(S)).astype(np.int64), spec, "int64")
+        for i in range(2):
+            for n in ("past_key", "past_value"):
+                write(d, f"{n}.{i}", rng.standard_normal((B, kv, P, 16)).astype(np.float32), spec, "float32")
+        if kind.startswith("gqa"):
+            write(d, "seqlens_k", lens - 1, spec, "int32")
+            write(d, "total_sequence_length", np.array(P + S, dtype=np.int32), spec, "int32")
+        spec["outputs"] = ["logits", "present_key.0"]
     elif kind == "attention_opt":  # one com.microsoft Attention (no past), S = T = 3
         write(d, "input_1", rng.standard_normal((1, 3, 16)).astype(np.float32), spec, "float32")
         write(d, "input_2", rng.standard_normal((1, 3, 16)).astype(np.float32), spec, "float32")
@@ -170,7 +202,13 @@ def sched_tau(T, points):
     raise AssertionError
 
 
-def ref_lambda(model, out, n_global, n_local, S, T):
+def set_input(n, i, name):
+    while len(n.input) <= i:
+        n.input.append("")
+    n.input[i] = name
+
+
+def ref_lambda(model, out, n_global, n_local, S, T, mask_file=None):
     m = onnx.load(model)
     g = m.graph
     prod = producers(g)
@@ -180,16 +218,30 @@ def ref_lambda(model, out, n_global, n_local, S, T):
     bias = np.where(keep, 0.0, -FLT_MAX).astype(np.float32)
     g.initializer.append(numpy_helper.from_array(bias, "ref/lambda_bias"))
     g.initializer.append(numpy_helper.from_array(bias[None, None], "ref/lambda_bias4"))
+    is_gqa = any(n.op_type == "GroupQueryAttention" for n in g.node)
+    if mask_file and not is_gqa:  # an Attention with a past: the mask [1, S, T] int32, the graph's 2-D mask ANDed in
+        mask = np.fromfile(mask_file, dtype="<i4").reshape(1, T) > 0
+        g.initializer.append(numpy_helper.from_array((keep[None] & mask[:, None, :]).astype(np.int32), "ref/lambda_mask"))
+    if mask_file and is_gqa:  # seqlens_k [B]: sequence b's queries at seqlens_k[b] + 1 - S + i (0 + i on a first prompt)
+        past = np.fromfile(mask_file, dtype="<i4").astype(np.int64) + 1 - S
+        if S == T:
+            past[:] = 0
+        qb = past[:, None, None] + np.arange(S)[None, :, None]
+        keep_b = (kpos[None] < n_global) | (qb - kpos[None] < n_local)
+        bias_b = np.where(keep_b, 0.0, -FLT_MAX).astype(np.float32)[:, None]
+        del g.initializer[-1]
+        g.initializer.append(numpy_helper.from_array(bias_b, "ref/lambda_bias4"))
     nodes = []
     for k, n in enumerate(g.node):
-        if n.domain == "com.microsoft" and n.op_type == "Attention":  # attention_bias is input 5
-            assert len(n.input) <= 5 or not n.input[5]
-            while len(n.input) < 5:
-                n.input.append("")
-            if len(n.input) == 5:
-                n.input.append("ref/lambda_bias4")
-            else:
-                n.input[5] = "ref/lambda_bias4"
+        if n.domain == "com.microsoft" and n.op_type == "Attention" and len(n.input) > 4 and n.input[4]:
+            assert mask_file, "an Attention with a past needs the mask file"
+            set_input(n, 3, "ref/lambda_mask")
+        elif n.domain == "com.microsoft" and n.op_type in ("Attention", "MultiHeadAttention"):
+            assert len(n.input) <= 5 or not n.input[5]  # attention_bias is input 5
+            set_input(n, 5, "ref/lambda_bias4")
+        elif n.domain == "com.microsoft" and n.op_type == "GroupQueryAttention":
+            assert len(n.input) <= 10 or not n.input[10]  # attention_bias is input 10
+            set_input(n, 10, "ref/lambda_bias4")
         elif is_attention_softmax(g, n, prod):
             x = f"ref/lambda_{k}"
             nodes.append(onnx.helper.make_node("Add", [n.input[0], "ref/lambda_bias"], [x], name=f"ref/add_{k}"))
@@ -286,7 +338,7 @@ def main():
         print(f"tau({args[2]}) = {tau:.6f}")
         ref_tau(args[0], args[1], [tau])
     elif cmd == "ref-lambda":
-        ref_lambda(args[0], args[1], *[int(v) for v in args[2:6]])
+        ref_lambda(args[0], args[1], *[int(v) for v in args[2:6]], *args[6:7])
     elif cmd == "randomize":
         randomize(args[0], args[1])
     elif cmd == "compare":

@@ -20,17 +20,22 @@
  *   lambda_mask on softmax sites: Add(x, bias) before the Softmax (after the temperature), bias
  *            [S, T] = 0 where kpos < n_global or qpos - kpos < n_local, else the lowest finite
  *            value of the logits' type, with T, S from the logits' shape, kpos = 0 .. T-1,
- *            qpos = T - S .. T-1 (a causal pass over a cache of T - S keys); on a
- *            com.microsoft Attention without a past: the bias [1, 1, S, T] as its
- *            attention_bias (input 5, added to one it has);
+ *            qpos = T - S .. T-1 (a causal pass over a cache of T - S keys); on contrib sites
+ *            from the node's runtime shapes (T = past + S): an Attention without a past and a
+ *            MultiHeadAttention get the bias [1, 1, S, T] as their attention_bias (input 5,
+ *            added to one they have), a GroupQueryAttention [B, 1, S, T] as its input 10 (each
+ *            sequence's positions from seqlens_k), an Attention with a past (onnxruntime
+ *            refuses it an attention_bias) the keep mask ANDed with its 2-D mask_index as a
+ *            [B, S, T] int32 mask_index (converters/onnx_rewrite_contrib.c);
  *   alibi_scale static: the ALiBi slopes constant upstream of the softmax sites (float32 or
  *            float64 [H], the BLOOM/MPT slopes for an integer max bias) replaced by m_h / F.
  * Refused (CP_EUNSUPPORTED, one line naming the node): no site; a training graph (backward
  *   ops); a graph that already carries a ctxpatch rule; per-layer taus whose count is not the
  *   number of sites; a contrib node whose head size cannot be told; a schedule on a contrib
- *   node; lambda_mask on an Attention with a past, on MultiHeadAttention / GroupQueryAttention,
- *   with rotary embeddings or ALiBi slopes (the ceiling it implies moves a distance computed
- *   before the site); alibi_scale with no slopes found, dynamic or progressive; distance_ceiling,
+ *   node; lambda_mask with rotary embeddings or ALiBi slopes (the ceiling it implies moves a
+ *   distance computed before the site), on a MultiHeadAttention / GroupQueryAttention whose keys
+ *   are not projected from the query's hidden states, with a shared past/present buffer, or on an
+ *   Attention with a past whose mask_index is not 2-D; alibi_scale with no slopes found, dynamic or progressive; distance_ceiling,
  *   top_k and fire_threshold (not expressed by the rewriter); logits of a type other than
  *   float / float16; an opset below 11 when nodes that need it are added.
  *
@@ -42,6 +47,7 @@
 #ifndef CTXPATCH_ONNX_REWRITE_H
 #define CTXPATCH_ONNX_REWRITE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,8 +60,11 @@ typedef struct {
   cp_onnx_site_kind kind;
   size_t node;       /* the Softmax or the contrib node (main graph, file order) */
   size_t matmul;     /* softmax: the MatMul found upstream */
-  int32_t elem_type; /* softmax: the logits' ONNX type (1 float, 10 float16) */
+  int32_t elem_type; /* softmax: the logits' ONNX type (1 float, 10 float16); contrib: its query's */
   float scale;       /* contrib: the scale it uses now (0: unknown head size) */
+  bool self_attention; /* contrib: keys from the query's own hidden states (packed, or q and k
+                          projected from one value); an Attention always */
+  int mask_rank;     /* contrib Attention: rank of its mask_index (0: none; -1: not declared) */
 } cp_onnx_site;
 
 /* The attention sites of m's main graph (*out malloc'd, the caller's; *n >= 1), or the refusal. */
