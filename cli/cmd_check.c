@@ -20,8 +20,10 @@ static const char check_help[] =
     "                 bit for bit, P_max / entropy within --tolerance (default 1e-4)\n"
     "  --threads T    re-run engine threads (default the certificate's run.threads)\n"
     "  --json         print the report as one JSON object instead\n"
-    "Exit status: 0 pass, 1 the artifact fails a check, 2 usage or unreadable input (also an\n"
-    "ONNX or GGUF artifact: format not supported by check yet).\n";
+    "ARTIFACT may also be one file: a .gguf from 'patch --to gguf', or a .onnx graph 'patch IN.onnx\n"
+    "OUT.onnx' rewrote (its certificate, digest, rule and fidelity from metadata_props).\n"
+    "Exit status: 0 pass, 1 the artifact fails a check, 2 usage or unreadable input (also\n"
+    "--rerun on a GGUF or ONNX artifact: not supported).\n";
 
 static int print_json(const char *path, const cp_check_report *r, bool rerun) {
   cJSON *o = cJSON_CreateObject(), *fails = NULL;

@@ -6,6 +6,9 @@
  *                ctxpatch.version / .fidelity / .rule / .certificate_sha256 (read by
  *                formats/onnx_read.c's bounded reader), as tool_version / fidelity / rule /
  *                certificate_sha256
+ *                or one .onnx file `patch IN.onnx OUT.onnx` rewrote: its ctxpatch.rewrite_version / .rule /
+ *                .certified / .certificate_sha256 / .fidelity (graph-rewrite) and the certificate in
+ *                ctxpatch.certificate (c->cert_text); no manifest (docs/ci.md)
  *   gguf         one .gguf file (not a folder): its ctxpatch.tool_version / .method / .fidelity / .rule /
  *                .baked_rule / .certified / .certificate_sha256 keys, and the certificate itself in
  *                ctxpatch.certificate (set as c->cert_text); no manifest (docs/ci.md) */
@@ -157,6 +160,70 @@ static int read_onnx(check_ctx *c) {
   return rc;
 }
 
+/* A graph `patch IN.onnx OUT.onnx` rewrote (one file): the graph must read; ctxpatch.rewrite_version /
+ * .rule / .certificate_sha256 / .certified become one block, ctxpatch.fidelity must be graph-rewrite
+ * (the block says "graph": the embedded certificate is the one `patch --to onnx` made on the model
+ * recovered from the graph), ctxpatch.certificate is c->cert_text. */
+static int read_onnx_file(check_ctx *c) {
+  static const char *const keys[][2] = {{"ctxpatch.rewrite_version", "tool_version"},
+                                        {"ctxpatch.certificate_sha256", "certificate_sha256"}};
+  cp_onnx_info info;
+  cJSON *block = NULL, *rule = NULL;
+  int rc = cp_onnx_read_info(&info, c->path);
+  if (rc < 0) {
+    rc = check_fail(c->report, "onnx-unreadable", "%s", cp_error_message());
+    goto done;
+  }
+  const char *fidelity = cp_onnx_info_meta(&info, "ctxpatch.fidelity"), *rewrite = cp_onnx_info_meta(&info, "ctxpatch.rewrite_version");
+  const char *certified = cp_onnx_info_meta(&info, "ctxpatch.certified"), *cert = cp_onnx_info_meta(&info, "ctxpatch.certificate");
+  const char *text = cp_onnx_info_meta(&info, "ctxpatch.rule");
+  if (!fidelity && !rewrite && !text) {
+    rc = check_fail(c->report, "meta-missing", "%s: no ctxpatch metadata_props (not a graph ctxpatch rewrote)", c->path);
+    goto done;
+  }
+  if (!fidelity || strcmp(fidelity, "graph-rewrite") != 0) {
+    rc = check_fail(c->report, "meta-fidelity", "%s: metadata_props ctxpatch.fidelity is '%.40s', not 'graph-rewrite'%s",
+                    c->path, fidelity ? fidelity : "(none)",
+                    fidelity && !strcmp(fidelity, "graph") ? " (a graph of an export folder: check the folder)" : "");
+    goto done;
+  }
+  CP_CHECK_ALLOC_GOTO(block = cJSON_CreateObject(), c->path);
+  CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(block, "fidelity", "graph"), c->path);
+  for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+    const char *v = cp_onnx_info_meta(&info, keys[k][0]);
+    if (v) CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(block, keys[k][1], v), c->path);
+  }
+  if (text && (cp_json_parse_strict(&rule, text, strlen(text), "ctxpatch.rule", 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 ||
+               !cJSON_IsObject(rule))) {
+    rc = check_fail(c->report, "meta-json", "%s: metadata_props ctxpatch.rule is not a JSON object", c->path);
+    goto done;
+  }
+  if (rule) cJSON_AddItemToObject(block, "rule", rule), rule = NULL;
+  if (certified && strcmp(certified, "true") != 0 && strcmp(certified, "false") != 0) {
+    rc = check_fail(c->report, "meta-json", "%s: metadata_props ctxpatch.certified is '%.20s', not true or false", c->path,
+                    certified);
+    goto done;
+  }
+  if (certified) CP_CHECK_ALLOC_GOTO(cJSON_AddBoolToObject(block, "certified", !strcmp(certified, "true")), c->path);
+  if (!cert || !cert[0])
+    rc = check_fail(c->report, "cert-missing", "%s: no ctxpatch.certificate in metadata_props (%s)", c->path,
+                    certified && !strcmp(certified, "false") ? "ctxpatch.certified is false: written with --no-verify"
+                                                             : "not a certified rewrite");
+  else {
+    CP_CHECK_ALLOC_GOTO(c->cert_text = strdup(cert), c->path);
+    c->cert_len = strlen(cert);
+  }
+  if (rc == 0) {
+    rc = check_meta_add(c, "metadata_props", block);
+    block = NULL;
+  }
+done:
+  cp_onnx_info_free(&info); /* zeroed by a failed read */
+  cJSON_Delete(block);
+  cJSON_Delete(rule);
+  return rc;
+}
+
 /* A GGUF string key as a block member: JSON objects parsed back (rule, baked_rule), else the string. */
 static int gguf_member(check_ctx *c, cJSON *block, const cp_gguf_file *g, const char *key, const char *member) {
   const char *v = NULL;
@@ -237,7 +304,7 @@ done:
 /* First match wins: an ONNX or GGUF export folder may also hold the safetensors it came from. */
 static const check_format formats[] = {
     {"gguf", detect_gguf, NULL, read_gguf_file},
-    {"onnx", detect_onnx, read_onnx, NULL},
+    {"onnx", detect_onnx, read_onnx, read_onnx_file},
     {"safetensors", detect_safetensors, read_safetensors, NULL},
 };
 

@@ -13,7 +13,10 @@
  *   4. with `rerun`, the certificate's probes are run again on the artifact with its seed: every
  *      correct_by_depth count and accuracy must be equal, bit for bit; P_max and entropy, when the
  *      certificate has them, within `tolerance`.
- * Formats not supported yet (ONNX, GGUF) are refused with CP_EUNSUPPORTED before any check.
+ * One-file artifacts (a patched .gguf; a .onnx graph `patch IN.onnx OUT.onnx` rewrote) have no
+ * manifest: the certificate travels in the file's metadata, and 2 and the metadata half of 3 are
+ * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact, are
+ * refused with CP_EUNSUPPORTED before any check.
  */
 #ifndef CTXPATCH_VERIFY_CHECK_H
 #define CTXPATCH_VERIFY_CHECK_H

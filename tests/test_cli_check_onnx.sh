@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# ctxpatch check on one graph `patch IN.onnx OUT.onnx` rewrote (docs/ci.md, "A rewritten ONNX
+# graph"): a certified rewrite of ctxpatch's export of the rope probe passes (text and --json;
+# --rerun is refused, exit 2); copies with the certificate's bytes edited, the digest edited, the
+# rule edited, the certified flag flipped, the fidelity edited, all ctxpatch metadata removed, and
+# an uncertified rewrite (--no-verify) each fail (exit 1) with their exact line. The copies are
+# edited by python3-onnx (metadata_props only, external data not loaded).
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+
+probe=$src/examples/probe-models/rope-probe
+[ -f "$probe/model.safetensors" ] || { echo "SKIP: $probe is absent"; exit 77; }
+"$py" -c "import onnx" 2>/dev/null || { echo "SKIP: $py lacks onnx (Debian python3-onnx)"; exit 77; }
+V="--lengths 256 --depths 0:1:3 --samples 1 --threads 1"
+"$bin" convert "$probe" "$work/rp" --to onnx >/dev/null || { echo "FAIL: export"; exit 1; }
+mkdir -p "$work/g"
+"$bin" patch "$work/rp" "$work/g/rw.onnx" --method temperature --tau 0.9 $V >"$work/p.log" 2>&1 \
+  || { echo "FAIL: certified rewrite"; cat "$work/p.log"; exit 1; }
+"$bin" patch "$work/rp" "$work/g/nv.onnx" --method temperature --tau 0.9 --no-verify >"$work/p2.log" 2>&1 \
+  || { echo "FAIL: uncertified rewrite"; cat "$work/p2.log"; exit 1; }
+g=$work/g/rw.onnx
+
+# 1. The certified rewrite passes; --json says so; --rerun is refused (exit 2).
+"$bin" check "$g" >"$work/ok.out" 2>&1 && grep -q "^check: $g: pass (onnx, 0 files, certificate sha256 [0-9a-f]\{64\})$" "$work/ok.out" \
+  && ok || { bad "clean rewrite"; cat "$work/ok.out"; }
+"$bin" check "$g" --json >"$work/ok.json" && "$py" - "$work/ok.json" <<'PY' && ok || { bad "--json on the clean rewrite"; cat "$work/ok.json"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["format"] == "onnx" and r["result"] == "pass" and r["failures"] == [] and len(r["certificate_sha256"]) == 64, r
+PY
+"$bin" check "$g" --rerun >/dev/null 2>"$work/rerun.out"
+[ $? -eq 2 ] && grep -q "rw.onnx: --rerun: the C engine does not run ONNX graphs" "$work/rerun.out" && ok \
+  || { bad "--rerun on a rewritten graph: exit 2"; cat "$work/rerun.out"; }
+
+# edit NAME PYTHON: a copy of the certified graph with metadata_props d (a dict) edited by PYTHON.
+edit() {
+  "$py" - "$g" "$work/g/$1.onnx" "$2" <<'PY' || bad "editing $1"
+import sys, onnx
+src, dst, code = sys.argv[1:4]
+m = onnx.load(src, load_external_data=False)
+d = {p.key: p.value for p in m.metadata_props}
+exec(code)
+del m.metadata_props[:]
+for k, v in d.items():
+    m.metadata_props.add(key=k, value=v)
+onnx.save(m, dst)
+PY
+}
+# expect NAME EXIT LINE [N]: `check` on NAME.onnx exits EXIT and prints exactly LINE among N (1) failures.
+expect() {
+  local n=${4:-1} what=failures
+  [ "$n" -eq 1 ] && what=failure
+  "$bin" check "$work/g/$1.onnx" >"$work/$1.out" 2>&1; local s=$?
+  [ $s -eq "$2" ] && grep -qxF -- "$3" "$work/$1.out" && grep -qx "check: $work/g/$1.onnx: $n $what" "$work/$1.out" \
+    && ok || { bad "$1: exit $s, want $2 and: $3"; cat "$work/$1.out"; }
+}
+sha=$("$py" -c "import onnx,sys; print({p.key: p.value for p in onnx.load(sys.argv[1], load_external_data=False).metadata_props}['ctxpatch.certificate_sha256'])" "$g")
+
+# 2. The certificate's bytes edited (its probe seed + 1), its digest left: the digest no longer matches.
+edit cert 'import json; c = json.loads(d["ctxpatch.certificate"]); c["probes"]["seed"] += 1; d["ctxpatch.certificate"] = json.dumps(c, indent=2)'
+new=$("$py" -c "import onnx,sys,hashlib; print(hashlib.sha256({p.key: p.value for p in onnx.load(sys.argv[1], load_external_data=False).metadata_props}['ctxpatch.certificate'].encode()).hexdigest())" "$work/g/cert.onnx")
+expect cert 1 "FAIL cert-digest: metadata_props: certificate_sha256 ${sha:0:12}... is not ctxpatch.certificate's ${new:0:12}..."
+# 3. The digest edited.
+edit sha 'd["ctxpatch.certificate_sha256"] = "0" * 64'
+expect sha 1 "FAIL cert-digest: metadata_props: certificate_sha256 000000000000... is not ctxpatch.certificate's ${sha:0:12}..."
+# 4. The rule edited: it differs from the certificate's patch.rule and from the rule it ran.
+edit rule 'd["ctxpatch.rule"] = "{\"temperature\": 0.8}"'
+expect rule 1 "FAIL meta-rule: metadata_props: rule {\"temperature\":0.8} differs from the certificate's patch.rule {\"temperature\":0.9}" 2
+expect rule 1 "FAIL meta-rule: metadata_props: rule {\"temperature\":0.8} differs from the certificate's rule {\"temperature\":0.9}" 2
+# 5. The certified flag flipped.
+edit flag 'd["ctxpatch.certified"] = "false"'
+expect flag 1 "FAIL meta-certified: metadata_props: certified is not true (written with --no-verify)"
+# 6. The fidelity edited (as an export's graph says).
+edit fid 'd["ctxpatch.fidelity"] = "graph"'
+expect fid 1 "FAIL meta-fidelity: $work/g/fid.onnx: metadata_props ctxpatch.fidelity is 'graph', not 'graph-rewrite' (a graph of an export folder: check the folder)"
+# 7. No ctxpatch metadata at all.
+edit none 'd = {k: v for k, v in d.items() if not k.startswith("ctxpatch.")}'
+expect none 1 "FAIL meta-missing: $work/g/none.onnx: no ctxpatch metadata_props (not a graph ctxpatch rewrote)"
+# 8. The uncertified rewrite.
+expect nv 1 "FAIL cert-missing: $work/g/nv.onnx: no ctxpatch.certificate in metadata_props (ctxpatch.certified is false: written with --no-verify)"
+"$bin" check "$work/g/nv.onnx" --json >"$work/nv.json"; s=$?
+[ $s -eq 1 ] && "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['result']=='fail' and [f['check'] for f in r['failures']]==['cert-missing'], r" "$work/nv.json" \
+  && ok || { bad "--json on the uncertified rewrite: exit $s"; cat "$work/nv.json"; }
+# 9. A file that is not a graph: one failure, exit 1.
+head -c 200 "$g" >"$work/g/trunc.onnx"
+"$bin" check "$work/g/trunc.onnx" >"$work/trunc.out" 2>&1; s=$?
+[ $s -eq 1 ] && grep -q "^FAIL onnx-unreadable: .*trunc.onnx: offset" "$work/trunc.out" && ok || { bad "truncated graph: exit $s"; cat "$work/trunc.out"; }
+finish
