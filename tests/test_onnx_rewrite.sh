@@ -72,6 +72,9 @@ own llama tau '{"temperature": 0.8}' 3 0 --method temperature --tau 0.8
 sched='{"temperature_schedule": {"points": [[12, 1.0], [24, 0.8], [48, 0.7]]}}'
 own gpt2 schedule "$sched" 3 0 --rule "$work/gpt2.schedule.json"
 own llama schedule "$sched" 3 0 --rule "$work/llama.schedule.json"
+# Both row-wise pieces in one site (each used to add its own <p>const/col: a duplicate initializer).
+sched_lambda='{"temperature_schedule": {"points": [[12, 1.0], [24, 0.8], [48, 0.7]]}, "lambda_mask": {"n_global": 2, "n_local": 8}}'
+own gpt2 sched_lambda "$sched_lambda" 3 0 --rule "$work/gpt2.sched_lambda.json"
 # Static ALiBi: the slopes constant (float64 in ctxpatch's exports; MPT's alibi_bias_max 6, 6 heads)
 # is replaced in place by m_h / F; no node changes.
 own bloom alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2

@@ -33,7 +33,8 @@ other means, output comparison, and the byte-level check of what a rewrite kept.
         N_CHANGED nodes whose name and op are kept; every initializer (but exactly N_INIT_CHANGED,
         default 0, which keep their name, type and dims and change their values), input, output,
         value_info, opset and metadata entry of ORIG is byte-equal in REWRITTEN; new nodes and
-        initializers are named ctxpatch/rewrite/...; metadata ctxpatch.rule is present
+        initializers are named ctxpatch/rewrite/...; no initializer name occurs twice; metadata
+        ctxpatch.rule is present
 """
 import json
 import os
@@ -299,6 +300,8 @@ def kept(orig, new, n_changed, n_init_changed=0):
             assert (x.name, x.op_type, x.domain) == (y.name, y.op_type, y.domain), (x.name, y.name)
             changed += 1
     assert changed == n_changed, f"{changed} nodes changed, expected {n_changed}"
+    names = [t.name for t in gb.initializer]  # what onnx's checker asks: each initializer once
+    assert len(names) == len(set(names)), sorted({k for k in names if names.count(k) > 1})[:5]
     ia = {t.name: t.SerializeToString() for t in ga.initializer}
     ib = {t.name: t.SerializeToString() for t in gb.initializer}
     diff = [k for k, v in ia.items() if ib.get(k) != v]
