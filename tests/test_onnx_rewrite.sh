@@ -19,9 +19,10 @@
 #    metadata entry compares byte-equal (python3-onnx), and untouched nodes occur verbatim in the
 #    file; the external data file is copied beside OUT byte for byte;
 #  - Lambda on com.microsoft attention with a cache, from the nodes' runtime shapes: the fused
-#    GPT-2's Attention with a past (as its mask_index), and make_mha_graph.py's MultiHeadAttention
-#    and GroupQueryAttention decoders (as their attention_bias), each on a prefill and on 2
-#    tokens after 9 cached, against the numpy bias / mask as a constant in the same place;
+#    GPT-2's Attention with a past (as its mask_index; also on a copy without one), and
+#    make_mha_graph.py's MultiHeadAttention and GroupQueryAttention decoders (as their
+#    attention_bias), each on a prefill and on 2 tokens after 9 cached (GQA also a batch of two
+#    lengths), against the numpy bias / mask as a constant in the same place;
 #  - refusals, one line naming the node: a training graph (BLOOM), Lambda on a cross-attention
 #    MultiHeadAttention, on an Attention with a past and a 1-D mask_index, Lambda on RoPE (own llama
 #    export: its Cos node; Llama fp16: its RotaryEmbedding), rules the rewriter does not express,
@@ -183,6 +184,20 @@ for x in "prefill 8 8" "decode 2 11"; do
   third genai_gpt2_$ph "$cg" lambda 5 logits,present_0 ref-lambda "1 3 $S $T $work/genai_gpt2_$ph.lambda/in/attention_mask.bin" \
     --method lm-infinite --n-global 1 --n-local 3
 done
+# The same Attention graph without a mask_index: the keep mask expanded over the batch.
+"$py" - "$cg" "$work/genai_nomask.onnx" <<'PY' || bad "making the graph without a mask"
+import sys, onnx
+m = onnx.load(sys.argv[1])
+for n in m.graph.node:
+    if n.op_type == "Attention":
+        n.input[3] = ""
+keep = [i for i in m.graph.input if i.name != "attention_mask"]
+del m.graph.input[:]
+m.graph.input.extend(keep)
+onnx.save(m, sys.argv[2])
+PY
+third genai_gpt2_nomask "$work/genai_nomask.onnx" lambda 5 logits,present_0 ref-lambda "1 3 2 11 $work/genai_gpt2_nomask.lambda/in/ones.bin" \
+  --method lm-infinite --n-global 1 --n-local 3
 # MultiHeadAttention (attention_bias, input 5) and GroupQueryAttention (attention_bias, input 10)
 # without rotary embeddings: tests/onnx/make_mha_graph.py's 2-layer decoders with learned positions.
 for op in mha gqa; do

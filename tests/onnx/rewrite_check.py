@@ -79,14 +79,17 @@ def inputs(kind, d):
                 a = (0.5 * rng.standard_normal((1, 1, P, 16))).astype(np.float16)
                 write(d, f"past_key_values.{i}.{kv}", a.view(np.uint16), spec, "float16")
         spec["outputs"] = ["logits", "present.0.key"]
-    elif kind in ("genai_gpt2_prefill", "genai_gpt2_decode"):  # no past (S = 8); 2 tokens after 9 cached
+    elif kind in ("genai_gpt2_prefill", "genai_gpt2_decode", "genai_gpt2_nomask"):  # no past (S = 8); 2 after 9 cached
         S, P = (8, 0) if kind.endswith("prefill") else (2, 9)
         write(d, "input_ids", rng.integers(0, 1000, (1, S)).astype(np.int32), spec, "int32")
         write(d, "position_ids", np.arange(P, P + S, dtype=np.int32)[None], spec, "int32")
         mask = np.ones((1, P + S), dtype=np.int32)
         if P:
             mask[0, 7] = 0  # a padded key inside the local window: the Lambda mask is ANDed with it
-        write(d, "attention_mask", mask, spec, "int32")
+        if kind.endswith("nomask"):  # a copy of the graph whose Attention nodes have no mask_index
+            np.ones((1, P + S), dtype=np.int32).tofile(os.path.join(d, "ones.bin"))
+        else:
+            write(d, "attention_mask", mask, spec, "int32")
         for i in range(5):
             write(d, f"past_{i}", rng.standard_normal((2, 1, 4, P, 8)).astype(np.float32), spec, "float32")
         spec["outputs"] = ["logits", "present_0"]
