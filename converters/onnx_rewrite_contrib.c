@@ -23,11 +23,6 @@
 
 #define PREFIX "ctxpatch/rewrite/"
 
-static int64_t attr_i(const cp_onnx_node *n, const char *name, int64_t dflt) {
-  const cp_onnx_attribute *a = cp_onnx_node_attr(n, name);
-  return a && a->type == CP_ONNX_ATYPE_INT ? a->i : dflt;
-}
-
 static bool has_input(const cp_onnx_node *n, size_t i) { return n->n_inputs > i && n->inputs[i][0]; }
 
 static bool is_op(const cp_onnx_node *n, const char *op) { return !strcmp(n->op_type, op); }
@@ -45,7 +40,7 @@ int cp_rw_contrib_refuse(const cp_onnx_model *m, const cp_onnx_site *s, const cp
   if (!r->has_lambda) return 0;
   bool attention = is_op(nd, "Attention");
   if (attention && has_input(nd, 4)) {
-    if (attr_i(nd, "past_present_share_buffer", 0) || has_input(nd, 6))
+    if (cp_onnx_attr_i(nd, "past_present_share_buffer", 0) || has_input(nd, 6))
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask with a past shared with present (past_sequence_length): "
                           "the key count is not the past's length; not expressed by the rewriter", m->path, label);
     if (s->mask_rank != 0 && s->mask_rank != 2)

@@ -171,7 +171,7 @@ static int64_t proj_width(const gix *x, const char *name, int steps) {
   return 0;
 }
 
-static int64_t attr_i(const cp_onnx_node *n, const char *name, int64_t dflt) {
+int64_t cp_onnx_attr_i(const cp_onnx_node *n, const char *name, int64_t dflt) {
   const cp_onnx_attribute *a = cp_onnx_node_attr(n, name);
   return a && a->type == CP_ONNX_ATYPE_INT ? a->i : dflt;
 }
@@ -181,7 +181,7 @@ static int64_t attr_i(const cp_onnx_node *n, const char *name, int64_t dflt) {
 static float contrib_scale(const gix *x, const cp_onnx_node *n) {
   const cp_onnx_attribute *s = cp_onnx_node_attr(n, "scale");
   if (s && s->type == CP_ONNX_ATYPE_FLOAT && s->f != 0.0f) return s->f;
-  int64_t heads = attr_i(n, "num_heads", 0), width = 0, parts = 1;
+  int64_t heads = cp_onnx_attr_i(n, "num_heads", 0), width = 0, parts = 1;
   if (heads <= 0 || n->n_inputs < 1) return 0;
   if (!strcmp(n->op_type, "Attention")) {
     const cp_onnx_attribute *qkv = cp_onnx_node_attr(n, "qkv_hidden_sizes");
@@ -194,7 +194,7 @@ static float contrib_scale(const gix *x, const cp_onnx_node *n) {
     if (packed && !strcmp(n->op_type, "GroupQueryAttention")) parts = 0; /* q, k, v widths differ: see below */
     else if (packed) return 0; /* MultiHeadAttention's packed QKV is 5-D: its width is not a head count */
     if (parts == 0) {
-      int64_t kv = attr_i(n, "kv_num_heads", 0);
+      int64_t kv = cp_onnx_attr_i(n, "kv_num_heads", 0);
       if (kv <= 0 || width % (heads + 2 * kv)) return 0;
       return (float)(1.0 / sqrt((double)(width / (heads + 2 * kv))));
     }
@@ -217,7 +217,7 @@ static int32_t query_type(const gix *x, const char *name, int steps) {
     size_t p = producer(x, name);
     if (p == SIZE_MAX) break;
     const cp_onnx_node *n = &g->nodes[p];
-    if (!strcmp(n->op_type, "Cast")) return (int32_t)attr_i(n, "to", 1);
+    if (!strcmp(n->op_type, "Cast")) return (int32_t)cp_onnx_attr_i(n, "to", 1);
     if (is_matmul(n) && n->n_inputs >= 2) {
       const cp_onnx_tensor *w = init_of(x, n->inputs[1]);
       return w ? w->elem_type : 1;
@@ -341,7 +341,7 @@ bool cp_onnx_graph_rotary(const cp_onnx_graph *g, size_t *at) {
   for (size_t k = 0; k < g->n_nodes; k++) {
     const cp_onnx_node *n = &g->nodes[k];
     bool trig = is_default(n) && (!strcmp(n->op_type, "Sin") || !strcmp(n->op_type, "Cos")); /* RoPE built from ops */
-    if (trig || strstr(n->op_type, "Rotary") || (!strcmp(n->op_type, "GroupQueryAttention") && attr_i(n, "do_rotary", 0))) {
+    if (trig || strstr(n->op_type, "Rotary") || (!strcmp(n->op_type, "GroupQueryAttention") && cp_onnx_attr_i(n, "do_rotary", 0))) {
       *at = k;
       return true;
     }

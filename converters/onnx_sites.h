@@ -15,6 +15,8 @@ const char *cp_onnx_site_label(char buf[300], const cp_onnx_node *n, size_t inde
 /* Whether g computes rotary embeddings (a *Rotary* op, GroupQueryAttention with do_rotary, or
  * default-domain Sin / Cos nodes as ctxpatch's own RoPE exports); *at gets the first such node. */
 bool cp_onnx_graph_rotary(const cp_onnx_graph *g, size_t *at);
+/* Node n's INT attribute `name`, or dflt when it has none of that type. */
+int64_t cp_onnx_attr_i(const cp_onnx_node *n, const char *name, int64_t dflt);
 /* The values of a float32 or float64 tensor of at most 1024 elements, in double. */
 int cp_onnx_values_f64(double *out /* [t->numel] */, const cp_onnx_tensor *t);
 /* The ALiBi slopes constants upstream of the Softmax sites s[0..n): found[k] for initializer k. */
