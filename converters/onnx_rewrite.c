@@ -424,8 +424,8 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
       goto done;
     }
   /* The sites are the layers of one decoder-only stack: per-layer lists must have their count. */
-  int64_t train_len = p && p->train_len > 0 ? p->train_len : rule->train_len;
-  cp_rule_model rm = {false, 0, (int)n, train_len, any_slopes, false, !any_slopes, NULL};
+  /* the model's training length (the caller's, when it knows one); the rule's overrides it */
+  cp_rule_model rm = {false, 0, (int)n, p && p->train_len > 0 ? p->train_len : 0, any_slopes, false, !any_slopes, NULL};
   if (n > CP_RULE_MAX_LAYERS) {
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
     goto done;
@@ -463,7 +463,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   /* The graph holds the training length it was given: the rule in its metadata says which. */
   CP_CHECK_ALLOC_GOTO(meta_rule = malloc(sizeof *meta_rule), m->path);
   *meta_rule = *rule;
-  if (alibi_runtime(rule)) meta_rule->train_len = train_len;
+  if (alibi_runtime(rule) && !rule->train_len) meta_rule->train_len = rm.train_len;
   CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(meta_rule), m->path);
   if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.rewrite_version", cp_version())) < 0 ||
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.rule", rule_json)) < 0 ||
