@@ -154,6 +154,28 @@ PYEOF
 "$bin" patch "$work/bloom_affine/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --dynamic --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "(Add): the ALiBi term it adds to the logits of node .* (Softmax) is not proportional to the slopes (node 'affine/add' (Add) combines them with another term): alibi_scale dynamic cannot scale it" "$work/e" \
   && ok || { bad "affine ALiBi term: exit $s"; cat "$work/e"; }
+# A site whose logits get no term from the slopes through an Add (here layer 0's Add(scores, term)
+# made Sub(term, scores), a term that is not ALiBi's -m d added to the scores) is refused, naming
+# its Softmax; the slopes are still found through the other layers.
+"$py" - "$work/bloom.exp" "$work/bloom_noterm" <<'PYEOF'
+import shutil, sys
+import onnx
+src, dst = sys.argv[1], sys.argv[2]
+shutil.rmtree(dst, ignore_errors=True)
+shutil.copytree(src, dst)
+m = onnx.load(f"{src}/onnx/model.onnx", load_external_data=False)
+sm = next(n for n in m.graph.node if n.op_type == "Softmax")
+prod = {o: n for n in m.graph.node for o in n.output}
+n = prod[sm.input[0]]
+while n.op_type != "Add":
+    n = next(prod[i] for i in n.input if i in prod and prod[i].op_type in ("Where", "Add", "Mul"))
+n.op_type = "Sub"
+n.input[0], n.input[1] = n.input[1], n.input[0]
+onnx.save(m, f"{dst}/onnx/model.onnx")
+PYEOF
+"$bin" patch "$work/bloom_noterm/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --progressive --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "model.onnx: node [0-9]* (Softmax): no ALiBi term (a slopes constant times a distance) is added on its logits' way from its q.k MatMul, so alibi_scale progressive has nothing to scale" "$work/e" \
+  && ok || { bad "site without an ALiBi term: exit $s"; cat "$work/e"; }
 "$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && grep -q "initializer 'const/8' (ALiBi slopes): lambda_mask implies a distance ceiling of 8" "$work/e" \
   && ok || { bad "bloom export lambda: exit $s"; cat "$work/e"; }
