@@ -128,51 +128,16 @@ echo '{"alibi_scale": {"mode": "progressive"}}' >"$work/prog_nolen.json"
 [ $s -eq 2 ] && [ ! -e "$work/b.onnx" ] && grep -q "alibi-pi --factor F | --dynamic --train-len N" "$work/e" \
   && ok || { bad "dynamic without --train-len: exit $s"; cat "$work/e"; }
 # A term not proportional to the slopes (here slopes + 0 before the distance product: an Add that
-# python3-onnx splices into the bloom export) cannot be rescaled: refused naming both nodes.
-"$py" - "$work/bloom.exp" "$work/bloom_affine" <<'PYEOF'
-import shutil, sys
-import onnx
-from onnx import helper, numpy_helper
-import numpy as np
-src, dst = sys.argv[1], sys.argv[2]
-shutil.rmtree(dst, ignore_errors=True)
-shutil.copytree(src, dst)
-m = onnx.load(f"{src}/onnx/model.onnx", load_external_data=False)
-g = m.graph
-cast = next(n for n in g.node if n.op_type == "Cast" and any(
-    p.op_type == "Reshape" and p.output[0] == n.input[0] and p.input[0] == "const/8" for p in g.node))
-user = next(n for n in g.node if cast.output[0] in n.input)
-g.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "affine/zero"))
-add = helper.make_node("Add", [cast.output[0], "affine/zero"], ["affine/sum"], name="affine/add")
-user.input[list(user.input).index(cast.output[0])] = "affine/sum"
-nodes = list(g.node)
-nodes.insert(nodes.index(user), add)
-del g.node[:]
-g.node.extend(nodes)
-onnx.save(m, f"{dst}/onnx/model.onnx")
-PYEOF
+# python3-onnx splices into the bloom export, rewrite_check.py alibi-variant) cannot be rescaled:
+# refused naming both nodes.
+"$py" "$chk" alibi-variant affine "$work/bloom.exp" "$work/bloom_affine"
 "$bin" patch "$work/bloom_affine/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --dynamic --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "(Add): the ALiBi term it adds to the logits of node .* (Softmax) is not proportional to the slopes (node 'affine/add' (Add) combines them with another term): alibi_scale dynamic cannot scale it" "$work/e" \
   && ok || { bad "affine ALiBi term: exit $s"; cat "$work/e"; }
 # A site whose logits get no term from the slopes through an Add (here layer 0's Add(scores, term)
 # made Sub(term, scores), a term that is not ALiBi's -m d added to the scores) is refused, naming
 # its Softmax; the slopes are still found through the other layers.
-"$py" - "$work/bloom.exp" "$work/bloom_noterm" <<'PYEOF'
-import shutil, sys
-import onnx
-src, dst = sys.argv[1], sys.argv[2]
-shutil.rmtree(dst, ignore_errors=True)
-shutil.copytree(src, dst)
-m = onnx.load(f"{src}/onnx/model.onnx", load_external_data=False)
-sm = next(n for n in m.graph.node if n.op_type == "Softmax")
-prod = {o: n for n in m.graph.node for o in n.output}
-n = prod[sm.input[0]]
-while n.op_type != "Add":
-    n = next(prod[i] for i in n.input if i in prod and prod[i].op_type in ("Where", "Add", "Mul"))
-n.op_type = "Sub"
-n.input[0], n.input[1] = n.input[1], n.input[0]
-onnx.save(m, f"{dst}/onnx/model.onnx")
-PYEOF
+"$py" "$chk" alibi-variant noterm "$work/bloom.exp" "$work/bloom_noterm"
 "$bin" patch "$work/bloom_noterm/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --progressive --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "model.onnx: node [0-9]* (Softmax): no ALiBi term (a slopes constant times a distance) is added on its logits' way from its q.k MatMul, so alibi_scale progressive has nothing to scale" "$work/e" \
   && ok || { bad "site without an ALiBi term: exit $s"; cat "$work/e"; }
