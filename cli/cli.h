@@ -137,9 +137,10 @@ bool cli_patch_rewrite_model(char model[CLI_PATH_MAX], const char *in, const cha
  * buf[CLI_PATH_MAX], or NULL. */
 const char *cli_patch_rewrite_tokenizer(char buf[CLI_PATH_MAX], const char *model);
 /* Rewrites `model` under `rule` into OUT (external data placed beside it), with the certificate
- * (its sha256 and its text; cert_sha256 NULL: uncertified) in its metadata_props; dry_run: every
+ * (its sha256 and its text; cert_sha256 NULL: uncertified) in its metadata_props; train_len: the
+ * model's training length for a rule that needs one and gives none (0: unknown); dry_run: every
  * check, nothing written. Prints the summary line unless dry_run; 0 or the error (message set). */
-int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, const char *cert_sha256,
+int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, int64_t train_len, const char *cert_sha256,
                       const char *cert_text, bool force, bool dry_run);
 /* Certifies the rule on the model the graph describes (cp_patch_run --to onnx into a temporary
  * folder beside OUT, removed afterwards), then on a passing verdict rewrites the graph under the

@@ -17,7 +17,7 @@ static void help(FILE *out) {
   fprintf(out,
           "usage: ctxpatch forward MODEL --ids 3,17,5 [--decoder-ids 0,4] [--rule RULE.json]\n"
           "                        [--threads T] [--device cpu|cuda] [--out FILE] [--stats FILE.json]\n"
-          "                        [--generate N [--stop-at-eos]] [--on-top]\n\n"
+          "                        [--generate N [--stop-at-eos] [--step-logits FILE]] [--on-top]\n\n"
           "Runs the float32 CPU reference engine on MODEL (a checkpoint folder) under an attention\n"
           "rule (default: none) and writes the logits of every position of the last stack (the\n"
           "decoder for T5) to FILE as float32 little-endian, row-major [positions x vocab].\n\n"
@@ -34,6 +34,8 @@ static void help(FILE *out) {
           "  --generate N        also decode N tokens greedily with the KV cache and print them\n"
           "                      comma-separated on stdout\n"
           "  --stop-at-eos       stop generating after the model's eos token\n"
+          "  --step-logits FILE  the logits each generated token was chosen from, [N x vocab] as --out\n"
+          "                      (the prompt's last row, then one row per step through the cache)\n"
           "  --on-top            apply a --rule temperature although MODEL is an artifact whose\n"
           "                      weights already carry one (refused otherwise)\n\n"
           "Outputs are written atomically; on any error nothing is written.\n");
@@ -103,7 +105,7 @@ done:
 int cmd_forward(int argc, char **argv) {
   const char *cmd = "forward";
   const char *model_path = NULL, *ids_text = NULL, *dec_text = NULL, *rule_path = NULL;
-  const char *out_path = NULL, *stats_path = NULL;
+  const char *out_path = NULL, *stats_path = NULL, *steps_path = NULL;
   unsigned long long threads = 0, n_gen = 0;
   cp_device device = CP_DEVICE_CPU;
   char device_desc[512];
@@ -116,13 +118,14 @@ int cmd_forward(int argc, char **argv) {
     }
     bool takes = !strcmp(a, "--ids") || !strcmp(a, "--decoder-ids") || !strcmp(a, "--rule") ||
                  !strcmp(a, "--threads") || !strcmp(a, "--out") || !strcmp(a, "--stats") ||
-                 !strcmp(a, "--generate") || !strcmp(a, "--device");
+                 !strcmp(a, "--generate") || !strcmp(a, "--device") || !strcmp(a, "--step-logits");
     if (takes && i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     if (!strcmp(a, "--ids")) ids_text = argv[++i];
     else if (!strcmp(a, "--decoder-ids")) dec_text = argv[++i];
     else if (!strcmp(a, "--rule")) rule_path = argv[++i];
     else if (!strcmp(a, "--out")) out_path = argv[++i];
     else if (!strcmp(a, "--stats")) stats_path = argv[++i];
+    else if (!strcmp(a, "--step-logits")) steps_path = argv[++i];
     else if (!strcmp(a, "--threads")) {
       if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1024, &threads)) return CLI_USAGE;
     } else if (!strcmp(a, "--device")) {
@@ -140,10 +143,11 @@ int cmd_forward(int argc, char **argv) {
   if (!ids_text) return cli_usage_error(cmd, "missing --ids");
   if (!out_path && !generate) return cli_usage_error(cmd, "missing --out (or --generate)");
   if (stats_path && !out_path) return cli_usage_error(cmd, "--stats needs --out");
+  if (steps_path && !generate) return cli_usage_error(cmd, "--step-logits needs --generate");
   if (cli_device_ready(cmd, device, device_desc, sizeof device_desc) != CLI_OK) return CLI_USAGE;
 
   int64_t *ids = NULL, *dec = NULL, *gen = NULL, n_ids = 0, n_dec = 0, n_out = 0;
-  float *logits = NULL;
+  float *logits = NULL, *steps = NULL;
   cp_model *model = NULL;
   cp_engine *eng = NULL;
   cp_rule rule;
@@ -151,8 +155,8 @@ int cmd_forward(int argc, char **argv) {
   cp_rule_init(&rule);
   const char *ins[] = {model_path, rule_path, ids_text[0] == '@' ? ids_text + 1 : NULL,
                        dec_text && dec_text[0] == '@' ? dec_text + 1 : NULL};
-  const char *outs[] = {out_path, stats_path};
-  if ((rc = cli_check_outputs(ins, 4, outs, 2, false))) goto done;
+  const char *outs[] = {out_path, stats_path, steps_path};
+  if ((rc = cli_check_outputs(ins, 4, outs, 3, false))) goto done;
   if ((rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text))) goto done;
   if (dec_text && (rc = cli_parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
   if (rule_path && (rc = cp_rule_load(&rule, rule_path))) goto done;
@@ -184,7 +188,13 @@ int cmd_forward(int argc, char **argv) {
       rc = cp_error_set(CP_ENOMEM, "out of memory");
       goto done;
     }
-    if ((rc = cp_engine_generate(eng, gen, &n_out, NULL, ids, n_ids, dec, n_dec, (int)n_gen, stop_at_eos))) goto done;
+    uint64_t count;
+    if (steps_path && (!cp_mul_u64(&count, n_gen ? n_gen : 1, (uint64_t)model->vocab) || count > SIZE_MAX / sizeof(float) ||
+                       !(steps = malloc((size_t)count * sizeof *steps)))) {
+      rc = cp_error_set(CP_ENOMEM, "out of memory for the logits of %llu steps", n_gen);
+      goto done;
+    }
+    if ((rc = cp_engine_generate(eng, gen, &n_out, steps, ids, n_ids, dec, n_dec, (int)n_gen, stop_at_eos))) goto done;
   }
   if (out_path) {
     cp_engine_stats st;
@@ -193,6 +203,7 @@ int cmd_forward(int argc, char **argv) {
       goto done;
     if (stats_path && (rc = write_stats(stats_path, &st))) goto done;
   }
+  if (steps_path && (rc = write_logits(steps_path, steps, (size_t)n_out * model->vocab))) goto done;
   if (generate) {
     for (int64_t i = 0; i < n_out; i++) printf("%s%lld", i ? "," : "", (long long)gen[i]);
     printf("\n");
@@ -204,5 +215,6 @@ done:
   free(dec);
   free(gen);
   free(logits);
+  free(steps);
   return rc ? cli_report(rc) : CLI_OK;
 }

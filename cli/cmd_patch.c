@@ -26,7 +26,7 @@ static const char patch_help[] =
     "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
     "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
     "                      --method temperature [--tau X] | --method lm-infinite --n-local N [--n-global G] |\n"
-    "                      --method alibi-pi --factor F\n\n"
+    "                      --method alibi-pi --factor F | --dynamic|--progressive [--train-len N]\n\n"
     "Builds a length-extrapolation patch, bakes what the weights can carry into an HF folder OUT,\n"
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
@@ -48,7 +48,8 @@ static const char patch_help[] =
     "                  training length (target length when none is), [L_tr, 1] first; kept as\n"
     "                  ctxpatch metadata (safetensors) or graph nodes (--to onnx)\n"
     "                  --scope encoder|self|all (T5; default encoder)\n"
-    "  alibi-pi        --factor F (static) | --dynamic [--train-len N] | --progressive\n"
+    "  alibi-pi        --factor F (static) | --dynamic | --progressive; --train-len N (default\n"
+    "                  the model's config; an in-place ONNX rewrite with --no-verify needs it)\n"
     "  lm-infinite     --n-global G (10) --n-local N (training length) --ceiling D (n-local)\n"
     "                  [--top-k K]\n"
     "  rope-pi         --factor F (config.json rope_scaling linear, times any existing factor)\n"
@@ -334,12 +335,19 @@ static int rewrite_args(patch_args *pa, cp_rule *rule, bool *have_rule) {
     rule->n_temperature = 1, rule->temperature[0] = o->tau;
   else if (o->method == CP_PATCH_ALIBI_PI && o->factor > 0 && !o->dynamic && !o->progressive)
     rule->alibi_mode = CP_ALIBI_STATIC, rule->alibi_factor = o->factor;
+  else if (o->method == CP_PATCH_ALIBI_PI && o->dynamic + o->progressive == 1 && o->factor <= 0 && o->train_len)
+    rule->alibi_mode = o->dynamic ? CP_ALIBI_DYNAMIC : CP_ALIBI_PROGRESSIVE, rule->train_len = o->train_len;
   else if (o->method == CP_PATCH_LM_INFINITE && o->n_local > 0 && !o->ceiling && !o->top_k)
     rule->has_lambda = true, rule->n_global = o->have_n_global ? o->n_global : 10, rule->n_local = o->n_local;
   else *have_rule = false;
+  /* dynamic / progressive without train_len take the model's: only a certification knows it */
+  if (*have_rule && (rule->alibi_mode == CP_ALIBI_DYNAMIC || rule->alibi_mode == CP_ALIBI_PROGRESSIVE) &&
+      !rule->train_len && !pa->no_verify)
+    *have_rule = false;
   if (!*have_rule && pa->no_verify)
     return cli_usage_error("patch", "with --no-verify an in-place ONNX rewrite takes --rule FILE, --method temperature "
-                           "--tau X, --method lm-infinite --n-local N [--n-global G] or --method alibi-pi --factor F "
+                           "--tau X, --method lm-infinite --n-local N [--n-global G] or --method alibi-pi --factor F | --dynamic "
+                           "--train-len N | --progressive --train-len N "
                            "(no model is run to calibrate or resolve defaults)");
   return CLI_OK;
 }
@@ -365,12 +373,12 @@ int cmd_patch(int argc, char **argv) {
     const char *rins[] = {pa.in, pa.rule_path, pa.tok_path, pa.vo.corpus};
     if ((status = rewrite_args(&pa, &rw_rule, &have_rule)) != CLI_OK) goto done;
     if ((rc = cli_check_outputs(rins, 4, &pa.out_dir, 1, false)) ||
-        (have_rule && (rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, NULL, NULL, pa.force, true)) < 0)) {
+        (have_rule && (rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, 0, NULL, NULL, pa.force, true)) < 0)) {
       status = cli_report(rc);
       goto done;
     }
     if (pa.no_verify) {
-      rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, NULL, NULL, pa.force, false);
+      rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, 0, NULL, NULL, pa.force, false);
       status = rc < 0 ? cli_report(rc) : CLI_OK;
       goto done;
     }

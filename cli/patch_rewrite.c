@@ -89,7 +89,7 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
   return 0;
 }
 
-int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, const char *cert_sha256,
+int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, int64_t train_len, const char *cert_sha256,
                       const char *cert_text, bool force, bool dry_run) {
   bool cert = cert_sha256 != NULL;
   cp_onnx_model *m = NULL;
@@ -103,7 +103,7 @@ int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, c
   }
   const char *keys[] = {"ctxpatch.certified", "ctxpatch.certificate_sha256", "ctxpatch.certificate"};
   const char *values[] = {cert ? "true" : "false", cert ? cert_sha256 : "", cert && cert_text ? cert_text : ""};
-  cp_onnx_rewrite_params p = {keys, values, cert ? 3 : 2};
+  cp_onnx_rewrite_params p = {keys, values, cert ? 3 : 2, train_len};
   cp_onnx_rewrite_report rep;
   /* The graph is rewritten in memory (every refusal) before any file is placed. */
   if ((rc = cp_onnx_rewrite(&rep, m, rule, NULL, &p)) < 0 || dry_run) goto done;
@@ -116,6 +116,15 @@ int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, c
 done:
   cp_onnx_model_free(m);
   return rc;
+}
+
+/* The training length the certificate's engine run used (its model.train_len), or 0. */
+static int64_t cert_train_len(const char *text) {
+  cJSON *c = cJSON_Parse(text);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "model"), "train_len");
+  int64_t v = cJSON_IsNumber(t) && t->valuedouble >= 1 && t->valuedouble <= (double)CLI_MAX_TOKENS ? (int64_t)t->valuedouble : 0;
+  cJSON_Delete(c);
+  return v;
 }
 
 int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const char *out_path,
@@ -163,8 +172,8 @@ int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const 
   size_t len;
   snprintf(path, sizeof path, "%s/certificate.json", cert_dir);
   if ((rc = cp_read_file(&text, &len, path, (size_t)64 << 20)) < 0 ||
-      (rc = cli_patch_rewrite(model, out_path, &out->patch.rule, out->certificate_sha256, text, params->replace,
-                              false)) < 0) {
+      (rc = cli_patch_rewrite(model, out_path, &out->patch.rule, cert_train_len(text), out->certificate_sha256, text,
+                              params->replace, false)) < 0) {
     out->pass = false;
     goto done;
   }

@@ -4,6 +4,7 @@
  * (engine/attn_call.c for the tables, engine/attention_cpu.c row_logits and topk_row). */
 #include "converters/onnx_attention.h"
 
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -116,6 +117,26 @@ static const char *rope_fixed_scores(cp_onnx_attn_ctx *c, int64_t pos) {
 
 /* ---------------------------------------------------------------- ALiBi */
 
+const char *cp_onnx_alibi_divisor(const cp_onnx_emit *e, const cp_attn_plan *p, const char *n_keys, const char *qpos) {
+  assert(p->alibi_mode == CP_ALIBI_DYNAMIC || p->alibi_mode == CP_ALIBI_PROGRESSIVE);
+  /* the length: T keys (dynamic) or i + 1 for each row (progressive) */
+  const char *len;
+  if (p->alibi_mode == CP_ALIBI_DYNAMIC) {
+    len = e->cast(e->user, n_keys, CP_OG_DOUBLE);
+  } else {
+    const char *in[] = {e->cast(e->user, qpos, CP_OG_DOUBLE), e->f64(e->user, 1.0)};
+    len = e->op(e->user, "Add", in, 2);
+  }
+  const char *div[] = {len, e->f64(e->user, (double)p->train_len)};
+  const char *max[] = {e->op(e->user, "Div", div, 2), e->f64(e->user, 1.0)};
+  return e->op(e->user, "Max", max, 2);
+}
+
+/* cp_onnx_emit over the exporter's builder. */
+static const char *og_op(void *g, const char *op, const char *const *in, int n) { return cp_og_node(g, op, in, n, NULL, 0); }
+static const char *og_cast(void *g, const char *x, int to) { return cp_og_cast(g, x, to); }
+static const char *og_f64(void *g, double v) { return f64(g, v); }
+
 /* Scaled slopes m_h / F as float, [H, 1, 1] (static), or per pass (dynamic: F = max(1,
  * T / train_len)), or [B, H, S, 1] per row (progressive: F_i = max(1, (i + 1) / train_len)),
  * computed in double as cp_plan_alibi_divisor and the engine's slope table. */
@@ -133,12 +154,8 @@ static const char *alibi_slopes(cp_onnx_attn_ctx *c) {
   v = cp_og_op2(g, "Reshape", cp_og_f64s(g, s, H), cp_og_i64s(g, shape, 3));
   free(s);
   if (!fixed) {
-    /* the length: T keys (dynamic) or i + 1 for each row (progressive) */
-    const char *len = p->alibi_mode == CP_ALIBI_DYNAMIC
-                          ? cp_og_cast(g, c->n_keys, CP_OG_DOUBLE)
-                          : cp_og_op2(g, "Add", cp_og_cast(g, c->qpos, CP_OG_DOUBLE), f64(g, 1.0));
-    const char *F = cp_og_op2(g, "Max", cp_og_op2(g, "Div", len, f64(g, (double)p->train_len)), f64(g, 1.0));
-    v = cp_og_op2(g, "Div", v, F);
+    cp_onnx_emit e = {g, og_op, og_cast, og_f64};
+    v = cp_og_op2(g, "Div", v, cp_onnx_alibi_divisor(&e, p, c->n_keys, c->qpos));
   }
   return memo_keep(c, "alibi.slopes", NULL, true, cp_og_cast(g, v, CP_OG_FLOAT));
 }

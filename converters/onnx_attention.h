@@ -88,6 +88,23 @@ const char *cp_onnx_attn_distance(cp_onnx_attn_ctx *c);
  * [B, H, S, T]; masked keys get exactly 0 (see the .c for the fill value). */
 const char *cp_onnx_attention_probs(cp_onnx_attn_ctx *c);
 
+/* A node builder over either ONNX writer, so that a rule's subgraph has one copy: the exporter's
+ * cp_og (onnx_attention.c) and the in-place rewriter's editor (onnx_rewrite.c) implement it.
+ * Every callback returns the new value's name (owned by the emitter, valid while it lives), or
+ * NULL once a call has failed (the emitter keeps the error). */
+typedef struct {
+  void *user;
+  const char *(*op)(void *user, const char *op, const char *const *in, int n_in); /* one output */
+  const char *(*cast)(void *user, const char *x, int to); /* to: an ONNX TensorProto type */
+  const char *(*f64)(void *user, double v);               /* a float64 scalar constant */
+} cp_onnx_emit;
+
+/* ALiBi's slope divisor of alibi_scale dynamic or progressive as float64 nodes, computed as
+ * cp_plan_alibi_divisor: dynamic F = max(1, T / train_len) of n_keys (int64 T, a scalar);
+ * progressive F_i = max(1, (i + 1) / train_len) of qpos (int64 absolute query positions i, any
+ * shape; the result has its shape). The plan must be one of the two modes. */
+const char *cp_onnx_alibi_divisor(const cp_onnx_emit *e, const cp_attn_plan *plan, const char *n_keys, const char *qpos);
+
 /* RoPE tables of int64 positions pos [..., 1]: *cos, *sin [..., rope_dims] float, angles in
  * double as the engine's rope_rotate: pos * theta^(-2a / rot) / rope_scale, the first half
  * repeated for the second (rotate-half layout). A scalar-like pos [1] gives [rope_dims]. */

@@ -3,6 +3,7 @@
  * byte-preserving editor (formats/onnx_edit.c). */
 #include "ctxpatch/converters/onnx_rewrite.h"
 
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
@@ -15,10 +16,19 @@
 #include "ctxpatch/base/quote.h"
 #include "ctxpatch/base/version.h"
 #include "ctxpatch/formats/onnx_edit.h"
+#include "converters/onnx_attention.h"
 #include "converters/onnx_rewrite_int.h"
 #include "converters/onnx_sites.h"
 
 #define PREFIX "ctxpatch/rewrite/"
+
+/* alibi_scale whose F is computed at run time (dynamic, progressive), and its name for messages. */
+static bool alibi_runtime(const cp_rule *r) {
+  return r->alibi_mode == CP_ALIBI_DYNAMIC || r->alibi_mode == CP_ALIBI_PROGRESSIVE;
+}
+static const char *alibi_name(const cp_rule *r) {
+  return r->alibi_mode == CP_ALIBI_DYNAMIC ? "alibi_scale dynamic" : "alibi_scale progressive";
+}
 
 /* What the rewriter cannot express, one line naming the node or the rule key. */
 static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_site *s, size_t n) {
@@ -28,9 +38,7 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
   if (meta && strcmp(meta, "{}") != 0 && meta[0])
     return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
                         "(%.80s); patch the original instead", m->path, meta);
-  const char *what = r->alibi_mode == CP_ALIBI_DYNAMIC ? "alibi_scale dynamic" :
-                     r->alibi_mode == CP_ALIBI_PROGRESSIVE ? "alibi_scale progressive" :
-                     r->distance_ceiling ? "distance_ceiling" : r->has_top_k ? "top_k" :
+  const char *what = r->distance_ceiling ? "distance_ceiling" : r->has_top_k ? "top_k" :
                      r->fire_threshold > 0 ? "fire_threshold" : NULL;
   if (what)
     return cp_error_set(CP_EUNSUPPORTED, "%s: %s at %s: not expressed by the in-place rewriter (docs/onnx.md); "
@@ -51,9 +59,10 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
       return cp_error_set(CP_EUNSUPPORTED, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
                           cp_onnx_site_label(lb, nd, s[k].node), (int)s[k].elem_type);
   }
-  if ((r->has_lambda || r->n_schedule) && cp_onnx_model_opset(m, "") < 11)
+  if ((r->has_lambda || r->n_schedule || alibi_runtime(r)) && cp_onnx_model_opset(m, "") < 11)
     return cp_error_set(CP_EUNSUPPORTED, "%s: opset %lld: %s needs opset 11 (Range, negative Gather indices)", m->path,
-                        (long long)cp_onnx_model_opset(m, ""), r->has_lambda ? "lambda_mask" : "temperature_schedule");
+                        (long long)cp_onnx_model_opset(m, ""), r->has_lambda ? "lambda_mask" : r->n_schedule ?
+                        "temperature_schedule" : alibi_name(r));
   return 0;
 }
 
@@ -258,6 +267,68 @@ static int rewrite_softmax(cp_rw *w, const cp_onnx_site *s, size_t l, const cp_r
   return 0;
 }
 
+/* cp_onnx_emit over the editor: values "<p>alibi/N" made by nodes spliced in before node
+ * `before`, float64 constants "<p>const/alibi/N". */
+typedef struct {
+  cp_rw *w;
+  size_t before;
+  const char *p;
+  int n, rc;
+  char names[12][200];
+} rw_emit;
+
+static const char *em_node(rw_emit *e, const char *type, const char *const *in, int n_in, const cp_onnx_edit_attr *a,
+                           bool constant, double v) {
+  assert(e->n < 12); /* cp_onnx_alibi_divisor makes 7 values */
+  for (int i = 0; i < n_in; i++) if (!in[i]) return NULL; /* an earlier call failed */
+  if (e->rc) return NULL;
+  char what[48];
+  snprintf(what, sizeof what, "%salibi/%d", constant ? "const/" : "", e->n);
+  cp_rw_name x = cp_rw_name_of(e->p, what);
+  e->rc = constant ? cp_rw_const(e->w, x.v, 11, NULL, 0, &v) : cp_rw_op(e->w, e->before, e->p, what, type, in, (size_t)n_in, a, a ? 1 : 0);
+  if (e->rc) return NULL;
+  return memcpy(e->names[e->n++], x.v, sizeof x.v);
+}
+static const char *em_op(void *u, const char *type, const char *const *in, int n) { return em_node(u, type, in, n, NULL, false, 0); }
+static const char *em_cast(void *u, const char *x, int to) {
+  cp_onnx_edit_attr a = {"to", 2, 0, to, NULL, 0};
+  return em_node(u, "Cast", &x, 1, &a, false, 0);
+}
+static const char *em_f64(void *u, double v) { return em_node(u, NULL, NULL, 0, NULL, true, v); }
+
+/* alibi_scale dynamic or progressive at Softmax site s (layer l): the ALiBi term that entry a
+ * adds to the scores is multiplied by 1 / F, computed from the scores' shape [..., S, T] (the
+ * cache included: T keys, query rows at T - S .. T - 1): F = max(1, T / train_len) for the pass,
+ * or F_i = max(1, (i + 1) / train_len) as [S, 1], one per row. The term is proportional to the
+ * slopes (cp_onnx_alibi_entries checks it), so this is the term of the slopes m_h / F: -m_h / F_i
+ * times the distance, or times the cumulated mask in BLOOM's form (kpos instead of -(qpos -
+ * kpos): the same softmax, row by row). */
+static int rewrite_alibi(cp_rw *w, const cp_onnx_site *s, const cp_onnx_alibi_entry *a, size_t l, const cp_attn_plan *plan) {
+  const cp_onnx_node *nd = &w->m->graph->nodes[a->node];
+  char p[64], term[600];
+  snprintf(p, sizeof p, PREFIX "L%zu/alibi/", l);
+  snprintf(term, sizeof term, "%s", nd->inputs[a->bias_input]);
+  cp_rw_name qcol = cp_rw_name_of(p, "qcol"), T = cp_rw_name_of(p, "T"), one = cp_rw_name_of(p, "const/one_d");
+  cp_rw_name inv = cp_rw_name_of(p, "inv_f"), invt = cp_rw_name_of(p, "inv_f_t"), scaled = cp_rw_name_of(p, "term");
+  double d1 = 1.0;
+  int rc;
+  if ((rc = positions(w, a->node, p, nd->inputs[a->scores_input])) < 0 || (rc = cp_rw_const(w, one.v, 11, NULL, 0, &d1)) < 0)
+    return rc;
+  if (plan->alibi_mode == CP_ALIBI_PROGRESSIVE && (rc = cp_rw_qcol(w, a->node, p)) < 0) return rc;
+  rw_emit e = {w, a->node, p, 0, 0, {{0}}};
+  cp_onnx_emit em = {&e, em_op, em_cast, em_f64};
+  const char *F = cp_onnx_alibi_divisor(&em, plan, T.v, qcol.v);
+  if (e.rc) return e.rc;
+  cp_onnx_edit_attr to_t = {"to", 2, 0, s->elem_type, NULL, 0};
+  const char *in_inv[] = {one.v, F}, *in_t[] = {inv.v}, *in_mul[] = {term, invt.v};
+  if ((rc = cp_rw_op(w, a->node, p, "inv_f", "Div", in_inv, 2, NULL, 0)) < 0 ||
+      (rc = cp_rw_op(w, a->node, p, "inv_f_t", "Cast", in_t, 1, &to_t, 1)) < 0 ||
+      (rc = cp_rw_op(w, a->node, p, "term", "Mul", in_mul, 2, NULL, 0)) < 0)
+    return rc;
+  w->rep->n_nodes_changed++;
+  return cp_onnx_edit_set_input(w->e, a->node, a->bias_input, scaled.v);
+}
+
 int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule, const char *out_path,
                     const cp_onnx_rewrite_params *p) {
   memset(rep, 0, sizeof *rep);
@@ -266,6 +337,8 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   cp_onnx_edit *e = NULL;
   char *rule_json = NULL;
   bool *slopes = NULL;
+  cp_onnx_alibi_entry *entry = NULL;
+  cp_rule *meta_rule = NULL;
   int rc = cp_onnx_find_sites(&s, &n, m);
   if (rc < 0) goto done;
   if ((rc = refuse_rule(m, rule, s, n)) < 0) goto done;
@@ -288,12 +361,17 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
       goto done;
     }
   /* The sites are the layers of one decoder-only stack: per-layer lists must have their count. */
-  cp_rule_model rm = {false, 0, (int)n, rule->train_len, any_slopes, false, !any_slopes, NULL};
+  /* the model's training length (the caller's, when it knows one); the rule's overrides it */
+  cp_rule_model rm = {false, 0, (int)n, p && p->train_len > 0 ? p->train_len : 0, any_slopes, false, !any_slopes, NULL};
   if (n > CP_RULE_MAX_LAYERS) {
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
     goto done;
   }
   if ((rc = cp_rule_check_model(rule, &rm, m->path)) < 0) goto done;
+  if (alibi_runtime(rule)) {
+    CP_CHECK_ALLOC_GOTO(entry = calloc(n, sizeof *entry), m->path);
+    if ((rc = cp_onnx_alibi_entries(entry, m->graph, s, n, slopes, m->path, alibi_name(rule))) < 0) goto done;
+  }
   if ((rc = cp_onnx_edit_open(&e, m->path)) < 0) goto done;
   if (cp_onnx_edit_n_nodes(e) != m->graph->n_nodes) {
     rc = cp_error_set(CP_EFORMAT, "%s: the file changed while it was read", m->path);
@@ -305,6 +383,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
     cp_rule_plan(&plan, rule, &rm, CP_ATTN_DECODER_SELF, (int)k);
     rc = s[k].kind == CP_ONNX_SITE_SOFTMAX ? rewrite_softmax(&w, &s[k], k, rule, &plan.sched)
                                            : cp_rw_contrib(&w, &s[k], k, rule);
+    if (rc == 0 && entry && entry[k].node != SIZE_MAX) rc = rewrite_alibi(&w, &s[k], &entry[k], k, &plan);
   }
   /* Static ALiBi: each slopes constant becomes m_h / F, computed in double (as the engines). */
   for (size_t k = 0; k < m->graph->n_initializers && rc == 0 && rule->alibi_mode == CP_ALIBI_STATIC; k++) {
@@ -318,7 +397,11 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
     rep->n_initializers_changed++;
   }
   if (rc < 0) goto done;
-  CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(rule), m->path);
+  /* The graph holds the training length it was given: the rule in its metadata says which. */
+  CP_CHECK_ALLOC_GOTO(meta_rule = malloc(sizeof *meta_rule), m->path);
+  *meta_rule = *rule;
+  if (alibi_runtime(rule) && !rule->train_len) meta_rule->train_len = rm.train_len;
+  CP_CHECK_ALLOC_GOTO(rule_json = cp_rule_to_string(meta_rule), m->path);
   if ((rc = cp_onnx_edit_set_meta(e, "ctxpatch.rewrite_version", cp_version())) < 0 ||
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.rule", rule_json)) < 0 ||
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.fidelity", "graph-rewrite")) < 0)
@@ -326,6 +409,8 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   for (size_t k = 0; p && k < p->n_meta && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, p->meta_keys[k], p->meta_values[k]);
   if (rc == 0 && out_path) rc = cp_onnx_edit_write(e, out_path);
 done:
+  free(meta_rule);
+  free(entry);
   free(slopes);
   free(rule_json);
   cp_onnx_edit_free(e);

@@ -417,3 +417,70 @@ int cp_onnx_find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_gra
   return rc;
 }
 
+
+/* How value v depends on the slopes constants (found[]), upstream through elementwise and shape
+ * ops: 0 not at all; 1 in proportion (through Mul by a slopes-free factor, Div of a slopes-derived
+ * numerator, and ops that only move, copy or negate values); 2 otherwise (added to something,
+ * selected by Where, multiplied by itself): *why gets the node. Each call visits at most *budget
+ * nodes in all (a value past the bound counts as not depending). */
+static int slopes_dep(const gix *x, const char *v, const bool *found, int depth, int *budget, size_t *why) {
+  size_t t = lookup(x->init, x->n_init, v);
+  if (t != SIZE_MAX) return found[t] ? 1 : 0;
+  size_t p = producer(x, v);
+  if (p == SIZE_MAX || depth <= 0 || --*budget < 0) return 0;
+  const cp_onnx_node *n = &x->g->nodes[p];
+  if (!passes_positional(n)) return 0;
+  int d[8] = {0}, any = 0;
+  for (size_t i = 0; i < n->n_inputs && i < 8; i++) {
+    d[i] = slopes_dep(x, n->inputs[i], found, depth - 1, budget, why);
+    if (d[i] == 2) return 2;
+    any |= d[i];
+  }
+  if (!any) return 0;
+  bool prop = !strcmp(n->op_type, "Mul") ? !(d[0] && d[1]) : !strcmp(n->op_type, "Div") ? !d[1]
+              : strcmp(n->op_type, "Add") && strcmp(n->op_type, "Sub") && strcmp(n->op_type, "Where");
+  if (!prop) *why = p;
+  return prop ? 1 : 2;
+}
+
+int cp_onnx_alibi_entries(cp_onnx_alibi_entry *out /* [n] */, const cp_onnx_graph *g, const cp_onnx_site *s, size_t n,
+                          const bool *found, const char *path, const char *what) {
+  gix ix, *x = &ix;
+  char lb[300], lb2[300], lb3[300];
+  int rc = gix_build(x, g, path);
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    out[k].node = SIZE_MAX;
+    if (s[k].kind != CP_ONNX_SITE_SOFTMAX) continue;
+    const char *v = g->nodes[s[k].node].inputs[0];
+    for (int step = 0; step < WALK_STEPS && out[k].node == SIZE_MAX && rc == 0; step++) {
+      size_t p = producer(x, v), why = SIZE_MAX;
+      if (p == SIZE_MAX || p == s[k].matmul) break;
+      const cp_onnx_node *nd = &g->nodes[p];
+      int d[2] = {0, 0}, budget = 4096;
+      bool add = is_default(nd) && nd->n_inputs == 2 && (!strcmp(nd->op_type, "Add") || !strcmp(nd->op_type, "Sub"));
+      for (int i = 0; add && i < 2; i++) d[i] = slopes_dep(x, nd->inputs[i], found, 16, &budget, &why);
+      int b = d[1] ? 1 : 0; /* the slopes side */
+      if (add && (d[0] != 0) != (d[1] != 0) && (b == 1 || !strcmp(nd->op_type, "Add")) &&
+          find_matmul(x, nd->inputs[1 - b], WALK_STEPS) == s[k].matmul) {
+        if (d[b] == 2)
+          rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s: the ALiBi term it adds to the logits of %s is not proportional to "
+                            "the slopes (%s combines them with another term): %s cannot scale it", path,
+                            cp_onnx_site_label(lb, nd, p), cp_onnx_site_label(lb2, &g->nodes[s[k].node], s[k].node),
+                            why == SIZE_MAX ? "a node" : cp_onnx_site_label(lb3, &g->nodes[why], why), what);
+        out[k].node = p, out[k].bias_input = (size_t)b, out[k].scores_input = (size_t)(1 - b);
+        break;
+      }
+      /* up the chain: the input the q.k MatMul comes through */
+      size_t i = 0;
+      while (i < nd->n_inputs && find_matmul(x, nd->inputs[i], WALK_STEPS) != s[k].matmul) i++;
+      if (i == nd->n_inputs || !passes_logits(nd)) break;
+      v = nd->inputs[i];
+    }
+    if (rc == 0 && out[k].node == SIZE_MAX)
+      rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s: no ALiBi term (a slopes constant times a distance) is added on its "
+                        "logits' way from its q.k MatMul, so %s has nothing to scale", path,
+                        cp_onnx_site_label(lb, &g->nodes[s[k].node], s[k].node), what);
+  }
+  gix_free(x);
+  return rc;
+}

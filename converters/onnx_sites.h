@@ -23,4 +23,18 @@ int cp_onnx_values_f64(double *out /* [t->numel] */, const cp_onnx_tensor *t);
 int cp_onnx_find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_graph *g, const cp_onnx_site *s, size_t n,
                         const char *path);
 
+/* Where the ALiBi term enters a Softmax site's logits: an Add (or Sub, the term second) on the
+ * chain from the Softmax up to its q.k MatMul, one input from the slopes constants and the other
+ * from the MatMul. */
+typedef struct {
+  size_t node;         /* the Add / Sub (SIZE_MAX: a contrib site, none looked for) */
+  size_t bias_input;   /* its input from the slopes */
+  size_t scores_input; /* its input from the q.k MatMul ([..., S, T]) */
+} cp_onnx_alibi_entry;
+/* The entry of each Softmax site s[k] in out[k]; CP_EUNSUPPORTED naming the node, with `what`
+ * (the rule) in the line, when a site has none or its term is not proportional to the slopes
+ * (added to another term on the way). */
+int cp_onnx_alibi_entries(cp_onnx_alibi_entry *out /* [n] */, const cp_onnx_graph *g, const cp_onnx_site *s, size_t n,
+                          const bool *found, const char *path, const char *what);
+
 #endif

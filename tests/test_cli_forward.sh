@@ -35,6 +35,22 @@ check "$py" "$chk" stats "$c" "$work/t.json"
 c=$g/cases/gpt_neox__gen_identity.safetensors
 gen=$("$bin" forward "$g/models/gpt_neox" --ids "$("$py" "$chk" ids "$c" input_ids)" --generate 8) && ok || bad "generate"
 check "$py" "$chk" generated "$c" "$gen"
+# --step-logits: the logits each token was chosen from; their argmax is the PyTorch golden's
+# continuation, and the first row is the last row of the prompt's one-pass logits
+p=$("$py" "$chk" ids "$c" input_ids)
+"$bin" forward "$g/models/gpt_neox" --ids "$p" --generate 8 --step-logits "$work/steps.bin" >/dev/null &&
+  "$bin" forward "$g/models/gpt_neox" --ids "$p" --out "$work/prompt.bin" && "$py" - "$work/steps.bin" "$work/prompt.bin" "$gen" <<'PYEOF' && ok || bad "--step-logits"
+import sys
+import numpy as np
+steps, prompt = np.fromfile(sys.argv[1], "<f4"), np.fromfile(sys.argv[2], "<f4")
+gen = [int(t) for t in sys.argv[3].split(",")]
+steps = steps.reshape(len(gen), -1)
+assert list(steps.argmax(axis=1)) == gen, (list(steps.argmax(axis=1)), gen)
+last = prompt.reshape(-1, steps.shape[1])[-1]
+assert np.abs(steps[0] - last).max() <= 1e-5 * np.abs(last).max(), np.abs(steps[0] - last).max()
+PYEOF
+"$bin" forward "$g/models/gpt_neox" --ids 1,2 --out "$work/x.bin" --step-logits "$work/s2.bin" 2>/dev/null
+[ $? -eq 2 ] && [ ! -e "$work/s2.bin" ] && ok || bad "--step-logits without --generate is a usage error"
 
 # temperature_schedule from a rule file on every family (tau(T) per row; generation with a cache)
 n_sched=0

@@ -43,8 +43,30 @@ ids=$(seq -s, 1 48 | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), (
 run() { rm -rf "$3" && mkdir -p "$3" && node "$t/ort_feed.mjs" "$1" "$2" "$3"; }
 
 # --- ctxpatch's own exports against the C engine -------------------------------------------------
+# step_ref MODEL RULE OUT IDS_VAR: the engine through its KV cache (`forward --generate 18
+# --step-logits`) after a prefill of the first 30 ids: OUT = the prefill's rows 0..28 (one pass,
+# `forward`), then the logits each of the 18 generated tokens was chosen from (row 29, then one row
+# per step); the prompt plus the first 17 generated tokens go to IDS_VAR, for onnxruntime's split
+# run to feed the same tokens. What a rule whose F depends on the pass (dynamic ALiBi: T keys)
+# gives through the cache.
+step_ref() {
+  local model=$1 rule=$2 out=$3 p30 gen
+  p30=$(echo "$ids" | cut -d, -f1-30)
+  "$bin" forward "$models/$model" --ids "$p30" --rule "$rule" --out "$out.prefill" >/dev/null || return 1
+  gen=$("$bin" forward "$models/$model" --ids "$p30" --rule "$rule" --generate 18 --step-logits "$out.steps") || return 1
+  printf -v "$4" '%s,%s' "$p30" "$(echo "$gen" | cut -d, -f1-17)"
+  "$py" - "$out" <<'PYEOF'
+import sys
+import numpy as np
+out = sys.argv[1]
+pre = np.fromfile(f"{out}.prefill", "<f4").reshape(30, 96)
+steps = np.fromfile(f"{out}.steps", "<f4").reshape(18, 96)
+np.concatenate([pre[:29], steps]).astype("<f4").tofile(out)
+PYEOF
+}
+
 # own MODEL NAME RULE_JSON NODES_CHANGED INITS_CHANGED PATCH_ARGS... : export without a rule,
-# rewrite, compare with forward --rule
+# rewrite, compare with forward --rule (per_pass=1: the split against step_ref)
 own() {
   local model=$1 name=$2 rule=$3 nn=$4 ni=$5; shift 5
   local exp=$work/$model.exp d=$work/$model.$name
@@ -55,10 +77,15 @@ own() {
     || { bad "$model $name: patch"; cat "$d.log"; return; }
   "$bin" forward "$models/$model" --ids "$ids" --rule "$d.json" --out "$d.ref" >/dev/null || { bad "$model $name: forward"; return; }
   node "$t/ort_run.mjs" "$d" --ids "$ids" --out "$d.ort" --split 30 --split-out "$d.split" || { bad "$model $name: ort_run"; return; }
-  local line
-  line=$("$py" "$t/compare_logits.py" "$d.ort" "$d.ref" --vocab 96 --label "$model $name one-pass" --also "$d.split") \
-    && ok || bad "$line"
-  echo "$line" | head -2
+  local line sref=$d.ref sids
+  if [ -n "${per_pass:-}" ]; then
+    step_ref "$model" "$d.json" "$d.sref" sids && sref=$d.sref || { bad "$model $name: step reference"; return; }
+    node "$t/ort_run.mjs" "$d" --ids "$sids" --out "$d.split" --split 30 || { bad "$model $name: ort_run steps"; return; }
+  fi
+  line=$("$py" "$t/compare_logits.py" "$d.ort" "$d.ref" --vocab 96 --label "$model $name one-pass") && ok || bad "$line"
+  echo "$line"
+  line=$("$py" "$t/compare_logits.py" "$d.split" "$sref" --vocab 96 --label "$model $name prefill 30 + steps") && ok || bad "$line"
+  echo "$line"
   [ -f "$work/$model.ident" ] || "$bin" forward "$models/$model" --ids "$ids" --out "$work/$model.ident" >/dev/null
   "$py" "$t/compare_logits.py" "$d.ort" "$work/$model.ident" --vocab 96 >/dev/null && bad "$model $name: the rule changes nothing" || ok
   "$py" "$chk" kept "$exp/onnx/model.onnx" "$d/onnx/model.onnx" "$nn" "$ni" >/dev/null && ok || bad "$model $name: untouched parts differ"
@@ -80,6 +107,48 @@ own gpt2 sched_lambda "$sched_lambda" 3 0 --rule "$work/gpt2.sched_lambda.json"
 # is replaced in place by m_h / F; no node changes.
 own bloom alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2
 own mpt alibi '{"alibi_scale": {"mode": "static", "factor": 2.0}}' 0 1 --method alibi-pi --factor 2
+# Dynamic and progressive ALiBi: the term the slopes make is multiplied by 1 / F before it meets the
+# scores (one node changed per layer: the Add reading it), F from the scores' shape at run time;
+# train_len 16 and 20, so 48 tokens reach F = 3 and 2.4 (the config's 24 would make dynamic
+# F = 2 in one pass, the static rewrite's factor). Dynamic's F is per pass:
+# through the cache it is compared with the engine's own cached generation (step_ref). Each differs from
+# the static rewrite (and, in own(), from the unpatched graph).
+for model in bloom mpt; do
+  nl=$([ $model = bloom ] && echo 3 || echo 2)
+  for tl in 16 20; do
+    per_pass=1 own $model dyn$tl "{\"alibi_scale\": {\"mode\": \"dynamic\"}, \"train_len\": $tl}" "$nl" 0 \
+      --method alibi-pi --dynamic --train-len $tl
+    own $model prog$tl "{\"alibi_scale\": {\"mode\": \"progressive\"}, \"train_len\": $tl}" "$nl" 0 \
+      --method alibi-pi --progressive --train-len $tl
+    for mode in dyn prog; do
+      "$py" "$t/compare_logits.py" "$work/$model.$mode$tl.ort" "$work/$model.alibi.ort" --vocab 96 >/dev/null \
+        && bad "$model $mode$tl: equals the static rewrite" || ok
+    done
+  done
+done
+# No training length: a --rule without train_len is refused with --no-verify (no model is run to
+# give the config's); the method without --train-len is a usage error there.
+echo '{"alibi_scale": {"mode": "progressive"}}' >"$work/prog_nolen.json"
+"$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --rule "$work/prog_nolen.json" --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q 'model.onnx: alibi_scale mode "progressive" needs a training length: give train_len in the rule' "$work/e" \
+  && ok || { bad "progressive without train_len: exit $s"; cat "$work/e"; }
+"$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --dynamic --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 2 ] && [ ! -e "$work/b.onnx" ] && grep -q "alibi-pi --factor F | --dynamic --train-len N" "$work/e" \
+  && ok || { bad "dynamic without --train-len: exit $s"; cat "$work/e"; }
+# A term not proportional to the slopes (here slopes + 0 before the distance product: an Add that
+# python3-onnx splices into the bloom export, rewrite_check.py alibi-variant) cannot be rescaled:
+# refused naming both nodes.
+"$py" "$chk" alibi-variant affine "$work/bloom.exp" "$work/bloom_affine"
+"$bin" patch "$work/bloom_affine/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --dynamic --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "(Add): the ALiBi term it adds to the logits of node .* (Softmax) is not proportional to the slopes (node 'affine/add' (Add) combines them with another term): alibi_scale dynamic cannot scale it" "$work/e" \
+  && ok || { bad "affine ALiBi term: exit $s"; cat "$work/e"; }
+# A site whose logits get no term from the slopes through an Add (here layer 0's Add(scores, term)
+# made Sub(term, scores), a term that is not ALiBi's -m d added to the scores) is refused, naming
+# its Softmax; the slopes are still found through the other layers.
+"$py" "$chk" alibi-variant noterm "$work/bloom.exp" "$work/bloom_noterm"
+"$bin" patch "$work/bloom_noterm/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --progressive --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "model.onnx: node [0-9]* (Softmax): no ALiBi term (a slopes constant times a distance) is added on its logits' way from its q.k MatMul, so alibi_scale progressive has nothing to scale" "$work/e" \
+  && ok || { bad "site without an ALiBi term: exit $s"; cat "$work/e"; }
 "$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && grep -q "initializer 'const/8' (ALiBi slopes): lambda_mask implies a distance ceiling of 8" "$work/e" \
   && ok || { bad "bloom export lambda: exit $s"; cat "$work/e"; }
@@ -116,6 +185,24 @@ mkdir -p "$work/rpo/onnx" && cp "$work/cert/rw.onnx" "$work/rpo/onnx/model.onnx"
 "$bin" patch "$work/rp" "$work/cert/fail.onnx" --method temperature --tau 3 $V >"$work/f.log" 2>&1; s=$?
 [ $s -eq 1 ] && [ ! -e "$work/cert/fail.onnx" ] && grep -q "nothing written" "$work/f.log" && [ -z "$(ls -A "$work/cert" | grep '^\.')" ] \
   && ok || { bad "failing certification: exit $s"; cat "$work/f.log"; }
+# Certified progressive ALiBi without --train-len: the model's (alibi-probe's config, 256), which
+# the certification's engine run used and its certificate records, goes into the graph and its
+# ctxpatch.rule; the rewritten graph computes `forward --rule` with that train_len at 320 tokens.
+ap=$src/examples/probe-models/alibi-probe
+"$bin" convert "$ap" "$work/ap" --to onnx >/dev/null && mkdir -p "$work/cert2/onnx" && ok || bad "alibi-probe export"
+"$bin" patch "$work/ap" "$work/cert2/onnx/model.onnx" --method alibi-pi --progressive --verify passkey --lengths 256 \
+  --depths 0:1:3 --samples 2 --threads 1 >"$work/c2.log" 2>&1 && grep -q "(certified, certificate sha256" "$work/c2.log" \
+  && ok || { bad "certified progressive rewrite"; cat "$work/c2.log"; }
+"$py" -c "import json, sys, onnx; d = {p.key: p.value for p in onnx.load(sys.argv[1], load_external_data=False).metadata_props}; \
+assert json.loads(d['ctxpatch.rule']) == {'alibi_scale': {'mode': 'progressive'}, 'train_len': 256}, d['ctxpatch.rule']" \
+  "$work/cert2/onnx/model.onnx" && ok || bad "certified progressive: train_len in ctxpatch.rule"
+cp "$work/ap/config.json" "$work/cert2/"
+echo '{"alibi_scale": {"mode": "progressive"}, "train_len": 256}' >"$work/ap.json"
+apids=$(seq -s, 1 320 | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), ($i*37+11)%500+4}')
+"$bin" forward "$ap" --ids "$apids" --rule "$work/ap.json" --out "$work/ap.ref" >/dev/null &&
+  node "$t/ort_run.mjs" "$work/cert2" --ids "$apids" --out "$work/ap.ort" &&
+  "$py" "$t/compare_logits.py" "$work/ap.ort" "$work/ap.ref" --vocab 559 --label "alibi-probe certified progressive" \
+  && ok || bad "certified progressive rewrite against forward --rule"
 # No model recoverable (a third-party graph, below) and no --no-verify: refused, nothing written.
 # Options of the other paths are usage errors.
 "$bin" patch "$work/gpt2.exp/onnx/model.onnx" "$work/u.onnx" --method temperature --tau 0.8 --no-verify --to onnx >/dev/null 2>&1
@@ -250,7 +337,13 @@ refuse "contrib schedule" "$cg" "(com.microsoft Attention): temperature_schedule
 refuse "alibi without slopes" "$g2" "alibi_scale: no ALiBi slopes constant .* upstream of node 'Softmax_175' (Softmax)" \
   --method alibi-pi --factor 2
 echo '{"alibi_scale": {"mode": "dynamic"}, "train_len": 8}' >"$work/alibid.json"
-refuse "dynamic alibi" "$g2" "alibi_scale dynamic at node 'Softmax_175' (Softmax): not expressed" --rule "$work/alibid.json"
+refuse "dynamic alibi without slopes" "$g2" "alibi_scale: no ALiBi slopes constant .* upstream of node 'Softmax_175' (Softmax)" \
+  --rule "$work/alibid.json"
+refuse "progressive alibi without slopes" "$g2" "alibi_scale: no ALiBi slopes constant .* upstream of node 'Softmax_175' (Softmax)" \
+  --method alibi-pi --progressive --train-len 8
+echo '{"lambda_mask": {"n_global": 1, "n_local": 3}, "distance_ceiling": 3}' >"$work/ceil.json"
+refuse "distance_ceiling" "$g2" "distance_ceiling at node 'Softmax_175' (Softmax): not expressed by the in-place rewriter" \
+  --rule "$work/ceil.json"
 echo '{"temperature": [0.9, 0.8]}' >"$work/per2.json"
 refuse "per-layer count" "$g2" "2 per-layer temperatures for 12 attention sites" --rule "$work/per2.json"
 "$bin" patch "$g2" "$work/nv.onnx" --method temperature --tau 0.8 >/dev/null 2>"$work/e"; s=$?

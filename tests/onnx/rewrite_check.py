@@ -35,14 +35,20 @@ other means, output comparison, and the byte-level check of what a rewrite kept.
         value_info, opset and metadata entry of ORIG is byte-equal in REWRITTEN; new nodes and
         initializers are named ctxpatch/rewrite/...; no initializer name occurs twice; metadata
         ctxpatch.rule is present
+  rewrite_check.py alibi-variant KIND EXPORT_DIR OUT_DIR
+        a copy of ctxpatch's ALiBi export folder (its data file kept) whose graph the rewriter
+        must refuse for dynamic / progressive ALiBi: KIND "affine" adds 0 to the slopes before
+        the distance product (the term is no longer proportional to them: node 'affine/add');
+        "noterm" makes layer 0's Add(scores, term) a Sub(term, scores) (no ALiBi term added)
 """
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -274,6 +280,32 @@ def randomize(model, out):
     onnx.save(m, out)
 
 
+def alibi_variant(kind, src, dst):
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    m = onnx.load(f"{src}/onnx/model.onnx", load_external_data=False)
+    g = m.graph
+    prod = {o: n for n in g.node for o in n.output}
+    if kind == "affine":
+        cast = next(n for n in g.node if n.op_type == "Cast" and n.input[0] in prod
+                    and prod[n.input[0]].op_type == "Reshape" and prod[n.input[0]].input[0] == "const/8")
+        user = next(n for n in g.node if cast.output[0] in n.input)
+        g.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "affine/zero"))
+        add = helper.make_node("Add", [cast.output[0], "affine/zero"], ["affine/sum"], name="affine/add")
+        user.input[list(user.input).index(cast.output[0])] = "affine/sum"
+        nodes = list(g.node)
+        nodes.insert(nodes.index(user), add)
+        del g.node[:]
+        g.node.extend(nodes)
+    else:
+        n = prod[next(n for n in g.node if n.op_type == "Softmax").input[0]]
+        while n.op_type != "Add":
+            n = next(prod[i] for i in n.input if i in prod and prod[i].op_type in ("Where", "Add", "Mul"))
+        n.op_type = "Sub"
+        n.input[0], n.input[1] = n.input[1], n.input[0]
+    onnx.save(m, f"{dst}/onnx/model.onnx")
+
+
 def compare(da, db, names, tol):
     worst = 0.0
     for name in names:
@@ -349,6 +381,8 @@ def main():
         randomize(args[0], args[1])
     elif cmd == "compare":
         return compare(args[0], args[1], args[2].split(","), float(args[3]) if len(args) > 3 else 1e-4)
+    elif cmd == "alibi-variant":
+        alibi_variant(*args)
     elif cmd == "kept":
         kept(args[0], args[1], int(args[2]), int(args[3]) if len(args) > 3 else 0)
     else:

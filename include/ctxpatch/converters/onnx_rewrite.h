@@ -28,18 +28,29 @@
  *            refuses it an attention_bias) the keep mask ANDed with its 2-D mask_index as a
  *            [B, S, T] int32 mask_index (converters/onnx_rewrite_contrib.c);
  *   alibi_scale static: the ALiBi slopes constant upstream of the softmax sites (float32 or
- *            float64 [H], the BLOOM/MPT slopes for an integer max bias) replaced by m_h / F.
+ *            float64 [H], the BLOOM/MPT slopes for an integer max bias) replaced by m_h / F;
+ *   alibi_scale dynamic / progressive: at each softmax site, the term made from that constant
+ *            (proportional to it: times a distance, or BLOOM's cumulated mask) is multiplied by
+ *            1 / F where the Add on the logits chain reads it, F computed at run time from the
+ *            shape [..., S, T] of the scores it is added to (T keys of the pass, cache included;
+ *            rows at T - S .. T - 1): max(1, T / train_len) per pass, or max(1, (i + 1) /
+ *            train_len) per row as [S, 1] (converters/onnx_attention.h cp_onnx_alibi_divisor,
+ *            the exporter's nodes); train_len is the rule's, else params->train_len.
  * Refused (CP_EUNSUPPORTED, one line naming the node): no site; a training graph (backward
  *   ops); a graph that already carries a ctxpatch rule; per-layer taus whose count is not the
  *   number of sites; a contrib node whose head size cannot be told; a schedule on a contrib
  *   node; lambda_mask with rotary embeddings or ALiBi slopes (the ceiling it implies moves a
  *   distance computed before the site), on a MultiHeadAttention / GroupQueryAttention whose keys
  *   are not projected from the query's hidden states, with a shared past/present buffer, or on an
- *   Attention with a past whose mask_index is not 2-D; alibi_scale with no slopes found, dynamic or progressive; distance_ceiling,
+ *   Attention with a past whose mask_index is not 2-D; alibi_scale with no slopes found; dynamic
+ *   or progressive without a training length, on a site with no term from the slopes, or whose
+ *   term is not proportional to them (added to another term before the distance product);
+ *   distance_ceiling,
  *   top_k and fire_threshold (not expressed by the rewriter); logits of a type other than
  *   float / float16; an opset below 11 when nodes that need it are added.
  *
- * The output model gets metadata_props ctxpatch.rewrite_version, ctxpatch.rule (the rule's JSON),
+ * The output model gets metadata_props ctxpatch.rewrite_version, ctxpatch.rule (the rule's JSON, with
+ * the train_len the graph holds for dynamic / progressive ALiBi),
  * ctxpatch.fidelity = "graph-rewrite" and the entries of params (e.g. the certificate digest);
  * ctxpatch.version stays what it was (set only on ctxpatch's own exports, which the importer
  * reads by their names: converters/onnx_import.c).
@@ -74,6 +85,7 @@ typedef struct {
   const char *const *meta_keys;   /* [n_meta] extra metadata_props */
   const char *const *meta_values; /* [n_meta] */
   size_t n_meta;
+  int64_t train_len; /* the model's training length, for a rule that needs one and gives none (0: none) */
 } cp_onnx_rewrite_params;
 
 /* What was done, for the CLI's report. */
