@@ -16,7 +16,8 @@
 #   - `verify` on the t5-probe export gives the certificate results of `verify` on the folder;
 # and the refusals, each by its exact line: one graph missing, graphs of two exports (config;
 # version; dtype, so `shared.weight` differs; a weight changed in one graph), an unknown
-# initializer, two encoders, a T5 export without ctxpatch's metadata (third-party).
+# initializer, two encoders, a T5 export without ctxpatch's metadata (third-party), and a certified
+# in-place `patch` of one of the two graphs.
 # Skips (77) without python3-onnx and numpy (the graphs the refusals need are made with them).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import onnx, numpy" 2>/dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
@@ -177,6 +178,11 @@ edit shared shared
 refuse "$work/shared" decoder_model_merged.onnx "ctxpatch: error CP_EFORMAT: $work/shared/decoder_model_merged.onnx: initializer 'shared.weight' is not byte-equal in $work/shared/encoder_model.onnx and $work/shared/decoder_model_merged.onnx (the two graphs come from different exports)"
 edit foreign foreign
 refuse "$work/foreign" decoder_model_merged.onnx "ctxpatch: error CP_EUNSUPPORTED: $work/foreign/decoder_model_merged.onnx: a T5 graph that is not ctxpatch's own export (metadata_props 'ctxpatch.version', T5 initializer names) is not read back: third-party T5 graphs are not recovered by their weights' role; ctxpatch's encoder_model.onnx + decoder_model_merged.onnx are"
+# patching one graph in place cannot be certified: the model read back is both graphs
+"$bin" patch "$work/t5-probe/onnx/encoder_model.onnx" "$work/enc.onnx" --method temperature --tau 0.8 \
+  2> "$work/patch.err" >/dev/null && bad "one T5 graph patched certified" ||
+  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/t5-probe/onnx/encoder_model.onnx: one graph of a T5 export (encoder_model.onnx + decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is rewritten; --no-verify writes the rewritten graph uncertified" "$work/patch.err"
+check test ! -e "$work/enc.onnx"
 # nothing written by a refused convert
 "$bin" convert "$work/mixed/encoder_model.onnx" "$work/none" --to safetensors >/dev/null 2>&1 && bad "mixed export converted" ||
   check test ! -e "$work/none"
