@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/converters/gguf_model.h"
 #include "ctxpatch/converters/onnx_rewrite.h"
 #include "ctxpatch/formats/onnx_graph.h"
 
@@ -132,7 +133,11 @@ int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const 
   /* Recovering the description is what can fail here; building the engine's model from it is
    * cp_patch_run's job (opening it twice would widen every weight twice). */
   cp_checkpoint *ck = NULL;
+  cp_hf_config *cfg = NULL;
   int rc = cp_checkpoint_open(&ck, model);
+  if (rc == 0) rc = cp_checkpoint_config(&cfg, ck, model);
+  bool t5 = rc == 0 && cfg->family == CP_FAMILY_T5;
+  cp_hf_config_free(cfg);
   cp_checkpoint_free(ck);
   if (rc < 0) {
     char why[300];
@@ -140,6 +145,11 @@ int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const 
     return cp_error_set(CP_EUNSUPPORTED, "%s: no model description can be recovered from this graph (%s), so no "
                         "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
   }
+  /* The model read back is both graphs of the export: a certificate of it would not be this graph's. */
+  if (t5)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: one graph of a T5 export (encoder_model.onnx + "
+                        "decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is "
+                        "rewritten; --no-verify writes the rewritten graph uncertified", model);
   char tmp_target[CLI_PATH_MAX], cert_dir[CLI_PATH_MAX];
   if (snprintf(tmp_target, sizeof tmp_target, "%s.ctxpatch-certify", out_path) >= (int)sizeof tmp_target)
     return cp_error_set(CP_EARG, "%s: path too long", out_path);

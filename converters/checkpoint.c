@@ -105,6 +105,7 @@ done:
 }
 
 static int build_entries(cp_checkpoint *ck);
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx);
 
 static size_t shard_count(const shard *s) {
   if (s->ox) return cp_onnx_import_count(s->ox);
@@ -283,6 +284,16 @@ static int open_folder(cp_checkpoint *ck) {
   char *name = NULL;
   bool pytorch = false;
   int rc = find_lone_weight_file(&name, &pytorch, ck->dir);
+  if (rc == CP_ECKPT_EMPTY) { /* no weights: an ONNX export folder (or its onnx/) is read as its graph */
+    char *graph = cp_onnx_export_graph(ck->dir);
+    if (!graph) return rc;
+    ck->format = CP_FORMAT_ONNX;
+    const char *rel = graph + strlen(ck->dir);
+    while (*rel == '/') rel++;
+    rc = open_lone(ck, graph, rel, true);
+    free(graph);
+    return rc;
+  }
   if (rc < 0) return rc;
   ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP : CP_FORMAT_SAFETENSORS;
   rc = open_single(ck, name, pytorch);

@@ -20,7 +20,8 @@ cJSON *cp_describe_ctxpatch(const cp_hf_config *cfg);
 /* One entry of a description's "tensors": {"name", "dtype", "shape", "bytes"}. */
 cJSON *cp_describe_tensor(const char *name, cp_dtype dtype, int ndim, const int64_t *shape, uint64_t nbytes);
 /* The model file of an ONNX export: PATH itself when it names a regular file ending in ".onnx",
- * else PATH/onnx/model.onnx when that exists; NULL otherwise (caller frees). */
+ * else the export folder's graph (cp_onnx_export_graph: PATH/onnx/model.onnx, a T5 export's
+ * onnx/decoder_model_merged.onnx, ...); NULL otherwise (caller frees). */
 char *cp_onnx_model_path(const char *path);
 /* The description of an ONNX export (model file `model_path`; `path` as the user gave it): format
  * "onnx", opset, IR version, producer, node count, inputs, outputs, metadata, the rule (parsed),

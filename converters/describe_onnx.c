@@ -16,10 +16,7 @@ char *cp_onnx_model_path(const char *path) {
   struct stat st;
   size_t n = strlen(path);
   if (n > 5 && !strcmp(path + n - 5, ".onnx") && stat(path, &st) == 0 && S_ISREG(st.st_mode)) return strdup(path);
-  char *p = cp_path_join(path, "onnx/model.onnx");
-  if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) return p;
-  free(p);
-  return NULL;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? cp_onnx_export_graph(path) : NULL;
 }
 
 static cJSON *names(char **v, size_t n) {

@@ -439,7 +439,16 @@ int cp_model_tokenizer_open(cp_tokenizer **out, const char *path) {
     gguf = fread(magic, 1, 4, fp) == 4 && !memcmp(magic, "GGUF", 4);
     fclose(fp);
   }
-  if (!gguf) return cp_tokenizer_open(out, path);
+  if (!gguf) {
+    int rc = cp_tokenizer_open(out, path);
+    char *graph = rc == CP_ETOK_MISSING ? cp_onnx_export_graph(path) : NULL;
+    if (graph) { /* an ONNX export folder, or its onnx/ subfolder: the graph's tokenizer */
+      cp_error_clear();
+      rc = onnx_tokenizer_open(out, graph);
+      free(graph);
+    }
+    return rc;
+  }
   int rc = cp_gguf_open(&g, path);
   if (rc == 0) rc = cp_gguf_tokenizer(out, g);
   cp_gguf_free(g);

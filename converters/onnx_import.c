@@ -515,6 +515,10 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
   const cp_onnx_graph *g = im->om->graph;
   CP_CHECK_ALLOC_GOTO(im->used = calloc(g->n_initializers + 1, sizeof *im->used), path);
   im->ctxpatch = cp_onnx_model_meta(im->om, "ctxpatch.version") != NULL;
+  if (cp_onnx_t5_named(g)) { /* T5: encoder_model.onnx + decoder_model_merged.onnx (onnx_import_t5.c) */
+    rc = cp_onnx_import_t5(im);
+    goto done;
+  }
   const char *foreign = im->ctxpatch ? first_foreign_name(g) : NULL;
   if (foreign) {
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch export "
@@ -530,8 +534,7 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
   }
   if ((rc = find_config(im)) < 0 || (rc = cp_onnx_import_config(&c, im)) < 0) goto done;
   if (c->family == CP_FAMILY_T5) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: a T5 graph (encoder_model.onnx + decoder_model_merged.onnx) is not "
-                      "read back; only decoder-only graphs are", path);
+    rc = cp_onnx_t5_refuse_foreign(path);
     goto done;
   }
   const char *prefix = im->ctxpatch ? NULL : hf_prefix(g, c->family);
@@ -560,6 +563,7 @@ void cp_onnx_import_free(cp_onnx_import *im) {
   for (size_t i = 0; i < 2 * im->n_prov; i++) free(im->prov[i]);
   free(im->prov);
   cp_onnx_model_free(im->om);
+  cp_onnx_model_free(im->pair);
   free(im->path);
   free(im);
 }

@@ -21,6 +21,7 @@ typedef struct {
 struct cp_onnx_import {
   char *path;
   cp_onnx_model *om;
+  cp_onnx_model *pair; /* T5: the export's other graph (converters/onnx_import_t5.c), else NULL */
   bool ctxpatch;      /* own export naming */
   const char *naming; /* "ctxpatch", "hf", "pattern" (plain ops) or "contrib" (onnxruntime's fused ops) */
   char *config_text;  /* owned */
@@ -61,5 +62,15 @@ int cp_onnx_recover_pattern(cp_onnx_import *im);
 /* onnxruntime-genai's genai_config.json beside the graph, when there: every size it states must
  * equal c's (else CP_EUNSUPPORTED naming the key); the agreement goes into the provenance. */
 int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c);
+
+/* ctxpatch's own T5 export (converters/onnx_import_t5.c). Whether g holds T5's names (`shared.weight`,
+ * or `.stored` under --dtype fp16|bf16); the import of both graphs of the export im->om belongs to
+ * (im->pair opened beside it; config, tensors and the ignored list filled), refused in one line when
+ * the graph is not ctxpatch's (cp_onnx_t5_refuse_foreign), the other graph is missing or from
+ * another export, or an initializer is not one of the export's names. */
+bool cp_onnx_t5_named(const cp_onnx_graph *g);
+int cp_onnx_import_t5(cp_onnx_import *im);
+/* The refusal of a T5 graph that is not ctxpatch's own export (CP_EUNSUPPORTED, naming path). */
+int cp_onnx_t5_refuse_foreign(const char *path);
 
 #endif

@@ -23,7 +23,8 @@ typedef enum {
   CP_FORMAT_PYTORCH_ZIP,
   CP_FORMAT_PYTORCH_ZIP_SHARDED,
   CP_FORMAT_GGUF,
-  CP_FORMAT_ONNX, /* a .onnx decoder graph, tensors recovered by name (converters/onnx_import.h) */
+  CP_FORMAT_ONNX, /* a .onnx graph (a T5 export's pair), or an ONNX export folder without other weights
+                     (cp_onnx_export_graph): tensors recovered (converters/onnx_import.h) */
 } cp_format;
 
 typedef struct cp_checkpoint cp_checkpoint;

@@ -77,7 +77,9 @@ int cp_checkpoint_config(cp_hf_config **out, const cp_checkpoint *ck, const char
 /* The tokenizer of GGUF file `g`. */
 int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g);
 
-/* A tokenizer from `path`: a .gguf file's metadata, else whatever cp_tokenizer_open reads. */
+/* A tokenizer from `path`: a .gguf file's metadata; for a .onnx graph, or an ONNX export folder
+ * (or its onnx/ subfolder) with no tokenizer of its own, the graph's folder's or its parent's; else
+ * whatever cp_tokenizer_open reads. */
 int cp_model_tokenizer_open(cp_tokenizer **out, const char *path);
 
 #endif

@@ -14,6 +14,16 @@
  *     model's folder or its parent (the export folder); FIRE's learned scalars c and L are
  *     `ctxpatch.fire` ("c L" per MLP, ';'-separated, %.9g). `ctxpatch.rule` becomes the model's
  *     metadata rule (the graph computes the model under it).
+ *   ctxpatch's own T5 exports (converters/onnx_import_t5.c): onnx/encoder_model.onnx +
+ *     onnx/decoder_model_merged.onnx (converters/onnx_t5.c), either file opening both (the other one
+ *     beside it, by its Optimum name). Initializers `shared.weight` (in both graphs: byte-equal),
+ *     `encoder.block.{l}.self_attn.{q,k,v,o,norm}.weight`, `encoder.block.{l}.mlp.{gate,up,down,norm}
+ *     .weight`, `encoder.relative_attention_bias.weight`, `encoder.final.norm.weight`, the same under
+ *     `decoder.` plus `decoder.block.{l}.cross_attn.{q,k,v,o,norm}.weight`, `lm_head.weight` (absent
+ *     when tied), each `NAME.stored` under --dtype fp16|bf16; linear weights transposed back to
+ *     [out, in]; HF names of the family table (`encoder.block.{l}.layer.0.SelfAttention.q.weight`,
+ *     ...). Config and rule from the metadata_props, which must be the same in both graphs
+ *     (`ctxpatch.version`, `.config`, `.rule`, `.fidelity`, `.certificate_sha256`).
  *   Hugging Face / Optimum names kept by the exporter (`model.layers.0.self_attn.q_proj.weight`,
  *     `transformer.h.0.attn.c_attn.weight`): the family is the one whose embedding name is there,
  *     tensors are taken in HF layout as they are, and the config is config.json in the model's
@@ -32,8 +42,12 @@
  * graph, an unused float initializer of 2+ dims with a d_model side (it could be a weight the
  * model would lack); a
  * missing initializer the config needs (CP_EMODEL_TENSOR); no config anywhere (CP_ENOTFOUND);
- * q/k/v that do not fuse; T5 graphs; a malformed `ctxpatch.fire` (CP_EFORMAT). Unused
- * initializers that cannot be weights are listed (cp_onnx_import_ignored).
+ * q/k/v that do not fuse; T5 graphs that are not ctxpatch's own exports; a malformed `ctxpatch.fire`
+ * (CP_EFORMAT). A T5 export is also refused when its other graph is missing (CP_ENOTFOUND) or not
+ * the other half (CP_EFORMAT), when the two graphs' metadata_props differ or a weight both hold is
+ * not byte-equal (CP_EFORMAT: two exports mixed), and for any initializer outside its names but
+ * `const/N` (CP_EUNSUPPORTED). Unused initializers that cannot be weights are listed
+ * (cp_onnx_import_ignored).
  *
  * Ownership: the import owns every tensor (float32, borrowed views) until cp_onnx_import_free.
  */
@@ -51,8 +65,8 @@
 
 typedef struct cp_onnx_import cp_onnx_import;
 
-/* Reads the graph at `path` (a .onnx file) and recovers its tensors and config. *out is the
- * caller's (cp_onnx_import_free). */
+/* Reads the graph at `path` (a .onnx file; for a T5 export either of its two graphs) and recovers
+ * its tensors and config. *out is the caller's (cp_onnx_import_free). */
 int cp_onnx_import_open(cp_onnx_import **out, const char *path);
 void cp_onnx_import_free(cp_onnx_import *im);
 
@@ -75,6 +89,12 @@ const cp_tensor *cp_onnx_import_tensor(const cp_onnx_import *im, size_t i);
 /* Initializers not used for the model (graph constants, scalars, integer tensors). */
 size_t cp_onnx_import_ignored_count(const cp_onnx_import *im);
 const char *cp_onnx_import_ignored(const cp_onnx_import *im, size_t i);
+
+/* The graph file that stands for the ONNX export folder `dir` (the export folder, or its onnx/
+ * subfolder): DIR/onnx/NAME, or DIR/NAME when DIR is named `onnx`, for NAME model.onnx
+ * (decoder-only), decoder_model_merged.onnx then encoder_model.onnx (T5: either opens both); NULL
+ * when there is none (or out of memory). The caller frees. */
+char *cp_onnx_export_graph(const char *dir);
 
 /* The `ctxpatch.fire` value of m (NULL when out of memory; caller frees). */
 char *cp_onnx_fire_meta(const cp_model *m);
