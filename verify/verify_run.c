@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/clock.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/engine/profile.h"
 #include "ctxpatch/verify/stats.h"
@@ -95,12 +95,6 @@ static uint64_t sample_seed(uint64_t seed, int probe, int64_t length, int depth,
     h ^= h >> 33;
   }
   return h;
-}
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
@@ -315,7 +309,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   int64_t *gen = NULL;
   rc = alloc_result(&r, p);
   if (rc < 0) return rc;
-  double t0 = now_seconds();
+  double t0 = cp_monotonic_seconds();
   cp_engine_params ep;
   cp_engine_params_init(&ep);
   ep.threads = p->threads;
@@ -345,7 +339,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
     for (int s = 0; s < sides && rc == 0; s++)
       rc = measure_stats(r, side_model[s], tok, s == 0 ? rule : NULL, (cp_verify_side)s, p);
 done:
-  r->seconds = now_seconds() - t0;
+  r->seconds = cp_monotonic_seconds() - t0;
   for (int s = 0; s < 2; s++) cp_engine_free(engines[s]);
   free(gen);
   if (rc < 0) {
