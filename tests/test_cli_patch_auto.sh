@@ -117,12 +117,24 @@ assert [i for i, s in enumerate(st) if s == "skipped: budget"] == [1, 5, 6, 9], 
 assert a["winner"] == (0 if st[0] == "pass" else None), a["winner"]
 EOF2
 
+# --to gguf: the winner as one GGUF file, which check accepts
+"$bin" patch "$rope" "$work/w.gguf" --method auto --budget 0 --to gguf --lengths 256,512 $small >"$work/g.log" 2>&1 &&
+  "$bin" check "$work/w.gguf" >>"$work/g.log" 2>&1 && ok || bad "auto --to gguf: $(cat "$work/g.log")"
+
 # 4. no candidate passes: the table, exit 1, nothing written (an accuracy floor none reaches)
 "$bin" patch "$rope" "$work/none" --method auto --lengths 256,1024 --min-accuracy 1 $small >"$work/n.log" 2>&1
 [ $? -eq 1 ] && [ ! -e "$work/none" ] && ok || bad "no pass: $(cat "$work/n.log")"
 grep -q '^no candidate passed certification: nothing written' "$work/n.log" &&
   [ "$(grep -c '  fail \[.*\]: ' "$work/n.log")" -eq 5 ] && ok || bad "no-pass table: $(cat "$work/n.log")"
 [ -z "$(ls -A "$work" | grep '^\.none')" ] && ok || bad "a temporary folder was left: $(ls -A "$work")"
+"$bin" patch "$rope" "$work/none" --method auto --budget 0 --lengths 256,1024 --min-accuracy 1 $small --json \
+  >"$work/n.json" 2>/dev/null
+[ $? -eq 1 ] && [ ! -e "$work/none" ] && "$py" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["written"] is False and d["verdict"] == "no candidate passed" and d["method"] is None, d
+assert d["auto"]["winner"] is None and d["auto"]["candidates"][0]["status"] == "fail", d["auto"]
+' "$work/n.json" && ok || bad "no pass --json: $(head -c 1500 "$work/n.json")"
 
 # 5. usage errors: exit 2, nothing written
 for args in "--method auto --tau 0.8" "--method auto --n-local 64" "--method auto --no-verify" \
