@@ -221,6 +221,7 @@ typedef struct {
   cp_model *model;
   cp_tokenizer *tok;
   cp_patch_verify_setup vs;
+  cp_verify_result *original_run; /* the baseline side of every candidate (cp_verify_params.baseline_from) */
   cp_patch_params p;
   int64_t L, T;
 } auto_ctx;
@@ -246,6 +247,14 @@ static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *i
     *bad = true;
     return rc;
   }
+  /* The original on the candidates' probe grid, once: each certification takes its baseline
+   * side from this run instead of running the original again. */
+  cp_verify_params op = x->vs.vp;
+  op.baseline = false;
+  op.baseline_model = NULL;
+  op.baseline_from = NULL;
+  if ((rc = cp_verify_run(&x->original_run, x->model, x->tok, NULL, &op))) return rc;
+  x->vs.vp.baseline_from = x->original_run;
   x->p = *params;
   x->p.verify = &x->vs.vp;
   x->p.thresholds = &x->vs.th;
@@ -320,6 +329,7 @@ done:
   cp_patch_pending_free(best_pd);
   cp_patch_pending_free(pd);
   cp_patch_outcome_free(&oc);
+  cp_verify_result_free(x.original_run);
   cp_tokenizer_free(x.tok);
   cp_model_free(x.model);
   return rc;

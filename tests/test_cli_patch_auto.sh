@@ -9,6 +9,12 @@ t5=$src/examples/probe-models/t5-probe
 for m in "$rope" "$t5"; do [ -f "$m/model.safetensors" ] || { echo "SKIP: $m is absent"; exit 77; }; done
 vopts="--verify passkey --depths 0:1:2 --samples 2 --threads 2"
 small="$vopts --calibration-samples 2" # a temperature winner's options carry the calibration's
+# Section 1 also measures ppl when the corpus fixture is there: the candidates' baseline side
+# (ppl included) comes from one run of the original, and the winner's certificate must equal the
+# one `patch` computes with its own baseline run.
+corpus=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party/text/tinystories_val_1000_eot.txt
+if [ -f "$corpus" ]; then ropev="--verify passkey,ppl --corpus $corpus --ppl-windows 2 ${vopts#--verify passkey }"
+else echo "note: $corpus is absent: section 1 runs without ppl"; ropev=$vopts; fi
 
 # The criterion recomputed from the stored table (docs/patching.md): the winner must be it, and
 # each candidate's status must be what the family allows. argv: cert.json, the indices that fit.
@@ -44,9 +50,14 @@ EOF2
 
 # 1. rope-probe: temperature (2), lm-infinite (2), rope-pi fit; alibi-pi and fire-threshold do not
 out=$work/rope
-if "$bin" patch "$rope" "$out" --method auto --lengths 256,512 $small >"$work/r.log" 2>"$work/r.err"; then ok
+if "$bin" patch "$rope" "$out" --method auto --lengths 256,512 $ropev --calibration-samples 2 >"$work/r.log" 2>"$work/r.err"; then ok
 else bad "auto on rope-probe: $(cat "$work/r.log" "$work/r.err")"; fi
 win=$("$py" "$work/table.py" "$out/certificate.json" 0,1,5,6,9) && [ -n "$win" ] && ok || bad "rope-probe table/winner"
+[ "$ropev" = "$vopts" ] || "$py" -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["auto"]["candidates"]
+assert all((e["ppl_nll"] is not None) == (e["status"] in ("pass", "fail")) for e in c), c
+' "$out/certificate.json" && ok || bad "ppl in the table"
 [ "$(grep -c '^ *[0-9]*  --method ' "$work/r.log")" -eq 10 ] && ok || bad "10 rows: $(cat "$work/r.log")"
 [ "$(grep -c 'does not fit: --method' "$work/r.log")" -eq 5 ] && ok || bad "5 rows do not fit: $(cat "$work/r.log")"
 grep -qF -- "$win; its certification:" "$work/r.log" && grep -q "^wrote $out (certified" "$work/r.log" && ok ||
@@ -70,7 +81,7 @@ grep -q 'Candidates compared' "$out/report.html" && grep -qF -- "--method rope-p
 # the winner's artifact is what `patch` with its options writes: weights and config.json equal
 # once each run's own digest is zeroed, the certificate equal but for "auto"
 # shellcheck disable=SC2086
-if "$bin" patch "$rope" "$work/direct" $win --lengths 256,512 $vopts >"$work/d.log" 2>&1; then ok
+if "$bin" patch "$rope" "$work/direct" $win --lengths 256,512 $ropev >"$work/d.log" 2>&1; then ok
 else bad "patch $win: $(cat "$work/d.log")"; fi
 "$py" - "$out" "$work/direct" <<'EOF2' && ok || bad "auto's artifact differs from patch $win"
 import json, os, sys

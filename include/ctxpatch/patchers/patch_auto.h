@@ -18,8 +18,8 @@
  * written (outcome pass false).
  * Budget: the first candidate that fits always runs; a later one starts only while the seconds
  * since the start are below the budget, else it is "skipped: budget" (a budget of 0 runs exactly
- * one). The baseline side (the original model) is run again with every candidate: cp_verify_run
- * has no way to take a previous run's baseline outcomes.
+ * one). The original model is run once on the probe grid and every certification takes its
+ * baseline side from that run (cp_verify_params.baseline_from): the same numbers as running it.
  */
 #ifndef CTXPATCH_PATCH_AUTO_H
 #define CTXPATCH_PATCH_AUTO_H
