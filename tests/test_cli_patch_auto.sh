@@ -133,12 +133,12 @@ EOF2
   "$bin" check "$work/w.gguf" >>"$work/g.log" 2>&1 && ok || bad "auto --to gguf: $(cat "$work/g.log")"
 
 # 4. no candidate passes: the table, exit 1, nothing written (an accuracy floor none reaches)
-"$bin" patch "$rope" "$work/none" --method auto --lengths 256,1024 --min-accuracy 1 $small >"$work/n.log" 2>&1
+"$bin" patch "$rope" "$work/none" --method auto --lengths 256,512 --min-accuracy 1 $small >"$work/n.log" 2>&1
 [ $? -eq 1 ] && [ ! -e "$work/none" ] && ok || bad "no pass: $(cat "$work/n.log")"
 grep -q '^no candidate passed certification: nothing written' "$work/n.log" &&
   [ "$(grep -c '  fail \[.*\]: ' "$work/n.log")" -eq 5 ] && ok || bad "no-pass table: $(cat "$work/n.log")"
 [ -z "$(ls -A "$work" | grep '^\.none')" ] && ok || bad "a temporary folder was left: $(ls -A "$work")"
-"$bin" patch "$rope" "$work/none" --method auto --budget 0 --lengths 256,1024 --min-accuracy 1 $small --json \
+"$bin" patch "$rope" "$work/none" --method auto --budget 0 --lengths 256,512 --min-accuracy 1 $small --json \
   >"$work/n.json" 2>/dev/null
 [ $? -eq 1 ] && [ ! -e "$work/none" ] && "$py" -c '
 import json, sys
