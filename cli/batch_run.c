@@ -14,10 +14,10 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/json_strict.h"
+#include "ctxpatch/base/clock.h"
 #include "cli/batch.h"
 #include "cli/cli.h"
 #include "ctxpatch/base/alloc.h"
@@ -196,12 +196,6 @@ int batch_run_job_main(int argc, char **argv) {
   return status;
 }
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
 /* mkdir -p of the folder that holds `path`. */
 static int make_parent(const char *path) {
   char *p = strdup(path);
@@ -277,7 +271,7 @@ int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, int jobs, bool 
         break;
       }
       slot_job[s] = idx[next++];
-      start[s] = now();
+      start[s] = cp_monotonic_seconds();
       running++;
     }
     if (running == 0) break;
@@ -295,7 +289,7 @@ int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, int jobs, bool 
     running--;
     finished++;
     batch_job *j = &r->jobs[slot_job[s]];
-    j->seconds = now() - start[s];
+    j->seconds = cp_monotonic_seconds() - start[s];
     batch_job_probe(j);
     if (j->state != JOB_DONE && j->state != JOB_REFUSED && j->state != JOB_ERROR) {
       j->state = JOB_ERROR;

@@ -128,6 +128,13 @@ int cmd_convert(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_patch(int argc, char **argv);
+/* patch's printing, shared with `patch --method auto` (cli/patch_auto.c): the default probe
+ * selection, and the --json document (NULL: out of memory). */
+void cli_patch_print_selection(const cp_patch_outcome *oc, const cp_verify_params *vp);
+cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir);
+/* patch --method auto once the options are parsed (cli/patch_auto.c): the exit status. */
+int cli_patch_auto(const char *in, const char *out_dir, const cp_patch_options *po, const cp_patch_params *pp,
+                   const cp_verify_params *vp, const cp_verify_thresholds *th, double budget, bool json);
 /* patch IN OUT.onnx on an ONNX IN (a .onnx file, or a folder holding model.onnx or
  * onnx/model.onnx): the in-place rewrite (cli/patch_rewrite.c). True when IN and OUT ask for it,
  * with IN's model file in model[CLI_PATH_MAX]. */

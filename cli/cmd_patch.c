@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "ctxpatch/converters/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
+#include "ctxpatch/patchers/patch_auto.h"
 #include "ctxpatch/converters/rule.h"
 #include "ctxpatch/verify/verify.h"
 
@@ -24,6 +25,8 @@ static const char patch_help[] =
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
     "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
+    "       ctxpatch patch IN OUT --method auto [--target-len N] [--lengths L,...] [--budget SECONDS]\n"
+    "                      [--calibrate M] [--calibration-samples N] [verify options] [--json]\n"
     "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
     "                      --method temperature [--tau X] | --method lm-infinite --n-local N [--n-global G] |\n"
     "                      --method alibi-pi --factor F | --dynamic|--progressive [--train-len N]\n\n"
@@ -54,6 +57,14 @@ static const char patch_help[] =
     "                  [--top-k K]\n"
     "  rope-pi         --factor F (config.json rope_scaling linear, times any existing factor)\n"
     "  fire-threshold  --threshold L\n"
+    "  auto            certify every candidate of a fixed grid that fits the model on the same probes\n"
+    "                  (temperature calibrated and as a schedule; alibi-pi --factor T/L, --dynamic,\n"
+    "                  --progressive; lm-infinite --n-local L/2 and L; fire-threshold L and T; rope-pi\n"
+    "                  --factor T/L; L the training length, T the target), keep the passing one with\n"
+    "                  the best mean accuracy at the lengths past L (ties: lower ppl, then the earlier),\n"
+    "                  print the comparison and store it in the certificate (\"auto\"); no pass: nothing\n"
+    "                  written, exit 1. --budget SECONDS (default 900, at most 604800): a candidate\n"
+    "                  starts only while the time spent is below it (the first always runs; 0: one)\n"
     "verify options (as 'ctxpatch verify'): --verify PROBES (--probe is the same option; 'ppl'\n"
     "  needs --corpus); --lengths (default the training length and --target-len); --depths (default\n"
     "  0:1:5); --samples; --device cpu|cuda (calibration and verify engines; the certificate names the\n"
@@ -156,7 +167,8 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 /* Everything the command line says. */
 typedef struct {
   const char *in, *out_dir, *method_text, *tok_path, *require, *to, *dtype, *rule_path;
-  bool no_verify, force, json;
+  bool no_verify, force, json, auto_mode, have_budget;
+  double budget; /* --method auto: seconds */
   cp_rule rule; /* --rule */
   unsigned long long shard_size, external_threshold;
   cp_patch_options po;
@@ -210,6 +222,11 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       if (taken) continue;
       if (!strcmp(a, "--method")) pa->method_text = v;
       else if (!strcmp(a, "--rule")) pa->rule_path = v;
+      else if (!strcmp(a, "--budget")) {
+        unsigned long long u = 0;
+        if (!cli_parse_u64_in("patch", a, v, 0, (unsigned long long)CP_AUTO_MAX_BUDGET, &u)) return CLI_USAGE;
+        pa->budget = (double)u, pa->have_budget = true;
+      }
       else if (!strcmp(a, "--tokenizer")) pa->tok_path = v;
       else if (!strcmp(a, "--require")) pa->require = v;
       else if (!strcmp(a, "--to")) pa->to = v;
@@ -244,7 +261,12 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
     pa->po.method = cp_patch_rule_method(&pa->rule);
   }
   pa->po.method_given = pa->method_text != NULL;
-  if ((pa->method_text && cp_patch_method_from_name(&pa->po.method, pa->method_text)) || cp_patch_options_check(&pa->po))
+  pa->auto_mode = pa->method_text && !strcmp(pa->method_text, "auto");
+  if (pa->have_budget && !pa->auto_mode) return cli_usage_error("patch", "--budget goes with --method auto");
+  if (!pa->have_budget) pa->budget = CP_AUTO_DEFAULT_BUDGET;
+  /* auto: the library refuses the method options it chooses itself (cp_patch_auto_run) */
+  if (!pa->auto_mode &&
+      ((pa->method_text && cp_patch_method_from_name(&pa->po.method, pa->method_text)) || cp_patch_options_check(&pa->po)))
     return cli_usage_error("patch", "%s", cp_error_message());
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
   /* The longest verified length is the default target. */
@@ -258,7 +280,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
 }
 
 /* Which probes certified and why the others did not (the default probe set). */
-static void print_selection(const cp_patch_outcome *oc, const cp_verify_params *vp) {
+void cli_patch_print_selection(const cp_patch_outcome *oc, const cp_verify_params *vp) {
   if (oc->n_screened == 0) return;
   printf("probes: default set, screened on the original at its training length %lld (%lld prompts each, floor "
          "accuracy %g):\n", (long long)oc->screen_length, (long long)oc->screen_prompts, CP_PATCH_PROBE_FLOOR);
@@ -269,9 +291,7 @@ static void print_selection(const cp_patch_outcome *oc, const cp_verify_params *
 }
 
 /* The verdict and where the artifact went; the exit status. */
-static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const cp_verify_params *vp,
-                         const cp_verify_thresholds *th) {
-  print_selection(oc, vp);
+static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const cp_verify_thresholds *th) {
   if (oc->verified) {
     cli_print_verify_result(oc->result, th, "original [95% CI]");
     /* Timings are printed only: the certificate stays reproducible (docs/certificate.md). */
@@ -288,11 +308,14 @@ static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const 
   return CLI_OK;
 }
 
-/* patch --json: the outcome as one document on stdout; the exit status. */
-static int print_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
+/* patch --json: the outcome as one document (NULL: out of memory). */
+cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
   cJSON *o = cJSON_CreateObject(), *cert = oc->certificate_json ? cJSON_Parse(oc->certificate_json) : NULL;
-  int status = CLI_FAIL;
-  if (!o || (oc->certificate_json && !cert)) goto nomem;
+  if (!o || (oc->certificate_json && !cert)) {
+    cJSON_Delete(o);
+    cJSON_Delete(cert);
+    return NULL;
+  }
   cJSON_AddStringToObject(o, "output", out_dir);
   cJSON_AddBoolToObject(o, "written", oc->written);
   cJSON_AddBoolToObject(o, "certified", oc->verified && oc->pass);
@@ -304,15 +327,17 @@ static int print_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
   else cJSON_AddNullToObject(o, "certificate_sha256");
   if (cert) cJSON_AddItemToObject(o, "certificate", cert);
   else cJSON_AddNullToObject(o, "certificate");
-  cert = NULL;
-  status = cli_print_json(o);
+  return o;
+}
+
+/* patch --json: the outcome as one document on stdout; the exit status. */
+static int print_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
+  cJSON *o = cli_patch_outcome_json(oc, out_dir);
+  if (!o) return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
+  int status = cli_print_json(o);
   if (status == CLI_OK && !oc->pass) status = CLI_FAIL;
   cJSON_Delete(o);
   return status;
-nomem:
-  cJSON_Delete(o);
-  cJSON_Delete(cert);
-  return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
 }
 
 /* patch IN.onnx OUT.onnx (cli/patch_rewrite.c): options of the other paths are usage errors;
@@ -369,6 +394,10 @@ int cmd_patch(int argc, char **argv) {
   static cp_rule rw_rule; /* tens of KiB: not on the stack */
   char rw_model[CLI_PATH_MAX];
   bool rewrite = cli_patch_rewrite_model(rw_model, pa.in, pa.out_dir), have_rule = false;
+  if (rewrite && pa.auto_mode) {
+    status = cli_usage_error("patch", "--method auto writes a folder or a GGUF file, not an in-place ONNX rewrite");
+    goto done;
+  }
   if (rewrite) {
     const char *rins[] = {pa.in, pa.rule_path, pa.tok_path, pa.vo.corpus};
     if ((status = rewrite_args(&pa, &rw_rule, &have_rule)) != CLI_OK) goto done;
@@ -436,10 +465,18 @@ int cmd_patch(int argc, char **argv) {
   if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;
   char rw_tok[CLI_PATH_MAX];
   if (rewrite && !pp.tokenizer_path) pp.tokenizer_path = cli_patch_rewrite_tokenizer(rw_tok, rw_model);
+  if (pa.auto_mode) {
+    status = cli_patch_auto(pa.in, pa.out_dir, &pa.po, &pp, &vp, &th, pa.budget, pa.json);
+    goto done;
+  }
   if ((rc = rewrite ? cli_patch_rewrite_certified(&oc, rw_model, pa.out_dir, &pa.po, &pp)
                     : cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
     status = oc.bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
-  else status = pa.json ? print_outcome_json(&oc, pa.out_dir) : print_outcome(&oc, pa.out_dir, &vp, &th);
+  else if (pa.json) status = print_outcome_json(&oc, pa.out_dir);
+  else {
+    cli_patch_print_selection(&oc, &vp);
+    status = print_outcome(&oc, pa.out_dir, &th);
+  }
 done:
   cp_patch_outcome_free(&oc);
   free(probes);

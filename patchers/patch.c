@@ -23,6 +23,7 @@
 #include "verify/certificate_json.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "patchers/patch_json.h"
+#include "patchers/patch_stage.h"
 
 #define SHA_ZEROS "0000000000000000000000000000000000000000000000000000000000000000"
 
@@ -100,14 +101,14 @@ static void add_selection(cJSON *cert, const cp_patch_outcome *out, const cp_ver
 }
 
 /* Runs the probes on `run` under `rule` (NULL: its metadata rule applies) beside the original,
- * judges, builds the certificate (kept as text in out, also for a failing verdict) and on a pass
- * writes certificate.json (listing the files of `tmp`; digest into out) and report.html into
- * `tmp`. */
-static int certify_model(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
-                         const cp_model *run, const cp_rule *rule, const cp_patch *patch, const cp_patch_params *params) {
+ * judges, and builds the certificate (listing the files of `tmp`): kept as text in out, also for
+ * a failing verdict, and on a pass as *cert_out (owned; written by write_certificate). */
+static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tmp, const char *in,
+                         const cp_model *original, const cp_model *run, const cp_rule *rule, const cp_patch *patch,
+                         const cp_patch_params *params) {
   cJSON *cert = NULL;
-  char *path = NULL;
   int rc = 0;
+  *cert_out = NULL;
   cp_verify_params vp = *params->verify;
   vp.baseline = true;
   vp.baseline_model = original;
@@ -130,14 +131,26 @@ static int certify_model(cp_patch_outcome *out, const char *tmp, const char *in,
   cJSON_AddItemToObject(p, "rule", cp_rule_to_json(&out->plan.residual));
   cJSON_AddStringToObject(p, "baseline", in);
   CP_CHECK_ALLOC_GOTO(out->certificate_json = cJSON_Print(cert), tmp);
-  if (!out->pass) goto done;
+  if (out->pass) *cert_out = cert, cert = NULL;
+done:
+  cJSON_Delete(cert);
+  return rc;
+}
+
+/* A passing certificate into `tmp`: certificate.json (its digest into out; out's text replaced,
+ * since the caller may have added to it) and report.html. */
+static int write_certificate(cp_patch_outcome *out, const char *tmp, const cJSON *cert) {
+  char *path = NULL, *text = NULL;
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(text = cJSON_Print(cert), tmp);
+  free(out->certificate_json);
+  out->certificate_json = text;
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "certificate.json"), tmp);
   if ((rc = cp_write_json_atomic(out->certificate_sha256, path, cert))) goto done;
   free(path);
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "report.html"), tmp);
   rc = cp_report_write(path, cert);
 done:
-  cJSON_Delete(cert);
   free(path);
   return rc;
 }
@@ -145,7 +158,7 @@ done:
 /* certify_model on the baked folder `tmp`, opened as written (its metadata rule applied). Its
  * matrices stay as stored, and every one whose bytes equal the original's (all but what the bake
  * changed; compared at open) is the original's memory: the two sides cost about one model. */
-static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
+static int certify(cJSON **cert, cp_patch_outcome *out, const char *tmp, const char *in, const cp_model *original,
                    const cp_patch *patch, const cp_patch_params *params) {
   cp_model *baked = NULL;
   cp_model_open_params op;
@@ -153,7 +166,7 @@ static int certify(cp_patch_outcome *out, const char *tmp, const char *in, const
   op.stored_dtype = true;
   op.share_from = original;
   int rc = cp_model_open_ex(&baked, tmp, &op);
-  if (rc == 0) rc = certify_model(out, tmp, in, original, baked, NULL, patch, params);
+  if (rc == 0) rc = certify_model(cert, out, tmp, in, original, baked, NULL, patch, params);
   cp_model_free(baked);
   return rc;
 }
@@ -273,7 +286,7 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   cp_checkpoint *ck = NULL;
   cp_atomic_dir *ad = NULL;
   cp_folder_result files = {0};
-  cJSON *block = NULL;
+  cJSON *block = NULL, *cert = NULL;
   cp_rule eff;
   out->patch = *patch;
   if (params->require_exact || params->shard_size)
@@ -301,7 +314,8 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   if ((rc = cp_onnx_write_graph(&files, NULL, tmp, &run, &eff, &ep))) goto done;
   out->pass = true;
   if (params->verify) {
-    if ((rc = certify_model(out, tmp, in, original, &run, &eff, patch, params)) || !out->pass) goto done;
+    if ((rc = certify_model(&cert, out, tmp, in, original, &run, &eff, patch, params)) || !out->pass) goto done;
+    if ((rc = write_certificate(out, tmp, cert))) goto done;
     if ((rc = place_onnx_digest(tmp, &files, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
   rc = commit_folder(out, &ad, tmp, files.files, files.n_files);
@@ -310,21 +324,55 @@ done:
   cp_checkpoint_free(ck);
   cp_folder_result_free(&files);
   cJSON_Delete(block);
+  cJSON_Delete(cert);
   return rc;
 }
 
-/* The core of the pass once the patch is built (cp_patch_write, cp_patch_run). */
-static int patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
-                       const cp_patch *patch, const cJSON *calibration, const cp_patch_params *params) {
+struct cp_patch_pending {
+  cp_atomic_dir *ad;
+  cp_folder_result written;
+  cJSON *block, *cert; /* cert: NULL without verify */
+  const cp_model *original;
+  const char *in, *out_dir;
+  bool to_gguf, verified;
+  uint32_t gguf_type;
+};
+
+void cp_patch_pending_free(cp_patch_pending *pd) {
+  if (!pd) return;
+  cp_atomic_dir_abort(pd->ad);
+  cp_folder_result_free(&pd->written);
+  cJSON_Delete(pd->block);
+  cJSON_Delete(pd->cert);
+  free(pd);
+}
+
+/* Where the bake goes: OUT's hidden temporary, or with --to gguf (OUT is a file) that of OUT.bake,
+ * which is removed once the GGUF file is written. */
+static int open_bake_dir(cp_atomic_dir **ad, const char *out_dir, const cp_patch_params *params) {
+  if (!params->to_gguf) return cp_atomic_dir_open(ad, out_dir, params->replace);
+  int rc = cp_gguf_output_check(out_dir, params->replace);
+  if (rc) return rc;
+  char *bake_dir = malloc(strlen(out_dir) + sizeof ".bake");
+  CP_CHECK_ALLOC(bake_dir, out_dir);
+  sprintf(bake_dir, "%s.bake", out_dir);
+  rc = cp_atomic_dir_open(ad, bake_dir, 0);
+  free(bake_dir);
+  return rc;
+}
+
+int cp_patch_stage(cp_patch_pending **pending, cp_patch_outcome *out, const char *in, const char *out_dir,
+                   const cp_model *original, const cp_patch *patch, const cJSON *calibration,
+                   const cp_patch_params *params) {
   cp_checkpoint *ck = NULL;
-  cp_atomic_dir *ad = NULL;
-  cp_folder_result written = {0};
-  cJSON *block = NULL;
-  char *bake_dir = NULL;
-  if (params->onnx) return patch_write_onnx(out, in, out_dir, original, patch, calibration, params);
+  cp_patch_pending *pd = calloc(1, sizeof *pd);
+  int rc = 0;
+  *pending = NULL;
   out->patch = *patch;
-  int rc = cp_checkpoint_open(&ck, in);
-  if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
+  CP_CHECK_ALLOC_GOTO(pd, in);
+  pd->original = original, pd->in = in, pd->out_dir = out_dir;
+  pd->to_gguf = params->to_gguf, pd->gguf_type = params->gguf_type, pd->verified = params->verify != NULL;
+  if ((rc = cp_checkpoint_open(&ck, in)) || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
   if (params->require_exact && out->plan.fidelity != CP_FIDELITY_EXACT_WEIGHTS) {
     rc = cp_error_set(CP_EPATCH_FIDELITY, "%s: --require exact: %s on this %s model is %s (%s)", in,
                       cp_patch_method_name(patch->method), cp_family_name(original->family),
@@ -333,44 +381,60 @@ static int patch_write(cp_patch_outcome *out, const char *in, const char *out_di
   }
   if (params->to_gguf && (rc = cp_gguf_export_check(original->cfg, in))) goto done;
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
-  CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
-  if (params->verify) mark_certified(block);
-  if (params->to_gguf) { /* OUT is a file: the folder is baked and certified beside it, then removed */
-    if ((rc = cp_gguf_output_check(out_dir, params->replace))) goto done;
-    CP_CHECK_ALLOC_GOTO(bake_dir = malloc(strlen(out_dir) + sizeof ".bake"), out_dir);
-    sprintf(bake_dir, "%s.bake", out_dir);
-  }
-  if ((rc = cp_atomic_dir_open(&ad, bake_dir ? bake_dir : out_dir, bake_dir ? 0 : params->replace))) goto done;
-  const char *tmp = cp_atomic_dir_path(ad);
+  CP_CHECK_ALLOC_GOTO(pd->block = cp_patch_block(patch, &out->plan, calibration), in);
+  if (params->verify) mark_certified(pd->block);
+  if ((rc = open_bake_dir(&pd->ad, out_dir, params))) goto done;
+  const char *tmp = cp_atomic_dir_path(pd->ad);
   if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
-  if ((rc = cp_bake_write(&written, tmp, ck, original, &out->plan, block, params->shard_size))) goto done;
+  if ((rc = cp_bake_write(&pd->written, tmp, ck, original, &out->plan, pd->block, params->shard_size))) goto done;
   cp_checkpoint_free(ck); /* its pages are not needed by the verify stage */
   ck = NULL;
   if (params->tokenizer_file && (rc = copy_tokenizer(tmp, params->tokenizer_file))) goto done;
   out->pass = true;
-  if (params->verify) {
-    /* What is certified is what is written: the baked folder, its metadata rule applied. */
-    if ((rc = certify(out, tmp, in, original, patch, params)) || !out->pass) goto done;
-    if ((rc = place_digest(tmp, &written, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
+  /* What is certified is what is written: the baked folder, its metadata rule applied. */
+  if (params->verify && ((rc = certify(&pd->cert, out, tmp, in, original, patch, params)) || !out->pass)) goto done;
+  *pending = pd;
+  pd = NULL;
+done:
+  cp_patch_pending_free(pd);
+  cp_checkpoint_free(ck);
+  return rc;
+}
+
+int cp_patch_finish(cp_patch_pending *pd, cp_patch_outcome *out, const char *key, cJSON *extra) {
+  const char *tmp = cp_atomic_dir_path(pd->ad);
+  int rc = 0;
+  if (extra && pd->cert) {
+    cJSON_AddItemToObject(pd->cert, key, extra);
+    extra = NULL;
   }
-  if (params->to_gguf) { /* one GGUF file from the certified folder, which then goes */
-    if ((rc = cp_patch_write_gguf(tmp, in, out_dir, block, params->verify != NULL, params->gguf_type))) goto done;
+  if (pd->cert && ((rc = write_certificate(out, tmp, pd->cert)) ||
+                   (rc = place_digest(tmp, &pd->written, pd->original->cfg, &out->plan, pd->block, out->certificate_sha256))))
+    goto done;
+  if (pd->to_gguf) { /* one GGUF file from the certified folder, which then goes */
+    if ((rc = cp_patch_write_gguf(tmp, pd->in, pd->out_dir, pd->block, pd->verified, pd->gguf_type))) goto done;
     out->written = true;
     goto done;
   }
   /* The shards changed when the digest was placed; the index and aux files did not. */
-  size_t shards = (size_t)written.stats.shards;
-  rc = commit_folder(out, &ad, tmp, written.files + shards, written.n_files - shards);
+  size_t shards = (size_t)pd->written.stats.shards;
+  rc = commit_folder(out, &pd->ad, tmp, pd->written.files + shards, pd->written.n_files - shards);
 done:
-  cp_atomic_dir_abort(ad);
-  cp_checkpoint_free(ck);
-  cp_folder_result_free(&written);
-  cJSON_Delete(block);
-  free(bake_dir);
+  cJSON_Delete(extra);
+  cp_patch_pending_free(pd);
   return rc;
 }
 
-static int refuse_artifact(const cp_model *m, const char *in) {
+/* The core of the pass once the patch is built (cp_patch_write, cp_patch_run). */
+static int patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
+                       const cp_patch *patch, const cJSON *calibration, const cp_patch_params *params) {
+  if (params->onnx) return patch_write_onnx(out, in, out_dir, original, patch, calibration, params);
+  cp_patch_pending *pd = NULL;
+  int rc = cp_patch_stage(&pd, out, in, out_dir, original, patch, calibration, params);
+  return rc || !pd ? rc : cp_patch_finish(pd, out, NULL, NULL);
+}
+
+int cp_patch_refuse_artifact(const cp_model *m, const char *in) {
   if (!m->cfg->has_ctxpatch) return 0;
   return cp_error_set(CP_EARG, "%s: already a ctxpatch artifact (config.json has a 'ctxpatch' block); patch the "
                                "original checkpoint", in);
@@ -379,7 +443,7 @@ static int refuse_artifact(const cp_model *m, const char *in) {
 int cp_patch_write(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
                    const cp_patch *patch, const cp_patch_params *params) {
   memset(out, 0, sizeof *out);
-  int rc = refuse_artifact(original, in);
+  int rc = cp_patch_refuse_artifact(original, in);
   return rc ? rc : patch_write(out, in, out_dir, original, patch, NULL, params);
 }
 
@@ -439,10 +503,33 @@ static int screen_probes(cp_patch_outcome *out, cp_probe_kind used[CP_PROBE_COUN
   return 0;
 }
 
-/* The probe tokenizer, when verifying or calibrating; calibration alone falls back to random ids. */
-static int open_tokenizer(cp_tokenizer **tok, const char *in, const cp_patch_options *o, const cp_patch_params *p) {
+int cp_patch_verify_prepare(cp_patch_verify_setup *s, cp_patch_outcome *screen, bool *bad_options, const cp_model *m,
+                            const cp_tokenizer *tok, const cp_patch_options *o, const cp_patch_params *params) {
+  int rc = 0, n_used = 0;
+  *bad_options = false;
+  s->vp = *params->verify;
+  s->th = *params->thresholds;
+  if (!s->vp.lengths) {
+    if ((rc = default_lengths(s->lengths, &s->vp.n_lengths, m, o))) {
+      *bad_options = true;
+      return rc;
+    }
+    s->vp.lengths = s->lengths;
+  }
+  if (!s->th.no_regression_at) { /* by default the patch may lose to the original at no length */
+    s->th.no_regression_at = s->vp.lengths;
+    s->th.n_no_regression = s->vp.n_lengths;
+  }
+  if (params->default_probes && s->vp.n_probes == 0) {
+    if ((rc = screen_probes(screen, s->used, &n_used, m, tok, o, &s->vp))) return rc;
+    s->vp.probes = s->used;
+    s->vp.n_probes = n_used;
+  }
+  return 0;
+}
+
+int cp_patch_tokenizer_open(cp_tokenizer **tok, const char *in, bool calibrates, const cp_patch_params *p) {
   *tok = NULL;
-  bool calibrates = o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0) && !o->rule;
   if (!p->verify && !calibrates) return 0;
   int rc = cp_model_tokenizer_open(tok, p->tokenizer_path ? p->tokenizer_path : in);
   if (rc && !p->verify) {
@@ -461,19 +548,19 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   char *calib_text = NULL;
   cJSON *calib = NULL;
   cp_patch patch;
-  int64_t lengths[2];
-  cp_probe_kind used[CP_PROBE_COUNT];
-  int n_used = 0;
+  cp_patch_verify_setup vs; /* vs.vp points into vs: not copied */
+  bool bad = false;
   int rc = cp_patch_options_check(&o);
   if (rc) goto bad_options;
   /* The engine reads stored F16/BF16 matrices; the ONNX writer needs float32. */
   if ((rc = params->onnx ? cp_model_open(&model, in) : cp_model_open_stored(&model, in)) ||
       (rc = cp_patch_method_fits(model, o.method)) ||
-      (rc = refuse_artifact(model, in)))
+      (rc = cp_patch_refuse_artifact(model, in)))
     goto done;
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
-  if ((rc = open_tokenizer(&tok, in, &o, params))) goto done;
-  if (o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule) {
+  bool calibrates = o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule;
+  if ((rc = cp_patch_tokenizer_open(&tok, in, calibrates, params))) goto done;
+  if (calibrates) {
     cp_cal_method cm; /* a bad name is refused before anything says it calibrates */
     if ((rc = cp_cal_method_from_name(&cm, o.calibrate))) goto done;
     if (params->on_calibrate) params->on_calibrate(params->on_tmp_ctx, o.calibrate, o.schedule ? 0 : o.target_len);
@@ -481,24 +568,13 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   if ((rc = cp_patch_from_options(&patch, &calib_text, model, tok, &o))) goto done;
   if (calib_text) CP_CHECK_ALLOC_GOTO(calib = cJSON_Parse(calib_text), in);
   cp_patch_params p = *params;
-  cp_verify_params vp;
-  cp_verify_thresholds th;
   if (params->verify) {
-    vp = *params->verify;
-    th = *params->thresholds;
-    if (!vp.lengths && (rc = default_lengths(lengths, &vp.n_lengths, model, &o))) goto bad_options;
-    if (!vp.lengths) vp.lengths = lengths;
-    if (!th.no_regression_at) { /* by default the patch may lose to the original at no length */
-      th.no_regression_at = vp.lengths;
-      th.n_no_regression = vp.n_lengths;
+    if ((rc = cp_patch_verify_prepare(&vs, out, &bad, model, tok, &o, params))) {
+      if (bad) goto bad_options;
+      goto done;
     }
-    if (params->default_probes && vp.n_probes == 0) {
-      if ((rc = screen_probes(out, used, &n_used, model, tok, &o, &vp))) goto done;
-      vp.probes = used;
-      vp.n_probes = n_used;
-    }
-    p.verify = &vp;
-    p.thresholds = &th;
+    p.verify = &vs.vp;
+    p.thresholds = &vs.th;
     p.tok = tok;
   }
   rc = patch_write(out, in, out_dir, model, &patch, calib, &p);

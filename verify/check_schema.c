@@ -196,6 +196,36 @@ static void tail_blocks(sv *s, const cJSON *c) {
   }
 }
 
+/* `patch --method auto`'s comparison (docs/certificate.md "auto"); absent on other certificates. */
+static void auto_block(sv *s, const cJSON *c) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "auto"), *e;
+  if (!a) return;
+  if (!cJSON_IsObject(a)) {
+    bad(s, "auto", "expected an object");
+    return;
+  }
+  need(s, a, "auto", "criterion", cJSON_String);
+  need(s, a, "auto", "target_lengths", cJSON_Array);
+  const cJSON *cands = need(s, a, "auto", "candidates", cJSON_Array);
+  int n = cJSON_GetArraySize(cands);
+  const cJSON *w = need(s, a, "auto", "winner", cJSON_Number | cJSON_NULL);
+  if (w && cJSON_IsNumber(w) && !is_int_in(w, 0, n - 1)) bad(s, "auto.winner", "not a candidate index");
+  cJSON_ArrayForEach(e, cands) {
+    if (!cJSON_IsObject(e)) {
+      bad(s, "auto.candidates[]", "expected an object");
+      continue;
+    }
+    need(s, e, "auto.candidates[]", "method", cJSON_String);
+    need(s, e, "auto.candidates[]", "options", cJSON_String);
+    need(s, e, "auto.candidates[]", "status", cJSON_String);
+    need(s, e, "auto.candidates[]", "mean_accuracy", cJSON_Number | cJSON_NULL);
+  }
+  if (w && cJSON_IsNumber(w) && is_int_in(w, 0, n - 1)) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cands, (int)w->valuedouble), "status");
+    if (!cJSON_IsString(st) || strcmp(st->valuestring, "pass")) bad(s, "auto.winner", "the winner did not pass");
+  }
+}
+
 int check_certificate_schema(cp_check_report *r, const cJSON *c) {
   sv s = {r, 0};
   const cJSON *v = need(&s, c, "", "certificate_version", cJSON_Number);
@@ -213,5 +243,6 @@ int check_certificate_schema(cp_check_report *r, const cJSON *c) {
   probes_block(&s, c, &n_lengths, &n_depths, &samples);
   results_block(&s, c, n_lengths, n_depths, samples);
   tail_blocks(&s, c);
+  auto_block(&s, c);
   return s.rc;
 }

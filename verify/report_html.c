@@ -57,6 +57,7 @@ static const char CSS[] =
     "th,td{padding:3px 10px;text-align:left;border-bottom:1px solid #eef0f3;vertical-align:top}"
     "th{color:#6b7280;font-weight:600}"
     "td.n{text-align:right}"
+    "tr.winner td{background:#e8f6ec;font-weight:600}"
     "table.kv th{width:150px}"
     "pre{margin:0;background:#f8fafc;border:1px solid #e5e7eb;border-radius:6px;padding:8px 10px;"
     "font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace;max-height:220px;overflow:auto;white-space:pre-wrap;tab-size:4;"
@@ -318,6 +319,40 @@ static void put_attention(cp_strbuf *b, const cJSON *c, const report_data *d) {
   cp_strbuf_str(b, "</div></div>\n</section>\n");
 }
 
+/* `patch --method auto`: every candidate in the fixed order, the winner marked (docs/patching.md). */
+static void put_auto(cp_strbuf *b, const cJSON *c) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "auto"), *e;
+  const cJSON *cands = cJSON_GetObjectItemCaseSensitive(a, "candidates"), *win = cJSON_GetObjectItemCaseSensitive(a, "winner");
+  if (!cJSON_IsArray(cands)) return;
+  cp_strbuf_str(b, "<section class=\"card auto\"><h2>Candidates compared (patch --method auto)</h2><p class=\"note\">");
+  report_esc(b, get_str(a, "criterion"));
+  cp_strbuf_str(b, "</p><table><tr><th>#</th><th>candidate</th><th class=\"n\">mean accuracy</th><th class=\"n\">ppl "
+                   "NLL</th><th>status</th><th>rule</th></tr>");
+  int i = 0;
+  cJSON_ArrayForEach(e, cands) {
+    char acc[48], nll[48];
+    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(e, "mean_accuracy"), *pn = cJSON_GetObjectItemCaseSensitive(e, "ppl_nll");
+    fmt_num(acc, cJSON_IsNumber(ma) ? ma->valuedouble : NAN);
+    fmt_num(nll, cJSON_IsNumber(pn) ? pn->valuedouble : NAN);
+    bool winner = cJSON_IsNumber(win) && win->valuedouble == i;
+    cp_strbuf_printf(b, "<tr%s><td>%d</td><td class=\"mono\">", winner ? " class=\"winner\"" : "", ++i);
+    report_esc(b, get_str(e, "options"));
+    cp_strbuf_printf(b, "</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td>", acc, nll);
+    report_esc(b, get_str(e, "status"));
+    if (winner) cp_strbuf_str(b, " (winner)");
+    if (get_str(e, "reason")) {
+      cp_strbuf_str(b, ": ");
+      report_esc(b, get_str(e, "reason"));
+    }
+    cp_strbuf_str(b, "</td><td>");
+    const cJSON *rule = cJSON_GetObjectItemCaseSensitive(e, "rule"), *rf = cJSON_GetObjectItemCaseSensitive(e, "rope_factor");
+    if (cJSON_IsNumber(rf)) cp_strbuf_printf(b, "rope_scaling linear %.6g", rf->valuedouble);
+    else if (cJSON_IsObject(rule)) put_rule_json(b, rule);
+    cp_strbuf_str(b, "</td></tr>");
+  }
+  cp_strbuf_str(b, "</table></section>\n");
+}
+
 static void put_files(cp_strbuf *b, const cJSON *c) {
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "model"), "files");
   if (cJSON_GetArraySize(files) == 0) return;
@@ -411,6 +446,7 @@ int cp_report_html(char **out, const cJSON *certificate) {
   put_header(&b, certificate);
   put_verdict(&b, certificate);
   put_settings(&b, certificate, &d);
+  put_auto(&b, certificate);
   report_svg_scale(&b);
   for (int p = 0; p < d.n_probes; p++) put_probe(&b, certificate, &d, p);
   put_ppl(&b, certificate);

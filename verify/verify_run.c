@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/clock.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/engine/profile.h"
 #include "ctxpatch/verify/stats.h"
@@ -48,6 +48,7 @@ void cp_verify_result_free(cp_verify_result *r) {
     free(r->pmax[s]);
     free(r->entropy[s]);
   }
+  free(r->answered);
   cp_ppl_corpus_free(&r->corpus);
   free(r);
 }
@@ -97,12 +98,6 @@ static uint64_t sample_seed(uint64_t seed, int probe, int64_t length, int depth,
   return h;
 }
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   cp_verify_result *r = calloc(1, sizeof *r);
   if (!r) return cp_error_set(CP_ENOMEM, "out of memory");
@@ -118,7 +113,9 @@ static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   r->probes = malloc((size_t)(p->n_probes ? p->n_probes : 1) * sizeof *r->probes);
   r->lengths = malloc((size_t)p->n_lengths * sizeof *r->lengths);
   r->depths = malloc((size_t)p->n_depths * sizeof *r->depths);
-  bool ok = r->probes && r->lengths && r->depths;
+  size_t n_answers = 0;
+  if (cp_size_mul(&n_answers, cells, (size_t)p->samples)) r->answered = calloc(n_answers + 1, 1);
+  bool ok = r->probes && r->lengths && r->depths && r->answered;
   for (int s = 0; s < (p->baseline ? 2 : 1) && ok; s++) {
     r->correct[s] = calloc(cells ? cells : 1, sizeof *r->correct[s]);
     r->pmax[s] = malloc((size_t)p->n_lengths * sizeof *r->pmax[s]);
@@ -210,10 +207,13 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides,
   int rc = cp_probe_make(&sample, tok, p->probes[pi], p->lengths[l], p->depths[d],
                          sample_seed(p->seed, (int)p->probes[pi], p->lengths[l], d, k));
   if (rc < 0) return rc;
+  int run_sides = p->baseline_from ? 1 : sides; /* sides that run here */
   int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + (p->corpus_path ? p->ppl_windows : 0)) *
-                  p->n_lengths * sides;
+                  p->n_lengths * run_sides;
   bool ok[2] = {false, false};
-  for (int s = 0; s < sides && rc == 0; s++) {
+  size_t c = cell(r, pi, l, d), a = c * (size_t)r->samples + (size_t)k;
+  if (sides == 2 && p->baseline_from) ok[1] = p->baseline_from->answered[a]; /* the original's run, recorded */
+  for (int s = 0; s < run_sides && rc == 0; s++) {
     int64_t n_gen = 0;
     char *text = NULL;
     size_t len = 0;
@@ -228,10 +228,10 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides,
     if (rc == 0) rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)gen, (size_t)n_gen, true);
     if (rc == 0) ok[s] = cp_probe_correct(p->probes[pi], text, sample.answer);
     free(text);
-    r->tokens += (int64_t)sample.n_ids + n_gen;
+    r->side_tokens[s] += (int64_t)sample.n_ids + n_gen;
     if (rc == 0 && p->progress) p->progress(p->progress_ctx, ++*done_count, total);
   }
-  size_t c = cell(r, pi, l, d);
+  r->answered[a] = ok[0];
   for (int s = 0; s < sides && rc == 0; s++) {
     r->correct[s][c] += ok[s];
     if (sides == 2) r->only[s][c] += ok[s] && !ok[1 - s];
@@ -261,14 +261,15 @@ static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, co
   if (model->family == CP_FAMILY_T5)
     return cp_error_set(CP_EVERIFY_PROBE, "ppl: the model is T5 (encoder-decoder); the ppl probe scores a "
                                           "decoder-only language model");
-  int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + p->ppl_windows) * p->n_lengths * sides;
+  int run_sides = p->baseline_from ? 1 : sides; /* baseline_from: copied by the caller */
+  int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + p->ppl_windows) * p->n_lengths * run_sides;
   size_t nb = (size_t)p->ppl_buckets;
   double *sum = calloc(nb, sizeof *sum);
   int64_t *count = calloc(nb, sizeof *count);
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(sum && count, "ppl");
   for (int l = 0; l < p->n_lengths; l++)
-    for (int s = 0; s < sides; s++) {
+    for (int s = 0; s < run_sides; s++) {
       memset(sum, 0, nb * sizeof *sum);
       memset(count, 0, nb * sizeof *count);
       for (int w = 0; w < p->ppl_windows; w++) {
@@ -277,7 +278,7 @@ static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, co
         const int64_t *ids = r->corpus.ids + start;
         ppl_blocks pb = {sum, count, ids, p->lengths[l], model->vocab, p->ppl_buckets};
         if ((rc = cp_engine_forward_blocks(engines[s], score_block, &pb, ids, p->lengths[l], NULL, 0)) < 0) goto done;
-        r->tokens += p->lengths[l];
+        r->side_tokens[s] += p->lengths[l];
         if (p->progress) p->progress(p->progress_ctx, ++*done_count, total);
       }
       double all = 0;
@@ -295,6 +296,30 @@ done:
   return rc;
 }
 
+/* baseline_from must have been run on the same probe grid (verify.h). */
+static int check_baseline_from(const cp_verify_result *f, const cp_verify_params *p) {
+  bool same = f->n_probes == p->n_probes && f->n_lengths == p->n_lengths && f->n_depths == p->n_depths &&
+              f->samples == p->samples && f->has_ppl == (p->corpus_path != NULL) &&
+              (!f->has_ppl || (f->ppl_windows == p->ppl_windows && f->ppl_buckets == p->ppl_buckets));
+  for (int i = 0; same && i < p->n_probes; i++) same = f->probes[i] == p->probes[i];
+  for (int i = 0; same && i < p->n_lengths; i++) same = f->lengths[i] == p->lengths[i];
+  for (int i = 0; same && i < p->n_depths; i++) same = f->depths[i] == p->depths[i];
+  return same ? 0 : cp_error_set(CP_EARG, "verify: baseline_from was run on another probe grid");
+}
+
+/* The baseline side from baseline_from's patched side (its ppl, statistics and token count;
+ * run_sample took the answers prompt by prompt). */
+static void copy_baseline(cp_verify_result *r, const cp_verify_result *f) {
+  size_t nl = (size_t)r->n_lengths;
+  if (r->has_ppl) {
+    memcpy(r->ppl_nll[CP_SIDE_BASELINE], f->ppl_nll[CP_SIDE_PATCHED], nl * (size_t)r->ppl_buckets * sizeof(double));
+    memcpy(r->ppl_mean[CP_SIDE_BASELINE], f->ppl_mean[CP_SIDE_PATCHED], nl * sizeof(double));
+  }
+  memcpy(r->pmax[CP_SIDE_BASELINE], f->pmax[CP_SIDE_PATCHED], nl * sizeof(double));
+  memcpy(r->entropy[CP_SIDE_BASELINE], f->entropy[CP_SIDE_PATCHED], nl * sizeof(double));
+  r->side_tokens[CP_SIDE_BASELINE] = f->side_tokens[CP_SIDE_PATCHED];
+}
+
 int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokenizer *tok, const cp_rule *rule,
                   const cp_verify_params *params) {
   *out = NULL;
@@ -310,12 +335,14 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
                           p->ppl_buckets);
   int rc = check_lengths_fit(model, p);
   if (rc < 0) return rc;
+  const cp_verify_result *from = p->baseline ? p->baseline_from : NULL;
+  if (from && (rc = check_baseline_from(from, p)) < 0) return rc;
   cp_verify_result *r = NULL;
   cp_engine *engines[2] = {NULL, NULL};
   int64_t *gen = NULL;
   rc = alloc_result(&r, p);
   if (rc < 0) return rc;
-  double t0 = now_seconds();
+  double t0 = cp_monotonic_seconds();
   cp_engine_params ep;
   cp_engine_params_init(&ep);
   ep.threads = p->threads;
@@ -329,7 +356,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   plain.has_metadata_rule = false;
   cp_rule_init(&plain.metadata_rule);
   const cp_model *side_model[2] = {model, p->baseline_model ? p->baseline_model : &plain};
-  for (int s = 0; s < sides && rc == 0; s++)
+  for (int s = 0; s < (from ? 1 : sides) && rc == 0; s++)
     rc = cp_engine_create(&engines[s], side_model[s], s == 0 ? rule : NULL, &ep);
   if (rc < 0) goto done;
   CP_CHECK_ALLOC_GOTO(gen = malloc((size_t)p->max_new_tokens * sizeof *gen), "verify");
@@ -342,10 +369,12 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   if (p->corpus_path && (rc = cp_ppl_corpus_load(&r->corpus, p->corpus_path, p->corpus_delimiter, tok)) < 0) goto done;
   if (p->corpus_path && (rc = run_ppl(r, engines, sides, model, p, &done_count)) < 0) goto done;
   if (p->stats)
-    for (int s = 0; s < sides && rc == 0; s++)
+    for (int s = 0; s < (from ? 1 : sides) && rc == 0; s++)
       rc = measure_stats(r, side_model[s], tok, s == 0 ? rule : NULL, (cp_verify_side)s, p);
+  if (from && rc == 0) copy_baseline(r, from);
+  r->tokens = r->side_tokens[0] + r->side_tokens[1];
 done:
-  r->seconds = now_seconds() - t0;
+  r->seconds = cp_monotonic_seconds() - t0;
   for (int s = 0; s < 2; s++) cp_engine_free(engines[s]);
   free(gen);
   if (rc < 0) {

@@ -70,6 +70,12 @@ typedef struct {
   /* Baseline side's model (borrowed; NULL = the same model with the identity rule). `ctxpatch
    * patch` certifies the baked artifact against the original checkpoint this way. */
   const cp_model *baseline_model;
+  /* With baseline: the baseline side is not run again but taken from this earlier run (borrowed),
+   * whose PATCHED side ran the baseline model with no rule and the same probes, lengths, depths,
+   * samples, seed, threads, device, max_new_tokens, corpus and stats as these params (the shape
+   * is checked, CP_EARG; the rest is the caller's promise). The result is the same as running it:
+   * `patch --method auto` certifies every candidate against one run of the original. */
+  const struct cp_verify_result *baseline_from;
   bool stats;         /* P_max / entropy per length (one extra forward per length and side) */
   int max_new_tokens; /* default 10 */
   /* The ppl probe: windows of the text file corpus_path (NULL = no ppl) split at
@@ -86,7 +92,7 @@ void cp_verify_params_init(cp_verify_params *p);
 
 typedef enum { CP_SIDE_PATCHED = 0, CP_SIDE_BASELINE = 1 } cp_verify_side;
 
-typedef struct {
+typedef struct cp_verify_result {
   int n_probes, n_lengths, n_depths, samples;
   cp_probe_kind *probes; /* [n_probes] */
   int64_t *lengths;      /* [n_lengths] */
@@ -105,7 +111,10 @@ typedef struct {
   double *ppl_nll[2], *ppl_mean[2];
   /* mean P_max / entropy of the self-attention softmaxes per length (NaN if not measured) */
   double *pmax[2], *entropy[2]; /* [n_lengths] */
-  int64_t tokens;        /* prompt + generated tokens processed */
+  /* answered[cell * samples + k]: the patched side answered sample k of that cell (0/1) */
+  unsigned char *answered;
+  int64_t tokens;        /* prompt + generated tokens processed (both sides) */
+  int64_t side_tokens[2]; /* the same per side */
   double seconds;        /* wall time of the run */
 } cp_verify_result;
 

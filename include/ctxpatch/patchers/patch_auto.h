@@ -1,0 +1,84 @@
+/* Floor: patchers. `ctxpatch patch --method auto`: for a model and its target length(s), certify
+ * every candidate patch of a small fixed grid that fits the model on the SAME probes, lengths,
+ * prompts and seed, keep the best certified one by the criterion below and write only it (its
+ * certificate carries an "auto" block with the comparison). docs/patching.md, "--method auto".
+ *
+ * Candidates, in this order (L = training length, T = the target length: --target-len, else the
+ * longest verified length); the ones whose method does not fit the family are listed as
+ * "does not fit" with the reason, never run:
+ *   1 temperature, one tau calibrated at T     2 temperature schedule (at the lengths past L)
+ *   3 alibi-pi --factor T/L                    4 alibi-pi --dynamic    5 alibi-pi --progressive
+ *   6 lm-infinite --n-local L/2                7 lm-infinite --n-local L   (n_global 10, ceiling
+ *                                                n_local, no top-k: the method's defaults)
+ *   8 fire-threshold --threshold L             9 fire-threshold --threshold T
+ *  10 rope-pi --factor T/L
+ * Criterion: among candidates whose verdict passes, the highest mean patched accuracy over the
+ * retrieval probes at the target lengths (the verified lengths past L); ties: the lower mean ppl
+ * NLL there when ppl was measured, then the earlier candidate. No passing candidate: nothing is
+ * written (outcome pass false).
+ * Budget: the first candidate that fits always runs; a later one starts only while the seconds
+ * since the start are below the budget, else it is "skipped: budget" (a budget of 0 runs exactly
+ * one). The original model is run once on the probe grid and every certification takes its
+ * baseline side from that run (cp_verify_params.baseline_from): the same numbers as running it.
+ */
+#ifndef CTXPATCH_PATCH_AUTO_H
+#define CTXPATCH_PATCH_AUTO_H
+
+#include "ctxpatch/patchers/patch.h"
+
+#define CP_AUTO_MAX_CANDIDATES 10
+/* The criterion in words, as printed and stored in the "auto" block. */
+#define CP_AUTO_CRITERION                                                                                  \
+  "among candidates whose verdict passes, the highest mean patched accuracy over the retrieval probes at " \
+  "the target lengths (compared at 6 significant digits); ties: the lower mean ppl NLL there when "      \
+  "measured, then the earlier candidate"
+#define CP_AUTO_DEFAULT_BUDGET 900.0
+#define CP_AUTO_MAX_BUDGET 604800.0 /* a week */
+
+typedef enum {
+  CP_AUTO_PASS,          /* certified, verdict pass */
+  CP_AUTO_FAIL,          /* certified, verdict fail */
+  CP_AUTO_NOT_FIT,       /* the method does not fit the model (reason) */
+  CP_AUTO_REFUSED,       /* the patch was refused on this model (reason: the error's line) */
+  CP_AUTO_SKIPPED_BUDGET /* not run: the budget was spent */
+} cp_auto_status;
+
+/* "pass", "fail", "does not fit", "refused", "skipped: budget". */
+const char *cp_auto_status_name(cp_auto_status s);
+
+typedef struct {
+  cp_patch_method method;
+  char options[128];     /* the `patch` options that make this candidate alone, e.g. "--method alibi-pi --factor 4" */
+  cp_auto_status status;
+  char reason[320];      /* not fit / refused: why; fail: the first failed threshold; else "" */
+  bool ran;              /* a patch was built and certified (pass or fail) */
+  cp_patch patch;        /* with ran: what was certified (the calibrated tau included) */
+  cp_fidelity fidelity;  /* with ran */
+  double accuracy;       /* with ran: the criterion's mean accuracy (NaN: no retrieval probe) */
+  double nll;            /* with ran: mean ppl NLL at the target lengths (NaN: not measured) */
+  double seconds;        /* wall time (printed only, never written into the artifact) */
+} cp_auto_candidate;
+
+/* Large (each candidate holds a cp_rule): allocate it on the heap. */
+typedef struct {
+  cp_auto_candidate candidates[CP_AUTO_MAX_CANDIDATES];
+  int n_candidates;
+  int best;                     /* index of the winner; -1: none passed */
+  int64_t *target_lengths;      /* owned: the lengths the criterion averages over */
+  int n_target_lengths;
+  double budget;
+  /* The winner's outcome (written, certificate, table), or with no winner the screening only. */
+  cp_patch_outcome outcome;
+  char *auto_json;              /* owned: the "auto" block as compact JSON (also with no winner) */
+} cp_auto_outcome;
+
+/* Runs `patch --method auto` on IN (o: the base options; method options are refused, only
+ * --calibrate, --calibration-samples, --target-len and the run settings apply; params->verify
+ * required; not --to onnx). `on_candidate` (may be NULL) is called with on_tmp_ctx after each
+ * candidate is decided. Free *out with cp_auto_outcome_free (also after an error). */
+int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir, const cp_patch_options *o,
+                      const cp_patch_params *params, double budget,
+                      void (*on_candidate)(void *ctx, int index, const cp_auto_candidate *c));
+void cp_auto_outcome_free(cp_auto_outcome *o);
+
+#endif

@@ -1,0 +1,336 @@
+/* Floor: patchers. `ctxpatch patch --method auto` (ctxpatch/patchers/patch_auto.h): the fixed
+ * candidate grid, each certified on the same verify set-up, the criterion, the "auto" block. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "converters/rule_json.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/clock.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/num.h"
+#include "ctxpatch/patchers/calibrate.h"
+#include "ctxpatch/patchers/patch_auto.h"
+#include "patchers/patch_stage.h"
+
+static const char *const status_names[] = {"pass", "fail", "does not fit", "refused", "skipped: budget"};
+
+const char *cp_auto_status_name(cp_auto_status s) {
+  return (unsigned)s < sizeof status_names / sizeof *status_names ? status_names[s] : "?";
+}
+
+void cp_auto_outcome_free(cp_auto_outcome *o) {
+  if (!o) return;
+  cp_patch_outcome_free(&o->outcome);
+  free(o->target_lengths);
+  free(o->auto_json);
+  memset(o, 0, sizeof *o);
+  o->best = -1;
+}
+
+/* Candidate i of the grid (patch_auto.h) as `patch` options on top of `base`, and its label. */
+static void candidate_options(cp_patch_options *o, cp_auto_candidate *c, int i, const cp_patch_options *base,
+                              int64_t L, int64_t T) {
+  static const cp_patch_method methods[CP_AUTO_MAX_CANDIDATES] = {
+      CP_PATCH_TEMPERATURE,    CP_PATCH_TEMPERATURE,    CP_PATCH_ALIBI_PI, CP_PATCH_ALIBI_PI, CP_PATCH_ALIBI_PI,
+      CP_PATCH_LM_INFINITE,    CP_PATCH_LM_INFINITE,    CP_PATCH_FIRE_THRESHOLD, CP_PATCH_FIRE_THRESHOLD,
+      CP_PATCH_ROPE_PI};
+  char cal[64] = "";
+  *o = *base;
+  o->method = c->method = methods[i];
+  if (base->calibration_samples) snprintf(cal, sizeof cal, " --calibration-samples %d", base->calibration_samples);
+  double ratio = (double)T / (double)L;
+  const char *name = cp_patch_method_name(c->method);
+  switch (i) {
+    case 0: snprintf(c->options, sizeof c->options, "--method %s --calibrate %s%s", name, o->calibrate, cal); break;
+    case 1:
+      o->schedule = true;
+      snprintf(c->options, sizeof c->options, "--method %s --schedule --calibrate %s%s", name, o->calibrate, cal);
+      break;
+    case 2:
+    case 9:
+      o->factor = ratio;
+      snprintf(c->options, sizeof c->options, "--method %s --factor %.17g", name, ratio);
+      break;
+    case 3: o->dynamic = true; snprintf(c->options, sizeof c->options, "--method %s --dynamic", name); break;
+    case 4: o->progressive = true; snprintf(c->options, sizeof c->options, "--method %s --progressive", name); break;
+    case 5:
+    case 6:
+      o->n_local = i == 5 ? (L / 2 > 0 ? L / 2 : 1) : L;
+      snprintf(c->options, sizeof c->options, "--method %s --n-local %lld", name, (long long)o->n_local);
+      break;
+    default:
+      o->threshold = (double)(i == 7 ? L : T);
+      snprintf(c->options, sizeof c->options, "--method %s --threshold %lld", name, (long long)(i == 7 ? L : T));
+      break;
+  }
+  if (c->method != CP_PATCH_TEMPERATURE) o->calibration_samples = 0; /* a calibration option */
+}
+
+/* The criterion's numbers of a certified candidate: mean patched accuracy over the retrieval
+ * probes x target lengths, and mean ppl NLL at the target lengths (NaN when absent). Both
+ * rounded as stored in the "auto" block, so the block alone reproduces the choice. */
+static void score(cp_auto_candidate *c, const cp_verify_result *r, int64_t L) {
+  double acc = 0, nll = 0;
+  int n_acc = 0, n_nll = 0;
+  for (int l = 0; l < r->n_lengths; l++) {
+    if (r->lengths[l] <= L) continue;
+    for (int p = 0; p < r->n_probes; p++, n_acc++) acc += cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l);
+    if (r->has_ppl) nll += r->ppl_mean[CP_SIDE_PATCHED][l], n_nll++;
+  }
+  c->accuracy = n_acc ? cp_num_round(acc / n_acc, CP_NUM_JSON_DIGITS) : NAN;
+  c->nll = n_nll ? cp_num_round(nll / n_nll, CP_NUM_JSON_DIGITS) : NAN;
+}
+
+/* Whether passing candidate a beats the best so far b (b earlier in the order: ties keep b). */
+static bool better(const cp_auto_candidate *a, const cp_auto_candidate *b) {
+  if (!isnan(a->accuracy) && !isnan(b->accuracy) && a->accuracy != b->accuracy) return a->accuracy > b->accuracy;
+  if (!isnan(a->nll) && !isnan(b->nll) && a->nll != b->nll) return a->nll < b->nll;
+  return false;
+}
+
+/* Errors that refuse one candidate on this model (its reason goes into the table) rather than
+ * the whole run. */
+static bool candidate_refusal(int rc) {
+  return rc == CP_EARG || rc == CP_EPATCH_FAMILY || rc == CP_EPATCH_FIDELITY || rc == CP_ERULE_MODEL ||
+         rc == CP_ERULE_VALUE || rc == CP_EUNSUPPORTED;
+}
+
+/* Builds and stages one candidate; *pd holds its folder when it passes. Screening fields of `oc`
+ * are the caller's. */
+static int run_candidate(cp_auto_candidate *c, cp_patch_pending **pd, cp_patch_outcome *oc, const cp_patch_options *co,
+                         const cp_model *m, const cp_tokenizer *tok, const char *in, const char *out_dir,
+                         const cp_patch_params *p) {
+  cp_patch_options o = *co;
+  char *calib_text = NULL;
+  cJSON *calib = NULL;
+  cp_patch *patch = &c->patch;
+  int rc = cp_patch_options_check(&o);
+  if (rc == 0) rc = cp_patch_options_resolve(&o, m);
+  if (rc == 0 && o.method == CP_PATCH_TEMPERATURE && p->on_calibrate)
+    p->on_calibrate(p->on_tmp_ctx, o.calibrate, o.schedule ? 0 : o.target_len);
+  if (rc == 0) rc = cp_patch_from_options(patch, &calib_text, m, tok, &o);
+  if (rc == 0 && calib_text && !(calib = cJSON_Parse(calib_text))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", in);
+  if (rc == 0) rc = cp_patch_stage(pd, oc, in, out_dir, m, patch, calib, p);
+  cJSON_Delete(calib);
+  free(calib_text);
+  if (rc == 0) {
+    c->ran = true;
+    c->fidelity = oc->plan.fidelity;
+    c->status = oc->pass ? CP_AUTO_PASS : CP_AUTO_FAIL;
+    if (!oc->pass && oc->n_reasons > 0) snprintf(c->reason, sizeof c->reason, "%s", oc->reasons[0]);
+  } else if (candidate_refusal(rc)) {
+    c->status = CP_AUTO_REFUSED;
+    snprintf(c->reason, sizeof c->reason, "%s", cp_error_message());
+    rc = 0;
+  }
+  return rc;
+}
+
+static void add_num_or_null(cJSON *o, const char *key, double v) {
+  if (isnan(v)) cJSON_AddNullToObject(o, key);
+  else cJSON_AddNumberToObject(o, key, v);
+}
+
+/* The "auto" block (docs/certificate.md): no timings, so the artifact stays reproducible. */
+static cJSON *auto_block(const cp_auto_outcome *a) {
+  cJSON *b = cJSON_CreateObject(), *tl = cJSON_AddArrayToObject(b, "target_lengths");
+  cJSON_AddStringToObject(b, "criterion", CP_AUTO_CRITERION);
+  for (int i = 0; i < a->n_target_lengths; i++) cJSON_AddItemToArray(tl, cJSON_CreateNumber((double)a->target_lengths[i]));
+  cJSON_AddNumberToObject(b, "budget_seconds", a->budget);
+  if (a->best >= 0) cJSON_AddNumberToObject(b, "winner", a->best);
+  else cJSON_AddNullToObject(b, "winner");
+  cJSON *cs = cJSON_AddArrayToObject(b, "candidates");
+  for (int i = 0; i < a->n_candidates; i++) {
+    const cp_auto_candidate *c = &a->candidates[i];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, e);
+    cJSON_AddStringToObject(e, "method", cp_patch_method_name(c->method));
+    cJSON_AddStringToObject(e, "options", c->options);
+    cJSON_AddStringToObject(e, "status", cp_auto_status_name(c->status));
+    if (c->reason[0]) cJSON_AddStringToObject(e, "reason", c->reason);
+    else cJSON_AddNullToObject(e, "reason");
+    if (c->ran) {
+      cJSON *r = cp_rule_to_json(&c->patch.rule);
+      cJSON_AddItemToObject(e, "rule", r ? r : cJSON_CreateObject());
+      if (c->patch.rope_factor > 0) cJSON_AddNumberToObject(e, "rope_factor", c->patch.rope_factor);
+      cJSON_AddStringToObject(e, "fidelity", cp_fidelity_name(c->fidelity));
+      cJSON_AddStringToObject(e, "verdict", c->status == CP_AUTO_PASS ? "pass" : "fail");
+    } else {
+      cJSON_AddNullToObject(e, "rule");
+      cJSON_AddNullToObject(e, "fidelity");
+      cJSON_AddNullToObject(e, "verdict");
+    }
+    add_num_or_null(e, "mean_accuracy", c->ran ? c->accuracy : NAN);
+    add_num_or_null(e, "ppl_nll", c->ran ? c->nll : NAN);
+  }
+  return b;
+}
+
+/* Options auto chooses itself are refused beside it (their values would be ignored otherwise). */
+static int auto_check(const cp_patch_options *o, const cp_patch_params *p, double budget) {
+  if (o->tau > 0 || o->per_layer || o->scope || o->schedule || o->factor > 0 || o->dynamic || o->progressive ||
+      o->have_n_global || o->n_local || o->ceiling || o->top_k || o->threshold > 0 || o->train_len || o->rule)
+    return cp_error_set(CP_EARG, "--method auto chooses the method options itself: it takes no --tau, --per-layer, "
+                                 "--scope, --schedule, --factor, --dynamic, --progressive, --n-global, --n-local, "
+                                 "--ceiling, --top-k, --threshold, --train-len or --rule");
+  if (!p->verify) return cp_error_set(CP_EARG, "--method auto certifies every candidate: it takes no --no-verify");
+  if (p->onnx) return cp_error_set(CP_EARG, "--method auto writes safetensors or gguf, not --to onnx");
+  if (!(budget >= 0 && budget <= CP_AUTO_MAX_BUDGET))
+    return cp_error_set(CP_EARG, "--budget must be in [0, %g] seconds", CP_AUTO_MAX_BUDGET);
+  return 0;
+}
+
+/* The target lengths: the verified lengths past the training length L. */
+static int target_lengths(cp_auto_outcome *out, const cp_verify_params *vp, int64_t L) {
+  CP_CHECK_ALLOC(out->target_lengths = malloc((size_t)(vp->n_lengths > 0 ? vp->n_lengths : 1) * sizeof(int64_t)),
+                 "auto: lengths");
+  for (int i = 0; i < vp->n_lengths; i++)
+    if (vp->lengths[i] > L) out->target_lengths[out->n_target_lengths++] = vp->lengths[i];
+  if (out->n_target_lengths == 0)
+    return cp_error_set(CP_EARG, "--method auto needs a verified length past the training length %lld (--lengths)",
+                        (long long)L);
+  return 0;
+}
+
+/* Keeps the screening (default probe set) of `screen` in a fresh candidate outcome. */
+static void copy_screening(cp_patch_outcome *oc, const cp_patch_outcome *screen) {
+  memset(oc, 0, sizeof *oc);
+  oc->n_screened = screen->n_screened;
+  memcpy(oc->screened, screen->screened, sizeof oc->screened);
+  memcpy(oc->screened_accuracy, screen->screened_accuracy, sizeof oc->screened_accuracy);
+  memcpy(oc->screened_used, screen->screened_used, sizeof oc->screened_used);
+  oc->screen_length = screen->screen_length;
+  oc->screen_prompts = screen->screen_prompts;
+}
+
+/* Opens (and removes) a temporary folder of OUT: an existing OUT without replace is refused
+ * before any candidate runs. */
+static int check_output(const char *out_dir, bool replace) {
+  cp_atomic_dir *ad = NULL;
+  int rc = cp_atomic_dir_open(&ad, out_dir, replace);
+  cp_atomic_dir_abort(ad);
+  return rc;
+}
+
+typedef struct {
+  cp_model *model;
+  cp_tokenizer *tok;
+  cp_patch_verify_setup vs;
+  cp_verify_result *original_run; /* the baseline side of every candidate (cp_verify_params.baseline_from) */
+  cp_patch_params p;
+  int64_t L, T;
+} auto_ctx;
+
+/* Opens the model and tokenizer, resolves the target, screens the probes once (into out->outcome). */
+static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *in, cp_patch_options *base,
+                     const cp_patch_params *params) {
+  int rc = 0;
+  if ((rc = cp_model_open_stored(&x->model, in)) || (rc = cp_patch_refuse_artifact(x->model, in))) return rc;
+  x->L = x->model->train_len;
+  if (x->L <= 0)
+    return cp_error_set(CP_EARG, "%s: --method auto needs the model's training length (config.json has none)", in);
+  if (!base->target_len) base->target_len = 2 * x->L; /* as cp_patch_options_resolve */
+  x->T = base->target_len;
+  *bad = true;
+  if (x->T <= x->L)
+    return cp_error_set(CP_EARG, "--method auto needs a target length past the training length %lld, got %lld",
+                        (long long)x->L, (long long)x->T);
+  *bad = false;
+  if ((rc = cp_patch_tokenizer_open(&x->tok, in, true, params))) return rc;
+  if ((rc = cp_patch_verify_prepare(&x->vs, &out->outcome, bad, x->model, x->tok, base, params))) return rc;
+  if ((rc = target_lengths(out, &x->vs.vp, x->L))) {
+    *bad = true;
+    return rc;
+  }
+  /* The original on the candidates' probe grid, once: each certification takes its baseline
+   * side from this run instead of running the original again. */
+  cp_verify_params op = x->vs.vp;
+  op.baseline = false;
+  op.baseline_model = NULL;
+  op.baseline_from = NULL;
+  if ((rc = cp_verify_run(&x->original_run, x->model, x->tok, NULL, &op))) return rc;
+  x->vs.vp.baseline_from = x->original_run;
+  x->p = *params;
+  x->p.verify = &x->vs.vp;
+  x->p.thresholds = &x->vs.th;
+  x->p.tok = x->tok;
+  return 0;
+}
+
+int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir, const cp_patch_options *opts,
+                      const cp_patch_params *params, double budget,
+                      void (*on_candidate)(void *ctx, int index, const cp_auto_candidate *c)) {
+  memset(out, 0, sizeof *out);
+  out->best = -1;
+  out->budget = budget;
+  cp_patch_options base = *opts;
+  auto_ctx x;
+  memset(&x, 0, sizeof x);
+  cp_patch_pending *best_pd = NULL, *pd = NULL;
+  cp_patch_outcome oc;
+  memset(&oc, 0, sizeof oc);
+  bool bad = false, ran_any = false;
+  double t0 = cp_monotonic_seconds();
+  int rc = auto_check(&base, params, budget);
+  if (rc) {
+    out->outcome.bad_options = true;
+    return rc;
+  }
+  if ((rc = check_output(out_dir, params->replace)) || (rc = auto_open(&x, out, &bad, in, &base, params))) goto done;
+  for (int i = 0; i < CP_AUTO_MAX_CANDIDATES; i++) {
+    cp_auto_candidate *c = &out->candidates[out->n_candidates++];
+    cp_patch_options co;
+    candidate_options(&co, c, i, &base, x.L, x.T);
+    c->accuracy = c->nll = NAN;
+    double t = cp_monotonic_seconds();
+    if (cp_patch_method_fits(x.model, c->method)) {
+      c->status = CP_AUTO_NOT_FIT;
+      snprintf(c->reason, sizeof c->reason, "%s", cp_error_message());
+    } else if (ran_any && t - t0 >= budget) {
+      c->status = CP_AUTO_SKIPPED_BUDGET; /* the first candidate that fits always runs */
+    } else {
+      ran_any = true;
+      copy_screening(&oc, &out->outcome);
+      if ((rc = run_candidate(c, &pd, &oc, &co, x.model, x.tok, in, out_dir, &x.p))) goto done;
+      if (c->ran) score(c, oc.result, x.L);
+      if (pd && (out->best < 0 || better(c, &out->candidates[out->best]))) {
+        cp_patch_pending_free(best_pd); /* the previous best's folder goes */
+        best_pd = pd;
+        pd = NULL;
+        out->best = i;
+        cp_patch_outcome_free(&out->outcome);
+        out->outcome = oc;
+        memset(&oc, 0, sizeof oc);
+      }
+      cp_patch_pending_free(pd);
+      pd = NULL;
+      cp_patch_outcome_free(&oc);
+    }
+    c->seconds = cp_monotonic_seconds() - t;
+    if (on_candidate) on_candidate(params->on_tmp_ctx, i, c);
+  }
+  cJSON *block = auto_block(out);
+  CP_CHECK_ALLOC_GOTO(block, in);
+  out->auto_json = cJSON_PrintUnformatted(block);
+  if (!out->auto_json || out->best < 0) {
+    cJSON_Delete(block);
+    CP_CHECK_ALLOC_GOTO(out->auto_json, in);
+    goto done;
+  }
+  rc = cp_patch_finish(best_pd, &out->outcome, "auto", block);
+  best_pd = NULL;
+done:
+  if (bad) out->outcome.bad_options = true;
+  cp_patch_pending_free(best_pd);
+  cp_patch_pending_free(pd);
+  cp_patch_outcome_free(&oc);
+  cp_verify_result_free(x.original_run);
+  cp_tokenizer_free(x.tok);
+  cp_model_free(x.model);
+  return rc;
+}
