@@ -250,22 +250,28 @@ done:
   return rc;
 }
 
-/* The digest where the --to onnx pass left its placeholders: model.onnx's metadata (in place; its
+/* The graphs an ONNX artifact holds: model.onnx (decoders) or Optimum's T5 pair. */
+static const char *const ONNX_GRAPHS[] = {"onnx/model.onnx", "onnx/encoder_model.onnx", "onnx/decoder_model_merged.onnx"};
+
+/* The digest where the --to onnx pass left its placeholders: each graph's metadata (in place; its
  * manifest digest updated) and config.json (written again). */
 static int place_onnx_digest(const char *tmp, cp_folder_result *files, const cp_hf_config *config_src,
                              const cp_bake_plan *plan, cJSON *block, const char hex[65]) {
-  char *path = cp_path_join(tmp, "onnx/model.onnx");
-  uint64_t at = 0;
-  int rc = 0;
-  CP_CHECK_ALLOC_GOTO(path, tmp);
-  if ((rc = onnx_digest_offset(&at, path)) || (rc = fill_digest(path, at, hex))) goto done;
-  for (size_t i = 0; i < files->n_files && rc == 0; i++)
-    if (!strcmp(files->files[i].name, "onnx/model.onnx")) rc = cp_sha256_file(files->files[i].hex, path);
-  if (rc) goto done;
-  rc = config_digest(tmp, config_src, plan, block, hex);
-done:
-  free(path);
-  return rc;
+  int rc = 0, n_graphs = 0;
+  for (size_t i = 0; i < files->n_files && rc == 0; i++) {
+    bool graph = false;
+    for (size_t g = 0; g < sizeof ONNX_GRAPHS / sizeof *ONNX_GRAPHS; g++) graph |= !strcmp(files->files[i].name, ONNX_GRAPHS[g]);
+    if (!graph) continue;
+    char *path = cp_path_join(tmp, files->files[i].name);
+    uint64_t at = 0;
+    CP_CHECK_ALLOC(path, tmp);
+    if ((rc = onnx_digest_offset(&at, path)) == 0 && (rc = fill_digest(path, at, hex)) == 0)
+      rc = cp_sha256_file(files->files[i].hex, path);
+    free(path);
+    n_graphs++;
+  }
+  if (rc == 0 && n_graphs == 0) rc = cp_error_set(CP_EIO, "%s: onnx/: no graph written", tmp);
+  return rc ? rc : config_digest(tmp, config_src, plan, block, hex);
 }
 
 /* The plan of an ONNX artifact: the graph computes the whole rule; nothing is baked. The rope-pi

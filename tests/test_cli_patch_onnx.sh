@@ -136,4 +136,27 @@ assert meta["ctxpatch.certificate_sha256"] == "" and block["certified"] is False
 assert not os.path.exists(os.path.join(d, "certificate.json"))
 assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in m.graph.initializer)
 EOF
+# T5 (regression: place_onnx_digest assumed onnx/model.onnx, so every certified T5 --to onnx failed
+# with "onnx/model.onnx: No such file or directory"): both graphs carry the certificate's digest,
+# SHA256SUMS covers them, `check` passes and catches an edited digest in one of them.
+t5=$src/examples/probe-models/t5-probe
+"$bin" patch "$t5" "$work/t5" --method temperature --tau 0.8 --to onnx --verify passkey --lengths 256 --samples 2 \
+  --threads 1 >"$work/t5.log" 2>&1 && ok || { bad "T5 patch --to onnx"; cat "$work/t5.log"; }
+"$py" - "$work/t5" <<'EOF' && ok || bad "T5 graphs' digests"
+import hashlib, os, sys, onnx
+d = sys.argv[1]
+digest = hashlib.sha256(open(os.path.join(d, "certificate.json"), "rb").read()).hexdigest()
+for g in ("encoder_model", "decoder_model_merged"):
+    m = onnx.load(os.path.join(d, "onnx", g + ".onnx"), load_external_data=False)
+    assert {p.key: p.value for p in m.metadata_props}["ctxpatch.certificate_sha256"] == digest, g
+EOF
+(cd "$work/t5" && sha256sum --quiet -c SHA256SUMS) && "$bin" check "$work/t5" >/dev/null && ok || bad "T5 artifact: check"
+cp -r "$work/t5" "$work/t5x" && "$py" - "$work/t5x/onnx/encoder_model.onnx" <<'EOF'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+i = b.index(b"ctxpatch.certificate_sha256") + len("ctxpatch.certificate_sha256") + 2
+b[i] = ord("0") if b[i] != ord("0") else ord("1")
+open(p, "wb").write(bytes(b))
+EOF
+"$bin" check "$work/t5x" >/dev/null 2>&1; [ $? -eq 1 ] && ok || bad "check passed a T5 graph with an edited digest"
 finish
