@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
   double slopes[256];
   float fw1[32], fb1[32], *fw2 = rand_buf((size_t)H * 32), *fb2 = rand_buf((size_t)H);
   for (int w = 0; w < 32; w++) fw1[w] = urand(), fb1[w] = urand();
-  cp_fire_mlp fire = {fw1, fb1, fw2, fb2, 32, 1.0, 4096.0};
+  cp_fire_mlp fire = {.w1 = fw1, .b1 = fb1, .w2 = fw2, .b2 = fb2, .width = 32, .layers = 1, .c = 1.0, .L = 4096.0};
   cp_alibi_slopes(slopes, H > 256 ? 256 : H, 8.0);
 
   cp_attn_call c;

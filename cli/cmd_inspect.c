@@ -58,7 +58,8 @@ static void print_positional(const cJSON *p) {
     if (sc) printf(", scaling %s x%g", str(sc, "type"), num(sc, "factor"));
     printf(")");
   } else if (!strcmp(scheme, "fire")) {
-    printf(" (MLP width %g%s)", num(p, "mlp_width"),
+    printf(" (MLP %g hidden layer%s of width %g%s)", num(p, "mlp_layers"), num(p, "mlp_layers") == 1 ? "" : "s",
+           num(p, "mlp_width"),
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "shared")) ? ", shared" : ", per layer");
   }
   printf("\n");

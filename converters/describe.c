@@ -80,6 +80,7 @@ static cJSON *add_positional(cJSON *obj, const cp_hf_config *c) {
     break;
   case CP_POS_FIRE:
     cJSON_AddNumberToObject(p, "mlp_width", c->fire_mlp_width);
+    cJSON_AddNumberToObject(p, "mlp_layers", c->fire_mlp_layers);
     cJSON_AddBoolToObject(p, "shared", c->fire_shared);
     cJSON_AddNumberToObject(p, "threshold_init", c->fire_threshold);
     break;

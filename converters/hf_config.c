@@ -583,6 +583,13 @@ static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
    * have been accepted by train_len). */
   if (!field(r, "max_position_embeddings")) return missing(c, "max_position_embeddings");
   TRY(opt_int(&cfg->fire_mlp_width, c, r, "fire_mlp_width", NULL, 32));
+  if (cfg->fire_mlp_width > CP_FIRE_MAX_WIDTH)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'fire_mlp_width': %d is above %d", c->what, cfg->fire_mlp_width,
+                        CP_FIRE_MAX_WIDTH);
+  TRY(opt_int(&cfg->fire_mlp_layers, c, r, "fire_mlp_layers", NULL, 1));
+  if (cfg->fire_mlp_layers > 2)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'fire_mlp_layers': expected 1 or 2, got %d", c->what,
+                        cfg->fire_mlp_layers);
   TRY(opt_bool(&cfg->fire_shared, c, r, "fire_shared", NULL, false));
   TRY(opt_num(&cfg->fire_c_init, c, r, "fire_c_init", NULL, "", 1.0, 0, INFINITY,
               "a positive number"));

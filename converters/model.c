@@ -346,24 +346,35 @@ static int family_settings(cp_model *m, const loader *L) {
   return cp_error_set(CP_ECFG_FAMILY, "%s: unknown family", cp_checkpoint_config_path(L->ck));
 }
 
-/* The FIRE MLP of `layer` (docs/fire-layout.md), with c > 0 and L > 0 checked. */
+/* The FIRE MLP of `layer` (docs/fire-layout.md), with c > 0 and L > 0 checked. The config's
+ * fire_mlp_layers decides the layout; a checkpoint whose tensors say otherwise is refused by
+ * name (an mlp.4 beside fire_mlp_layers 1 here, a missing mlp.4 or an [H, W] mlp.2 by load). */
 static int load_fire_mlp(cp_fire_mlp *f, loader *L, int layer) {
-  int W = L->m->cfg->fire_mlp_width, H = L->m->n_heads;
-  static const char *const parts[6] = {"." CP_FIRE_IN ".weight", "." CP_FIRE_IN ".bias",
-                                       "." CP_FIRE_OUT ".weight", "." CP_FIRE_OUT ".bias",
-                                       "." CP_FIRE_C, "." CP_FIRE_L};
-  const int shapes[6][3] = {{2, W, 1}, {1, W, 0}, {2, H, W}, {1, H, 0}, {0, 0, 0}, {0, 0, 0}};
-  const float **dst[4] = {&f->w1, &f->b1, &f->w2, &f->b2};
+  const int W = L->m->cfg->fire_mlp_width, H = L->m->n_heads, nl = L->m->cfg->fire_mlp_layers;
+  const char *parts[8] = {"." CP_FIRE_IN ".weight", "." CP_FIRE_IN ".bias", "." CP_FIRE_MID ".weight",
+                          "." CP_FIRE_MID ".bias",  cp_fire_out_part(nl, false), cp_fire_out_part(nl, true),
+                          "." CP_FIRE_C,           "." CP_FIRE_L};
+  const int shapes[8][3] = {{2, W, 1}, {1, W, 0}, {2, W, W}, {1, W, 0}, {2, H, W}, {1, H, 0}, {0, 0, 0}, {0, 0, 0}};
+  const float **dst[6] = {&f->w1, &f->b1, &f->wm, &f->bm, &f->w2, &f->b2};
   const float *scalars[2];
   char n[CP_TENSOR_NAME_MAX];
-  f->width = W;
-  for (int i = 0; i < 6; i++) {
+  f->width = W, f->layers = nl;
+  if (nl == 1) {
+    cp_names_get(n, &L->nm, CP_ROLE_FIRE, CP_STACK_DECODER, layer, "." CP_FIRE_OUT2 ".weight");
+    if (has(L, n))
+      return cp_error_set(CP_EMODEL_TENSOR,
+                          "%s: tensor '%s' is present: a FIRE MLP with two hidden layers needs config.json "
+                          "fire_mlp_layers 2 (it is 1)",
+                          L->path, n);
+  }
+  for (int i = 0; i < 8; i++) {
+    if (nl == 1 && (i == 2 || i == 3)) continue; /* mlp.2 is then the output layer */
     cp_names_get(n, &L->nm, CP_ROLE_FIRE, CP_STACK_DECODER, layer, parts[i]);
-    int rc = load(i < 4 ? dst[i] : &scalars[i - 4], L, n, shapes[i][0], shapes[i][1], shapes[i][2]);
+    int rc = load(i < 6 ? dst[i] : &scalars[i - 6], L, n, shapes[i][0], shapes[i][1], shapes[i][2]);
     if (rc) return rc;
-    if (i >= 4 && (!(scalars[i - 4][0] > 0) || !isfinite(scalars[i - 4][0])))
+    if (i >= 6 && (!(scalars[i - 6][0] > 0) || !isfinite(scalars[i - 6][0])))
       return cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s' is %g; FIRE needs %s > 0", L->path, n,
-                          (double)scalars[i - 4][0], parts[i] + 1);
+                          (double)scalars[i - 6][0], parts[i] + 1);
   }
   f->c = scalars[0][0];
   f->L = scalars[1][0];
@@ -596,9 +607,25 @@ int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const c
 }
 
 double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x) {
-  const float *w2 = f->w2 + (size_t)h * f->width;
+  const int W = f->width;
+  const float *w2 = f->w2 + (size_t)h * W;
   double s = f->b2[h];
-  for (int w = 0; w < f->width; w++) {
+  if (f->layers == 2) {
+    double a[CP_FIRE_MAX_WIDTH]; /* relu(w1 x + b1); W <= CP_FIRE_MAX_WIDTH (hf_config.c) */
+    assert(W <= CP_FIRE_MAX_WIDTH);
+    for (int w = 0; w < W; w++) {
+      double v = (double)f->w1[w] * x + (double)f->b1[w];
+      a[w] = v > 0 ? v : 0;
+    }
+    for (int u = 0; u < W; u++) {
+      const float *wm = f->wm + (size_t)u * W;
+      double v = f->bm[u];
+      for (int w = 0; w < W; w++) v += (double)wm[w] * a[w];
+      if (v > 0) s += (double)w2[u] * v;
+    }
+    return s;
+  }
+  for (int w = 0; w < W; w++) {
     double a = (double)f->w1[w] * x + (double)f->b1[w];
     if (a > 0) s += (double)w2[w] * a;
   }

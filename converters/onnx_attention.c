@@ -14,6 +14,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/converters/families.h"
 
 bool cp_onnx_attn_needs_raw_keys(const cp_model *m, const cp_attn_plan *plan) {
   return m->pos == CP_POS_ROPE && plan->kind != CP_ATTN_CROSS && (plan->ceiling != INT64_MAX || plan->top_k);
@@ -167,33 +168,43 @@ static const char *alibi_bias(cp_onnx_attn_ctx *c, const char *dist_f) {
 
 /* ---------------------------------------------------------------- FIRE */
 
-/* The four tensors of this layer's MLP, stored once per MLP (as docs/fire-layout.md names them). */
-static void fire_weights(cp_onnx_attn_ctx *c, const char *w[4]) {
-  static const char *const tag[4] = {"fire.w1", "fire.b1", "fire.w2", "fire.b2"};
-  static const char *const suffix[4] = {"mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"};
+/* The tensors of this layer's MLP, stored once per MLP under the checkpoint's names
+ * (docs/fire-layout.md): w[0..1] the first layer, w[2..3] the W x W middle layer (two hidden
+ * layers; else NULL), w[4..5] the output layer. Matrices are stored transposed for MatMul. */
+static void fire_weights(cp_onnx_attn_ctx *c, const char *w[6]) {
+  static const char *const tag[6] = {"fire.w1", "fire.b1", "fire.wm", "fire.bm", "fire.w2", "fire.b2"};
   const cp_fire_mlp *f = c->fire;
+  const bool two = f->layers == 2;
+  const char *suffix[6] = {CP_FIRE_IN ".weight", CP_FIRE_IN ".bias", CP_FIRE_MID ".weight", CP_FIRE_MID ".bias",
+                           cp_fire_out_part(f->layers, false) + 1, cp_fire_out_part(f->layers, true) + 1};
   int64_t W = f->width, H = c->m->n_heads;
-  for (int a = 0; a < 4; a++) {
+  for (int a = 0; a < 6; a++) {
+    w[a] = NULL;
+    if ((a == 2 || a == 3) && !two) continue;
     if ((w[a] = memo_find(c, tag[a], f, false))) continue;
     char name[256];
     snprintf(name, sizeof name, "%s.fire.%s", c->m->cfg->fire_shared ? "model" : c->prefix, suffix[a]);
     const char *v = a == 0   ? cp_og_weight(c->g, name, f->w1, 1, &W, false)
                     : a == 1 ? cp_og_weight(c->g, name, f->b1, 1, &W, false)
-                    : a == 2 ? cp_og_weight_t(c->g, name, f->w2, (int)H, (int)W, false) /* [W, H] */
+                    : a == 2 ? cp_og_weight_t(c->g, name, f->wm, (int)W, (int)W, false) /* [W, W] transposed */
+                    : a == 3 ? cp_og_weight(c->g, name, f->bm, 1, &W, false)
+                    : a == 4 ? cp_og_weight_t(c->g, name, f->w2, (int)H, (int)W, false) /* [W, H] */
                              : cp_og_weight(c->g, name, f->b2, 1, &H, false);
     w[a] = memo_keep(c, tag[a], f, false, v);
   }
 }
 
-/* b_h = W2 relu(W1 x + b1) + b2 of x [B, 1, S, n] (docs/fire-layout.md): [B, H, S, n]. */
+/* b_h = W2 relu(W1 x + b1) + b2, or W2 relu(Wm relu(W1 x + b1) + bm) + b2, of x [B, 1, S, n]
+ * (docs/fire-layout.md): [B, H, S, n]. */
 static const char *fire_mlp(cp_onnx_attn_ctx *c, const char *x) {
   cp_og *g = c->g;
-  const char *w[4];
+  const char *w[6];
   fire_weights(c, w);
   int64_t ax4 = 4;
   const char *x5 = cp_og_unsqueeze(g, x, &ax4, 1); /* [B, 1, S, n, 1] */
   const char *hid = cp_og_op1(g, "Relu", cp_og_op2(g, "Add", cp_og_op2(g, "Mul", x5, w[0]), w[1]));
-  const char *out = cp_og_op2(g, "Add", cp_og_op2(g, "MatMul", hid, w[2]), w[3]); /* [B, 1, S, n, H] */
+  if (w[2]) hid = cp_og_op1(g, "Relu", cp_og_op2(g, "Add", cp_og_op2(g, "MatMul", hid, w[2]), w[3])); /* [.., W] */
+  const char *out = cp_og_op2(g, "Add", cp_og_op2(g, "MatMul", hid, w[4]), w[5]); /* [B, 1, S, n, H] */
   static const int64_t perm[5] = {0, 4, 2, 3, 1};
   return cp_og_op2(g, "Squeeze", cp_og_transpose(g, out, perm, 5), cp_og_i64s(g, &ax4, 1));
 }

@@ -200,19 +200,20 @@ done:
   return rc;
 }
 
-/* FIRE MLP `k` (HF base name `base`, export base `ebase`): w1 [W] -> [W, 1], w2 [W, H] -> [H, W],
- * biases as they are, c and L from `ctxpatch.fire`. */
-static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, int k) {
-  static const char *const parts[4] = {"." CP_FIRE_IN ".weight", "." CP_FIRE_IN ".bias", "." CP_FIRE_OUT ".weight",
-                                       "." CP_FIRE_OUT ".bias"};
+/* FIRE MLP `k` of `layers` hidden layers (HF base name `base`, export base `ebase`): w1 [W] ->
+ * [W, 1], the middle (two layers) and output matrices transposed back ([W, W] and [W, H] ->
+ * [H, W]), biases as they are, c and L from `ctxpatch.fire`. */
+static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, int k, int layers) {
+  const char *parts[6] = {"." CP_FIRE_IN ".weight", "." CP_FIRE_IN ".bias", cp_fire_out_part(layers, false),
+                          cp_fire_out_part(layers, true), "." CP_FIRE_MID ".weight", "." CP_FIRE_MID ".bias"};
   char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
-  for (int p = 0; p < 4; p++) {
+  for (int p = 0; p < (layers == 2 ? 6 : 4); p++) {
     if (snprintf(src, sizeof src, "%s%s", ebase, parts[p]) >= (int)sizeof src ||
         snprintf(dst, sizeof dst, "%s%s", base, parts[p]) >= (int)sizeof dst)
       return cp_error_set(CP_EOVERFLOW, "%s: tensor name '%s%s' is too long", im->path, ebase, parts[p]);
     const cp_onnx_tensor *t = find_init(im, src);
     if (!t) return cp_error_set(CP_EMODEL_TENSOR, "%s: initializer '%s' is missing", im->path, src);
-    int rc = cp_oi_take(im, dst, t, p == 2);
+    int rc = cp_oi_take(im, dst, t, p == 2 || p == 4);
     if (rc) return rc;
     if (p == 0) im->t[im->n_t - 1].view.ndim = 2, im->t[im->n_t - 1].view.shape[1] = 1;
   }
@@ -249,7 +250,7 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
     cp_names_row(dst, nm, row, layer, "");
     char ebase[64];
     snprintf(ebase, sizeof ebase, c->fire_shared ? "model.fire" : "model.layers.%d.fire", layer);
-    return take_fire(im, dst, ebase, c->fire_shared ? 0 : layer);
+    return take_fire(im, dst, ebase, c->fire_shared ? 0 : layer, c->fire_mlp_layers);
   }
   for (int s = 0; s < 2; s++) {
     cp_names_row(dst, nm, row, layer, suffix[s]);

@@ -76,7 +76,7 @@ bool cp_cuda_available(char *why, size_t n) {
 
 typedef struct {
   const cpcu_backend *be;
-  void *p[32]; /* every device buffer of one call (26 at most) */
+  void *p[32]; /* every device buffer of one call (28 at most) */
   int n;
 } dev_list;
 
@@ -160,6 +160,8 @@ static int check_call(const cp_attn_call *c) {
   if (c->pos == CP_ATTN_POS_FIRE && (!c->fire || c->fire->width < 1 || c->fire->width > CPCU_FIRE_MAX_WIDTH))
     return cp_error_set(CP_EUNSUPPORTED, "cuda: FIRE MLP width %d (1..%d supported)", c->fire ? c->fire->width : 0,
                         CPCU_FIRE_MAX_WIDTH);
+  if (c->pos == CP_ATTN_POS_FIRE && c->fire->layers == 2 && (!c->fire->wm || !c->fire->bm))
+    return cp_error_set(CP_EARG, "cuda: FIRE MLP of two hidden layers without its middle layer");
   if (p->top_k && p->k > CPCU_TOPK_MAX)
     return cp_error_set(CP_EUNSUPPORTED, "cuda: top_k k %d (at most %d on cuda)", p->k, CPCU_TOPK_MAX);
   if ((p->causal && !t->dprime) || (c->pos == CP_ATTN_POS_T5 && !t->t5_bucket) ||
@@ -316,11 +318,17 @@ static int upload_pos(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c) {
     a->fire_w1 = p;
     if ((rc = dev_put(dl, &p, f->b1, W * sizeof(float), PUT_RAW))) return rc;
     a->fire_b1 = p;
+    if (f->layers == 2) {
+      if ((rc = dev_put(dl, &p, f->wm, W * W * sizeof(float), PUT_RAW))) return rc;
+      a->fire_wm = p;
+      if ((rc = dev_put(dl, &p, f->bm, W * sizeof(float), PUT_RAW))) return rc;
+      a->fire_bm = p;
+    }
     if ((rc = dev_put(dl, &p, f->w2, (size_t)c->H * W * sizeof(float), PUT_RAW))) return rc;
     a->fire_w2 = p;
     if ((rc = dev_put(dl, &p, f->b2, (size_t)c->H * sizeof(float), PUT_RAW))) return rc;
     a->fire_b2 = p;
-    a->fire_width = f->width, a->fire_c = f->c, a->fire_L = c->tab.fire_L;
+    a->fire_width = f->width, a->fire_layers = f->layers == 2 ? 2 : 1, a->fire_c = f->c, a->fire_L = c->tab.fire_L;
   }
   return 0;
 }

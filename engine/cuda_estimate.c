@@ -100,7 +100,8 @@ static bool call_bytes(uint64_t *acc, const cp_model *m, uint64_t n_q, uint64_t 
   const uint64_t H = (uint64_t)m->n_heads;
   uint64_t fire = 0;
   for (int i = 0; i < m->n_fire; i++) {
-    uint64_t w = (uint64_t)m->fire[i].width * (3 + H) + H;
+    const uint64_t W = (uint64_t)m->fire[i].width;
+    uint64_t w = W * (3 + H) + H + (m->fire[i].layers == 2 ? W * (W + 1) : 0); /* + the W x W middle layer */
     if (w > fire) fire = w;
   }
   return mac(acc, n_q, 96 + 16 * H, 1) && mac(acc, n_keys, 12, 1) &&

@@ -278,8 +278,10 @@ static int temperature_xforms(xform_list *l, const cp_model *m, const cp_names *
       int n_mlp = m->cfg->fire_shared ? 1 : t->n_dec;
       for (int i = 0; i < n_mlp && rc == 0; i++) {
         if (t->dec_self[i] == 1.0f) continue;
-        rc = add_fire(l, nm, i, "." CP_FIRE_OUT ".weight", scale_all(t->dec_self[i]));
-        if (rc == 0) rc = add_fire(l, nm, i, "." CP_FIRE_OUT ".bias", scale_all(t->dec_self[i]));
+        /* the output layer only: 1/tau of the bias is 1/tau of that last affine map */
+        const int nl = m->cfg->fire_mlp_layers;
+        rc = add_fire(l, nm, i, cp_fire_out_part(nl, false), scale_all(t->dec_self[i]));
+        if (rc == 0) rc = add_fire(l, nm, i, cp_fire_out_part(nl, true), scale_all(t->dec_self[i]));
       }
       return rc;
     }

@@ -30,6 +30,9 @@ CTORS = {
     "fire": lambda: M.Llama("fire", 601, pos="fire", n_layers=2, n_kv=2, fire_c=0.5, fire_L=20.0),
     "fire_shared": lambda: M.Llama("fire_shared", 602, pos="fire", n_layers=2, n_kv=4, fire_shared=True,
                                    fire_c=2.0, fire_L=18.0, tied=True, mix=3.0),
+    "fire2": lambda: M.Llama("fire2", 603, pos="fire", n_layers=2, n_kv=2, fire_layers=2, fire_c=0.7, fire_L=22.0),
+    "fire2_shared": lambda: M.Llama("fire2_shared", 604, pos="fire", n_layers=2, n_kv=4, fire_shared=True,
+                                    fire_layers=2, fire_c=1.5, fire_L=16.0, tied=True, mix=3.0),
 }
 
 CASES = [
@@ -44,6 +47,10 @@ CASES = [
     ("fire_shared", ["--method", "temperature", "--tau", "0.6"], {"temperature": 0.6}),
     ("fire", ["--method", "fire-threshold", "--threshold", "6"], {"fire_threshold": 6}),
     ("fire_shared", ["--method", "fire-threshold", "--threshold", "5"], {"fire_threshold": 5}),
+    # two hidden layers (the paper's): the output layer is mlp.4
+    ("fire2", ["--method", "temperature", "--tau", "0.6"], {"temperature": 0.6}),
+    ("fire2_shared", ["--method", "temperature", "--tau", "0.7"], {"temperature": 0.7}),
+    ("fire2", ["--method", "fire-threshold", "--threshold", "7"], {"fire_threshold": 7}),
 ]
 
 torch.manual_seed(0)

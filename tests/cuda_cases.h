@@ -24,6 +24,7 @@
  * or as many for T5). */
 static int (*cuda_call)(const cp_attn_call *c, const cp_cuda_opts *opts);
 static int case_heads = 4;
+static int case_fire_layers = 1; /* hidden layers of the FIRE cases' MLP (2: the paper's) */
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static float urand(void) { /* uniform in [-1, 1) */
@@ -124,10 +125,12 @@ typedef struct {
 } shape;
 
 static int n_checked;
+static double worst_err; /* the largest of the four errors over the calls compared (printed by the tests) */
 
-/* Random FIRE MLP of width 32 for case_heads <= 4 heads (what fire points into). */
+/* Random FIRE MLP of width 32 for case_heads <= 4 heads (what fire points into); wm, bm with
+ * case_fire_layers 2. */
 typedef struct {
-  float w1[32], b1[32], w2[4 * 32], b2[4];
+  float w1[32], b1[32], wm[32 * 32], bm[32], w2[4 * 32], b2[4];
 } fire_weights;
 
 /* The call of `rc` on random tensors, drawn in a fixed order (q, k, v, FIRE MLP, then the RoPE
@@ -145,10 +148,14 @@ static int case_call(cp_attn_call *c, const cp_attn_plan *plan, const rule_case 
   c->scale = rc->pos == CP_ATTN_POS_T5 ? 1.0f : 1.0f / sqrtf((float)dh);
   c->pos = rc->pos;
   c->q = rand_buf(qn, amp, bf16), c->k = rand_buf(kn, amp, bf16), c->v = rand_buf(kn, 1.0f, bf16);
-  *fire = (cp_fire_mlp){fw->w1, fw->b1, fw->w2, fw->b2, W, 0.5, 64.0};
+  const bool two = case_fire_layers == 2;
+  *fire = (cp_fire_mlp){.w1 = fw->w1, .b1 = fw->b1, .wm = two ? fw->wm : NULL, .bm = two ? fw->bm : NULL,
+                        .w2 = fw->w2, .b2 = fw->b2, .width = W, .layers = two ? 2 : 1, .c = 0.5, .L = 64.0};
   for (int w = 0; w < W; w++) fw->w1[w] = 2.0f * urand(), fw->b1[w] = 0.5f * urand();
   for (int w = 0; w < H * W; w++) fw->w2[w] = 0.5f * urand();
   for (int h = 0; h < H; h++) fw->b2[h] = urand();
+  if (two) /* drawn after the one-layer weights, so the other cases keep their draws */
+    for (int w = 0; w < W * W; w++) fw->wm[w] = 0.25f * urand(), fw->bm[w % W] = 0.5f * urand();
   c->slopes = slopes, c->fire = fire;
   if (rc->pos == CP_ATTN_POS_T5)
     c->t5_table = rand_buf((size_t)NB * H, 2.0f, false), c->t5_num_buckets = NB, c->t5_max_distance = MD;
@@ -213,6 +220,7 @@ static void run_case(cp_pool *pool, const rule_case *rc, shape sh, int dh, bool 
               rc->name, dh, bf16 ? "bf16" : "f32", (long long)sh.q_off, (long long)sh.n_q, (long long)sh.n_keys, eo,
               ep, ee, es);
     n_checked++;
+    worst_err = fmax(worst_err, fmax(fmax(eo, ep), fmax(ee, es)));
   }
   call_free(&c);
   free(out_c), free(out_g), free(st_c), free(st_g);

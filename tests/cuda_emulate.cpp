@@ -115,7 +115,8 @@ template <typename T, int MAXD, int TPR>
 int emu_launch(const cpcu_attn_args *a) {
   constexpr int BM = NT / TPR;
   const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CP_ATTN_POS_T5 ? a->t5_nb : 0,
-                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->topk_k);
+                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->fire_layers == 2 ? 2 : 1,
+                                    a->topk_k);
   unsigned char *buf = static_cast<unsigned char *>(aligned_alloc(16, (L.total + 15) / 16 * 16));
   if (!buf) return -1;
   pthread_barrier_t bar;

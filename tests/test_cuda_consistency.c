@@ -34,7 +34,15 @@ int main(void) {
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
       for (int di = 0; di < 2; di++)
         for (int b = 0; b < 2; b++) run_case(pool, &CASES[ci], shapes[si], dhs[di], b);
-  printf("compared %d calls\n", n_checked);
+  printf("compared %d calls, worst normalised error %.3g\n", n_checked, worst_err);
+  const int n_one = n_checked;
+  worst_err = 0;
+  case_fire_layers = 2; /* the paper's two-hidden-layer FIRE MLP under every FIRE rule */
+  for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++)
+    for (size_t si = 0; CASES[ci].pos == CP_ATTN_POS_FIRE && si < sizeof shapes / sizeof *shapes; si++)
+      for (int b = 0; b < 2; b++) run_case(pool, &CASES[ci], shapes[si], 64, b);
+  case_fire_layers = 1;
+  printf("two-hidden-layer FIRE: compared %d calls, worst normalised error %.3g\n", n_checked - n_one, worst_err);
   cp_pool_free(pool);
   return test_finish();
 }

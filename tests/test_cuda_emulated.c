@@ -48,7 +48,22 @@ int main(void) {
   for (size_t x = 0; x < sizeof MORE / sizeof *MORE; x++)
     for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++)
       if (!strcmp(CASES[ci].name, MORE[x].rule)) run_case(pool, &CASES[ci], MORE[x].sh, MORE[x].dh, MORE[x].bf16);
-  printf("compared %d calls\n", n_checked);
+  /* The paper's FIRE MLP (two hidden layers, docs/fire-layout.md) under every FIRE rule, and a
+   * one-row decode call and bfloat16 inputs. */
+  printf("compared %d calls, worst normalised error %.3g\n", n_checked, worst_err);
+  const int n_one = n_checked;
+  worst_err = 0;
+  case_fire_layers = 2;
+  for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++)
+    if (CASES[ci].pos == CP_ATTN_POS_FIRE) {
+      run_case(pool, &CASES[ci], (shape){30, 37, 67}, 64, false);
+      if (!strcmp(CASES[ci].name, "fire identity")) {
+        run_case(pool, &CASES[ci], (shape){40, 1, 41}, 64, false);
+        run_case(pool, &CASES[ci], (shape){0, 33, 33}, 128, true);
+      }
+    }
+  case_fire_layers = 1;
+  printf("two-hidden-layer FIRE: compared %d calls, worst normalised error %.3g\n", n_checked - n_one, worst_err);
   cp_pool_free(pool);
   return test_finish();
 }

@@ -5,8 +5,8 @@
  * (engine/cuda/attention.cu) compiled for the host, run behind cp_engine as --device cuda runs it:
  *
  * - the cases of the engine goldens (tests/goldens/engine, PyTorch) named identity and combo for
- *   every model, and gen_lambda_topk_decode for one model per positional scheme (26 cases;
- *   CTXPATCH_CUDA_EMU_ALL=1: all 142, ~7 minutes on 2 loaded cores, as each attention block is
+ *   every model, and gen_lambda_topk_decode for one model per positional scheme (30 cases;
+ *   CTXPATCH_CUDA_EMU_ALL=1: all 165, ~8 minutes on 2 loaded cores, as each attention block is
  *   128 host threads meeting at barriers): logits and attention
  *   statistics within the goldens' max|a - b| / max|b| <= 1e-4 of the golden AND of the CPU
  *   engine; greedy continuations exactly equal to both;

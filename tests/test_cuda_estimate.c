@@ -29,7 +29,8 @@ static void one(const char *src, const char *name) {
   for (int i = 0; i < 2; i++)
     if (st[i]->rel_bias) floats -= (uint64_t)m->t5_num_buckets * m->n_heads;
   for (int i = 0; i < m->n_fire; i++) /* the MLP, and its scalars c and L (read on the host) */
-    floats -= (uint64_t)m->fire[i].width * (2 + m->n_heads) + m->n_heads + 2;
+    floats -= (uint64_t)m->fire[i].width * (2 + m->n_heads) + m->n_heads + 2 +
+              (m->fire[i].layers == 2 ? (uint64_t)m->fire[i].width * (m->fire[i].width + 1) : 0);
   uint64_t w = 0, r1 = 0, r2 = 0;
   CHECK_RC(0, cp_cuda_engine_bytes(&w, &r1, m, 100, 10, 0));
   printf("%-12s weights %llu bytes (file: %llu floats)\n", name, (unsigned long long)w, (unsigned long long)floats);

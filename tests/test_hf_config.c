@@ -287,6 +287,7 @@ static void fire_small(void) {
   CHECK(c->tie_word_embeddings);
   CHECK(c->train_len == 512);
   CHECK(c->fire_mlp_width == 32); /* default */
+  CHECK(c->fire_mlp_layers == 1); /* default */
   CHECK(c->fire_shared);
   CHECK(near(c->fire_c_init, 0.5));
   CHECK(near(c->fire_threshold, 512.0)); /* default = max_position_embeddings */
@@ -408,6 +409,25 @@ static void in_memory(void) {
                            "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
                            "\"intermediate_size\":128,\"vocab_size\":100}");
   CHECK(strstr(cp_error_message(), "max_position_embeddings") != NULL);
+  /* fire_mlp_layers: 1 or 2 (the paper's); widths up to CP_FIRE_MAX_WIDTH (docs/fire-layout.md). */
+#define FIRE_CFG(extra)                                                                                \
+  "{\"model_type\":\"ctxpatch_fire\",\"hidden_size\":64,\"max_position_embeddings\":512,"         \
+  "\"num_attention_heads\":4,\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100" \
+  extra "}"
+  {
+    cp_hf_config *fc = parse_mem(0, FIRE_CFG(",\"fire_mlp_layers\":2,\"fire_mlp_width\":1024"));
+    CHECK(fc && fc->fire_mlp_layers == 2 && fc->fire_mlp_width == 1024);
+    cp_hf_config_free(fc);
+  }
+  parse_mem(CP_ECFG_FIELD, FIRE_CFG(",\"fire_mlp_layers\":3"));
+  CHECK_MSG(!strcmp(cp_error_message(), "mem/config.json: key 'fire_mlp_layers': expected 1 or 2, got 3"), "%s",
+            cp_error_message());
+  parse_mem(CP_ECFG_FIELD, FIRE_CFG(",\"fire_mlp_layers\":0"));
+  CHECK(strstr(cp_error_message(), "fire_mlp_layers") != NULL);
+  parse_mem(CP_ECFG_FIELD, FIRE_CFG(",\"fire_mlp_width\":1025"));
+  CHECK_MSG(!strcmp(cp_error_message(), "mem/config.json: key 'fire_mlp_width': 1025 is above 1024"), "%s",
+            cp_error_message());
+#undef FIRE_CFG
   /* Zero, booleans and non-finite-looking numbers are not sizes. */
   parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"bloom\",\"hidden_size\":0,\"n_head\":4,"
                            "\"n_layer\":2,\"vocab_size\":100}");

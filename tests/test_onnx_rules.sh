@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every attention rule as ONNX graph nodes (converters/onnx_attention.c), proven in onnxruntime:
 # for each decoder-only engine golden model (tests/goldens/engine/models: BLOOM, MPT, Llama GQA,
-# Llama with RoPE PI, GPT-NeoX, FIRE per-layer and shared) x every rule kind that applies,
+# Llama with RoPE PI, GPT-NeoX, FIRE per-layer and shared, FIRE with two hidden layers) x every
+# rule kind that applies,
 # `convert --to onnx --rule` then onnxruntime-node (tests/onnx/ort_run.mjs) gives the logits of
 # `ctxpatch forward --rule` (the C engine, the reference) at twice the training length, in one
 # pass and through the KV cache (prefill, then one token per step), within max|a-b| / max|b| <=
@@ -68,7 +69,7 @@ common() {
   one "$model" all_schedule '{"temperature_schedule": {"points": [[24, 1.0], [48, 0.8]]}, "lambda_mask": {"n_global": 1, "n_local": 10}, "top_k": {"k": 2, "rows": "all"}}'
 }
 
-for model in llama llama_rope2 gpt_neox bloom mpt fire fire_shared; do
+for model in llama llama_rope2 gpt_neox bloom mpt fire fire_shared fire2; do
   [ -f "$models/$model/config.json" ] || { bad "$model: no golden model"; continue; }
   common "$model"
 done
@@ -79,7 +80,7 @@ for model in bloom mpt; do
   one "$model" alibi_progressive_lambda_topk '{"alibi_scale": {"mode": "progressive"}, "lambda_mask": {"n_global": 2, "n_local": 8}, "top_k": {"k": 3}}' nosplit
   one "$model" alibi_dynamic_ceiling '{"alibi_scale": {"mode": "dynamic"}, "distance_ceiling": 12, "temperature": 0.9}' nosplit
 done
-for model in fire fire_shared; do
+for model in fire fire_shared fire2 fire2_shared; do
   one "$model" fire_threshold '{"fire_threshold": 12}'
   one "$model" fire_threshold_lambda_topk '{"fire_threshold": 40, "lambda_mask": {"n_global": 2, "n_local": 8}, "top_k": {"k": 3, "rows": "all"}}'
 done

@@ -43,12 +43,13 @@ __device__ __forceinline__ float ldv(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ldv(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 
 struct smem_layout {
-  size_t psi, ks, vs, kr, t5, fw1, fb1, fw2, tkv, tkj, tkn, total; /* byte offsets */
+  size_t psi, ks, vs, kr, t5, fw1, fb1, fwm, fbm, fw2, tkv, tkj, tkn, total; /* byte offsets */
 };
 
 __host__ __device__ inline size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-__host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, int nb, int fw, int topk) {
+/* fw: FIRE MLP width (0 unless FIRE), fl: its hidden layers (the W x W middle layer when 2). */
+__host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, int nb, int fw, int fl, int topk) {
   smem_layout L;
   size_t o = 0;
   L.psi = o, o = align16(o + (size_t)(bm + BN) * sizeof(double));
@@ -59,6 +60,8 @@ __host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, i
   L.t5 = o, o = align16(o + (size_t)nb * sizeof(float));
   L.fw1 = o, o = align16(o + (size_t)fw * sizeof(float));
   L.fb1 = o, o = align16(o + (size_t)fw * sizeof(float));
+  L.fwm = o, o = align16(o + (size_t)(fl == 2 ? fw * fw : 0) * sizeof(float));
+  L.fbm = o, o = align16(o + (size_t)(fl == 2 ? fw : 0) * sizeof(float));
   L.fw2 = o, o = align16(o + (size_t)fw * sizeof(float));
   L.tkv = o, o = align16(o + (size_t)bm * topk * sizeof(float));
   L.tkj = o, o = align16(o + (size_t)bm * topk * sizeof(int));
@@ -69,6 +72,31 @@ __host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, i
 
 /* psi(x) = log(c x + 1), as cp_fire_input (converters/attention_rule.c) computes it, in double. */
 __device__ __forceinline__ double fire_psi(double c, double x) { return log(c * x + 1.0); }
+
+/* The head's FIRE bias at input x from the MLP staged in shared memory, in double and in the
+ * order of cp_fire_mlp_bias (converters/model.c): b2 + w2 . relu(h), h = w1 x + b1 (one hidden
+ * layer) or h = wm relu(w1 x + b1) + bm (two; the first layer is recomputed per middle unit
+ * rather than held in W registers per thread). */
+__device__ __forceinline__ double fire_bias(double x, double b2, const float *w1, const float *b1, const float *wm,
+                                            const float *bm, const float *w2, int fw, int fl) {
+  double bias = b2;
+  if (fl == 2) {
+    for (int u = 0; u < fw; u++) {
+      double v = (double)bm[u];
+      for (int w = 0; w < fw; w++) {
+        const double act = (double)w1[w] * x + (double)b1[w];
+        if (act > 0) v += (double)wm[(size_t)u * fw + w] * act;
+      }
+      if (v > 0) bias += (double)w2[u] * v;
+    }
+    return bias;
+  }
+  for (int w = 0; w < fw; w++) {
+    const double act = (double)w1[w] * x + (double)b1[w];
+    if (act > 0) bias += (double)w2[w] * act;
+  }
+  return bias;
+}
 
 /* A row's online softmax: running max m, l = sum e^(s-m), t = sum e^(s-m) (s-m). */
 struct row_softmax {
@@ -107,8 +135,9 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   CPCU_SMEM_DECL
   const bool far = a.q_far != nullptr;
   const int nb = a.pos == CP_ATTN_POS_T5 ? a.t5_nb : 0, fw = a.pos == CP_ATTN_POS_FIRE ? a.fire_width : 0;
+  const int fl = a.fire_layers == 2 ? 2 : 1;
   const int topk = a.topk_k;
-  const smem_layout L = make_layout(MAXD, BM, far, nb, fw, topk);
+  const smem_layout L = make_layout(MAXD, BM, far, nb, fw, fl, topk);
   double *psi = reinterpret_cast<double *>(smem + L.psi);
   float *Ks = reinterpret_cast<float *>(smem + L.ks);
   float *Vs = reinterpret_cast<float *>(smem + L.vs);
@@ -116,6 +145,8 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
   float *t5s = reinterpret_cast<float *>(smem + L.t5);
   float *fw1 = reinterpret_cast<float *>(smem + L.fw1);
   float *fb1 = reinterpret_cast<float *>(smem + L.fb1);
+  float *fwm = reinterpret_cast<float *>(smem + L.fwm);
+  float *fbm = reinterpret_cast<float *>(smem + L.fbm);
   float *fw2 = reinterpret_cast<float *>(smem + L.fw2);
   float *tkv = reinterpret_cast<float *>(smem + L.tkv);
   int *tkj = reinterpret_cast<int *>(smem + L.tkj);
@@ -140,7 +171,10 @@ __global__ void __launch_bounds__(NT) attn_kernel(const cpcu_attn_args a) {
     fw1[w] = a.fire_w1[w];
     fb1[w] = a.fire_b1[w];
     fw2[w] = a.fire_w2[(size_t)h * fw + w];
+    if (fl == 2) fbm[w] = a.fire_bm[w];
   }
+  if (fl == 2)
+    for (int w = tid; w < fw * fw; w += NT) fwm[w] = a.fire_wm[w];
 
   float qv[SL], qf[SL], acc[SL];
 CPCU_UNROLL
@@ -228,11 +262,7 @@ CPCU_UNROLL
             }
             case CP_ATTN_POS_FIRE: {
               const double xin = fden == 0.0 ? 0.0 : psi[i - j - dbase] / fden;
-              double bias = fb2;
-              for (int w = 0; w < fw; w++) {
-                const double act = (double)fw1[w] * xin + (double)fb1[w];
-                if (act > 0) bias += (double)fw2[w] * act;
-              }
+              const double bias = fire_bias(xin, fb2, fw1, fb1, fwm, fbm, fw2, fw, fl);
               z = (sc * p + (float)bias) * it;
               break;
             }
@@ -362,7 +392,8 @@ template <typename T, int MAXD, int TPR>
 int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
   constexpr int BM = NT / TPR;
   const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CP_ATTN_POS_T5 ? a->t5_nb : 0,
-                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->topk_k);
+                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->fire_layers == 2 ? 2 : 1,
+                                    a->topk_k);
   cudaError_t err = cudaFuncSetAttribute(attn_kernel<T, MAXD, TPR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)L.total);
   if (err != cudaSuccess) return fail(err, "cuda attention: shared memory limit", why, n);

@@ -28,7 +28,7 @@ enum {
   CPCU_MAX_DH = 256,          /* head dims 1 .. 256 */
   CPCU_MAX_TILE_RANGES = 4,   /* key ranges per query tile (a superset is always safe) */
   CPCU_T5_MAX_BUCKETS = 1024, /* per-head T5 table held in shared memory */
-  CPCU_FIRE_MAX_WIDTH = 128,  /* FIRE MLP hidden width held in shared memory */
+  CPCU_FIRE_MAX_WIDTH = 128,  /* FIRE MLP hidden width held in shared memory (W x W with two layers) */
   CPCU_TOPK_MAX = 64          /* top-k middle tokens per row, kept in shared memory */
 };
 
@@ -60,9 +60,10 @@ typedef struct {
   const double *alibi_div; /* ALiBi [n_q]: cp_plan_alibi_divisor of each row */
 
   const float *fire_w1, *fire_b1; /* [W] */
+  const float *fire_wm, *fire_bm; /* [W, W], [W]: the second hidden layer (fire_layers 2); else NULL */
   const float *fire_w2;           /* [H, W] */
   const float *fire_b2;           /* [H] */
-  int fire_width;
+  int fire_width, fire_layers;    /* W; hidden layers 1 or 2 */
   double fire_c, fire_L;
 
   /* top-k middle tokens (decision 7): 0, or k for calls with top-k rows */

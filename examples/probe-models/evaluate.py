@@ -99,6 +99,7 @@ def ref_model(name, cfg, sd):
         m.dh = m.D // m.H
         m.eps, m.theta, m.rope_factor = cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0), 1.0
         m.tied, m.fire_shared = False, False
+        m.fire_layers = cfg.get("fire_mlp_layers", 1)   # 2: the paper's MLP (docs/fire-layout.md)
         m.facts = R.ModelFacts(False, 0, m.L, cfg["max_position_embeddings"], m.pos)
     m.name, m.config, m.storage = name, cfg, torch.float32
     m.finish(dict(sd))

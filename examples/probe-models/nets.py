@@ -10,7 +10,7 @@ Rules supported by the fast path (the subset the model cards use):
   ALiBi: {"alibi_scale": {"mode": "dynamic"}} (PI: slopes / max(1, n_keys / L_train), n_keys of
          the pass that computes the row: prefill = prompt length, decode = cache + 1).
   RoPE:  {"lambda_mask": {"n_global": G, "n_local": W}} with the implied distance ceiling W.
-  FIRE:  none.
+  FIRE:  none (one or two hidden layers: config fire_mlp_layers).
 """
 import math
 
@@ -116,21 +116,29 @@ def merge_heads(x):
 FIRE_CHUNK_PAIRS = 1 << 14
 
 
-def fire_mlp(x, W1, b1, W2, b2, pairs=FIRE_CHUNK_PAIRS):
+def fire_mlp(x, W1, b1, W2, b2, pairs=FIRE_CHUNK_PAIRS, mid=None):
     """FIRE's MLP on normalised distances x [Tq, Tk]; W1, b1 [W]; W2 [H, W]; b2 [H] -> [Tq, Tk, H],
-    evaluated a few rows at a time."""
+    evaluated a few rows at a time. mid = (Wm [W, W], bm [W]): the paper's second hidden layer
+    (docs/fire-layout.md, mlp.2 of a two-hidden-layer MLP whose output is mlp.4)."""
     step = max(1, pairs // max(1, x.shape[1]))
     parts = []
     for r in range(0, x.shape[0], step):
         hid = torch.relu(x[r:r + step, :, None] * W1 + b1)                    # [rows,Tk,W]
+        if mid is not None:
+            hid = torch.relu(hid @ mid[0].t() + mid[1])                      # [rows,Tk,W]
         parts.append(hid @ W2.t() + b2)                                      # [rows,Tk,H]
     return torch.cat(parts, 0)
 
 
 class LlamaNet(Net):
-    def __init__(self, cfg, seed, pos):
+    def __init__(self, cfg, seed, pos, learn_L_multiplier=False):
+        """learn_L_multiplier: the paper's learnable threshold L = |L_multiplier * init_L|
+        (init_L = config fire_threshold, the training length); state_dict() then stores the
+        value used as fire.L, the checkpoint layout of docs/fire-layout.md."""
         super().__init__(cfg, seed)
         self.pos = pos
+        self.fire_layers = cfg.get("fire_mlp_layers", 1)
+        self.learn_L_multiplier = learn_L_multiplier
         D, V, L, dff = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
         H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         dh = D // H
@@ -152,19 +160,26 @@ class LlamaNet(Net):
                 W = cfg["fire_mlp_width"]
                 self.add(P + "mlp.0.weight", [W, 1], 1.0)
                 self.add(P + "mlp.0.bias", [W], 0.5)
-                self.add(P + "mlp.2.weight", [H, W], 0.1)
-                self.add(P + "mlp.2.bias", [H], 0.0)
+                out = 2
+                if self.fire_layers == 2:   # nn.Sequential(Linear, ReLU, Linear, ReLU, Linear)
+                    self.add(P + "mlp.2.weight", [W, W], 1.0 / math.sqrt(W))
+                    self.add(P + "mlp.2.bias", [W], 0.0)
+                    out = 4
+                self.add(P + "mlp.%d.weight" % out, [H, W], 0.1)
+                self.add(P + "mlp.%d.bias" % out, [H], 0.0)
                 self.add(P + "c", [], 0, cfg["fire_c_init"])
-                self.add(P + "L", [], 0, cfg["fire_threshold"])
+                if learn_L_multiplier:
+                    self.add(P + "L_multiplier", [], 0, 1.0)
+                else:
+                    self.add(P + "L", [], 0, cfg["fire_threshold"])
         self.add("model.norm.weight", [D], 0, 1.0)
         self.add("lm_head.weight", [V, D], std)
-        self.learn_L = False
 
     def fire_bias(self, l, i, Tk, dev):
         """i: absolute query positions [Tq]; keys 0..Tk-1."""
         P = "model.layers.%d.self_attn.fire." % l
         c = self.p[P + "c"].clamp(min=1e-3)
-        Lt = self.p[P + "L"] if self.learn_L else self.p[P + "L"].detach()
+        Lt = self.fire_L(P) if self.learn_L_multiplier else self.p[P + "L"].detach()
         i = i.float()[:, None]
         j = torch.arange(Tk, device=dev, dtype=torch.float32)[None, :]
         d = (i - j).clamp(min=0)
@@ -173,9 +188,34 @@ class LlamaNet(Net):
         x = torch.where(norm > 0, psi(d) / torch.where(norm > 0, norm, torch.ones_like(norm)),
                         torch.zeros_like(d))
         W1, b1 = self.p[P + "mlp.0.weight"][:, 0], self.p[P + "mlp.0.bias"]
-        W2, b2 = self.p[P + "mlp.2.weight"], self.p[P + "mlp.2.bias"]
-        bias = fire_mlp(x, W1, b1, W2, b2)
+        out, mid = 2, None
+        if self.fire_layers == 2:
+            out, mid = 4, (self.p[P + "mlp.2.weight"], self.p[P + "mlp.2.bias"])
+        W2, b2 = self.p[P + "mlp.%d.weight" % out], self.p[P + "mlp.%d.bias" % out]
+        bias = fire_mlp(x, W1, b1, W2, b2, mid=mid)
         return bias.permute(2, 0, 1)[None]
+
+    def fire_L(self, P):
+        """The paper's threshold |L_multiplier * init_L| (learn_L_multiplier)."""
+        return (self.p[P + "L_multiplier"] * float(self.cfg["fire_threshold"])).abs()
+
+    def state_dict(self):
+        """The checkpoint: with learn_L_multiplier, fire.L holds the threshold used
+        (docs/fire-layout.md stores the values used; train.py clamps fire.c likewise)."""
+        sd = super().state_dict()
+        for k in [k for k in sd if k.endswith("fire.L_multiplier")]:
+            P = k[:-len("L_multiplier")]
+            del sd[k]
+            sd[P + "L"] = self.fire_L(P).detach().float().cpu().contiguous()
+        return sd
+
+    def load(self, sd):
+        """Resuming a paper-FIRE run from a checkpoint: L_multiplier = L / init_L."""
+        super().load(sd)
+        if self.learn_L_multiplier:
+            for k in [k for k in self.p if k.endswith("fire.L")]:
+                mult = self.p.pop(k).detach() / float(self.cfg["fire_threshold"])
+                self.p[k[:-1] + "L_multiplier"] = torch.nn.Parameter(mult)
 
     def rope(self, x, pos):
         dh = x.shape[-1]

@@ -79,12 +79,37 @@ def configs(V):
     return {"rope-probe": rope, "fire-probe": fire, "alibi-probe": alibi, "t5-probe": t5}
 
 
-def build(name, cfg, seed):
+def build(name, cfg, seed, fire_learn_L=False):
     if name == "t5-probe":
         return nets.T5Net(cfg, seed)
     if name == "alibi-probe":
         return nets.BloomNet(cfg, seed)
-    return nets.LlamaNet(cfg, seed, "rope" if name == "rope-probe" else "fire")
+    return nets.LlamaNet(cfg, seed, "rope" if name == "rope-probe" else "fire", learn_L_multiplier=fire_learn_L)
+
+
+def fire_options(cfg, a):
+    """The FIRE options into the fire-probe config: hidden layers (fire_mlp_layers 2, the paper's,
+    written only when not 1) and c's initial value (c is learned; fire.c stores the value used).
+    init_L is fire_threshold = the training length."""
+    if a.fire_paper:
+        a.fire_layers, a.fire_learn_threshold = 2, True
+    items = list(cfg.items())
+    at = [k for k, _ in items].index("fire_mlp_width")
+    if a.fire_layers != 1:
+        items.insert(at, ("fire_mlp_layers", a.fire_layers))
+    cfg = collections.OrderedDict(items)
+    if a.fire_c_init is not None:
+        cfg["fire_c_init"] = float(a.fire_c_init)
+    return cfg
+
+
+def fire_flags(a):
+    """The FIRE options as command-line flags (for the logged command and replay)."""
+    if a.model != "fire-probe":
+        return ""
+    return ((" --fire-layers %d" % a.fire_layers if a.fire_layers != 1 else "")
+            + (" --fire-learn-threshold" if a.fire_learn_threshold else "")
+            + (" --fire-c-init %g" % a.fire_c_init if a.fire_c_init is not None else ""))
 
 
 def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None):
@@ -178,6 +203,13 @@ def main():
                     help="start from the weights of this saved probe folder (fresh optimizer and schedule)")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="stop early (and save) after this many seconds; the steps done are recorded")
+    ap.add_argument("--fire-layers", type=int, choices=[1, 2], default=1,
+                    help="fire-probe: hidden layers of the FIRE MLP (2: the paper's)")
+    ap.add_argument("--fire-learn-threshold", action="store_true",
+                    help="fire-probe: learn L = |L_multiplier * init_L|, init_L = the training length")
+    ap.add_argument("--fire-c-init", type=float, default=None, help="fire-probe: initial c (learned)")
+    ap.add_argument("--fire-paper", action="store_true",
+                    help="fire-probe: the paper's FIRE (--fire-layers 2 --fire-learn-threshold)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -188,7 +220,9 @@ def main():
         raise SystemExit("run bpe.py --out %s first" % TOKENIZER)
     tok = bpe.Tokenizer(TOKENIZER)
     cfg = configs(len(tok.vocab))[a.model]
-    net = build(a.model, cfg, a.seed)
+    if a.model == "fire-probe":
+        cfg = fire_options(cfg, a)
+    net = build(a.model, cfg, a.seed, a.model == "fire-probe" and a.fire_learn_threshold)
     prior = None
     if a.resume:
         _, sd = stio.read_safetensors(os.path.join(a.resume, "model.safetensors"))
@@ -239,13 +273,13 @@ def main():
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
         ("command", "python3 examples/probe-models/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
             a.model, steps, a.batch, a.lr, a.seed)
-            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt)
+            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt) + fire_flags(a)
             + (" --time-limit %g" % a.time_limit if a.time_limit else "")
             + (" --resume %s" % a.resume if a.resume else ""))])
     # the exact replay of this run, whatever stopped it
     meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d --threads %d%s" % (
         a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, a.threads,
-        " --resume examples/probe-models/%s" % a.model if a.resume else "")
+        " --resume examples/probe-models/%s" % a.model if a.resume else "") + fire_flags(a)
     meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)
     meta["wall_s_total"] = round(wall + (prior.get("wall_s_total", prior["wall_s"]) if prior else 0), 1)
     if prior:

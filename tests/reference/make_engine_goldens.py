@@ -66,13 +66,18 @@ def build_models():
         M.GPT2("gpt2", 701, n_positions=64),
         M.GPT2("gpt2_bin", 702, n_positions=48, prefix="", fmt="bin", inverse_layer=True, n_inner=80,
                act="gelu", mask_buffer=True),
+        # the paper's FIRE MLP, two hidden layers (docs/fire-layout.md; appended likewise)
+        M.Llama("fire2", 603, pos="fire", n_layers=2, n_kv=2, fire_layers=2, fire_c=0.7, fire_L=22.0),
+        M.Llama("fire2_shared", 604, pos="fire", n_layers=2, n_kv=4, fire_shared=True, fire_layers=2,
+                fire_c=1.5, fire_L=16.0, tied=True, mix=3.0),
     ]
 
 
 # forward prompt length (decoder-only) or (encoder, decoder) lengths (T5)
 LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
-           "gpt2": 56, "gpt2_bin": 48}   # gpt2_bin: exactly its n_positions
+           "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
+           "fire2": 56, "fire2_shared": 40}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -204,6 +209,7 @@ SCHEDULE_CASES = {
     "llama_rope2": [("sched", "forward", sched([[6, 1.0], [48, 0.7]]))],
     "gpt_neox": [("sched", "forward", sched([[5, 1.0], [40, 0.6]]))],
     "fire_shared": [("sched_layers", "forward", sched([[4, [1.0, 0.9]], [48, [0.6, 0.75]]]))],
+    "fire2": [("sched", "forward", sched([[8, 1.0], [56, 0.6]]))],
 }
 
 

@@ -46,11 +46,20 @@ typedef enum {
   CP_ROLE_COUNT
 } cp_tensor_role;
 
-/* The parts of one FIRE MLP under its CP_ROLE_FIRE base name (docs/fire-layout.md). */
-#define CP_FIRE_IN "mlp.0"  /* Linear(1, W): weight [W, 1], bias [W] */
-#define CP_FIRE_OUT "mlp.2" /* Linear(W, H): weight [H, W], bias [H] */
-#define CP_FIRE_C "c"       /* scalar c of psi(x) = log(c x + 1) */
-#define CP_FIRE_L "L"       /* scalar threshold of the normaliser */
+/* The parts of one FIRE MLP under its CP_ROLE_FIRE base name (docs/fire-layout.md): torch's
+ * nn.Sequential(Linear, ReLU, Linear[, ReLU, Linear]) indices. */
+#define CP_FIRE_IN "mlp.0"   /* Linear(1, W): weight [W, 1], bias [W] */
+#define CP_FIRE_MID "mlp.2"  /* two hidden layers: Linear(W, W): weight [W, W], bias [W] */
+#define CP_FIRE_OUT1 "mlp.2" /* one hidden layer: Linear(W, H): weight [H, W], bias [H] */
+#define CP_FIRE_OUT2 "mlp.4" /* two hidden layers: Linear(W, H): weight [H, W], bias [H] */
+#define CP_FIRE_C "c"        /* scalar c of psi(x) = log(c x + 1) */
+#define CP_FIRE_L "L"        /* scalar threshold of the normaliser */
+
+/* ".mlp.2.weight" / ".mlp.4.bias"...: the output layer's part of an MLP of `layers` hidden layers. */
+static inline const char *cp_fire_out_part(int layers, bool bias) {
+  if (layers == 2) return bias ? "." CP_FIRE_OUT2 ".bias" : "." CP_FIRE_OUT2 ".weight";
+  return bias ? "." CP_FIRE_OUT1 ".bias" : "." CP_FIRE_OUT1 ".weight";
+}
 
 typedef enum { CP_STACK_DECODER, CP_STACK_ENCODER } cp_stack_kind; /* decoder-only: DECODER */
 

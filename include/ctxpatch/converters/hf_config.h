@@ -33,6 +33,9 @@ typedef enum {
                         itself has no positional term, so no distance-based rule applies */
 } cp_pos_scheme;
 
+/* Widest FIRE MLP read (the paper's is 32): bounds the engines' per-evaluation scratch. */
+#define CP_FIRE_MAX_WIDTH 1024
+
 typedef struct {
   cp_family family;
   cp_pos_scheme pos;
@@ -83,7 +86,8 @@ typedef struct {
   int sliding_window;          /* Mistral sliding_window; 0 when none */
 
   /* FIRE. */
-  int fire_mlp_width;    /* hidden width of the FIRE MLP (32 in the paper) */
+  int fire_mlp_width;    /* hidden width of the FIRE MLP (32 in the paper), 1..CP_FIRE_MAX_WIDTH */
+  int fire_mlp_layers;   /* hidden layers of the FIRE MLP: 1, or 2 as in the paper */
   bool fire_shared;      /* one MLP for all layers */
   double fire_c_init;    /* initial value of c, informational */
   double fire_threshold; /* initial L, informational; the learned value lives in the weights */

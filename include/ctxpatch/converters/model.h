@@ -48,19 +48,25 @@ typedef struct {
                      format (CP_Q8_0, CP_Q4_0, CP_Q4_K; n_in whole blocks) as stored */
 } cp_linear;
 
-/* FIRE bias MLP of docs/fire-layout.md: b_h(x) = w2[h] . relu(w1 * x + b1) + b2[h]. */
+/* FIRE bias MLP of docs/fire-layout.md, one or two hidden layers of width W:
+ *   layers 1: b_h(x) = w2[h] . relu(w1 x + b1) + b2[h]
+ *   layers 2: b_h(x) = w2[h] . relu(wm relu(w1 x + b1) + bm) + b2[h]
+ * The arrays point into the model's buffers. */
 typedef struct {
   const float *w1; /* [W] (the [W, 1] first layer) */
   const float *b1; /* [W] */
-  const float *w2; /* [H, W] */
+  const float *wm; /* [W, W] second hidden layer (layers 2); else NULL */
+  const float *bm; /* [W] (layers 2); else NULL */
+  const float *w2; /* [H, W] output layer */
   const float *b2; /* [H] */
-  int width;       /* W */
+  int width;       /* W, 1..CP_FIRE_MAX_WIDTH */
+  int layers;      /* hidden layers: 1 or 2 */
   double c;        /* psi(x) = log(c x + 1) */
   double L;        /* threshold of the normaliser (a rule's fire_threshold replaces it) */
 } cp_fire_mlp;
 
-/* FIRE bias of head h at MLP input x (docs/fire-layout.md): W2 relu(W1 x + b1) + b2, in double
- * like the reference. Every engine evaluates the MLP through this one function. */
+/* FIRE bias of head h at MLP input x (docs/fire-layout.md), in double like the reference. Every
+ * CPU evaluation goes through this one function. */
 double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x);
 
 typedef struct {

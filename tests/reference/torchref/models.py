@@ -368,7 +368,7 @@ class Llama(Model):
     """pos = "rope" (Llama) or "fire" (docs/fire-layout.md)."""
 
     def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
-                 train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, n_layers=3,
+                 train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, fire_layers=1, n_layers=3,
                  n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0):
         self.name = name
         self.storage = storage
@@ -380,6 +380,7 @@ class Llama(Model):
         self.rope_factor = rope_factor or 1.0
         self.tied = tied
         self.fire_shared = fire_shared
+        self.fire_layers = fire_layers
         dtype_name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[storage]
         cfg = [("architectures", ["LlamaForCausalLM" if pos == "rope" else "CtxpatchFireForCausalLM"]),
                ("attention_bias", False), ("bos_token_id", 1), ("eos_token_id", 2),
@@ -393,7 +394,10 @@ class Llama(Model):
                      collections.OrderedDict([("type", "linear"), ("factor", float(rope_factor))])),
                     ("rope_theta", self.theta)]
         else:
-            cfg += [("fire_c_init", 1.0), ("fire_mlp_width", 32), ("fire_shared", fire_shared),
+            cfg += [("fire_c_init", 1.0)]
+            if fire_layers != 1:   # the key is absent from the one-layer models (their bytes kept)
+                cfg += [("fire_mlp_layers", fire_layers)]
+            cfg += [("fire_mlp_width", 32), ("fire_shared", fire_shared),
                     ("fire_threshold", float(train_len))]
         cfg += [("tie_word_embeddings", tied), ("torch_dtype", dtype_name), ("use_cache", True),
                 ("vocab_size", V)]
@@ -426,8 +430,13 @@ class Llama(Model):
         W, H = 32, self.H
         t[P + "mlp.0.weight"] = g.normal([W, 1], 3.0)
         t[P + "mlp.0.bias"] = g.normal([W], 0.5)
-        t[P + "mlp.2.weight"] = g.normal([H, W], 0.4)
-        t[P + "mlp.2.bias"] = g.normal([H], 0.5)
+        out = 2
+        if self.fire_layers == 2:   # nn.Sequential(Linear, ReLU, Linear, ReLU, Linear)
+            t[P + "mlp.2.weight"] = g.normal([W, W], 0.2)
+            t[P + "mlp.2.bias"] = g.normal([W], 0.3)
+            out = 4
+        t[P + "mlp.%d.weight" % out] = g.normal([H, W], 0.4)
+        t[P + "mlp.%d.bias" % out] = g.normal([H], 0.5)
         t[P + "c"] = torch.tensor(c, dtype=torch.float32)
         t[P + "L"] = torch.tensor(L, dtype=torch.float32)
 
@@ -439,7 +448,8 @@ class Llama(Model):
         if self.pos == "rope":
             return R.rope_scorer(q, k, c, self.dh, self.theta, self.rope_factor)
         w, P = self.w, self.fire_prefix(l)
-        mlp = (w[P + "mlp.0.weight"], w[P + "mlp.0.bias"], w[P + "mlp.2.weight"], w[P + "mlp.2.bias"])
+        idx = (0, 2, 4) if self.fire_layers == 2 else (0, 2)
+        mlp = tuple(w[P + "mlp.%d.%s" % (i, s)] for i in idx for s in ("weight", "bias"))
         L = float(plan.fire_threshold) if plan.fire_threshold is not None else float(w[P + "L"])
         return R.fire_scorer(q, k, c, mlp, float(w[P + "c"]), L)
 

@@ -349,8 +349,11 @@ def t5_scorer(q, k, table, bidirectional, num_buckets, max_distance):
 
 def fire_scorer(q, k, c, mlp, c_fire, L):
     """bias = mlp_h(psi(d') / psi(max(L, i))), psi(x) = log(c x + 1) (docs/fire-layout.md,
-    decision 9). mlp = (W1 [W,1], b1 [W], W2 [H,W], b2 [H])."""
-    W1, b1, W2, b2 = mlp
+    decision 9). mlp = (W1 [W,1], b1 [W], W2 [H,W], b2 [H]) for one hidden layer, or
+    (W1, b1, Wm [W,W], bm [W], W2, b2) for two (the paper's: mlp.0, mlp.2, mlp.4)."""
+    W1, b1 = mlp[0], mlp[1]
+    mid = mlp[2:-2]
+    W2, b2 = mlp[-2], mlp[-1]
     qk = qk_dot(q, k, c)
     nq = q.shape[1]
 
@@ -364,6 +367,8 @@ def fire_scorer(q, k, c, mlp, c_fire, L):
         x = torch.where(norm > 0, psi(d) / torch.where(norm > 0, norm, torch.ones_like(norm)),
                         torch.zeros_like(d))
         hid = torch.relu(x[..., None] * W1[:, 0] + b1)       # [nq, nk, W]
+        if mid:
+            hid = torch.relu(hid @ mid[0].t() + mid[1])      # [nq, nk, W]
         bias = hid @ W2.t() + b2                             # [nq, nk, H]
         return qk + bias.permute(2, 0, 1)
     return score
