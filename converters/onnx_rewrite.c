@@ -15,6 +15,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/quote.h"
 #include "ctxpatch/base/version.h"
+#include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/formats/onnx_edit.h"
 #include "converters/onnx_attention.h"
 #include "converters/onnx_rewrite_int.h"
@@ -407,7 +408,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.fidelity", "graph-rewrite")) < 0)
     goto done;
   for (size_t k = 0; p && k < p->n_meta && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, p->meta_keys[k], p->meta_values[k]);
-  if (rc == 0 && out_path) rc = cp_onnx_edit_write(e, out_path);
+  if (rc == 0 && out_path) rc = cp_onnx_edit_write_digested(NULL, e, out_path);
 done:
   free(meta_rule);
   free(entry);

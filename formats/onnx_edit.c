@@ -11,6 +11,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/tensor.h"
+#include "formats/onnx_span.h"
 #include "onnx.pb-c.h"
 
 #define MODEL_MAX ((size_t)INT32_MAX) /* protobuf's own limit, as the reader */
@@ -23,11 +24,6 @@ typedef struct {
   uint8_t *p;
   size_t n;
 } blob;
-
-typedef struct {
-  size_t start, body, end; /* the whole field [start, end); a length-delimited body [body, end) */
-  unsigned field, wire;
-} span;
 
 typedef struct {
   size_t before;
@@ -44,7 +40,7 @@ struct cp_onnx_edit {
   char *path;
   uint8_t *buf;
   size_t len;
-  span *top, *gf;                   /* top-level fields; main-graph fields */
+  cp_pb_span *top, *gf;             /* top-level fields; main-graph fields */
   size_t n_top, cap_top, n_gf, cap_gf, graph;
   size_t *node_gf;                  /* [n_nodes] the graph field of each node */
   size_t n_nodes;
@@ -58,58 +54,15 @@ struct cp_onnx_edit {
   size_t n_meta, cap_meta;
 };
 
-static int read_varint(uint64_t *v, const uint8_t *b, size_t *pos, size_t end) {
-  uint64_t x = 0;
-  for (int k = 0; k < 10 && *pos < end; k++) {
-    uint8_t c = b[(*pos)++];
-    x |= (uint64_t)(c & 0x7f) << (7 * k);
-    if (!(c & 0x80)) {
-      *v = x;
-      return 0;
-    }
-  }
-  return -1;
-}
-
-/* The fields of the message body b[start, end) as spans. */
-static int scan(span **out, size_t *n, size_t *cap, const cp_onnx_edit *e, size_t start, size_t end) {
-  size_t pos = start;
-  while (pos < end) {
-    span s = {pos, 0, 0, 0, 0};
-    uint64_t tag, v;
-    if (read_varint(&tag, e->buf, &pos, end) < 0) goto bad;
-    s.field = (unsigned)(tag >> 3), s.wire = (unsigned)(tag & 7);
-    if (s.wire == 0) {
-      if (read_varint(&v, e->buf, &pos, end) < 0) goto bad;
-    } else if (s.wire == 1 || s.wire == 5) {
-      size_t need = s.wire == 1 ? 8 : 4;
-      if (end - pos < need) goto bad;
-      pos += need;
-    } else if (s.wire == 2) {
-      if (read_varint(&v, e->buf, &pos, end) < 0 || v > end - pos) goto bad;
-      s.body = pos, pos += (size_t)v;
-    } else {
-      goto bad;
-    }
-    s.end = pos;
-    int rc = CP_ARRAY_RESERVE(*out, *cap, *n + 1, e->path);
-    if (rc < 0) return rc;
-    (*out)[(*n)++] = s;
-    continue;
-  bad:
-    return cp_error_set(CP_EFORMAT, "%s: offset %zu: malformed protobuf field", e->path, s.start);
-  }
-  return 0;
-}
-
 static int index_model(cp_onnx_edit *e) {
-  int rc = scan(&e->top, &e->n_top, &e->cap_top, e, 0, e->len);
+  int rc = cp_pb_scan(&e->top, &e->n_top, &e->cap_top, e->buf, 0, e->len, e->path);
   if (rc < 0) return rc;
   size_t graphs = 0;
   for (size_t k = 0; k < e->n_top; k++)
     if (e->top[k].field == F_GRAPH && e->top[k].wire == 2) e->graph = k, graphs++;
   if (graphs != 1) return cp_error_set(CP_EFORMAT, "%s: %zu graph fields (one expected)", e->path, graphs);
-  if ((rc = scan(&e->gf, &e->n_gf, &e->cap_gf, e, e->top[e->graph].body, e->top[e->graph].end)) < 0) return rc;
+  if ((rc = cp_pb_scan(&e->gf, &e->n_gf, &e->cap_gf, e->buf, e->top[e->graph].body, e->top[e->graph].end, e->path)) < 0)
+    return rc;
   for (size_t k = 0; k < e->n_gf; k++) e->n_nodes += e->gf[k].field == G_NODE && e->gf[k].wire == 2;
   CP_CHECK_ALLOC(e->node_gf = calloc(e->n_nodes + 1, sizeof *e->node_gf), e->path);
   CP_CHECK_ALLOC(e->repl = calloc(e->n_nodes + 1, sizeof *e->repl), e->path);
@@ -163,7 +116,7 @@ static int pack(blob *b, const ProtobufCMessage *m, const char *path) {
 /* Node `node` unpacked from its current bytes (a replacement when it has one). */
 static int node_unpack(Onnx__NodeProto **np, const cp_onnx_edit *e, size_t node) {
   if (node >= e->n_nodes) return cp_error_set(CP_EARG, "%s: node %zu: no such node", e->path, node);
-  const span *s = &e->gf[e->node_gf[node]];
+  const cp_pb_span *s = &e->gf[e->node_gf[node]];
   const blob *r = &e->repl[node];
   *np = r->p ? onnx__node_proto__unpack(NULL, r->n, r->p)
              : onnx__node_proto__unpack(NULL, s->end - s->body, e->buf + s->body);
@@ -271,27 +224,10 @@ int cp_onnx_edit_insert_node(cp_onnx_edit *e, size_t before, const cp_onnx_edit_
   return 0;
 }
 
-/* Whether the message at span s has the length-delimited field `field` equal to `key`. */
-static bool string_field_is(const cp_onnx_edit *e, const span *s, unsigned field, const char *key) {
-  size_t pos = s->body, klen = strlen(key);
-  while (pos < s->end) {
-    uint64_t tag, v;
-    if (read_varint(&tag, e->buf, &pos, s->end) < 0) return false;
-    if ((tag & 7) == 0) {
-      if (read_varint(&v, e->buf, &pos, s->end) < 0) return false;
-      continue;
-    }
-    if ((tag & 7) == 1 || (tag & 7) == 5) {
-      size_t need = (tag & 7) == 1 ? 8 : 4;
-      if (s->end - pos < need) return false;
-      pos += need;
-      continue;
-    }
-    if ((tag & 7) != 2 || read_varint(&v, e->buf, &pos, s->end) < 0 || v > s->end - pos) return false;
-    if ((tag >> 3) == field) return v == klen && !memcmp(e->buf + pos, key, klen);
-    pos += (size_t)v;
-  }
-  return false;
+/* Whether the message at span s has the string field `field` equal to `key`. */
+static bool string_field_is(const cp_onnx_edit *e, const cp_pb_span *s, unsigned field, const char *key) {
+  size_t at, len;
+  return cp_pb_string(&at, &len, e->buf, s, field) && len == strlen(key) && !memcmp(e->buf + at, key, len);
 }
 
 /* A TensorProto of raw little-endian data packed into *b. */
@@ -416,7 +352,7 @@ static void put_inserted(out_buf *o, const cp_onnx_edit *e, size_t before) {
 static void put_graph(out_buf *o, const cp_onnx_edit *e) {
   size_t node = 0;
   for (size_t k = 0; k < e->n_gf; k++) {
-    const span *s = &e->gf[k];
+    const cp_pb_span *s = &e->gf[k];
     if (s->field == G_NODE && s->wire == 2) {
       put_inserted(o, e, node);
       if (e->repl[node].p) put_field(o, G_NODE, e->repl[node].p, e->repl[node].n);
@@ -436,7 +372,7 @@ int cp_onnx_edit_serialize(uint8_t **out, size_t *len, const cp_onnx_edit *e) {
   out_buf o = {0}, g = {0};
   put_graph(&g, e);
   for (size_t k = 0; k < e->n_top; k++) {
-    const span *s = &e->top[k];
+    const cp_pb_span *s = &e->top[k];
     const meta_set *m = NULL;
     for (size_t j = 0; j < e->n_meta; j++)
       if (e->meta[j].top == k) m = &e->meta[j];

@@ -243,10 +243,9 @@ static int open_folder(cp_onnx_model *m) {
   return 0;
 }
 
-int cp_onnx_model_open(cp_onnx_model **out, const char *path, const cp_onnx_read_params *params) {
+int cp_onnx_model_open_bytes(cp_onnx_model **out, const char *path, const uint8_t *buf, size_t len,
+                             const cp_onnx_read_params *params) {
   *out = NULL;
-  char *buf = NULL;
-  size_t len = 0;
   int rc = 0;
   cp_onnx_model *m = calloc(1, sizeof *m);
   CP_CHECK_ALLOC(m, path);
@@ -256,18 +255,29 @@ int cp_onnx_model_open(cp_onnx_model **out, const char *path, const cp_onnx_read
   if (params) m->priv->params = *params;
   else cp_onnx_read_params_init(&m->priv->params);
   if (m->priv->params.max_graph_depth <= 0) m->priv->params.max_graph_depth = CP_ONNX_MAX_GRAPH_DEPTH;
-  if ((rc = cp_read_file(&buf, &len, path, MODEL_MAX)) < 0) goto done;
+  if (len > MODEL_MAX) {
+    rc = cp_error_set(CP_EOVERFLOW, "%s: %zu bytes: over protobuf's 2 GiB limit", path, len);
+    goto done;
+  }
   ProtobufCMessage *msg = NULL;
-  if ((rc = cp_onnx_wire_unpack(&msg, &onnx__model_proto__descriptor, (const uint8_t *)buf, len, path)) < 0) goto done;
+  if ((rc = cp_onnx_wire_unpack(&msg, &onnx__model_proto__descriptor, buf, len, path)) < 0) goto done;
   m->priv->proto = (Onnx__ModelProto *)msg;
-  free(buf), buf = NULL;
   if ((rc = open_folder(m)) < 0) goto done;
   rc = build_model(m, m->priv->proto);
 done:
-  free(buf);
   if (m->priv && m->priv->dirfd >= 0) close(m->priv->dirfd), m->priv->dirfd = -1;
   if (rc < 0) cp_onnx_model_free(m);
   else *out = m;
+  return rc;
+}
+
+int cp_onnx_model_open(cp_onnx_model **out, const char *path, const cp_onnx_read_params *params) {
+  *out = NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  int rc = cp_read_file(&buf, &len, path, MODEL_MAX);
+  if (rc == 0) rc = cp_onnx_model_open_bytes(out, path, (const uint8_t *)buf, len, params);
+  free(buf);
   return rc;
 }
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # ctxpatch check on one graph `patch IN.onnx OUT.onnx` rewrote (docs/ci.md, "A rewritten ONNX
-# graph"): a certified rewrite of ctxpatch's export of the rope probe passes (text and --json;
-# --rerun is refused, exit 2); copies with the certificate's bytes edited, the digest edited, the
-# rule edited, the certified flag flipped, the fidelity edited, all ctxpatch metadata removed, and
-# an uncertified rewrite (--no-verify) each fail (exit 1) with their exact line. The copies are
-# edited by python3-onnx (metadata_props only, external data not loaded).
+# graph"): a certified rewrite of ctxpatch's export of the rope probe (weights in external data)
+# passes (text and --json; --rerun is refused, exit 2) and its ctxpatch.graph_sha256 equals the
+# digest tests/onnx/graph_digest.py recomputes from docs/onnx.md's recipe (python3-onnx, hashlib);
+# copies with the certificate's bytes edited, the digest edited, the rule edited, the certified
+# flag flipped, the fidelity edited, all ctxpatch metadata removed, an inline weight bit flipped,
+# a node attribute changed, an external data bit flipped, another producer's metadata entry added
+# or edited, the graph digest removed, and an uncertified rewrite (--no-verify) each fail (exit 1)
+# with their exact line (a changed graph's: the digest python recomputes on the changed files).
+# The copies are edited byte by byte (tests/onnx/onnx_tamper.py: every other byte kept, so only
+# ctxpatch's own entries changed leaves the graph digest as it was).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 probe=$src/examples/probe-models/rope-probe
@@ -31,20 +36,10 @@ PY
 [ $? -eq 2 ] && grep -q "rw.onnx: --rerun: the C engine does not run ONNX graphs" "$work/rerun.out" && ok \
   || { bad "--rerun on a rewritten graph: exit 2"; cat "$work/rerun.out"; }
 
-# edit NAME PYTHON: a copy of the certified graph with metadata_props d (a dict) edited by PYTHON.
-edit() {
-  "$py" - "$g" "$work/g/$1.onnx" "$2" <<'PY' || bad "editing $1"
-import sys, onnx
-src, dst, code = sys.argv[1:4]
-m = onnx.load(src, load_external_data=False)
-d = {p.key: p.value for p in m.metadata_props}
-exec(code)
-del m.metadata_props[:]
-for k, v in d.items():
-    m.metadata_props.add(key=k, value=v)
-onnx.save(m, dst)
-PY
-}
+# edit NAME PYTHON: a copy of the certified graph with metadata_props d (a dict) edited by PYTHON,
+# byte by byte (the entries changed re-encoded in place, removed ones dropped, new ones appended).
+edit() { "$py" "$src/tests/onnx/onnx_tamper.py" meta "$g" "$work/g/$1.onnx" "$2" || bad "editing $1"; }
+gd() { "$py" "$src/tests/onnx/graph_digest.py" "$1"; }
 # expect NAME EXIT LINE [N]: `check` on NAME.onnx exits EXIT and prints exactly LINE among N (1) failures.
 expect() {
   local n=${4:-1} what=failures
@@ -80,7 +75,43 @@ expect nv 1 "FAIL cert-missing: $work/g/nv.onnx: no ctxpatch.certificate in meta
 "$bin" check "$work/g/nv.onnx" --json >"$work/nv.json"; s=$?
 [ $s -eq 1 ] && "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['result']=='fail' and [f['check'] for f in r['failures']]==['cert-missing'], r" "$work/nv.json" \
   && ok || { bad "--json on the uncertified rewrite: exit $s"; cat "$work/nv.json"; }
-# 9. A file that is not a graph: one failure, exit 1.
+# 9. The graph digest: the stored one is what python recomputes from the recipe (the external data
+# file included), and each change to what the graph computes with fails with its exact line, the
+# new digest the one python recomputes on the changed files.
+stored=$("$py" -c "import onnx,sys; print({p.key: p.value for p in onnx.load(sys.argv[1], load_external_data=False).metadata_props}['ctxpatch.graph_sha256'])" "$g")
+[ -f "$work/g/model.onnx.data" ] && grep -q "model.onnx.data" "$g" && [ "$(gd "$g")" = "$stored" ] && [ ${#stored} -eq 64 ] && ok \
+  || bad "ctxpatch.graph_sha256 $stored is not python's $(gd "$g") (or no external data)"
+digest_line() {
+  local now; now=$(gd "$work/g/$1.onnx")
+  echo "FAIL graph-digest: $work/g/$1.onnx: metadata_props ctxpatch.graph_sha256 ${stored:0:12}... is not the graph's ${now:0:12}... (nodes, weights, metadata or external data changed after the rewrite)"
+}
+"$py" "$src/tests/onnx/onnx_tamper.py" weight "$g" "$work/g/weight.onnx" >"$work/weight.what" || bad "flipping a weight"
+expect weight 1 "$(digest_line weight)"
+"$py" "$src/tests/onnx/onnx_tamper.py" attr "$g" "$work/g/attr.onnx" >"$work/attr.what" || bad "changing an attribute"
+expect attr 1 "$(digest_line attr)"
+# One bit of the external data flipped (data.onnx: the graph's bytes unchanged; the data file is
+# put back from a copy afterwards).
+mkdir -p "$work/x" && cp "$work/g/model.onnx.data" "$work/x/" && cp "$g" "$work/g/data.onnx" \
+  && "$py" "$src/tests/onnx/onnx_tamper.py" flip "$work/g/model.onnx.data" && cmp -s "$g" "$work/g/data.onnx" || bad "flipping external data"
+expect data 1 "$(digest_line data)"
+cp "$work/x/model.onnx.data" "$work/g/" # the other copies read it
+# Another producer's metadata is part of the graph file: an entry added fails; a graph rewritten
+# from an input carrying one keeps it (and passes), and that entry edited fails.
+edit other 'd["producer.note"] = "added later"'
+expect other 1 "$(digest_line other)"
+cp -r "$work/rp" "$work/rp2" && "$py" "$src/tests/onnx/onnx_tamper.py" meta "$work/rp/onnx/model.onnx" "$work/rp2/onnx/model.onnx" 'd["producer.note"] = "kept"' \
+  && "$bin" patch "$work/rp2" "$work/g/foreign.onnx" --method temperature --tau 0.9 $V >"$work/p3.log" 2>&1 || { bad "rewrite with a foreign entry"; cat "$work/p3.log"; }
+"$bin" check "$work/g/foreign.onnx" >"$work/foreign.out" 2>&1 && "$py" -c "import onnx,sys; assert {p.key: p.value for p in onnx.load(sys.argv[1], load_external_data=False).metadata_props}['producer.note'] == 'kept'" "$work/g/foreign.onnx" \
+  && ok || { bad "rewrite with a foreign entry: check"; cat "$work/foreign.out"; }
+g0=$g g=$work/g/foreign.onnx stored0=$stored
+stored=$("$py" -c "import onnx,sys; print({p.key: p.value for p in onnx.load(sys.argv[1], load_external_data=False).metadata_props}['ctxpatch.graph_sha256'])" "$g")
+edit foreign_ed 'd["producer.note"] = "edited"'
+expect foreign_ed 1 "$(digest_line foreign_ed)"
+g=$g0 stored=$stored0
+# No graph digest (an older ctxpatch's rewrite): fails, it would pass any graph whose entry was cut.
+edit older 'del d["ctxpatch.graph_sha256"]'
+expect older 1 "FAIL graph-digest: $work/g/older.onnx: no ctxpatch.graph_sha256 in metadata_props (written by an older ctxpatch: no graph digest; rewrite the original graph again)"
+# 10. A file that is not a graph: one failure, exit 1.
 head -c 200 "$g" >"$work/g/trunc.onnx"
 "$bin" check "$work/g/trunc.onnx" >"$work/trunc.out" 2>&1; s=$?
 [ $s -eq 1 ] && grep -q "^FAIL onnx-unreadable: .*trunc.onnx: offset" "$work/trunc.out" && ok || { bad "truncated graph: exit $s"; cat "$work/trunc.out"; }

@@ -4,11 +4,17 @@
  * added and one replaced in place, a metadata entry replaced in place and one appended. The
  * output unpacks to what the edits say, every untouched field (nodes, initializer, the unknown
  * field) occurs in it byte for byte, the full reader accepts it, and two serialisations are
- * equal. Refused: a truncated file, a model with two graph fields. */
+ * equal. Refused: a truncated file, a model with two graph fields.
+ * The graph digest (include/ctxpatch/formats/onnx_digest.h) of a model with an external
+ * initializer, written by cp_onnx_edit_write_digested: the stored value is SHA-256 over the model
+ * packed by protobuf-c without its ctxpatch.* entries, then 0, the location, 0 and the data file's
+ * hex SHA-256 (the recipe, built here independently of the span walk); a flipped data byte changes
+ * it; a model with two ctxpatch.graph_sha256 entries is refused, nothing written. */
 #include <stdint.h>
 #include <unistd.h>
 
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/formats/onnx_edit.h"
 #include "ctxpatch/formats/onnx_graph.h"
 #include "onnx.pb-c.h"
@@ -155,12 +161,89 @@ static void test_refusals(void) {
   free(init), free(model);
 }
 
+/* Identity(w) -> y with w [2] float external in "w.bin"; metadata k = v, then the entries `own`
+ * (keys, each with the value "1"). */
+static uint8_t *make_external(size_t *n, const char *const *own, size_t n_own) {
+  static char *in0[] = {"w"}, *out0[] = {"y"};
+  Onnx__NodeProto nd = ONNX__NODE_PROTO__INIT, *np = &nd;
+  nd.name = "id", nd.op_type = "Identity", nd.input = in0, nd.n_input = 1, nd.output = out0, nd.n_output = 1;
+  Onnx__StringStringEntryProto loc = ONNX__STRING_STRING_ENTRY_PROTO__INIT, len = ONNX__STRING_STRING_ENTRY_PROTO__INIT;
+  loc.key = "location", loc.value = "w.bin", len.key = "length", len.value = "8";
+  Onnx__StringStringEntryProto *ext[2] = {&loc, &len};
+  int64_t dims[1] = {2};
+  Onnx__TensorProto t = ONNX__TENSOR_PROTO__INIT, *tp = &t;
+  t.name = "w", t.has_data_type = 1, t.data_type = 1, t.dims = dims, t.n_dims = 1;
+  t.external_data = ext, t.n_external_data = 2, t.has_data_location = 1;
+  t.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  Onnx__ValueInfoProto vy = ONNX__VALUE_INFO_PROTO__INIT, *vyp = &vy;
+  vy.name = "y";
+  Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
+  g.name = "g", g.node = &np, g.n_node = 1, g.initializer = &tp, g.n_initializer = 1, g.output = &vyp, g.n_output = 1;
+  Onnx__StringStringEntryProto e[4], *ep[4];
+  for (size_t k = 0; k <= n_own && k < 4; k++) {
+    Onnx__StringStringEntryProto init = ONNX__STRING_STRING_ENTRY_PROTO__INIT;
+    e[k] = init, ep[k] = &e[k];
+    e[k].key = k ? (char *)own[k - 1] : "k", e[k].value = k ? "1" : "v";
+  }
+  Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
+  os.has_version = 1, os.version = 17;
+  Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
+  m.has_ir_version = 1, m.ir_version = 8, m.graph = &g, m.opset_import = &osp, m.n_opset_import = 1;
+  m.metadata_props = ep, m.n_metadata_props = n_own + 1;
+  return pack(&m.base, n);
+}
+
+static void test_digest(void) {
+  float w[2] = {0.5f, -3.0f};
+  const char *own[] = {"ctxpatch.rule", "ctxpatch.x"};
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("w.bin"), w, sizeof w));
+  size_t n_in, n_ref;
+  uint8_t *in = make_external(&n_in, own, 2), *ref = make_external(&n_ref, NULL, 0);
+  /* The recipe: the model without its ctxpatch.* entries (they are packed last), then the file. */
+  char wh[65], want[65], got[65], again[65];
+  cp_sha256_hex(wh, w, sizeof w);
+  uint8_t buf[4096];
+  size_t k = n_ref;
+  memcpy(buf, ref, n_ref);
+  memcpy(buf + k, "\0w.bin\0", 7), k += 7;
+  memcpy(buf + k, wh, 64), k += 64;
+  cp_sha256_hex(want, buf, k);
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("d_in.onnx"), in, n_in));
+  cp_onnx_edit *e = NULL;
+  cp_onnx_model *m = NULL;
+  CHECK_RC(0, cp_onnx_edit_open(&e, tpath("d_in.onnx")));
+  if (e) CHECK_RC(0, cp_onnx_edit_write_digested(got, e, tpath("d_out.onnx")));
+  CHECK(!strcmp(got, want));
+  CHECK_RC(0, cp_onnx_file_digest(again, &m, tpath("d_out.onnx")));
+  CHECK(m && !strcmp(again, want) && cp_onnx_model_meta(m, CP_ONNX_GRAPH_DIGEST_KEY) &&
+        !strcmp(cp_onnx_model_meta(m, CP_ONNX_GRAPH_DIGEST_KEY), want));
+  cp_onnx_model_free(m), m = NULL;
+  cp_onnx_edit_free(e), e = NULL;
+  /* One bit of the data file flipped: another digest. */
+  w[1] = -3.0000002f;
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("w.bin"), w, sizeof w));
+  CHECK_RC(0, cp_onnx_file_digest(again, &m, tpath("d_out.onnx")));
+  CHECK(strcmp(again, want) != 0);
+  cp_onnx_model_free(m);
+  /* Two digest entries: a reader taking the first would see the placeholder. */
+  const char *twice[] = {CP_ONNX_GRAPH_DIGEST_KEY, CP_ONNX_GRAPH_DIGEST_KEY};
+  free(in);
+  in = make_external(&n_in, twice, 2);
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("d_two.onnx"), in, n_in));
+  CHECK_RC(0, cp_onnx_edit_open(&e, tpath("d_two.onnx")));
+  if (e) CHECK_RC(CP_EFORMAT, cp_onnx_edit_write_digested(NULL, e, tpath("d_bad.onnx")));
+  CHECK(strstr(cp_error_message(), "2 entries with a value") && access(tpath("d_bad.onnx"), F_OK) != 0);
+  cp_onnx_edit_free(e);
+  free(in), free(ref);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) return 1;
   test_edits();
   test_refusals();
-  const char *names[] = {"in.onnx", "out.onnx", "trunc.onnx", "two.onnx"};
-  for (int k = 0; k < 4; k++) unlink(tpath(names[k]));
+  test_digest();
+  const char *names[] = {"in.onnx", "out.onnx", "trunc.onnx", "two.onnx", "w.bin", "d_in.onnx", "d_out.onnx", "d_two.onnx"};
+  for (int k = 0; k < 8; k++) unlink(tpath(names[k]));
   rmdir(tmpdir);
   return test_finish();
 }

@@ -17,7 +17,8 @@
 #    (the check can fail);
 #  - every node but the changed ones, every initializer, input, output, value_info, opset and
 #    metadata entry compares byte-equal (python3-onnx), and untouched nodes occur verbatim in the
-#    file; the external data file is copied beside OUT byte for byte;
+#    file; the external data file is copied beside OUT byte for byte; the stored
+#    ctxpatch.graph_sha256 is the digest tests/onnx/graph_digest.py recomputes (docs/onnx.md);
 #  - Lambda on com.microsoft attention with a cache, from the nodes' runtime shapes: the fused
 #    GPT-2's Attention with a past (as its mask_index; also on a copy without one), and
 #    make_mha_graph.py's MultiHeadAttention and GroupQueryAttention decoders (as their
@@ -89,6 +90,7 @@ own() {
   [ -f "$work/$model.ident" ] || "$bin" forward "$models/$model" --ids "$ids" --out "$work/$model.ident" >/dev/null
   "$py" "$t/compare_logits.py" "$d.ort" "$work/$model.ident" --vocab 96 >/dev/null && bad "$model $name: the rule changes nothing" || ok
   "$py" "$chk" kept "$exp/onnx/model.onnx" "$d/onnx/model.onnx" "$nn" "$ni" >/dev/null && ok || bad "$model $name: untouched parts differ"
+  "$py" "$t/graph_digest.py" --stored "$d/onnx/model.onnx" && ok || bad "$model $name: graph digest"
   # Read back: the rule comes from the rewritten graph's metadata, the engine computes the same.
   "$bin" forward "$d/onnx/model.onnx" --ids "$ids" --out "$d.back" >/dev/null &&
     "$py" "$t/compare_logits.py" "$d.back" "$d.ref" --vocab 96 --tol 1e-6 >/dev/null && ok || bad "$model $name: forward on the rewritten graph"
@@ -243,6 +245,7 @@ third() {
   line=$("$py" "$chk" compare "$d/o" "$d/r" "${outs%%,*}") && bad "$kind $name: the original equals the reference" || ok
   echo "$kind $name: original vs reference (must differ): $line"
   "$py" "$chk" kept "$model" "$d/out.onnx" "$nchanged" && ok || bad "$kind $name: untouched parts differ"
+  "$py" "$t/graph_digest.py" --stored "$d/out.onnx" && ok || bad "$kind $name: graph digest"
 }
 g2=$fx/onnxruntime/gpt2_past.onnx
 third gpt2_past "$g2" tau 12 last_state,present_0 ref-tau 0.8 --method temperature --tau 0.8

@@ -8,7 +8,8 @@
  *                certificate_sha256
  *                or one .onnx file `patch IN.onnx OUT.onnx` rewrote: its ctxpatch.rewrite_version / .rule /
  *                .certified / .certificate_sha256 / .fidelity (graph-rewrite) and the certificate in
- *                ctxpatch.certificate (c->cert_text); no manifest (docs/ci.md)
+ *                ctxpatch.certificate (c->cert_text), and its ctxpatch.graph_sha256 recomputed over
+ *                the graph's bytes and external data (formats/onnx_digest.c); no manifest (docs/ci.md)
  *   gguf         one .gguf file (not a folder): its ctxpatch.tool_version / .method / .fidelity / .rule /
  *                .baked_rule / .certified / .certificate_sha256 keys, and the certificate itself in
  *                ctxpatch.certificate (set as c->cert_text); no manifest (docs/ci.md) */
@@ -22,6 +23,7 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/gguf.h"
 #include "ctxpatch/formats/onnx.h"
+#include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "verify/check_int.h"
 
@@ -160,23 +162,40 @@ static int read_onnx(check_ctx *c) {
   return rc;
 }
 
-/* A graph `patch IN.onnx OUT.onnx` rewrote (one file): the graph must read; ctxpatch.rewrite_version /
- * .rule / .certificate_sha256 / .certified become one block, ctxpatch.fidelity must be graph-rewrite
- * (the block says "graph": the embedded certificate is the one `patch --to onnx` made on the model
- * recovered from the graph), ctxpatch.certificate is c->cert_text. */
+/* The graph digest ctxpatch.graph_sha256 against the one of the bytes read (onnx_digest.h):
+ * anything the graph computes with that changed after the rewrite fails it. A graph without one
+ * (an older ctxpatch's) fails too: a gate that passed it would pass any graph whose entry was cut. */
+static int graph_digest(check_ctx *c, const cp_onnx_model *m, const char hex[65]) {
+  const char *stored = cp_onnx_model_meta(m, CP_ONNX_GRAPH_DIGEST_KEY);
+  if (!stored)
+    return check_fail(c->report, "graph-digest", "%s: no " CP_ONNX_GRAPH_DIGEST_KEY " in metadata_props (written by an "
+                      "older ctxpatch: no graph digest; rewrite the original graph again)", c->path);
+  if (strcmp(stored, hex) != 0)
+    return check_fail(c->report, "graph-digest", "%s: metadata_props " CP_ONNX_GRAPH_DIGEST_KEY " %.12s... is not the "
+                      "graph's %.12s... (nodes, weights, metadata or external data changed after the rewrite)", c->path,
+                      stored, hex);
+  return 0;
+}
+
+/* A graph `patch IN.onnx OUT.onnx` rewrote (one file): the graph must read; its graph digest must
+ * hold; ctxpatch.rewrite_version / .rule / .certificate_sha256 / .certified become one block,
+ * ctxpatch.fidelity must be graph-rewrite (the block says "graph": the embedded certificate is
+ * the one `patch --to onnx` made on the model recovered from the graph), ctxpatch.certificate is
+ * c->cert_text. */
 static int read_onnx_file(check_ctx *c) {
   static const char *const keys[][2] = {{"ctxpatch.rewrite_version", "tool_version"},
                                         {"ctxpatch.certificate_sha256", "certificate_sha256"}};
-  cp_onnx_info info;
+  cp_onnx_model *m = NULL;
   cJSON *block = NULL, *rule = NULL;
-  int rc = cp_onnx_read_info(&info, c->path);
+  char hex[65];
+  int rc = cp_onnx_file_digest(hex, &m, c->path);
   if (rc < 0) {
     rc = check_fail(c->report, "onnx-unreadable", "%s", cp_error_message());
     goto done;
   }
-  const char *fidelity = cp_onnx_info_meta(&info, "ctxpatch.fidelity"), *rewrite = cp_onnx_info_meta(&info, "ctxpatch.rewrite_version");
-  const char *certified = cp_onnx_info_meta(&info, "ctxpatch.certified"), *cert = cp_onnx_info_meta(&info, "ctxpatch.certificate");
-  const char *text = cp_onnx_info_meta(&info, "ctxpatch.rule");
+  const char *fidelity = cp_onnx_model_meta(m, "ctxpatch.fidelity"), *rewrite = cp_onnx_model_meta(m, "ctxpatch.rewrite_version");
+  const char *certified = cp_onnx_model_meta(m, "ctxpatch.certified"), *cert = cp_onnx_model_meta(m, "ctxpatch.certificate");
+  const char *text = cp_onnx_model_meta(m, "ctxpatch.rule");
   if (!fidelity && !rewrite && !text) {
     rc = check_fail(c->report, "meta-missing", "%s: no ctxpatch metadata_props (not a graph ctxpatch rewrote)", c->path);
     goto done;
@@ -187,10 +206,11 @@ static int read_onnx_file(check_ctx *c) {
                     fidelity && !strcmp(fidelity, "graph") ? " (a graph of an export folder: check the folder)" : "");
     goto done;
   }
+  if ((rc = graph_digest(c, m, hex)) < 0) goto done;
   CP_CHECK_ALLOC_GOTO(block = cJSON_CreateObject(), c->path);
   CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(block, "fidelity", "graph"), c->path);
   for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
-    const char *v = cp_onnx_info_meta(&info, keys[k][0]);
+    const char *v = cp_onnx_model_meta(m, keys[k][0]);
     if (v) CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(block, keys[k][1], v), c->path);
   }
   if (text && (cp_json_parse_strict(&rule, text, strlen(text), "ctxpatch.rule", 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 ||
@@ -218,7 +238,7 @@ static int read_onnx_file(check_ctx *c) {
     block = NULL;
   }
 done:
-  cp_onnx_info_free(&info); /* zeroed by a failed read */
+  cp_onnx_model_free(m);
   cJSON_Delete(block);
   cJSON_Delete(rule);
   return rc;

@@ -51,10 +51,12 @@
  *
  * The output model gets metadata_props ctxpatch.rewrite_version, ctxpatch.rule (the rule's JSON, with
  * the train_len the graph holds for dynamic / progressive ALiBi),
- * ctxpatch.fidelity = "graph-rewrite" and the entries of params (e.g. the certificate digest);
- * ctxpatch.version stays what it was (set only on ctxpatch's own exports, which the importer
- * reads by their names: converters/onnx_import.c).
- * External data files are referenced by the same relative locations; the caller places them. */
+ * ctxpatch.fidelity = "graph-rewrite", the entries of params (e.g. the certificate digest) and,
+ * last, ctxpatch.graph_sha256: the graph digest of the bytes written and their external data
+ * (include/ctxpatch/formats/onnx_digest.h); ctxpatch.version stays what it was (set only on
+ * ctxpatch's own exports, which the importer reads by their names: converters/onnx_import.c).
+ * External data files are referenced by the same relative locations; the caller places them
+ * beside out_path first (the digest reads them, and the output is read back with them). */
 #ifndef CTXPATCH_ONNX_REWRITE_H
 #define CTXPATCH_ONNX_REWRITE_H
 

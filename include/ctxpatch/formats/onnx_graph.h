@@ -185,6 +185,10 @@ typedef struct {
 /* Reads and checks the model at `path` (params may be NULL: defaults). *out is the caller's
  * (cp_onnx_model_free); NULL on error. */
 int cp_onnx_model_open(cp_onnx_model **out, const char *path, const cp_onnx_read_params *params);
+/* cp_onnx_model_open on the bytes buf[0, len) of a model file that lies (or is about to lie) at
+ * `path`: external data is resolved in path's folder; buf is not kept. */
+int cp_onnx_model_open_bytes(cp_onnx_model **out, const char *path, const uint8_t *buf, size_t len,
+                             const cp_onnx_read_params *params);
 void cp_onnx_model_free(cp_onnx_model *m);
 
 /* The version of `domain` imported ("" and "ai.onnx" are the same), or -1. */

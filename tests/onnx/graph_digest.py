@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""The graph digest of an ONNX model file (metadata_props ctxpatch.graph_sha256) recomputed from
+the recipe in docs/onnx.md "The graph digest", with python3-onnx and hashlib only (nothing of
+ctxpatch's C code): the independent side of tests/test_cli_check_onnx.sh.
+
+  graph_digest.py MODEL.onnx          prints the digest (64 lowercase hex digits)
+  graph_digest.py --stored MODEL.onnx exit 1 unless it equals the model's ctxpatch.graph_sha256
+
+Recipe: SHA-256 over (1) the file's bytes without the top-level metadata_props fields (ModelProto
+field 14) whose entry's key begins with "ctxpatch.", then (2) for each distinct external data
+location of the main graph's and its subgraphs' tensors (initializers; TENSOR / TENSORS
+attributes; through GRAPH / GRAPHS attributes), in ascending byte order: 0x00, the location,
+0x00, the hex SHA-256 of that file.
+"""
+import hashlib
+import os
+import sys
+
+import onnx
+
+META = 14
+
+
+def varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return v, i
+
+
+def top_fields(b):
+    """(field, wire, start, body, end) of each top-level field of a serialised message."""
+    i = 0
+    while i < len(b):
+        start = i
+        tag, i = varint(b, i)
+        field, wire = tag >> 3, tag & 7
+        body = i
+        if wire == 0:
+            _, i = varint(b, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, body = varint(b, i)
+            i = body + n
+        else:
+            raise ValueError(f"offset {start}: wire type {wire}")
+        if i > len(b):
+            raise ValueError(f"offset {start}: past the end")
+        yield field, wire, start, body, i
+
+
+def entry_key(b, body, end):
+    return onnx.StringStringEntryProto.FromString(b[body:end]).key
+
+
+def is_own(b, f):
+    field, wire, _, body, end = f
+    return field == META and wire == 2 and entry_key(b, body, end).startswith("ctxpatch.")
+
+
+def tensors(g):
+    A = onnx.AttributeProto
+    yield from g.initializer
+    for node in g.node:
+        for a in node.attribute:
+            if a.type == A.TENSOR:
+                yield a.t
+            elif a.type == A.TENSORS:
+                yield from a.tensors
+            elif a.type == A.GRAPH:
+                yield from tensors(a.g)
+            elif a.type == A.GRAPHS:
+                for s in a.graphs:
+                    yield from tensors(s)
+
+
+def locations(b):
+    m = onnx.ModelProto.FromString(b)
+    locs = set()
+    for t in tensors(m.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            loc = [e.value for e in t.external_data if e.key == "location"]
+            locs.add(loc[-1])
+    return sorted(locs, key=lambda s: s.encode())
+
+
+def digest(path):
+    b = open(path, "rb").read()
+    h = hashlib.sha256()
+    for f in top_fields(b):
+        if not is_own(b, f):
+            h.update(b[f[2]:f[4]])
+    for loc in locations(b):
+        with open(os.path.join(os.path.dirname(path), loc), "rb") as fh:
+            fd = hashlib.sha256(fh.read()).hexdigest()
+        h.update(b"\0" + loc.encode() + b"\0" + fd.encode())
+    return h.hexdigest()
+
+
+def stored(path):
+    m = onnx.load(path, load_external_data=False)
+    return [p.value for p in m.metadata_props if p.key == "ctxpatch.graph_sha256"]
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--stored":
+        want, got = digest(sys.argv[2]), stored(sys.argv[2])
+        if got != [want]:
+            sys.exit(f"{sys.argv[2]}: ctxpatch.graph_sha256 {got} is not the recipe's {want}")
+    else:
+        print(digest(sys.argv[1]))
