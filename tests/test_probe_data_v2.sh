@@ -39,7 +39,8 @@ assert not digits, "merged digits: %r" % digits[:5]
 rng = random.Random(7)
 texts = [train[:3000], data.ascii_fold("".join(data.stories((990, 1000))))[:3000],
          data.passkey(rng, 256, tok.encode)["prompt"], data.lines(rng, 256, tok.encode)["prompt"]]
-src = data.Text(tok.encode)
+src = data.Text(tok.encode, tok.bos_id)
+assert src.ids.count(tok.bos_id) == 800, "one BOS a training story"
 w = src.window(random.Random(3), 200)["ids"]
 assert len(w) == 200 and tok.encode(tok.decode(w)) != [] and tok.decode(tok.encode(texts[0])) == texts[0]
 for i, t in enumerate(texts):

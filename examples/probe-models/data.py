@@ -20,8 +20,10 @@ dropped, as bench/results.py does): stories [0, 800) train, [800, 1000) are held
 corpus bench/results.py and scripts/results.sh give the `ppl` probe. The training stories are
 ASCII-folded (the file's mojibake quotes become ASCII quotes; the v2 tokenizer is learned on
 ASCII); the held-out file is written byte for byte as bench/results.py writes it.
-  text     -- a window of n_tokens tokens of the training stories (joined by "<|endoftext|>",
-              as the held-out corpus is), at a random offset: a language-model sample.
+  text     -- a window of n_tokens tokens of the training stories at a random offset: a
+              language-model sample. The stream is built as `ctxpatch verify --probe ppl`
+              builds it from the held-out file (docs/certificate.md): each story trimmed,
+              encoded, preceded by the tokenizer's BOS.
 
 Usage as a script: python3 data.py --kind passkey --len 256 --seed 1 --n 3 (prints JSON lines);
 python3 data.py --held-out OUT.txt writes the held-out ppl corpus.
@@ -167,10 +169,13 @@ def write_held_out(path):
 
 
 class Text:
-    """The training stories encoded once; windows of it are the `text` samples."""
+    """The training stories encoded once, each trimmed and after a BOS (the ppl probe's stream);
+    windows of it are the `text` samples."""
 
-    def __init__(self, encode):
-        self.ids = encode(train_text())
+    def __init__(self, encode, bos):
+        self.ids = []
+        for s in stories(TRAIN_STORIES):
+            self.ids += [bos] + encode(ascii_fold(s).strip())
 
     def window(self, rng, n_tokens):
         at = rng.randint(0, len(self.ids) - n_tokens)

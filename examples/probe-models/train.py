@@ -251,7 +251,7 @@ def main():
     if len(mix) == 4 and mix[3] > 0:
         if a.model == "t5-probe":
             raise SystemExit("train.py: the text task is for the decoder probes (t5-probe: 3 fractions)")
-        text = data.Text(tok.encode)
+        text = data.Text(tok.encode, tok.bos_id)
     cfg = configs(len(tok.vocab))[a.model]
     if a.size:
         cfg = resize(cfg, a.size)
