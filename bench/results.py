@@ -311,13 +311,13 @@ def bucket_table(res, names, L):
 
 
 def held_out_corpus():
-    with open(TEXT, encoding="utf-8") as f:
-        docs = f.read().split("<|endoftext|>")
-    docs = [d for d in docs if d.strip()]
-    a, b = HELD_OUT
+    """Stories HELD_OUT of TEXT, written by the probe models' data.py (one copy of the split:
+    the v2 probe models train on the stories before it)."""
+    sys.path.insert(0, PM)
+    import data
+    assert data.HELD_OUT == HELD_OUT and os.path.samefile(data.STORIES, TEXT)
     path = os.path.join(WORK, "tinystories_val_800_1000.txt")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("<|endoftext|>".join(docs[a:b]))
+    data.write_held_out(path)
     return path
 
 

@@ -10,12 +10,17 @@ The training text is ASCII; the GPT-2 regex's \\p{L} / \\p{N} classes are writte
 ASCII subsets, which split ASCII text identically. encode() refuses non-ASCII input.
 
 Usage: python3 bpe.py --out tokenizer.json [--merges 300]
+       python3 bpe.py --natural --merges 1000 --out v2/tokenizer.json   # the v2 models' tokenizer
+(--natural: the merges are learned on the synthetic corpus plus the training stories of
+data.py, so natural text is not spelled out in bytes and single letters.)
 """
 import argparse
 import collections
 import json
+import os
 import re
 
+N_NATURAL = 2000                # synthetic samples beside the stories (v2): the names of lines become tokens
 SPECIALS = ["<pad>", "</s>", "<s>"]       # ids 0, 1, 2 (T5 convention: pad 0, eos 1)
 SPLIT = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
 
@@ -167,9 +172,11 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--merges", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--natural", action="store_true", help="learn on the training stories too (v2)")
     a = ap.parse_args()
     import data
-    merges = learn(data.corpus(a.seed), a.merges)
+    merges = learn(data.corpus(a.seed, n=N_NATURAL if a.natural else 400, natural=a.natural), a.merges)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(tokenizer_json(merges), f, indent=1, ensure_ascii=False)
         f.write("\n")

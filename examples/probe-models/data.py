@@ -13,10 +13,24 @@ Three kinds of sample, each a (prompt, answer) pair of ASCII text:
 Lengths are in tokens of a tokenizer given as a callable encode(text) -> list of ids; the prompt
 is built to be as close as possible to (and not above) the requested length.
 
-Usage as a script: python3 data.py --kind passkey --len 256 --seed 1 --n 3 (prints JSON lines).
+Natural text (the v2 models, issue 18): TinyStories from the shared fixtures
+(../shared/fixtures/third_party/text/tinystories_val_1000_eot.txt from the repository root, or
+$FIXTURES/third_party/text/...), split at the documents separated by "<|endoftext|>" (empty ones
+dropped, as bench/results.py does): stories [0, 800) train, [800, 1000) are held out, the very
+corpus bench/results.py and scripts/results.sh give the `ppl` probe. The training stories are
+ASCII-folded (the file's mojibake quotes become ASCII quotes; the v2 tokenizer is learned on
+ASCII); the held-out file is written byte for byte as bench/results.py writes it.
+  text     -- a window of n_tokens tokens of the training stories at a random offset: a
+              language-model sample. The stream is built as `ctxpatch verify --probe ppl`
+              builds it from the held-out file (docs/certificate.md): each story trimmed,
+              encoded, preceded by the tokenizer's BOS.
+
+Usage as a script: python3 data.py --kind passkey --len 256 --seed 1 --n 3 (prints JSON lines);
+python3 data.py --held-out OUT.txt writes the held-out ppl corpus.
 """
 import argparse
 import json
+import os
 import random
 
 TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
@@ -112,12 +126,72 @@ def copy(rng, n_tokens, encode, n_words=None):
             "key": None, "depth": None}
 
 
-def sample(rng, n_tokens, encode, mix=(0.45, 0.35, 0.20), keys=KEYS):
+FIXTURES = os.path.abspath(os.environ.get("FIXTURES", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "fixtures")))
+STORIES = os.path.join(FIXTURES, "third_party", "text", "tinystories_val_1000_eot.txt")
+EOT = "<|endoftext|>"
+TRAIN_STORIES = (0, 800)
+HELD_OUT = (800, 1000)           # = bench/results.py HELD_OUT: the ppl probe's corpus
+MOJIBAKE = (("\u00e2\u20ac\u0153", '"'), ("\u00e2\u20ac\u009d", '"'), ("\u00e2\u20ac\u2122", "'"),
+            ("\u00e2\u20ac\u02dc", "'"), ("\u00e2\u20ac\u201d", "-"), ("\u00e2\u20ac\u201c", "-"),
+            ("\u00e2\u20ac\u00a6", "..."), ("\u00e2\u20ac\u0160", " "), ("\u00e2\u20ac", '"'),
+            ("\u201c", '"'), ("\u201d", '"'), ("\u2019", "'"))   # UTF-8 read as cp1252; its 0x9d lost
+
+
+def stories(span):
+    """Stories [a, b) of the fixture file, as bench/results.py numbers them."""
+    if not os.path.isfile(STORIES):
+        raise FileNotFoundError("data.py: %s: not found (set FIXTURES)" % STORIES)
+    with open(STORIES, encoding="utf-8") as f:
+        docs = [d for d in f.read().split(EOT) if d.strip()]
+    if len(docs) < span[1]:
+        raise ValueError("data.py: %s: %d stories, need %d" % (STORIES, len(docs), span[1]))
+    return docs[span[0]:span[1]]
+
+
+def ascii_fold(s):
+    for a, b in MOJIBAKE:
+        s = s.replace(a, b)
+    return s.encode("ascii", "ignore").decode("ascii")
+
+
+def train_text():
+    """The training stories as one ASCII string, joined like the held-out corpus."""
+    return ascii_fold(EOT.join(stories(TRAIN_STORIES)))
+
+
+def write_held_out(path):
+    """The held-out ppl corpus, byte for byte as bench/results.py held_out_corpus() writes it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(EOT.join(stories(HELD_OUT)))
+    os.replace(tmp, path)
+
+
+class Text:
+    """The training stories encoded once, each trimmed and after a BOS (the ppl probe's stream);
+    windows of it are the `text` samples."""
+
+    def __init__(self, encode, bos):
+        self.ids = []
+        for s in stories(TRAIN_STORIES):
+            self.ids += [bos] + encode(ascii_fold(s).strip())
+
+    def window(self, rng, n_tokens):
+        at = rng.randint(0, len(self.ids) - n_tokens)
+        return {"kind": "text", "ids": self.ids[at:at + n_tokens], "prompt": None, "answer": None,
+                "key": None, "depth": None}
+
+
+def sample(rng, n_tokens, encode, mix=(0.45, 0.35, 0.20), keys=KEYS, text=None):
+    """mix: passkey, lines, copy[, text] fractions (text needs a Text source)."""
     r = rng.random()
     if r < mix[0]:
         return passkey(rng, n_tokens, encode, keys=keys)
     if r < mix[0] + mix[1]:
         return lines(rng, n_tokens, encode)
+    if len(mix) > 3 and r >= mix[0] + mix[1] + mix[2]:
+        return text.window(rng, n_tokens)
     return copy(rng, n_tokens, encode)
 
 
@@ -128,14 +202,17 @@ def eval_set(kind, n_tokens, n, seed, encode):
     return [f(rng, n_tokens, encode, depth=i / max(1, n - 1)) for i in range(n)]
 
 
-def corpus(seed=0, n=400):
-    """Text the tokenizer's merges are learned from (all three kinds, plain text)."""
+def corpus(seed=0, n=400, natural=False):
+    """Text the tokenizer's merges are learned from (all three kinds, plain text); natural: the
+    training stories too (the v2 tokenizer)."""
     rng = random.Random(seed)
     enc = lambda s: s.split(" ")      # word count is a good enough length proxy here
     out = []
     for i in range(n):
         s = sample(rng, 200, enc, keys=LEGACY_KEYS)   # keeps the learned merges reproducible
         out.append(s["prompt"] + s["answer"])
+    if natural:
+        out.extend(ascii_fold(s) for s in stories(TRAIN_STORIES))
     return out
 
 
@@ -146,7 +223,11 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--n", type=int, default=1)
     ap.add_argument("--tokenizer", help="tokenizer.json (else lengths are counted in words)")
+    ap.add_argument("--held-out", metavar="OUT", help="write the held-out ppl corpus and exit")
     a = ap.parse_args()
+    if a.held_out:
+        write_held_out(a.held_out)
+        raise SystemExit(0)
     if a.tokenizer:
         import bpe
         encode = bpe.Tokenizer(a.tokenizer).encode

@@ -9,6 +9,13 @@ DEFAULT_STEPS below, one CPU thread: two models train side by side on a 2-core m
 minutes each there). CPU by default; a GPU when one is present (or --device cuda). Fixed
 seeds: the data stream and the initialisation are functions of --seed alone; a CPU run and a
 GPU run give different floating-point rounding, so their weights differ slightly.
+
+    /usr/bin/python3 examples/probe-models/train.py --model alibi-probe --v2
+
+--v2 is the recipe of the v2 models (issue 18; examples/probe-models/v2/): the v2 tokenizer
+(v2/tokenizer.json, bpe.py --natural), natural text in the mix (data.py `text`: TinyStories
+[0, 800)), a length curriculum (few lines first), V2 below; output v2/<name>/. Any option given
+explicitly overrides the recipe's value.
 """
 import argparse
 import collections
@@ -37,6 +44,15 @@ MIN_PROMPT = 32                  # prompt lengths uniform in [MIN_PROMPT, TRAIN_
 MIX = (0.6, 0.3, 0.1)            # passkey, lines, copy
 TOKENIZER = os.path.join(HERE, "tokenizer.json")
 D, LAYERS, HEADS, DFF = 64, 3, 4, 256
+# v2 recipe: passkey, lines, copy, text fractions; size d,layers,heads,d_ff; curriculum fraction
+V2 = {"mix": "0.3,0.4,0.05,0.25", "size": "64,3,4,256", "curriculum": 0.3, "steps": 6000,
+      "tokenizer": os.path.join(HERE, "v2", "tokenizer.json")}
+CURRICULUM_START = 96            # the prompts' upper bound at step 0 of a curriculum (tokens)
+# the config fields of each layout that --size sets (BLOOM's MLP is 4 * d, no field)
+SIZE_FIELDS = {"d": ("hidden_size", "d_model"), "layers": ("num_hidden_layers", "n_layer", "num_layers",
+                                                          "num_decoder_layers"),
+               "heads": ("num_attention_heads", "num_key_value_heads", "n_head", "num_heads"),
+               "dff": ("intermediate_size", "d_ff")}
 
 
 def configs(V):
@@ -79,6 +95,31 @@ def configs(V):
     return {"rope-probe": rope, "fire-probe": fire, "alibi-probe": alibi, "t5-probe": t5}
 
 
+def resize(cfg, size):
+    """cfg with the model size d,layers,heads,d_ff of --size (T5's d_kv follows d / heads)."""
+    d, layers, heads, dff = (int(x) for x in size.split(","))
+    if d % heads:
+        raise SystemExit("train.py: --size %s: d is not a multiple of heads" % size)
+    val = {"d": d, "layers": layers, "heads": heads, "dff": dff}
+    for k, fields in SIZE_FIELDS.items():
+        for f in fields:
+            if f in cfg:
+                cfg[f] = val[k]
+    if "d_kv" in cfg:
+        cfg["d_kv"] = d // heads
+    return cfg
+
+
+def prompt_hi(step, steps, curriculum, max_len=TRAIN_LEN):
+    """Upper bound of the prompt lengths at this step: ramps from CURRICULUM_START to
+    max_len - 10 over the first `curriculum` fraction of the steps (lines: few lines first)."""
+    top = max_len - 10
+    if not curriculum:
+        return top
+    f = min(1.0, (step + 1) / max(1.0, curriculum * steps))
+    return min(top, CURRICULUM_START + int(round((top - CURRICULUM_START) * f)))
+
+
 def build(name, cfg, seed, fire_learn_L=False):
     if name == "t5-probe":
         return nets.T5Net(cfg, seed)
@@ -112,13 +153,17 @@ def fire_flags(a):
             + (" --fire-c-init %g" % a.fire_c_init if a.fire_c_init is not None else ""))
 
 
-def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None):
+def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None, text=None, hi=None):
     """Decoder-only: ids [n, max_len] = prompt + answer + eos, right-padded; targets with -100 at
-    padding; answer tokens carry weight 4 in the loss. T5: encoder ids/mask, decoder in/out."""
+    padding; answer tokens carry weight 4 in the loss (a `text` window: plain LM, weight 1, no
+    eos). T5: encoder ids/mask, decoder in/out. hi: the prompts' upper bound (curriculum)."""
     samples = []
     for _ in range(n):
-        target = rng.randint(min_prompt or MIN_PROMPT, max_len - 10)
-        s = data.sample(rng, target, tok.encode, mix or MIX)
+        target = rng.randint(min_prompt or MIN_PROMPT, hi or max_len - 10)
+        s = data.sample(rng, target, tok.encode, mix or MIX, text=text)
+        if s["kind"] == "text":
+            samples.append((s["ids"][:1], s["ids"][1:]))     # every token after the first is a target
+            continue
         p, a = tok.encode(s["prompt"]), tok.encode(s["answer"]) + [tok.eos_id]
         if not is_t5 and len(p) + len(a) > max_len:
             p = p[len(p) + len(a) - max_len:]
@@ -144,7 +189,8 @@ def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=
         ids[b, :len(seq)] = torch.tensor(seq)
         tgt[b, :len(seq) - 1] = torch.tensor(seq[1:])
         wt[b, :len(seq) - 1] = 1.0
-        wt[b, len(p) - 1:len(seq) - 1] = 4.0
+        if len(p) > 1:          # a text window (len(p) == 1) has no answer to weigh
+            wt[b, len(p) - 1:len(seq) - 1] = 4.0
     return ids.to(dev), tgt.to(dev), wt.to(dev)
 
 
@@ -160,7 +206,7 @@ def loss_of(net, batch, is_t5):
     return (l * wt.reshape(-1)).sum() / wt.sum()
 
 
-def save(name, net, cfg, out, meta):
+def save(name, net, cfg, out, meta, tokenizer=TOKENIZER):
     os.makedirs(out, exist_ok=True)
     sd = collections.OrderedDict(sorted(net.state_dict().items()))
     if cfg.get("tie_word_embeddings") and "lm_head.weight" in sd:
@@ -176,7 +222,7 @@ def save(name, net, cfg, out, meta):
         gen = collections.OrderedDict([("decoder_start_token_id", 0), ("eos_token_id", 1),
                                        ("pad_token_id", 0), ("do_sample", False), ("max_new_tokens", 10)])
     stio.write_atomic(os.path.join(out, "generation_config.json"), stio.json_bytes(gen))
-    with open(TOKENIZER, "rb") as f:
+    with open(tokenizer, "rb") as f:
         stio.write_atomic(os.path.join(out, "tokenizer.json"), f.read())
     tc = collections.OrderedDict([("tokenizer_class", "PreTrainedTokenizerFast"), ("bos_token", "<s>"),
                                   ("eos_token", "</s>"), ("pad_token", "<pad>"),
@@ -197,8 +243,15 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--stop-after", type=int, default=None,
                     help="stop after this many steps of the --steps schedule (replays a --time-limit run)")
-    ap.add_argument("--mix", default=",".join(map(str, MIX)), help="passkey,lines,copy fractions")
+    ap.add_argument("--mix", default=None, help="passkey,lines,copy[,text] fractions (default %s)"
+                    % ",".join(map(str, MIX)))
     ap.add_argument("--min-prompt", type=int, default=MIN_PROMPT)
+    ap.add_argument("--v2", action="store_true", help="the v2 recipe (V2 above); output v2/<name>/")
+    ap.add_argument("--size", default=None, help="d,layers,heads,d_ff (default %d,%d,%d,%d)" % (D, LAYERS, HEADS, DFF))
+    ap.add_argument("--curriculum", type=float, default=None,
+                    help="fraction of the steps over which the prompts' upper bound ramps from %d to %d"
+                    % (CURRICULUM_START, TRAIN_LEN - 10))
+    ap.add_argument("--tokenizer", default=None, help="tokenizer.json (default %s)" % TOKENIZER)
     ap.add_argument("--resume", default=None,
                     help="start from the weights of this saved probe folder (fresh optimizer and schedule)")
     ap.add_argument("--time-limit", type=float, default=None,
@@ -211,17 +264,31 @@ def main():
     ap.add_argument("--fire-paper", action="store_true",
                     help="fire-probe: the paper's FIRE (--fire-layers 2 --fire-learn-threshold)")
     a = ap.parse_args()
+    rec = V2 if a.v2 else {"mix": ",".join(map(str, MIX)), "size": None, "curriculum": 0.0,
+                           "steps": DEFAULT_STEPS[a.model], "tokenizer": TOKENIZER}
+    for k in ("mix", "size", "curriculum", "steps", "tokenizer"):
+        if getattr(a, k) is None:
+            setattr(a, k, rec[k])
     torch.set_num_threads(a.threads)
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    steps = a.steps or DEFAULT_STEPS[a.model]
+    steps = a.steps
     mix = tuple(float(x) for x in a.mix.split(","))
+    if len(mix) not in (3, 4) or abs(sum(mix) - 1.0) > 1e-6:
+        raise SystemExit("train.py: --mix %s: 3 or 4 fractions summing to 1" % a.mix)
     torch.manual_seed(a.seed)
-    if not os.path.exists(TOKENIZER):
-        raise SystemExit("run bpe.py --out %s first" % TOKENIZER)
-    tok = bpe.Tokenizer(TOKENIZER)
+    if not os.path.exists(a.tokenizer):
+        raise SystemExit("run bpe.py --out %s first" % a.tokenizer)
+    tok = bpe.Tokenizer(a.tokenizer)
+    text = None
+    if len(mix) == 4 and mix[3] > 0:
+        if a.model == "t5-probe":
+            raise SystemExit("train.py: the text task is for the decoder probes (t5-probe: 3 fractions)")
+        text = data.Text(tok.encode, tok.bos_id)
     cfg = configs(len(tok.vocab))[a.model]
     if a.model == "fire-probe":
         cfg = fire_options(cfg, a)
+    if a.size:
+        cfg = resize(cfg, a.size)
     net = build(a.model, cfg, a.seed, a.model == "fire-probe" and a.fire_learn_threshold)
     prior = None
     if a.resume:
@@ -245,7 +312,8 @@ def main():
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = a.lr * sched(step)
-        batch = make_batch(rng, tok, a.batch, is_t5, dev, mix=mix, min_prompt=a.min_prompt)
+        batch = make_batch(rng, tok, a.batch, is_t5, dev, mix=mix, min_prompt=a.min_prompt, text=text,
+                           hi=prompt_hi(step, steps, a.curriculum))
         loss = loss_of(net, batch, is_t5)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -265,7 +333,12 @@ def main():
         if k.endswith("fire.c"):
             q.data.clamp_(min=1e-3)      # store the value the forward uses
     wall = time.time() - t0
-    out = a.out or os.path.join(HERE, a.model)
+    out = a.out or os.path.join(HERE, "v2" if a.v2 else "", a.model)
+    # the options a v1 command never had (so v1's recorded commands stay as they were)
+    v2opts = "" if not (a.v2 or a.size or a.curriculum or a.tokenizer != TOKENIZER) else \
+        " --size %s --curriculum %g --tokenizer %s --out %s" % (
+            a.size or "%d,%d,%d,%d" % (D, LAYERS, HEADS, DFF), a.curriculum,
+            os.path.relpath(a.tokenizer, REPO), os.path.relpath(out, REPO))
     meta = collections.OrderedDict([
         ("model", a.model), ("steps", done), ("steps_planned", steps), ("batch", a.batch), ("lr", a.lr), ("seed", a.seed),
         ("device", dev if dev == "cpu" else torch.cuda.get_device_name(0)),
@@ -273,18 +346,18 @@ def main():
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
         ("command", "python3 examples/probe-models/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
             a.model, steps, a.batch, a.lr, a.seed)
-            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt) + fire_flags(a)
+            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt) + v2opts + fire_flags(a)
             + (" --time-limit %g" % a.time_limit if a.time_limit else "")
             + (" --resume %s" % a.resume if a.resume else ""))])
     # the exact replay of this run, whatever stopped it
-    meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d --threads %d%s" % (
-        a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, a.threads,
+    meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d --threads %d%s%s" % (
+        a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, a.threads, v2opts,
         " --resume examples/probe-models/%s" % a.model if a.resume else "") + fire_flags(a)
     meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)
     meta["wall_s_total"] = round(wall + (prior.get("wall_s_total", prior["wall_s"]) if prior else 0), 1)
     if prior:
         meta["previous"] = prior
-    save(a.model, net, cfg, out, meta)
+    save(a.model, net, cfg, out, meta, a.tokenizer)
     print("saved %s (%d params, %.0fs)" % (out, net.n_params(), wall))
 
 
