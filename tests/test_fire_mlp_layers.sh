@@ -20,7 +20,7 @@ models=$src/tests/goldens/engine/models
 check "$py" -c "import json,sys; p=json.load(open(sys.argv[1]))['positional']; sys.exit(not (p['mlp_layers'] == 2 and p['mlp_width'] == 32))" "$work/insp.json"
 "$bin" inspect "$models/fire" --json > "$work/insp1.json" || bad "inspect fire"
 check "$py" -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))['positional']['mlp_layers'] != 1)" "$work/insp1.json"
-"$bin" inspect "$models/fire2" | grep -qF "MLP 2 hidden layers of width 32" && ok || bad "inspect text: MLP line"
+"$bin" inspect "$models/fire2" | grep -F "MLP 2 hidden layers of width 32" >/dev/null && ok || bad "inspect text: MLP line"
 
 # The edited copies, written by one python run (torch loads once).
 P=model.layers.0.self_attn.fire
