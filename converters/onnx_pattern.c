@@ -338,9 +338,8 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
     const cp_onnx_node *p = is(c[i], "Add") ? cp_ow_producer(&k.w, other(c[i], out(tok, 0))) : NULL;
     if (p && is(p, "Gather") && cp_ow_weight(&k.w, p, 0, 2)) pos = p, add = c[i];
   }
-  if (!pos) {
-    rc = bad(&k, tok, "the token embedding is not added to a learned position embedding (Gather); RoPE or ALiBi "
-             "spelled in plain ops is not recognised");
+  if (!pos) { /* no learned positions: a Llama (RMSNorm, RoPE in plain ops) */
+    rc = cp_onnx_recover_pattern_llama(im, tok);
     goto done;
   }
   k.r.pos_embed = cp_ow_weight(&k.w, pos, 0, 2);

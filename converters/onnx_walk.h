@@ -54,6 +54,8 @@ const cp_onnx_tensor *cp_ow_const(const cp_ow *w, const char *name);
 const cp_onnx_tensor *cp_ow_weight(const cp_ow *w, const cp_onnx_node *n, size_t slot, int ndim);
 /* A node's name for messages: its name, else its op_type and index. */
 const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]);
+/* The one-line refusal "PATH: node 'LABEL' (OP): why" (CP_EUNSUPPORTED). */
+int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why);
 /* Breadth-first along the data flow from the consumers of `from` (forward) or the producers of
  * n's inputs (backward), visiting at most CP_REC_MAX_VISIT nodes: the first node `stop` accepts
  * ends the search and is returned (NULL: none); every other node visited goes to `visit` (may be
@@ -95,10 +97,20 @@ typedef struct {
   size_t cap_layers;
 } cp_rec;
 
+/* The SiLU-gated MLP read from norm output y: two weight MatMuls of y, the gate's output through
+ * Sigmoid and Mul(gate, sigmoid), that times the up projection, then the down MatMul (*o its
+ * output); l->gate/up/down set, and on the first layer r->act, r->d_ff with their provenance.
+ * `at` names the refusal when y does not feed such a pair. */
+int cp_rec_swiglu(cp_onnx_import *im, const cp_ow *w, cp_rec *r, const char *y, const cp_onnx_node *at,
+                  cp_rec_layer *l, const char **o);
 /* A new layer at the end of r (zeroed); NULL after setting the error when over CP_REC_MAX_LAYERS. */
 cp_rec_layer *cp_rec_push(cp_rec *r, const char *path);
 /* Checks the shapes of every weight against r's sizes and adds the family's HF tensors and the
  * config.json text to im. `naming`: "pattern" or "contrib". */
 int cp_rec_emit(cp_onnx_import *im, const cp_rec *r, const char *naming);
+
+/* The plain-op Llama from token embedding Gather `tok` (converters/onnx_pattern_llama.c): 0 with
+ * im filled, or negative with the refusal set. */
+int cp_onnx_recover_pattern_llama(cp_onnx_import *im, const cp_onnx_node *tok);
 
 #endif
