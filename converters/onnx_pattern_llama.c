@@ -371,6 +371,10 @@ static int layers(walk *k, const char *x) {
     const char *y = NULL, *x2 = NULL, *o = NULL;
     const cp_onnx_node *at = NULL, *p[4];
     int rc = rms_norm(k, x, &nm, &y, &at);
+    if (rc == 1 && k->r.n_layers == 0) /* neither family's start */
+      return cp_error_set(CP_EUNSUPPORTED, "%s: token embedding output '%s' is not added to a learned position "
+                          "embedding (Gather; GPT-2) and feeds no RMSNorm (Pow 2 / ReduceMean / Add eps / Sqrt; "
+                          "Llama)", k->im->path, x);
     if (rc == 1)
       return cp_error_set(CP_EUNSUPPORTED, "%s: value '%s' of the residual stream feeds no RMSNorm (Pow 2 / "
                           "ReduceMean / Add eps / Sqrt)", k->im->path, x);
