@@ -15,12 +15,7 @@
 #include "converters/onnx_walk.h"
 #include "ctxpatch/base/error.h"
 
-typedef struct {
-  cp_onnx_import *im;
-  cp_ow w;
-  cp_rec r;
-  char lab[96];
-} walk;
+typedef cp_rec_walk walk;
 
 static bool is(const cp_onnx_node *n, const char *op) { return !strcmp(n->op_type, op) && !n->domain[0]; }
 static const char *in(const cp_onnx_node *n, size_t k) { return k < n->n_inputs ? n->inputs[k] : ""; }
@@ -250,13 +245,6 @@ static int mlp(walk *k, const cp_onnx_node *fc, cp_rec_layer *l, const char *x, 
   return residual(k, o, x, x2, pn);
 }
 
-static bool reaches_output(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
-  (void)ctx;
-  for (size_t i = 0; i < n->n_outputs; i++)
-    if (cp_ow_is_output(w, n->outputs[i])) return true;
-  return false;
-}
-
 static int layers(walk *k, const char *x) {
   cp_rec *r = &k->r;
   for (;;) {
@@ -275,7 +263,7 @@ static int layers(walk *k, const char *x) {
     if (!ln || is_head) {
       r->final_norm = nm;
       if (!ln) {
-        if (!cp_ow_is_output(&k->w, y) && !cp_ow_forward(&k->w, y, reaches_output, NULL, NULL))
+        if (!cp_ow_is_output(&k->w, y) && !cp_ow_forward(&k->w, y, cp_ow_makes_output, NULL, NULL))
           return bad(k, at, "the final norm's output reaches no graph output");
         return cp_oi_prov(k->im, "lm_head", "none: the graph's output is the final LayerNorm's (node '%s')",
                           lab(k, at));

@@ -101,6 +101,13 @@ bool cp_ow_is_output(const cp_ow *w, const char *name) {
   return false;
 }
 
+bool cp_ow_makes_output(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
+  (void)ctx;
+  for (size_t i = 0; i < n->n_outputs; i++)
+    if (cp_ow_is_output(w, n->outputs[i])) return true;
+  return false;
+}
+
 const cp_onnx_tensor *cp_ow_init_of(const cp_ow *w, const char *name) {
   return name[0] ? cp_onnx_graph_initializer(w->g, name) : NULL;
 }
