@@ -127,8 +127,8 @@ static int split_heads(walk *k, const cp_onnx_node *proj, int64_t *heads, int64_
   int64_t d[4];
   double s2, s3;
   const cp_onnx_tensor *shape = rs ? cp_ow_const(&k->w, cp_ow_in(rs, 1)) : NULL;
-  if (shape && shape->numel == 4 && !cp_onnx_tensor_i64(d, shape)) {
-    *heads = d[2], *dh = d[3];
+  if (shape && shape->numel == 4 && !cp_onnx_tensor_i64(d, shape) && d[2] < 1000000 && d[3] < 1000000) {
+    *heads = d[2], *dh = d[3]; /* bounded: heads x d_head below is compared with a width */
   } else if (rs && (cc = cp_ow_producer(&k->w, cp_ow_in(rs, 1))) && cp_ow_is(cc, "Concat") && cc->n_inputs == 4 &&
              !cp_ow_scalar(&k->w, cp_ow_in(cc, 2), &s2) && !cp_ow_scalar(&k->w, cp_ow_in(cc, 3), &s3) && s2 >= 1 &&
              s2 < 1e6 && s3 >= 1 && s3 < 1e6) {
