@@ -293,38 +293,6 @@ static int gpt2_mlp(walk *k, const cp_onnx_node *fc, cp_rec_layer *l, const char
   return 0;
 }
 
-/* gate and up MatMuls of y: gate -> Sigmoid, Mul(gate, sigmoid) = silu; Mul(silu, up) -> down. */
-static int llama_mlp(walk *k, const cp_onnx_node *m0, cp_rec_layer *l, const char **o) {
-  const cp_onnx_node *c[16], *gate = NULL, *up = NULL;
-  size_t n = cp_ow_consumers(&k->w, k->y, c, 16);
-  for (size_t i = 0; i < n && i < 16; i++) {
-    if (!is(c[i], "", "MatMul") || !cp_ow_weight(&k->w, c[i], 1, 2)) continue;
-    if (cp_ow_consumer(&k->w, out(c[i], 0), "Sigmoid", 0)) gate = c[i];
-    else up = c[i];
-  }
-  if (!gate || !up) return bad(k, m0, "the MLP is not a SiLU-gated pair of MatMuls (gate with Sigmoid, up)");
-  const cp_onnx_node *sg = cp_ow_consumer(&k->w, out(gate, 0), "Sigmoid", 0);
-  const cp_onnx_node *silu = cp_ow_consumer(&k->w, out(sg, 0), "Mul", -1);
-  if (!silu || (strcmp(in(silu, 0), out(gate, 0)) && strcmp(in(silu, 1), out(gate, 0))))
-    return bad(k, sg, "not x * sigmoid(x)");
-  const cp_onnx_node *mul = cp_ow_consumer(&k->w, out(silu, 0), "Mul", -1);
-  if (!mul || (strcmp(in(mul, 0), out(up, 0)) && strcmp(in(mul, 1), out(up, 0))))
-    return bad(k, silu, "the SiLU does not multiply the up projection");
-  l->gate.w = cp_ow_weight(&k->w, gate, 1, 2);
-  l->up.w = cp_ow_weight(&k->w, up, 1, 2);
-  const cp_onnx_node *dn = matmul_of(k, out(mul, 0), &l->down);
-  if (!dn) return bad(k, mul, "its output feeds no MatMul with a weight (down_proj)");
-  if (k->r.n_layers == 1) {
-    k->r.act = "silu";
-    k->r.d_ff = l->up.w->shape[1];
-    int rc = cp_oi_prov(k->im, "hidden_act", "Sigmoid '%s' times its input", lab(k, sg));
-    if (!rc) rc = cp_oi_prov(k->im, "intermediate_size", "columns of up weight '%s'", l->up.w->name);
-    if (rc) return rc;
-  }
-  *o = out(dn, 0);
-  return 0;
-}
-
 /* ---------------------------------------------------------------- the walk */
 
 /* The head: a MatMul of y with a [D, V] weight whose output is a graph output; or y is one. */
@@ -382,7 +350,7 @@ static int layers(walk *k) {
         rc = cp_oi_prov(k->im, "n_inner", "columns of c_fc weight '%s'", fc.w->name);
       }
     } else {
-      rc = llama_mlp(k, m, l, &o);
+      rc = cp_rec_swiglu(k->im, &k->w, r, k->y, m, l, &o);
     }
     if (!rc) rc = next_norm(k, m, o, &l->down);
     if (rc) return rc;

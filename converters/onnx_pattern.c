@@ -15,12 +15,7 @@
 #include "converters/onnx_walk.h"
 #include "ctxpatch/base/error.h"
 
-typedef struct {
-  cp_onnx_import *im;
-  cp_ow w;
-  cp_rec r;
-  char lab[96];
-} walk;
+typedef cp_rec_walk walk;
 
 static bool is(const cp_onnx_node *n, const char *op) { return !strcmp(n->op_type, op) && !n->domain[0]; }
 static const char *in(const cp_onnx_node *n, size_t k) { return k < n->n_inputs ? n->inputs[k] : ""; }
@@ -250,13 +245,6 @@ static int mlp(walk *k, const cp_onnx_node *fc, cp_rec_layer *l, const char *x, 
   return residual(k, o, x, x2, pn);
 }
 
-static bool reaches_output(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
-  (void)ctx;
-  for (size_t i = 0; i < n->n_outputs; i++)
-    if (cp_ow_is_output(w, n->outputs[i])) return true;
-  return false;
-}
-
 static int layers(walk *k, const char *x) {
   cp_rec *r = &k->r;
   for (;;) {
@@ -275,7 +263,7 @@ static int layers(walk *k, const char *x) {
     if (!ln || is_head) {
       r->final_norm = nm;
       if (!ln) {
-        if (!cp_ow_is_output(&k->w, y) && !cp_ow_forward(&k->w, y, reaches_output, NULL, NULL))
+        if (!cp_ow_is_output(&k->w, y) && !cp_ow_forward(&k->w, y, cp_ow_makes_output, NULL, NULL))
           return bad(k, at, "the final norm's output reaches no graph output");
         return cp_oi_prov(k->im, "lm_head", "none: the graph's output is the final LayerNorm's (node '%s')",
                           lab(k, at));
@@ -338,9 +326,8 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
     const cp_onnx_node *p = is(c[i], "Add") ? cp_ow_producer(&k.w, other(c[i], out(tok, 0))) : NULL;
     if (p && is(p, "Gather") && cp_ow_weight(&k.w, p, 0, 2)) pos = p, add = c[i];
   }
-  if (!pos) {
-    rc = bad(&k, tok, "the token embedding is not added to a learned position embedding (Gather); RoPE or ALiBi "
-             "spelled in plain ops is not recognised");
+  if (!pos) { /* no learned positions: a Llama (RMSNorm, RoPE in plain ops) */
+    rc = cp_onnx_recover_pattern_llama(im, tok);
     goto done;
   }
   k.r.pos_embed = cp_ow_weight(&k.w, pos, 0, 2);

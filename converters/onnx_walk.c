@@ -101,6 +101,13 @@ bool cp_ow_is_output(const cp_ow *w, const char *name) {
   return false;
 }
 
+bool cp_ow_makes_output(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
+  (void)ctx;
+  for (size_t i = 0; i < n->n_outputs; i++)
+    if (cp_ow_is_output(w, n->outputs[i])) return true;
+  return false;
+}
+
 const cp_onnx_tensor *cp_ow_init_of(const cp_ow *w, const char *name) {
   return name[0] ? cp_onnx_graph_initializer(w->g, name) : NULL;
 }
@@ -156,6 +163,11 @@ const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]) {
   if (n->name[0]) snprintf(buf, 96, "%.90s", n->name);
   else snprintf(buf, 96, "%.40s #%zu", n->op_type, (size_t)(n - w->g->nodes));
   return buf;
+}
+
+int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why) {
+  char b[96];
+  return cp_error_set(CP_EUNSUPPORTED, "%s: node '%s' (%s): %s", w->path, cp_ow_label(w, n, b), n->op_type, why);
 }
 
 /* ---------------------------------------------------------------- searches */
@@ -215,6 +227,47 @@ const cp_onnx_node *cp_ow_forward(const cp_ow *w, const char *from, cp_ow_pred s
 const cp_onnx_node *cp_ow_backward(const cp_ow *w, const cp_onnx_node *n, cp_ow_pred stop, cp_ow_pred visit,
                                    void *ctx) {
   return search(w, NULL, n, false, stop, visit, ctx);
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+/* Whether binary node n takes `a` as one of its inputs. */
+static bool takes(const cp_onnx_node *n, const char *a) {
+  return (n->n_inputs > 0 && !strcmp(n->inputs[0], a)) || (n->n_inputs > 1 && !strcmp(n->inputs[1], a));
+}
+
+int cp_rec_swiglu(cp_onnx_import *im, const cp_ow *w, cp_rec *r, const char *y, const cp_onnx_node *at,
+                  cp_rec_layer *l, const char **o) {
+  const cp_onnx_node *c[16], *gate = NULL, *up = NULL;
+  size_t n = cp_ow_consumers(w, y, c, 16);
+  for (size_t i = 0; i < n && i < 16; i++) {
+    if (strcmp(c[i]->op_type, "MatMul") || c[i]->domain[0] || strcmp(c[i]->inputs[0], y) || !cp_ow_weight(w, c[i], 1, 2))
+      continue;
+    if (cp_ow_consumer(w, c[i]->outputs[0], "Sigmoid", 0)) gate = c[i];
+    else up = c[i];
+  }
+  if (!gate || !up) return cp_ow_bad(w, at, "the MLP is not a SiLU-gated pair of MatMuls (gate with Sigmoid, up)");
+  const cp_onnx_node *sg = cp_ow_consumer(w, gate->outputs[0], "Sigmoid", 0);
+  const cp_onnx_node *silu = cp_ow_consumer(w, sg->outputs[0], "Mul", -1);
+  if (!silu || !takes(silu, gate->outputs[0])) return cp_ow_bad(w, sg, "not x * sigmoid(x)");
+  const cp_onnx_node *mul = cp_ow_consumer(w, silu->outputs[0], "Mul", -1);
+  if (!mul || !takes(mul, up->outputs[0])) return cp_ow_bad(w, silu, "the SiLU does not multiply the up projection");
+  l->gate.w = cp_ow_weight(w, gate, 1, 2);
+  l->up.w = cp_ow_weight(w, up, 1, 2);
+  const cp_onnx_node *dn = cp_ow_consumer(w, mul->outputs[0], "MatMul", 0);
+  if (!dn || dn->domain[0] || !(l->down.w = cp_ow_weight(w, dn, 1, 2)))
+    return cp_ow_bad(w, mul, "its output feeds no MatMul with a weight (down_proj)");
+  l->down.out_in = false;
+  *o = dn->outputs[0];
+  if (r->n_layers == 1) {
+    char b[96];
+    r->act = "silu";
+    r->d_ff = l->up.w->shape[1];
+    int rc = cp_oi_prov(im, "hidden_act", "Sigmoid '%s' times its input", cp_ow_label(w, sg, b));
+    if (!rc) rc = cp_oi_prov(im, "intermediate_size", "columns of up weight '%s'", l->up.w->name);
+    return rc;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- emitter */

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "converters/onnx_import_priv.h"
 #include "ctxpatch/converters/families.h"
@@ -31,6 +32,11 @@ typedef struct {
   unsigned char *seen;     /* [n_nodes] scratch of the searches, all zero between them */
 } cp_ow;
 
+/* Input / output k of n, "" when absent; whether n is default-domain op `op`. */
+static inline const char *cp_ow_in(const cp_onnx_node *n, size_t k) { return k < n->n_inputs ? n->inputs[k] : ""; }
+static inline const char *cp_ow_out(const cp_onnx_node *n, size_t k) { return k < n->n_outputs ? n->outputs[k] : ""; }
+static inline bool cp_ow_is(const cp_onnx_node *n, const char *op) { return !strcmp(n->op_type, op) && !n->domain[0]; }
+
 int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g);
 void cp_ow_free(cp_ow *w);
 const cp_onnx_node *cp_ow_producer(const cp_ow *w, const char *name);
@@ -42,6 +48,8 @@ size_t cp_ow_consumers(const cp_ow *w, const char *name, const cp_onnx_node **ou
 const cp_onnx_node *cp_ow_consumer(const cp_ow *w, const char *name, const char *op, int slot);
 /* Whether `name` is a graph output. */
 bool cp_ow_is_output(const cp_ow *w, const char *name);
+/* Whether n has an output that is a graph output (a cp_ow_pred; ctx unused). */
+bool cp_ow_makes_output(const cp_ow *w, const cp_onnx_node *n, void *ctx);
 /* The initializer named `name`, or NULL. */
 const cp_onnx_tensor *cp_ow_init_of(const cp_ow *w, const char *name);
 /* The one element of a constant (initializer or Constant node's value) as double: 0, or 1 when
@@ -54,6 +62,8 @@ const cp_onnx_tensor *cp_ow_const(const cp_ow *w, const char *name);
 const cp_onnx_tensor *cp_ow_weight(const cp_ow *w, const cp_onnx_node *n, size_t slot, int ndim);
 /* A node's name for messages: its name, else its op_type and index. */
 const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]);
+/* The one-line refusal "PATH: node 'LABEL' (OP): why" (CP_EUNSUPPORTED). */
+int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why);
 /* Breadth-first along the data flow from the consumers of `from` (forward) or the producers of
  * n's inputs (backward), visiting at most CP_REC_MAX_VISIT nodes: the first node `stop` accepts
  * ends the search and is returned (NULL: none); every other node visited goes to `visit` (may be
@@ -95,10 +105,28 @@ typedef struct {
   size_t cap_layers;
 } cp_rec;
 
+/* The SiLU-gated MLP read from norm output y: two weight MatMuls of y, the gate's output through
+ * Sigmoid and Mul(gate, sigmoid), that times the up projection, then the down MatMul (*o its
+ * output); l->gate/up/down set, and on the first layer r->act, r->d_ff with their provenance.
+ * `at` names the refusal when y does not feed such a pair. */
+int cp_rec_swiglu(cp_onnx_import *im, const cp_ow *w, cp_rec *r, const char *y, const cp_onnx_node *at,
+                  cp_rec_layer *l, const char **o);
+/* The state of a plain-op pattern walk (onnx_pattern.c, onnx_pattern_llama.c). */
+typedef struct {
+  cp_onnx_import *im;
+  cp_ow w;
+  cp_rec r;
+  char lab[96]; /* the last node label made for a message */
+} cp_rec_walk;
+
 /* A new layer at the end of r (zeroed); NULL after setting the error when over CP_REC_MAX_LAYERS. */
 cp_rec_layer *cp_rec_push(cp_rec *r, const char *path);
 /* Checks the shapes of every weight against r's sizes and adds the family's HF tensors and the
  * config.json text to im. `naming`: "pattern" or "contrib". */
 int cp_rec_emit(cp_onnx_import *im, const cp_rec *r, const char *naming);
+
+/* The plain-op Llama from token embedding Gather `tok` (converters/onnx_pattern_llama.c): 0 with
+ * im filled, or negative with the refusal set. */
+int cp_onnx_recover_pattern_llama(cp_onnx_import *im, const cp_onnx_node *tok);
 
 #endif

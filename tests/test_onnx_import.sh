@@ -101,8 +101,9 @@ EOF
 "$bin" forward "$work/anon/extra.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/extra.err" && bad "extra anonymous initializer accepted" ||
   check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/extra.onnx: initializer 'onnx::MatMul_123' is not a name ctxpatch recognises (ctxpatch export names; anonymous names need graph pattern matching, not supported)" "$work/extra.err"
 # a graph with neither ctxpatch's metadata nor a family's Hugging Face names: the plain-op pattern
-# recovery (converters/onnx_pattern.c, tests/test_onnx_recover.sh) finds the token embedding but
-# knows only learned positions, not RoPE spelled in plain ops
+# recovery (converters/onnx_pattern*.c, tests/test_onnx_recover*.sh) finds the token embedding
+# and reads it as a plain-op Llama (RMSNorm, q/k/v, heads) up to ctxpatch's own RoPE spelling,
+# which is not torch.onnx's rotate-half Concat(-t2, t1)
 "$py" - "$work/llama/onnx/model.onnx" "$work/anon/foreign.onnx" <<'EOF'
 import onnx, sys
 m = onnx.load(sys.argv[1])
@@ -113,8 +114,8 @@ for n in m.graph.node: n.input[:] = [old.get(i, i) for i in n.input]
 onnx.save(m, sys.argv[2])
 EOF
 "$bin" forward "$work/anon/foreign.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/foreign.err" && bad "foreign graph accepted" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/foreign.onnx: node 'Gather #15' (Gather): the token embedding is not added to a learned position embedding (Gather); RoPE or ALiBi spelled in plain ops is not recognised" "$work/foreign.err"
-"$bin" inspect "$work/anon/foreign.onnx" > "$work/foreign.txt" 2>&1 && check grep -q "^recovered:     none: .*RoPE or ALiBi spelled in plain ops is not recognised" "$work/foreign.txt" || bad "inspect of a foreign graph failed"
+  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/foreign.onnx: node 'Neg #33' (Neg): not Concat(-t[..., h:], t[..., :h]) on the last axis (rotate-half; interleaved is not supported)" "$work/foreign.err"
+"$bin" inspect "$work/anon/foreign.onnx" > "$work/foreign.txt" 2>&1 && check grep -q "^recovered:     none: .*(rotate-half; interleaved is not supported)" "$work/foreign.txt" || bad "inspect of a foreign graph failed"
 
 # Hugging Face names kept by the exporter: the llama graph's initializers renamed to HF's, in HF
 # layout (linear weights [out, in], used through a Transpose), config.json beside the graph.
@@ -153,6 +154,6 @@ EOF
 check grep -q "^recovered:     llama, rope positions (hf names, config from $work/hf/config.json)" "$work/hf.txt"
 rm "$work/hf/config.json"
 "$bin" forward "$work/hf/model.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/hf.err" && bad "hf names without config accepted" ||
-  check grep -qxF "ctxpatch: error CP_ENOTFOUND: $work/hf/model.onnx: no hyper-parameters: no config.json beside the model or in its parent folder, and the graph's pattern does not give them (node 'Gather #36' (Gather): the token embedding is not added to a learned position embedding (Gather); RoPE or ALiBi spelled in plain ops is not recognised)" "$work/hf.err"
+  check grep -qxF "ctxpatch: error CP_ENOTFOUND: $work/hf/model.onnx: no hyper-parameters: no config.json beside the model or in its parent folder, and the graph's pattern does not give them (node 'Pow #37' (Pow): its RMSNorm feeds neither three projections (q, k, v) nor one (the head))" "$work/hf.err"
 
 finish
