@@ -334,8 +334,9 @@ def main():
             q.data.clamp_(min=1e-3)      # store the value the forward uses
     wall = time.time() - t0
     out = a.out or os.path.join(HERE, "v2" if a.v2 else "", a.model)
-    # the options a v1 command never had (so v1's recorded commands stay as they were)
-    v2opts = "" if not (a.v2 or a.size or a.curriculum or a.tokenizer != TOKENIZER) else \
+    # the options a v1 command never had (so v1's recorded commands stay as they were); an
+    # explicit --out is recorded too, so the replay does not write over the v1 folder
+    v2opts = "" if not (a.v2 or a.size or a.curriculum or a.tokenizer != TOKENIZER or a.out) else \
         " --size %s --curriculum %g --tokenizer %s --out %s" % (
             a.size or "%d,%d,%d,%d" % (D, LAYERS, HEADS, DFF), a.curriculum,
             os.path.relpath(a.tokenizer, REPO), os.path.relpath(out, REPO))
