@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "ctxpatch/formats/onnx.h"
+#include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/formats/onnx_graph.h"
 #include "fuzz_input.h"
 
@@ -40,6 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (cp_onnx_model_open(&m, path, NULL) == 0) {
     walk(m->graph);
     (void)cp_onnx_model_meta(m, "ctxpatch.rule");
+    char hex[65]; /* the graph digest's field scanner (formats/onnx_span.c) over the same bytes */
+    (void)cp_onnx_graph_digest(hex, m, data, size);
     cp_onnx_model_free(m);
   }
   cp_onnx_info info;
