@@ -6,7 +6,10 @@ interval, and the paired difference to the original per window.
 
   /usr/bin/python3 bench/nll_position.py --bin build/ctxpatch [--windows 16] [--out FILE.md]
       [--model GGUF] [--corpus TEXT] [--train-len 512] [--lengths 512,1024,2048,4096]
-      [--llamacpp tests/runtimes/node_modules]
+      [--llamacpp tests/runtimes/node_modules] [--bucket 512]
+
+A model that is not a .gguf file (a checkpoint folder, e.g. examples/probe-models/v2/rope-probe)
+gets its RoPE PI copies in the default output format (config rope_scaling linear) instead of GGUF.
 
 Sides (the training length L_tr = 512 of stories260K is given explicitly: its GGUF says 2048):
   original; LM-Infinite (Lambda 10 / L_tr and ceiling L_tr, the paper's n_starting 10 and window
@@ -22,6 +25,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -55,15 +59,32 @@ def run(cmd):
     return r.stdout
 
 
-def ppl(bin_path, model, rule, corpus, length, seed):
-    """NLL by 512-token bucket of window `seed` at `length` (one verify run)."""
+def ppl(bin_path, model, rule, corpus, length, seed, bucket=BUCKET):
+    """NLL by `bucket`-token position bucket of window `seed` at `length` (one verify run)."""
     cmd = [bin_path, "verify", model, "--probe", "ppl", "--corpus", corpus, "--lengths", str(length),
-           "--ppl-windows", "1", "--ppl-buckets", str(max(1, length // BUCKET)), "--seed", str(seed),
+           "--ppl-windows", "1", "--ppl-buckets", str(max(1, length // bucket)), "--seed", str(seed),
            "--no-stats", "--threads", "1", "--json"]
     if rule:
         cmd[3:3] = ["--rule", rule]
     res = json.loads(run(cmd))["results"]["patched"]["ppl"][0]
     return res["nll_by_bucket"], res["nll"]
+
+
+def shown_args():
+    """This run's options as the document shows them: repository-relative paths, no output files."""
+    root = os.path.dirname(HERE)
+    out, skip = [], False
+    for x in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if x in ("--bin", "--out", "--json"):
+            skip = True
+            continue
+        if os.path.isabs(x) and os.path.exists(x):
+            x = os.path.relpath(x, root)
+        out.append(x)
+    return " ".join(out)
 
 
 def main():
@@ -75,9 +96,12 @@ def main():
     ap.add_argument("--lengths", default="512,1024,2048,4096")
     ap.add_argument("--windows", type=int, default=16)
     ap.add_argument("--llamacpp", help="node_modules folder holding node-llama-cpp (tests/runtimes)")
+    ap.add_argument("--bucket", type=int, default=BUCKET, help="tokens per position bucket")
     ap.add_argument("--out")
     ap.add_argument("--json")
     a = ap.parse_args()
+    bucket = a.bucket
+    gguf = a.model.endswith(".gguf")
     for p in (a.model, a.corpus):
         if not os.path.exists(p):
             raise SystemExit("missing %s (../shared/fixtures is not here)" % p)
@@ -104,16 +128,16 @@ def main():
             F = L // Ltr
             if F < 2:
                 continue
-            gg = os.path.join(td, "pi%d.gguf" % F)
-            run([a.bin, "patch", a.model, gg, "--method", "rope-pi", "--factor", str(F), "--to", "gguf",
-                 "--no-verify", "--force"])
+            gg = os.path.join(td, "pi%d" % F + (".gguf" if gguf else ""))
+            run([a.bin, "patch", a.model, gg, "--method", "rope-pi", "--factor", str(F)]
+                + (["--to", "gguf"] if gguf else []) + ["--no-verify", "--force"])
             sides["PI %d" % F] = (gg, None, [Ltr, L])
             sides["PI %d + ceiling %d" % (F, Ltr)] = (gg, rule_file("ceil", {"distance_ceiling": Ltr}), [Ltr, L])
         data = {}  # side -> length -> list over windows of (buckets, nll)
         for side, (model, rule, lens) in sides.items():
             data[side] = {}
             for L in lens:
-                data[side][L] = [ppl(a.bin, model, rule, a.corpus, L, w) for w in range(a.windows)]
+                data[side][L] = [ppl(a.bin, model, rule, a.corpus, L, w, bucket) for w in range(a.windows)]
         cross = None
         if a.llamacpp:
             w = os.path.join(td, "lc")
@@ -133,9 +157,9 @@ def main():
     P("Measured %s on a machine with load average %.1f at the start (nproc %d), %.0f s wall; "
       "%d windows per length (random starts in the corpus, seeds 0..%d; windows of one length may "
       "overlap, so the t intervals are somewhat optimistic). Command: `/usr/bin/python3 "
-      "bench/nll_position.py --windows %d%s`.\n"
+      "bench/nll_position.py %s`.\n"
       % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load0, os.cpu_count(), wall, a.windows,
-         a.windows - 1, a.windows, " --llamacpp tests/runtimes/node_modules" if a.llamacpp else ""))
+         a.windows - 1, shown_args()))
     if cross:
         P("Pipeline cross-check: window 0 of the original at %d tokens (start %d of %d corpus tokens): "
           "`ctxpatch verify --probe ppl` %.5f nats, llama.cpp (node-llama-cpp, its own tokenizer and "
@@ -143,9 +167,9 @@ def main():
           % (Ltr, cross["start"], cross["n_ids"], cross["ctxpatch"], cross["llamacpp"],
              cross["ctxpatch"] - cross["llamacpp"]))
     for L in lengths:
-        nb = max(1, L // BUCKET)
+        nb = max(1, L // bucket)
         P("**%d tokens (%gx).** Mean NLL per token (nats) by position, 95%% interval over windows:\n" % (L, L / Ltr))
-        P("| side | " + " | ".join("%d-%d" % (b * BUCKET, (b + 1) * BUCKET - 1) for b in range(nb)) + " | all |")
+        P("| side | " + " | ".join("%d-%d" % (b * bucket, (b + 1) * bucket - 1) for b in range(nb)) + " | all |")
         P("|---|" + "---|" * (nb + 1))
         for side in data:
             if L not in data[side]:

@@ -33,6 +33,12 @@ def render(R, head, s1, s2, s3, have_fix):
           "default 8) scale it; `bash scripts/results.sh --render` rewrites the text from the "
           "last run's numbers without measuring). In the commands, `ctxpatch` is "
           "`build/ctxpatch` and `W=build/results-work`.", "",
+          "The probe models here are v1 (trained on synthetic retrieval only). The v2 probes "
+          "(trained with TinyStories in the mix) and each seed's phenomenon measured on them "
+          "(ALiBi PI perplexity, LM-Infinite and RoPE PI NLL by position, FIRE with its "
+          "threshold, the T5 temperature) are in [results-v2.md](results-v2.md) (`bash "
+          "scripts/results_v2.sh`); LM-Infinite on the pretrained stories260K in "
+          "[results-seeds.md](results-seeds.md).", "",
           "**This run:** %s." % head, "",
           "**Time per section (wall / CPU of the CLI processes):** " + ", ".join(
               "section %s %.0f s / %s" % (k, v, "%.0f s" % getattr(R, "cpu", {})[k]

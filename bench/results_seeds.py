@@ -288,7 +288,7 @@ def render():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "ctxpatch"))
+    ap.add_argument("--bin", default=os.environ.get("CTXPATCH", os.path.join(ROOT, "build", "ctxpatch")))
     ap.add_argument("--windows", type=int, default=int(os.environ.get("RESULTS_SEEDS_WINDOWS", 16)))
     ap.add_argument("--samples", type=int, default=int(os.environ.get("RESULTS_SEEDS_SAMPLES", 8)))
     ap.add_argument("--llamacpp", default=os.path.join(ROOT, "tests", "runtimes", "node_modules"))

@@ -15,11 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [[ -z "${CTXPATCH:-}" && ! -x build/ctxpatch ]]; then
-  echo "results: building build/ctxpatch"
-  cmake -S . -B build -DCTXPATCH_CUDA=OFF >/dev/null
-  cmake --build build -j2 --target ctxpatch >/dev/null
-fi
+source scripts/results_build.sh results
 fix="${FIXTURES:-../shared/fixtures}"
 if [[ ! -d "$fix/third_party" ]]; then
   echo "results: SKIP: $fix is not reachable; the stories260K section and the ppl tables are skipped"

@@ -10,18 +10,14 @@
 #                                            (~110 s CPU; 6-15 min on the 2-core VM under load)
 #   bash scripts/results_seeds.sh --render   rewrite the doc from the last run's numbers
 #
-# Knobs (environment): RESULTS_SEEDS_WINDOWS (ppl windows per length, default 16),
+# Knobs (environment): CTXPATCH (the binary), RESULTS_SEEDS_WINDOWS (ppl windows per length, default 16),
 # RESULTS_SEEDS_SAMPLES (passkey samples per depth in the sweep, default 8).
 # Needs /usr/bin/python3 with numpy (Debian python3-numpy), ../shared/fixtures (stories260K and
 # the TinyStories text; exits 77 without them) and, for the cross-check, node with
 # tests/runtimes/node_modules (skipped when absent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ ! -x build/ctxpatch ]]; then
-  echo "results_seeds: building build/ctxpatch"
-  cmake -S . -B build -DCTXPATCH_CUDA=OFF >/dev/null
-  cmake --build build -j2 --target ctxpatch >/dev/null
-fi
+source scripts/results_build.sh results_seeds
 if [[ ! -f ../shared/fixtures/third_party/stories260K/stories260K.gguf ]]; then
   echo "results_seeds: SKIP: ../shared/fixtures/third_party is not here (stories260K, TinyStories)"
   exit 77

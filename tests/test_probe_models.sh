@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bundled probe models (examples/probe-models): `ctxpatch inspect` names the right family and
+# The bundled probe models (examples/probe-models, v1 and v2/): `ctxpatch inspect` names the right family and
 # `ctxpatch forward` reproduces the PyTorch reference's logits (golden/ written by check.py from
 # tests/reference/torchref) to max|a-b|/max|b| <= 1e-4; the ALiBi probe's PyTorch zip copy too.
 set -uo pipefail
@@ -26,8 +26,9 @@ sys.exit(0 if err <= 1e-4 else 1)
 EOF
 }
 
-for spec in t5-probe:t5 alibi-probe:bloom rope-probe:llama fire-probe:fire; do
-  name=${spec%%:*}; fam=${spec##*:}; m=$pm/$name; g=$m/golden
+for spec in t5-probe:t5 alibi-probe:bloom rope-probe:llama fire-probe:fire \
+            v2/t5-probe:t5 v2/alibi-probe:bloom v2/rope-probe:llama v2/fire-probe:fire; do
+  rel=${spec%%:*}; fam=${spec##*:}; m=$pm/$rel; g=$m/golden; name=${rel//\//-}
   [ -f "$g/logits.f32" ] || { echo "note: $name has no golden (not trained yet)"; continue; }
   seen=$((seen+1))
   if "$bin" inspect "$m" --json >"$work/$name.json"; then ok; else bad "$name: inspect exit $?"; fi

@@ -310,13 +310,15 @@ def write_card(name, mdir):
     L = []
     L.append("# %s\n" % name)
     L.append("A small %s (`%s`) trained from scratch by `examples/probe-models/train.py` on the "
-             "synthetic retrieval mix of `data.py`, as a probe for ctxpatch's verify stage. Not a "
+             "retrieval mix of `data.py`, as a probe for ctxpatch's verify stage. Not a "
              "language model for any other use.\n" % (cfg["architectures"][0], cfg["model_type"]))
     L.append("## Training\n")
     L.append("| | |\n|---|---|")
-    L.append("| data | passkey (anchors' format, keys 1..50000 as the verify probes draw them, key at uniform depth), LongEval line retrieval, copy / filler LM, mixed as each run's `--mix` (fractions; see the replay row) |")
+    text = len(tl["command"].split("--mix ")[1].split()[0].split(",")) == 4 if "--mix " in tl["command"] else False
+    L.append("| data | passkey (anchors' format, keys 1..50000 as the verify probes draw them, key at uniform depth), LongEval line retrieval, copy / filler LM%s, mixed as each run's `--mix` (fractions; see the replay row) |"
+             % (", TinyStories windows (stories [0, 800) of the shared validation file; [800, 1000) held out for the ppl probe)" if text else ""))
     L.append("| training length | %d tokens (prompts of `--min-prompt`..246 tokens + answer + eos) |" % tl["train_len"])
-    L.append("| parameters | %d (float32, %s) |" % (tl["params"], "model.safetensors" + (" and pytorch_model.bin" if name == "alibi-probe" else "")))
+    L.append("| parameters | %d (float32, %s) |" % (tl["params"], "model.safetensors" + (" and pytorch_model.bin" if os.path.exists(os.path.join(mdir, "pytorch_model.bin")) else "")))
     chain = []
     t = tl
     while t:
