@@ -32,7 +32,9 @@ OUT = os.path.join(ROOT, "docs", "results-v2.md")
 WINDOWS = int(os.environ.get("RESULTS_V2_WINDOWS", "8"))
 SAMPLES = int(os.environ.get("RESULTS_V2_SAMPLES", "2"))
 LTR = 256
-LENGTHS = [256, 512, 1024, 2048]
+SMOKE = os.environ.get("RESULTS_V2_SMOKE") == "1"   # a quick check of the script itself
+LENGTHS = [256, 512] if SMOKE else [256, 512, 1024, 2048]
+T5_LONGEST = 1024 if SMOKE else 4096
 MODELS = [("rope-probe", "RoPE (Llama)"), ("alibi-probe", "ALiBi (BLOOM)"), ("fire-probe", "FIRE (paper: 2x32 MLP, learned c, L)"),
           ("t5-probe", "T5 relative buckets")]
 ALIBI_RULES = [("none", None), ("static 2", {"alibi_scale": {"mode": "static", "factor": 2.0}}),
@@ -133,7 +135,18 @@ def measure():
     st["s2_passkey"] = retrieval("2", os.path.join(V2, "rope-probe"), "s2-passkey-lmi", "passkey", LENGTHS,
                                  {"lambda_mask": {"n_global": 10, "n_local": LTR}, "distance_ceiling": LTR})
     t["2"] = time.time() - t0
+    R.dump(W("state-partial.json"), st)
 
+    t0 = time.time()
+    tm = os.path.join(V2, "t5-probe")
+    art = W("s4-t5-pmax")
+    R.run("4", [R.BIN, "patch", tm, art, "--method", "temperature", "--calibrate", "pmax",
+                "--target-len", str(T5_LONGEST), "--no-verify", "--force"])
+    meta, rule = R.artifact_rule(art)
+    st["s4_rule"] = rule
+    st["s4"] = retrieval("4", tm, "s4-pmax", "passkey", LENGTHS + [T5_LONGEST], rule)
+    t["4"] = time.time() - t0
+    R.dump(W("state-partial.json"), st)     # the sections so far, if a later one fails
     t0 = time.time()
     fm = os.path.join(V2, "fire-probe")
     # lines only to 2x and half the prompts at 8x: the C engine's two-layer FIRE bias (an MLP per
@@ -144,15 +157,6 @@ def measure():
     st["s3_learned"] = safetensors_scalars(os.path.join(fm, "model.safetensors"), ("fire.c", "fire.L"))
     t["3"] = time.time() - t0
 
-    t0 = time.time()
-    tm = os.path.join(V2, "t5-probe")
-    art = W("s4-t5-pmax")
-    R.run("4", [R.BIN, "patch", tm, art, "--method", "temperature", "--calibrate", "pmax",
-                "--target-len", "4096", "--no-verify", "--force"])
-    meta, rule = R.artifact_rule(art)
-    st["s4_rule"] = rule
-    st["s4"] = retrieval("4", tm, "s4-pmax", "passkey", LENGTHS + [4096], rule)
-    t["4"] = time.time() - t0
     st["timings"] = t
     st["commands"] = R.commands
     R.dump(W("state.json"), st)
@@ -162,7 +166,14 @@ def measure():
 # --- writing ------------------------------------------------------------------------------
 
 def acc(e):
-    return "%d/%d, %s" % (e["correct"], e["n"], R.acc_cell(e))
+    k = sum(e["correct_by_depth"])
+    return "%d/%d, %s" % (k, round(k / e["accuracy"]) if e["accuracy"] else n_of(e), R.acc_cell(e))
+
+
+def n_of(e):
+    """Prompts of a cell with no correct answer: the Wilson upper bound of 0/n is z^2 / (n + z^2)."""
+    hi = e["accuracy_ci95"][1]
+    return round(1.96 ** 2 * (1 - hi) / hi) if hi > 0 else 0
 
 
 def bar(e, level):
@@ -172,6 +183,7 @@ def bar(e, level):
 def render(st):
     L_ = []
     P = L_.append
+    lens = sorted(int(k) for k in st["s1"]["none"])     # the lengths the run measured
     P("# Results v2: the probe models trained on text, and each seed's phenomenon on them\n")
     P("This file is generated; do not edit it by hand. Regenerate it from the repository root with one command:\n")
     P("```sh\nbash scripts/results_v2.sh\n```\n")
@@ -214,12 +226,12 @@ def render(st):
     P("| length | " + " | ".join("%s NLL" % tag for tag, _ in ALIBI_RULES) + " | " +
       " | ".join("%s − none" % tag for tag, _ in ALIBI_RULES[1:]) + " |")
     P("|---" * (2 * len(ALIBI_RULES)) + "|")
-    for L in LENGTHS:
+    for L in lens:
         base = [x[0] for x in s1["none"][str(L)]]
         cells = [R.nll_cell([x[0] for x in s1[tag][str(L)]]) for tag, _ in ALIBI_RULES]
         cells += [R.diff_cell([x[0] - b for x, b in zip(s1[tag][str(L)], base)]) for tag, _ in ALIBI_RULES[1:]]
         P("| %d | %s |" % (L, " | ".join(cells)))
-    Lx = LENGTHS[-1]
+    Lx = lens[-1]
     nb = Lx // LTR
     P("\nNLL by position at %d (256-token buckets, mean over windows):\n" % Lx)
     P("| rule | " + " | ".join("%d-%d" % (b * LTR, (b + 1) * LTR - 1) for b in range(nb)) + " |")
@@ -227,8 +239,8 @@ def render(st):
     for tag, _ in ALIBI_RULES:
         ws = s1[tag][str(Lx)]
         P("| %s | %s |" % (tag, " | ".join("%.2f" % (sum(x[1][b] for x in ws) / len(ws)) for b in range(nb))))
-    none = {L: R.mean_ci([x[0] for x in s1["none"][str(L)]]) for L in LENGTHS}
-    grows = [L for L in LENGTHS[1:] if none[L][1] > none[LTR][2]]
+    none = {L: R.mean_ci([x[0] for x in s1["none"][str(L)]]) for L in lens}
+    grows = [L for L in lens[1:] if none[L][1] > none[LTR][2]]
     slopes = st["s1_slopes"]
     H = len(slopes)
     P("\nThe unpatched model's NLL at 256 is %.3f [%.3f, %.3f]; its interval is exceeded (lower bound above "
@@ -241,8 +253,13 @@ def render(st):
           ", ".join(str(L) for L in grows) if grows else "no length (no degradation shown)",
           H, ", ".join("%.4g" % s for s in slopes), ", ".join("%.3f" % math.exp(-256 * s) for s in slopes),
           ", ".join("%.3f" % math.exp(-256 * s / 8) for s in slopes)))
+    for tag, _ in ALIBI_RULES[1:]:
+        P("- %s against none: %s." % (tag, "; ".join(
+            "%d %s" % (L, moved([x[0] - b[0] for x, b in zip(s1[tag][str(L)], s1["none"][str(L)])])) for L in lens)))
+    P("")
     P("Passkey with dynamic PI against none (same prompts), %s:\n" % sample_note(st))
-    P(retrieval_table(st["s1_passkey"], "passkey", LENGTHS))
+    P(retrieval_table(st["s1_passkey"], "passkey", lens))
+    P("Dynamic PI, passkey: %s.\n" % beyond(st["s1_passkey"], "passkey"))
 
     # 2
     P("## 2. LM-Infinite and RoPE PI on the RoPE probe: NLL against position\n")
@@ -254,7 +271,13 @@ def render(st):
     md = open(W("s2-nll_position.md")).read()
     P(md)
     P("Passkey with LM-Infinite (Lambda 10 / 256, ceiling 256) against none, %s:\n" % sample_note(st))
-    P(retrieval_table(st["s2_passkey"], "passkey", LENGTHS))
+    P(retrieval_table(st["s2_passkey"], "passkey", lens))
+    nl = R.load(W("s2-nll_position.json"))["data"]
+    Lx = str(lens[-1])
+    P("At %s tokens (%dx), whole window against the original: %s.\n" % (Lx, lens[-1] // LTR, "; ".join(
+        "%s %s" % (side, moved([x[1] - y[1] for x, y in zip(nl[side][Lx], nl["original"][Lx])]))
+        for side in nl if side != "original" and Lx in nl[side])))
+    P("LM-Infinite, passkey: %s.\n" % beyond(st["s2_passkey"], "passkey"))
     P("Paper (../shared/seeds/lm-infinite.txt, Figure 3 and Table 1): the Lambda mask plus ceiling keeps NLL flat "
       "far past the pre-training length where the originals explode. No seed claims RoPE PI without "
       "fine-tuning works (the T5 seed's Table 7 shows YaRN without fine-tuning losing passkey accuracy); the "
@@ -274,13 +297,17 @@ def render(st):
     for probe in ("passkey", "lines"):
         P("| %s | length | original | fire_threshold = length | drop, Tango p |" % probe)
         P("|---|---|---|---|---|")
-        for L in LENGTHS:
+        for L in lens:
             c = st["s3"][str(L)]["results"]
             if probe not in c["patched"]:
                 continue
             b, p, cmp_ = c["baseline"][probe][0], c["patched"][probe][0], c["comparison"][probe][0]
             P("| | %d | %s | %s | %+.2f, p %.3f |" % (L, acc(b), acc(p), cmp_["drop"], cmp_["p_value"]))
         P("")
+    fb = {L: st["s3"][str(L)]["results"]["baseline"]["passkey"][0]["accuracy"] for L in lens}
+    P("Unpatched passkey accuracy by length: %s; the threshold patch: %s.\n" % (
+        ", ".join("%d %s" % (L, R.f2(fb[L])) for L in lens),
+        "; ".join("%d %s" % (L, beyond(st["s3"][str(L)], "passkey").replace("better than the original beyond the intervals at %d, worse at no length" % L, "better beyond the intervals").replace("better than the original beyond the intervals at no length, worse at no length", "no difference beyond the intervals")) for L in lens)))
     P("Paper (../shared/seeds/fire-functional-interpolation.txt, Figure 1 and Table 2): FIRE gives the best "
       "length generalisation among the encodings compared, with its C4 log perplexity still low at 4x-8x the "
       "training length; the claim is about a model trained with FIRE, so the unpatched column is the "
@@ -288,11 +315,13 @@ def render(st):
 
     # 4
     P("## 4. T5 seed: one P_max temperature at 1x-16x on the v2 T5 probe\n")
-    P("`patch --method temperature --calibrate pmax --target-len 4096` (Algorithm 1) gave the rule `%s`; "
-      "its run against the original on the same prompts, %s:\n" % (json.dumps(st["s4_rule"], sort_keys=True),
+    P("`patch --method temperature --calibrate pmax --target-len %d` (Algorithm 1) gave the rule `%s`; "
+      "its run against the original on the same prompts, %s:\n" % (st["s4"]["results"]["patched"]["passkey"][-1]["length"],
+                                                                      json.dumps(st["s4_rule"], sort_keys=True),
                                                                       sample_note(st)))
-    P(retrieval_table(st["s4"], "passkey", LENGTHS + [4096]))
-    P("Paper (../shared/seeds/t5-attention-alignment.txt, Table 4): Flan-T5-Large passkey 9%% -> 85%% at ~15K "
+    P(retrieval_table(st["s4"], "passkey", [e["length"] for e in st["s4"]["results"]["patched"]["passkey"]]))
+    P("One P_max temperature, passkey: %s.\n" % beyond(st["s4"], "passkey"))
+    P("Paper (../shared/seeds/t5-attention-alignment.txt, Table 4): Flan-T5-Large passkey 9% -> 85% at ~15K "
       "tokens with P_max alignment. Section 2 of [results.md](results.md) compares one tau with the schedule "
       "on the v1 T5 probe.\n")
 
@@ -304,6 +333,24 @@ def render(st):
             P(c)
     P("```")
     return "\n".join(L_) + "\n"
+
+
+def moved(xs):
+    """How a paired difference's 95% interval sits: 'lower', 'higher' or 'no difference shown'."""
+    if all(x == 0 for x in xs):
+        return "identical in every window"
+    m, lo, hi = R.mean_ci(xs)
+    return "lower" if hi < 0 else "higher" if lo > 0 else "no difference shown"
+
+
+def beyond(c, probe):
+    """Lengths where the patched side's Wilson interval lies above / below the original's."""
+    r = c["results"]
+    b, p = R.by_len(r["baseline"][probe]), R.by_len(r["patched"][probe])
+    up = [L for L in sorted(p) if p[L]["accuracy_ci95"][0] > b[L]["accuracy_ci95"][1]]
+    down = [L for L in sorted(p) if p[L]["accuracy_ci95"][1] < b[L]["accuracy_ci95"][0]]
+    say = lambda ls: ", ".join(map(str, ls)) if ls else "no length"
+    return "better than the original beyond the intervals at %s, worse at %s" % (say(up), say(down))
 
 
 def sample_note(st):

@@ -3,5 +3,5 @@
 if [[ -z "${CTXPATCH:-}" && ! -x build/ctxpatch ]]; then
   echo "$1: building build/ctxpatch"
   cmake -S . -B build -DCTXPATCH_CUDA=OFF >/dev/null
-  cmake --build build -j2 --target ctxpatch >/dev/null
+  cmake --build build -j2 --target ctxpatch_cli >/dev/null  # the CLI (target ctxpatch is the library)
 fi
