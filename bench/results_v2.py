@@ -187,7 +187,7 @@ def render(st):
     P("# Results v2: the probe models trained on text, and each seed's phenomenon on them\n")
     P("This file is generated; do not edit it by hand. Regenerate it from the repository root with one command:\n")
     P("```sh\nbash scripts/results_v2.sh\n```\n")
-    P("(measurements in `build/results-v2-work/`; `bash scripts/results_v2.sh --render` rewrites the text from "
+    P("(measurements in `@WORK@/`; `bash scripts/results_v2.sh --render` rewrites the text from "
       "them; `RESULTS_V2_WINDOWS` (ppl windows per length, default 8) and `RESULTS_V2_SAMPLES` (retrieval "
       "prompts per depth, 10 depths, default 2) scale it). The v1 probes' tables are in [results.md](results.md), "
       "the LM-Infinite seed on the pretrained stories260K in [results-seeds.md](results-seeds.md); how the v2 "
@@ -326,7 +326,7 @@ def render(st):
       "on the v1 T5 probe.\n")
 
     P("## Commands\n")
-    P("`W=build/results-v2-work`; `ctxpatch` is `build/ctxpatch`; `$w` runs 0..%d.\n" % (st["windows"] - 1))
+    P("`W=@WORK@`; `ctxpatch` is `build/ctxpatch`; `$w` runs 0..%d.\n" % (st["windows"] - 1))
     P("```sh")
     for sec in sorted(st["commands"]):
         for c in st["commands"][sec]:
@@ -375,6 +375,7 @@ def main():
     text = render(st)
     for full, short in ((WORK, "$W"), (os.path.relpath(WORK, ROOT), "$W"), (ROOT + "/", "")):
         text = text.replace(full, short)
+    text = text.replace("@WORK@", "build/results-v2-work")    # where the text names the folder itself
     tmp = OUT + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
