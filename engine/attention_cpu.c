@@ -38,6 +38,8 @@ typedef struct {
   /* The call's tables in the layouts the vector loops want: */
   const float *dprime_f; /* ALiBi [n_keys]: tab.dprime as floats */
   const float *t5_bias;  /* T5: causal [H, n_keys] by d; bidirectional [H, 2 n_keys - 1] by r + n_keys - 1 */
+  const float *fire_bias; /* FIRE: [H, fire_w] by d, for the rows i <= L (there the input depends on d only) */
+  int64_t fire_w;
 } job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -168,6 +170,11 @@ static void row_logits(const job *jb, const scratch *s, int h, int r, int64_t i,
       }
       return;
     case CP_ATTN_POS_FIRE:
+      if (jb->fire_bias && (double)i <= c->tab.fire_L) {
+        const float *fb = jb->fire_bias + (size_t)h * jb->fire_w + (size_t)(i - kb); /* d = i - kb - k */
+        for (int k = k0; k < k1; k++) Sr[k] = (sc * Sr[k] + fb[-k]) * it;
+        return;
+      }
       for (int k = k0; k < k1; k++) {
         int64_t d = i - (kb + k);
         double x = cp_fire_input(dprime[d], i, c->fire->c, c->tab.fire_L);
@@ -420,12 +427,28 @@ done:
   return rc;
 }
 
-/* The kernel's layouts of the call's tables (jb->dprime_f, jb->t5_bias); free() both unless they
- * come from the call's work arena. */
-static int kernel_tables(job *jb, float **dpf, float **t5) {
+/* The kernel's layouts of the call's tables (jb->dprime_f, jb->t5_bias, jb->fire_bias); free()
+ * them unless they come from the call's work arena. */
+static int kernel_tables(job *jb, float **dpf, float **t5, float **fire) {
   const cp_attn_call *c = jb->c;
   const int H = c->H;
-  *dpf = *t5 = NULL;
+  *dpf = *t5 = *fire = NULL;
+  jb->fire_w = 0;
+  if (c->pos == CP_ATTN_POS_FIRE && (double)c->q_off <= c->tab.fire_L) {
+    /* Rows i <= L normalise by psi(L), so their bias is a function of the distance alone: one MLP
+     * evaluation per head and distance instead of per head, row and key (the same doubles,
+     * rounded to float as row_logits does). Distances of such rows are at most min(L, last row). */
+    const int64_t last = c->q_off + c->n_q - 1;
+    const int64_t top = (double)last <= c->tab.fire_L ? last : (int64_t)floor(c->tab.fire_L);
+    const int64_t w = min64(c->n_keys, top + 1);
+    *fire = cp_attn_scratch(c, (size_t)H * (size_t)(w > 0 ? w : 1), sizeof **fire);
+    CP_CHECK_ALLOC(*fire, "engine: attention scratch");
+    for (int64_t d = 0; d < w; d++) {
+      const double x = cp_fire_input(c->tab.dprime[d], c->q_off, c->fire->c, c->tab.fire_L);
+      for (int h = 0; h < H; h++) (*fire)[(size_t)h * (size_t)w + (size_t)d] = (float)cp_fire_mlp_bias(c->fire, h, x);
+    }
+    jb->fire_w = w;
+  }
   if (c->pos == CP_ATTN_POS_ALIBI) {
     *dpf = cp_attn_scratch(c, (size_t)(c->n_keys ? c->n_keys : 1), sizeof **dpf);
     CP_CHECK_ALLOC(*dpf, "engine: attention scratch");
@@ -440,7 +463,7 @@ static int kernel_tables(job *jb, float **dpf, float **t5) {
     for (int64_t x = 0; x < w; x++)
       for (int h = 0; h < H; h++) (*t5)[(size_t)h * w + (size_t)x] = c->t5_table[(size_t)c->tab.t5_bucket[x] * H + h];
   }
-  jb->dprime_f = *dpf, jb->t5_bias = *t5;
+  jb->dprime_f = *dpf, jb->t5_bias = *t5, jb->fire_bias = *fire;
   return 0;
 }
 
@@ -449,17 +472,17 @@ int cp_cpu_attention(cp_pool *pool, const cp_attn_call *c) {
   if (c->n_q == 0) return 0;
   const int nw = cp_pool_size(pool);
   scratch_bufs b;
-  float *dpf = NULL, *t5 = NULL;
+  float *dpf = NULL, *t5 = NULL, *fire = NULL;
   /* A row keeps at most as many top-k keys as there are keys: size the heaps by that. */
   int64_t k = c->tab.topk_any ? min64(c->plan->k, c->n_keys) : 1;
   int rc = scratch_alloc(c, &b, nw, (size_t)(k > 0 ? k : 1), (size_t)c->dh);
   if (rc) return rc;
-  job jb = {c, b.scr, NULL, NULL};
-  if ((rc = kernel_tables(&jb, &dpf, &t5))) goto done;
+  job jb = {c, b.scr, NULL, NULL, NULL, 0};
+  if ((rc = kernel_tables(&jb, &dpf, &t5, &fire))) goto done;
   size_t tiles = (size_t)((c->n_q + TILE_ROWS - 1) / TILE_ROWS);
   cp_pool_run(pool, tiles * (size_t)c->H, att_item, &jb);
 done:
   scratch_free(c, &b);
-  if (!c->work) free(dpf), free(t5);
+  if (!c->work) free(dpf), free(t5), free(fire);
   return rc;
 }
