@@ -165,15 +165,10 @@ def measure():
 
 # --- writing ------------------------------------------------------------------------------
 
-def acc(e):
+def acc(e, cert):
+    """k/n and the Wilson cell of one length's entry; n = depths x samples of its certificate."""
     k = sum(e["correct_by_depth"])
-    return "%d/%d, %s" % (k, round(k / e["accuracy"]) if e["accuracy"] else n_of(e), R.acc_cell(e))
-
-
-def n_of(e):
-    """Prompts of a cell with no correct answer: the Wilson upper bound of 0/n is z^2 / (n + z^2)."""
-    hi = e["accuracy_ci95"][1]
-    return round(1.96 ** 2 * (1 - hi) / hi) if hi > 0 else 0
+    return "%d/%d, %s" % (k, len(e["correct_by_depth"]) * cert["probes"]["samples"], R.acc_cell(e))
 
 
 def bar(e, level):
@@ -208,12 +203,12 @@ def render(st):
     P("|---|---|---|---|---|---|---|---|---|---|")
     for m, pos in MODELS:
         tl = st["train"][m]
-        r = st["s0"][m]["results"]["patched"]
-        pk, ln = r["passkey"][0], r["lines"][0]
+        c0 = st["s0"][m]
+        pk, ln = c0["results"]["patched"]["passkey"][0], c0["results"]["patched"]["lines"][0]
         size = tl["command"].split("--size ")[1].split()[0]
         P("| %s | %s | %s (%.2f M) | %d (%d) | %d | %s, %.0f s | %s | %s | %s | %s |" % (
             m, pos, size, tl["params"] / 1e6, tl["steps"], tl["steps_planned"], tl["batch"], tl["device"],
-            tl["wall_s"], acc(pk), bar(pk, BAR_PASSKEY), acc(ln), bar(ln, BAR_LINES)))
+            tl["wall_s"], acc(pk, c0), bar(pk, BAR_PASSKEY), acc(ln, c0), bar(ln, BAR_LINES)))
     P("\nEach model's `train_log.json` holds its exact command and replay; a run whose steps fall short "
       "of its planned count was stopped by the lease's time limit (`--time-limit`), with the learning "
       "rate not fully decayed.\n")
@@ -298,11 +293,12 @@ def render(st):
         P("| %s | length | original | fire_threshold = length | drop, Tango p |" % probe)
         P("|---|---|---|---|---|")
         for L in lens:
-            c = st["s3"][str(L)]["results"]
+            cert = st["s3"][str(L)]
+            c = cert["results"]
             if probe not in c["patched"]:
                 continue
             b, p, cmp_ = c["baseline"][probe][0], c["patched"][probe][0], c["comparison"][probe][0]
-            P("| | %d | %s | %s | %+.2f, p %.3f |" % (L, acc(b), acc(p), cmp_["drop"], cmp_["p_value"]))
+            P("| | %d | %s | %s | %+.2f, p %.3f |" % (L, acc(b, cert), acc(p, cert), cmp_["drop"], cmp_["p_value"]))
         P("")
     fb = {L: st["s3"][str(L)]["results"]["baseline"]["passkey"][0]["accuracy"] for L in lens}
     P("Unpatched passkey accuracy by length: %s; the threshold patch: %s.\n" % (
@@ -362,7 +358,7 @@ def retrieval_table(c, probe, lengths):
     b, p, cmp_ = R.by_len(r["baseline"][probe]), R.by_len(r["patched"][probe]), R.by_len(r["comparison"][probe])
     out = ["| length | original | patched | drop, Tango p |", "|---|---|---|---|"]
     for L in lengths:
-        out.append("| %d | %s | %s | %+.2f, p %.3f |" % (L, acc(b[L]), acc(p[L]), cmp_[L]["drop"], cmp_[L]["p_value"]))
+        out.append("| %d | %s | %s | %+.2f, p %.3f |" % (L, acc(b[L], c), acc(p[L], c), cmp_[L]["drop"], cmp_[L]["p_value"]))
     return "\n".join(out) + "\n"
 
 

@@ -314,7 +314,8 @@ def write_card(name, mdir):
              "language model for any other use.\n" % (cfg["architectures"][0], cfg["model_type"]))
     L.append("## Training\n")
     L.append("| | |\n|---|---|")
-    text = len(tl["command"].split("--mix ")[1].split()[0].split(",")) == 4 if "--mix " in tl["command"] else False
+    mix = tl["command"].split("--mix ")[1].split()[0] if "--mix " in tl["command"] else ""
+    text = mix.count(",") == 3      # a fourth fraction: the text task
     L.append("| data | passkey (anchors' format, keys 1..50000 as the verify probes draw them, key at uniform depth), LongEval line retrieval, copy / filler LM%s, mixed as each run's `--mix` (fractions; see the replay row) |"
              % (", TinyStories windows (stories [0, 800) of the shared validation file; [800, 1000) held out for the ppl probe)" if text else ""))
     L.append("| training length | %d tokens (prompts of `--min-prompt`..246 tokens + answer + eos) |" % tl["train_len"])
