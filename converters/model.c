@@ -606,48 +606,62 @@ int cp_model_check_ids(const cp_model *m, const int64_t *ids, int64_t n, const c
   return 0;
 }
 
-double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x) {
+/* The pre-activations v[W] of the MLP's last hidden layer at input x (layers 1: w1 x + b1;
+ * layers 2: wm relu(w1 x + b1) + bm). Shared by every head: only the output layer is per head. */
+static void fire_hidden(const cp_fire_mlp *f, double x, double *v) {
   const int W = f->width;
-  const float *w2 = f->w2 + (size_t)h * W;
-  double s = f->b2[h];
-  if (f->layers == 2) {
-    double a[CP_FIRE_MAX_WIDTH]; /* relu(w1 x + b1); W <= CP_FIRE_MAX_WIDTH (hf_config.c) */
-    assert(W <= CP_FIRE_MAX_WIDTH);
-    for (int w = 0; w < W; w++) {
-      double v = (double)f->w1[w] * x + (double)f->b1[w];
-      a[w] = v > 0 ? v : 0;
-    }
-    /* relu(wm a + bm) . w2 with four rows of wm at a time: each row's dot product still sums its
-     * terms in w order and s its terms in u order (the same doubles, bit for bit), but four
-     * independent sums instead of one long dependent chain, which made this loop the
-     * latency-bound cost of a two-layer FIRE forward. */
-    int u = 0;
-    for (; u + 4 <= W; u += 4) {
-      const float *r0 = f->wm + (size_t)u * W, *r1 = r0 + W, *r2 = r1 + W, *r3 = r2 + W;
-      double v0 = f->bm[u], v1 = f->bm[u + 1], v2 = f->bm[u + 2], v3 = f->bm[u + 3];
-      for (int w = 0; w < W; w++) {
-        const double aw = a[w];
-        v0 += (double)r0[w] * aw;
-        v1 += (double)r1[w] * aw;
-        v2 += (double)r2[w] * aw;
-        v3 += (double)r3[w] * aw;
-      }
-      if (v0 > 0) s += (double)w2[u] * v0;
-      if (v1 > 0) s += (double)w2[u + 1] * v1;
-      if (v2 > 0) s += (double)w2[u + 2] * v2;
-      if (v3 > 0) s += (double)w2[u + 3] * v3;
-    }
-    for (; u < W; u++) {
-      const float *wm = f->wm + (size_t)u * W;
-      double v = f->bm[u];
-      for (int w = 0; w < W; w++) v += (double)wm[w] * a[w];
-      if (v > 0) s += (double)w2[u] * v;
-    }
-    return s;
+  assert(W <= CP_FIRE_MAX_WIDTH); /* hf_config.c */
+  if (f->layers != 2) {
+    for (int w = 0; w < W; w++) v[w] = (double)f->w1[w] * x + (double)f->b1[w];
+    return;
   }
+  double a[CP_FIRE_MAX_WIDTH]; /* relu(w1 x + b1) */
   for (int w = 0; w < W; w++) {
-    double a = (double)f->w1[w] * x + (double)f->b1[w];
-    if (a > 0) s += (double)w2[w] * a;
+    double t = (double)f->w1[w] * x + (double)f->b1[w];
+    a[w] = t > 0 ? t : 0;
   }
+  /* Four rows of wm at a time: each row's dot product still sums its terms in w order (the same
+   * doubles, bit for bit), but four independent sums instead of one long dependent chain, which
+   * made this loop the latency-bound cost of a two-layer FIRE forward. */
+  int u = 0;
+  for (; u + 4 <= W; u += 4) {
+    const float *r0 = f->wm + (size_t)u * W, *r1 = r0 + W, *r2 = r1 + W, *r3 = r2 + W;
+    double v0 = f->bm[u], v1 = f->bm[u + 1], v2 = f->bm[u + 2], v3 = f->bm[u + 3];
+    for (int w = 0; w < W; w++) {
+      const double aw = a[w];
+      v0 += (double)r0[w] * aw;
+      v1 += (double)r1[w] * aw;
+      v2 += (double)r2[w] * aw;
+      v3 += (double)r3[w] * aw;
+    }
+    v[u] = v0, v[u + 1] = v1, v[u + 2] = v2, v[u + 3] = v3;
+  }
+  for (; u < W; u++) {
+    const float *wm = f->wm + (size_t)u * W;
+    double t = f->bm[u];
+    for (int w = 0; w < W; w++) t += (double)wm[w] * a[w];
+    v[u] = t;
+  }
+}
+
+/* Head h's output from the hidden pre-activations: b2[h] + w2[h] . relu(v), the terms in u
+ * order and a non-positive v[u] skipped (not added as a zero, which could flip a -0). */
+static double fire_out(const cp_fire_mlp *f, int h, const double *v) {
+  const float *w2 = f->w2 + (size_t)h * f->width;
+  double s = f->b2[h];
+  for (int u = 0; u < f->width; u++)
+    if (v[u] > 0) s += (double)w2[u] * v[u];
   return s;
+}
+
+double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x) {
+  double v[CP_FIRE_MAX_WIDTH];
+  fire_hidden(f, x, v);
+  return fire_out(f, h, v);
+}
+
+void cp_fire_mlp_bias_heads(double *out, const cp_fire_mlp *f, int H, double x) {
+  double v[CP_FIRE_MAX_WIDTH];
+  fire_hidden(f, x, v);
+  for (int h = 0; h < H; h++) out[h] = fire_out(f, h, v);
 }

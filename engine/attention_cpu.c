@@ -14,7 +14,11 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 
-enum { TILE_ROWS = 32, KEY_BLOCK = 128 };
+enum { TILE_ROWS = 32, KEY_BLOCK = 128, FIRE_SEG = 256 };
+/* The FIRE table of rows i > L ([rows, H, n_keys] floats) is built and used a chunk of tiles at a
+ * time, the chunk as many tiles as fit in this many bytes (at least one; cp_attn_call's
+ * fire_table_bytes overrides it). */
+static const size_t FIRE_FAR_BYTES = (size_t)32 << 20;
 
 typedef struct {
   float *S, *Sf, *P;     /* [TILE_ROWS, KEY_BLOCK] */
@@ -40,6 +44,10 @@ typedef struct {
   const float *t5_bias;  /* T5: causal [H, n_keys] by d; bidirectional [H, 2 n_keys - 1] by r + n_keys - 1 */
   const float *fire_bias; /* FIRE: [H, fire_w] by d, for the rows i <= L (there the input depends on d only) */
   int64_t fire_w;
+  float *fire_far;        /* FIRE: [far_rows, H, n_keys] by key j, for the chunk's rows i > L from far_r0 */
+  int64_t far_r0, far_rows;
+  double *fire_heads;     /* FIRE: [workers, H] the MLP's outputs for one input */
+  size_t item0;           /* the first work item of this pool run (tile * H + head) */
 } job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -170,15 +178,14 @@ static void row_logits(const job *jb, const scratch *s, int h, int r, int64_t i,
       }
       return;
     case CP_ATTN_POS_FIRE:
-      if (jb->fire_bias && (double)i <= c->tab.fire_L) {
+      if ((double)i <= c->tab.fire_L) {
         const float *fb = jb->fire_bias + (size_t)h * jb->fire_w + (size_t)(i - kb); /* d = i - kb - k */
         for (int k = k0; k < k1; k++) Sr[k] = (sc * Sr[k] + fb[-k]) * it;
-        return;
-      }
-      for (int k = k0; k < k1; k++) {
-        int64_t d = i - (kb + k);
-        double x = cp_fire_input(dprime[d], i, c->fire->c, c->tab.fire_L);
-        Sr[k] = (sc * Sr[k] + (float)cp_fire_mlp_bias(c->fire, h, x)) * it;
+      } else {
+        const int64_t fr = i - c->q_off - jb->far_r0;
+        assert(jb->fire_far && fr >= 0 && fr < jb->far_rows);
+        const float *fb = jb->fire_far + ((size_t)fr * c->H + (size_t)h) * (size_t)c->n_keys + (size_t)kb;
+        for (int k = k0; k < k1; k++) Sr[k] = (sc * Sr[k] + fb[k]) * it;
       }
       return;
   }
@@ -359,6 +366,7 @@ static void att_item(void *ctx, size_t item, int worker) {
   const cp_attn_call *c = jb->c;
   scratch *s = &jb->scr[worker];
   tile_t t;
+  item += jb->item0;
   t.h = (int)(item % (size_t)c->H);
   t.g = t.h / (c->H / c->Hkv);
   t.r0 = (int64_t)(item / (size_t)c->H) * TILE_ROWS;
@@ -443,9 +451,10 @@ static int kernel_tables(job *jb, float **dpf, float **t5, float **fire) {
     const int64_t w = min64(c->n_keys, top + 1);
     *fire = cp_attn_scratch(c, (size_t)H * (size_t)(w > 0 ? w : 1), sizeof **fire);
     CP_CHECK_ALLOC(*fire, "engine: attention scratch");
+    double *b = jb->fire_heads; /* worker 0's row: the pool is not running yet */
     for (int64_t d = 0; d < w; d++) {
-      const double x = cp_fire_input(c->tab.dprime[d], c->q_off, c->fire->c, c->tab.fire_L);
-      for (int h = 0; h < H; h++) (*fire)[(size_t)h * (size_t)w + (size_t)d] = (float)cp_fire_mlp_bias(c->fire, h, x);
+      cp_fire_mlp_bias_heads(b, c->fire, H, cp_fire_input(c->tab.dprime[d], c->q_off, c->fire->c, c->tab.fire_L));
+      for (int h = 0; h < H; h++) (*fire)[(size_t)h * (size_t)w + (size_t)d] = (float)b[h];
     }
     jb->fire_w = w;
   }
@@ -467,6 +476,62 @@ static int kernel_tables(job *jb, float **dpf, float **t5, float **fire) {
   return 0;
 }
 
+/* FIRE rows i > L normalise by psi(i), so their bias depends on the row as well as the distance.
+ * One item: row far_r0 + item / nseg of the chunk, keys [FIRE_SEG * seg, + FIRE_SEG) of its visible
+ * ranges; each entry one evaluation of the hidden layers shared by the H heads (the same doubles
+ * as cp_fire_mlp_bias per head, so the same bits). */
+static void fire_far_item(void *ctx, size_t item, int worker) {
+  const job *jb = ctx;
+  const cp_attn_call *c = jb->c;
+  const int H = c->H;
+  const int64_t nseg = (c->n_keys + FIRE_SEG - 1) / FIRE_SEG;
+  const int64_t fr = (int64_t)item / nseg, a = ((int64_t)item % nseg) * FIRE_SEG, b = min64(a + FIRE_SEG, c->n_keys);
+  const int64_t i = c->q_off + jb->far_r0 + fr;
+  if ((double)i <= c->tab.fire_L) return; /* the distance table's row */
+  int64_t lo[2], hi[2];
+  const int nrg = cp_plan_visible_ranges(c->plan, i, c->n_keys, lo, hi);
+  double *out = jb->fire_heads + (size_t)worker * (size_t)H;
+  float *row = jb->fire_far + (size_t)fr * (size_t)H * (size_t)c->n_keys;
+  for (int g = 0; g < nrg; g++)
+    for (int64_t j = lo[g] > a ? lo[g] : a; j < min64(hi[g], b); j++) {
+      assert(j <= i); /* FIRE is causal */
+      cp_fire_mlp_bias_heads(out, c->fire, H, cp_fire_input(c->tab.dprime[i - j], i, c->fire->c, c->tab.fire_L));
+      for (int h = 0; h < H; h++) row[(size_t)h * (size_t)c->n_keys + (size_t)j] = (float)out[h];
+    }
+}
+
+/* The attention items in chunks of tiles: FIRE with rows i > L builds each chunk's table of those
+ * rows first (bounded by FIRE_FAR_BYTES); every other call is one chunk without a table. */
+static int run_chunks(cp_pool *pool, job *jb) {
+  const cp_attn_call *c = jb->c;
+  const size_t H = (size_t)c->H, tiles = (size_t)((c->n_q + TILE_ROWS - 1) / TILE_ROWS);
+  const bool far = c->pos == CP_ATTN_POS_FIRE && (double)(c->q_off + c->n_q - 1) > c->tab.fire_L;
+  if (!far) {
+    jb->item0 = 0;
+    cp_pool_run(pool, tiles * H, att_item, jb);
+    return 0;
+  }
+  size_t row_bytes, tile_bytes;
+  if (!cp_size_mul(&row_bytes, H * sizeof(float), (size_t)c->n_keys) || !cp_size_mul(&tile_bytes, row_bytes, TILE_ROWS))
+    return cp_error_set(CP_ENOMEM, "engine: FIRE table of %lld keys x %d heads: size overflows",
+                        (long long)c->n_keys, c->H);
+  const size_t cap = c->fire_table_bytes ? c->fire_table_bytes : FIRE_FAR_BYTES;
+  const size_t per = cap / tile_bytes > 0 ? cap / tile_bytes : 1; /* tiles a chunk */
+  const size_t rows = (size_t)min64((int64_t)((per < tiles ? per : tiles) * TILE_ROWS), c->n_q);
+  jb->fire_far = cp_attn_scratch(c, rows, row_bytes);
+  CP_CHECK_ALLOC(jb->fire_far, "engine: FIRE table");
+  const size_t nseg = (size_t)((c->n_keys + FIRE_SEG - 1) / FIRE_SEG);
+  for (size_t t0 = 0; t0 < tiles; t0 += per) {
+    const size_t nt = tiles - t0 < per ? tiles - t0 : per;
+    jb->far_r0 = (int64_t)(t0 * TILE_ROWS);
+    jb->far_rows = min64((int64_t)(nt * TILE_ROWS), c->n_q - jb->far_r0);
+    cp_pool_run(pool, (size_t)jb->far_rows * nseg, fire_far_item, jb);
+    jb->item0 = t0 * H;
+    cp_pool_run(pool, nt * H, att_item, jb);
+  }
+  return 0;
+}
+
 int cp_cpu_attention(cp_pool *pool, const cp_attn_call *c) {
   assert(c->H % c->Hkv == 0 && c->n_q >= 0);
   if (c->n_q == 0) return 0;
@@ -477,12 +542,15 @@ int cp_cpu_attention(cp_pool *pool, const cp_attn_call *c) {
   int64_t k = c->tab.topk_any ? min64(c->plan->k, c->n_keys) : 1;
   int rc = scratch_alloc(c, &b, nw, (size_t)(k > 0 ? k : 1), (size_t)c->dh);
   if (rc) return rc;
-  job jb = {c, b.scr, NULL, NULL, NULL, 0};
+  job jb = {.c = c, .scr = b.scr};
+  if (c->pos == CP_ATTN_POS_FIRE) {
+    jb.fire_heads = cp_attn_scratch(c, (size_t)nw * (size_t)c->H, sizeof *jb.fire_heads);
+    CP_CHECK_ALLOC_GOTO(jb.fire_heads, "engine: attention scratch");
+  }
   if ((rc = kernel_tables(&jb, &dpf, &t5, &fire))) goto done;
-  size_t tiles = (size_t)((c->n_q + TILE_ROWS - 1) / TILE_ROWS);
-  cp_pool_run(pool, tiles * (size_t)c->H, att_item, &jb);
+  rc = run_chunks(pool, &jb);
 done:
   scratch_free(c, &b);
-  if (!c->work) free(dpf), free(t5), free(fire);
+  if (!c->work) free(dpf), free(t5), free(fire), free(jb.fire_far), free(jb.fire_heads);
   return rc;
 }

@@ -70,7 +70,14 @@ typedef struct {
   int64_t n_keys;
   float *q, *qfar, *qtopk, *k, *kraw, *v; /* [n_keys, *] */
   double slopes[8];
+  cp_fire_mlp fire;                        /* FIRE cases: random MLP, two hidden layers of 8 */
 } att_data;
+
+/* The positional term of FIRE at (i, distance d), per head, as the spec writes it. */
+static double fire_bias(const att_data *d, const cp_attn_plan *p, int h, int64_t i, int64_t dist) {
+  double L = p->fire_threshold > 0 ? p->fire_threshold : d->fire.L;
+  return cp_fire_mlp_bias(&d->fire, h, cp_fire_input(dist, i, d->fire.c, L));
+}
 
 static float dot(const float *a, const float *b, int n) {
   double s = 0;
@@ -99,6 +106,7 @@ static void dense(const att_data *d, const cp_attn_plan *p, cp_attn_pos pos, int
                         ? dot(d->qfar + (size_t)r * ldq + h * dh, d->kraw + (size_t)j * ldk + g * dh, dh)
                         : dot(q, kj, dh);
         s[j] = 0.5 * qk - (j <= i ? slope * (double)cp_plan_distance(p, (int64_t)dd) : 0);
+        if (pos == CP_ATTN_POS_FIRE && j <= i) s[j] += (float)fire_bias(d, p, h, i, cp_plan_distance(p, i - j));
       }
       if (cp_plan_topk_row(p, i, last_prompt_row)) {
         /* k largest hidden logits at the top-k distance, ties to the smaller j */
@@ -110,7 +118,9 @@ static void dense(const att_data *d, const cp_attn_plan *p, cp_attn_pos pos, int
           const float *qq = pos == CP_ATTN_POS_ROPE ? d->qtopk + (size_t)r * ldq + h * dh : q;
           const float *kk = (pos == CP_ATTN_POS_ROPE ? d->kraw : d->k) + (size_t)j * ldk + g * dh;
           cand[nc] = j;
-          cv[nc++] = (float)(0.5f * dot(qq, kk, dh) + (float)(-slope * (double)p->top_k_distance));
+          float pt = pos == CP_ATTN_POS_FIRE ? (float)fire_bias(d, p, h, i, p->top_k_distance)
+                                             : (float)(-slope * (double)p->top_k_distance);
+          cv[nc++] = (float)(0.5f * dot(qq, kk, dh) + pt);
         }
         for (int t = 0; t < p->k && t < nc; t++) {
           int64_t best = -1;
@@ -145,9 +155,11 @@ static void dense(const att_data *d, const cp_attn_plan *p, cp_attn_pos pos, int
   free(vis);
 }
 
-static void kernel_case(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule, cp_attn_pos pos,
-                        int64_t q_off, int64_t n_q) {
-  cp_rule_model rm = {false, 0, 1, 100, true, true, false, NULL};
+/* The kernel on rows [q_off, q_off + n_q) against the dense evaluation; fire_bytes: the call's
+ * fire_table_bytes (FIRE cases also run with the default and must give the same bits). */
+static void kernel_case_bytes(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule,
+                              cp_attn_pos pos, int64_t q_off, int64_t n_q, size_t fire_bytes) {
+  cp_rule_model rm = {false, 0, 1, 100, pos == CP_ATTN_POS_ALIBI, pos == CP_ATTN_POS_FIRE, false, NULL};
   cp_attn_plan p;
   CHECK_RC(0, cp_rule_check_model(rule, &rm, name));
   cp_rule_plan(&p, rule, &rm, CP_ATTN_DECODER_SELF, 0);
@@ -164,6 +176,8 @@ static void kernel_case(cp_pool *pool, const att_data *d, const char *name, cons
   c.q = d->q, c.k = d->k, c.v = d->v;
   c.pos = pos;
   c.slopes = d->slopes;
+  c.fire = &d->fire;
+  c.fire_table_bytes = fire_bytes;
   CHECK_RC(0, cp_attn_tables_build(&c));
   if (pos == CP_ATTN_POS_ROPE) {
     c.k_raw = d->kraw;
@@ -178,12 +192,25 @@ static void kernel_case(cp_pool *pool, const att_data *d, const char *name, cons
   printf("kernel %-28s rows %4lld+%-4lld out %.2e pmax %.2e entropy %.2e\n", name, (long long)q_off,
          (long long)n_q, e1, e2, e3);
   CHECK_MSG(e1 <= 1e-5 && e2 <= 1e-5 && e3 <= 1e-5, "%s: kernel differs from the dense evaluation", name);
+  if (pos == CP_ATTN_POS_FIRE && fire_bytes) { /* the chunking changes nothing: same bits as one chunk */
+    float *one = calloc((size_t)n_q * ldq, sizeof *one);
+    c.out = one, c.row_pmax = c.row_ent = NULL, c.fire_table_bytes = 0;
+    CHECK_RC(0, cp_cpu_attention(pool, &c));
+    CHECK_MSG(memcmp(one, got, (size_t)n_q * ldq * sizeof *got) == 0, "%s: chunks of %zu bytes differ from one chunk",
+              name, fire_bytes);
+    free(one);
+  }
   cp_attn_tables_free(&c.tab);
   free(got), free(want), free(gpm), free(gen), free(wpm), free(wen);
 }
 
+static void kernel_case(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule, cp_attn_pos pos,
+                        int64_t q_off, int64_t n_q) {
+  kernel_case_bytes(pool, d, name, rule, pos, q_off, n_q, 0);
+}
+
 static void test_kernel(void) {
-  att_data d = {4, 2, 8, 300, NULL, NULL, NULL, NULL, NULL, NULL, {0}};
+  att_data d = {4, 2, 8, 300, NULL, NULL, NULL, NULL, NULL, NULL, {0}, {0}};
   size_t nq = (size_t)d.n_keys * d.H * d.dh, nkv = (size_t)d.n_keys * d.Hkv * d.dh;
   float **bufs[6] = {&d.q, &d.qfar, &d.qtopk, &d.k, &d.kraw, &d.v};
   for (int b = 0; b < 6; b++) {
@@ -221,6 +248,27 @@ static void test_kernel(void) {
   r.has_top_k = true, r.top_k = 4, r.top_k_rows = CP_TOPK_ROWS_ALL;
   kernel_case(pool, &d, "rope lambda top-k all", &r, CP_ATTN_POS_ROPE, 0, 300);
   kernel_case(pool, &d, "rope lambda top-k all", &r, CP_ATTN_POS_ROPE, 250, 50);
+
+  /* FIRE (L 100 of 300 keys): rows past L take their bias from a table built a chunk of tiles at
+   * a time; 1 byte makes every 32-row tile its own chunk (10 here). */
+  enum { FW = 8 };
+  float fw[FW + FW + FW * FW + FW + 4 * FW + 4];
+  for (size_t i = 0; i < sizeof fw / sizeof *fw; i++) fw[i] = urand();
+  d.fire = (cp_fire_mlp){fw, fw + FW, fw + 2 * FW, fw + 2 * FW + FW * FW, fw + 3 * FW + FW * FW,
+                         fw + 7 * FW + FW * FW, FW, 2, 0.8, 100.0};
+  cp_rule_init(&r);
+  kernel_case_bytes(pool, &d, "fire identity", &r, CP_ATTN_POS_FIRE, 0, 300, 1);
+  kernel_case_bytes(pool, &d, "fire identity decode", &r, CP_ATTN_POS_FIRE, 299, 1, 1);
+  kernel_case_bytes(pool, &d, "fire identity rows 90+60", &r, CP_ATTN_POS_FIRE, 90, 60, 1);
+  r.fire_threshold = 200;
+  kernel_case_bytes(pool, &d, "fire threshold 200", &r, CP_ATTN_POS_FIRE, 0, 300, 1);
+  cp_rule_init(&r);
+  r.has_lambda = true, r.n_global = 3, r.n_local = 40;
+  r.has_top_k = true, r.top_k = 3, r.top_k_rows = CP_TOPK_ROWS_ALL, r.top_k_distance = 20;
+  kernel_case_bytes(pool, &d, "fire lambda top-k all", &r, CP_ATTN_POS_FIRE, 0, 300, 1);
+  d.fire.layers = 1, d.fire.w2 = fw + 2 * FW, d.fire.b2 = fw + 6 * FW; /* [4, 8] and [4] */
+  cp_rule_init(&r);
+  kernel_case_bytes(pool, &d, "fire one hidden layer", &r, CP_ATTN_POS_FIRE, 0, 300, 1);
   cp_pool_free(pool);
   for (int b = 0; b < 6; b++) free(*bufs[b]);
 }

@@ -90,8 +90,9 @@ def _name(rng, used):
             return s
 
 
-def lines(rng, n_tokens, encode, depth=None):
-    """LongEval line retrieval: as many lines as fit; the asked line at fractional depth."""
+def lines(rng, n_tokens, encode, depth=None, min_lines=1):
+    """LongEval line retrieval: as many lines as fit, at least min_lines (a prompt may then run
+    past n_tokens); the asked line at fractional depth. min_lines 1 draws what it always drew."""
     depth = rng.random() if depth is None else depth
     used = set()
     body = []
@@ -100,11 +101,11 @@ def lines(rng, n_tokens, encode, depth=None):
     while True:
         ln = LINE.format(name=_name(rng, used), v=rng.randint(1, 50000))
         c = len(encode(ln))
-        if total + c > n_tokens and body:
+        if total + c > n_tokens and len(body) >= max(1, min_lines):
             break
         body.append(ln)
         total += c
-        if total + c > n_tokens:
+        if total + c > n_tokens and len(body) >= min_lines:
             break
     at = min(len(body) - 1, int(depth * len(body)))
     name = body[at].split(":")[0][5:]
@@ -183,13 +184,14 @@ class Text:
                 "key": None, "depth": None}
 
 
-def sample(rng, n_tokens, encode, mix=(0.45, 0.35, 0.20), keys=KEYS, text=None):
-    """mix: passkey, lines, copy[, text] fractions (text needs a Text source)."""
+def sample(rng, n_tokens, encode, mix=(0.45, 0.35, 0.20), keys=KEYS, text=None, lines_min=1):
+    """mix: passkey, lines, copy[, text] fractions (text needs a Text source); lines_min: the
+    fewest lines of a lines sample."""
     r = rng.random()
     if r < mix[0]:
         return passkey(rng, n_tokens, encode, keys=keys)
     if r < mix[0] + mix[1]:
-        return lines(rng, n_tokens, encode)
+        return lines(rng, n_tokens, encode, min_lines=lines_min)
     if len(mix) > 3 and r >= mix[0] + mix[1] + mix[2]:
         return text.window(rng, n_tokens)
     return copy(rng, n_tokens, encode)

@@ -153,20 +153,46 @@ def fire_flags(a):
             + (" --fire-c-init %g" % a.fire_c_init if a.fire_c_init is not None else ""))
 
 
-def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None, text=None, hi=None):
+def lines_flag(a):
+    """--lines-min / --lookup-weight as flags, only when not the default (recorded commands stay as
+    they were)."""
+    return ((" --lines-min %d" % a.lines_min if a.lines_min != 1 else "")
+            + (" --lookup-weight %g" % a.lookup_weight if a.lookup_weight else ""))
+
+
+def resume_path(a):
+    """The --resume folder as the replay gives it: relative to the repository root, like --out. A
+    v1 continuation (a model name's folder here) keeps the form its records have."""
+    path = os.path.abspath(a.resume)
+    if os.path.dirname(path) == HERE:
+        return "examples/probe-models/%s" % os.path.basename(path)
+    return os.path.relpath(path, REPO)
+
+
+def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None, text=None, hi=None,
+               lines_min=1, lookup_weight=None):
     """Decoder-only: ids [n, max_len] = prompt + answer + eos, right-padded; targets with -100 at
     padding; answer tokens carry weight 4 in the loss (a `text` window: plain LM, weight 1, no
-    eos). T5: encoder ids/mask, decoder in/out. hi: the prompts' upper bound (curriculum)."""
-    samples = []
+    eos). T5: encoder ids/mask, decoder in/out. hi: the prompts' upper bound (curriculum);
+    lines_min: the fewest lines of a lines sample. lookup_weight: a lines answer's first digit (where
+    the lookup is decided; teacher forcing gives the rest from it) weighs this many times the other
+    answer tokens, and T5 returns the weights as a fifth tensor."""
+    samples, firsts = [], []
     for _ in range(n):
         target = rng.randint(min_prompt or MIN_PROMPT, hi or max_len - 10)
-        s = data.sample(rng, target, tok.encode, mix or MIX, text=text)
+        s = data.sample(rng, target, tok.encode, mix or MIX, text=text, lines_min=lines_min)
         if s["kind"] == "text":
             samples.append((s["ids"][:1], s["ids"][1:]))     # every token after the first is a target
+            firsts.append(None)
             continue
         p, a = tok.encode(s["prompt"]), tok.encode(s["answer"]) + [tok.eos_id]
         if not is_t5 and len(p) + len(a) > max_len:
             p = p[len(p) + len(a) - max_len:]
+        if lookup_weight and s["kind"] == "lines":
+            first = next(k for k, t in enumerate(a) if tok.decode([t]).isdigit())
+            firsts.append(first)
+        else:
+            firsts.append(None)
         samples.append((p[-max_len:], a))
     # pad to the longest sample of the batch (short samples make cheap steps)
     if is_t5:
@@ -179,7 +205,13 @@ def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=
             enc[b, :len(p)] = torch.tensor(p)
             din[b, 1:len(a)] = torch.tensor(a[:-1])     # decoder_start 0, then the answer
             dout[b, :len(a)] = torch.tensor(a)
-        return enc.to(dev), (enc != 0).to(dev), din.to(dev), dout.to(dev)
+        if not lookup_weight:
+            return enc.to(dev), (enc != 0).to(dev), din.to(dev), dout.to(dev)
+        dw = (dout != -100).float()
+        for b, f in enumerate(firsts):
+            if f is not None:
+                dw[b, f] = lookup_weight
+        return enc.to(dev), (enc != 0).to(dev), din.to(dev), dout.to(dev), dw.to(dev)
     max_len = max(len(p) + len(a) for p, a in samples)
     ids = torch.zeros(n, max_len, dtype=torch.long)
     tgt = torch.full((n, max_len), -100, dtype=torch.long)
@@ -191,14 +223,20 @@ def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=
         wt[b, :len(seq) - 1] = 1.0
         if len(p) > 1:          # a text window (len(p) == 1) has no answer to weigh
             wt[b, len(p) - 1:len(seq) - 1] = 4.0
+        if firsts[b] is not None:
+            wt[b, len(p) - 1 + firsts[b]] = 4.0 * lookup_weight
     return ids.to(dev), tgt.to(dev), wt.to(dev)
 
 
 def loss_of(net, batch, is_t5):
     if is_t5:
-        enc, km, din, dout = batch
+        enc, km, din, dout = batch[:4]
         logits = net.decode(net.encode(enc, km), km, din)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), dout.reshape(-1))
+        if len(batch) == 4:
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), dout.reshape(-1))
+        l = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), dout.reshape(-1),
+                                              reduction="none", ignore_index=-100)
+        return (l * batch[4].reshape(-1)).sum() / batch[4].sum()
     ids, tgt, wt = batch
     logits = net.forward(ids)
     l = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
@@ -251,6 +289,12 @@ def main():
     ap.add_argument("--curriculum", type=float, default=None,
                     help="fraction of the steps over which the prompts' upper bound ramps from %d to %d"
                     % (CURRICULUM_START, TRAIN_LEN - 10))
+    ap.add_argument("--lines-min", type=int, default=1,
+                    help="the fewest lines of a lines sample (1: as many as the drawn length holds, so "
+                         "short prompts hold one line and need no lookup)")
+    ap.add_argument("--lookup-weight", type=float, default=None,
+                    help="weight of a lines answer's first digit, in units of the other answer tokens' "
+                         "(default: the same)")
     ap.add_argument("--tokenizer", default=None, help="tokenizer.json (default %s)" % TOKENIZER)
     ap.add_argument("--resume", default=None,
                     help="start from the weights of this saved probe folder (fresh optimizer and schedule)")
@@ -313,7 +357,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = a.lr * sched(step)
         batch = make_batch(rng, tok, a.batch, is_t5, dev, mix=mix, min_prompt=a.min_prompt, text=text,
-                           hi=prompt_hi(step, steps, a.curriculum))
+                           hi=prompt_hi(step, steps, a.curriculum), lines_min=a.lines_min,
+                           lookup_weight=a.lookup_weight)
         loss = loss_of(net, batch, is_t5)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -347,13 +392,13 @@ def main():
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
         ("command", "python3 examples/probe-models/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
             a.model, steps, a.batch, a.lr, a.seed)
-            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt) + v2opts + fire_flags(a)
+            + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt) + lines_flag(a) + v2opts + fire_flags(a)
             + (" --time-limit %g" % a.time_limit if a.time_limit else "")
             + (" --resume %s" % a.resume if a.resume else ""))])
     # the exact replay of this run, whatever stopped it
-    meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d --threads %d%s%s" % (
-        a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, a.threads, v2opts,
-        " --resume examples/probe-models/%s" % a.model if a.resume else "") + fire_flags(a)
+    meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d%s --threads %d%s%s" % (
+        a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, lines_flag(a), a.threads, v2opts,
+        " --resume %s" % resume_path(a) if a.resume else "") + fire_flags(a)
     meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)
     meta["wall_s_total"] = round(wall + (prior.get("wall_s_total", prior["wall_s"]) if prior else 0), 1)
     if prior:

@@ -66,8 +66,11 @@ typedef struct {
 } cp_fire_mlp;
 
 /* FIRE bias of head h at MLP input x (docs/fire-layout.md), in double like the reference. Every
- * CPU evaluation goes through this one function. */
+ * CPU evaluation goes through this function or the next (the same doubles, bit for bit). */
 double cp_fire_mlp_bias(const cp_fire_mlp *f, int h, double x);
+/* The biases of heads 0..H-1 at input x into out[H], the hidden layers evaluated once for all
+ * heads (H = the rows of the output layer w2). */
+void cp_fire_mlp_bias_heads(double *out, const cp_fire_mlp *f, int H, double x);
 
 typedef struct {
   cp_norm_weights attn_norm;

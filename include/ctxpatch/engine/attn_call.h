@@ -60,6 +60,9 @@ typedef struct {
   float *row_lstd;      /* [H, n_q] std of each row's logits as they enter the softmax (over its
                            visible keys, top-k candidates included), or NULL */
 
+  size_t fire_table_bytes; /* CPU, FIRE rows past L: bytes one chunk's bias table may take (0: the
+                              kernel's 32 MiB; a smaller value only makes more chunks, same output) */
+
   cp_attn_tables tab;   /* cp_attn_tables_build */
   cp_arena *work;       /* scratch for the tables and the CPU kernel (reset by the owner between
                            calls, so a decode loop allocates nothing per step), or NULL: malloc */

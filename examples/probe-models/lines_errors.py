@@ -1,0 +1,65 @@
+"""What a probe model gets wrong on line retrieval (issue 18): for each lines cell of an
+evaluate.py output, the lines each prompt holds and each wrong answer's kind: another line's value
+(the lookup picked the wrong line; its offset from the asked one) or a value in no line (digits
+blended or invented). The prompts are rebuilt from data.eval_set as evaluate.py drew them.
+
+  python3 lines_errors.py --eval EVAL.json --tokenizer TOKENIZER.json
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe  # noqa: E402
+import data  # noqa: E402
+
+LINE_VALUE = re.compile(r"^line [^:\n]+: REGISTER_CONTENT is <(\d+)>$", re.M)
+
+
+def classify(sample, answer_text):
+    """'ok', ('other', offset) or 'none'."""
+    values = [int(v) for v in LINE_VALUE.findall(sample["prompt"])]
+    got = re.findall(r"\d+", answer_text)
+    got = int(got[-1]) if got else None     # evaluate.py's rule: the last integer is the answer
+    if got == sample["key"]:
+        return "ok", len(values)
+    if got in values:
+        return ("other", values.index(got) - values.index(sample["key"])), len(values)
+    return "none", len(values)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--eval", required=True, help="evaluate.py --out file (or a model's eval.json)")
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--rule", default="none", help="which cells: none or patch")
+    a = ap.parse_args()
+    tok = bpe.Tokenizer(a.tokenizer)
+    ev = json.load(open(a.eval))
+    print("| length | lines a prompt | correct | another line's value (offsets) | a value in no line |")
+    print("|---|---|---|---|---|")
+    for c in ev["cells"]:
+        if c["task"] != "lines" or c["rule"] != a.rule:
+            continue
+        samples = data.eval_set("lines", c["length"] - 8, c["n_set"], 0, tok.encode)
+        kinds, offsets, counts = collections.Counter(), [], set()
+        for ans in c["answers"]:
+            idx, text = ans[0], ans[3]
+            k, n_lines = classify(samples[idx], text)
+            counts.add(n_lines)
+            if isinstance(k, tuple):
+                kinds["other"] += 1
+                offsets.append(k[1])
+            else:
+                kinds[k] += 1
+        n = len(c["answers"])
+        span = "%d" % min(counts) if min(counts) == max(counts) else "%d-%d" % (min(counts), max(counts))
+        print("| %d | %s | %d/%d | %d (%s) | %d |" % (c["length"], span, kinds["ok"], n, kinds["other"],
+              ", ".join("%+d" % o for o in sorted(offsets)) or "-", kinds["none"]))
+
+
+if __name__ == "__main__":
+    main()
