@@ -20,15 +20,16 @@ LINE_VALUE = re.compile(r"^line [^:\n]+: REGISTER_CONTENT is <(\d+)>$", re.M)
 
 
 def classify(sample, answer_text):
-    """'ok', ('other', offset) or 'none'."""
+    """(kind, offset, lines in the prompt): kind 'ok', 'other' (another line's value, offset lines
+    from the asked one) or 'none' (offset None)."""
     values = [int(v) for v in LINE_VALUE.findall(sample["prompt"])]
     got = re.findall(r"\d+", answer_text)
     got = int(got[-1]) if got else None     # evaluate.py's rule: the last integer is the answer
     if got == sample["key"]:
-        return "ok", len(values)
+        return "ok", None, len(values)
     if got in values:
-        return ("other", values.index(got) - values.index(sample["key"])), len(values)
-    return "none", len(values)
+        return "other", values.index(got) - values.index(sample["key"]), len(values)
+    return "none", None, len(values)
 
 
 def main():
@@ -47,14 +48,11 @@ def main():
         samples = data.eval_set("lines", c["length"] - 8, c["n_set"], 0, tok.encode)
         kinds, offsets, counts = collections.Counter(), [], set()
         for ans in c["answers"]:
-            idx, text = ans[0], ans[3]
-            k, n_lines = classify(samples[idx], text)
+            kind, offset, n_lines = classify(samples[ans[0]], ans[3])
+            kinds[kind] += 1
             counts.add(n_lines)
-            if isinstance(k, tuple):
-                kinds["other"] += 1
-                offsets.append(k[1])
-            else:
-                kinds[k] += 1
+            if offset is not None:
+                offsets.append(offset)
         n = len(c["answers"])
         span = "%d" % min(counts) if min(counts) == max(counts) else "%d-%d" % (min(counts), max(counts))
         print("| %d | %s | %d/%d | %d (%s) | %d |" % (c["length"], span, kinds["ok"], n, kinds["other"],

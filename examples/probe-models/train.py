@@ -160,15 +160,6 @@ def lines_flag(a):
             + (" --lookup-weight %g" % a.lookup_weight if a.lookup_weight else ""))
 
 
-def resume_path(a):
-    """The --resume folder as the replay gives it: relative to the repository root, like --out. A
-    v1 continuation (a model name's folder here) keeps the form its records have."""
-    path = os.path.abspath(a.resume)
-    if os.path.dirname(path) == HERE:
-        return "examples/probe-models/%s" % os.path.basename(path)
-    return os.path.relpath(path, REPO)
-
-
 def make_batch(rng, tok, n, is_t5, dev, max_len=TRAIN_LEN, mix=None, min_prompt=None, text=None, hi=None,
                lines_min=1, lookup_weight=None):
     """Decoder-only: ids [n, max_len] = prompt + answer + eos, right-padded; targets with -100 at
@@ -398,7 +389,7 @@ def main():
     # the exact replay of this run, whatever stopped it
     meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d%s --threads %d%s%s" % (
         a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, lines_flag(a), a.threads, v2opts,
-        " --resume %s" % resume_path(a) if a.resume else "") + fire_flags(a)
+        " --resume %s" % os.path.relpath(os.path.abspath(a.resume), REPO) if a.resume else "") + fire_flags(a)
     meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)
     meta["wall_s_total"] = round(wall + (prior.get("wall_s_total", prior["wall_s"]) if prior else 0), 1)
     if prior:
