@@ -16,7 +16,7 @@
 
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float urand(void) {

@@ -12,8 +12,8 @@
 #include "patchers/calibrate_json.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/gguf_model.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
 static void help(FILE *out) {

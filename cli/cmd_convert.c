@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/converters/convert.h"
-#include "ctxpatch/converters/onnx_export.h"
-#include "ctxpatch/converters/gguf_export.h"
+#include "ctxpatch/export/convert.h"
+#include "ctxpatch/export/onnx_export.h"
+#include "ctxpatch/export/gguf_export.h"
 
 #include <cjson/cJSON.h>
 

@@ -9,8 +9,8 @@
 #include "cli/cli.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/tensor.h"
 
 static void help(FILE *out) {

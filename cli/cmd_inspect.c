@@ -6,10 +6,10 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/checkpoint.h"
-#include "converters/describe.h"
-#include "ctxpatch/converters/gguf_model.h"
-#include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/import/checkpoint.h"
+#include "import/describe.h"
+#include "ctxpatch/import/gguf_model.h"
+#include "ctxpatch/model/hf_config.h"
 #include "ctxpatch/formats/tensor.h"
 
 static const char inspect_help[] =
@@ -145,7 +145,7 @@ static void print_text(const cJSON *d) {
   print_tensors(d);
 }
 
-/* The model description read back from an ONNX graph (converters/onnx_import.h). */
+/* The model description read back from an ONNX graph (ctxpatch/import/onnx_import.h). */
 static void print_recovered(const cJSON *r) {
   if (!r) return;
   if (*str(r, "error")) {

@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/converters/gguf_export.h"
+#include "ctxpatch/export/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/patchers/patch_auto.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/verify/verify.h"
 
 static const char patch_help[] =

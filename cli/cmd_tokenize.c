@@ -8,7 +8,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/gguf_model.h"
+#include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
 #define MAX_TEXT_FILE ((size_t)256 << 20)

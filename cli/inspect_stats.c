@@ -6,9 +6,9 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/profile.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 
 static const cp_attn_kind kinds[] = {CP_ATTN_ENCODER_SELF, CP_ATTN_DECODER_SELF, CP_ATTN_CROSS};
 

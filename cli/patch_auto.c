@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/patchers/patch_auto.h"
 
 /* Progress on stderr, with the candidate's wall time (never written into a file). */

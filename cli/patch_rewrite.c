@@ -1,5 +1,5 @@
 /* ctxpatch patch IN.onnx OUT.onnx: the rule spliced into a third-party ONNX graph in place
- * (converters/onnx_rewrite.h), the external data files it references placed beside OUT, and a
+ * (ctxpatch/export/onnx_rewrite.h), the external data files it references placed beside OUT, and a
  * one-line report of what changed. docs/onnx.md "Patching a third-party graph in place". */
 #include <limits.h>
 #include <stdio.h>
@@ -10,9 +10,9 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/checkpoint.h"
-#include "ctxpatch/converters/gguf_model.h"
-#include "ctxpatch/converters/onnx_rewrite.h"
+#include "ctxpatch/import/checkpoint.h"
+#include "ctxpatch/import/gguf_model.h"
+#include "ctxpatch/export/onnx_rewrite.h"
 #include "ctxpatch/formats/onnx_graph.h"
 
 _Static_assert(CLI_PATH_MAX >= PATH_MAX, "realpath needs PATH_MAX bytes");

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "engine/pool.h"
 
 enum { CP_OPS_FFN_CHUNK = 256 }; /* rows of the FFN's hidden layer held at once */

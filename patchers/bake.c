@@ -17,11 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "converters/hf_config_json.h"
+#include "model/hf_config_json.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/families.h"
+#include "ctxpatch/import/names.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "patchers/patch_json.h"

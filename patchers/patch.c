@@ -9,15 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctxpatch/converters/gguf_model.h"
-#include "ctxpatch/converters/convert.h"
-#include "ctxpatch/converters/gguf_export.h"
+#include "ctxpatch/import/gguf_model.h"
+#include "ctxpatch/export/convert.h"
+#include "ctxpatch/export/gguf_export.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "base/json_strict.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/num.h"
-#include "converters/rule_json.h"
+#include "model/rule_json.h"
 #include "ctxpatch/patchers/calibrate.h"
 #include "ctxpatch/patchers/patch.h"
 #include "verify/certificate_json.h"

@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "converters/rule_json.h"
+#include "model/rule_json.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/clock.h"
 #include "ctxpatch/base/error.h"

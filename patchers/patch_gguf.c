@@ -6,7 +6,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/gguf_export.h"
+#include "ctxpatch/export/gguf_export.h"
 #include "patchers/patch_json.h"
 
 #define MAX_CERTIFICATE ((size_t)64 << 20)

@@ -5,7 +5,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "ctxpatch/converters/convert.h"
+#include "ctxpatch/export/convert.h"
 #include "ctxpatch/patchers/patch.h"
 
 /* The "ctxpatch" block for a plan (certified false, certificate_sha256 null, added last);

@@ -37,7 +37,7 @@ seed fuzz_tokenizer_json $pm/tokenizer.json $fx/tokenizers/gpt2/tokenizer.json $
 seed fuzz_spm_model build-fuzz/hostile/tokenizers/spm_ok.model build-fuzz/hostile/tokenizers/spm_piece_at_limit.model
 seed fuzz_spm_model $fx/tokenizers/t5/spiece.model $fx/tokenizers/llama2/tokenizer.model
 python3 tests/gguf/make_gguf_cases.py build-fuzz/gguf_cases >/dev/null
-# gpt2 and t5 GGUFs (their own keys and tensor checks in converters/gguf_model.c), written by the
+# gpt2 and t5 GGUFs (their own keys and tensor checks in import/gguf/gguf_model.c), written by the
 # normal build when there is one (scripts/test.sh builds it first).
 if [ -x build/ctxpatch ]; then
   for src in tests/goldens/engine/models/gpt2 examples/probe-models/t5-probe; do
@@ -57,7 +57,7 @@ done
 # Recovery of third-party graphs: the synthetic fused GPT-2s, the recovery cases, the fixture decoders.
 seed fuzz_onnx_recover tests/fuzz/seeds/onnx_recover tests/fuzz/seeds/onnx $fx/third_party/onnxruntime/gpt2_past.onnx \
   $fx/third_party/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
-# A plain-op Llama as torch.onnx exports it (converters/onnx_pattern_llama.c), from the golden GQA Llama.
+# A plain-op Llama as torch.onnx exports it (import/onnx/onnx_pattern_llama.c), from the golden GQA Llama.
 /usr/bin/python3 tests/onnx/make_torch_llama.py tests/goldens/engine/models/llama \
   build-fuzz/corpus/fuzz_onnx_recover/torch_llama.onnx >/dev/null 2>&1 || echo "fuzz: no torch.onnx Llama seed" >&2
 for f in build-fuzz/onnx_cases/recover/*/model.onnx; do

@@ -15,7 +15,7 @@
 
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 #include "test.h"
 #include "engine/attention_cpu.h"
 #include "engine/pool.h"

@@ -8,12 +8,12 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "ctxpatch/converters/checkpoint.h"
+#include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/patchers/patch.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 

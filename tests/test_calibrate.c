@@ -14,7 +14,7 @@
 #include "patchers/calibrate_json.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/profile.h"
 #include "test.h"
 

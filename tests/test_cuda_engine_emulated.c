@@ -24,11 +24,11 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/safetensors.h"
-#include "converters/rule_json.h"
+#include "model/rule_json.h"
 #include "cuda_shim/cublas_v2.h"
 #include "cuda_shim/cuda_runtime_api.h"
 #include "engine/device_engine.h"

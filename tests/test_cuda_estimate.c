@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "test.h"

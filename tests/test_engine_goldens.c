@@ -13,8 +13,8 @@
 
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
-#include "converters/rule_json.h"
+#include "ctxpatch/import/model.h"
+#include "model/rule_json.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 

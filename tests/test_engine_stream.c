@@ -15,8 +15,8 @@
 
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "test.h"
 #include "engine/attention_cpu.h"

@@ -11,11 +11,13 @@ below = {  # floor -> floors it may include (itself included)
     "base": {"base"},
     "formats": {"base", "formats"},
     "tokenizers": {"base", "tokenizers"},
-    "converters": {"base", "formats", "tokenizers", "converters"},
-    "engine": {"base", "formats", "converters", "engine"},
-    "verify": {"base", "formats", "tokenizers", "converters", "engine", "verify"},
-    "patchers": {"base", "formats", "tokenizers", "converters", "engine", "verify", "patchers"},
-    "cli": {"base", "formats", "tokenizers", "converters", "engine", "verify", "patchers", "cli"},
+    "model": {"base", "formats", "tokenizers", "model"},
+    "import": {"base", "formats", "tokenizers", "model", "import"},
+    "export": {"base", "formats", "tokenizers", "model", "import", "export"},
+    "engine": {"base", "formats", "model", "import", "engine"},
+    "verify": {"base", "formats", "tokenizers", "model", "import", "engine", "verify"},
+    "patchers": {"base", "formats", "tokenizers", "model", "import", "export", "engine", "verify", "patchers"},
+    "cli": {"base", "formats", "tokenizers", "model", "import", "export", "engine", "verify", "patchers", "cli"},
 }
 inc = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 passed = failed = 0

@@ -59,7 +59,7 @@ PY
 
 "$bin" verify "$m" --probe passkey --lengths 256 --samples 1 --threads 2 >"$work/verify.txt" 2>&1 && ok ||
   bad "verify on a GGUF model: $(tail -1 "$work/verify.txt")"
-# A GGUF input patches into an HF folder (HF names, q/k in HF order; converters/convert.c).
+# A GGUF input patches into an HF folder (HF names, q/k in HF order; export/convert.c).
 "$bin" patch "$m" "$work/out" --method rope-pi --factor 2 --no-verify >/dev/null 2>"$work/patch.err" &&
   [ -f "$work/out/config.json" ] && "$bin" forward "$work/out" --ids 1 --generate 5 --threads 1 >/dev/null &&
   ok || bad "patch of a GGUF: $(cat "$work/patch.err")"

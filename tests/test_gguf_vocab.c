@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctxpatch/converters/gguf_model.h"
+#include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/formats/gguf_write.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "test.h"

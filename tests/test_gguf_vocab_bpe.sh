@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GGUF "gpt2" (byte-level BPE) vocabularies read into the C tokenizer (converters/gguf_vocab.c,
+# GGUF "gpt2" (byte-level BPE) vocabularies read into the C tokenizer (export/gguf/gguf_vocab.c,
 # tokenizers/hf_vocab.c), against references that are not the code under test:
 #   - GPT-2's own vocabulary: a tiny random Llama whose folder holds ../shared/fixtures' GPT-2
 #     tokenizer.json, written as GGUF by `convert --to gguf` (tokenizer.ggml.model "gpt2", tokens,

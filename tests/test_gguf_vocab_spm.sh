@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A SentencePiece tokenizer.model beside HF weights written as llama.cpp's "llama" vocabulary by
-# `convert --to gguf` (converters/gguf_vocab.c): the round trip stories260K.gguf -> safetensors
+# `convert --to gguf` (export/gguf/gguf_vocab.c): the round trip stories260K.gguf -> safetensors
 # folder (with tok512.model beside it as tokenizer.model) -> GGUF carries the vocabulary:
 #   - tokenizer.ggml.tokens, .scores, .token_type and the unknown/bos/eos ids equal the original
 #     file's (made by llama.cpp's converter), read by the independent numpy reader tests/gguf/gguf_py.py;

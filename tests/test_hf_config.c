@@ -2,9 +2,9 @@
  * (the values written below are those of the models' published configs and HF's config-class
  * defaults, not outputs of the parser); hostile or broken configs fail with their exact code and
  * a message that names the file. */
-#include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/model/hf_config.h"
 
-#include "converters/hf_config_json.h"
+#include "model/hf_config_json.h"
 
 #include <math.h>
 #include <string.h>

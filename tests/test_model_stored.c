@@ -1,4 +1,4 @@
-/* Models opened with their matrices as stored (cp_model_open_ex, include/ctxpatch/converters/model.h)
+/* Models opened with their matrices as stored (cp_model_open_ex, include/ctxpatch/import/model.h)
  * on the BF16 golden model llama_rope2: the matrices stay BF16; a copy of the model with one byte
  * of one matrix changed, opened with share_from, uses the original's memory for every other
  * matrix and its own for the changed one, and gives the same logits as the copy opened on its
@@ -14,7 +14,7 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "test.h"

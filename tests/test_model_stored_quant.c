@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/converters/checkpoint.h"
-#include "ctxpatch/converters/gguf_export.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/checkpoint.h"
+#include "ctxpatch/export/gguf_export.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/gguf.h"
 #include "test.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reading a model back from an ONNX graph (issue 14, "Recover the model description";
-# converters/onnx_import.h). For every golden model (tests/goldens/engine/models, decoder-only:
+# ctxpatch/import/onnx_import.h). For every golden model (tests/goldens/engine/models, decoder-only:
 # llama, gpt_neox, bloom, mpt, fire, fire_shared, fire2, fire2_shared (FIRE with two hidden
 # layers), gpt2, llama_rope2) exported with
 # `ctxpatch convert X OUT --to onnx`:
@@ -101,7 +101,7 @@ EOF
 "$bin" forward "$work/anon/extra.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/extra.err" && bad "extra anonymous initializer accepted" ||
   check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/extra.onnx: initializer 'onnx::MatMul_123' is not a name ctxpatch recognises (ctxpatch export names; anonymous names need graph pattern matching, not supported)" "$work/extra.err"
 # a graph with neither ctxpatch's metadata nor a family's Hugging Face names: the plain-op pattern
-# recovery (converters/onnx_pattern*.c, tests/test_onnx_recover*.sh) finds the token embedding
+# recovery (import/onnx/onnx_pattern*.c, tests/test_onnx_recover*.sh) finds the token embedding
 # and reads it as a plain-op Llama (RMSNorm, q/k/v, heads) up to ctxpatch's own RoPE spelling,
 # which is not torch.onnx's rotate-half Concat(-t2, t1)
 "$py" - "$work/llama/onnx/model.onnx" "$work/anon/foreign.onnx" <<'EOF'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reading ctxpatch's own T5 ONNX exports back (issue 14; converters/onnx_import_t5.c). For the T5
+# Reading ctxpatch's own T5 ONNX exports back (issue 14; import/onnx/onnx_import_t5.c). For the T5
 # engine goldens (t5_gated: gated-gelu, untied head, fp16 weights; t5_relu: relu, tied head) and
 # the trained t5-probe, exported with `ctxpatch convert X OUT --to onnx`:
 #   - `ctxpatch forward` on OUT, OUT/onnx, either graph file, and the two graph files copied alone

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recovering a model from third-party ONNX graphs (issue 14; converters/onnx_pattern.c,
+# Recovering a model from third-party ONNX graphs (issue 14; import/onnx/onnx_pattern.c,
 # onnx_contrib.c; docs/onnx.md "Recovering third-party graphs"), on the fixtures of
 # ../shared/fixtures/third_party (SOURCES.md):
 #   - each graph that reads: onnxruntime-node runs the ORIGINAL graph (tests/onnx/ort_recover.mjs:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A plain-op Llama recovered by its pattern, and a certified rewrite of that third-party graph
-# (issue 14; converters/onnx_pattern_llama.c; docs/onnx.md "Recovering third-party graphs").
+# (issue 14; import/onnx/onnx_pattern_llama.c; docs/onnx.md "Recovering third-party graphs").
 # tests/onnx/make_torch_llama.py exports with Debian's torch.onnx (opset 17, anonymous
 # `onnx::MatMul_N` weights, no ctxpatch metadata) HF's Llama forward on:
 #   - examples/probe-models/rope-probe (trained, 4 heads = kv heads, theta 10000, with a tokenizer)

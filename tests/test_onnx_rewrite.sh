@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Patching an ONNX graph in place (`patch IN.onnx OUT.onnx`, converters/onnx_rewrite.c,
+# Patching an ONNX graph in place (`patch IN.onnx OUT.onnx`, export/onnx/rewrite/onnx_rewrite.c,
 # formats/onnx_edit.c; docs/onnx.md "Patching a third-party graph in place"), run in
 # onnxruntime-node:
 #  - ctxpatch's own exports (engine golden models gpt2, llama, bloom, mpt, exported with no rule): the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every attention rule as ONNX graph nodes (converters/onnx_attention.c), proven in onnxruntime:
+# Every attention rule as ONNX graph nodes (export/onnx/onnx_attention.c), proven in onnxruntime:
 # for each decoder-only engine golden model (tests/goldens/engine/models: BLOOM, MPT, Llama GQA,
 # Llama with RoPE PI, GPT-NeoX, FIRE per-layer and shared, FIRE with two hidden layers) x every
 # rule kind that applies,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# T5 as ONNX (converters/onnx_t5.c, issue 13): `convert --to onnx` of the T5 engine goldens
+# T5 as ONNX (export/onnx/onnx_t5.c, issue 13): `convert --to onnx` of the T5 engine goldens
 # (relu and gated-gelu FFNs) and the t5-probe writes onnx/encoder_model.onnx +
 # onnx/decoder_model_merged.onnx that Debian's python3-onnx checker accepts; onnxruntime-node's
 # logits (tests/onnx/ort_run.mjs) equal `ctxpatch forward` (max|a-b|/max|b| <= 1e-4) past the

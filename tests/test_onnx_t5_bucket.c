@@ -1,4 +1,4 @@
-/* The T5 relative bucket computed in an ONNX graph (converters/onnx_t5.c cp_onnx_t5_bucket) run by
+/* The T5 relative bucket computed in an ONNX graph (export/onnx/onnx_t5.c cp_onnx_t5_bucket) run by
  * onnxruntime-node equals PyTorch's (transformers' _relative_position_bucket, the golden
  * tests/goldens/t5_buckets.json made by tests/reference/make_bucket_golden.py) for every row of
  * the golden: both directions, the golden's 8 (num_buckets, max_distance) pairs, r up to +-1e6,
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "converters/onnx_t5.h"
+#include "export/onnx/onnx_t5.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/onnx.h"
 #include "test.h"

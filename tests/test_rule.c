@@ -4,7 +4,7 @@
  * (made by PyTorch with tests/reference/make_bucket_golden.py). */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
-#include "converters/rule_json.h"
+#include "model/rule_json.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -11,9 +11,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "converters/gguf_vocab.h"
+#include "export/gguf/gguf_vocab.h"
 #include "ctxpatch/base/io.h"
-#include "ctxpatch/converters/gguf_model.h"
+#include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "test.h"
 
@@ -101,7 +101,7 @@ static void goldens_case(const char *fixtures, const char *tokpath, const char *
 
 /* A byte-level BPE tokenizer.json written as a vocabulary-only GGUF ("gpt2": tokens, token types,
  * merges, pre "gpt-2"; as llama.cpp's ggml-vocab-*.gguf files), read back through the GGUF
- * vocabulary path (converters/gguf_vocab.c) and run on the tokenizer.json's goldens. */
+ * vocabulary path (export/gguf/gguf_vocab.c) and run on the tokenizer.json's goldens. */
 static void gguf_goldens_case(const char *tokpath, int64_t n_vocab, const char *goldens, bool roundtrip) {
   const char *path = test_path(tmpdir, "vocab.gguf");
   cp_gguf_writer *w = NULL;

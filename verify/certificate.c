@@ -7,12 +7,12 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/file_list.h"
-#include "ctxpatch/converters/hf_config.h"
+#include "ctxpatch/model/hf_config.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/num.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
-#include "converters/rule_json.h"
+#include "model/rule_json.h"
 #include "verify/certificate_json.h"
 
 #define CERTIFICATE_VERSION 1

@@ -9,7 +9,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/base/num.h"
 #include "ctxpatch/verify/verify.h"

@@ -70,11 +70,11 @@ __host__ __device__ inline smem_layout make_layout(int maxd, int bm, bool far, i
   return L;
 }
 
-/* psi(x) = log(c x + 1), as cp_fire_input (converters/attention_rule.c) computes it, in double. */
+/* psi(x) = log(c x + 1), as cp_fire_input (model/rule.c) computes it, in double. */
 __device__ __forceinline__ double fire_psi(double c, double x) { return log(c * x + 1.0); }
 
 /* The head's FIRE bias at input x from the MLP staged in shared memory, in double and in the
- * order of cp_fire_mlp_bias (converters/model.c): b2 + w2 . relu(h), h = w1 x + b1 (one hidden
+ * order of cp_fire_mlp_bias (import/model_load.c): b2 + w2 . relu(h), h = w1 x + b1 (one hidden
  * layer) or h = wm relu(w1 x + b1) + bm (two; the first layer is recomputed per middle unit
  * rather than held in W registers per thread). */
 __device__ __forceinline__ double fire_bias(double x, double b2, const float *w1, const float *b1, const float *wm,

@@ -6,9 +6,9 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/version.h"
-#include "ctxpatch/converters/checkpoint.h"
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/checkpoint.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"

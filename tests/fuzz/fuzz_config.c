@@ -3,8 +3,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "converters/hf_config_json.h"
-#include "ctxpatch/converters/hf_config.h"
+#include "model/hf_config_json.h"
+#include "ctxpatch/model/hf_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cp_hf_config *cfg = NULL, *again = NULL;

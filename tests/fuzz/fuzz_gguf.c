@@ -4,7 +4,7 @@
  * first and last element fetched. Seeds: tests/fuzz/seeds/gguf (tests/gguf/make_gguf_cases.py). */
 #include <stdint.h>
 
-#include "ctxpatch/converters/gguf_model.h"
+#include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/formats/gguf.h"
 #include "fuzz_input.h"
 

@@ -1,6 +1,6 @@
-/* Fuzz harness: recovering a model description from an ONNX graph (converters/onnx_import.h):
- * the dispatcher, the contrib-op walk (converters/onnx_contrib.c), the plain-op pattern walk
- * (converters/onnx_pattern.c), their bounded searches (converters/onnx_walk.c) and the emitter's
+/* Fuzz harness: recovering a model description from an ONNX graph (ctxpatch/import/onnx_import.h):
+ * the dispatcher, the contrib-op walk (import/onnx/onnx_contrib.c), the plain-op pattern walk
+ * (import/onnx/onnx_pattern.c), their bounded searches (import/onnx/onnx_walk.c) and the emitter's
  * shape checks, then the recovered config parsed and every recovered tensor touched. Seeds:
  * tests/fuzz/seeds/onnx_recover (ORT-fused GPT-2 decoders written by tests/onnx/make_onnx_cases.py's
  * contrib_gpt2) and the seeds of fuzz_onnx. */
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 
 #include "ctxpatch/base/error.h"
-#include "ctxpatch/converters/hf_config.h"
-#include "ctxpatch/converters/onnx_import.h"
+#include "ctxpatch/model/hf_config.h"
+#include "ctxpatch/import/onnx_import.h"
 #include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/model/rule.h"
 
 static cp_rule rule, again; /* 36 KB each: off the stack */
 

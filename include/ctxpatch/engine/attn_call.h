@@ -2,7 +2,7 @@
  * positions q_off .. q_off+n_q-1 against keys 0 .. n_keys-1 of one attention module. The CPU
  * streaming kernel (engine/attention_cpu.h) and the CUDA backend (ctxpatch/engine/cuda.h) run the
  * same cp_attn_call, and read the same per-call tables: cp_attn_tables_build resolves the rule's
- * decisions for this call's rows and distances once, through ctxpatch/converters/rule.h, so the
+ * decisions for this call's rows and distances once, through ctxpatch/model/rule.h, so the
  * backends share every decision and differ only in arithmetic. */
 #ifndef CTXPATCH_ENGINE_ATTN_CALL_H
 #define CTXPATCH_ENGINE_ATTN_CALL_H
@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/base/arena.h"
 #include "ctxpatch/engine/attn_pos.h"
 

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctxpatch/converters/model.h"
+#include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/attn_call.h"
 
 /* How the device runs a call; the call itself is the backend-neutral cp_attn_call. */

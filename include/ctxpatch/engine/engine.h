@@ -23,8 +23,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 
 /* Where the engine runs: the CPU (default), or the CUDA engine (engine/cuda/engine_cuda.c; builds
  * with -DCTXPATCH_CUDA=ON only: elsewhere cp_engine_create refuses it with CP_EUNSUPPORTED, and

@@ -7,8 +7,8 @@
 #include <stdint.h>
 
 #include "ctxpatch/engine/engine.h"
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 
 typedef struct {
   int64_t length;

@@ -42,10 +42,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ctxpatch/converters/checkpoint.h"
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/onnx_export.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/checkpoint.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/export/onnx_export.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/verify.h"
 
@@ -173,7 +173,7 @@ typedef struct {
    * long bake and verify stages; not when require_exact refuses it), both with on_tmp_ctx. */
   void (*on_calibrate)(void *ctx, const char *method, int64_t target_len);
   void (*on_plan)(void *ctx, const cp_patch *patch, const cp_bake_plan *plan);
-  /* `patch --to gguf`: OUT is one GGUF file (converters/gguf_export.h) written from the baked,
+  /* `patch --to gguf`: OUT is one GGUF file (ctxpatch/export/gguf_export.h) written from the baked,
    * certified folder (which is then removed): llama.rope.scaling.* for rope-pi, q weights
    * already divided by tau, and ctxpatch.method / fidelity / note / rule / baked_rule /
    * certified / certificate_sha256 / certificate (the certificate.json text) keys. */

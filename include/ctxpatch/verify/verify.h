@@ -28,8 +28,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ctxpatch/converters/model.h"
-#include "ctxpatch/converters/rule.h"
+#include "ctxpatch/import/model.h"
+#include "ctxpatch/model/rule.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/ppl.h"

@@ -1,0 +1,29 @@
+/* Floor: export (private). A GGUF checkpoint's tensors under their HF names, for writing a GGUF
+ * input as an HF safetensors folder (export/convert.c; export/gguf/gguf_names.c). */
+#ifndef CTXPATCH_EXPORT_GGUF_NAMES_H
+#define CTXPATCH_EXPORT_GGUF_NAMES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxpatch/import/checkpoint.h"
+#include "ctxpatch/export/gguf_export.h"
+
+/* Per checkpoint tensor: its HF name (NULL: a tensor the family table does not name, kept as is),
+ * llama.cpp's row order (llama rotary q/k, BLOOM / GPT-NeoX fused q/k/v), which goes back to
+ * HF order: HF row s is GGUF row cp_gguf_row_to_gguf(&rows[i], s), and whether HF stores it
+ * transposed (GPT-2's Conv1D matrices: GGUF [n_out, n_in], HF [n_in, n_out]). */
+typedef struct {
+  char **hf;          /* [n] owned */
+  cp_gguf_rows *rows; /* [n] CP_GGUF_ROWS_SAME: rows in place */
+  bool *transpose;    /* [n] */
+  size_t n;
+} cp_gguf_hf_names;
+
+/* The map of GGUF checkpoint `ck` (its config read from the metadata); CP_ECFG_FAMILY etc.
+ * from the config. Free with cp_gguf_hf_names_free (also after an error). */
+int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck);
+void cp_gguf_hf_names_free(cp_gguf_hf_names *m);
+
+#endif

@@ -1,0 +1,210 @@
+/* A byte-level BPE tokenizer.json as llama.cpp's "gpt2" vocabulary keys (export/gguf/gguf_vocab.h). */
+#include "export/gguf/gguf_vocab.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json_strict.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/base/strbuf.h"
+
+#define MAX_TOKENIZER_JSON ((size_t)256 << 20)
+#define MAX_VOCAB 4000000
+
+static const cJSON *member(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+static bool is_true(const cJSON *o, const char *k) { return cJSON_IsTrue(member(o, k)); }
+
+/* ByteLevel BPE as GPT-2 runs it: what llama.cpp's gpt2 model with pre "gpt-2" does. */
+static bool byte_level_bpe(const cJSON *root) {
+  const cJSON *m = member(root, "model"), *pre = member(root, "pre_tokenizer"), *norm = member(root, "normalizer");
+  const cJSON *type = m ? member(m, "type") : NULL, *pt = pre ? member(pre, "type") : NULL;
+  return cJSON_IsString(type) && !strcmp(type->valuestring, "BPE") && cJSON_IsString(pt) &&
+         !strcmp(pt->valuestring, "ByteLevel") && !is_true(pre, "add_prefix_space") &&
+         !cJSON_IsFalse(member(pre, "use_regex")) && (!norm || cJSON_IsNull(norm)) &&
+         cJSON_IsObject(member(m, "vocab")) && cJSON_IsArray(member(m, "merges"));
+}
+
+/* tokens[id] from model.vocab and added_tokens; type 3 for special added tokens. */
+static int fill_tokens(const char **tok, int32_t *type, int64_t n, const cJSON *root, const char *path) {
+  const cJSON *e;
+  cJSON_ArrayForEach(e, member(member(root, "model"), "vocab")) {
+    if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)n || e->valuedouble != (int64_t)e->valuedouble)
+      return cp_error_set(CP_ETOK_MODEL, "%s: model.vocab '%.100s': id outside 0..%lld", path, e->string, (long long)n - 1);
+    tok[(int64_t)e->valuedouble] = e->string;
+  }
+  cJSON_ArrayForEach(e, member(root, "added_tokens")) {
+    const cJSON *id = member(e, "id"), *content = member(e, "content");
+    if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || id->valuedouble < 0 || id->valuedouble >= (double)n)
+      return cp_error_set(CP_ETOK_MODEL, "%s: added_tokens: entry without an id in 0..%lld and a content", path,
+                          (long long)n - 1);
+    tok[(int64_t)id->valuedouble] = content->valuestring;
+    if (is_true(e, "special")) type[(int64_t)id->valuedouble] = 3;
+  }
+  return 0;
+}
+
+/* model.merges as "a b" strings (the older string form or the [a, b] pair form). */
+static int put_merges(cp_gguf_writer *w, const cJSON *merges, const char *path) {
+  int n = cJSON_GetArraySize(merges), rc = 0;
+  cp_strbuf all = {0};
+  size_t *len = calloc((size_t)n + 1, sizeof *len), *at = calloc((size_t)n + 1, sizeof *at);
+  const char **s = calloc((size_t)n + 1, sizeof *s);
+  CP_CHECK_ALLOC_GOTO(len && at && s, path);
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, merges) {
+    at[i] = all.len;
+    if (cJSON_IsString(e)) {
+      cp_strbuf_str(&all, e->valuestring);
+    } else if (cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
+               cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+      cp_strbuf_printf(&all, "%s %s", cJSON_GetArrayItem(e, 0)->valuestring, cJSON_GetArrayItem(e, 1)->valuestring);
+    } else {
+      rc = cp_error_set(CP_ETOK_MODEL, "%s: model.merges[%d]: not a string or a pair of strings", path, i);
+      goto done;
+    }
+    len[i] = all.len - at[i];
+    i++;
+  }
+  CP_CHECK_ALLOC_GOTO(!all.oom, path);
+  for (int k = 0; k < n; k++) s[k] = all.s + at[k];
+  rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.merges", s, len, (uint64_t)n);
+done:
+  cp_strbuf_free(&all);
+  free(len);
+  free(at);
+  free(s);
+  return rc;
+}
+
+static int put_id(cp_gguf_writer *w, const char *key, int id) {
+  return id >= 0 ? cp_gguf_put_u32(w, key, (uint32_t)id) : 0;
+}
+
+int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int64_t n_vocab, int bos, int eos,
+                         int pad) {
+  *written = false;
+  char *text = NULL;
+  size_t text_len = 0;
+  cJSON *root = NULL;
+  const char **tok = NULL;
+  size_t *len = NULL;
+  int32_t *type = NULL;
+  char (*pads)[32] /* "[PAD" + 20 digits of a size_t + "]" */ = NULL;
+  int rc = cp_read_file(&text, &text_len, path, MAX_TOKENIZER_JSON);
+  if (rc || (rc = cp_json_parse_strict(&root, text, text_len, path, 64, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
+                                       CP_ETOK_JSON)))
+    goto done;
+  if (!byte_level_bpe(root)) goto done;
+  if (n_vocab <= 0 || n_vocab > MAX_VOCAB) {
+    rc = cp_error_set(CP_ETOK_MODEL, "%s: vocabulary of %lld tokens", path, (long long)n_vocab);
+    goto done;
+  }
+  size_t n = (size_t)n_vocab;
+  tok = calloc(n, sizeof *tok);
+  len = calloc(n, sizeof *len);
+  type = calloc(n, sizeof *type);
+  pads = calloc(n, sizeof *pads);
+  CP_CHECK_ALLOC_GOTO(tok && len && type && pads, path);
+  for (size_t i = 0; i < n; i++) type[i] = 1;
+  if ((rc = fill_tokens(tok, type, n_vocab, root, path))) goto done;
+  for (size_t i = 0; i < n; i++) {
+    if (!tok[i]) { /* llama.cpp's converter pads a short vocabulary the same way */
+      snprintf(pads[i], sizeof pads[i], "[PAD%zu]", i);
+      tok[i] = pads[i];
+      type[i] = 5;
+    }
+    len[i] = strlen(tok[i]);
+  }
+  static const char model[] = "gpt2", pre[] = "gpt-2";
+  if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) ||
+      (rc = cp_gguf_put_str(w, "tokenizer.ggml.pre", pre, sizeof pre - 1)) ||
+      (rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.tokens", tok, len, n)) ||
+      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.token_type", CP_GGUF_I32, type, n)) ||
+      (rc = put_merges(w, member(member(root, "model"), "merges"), path)) ||
+      (rc = put_id(w, "tokenizer.ggml.bos_token_id", bos)) || (rc = put_id(w, "tokenizer.ggml.eos_token_id", eos)) ||
+      (rc = put_id(w, "tokenizer.ggml.padding_token_id", pad)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_bos_token", false)))
+    goto done;
+  *written = true;
+done:
+  cJSON_Delete(root);
+  free(text);
+  free(tok);
+  free(len);
+  free(type);
+  free(pads);
+  return rc;
+}
+
+/* ------------------------------------------------- SentencePiece .model as "llama" written */
+
+/* The pieces of `tok` (n of them) padded to n_vocab, written with the ids. */
+static int put_spm_pieces(cp_gguf_writer *w, const cp_tokenizer *tok, size_t n, size_t n_vocab, int bos, int eos,
+                          int pad, const char *path) {
+  const char **s = calloc(n_vocab, sizeof *s);
+  size_t *len = calloc(n_vocab, sizeof *len);
+  float *score = calloc(n_vocab, sizeof *score);
+  int32_t *type = calloc(n_vocab, sizeof *type);
+  char (*pads)[32] /* "[PAD" + 20 digits of a size_t + "]" */ = calloc(n_vocab - n + 1, sizeof *pads);
+  int rc = 0, unk = -1;
+  CP_CHECK_ALLOC_GOTO(s && len && score && type && pads, path);
+  for (size_t i = 0; i < n_vocab && rc == 0; i++) {
+    cp_spm_piece p = {0};
+    if (i < n) {
+      rc = cp_tokenizer_spm_piece(&p, tok, i);
+      if (p.type == 2 && unk < 0) unk = (int)i;
+    } else { /* llama.cpp's converter pads a short vocabulary the same way */
+      snprintf(pads[i - n], sizeof pads[i - n], "[PAD%zu]", i);
+      p = (cp_spm_piece){pads[i - n], strlen(pads[i - n]), -1000.0f, 5};
+    }
+    s[i] = p.piece, len[i] = p.len, score[i] = p.score, type[i] = p.type;
+  }
+  static const char model[] = "llama";
+  if (rc == 0 && ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) ||
+      (rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.tokens", s, len, n_vocab)) ||
+      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.scores", CP_GGUF_F32, score, n_vocab)) ||
+      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.token_type", CP_GGUF_I32, type, n_vocab)) ||
+      (rc = put_id(w, "tokenizer.ggml.bos_token_id", bos)) || (rc = put_id(w, "tokenizer.ggml.eos_token_id", eos)) ||
+      (rc = put_id(w, "tokenizer.ggml.unknown_token_id", unk)) ||
+      (rc = put_id(w, "tokenizer.ggml.padding_token_id", pad)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_bos_token", true)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_eos_token", false))))
+    (void)0; /* rc holds the first failure */
+done:
+  free(s);
+  free(len);
+  free(score);
+  free(type);
+  free(pads);
+  return rc;
+}
+
+int cp_gguf_put_spm_vocab(bool *written, cp_gguf_writer *w, const char *folder, int64_t n_vocab, int bos, int eos,
+                          int pad) {
+  *written = false;
+  cp_tokenizer *tok = NULL;
+  char *path = cp_path_join(folder, "tokenizer.model");
+  CP_CHECK_ALLOC(path, folder);
+  FILE *fp = NULL;
+  int rc = 0;
+  if (cp_fopen_input(&fp, path) != 0) goto done; /* no tokenizer.model: nothing to write */
+  fclose(fp);
+  if ((rc = cp_tokenizer_open(&tok, path)) || strcmp(cp_tokenizer_kind(tok), "sentencepiece")) goto done;
+  size_t n = cp_tokenizer_vocab_size(tok);
+  if (n_vocab <= 0 || n_vocab > MAX_VOCAB || (int64_t)n > n_vocab) {
+    rc = cp_error_set(CP_ETOK_MODEL, "%s: %zu pieces for a model vocabulary of %lld", path, n, (long long)n_vocab);
+    goto done;
+  }
+  if (bos < 0) bos = (int)cp_tokenizer_bos_id(tok);
+  if (eos < 0) eos = (int)cp_tokenizer_eos_id(tok);
+  if ((rc = put_spm_pieces(w, tok, n, (size_t)n_vocab, bos, eos, pad, path)) == 0) *written = true;
+done:
+  cp_tokenizer_free(tok);
+  free(path);
+  return rc;
+}

@@ -1,0 +1,203 @@
+/* The decoder-only ONNX graph (export/onnx/onnx_decoder.h): Llama/Mistral, GPT-NeoX, BLOOM, MPT,
+ * FIRE and GPT-2, computing what engine/engine_cpu.c computes (run_stack, attention_module, head) with
+ * the attention probabilities from export/onnx/onnx_attention.c. */
+#include "export/onnx/onnx_decoder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "export/onnx/onnx_attention.h"
+#include "ctxpatch/base/error.h"
+
+/* Per-export values every layer shares. */
+typedef struct {
+  cp_og *g;
+  const cp_model *m;
+  const cp_rule *rule;
+  cp_rule_model rm;
+  const char *ids, *mask, *pos; /* graph inputs */
+  const char *qpos, *kpos, *n_keys, *visible;
+  const char *cos, *sin;        /* RoPE: [B, 1, S, rope_dims] */
+  const char *kcos, *ksin;      /* RoPE with an unrotated cache: [1, 1, T, rope_dims] (key_tables) */
+  const char *embed;            /* the embedding initializer [V, D] */
+  cp_onnx_attn_memo memo;
+} dec_t;
+
+
+/* ---------------------------------------------------------------- inputs and positions */
+
+static void add_inputs(dec_t *d) {
+  cp_og *g = d->g;
+  cp_onnx_dim bs[2] = {{0, "batch_size"}, {0, "sequence_length"}};
+  cp_onnx_dim bt[2] = {{0, "batch_size"}, {0, "total_sequence_length"}};
+  d->ids = cp_og_input(g, "input_ids", CP_I64, 2, bs);
+  d->mask = cp_og_input(g, "attention_mask", CP_I64, 2, bt);
+  d->pos = cp_og_input(g, "position_ids", CP_I64, 2, bs);
+}
+
+/* Query positions [B, 1, S, 1], key positions [1, 1, 1, T] and what each query sees. */
+static void positions(dec_t *d) {
+  cp_og *g = d->g;
+  static const int64_t ax13[] = {1, 3}, ax012[] = {0, 1, 2}, ax12[] = {1, 2};
+  int64_t one = 1;
+  d->qpos = cp_og_unsqueeze(g, d->pos, ax13, 2);
+  const char *shape = cp_og_op1(g, "Shape", d->mask);
+  d->n_keys = cp_og_op2(g, "Gather", shape, cp_og_i64(g, 1)); /* T, a scalar */
+  const char *range = cp_og_op3(g, "Range", cp_og_i64(g, 0), d->n_keys, cp_og_i64(g, one));
+  d->kpos = cp_og_unsqueeze(g, range, ax012, 3);
+  const char *causal = cp_og_op2(g, "GreaterOrEqual", d->qpos, d->kpos);  /* [B, 1, S, T] */
+  const char *keep = cp_og_cast(g, cp_og_unsqueeze(g, d->mask, ax12, 2), CP_OG_BOOL); /* [B, 1, 1, T] */
+  d->visible = cp_og_op2(g, "And", causal, keep);
+}
+
+/* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions. */
+static void rope_tables(dec_t *d) { cp_onnx_rope_tables(d->g, d->m, d->qpos, &d->cos, &d->sin); }
+
+/* The tables of the key positions 0 .. T-1, [1, 1, T, rope_dims], made once: a cache of
+ * unrotated keys is rotated in the graph at every step. */
+static void key_tables(dec_t *d) {
+  if (d->kcos) return;
+  static const int64_t ax013[] = {0, 1, 3};
+  const char *range = cp_og_op3(d->g, "Range", cp_og_i64(d->g, 0), d->n_keys, cp_og_i64(d->g, 1));
+  cp_onnx_rope_tables(d->g, d->m, cp_og_unsqueeze(d->g, range, ax013, 3), &d->kcos, &d->ksin);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* [B, Hkv, T, dh] -> [B, H, T, dh], kv head g serving query heads g*G .. g*G+G-1 (engine:
+ * t.g = h / (H / Hkv)). */
+static const char *expand_kv(dec_t *d, const char *x) {
+  const cp_model *m = d->m;
+  if (m->n_kv_heads == m->n_heads) return x;
+  static const int64_t ax2[] = {2};
+  int64_t rep[5] = {1, 1, m->n_heads / m->n_kv_heads, 1, 1}, shape[4] = {0, m->n_heads, -1, m->d_head};
+  const char *e = cp_og_op2(d->g, "Expand", cp_og_unsqueeze(d->g, x, ax2, 1), cp_og_i64s(d->g, rep, 5));
+  return cp_og_op2(d->g, "Reshape", e, cp_og_i64s(d->g, shape, 4));
+}
+
+/* The layer's past cache input and present output for one of "key" / "value". */
+static const char *cache(dec_t *d, int l, const char *which, const char *now) {
+  char in[64], out[64];
+  cp_onnx_dim past[4] = {{0, "batch_size"}, {d->m->n_kv_heads, NULL}, {0, "past_sequence_length"},
+                         {d->m->d_head, NULL}};
+  cp_onnx_dim total[4] = {{0, "batch_size"}, {d->m->n_kv_heads, NULL}, {0, "total_sequence_length"},
+                          {d->m->d_head, NULL}};
+  snprintf(in, sizeof in, "past_key_values.%d.%s", l, which);
+  snprintf(out, sizeof out, "present.%d.%s", l, which);
+  const char *all = cp_og_concat(d->g, cp_og_input(d->g, in, CP_F32, 4, past), now, 2);
+  cp_og_output(d->g, out, all, CP_F32, 4, total);
+  return all;
+}
+
+static const char *clip(dec_t *d, const char *x) {
+  if (d->m->clip_qkv <= 0) return x;
+  return cp_og_op3(d->g, "Clip", x, cp_og_f32(d->g, -d->m->clip_qkv), cp_og_f32(d->g, d->m->clip_qkv));
+}
+
+/* Self-attention of layer l on h [B, S, D]: returns the output projection [B, S, D]. */
+static const char *attention(dec_t *d, int l, const char *h, const char *prefix) {
+  const cp_model *m = d->m;
+  const cp_layer *ly = &m->decoder.layers[l];
+  cp_og *g = d->g;
+  char name[128];
+  cp_attn_plan plan;
+  cp_rule_plan(&plan, d->rule, &d->rm, CP_ATTN_DECODER_SELF, l);
+  snprintf(name, sizeof name, "%s.attn.q", prefix);
+  const char *q = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->q, name)), m->n_heads, m->d_head);
+  snprintf(name, sizeof name, "%s.attn.k", prefix);
+  const char *k = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->k, name)), m->n_kv_heads, m->d_head);
+  snprintf(name, sizeof name, "%s.attn.v", prefix);
+  const char *v = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->v, name)), m->n_kv_heads, m->d_head);
+  const char *q_raw = NULL, *k_raw = NULL, *kall;
+  if (m->pos == CP_POS_ROPE) {
+    q_raw = q, q = cp_onnx_rope(g, m, q, d->cos, d->sin);
+    if (cp_onnx_attn_needs_raw_keys(m, &plan)) {
+      /* the cache holds unrotated keys (ctxpatch.kv_cache = "unrotated"), rotated here each step */
+      const char *raw_all = cache(d, l, "key", k);
+      key_tables(d);
+      k_raw = expand_kv(d, raw_all);
+      kall = expand_kv(d, cp_onnx_rope(g, m, raw_all, d->kcos, d->ksin));
+    } else {
+      kall = expand_kv(d, cache(d, l, "key", cp_onnx_rope(g, m, k, d->cos, d->sin)));
+    }
+  } else {
+    kall = expand_kv(d, cache(d, l, "key", k));
+  }
+  const char *vall = expand_kv(d, cache(d, l, "value", v));
+  cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = CP_ATTN_DECODER_SELF, .layer = l,
+                        .fire = ly->fire, .prefix = prefix, .q = q, .k = kall, .q_raw = q_raw, .k_raw = k_raw,
+                        .qpos = d->qpos, .kpos = d->kpos, .n_keys = d->n_keys, .visible = d->visible,
+                        .memo = &d->memo};
+  const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), vall); /* [B, H, S, dh] */
+  const char *merged = cp_og_merge_heads(g, ctxv, m->n_heads, m->d_head);
+  snprintf(name, sizeof name, "%s.attn.o", prefix);
+  return cp_og_linear(g, merged, &ly->o, name);
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+/* One layer over x [B, S, D], with the engine's three residual layouts (run_stack). */
+static const char *layer(dec_t *d, int l, const char *x) {
+  const cp_model *m = d->m;
+  const cp_layer *ly = &m->decoder.layers[l];
+  cp_og *g = d->g;
+  char prefix[64], name[96];
+  snprintf(prefix, sizeof prefix, "model.layers.%d", l);
+  snprintf(name, sizeof name, "%s.attn_norm", prefix);
+  const char *h = cp_og_norm(g, x, &ly->attn_norm, m->norm, m->norm_eps, m->d_model, name);
+  const char *a = attention(d, l, h, prefix);
+  snprintf(name, sizeof name, "%s.ffn_norm", prefix);
+  if (m->parallel_residual) { /* GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) */
+    const char *h2 = cp_og_norm(g, x, &ly->ffn_norm, m->norm, m->norm_eps, m->d_model, name);
+    return cp_og_op2(g, "Add", cp_og_op2(g, "Add", x, a), cp_og_ffn(g, m, ly, h2, prefix));
+  }
+  /* BLOOM apply_residual_connection_post_layernorm: the residuals are the normed inputs. */
+  x = cp_og_op2(g, "Add", m->residual_from_norm ? h : x, a);
+  h = cp_og_norm(g, x, &ly->ffn_norm, m->norm, m->norm_eps, m->d_model, name);
+  return cp_og_op2(g, "Add", m->residual_from_norm ? h : x, cp_og_ffn(g, m, ly, h, prefix));
+}
+
+/* Final norm and output head: logits [B, S, V] by Gemm against the [V, D] head (the embedding
+ * initializer itself when tied, so the weights are stored once). */
+static const char *head(dec_t *d, const char *x) {
+  const cp_model *m = d->m;
+  cp_og *g = d->g;
+  const char *h = cp_og_norm(g, x, &m->decoder.final_norm, m->norm, m->norm_eps, m->d_model, "model.norm");
+  int64_t dims[2] = {m->vocab, m->d_model};
+  const char *w = m->lm_head == m->embed ? d->embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
+  return cp_og_lm_head(g, m, h, w, d->ids);
+}
+
+const char *cp_onnx_decoder_kv_cache(const cp_model *m, const cp_rule *rule) {
+  cp_rule_model rm;
+  cp_model_rule_model(&rm, m);
+  for (int l = 0; l < m->decoder.n_layers; l++) {
+    cp_attn_plan plan;
+    cp_rule_plan(&plan, rule, &rm, CP_ATTN_DECODER_SELF, l);
+    if (cp_onnx_attn_needs_raw_keys(m, &plan)) return "unrotated";
+  }
+  return "rotated";
+}
+
+int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
+  if (m->family == CP_FAMILY_T5)
+    return cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: T5 is two graphs (export/onnx/onnx_t5.h), not a decoder-only one"));
+  dec_t d = {.g = g, .m = m, .rule = rule};
+  cp_model_rule_model(&d.rm, m);
+  add_inputs(&d);
+  positions(&d);
+  if (m->pos == CP_POS_ROPE) rope_tables(&d);
+  int64_t dims[2] = {m->vocab, m->d_model};
+  d.embed = cp_og_weight(g, "model.embed_tokens.weight", m->embed, 2, dims, true);
+  const char *x = cp_og_op2(g, "Gather", d.embed, d.ids); /* [B, S, D] */
+  if (m->pos_embed) { /* GPT-2 wpe: the learned row of each absolute position (engine: embed) */
+    int64_t pdims[2] = {m->train_len, m->d_model};
+    const char *wpe = cp_og_weight(g, "model.embed_positions.weight", m->pos_embed, 2, pdims, true);
+    x = cp_og_op2(g, "Add", x, cp_og_op2(g, "Gather", wpe, d.pos));
+  }
+  if (m->embed_norm.w) x = cp_og_norm(g, x, &m->embed_norm, m->norm, m->norm_eps, m->d_model, "model.embed_norm");
+  for (int l = 0; l < m->decoder.n_layers; l++) x = layer(&d, l, x);
+  cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "sequence_length"}, {m->vocab, NULL}};
+  return cp_og_output(g, "logits", head(&d, x), CP_F32, 3, out);
+}

@@ -1,0 +1,456 @@
+/* A GGUF file's metadata as a model config and a tokenizer (include/ctxpatch/import/gguf_model.h):
+ * the `{arch}.*` keys written out as the config.json HF's LlamaConfig would hold and parsed by
+ * the one config parser; tokenizer.ggml.* handed to the tokenizers floor as a SentencePiece
+ * vocabulary ("llama") or a byte-level BPE one ("gpt2", export/gguf/gguf_vocab.c). */
+#include "ctxpatch/import/gguf_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/import/onnx_import.h"
+#include "ctxpatch/base/strbuf.h"
+#include "import/gguf/gguf_vocab_read.h"
+
+/* An integer key `{arch}.<suffix>` as a JSON field; absent optional keys are skipped. */
+static int put_int(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const char *suffix, const char *field,
+                   bool required) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  if (!required && cp_gguf_find_key(g, key) < 0) return 0;
+  int64_t v;
+  int rc = cp_gguf_get_int(&v, g, key);
+  if (rc) return rc;
+  cp_strbuf_printf(js, ",\"%s\":%lld", field, (long long)v);
+  return 0;
+}
+
+static int put_num(cp_strbuf *js, const cp_gguf_file *g, const char *key, const char *field) {
+  double v;
+  int rc = cp_gguf_get_f64(&v, g, key);
+  if (rc) return rc;
+  if (!isfinite(v)) return cp_error_set(CP_EGGUF_KEY, "%s: key '%s' is %g, not a finite number", cp_gguf_path(g), key, v);
+  cp_strbuf_printf(js, ",\"%s\":%.17g", field, v);
+  return 0;
+}
+
+/* A special token id; u32 0xFFFFFFFF (llama.cpp's "none") and absence become -1. */
+static int token_id(int64_t *out, const cp_gguf_file *g, const char *key) {
+  *out = -1;
+  if (cp_gguf_find_key(g, key) < 0) return 0;
+  int rc = cp_gguf_get_int(out, g, key);
+  if (rc == 0 && (*out < 0 || *out > INT32_MAX)) *out = -1;
+  return rc;
+}
+
+/* A field whose parser floors `field * den` back to an integer (rotary_pct, MPT's
+ * expansion_ratio): num/den, nudged up by half a unit when the product would round below num. */
+static void put_fraction(cp_strbuf *js, const char *field, int64_t num, int64_t den) {
+  double v = (double)num / (double)den;
+  if (floor(v * (double)den) != (double)num) v = ((double)num + 0.5) / (double)den;
+  cp_strbuf_printf(js, ",\"%s\":%.17g", field, v);
+}
+
+/* Rope keys: dimension_count (the whole head unless `partial`, else rotary_pct), freq_base, and
+ * scaling "none" or "linear" with a factor. */
+static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t d_head, bool partial) {
+  char key[128];
+  int64_t dims = d_head;
+  int rc;
+  snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+  if (cp_gguf_find_key(g, key) >= 0) {
+    if ((rc = cp_gguf_get_int(&dims, g, key))) return rc;
+    if (dims != d_head && (!partial || dims < 2 || dims > d_head || dims % 2))
+      return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is %lld but heads have %lld dims; %s", cp_gguf_path(g), key,
+                          (long long)dims, (long long)d_head,
+                          partial ? "expected an even count in [2, head size]" : "partial rotary is not read for llama");
+  }
+  if (partial) put_fraction(js, "rotary_pct", dims, d_head);
+  snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = put_num(js, g, key, "rope_theta"))) return rc;
+  snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+  if (cp_gguf_find_key(g, key) < 0) return 0;
+  const char *type;
+  size_t len;
+  if ((rc = cp_gguf_get_str(&type, &len, g, key))) return rc;
+  if (len == 4 && !memcmp(type, "none", 4)) return 0;
+  if (!(len == 6 && !memcmp(type, "linear", 6)))
+    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s': rope scaling '%.*s' is not supported (none, linear)",
+                        cp_gguf_path(g), key, (int)(len < 32 ? len : 32), type);
+  cp_strbuf_str(js, ",\"rope_scaling\":{\"type\":\"linear\"");
+  snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+  if ((rc = put_num(js, g, key, "factor"))) return rc;
+  cp_strbuf_putc(js, '}');
+  return 0;
+}
+
+/* llama.cpp's architecture names of the families it shares with ctxpatch. */
+static const struct {
+  const char *arch;
+  cp_family family;
+} k_archs[] = {{"llama", CP_FAMILY_LLAMA}, {"gptneox", CP_FAMILY_GPT_NEOX}, {"bloom", CP_FAMILY_BLOOM},
+               {"mpt", CP_FAMILY_MPT}, {"gpt2", CP_FAMILY_GPT2}, {"t5", CP_FAMILY_T5}};
+
+const char *cp_gguf_arch_of(cp_family family) {
+  for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
+    if (k_archs[i].family == family) return k_archs[i].arch;
+  return NULL;
+}
+
+/* The numbers every architecture states: heads, head size, vocabulary, special ids, tied head. */
+typedef struct {
+  int64_t d, heads, kv_heads, d_head, vocab, ff;
+} arch_dims;
+
+static int read_dims(arch_dims *a, cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
+  char key[128];
+  int64_t bos, eos;
+  int rc;
+  snprintf(key, sizeof key, "%s.embedding_length", arch);
+  if ((rc = cp_gguf_get_int(&a->d, g, key))) return rc;
+  snprintf(key, sizeof key, "%s.attention.head_count", arch);
+  if ((rc = cp_gguf_get_int(&a->heads, g, key))) return rc;
+  if (a->heads <= 0 || a->d % a->heads)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': %lld heads do not divide embedding_length %lld",
+                        cp_gguf_path(g), key, (long long)a->heads, (long long)a->d);
+  a->d_head = a->d / a->heads;
+  a->kv_heads = a->heads;
+  snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a->kv_heads, g, key))) return rc;
+  snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+  if ((rc = cp_gguf_get_int(&a->ff, g, key))) return rc;
+  int64_t embd = cp_gguf_find(g, "token_embd.weight");
+  snprintf(key, sizeof key, "%s.vocab_size", arch);
+  if (cp_gguf_find_key(g, key) >= 0) {
+    if ((rc = cp_gguf_get_int(&a->vocab, g, key))) return rc;
+  } else if (embd >= 0 && cp_gguf_tensor(g, (size_t)embd)->ndim == 2) {
+    a->vocab = cp_gguf_tensor(g, (size_t)embd)->shape[0];
+  } else {
+    return cp_error_set(CP_ENOTFOUND, "%s: no %s.vocab_size and no 2-D token_embd.weight", cp_gguf_path(g), arch);
+  }
+  if ((rc = token_id(&bos, g, "tokenizer.ggml.bos_token_id")) || (rc = token_id(&eos, g, "tokenizer.ggml.eos_token_id")))
+    return rc;
+  cp_strbuf_printf(js, ",\"vocab_size\":%lld,\"bos_token_id\":%lld,\"eos_token_id\":%lld,\"tie_word_embeddings\":%s",
+                   (long long)a->vocab, (long long)bos, (long long)eos,
+                   cp_gguf_find(g, "output.weight") < 0 ? "true" : "false");
+  snprintf(key, sizeof key, "%s.context_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0) { /* the family's own training-length field */
+    static const struct { cp_family f; const char *field; } len_fields[] = {
+        {CP_FAMILY_BLOOM, "seq_length"}, {CP_FAMILY_MPT, "max_seq_len"}, {CP_FAMILY_GPT2, "n_positions"}, {CP_FAMILY_T5, "n_positions"}};
+    const char *field = "max_position_embeddings";
+    for (size_t i = 0; i < sizeof len_fields / sizeof *len_fields; i++)
+      if (!strcmp(arch, cp_gguf_arch_of(len_fields[i].f))) field = len_fields[i].field;
+    if ((rc = put_int(js, g, arch, "context_length", field, true))) return rc;
+  }
+  return 0;
+}
+
+/* Whether the file has any bias tensor. */
+static bool has_biases(const cp_gguf_file *g) {
+  for (size_t i = 0; i < cp_gguf_count(g); i++) {
+    const char *n = cp_gguf_tensor(g, i)->name;
+    size_t len = strlen(n);
+    if (len >= 5 && !strcmp(n + len - 5, ".bias")) return true;
+  }
+  return false;
+}
+
+static int no_gqa(const cp_gguf_file *g, const char *arch, const arch_dims *a) {
+  if (a->kv_heads == a->heads) return 0;
+  return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.attention.head_count_kv' is %lld; %s has no grouped-query attention "
+                      "(head_count %lld)", cp_gguf_path(g), arch, (long long)a->kv_heads, arch, (long long)a->heads);
+}
+
+/* T5Config of llama.cpp's t5 keys (conversion/t5.py): relu FFN unless the encoder has a gate
+ * (then gated-gelu, llama.cpp's LLM_FFN_GELU), relative buckets up to distance 128 (llama.cpp's
+ * fixed max_distance), an untied head (llama.cpp runs a missing output.weight as the embedding
+ * unscaled, which no T5Config describes: refused). */
+static int t5_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const arch_dims *a) {
+  char key[128];
+  int64_t d_kv = a->d_head, start = -1;
+  int rc;
+  if (cp_gguf_find(g, "output.weight") < 0)
+    return cp_error_set(CP_ENOTFOUND, "%s: tensor 'output.weight' is absent: llama.cpp's t5 would run the embedding "
+                        "as an unscaled head, which HF's T5 does not", cp_gguf_path(g));
+  if ((rc = no_gqa(g, arch, a))) return rc;
+  snprintf(key, sizeof key, "%s.attention.key_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&d_kv, g, key))) return rc;
+  snprintf(key, sizeof key, "%s.decoder_start_token_id", arch);
+  if ((rc = token_id(&start, g, key))) return rc;
+  cp_strbuf_printf(js, ",\"architectures\":[\"T5ForConditionalGeneration\"],\"is_encoder_decoder\":true,"
+                   "\"d_model\":%lld,\"num_heads\":%lld,\"d_kv\":%lld,\"d_ff\":%lld,\"feed_forward_proj\":\"%s\","
+                   "\"relative_attention_max_distance\":128,\"decoder_start_token_id\":%lld", (long long)a->d,
+                   (long long)a->heads, (long long)d_kv, (long long)a->ff,
+                   cp_gguf_find(g, "enc.blk.0.ffn_gate.weight") >= 0 ? "gated-gelu" : "relu", (long long)start);
+  snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+  if ((rc = put_int(js, g, arch, "block_count", "num_layers", true)) ||
+      (rc = put_int(js, g, arch, "decoder_block_count", "num_decoder_layers", false)) ||
+      (rc = put_int(js, g, arch, "attention.relative_buckets_count", "relative_attention_num_buckets", true)))
+    return rc;
+  return put_num(js, g, key, "layer_norm_epsilon");
+}
+
+/* The synthetic config.json of each architecture: the fields its HF config names. */
+static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_family family) {
+  arch_dims a;
+  char eps[128];
+  int rc;
+  cp_strbuf_printf(js, "{\"model_type\":\"%s\"", cp_family_name(family));
+  if ((rc = read_dims(&a, js, g, arch))) return rc;
+  snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA ? "rms_" : "");
+  switch (family) {
+    case CP_FAMILY_LLAMA: {
+      char key[128];
+      snprintf(key, sizeof key, "%s.attention.key_length", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a.d_head, g, key))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"LlamaForCausalLM\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
+                       "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld,"
+                       "\"intermediate_size\":%lld", (long long)a.d, (long long)a.heads, (long long)a.kv_heads,
+                       (long long)a.d_head, (long long)a.ff);
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "rms_norm_eps")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, false);
+    }
+    case CP_FAMILY_GPT_NEOX: {
+      /* llama.cpp's gptneox runs ggml_gelu, the tanh form, whatever the HF config said. */
+      char par[128];
+      bool parallel = true;
+      snprintf(par, sizeof par, "%s.use_parallel_residual", arch);
+      if (cp_gguf_find_key(g, par) >= 0 && (rc = cp_gguf_get_bool(&parallel, g, par))) return rc;
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"GPTNeoXForCausalLM\"],\"hidden_act\":\"gelu_pytorch_tanh\","
+                       "\"hidden_size\":%lld,\"num_attention_heads\":%lld,\"intermediate_size\":%lld,"
+                       "\"use_parallel_residual\":%s,\"attention_bias\":%s", (long long)a.d, (long long)a.heads,
+                       (long long)a.ff, parallel ? "true" : "false",
+                       cp_gguf_find(g, "blk.0.attn_qkv.bias") >= 0 ? "true" : "false");
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "layer_norm_eps")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, true);
+    }
+    case CP_FAMILY_BLOOM:
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      if (a.ff != 4 * a.d)
+        return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.feed_forward_length' is %lld; BLOOM's MLP is 4 x %lld wide",
+                            cp_gguf_path(g), arch, (long long)a.ff, (long long)a.d);
+      cp_strbuf_printf(js, ",\"architectures\":[\"BloomForCausalLM\"],\"hidden_size\":%lld,\"n_head\":%lld",
+                       (long long)a.d, (long long)a.heads);
+      if ((rc = put_int(js, g, arch, "block_count", "n_layer", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    case CP_FAMILY_MPT: {
+      /* max_alibi_bias absent or 0: llama.cpp runs no ALiBi (learned positions), which the engine does not. */
+      char key[128];
+      double bias_max = 0, clamp = 0;
+      snprintf(key, sizeof key, "%s.attention.max_alibi_bias", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_f64(&bias_max, g, key))) return rc;
+      if (!(bias_max > 0) || !isfinite(bias_max))
+        return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is absent or not positive: an MPT without ALiBi is not "
+                            "supported", cp_gguf_path(g), key);
+      snprintf(key, sizeof key, "%s.attention.clamp_kqv", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_f64(&clamp, g, key))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"MptForCausalLM\"],\"d_model\":%lld,\"n_heads\":%lld,\"no_bias\":%s",
+                       (long long)a.d, (long long)a.heads, has_biases(g) ? "false" : "true");
+      put_fraction(js, "expansion_ratio", a.ff, a.d);
+      cp_strbuf_printf(js, ",\"attn_config\":{\"alibi\":true,\"alibi_bias_max\":%.17g", bias_max);
+      if (clamp > 0 && isfinite(clamp)) cp_strbuf_printf(js, ",\"clip_qkv\":%.17g", clamp);
+      if (a.kv_heads != a.heads)
+        cp_strbuf_printf(js, ",\"attn_type\":\"grouped_query_attention\",\"kv_n_heads\":%lld", (long long)a.kv_heads);
+      cp_strbuf_putc(js, '}');
+      if ((rc = put_int(js, g, arch, "block_count", "n_layers", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    }
+    case CP_FAMILY_GPT2: {
+      /* llama.cpp's gpt2: learned positions (position_embd, n_positions rows = context_length),
+       * scores scaled by 1/sqrt(dh) in every layer, ggml_gelu (the tanh form, HF's gelu_new). */
+      char key[128];
+      snprintf(key, sizeof key, "%s.context_length", arch);
+      if (cp_gguf_find_key(g, key) < 0)
+        return cp_error_set(CP_ENOTFOUND, "%s: key '%s' is absent: gpt2's learned position table needs it",
+                            cp_gguf_path(g), key);
+      if ((rc = no_gqa(g, arch, &a))) return rc;
+      cp_strbuf_printf(js, ",\"architectures\":[\"GPT2LMHeadModel\"],\"activation_function\":\"gelu_new\","
+                       "\"n_embd\":%lld,\"n_head\":%lld,\"n_inner\":%lld", (long long)a.d, (long long)a.heads,
+                       (long long)a.ff);
+      if ((rc = put_int(js, g, arch, "block_count", "n_layer", true))) return rc;
+      return put_num(js, g, eps, "layer_norm_epsilon");
+    }
+    case CP_FAMILY_T5: return t5_json(js, g, arch, &a);
+    default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
+  }
+}
+
+int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
+  *out = NULL;
+  const char *arch;
+  size_t len;
+  int rc = cp_gguf_get_str(&arch, &len, g, "general.architecture");
+  if (rc) return rc;
+  size_t k = 0;
+  while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
+    k++;
+  if (k == sizeof k_archs / sizeof *k_archs)
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt, gpt2, t5)",
+                        cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
+  arch = k_archs[k].arch;
+  cp_strbuf js = {0};
+  if ((rc = arch_json(&js, g, arch, k_archs[k].family)) == 0 && cp_gguf_find_key(g, "ctxpatch.rule") >= 0) {
+    const char *rule; /* a patched file's rule (ctxpatch/export/gguf_export.h) */
+    size_t rule_len;
+    if ((rc = cp_gguf_get_str(&rule, &rule_len, g, "ctxpatch.rule")) == 0)
+      cp_strbuf_printf(&js, ",\"ctxpatch\":{\"rule\":%.*s}", (int)(rule_len < INT32_MAX ? rule_len : 0), rule);
+  }
+  if (rc == 0) {
+    cp_strbuf_putc(&js, '}');
+    char what[600];
+    snprintf(what, sizeof what, "%s (GGUF metadata as config.json)", cp_gguf_path(g));
+    rc = js.oom ? cp_error_set(CP_ENOMEM, "%s: out of memory", cp_gguf_path(g))
+                : cp_hf_config_parse(out, js.s, js.len, what);
+  }
+  cp_strbuf_free(&js);
+  if (rc) return rc;
+  /* MptConfig has no activation field (MptMLP is exact GELU); llama.cpp's mpt runs ggml_gelu, the tanh form. */
+  if ((*out)->family == CP_FAMILY_MPT) snprintf((*out)->activation, sizeof (*out)->activation, "gelu_pytorch_tanh");
+  if ((*out)->train_len > 0)
+    snprintf((*out)->train_len_key, sizeof (*out)->train_len_key, "GGUF %s.context_length", arch);
+  return 0;
+}
+
+int cp_checkpoint_config(cp_hf_config **out, const cp_checkpoint *ck, const char *path) {
+  *out = NULL;
+  if (cp_checkpoint_gguf(ck)) return cp_gguf_config(out, cp_checkpoint_gguf(ck));
+  if (cp_checkpoint_onnx(ck)) return cp_onnx_import_config(out, cp_checkpoint_onnx(ck));
+  if (!cp_checkpoint_config_path(ck))
+    return cp_error_set(CP_ENOTFOUND, "%s: no config.json beside the weights", path);
+  return cp_hf_config_load(out, cp_checkpoint_config_path(ck));
+}
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/* tokenizer.ggml.tokens / scores / token_type as SentencePiece pieces. */
+static int read_pieces(cp_spm_piece **out, size_t *n, const cp_gguf_file *g) {
+  cp_gguf_vtype elem;
+  uint64_t count, n_scores = 0, n_types = 0;
+  int rc = cp_gguf_get_arr(&elem, &count, g, "tokenizer.ggml.tokens");
+  if (rc) return rc;
+  bool scores = cp_gguf_find_key(g, "tokenizer.ggml.scores") >= 0;
+  bool types = cp_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0;
+  if ((scores && (rc = cp_gguf_get_arr(&elem, &n_scores, g, "tokenizer.ggml.scores"))) ||
+      (types && (rc = cp_gguf_get_arr(&elem, &n_types, g, "tokenizer.ggml.token_type"))))
+    return rc;
+  if ((scores && n_scores != count) || (types && n_types != count))
+    return cp_error_set(CP_ETOK_MODEL, "%s: tokenizer.ggml.tokens has %llu entries but scores %llu and token_type %llu",
+                        cp_gguf_path(g), (unsigned long long)count, (unsigned long long)n_scores,
+                        (unsigned long long)n_types);
+  cp_spm_piece *p = calloc((size_t)(count ? count : 1), sizeof *p);
+  CP_CHECK_ALLOC(p, cp_gguf_path(g));
+  for (uint64_t i = 0; i < count && rc == 0; i++) {
+    double s = 0;
+    int64_t t = 1;
+    rc = cp_gguf_arr_str(&p[i].piece, &p[i].len, g, "tokenizer.ggml.tokens", i);
+    if (rc == 0 && scores) rc = cp_gguf_arr_f64(&s, g, "tokenizer.ggml.scores", i);
+    if (rc == 0 && types) rc = cp_gguf_arr_int(&t, g, "tokenizer.ggml.token_type", i);
+    if (rc == 0 && (t < 1 || t > 6))
+      rc = cp_error_set(CP_ETOK_MODEL, "%s: tokenizer.ggml.token_type[%llu] is %lld, not 1..6", cp_gguf_path(g),
+                        (unsigned long long)i, (long long)t);
+    p[i].score = (float)s;
+    p[i].type = (int)t;
+  }
+  if (rc) {
+    free(p);
+    return rc;
+  }
+  *out = p;
+  *n = (size_t)count;
+  return 0;
+}
+
+int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
+  *out = NULL;
+  const char *model;
+  size_t model_len;
+  int rc = cp_gguf_get_str(&model, &model_len, g, "tokenizer.ggml.model");
+  if (rc) return rc;
+  bool gpt2 = model_len == 4 && !memcmp(model, "gpt2", 4); /* byte-level BPE: export/gguf/gguf_vocab.c */
+  if (!gpt2 && !(model_len == 5 && !memcmp(model, "llama", 5)))
+    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+                        cp_gguf_path(g), (int)(model_len < 64 ? model_len : 64), model);
+  cp_spm_vocab v = {.bpe = true, .add_dummy_prefix = true};
+  int64_t ids[4];
+  static const char *const id_keys[4] = {"tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
+                                         "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"};
+  for (int k = 0; k < 4; k++)
+    if ((rc = token_id(&ids[k], g, id_keys[k]))) return rc;
+  if (cp_gguf_find_key(g, "tokenizer.ggml.add_space_prefix") >= 0 &&
+      (rc = cp_gguf_get_bool(&v.add_dummy_prefix, g, "tokenizer.ggml.add_space_prefix")))
+    return rc;
+  cp_spm_piece *pieces = NULL;
+  if ((rc = read_pieces(&pieces, &v.n, g))) return rc;
+  if (gpt2) {
+    rc = cp_gguf_bpe_tokenizer(out, g, pieces, v.n, ids[1] < (int64_t)v.n ? (int)ids[1] : -1,
+                               ids[2] < (int64_t)v.n ? (int)ids[2] : -1);
+    free(pieces);
+    return rc;
+  }
+  v.pieces = pieces;
+  size_t n_bytes = 0;
+  for (size_t i = 0; i < v.n; i++) n_bytes += pieces[i].type == 6;
+  v.byte_fallback = n_bytes == 256;
+  int *dst[4] = {&v.unk_id, &v.bos_id, &v.eos_id, &v.pad_id};
+  for (int k = 0; k < 4; k++) *dst[k] = ids[k] < (int64_t)v.n ? (int)ids[k] : -1;
+  rc = cp_tokenizer_from_spm_vocab(out, &v, cp_gguf_path(g));
+  free(pieces);
+  return rc;
+}
+
+/* An ONNX graph's tokenizer: its folder's, else its parent's (Optimum's onnx/ layout). */
+static int onnx_tokenizer_open(cp_tokenizer **out, const char *path) {
+  char *dir = strdup(path), *slash, *up = NULL;
+  int rc = 0;
+  if (!dir) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  else strcpy(dir, ".");
+  if ((rc = cp_tokenizer_open(out, dir)) == CP_ETOK_MISSING) {
+    cp_error_clear();
+    if (!(up = cp_path_join(dir, ".."))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    else if ((rc = cp_tokenizer_open(out, up)) == CP_ETOK_MISSING)
+      rc = cp_error_set(CP_ETOK_MISSING, "%s: no tokenizer.json, tokenizer.model or spiece.model beside the graph "
+                        "or in its parent folder", path);
+  }
+  free(up);
+  free(dir);
+  return rc;
+}
+
+int cp_model_tokenizer_open(cp_tokenizer **out, const char *path) {
+  *out = NULL;
+  size_t n = strlen(path);
+  if (n > 5 && !strcmp(path + n - 5, ".onnx")) return onnx_tokenizer_open(out, path);
+  cp_gguf_file *g = NULL;
+  FILE *fp = NULL;
+  char magic[4] = {0};
+  bool gguf = false;
+  if (cp_fopen_input(&fp, path) == 0) {
+    gguf = fread(magic, 1, 4, fp) == 4 && !memcmp(magic, "GGUF", 4);
+    fclose(fp);
+  }
+  if (!gguf) {
+    int rc = cp_tokenizer_open(out, path);
+    char *graph = rc == CP_ETOK_MISSING ? cp_onnx_export_graph(path) : NULL;
+    if (graph) { /* an ONNX export folder, or its onnx/ subfolder: the graph's tokenizer */
+      cp_error_clear();
+      rc = onnx_tokenizer_open(out, graph);
+      free(graph);
+    }
+    return rc;
+  }
+  int rc = cp_gguf_open(&g, path);
+  if (rc == 0) rc = cp_gguf_tokenizer(out, g);
+  cp_gguf_free(g);
+  return rc;
+}

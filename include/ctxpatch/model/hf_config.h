@@ -1,0 +1,136 @@
+/* Floor: model. Hugging Face config.json: architecture family, hyperparameters and positional scheme.
+ *
+ * Parsed strictly (duplicate keys and nesting deeper than 128 are refused). Field names
+ * follow each family's HF config class; the family is chosen from `model_type`, falling
+ * back to `architectures[0]`. Unknown families get an error listing the supported ones.
+ */
+#ifndef CTXPATCH_HF_CONFIG_H
+#define CTXPATCH_HF_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxpatch/model/rule.h"
+
+typedef enum {
+  CP_FAMILY_T5,       /* model_type t5 (also mt5, umt5 layouts are not claimed) */
+  CP_FAMILY_BLOOM,    /* model_type bloom */
+  CP_FAMILY_MPT,      /* model_type mpt */
+  CP_FAMILY_LLAMA,    /* model_type llama or mistral */
+  CP_FAMILY_GPT_NEOX, /* model_type gpt_neox */
+  CP_FAMILY_FIRE,     /* model_type ctxpatch_fire (layout in docs/fire-layout.md) */
+  CP_FAMILY_GPT2,     /* model_type gpt2 (GPT2LMHeadModel: Conv1D weights, learned wpe positions) */
+  CP_FAMILY_COUNT
+} cp_family;
+
+typedef enum {
+  CP_POS_T5_BUCKETS, /* relative-position buckets, table in block 0 */
+  CP_POS_ALIBI,      /* linear biases */
+  CP_POS_ROPE,       /* rotary */
+  CP_POS_FIRE,       /* functional interpolation */
+  CP_POS_LEARNED,    /* learned absolute positions added to the input (GPT-2 wpe): attention
+                        itself has no positional term, so no distance-based rule applies */
+} cp_pos_scheme;
+
+/* Widest FIRE MLP read (the paper's is 32): bounds the engines' per-evaluation scratch. */
+#define CP_FIRE_MAX_WIDTH 1024
+
+typedef struct {
+  cp_family family;
+  cp_pos_scheme pos;
+  char model_type[64];
+  char architecture[128]; /* architectures[0] or "" */
+
+  /* Sizes. For T5, n_layers is the encoder depth and n_decoder_layers the decoder's. */
+  int vocab_size;
+  int d_model;
+  int n_layers;
+  int n_decoder_layers; /* 0 for decoder-only */
+  int n_heads;
+  int n_kv_heads;       /* == n_heads unless GQA */
+  int d_head;           /* T5 d_kv; else d_model / n_heads or head_dim */
+  int d_ff;             /* T5 d_ff, Llama intermediate_size, NeoX intermediate_size, MPT expansion*d */
+  double norm_eps;      /* layer_norm_epsilon / rms_norm_eps / layer_norm_eps */
+  char activation[32];  /* "relu", "gated-gelu", "gelu", "silu", ... as configured */
+  bool tie_word_embeddings;
+  int64_t train_len;    /* n_positions / max_position_embeddings / max_seq_len / seq_length; 0 if absent */
+  char train_len_key[96]; /* where train_len came from ("config.json max_position_embeddings",
+                            "GGUF llama.context_length"); "" when absent */
+
+  /* Special ids (-1 when null, or absent where HF's config class has no default). */
+  int bos_token_id, eos_token_id, pad_token_id, decoder_start_token_id;
+
+  /* T5 buckets. */
+  int t5_num_buckets;
+  int t5_max_distance;
+
+  /* ALiBi: BLOOM uses 8; MPT reads attn_config.alibi_bias_max. */
+  double alibi_bias_max;
+
+  /* BLOOM apply_residual_connection_post_layernorm (false unless true). */
+  bool residual_post_layernorm;
+
+  /* MPT attn_config: softmax_scale and clip_qkv (0 when absent or not a number), qk_ln. */
+  double mpt_softmax_scale;
+  double mpt_clip_qkv;
+  bool mpt_qk_ln;
+
+  /* RoPE. */
+  double rope_theta;
+  double rotary_pct;     /* GPT-NeoX rotary_pct, 1.0 otherwise */
+  int rotary_dims;       /* d_head * rotary_pct, rounded down as HF does */
+  bool use_parallel_residual; /* GPT-NeoX */
+  char rope_scaling_type[32];  /* "" when none, else e.g. "linear" */
+  double rope_scaling_factor;  /* 1.0 when none */
+  int sliding_window;          /* Mistral sliding_window; 0 when none */
+
+  /* FIRE. */
+  int fire_mlp_width;    /* hidden width of the FIRE MLP (32 in the paper), 1..CP_FIRE_MAX_WIDTH */
+  int fire_mlp_layers;   /* hidden layers of the FIRE MLP: 1, or 2 as in the paper */
+  bool fire_shared;      /* one MLP for all layers */
+  double fire_c_init;    /* initial value of c, informational */
+  double fire_threshold; /* initial L, informational; the learned value lives in the weights */
+
+  /* GPT-2 attention scaling: scale_attn_weights (c = 1/sqrt(d_head), else 1) and
+   * scale_attn_by_inverse_layer_idx (layer l's c further divided by l + 1).
+   * reorder_and_upcast_attn changes only the precision of HF's half-precision path, so an fp32
+   * engine computes the same function: it is read and ignored. */
+  bool scale_attn_weights;
+  bool scale_attn_inverse_layer;
+
+  /* MPT / misc flags. */
+  bool qkv_bias;
+  bool no_bias;          /* MPT no_bias */
+
+  /* A patched artifact's "ctxpatch" block (written by `ctxpatch patch`): present or not, and its
+   * "rule" (the identity when absent or null), parsed as strictly as a rule file. */
+  bool has_ctxpatch;
+  cp_rule ctxpatch_rule;
+  /* The rest of the block, for provenance (`inspect`, re-verify, --on-top): "baked_rule" (the
+   * identity when absent or null), "method" and "fidelity" ("" when absent), "certified"
+   * (-1 absent, 0 false, 1 true), "certificate_sha256" (64 hex digits; "" when absent or null). */
+  cp_rule ctxpatch_baked_rule;
+  char ctxpatch_method[32];
+  char ctxpatch_fidelity[32];
+  int ctxpatch_certified;
+  char ctxpatch_certificate_sha256[65];
+
+  /* The file's bytes as parsed, NUL-terminated (owned), so a patch rewrites config.json from
+   * this parse instead of reading the file again. */
+  char *text;
+  size_t text_len;
+} cp_hf_config;
+
+/* Parses config.json at `path`. The caller frees with cp_hf_config_free. */
+int cp_hf_config_load(cp_hf_config **out, const char *path);
+/* Parses from memory; `what` names the source in error messages. */
+int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const char *what);
+void cp_hf_config_free(cp_hf_config *cfg);
+
+const char *cp_family_name(cp_family family);     /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2" */
+const char *cp_pos_scheme_name(cp_pos_scheme pos); /* "t5-buckets", "alibi", "rope", "fire", "learned" */
+/* Comma-separated list of supported model_type values, for error messages. */
+const char *cp_supported_families(void);
+
+#endif

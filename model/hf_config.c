@@ -1,0 +1,853 @@
+/* Hugging Face config.json -> cp_hf_config, parsed once and strictly into typed fields.
+ *
+ * Field names and defaults follow each family's HF config class (T5Config, BloomConfig,
+ * MptConfig + MptAttentionConfig, LlamaConfig, MistralConfig, GPTNeoXConfig, GPT2Config) and
+ * docs/fire-layout.md for ctxpatch_fire. Two deliberate departures from HF:
+ *  - the sizes that fix tensor shapes (vocab, width, depth, heads, FFN width, T5 d_kv) are
+ *    required: HF's class defaults for them are one arbitrary model's numbers, and silently
+ *    assuming them would only fail later, less clearly, against the weights;
+ *  - train_len is 0 when the config does not state it (no family default is assumed).
+ * A JSON null counts as absent (HF passes None on to the class default), except for special
+ * ids and Mistral's sliding_window, where null means "none".
+ */
+#include "ctxpatch/model/hf_config.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/hf_config_json.h"
+#include "model/rule_json.h"
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "base/json_strict.h"
+
+#define CFG_MAX_BYTES ((size_t)16 << 20) /* real configs are a few KiB; id2label maps stay far below */
+#define CFG_MAX_DEPTH 128
+#define CFG_INT_MAX 2147483647.0 /* sizes must fit a C int */
+
+typedef struct {
+  const char *what;   /* source name for messages */
+  const char *family; /* model_type, for "required for ..." messages */
+  const cJSON *root;  /* the parsed file; lives only while cp_hf_config_parse runs */
+} ctx_t;
+
+/* ---------- names ---------- */
+
+static const struct {
+  const char *model_type;
+  cp_family family;
+} k_model_types[] = {
+    {"t5", CP_FAMILY_T5},       {"bloom", CP_FAMILY_BLOOM},       {"mpt", CP_FAMILY_MPT},
+    {"llama", CP_FAMILY_LLAMA}, {"mistral", CP_FAMILY_LLAMA},     {"gpt_neox", CP_FAMILY_GPT_NEOX},
+    {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
+};
+
+/* architectures[0] -> model_type, used only when model_type is absent. */
+static const struct {
+  const char *arch;
+  const char *model_type;
+} k_archs[] = {
+    {"T5ForConditionalGeneration", "t5"}, {"T5WithLMHeadModel", "t5"}, /* t5-small's older name */
+    {"T5Model", "t5"},
+    {"BloomForCausalLM", "bloom"},        {"BloomModel", "bloom"},
+    {"MptForCausalLM", "mpt"},            {"MPTForCausalLM", "mpt"}, /* mosaicml remote code */
+    {"MptModel", "mpt"},
+    {"LlamaForCausalLM", "llama"},        {"LlamaModel", "llama"},
+    {"MistralForCausalLM", "mistral"},    {"MistralModel", "mistral"},
+    {"GPTNeoXForCausalLM", "gpt_neox"},   {"GPTNeoXModel", "gpt_neox"},
+    {"CtxpatchFireForCausalLM", "ctxpatch_fire"},
+    {"GPT2LMHeadModel", "gpt2"},          {"GPT2Model", "gpt2"},
+};
+
+const char *cp_supported_families(void) {
+  return "t5, bloom, mpt, llama, mistral, gpt_neox, ctxpatch_fire, gpt2";
+}
+
+const char *cp_family_name(cp_family family) {
+  switch (family) {
+    case CP_FAMILY_T5: return "t5";
+    case CP_FAMILY_BLOOM: return "bloom";
+    case CP_FAMILY_MPT: return "mpt";
+    case CP_FAMILY_LLAMA: return "llama";
+    case CP_FAMILY_GPT_NEOX: return "gpt_neox";
+    case CP_FAMILY_FIRE: return "fire";
+    case CP_FAMILY_GPT2: return "gpt2";
+    case CP_FAMILY_COUNT: break;
+  }
+  return "?";
+}
+
+const char *cp_pos_scheme_name(cp_pos_scheme pos) {
+  switch (pos) {
+    case CP_POS_T5_BUCKETS: return "t5-buckets";
+    case CP_POS_ALIBI: return "alibi";
+    case CP_POS_ROPE: return "rope";
+    case CP_POS_FIRE: return "fire";
+    case CP_POS_LEARNED: return "learned";
+  }
+  return "?";
+}
+
+/* ---------- field readers ---------- */
+
+static void describe(char *buf, size_t n, const cJSON *v) {
+  if (!v || cJSON_IsNull(v)) snprintf(buf, n, "null");
+  else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
+  else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+  else if (cJSON_IsString(v)) snprintf(buf, n, "a string");
+  else if (cJSON_IsArray(v)) snprintf(buf, n, "a list");
+  else snprintf(buf, n, "an object");
+}
+
+static int bad(const ctx_t *c, const char *label, const char *expect, const cJSON *got) {
+  char g[48];
+  describe(g, sizeof g, got);
+  return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': expected %s, got %s", c->what, label, expect, g);
+}
+
+static int missing(const ctx_t *c, const char *label) {
+  return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': missing (required for model_type %s)", c->what,
+                      label, c->family);
+}
+
+/* cJSON ends a string at a decoded \u0000, so "t5\u0000x" would read as "t5". The reader's copy
+ * of the text has each \u0000 escape turned into \uFFFF (same length), which decodes to this
+ * mark; identifiers and keys carrying it are refused. U+FFFF is a noncharacter: no real name
+ * has one. */
+#define NUL_MARK "\xEF\xBF\xBF"
+
+static int has_nul(const ctx_t *c, const char *label) {
+  return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': contains a NUL character (\\u0000) or U+FFFF", c->what, label);
+}
+
+/* A copy of text[0..len) with every \u0000 escape spelled \uFFFF. The text is well-formed JSON
+ * (scanned first), so every backslash starts an escape. */
+static char *mark_nuls(const char *text, size_t len) {
+  char *t = malloc(len + 1);
+  if (!t) return NULL;
+  if (len) memcpy(t, text, len);
+  t[len] = '\0';
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (t[i] != '\\') continue;
+    if (t[i + 1] == 'u' && i + 5 < len && !memcmp(t + i + 2, "0000", 4)) memcpy(t + i + 2, "FFFF", 4);
+    i++; /* the escaped character */
+  }
+  return t;
+}
+
+/* Refuses a key with a NUL anywhere in the tree (keys are names; a truncated one could read as
+ * another key). `path` names the parent for the message. */
+static int keys_without_nul(const ctx_t *c, const cJSON *v, const char *path) {
+  for (const cJSON *it = v->child; it; it = it->next) {
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", it->string ? it->string : "[]");
+    if (it->string && strstr(it->string, NUL_MARK)) return has_nul(c, sub);
+    int rc = keys_without_nul(c, it, sub);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Present and not null. */
+static const cJSON *field(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+/* `key` or its HF attribute_map alias; both present with different values is refused. */
+static int pick(const cJSON **out, const char **label, const ctx_t *c, const cJSON *obj,
+                const char *key, const char *alias) {
+  const cJSON *a = field(obj, key), *b = alias ? field(obj, alias) : NULL;
+  *out = a ? a : b;
+  *label = a || !b ? key : alias;
+  if (a && b && !cJSON_Compare(a, b, 1))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': disagrees with its alias '%s'", c->what, key,
+                        alias);
+  return 0;
+}
+
+static bool is_integer(const cJSON *v, double lo, double hi) {
+  if (!cJSON_IsNumber(v)) return false;
+  double d = v->valuedouble;
+  return isfinite(d) && d == floor(d) && d >= lo && d <= hi;
+}
+
+static int as_pos_int(int *out, const ctx_t *c, const cJSON *v, const char *label) {
+  if (!is_integer(v, 1, CFG_INT_MAX)) return bad(c, label, "a positive integer below 2^31", v);
+  *out = (int)v->valuedouble;
+  return 0;
+}
+
+static int req_int(int *out, const ctx_t *c, const cJSON *obj, const char *key, const char *alias) {
+  const cJSON *v;
+  const char *label;
+  int rc = pick(&v, &label, c, obj, key, alias);
+  if (rc) return rc;
+  if (!v) return missing(c, key);
+  return as_pos_int(out, c, v, label);
+}
+
+static int opt_int(int *out, const ctx_t *c, const cJSON *obj, const char *key, const char *alias,
+                   int def) {
+  const cJSON *v;
+  const char *label;
+  int rc = pick(&v, &label, c, obj, key, alias);
+  if (rc) return rc;
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  return as_pos_int(out, c, v, label);
+}
+
+/* A finite number in (lo, hi]. */
+static int opt_num(double *out, const ctx_t *c, const cJSON *obj, const char *key,
+                   const char *alias, const char *label_prefix, double def, double lo, double hi,
+                   const char *expect) {
+  const cJSON *v;
+  const char *label;
+  char full[96];
+  int rc = pick(&v, &label, c, obj, key, alias);
+  if (rc) return rc;
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  snprintf(full, sizeof full, "%s%s", label_prefix, label);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > lo) ||
+      !(v->valuedouble <= hi))
+    return bad(c, full, expect, v);
+  *out = v->valuedouble;
+  return 0;
+}
+
+static int opt_bool(bool *out, const ctx_t *c, const cJSON *obj, const char *key,
+                    const char *label, bool def) {
+  const cJSON *v = field(obj, key);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (!cJSON_IsBool(v)) return bad(c, label ? label : key, "true or false", v);
+  *out = cJSON_IsTrue(v);
+  return 0;
+}
+
+static int opt_str(char *buf, size_t size, const ctx_t *c, const cJSON *obj, const char *key,
+                   const char *label, const char *def) {
+  const cJSON *v = field(obj, key);
+  const char *s = def;
+  if (v) {
+    if (!cJSON_IsString(v) || !v->valuestring) return bad(c, label ? label : key, "a string", v);
+    s = v->valuestring;
+    if (strstr(s, NUL_MARK)) return has_nul(c, label ? label : key);
+  }
+  if (strlen(s) >= size)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': string longer than %zu bytes", c->what,
+                        label ? label : key, size - 1);
+  memcpy(buf, s, strlen(s) + 1);
+  return 0;
+}
+
+/* Special token id: absent -> def, null -> -1, integer >= -1, or a list (first entry). */
+static int opt_id(int *out, const ctx_t *c, const cJSON *obj, const char *key, int def) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (cJSON_IsArray(v)) v = v->child; /* e.g. eos_token_id: [128001, 128009] */
+  if (!v || cJSON_IsNull(v)) {
+    *out = -1;
+    return 0;
+  }
+  if (!is_integer(v, -1, CFG_INT_MAX)) return bad(c, key, "a token id (integer >= -1) or null", v);
+  *out = (int)v->valuedouble;
+  return 0;
+}
+
+/* train_len: the family's own key first, then the other spellings in the spec's order. */
+static int train_len(cp_hf_config *cfg, const ctx_t *c, const char *own) {
+  static const char *keys[] = {"n_positions", "max_position_embeddings", "max_seq_len",
+                               "seq_length"};
+  const cJSON *root = c->root;
+  const char *key = field(root, own) ? own : NULL;
+  for (size_t i = 0; !key && i < sizeof keys / sizeof keys[0]; i++)
+    if (field(root, keys[i])) key = keys[i];
+  cfg->train_len = 0;
+  cfg->train_len_key[0] = '\0';
+  if (!key) return 0;
+  int v = 0;
+  int rc = as_pos_int(&v, c, field(root, key), key);
+  if (rc) return rc;
+  cfg->train_len = v;
+  snprintf(cfg->train_len_key, sizeof cfg->train_len_key, "config.json %s", key);
+  return 0;
+}
+
+static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *rs = field(c->root, "rope_scaling");
+  cfg->rope_scaling_type[0] = '\0';
+  cfg->rope_scaling_factor = 1.0;
+  if (!rs) return 0;
+  if (!cJSON_IsObject(rs)) return bad(c, "rope_scaling", "an object or null", rs);
+  /* HF copies a legacy "type" over "rope_type". */
+  const char *key = field(rs, "type") ? "type" : "rope_type";
+  char label[32];
+  snprintf(label, sizeof label, "rope_scaling.%s", key);
+  if (!field(rs, key)) return missing(c, "rope_scaling.type");
+  int rc = opt_str(cfg->rope_scaling_type, sizeof cfg->rope_scaling_type, c, rs, key, label, "");
+  if (rc) return rc;
+  if (strcmp(cfg->rope_scaling_type, "default") == 0) { /* explicit "no scaling" */
+    cfg->rope_scaling_type[0] = '\0';
+    return 0;
+  }
+  if (!field(rs, "factor")) return missing(c, "rope_scaling.factor");
+  return opt_num(&cfg->rope_scaling_factor, c, rs, "factor", NULL, "rope_scaling.", 1.0, 0,
+                 INFINITY, "a positive number");
+}
+
+/* ---------- families ---------- */
+
+#define TRY(expr)          \
+  do {                     \
+    int rc_ = (expr);      \
+    if (rc_) return rc_;   \
+  } while (0)
+
+static int positive_eps(double *out, const ctx_t *c, const cJSON *obj, const char *key,
+                        double def) {
+  return opt_num(out, c, obj, key, NULL, "", def, 0, 1, "a number in (0, 1]");
+}
+
+/* d_head = d_model / n_heads, which HF requires to divide exactly. */
+static int split_heads(cp_hf_config *cfg, const ctx_t *c, const char *heads_key) {
+  if (cfg->d_model % cfg->n_heads != 0)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': %d heads do not divide the width %d",
+                        c->what, heads_key, cfg->n_heads, cfg->d_model);
+  cfg->d_head = cfg->d_model / cfg->n_heads;
+  return 0;
+}
+
+static int parse_t5(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_T5_BUCKETS;
+  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
+  TRY(req_int(&cfg->d_model, c, r, "d_model", "hidden_size"));
+  TRY(req_int(&cfg->n_layers, c, r, "num_layers", "num_hidden_layers"));
+  TRY(req_int(&cfg->n_heads, c, r, "num_heads", "num_attention_heads"));
+  TRY(req_int(&cfg->d_head, c, r, "d_kv", "head_dim"));
+  TRY(req_int(&cfg->d_ff, c, r, "d_ff", NULL));
+  TRY(opt_int(&cfg->n_decoder_layers, c, r, "num_decoder_layers", NULL, cfg->n_layers));
+  cfg->n_kv_heads = cfg->n_heads;
+  TRY(opt_int(&cfg->t5_num_buckets, c, r, "relative_attention_num_buckets", NULL, 32));
+  TRY(opt_int(&cfg->t5_max_distance, c, r, "relative_attention_max_distance", NULL, 128));
+  /* HF's bucket function divides by log(max_distance / max_exact), max_exact = buckets/2 in
+   * the decoder and buckets/4 in the encoder: both must be >= 1 and below max_distance. */
+  if (cfg->t5_num_buckets < 4)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'relative_attention_num_buckets': %d is below 4",
+                        c->what, cfg->t5_num_buckets);
+  if (cfg->t5_max_distance <= cfg->t5_num_buckets / 2)
+    return cp_error_set(CP_ECFG_FIELD,
+                        "%s: key 'relative_attention_max_distance': %d must exceed half the %d "
+                        "buckets",
+                        c->what, cfg->t5_max_distance, cfg->t5_num_buckets);
+  TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-6));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "feed_forward_proj", NULL, "relu"));
+  /* T5Config accepts "ACT" or "gated-ACT" only. */
+  const char *dash = strchr(cfg->activation, '-');
+  if (!cfg->activation[0] || (dash && (strncmp(cfg->activation, "gated-", 6) != 0 ||
+                                       strchr(dash + 1, '-') || !dash[1])))
+    return cp_error_set(CP_ECFG_FIELD,
+                        "%s: key 'feed_forward_proj': '%s' is not of the form ACT or gated-ACT",
+                        c->what, cfg->activation);
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(train_len(cfg, c, "n_positions"));
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 1));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 0));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  cfg->qkv_bias = false;
+  cfg->no_bias = true; /* T5 has no biases anywhere */
+  return 0;
+}
+
+/* The sizes BLOOM and GPT-2 spell alike (n_layer, n_head with their HF aliases) and the width
+ * under `width_key` / `width_alias`; d_head = width / n_head; *ff4 = 4 x width, their FFN width
+ * (GPT-2's n_inner default), checked for overflow. */
+static int n_sizes(cp_hf_config *cfg, int *ff4, const ctx_t *c, const char *width_key, const char *width_alias) {
+  const cJSON *r = c->root;
+  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
+  TRY(req_int(&cfg->d_model, c, r, width_key, width_alias));
+  TRY(req_int(&cfg->n_layers, c, r, "n_layer", "num_hidden_layers"));
+  TRY(req_int(&cfg->n_heads, c, r, "n_head", "num_attention_heads"));
+  cfg->n_kv_heads = cfg->n_heads;
+  TRY(split_heads(cfg, c, field(r, "n_head") ? "n_head" : "num_attention_heads"));
+  if ((double)cfg->d_model * 4 > CFG_INT_MAX)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': 4 x %d overflows the FFN width", c->what, width_key,
+                        cfg->d_model);
+  *ff4 = 4 * cfg->d_model;
+  return 0;
+}
+
+static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ALIBI;
+  /* BloomConfig: a given n_embed replaces hidden_size. */
+  TRY(n_sizes(cfg, &cfg->d_ff, c, "hidden_size", "n_embed"));
+  TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
+  snprintf(cfg->activation, sizeof cfg->activation, "gelu_pytorch_tanh"); /* BloomGelu */
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(train_len(cfg, c, "seq_length"));
+  cfg->alibi_bias_max = 8.0;
+  /* Read leniently, as the loader always has: anything but true counts as false. */
+  cfg->residual_post_layernorm =
+      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "apply_residual_connection_post_layernorm"));
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  cfg->qkv_bias = true;
+  cfg->no_bias = false;
+  return 0;
+}
+
+/* attn_config.softmax_scale and clip_qkv: a number must be positive; any other value (null, a
+ * string) means "none", as the loader has always read them. qk_ln counts only when true. */
+static int mpt_attn_scales(cp_hf_config *cfg, const ctx_t *c, const cJSON *ac) {
+  static const char *const keys[2] = {"softmax_scale", "clip_qkv"};
+  double *dst[2] = {&cfg->mpt_softmax_scale, &cfg->mpt_clip_qkv};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(ac, keys[i]);
+    *dst[i] = 0;
+    if (!cJSON_IsNumber(v)) continue;
+    if (!(v->valuedouble > 0) || !isfinite(v->valuedouble))
+      return cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.%s': expected a positive number", c->what,
+                          keys[i]);
+    *dst[i] = v->valuedouble;
+  }
+  cfg->mpt_qk_ln = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ac, "qk_ln"));
+  return 0;
+}
+
+static int parse_mpt(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ALIBI;
+  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
+  TRY(req_int(&cfg->d_model, c, r, "d_model", "hidden_size"));
+  TRY(req_int(&cfg->n_layers, c, r, "n_layers", "num_hidden_layers"));
+  TRY(req_int(&cfg->n_heads, c, r, "n_heads", "num_attention_heads"));
+  TRY(split_heads(cfg, c, field(r, "n_heads") ? "n_heads" : "num_attention_heads"));
+  double ratio;
+  TRY(opt_num(&ratio, c, r, "expansion_ratio", NULL, "", 4.0, 0, 1e6, "a positive number"));
+  double ff = floor(ratio * cfg->d_model);
+  if (ff < 1 || ff > CFG_INT_MAX)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'expansion_ratio': %g x %d is not a valid FFN width",
+                        c->what, ratio, cfg->d_model);
+  cfg->d_ff = (int)ff;
+
+  const cJSON *ac = field(r, "attn_config");
+  if (ac && !cJSON_IsObject(ac)) return bad(c, "attn_config", "an object", ac);
+  static const cJSON empty = {0};
+  if (!ac) ac = &empty; /* MptAttentionConfig() defaults */
+  bool alibi = true, rope = false;
+  /* HF's MptAttentionConfig defaults alibi to true (mosaicml's remote code to false, but its
+   * config.json files always spell it out). */
+  TRY(opt_bool(&alibi, c, ac, "alibi", "attn_config.alibi", true));
+  TRY(opt_bool(&rope, c, ac, "rope", "attn_config.rope", false));
+  if (!alibi || rope)
+    return cp_error_set(CP_ECFG_POSITION,
+                        "%s: key 'attn_config.alibi': %s: this MPT uses %s, not ALiBi alone; only "
+                        "ALiBi MPT checkpoints are supported",
+                        c->what, alibi ? "true" : "false",
+                        rope ? "rotary embeddings (attn_config.rope)"
+                             : "learned absolute position embeddings");
+  TRY(opt_num(&cfg->alibi_bias_max, c, ac, "alibi_bias_max", NULL, "attn_config.", 8.0, 0, 1e6,
+              "a positive number"));
+  char attn_type[40];
+  TRY(opt_str(attn_type, sizeof attn_type, c, ac, "attn_type", "attn_config.attn_type",
+              "multihead_attention"));
+  if (strcmp(attn_type, "multihead_attention") == 0) {
+    cfg->n_kv_heads = cfg->n_heads;
+  } else if (strcmp(attn_type, "multiquery_attention") == 0) {
+    cfg->n_kv_heads = 1;
+  } else if (strcmp(attn_type, "grouped_query_attention") == 0) {
+    const cJSON *kv = field(ac, "kv_n_heads");
+    if (!kv) return missing(c, "attn_config.kv_n_heads");
+    TRY(as_pos_int(&cfg->n_kv_heads, c, kv, "attn_config.kv_n_heads"));
+  } else {
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'attn_config.attn_type': unknown value '%s'",
+                        c->what, attn_type);
+  }
+  TRY(mpt_attn_scales(cfg, c, ac));
+  TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
+  snprintf(cfg->activation, sizeof cfg->activation, "gelu"); /* exact GELU in MptMLP */
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(train_len(cfg, c, "max_seq_len"));
+  TRY(opt_bool(&cfg->no_bias, c, r, "no_bias", NULL, true));
+  cfg->qkv_bias = !cfg->no_bias;
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", -1));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
+/* Llama-named body shared by llama, mistral and ctxpatch_fire. */
+static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_dim) {
+  const cJSON *r = c->root;
+  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
+  TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
+  TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
+  TRY(req_int(&cfg->n_heads, c, r, "num_attention_heads", NULL));
+  TRY(req_int(&cfg->d_ff, c, r, "intermediate_size", NULL));
+  TRY(opt_int(&cfg->n_kv_heads, c, r, "num_key_value_heads", NULL, cfg->n_heads));
+  if (allow_head_dim && field(r, "head_dim"))
+    TRY(as_pos_int(&cfg->d_head, c, field(r, "head_dim"), "head_dim"));
+  else
+    TRY(split_heads(cfg, c, "num_attention_heads"));
+  TRY(positive_eps(&cfg->norm_eps, c, r, "rms_norm_eps", 1e-6));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_act", NULL, "silu"));
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, false));
+  return train_len(cfg, c, "max_position_embeddings");
+}
+
+static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  bool mistral = strcmp(cfg->model_type, "mistral") == 0;
+  cfg->pos = CP_POS_ROPE;
+  TRY(parse_llama_body(cfg, c, true));
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY,
+              "a positive number"));
+  TRY(opt_num(&cfg->rotary_pct, c, r, "partial_rotary_factor", NULL, "", 1.0, 0, 1,
+              "a number in (0, 1]"));
+  TRY(rope_scaling(cfg, c));
+  bool attention_bias = false, mlp_bias = false;
+  TRY(opt_bool(&attention_bias, c, r, "attention_bias", NULL, false));
+  TRY(opt_bool(&mlp_bias, c, r, "mlp_bias", NULL, false));
+  cfg->qkv_bias = attention_bias;
+  cfg->no_bias = !attention_bias && !mlp_bias;
+  cfg->sliding_window = 0;
+  if (mistral) {
+    /* MistralConfig defaults to a 4096 window; an explicit null disables it. */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
+    if (!sw) cfg->sliding_window = 4096;
+    else if (!cJSON_IsNull(sw)) TRY(as_pos_int(&cfg->sliding_window, c, sw, "sliding_window"));
+  }
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
+static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ROPE;
+  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
+  TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
+  TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
+  TRY(req_int(&cfg->n_heads, c, r, "num_attention_heads", NULL));
+  TRY(req_int(&cfg->d_ff, c, r, "intermediate_size", NULL));
+  cfg->n_kv_heads = cfg->n_heads;
+  TRY(split_heads(cfg, c, "num_attention_heads"));
+  /* Newer transformers spell these partial_rotary_factor and rope_theta. */
+  TRY(opt_num(&cfg->rotary_pct, c, r, "rotary_pct", "partial_rotary_factor", "", 0.25, 0, 1,
+              "a number in (0, 1]"));
+  TRY(opt_num(&cfg->rope_theta, c, r, "rotary_emb_base", "rope_theta", "", 10000.0, 0, INFINITY,
+              "a positive number"));
+  TRY(rope_scaling(cfg, c));
+  TRY(opt_bool(&cfg->use_parallel_residual, c, r, "use_parallel_residual", NULL, true));
+  TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_eps", 1e-5));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_act", NULL, "gelu"));
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, false));
+  TRY(train_len(cfg, c, "max_position_embeddings"));
+  TRY(opt_bool(&cfg->qkv_bias, c, r, "attention_bias", NULL, true));
+  cfg->no_bias = false; /* LayerNorms and the MLP always carry biases */
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 0));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
+static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_FIRE;
+  TRY(parse_llama_body(cfg, c, false)); /* q and o are [D, D]: d_head = D / H */
+  /* docs/fire-layout.md requires L_train under this exact key (the other spellings would
+   * have been accepted by train_len). */
+  if (!field(r, "max_position_embeddings")) return missing(c, "max_position_embeddings");
+  TRY(opt_int(&cfg->fire_mlp_width, c, r, "fire_mlp_width", NULL, 32));
+  if (cfg->fire_mlp_width > CP_FIRE_MAX_WIDTH)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'fire_mlp_width': %d is above %d", c->what, cfg->fire_mlp_width,
+                        CP_FIRE_MAX_WIDTH);
+  TRY(opt_int(&cfg->fire_mlp_layers, c, r, "fire_mlp_layers", NULL, 1));
+  if (cfg->fire_mlp_layers > 2)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'fire_mlp_layers': expected 1 or 2, got %d", c->what,
+                        cfg->fire_mlp_layers);
+  TRY(opt_bool(&cfg->fire_shared, c, r, "fire_shared", NULL, false));
+  TRY(opt_num(&cfg->fire_c_init, c, r, "fire_c_init", NULL, "", 1.0, 0, INFINITY,
+              "a positive number"));
+  TRY(opt_num(&cfg->fire_threshold, c, r, "fire_threshold", NULL, "", (double)cfg->train_len, 0,
+              INFINITY, "a positive number"));
+  cfg->qkv_bias = false;
+  cfg->no_bias = true;
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", -1));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
+/* GPT2Config. n_positions is required like the other sizes: it is the row count of the learned
+ * position table wpe, and no position past it has an embedding. n_inner null means 4 n_embd. */
+static int parse_gpt2(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_LEARNED;
+  int ff4, n_pos;
+  TRY(n_sizes(cfg, &ff4, c, "n_embd", "hidden_size"));
+  TRY(req_int(&n_pos, c, r, "n_positions", "max_position_embeddings"));
+  cfg->train_len = n_pos;
+  snprintf(cfg->train_len_key, sizeof cfg->train_len_key, "config.json %s",
+           field(r, "n_positions") ? "n_positions" : "max_position_embeddings");
+  TRY(opt_int(&cfg->d_ff, c, r, "n_inner", NULL, ff4));
+  TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_epsilon", 1e-5));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "activation_function", NULL, "gelu_new"));
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(opt_bool(&cfg->scale_attn_weights, c, r, "scale_attn_weights", NULL, true));
+  TRY(opt_bool(&cfg->scale_attn_inverse_layer, c, r, "scale_attn_by_inverse_layer_idx", NULL, false));
+  bool ignored, cross;
+  TRY(opt_bool(&ignored, c, r, "reorder_and_upcast_attn", NULL, false));
+  TRY(opt_bool(&cross, c, r, "add_cross_attention", NULL, false));
+  if (cross)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'add_cross_attention': true is not supported (a GPT-2 with "
+                        "cross-attention is an encoder-decoder's decoder)", c->what);
+  cfg->qkv_bias = true;
+  cfg->no_bias = false; /* Conv1D layers and LayerNorms all carry biases */
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 50256));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50256));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
+/* ctxpatch.KEY as a string of fewer than `size` bytes into out ("" when absent; null too when
+ * null_ok); hex: exactly 64 hex digits. */
+static int ctxpatch_string(char *out, size_t size, const cJSON *block, const char *key, bool null_ok, bool hex,
+                           const ctx_t *c) {
+  out[0] = '\0';
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(block, key);
+  if (!v || (null_ok && cJSON_IsNull(v))) return 0;
+  size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+  bool good = cJSON_IsString(v) && n < size && (!hex || n == 64);
+  for (size_t i = 0; good && hex && i < n; i++) good = strchr("0123456789abcdef", v->valuestring[i]) != NULL;
+  if (!good)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch.%s': expected %s", c->what, key,
+                        hex ? "64 lowercase hex digits or null" : "a short string");
+  memcpy(out, v->valuestring, n + 1);
+  return 0;
+}
+
+/* ctxpatch.KEY as a rule (the identity when absent or null). */
+static int ctxpatch_rule(cp_rule *out, const cJSON *block, const char *key, const ctx_t *c) {
+  cp_rule_init(out);
+  const cJSON *rule = cJSON_GetObjectItemCaseSensitive(block, key);
+  if (!rule || cJSON_IsNull(rule)) return 0;
+  char what[600];
+  snprintf(what, sizeof what, "%s: key 'ctxpatch.%s'", c->what, key);
+  return cp_rule_from_json(out, rule, what);
+}
+
+/* "ctxpatch": {"rule": {...}, "baked_rule": {...}, "method", "fidelity", "certified",
+ * "certificate_sha256", ...} of a patched artifact (include/ctxpatch/patchers/patch.h). */
+static int ctxpatch_block(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *block = cJSON_GetObjectItemCaseSensitive(c->root, "ctxpatch");
+  cp_rule_init(&cfg->ctxpatch_rule);
+  cp_rule_init(&cfg->ctxpatch_baked_rule);
+  cfg->ctxpatch_certified = -1;
+  if (!block) return 0;
+  if (!cJSON_IsObject(block))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch': expected an object", c->what);
+  cfg->has_ctxpatch = true;
+  const cJSON *cert = cJSON_GetObjectItemCaseSensitive(block, "certified");
+  if (cert && !cJSON_IsBool(cert))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch.certified': expected true or false", c->what);
+  if (cert) cfg->ctxpatch_certified = cJSON_IsTrue(cert);
+  int rc;
+  if ((rc = ctxpatch_string(cfg->ctxpatch_method, sizeof cfg->ctxpatch_method, block, "method", false, false, c)) ||
+      (rc = ctxpatch_string(cfg->ctxpatch_fidelity, sizeof cfg->ctxpatch_fidelity, block, "fidelity", false, false, c)) ||
+      (rc = ctxpatch_string(cfg->ctxpatch_certificate_sha256, sizeof cfg->ctxpatch_certificate_sha256, block,
+                            "certificate_sha256", true, true, c)) ||
+      (rc = ctxpatch_rule(&cfg->ctxpatch_baked_rule, block, "baked_rule", c)))
+    return rc;
+  return ctxpatch_rule(&cfg->ctxpatch_rule, block, "rule", c);
+}
+
+/* Checks shared by every family once the numbers are in. */
+static int check_shapes(const cp_hf_config *cfg, const ctx_t *c) {
+  const char *kv_key = cfg->family == CP_FAMILY_MPT ? "attn_config.kv_n_heads" : "num_key_value_heads";
+  if (cfg->n_kv_heads > cfg->n_heads || cfg->n_heads % cfg->n_kv_heads != 0)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': %d key/value heads do not divide %d heads",
+                        c->what, kv_key, cfg->n_kv_heads, cfg->n_heads);
+  if ((double)cfg->n_heads * cfg->d_head > CFG_INT_MAX)
+    return cp_error_set(CP_ECFG_FIELD, "%s: %d heads x %d head width overflows", c->what,
+                        cfg->n_heads, cfg->d_head);
+  return 0;
+}
+
+static int detect_family(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  const cJSON *mt = field(r, "model_type"), *ar = field(r, "architectures");
+  if (mt && !cJSON_IsString(mt)) return bad(c, "model_type", "a string", mt);
+  if (mt && strstr(mt->valuestring, NUL_MARK)) return has_nul(c, "model_type");
+  int rc = keys_without_nul(c, r, "");
+  if (rc) return rc;
+  if (ar) {
+    if (!cJSON_IsArray(ar)) return bad(c, "architectures", "a list of strings", ar);
+    if (ar->child) {
+      const cJSON *a0 = ar->child;
+      if (!cJSON_IsString(a0) || !a0->valuestring) return bad(c, "architectures[0]", "a string", a0);
+      for (const cJSON *a = a0; a; a = a->next)
+        if (cJSON_IsString(a) && strstr(a->valuestring, NUL_MARK)) return has_nul(c, "architectures");
+      if (strlen(a0->valuestring) >= sizeof cfg->architecture)
+        return cp_error_set(CP_ECFG_FIELD, "%s: key 'architectures[0]': longer than %zu bytes",
+                            c->what, sizeof cfg->architecture - 1);
+      memcpy(cfg->architecture, a0->valuestring, strlen(a0->valuestring) + 1);
+    }
+  }
+  const char *arch_type = NULL; /* model_type implied by a known architecture */
+  for (size_t i = 0; cfg->architecture[0] && i < sizeof k_archs / sizeof k_archs[0]; i++)
+    if (strcmp(cfg->architecture, k_archs[i].arch) == 0) arch_type = k_archs[i].model_type;
+
+  const char *type = mt ? mt->valuestring : arch_type;
+  if (!type) {
+    if (cfg->architecture[0])
+      return cp_error_set(CP_ECFG_FAMILY,
+                          "%s: no 'model_type', and architectures[0] '%.127s' is not a supported "
+                          "architecture (supported model_type values: %s)",
+                          c->what, cfg->architecture, cp_supported_families());
+    return cp_error_set(CP_ECFG_FAMILY,
+                        "%s: neither 'model_type' nor 'architectures' names the model family "
+                        "(supported model_type values: %s)",
+                        c->what, cp_supported_families());
+  }
+  for (size_t i = 0; i < sizeof k_model_types / sizeof k_model_types[0]; i++) {
+    if (strcmp(type, k_model_types[i].model_type) != 0) continue;
+    cfg->family = k_model_types[i].family;
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", type);
+    /* A known architecture of another family means the file was assembled wrongly. */
+    if (arch_type) {
+      for (size_t j = 0; j < sizeof k_model_types / sizeof k_model_types[0]; j++)
+        if (strcmp(arch_type, k_model_types[j].model_type) == 0 &&
+            k_model_types[j].family != cfg->family)
+          return cp_error_set(CP_ECFG_FAMILY,
+                              "%s: key 'model_type': '%s' disagrees with architectures[0] '%s'",
+                              c->what, type, cfg->architecture);
+    }
+    return 0;
+  }
+  return cp_error_set(CP_ECFG_FAMILY,
+                      "%s: key 'model_type': unsupported model type '%.63s' (supported: %s)",
+                      c->what, type, cp_supported_families());
+}
+
+/* ---------- entry points ---------- */
+
+/* The family's fields, then the checks every family shares. */
+static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
+  int rc = detect_family(cfg, c);
+  if (rc) return rc;
+  c->family = cfg->model_type;
+  switch (cfg->family) {
+    case CP_FAMILY_T5: rc = parse_t5(cfg, c); break;
+    case CP_FAMILY_BLOOM: rc = parse_bloom(cfg, c); break;
+    case CP_FAMILY_MPT: rc = parse_mpt(cfg, c); break;
+    case CP_FAMILY_LLAMA: rc = parse_llama(cfg, c); break;
+    case CP_FAMILY_GPT_NEOX: rc = parse_gpt_neox(cfg, c); break;
+    case CP_FAMILY_FIRE: rc = parse_fire(cfg, c); break;
+    case CP_FAMILY_GPT2: rc = parse_gpt2(cfg, c); break;
+    case CP_FAMILY_COUNT: assert(0); break;
+  }
+  if (rc) return rc;
+  if ((rc = check_shapes(cfg, c))) return rc;
+  if (cfg->pos == CP_POS_ROPE) {
+    /* HF: rotary dims = int(head_dim * fraction); the rotate-half layout needs an even,
+     * non-zero count. */
+    cfg->rotary_dims = (int)floor(cfg->d_head * cfg->rotary_pct);
+    if (cfg->rotary_dims < 2 || cfg->rotary_dims % 2 != 0)
+      return cp_error_set(CP_ECFG_FIELD,
+                          "%s: key '%s': %g of head width %d gives %d rotary dims (need an even "
+                          "number >= 2)",
+                          c->what, cfg->family == CP_FAMILY_GPT_NEOX ? "rotary_pct" : "partial_rotary_factor",
+                          cfg->rotary_pct, cfg->d_head, cfg->rotary_dims);
+  }
+  return ctxpatch_block(cfg, c);
+}
+
+static int parse_tree(cJSON **out, const char *text, size_t len, const char *what) {
+  int rc = cp_json_parse_strict(out, text ? text : "", len, what, CFG_MAX_DEPTH, CP_ECFG_JSON,
+                                CP_ECFG_JSON, CP_ECFG_DUPLICATE_KEY, CP_ECFG_DEPTH);
+  if (rc == 0 && !cJSON_IsObject(*out))
+    rc = cp_error_set(CP_ECFG_JSON, "%s: offset 0: top level is not a JSON object", what);
+  return rc;
+}
+
+int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const char *what) {
+  assert(out && (text || len == 0) && what);
+  *out = NULL;
+  cJSON *root = NULL;
+  cp_hf_config *cfg = NULL;
+  char *marked = text ? mark_nuls(text, len) : NULL;
+  if (text && !marked) return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  int rc = parse_tree(&root, marked, len, what);
+  if (rc) goto done;
+  cfg = calloc(1, sizeof *cfg);
+  CP_CHECK_ALLOC_GOTO(cfg, what);
+  cfg->text = malloc(len + 1);
+  CP_CHECK_ALLOC_GOTO(cfg->text, what);
+  if (len) memcpy(cfg->text, text, len);
+  cfg->text[len] = '\0';
+  cfg->text_len = len;
+  /* Fields a family does not use keep these neutral values. */
+  cfg->rotary_pct = 1.0;
+  cfg->rope_scaling_factor = 1.0;
+  cfg->bos_token_id = cfg->eos_token_id = cfg->pad_token_id = cfg->decoder_start_token_id = -1;
+  ctx_t c = {what, "", root};
+  if ((rc = parse_fields(cfg, &c))) goto done;
+  *out = cfg;
+  cfg = NULL;
+done:
+  free(marked);
+  cJSON_Delete(root);
+  cp_hf_config_free(cfg);
+  return rc;
+}
+
+int cp_hf_config_json(cJSON **out, const cp_hf_config *cfg) {
+  *out = NULL;
+  return parse_tree(out, cfg->text, cfg->text_len, "config.json");
+}
+
+int cp_hf_config_load(cp_hf_config **out, const char *path) {
+  assert(out && path);
+  *out = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  int rc = cp_read_file(&text, &len, path, CFG_MAX_BYTES);
+  if (rc) goto done;
+  rc = cp_hf_config_parse(out, text, len, path);
+done:
+  free(text);
+  return rc;
+}
+
+void cp_hf_config_free(cp_hf_config *cfg) {
+  if (!cfg) return;
+  free(cfg->text);
+  free(cfg);
+}
