@@ -9,10 +9,10 @@
 #include "ctxpatch/base/version.h"
 
 static const cli_command commands[] = {
-    {"inspect", "describe a checkpoint: format, architecture, positional scheme, tensors", cmd_inspect},
-    {"convert", "convert a PyTorch zip or safetensors checkpoint to (sharded) safetensors", cmd_convert},
-    {"forward", "run the CPU reference engine: logits, attention statistics, greedy decoding", cmd_forward},
-    {"patch", "bake a length-extrapolation patch into an HF artifact, certified before it is written", cmd_patch},
+    {"inspect", "describe a checkpoint or ONNX graph: format, family, positional scheme, tensors", cmd_inspect},
+    {"convert", "convert a checkpoint (safetensors, PyTorch zip, GGUF, ONNX) to safetensors, ONNX, GGUF", cmd_convert},
+    {"forward", "run the engine (CPU, or --device cuda): logits, attention statistics, greedy decoding", cmd_forward},
+    {"patch", "bake a length-extrapolation patch, certified before it is written (HF folder, ONNX, GGUF)", cmd_patch},
     {"verify", "run long retrieval probes, baseline side by side; certificate and HTML report", cmd_verify},
     {"tokenize", "encode text to token ids (or decode ids) with a model's tokenizer", cmd_tokenize},
     {"calibrate", "find the softmax temperature per length (Algorithm 1, Props. 1-2, log baseline)", cmd_calibrate},

@@ -16,8 +16,9 @@
  * Y, ldc) with fp32 data and CUBLAS_COMPUTE_32F (no TF32: the CPU engine is the oracle).
  *
  * Not (yet) on the device, and said so: the non-finite checks of q, k and v (only the logits are
- * checked, on the host); overlapping streams for the two sides of a certification; weights in a
- * stored 16-bit dtype (the model holds float32 today). */
+ * checked, on the host); overlapping streams for the two sides of a certification; weights in their
+ * stored dtype (the host model keeps F16/BF16 and GGUF quant blocks as stored; upload_widened widens
+ * them to float32 on the way up, so the device holds float32 for the fp32 GEMMs). */
 #include <assert.h>
 #include <limits.h>
 #include <math.h>
