@@ -319,44 +319,62 @@ done:
 
 /* ---------------------------------------------------------------- stacks */
 
+/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h): the slots are
+ * b->x, b->h and b->tmp. */
+typedef struct {
+  cp_engine *e;
+  const cp_stack *st;
+  int l;
+  cp_attn_kind kind;
+  int64_t n, q_off, last_prompt_row;
+  kv_t *kv;
+  const cross_t *cross;
+  bufs_t *b;
+} layer_ctx;
+
+static float *slot(const layer_ctx *c, cp_slot s) { return s == CP_SLOT_X ? c->b->x : s == CP_SLOT_H ? c->b->h : c->b->tmp; }
+
+static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  const cp_layer *ly = &c->st->layers[c->l];
+  const cp_norm_weights *w = which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm;
+  cp_ops_norm_rows(c->e->pool, c->e->m, w, slot(c, src), slot(c, dst), c->n);
+  return 0;
+}
+static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  return attention_module(c->e, c->st, c->l, cross ? CP_ATTN_CROSS : c->kind, slot(c, src), c->n, c->q_off,
+                          cross ? NULL : c->kv, cross ? c->cross : NULL, c->last_prompt_row, c->b, slot(c, dst));
+}
+static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
+  layer_ctx *c = ctx;
+  float *y = slot(c, dst);
+  const float *u = slot(c, a), *v = slot(c, b);
+  for (size_t i = 0; i < (size_t)c->n * (size_t)c->e->m->d_model; i++) y[i] = u[i] + v[i];
+  return 0;
+}
+static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  memcpy(slot(c, dst), slot(c, src), (size_t)c->n * (size_t)c->e->m->d_model * sizeof(float));
+  return 0;
+}
+static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  cp_ops_ffn(c->e->pool, c->e->m, &c->st->layers[c->l], slot(c, src), slot(c, dst), c->n, c->b->up, c->b->gate);
+  return 0;
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+
 /* Runs the layers of `st` over x [n, D] in place. kvs: one cache per layer, or (shared) one
  * scratch cache reused by every layer when `shared_kv`. */
 static int run_stack(cp_engine *e, const cp_stack *st, cp_attn_kind kind, int64_t n, int64_t q_off, kv_t *kvs,
                      bool shared_kv, const cross_t *cross, int64_t last_prompt_row, bufs_t *b) {
-  const cp_model *m = e->m;
-  const size_t D = (size_t)m->d_model;
   int rc = 0;
-  for (int l = 0; l < st->n_layers; l++) {
-    const cp_layer *ly = &st->layers[l];
-    kv_t *kv = shared_kv ? kvs : &kvs[l];
-    cp_ops_norm_rows(e->pool, e->m, &ly->attn_norm, b->x, b->h, n);
-    if ((rc = attention_module(e, st, l, kind, b->h, n, q_off, kv, NULL, last_prompt_row, b, b->tmp))) return rc;
-    if (m->parallel_residual) {
-      /* GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) */
-      cp_ops_norm_rows(e->pool, e->m, &ly->ffn_norm, b->x, b->h, n);
-      for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
-      cp_ops_ffn(e->pool, e->m, ly, b->h, b->x, n, b->up, b->gate);
-      continue;
-    }
-    if (m->residual_from_norm) {
-      /* BLOOM apply_residual_connection_post_layernorm: the residual is the normed input. */
-      for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] = b->h[i] + b->tmp[i];
-      cp_ops_norm_rows(e->pool, e->m, &ly->ffn_norm, b->x, b->h, n);
-      memcpy(b->x, b->h, (size_t)n * D * sizeof *b->x);
-      cp_ops_ffn(e->pool, e->m, ly, b->h, b->x, n, b->up, b->gate);
-      continue;
-    }
-    for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
-    if (cross) {
-      cp_ops_norm_rows(e->pool, e->m, &ly->cross_norm, b->x, b->h, n);
-      if ((rc = attention_module(e, st, l, CP_ATTN_CROSS, b->h, n, q_off, NULL, cross, last_prompt_row, b, b->tmp)))
-        return rc;
-      for (size_t i = 0; i < (size_t)n * D; i++) b->x[i] += b->tmp[i];
-    }
-    cp_ops_norm_rows(e->pool, e->m, &ly->ffn_norm, b->x, b->h, n);
-    cp_ops_ffn(e->pool, e->m, ly, b->h, b->x, n, b->up, b->gate);
+  for (int l = 0; l < st->n_layers && rc == 0; l++) {
+    layer_ctx c = {e, st, l, kind, n, q_off, last_prompt_row, shared_kv ? kvs : &kvs[l], cross, b};
+    rc = cp_layer_run(&k_layer_ops, &c, cp_model_residual(e->m), cross != NULL);
   }
-  return 0;
+  return rc;
 }
 
 /* x [n, D] = the embeddings of ids [n], plus the learned position rows q_off .. q_off+n-1 when

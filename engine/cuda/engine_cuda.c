@@ -461,42 +461,58 @@ done:
 
 /* ---------------------------------------------------------------- stacks */
 
+/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h), as in
+ * engine_cpu.c: the slots are the device buffers b->x, b->h and b->tmp. */
+typedef struct {
+  cp_device_engine *d;
+  const cp_stack *st;
+  const dstack *ds;
+  int l;
+  cp_attn_kind kind;
+  int64_t n, q_off, last_prompt_row;
+  dkv *kv;
+  const dcross *cross;
+  dbufs *b;
+  bool collect;
+} layer_ctx;
+
+static float *slot(const layer_ctx *c, cp_slot s) { return s == CP_SLOT_X ? c->b->x : s == CP_SLOT_H ? c->b->h : c->b->tmp; }
+
+static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  const dlayer *ly = &c->ds->layers[c->l];
+  return norm_rows(c->d, which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm,
+                   slot(c, src), slot(c, dst), c->n);
+}
+static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  return attention_module(c->d, c->st, c->ds, c->l, cross ? CP_ATTN_CROSS : c->kind, slot(c, src), c->n, c->q_off,
+                          cross ? NULL : c->kv, cross ? c->cross : NULL, c->last_prompt_row, c->b, slot(c, dst), c->collect);
+}
+static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
+  layer_ctx *c = ctx;
+  return add(c->d, slot(c, dst), slot(c, a), slot(c, b), c->n * c->d->m->d_model);
+}
+static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  return dcopy(c->d, slot(c, dst), slot(c, src), (size_t)(c->n * c->d->m->d_model) * sizeof(float));
+}
+static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  return ffn(c->d, &c->ds->layers[c->l], slot(c, src), slot(c, dst), c->n, c->b);
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+
 /* As run_stack of engine_cpu.c. */
 static int run_stack(cp_device_engine *d, const cp_stack *st, const dstack *ds, cp_attn_kind kind, int64_t n,
                      int64_t q_off, dkv *kvs, bool shared_kv, const dcross *cross, int64_t last_prompt_row, dbufs *b,
                      bool collect) {
-  const cp_model *m = d->m;
-  const int64_t nd = n * m->d_model;
   int rc = 0;
-  for (int l = 0; l < st->n_layers; l++) {
-    const dlayer *ly = &ds->layers[l];
-    dkv *kv = shared_kv ? kvs : &kvs[l];
-    if ((rc = norm_rows(d, &ly->attn_norm, b->x, b->h, n)) ||
-        (rc = attention_module(d, st, ds, l, kind, b->h, n, q_off, kv, NULL, last_prompt_row, b, b->tmp, collect)))
-      return rc;
-    if (m->parallel_residual) {
-      if ((rc = norm_rows(d, &ly->ffn_norm, b->x, b->h, n)) || (rc = add(d, b->x, b->x, b->tmp, nd)) ||
-          (rc = ffn(d, ly, b->h, b->x, n, b)))
-        return rc;
-      continue;
-    }
-    if (m->residual_from_norm) {
-      if ((rc = add(d, b->x, b->h, b->tmp, nd)) || (rc = norm_rows(d, &ly->ffn_norm, b->x, b->h, n)) ||
-          (rc = dcopy(d, b->x, b->h, (size_t)nd * sizeof(float))) || (rc = ffn(d, ly, b->h, b->x, n, b)))
-        return rc;
-      continue;
-    }
-    if ((rc = add(d, b->x, b->x, b->tmp, nd))) return rc;
-    if (cross) {
-      if ((rc = norm_rows(d, &ly->cross_norm, b->x, b->h, n)) ||
-          (rc = attention_module(d, st, ds, l, CP_ATTN_CROSS, b->h, n, q_off, NULL, cross, last_prompt_row, b, b->tmp,
-                                 collect)) ||
-          (rc = add(d, b->x, b->x, b->tmp, nd)))
-        return rc;
-    }
-    if ((rc = norm_rows(d, &ly->ffn_norm, b->x, b->h, n)) || (rc = ffn(d, ly, b->h, b->x, n, b))) return rc;
+  for (int l = 0; l < st->n_layers && rc == 0; l++) {
+    layer_ctx c = {d, st, ds, l, kind, n, q_off, last_prompt_row, shared_kv ? kvs : &kvs[l], cross, b, collect};
+    rc = cp_layer_run(&k_layer_ops, &c, cp_model_residual(d->m), cross != NULL);
   }
-  return 0;
+  return rc;
 }
 
 /* b->x [n, D] = embeddings of ids [n] (host, checked by the owner) at positions q_off.. */

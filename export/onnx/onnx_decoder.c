@@ -137,25 +137,55 @@ static const char *attention(dec_t *d, int l, const char *h, const char *prefix)
 
 /* ---------------------------------------------------------------- blocks */
 
-/* One layer over x [B, S, D], with the engine's three residual layouts (run_stack). */
+/* One layer's graph values for the residual layout's ops (ctxpatch/model/layer_layout.h): the
+ * slots are node output names. */
+typedef struct {
+  dec_t *d;
+  int l;
+  char prefix[64];
+  const char *v[3];
+} layer_ctx;
+
+static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  const cp_model *m = c->d->m;
+  const cp_layer *ly = &m->decoder.layers[c->l];
+  char name[96];
+  snprintf(name, sizeof name, "%s.%s", c->prefix, which == CP_LAYER_NORM_ATTN ? "attn_norm" : "ffn_norm");
+  c->v[dst] = cp_og_norm(c->d->g, c->v[src], which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : &ly->ffn_norm, m->norm,
+                         m->norm_eps, m->d_model, name);
+  return 0;
+}
+static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  (void)cross; /* decoder-only graphs have no cross-attention (T5 is onnx_t5.c) */
+  c->v[dst] = attention(c->d, c->l, c->v[src], c->prefix);
+  return 0;
+}
+static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
+  layer_ctx *c = ctx;
+  c->v[dst] = cp_og_op2(c->d->g, "Add", c->v[a], c->v[b]);
+  return 0;
+}
+static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  c->v[dst] = c->v[src];
+  return 0;
+}
+static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  const char *f = cp_og_ffn(c->d->g, c->d->m, &c->d->m->decoder.layers[c->l], c->v[src], c->prefix);
+  c->v[dst] = cp_og_op2(c->d->g, "Add", c->v[dst], f);
+  return 0;
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+
+/* One layer over x [B, S, D] in the model's residual layout, as the engines run it. */
 static const char *layer(dec_t *d, int l, const char *x) {
-  const cp_model *m = d->m;
-  const cp_layer *ly = &m->decoder.layers[l];
-  cp_og *g = d->g;
-  char prefix[64], name[96];
-  snprintf(prefix, sizeof prefix, "model.layers.%d", l);
-  snprintf(name, sizeof name, "%s.attn_norm", prefix);
-  const char *h = cp_og_norm(g, x, &ly->attn_norm, m->norm, m->norm_eps, m->d_model, name);
-  const char *a = attention(d, l, h, prefix);
-  snprintf(name, sizeof name, "%s.ffn_norm", prefix);
-  if (m->parallel_residual) { /* GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)) */
-    const char *h2 = cp_og_norm(g, x, &ly->ffn_norm, m->norm, m->norm_eps, m->d_model, name);
-    return cp_og_op2(g, "Add", cp_og_op2(g, "Add", x, a), cp_og_ffn(g, m, ly, h2, prefix));
-  }
-  /* BLOOM apply_residual_connection_post_layernorm: the residuals are the normed inputs. */
-  x = cp_og_op2(g, "Add", m->residual_from_norm ? h : x, a);
-  h = cp_og_norm(g, x, &ly->ffn_norm, m->norm, m->norm_eps, m->d_model, name);
-  return cp_og_op2(g, "Add", m->residual_from_norm ? h : x, cp_og_ffn(g, m, ly, h, prefix));
+  layer_ctx c = {.d = d, .l = l, .v = {x}};
+  snprintf(c.prefix, sizeof c.prefix, "model.layers.%d", l);
+  (void)cp_layer_run(&k_layer_ops, &c, cp_model_residual(d->m), false); /* graph errors stay in the builder */
+  return c.v[CP_SLOT_X];
 }
 
 /* Final norm and output head: logits [B, S, V] by Gemm against the [V, D] head (the embedding

@@ -151,6 +151,89 @@ static const char *key_mask(cp_og *g, const char *mask) {
   return cp_og_cast(g, cp_og_unsqueeze(g, mask, ax12, 2), CP_OG_BOOL);
 }
 
+/* The cache of layer l, slot w (KV_NAMES): concat(kept past, now) on the position axis. */
+static const char *cache(t5_t *t, int l, int w, const char *now) {
+  int64_t zero = 0;
+  const char *keep = w < 2 ? t->keep_dec : t->keep_enc;
+  const char *kept = slice_axis(t->g, t->past[l * 4 + w], cp_og_i64s(t->g, &zero, 1), keep, 2);
+  return t->present[l * 4 + w] = cp_og_concat(t->g, kept, now, 2);
+}
+
+/* ---------------------------------------------------------------- layers */
+
+/* One T5 layer's graph values for the residual layout's ops (ctxpatch/model/layer_layout.h): the
+ * slots are node output names; the decoder's self-attention keys and values go through its cache. */
+typedef struct {
+  t5_t *t;
+  const cp_layer *ly;
+  int l;
+  bool decoder;
+  char p[64];
+  const char *v[3];
+} layer_ctx;
+
+static const char *part(cp_layer_norm which) {
+  return which == CP_LAYER_NORM_ATTN ? "self_attn" : which == CP_LAYER_NORM_CROSS ? "cross_attn" : "mlp";
+}
+
+static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  char pa[80];
+  snprintf(pa, sizeof pa, "%s.%s", c->p, part(which));
+  const cp_norm_weights *w =
+      which == CP_LAYER_NORM_ATTN ? &c->ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &c->ly->cross_norm : &c->ly->ffn_norm;
+  c->v[dst] = norm(c->t, c->v[src], w, pa);
+  return 0;
+}
+static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  t5_t *t = c->t;
+  const cp_layer *ly = c->ly;
+  const char *h = c->v[src];
+  char pa[80];
+  snprintf(pa, sizeof pa, "%s.%s", c->p, part(cross ? CP_LAYER_NORM_CROSS : CP_LAYER_NORM_ATTN));
+  if (cross) {
+    const char *q = heads(t, h, &ly->cq, pa, "q");
+    const char *k = cache(t, c->l, 2, heads(t, t->enc_rest, &ly->ck, pa, "k"));
+    const char *v = cache(t, c->l, 3, heads(t, t->enc_rest, &ly->cv, pa, "v"));
+    c->v[dst] = attend(t, c->l, CP_ATTN_CROSS, q, k, v, &ly->co, pa);
+  } else if (c->decoder) {
+    const char *q = heads(t, h, &ly->q, pa, "q");
+    const char *k = cache(t, c->l, 0, heads(t, h, &ly->k, pa, "k")), *v = cache(t, c->l, 1, heads(t, h, &ly->v, pa, "v"));
+    c->v[dst] = attend(t, c->l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o, pa);
+  } else {
+    const char *q = heads(t, h, &ly->q, pa, "q"), *k = heads(t, h, &ly->k, pa, "k");
+    const char *v = heads(t, h, &ly->v, pa, "v");
+    c->v[dst] = attend(t, c->l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa);
+  }
+  return 0;
+}
+static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
+  layer_ctx *c = ctx;
+  c->v[dst] = cp_og_op2(c->t->g, "Add", c->v[a], c->v[b]);
+  return 0;
+}
+static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  c->v[dst] = c->v[src];
+  return 0;
+}
+static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
+  layer_ctx *c = ctx;
+  c->v[dst] = cp_og_op2(c->t->g, "Add", c->v[dst], cp_og_ffn(c->t->g, c->t->m, c->ly, c->v[src], c->p));
+  return 0;
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+
+/* Layer l of the encoder or decoder stack over x, pre-norm (the decoder's with cross-attention). */
+static const char *t5_layer(t5_t *t, int l, bool decoder, const char *x) {
+  const cp_stack *st = decoder ? &t->m->decoder : &t->m->encoder;
+  layer_ctx c = {.t = t, .ly = &st->layers[l], .l = l, .decoder = decoder, .v = {x}};
+  snprintf(c.p, sizeof c.p, "%s.block.%d", decoder ? "decoder" : "encoder", l);
+  (void)cp_layer_run(&k_layer_ops, &c, CP_RESIDUAL_PRE_NORM, decoder); /* graph errors stay in the builder */
+  return c.v[CP_SLOT_X];
+}
+
 /* ---------------------------------------------------------------- encoder */
 
 int cp_onnx_t5_encoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
@@ -164,18 +247,7 @@ int cp_onnx_t5_encoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   t.visible = key_mask(g, mask); /* bidirectional: every unmasked key */
   int64_t dims[2] = {m->vocab, m->d_model};
   const char *x = cp_og_op2(g, "Gather", cp_og_weight(g, "shared.weight", m->embed, 2, dims, true), t.ids);
-  for (int l = 0; l < m->encoder.n_layers; l++) {
-    const cp_layer *ly = &m->encoder.layers[l];
-    char p[64], pa[80];
-    snprintf(p, sizeof p, "encoder.block.%d", l);
-    snprintf(pa, sizeof pa, "%s.self_attn", p);
-    const char *h = norm(&t, x, &ly->attn_norm, pa);
-    const char *q = heads(&t, h, &ly->q, pa, "q"), *k = heads(&t, h, &ly->k, pa, "k");
-    const char *v = heads(&t, h, &ly->v, pa, "v");
-    x = cp_og_op2(g, "Add", x, attend(&t, l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa));
-    snprintf(pa, sizeof pa, "%s.mlp", p);
-    x = cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(&t, x, &ly->ffn_norm, pa), p));
-  }
+  for (int l = 0; l < m->encoder.n_layers; l++) x = t5_layer(&t, l, false, x);
   x = norm(&t, x, &m->encoder.final_norm, "encoder.final");
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "encoder_sequence_length"}, {m->d_model, NULL}};
   return cp_og_output(g, "last_hidden_state", x, CP_F32, 3, out);
@@ -219,35 +291,6 @@ static void decoder_inputs(t5_t *t) {
   t->cross_visible = key_mask(g, enc_mask);
 }
 
-/* The cache of layer l, slot w (KV_NAMES): concat(kept past, now) on the position axis. */
-static const char *cache(t5_t *t, int l, int w, const char *now) {
-  int64_t zero = 0;
-  const char *keep = w < 2 ? t->keep_dec : t->keep_enc;
-  const char *kept = slice_axis(t->g, t->past[l * 4 + w], cp_og_i64s(t->g, &zero, 1), keep, 2);
-  return t->present[l * 4 + w] = cp_og_concat(t->g, kept, now, 2);
-}
-
-static const char *decoder_layer(t5_t *t, int l, const char *x) {
-  const cp_model *m = t->m;
-  const cp_layer *ly = &m->decoder.layers[l];
-  cp_og *g = t->g;
-  char p[64], pa[80];
-  snprintf(p, sizeof p, "decoder.block.%d", l);
-  snprintf(pa, sizeof pa, "%s.self_attn", p);
-  const char *h = norm(t, x, &ly->attn_norm, pa);
-  const char *q = heads(t, h, &ly->q, pa, "q");
-  const char *k = cache(t, l, 0, heads(t, h, &ly->k, pa, "k")), *v = cache(t, l, 1, heads(t, h, &ly->v, pa, "v"));
-  x = cp_og_op2(g, "Add", x, attend(t, l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o, pa));
-  snprintf(pa, sizeof pa, "%s.cross_attn", p);
-  h = norm(t, x, &ly->cross_norm, pa);
-  q = heads(t, h, &ly->cq, pa, "q");
-  k = cache(t, l, 2, heads(t, t->enc_rest, &ly->ck, pa, "k"));
-  v = cache(t, l, 3, heads(t, t->enc_rest, &ly->cv, pa, "v"));
-  x = cp_og_op2(g, "Add", x, attend(t, l, CP_ATTN_CROSS, q, k, v, &ly->co, pa));
-  snprintf(pa, sizeof pa, "%s.mlp", p);
-  return cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(t, x, &ly->ffn_norm, pa), p));
-}
-
 int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   const int L = m->decoder.n_layers;
   t5_t t = {.g = g, .m = m, .rule = rule};
@@ -262,7 +305,7 @@ int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   int64_t dims[2] = {m->vocab, m->d_model};
   t.embed = cp_og_weight(g, "shared.weight", m->embed, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", t.embed, t.ids); /* [B, S, D] */
-  for (int l = 0; l < L; l++) x = decoder_layer(&t, l, x);
+  for (int l = 0; l < L; l++) x = t5_layer(&t, l, true, x);
   x = norm(&t, x, &m->decoder.final_norm, "decoder.final");
   const char *w = m->lm_head == m->embed ? t.embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "decoder_sequence_length"}, {m->vocab, NULL}};

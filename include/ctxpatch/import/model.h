@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "ctxpatch/model/hf_config.h"
+#include "ctxpatch/model/layer_layout.h"
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/tensor.h"
 
@@ -145,6 +146,11 @@ typedef struct cp_model {
   const struct cp_model *share_from;
   uint64_t shared_bytes;
 } cp_model;
+
+/* The model's residual layout (ctxpatch/model/layer_layout.h). */
+static inline cp_residual cp_model_residual(const cp_model *m) {
+  return m->parallel_residual ? CP_RESIDUAL_PARALLEL : m->residual_from_norm ? CP_RESIDUAL_FROM_NORM : CP_RESIDUAL_PRE_NORM;
+}
 
 /* Opens a checkpoint folder (or a weights file with config.json beside it) and loads the whole
  * model as float32. The caller owns *out (cp_model_free). */
