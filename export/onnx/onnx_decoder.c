@@ -2,6 +2,7 @@
  * FIRE and GPT-2, computing what engine/engine_cpu.c computes (run_stack, attention_module, head) with
  * the attention probabilities from export/onnx/onnx_attention.c. */
 #include "export/onnx/onnx_decoder.h"
+#include "export/onnx/onnx_layer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -137,55 +138,41 @@ static const char *attention(dec_t *d, int l, const char *h, const char *prefix)
 
 /* ---------------------------------------------------------------- blocks */
 
-/* One layer's graph values for the residual layout's ops (ctxpatch/model/layer_layout.h): the
- * slots are node output names. */
+/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h, onnx_layer.h). */
 typedef struct {
+  cp_og_layer og; /* first: the shared graph ops take the context as a cp_og_layer */
   dec_t *d;
   int l;
   char prefix[64];
-  const char *v[3];
 } layer_ctx;
 
 static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   const cp_model *m = c->d->m;
-  const cp_layer *ly = &m->decoder.layers[c->l];
   char name[96];
   snprintf(name, sizeof name, "%s.%s", c->prefix, which == CP_LAYER_NORM_ATTN ? "attn_norm" : "ffn_norm");
-  c->v[dst] = cp_og_norm(c->d->g, c->v[src], which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : &ly->ffn_norm, m->norm,
-                         m->norm_eps, m->d_model, name);
+  c->og.v[dst] = cp_og_norm(c->og.g, c->og.v[src], which == CP_LAYER_NORM_ATTN ? &c->og.ly->attn_norm : &c->og.ly->ffn_norm,
+                            m->norm, m->norm_eps, m->d_model, name);
   return 0;
 }
 static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   (void)cross; /* decoder-only graphs have no cross-attention (T5 is onnx_t5.c) */
-  c->v[dst] = attention(c->d, c->l, c->v[src], c->prefix);
-  return 0;
-}
-static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
-  layer_ctx *c = ctx;
-  c->v[dst] = cp_og_op2(c->d->g, "Add", c->v[a], c->v[b]);
-  return 0;
-}
-static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  c->v[dst] = c->v[src];
+  c->og.v[dst] = attention(c->d, c->l, c->og.v[src], c->prefix);
   return 0;
 }
 static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
-  const char *f = cp_og_ffn(c->d->g, c->d->m, &c->d->m->decoder.layers[c->l], c->v[src], c->prefix);
-  c->v[dst] = cp_og_op2(c->d->g, "Add", c->v[dst], f);
-  return 0;
+  return cp_og_layer_ffn_add(&c->og, dst, src, c->prefix);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add};
 
 /* One layer over x [B, S, D] in the model's residual layout, as the engines run it. */
 static const char *layer(dec_t *d, int l, const char *x) {
-  layer_ctx c = {.d = d, .l = l, .v = {x}};
+  layer_ctx c = {.og = {d->g, d->m, &d->m->decoder.layers[l], {x}}, .d = d, .l = l};
   snprintf(c.prefix, sizeof c.prefix, "model.layers.%d", l);
   (void)cp_layer_run(&k_layer_ops, &c, cp_model_residual(d->m), false); /* graph errors stay in the builder */
-  return c.v[CP_SLOT_X];
+  return c.og.v[CP_SLOT_X];
 }
 
 /* Final norm and output head: logits [B, S, V] by Gemm against the [V, D] head (the embedding

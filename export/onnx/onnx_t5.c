@@ -3,6 +3,7 @@
  * head), with the attention probabilities (and every rule) from export/onnx/onnx_attention.c and
  * the relative bucket bias computed in the graph from positions through its pos_bias hook. */
 #include "export/onnx/onnx_t5.h"
+#include "export/onnx/onnx_layer.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -161,15 +162,14 @@ static const char *cache(t5_t *t, int l, int w, const char *now) {
 
 /* ---------------------------------------------------------------- layers */
 
-/* One T5 layer's graph values for the residual layout's ops (ctxpatch/model/layer_layout.h): the
- * slots are node output names; the decoder's self-attention keys and values go through its cache. */
+/* One T5 layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h, onnx_layer.h);
+ * the decoder's self-attention keys and values go through its cache. */
 typedef struct {
+  cp_og_layer og; /* first: the shared graph ops take the context as a cp_og_layer */
   t5_t *t;
-  const cp_layer *ly;
   int l;
   bool decoder;
   char p[64];
-  const char *v[3];
 } layer_ctx;
 
 static const char *part(cp_layer_norm which) {
@@ -178,60 +178,50 @@ static const char *part(cp_layer_norm which) {
 
 static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
+  const cp_layer *ly = c->og.ly;
   char pa[80];
   snprintf(pa, sizeof pa, "%s.%s", c->p, part(which));
   const cp_norm_weights *w =
-      which == CP_LAYER_NORM_ATTN ? &c->ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &c->ly->cross_norm : &c->ly->ffn_norm;
-  c->v[dst] = norm(c->t, c->v[src], w, pa);
+      which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm;
+  c->og.v[dst] = norm(c->t, c->og.v[src], w, pa);
   return 0;
 }
 static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   t5_t *t = c->t;
-  const cp_layer *ly = c->ly;
-  const char *h = c->v[src];
+  const cp_layer *ly = c->og.ly;
+  const char *h = c->og.v[src];
   char pa[80];
   snprintf(pa, sizeof pa, "%s.%s", c->p, part(cross ? CP_LAYER_NORM_CROSS : CP_LAYER_NORM_ATTN));
   if (cross) {
     const char *q = heads(t, h, &ly->cq, pa, "q");
     const char *k = cache(t, c->l, 2, heads(t, t->enc_rest, &ly->ck, pa, "k"));
     const char *v = cache(t, c->l, 3, heads(t, t->enc_rest, &ly->cv, pa, "v"));
-    c->v[dst] = attend(t, c->l, CP_ATTN_CROSS, q, k, v, &ly->co, pa);
+    c->og.v[dst] = attend(t, c->l, CP_ATTN_CROSS, q, k, v, &ly->co, pa);
   } else if (c->decoder) {
     const char *q = heads(t, h, &ly->q, pa, "q");
     const char *k = cache(t, c->l, 0, heads(t, h, &ly->k, pa, "k")), *v = cache(t, c->l, 1, heads(t, h, &ly->v, pa, "v"));
-    c->v[dst] = attend(t, c->l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o, pa);
+    c->og.v[dst] = attend(t, c->l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o, pa);
   } else {
     const char *q = heads(t, h, &ly->q, pa, "q"), *k = heads(t, h, &ly->k, pa, "k");
     const char *v = heads(t, h, &ly->v, pa, "v");
-    c->v[dst] = attend(t, c->l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa);
+    c->og.v[dst] = attend(t, c->l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa);
   }
-  return 0;
-}
-static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
-  layer_ctx *c = ctx;
-  c->v[dst] = cp_og_op2(c->t->g, "Add", c->v[a], c->v[b]);
-  return 0;
-}
-static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  c->v[dst] = c->v[src];
   return 0;
 }
 static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
-  c->v[dst] = cp_og_op2(c->t->g, "Add", c->v[dst], cp_og_ffn(c->t->g, c->t->m, c->ly, c->v[src], c->p));
-  return 0;
+  return cp_og_layer_ffn_add(&c->og, dst, src, c->p);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add};
 
 /* Layer l of the encoder or decoder stack over x, pre-norm (the decoder's with cross-attention). */
 static const char *t5_layer(t5_t *t, int l, bool decoder, const char *x) {
   const cp_stack *st = decoder ? &t->m->decoder : &t->m->encoder;
-  layer_ctx c = {.t = t, .ly = &st->layers[l], .l = l, .decoder = decoder, .v = {x}};
+  layer_ctx c = {.og = {t->g, t->m, &st->layers[l], {x}}, .t = t, .l = l, .decoder = decoder};
   snprintf(c.p, sizeof c.p, "%s.block.%d", decoder ? "decoder" : "encoder", l);
   (void)cp_layer_run(&k_layer_ops, &c, CP_RESIDUAL_PRE_NORM, decoder); /* graph errors stay in the builder */
-  return c.v[CP_SLOT_X];
+  return c.og.v[CP_SLOT_X];
 }
 
 /* ---------------------------------------------------------------- encoder */
