@@ -50,6 +50,25 @@ static int print_json(const char *path, const cp_check_report *r, bool rerun) {
   return status != CLI_OK || r->n_failures ? CLI_FAIL : CLI_OK;
 }
 
+/* --json when the artifact cannot be judged (missing, unreadable, unsupported): still one JSON
+ * document on stdout, so a CI step parsing it sees "error" rather than nothing. */
+static void print_json_error(const char *path, int rc) {
+  cJSON *o = cJSON_CreateObject(), *e = NULL;
+  if (o) {
+    cJSON_AddStringToObject(o, "artifact", path);
+    cJSON_AddStringToObject(o, "result", "error");
+    e = cJSON_AddObjectToObject(o, "error");
+  }
+  if (!e) {
+    cJSON_Delete(o);
+    return;
+  }
+  cJSON_AddStringToObject(e, "code", cp_err_name(rc));
+  cJSON_AddStringToObject(e, "message", cp_error_message());
+  (void)cli_print_json(o);
+  cJSON_Delete(o);
+}
+
 static int print_text(const char *path, const cp_check_report *r, bool rerun) {
   for (size_t i = 0; i < r->n_failures; i++) printf("FAIL %s: %s\n", r->failures[i].kind, r->failures[i].message);
   if (r->n_failures) {
@@ -97,8 +116,9 @@ int cmd_check(int argc, char **argv) {
   cp_check_report r;
   int rc = cp_check_artifact(&r, path, &p), status;
   if (rc < 0) {
-    cli_report(rc);
     status = CLI_USAGE; /* the artifact could not be judged at all */
+    if (json) print_json_error(path, rc);
+    cli_report(rc);
   } else status = json ? print_json(path, &r, p.rerun) : print_text(path, &r, p.rerun);
   cp_check_report_free(&r);
   return status;

@@ -114,12 +114,26 @@ forge verdict
 "$bin" check "$work/t" >"$work/verdict.out"
 [ $? -eq 1 ] && grep -q "FAIL cert-verdict: certificate.json: verdict.result is 'fail'" "$work/verdict.out" && ok \
   || { bad "failing verdict"; cat "$work/verdict.out"; }
+# A hub download's own files (README.md, .gitattributes, huggingface_hub's .cache/huggingface/) are
+# not in SHA256SUMS and pass; anything else unlisted, also elsewhere under .cache/, still fails.
+copy; echo "# card" >"$work/t/README.md"; echo "*.safetensors filter=lfs" >"$work/t/.gitattributes"
+mkdir -p "$work/t/.cache/huggingface/download" && echo "meta" >"$work/t/.cache/huggingface/download/model.safetensors.metadata"
+"$bin" check "$work/t" >"$work/hub.out"; [ $? -eq 0 ] && ok || { bad "hub layout"; cat "$work/hub.out"; }
+mkdir -p "$work/t/.cache/other" && echo x >"$work/t/.cache/other/f"
+"$bin" check "$work/t" >"$work/hub2.out"; [ $? -eq 1 ] && grep -q "sums-extra-file: .cache/other/f" "$work/hub2.out" && ok \
+  || { bad "an unlisted file under .cache/ outside huggingface/"; cat "$work/hub2.out"; }
+copy; echo "# card" >"$work/t/README.md"; (cd "$work/t" && sha256sum README.md >>SHA256SUMS); echo "# edited card" >"$work/t/README.md"
+"$bin" check "$work/t" >"$work/hub3.out"; [ $? -eq 1 ] && grep -q "sums-mismatch: README.md" "$work/hub3.out" && ok \
+  || { bad "a listed README.md is checked"; cat "$work/hub3.out"; }
 copy; rm "$work/t/report.html"
 "$bin" check "$work/t" --json >"$work/gone.out"
 [ $? -eq 1 ] && grep -q '"check":[[:space:]]*"sums-missing-file"' "$work/gone.out" && ok || { bad "missing file"; cat "$work/gone.out"; }
 
 # 4. What cannot be judged: exit 2, one error line.
 "$bin" check "$work/nothing" 2>"$work/e1"; [ $? -eq 2 ] && grep -q "CP_ENOTFOUND" "$work/e1" && ok || bad "missing path"
+"$bin" check "$work/nothing" --json >"$work/e1.json" 2>/dev/null; s=$?
+[ $s -eq 2 ] && "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['result']=='error' and d['error']['code']=='CP_ENOTFOUND', d" "$work/e1.json" \
+  && ok || { bad "--json on a missing path: exit $s, one JSON document with the error"; cat "$work/e1.json"; }
 mkdir "$work/g" && : >"$work/g/model.gguf"
 "$bin" check "$work/g" 2>"$work/e2"; [ $? -eq 2 ] && grep -q "format not supported by check yet" "$work/e2" && ok \
   || bad "GGUF folder"

@@ -190,6 +190,13 @@ static bool after_certification(const char *name) {
   return !strcmp(name, CERT_NAME) || !strcmp(name, "report.html");
 }
 
+/* Files a Hugging Face hub download puts beside the weights, which no runtime loads: the model
+ * card, git's attributes and huggingface_hub's download records (docs/ci.md). Present but not in
+ * SHA256SUMS, they are not failures; listed, they are checked like any file. */
+static bool hub_file(const char *name) {
+  return !strcmp(name, "README.md") || !strcmp(name, ".gitattributes") || !strncmp(name, ".cache/huggingface/", 19);
+}
+
 /* Point 1 and the file half of point 3 (check.h). */
 static int check_files(check_ctx *c, const sums_entry *sums, size_t n_sums) {
   cp_check_report *r = c->report;
@@ -227,7 +234,7 @@ static int check_files(check_ctx *c, const sums_entry *sums, size_t n_sums) {
   }
   for (size_t i = 0; i < c->files.n && rc == 0; i++) { /* present but not listed */
     const char *name = c->files.items[i].path;
-    bool listed = !strcmp(name, SUMS_NAME) || !strcmp(name, CP_BATCH_STAMP_NAME);
+    bool listed = !strcmp(name, SUMS_NAME) || !strcmp(name, CP_BATCH_STAMP_NAME) || hub_file(name);
     for (size_t k = 0; k < n_sums && !listed; k++) listed = !strcmp(sums[k].name, name);
     if (!listed) rc = check_fail(r, "sums-extra-file", "%s: present but not listed in " SUMS_NAME, name);
   }
