@@ -28,6 +28,7 @@ struct cp_atomic_file {
   int copy_ok;                     /* copy_file_range not yet refused by the kernel */
   cp_sha256 *hash;
   cp_hash_pipe *pipe; /* hashes `hash` on its own thread */
+  int rewritten;      /* a cp_atomic_pwrite changed written bytes: `hash` is stale */
 };
 
 struct cp_atomic_dir {
@@ -271,11 +272,27 @@ int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int 
   return rc;
 }
 
+int cp_atomic_pwrite(cp_atomic_file *f, uint64_t offset, const void *data, size_t len) {
+  if (!f->tmp) return 0; /* through a character device the bytes are gone already: nothing to rewrite */
+  if (offset > f->written || len > f->written - offset)
+    return cp_error_set(CP_EARG, "%s: rewrite of bytes [%llu, +%zu) outside the %llu written", f->path,
+                        (unsigned long long)offset, len, (unsigned long long)f->written);
+  for (size_t done = 0; done < len;) {
+    ssize_t n = pwrite(f->fd, (const char *)data + done, len - done, (off_t)(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return cp_error_set(CP_EIO, "%s: write failed: %s", f->path, n < 0 ? strerror(errno) : "no progress");
+    done += (size_t)n;
+  }
+  f->rewritten = 1;
+  return 0;
+}
+
 uint64_t cp_atomic_tell(const cp_atomic_file *f) { return f->written; }
 
 void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]) {
   cp_hash_pipe_drain(f->pipe);
-  cp_sha256_peek(f->hash, out_hex);
+  if (f->rewritten) out_hex[0] = '\0';
+  else cp_sha256_peek(f->hash, out_hex);
 }
 
 static void atomic_free(cp_atomic_file *f) {

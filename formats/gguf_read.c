@@ -21,6 +21,7 @@ typedef struct {
   cp_gguf_vtype elem;   /* arrays */
   uint64_t n;           /* arrays: element count */
   uint64_t *str_off;    /* string arrays: file offset of each element's length field */
+  uint64_t start, end;  /* the whole entry's bytes: key length field to the value's end */
 } gguf_kv;
 
 typedef struct {
@@ -37,6 +38,7 @@ struct cp_gguf_file {
   uint64_t size;
   uint32_t version, alignment;
   uint64_t data_off;
+  uint64_t info_off, info_end; /* the tensor infos' bytes */
   gguf_kv *kv;
   size_t n_kv;
   gguf_tensor *t;
@@ -228,6 +230,7 @@ static int read_kvs(cp_gguf_file *f, cursor *c, uint64_t n_kv) {
   for (uint64_t i = 0; i < n_kv; i++) {
     gguf_kv *kv = &f->kv[i];
     snprintf(what, sizeof what, "key %llu", (unsigned long long)i);
+    kv->start = c->pos;
     int rc = rd_name(&kv->key, c, what, UINT64_MAX);
     if (rc) return rc;
     f->n_kv = i + 1;
@@ -237,6 +240,7 @@ static int read_kvs(cp_gguf_file *f, cursor *c, uint64_t n_kv) {
     kv->type = (cp_gguf_vtype)type;
     kv->off = c->pos;
     if ((rc = skip_value(c, kv->type, 0, kv->key, kv))) return rc;
+    kv->end = c->pos;
   }
   return index_unique(&f->kv_sorted, f, f->n_kv, true);
 }
@@ -373,8 +377,10 @@ static int parse(cp_gguf_file *f) {
     return cp_error_set(CP_EGGUF_LIMIT, "%s: offset 8: n_tensors %llu cannot fit in the %llu bytes left", f->path,
                         (unsigned long long)n_t, (unsigned long long)left(&c));
   CP_CHECK_ALLOC(f->t = calloc((size_t)(n_t ? n_t : 1), sizeof *f->t), f->path);
+  f->info_off = c.pos;
   for (uint64_t i = 0; i < n_t; i++)
     if ((rc = read_tensor_info(f, &c, i))) return rc;
+  f->info_end = c.pos;
   if ((rc = index_unique(&f->t_sorted, f, f->n_t, false))) return rc;
   uint64_t pad = (f->alignment - c.pos % f->alignment) % f->alignment;
   if (f->n_t && (rc = need(&c, pad, "padding before the data section"))) return rc;
@@ -632,4 +638,19 @@ int cp_gguf_read(const cp_gguf_file *f, size_t i, uint64_t offset, void *buf, si
     dst += n, offset += n, len -= (size_t)n;
   }
   return 0;
+}
+
+/* The content digest (gguf.h): the bytes a runtime computes with, in file order, from the mapping. */
+void cp_gguf_content_sha256(const cp_gguf_file *f, const char *skip_prefix, char out_hex[65]) {
+  cp_sha256 *h = NULL;
+  out_hex[0] = '\0';
+  if (cp_sha256_new(&h) < 0) return;
+  size_t skip = skip_prefix ? strlen(skip_prefix) : 0;
+  for (size_t i = 0; i < f->n_kv; i++)
+    if (!skip || strncmp(f->kv[i].key, skip_prefix, skip))
+      cp_sha256_update(h, f->map + f->kv[i].start, (size_t)(f->kv[i].end - f->kv[i].start));
+  cp_sha256_update(h, f->map + f->info_off, (size_t)(f->info_end - f->info_off));
+  cp_sha256_update(h, f->map + f->data_off, (size_t)(f->size - f->data_off));
+  cp_sha256_peek(h, out_hex);
+  cp_sha256_free(h);
 }

@@ -28,6 +28,8 @@ struct cp_gguf_writer {
   cp_strbuf kv;     /* the serialised key/values, in call order */
   uint64_t n_kv;
   char **keys;      /* [n_kv] for the duplicate check */
+  size_t *kv_at;    /* [n_kv + 1]: where each entry starts in `kv` (the last: kv's end) */
+  size_t cap_kv_at;
   size_t cap_keys;
   wtensor *t;       /* [n_t] */
   size_t n_t, cap_t;
@@ -36,6 +38,10 @@ struct cp_gguf_writer {
   uint64_t cur_done; /* its bytes written so far */
   unsigned char *enc; /* encode buffer for cp_gguf_write_f32 */
   size_t enc_cap;
+  cp_sha256 *data_hash;  /* cp_gguf_writer_content_digest: the content digest so far, else NULL */
+  char *digest_skip;     /* the prefix of the keys it leaves out */
+  size_t digest_kv_at;   /* where its 64-character placeholder sits in `kv` */
+  uint64_t digest_at;    /* ... and in the file, once the header is written */
 };
 
 static const unsigned char k_zeros[CP_GGUF_DEFAULT_ALIGNMENT];
@@ -58,8 +64,11 @@ void cp_gguf_writer_abort(cp_gguf_writer *w) {
   for (size_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
   for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
   free(w->keys);
+  free(w->kv_at);
+  free(w->digest_skip);
   free(w->t);
   free(w->enc);
+  cp_sha256_free(w->data_hash);
   cp_strbuf_free(&w->kv);
   free(w->path);
   free(w);
@@ -92,8 +101,11 @@ static int kv_begin(cp_gguf_writer *w, const char *key, cp_gguf_vtype type) {
   if (rc) return rc;
   for (size_t i = 0; i < w->n_kv; i++)
     if (!strcmp(w->keys[i], key)) return cp_error_set(CP_EARG, "%s: key '%s' put twice", w->path, key);
-  if ((rc = CP_ARRAY_RESERVE(w->keys, w->cap_keys, w->n_kv + 1, w->path))) return rc;
+  if ((rc = CP_ARRAY_RESERVE(w->keys, w->cap_keys, w->n_kv + 1, w->path)) ||
+      (rc = CP_ARRAY_RESERVE(w->kv_at, w->cap_kv_at, w->n_kv + 2, w->path)))
+    return rc;
   CP_CHECK_ALLOC(w->keys[w->n_kv] = strdup(key), w->path);
+  w->kv_at[w->n_kv] = w->kv.len;
   w->n_kv++;
   put_string(&w->kv, key, strlen(key));
   put_le(&w->kv, (uint64_t)type, 4);
@@ -244,6 +256,38 @@ int cp_gguf_add_tensor(cp_gguf_writer *w, const char *name, uint32_t type, int n
 
 /* ---------------------------------------------------------------- header and data */
 
+#define DIGEST_HEX 64
+#define HEADER_FIXED 24 /* magic, version, tensor count, key count */
+
+int cp_gguf_writer_content_digest(cp_gguf_writer *w, const char *key, const char *skip_prefix) {
+  static const char zeros[DIGEST_HEX + 1] = "0000000000000000000000000000000000000000000000000000000000000000";
+  if (w->af || w->data_hash || strncmp(key, skip_prefix, strlen(skip_prefix)))
+    return cp_error_set(CP_EARG, "%s: content digest key '%s': after the header, twice, or not under '%s'", w->path, key,
+                        skip_prefix);
+  int rc = cp_gguf_put_str(w, key, zeros, DIGEST_HEX);
+  if (rc) return rc;
+  w->digest_kv_at = w->kv.len - DIGEST_HEX; /* the string's bytes end the key/values so far */
+  CP_CHECK_ALLOC(w->digest_skip = strdup(skip_prefix), w->path);
+  return cp_sha256_new(&w->data_hash);
+}
+
+/* The header's part of the content digest (cp_gguf_content_sha256 on the reading side): the entries
+ * not under the skipped prefix, then the tensor infos (`infos`, `n` bytes). */
+static void digest_header(cp_gguf_writer *w, const char *infos, size_t n) {
+  size_t skip = strlen(w->digest_skip);
+  w->kv_at[w->n_kv] = w->kv.len;
+  for (size_t i = 0; i < w->n_kv; i++)
+    if (strncmp(w->keys[i], w->digest_skip, skip))
+      cp_sha256_update(w->data_hash, w->kv.s + w->kv_at[i], w->kv_at[i + 1] - w->kv_at[i]);
+  cp_sha256_update(w->data_hash, infos, n);
+}
+
+/* Appends to the data section: written, and hashed into the data digest when one is kept. */
+static int data_write(cp_gguf_writer *w, const void *bytes, size_t len) {
+  if (w->data_hash) cp_sha256_update(w->data_hash, bytes, len);
+  return cp_atomic_write(w->af, bytes, len);
+}
+
 int cp_gguf_writer_begin(cp_gguf_writer *w) {
   if (w->af) return cp_error_set(CP_EARG, "%s: header written twice", w->path);
   int rc = 0;
@@ -256,6 +300,7 @@ int cp_gguf_writer_begin(cp_gguf_writer *w) {
   put_le(&h, w->n_t, 8);
   put_le(&h, w->n_kv, 8);
   cp_strbuf_put(&h, w->kv.s, w->kv.len);
+  size_t infos_at = h.len;
   for (size_t i = 0; i < w->n_t; i++) {
     const wtensor *t = &w->t[i];
     put_string(&h, t->name, strlen(t->name));
@@ -264,10 +309,13 @@ int cp_gguf_writer_begin(cp_gguf_writer *w) {
     put_le(&h, t->type, 4);
     put_le(&h, t->offset, 8);
   }
+  size_t infos_end = h.len;
   cp_strbuf_put(&h, (const char *)k_zeros, (size_t)(pad_to(h.len, CP_GGUF_DEFAULT_ALIGNMENT) - h.len));
   if (h.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory building the header", w->path);
+  if (rc == 0 && w->data_hash) digest_header(w, h.s + infos_at, infos_end - infos_at);
   if (rc == 0) rc = cp_atomic_open(&w->af, w->path);
   if (rc == 0) rc = cp_atomic_write(w->af, h.s, h.len);
+  w->digest_at = HEADER_FIXED + w->digest_kv_at;
   cp_strbuf_free(&h);
   while (rc == 0 && w->cur < w->n_t && w->t[w->cur].nbytes == 0) w->cur++;
   return rc;
@@ -279,12 +327,12 @@ int cp_gguf_write_data(cp_gguf_writer *w, const void *bytes, size_t len) {
   if (!w->af || w->cur >= w->n_t || len > w->t[w->cur].nbytes - w->cur_done)
     return cp_error_set(CP_EARG, "%s: %zu bytes written past the end of the tensor data%s%s", w->path, len,
                         w->cur < w->n_t ? " of tensor " : "", w->cur < w->n_t ? w->t[w->cur].name : "");
-  int rc = cp_atomic_write(w->af, bytes, len);
+  int rc = data_write(w, bytes, len);
   if (rc) return rc;
   w->cur_done += len;
   while (rc == 0 && w->cur < w->n_t && w->cur_done == w->t[w->cur].nbytes) {
     uint64_t pad = pad_to(w->cur_done, CP_GGUF_DEFAULT_ALIGNMENT) - w->cur_done;
-    if (w->cur_done) rc = cp_atomic_write(w->af, k_zeros, (size_t)pad);
+    if (w->cur_done) rc = data_write(w, k_zeros, (size_t)pad);
     w->cur++;
     w->cur_done = 0;
   }
@@ -353,11 +401,18 @@ int cp_gguf_writer_commit(cp_gguf_writer *w, char sha256_hex[65]) {
   else if (w->cur < w->n_t)
     rc = cp_error_set(CP_EARG, "%s: tensor '%s': only %llu of %llu bytes were written", w->path, w->t[w->cur].name,
                       (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].nbytes);
+  if (rc == 0 && w->data_hash) { /* the placeholder becomes the data section's digest */
+    char hex[DIGEST_HEX + 1];
+    cp_sha256_peek(w->data_hash, hex);
+    rc = cp_atomic_pwrite(w->af, w->digest_at, hex, DIGEST_HEX);
+  }
+  bool reread = w->data_hash != NULL;
   if (rc == 0) {
-    if (sha256_hex) cp_atomic_sha256(w->af, sha256_hex);
+    if (sha256_hex && !reread) cp_atomic_sha256(w->af, sha256_hex);
     rc = cp_atomic_commit(w->af); /* frees the handle on success and on error */
     w->af = NULL;
   }
+  if (rc == 0 && sha256_hex && reread) rc = cp_sha256_file(sha256_hex, w->path); /* the stamp changed the bytes */
   cp_gguf_writer_abort(w);
   return rc;
 }

@@ -57,7 +57,11 @@ int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const 
     src = NULL;
     cp_error_clear();
   }
-  cp_gguf_export_params p = {.replace = true, .type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src};
+  /* What llama.cpp computes with (weights, shapes, hyperparameter keys) is bound by the content
+   * digest, which check recomputes: the certificate's model.files speaks of the baked folder the
+   * probes ran on, not of this file. */
+  cp_gguf_export_params p = {.replace = true, .type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src,
+                             .digest_key = "ctxpatch.content_sha256"};
   rc = cp_gguf_export(NULL, tmp, out, &p);
 done:
   cp_gguf_free(src);

@@ -2,7 +2,9 @@
 # ctxpatch check on one patched .gguf file (docs/ci.md, "GGUF artifacts"): a patched rope probe
 # passes (--rerun is refused, exit 2); an edited ctxpatch.rule value, a certificate
 # from another artifact (with its digest key updated to match) and an edited certificate each
-# fail with their own message; a flipped tensor byte is the documented limit of the check.
+# fail with their own message; ctxpatch.content_sha256 equals the digest an independent reader
+# (tests/gguf/content_digest.py) computes, and a flipped tensor byte or an edited hyperparameter
+# key fails it.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 model=$src/examples/probe-models/rope-probe
@@ -79,11 +81,30 @@ edit "$a" "$work/cert.gguf" ctxpatch.certificate 'v.replace(b"\"threads\":\t1", 
 [ $? -eq 1 ] && grep -q "FAIL cert-digest: ctxpatch.\* keys: certificate_sha256 .* is not ctxpatch.certificate's" "$work/cert.out" \
   && ok || { bad "edited certificate"; cat "$work/cert.out"; }
 
-# 5. A flipped tensor byte (the last byte of the file, inside the tensor data): no digest covers
-#    the GGUF's tensor bytes, so check passes (docs/ci.md says so); the file must still parse.
+# 5. The content digest: stored value = the independent recomputation, on both artifacts.
+for f in "$a" "$b"; do
+  "$py" "$src/tests/gguf/content_digest.py" "$f" >"$work/digest.out" \
+    && [ "$(cut -d' ' -f1 "$work/digest.out")" = "$(cut -d' ' -f2 "$work/digest.out")" ] && ok \
+    || { bad "ctxpatch.content_sha256 of $f is not the recipe's digest"; cat "$work/digest.out"; }
+done
+# A flipped tensor byte (the last byte of the file, inside the tensor data) fails it; so does an
+# edited hyperparameter (llama.context_length, a u32 llama.cpp reads), though the file parses.
 cp "$a" "$work/flip.gguf"
 "$py" -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(-1,2); b=f.read(1); f.seek(-1,2); f.write(bytes([b[0]^0x40]))" "$work/flip.gguf"
-"$bin" check "$work/flip.gguf" >"$work/flip.out" 2>&1; [ $? -eq 0 ] && ok || { bad "flipped byte: documented limit changed"; cat "$work/flip.out"; }
+"$bin" check "$work/flip.gguf" >"$work/flip.out" 2>&1
+[ $? -eq 1 ] && grep -q "FAIL gguf-digest: .*differs from ctxpatch.content_sha256" "$work/flip.out" && ok \
+  || { bad "flipped tensor byte"; cat "$work/flip.out"; }
+"$py" - "$a" "$work/ctx.gguf" <<'PY'
+import struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+k = b"llama.context_length"
+i = d.find(struct.pack("<Q", len(k)) + k) + 8 + len(k)
+assert struct.unpack_from("<I", d, i)[0] == 4, "not a u32"
+struct.pack_into("<I", d, i + 4, struct.unpack_from("<I", d, i + 4)[0] * 2)
+open(sys.argv[2], "wb").write(d)
+PY
+"$bin" check "$work/ctx.gguf" >"$work/ctx.out" 2>&1
+[ $? -eq 1 ] && grep -q "FAIL gguf-digest" "$work/ctx.out" && ok || { bad "edited llama.context_length"; cat "$work/ctx.out"; }
 # A truncated file no longer parses.
 head -c 1000 "$a" >"$work/trunc.gguf"
 "$bin" check "$work/trunc.gguf" >"$work/trunc.out" 2>&1

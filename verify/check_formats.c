@@ -274,6 +274,27 @@ static int gguf_member(check_ctx *c, cJSON *block, const cp_gguf_file *g, const 
   return 0;
 }
 
+#define GGUF_DIGEST_KEY "ctxpatch.content_sha256"
+
+/* What llama.cpp computes with (every key outside ctxpatch.*, the tensor infos, the tensor bytes)
+ * against the content digest patch --to gguf stamped (cp_gguf_content_sha256). */
+static int check_gguf_digest(check_ctx *c, const cp_gguf_file *g) {
+  const char *want = NULL;
+  size_t len = 0;
+  char have[65];
+  if (cp_gguf_find_key(g, GGUF_DIGEST_KEY) < 0)
+    return check_fail(c->report, "gguf-digest", "%s: no " GGUF_DIGEST_KEY " key: the weights and hyperparameters are "
+                                                "not bound (written by a ctxpatch before the digest; patch it again)", c->path);
+  if (cp_gguf_get_str(&want, &len, g, GGUF_DIGEST_KEY) < 0 || len != 64)
+    return check_fail(c->report, "gguf-digest", "%s: " GGUF_DIGEST_KEY " is not a 64-character SHA-256", c->path);
+  cp_gguf_content_sha256(g, "ctxpatch.", have);
+  if (!have[0]) return cp_error_set(CP_ENOMEM, "%s: out of memory hashing the content", c->path);
+  if (memcmp(have, want, 64) != 0)
+    return check_fail(c->report, "gguf-digest", "%s: content SHA-256 %.12s... differs from " GGUF_DIGEST_KEY " %.12s...: "
+                                                "a weight, a shape or a key outside ctxpatch.* was changed", c->path, have, want);
+  return 0;
+}
+
 /* A patched .gguf: the file must parse; its ctxpatch.* keys become one block, its certificate c->cert_text. */
 static int read_gguf_file(check_ctx *c) {
   static const char *const keys[][2] = {{"ctxpatch.tool_version", "tool_version"}, {"ctxpatch.method", "method"},
@@ -310,6 +331,7 @@ static int read_gguf_file(check_ctx *c) {
     memcpy(c->cert_text, cert, len);
     c->cert_text[len] = '\0';
     c->cert_len = len;
+    rc = check_gguf_digest(c, g);
   }
   if (rc == 0) {
     rc = check_meta_add(c, "ctxpatch.* keys", block);

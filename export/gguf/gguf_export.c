@@ -515,7 +515,9 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
     rc = cp_error_set(CP_ECKPT_EMPTY, "%s: no tensor of the %s layout found", in, cp_family_name(cfg->family));
     goto done;
   }
-  if ((rc = cp_gguf_writer_new(&w, out)) || (rc = put_meta(w, ck, cfg, in, p, want))) goto done;
+  if ((rc = cp_gguf_writer_new(&w, out)) || (rc = put_meta(w, ck, cfg, in, p, want)) ||
+      (p->digest_key && (rc = cp_gguf_writer_content_digest(w, p->digest_key, "ctxpatch."))))
+    goto done;
   for (size_t i = 0; i < plan.n && rc == 0; i++) {
     const cp_tensor *t = cp_checkpoint_tensor(ck, plan.v[i].src);
     int64_t shape[CP_GGUF_MAX_DIMS] = {0};

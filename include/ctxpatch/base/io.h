@@ -63,10 +63,15 @@ int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len);
  * kernel refuses the pair of files: EXDEV, ENOSYS, EINVAL, ...). `drop`: once hashed, the whole
  * pages of the range are madvise(MADV_DONTNEED)'d, so a streamed input's resident set stays flat. */
 int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off, int drop);
+/* Writes data[0..len) over bytes already written at `offset` (a placeholder stamped once the
+ * bytes after it are known); CP_EARG past what was written; a no-op through a character device
+ * (the bytes are gone). The running digest no longer matches the file: cp_atomic_sha256 gives ""
+ * from then on. */
+int cp_atomic_pwrite(cp_atomic_file *f, uint64_t offset, const void *data, size_t len);
 /* Current length written so far. */
 uint64_t cp_atomic_tell(const cp_atomic_file *f);
 /* SHA-256 of the bytes written so far (hashed as they are written, so manifests need no
- * second read of large outputs). */
+ * second read of large outputs); "" after a cp_atomic_pwrite. */
 void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]);
 /* fsync (once, here; writeback was started while writing and older pages dropped from the page
  * cache) + rename over `path` + fsync folder; frees the handle (also on error). */

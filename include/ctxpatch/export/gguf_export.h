@@ -84,6 +84,8 @@ typedef struct {
   const char *source;        /* the name ctxpatch.source and the default general.name take (NULL: `in`'s) */
   const cp_gguf_file *tokenizer_gguf; /* an HF folder's tokenizer.ggml.* copied from this GGUF instead
                                          (a patched GGUF input's baked folder); NULL: none */
+  const char *digest_key;            /* non-NULL: this ctxpatch.* key, last, holds the file's content
+                                         digest (cp_gguf_content_sha256 skipping ctxpatch.*; patch --to gguf) */
 } cp_gguf_export_params;
 
 typedef struct {

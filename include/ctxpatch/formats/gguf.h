@@ -126,4 +126,12 @@ const void *cp_gguf_tensor_blocks(cp_dtype *dtype, const cp_gguf_file *f, size_t
  * cannot be dequantised. */
 int cp_gguf_read(const cp_gguf_file *f, size_t i, uint64_t offset, void *buf, size_t len);
 
+/* SHA-256 (lowercase hex) of what a runtime computes with: every key/value entry whose key does not
+ * start with `skip_prefix` (NULL: none skipped), whole and in file order, then the tensor infos,
+ * then the data section to the end of the file (tensor bytes and the padding between them). The
+ * fixed header fields and the padding before the data are left out. A patched GGUF stores it under
+ * ctxpatch.tensor_data_sha256 with skip_prefix "ctxpatch." (cp_gguf_writer_digest_data), so an
+ * edited weight, shape, type or hyperparameter key changes it. "" when out of memory. */
+void cp_gguf_content_sha256(const cp_gguf_file *f, const char *skip_prefix, char out_hex[65]);
+
 #endif

@@ -57,6 +57,11 @@ int cp_gguf_put_arr_str(cp_gguf_writer *w, const char *key, const char *const *s
 /* Whether key `key` was put. */
 bool cp_gguf_writer_has_key(const cp_gguf_writer *w, const char *key);
 
+/* Before cp_gguf_writer_begin: a string key `key` (under `skip_prefix`) whose value becomes the
+ * file's content digest, cp_gguf_content_sha256(file, skip_prefix) of gguf.h, stamped in place at
+ * commit. One per writer. Commit then re-reads the file for its own digest (the stamp changed it). */
+int cp_gguf_writer_content_digest(cp_gguf_writer *w, const char *key, const char *skip_prefix);
+
 /* A tensor info: `shape` is row-major as in cp_tensor ([rows, cols]; ggml's ne is it reversed).
  * `type` is CP_GGML_F32, F16, BF16 or Q8_0. */
 int cp_gguf_add_tensor(cp_gguf_writer *w, const char *name, uint32_t type, int ndim, const int64_t *shape);
