@@ -11,6 +11,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/model/onnx_names.h"
 
 /* Per-graph values every layer shares. */
 typedef struct {
@@ -19,7 +20,7 @@ typedef struct {
   const cp_rule *rule;
   cp_rule_model rm;
   const char *ids;                       /* input_ids [B, S] */
-  const char *embed;                     /* "shared.weight" [V, D] */
+  const char *embed;                     /* the shared embedding [V, D] */
   /* self-attention */
   const char *qpos, *kpos, *n_keys, *visible;
   cp_onnx_attn_memo memo;
@@ -33,6 +34,12 @@ typedef struct {
 } t5_t;
 
 static const char *const KV_NAMES[4] = {"decoder.key", "decoder.value", "encoder.key", "encoder.value"};
+
+/* The base name of weight `role` in `stack`'s layer l (ctxpatch/model/onnx_names.h), with `suffix`. */
+static const char *wname(char buf[CP_TENSOR_NAME_MAX], cp_tensor_role role, cp_stack_kind stack, int l,
+                         const char *suffix) {
+  return cp_onnx_name(buf, CP_FAMILY_T5, role, stack, l, suffix);
+}
 
 /* ---------------------------------------------------------------- buckets */
 
@@ -77,7 +84,8 @@ static const char *t5_pos_bias(void *user, const cp_onnx_attn_ctx *c, const char
   bool enc = c->kind == CP_ATTN_ENCODER_SELF;
   if (!t->table) {
     int64_t dims[2] = {m->t5_num_buckets, m->n_heads};
-    const char *name = enc ? "encoder.relative_attention_bias.weight" : "decoder.relative_attention_bias.weight";
+    char name[CP_TENSOR_NAME_MAX];
+    wname(name, CP_ROLE_REL_BIAS, enc ? CP_STACK_ENCODER : CP_STACK_DECODER, 0, ".weight");
     t->table = cp_og_weight(g, name, enc ? m->encoder.rel_bias : m->decoder.rel_bias, 2, dims, false);
   }
   static const int64_t perm[] = {0, 4, 2, 3, 1}, ax4[] = {4}, rank4[] = {1, 1, 1, 1};
@@ -101,37 +109,45 @@ static const char *slice_axis(cp_og *g, const char *x, const char *lo, const cha
   return cp_og_node(g, "Slice", in, 4, NULL, 0);
 }
 
+/* The stack a module of `kind` belongs to. */
+static cp_stack_kind stack_of(cp_attn_kind kind) {
+  return kind == CP_ATTN_ENCODER_SELF ? CP_STACK_ENCODER : CP_STACK_DECODER;
+}
+
 /* Module `kind` of layer l: q [B, H, S, dh] against k, v [B, H, T, dh], then the output
- * projection `o` (weights "PREFIX.o"): [B, S, D]. */
+ * projection `o` (role O, or CO in cross-attention): [B, S, D]. */
 static const char *attend(t5_t *t, int l, cp_attn_kind kind, const char *q, const char *k, const char *v,
-                          const cp_linear *o, const char *prefix) {
+                          const cp_linear *o) {
   const cp_model *m = t->m;
   cp_og *g = t->g;
   cp_attn_plan plan;
   cp_rule_plan(&plan, t->rule, &t->rm, kind, l);
   bool cross = kind == CP_ATTN_CROSS;
-  cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = kind, .layer = l, .prefix = prefix, .q = q, .k = k,
+  cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = kind, .layer = l, .q = q, .k = k,
                         .qpos = t->qpos, .kpos = cross ? t->cross_kpos : t->kpos,
                         .n_keys = cross ? t->cross_n : t->n_keys, .visible = cross ? t->cross_visible : t->visible,
                         .pos_bias = cross ? NULL : t5_pos_bias, .pos_user = t,
                         .memo = cross ? &t->cross_memo : &t->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), v); /* [B, H, S, dh] */
-  char name[160];
-  snprintf(name, sizeof name, "%s.o", prefix);
+  char name[CP_TENSOR_NAME_MAX];
+  wname(name, cross ? CP_ROLE_CO : CP_ROLE_O, stack_of(kind), l, "");
   return cp_og_linear(g, cp_og_merge_heads(g, ctxv, m->n_heads, m->d_head), o, name);
 }
 
-/* x W^T of linear "PREFIX.WHICH", split into heads [B, H, rows, dh]. */
-static const char *heads(t5_t *t, const char *x, const cp_linear *L, const char *prefix, const char *which) {
-  char name[160];
-  snprintf(name, sizeof name, "%s.%s", prefix, which);
+/* x W^T of linear `role` of `stack`'s layer l, split into heads [B, H, rows, dh]. */
+static const char *heads(t5_t *t, const char *x, const cp_linear *L, cp_tensor_role role, cp_stack_kind stack,
+                         int l) {
+  char name[CP_TENSOR_NAME_MAX];
+  wname(name, role, stack, l, "");
   return cp_og_split_heads(t->g, cp_og_linear(t->g, x, L, name), t->m->n_heads, t->m->d_head);
 }
 
-/* x + f(norm(x)): the pre-norm residual every T5 sub-layer has; norm weights "PREFIX.norm". */
-static const char *norm(t5_t *t, const char *x, const cp_norm_weights *w, const char *prefix) {
-  char name[160];
-  snprintf(name, sizeof name, "%s.norm", prefix);
+/* x + f(norm(x)): the pre-norm residual every T5 sub-layer has; norm weights of `role` in `stack`'s
+ * layer l. */
+static const char *norm(t5_t *t, const char *x, const cp_norm_weights *w, cp_tensor_role role, cp_stack_kind stack,
+                        int l) {
+  char name[CP_TENSOR_NAME_MAX];
+  wname(name, role, stack, l, "");
   return cp_og_norm(t->g, x, w, t->m->norm, t->m->norm_eps, t->m->d_model, name);
 }
 
@@ -163,20 +179,19 @@ int cp_onnx_t5_encoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   self_positions(&t, cp_og_i64(g, 0), n, n);
   t.visible = key_mask(g, mask); /* bidirectional: every unmasked key */
   int64_t dims[2] = {m->vocab, m->d_model};
-  const char *x = cp_og_op2(g, "Gather", cp_og_weight(g, "shared.weight", m->embed, 2, dims, true), t.ids);
+  char name[CP_TENSOR_NAME_MAX];
+  const cp_stack_kind E = CP_STACK_ENCODER;
+  const char *embed = cp_og_weight(g, wname(name, CP_ROLE_EMBED, E, 0, ".weight"), m->embed, 2, dims, true);
+  const char *x = cp_og_op2(g, "Gather", embed, t.ids);
   for (int l = 0; l < m->encoder.n_layers; l++) {
     const cp_layer *ly = &m->encoder.layers[l];
-    char p[64], pa[80];
-    snprintf(p, sizeof p, "encoder.block.%d", l);
-    snprintf(pa, sizeof pa, "%s.self_attn", p);
-    const char *h = norm(&t, x, &ly->attn_norm, pa);
-    const char *q = heads(&t, h, &ly->q, pa, "q"), *k = heads(&t, h, &ly->k, pa, "k");
-    const char *v = heads(&t, h, &ly->v, pa, "v");
-    x = cp_og_op2(g, "Add", x, attend(&t, l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa));
-    snprintf(pa, sizeof pa, "%s.mlp", p);
-    x = cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(&t, x, &ly->ffn_norm, pa), p));
+    const char *h = norm(&t, x, &ly->attn_norm, CP_ROLE_ATTN_NORM, E, l);
+    const char *q = heads(&t, h, &ly->q, CP_ROLE_Q, E, l), *k = heads(&t, h, &ly->k, CP_ROLE_K, E, l);
+    const char *v = heads(&t, h, &ly->v, CP_ROLE_V, E, l);
+    x = cp_og_op2(g, "Add", x, attend(&t, l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o));
+    x = cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(&t, x, &ly->ffn_norm, CP_ROLE_FFN_NORM, E, l), E, l));
   }
-  x = norm(&t, x, &m->encoder.final_norm, "encoder.final");
+  x = norm(&t, x, &m->encoder.final_norm, CP_ROLE_FINAL_NORM, E, 0);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "encoder_sequence_length"}, {m->d_model, NULL}};
   return cp_og_output(g, "last_hidden_state", x, CP_F32, 3, out);
 }
@@ -231,21 +246,18 @@ static const char *decoder_layer(t5_t *t, int l, const char *x) {
   const cp_model *m = t->m;
   const cp_layer *ly = &m->decoder.layers[l];
   cp_og *g = t->g;
-  char p[64], pa[80];
-  snprintf(p, sizeof p, "decoder.block.%d", l);
-  snprintf(pa, sizeof pa, "%s.self_attn", p);
-  const char *h = norm(t, x, &ly->attn_norm, pa);
-  const char *q = heads(t, h, &ly->q, pa, "q");
-  const char *k = cache(t, l, 0, heads(t, h, &ly->k, pa, "k")), *v = cache(t, l, 1, heads(t, h, &ly->v, pa, "v"));
-  x = cp_og_op2(g, "Add", x, attend(t, l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o, pa));
-  snprintf(pa, sizeof pa, "%s.cross_attn", p);
-  h = norm(t, x, &ly->cross_norm, pa);
-  q = heads(t, h, &ly->cq, pa, "q");
-  k = cache(t, l, 2, heads(t, t->enc_rest, &ly->ck, pa, "k"));
-  v = cache(t, l, 3, heads(t, t->enc_rest, &ly->cv, pa, "v"));
-  x = cp_og_op2(g, "Add", x, attend(t, l, CP_ATTN_CROSS, q, k, v, &ly->co, pa));
-  snprintf(pa, sizeof pa, "%s.mlp", p);
-  return cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(t, x, &ly->ffn_norm, pa), p));
+  const cp_stack_kind D = CP_STACK_DECODER;
+  const char *h = norm(t, x, &ly->attn_norm, CP_ROLE_ATTN_NORM, D, l);
+  const char *q = heads(t, h, &ly->q, CP_ROLE_Q, D, l);
+  const char *k = cache(t, l, 0, heads(t, h, &ly->k, CP_ROLE_K, D, l));
+  const char *v = cache(t, l, 1, heads(t, h, &ly->v, CP_ROLE_V, D, l));
+  x = cp_og_op2(g, "Add", x, attend(t, l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o));
+  h = norm(t, x, &ly->cross_norm, CP_ROLE_CROSS_NORM, D, l);
+  q = heads(t, h, &ly->cq, CP_ROLE_CQ, D, l);
+  k = cache(t, l, 2, heads(t, t->enc_rest, &ly->ck, CP_ROLE_CK, D, l));
+  v = cache(t, l, 3, heads(t, t->enc_rest, &ly->cv, CP_ROLE_CV, D, l));
+  x = cp_og_op2(g, "Add", x, attend(t, l, CP_ATTN_CROSS, q, k, v, &ly->co));
+  return cp_og_op2(g, "Add", x, cp_og_ffn(g, m, ly, norm(t, x, &ly->ffn_norm, CP_ROLE_FFN_NORM, D, l), D, l));
 }
 
 int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
@@ -260,11 +272,14 @@ int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   }
   decoder_inputs(&t);
   int64_t dims[2] = {m->vocab, m->d_model};
-  t.embed = cp_og_weight(g, "shared.weight", m->embed, 2, dims, true);
+  char wn[CP_TENSOR_NAME_MAX];
+  t.embed = cp_og_weight(g, wname(wn, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", t.embed, t.ids); /* [B, S, D] */
   for (int l = 0; l < L; l++) x = decoder_layer(&t, l, x);
-  x = norm(&t, x, &m->decoder.final_norm, "decoder.final");
-  const char *w = m->lm_head == m->embed ? t.embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
+  x = norm(&t, x, &m->decoder.final_norm, CP_ROLE_FINAL_NORM, CP_STACK_DECODER, 0);
+  const char *w = m->lm_head == m->embed ? t.embed
+                  : cp_og_weight(g, wname(wn, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"), m->lm_head, 2, dims,
+                                 true);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "decoder_sequence_length"}, {m->vocab, NULL}};
   if (cp_og_output(g, "logits", cp_og_lm_head(g, m, x, w, t.ids), CP_F32, 3, out) < 0) goto done;
   cp_onnx_dim pres_d[4] = {{0, "batch_size"}, {m->n_heads, NULL}, {0, NULL}, {m->d_head, NULL}};
