@@ -8,13 +8,13 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/model/families.h"
+#include "ctxpatch/model/onnx_names.h"
 
 bool cp_onnx_attn_needs_raw_keys(const cp_model *m, const cp_attn_plan *plan) {
   return m->pos == CP_POS_ROPE && plan->kind != CP_ATTN_CROSS && (plan->ceiling != INT64_MAX || plan->top_k);
@@ -175,15 +175,17 @@ static void fire_weights(cp_onnx_attn_ctx *c, const char *w[6]) {
   static const char *const tag[6] = {"fire.w1", "fire.b1", "fire.wm", "fire.bm", "fire.w2", "fire.b2"};
   const cp_fire_mlp *f = c->fire;
   const bool two = f->layers == 2;
-  const char *suffix[6] = {CP_FIRE_IN ".weight", CP_FIRE_IN ".bias", CP_FIRE_MID ".weight", CP_FIRE_MID ".bias",
-                           cp_fire_out_part(f->layers, false) + 1, cp_fire_out_part(f->layers, true) + 1};
+  const char *suffix[6] = {"." CP_FIRE_IN ".weight", "." CP_FIRE_IN ".bias", "." CP_FIRE_MID ".weight",
+                           "." CP_FIRE_MID ".bias", cp_fire_out_part(f->layers, false),
+                           cp_fire_out_part(f->layers, true)};
   int64_t W = f->width, H = c->m->n_heads;
   for (int a = 0; a < 6; a++) {
     w[a] = NULL;
     if ((a == 2 || a == 3) && !two) continue;
     if ((w[a] = memo_find(c, tag[a], f, false))) continue;
-    char name[256];
-    snprintf(name, sizeof name, "%s.fire.%s", c->m->cfg->fire_shared ? "model" : c->prefix, suffix[a]);
+    char name[CP_TENSOR_NAME_MAX];
+    cp_onnx_name(name, c->m->family, CP_ROLE_FIRE, CP_STACK_DECODER,
+                 c->m->cfg->fire_shared ? CP_ONNX_NO_LAYER : c->layer, suffix[a]);
     const char *v = a == 0   ? cp_og_weight(c->g, name, f->w1, 1, &W, false)
                     : a == 1 ? cp_og_weight(c->g, name, f->b1, 1, &W, false)
                     : a == 2 ? cp_og_weight_t(c->g, name, f->wm, (int)W, (int)W, false) /* [W, W] transposed */

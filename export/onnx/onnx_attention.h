@@ -55,7 +55,6 @@ struct cp_onnx_attn_ctx {
   cp_attn_kind kind;
   int layer;
   const cp_fire_mlp *fire;   /* FIRE: this layer's MLP (shared or its own); else NULL */
-  const char *prefix;        /* weight-name prefix of this layer ("model.layers.3") */
 
   const char *q;       /* [B, H, S, dh] RoPE: rotated to the query positions */
   const char *k;       /* [B, H, T, dh] heads expanded (GQA); RoPE: rotated to the key positions */

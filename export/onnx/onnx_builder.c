@@ -11,6 +11,7 @@
 #include "ctxpatch/base/arena.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/strbuf.h"
+#include "ctxpatch/model/onnx_names.h"
 
 #define TRANSPOSE_BLOCK 64 /* rows of the transposed weight produced at a time */
 
@@ -271,18 +272,16 @@ const char *cp_og_act(cp_og *g, const char *x, cp_act act) {
   return NULL;
 }
 
-const char *cp_og_ffn(cp_og *g, const cp_model *m, const cp_layer *ly, const char *h, const char *prefix) {
-  char name[256];
-  snprintf(name, sizeof name, "%s.mlp.up", prefix);
-  const char *up = cp_og_linear(g, h, &ly->up, name);
+const char *cp_og_ffn(cp_og *g, const cp_model *m, const cp_layer *ly, const char *h, cp_stack_kind stack, int layer) {
+  char name[CP_TENSOR_NAME_MAX];
+  const char *up = cp_og_linear(g, h, &ly->up, cp_onnx_name(name, m->family, CP_ROLE_UP, stack, layer, ""));
   if (m->gated_ffn) {
-    snprintf(name, sizeof name, "%s.mlp.gate", prefix);
-    up = cp_og_op2(g, "Mul", cp_og_act(g, cp_og_linear(g, h, &ly->gate, name), m->act), up);
+    const char *gate = cp_og_linear(g, h, &ly->gate, cp_onnx_name(name, m->family, CP_ROLE_GATE, stack, layer, ""));
+    up = cp_og_op2(g, "Mul", cp_og_act(g, gate, m->act), up);
   } else {
     up = cp_og_act(g, up, m->act);
   }
-  snprintf(name, sizeof name, "%s.mlp.down", prefix);
-  return cp_og_linear(g, up, &ly->down, name);
+  return cp_og_linear(g, up, &ly->down, cp_onnx_name(name, m->family, CP_ROLE_DOWN, stack, layer, ""));
 }
 
 const char *cp_og_lm_head(cp_og *g, const cp_model *m, const char *h, const char *head_w, const char *ids) {

@@ -10,6 +10,7 @@
 
 #include "export/onnx/onnx_attention.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/model/onnx_names.h"
 
 /* Per-export values every layer shares. */
 typedef struct {
@@ -96,20 +97,25 @@ static const char *clip(dec_t *d, const char *x) {
   return cp_og_op3(d->g, "Clip", x, cp_og_f32(d->g, -d->m->clip_qkv), cp_og_f32(d->g, d->m->clip_qkv));
 }
 
+/* The base name of layer l's weight of `role` (ctxpatch/model/onnx_names.h). */
+static const char *wname(char buf[CP_TENSOR_NAME_MAX], const dec_t *d, cp_tensor_role role, int l) {
+  return cp_onnx_name(buf, d->m->family, role, CP_STACK_DECODER, l, "");
+}
+
 /* Self-attention of layer l on h [B, S, D]: returns the output projection [B, S, D]. */
-static const char *attention(dec_t *d, int l, const char *h, const char *prefix) {
+static const char *attention(dec_t *d, int l, const char *h) {
   const cp_model *m = d->m;
   const cp_layer *ly = &m->decoder.layers[l];
   cp_og *g = d->g;
-  char name[128];
+  char name[CP_TENSOR_NAME_MAX];
   cp_attn_plan plan;
   cp_rule_plan(&plan, d->rule, &d->rm, CP_ATTN_DECODER_SELF, l);
-  snprintf(name, sizeof name, "%s.attn.q", prefix);
-  const char *q = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->q, name)), m->n_heads, m->d_head);
-  snprintf(name, sizeof name, "%s.attn.k", prefix);
-  const char *k = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->k, name)), m->n_kv_heads, m->d_head);
-  snprintf(name, sizeof name, "%s.attn.v", prefix);
-  const char *v = cp_og_split_heads(g, clip(d, cp_og_linear(g, h, &ly->v, name)), m->n_kv_heads, m->d_head);
+  const char *q = cp_og_linear(g, h, &ly->q, wname(name, d, CP_ROLE_Q, l));
+  q = cp_og_split_heads(g, clip(d, q), m->n_heads, m->d_head);
+  const char *k = cp_og_linear(g, h, &ly->k, wname(name, d, CP_ROLE_K, l));
+  k = cp_og_split_heads(g, clip(d, k), m->n_kv_heads, m->d_head);
+  const char *v = cp_og_linear(g, h, &ly->v, wname(name, d, CP_ROLE_V, l));
+  v = cp_og_split_heads(g, clip(d, v), m->n_kv_heads, m->d_head);
   const char *q_raw = NULL, *k_raw = NULL, *kall;
   if (m->pos == CP_POS_ROPE) {
     q_raw = q, q = cp_onnx_rope(g, m, q, d->cos, d->sin);
@@ -127,13 +133,12 @@ static const char *attention(dec_t *d, int l, const char *h, const char *prefix)
   }
   const char *vall = expand_kv(d, cache(d, l, "value", v));
   cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = CP_ATTN_DECODER_SELF, .layer = l,
-                        .fire = ly->fire, .prefix = prefix, .q = q, .k = kall, .q_raw = q_raw, .k_raw = k_raw,
+                        .fire = ly->fire, .q = q, .k = kall, .q_raw = q_raw, .k_raw = k_raw,
                         .qpos = d->qpos, .kpos = d->kpos, .n_keys = d->n_keys, .visible = d->visible,
                         .memo = &d->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), vall); /* [B, H, S, dh] */
   const char *merged = cp_og_merge_heads(g, ctxv, m->n_heads, m->d_head);
-  snprintf(name, sizeof name, "%s.attn.o", prefix);
-  return cp_og_linear(g, merged, &ly->o, name);
+  return cp_og_linear(g, merged, &ly->o, wname(name, d, CP_ROLE_O, l));
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -143,34 +148,32 @@ typedef struct {
   cp_og_layer og; /* first: the shared graph ops take the context as a cp_og_layer */
   dec_t *d;
   int l;
-  char prefix[64];
 } layer_ctx;
 
 static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   const cp_model *m = c->d->m;
-  char name[96];
-  snprintf(name, sizeof name, "%s.%s", c->prefix, which == CP_LAYER_NORM_ATTN ? "attn_norm" : "ffn_norm");
-  c->og.v[dst] = cp_og_norm(c->og.g, c->og.v[src], which == CP_LAYER_NORM_ATTN ? &c->og.ly->attn_norm : &c->og.ly->ffn_norm,
-                            m->norm, m->norm_eps, m->d_model, name);
+  char name[CP_TENSOR_NAME_MAX];
+  bool attn = which == CP_LAYER_NORM_ATTN;
+  c->og.v[dst] = cp_og_norm(c->og.g, c->og.v[src], attn ? &c->og.ly->attn_norm : &c->og.ly->ffn_norm, m->norm,
+                            m->norm_eps, m->d_model, wname(name, c->d, attn ? CP_ROLE_ATTN_NORM : CP_ROLE_FFN_NORM, c->l));
   return 0;
 }
 static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   (void)cross; /* decoder-only graphs have no cross-attention (T5 is onnx_t5.c) */
-  c->og.v[dst] = attention(c->d, c->l, c->og.v[src], c->prefix);
+  c->og.v[dst] = attention(c->d, c->l, c->og.v[src]);
   return 0;
 }
 static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
-  return cp_og_layer_ffn_add(&c->og, dst, src, c->prefix);
+  return cp_og_layer_ffn_add(&c->og, dst, src, CP_STACK_DECODER, c->l);
 }
 static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add};
 
 /* One layer over x [B, S, D] in the model's residual layout, as the engines run it. */
 static const char *layer(dec_t *d, int l, const char *x) {
   layer_ctx c = {.og = {d->g, d->m, &d->m->decoder.layers[l], {x}}, .d = d, .l = l};
-  snprintf(c.prefix, sizeof c.prefix, "model.layers.%d", l);
   (void)cp_layer_run(&k_layer_ops, &c, cp_model_residual(d->m), false); /* graph errors stay in the builder */
   return c.og.v[CP_SLOT_X];
 }
@@ -180,9 +183,13 @@ static const char *layer(dec_t *d, int l, const char *x) {
 static const char *head(dec_t *d, const char *x) {
   const cp_model *m = d->m;
   cp_og *g = d->g;
-  const char *h = cp_og_norm(g, x, &m->decoder.final_norm, m->norm, m->norm_eps, m->d_model, "model.norm");
+  char name[CP_TENSOR_NAME_MAX];
+  const char *h = cp_og_norm(g, x, &m->decoder.final_norm, m->norm, m->norm_eps, m->d_model,
+                             wname(name, d, CP_ROLE_FINAL_NORM, 0));
   int64_t dims[2] = {m->vocab, m->d_model};
-  const char *w = m->lm_head == m->embed ? d->embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
+  const char *w = m->lm_head == m->embed ? d->embed
+                  : cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"),
+                                 m->lm_head, 2, dims, true);
   return cp_og_lm_head(g, m, h, w, d->ids);
 }
 
@@ -206,14 +213,18 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   positions(&d);
   if (m->pos == CP_POS_ROPE) rope_tables(&d);
   int64_t dims[2] = {m->vocab, m->d_model};
-  d.embed = cp_og_weight(g, "model.embed_tokens.weight", m->embed, 2, dims, true);
+  char name[CP_TENSOR_NAME_MAX];
+  d.embed = cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed, 2,
+                         dims, true);
   const char *x = cp_og_op2(g, "Gather", d.embed, d.ids); /* [B, S, D] */
   if (m->pos_embed) { /* GPT-2 wpe: the learned row of each absolute position (engine: embed) */
     int64_t pdims[2] = {m->train_len, m->d_model};
-    const char *wpe = cp_og_weight(g, "model.embed_positions.weight", m->pos_embed, 2, pdims, true);
+    const char *wpe = cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_POS_EMBED, CP_STACK_DECODER, 0, ".weight"),
+                                   m->pos_embed, 2, pdims, true);
     x = cp_og_op2(g, "Add", x, cp_og_op2(g, "Gather", wpe, d.pos));
   }
-  if (m->embed_norm.w) x = cp_og_norm(g, x, &m->embed_norm, m->norm, m->norm_eps, m->d_model, "model.embed_norm");
+  if (m->embed_norm.w)
+    x = cp_og_norm(g, x, &m->embed_norm, m->norm, m->norm_eps, m->d_model, wname(name, &d, CP_ROLE_EMBED_NORM, 0));
   for (int l = 0; l < m->decoder.n_layers; l++) x = layer(&d, l, x);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "sequence_length"}, {m->vocab, NULL}};
   return cp_og_output(g, "logits", head(&d, x), CP_F32, 3, out);

@@ -13,8 +13,8 @@ int cp_og_layer_copy(void *ctx, cp_slot dst, cp_slot src) {
   return 0;
 }
 
-int cp_og_layer_ffn_add(cp_og_layer *c, cp_slot dst, cp_slot src, const char *prefix) {
-  const char *f = cp_og_ffn(c->g, c->m, c->ly, c->v[src], prefix);
+int cp_og_layer_ffn_add(cp_og_layer *c, cp_slot dst, cp_slot src, cp_stack_kind stack, int layer) {
+  const char *f = cp_og_ffn(c->g, c->m, c->ly, c->v[src], stack, layer);
   c->v[dst] = cp_og_op2(c->g, "Add", c->v[dst], f);
   return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/model/onnx_names.h"
 
 /* Per-graph values every layer shares. */
 typedef struct {
@@ -20,7 +21,7 @@ typedef struct {
   const cp_rule *rule;
   cp_rule_model rm;
   const char *ids;                       /* input_ids [B, S] */
-  const char *embed;                     /* "shared.weight" [V, D] */
+  const char *embed;                     /* the shared embedding [V, D] */
   /* self-attention */
   const char *qpos, *kpos, *n_keys, *visible;
   cp_onnx_attn_memo memo;
@@ -34,6 +35,12 @@ typedef struct {
 } t5_t;
 
 static const char *const KV_NAMES[4] = {"decoder.key", "decoder.value", "encoder.key", "encoder.value"};
+
+/* The base name of weight `role` in `stack`'s layer l (ctxpatch/model/onnx_names.h), with `suffix`. */
+static const char *wname(char buf[CP_TENSOR_NAME_MAX], cp_tensor_role role, cp_stack_kind stack, int l,
+                         const char *suffix) {
+  return cp_onnx_name(buf, CP_FAMILY_T5, role, stack, l, suffix);
+}
 
 /* ---------------------------------------------------------------- buckets */
 
@@ -78,7 +85,8 @@ static const char *t5_pos_bias(void *user, const cp_onnx_attn_ctx *c, const char
   bool enc = c->kind == CP_ATTN_ENCODER_SELF;
   if (!t->table) {
     int64_t dims[2] = {m->t5_num_buckets, m->n_heads};
-    const char *name = enc ? "encoder.relative_attention_bias.weight" : "decoder.relative_attention_bias.weight";
+    char name[CP_TENSOR_NAME_MAX];
+    wname(name, CP_ROLE_REL_BIAS, enc ? CP_STACK_ENCODER : CP_STACK_DECODER, 0, ".weight");
     t->table = cp_og_weight(g, name, enc ? m->encoder.rel_bias : m->decoder.rel_bias, 2, dims, false);
   }
   static const int64_t perm[] = {0, 4, 2, 3, 1}, ax4[] = {4}, rank4[] = {1, 1, 1, 1};
@@ -102,37 +110,45 @@ static const char *slice_axis(cp_og *g, const char *x, const char *lo, const cha
   return cp_og_node(g, "Slice", in, 4, NULL, 0);
 }
 
+/* The stack a module of `kind` belongs to. */
+static cp_stack_kind stack_of(cp_attn_kind kind) {
+  return kind == CP_ATTN_ENCODER_SELF ? CP_STACK_ENCODER : CP_STACK_DECODER;
+}
+
 /* Module `kind` of layer l: q [B, H, S, dh] against k, v [B, H, T, dh], then the output
- * projection `o` (weights "PREFIX.o"): [B, S, D]. */
+ * projection `o` (role O, or CO in cross-attention): [B, S, D]. */
 static const char *attend(t5_t *t, int l, cp_attn_kind kind, const char *q, const char *k, const char *v,
-                          const cp_linear *o, const char *prefix) {
+                          const cp_linear *o) {
   const cp_model *m = t->m;
   cp_og *g = t->g;
   cp_attn_plan plan;
   cp_rule_plan(&plan, t->rule, &t->rm, kind, l);
   bool cross = kind == CP_ATTN_CROSS;
-  cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = kind, .layer = l, .prefix = prefix, .q = q, .k = k,
+  cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = kind, .layer = l, .q = q, .k = k,
                         .qpos = t->qpos, .kpos = cross ? t->cross_kpos : t->kpos,
                         .n_keys = cross ? t->cross_n : t->n_keys, .visible = cross ? t->cross_visible : t->visible,
                         .pos_bias = cross ? NULL : t5_pos_bias, .pos_user = t,
                         .memo = cross ? &t->cross_memo : &t->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), v); /* [B, H, S, dh] */
-  char name[160];
-  snprintf(name, sizeof name, "%s.o", prefix);
+  char name[CP_TENSOR_NAME_MAX];
+  wname(name, cross ? CP_ROLE_CO : CP_ROLE_O, stack_of(kind), l, "");
   return cp_og_linear(g, cp_og_merge_heads(g, ctxv, m->n_heads, m->d_head), o, name);
 }
 
-/* x W^T of linear "PREFIX.WHICH", split into heads [B, H, rows, dh]. */
-static const char *heads(t5_t *t, const char *x, const cp_linear *L, const char *prefix, const char *which) {
-  char name[160];
-  snprintf(name, sizeof name, "%s.%s", prefix, which);
+/* x W^T of linear `role` of `stack`'s layer l, split into heads [B, H, rows, dh]. */
+static const char *heads(t5_t *t, const char *x, const cp_linear *L, cp_tensor_role role, cp_stack_kind stack,
+                         int l) {
+  char name[CP_TENSOR_NAME_MAX];
+  wname(name, role, stack, l, "");
   return cp_og_split_heads(t->g, cp_og_linear(t->g, x, L, name), t->m->n_heads, t->m->d_head);
 }
 
-/* x + f(norm(x)): the pre-norm residual every T5 sub-layer has; norm weights "PREFIX.norm". */
-static const char *norm(t5_t *t, const char *x, const cp_norm_weights *w, const char *prefix) {
-  char name[160];
-  snprintf(name, sizeof name, "%s.norm", prefix);
+/* x + f(norm(x)): the pre-norm residual every T5 sub-layer has; norm weights of `role` in `stack`'s
+ * layer l. */
+static const char *norm(t5_t *t, const char *x, const cp_norm_weights *w, cp_tensor_role role, cp_stack_kind stack,
+                        int l) {
+  char name[CP_TENSOR_NAME_MAX];
+  wname(name, role, stack, l, "");
   return cp_og_norm(t->g, x, w, t->m->norm, t->m->norm_eps, t->m->d_model, name);
 }
 
@@ -168,58 +184,55 @@ typedef struct {
   cp_og_layer og; /* first: the shared graph ops take the context as a cp_og_layer */
   t5_t *t;
   int l;
-  bool decoder;
-  char p[64];
+  cp_stack_kind stack;
 } layer_ctx;
-
-static const char *part(cp_layer_norm which) {
-  return which == CP_LAYER_NORM_ATTN ? "self_attn" : which == CP_LAYER_NORM_CROSS ? "cross_attn" : "mlp";
-}
 
 static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   const cp_layer *ly = c->og.ly;
-  char pa[80];
-  snprintf(pa, sizeof pa, "%s.%s", c->p, part(which));
   const cp_norm_weights *w =
       which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm;
-  c->og.v[dst] = norm(c->t, c->og.v[src], w, pa);
+  cp_tensor_role role = which == CP_LAYER_NORM_ATTN    ? CP_ROLE_ATTN_NORM
+                        : which == CP_LAYER_NORM_CROSS ? CP_ROLE_CROSS_NORM
+                                                       : CP_ROLE_FFN_NORM;
+  c->og.v[dst] = norm(c->t, c->og.v[src], w, role, c->stack, c->l);
   return 0;
 }
 static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   t5_t *t = c->t;
   const cp_layer *ly = c->og.ly;
+  const cp_stack_kind S = c->stack;
+  const int l = c->l;
   const char *h = c->og.v[src];
-  char pa[80];
-  snprintf(pa, sizeof pa, "%s.%s", c->p, part(cross ? CP_LAYER_NORM_CROSS : CP_LAYER_NORM_ATTN));
   if (cross) {
-    const char *q = heads(t, h, &ly->cq, pa, "q");
-    const char *k = cache(t, c->l, 2, heads(t, t->enc_rest, &ly->ck, pa, "k"));
-    const char *v = cache(t, c->l, 3, heads(t, t->enc_rest, &ly->cv, pa, "v"));
-    c->og.v[dst] = attend(t, c->l, CP_ATTN_CROSS, q, k, v, &ly->co, pa);
-  } else if (c->decoder) {
-    const char *q = heads(t, h, &ly->q, pa, "q");
-    const char *k = cache(t, c->l, 0, heads(t, h, &ly->k, pa, "k")), *v = cache(t, c->l, 1, heads(t, h, &ly->v, pa, "v"));
-    c->og.v[dst] = attend(t, c->l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o, pa);
+    const char *q = heads(t, h, &ly->cq, CP_ROLE_CQ, S, l);
+    const char *k = cache(t, l, 2, heads(t, t->enc_rest, &ly->ck, CP_ROLE_CK, S, l));
+    const char *v = cache(t, l, 3, heads(t, t->enc_rest, &ly->cv, CP_ROLE_CV, S, l));
+    c->og.v[dst] = attend(t, l, CP_ATTN_CROSS, q, k, v, &ly->co);
+  } else if (S == CP_STACK_DECODER) {
+    const char *q = heads(t, h, &ly->q, CP_ROLE_Q, S, l);
+    const char *k = cache(t, l, 0, heads(t, h, &ly->k, CP_ROLE_K, S, l));
+    const char *v = cache(t, l, 1, heads(t, h, &ly->v, CP_ROLE_V, S, l));
+    c->og.v[dst] = attend(t, l, CP_ATTN_DECODER_SELF, q, k, v, &ly->o);
   } else {
-    const char *q = heads(t, h, &ly->q, pa, "q"), *k = heads(t, h, &ly->k, pa, "k");
-    const char *v = heads(t, h, &ly->v, pa, "v");
-    c->og.v[dst] = attend(t, c->l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o, pa);
+    const char *q = heads(t, h, &ly->q, CP_ROLE_Q, S, l), *k = heads(t, h, &ly->k, CP_ROLE_K, S, l);
+    const char *v = heads(t, h, &ly->v, CP_ROLE_V, S, l);
+    c->og.v[dst] = attend(t, l, CP_ATTN_ENCODER_SELF, q, k, v, &ly->o);
   }
   return 0;
 }
 static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
-  return cp_og_layer_ffn_add(&c->og, dst, src, c->p);
+  return cp_og_layer_ffn_add(&c->og, dst, src, c->stack, c->l);
 }
 static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add};
 
 /* Layer l of the encoder or decoder stack over x, pre-norm (the decoder's with cross-attention). */
 static const char *t5_layer(t5_t *t, int l, bool decoder, const char *x) {
   const cp_stack *st = decoder ? &t->m->decoder : &t->m->encoder;
-  layer_ctx c = {.og = {t->g, t->m, &st->layers[l], {x}}, .t = t, .l = l, .decoder = decoder};
-  snprintf(c.p, sizeof c.p, "%s.block.%d", decoder ? "decoder" : "encoder", l);
+  layer_ctx c = {.og = {t->g, t->m, &st->layers[l], {x}}, .t = t, .l = l,
+                 .stack = decoder ? CP_STACK_DECODER : CP_STACK_ENCODER};
   (void)cp_layer_run(&k_layer_ops, &c, CP_RESIDUAL_PRE_NORM, decoder); /* graph errors stay in the builder */
   return c.og.v[CP_SLOT_X];
 }
@@ -236,9 +249,11 @@ int cp_onnx_t5_encoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   self_positions(&t, cp_og_i64(g, 0), n, n);
   t.visible = key_mask(g, mask); /* bidirectional: every unmasked key */
   int64_t dims[2] = {m->vocab, m->d_model};
-  const char *x = cp_og_op2(g, "Gather", cp_og_weight(g, "shared.weight", m->embed, 2, dims, true), t.ids);
+  char name[CP_TENSOR_NAME_MAX];
+  const char *embed = cp_og_weight(g, wname(name, CP_ROLE_EMBED, CP_STACK_ENCODER, 0, ".weight"), m->embed, 2, dims, true);
+  const char *x = cp_og_op2(g, "Gather", embed, t.ids);
   for (int l = 0; l < m->encoder.n_layers; l++) x = t5_layer(&t, l, false, x);
-  x = norm(&t, x, &m->encoder.final_norm, "encoder.final");
+  x = norm(&t, x, &m->encoder.final_norm, CP_ROLE_FINAL_NORM, CP_STACK_ENCODER, 0);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "encoder_sequence_length"}, {m->d_model, NULL}};
   return cp_og_output(g, "last_hidden_state", x, CP_F32, 3, out);
 }
@@ -293,11 +308,14 @@ int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   }
   decoder_inputs(&t);
   int64_t dims[2] = {m->vocab, m->d_model};
-  t.embed = cp_og_weight(g, "shared.weight", m->embed, 2, dims, true);
+  char wn[CP_TENSOR_NAME_MAX];
+  t.embed = cp_og_weight(g, wname(wn, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", t.embed, t.ids); /* [B, S, D] */
   for (int l = 0; l < L; l++) x = t5_layer(&t, l, true, x);
-  x = norm(&t, x, &m->decoder.final_norm, "decoder.final");
-  const char *w = m->lm_head == m->embed ? t.embed : cp_og_weight(g, "lm_head.weight", m->lm_head, 2, dims, true);
+  x = norm(&t, x, &m->decoder.final_norm, CP_ROLE_FINAL_NORM, CP_STACK_DECODER, 0);
+  const char *w = m->lm_head == m->embed ? t.embed
+                  : cp_og_weight(g, wname(wn, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"), m->lm_head, 2, dims,
+                                 true);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "decoder_sequence_length"}, {m->vocab, NULL}};
   if (cp_og_output(g, "logits", cp_og_lm_head(g, m, x, w, t.ids), CP_F32, 3, out) < 0) goto done;
   cp_onnx_dim pres_d[4] = {{0, "batch_size"}, {m->n_heads, NULL}, {0, NULL}, {m->d_head, NULL}};

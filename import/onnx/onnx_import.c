@@ -1,7 +1,7 @@
 /* ONNX decoder graph -> the family's Hugging Face tensors and config (include/ctxpatch/import/
- * onnx_import.h), by initializer names: ctxpatch's own export names (docs/onnx.md, written by
- * export/onnx/onnx_decoder.c and onnx_graph.c) or HF names kept by the exporter. The model loader
- * then reads the result as any checkpoint. */
+ * onnx_import.h), by initializer names: ctxpatch's own export names (docs/onnx.md; by role in
+ * ctxpatch/model/onnx_names.h, as export/onnx/ writes them) or HF names kept by the exporter. The
+ * model loader then reads the result as any checkpoint. */
 #include "ctxpatch/import/onnx_import.h"
 
 #include <assert.h>
@@ -16,6 +16,7 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/strbuf.h"
 #include "ctxpatch/import/names.h"
+#include "ctxpatch/model/onnx_names.h"
 #include "ctxpatch/formats/onnx_graph.h"
 #include "import/onnx/onnx_import_priv.h"
 
@@ -123,27 +124,6 @@ int cp_oi_take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, b
 
 /* ---------------------------------------------------------------- ctxpatch's own names */
 
-/* The export name of a role (onnx_decoder.c / onnx_graph.c prefixes), "%d" = layer; NULL: none. */
-static const char *export_name(cp_tensor_role role) {
-  switch (role) {
-    case CP_ROLE_EMBED: return "model.embed_tokens";
-    case CP_ROLE_EMBED_NORM: return "model.embed_norm";
-    case CP_ROLE_POS_EMBED: return "model.embed_positions";
-    case CP_ROLE_ATTN_NORM: return "model.layers.%d.attn_norm";
-    case CP_ROLE_Q: return "model.layers.%d.attn.q";
-    case CP_ROLE_K: return "model.layers.%d.attn.k";
-    case CP_ROLE_V: return "model.layers.%d.attn.v";
-    case CP_ROLE_O: return "model.layers.%d.attn.o";
-    case CP_ROLE_FFN_NORM: return "model.layers.%d.ffn_norm";
-    case CP_ROLE_GATE: return "model.layers.%d.mlp.gate";
-    case CP_ROLE_UP: return "model.layers.%d.mlp.up";
-    case CP_ROLE_DOWN: return "model.layers.%d.mlp.down";
-    case CP_ROLE_FINAL_NORM: return "model.norm";
-    case CP_ROLE_LM_HEAD: return "lm_head";
-    default: return NULL;
-  }
-}
-
 /* q, k, v of `layer` fused into the family's HF QKV tensor (families.h cp_qkv_layout): rows
  * q | k | v, or per head [H, 3, dh] when interleaved; GPT-2's Conv1D keeps [in, out] columns. */
 static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_config *c, const char *dst,
@@ -156,7 +136,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
   int rc = 0, nin = bias ? 1 : -1;
   int64_t rows[3], total = 0;
   for (int p = 0; p < 3; p++) {
-    cp_names_format(name, "", export_name(roles[p]), layer, suffix);
+    cp_onnx_name(name, fl->family, roles[p], CP_STACK_DECODER, layer, suffix);
     if (!(src[p] = find_init(im, name))) {
       if (bias && p == 0) return 0; /* no attention biases */
       rc = cp_error_set(CP_EMODEL_TENSOR, "%s: initializer '%s' is missing", im->path, name);
@@ -248,8 +228,8 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
   static const char *const suffix[2] = {".weight", ".bias"};
   if (row->role == CP_ROLE_FIRE) {
     cp_names_row(dst, nm, row, layer, "");
-    char ebase[64];
-    snprintf(ebase, sizeof ebase, c->fire_shared ? "model.fire" : "model.layers.%d.fire", layer);
+    char ebase[CP_TENSOR_NAME_MAX];
+    cp_onnx_name(ebase, c->family, CP_ROLE_FIRE, CP_STACK_DECODER, c->fire_shared ? CP_ONNX_NO_LAYER : layer, "");
     return take_fire(im, dst, ebase, c->fire_shared ? 0 : layer, c->fire_mlp_layers);
   }
   for (int s = 0; s < 2; s++) {
@@ -259,9 +239,7 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
       if (rc) return rc;
       continue;
     }
-    const char *pattern = export_name(row->role);
-    if (!pattern) continue;
-    cp_names_format(src, "", pattern, layer, suffix[s]);
+    if (!cp_onnx_name(src, c->family, row->role, row->stack, layer, suffix[s])) continue;
     const cp_onnx_tensor *t = find_init(im, src);
     if (!t) {
       if (s == 1 || (row->role == CP_ROLE_LM_HEAD && c->tie_word_embeddings)) continue;
@@ -316,13 +294,12 @@ static bool hf_named(const cp_onnx_graph *g) {
   return false;
 }
 
-/* ctxpatch's export names all start so (docs/onnx.md); `const/N` are its graph constants and
+/* ctxpatch's export names all start so (cp_onnx_name_own); `const/N` are its graph constants and
  * `ctxpatch/rewrite/...` the constants an in-place rewrite added (export/onnx/rewrite/onnx_rewrite.c). */
 static const char *first_foreign_name(const cp_onnx_graph *g) {
   for (size_t i = 0; i < g->n_initializers; i++) {
     const char *n = g->initializers[i].name;
-    if (strncmp(n, "model.", 6) && strncmp(n, "lm_head.", 8) && strncmp(n, "const/", 6) &&
-        strncmp(n, "ctxpatch/rewrite/", 17))
+    if (!cp_onnx_name_own(n) && strncmp(n, "const/", 6) && strncmp(n, "ctxpatch/rewrite/", 17))
       return n;
   }
   return NULL;

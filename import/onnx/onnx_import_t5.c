@@ -13,6 +13,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/names.h"
+#include "ctxpatch/model/onnx_names.h"
 
 #define T5_ENCODER_FILE "encoder_model.onnx"
 #define T5_DECODER_FILE "decoder_model_merged.onnx"
@@ -57,7 +58,10 @@ typedef struct {
 } t5_pair;
 
 bool cp_onnx_t5_named(const cp_onnx_graph *g) {
-  return cp_onnx_graph_initializer(g, "shared.weight") || cp_onnx_graph_initializer(g, "shared.weight.stored");
+  char name[CP_TENSOR_NAME_MAX], stored[CP_TENSOR_NAME_MAX + 8];
+  cp_onnx_name(name, CP_FAMILY_T5, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
+  snprintf(stored, sizeof stored, "%s.stored", name);
+  return cp_onnx_graph_initializer(g, name) || cp_onnx_graph_initializer(g, stored);
 }
 
 int cp_onnx_t5_refuse_foreign(const char *path) {
@@ -123,37 +127,6 @@ static int same_tensor(bool *same, const cp_onnx_import *im, const cp_onnx_tenso
 
 /* ---------------------------------------------------------------- names */
 
-/* What onnx_t5.c names each role's weight (under "encoder." / "decoder." for stack tensors; "%d" =
- * layer), and whether it is stored transposed ([in, out], MatMul's layout). */
-static const char *export_name(cp_tensor_role role, bool *linear) {
-  *linear = false;
-  switch (role) {
-    case CP_ROLE_EMBED: return "shared";
-    case CP_ROLE_LM_HEAD: return "lm_head";
-    case CP_ROLE_REL_BIAS: return "relative_attention_bias";
-    case CP_ROLE_FINAL_NORM: return "final.norm";
-    case CP_ROLE_ATTN_NORM: return "block.%d.self_attn.norm";
-    case CP_ROLE_CROSS_NORM: return "block.%d.cross_attn.norm";
-    case CP_ROLE_FFN_NORM: return "block.%d.mlp.norm";
-    default: break;
-  }
-  *linear = true;
-  switch (role) {
-    case CP_ROLE_Q: return "block.%d.self_attn.q";
-    case CP_ROLE_K: return "block.%d.self_attn.k";
-    case CP_ROLE_V: return "block.%d.self_attn.v";
-    case CP_ROLE_O: return "block.%d.self_attn.o";
-    case CP_ROLE_CQ: return "block.%d.cross_attn.q";
-    case CP_ROLE_CK: return "block.%d.cross_attn.k";
-    case CP_ROLE_CV: return "block.%d.cross_attn.v";
-    case CP_ROLE_CO: return "block.%d.cross_attn.o";
-    case CP_ROLE_GATE: return "block.%d.mlp.gate";
-    case CP_ROLE_UP: return "block.%d.mlp.up";
-    case CP_ROLE_DOWN: return "block.%d.mlp.down";
-    default: return NULL;
-  }
-}
-
 /* Initializer `name` (found in gr as t) is also in the other graph: it must be byte-equal there. */
 static int check_shared(t5_pair *p, t5_graph *gr, const cp_onnx_tensor *t, const char *name) {
   t5_graph *other = gr == &p->enc ? &p->dec : &p->enc;
@@ -168,16 +141,16 @@ static int check_shared(t5_pair *p, t5_graph *gr, const cp_onnx_tensor *t, const
 
 /* One row of the family's T5 table, every layer: from the graph of its stack, as its HF name. */
 static int take_row(t5_pair *p, const cp_names *nm, const cp_family_tensor *row, const cp_hf_config *c) {
-  bool linear;
-  const char *pattern = export_name(row->role, &linear);
-  bool stacked = row->role != CP_ROLE_EMBED && row->role != CP_ROLE_LM_HEAD;
-  const char *prefix = !stacked ? "" : row->stack == CP_STACK_ENCODER ? "encoder." : "decoder.";
+  const char *pattern = cp_onnx_name_pattern(CP_FAMILY_T5, row->role, row->stack, false);
+  /* a projection's matrix is stored transposed ([in, out], MatMul's layout) */
+  bool linear = row->cols != CP_DIM_NONE && row->role != CP_ROLE_EMBED && row->role != CP_ROLE_LM_HEAD &&
+                row->role != CP_ROLE_REL_BIAS;
   t5_graph *gr = row->stack == CP_STACK_ENCODER ? &p->enc : &p->dec;
   char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
   if (!pattern)
     return cp_error_set(CP_EUNSUPPORTED, "%s: T5 tensor '%s' has no ONNX export name", p->im->path, row->hf);
   for (int l = 0; l < cp_names_layers(c, row); l++) {
-    cp_names_format(src, prefix, pattern, l, ".weight");
+    cp_onnx_name(src, CP_FAMILY_T5, row->role, row->stack, l, ".weight");
     cp_names_row(dst, nm, row, l, ".weight");
     const cp_onnx_tensor *t = find(gr, src);
     if (!t) {

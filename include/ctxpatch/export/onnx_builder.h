@@ -21,6 +21,7 @@
 
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/formats/onnx.h"
+#include "ctxpatch/model/families.h"
 
 typedef struct cp_og cp_og;
 
@@ -84,8 +85,8 @@ const char *cp_og_norm(cp_og *g, const char *x, const cp_norm_weights *w, cp_nor
 /* relu, gelu (erf form), gelu_tanh, silu = x * Sigmoid(x), as engine/layer_ops.c's act(). */
 const char *cp_og_act(cp_og *g, const char *x, cp_act act);
 /* The layer's FFN as engine/layer_ops.c cp_ops_ffn: down(act(up(h))), or down(act(gate(h)) * up(h))
- * when m->gated_ffn; weights "PREFIX.mlp.up" / ".gate" / ".down". */
-const char *cp_og_ffn(cp_og *g, const cp_model *m, const cp_layer *ly, const char *h, const char *prefix);
+ * when m->gated_ffn; weights named by role in `stack`'s `layer` (ctxpatch/model/onnx_names.h). */
+const char *cp_og_ffn(cp_og *g, const cp_model *m, const cp_layer *ly, const char *h, cp_stack_kind stack, int layer);
 /* Output head on the final-normed h [B, S, D]: times m->lm_head_scale, then Gemm against the
  * [V, D] head `head_w` (transB), reshaped to logits [B, S, V] after the shape of ids [B, S]. */
 const char *cp_og_lm_head(cp_og *g, const cp_model *m, const char *h, const char *head_w, const char *ids);

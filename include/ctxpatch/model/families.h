@@ -6,7 +6,8 @@
  * A row is one tensor role in one stack: `hf` is its HF module name (without ".weight"/".bias";
  * "%d" stands for the layer in per-layer roles), under the family's body prefix except for
  * CP_ROLE_LM_HEAD, which HF keeps outside the body module. Rows are data only, so an exporter can
- * add columns (a GGUF name, an ONNX initializer name) beside `hf` without touching the readers.
+ * add columns (a GGUF name) beside `hf` without touching the readers; ctxpatch's own ONNX names,
+ * the same for every decoder-only family, are by role in ctxpatch/model/onnx_names.h.
  * Several rows of one role and stack are alternatives: the first whose `when` holds and whose
  * tensor the checkpoint has wins (the first whose `when` holds when none is present).
  *
