@@ -73,7 +73,7 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
     const char *loc = m->data_files[k];
     char src[CLI_PATH_MAX], dst[CLI_PATH_MAX], hs[65], hd[65];
     if (strchr(loc, '/'))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
+      return cp_error_set(CP_EONNX_EXTERNAL, "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
                           "the folder first", m->path, loc);
     if (snprintf(src, sizeof src, "%s/%s", din, loc) >= CLI_PATH_MAX || snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= CLI_PATH_MAX)
       return cp_error_set(CP_EARG, "%s: path too long", loc);
@@ -142,12 +142,12 @@ int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const 
   if (rc < 0) {
     char why[300];
     snprintf(why, sizeof why, "%s", cp_error_message());
-    return cp_error_set(CP_EUNSUPPORTED, "%s: no model description can be recovered from this graph (%s), so no "
+    return cp_error_set(CP_EONNX_RECOVER, "%s: no model description can be recovered from this graph (%s), so no "
                         "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
   }
   /* The model read back is both graphs of the export: a certificate of it would not be this graph's. */
   if (t5)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: one graph of a T5 export (encoder_model.onnx + "
+    return cp_error_set(CP_EONNX_RECOVER, "%s: one graph of a T5 export (encoder_model.onnx + "
                         "decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is "
                         "rewritten; --no-verify writes the rewritten graph uncertified", model);
   char tmp_target[CLI_PATH_MAX], cert_dir[CLI_PATH_MAX];

@@ -90,7 +90,8 @@ static int meta_value(size_t *at, size_t *vlen, const uint8_t *buf, size_t len, 
   free(top);
   /* One entry: a reader that takes the first of several would see another value. */
   if (rc == 0 && found != 1)
-    rc = cp_error_set(CP_EFORMAT, "%s: metadata_props %s: %zu entries with a value (one expected)", path, key, found);
+    rc = cp_error_set(CP_EONNX_METADATA, "%s: metadata_props %s: %zu entries with a value (one expected)", path, key,
+                      found);
   return rc;
 }
 
@@ -104,7 +105,8 @@ int cp_onnx_edit_write_digested(char hex[65], cp_onnx_edit *e, const char *path)
   if (rc == 0) rc = cp_onnx_edit_serialize(&b, &n, e);
   if (rc == 0) rc = meta_value(&at, &vlen, b, n, CP_ONNX_GRAPH_DIGEST_KEY, path);
   if (rc == 0 && vlen != 64)
-    rc = cp_error_set(CP_EFORMAT, "%s: metadata_props %s: %zu bytes, not 64", path, CP_ONNX_GRAPH_DIGEST_KEY, vlen);
+    rc = cp_error_set(CP_EONNX_METADATA, "%s: metadata_props %s: %zu bytes, not 64", path, CP_ONNX_GRAPH_DIGEST_KEY,
+                      vlen);
   /* The bytes about to be written, read back as a model beside `path` (its data files). */
   if (rc == 0) rc = cp_onnx_model_open_bytes(&m, path, b, n, NULL);
   if (rc == 0) rc = cp_onnx_graph_digest(d, m, b, n);

@@ -60,7 +60,7 @@ static int index_model(cp_onnx_edit *e) {
   size_t graphs = 0;
   for (size_t k = 0; k < e->n_top; k++)
     if (e->top[k].field == F_GRAPH && e->top[k].wire == 2) e->graph = k, graphs++;
-  if (graphs != 1) return cp_error_set(CP_EFORMAT, "%s: %zu graph fields (one expected)", e->path, graphs);
+  if (graphs != 1) return cp_error_set(CP_EONNX_GRAPH, "%s: %zu graph fields (one expected)", e->path, graphs);
   if ((rc = cp_pb_scan(&e->gf, &e->n_gf, &e->cap_gf, e->buf, e->top[e->graph].body, e->top[e->graph].end, e->path)) < 0)
     return rc;
   for (size_t k = 0; k < e->n_gf; k++) e->n_nodes += e->gf[k].field == G_NODE && e->gf[k].wire == 2;
@@ -120,7 +120,7 @@ static int node_unpack(Onnx__NodeProto **np, const cp_onnx_edit *e, size_t node)
   const blob *r = &e->repl[node];
   *np = r->p ? onnx__node_proto__unpack(NULL, r->n, r->p)
              : onnx__node_proto__unpack(NULL, s->end - s->body, e->buf + s->body);
-  if (!*np) return cp_error_set(CP_EFORMAT, "%s: offset %zu: node %zu does not unpack", e->path, s->start, node);
+  if (!*np) return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: node %zu does not unpack", e->path, s->start, node);
   return 0;
 }
 

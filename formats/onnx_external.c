@@ -23,18 +23,18 @@ static int location_check(const cp_onnx_model *m, const char *loc, const char *w
   char q[128];
   size_t len = strlen(loc);
   if (!len || len > LOCATION_MAX)
-    return cp_error_set(CP_EFORMAT, "%s: %s: external location of %zu bytes", m->path, what, len);
+    return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external location of %zu bytes", m->path, what, len);
   if (loc[0] == '/')
-    return cp_error_set(CP_EFORMAT, "%s: %s: external location '%s' is absolute (must be relative to the "
+    return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external location '%s' is absolute (must be relative to the "
                         "model's folder)", m->path, what, cp_onnx_q(q, loc));
   for (const char *p = loc;;) {
     const char *e = strchr(p, '/');
     size_t n = e ? (size_t)(e - p) : strlen(p);
     if (n == 2 && p[0] == '.' && p[1] == '.')
-      return cp_error_set(CP_EFORMAT, "%s: %s: external location '%s' has a '..' component (escapes the "
+      return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external location '%s' has a '..' component (escapes the "
                           "model's folder)", m->path, what, cp_onnx_q(q, loc));
     if (n == 0)
-      return cp_error_set(CP_EFORMAT, "%s: %s: external location '%s' has an empty component", m->path, what,
+      return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external location '%s' has an empty component", m->path, what,
                           cp_onnx_q(q, loc));
     if (!e) break;
     p = e + 1;

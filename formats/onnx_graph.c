@@ -52,7 +52,8 @@ static int build_value(cp_onnx_model *m, cp_onnx_value *v, const Onnx__ValueInfo
   v->is_tensor = true, v->elem_type = tt->has_elem_type ? tt->elem_type : 0;
   if (!tt->shape) return 0;
   if (tt->shape->n_dim > CP_MAX_DIMS * 4)
-    return cp_error_set(CP_EFORMAT, "%s: %s '%s': %zu dims", m->path, kind, cp_onnx_q(q, v->name), tt->shape->n_dim);
+    return cp_error_set(CP_EONNX_GRAPH, "%s: %s '%s': %zu dims", m->path, kind, cp_onnx_q(q, v->name),
+                        tt->shape->n_dim);
   cp_onnx_dim *dims;
   NEW(m, dims, tt->shape->n_dim);
   for (size_t k = 0; k < tt->shape->n_dim; k++) {
@@ -60,7 +61,7 @@ static int build_value(cp_onnx_model *m, cp_onnx_value *v, const Onnx__ValueInfo
     dims[k].value = -1;
     if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
       if (d->dim_value < 0)
-        return cp_error_set(CP_EFORMAT, "%s: %s '%s': negative dim %zu (%" PRId64 ")", m->path, kind,
+        return cp_error_set(CP_EONNX_GRAPH, "%s: %s '%s': negative dim %zu (%" PRId64 ")", m->path, kind,
                             cp_onnx_q(q, v->name), k, d->dim_value);
       dims[k].value = d->dim_value;
     } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM) {
@@ -108,11 +109,11 @@ static int build_attr(cp_onnx_model *m, cp_onnx_attribute *a, const Onnx__Attrib
   a->f = ap->f, a->i = ap->i, a->s.len = ap->s.len, a->s.data = ap->s.data;
   snprintf(what, sizeof what, "%s attribute '%s'", node, cp_onnx_q(q, a->name));
   if (a->type == CP_ONNX_ATYPE_SPARSE_TENSOR || a->type == CP_ONNX_ATYPE_SPARSE_TENSORS)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: sparse tensors are not supported", m->path, what);
+    return cp_error_set(CP_EONNX_DTYPE, "%s: %s: sparse tensors are not supported", m->path, what);
   if ((a->type == CP_ONNX_ATYPE_TENSOR && !ap->t) || (a->type == CP_ONNX_ATYPE_GRAPH && !ap->g))
-    return cp_error_set(CP_EFORMAT, "%s: %s: type %d without its value", m->path, what, (int)a->type);
+    return cp_error_set(CP_EONNX_GRAPH, "%s: %s: type %d without its value", m->path, what, (int)a->type);
   if ((unsigned)a->type > CP_ONNX_ATYPE_TYPE_PROTOS)
-    return cp_error_set(CP_EFORMAT, "%s: %s: unknown attribute type %d", m->path, what, (int)a->type);
+    return cp_error_set(CP_EONNX_GRAPH, "%s: %s: unknown attribute type %d", m->path, what, (int)a->type);
   int rc = 0;
   switch (a->type) {
   case CP_ONNX_ATYPE_FLOATS: a->n = ap->n_floats, a->floats = ap->floats; break;
@@ -176,11 +177,11 @@ static int build_node(cp_onnx_model *m, cp_onnx_node *n, const Onnx__NodeProto *
 static int build_graph(cp_onnx_model *m, cp_onnx_graph *g, const Onnx__GraphProto *gp, int depth, const char *where) {
   char what[WHAT_CAP], q[128];
   if (depth > m->priv->params.max_graph_depth)
-    return cp_error_set(CP_EFORMAT, "%s: %s: subgraphs nested deeper than %d", m->path, where,
+    return cp_error_set(CP_EONNX_GRAPH, "%s: %s: subgraphs nested deeper than %d", m->path, where,
                         m->priv->params.max_graph_depth);
   g->name = str(gp->name), g->depth = depth;
   if (gp->n_sparse_initializer)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: graph '%s': %zu sparse initializers (e.g. '%s'): not supported",
+    return cp_error_set(CP_EONNX_DTYPE, "%s: graph '%s': %zu sparse initializers (e.g. '%s'): not supported",
                         m->path, cp_onnx_q(q, g->name), gp->n_sparse_initializer,
                         gp->sparse_initializer[0]->values ? str(gp->sparse_initializer[0]->values->name) : "");
   cp_onnx_tensor *t;
@@ -218,7 +219,7 @@ static int build_model(cp_onnx_model *m, const Onnx__ModelProto *mp) {
   for (size_t k = 0; k < mp->n_metadata_props; k++)
     p[k].key = str(mp->metadata_props[k]->key), p[k].value = str(mp->metadata_props[k]->value);
   m->metadata = p, m->n_metadata = mp->n_metadata_props;
-  if (!mp->graph) return cp_error_set(CP_EFORMAT, "%s: model has no graph", m->path);
+  if (!mp->graph) return cp_error_set(CP_EONNX_GRAPH, "%s: model has no graph", m->path);
   cp_onnx_graph *g;
   NEW(m, g, 1);
   m->graph = g;

@@ -120,12 +120,12 @@ static int build_scope(cp_onnx_model *m, scope *s, const cp_onnx_graph *g, const
         prev->src = e->src;
         continue;
       }
-      return cp_error_set(CP_EFORMAT, "%s: graph '%s': duplicate name '%s' (%s and %s)", m->path,
+      return cp_error_set(CP_EONNX_GRAPH, "%s: graph '%s': duplicate name '%s' (%s and %s)", m->path,
                           cp_onnx_q(gq, g->name), cp_onnx_q(q, e->name), src_label(a, g, prev->src),
                           src_label(b, g, e->src));
     }
     if (outer && find_outer(outer, e->name))
-      return cp_error_set(CP_EFORMAT, "%s: graph '%s': '%s' (%s) shadows a name of an enclosing graph", m->path,
+      return cp_error_set(CP_EONNX_GRAPH, "%s: graph '%s': '%s' (%s) shadows a name of an enclosing graph", m->path,
                           cp_onnx_q(gq, g->name), cp_onnx_q(q, e->name), src_label(a, g, e->src));
     s->ents[w++] = *e;
   }
@@ -186,7 +186,7 @@ static int kahn(cp_onnx_model *m, cp_onnx_graph *g, const edge *edges, size_t n_
     char l[160], gq[128];
     size_t i = 0;
     while (!indeg[i]) i++;
-    rc = cp_error_set(CP_EFORMAT, "%s: graph '%s': cycle through %s (%zu nodes never become ready)", m->path,
+    rc = cp_error_set(CP_EONNX_GRAPH, "%s: graph '%s': cycle through %s (%zu nodes never become ready)", m->path,
                       cp_onnx_q(gq, g->name), node_label(l, g, i), n - done);
     goto done;
   }
@@ -201,7 +201,7 @@ static int refuse_unsorted(cp_onnx_model *m, const cp_onnx_graph *g, const edge 
   char a[160], b[160], gq[128];
   for (size_t k = 0; k < n_edges; k++)
     if (edges[k].from >= edges[k].to)
-      return cp_error_set(CP_EFORMAT, "%s: graph '%s': %s uses an output of %s, which comes later (nodes not in "
+      return cp_error_set(CP_EONNX_GRAPH, "%s: graph '%s': %s uses an output of %s, which comes later (nodes not in "
                           "topological order)", m->path, cp_onnx_q(gq, g->name), node_label(a, g, edges[k].to),
                           node_label(b, g, edges[k].from));
   return 0;
@@ -241,7 +241,7 @@ static int check_graph(cp_onnx_model *m, cp_onnx_graph *g, const scope *outer, n
       if (!n->inputs[k][0]) continue;
       rc = use_name(m, &s, n->inputs[k], i, &edges, &n_edges, &cap_edges, outer_used);
       if (rc == CP_ENOTFOUND)
-        rc = cp_error_set(CP_EFORMAT, "%s: graph '%s': %s input '%s' is produced by no node, graph input, "
+        rc = cp_error_set(CP_EONNX_GRAPH, "%s: graph '%s': %s input '%s' is produced by no node, graph input, "
                           "initializer or enclosing graph", m->path, cp_onnx_q(gq, g->name), node_label(l, g, i),
                           cp_onnx_q(q, n->inputs[k]));
     }
@@ -250,7 +250,7 @@ static int check_graph(cp_onnx_model *m, cp_onnx_graph *g, const scope *outer, n
   for (size_t k = 0; k < g->n_outputs && rc == 0; k++) {
     rc = use_name(m, &s, g->outputs[k].name, SIZE_MAX, &edges, &n_edges, &cap_edges, outer_used);
     if (rc == CP_ENOTFOUND)
-      rc = cp_error_set(CP_EFORMAT, "%s: graph '%s': graph output '%s' is produced by nothing", m->path,
+      rc = cp_error_set(CP_EONNX_GRAPH, "%s: graph '%s': graph output '%s' is produced by nothing", m->path,
                         cp_onnx_q(gq, g->name), cp_onnx_q(q, g->outputs[k].name));
   }
   if (rc == 0 && m->priv->params.require_sorted) rc = refuse_unsorted(m, g, edges, n_edges);

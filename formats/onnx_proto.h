@@ -9,7 +9,7 @@
 
 /* TensorProto.DataType of d; 0 (UNDEFINED) when ONNX has none. */
 int32_t cp_onnx_elem_type(cp_dtype d);
-/* The dtype of an ONNX data type: 0, or CP_EUNSUPPORTED (message not set). */
+/* The dtype of an ONNX data type: 0, or CP_EONNX_DTYPE (message not set). */
 int cp_onnx_dtype_from_elem(cp_dtype *out, int32_t elem);
 
 #endif

@@ -40,7 +40,7 @@ static int copy_tensor(cp_onnx_tensor_info *t, const cp_onnx_tensor *src, const 
   char q[128];
   CP_CHECK_ALLOC(t->name = dup_or_empty(src->name), path);
   if (!src->has_dtype)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s': data type %d has no ctxpatch dtype", path,
+    return cp_error_set(CP_EONNX_DTYPE, "%s: initializer '%s': data type %d has no ctxpatch dtype", path,
                         cp_onnx_q(q, src->name), (int)src->elem_type);
   t->dtype = src->dtype, t->ndim = src->ndim, t->nbytes = src->nbytes;
   memcpy(t->shape, src->shape, sizeof t->shape);

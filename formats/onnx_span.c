@@ -46,7 +46,7 @@ int cp_pb_scan(cp_pb_span **out, size_t *n, size_t *cap, const uint8_t *buf, siz
     cp_pb_span s;
     size_t at = pos;
     if (next_field(&s, buf, &pos, end) < 0)
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: malformed protobuf field", path, at);
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: malformed protobuf field", path, at);
     int rc = CP_ARRAY_RESERVE(*out, *cap, *n + 1, path);
     if (rc < 0) return rc;
     (*out)[(*n)++] = s;

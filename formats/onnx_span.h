@@ -15,7 +15,7 @@ typedef struct {
 
 /* Appends the fields of the message body buf[start, end) to *out (*n used, *cap allocated; the
  * caller frees *out): varints of at most 10 bytes, wire types 0, 1, 2 and 5, lengths inside the
- * body; anything else is CP_EFORMAT naming `path` and the field's offset. */
+ * body; anything else is CP_EONNX_WIRE naming `path` and the field's offset. */
 int cp_pb_scan(cp_pb_span **out, size_t *n, size_t *cap, const uint8_t *buf, size_t start, size_t end,
                const char *path);
 

@@ -70,23 +70,23 @@ static int build_external(cp_onnx_model *m, cp_onnx_tensor *t, const Onnx__Tenso
     char *end = NULL;
     uint64_t v = strtoull(val, &end, 10);
     if (!val[0] || *end || val[0] == '-' || (v == UINT64_MAX))
-      return cp_error_set(CP_EFORMAT, "%s: %s: external %s '%s' is not a decimal number", m->path, what, key,
+      return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external %s '%s' is not a decimal number", m->path, what, key,
                           cp_onnx_q(q, val));
     *(key[0] == 'o' ? &off : &len) = v;
   }
-  if (!loc) return cp_error_set(CP_EFORMAT, "%s: %s: external data without a location", m->path, what);
+  if (!loc) return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external data without a location", m->path, what);
   const cp_onnx_datafile *f = NULL;
   int rc = cp_onnx_external_map(&f, m, loc, what);
   if (rc < 0) return rc;
   size_t esz = (size_t)(elem_types[t->elem_type].bits + 7) / 8;
   if (len != t->nbytes)
-    return cp_error_set(CP_EFORMAT, "%s: %s: external length %" PRIu64 " is not its %" PRIu64 " bytes", m->path,
+    return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external length %" PRIu64 " is not its %" PRIu64 " bytes", m->path,
                         what, len, t->nbytes);
   if (off > f->size || len > f->size - off)
-    return cp_error_set(CP_EFORMAT, "%s: %s: external bytes [%" PRIu64 ", +%" PRIu64 ") run past the end of "
+    return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external bytes [%" PRIu64 ", +%" PRIu64 ") run past the end of "
                         "'%s' (%" PRIu64 " bytes)", m->path, what, off, len, cp_onnx_q(q, loc), f->size);
   if (off % esz)
-    return cp_error_set(CP_EFORMAT, "%s: %s: external offset %" PRIu64 " is not a multiple of its %zu-byte "
+    return cp_error_set(CP_EONNX_EXTERNAL, "%s: %s: external offset %" PRIu64 " is not a multiple of its %zu-byte "
                         "element", m->path, what, off, esz);
   t->storage = CP_ONNX_STORE_EXTERNAL, t->location = f->location, t->offset = off;
   t->data = f->map ? (const uint8_t *)f->map + off : NULL;
@@ -98,18 +98,18 @@ int cp_onnx_tensor_build(cp_onnx_model *m, cp_onnx_tensor *t, const Onnx__Tensor
   t->file = m->path, t->name = tp->name ? tp->name : "", t->proto = tp;
   int32_t e = tp->has_data_type ? tp->data_type : 0;
   if (e <= 0 || e > ELEM_MAX)
-    return cp_error_set(CP_EFORMAT, "%s: %s: unknown data type %d", m->path, what, (int)e);
+    return cp_error_set(CP_EONNX_TENSOR, "%s: %s: unknown data type %d", m->path, what, (int)e);
   if (!elem_types[e].bits)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: %s tensors are not supported", m->path, what, elem_types[e].name);
+    return cp_error_set(CP_EONNX_DTYPE, "%s: %s: %s tensors are not supported", m->path, what, elem_types[e].name);
   t->elem_type = e, t->has_dtype = elem_types[e].dtype >= 0;
   t->dtype = t->has_dtype ? (cp_dtype)elem_types[e].dtype : CP_U8;
   if (tp->n_dims > CP_MAX_DIMS)
-    return cp_error_set(CP_EFORMAT, "%s: %s: %zu dims (at most %d)", m->path, what, tp->n_dims, CP_MAX_DIMS);
+    return cp_error_set(CP_EONNX_TENSOR, "%s: %s: %zu dims (at most %d)", m->path, what, tp->n_dims, CP_MAX_DIMS);
   t->ndim = (int)tp->n_dims;
   uint64_t numel = 1;
   for (int d = 0; d < t->ndim; d++) {
     if ((t->shape[d] = tp->dims[d]) < 0)
-      return cp_error_set(CP_EFORMAT, "%s: %s: negative dim %d (%" PRId64 ")", m->path, what, d, tp->dims[d]);
+      return cp_error_set(CP_EONNX_TENSOR, "%s: %s: negative dim %d (%" PRId64 ")", m->path, what, d, tp->dims[d]);
     if (!cp_mul_u64(&numel, numel, (uint64_t)tp->dims[d]) || numel > ((uint64_t)1 << 62))
       return cp_error_set(CP_EOVERFLOW, "%s: %s: dim product overflows at dim %d", m->path, what, d);
   }
@@ -123,23 +123,23 @@ int cp_onnx_tensor_build(cp_onnx_model *m, cp_onnx_tensor *t, const Onnx__Tensor
   if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
     int rc = build_external(m, t, tp, what); /* the location first: it is what an attack changes */
     if (rc == 0 && (tp->has_raw_data || n_typed))
-      rc = cp_error_set(CP_EFORMAT, "%s: %s: external data and bytes in the model both", m->path, what);
+      rc = cp_error_set(CP_EONNX_TENSOR, "%s: %s: external data and bytes in the model both", m->path, what);
     return rc;
   }
   if (tp->has_raw_data && n_typed)
-    return cp_error_set(CP_EFORMAT, "%s: %s: raw_data and a typed field both", m->path, what);
+    return cp_error_set(CP_EONNX_TENSOR, "%s: %s: raw_data and a typed field both", m->path, what);
   if (tp->has_raw_data) {
     if (tp->raw_data.len != t->nbytes)
-      return cp_error_set(CP_EFORMAT, "%s: %s: %zu raw_data bytes for a %" PRIu64 "-byte shape", m->path, what,
+      return cp_error_set(CP_EONNX_TENSOR, "%s: %s: %zu raw_data bytes for a %" PRIu64 "-byte shape", m->path, what,
                           tp->raw_data.len, t->nbytes);
     t->storage = numel ? CP_ONNX_STORE_RAW : CP_ONNX_STORE_NONE, t->data = tp->raw_data.data;
     return 0;
   }
   if (n_typed != typed_count(tp, f))
-    return cp_error_set(CP_EFORMAT, "%s: %s: a %s tensor keeps its elements in %s, not in another typed field",
+    return cp_error_set(CP_EONNX_TENSOR, "%s: %s: a %s tensor keeps its elements in %s, not in another typed field",
                         m->path, what, elem_types[e].name, field_names[f]);
   if (typed_count(tp, f) != count)
-    return cp_error_set(CP_EFORMAT, "%s: %s: %zu entries in %s for %" PRIu64 " elements", m->path, what,
+    return cp_error_set(CP_EONNX_TENSOR, "%s: %s: %zu entries in %s for %" PRIu64 " elements", m->path, what,
                         typed_count(tp, f), field_names[f], numel);
   t->storage = numel ? CP_ONNX_STORE_TYPED : CP_ONNX_STORE_NONE;
   return 0;
@@ -192,7 +192,7 @@ static int check_readable(const cp_onnx_tensor *t, bool ints_only) {
   if (ints_only) ok = ok && !cp_dtype_is_float(t->dtype);
   char q[128];
   if (!ok)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': %s elements cannot be read as %s", t->file,
+    return cp_error_set(CP_EONNX_DTYPE, "%s: tensor '%s': %s elements cannot be read as %s", t->file,
                         cp_onnx_q(q, t->name), elem_types[t->elem_type].name, ints_only ? "integers" : "floats");
   return 0;
 }

@@ -23,15 +23,16 @@ static int read_varint(uint64_t *out, const wire_ctx *c, const uint8_t **pos, co
   const uint8_t *p = *pos;
   for (int k = 0; k < 10; k++, p++) {
     if (p >= end)
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: truncated varint (%s)", c->path, (size_t)(*pos - c->base), what);
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: truncated varint (%s)", c->path, (size_t)(*pos - c->base),
+                          what);
     v |= (uint64_t)(*p & 0x7f) << (7 * k);
     if (!(*p & 0x80)) {
       *out = v, *pos = p + 1;
       return 0;
     }
   }
-  return cp_error_set(CP_EFORMAT, "%s: offset %zu: varint longer than 10 bytes (%s)", c->path, (size_t)(*pos - c->base),
-                      what);
+  return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: varint longer than 10 bytes (%s)", c->path,
+                      (size_t)(*pos - c->base), what);
 }
 
 /* The wire type a scalar field of this type is written with (2 for strings, bytes, messages). */
@@ -50,7 +51,7 @@ static int scan_packed(const wire_ctx *c, const ProtobufCFieldDescriptor *f, con
   if (w != 0) {
     size_t esz = w == 1 ? 8 : 4;
     if ((size_t)(end - p) % esz)
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: packed field '%s' holds %zu bytes, not a multiple of %zu",
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: packed field '%s' holds %zu bytes, not a multiple of %zu",
                           c->path, (size_t)(p - c->base), f->name, (size_t)(end - p), esz);
     return 0;
   }
@@ -65,7 +66,7 @@ static int scan_packed(const wire_ctx *c, const ProtobufCFieldDescriptor *f, con
 static int scan_message(const wire_ctx *c, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
                         int depth) {
   if (depth > CP_ONNX_MAX_NESTING)
-    return cp_error_set(CP_EFORMAT, "%s: offset %zu: messages nested deeper than %d (%s)", c->path,
+    return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: messages nested deeper than %d (%s)", c->path,
                         (size_t)(p - c->base), CP_ONNX_MAX_NESTING, d->name);
   while (p < end) {
     const uint8_t *at = p;
@@ -75,17 +76,17 @@ static int scan_message(const wire_ctx *c, const ProtobufCMessageDescriptor *d, 
     unsigned wire = (unsigned)(tag & 7);
     uint64_t id = tag >> 3;
     if (id == 0 || id > 0x1fffffff)
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: field number %" PRIu64 " in %s", c->path,
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: field number %" PRIu64 " in %s", c->path,
                           (size_t)(at - c->base), id, d->name);
     const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(d, (unsigned)id);
     const char *fname = f ? f->name : "(unknown field)";
     bool packed = f && f->label == PROTOBUF_C_LABEL_REPEATED && wire == 2 && wire_of(f->type) != 2;
     if (wire > 2 && wire != 5)
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: wire type %u (field %" PRIu64 " '%s' of %s) is not supported",
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: wire type %u (field %" PRIu64 " '%s' of %s) is not supported",
                           c->path, (size_t)(at - c->base), wire, id, fname, d->name);
     if (f && wire != wire_of(f->type) && !packed)
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: wrong wire type %u for field '%s' of %s (expected %u)", c->path,
-                          (size_t)(at - c->base), wire, f->name, d->name, wire_of(f->type));
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: wrong wire type %u for field '%s' of %s (expected %u)",
+                          c->path, (size_t)(at - c->base), wire, f->name, d->name, wire_of(f->type));
     if (wire == 0) {
       if ((rc = read_varint(&v, c, &p, end, fname)) < 0) return rc;
       continue;
@@ -94,12 +95,12 @@ static int scan_message(const wire_ctx *c, const ProtobufCMessageDescriptor *d, 
     if (wire == 2) {
       if ((rc = read_varint(&v, c, &p, end, fname)) < 0) return rc;
       if (v > (uint64_t)(end - p))
-        return cp_error_set(CP_EFORMAT, "%s: offset %zu: length %" PRIu64 " of field '%s' of %s runs past the end "
+        return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: length %" PRIu64 " of field '%s' of %s runs past the end "
                             "(%zu bytes left)", c->path, (size_t)(at - c->base), v, fname, d->name,
                             (size_t)(end - p));
       need = (size_t)v;
     } else if ((size_t)(end - p) < need) {
-      return cp_error_set(CP_EFORMAT, "%s: offset %zu: fixed-size field '%s' of %s runs past the end", c->path,
+      return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: fixed-size field '%s' of %s runs past the end", c->path,
                           (size_t)(at - c->base), fname, d->name);
     }
     const uint8_t *sub = p;
@@ -108,7 +109,7 @@ static int scan_message(const wire_ctx *c, const ProtobufCMessageDescriptor *d, 
     if (packed) rc = scan_packed(c, f, sub, p);
     else if (f->type == PROTOBUF_C_TYPE_MESSAGE) rc = scan_message(c, f->descriptor, sub, p, depth + 1);
     else if (f->type == PROTOBUF_C_TYPE_STRING && memchr(sub, 0, need))
-      rc = cp_error_set(CP_EFORMAT, "%s: offset %zu: string field '%s' of %s holds a NUL byte", c->path,
+      rc = cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: string field '%s' of %s holds a NUL byte", c->path,
                         (size_t)(at - c->base), f->name, d->name);
     if (rc < 0) return rc;
   }
@@ -156,7 +157,7 @@ int cp_onnx_wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor
     if (cap.refused)
       return cp_error_set(CP_EOVERFLOW, "%s: unpacking would take more than %" PRIu64 " bytes of memory", path,
                           (uint64_t)CP_ONNX_UNPACK_MEM_MAX);
-    return cp_error_set(CP_EFORMAT, "%s: not a readable %s (protobuf unpack failed)", path, d->name);
+    return cp_error_set(CP_EONNX_WIRE, "%s: not a readable %s (protobuf unpack failed)", path, d->name);
   }
   return 0;
 }

@@ -91,7 +91,7 @@ int cp_onnx_dtype_from_elem(cp_dtype *out, int32_t elem) {
       *out = (cp_dtype)d;
       return 0;
     }
-  return CP_EUNSUPPORTED;
+  return CP_EONNX_DTYPE;
 }
 
 int cp_onnx_writer_open(cp_onnx_writer **out, const char *path, const cp_onnx_params *params) {
@@ -290,7 +290,7 @@ int cp_onnx_tensor_begin(cp_onnx_writer *w, const char *name, cp_dtype dtype, in
   if (cp_shape_numel(&numel, ndim, dims) < 0 || cp_shape_nbytes(&nbytes, dst, ndim, dims) < 0 || nbytes > SIZE_MAX)
     return cp_error_set(CP_EOVERFLOW, "%s: initializer '%s': shape too large", w->path, name);
   if (cp_onnx_elem_type(dst) == ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s': dtype %s has no ONNX type", w->path, name,
+    return cp_error_set(CP_EONNX_DTYPE, "%s: initializer '%s': dtype %s has no ONNX type", w->path, name,
                         cp_dtype_name(dst));
   Onnx__TensorProto *t = cp_arena_alloc(&w->ar, sizeof *t);
   CP_CHECK_ALLOC(t, w->path);

@@ -242,7 +242,7 @@ static int onnx_digest_offset(uint64_t *at, const char *path) {
   for (size_t i = 0; i + plen <= len; i++)
     if (buf[i] == pat[0] && !memcmp(buf + i, pat, plen)) *at = (uint64_t)start + i + 4 + kl, found++;
   if (found != 1)
-    rc = cp_error_set(CP_EFORMAT, "%s: metadata %s: %zu digest placeholders in the last MiB, expected 1", path,
+    rc = cp_error_set(CP_EONNX_METADATA, "%s: metadata %s: %zu digest placeholders in the last MiB, expected 1", path,
                       ONNX_DIGEST_KEY, found);
 done:
   if (fd >= 0) close(fd);

@@ -148,13 +148,13 @@ static void test_refusals(void) {
   uint8_t *model = make_model(&n, nodes, node_len, &init, &init_len);
   cp_onnx_edit *e = NULL;
   CHECK_RC(0, cp_write_file_atomic(NULL, tpath("trunc.onnx"), model, n - 5));
-  CHECK_RC(CP_EFORMAT, cp_onnx_edit_open(&e, tpath("trunc.onnx")));
+  CHECK_RC(CP_EONNX_WIRE, cp_onnx_edit_open(&e, tpath("trunc.onnx")));
   CHECK(e == NULL && strstr(cp_error_message(), "trunc.onnx: offset "));
   /* Two graph fields: the first model's bytes twice. */
   uint8_t *two = malloc(2 * n);
   memcpy(two, model, n - 3), memcpy(two + n - 3, model, n - 3);
   CHECK_RC(0, cp_write_file_atomic(NULL, tpath("two.onnx"), two, 2 * (n - 3)));
-  CHECK_RC(CP_EFORMAT, cp_onnx_edit_open(&e, tpath("two.onnx")));
+  CHECK_RC(CP_EONNX_GRAPH, cp_onnx_edit_open(&e, tpath("two.onnx")));
   CHECK(e == NULL && strstr(cp_error_message(), "2 graph fields"));
   free(two);
   for (int k = 0; k < 3; k++) free(nodes[k]);
@@ -231,7 +231,7 @@ static void test_digest(void) {
   in = make_external(&n_in, twice, 2);
   CHECK_RC(0, cp_write_file_atomic(NULL, tpath("d_two.onnx"), in, n_in));
   CHECK_RC(0, cp_onnx_edit_open(&e, tpath("d_two.onnx")));
-  if (e) CHECK_RC(CP_EFORMAT, cp_onnx_edit_write_digested(NULL, e, tpath("d_bad.onnx")));
+  if (e) CHECK_RC(CP_EONNX_METADATA, cp_onnx_edit_write_digested(NULL, e, tpath("d_bad.onnx")));
   CHECK(strstr(cp_error_message(), "2 entries with a value") && access(tpath("d_bad.onnx"), F_OK) != 0);
   cp_onnx_edit_free(e);
   free(in), free(ref);

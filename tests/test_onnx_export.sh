@@ -113,6 +113,6 @@ for e in t.external_data:
 onnx.save(m, sys.argv[2])
 EOF
   if "$bin" inspect "$work/evil.onnx" >/dev/null 2>"$work/err"; then bad "hostile external data ($evil) accepted"
-  else grep -q "CP_EFORMAT" "$work/err" && ok || bad "hostile ($evil): $(cat "$work/err")"; fi
+  else grep -q "error CP_EONNX_EXTERNAL:" "$work/err" && ok || bad "hostile ($evil): $(cat "$work/err")"; fi
 done
 finish

@@ -58,7 +58,7 @@ expect OK "" "$work/c/good/elements/model.onnx"
 
 if [ -d "$fx" ]; then
   evil=$fx/onnxruntime/external-data/test_arbitrary_external_file.onnx
-  expect CP_EFORMAT "initializer 'evil_weights': external location '../../../../../../../etc/passwd' has a '..' component" "$evil"
+  expect CP_EONNX_EXTERNAL "initializer 'evil_weights': external location '../../../../../../../etc/passwd' has a '..' component" "$evil"
   traced "$evil" passwd
   count=0
   while IFS= read -r f; do

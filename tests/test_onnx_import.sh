@@ -85,7 +85,7 @@ EOF
 mkdir -p "$work/anon"
 rename "$work/llama/onnx/model.onnx" "$work/anon/model.onnx" model.layers.1.attn.q.weight "onnx::MatMul_123"
 "$bin" forward "$work/anon/model.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/anon.err" && bad "anonymous name accepted" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/model.onnx: initializer 'onnx::MatMul_123' is not a name ctxpatch recognises (ctxpatch export names; anonymous names need graph pattern matching, not supported)" "$work/anon.err"
+  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $work/anon/model.onnx: initializer 'onnx::MatMul_123' is not a name ctxpatch recognises (ctxpatch export names; anonymous names need graph pattern matching, not supported)" "$work/anon.err"
 # a weight the config needs that the graph lacks (renamed under ctxpatch's prefix)
 rename "$work/llama/onnx/model.onnx" "$work/anon/missing.onnx" model.layers.1.attn.q.weight model.layers.1.attn.q.weight.bak
 "$bin" forward "$work/anon/missing.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/missing.err" && bad "missing weight accepted" ||
@@ -99,7 +99,7 @@ m.graph.initializer.append(numpy_helper.from_array(np.ones((4, 4), np.float32), 
 onnx.save(m, sys.argv[2])
 EOF
 "$bin" forward "$work/anon/extra.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/extra.err" && bad "extra anonymous initializer accepted" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/extra.onnx: initializer 'onnx::MatMul_123' is not a name ctxpatch recognises (ctxpatch export names; anonymous names need graph pattern matching, not supported)" "$work/extra.err"
+  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $work/anon/extra.onnx: initializer 'onnx::MatMul_123' is not a name ctxpatch recognises (ctxpatch export names; anonymous names need graph pattern matching, not supported)" "$work/extra.err"
 # a graph with neither ctxpatch's metadata nor a family's Hugging Face names: the plain-op pattern
 # recovery (import/onnx/onnx_pattern*.c, tests/test_onnx_recover*.sh) finds the token embedding
 # and reads it as a plain-op Llama (RMSNorm, q/k/v, heads) up to ctxpatch's own RoPE spelling,
@@ -114,7 +114,7 @@ for n in m.graph.node: n.input[:] = [old.get(i, i) for i in n.input]
 onnx.save(m, sys.argv[2])
 EOF
 "$bin" forward "$work/anon/foreign.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/foreign.err" && bad "foreign graph accepted" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/anon/foreign.onnx: node 'Neg #33' (Neg): not Concat(-t[..., h:], t[..., :h]) on the last axis (rotate-half; interleaved is not supported)" "$work/foreign.err"
+  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $work/anon/foreign.onnx: node 'Neg #33' (Neg): not Concat(-t[..., h:], t[..., :h]) on the last axis (rotate-half; interleaved is not supported)" "$work/foreign.err"
 "$bin" inspect "$work/anon/foreign.onnx" > "$work/foreign.txt" 2>&1 && check grep -q "^recovered:     none: .*(rotate-half; interleaved is not supported)" "$work/foreign.txt" || bad "inspect of a foreign graph failed"
 
 # Hugging Face names kept by the exporter: the llama graph's initializers renamed to HF's, in HF

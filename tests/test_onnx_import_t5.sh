@@ -139,12 +139,12 @@ relu=$work/t5_relu
 mkdir -p "$work/miss" && cp "$relu/onnx/encoder_model.onnx"* "$work/miss/"
 refuse "$work/miss" encoder_model.onnx "ctxpatch: error CP_ENOTFOUND: $work/miss/encoder_model.onnx: the export's other graph $work/miss/decoder_model_merged.onnx is missing (ctxpatch writes T5 as encoder_model.onnx + decoder_model_merged.onnx in one folder)"
 pair mixed "$relu" "$work/t5_gated"
-refuse "$work/mixed" decoder_model_merged.onnx "ctxpatch: error CP_EFORMAT: $work/mixed/decoder_model_merged.onnx: metadata_props 'ctxpatch.config' is not the same in $work/mixed/encoder_model.onnx (the two graphs come from different exports)"
+refuse "$work/mixed" decoder_model_merged.onnx "ctxpatch: error CP_EONNX_METADATA: $work/mixed/decoder_model_merged.onnx: metadata_props 'ctxpatch.config' is not the same in $work/mixed/encoder_model.onnx (the two graphs come from different exports)"
 pair dtype "$relu" "$relu.fp16"
-refuse "$work/dtype" encoder_model.onnx "ctxpatch: error CP_EFORMAT: $work/dtype/encoder_model.onnx: initializer 'shared.weight' is not byte-equal in $work/dtype/encoder_model.onnx and $work/dtype/decoder_model_merged.onnx (the two graphs come from different exports)"
+refuse "$work/dtype" encoder_model.onnx "ctxpatch: error CP_EONNX_RECOVER: $work/dtype/encoder_model.onnx: initializer 'shared.weight' is not byte-equal in $work/dtype/encoder_model.onnx and $work/dtype/decoder_model_merged.onnx (the two graphs come from different exports)"
 mkdir -p "$work/twoenc" && cp "$relu/onnx/encoder_model.onnx" "$work/twoenc/decoder_model_merged.onnx" &&
   cp "$relu/onnx/encoder_model.onnx"* "$work/twoenc/"
-refuse "$work/twoenc" encoder_model.onnx "ctxpatch: error CP_EFORMAT: $work/twoenc/decoder_model_merged.onnx: is not the T5 decoder graph of ctxpatch's export (no output 'logits' or no initializer 'shared.weight')"
+refuse "$work/twoenc" encoder_model.onnx "ctxpatch: error CP_EONNX_RECOVER: $work/twoenc/decoder_model_merged.onnx: is not the T5 decoder graph of ctxpatch's export (no output 'logits' or no initializer 'shared.weight')"
 
 edit() { # edit NAME WHAT: a copy of t5_relu's export with WHAT done to its decoder graph by python3-onnx
   mkdir -p "$work/$1" && cp "$relu/onnx/"* "$work/$1/"
@@ -171,17 +171,17 @@ for f in ("encoder_model.onnx", "decoder_model_merged.onnx"):
 EOF
 }
 edit extra extra
-refuse "$work/extra" encoder_model.onnx "ctxpatch: error CP_EUNSUPPORTED: $work/extra/decoder_model_merged.onnx: initializer 'onnx::MatMul_9' is not a name ctxpatch recognises (ctxpatch T5 decoder names)"
+refuse "$work/extra" encoder_model.onnx "ctxpatch: error CP_EONNX_RECOVER: $work/extra/decoder_model_merged.onnx: initializer 'onnx::MatMul_9' is not a name ctxpatch recognises (ctxpatch T5 decoder names)"
 edit version version
-refuse "$work/version" encoder_model.onnx "ctxpatch: error CP_EFORMAT: $work/version/encoder_model.onnx: metadata_props 'ctxpatch.version' is not the same in $work/version/decoder_model_merged.onnx (the two graphs come from different exports)"
+refuse "$work/version" encoder_model.onnx "ctxpatch: error CP_EONNX_METADATA: $work/version/encoder_model.onnx: metadata_props 'ctxpatch.version' is not the same in $work/version/decoder_model_merged.onnx (the two graphs come from different exports)"
 edit shared shared
-refuse "$work/shared" decoder_model_merged.onnx "ctxpatch: error CP_EFORMAT: $work/shared/decoder_model_merged.onnx: initializer 'shared.weight' is not byte-equal in $work/shared/encoder_model.onnx and $work/shared/decoder_model_merged.onnx (the two graphs come from different exports)"
+refuse "$work/shared" decoder_model_merged.onnx "ctxpatch: error CP_EONNX_RECOVER: $work/shared/decoder_model_merged.onnx: initializer 'shared.weight' is not byte-equal in $work/shared/encoder_model.onnx and $work/shared/decoder_model_merged.onnx (the two graphs come from different exports)"
 edit foreign foreign
-refuse "$work/foreign" decoder_model_merged.onnx "ctxpatch: error CP_EUNSUPPORTED: $work/foreign/decoder_model_merged.onnx: a T5 graph that is not ctxpatch's own export (metadata_props 'ctxpatch.version', T5 initializer names) is not read back: third-party T5 graphs are not recovered by their weights' role; ctxpatch's encoder_model.onnx + decoder_model_merged.onnx are"
+refuse "$work/foreign" decoder_model_merged.onnx "ctxpatch: error CP_EONNX_RECOVER: $work/foreign/decoder_model_merged.onnx: a T5 graph that is not ctxpatch's own export (metadata_props 'ctxpatch.version', T5 initializer names) is not read back: third-party T5 graphs are not recovered by their weights' role; ctxpatch's encoder_model.onnx + decoder_model_merged.onnx are"
 # patching one graph in place cannot be certified: the model read back is both graphs
 "$bin" patch "$work/t5-probe/onnx/encoder_model.onnx" "$work/enc.onnx" --method temperature --tau 0.8 \
   2> "$work/patch.err" >/dev/null && bad "one T5 graph patched certified" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/t5-probe/onnx/encoder_model.onnx: one graph of a T5 export (encoder_model.onnx + decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is rewritten; --no-verify writes the rewritten graph uncertified" "$work/patch.err"
+  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $work/t5-probe/onnx/encoder_model.onnx: one graph of a T5 export (encoder_model.onnx + decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is rewritten; --no-verify writes the rewritten graph uncertified" "$work/patch.err"
 check test ! -e "$work/enc.onnx"
 # nothing written by a refused convert
 "$bin" convert "$work/mixed/encoder_model.onnx" "$work/none" --to safetensors >/dev/null 2>&1 && bad "mixed export converted" ||

@@ -124,22 +124,22 @@ refuse() { # FILE CODE MESSAGE-AFTER-PATH
   check grep -qxF "ctxpatch: error $2: $fx/$1: $3" "$work/err"
   [ -e "$work/never.f32" ] && bad "$1: output written" || ok
 }
-refuse onnxruntime/3layer_bloom_optimized_training.onnx CP_EUNSUPPORTED \
+refuse onnxruntime/3layer_bloom_optimized_training.onnx CP_EONNX_RECOVER \
   "'_original_module._original_model.transformer.word_embeddings.weight' [250880, 1024], which node '/_original_module/_original_model/transformer/word_embeddings/ATen' (ATen) looks up, is a graph input fed at run time, not a stored initializer: the file stores no weights (a training or op test graph)"
-refuse onnxruntime/attention_mask1d_fp32.onnx CP_EUNSUPPORTED \
+refuse onnxruntime/attention_mask1d_fp32.onnx CP_EONNX_RECOVER \
   "no float weight initializer of 2+ dims (109 nodes, first 'Constant'): nothing stored to recover a model from; 2-D float inputs such as 'weight' [768, 2304] are fed at run time (a training or op test graph)"
-refuse onnxruntime/attention_mask2d_fp32.onnx CP_EUNSUPPORTED \
+refuse onnxruntime/attention_mask2d_fp32.onnx CP_EONNX_RECOVER \
   "no float weight initializer of 2+ dims (93 nodes, first 'Constant'): nothing stored to recover a model from; 2-D float inputs such as 'weight' [768, 2304] are fed at run time (a training or op test graph)"
 for f in attention_mha attention_opt whisper/hf_fp32_decoder_attention_no_past whisper/hf_fp32_decoder_attention_with_past \
          whisper/hf_fp32_encoder_self_attention; do
-  refuse onnxruntime/$f.onnx CP_EUNSUPPORTED \
+  refuse onnxruntime/$f.onnx CP_EONNX_RECOVER \
     "contrib attention ops but no EmbedLayerNormalization and no token Gather followed by SimplifiedLayerNormalization: not a decoder this recovery knows (the ORT-optimized GPT-2 and onnxruntime-genai's Llama are)"
 done
-refuse onnxruntime/attention_past_unidir.onnx CP_EUNSUPPORTED \
+refuse onnxruntime/attention_past_unidir.onnx CP_EONNX_RECOVER \
   "value '511' of the residual stream feeds no LayerNormalization (nor its ReduceMean/Sub/Pow/Sqrt/Div spelling)"
-refuse onnx-node-tests/test_attention_4d/model.onnx CP_EUNSUPPORTED \
+refuse onnx-node-tests/test_attention_4d/model.onnx CP_EONNX_RECOVER \
   "no float weight initializer of 2+ dims (1 node, first 'Attention'): nothing stored to recover a model from"
-refuse onnx-node-tests/test_rotary_embedding/model.onnx CP_EUNSUPPORTED \
+refuse onnx-node-tests/test_rotary_embedding/model.onnx CP_EONNX_RECOVER \
   "no float weight initializer of 2+ dims (1 node, first 'RotaryEmbedding'): nothing stored to recover a model from; 2-D float inputs such as 'cos_cache' [50, 4] are fed at run time (a training or op test graph)"
 n_node=0
 for d in "$fx"/onnx-node-tests/*/; do # every op test graph: no weights
@@ -155,7 +155,7 @@ mkdir -p "$work/gbad"
 cp "$fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx" "$work/gbad/"
 sed 's/"head_size": 8/"head_size": 16/' "$fx/onnxruntime-genai/tiny-random-gpt2-fp32/genai_config.json" > "$work/gbad/genai_config.json"
 "$bin" forward "$work/gbad/past.onnx" --ids 1,2 --out "$work/never.f32" 2> "$work/err" && bad "contradicting genai_config.json accepted" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/gbad/genai_config.json: key 'model.decoder.head_size' is 16 but the graph gives 8" "$work/err"
+  check grep -qxF "ctxpatch: error CP_EONNX_METADATA: $work/gbad/genai_config.json: key 'model.decoder.head_size' is 16 but the graph gives 8" "$work/err"
 
 # --- malformed and hostile decoders (tests/onnx/make_onnx_cases.py, recover/): each refused with its
 # message in bounded time (1025 layers, 100000 consumers of one value, ids behind 40 Reshapes)

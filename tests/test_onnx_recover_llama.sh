@@ -76,7 +76,7 @@ done
 # --- refusals, each naming the node
 refuse() { # FILE MESSAGE-AFTER-PATH
   "$bin" forward "$1" --ids 1,2 --out "$work/never.f32" 2> "$work/err" && { bad "$1 accepted"; return; }
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $1: $2" "$work/err"
+  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $1: $2" "$work/err"
   [ -e "$work/never.f32" ] && bad "$1: output written" || ok
 }
 refuse "$work/cache.onnx" \
@@ -123,7 +123,7 @@ node "$t/ort_recover.mjs" "$work/out.onnx" --ids "$lids" --mode pass --out "$wor
 # Lambda on a rotary graph stays refused (the rotation is computed before the attention site)
 "$bin" patch "$work/rp/model.onnx" "$work/lm.onnx" --method lm-infinite --n-local 64 --no-verify 2> "$work/err" &&
   bad "lm-infinite on the rotary graph accepted" ||
-  check grep -qxF "ctxpatch: error CP_EUNSUPPORTED: $work/rp/model.onnx: node '/rotary/Cos' (Cos): lambda_mask implies a distance ceiling of 64 on RoPE, and the rotation is computed before the attention site: not expressible here" "$work/err"
+  check grep -qxF "ctxpatch: error CP_EONNX_SITE: $work/rp/model.onnx: node '/rotary/Cos' (Cos): lambda_mask implies a distance ceiling of 64 on RoPE, and the rotation is computed before the attention site: not expressible here" "$work/err"
 [ -e "$work/lm.onnx" ] && bad "lm.onnx written" || ok
 
 finish

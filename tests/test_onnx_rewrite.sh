@@ -132,7 +132,7 @@ done
 # give the config's); the method without --train-len is a usage error there.
 echo '{"alibi_scale": {"mode": "progressive"}}' >"$work/prog_nolen.json"
 "$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --rule "$work/prog_nolen.json" --no-verify >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q 'model.onnx: alibi_scale mode "progressive" needs a training length: give train_len in the rule' "$work/e" \
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q '^ctxpatch: error CP_ERULE_MODEL: .*model.onnx: alibi_scale mode "progressive" needs a training length: give train_len in the rule' "$work/e" \
   && ok || { bad "progressive without train_len: exit $s"; cat "$work/e"; }
 "$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --dynamic --no-verify >/dev/null 2>"$work/e"; s=$?
 [ $s -eq 2 ] && [ ! -e "$work/b.onnx" ] && grep -q "alibi-pi --factor F | --dynamic --train-len N" "$work/e" \
@@ -142,21 +142,21 @@ echo '{"alibi_scale": {"mode": "progressive"}}' >"$work/prog_nolen.json"
 # refused naming both nodes.
 "$py" "$chk" alibi-variant affine "$work/bloom.exp" "$work/bloom_affine"
 "$bin" patch "$work/bloom_affine/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --dynamic --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "(Add): the ALiBi term it adds to the logits of node .* (Softmax) is not proportional to the slopes (node 'affine/add' (Add) combines them with another term): alibi_scale dynamic cannot scale it" "$work/e" \
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "^ctxpatch: error CP_EONNX_SITE: .*(Add): the ALiBi term it adds to the logits of node .* (Softmax) is not proportional to the slopes (node 'affine/add' (Add) combines them with another term): alibi_scale dynamic cannot scale it" "$work/e" \
   && ok || { bad "affine ALiBi term: exit $s"; cat "$work/e"; }
 # A site whose logits get no term from the slopes through an Add (here layer 0's Add(scores, term)
 # made Sub(term, scores), a term that is not ALiBi's -m d added to the scores) is refused, naming
 # its Softmax; the slopes are still found through the other layers.
 "$py" "$chk" alibi-variant noterm "$work/bloom.exp" "$work/bloom_noterm"
 "$bin" patch "$work/bloom_noterm/onnx/model.onnx" "$work/b.onnx" --method alibi-pi --progressive --train-len 16 --no-verify >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "model.onnx: node [0-9]* (Softmax): no ALiBi term (a slopes constant times a distance) is added on its logits' way from its q.k MatMul, so alibi_scale progressive has nothing to scale" "$work/e" \
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "^ctxpatch: error CP_EONNX_SITE: .*model.onnx: node [0-9]* (Softmax): no ALiBi term (a slopes constant times a distance) is added on its logits' way from its q.k MatMul, so alibi_scale progressive has nothing to scale" "$work/e" \
   && ok || { bad "site without an ALiBi term: exit $s"; cat "$work/e"; }
 "$bin" patch "$work/bloom.exp/onnx/model.onnx" "$work/b.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && grep -q "initializer 'const/8' (ALiBi slopes): lambda_mask implies a distance ceiling of 8" "$work/e" \
+[ $s -eq 1 ] && [ ! -e "$work/b.onnx" ] && grep -q "^ctxpatch: error CP_EONNX_SITE: .*initializer 'const/8' (ALiBi slopes): lambda_mask implies a distance ceiling of 8" "$work/e" \
   && ok || { bad "bloom export lambda: exit $s"; cat "$work/e"; }
 # RoPE built from ops (Cos, Sin): the ceiling Lambda implies cannot reach it.
 "$bin" patch "$work/llama.exp/onnx/model.onnx" "$work/l.onnx" --method lm-infinite --n-local 8 --no-verify >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/l.onnx" ] && grep -q "(Cos): lambda_mask implies a distance ceiling of 8 on RoPE" "$work/e" \
+[ $s -eq 1 ] && [ ! -e "$work/l.onnx" ] && grep -q "^ctxpatch: error CP_EONNX_SITE: .*(Cos): lambda_mask implies a distance ceiling of 8 on RoPE" "$work/e" \
   && ok || { bad "llama export lambda: exit $s"; cat "$work/e"; }
 # Certified: a graph whose model ctxpatch recovers (its own export of the rope probe model) is
 # certified on the C engine under the rule (as `patch --to onnx`), then rewritten; the
@@ -218,7 +218,7 @@ cp "$work/gpt2.exp/onnx/model.onnx" "$work/same.onnx" && sum0=$(sha256sum <"$wor
 [ $s -eq 1 ] && grep -q "CP_EOVERLAP" "$work/e" && [ "$(sha256sum <"$work/same.onnx")" = "$sum0" ] && ok || { bad "OUT = IN: exit $s"; cat "$work/e"; }
 head -c 300 "$work/gpt2.exp/onnx/model.onnx" >"$work/trunc.onnx"
 "$bin" patch "$work/trunc.onnx" "$work/t.onnx" --method temperature --tau 0.8 --no-verify >/dev/null 2>"$work/e"; s=$?
-[ $s -eq 1 ] && [ ! -e "$work/t.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "trunc.onnx: offset" "$work/e" \
+[ $s -eq 1 ] && [ ! -e "$work/t.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q "^ctxpatch: error CP_EONNX_WIRE: .*trunc.onnx: offset" "$work/e" \
   && ok || { bad "truncated graph: exit $s"; cat "$work/e"; }
 
 # --- third-party graphs against references built without ctxpatch -------------------------------
@@ -304,12 +304,14 @@ ll=$fx/onnxruntime-genai/tiny-random-LlamaForCausalLM-fp16
 third llama_fp16 "$ll/model.onnx" tau 2 logits,present.0.key ref-tau 0.25 --method temperature --tau 0.25
 cmp -s "$ll/model.onnx.data" "$work/llama_fp16.tau/model.onnx.data" && ok || bad "external data not copied beside OUT byte for byte"
 
-# Refusals: one line naming the node (or the rule), exit 1, nothing written.
+# Refusals: one line naming the node (or the rule), exit 1, nothing written; code CP_EONNX_SITE
+# unless $code says otherwise.
+code=CP_EONNX_SITE
 refuse() {
   local what=$1 model=$2 pattern=$3; shift 3
   "$bin" patch "$model" "$work/refused.onnx" --no-verify "$@" >/dev/null 2>"$work/e"; local s=$?
   [ $s -eq 1 ] && [ ! -e "$work/refused.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] && grep -q -- "$pattern" "$work/e" \
-    && ok || { bad "$what: exit $s"; cat "$work/e"; }
+    && grep -q "^ctxpatch: error $code: " "$work/e" && ok || { bad "$what: exit $s"; cat "$work/e"; }
 }
 refuse "BLOOM training graph" "$fx/onnxruntime/3layer_bloom_optimized_training.onnx" \
   "node 'YieldOp' (com.microsoft YieldOp): a training graph" --method temperature --tau 0.8
@@ -354,4 +356,28 @@ refuse "per-layer count" "$g2" "2 per-layer temperatures for 12 attention sites"
   && ok || { bad "gpt2_past (recovered, no tokenizer) without --no-verify: exit $s"; cat "$work/e"; }
 refuse "no attention" "$fx/onnxruntime/external-data/model_with_external_initializers.onnx" "no attention site found" \
   --method temperature --tau 0.8
+# A graph rewritten once carries its rule: rewriting it again is refused (patch the original).
+refuse "rewritten twice" "$work/gpt2_past.tau/out.onnx" \
+  "metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule" --method temperature --tau 0.9
+# External data in a subfolder of IN's folder is not copied beside OUT.
+mkdir -p "$work/subext/data" "$work/subext_out"
+cp "$ll/model.onnx.data" "$work/subext/data/"
+"$py" - "$ll/model.onnx" "$work/subext/model.onnx" <<'PY' || bad "making the subfolder data graph"
+import sys, onnx
+m = onnx.load(sys.argv[1], load_external_data=False)
+for t in m.graph.initializer:
+    for e in t.external_data:
+        if e.key == "location": e.value = "data/" + e.value
+onnx.save(m, sys.argv[2])
+PY
+"$bin" patch "$work/subext/model.onnx" "$work/subext_out/out.onnx" --no-verify --method temperature --tau 0.5 \
+  >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/subext_out/out.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] \
+  && grep -q "^ctxpatch: error CP_EONNX_EXTERNAL: .*external data 'data/model.onnx.data' lies in a subfolder" "$work/e" \
+  && ok || { bad "external data in a subfolder: exit $s"; cat "$work/e"; }
+# Certified (no --no-verify) on a graph no model can be recovered from (attention only): refused.
+"$bin" patch "$work/attention_opt_random.onnx" "$work/nomodel.onnx" --method temperature --tau 0.5 >/dev/null 2>"$work/e"; s=$?
+[ $s -eq 1 ] && [ ! -e "$work/nomodel.onnx" ] && [ "$(wc -l <"$work/e")" -eq 1 ] \
+  && grep -q "^ctxpatch: error CP_EONNX_RECOVER: .*attention_opt_random.onnx: no model description can be recovered from this graph" "$work/e" \
+  && ok || { bad "certified rewrite of an unrecoverable graph: exit $s"; cat "$work/e"; }
 finish

@@ -23,7 +23,7 @@ bool cp_onnx_attn_needs_raw_keys(const cp_model *m, const cp_attn_plan *plan) {
 int cp_onnx_attn_check_plan(const cp_model *m, const cp_attn_plan *p, const char *what) {
   /* The engine scores far RoPE pairs with R(D) q against k (decision 6) in causal calls only. */
   if (m->pos == CP_POS_ROPE && !p->causal && p->kind != CP_ATTN_CROSS && p->ceiling != INT64_MAX)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: layer %d: rule key 'distance_ceiling' on a bidirectional RoPE "
+    return cp_error_set(CP_EONNX_EXPORT, "%s: layer %d: rule key 'distance_ceiling' on a bidirectional RoPE "
                         "attention has no graph form (nor an engine kernel)", what, p->layer);
   return 0;
 }
@@ -80,7 +80,7 @@ void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, const cha
   double inv[1024];
   *cos = *sin = NULL;
   if (rot > 1024) {
-    cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: rope_dims %d is over 1024", rot));
+    cp_og_fail(g, cp_error_set(CP_EONNX_EXPORT, "onnx export: rope_dims %d is over 1024", rot));
     return;
   }
   for (int a = 0; a < half; a++)

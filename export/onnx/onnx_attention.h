@@ -74,7 +74,7 @@ struct cp_onnx_attn_ctx {
  * the engine's rope_needs_raw): the exporter then keeps them (cache included) and sets k_raw. */
 bool cp_onnx_attn_needs_raw_keys(const cp_model *m, const cp_attn_plan *plan);
 
-/* Checks the rule of this plan can be written as graph nodes: 0, or CP_EUNSUPPORTED naming the
+/* Checks the rule of this plan can be written as graph nodes: 0, or CP_EONNX_EXPORT naming the
  * rule key (only a distance ceiling on a bidirectional RoPE call, which no family has and the
  * engine does not run either). */
 int cp_onnx_attn_check_plan(const cp_model *m, const cp_attn_plan *plan, const char *what);

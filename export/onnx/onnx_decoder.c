@@ -206,7 +206,7 @@ const char *cp_onnx_decoder_kv_cache(const cp_model *m, const cp_rule *rule) {
 
 int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   if (m->family == CP_FAMILY_T5)
-    return cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: T5 is two graphs (export/onnx/onnx_t5.h), not a decoder-only one"));
+    return cp_og_fail(g, cp_error_set(CP_EONNX_EXPORT, "onnx export: T5 is two graphs (export/onnx/onnx_t5.h), not a decoder-only one"));
   dec_t d = {.g = g, .m = m, .rule = rule};
   cp_model_rule_model(&d.rm, m);
   add_inputs(&d);

@@ -19,7 +19,7 @@
  *           ceiling or top-k: those need the unrotated keys (cp_onnx_attn_needs_raw_keys), so
  *           the cache holds them unrotated and the graph rotates them to 0 .. T-1 each step;
  *           cp_onnx_decoder_kv_cache says which, for the "ctxpatch.kv_cache" metadata).
- * Returns 0 or the builder's error (CP_EUNSUPPORTED for T5, see export/onnx/onnx_t5.h). */
+ * Returns 0 or the builder's error (CP_EONNX_EXPORT for T5, see export/onnx/onnx_t5.h). */
 int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule);
 
 /* "unrotated" when some layer of m under `rule` caches unrotated RoPE keys (see above), else

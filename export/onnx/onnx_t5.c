@@ -47,7 +47,7 @@ static const char *wname(char buf[CP_TENSOR_NAME_MAX], cp_tensor_role role, cp_s
 const char *cp_onnx_t5_bucket(cp_og *g, const char *rel, bool bidirectional, int num_buckets, int max_distance) {
   int nb = bidirectional ? num_buckets / 2 : num_buckets, max_exact = nb / 2;
   if (max_exact < 1 || max_distance <= max_exact) {
-    cp_og_fail(g, cp_error_set(CP_EUNSUPPORTED, "onnx export: T5 relative_attention_num_buckets %d with "
+    cp_og_fail(g, cp_error_set(CP_EONNX_EXPORT, "onnx export: T5 relative_attention_num_buckets %d with "
                                "max_distance %d has no log-spaced buckets", num_buckets, max_distance));
     return NULL;
   }

@@ -48,7 +48,7 @@ static const char *in(const cp_onnx_node *n, size_t k) { return k < n->n_inputs 
 static const char *out(const cp_onnx_node *n, size_t k) { return k < n->n_outputs ? n->outputs[k] : ""; }
 
 static int bad(walk *k, const cp_onnx_node *n, const char *why) {
-  return cp_error_set(CP_EUNSUPPORTED, "%s: node '%s' (%s): %s", k->im->path, lab(k, n), n->op_type, why);
+  return cp_error_set(CP_EONNX_RECOVER, "%s: node '%s' (%s): %s", k->im->path, lab(k, n), n->op_type, why);
 }
 
 /* The norm's epsilon: one for the whole model. */
@@ -99,7 +99,7 @@ static int next_norm(walk *k, const cp_onnx_node *block, const char *o, cp_rec_l
     k->x = out(s, 3);
     return 0;
   }
-  return cp_error_set(CP_EUNSUPPORTED, "%s: node '%s' (%s): its output '%s' meets no SkipLayerNormalization or "
+  return cp_error_set(CP_EONNX_RECOVER, "%s: node '%s' (%s): its output '%s' meets no SkipLayerNormalization or "
                       "SkipSimplifiedLayerNormalization with the residual stream", k->im->path, lab(k, block),
                       block->op_type, o);
 }
@@ -319,7 +319,7 @@ static int layers(walk *k) {
     if (rc || done) return rc;
     if (!k->x[0]) return bad(k, k->norm, "its residual sum output is absent, yet a block follows");
     cp_rec_layer *l = cp_rec_push(r, k->im->path);
-    if (!l) return CP_EUNSUPPORTED;
+    if (!l) return cp_error_code(); /* cp_rec_push set it */
     l->attn_norm = k->pending;
     const cp_onnx_node *c[16], *att = NULL;
     size_t n = cp_ow_consumers(&k->w, k->y, c, 16);
@@ -420,7 +420,7 @@ int cp_onnx_recover_contrib(cp_onnx_import *im) {
   int rc = cp_ow_init(&k.w, im->path, g);
   if (!rc) rc = start(&k, &found);
   if (!rc && !found)
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: contrib attention ops but no EmbedLayerNormalization and no token "
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: contrib attention ops but no EmbedLayerNormalization and no token "
                       "Gather followed by SimplifiedLayerNormalization: not a decoder this recovery knows (the "
                       "ORT-optimized GPT-2 and onnxruntime-genai's Llama are)", im->path);
   if (rc) goto done;
@@ -431,7 +431,7 @@ int cp_onnx_recover_contrib(cp_onnx_import *im) {
     goto done;
   if ((rc = layers(&k))) goto done;
   if (k.r.n_layers == 0) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: no attention layer found after the embedding", im->path);
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: no attention layer found after the embedding", im->path);
     goto done;
   }
   rc = cp_oi_prov(im, "n_layers", "%d attention blocks along the residual stream", k.r.n_layers);

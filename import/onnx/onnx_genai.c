@@ -28,7 +28,7 @@ int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c) {
   if (stat(path, &st) != 0) goto done; /* none: nothing to check */
   if ((rc = cp_read_file(&text, &len, path, GENAI_MAX)) < 0) goto done;
   if (!(root = cJSON_ParseWithLength(text, len))) {
-    rc = cp_error_set(CP_EFORMAT, "%s: not JSON", path);
+    rc = cp_error_set(CP_ECFG_JSON, "%s: not JSON", path);
     goto done;
   }
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -47,7 +47,7 @@ int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(keys[k].obj, keys[k].key);
     if (!v) continue;
     if (!cJSON_IsNumber(v) || v->valuedouble != (double)keys[k].want) {
-      rc = cp_error_set(CP_EUNSUPPORTED, "%s: key '%s' is %s%g but the graph gives %lld", path, keys[k].full,
+      rc = cp_error_set(CP_EONNX_METADATA, "%s: key '%s' is %s%g but the graph gives %lld", path, keys[k].full,
                         cJSON_IsNumber(v) ? "" : "not a number: ", cJSON_IsNumber(v) ? v->valuedouble : 0.0,
                         keys[k].want);
       goto done;

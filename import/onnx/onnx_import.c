@@ -105,7 +105,7 @@ int cp_oi_take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, b
   if (rc) return rc;
   if (src->ndim > 2) {
     free(buf);
-    return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' has %d dims; model tensors have at most 2", im->path,
+    return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' has %d dims; model tensors have at most 2", im->path,
                         src->name, src->ndim);
   }
   if (!transpose || src->ndim != 2)
@@ -144,7 +144,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
     }
     int64_t in = bias ? 1 : src[p]->ndim == 2 ? src[p]->shape[0] : -1;
     if (src[p]->ndim != (bias ? 1 : 2) || (nin >= 0 && in != nin)) {
-      rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s': shape does not fuse with q's into %s", im->path,
+      rc = cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s': shape does not fuse with q's into %s", im->path,
                         name, dst);
       goto done;
     }
@@ -155,7 +155,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
   }
   bool interleaved = fl->qkv == CP_QKV_INTERLEAVED;
   if (interleaved && (rows[0] != rows[1] || rows[0] != rows[2] || rows[0] % c->d_head)) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s: q, k, v of %lld, %lld, %lld rows do not interleave per head of %d",
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: %s: q, k, v of %lld, %lld, %lld rows do not interleave per head of %d",
                       im->path, dst, (long long)rows[0], (long long)rows[1], (long long)rows[2], c->d_head);
     goto done;
   }
@@ -204,7 +204,7 @@ static int take_fire(cp_onnx_import *im, const char *base, const char *ebase, in
   if (s) v[0] = strtof(s, &end);
   if (s && end != s) v[1] = strtof(s = end, &end);
   if (!s || end == s || (*end && *end != ';'))
-    return cp_error_set(CP_EFORMAT, "%s: metadata_props '%s': no \"c L\" pair for FIRE MLP %d", im->path,
+    return cp_error_set(CP_EONNX_METADATA, "%s: metadata_props '%s': no \"c L\" pair for FIRE MLP %d", im->path,
                         CP_ONNX_META_FIRE, k);
   static const char *const scal[2] = {"." CP_FIRE_C, "." CP_FIRE_L};
   for (int p = 0; p < 2; p++) {
@@ -403,11 +403,11 @@ static int check_unused(cp_onnx_import *im, int d_model) {
     if (im->used[i]) continue;
     bool recovered = strcmp(im->naming, "ctxpatch") && strcmp(im->naming, "hf");
     if (recovered && weight_like(t, d_model))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' has a d_model (%d) side but no role in the "
+      return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' has a d_model (%d) side but no role in the "
                           "recovered model (%s recovery; a weight the model would lack)", im->path, t->name,
                           d_model, im->naming);
     if (!(im->ctxpatch && !strncmp(t->name, "const/", 6)) && weight_like(t, d_model))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (%s names; "
+      return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is not a name ctxpatch recognises (%s names; "
                           "anonymous names need graph pattern matching, not supported)", im->path, t->name,
                           im->ctxpatch ? "ctxpatch export" : "Hugging Face");
     int rc = CP_ARRAY_RESERVE(im->ignored, im->cap_ignored, im->n_ignored + 1, im->path);
@@ -429,7 +429,7 @@ static int no_model(cp_onnx_import *im) {
       const cp_onnx_value *v = &g->inputs[k];
       if (!strcmp(v->name, n->inputs[0]) && v->is_tensor && v->ndim == 2 && v->dims[0].value > 0 &&
           (v->elem_type == 1 || v->elem_type == 10 || v->elem_type == 16) && !cp_onnx_graph_initializer(g, v->name))
-        return cp_error_set(CP_EUNSUPPORTED, "%s: '%s' [%lld, %lld], which node '%s' (%s) looks up, is a graph "
+        return cp_error_set(CP_EONNX_RECOVER, "%s: '%s' [%lld, %lld], which node '%s' (%s) looks up, is a graph "
                             "input fed at run time, not a stored initializer: the file stores no weights (a training "
                             "or op test graph)", im->path, v->name, (long long)v->dims[0].value,
                             (long long)v->dims[1].value, n->name, n->op_type);
@@ -438,7 +438,7 @@ static int no_model(cp_onnx_import *im) {
   for (size_t i = 0; i < g->n_initializers; i++) {
     const cp_onnx_tensor *t = &g->initializers[i];
     if (t->ndim >= 2 && t->has_dtype && cp_dtype_is_float(t->dtype))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: no token embedding to recover a model from: no Gather of a 2-D float "
+      return cp_error_set(CP_EONNX_RECOVER, "%s: no token embedding to recover a model from: no Gather of a 2-D float "
                           "initializer by a graph input (no ctxpatch metadata_props, no family's Hugging Face "
                           "names; first weight '%s')", im->path, t->name);
   }
@@ -450,7 +450,7 @@ static int no_model(cp_onnx_import *im) {
       snprintf(fed, sizeof fed, "; 2-D float inputs such as '%.500s' [%lld, %lld] are fed at run time (a training or "
                "op test graph)", v->name, (long long)v->dims[0].value, (long long)v->dims[1].value);
   }
-  return cp_error_set(CP_EUNSUPPORTED, "%s: no float weight initializer of 2+ dims (%zu node%s, first '%s'): nothing "
+  return cp_error_set(CP_EONNX_RECOVER, "%s: no float weight initializer of 2+ dims (%zu node%s, first '%s'): nothing "
                       "stored to recover a model from%s", im->path, g->n_nodes, g->n_nodes == 1 ? "" : "s",
                       g->n_nodes ? g->nodes[0].op_type : "", fed);
 }
@@ -499,7 +499,7 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
   }
   const char *foreign = im->ctxpatch ? first_foreign_name(g) : NULL;
   if (foreign) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch export "
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch export "
                       "names; anonymous names need graph pattern matching, not supported)", path, foreign);
     goto done;
   }
@@ -517,7 +517,7 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
   }
   const char *prefix = im->ctxpatch ? NULL : hf_prefix(g, c->family);
   if (!im->ctxpatch && !prefix) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s says family %s but the graph has no initializer of its embedding's "
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: %s says family %s but the graph has no initializer of its embedding's "
                       "Hugging Face name", path, im->config_source, cp_family_name(c->family));
     goto done;
   }

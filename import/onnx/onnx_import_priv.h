@@ -60,7 +60,7 @@ int cp_oi_prov(cp_onnx_import *im, const char *key, const char *fmt, ...)
 int cp_onnx_recover_contrib(cp_onnx_import *im);
 int cp_onnx_recover_pattern(cp_onnx_import *im);
 /* onnxruntime-genai's genai_config.json beside the graph, when there: every size it states must
- * equal c's (else CP_EUNSUPPORTED naming the key); the agreement goes into the provenance. */
+ * equal c's (else CP_EONNX_METADATA naming the key); the agreement goes into the provenance. */
 int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c);
 
 /* ctxpatch's own T5 export (import/onnx/onnx_import_t5.c). Whether g holds T5's names (`shared.weight`,
@@ -70,7 +70,7 @@ int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c);
  * another export, or an initializer is not one of the export's names. */
 bool cp_onnx_t5_named(const cp_onnx_graph *g);
 int cp_onnx_import_t5(cp_onnx_import *im);
-/* The refusal of a T5 graph that is not ctxpatch's own export (CP_EUNSUPPORTED, naming path). */
+/* The refusal of a T5 graph that is not ctxpatch's own export (CP_EONNX_RECOVER, naming path). */
 int cp_onnx_t5_refuse_foreign(const char *path);
 
 #endif

@@ -65,7 +65,7 @@ bool cp_onnx_t5_named(const cp_onnx_graph *g) {
 }
 
 int cp_onnx_t5_refuse_foreign(const char *path) {
-  return cp_error_set(CP_EUNSUPPORTED, "%s: a T5 graph that is not ctxpatch's own export (metadata_props "
+  return cp_error_set(CP_EONNX_RECOVER, "%s: a T5 graph that is not ctxpatch's own export (metadata_props "
                       "'ctxpatch.version', T5 initializer names) is not read back: third-party T5 graphs are not "
                       "recovered by their weights' role; ctxpatch's " T5_ENCODER_FILE " + " T5_DECODER_FILE " are", path);
 }
@@ -102,7 +102,7 @@ static int same_metadata(const t5_pair *p) {
   for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
     const char *a = cp_onnx_model_meta(im->om, keys[k]), *b = cp_onnx_model_meta(im->pair, keys[k]);
     if ((a || b) && (!a || !b || strcmp(a, b)))
-      return cp_error_set(CP_EFORMAT, "%s: metadata_props '%s' is not the same in %s (the two graphs come from "
+      return cp_error_set(CP_EONNX_METADATA, "%s: metadata_props '%s' is not the same in %s (the two graphs come from "
                           "different exports)", im->path, keys[k], im->pair->path);
   }
   return 0;
@@ -134,7 +134,7 @@ static int check_shared(t5_pair *p, t5_graph *gr, const cp_onnx_tensor *t, const
   bool same = true;
   int rc = o ? same_tensor(&same, p->im, t, o) : 0;
   if (rc == 0 && !same)
-    rc = cp_error_set(CP_EFORMAT, "%s: initializer '%s' is not byte-equal in %s and %s (the two graphs come from "
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is not byte-equal in %s and %s (the two graphs come from "
                       "different exports)", p->im->path, name, p->enc.path, p->dec.path);
   return rc;
 }
@@ -148,7 +148,7 @@ static int take_row(t5_pair *p, const cp_names *nm, const cp_family_tensor *row,
   t5_graph *gr = row->stack == CP_STACK_ENCODER ? &p->enc : &p->dec;
   char src[CP_TENSOR_NAME_MAX], dst[CP_TENSOR_NAME_MAX];
   if (!pattern)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: T5 tensor '%s' has no ONNX export name", p->im->path, row->hf);
+    return cp_error_set(CP_EONNX_RECOVER, "%s: T5 tensor '%s' has no ONNX export name", p->im->path, row->hf);
   for (int l = 0; l < cp_names_layers(c, row); l++) {
     cp_onnx_name(src, CP_FAMILY_T5, row->role, row->stack, l, ".weight");
     cp_names_row(dst, nm, row, l, ".weight");
@@ -186,7 +186,7 @@ static int check_unused(t5_pair *p, t5_graph *gr) {
     const char *n = gr->g->initializers[i].name;
     if (gr->used[i]) continue;
     if (strncmp(n, "const/", 6))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch T5 %s "
+      return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch T5 %s "
                           "names)", gr->path, n, gr == &p->enc ? "encoder" : "decoder");
     int rc = CP_ARRAY_RESERVE(im->ignored, im->cap_ignored, im->n_ignored + 1, im->path);
     if (rc) return rc;
@@ -211,7 +211,7 @@ static int open_pair(cp_onnx_import *im, int role) {
   }
   if ((rc = cp_onnx_model_open(&im->pair, path, NULL)) < 0) goto done;
   if (graph_role(im->pair->graph) != !role || !cp_onnx_t5_named(im->pair->graph))
-    rc = cp_error_set(CP_EFORMAT, "%s: is not the T5 %s graph of ctxpatch's export (no output '%s' or no "
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: is not the T5 %s graph of ctxpatch's export (no output '%s' or no "
                       "initializer 'shared.weight')", path, role ? "encoder" : "decoder",
                       role ? "last_hidden_state" : "logits");
 done:
@@ -224,7 +224,7 @@ int cp_onnx_import_t5(cp_onnx_import *im) {
   if (!im->ctxpatch) return cp_onnx_t5_refuse_foreign(im->path);
   int role = graph_role(im->om->graph), rc;
   if (role < 0)
-    return cp_error_set(CP_EFORMAT, "%s: holds T5's 'shared.weight' but is neither ctxpatch's T5 encoder (output "
+    return cp_error_set(CP_EONNX_RECOVER, "%s: holds T5's 'shared.weight' but is neither ctxpatch's T5 encoder (output "
                         "'last_hidden_state') nor its merged decoder (output 'logits')", im->path);
   if ((rc = open_pair(im, role)) < 0) return rc;
   t5_graph given = {im->path, im->om->graph, im->used}, other = {im->pair->path, im->pair->graph, NULL};
@@ -243,8 +243,8 @@ int cp_onnx_import_t5(cp_onnx_import *im) {
   CP_CHECK_ALLOC_GOTO(im->config_source = strdup("metadata_props " CP_ONNX_META_CONFIG), im->path);
   if ((rc = cp_onnx_import_config(&c, im)) < 0) goto done;
   if (c->family != CP_FAMILY_T5) {
-    rc = cp_error_set(CP_EFORMAT, "%s: metadata_props '" CP_ONNX_META_CONFIG "' says family %s but the graphs hold "
-                      "T5's names", im->path, cp_family_name(c->family));
+    rc = cp_error_set(CP_EONNX_METADATA, "%s: metadata_props '" CP_ONNX_META_CONFIG "' says family %s but the graphs "
+                      "hold T5's names", im->path, cp_family_name(c->family));
     goto done;
   }
   im->naming = "ctxpatch";

@@ -23,7 +23,7 @@ static const char *out(const cp_onnx_node *n, size_t k) { return k < n->n_output
 static const char *lab(walk *k, const cp_onnx_node *n) { return cp_ow_label(&k->w, n, k->lab); }
 
 static int bad(walk *k, const cp_onnx_node *n, const char *why) {
-  return cp_error_set(CP_EUNSUPPORTED, "%s: node '%s' (%s): %s", k->im->path, lab(k, n), n->op_type, why);
+  return cp_error_set(CP_EONNX_RECOVER, "%s: node '%s' (%s): %s", k->im->path, lab(k, n), n->op_type, why);
 }
 
 static const cp_onnx_node *consumer2(walk *k, const char *op, const char *a, const char *b) {
@@ -253,7 +253,7 @@ static int layers(walk *k, const char *x) {
     const cp_onnx_node *at;
     int rc = layer_norm(k, x, &nm, &y, &at);
     if (rc == 1)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: value '%s' of the residual stream feeds no LayerNormalization "
+      return cp_error_set(CP_EONNX_RECOVER, "%s: value '%s' of the residual stream feeds no LayerNormalization "
                           "(nor its ReduceMean/Sub/Pow/Sqrt/Div spelling)", k->im->path, x);
     if (rc) return rc;
     const cp_onnx_node *ln = cp_ow_forward(&k->w, y, linear, NULL, NULL);
@@ -274,7 +274,7 @@ static int layers(walk *k, const char *x) {
       return cp_oi_prov(k->im, "lm_head", "%s '%s' with '%s'", ln->op_type, lab(k, ln), r->head.w->name);
     }
     cp_rec_layer *l = cp_rec_push(r, k->im->path);
-    if (!l) return CP_EUNSUPPORTED;
+    if (!l) return cp_error_code(); /* cp_rec_push set it */
     l->attn_norm = nm;
     if ((rc = attention(k, ln, l, x, &x2))) return rc;
     rc = layer_norm(k, x2, &l->ffn_norm, &y, &at);
@@ -351,7 +351,7 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
     goto done;
   if ((rc = layers(&k, x))) goto done;
   if (k.r.n_layers == 0) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: no attention layer found after the embedding", im->path);
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: no attention layer found after the embedding", im->path);
     goto done;
   }
   rc = cp_oi_prov(im, "n_layer", "%d attention blocks along the residual stream", k.r.n_layers);

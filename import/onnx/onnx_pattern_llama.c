@@ -375,13 +375,13 @@ static int layers(walk *k, const char *x) {
     const cp_onnx_node *at = NULL, *p[4];
     int rc = rms_norm(k, x, &nm, &y, &at);
     if (rc == 1 && k->r.n_layers == 0) /* neither family's start */
-      return cp_error_set(CP_EUNSUPPORTED,
+      return cp_error_set(CP_EONNX_RECOVER,
                           "%s: token embedding output '%s' is not added to a learned position "
                           "embedding (Gather; GPT-2) and feeds no RMSNorm (Pow 2 / ReduceMean / Add eps / Sqrt; "
                           "Llama)",
                           k->im->path, x);
     if (rc == 1)
-      return cp_error_set(CP_EUNSUPPORTED,
+      return cp_error_set(CP_EONNX_RECOVER,
                           "%s: value '%s' of the residual stream feeds no RMSNorm (Pow 2 / "
                           "ReduceMean / Add eps / Sqrt)",
                           k->im->path, x);
@@ -398,7 +398,7 @@ static int layers(walk *k, const char *x) {
     }
     if (n != 3) return bad(k, at, "its RMSNorm feeds neither three projections (q, k, v) nor one (the head)");
     cp_rec_layer *l = cp_rec_push(&k->r, k->im->path);
-    if (!l) return CP_EUNSUPPORTED;
+    if (!l) return cp_error_code(); /* cp_rec_push set it */
     l->attn_norm = nm;
     if ((rc = attention(k, p, l, x, &x2, at))) return rc;
     rc = rms_norm(k, x2, &l->ffn_norm, &y, &at);
@@ -425,7 +425,7 @@ int cp_onnx_recover_pattern_llama(cp_onnx_import *im, const cp_onnx_node *tok) {
       (rc = layers(&k, cp_ow_out(tok, 0))))
     goto done;
   if (k.r.n_layers == 0) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: no attention layer found after the embedding", im->path);
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: no attention layer found after the embedding", im->path);
     goto done;
   }
   /* RoPE from inv_freq works at any position: the graph holds no training length */

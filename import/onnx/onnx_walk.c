@@ -35,7 +35,7 @@ int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g) {
   w->path = path;
   w->g = g;
   if (g->n_nodes > CP_REC_MAX_NODES)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %zu nodes: graphs over %d nodes are not walked", path, g->n_nodes,
+    return cp_error_set(CP_EONNX_RECOVER, "%s: %zu nodes: graphs over %d nodes are not walked", path, g->n_nodes,
                         CP_REC_MAX_NODES);
   size_t n_out = 0, n_in = 0;
   for (size_t i = 0; i < g->n_nodes; i++) n_out += g->nodes[i].n_outputs, n_in += g->nodes[i].n_inputs;
@@ -167,7 +167,7 @@ const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]) {
 
 int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why) {
   char b[96];
-  return cp_error_set(CP_EUNSUPPORTED, "%s: node '%s' (%s): %s", w->path, cp_ow_label(w, n, b), n->op_type, why);
+  return cp_error_set(CP_EONNX_RECOVER, "%s: node '%s' (%s): %s", w->path, cp_ow_label(w, n, b), n->op_type, why);
 }
 
 /* ---------------------------------------------------------------- searches */
@@ -274,7 +274,7 @@ int cp_rec_swiglu(cp_onnx_import *im, const cp_ow *w, cp_rec *r, const char *y, 
 
 cp_rec_layer *cp_rec_push(cp_rec *r, const char *path) {
   if (r->n_layers >= CP_REC_MAX_LAYERS) {
-    cp_error_set(CP_EUNSUPPORTED, "%s: more than %d layers recovered", path, CP_REC_MAX_LAYERS);
+    cp_error_set(CP_EONNX_RECOVER, "%s: more than %d layers recovered", path, CP_REC_MAX_LAYERS);
     return NULL;
   }
   if (CP_ARRAY_RESERVE(r->layers, r->cap_layers, (size_t)r->n_layers + 1, path)) return NULL;
@@ -295,7 +295,7 @@ static int check_shape(const cp_onnx_import *im, const cp_onnx_tensor *t /* [a, 
   if (t->ndim == 1) snprintf(got, sizeof got, "[%lld]", (long long)t->shape[0]);
   else if (t->ndim == 2) snprintf(got, sizeof got, "[%lld, %lld]", (long long)t->shape[0], (long long)t->shape[1]);
   else snprintf(got, sizeof got, "%d dims", t->ndim);
-  return cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' is %s; as %s of layer %d it should be %s", im->path,
+  return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is %s; as %s of layer %d it should be %s", im->path,
                       t->name, got, role, layer, want);
 }
 
@@ -317,7 +317,7 @@ static int emit_lin(cp_onnx_import *im, const char *base, const cp_rec_lin *lin,
   snprintf(n, sizeof n, "%s.bias", base);
   if (lin->b) {
     if ((rc = check_shape(im, lin->b, out, -1, base, layer))) return rc;
-    return bias ? cp_oi_take(im, n, lin->b, false) : cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s': a bias "
+    return bias ? cp_oi_take(im, n, lin->b, false) : cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s': a bias "
                                                                   "on %s, which the family has not", im->path,
                                                                   lin->b->name, base);
   }
@@ -418,7 +418,7 @@ int cp_rec_emit(cp_onnx_import *im, const cp_rec *r, const char *naming) {
       {"d_head", r->d_head}, {"d_ff", r->d_ff}, {"positions", r->train_len}};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) /* sizes from shapes: bound them before any product */
     if (sizes[k].v < 1 || sizes[k].v > ((int64_t)1 << 30))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: recovered %s %lld is outside [1, 2^30]", im->path, sizes[k].what,
+      return cp_error_set(CP_EONNX_RECOVER, "%s: recovered %s %lld is outside [1, 2^30]", im->path, sizes[k].what,
                           (long long)sizes[k].v);
   bool tied = r->head.w == NULL;
   int rc = tied ? 0 : head_is_embed(&tied, im, r);

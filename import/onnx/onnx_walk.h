@@ -62,7 +62,7 @@ const cp_onnx_tensor *cp_ow_const(const cp_ow *w, const char *name);
 const cp_onnx_tensor *cp_ow_weight(const cp_ow *w, const cp_onnx_node *n, size_t slot, int ndim);
 /* A node's name for messages: its name, else its op_type and index. */
 const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]);
-/* The one-line refusal "PATH: node 'LABEL' (OP): why" (CP_EUNSUPPORTED). */
+/* The one-line refusal "PATH: node 'LABEL' (OP): why" (CP_EONNX_RECOVER). */
 int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why);
 /* Breadth-first along the data flow from the consumers of `from` (forward) or the producers of
  * n's inputs (backward), visiting at most CP_REC_MAX_VISIT nodes: the first node `stop` accepts

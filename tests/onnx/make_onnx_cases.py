@@ -97,20 +97,20 @@ def raw_tensor(name, dims, dtype, raw):
 
 def protobuf_cases():
     base = tiny_model().SerializeToString()
-    add("truncated_varint", "CP_EFORMAT", "truncated varint", raw=base + b"\x08\x80")
-    add("varint_over_10_bytes", "CP_EFORMAT", "varint longer than 10 bytes", raw=base + b"\x08" + b"\xff" * 11)
-    add("wrong_wire_type", "CP_EFORMAT", "wrong wire type 2 for field 'ir_version'", raw=base + b"\x0a\x01\x00")
-    add("length_past_end", "CP_EFORMAT", "runs past the end", raw=base + b"\x3a\x64\x0a\x01")
-    add("group_wire_type", "CP_EFORMAT", "wire type 3", raw=base + b"\x0b")
-    add("field_number_zero", "CP_EFORMAT", "field number 0", raw=base + b"\x00\x01")
-    add("nul_in_string", "CP_EFORMAT", "holds a NUL byte", raw=base + ld(2, b"a\x00b"))
+    add("truncated_varint", "CP_EONNX_WIRE", "truncated varint", raw=base + b"\x08\x80")
+    add("varint_over_10_bytes", "CP_EONNX_WIRE", "varint longer than 10 bytes", raw=base + b"\x08" + b"\xff" * 11)
+    add("wrong_wire_type", "CP_EONNX_WIRE", "wrong wire type 2 for field 'ir_version'", raw=base + b"\x0a\x01\x00")
+    add("length_past_end", "CP_EONNX_WIRE", "runs past the end", raw=base + b"\x3a\x64\x0a\x01")
+    add("group_wire_type", "CP_EONNX_WIRE", "wire type 3", raw=base + b"\x0b")
+    add("field_number_zero", "CP_EONNX_WIRE", "field number 0", raw=base + b"\x00\x01")
+    add("nul_in_string", "CP_EONNX_WIRE", "holds a NUL byte", raw=base + ld(2, b"a\x00b"))
     # 40 graphs inside one another, written by hand: Graph.node(1) -> Node.attribute(5) -> Attribute.g(6).
     g = b""
     for _ in range(40):
         attr = ld(1, b"body") + ld(6, g) + varint(20 << 3) + varint(5)
         g = ld(1, ld(5, attr))
-    add("deep_message_nesting", "CP_EFORMAT", "nested deeper than 100", raw=ld(7, g) + varint(1 << 3) + varint(8))
-    add("not_protobuf", "CP_EFORMAT", "offset 0", raw=b"\xff\xff\xff\xff")
+    add("deep_message_nesting", "CP_EONNX_WIRE", "nested deeper than 100", raw=ld(7, g) + varint(1 << 3) + varint(8))
+    add("not_protobuf", "CP_EONNX_WIRE", "offset 0", raw=b"\xff\xff\xff\xff")
 
 
 def graph_cases():
@@ -122,79 +122,79 @@ def graph_cases():
         inner = helper.make_graph([node], f"g{k}", [], [helper.make_tensor_value_info(f"c{k}", TensorProto.FLOAT, [])])
     top = helper.make_node("Wrap", [], ["y"], name="wrap0", domain="test.ctxpatch", body=inner)
     m = tiny_model(nodes=[top], inputs=[])
-    add("subgraph_depth_17", "CP_EFORMAT", "subgraphs nested deeper than 16", m)
+    add("subgraph_depth_17", "CP_EONNX_GRAPH", "subgraphs nested deeper than 16", m)
     w = numpy_helper.from_array(np.ones(3, np.float32), "w")
-    add("duplicate_initializer", "CP_EFORMAT", "duplicate name 'w' (an initializer and an initializer)",
+    add("duplicate_initializer", "CP_EONNX_GRAPH", "duplicate name 'w' (an initializer and an initializer)",
         tiny_model([w, w], nodes=[helper.make_node("Add", ["x", "w"], ["y"], name="add")]))
-    add("duplicate_node_output", "CP_EFORMAT",
+    add("duplicate_node_output", "CP_EONNX_GRAPH",
         "duplicate name 'y' (an output of node 'a' and an output of node 'b')",
         tiny_model(nodes=[helper.make_node("Relu", ["x"], ["y"], name="a"),
                           helper.make_node("Neg", ["x"], ["y"], name="b")]))
-    add("duplicate_graph_input", "CP_EFORMAT", "duplicate name 'x' (a graph input and a graph input)",
+    add("duplicate_graph_input", "CP_EONNX_GRAPH", "duplicate name 'x' (a graph input and a graph input)",
         tiny_model(inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])] * 2))
-    add("output_shadows_input", "CP_EFORMAT", "duplicate name 'x' (a graph input and an output of node 'n')",
+    add("output_shadows_input", "CP_EONNX_GRAPH", "duplicate name 'x' (a graph input and an output of node 'n')",
         tiny_model(nodes=[helper.make_node("Relu", ["x"], ["y"], name="relu"),
                           helper.make_node("Neg", ["y"], ["x"], name="n")]))
-    add("cycle", "CP_EFORMAT", "cycle through node 'a'",
+    add("cycle", "CP_EONNX_GRAPH", "cycle through node 'a'",
         tiny_model(nodes=[helper.make_node("Add", ["x", "c"], ["b"], name="a"),
                           helper.make_node("Relu", ["b"], ["c"], name="b_node"),
                           helper.make_node("Relu", ["b"], ["y"], name="out")]))
-    add("self_loop", "CP_EFORMAT", "cycle through node 'self'",
+    add("self_loop", "CP_EONNX_GRAPH", "cycle through node 'self'",
         tiny_model(nodes=[helper.make_node("Add", ["x", "y"], ["y"], name="self")]))
-    add("undefined_input", "CP_EFORMAT", "node 'relu' input 'nowhere' is produced by no node",
+    add("undefined_input", "CP_EONNX_GRAPH", "node 'relu' input 'nowhere' is produced by no node",
         tiny_model(nodes=[helper.make_node("Relu", ["nowhere"], ["y"], name="relu")]))
-    add("undefined_graph_output", "CP_EFORMAT", "graph output 'y' is produced by nothing",
+    add("undefined_graph_output", "CP_EONNX_GRAPH", "graph output 'y' is produced by nothing",
         tiny_model(nodes=[helper.make_node("Relu", ["x"], ["z"], name="relu")]))
     add("out_of_order_reads", "OK", "",
         tiny_model(nodes=[helper.make_node("Relu", ["t"], ["y"], name="second"),
                           helper.make_node("Neg", ["x"], ["t"], name="first")]))
     sub = helper.make_graph([helper.make_node("Relu", ["x"], ["x"], name="inner")], "then", [],
                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])])
-    add("subgraph_shadows_outer", "CP_EFORMAT", "'x' (an output of node 'inner') shadows a name of an enclosing graph",
+    add("subgraph_shadows_outer", "CP_EONNX_GRAPH", "'x' (an output of node 'inner') shadows a name of an enclosing graph",
         tiny_model(nodes=[helper.make_node("If", ["x"], ["y"], name="if", then_branch=sub, else_branch=sub)]))
     m = tiny_model()
     m.graph.node[0].attribute.append(helper.make_attribute("sp", helper.make_sparse_tensor(
         numpy_helper.from_array(np.ones(1, np.float32), "v"), numpy_helper.from_array(np.zeros(1, np.int64), "i"),
         [4])))
-    add("sparse_attribute", "CP_EUNSUPPORTED", "sparse tensors are not supported", m)
+    add("sparse_attribute", "CP_EONNX_DTYPE", "sparse tensors are not supported", m)
     m = tiny_model()
     m.graph.sparse_initializer.append(helper.make_sparse_tensor(
         numpy_helper.from_array(np.ones(1, np.float32), "sv"), numpy_helper.from_array(np.zeros(1, np.int64), "si"),
         [4]))
-    add("sparse_initializer", "CP_EUNSUPPORTED", "1 sparse initializers (e.g. 'sv'): not supported", m)
+    add("sparse_initializer", "CP_EONNX_DTYPE", "1 sparse initializers (e.g. 'sv'): not supported", m)
     vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
     vi.type.tensor_type.shape.dim[0].dim_value = -5
-    add("negative_input_dim", "CP_EFORMAT", "graph input 'x': negative dim 0 (-5)", tiny_model(inputs=[vi]))
+    add("negative_input_dim", "CP_EONNX_GRAPH", "graph input 'x': negative dim 0 (-5)", tiny_model(inputs=[vi]))
 
 
 def tensor_cases():
     def with_init(name, t):
         add(name[0], name[1], name[2], tiny_model([t], nodes=[helper.make_node("Add", ["x", t.name], ["y"], name="add")]))
 
-    with_init(("negative_dim", "CP_EFORMAT", "initializer 'w': negative dim 0 (-1)"),
+    with_init(("negative_dim", "CP_EONNX_TENSOR", "initializer 'w': negative dim 0 (-1)"),
               raw_tensor("w", [-1], TensorProto.FLOAT, b""))
     with_init(("dim_product_overflow", "CP_EOVERFLOW", "initializer 'w': dim product overflows at dim 1"),
               raw_tensor("w", [1 << 40, 1 << 40], TensorProto.FLOAT, b""))
     with_init(("huge_dim", "CP_EOVERFLOW", "initializer 'w': dim product overflows at dim 0"),
               raw_tensor("w", [(1 << 63) - 1], TensorProto.FLOAT, b""))
-    with_init(("too_many_dims", "CP_EFORMAT", "initializer 'w': 9 dims (at most 8)"),
+    with_init(("too_many_dims", "CP_EONNX_TENSOR", "initializer 'w': 9 dims (at most 8)"),
               raw_tensor("w", [1] * 9, TensorProto.FLOAT, b"\0" * 4))
-    with_init(("raw_size_mismatch", "CP_EFORMAT", "initializer 'w': 8 raw_data bytes for a 12-byte shape"),
+    with_init(("raw_size_mismatch", "CP_EONNX_TENSOR", "initializer 'w': 8 raw_data bytes for a 12-byte shape"),
               raw_tensor("w", [3], TensorProto.FLOAT, b"\0" * 8))
     t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3], float_data=[1.0, 2.0])
-    with_init(("typed_count_mismatch", "CP_EFORMAT", "initializer 'w': 2 entries in float_data for 3 elements"), t)
+    with_init(("typed_count_mismatch", "CP_EONNX_TENSOR", "initializer 'w': 2 entries in float_data for 3 elements"), t)
     t = TensorProto(name="w", data_type=TensorProto.FLOAT16, dims=[3], float_data=[1, 2, 3])
-    with_init(("typed_wrong_field", "CP_EFORMAT", "a FLOAT16 tensor keeps its elements in int32_data"), t)
+    with_init(("typed_wrong_field", "CP_EONNX_TENSOR", "a FLOAT16 tensor keeps its elements in int32_data"), t)
     t = raw_tensor("w", [3], TensorProto.FLOAT, b"\0" * 12)
     t.float_data.extend([1, 2, 3])
-    with_init(("raw_and_typed", "CP_EFORMAT", "initializer 'w': raw_data and a typed field both"), t)
-    with_init(("no_data", "CP_EFORMAT", "initializer 'w': 0 entries in float_data for 3 elements"),
+    with_init(("raw_and_typed", "CP_EONNX_TENSOR", "initializer 'w': raw_data and a typed field both"), t)
+    with_init(("no_data", "CP_EONNX_TENSOR", "initializer 'w': 0 entries in float_data for 3 elements"),
               TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3]))
-    with_init(("unknown_dtype", "CP_EFORMAT", "initializer 'w': unknown data type 99"),
+    with_init(("unknown_dtype", "CP_EONNX_TENSOR", "initializer 'w': unknown data type 99"),
               raw_tensor("w", [3], 99, b"\0" * 12))
-    with_init(("undefined_dtype", "CP_EFORMAT", "initializer 'w': unknown data type 0"),
+    with_init(("undefined_dtype", "CP_EONNX_TENSOR", "initializer 'w': unknown data type 0"),
               raw_tensor("w", [3], 0, b"\0" * 12))
-    with_init(("string_initializer", "CP_EUNSUPPORTED", "initializer 'w': STRING tensors are not supported"),
+    with_init(("string_initializer", "CP_EONNX_DTYPE", "initializer 'w': STRING tensors are not supported"),
               helper.make_tensor("w", TensorProto.STRING, [1], [b"s"]))
 
 
@@ -217,11 +217,11 @@ def external_cases():
                 f.write(payload if payload is not None else b"\0" * size)
         return setup
 
-    ext("ext_dotdot", "CP_EFORMAT", "external location '../../outside/secret.bin' has a '..' component",
+    ext("ext_dotdot", "CP_EONNX_EXTERNAL", "external location '../../outside/secret.bin' has a '..' component",
         ext_tensor("w", "../../outside/secret.bin"))
-    ext("ext_dotdot_inner", "CP_EFORMAT", "external location 'a/../../../outside/secret.bin' has a '..' component",
+    ext("ext_dotdot_inner", "CP_EONNX_EXTERNAL", "external location 'a/../../../outside/secret.bin' has a '..' component",
         ext_tensor("w", "a/../../../outside/secret.bin"))
-    ext("ext_absolute", "CP_EFORMAT", "is absolute", ext_tensor("w", os.path.abspath(secret)))
+    ext("ext_absolute", "CP_EONNX_EXTERNAL", "is absolute", ext_tensor("w", os.path.abspath(secret)))
     ext("ext_symlink_final", "CP_EFILETYPE", "'data.bin' is a symbolic link", ext_tensor("w", "data.bin"),
         lambda d: os.symlink("../../outside/secret.bin", os.path.join(d, "data.bin")))
     ext("ext_symlink_inside", "CP_EFILETYPE", "'alias.bin' is a symbolic link", ext_tensor("w", "alias.bin"),
@@ -237,23 +237,23 @@ def external_cases():
     ext("ext_file_as_parent", "CP_EFILETYPE", "'plain' is a symbolic link or not a folder",
         ext_tensor("w", "plain/x.bin"), data("plain"))
     ext("ext_missing", "CP_ENOTFOUND", "external data file 'missing.bin': No such file", ext_tensor("w", "missing.bin"))
-    ext("ext_empty_component", "CP_EFORMAT", "external location 'a//b.bin' has an empty component",
+    ext("ext_empty_component", "CP_EONNX_EXTERNAL", "external location 'a//b.bin' has an empty component",
         ext_tensor("w", "a//b.bin"))
-    ext("ext_no_location", "CP_EFORMAT", "initializer 'w': external data without a location",
+    ext("ext_no_location", "CP_EONNX_EXTERNAL", "initializer 'w': external data without a location",
         ext_tensor("w", None, offset=0))
-    ext("ext_offset_past_eof", "CP_EFORMAT", "external bytes [16, +12) run past the end of 'd.bin' (16 bytes)",
+    ext("ext_offset_past_eof", "CP_EONNX_EXTERNAL", "external bytes [16, +12) run past the end of 'd.bin' (16 bytes)",
         ext_tensor("w", "d.bin", offset=16, length=12), data("d.bin", 16))
-    ext("ext_offset_overflow", "CP_EFORMAT", "external bytes [18446744073709551612, +12) run past the end",
+    ext("ext_offset_overflow", "CP_EONNX_EXTERNAL", "external bytes [18446744073709551612, +12) run past the end",
         ext_tensor("w", "d.bin", offset=(1 << 64) - 4, length=12), data("d.bin", 16))
-    ext("ext_offset_too_big_number", "CP_EFORMAT", "external offset '99999999999999999999999' is not a decimal number",
+    ext("ext_offset_too_big_number", "CP_EONNX_EXTERNAL", "external offset '99999999999999999999999' is not a decimal number",
         ext_tensor("w", "d.bin", offset="99999999999999999999999"), data("d.bin", 16))
-    ext("ext_offset_negative", "CP_EFORMAT", "external offset '-4' is not a decimal number",
+    ext("ext_offset_negative", "CP_EONNX_EXTERNAL", "external offset '-4' is not a decimal number",
         ext_tensor("w", "d.bin", offset=-4), data("d.bin", 16))
-    ext("ext_length_wrong", "CP_EFORMAT", "external length 8 is not its 12 bytes",
+    ext("ext_length_wrong", "CP_EONNX_EXTERNAL", "external length 8 is not its 12 bytes",
         ext_tensor("w", "d.bin", offset=0, length=8), data("d.bin", 16))
-    ext("ext_length_huge", "CP_EFORMAT", "external length 18446744073709551608 is not its 12 bytes",
+    ext("ext_length_huge", "CP_EONNX_EXTERNAL", "external length 18446744073709551608 is not its 12 bytes",
         ext_tensor("w", "d.bin", offset=8, length=(1 << 64) - 8), data("d.bin", 16))
-    ext("ext_misaligned", "CP_EFORMAT", "external offset 2 is not a multiple of its 4-byte element",
+    ext("ext_misaligned", "CP_EONNX_EXTERNAL", "external offset 2 is not a multiple of its 4-byte element",
         ext_tensor("w", "d.bin", offset=2, length=12), data("d.bin", 16))
     ext("ext_hardlink_inside", "OK", "", ext_tensor("w", "linked.bin", offset=0, length=12),
         lambda d: os.link(secret, os.path.join(d, "linked.bin")))
@@ -265,13 +265,13 @@ def external_cases():
             f.write(struct.pack("<3f", 1, 2, 3))
             f.truncate(3 << 30)
     ext("ext_past_2gib_reads", "OK", "", ext_tensor("w", "big.bin", offset=5 << 29, length=12), big)
-    ext("ext_past_3gib_eof", "CP_EFORMAT", "external bytes [3221225476, +12) run past the end",
+    ext("ext_past_3gib_eof", "CP_EONNX_EXTERNAL", "external bytes [3221225476, +12) run past the end",
         ext_tensor("w", "big.bin", offset=(3 << 30) + 4, length=12), big)
     # A Constant node's tensor attribute pointing outside (the fixture's attack, on an attribute).
     t = ext_tensor("evil", "../../outside/secret.bin", offset=0, length=12)
     node = helper.make_node("Constant", [], ["y"], name="const")
     node.attribute.append(helper.make_attribute("value", t))
-    add("ext_attribute_dotdot", "CP_EFORMAT", "node 'const' attribute 'value': external location '../../outside",
+    add("ext_attribute_dotdot", "CP_EONNX_EXTERNAL", "node 'const' attribute 'value': external location '../../outside",
         tiny_model(nodes=[node], inputs=[]))
 
 
@@ -464,18 +464,18 @@ def recover_cases():
     put("ok_contrib_gpt2", "OK", "", contrib_gpt2(layers=2))
     put("ok_contrib_llama", "OK", "", contrib_llama())
     put("ok_contrib_llama_gqa", "OK", "", contrib_llama(gqa=True, d=32))  # ORT: head_size a multiple of 16
-    put("heads_zero", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size",
+    put("heads_zero", "CP_EONNX_RECOVER", "(Attention): num_heads does not divide the hidden size",
         contrib_gpt2(heads=0))
-    put("heads_3", "CP_EUNSUPPORTED", "(Attention): num_heads does not divide the hidden size", contrib_gpt2(heads=3))
-    put("not_causal", "CP_EUNSUPPORTED", "not unidirectional (a decoder needs causal attention)",
+    put("heads_3", "CP_EONNX_RECOVER", "(Attention): num_heads does not divide the hidden size", contrib_gpt2(heads=3))
+    put("not_causal", "CP_EONNX_RECOVER", "not unidirectional (a decoder needs causal attention)",
         contrib_gpt2(unidirectional=0))
-    put("qkv_shape", "CP_EUNSUPPORTED",
+    put("qkv_shape", "CP_EONNX_RECOVER",
         "initializer 'qkv' is [4, 8]; as transformer.h.0.attn.c_attn of layer 0 it should be [4, 12]",
         contrib_gpt2(qkv_cols=8))
-    put("unused_weight", "CP_EUNSUPPORTED",
+    put("unused_weight", "CP_EONNX_RECOVER",
         "initializer 'stray' has a d_model (4) side but no role in the recovered model (contrib recovery",
         contrib_gpt2(extra={"stray": np.ones((4, 4), np.float32)}))
-    put("layers_1025", "CP_EUNSUPPORTED", "more than 1024 layers recovered", contrib_gpt2(layers=1025))
+    put("layers_1025", "CP_EONNX_RECOVER", "more than 1024 layers recovered", contrib_gpt2(layers=1025))
     # plain ops: the token Gather's ids behind 40 Reshapes (the walk back gives up after 32)
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 2])
     shape = numpy_helper.from_array(np.array([1, 2], np.int64), "shape")
@@ -486,14 +486,14 @@ def recover_cases():
     m = helper.make_model(helper.make_graph(chain, "g", [ids], [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
                                             initializer=[shape, emb]),
                           opset_imports=[helper.make_opsetid("", 17)])
-    put("ids_behind_40_reshapes", "CP_EUNSUPPORTED", "no token embedding to recover a model from", m)
+    put("ids_behind_40_reshapes", "CP_EONNX_RECOVER", "no token embedding to recover a model from", m)
     # plain ops: the token embedding feeds 100000 consumers (scans are capped, the walk ends fast)
     wide = [helper.make_node("Gather", ["emb", "input_ids"], ["e"], name="tok")]
     wide += [helper.make_node("Identity", ["e"], [f"i{i}"]) for i in range(100000)]
     m = helper.make_model(helper.make_graph(wide, "g", [ids], [helper.make_tensor_value_info("i0", TensorProto.FLOAT, None)],
                                             initializer=[emb]),
                           opset_imports=[helper.make_opsetid("", 17)])
-    put("embedding_100000_consumers", "CP_EUNSUPPORTED", "is not added to a learned position embedding", m)
+    put("embedding_100000_consumers", "CP_EONNX_RECOVER", "is not added to a learned position embedding", m)
     with open(os.path.join(OUT, "recover", "cases.tsv"), "w") as fh:
         for name, code, sub in out:
             fh.write(f"{name}\t{code}\t{sub}\n")

@@ -37,19 +37,19 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
   char lb[300];
   const char *meta = cp_onnx_model_meta(m, "ctxpatch.rule");
   if (meta && strcmp(meta, "{}") != 0 && meta[0])
-    return cp_error_set(CP_EUNSUPPORTED, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
+    return cp_error_set(CP_EONNX_SITE, "%s: metadata_props ctxpatch.rule: the graph already carries a ctxpatch rule "
                         "(%.80s); patch the original instead", m->path, meta);
   const char *what = r->distance_ceiling ? "distance_ceiling" : r->has_top_k ? "top_k" :
                      r->fire_threshold > 0 ? "fire_threshold" : NULL;
   if (what)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s at %s: not expressed by the in-place rewriter (docs/onnx.md); "
+    return cp_error_set(CP_EONNX_SITE, "%s: %s at %s: not expressed by the in-place rewriter (docs/onnx.md); "
                         "export the model with `patch --to onnx` instead", m->path, what, cp_onnx_site_label(lb, &g->nodes[s[0].node], s[0].node));
   if (r->n_temperature > 1 && (size_t)r->n_temperature != n)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %d per-layer temperatures for %zu attention sites (first %s)", m->path,
+    return cp_error_set(CP_EONNX_SITE, "%s: %d per-layer temperatures for %zu attention sites (first %s)", m->path,
                         r->n_temperature, n, cp_onnx_site_label(lb, &g->nodes[s[0].node], s[0].node));
   size_t rot;
   if (r->has_lambda && cp_onnx_graph_rotary(g, &rot))
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask implies a distance ceiling of %lld on RoPE, and the "
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: lambda_mask implies a distance ceiling of %lld on RoPE, and the "
                         "rotation is computed before the attention site: not expressible here", m->path,
                         cp_onnx_site_label(lb, &g->nodes[rot], rot), (long long)r->n_local);
   for (size_t k = 0; k < n; k++) {
@@ -57,11 +57,11 @@ static int refuse_rule(const cp_onnx_model *m, const cp_rule *r, const cp_onnx_s
     int rc = s[k].kind == CP_ONNX_SITE_CONTRIB ? cp_rw_contrib_refuse(m, &s[k], r) : 0;
     if (rc < 0) return rc;
     if (s[k].kind == CP_ONNX_SITE_SOFTMAX && s[k].elem_type != 1 && s[k].elem_type != 10)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
+      return cp_error_set(CP_EONNX_SITE, "%s: %s: logits of ONNX type %d (float or float16 only)", m->path,
                           cp_onnx_site_label(lb, nd, s[k].node), (int)s[k].elem_type);
   }
   if ((r->has_lambda || r->n_schedule || alibi_runtime(r)) && cp_onnx_model_opset(m, "") < 11)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: opset %lld: %s needs opset 11 (Range, negative Gather indices)", m->path,
+    return cp_error_set(CP_EONNX_SITE, "%s: opset %lld: %s needs opset 11 (Range, negative Gather indices)", m->path,
                         (long long)cp_onnx_model_opset(m, ""), r->has_lambda ? "lambda_mask" : r->n_schedule ?
                         "temperature_schedule" : alibi_name(r));
   return 0;
@@ -349,14 +349,14 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   for (size_t k = 0; k < m->graph->n_initializers; k++) any_slopes |= slopes[k];
   if (rule->alibi_mode && !any_slopes) {
     char lb[300];
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: alibi_scale: no ALiBi slopes constant (float32 or float64 [H], the BLOOM/MPT slopes) "
+    rc = cp_error_set(CP_EONNX_SITE, "%s: alibi_scale: no ALiBi slopes constant (float32 or float64 [H], the BLOOM/MPT slopes) "
                       "upstream of %s", m->path, cp_onnx_site_label(lb, &m->graph->nodes[s[0].node], s[0].node));
     goto done;
   }
   for (size_t k = 0; k < m->graph->n_initializers && rule->has_lambda; k++)
     if (slopes[k]) {
       char q1[128];
-      rc = cp_error_set(CP_EUNSUPPORTED, "%s: initializer '%s' (ALiBi slopes): lambda_mask implies a distance ceiling "
+      rc = cp_error_set(CP_EONNX_SITE, "%s: initializer '%s' (ALiBi slopes): lambda_mask implies a distance ceiling "
                         "of %lld on ALiBi's distance term: not expressed by the rewriter", m->path,
                         cp_quote(q1, sizeof q1, m->graph->initializers[k].name, strlen(m->graph->initializers[k].name)), (long long)rule->n_local);
       goto done;
@@ -365,7 +365,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   /* the model's training length (the caller's, when it knows one); the rule's overrides it */
   cp_rule_model rm = {false, 0, (int)n, p && p->train_len > 0 ? p->train_len : 0, any_slopes, false, !any_slopes, NULL};
   if (n > CP_RULE_MAX_LAYERS) {
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
+    rc = cp_error_set(CP_EONNX_SITE, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
     goto done;
   }
   if ((rc = cp_rule_check_model(rule, &rm, m->path)) < 0) goto done;
@@ -375,7 +375,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
   }
   if ((rc = cp_onnx_edit_open(&e, m->path)) < 0) goto done;
   if (cp_onnx_edit_n_nodes(e) != m->graph->n_nodes) {
-    rc = cp_error_set(CP_EFORMAT, "%s: the file changed while it was read", m->path);
+    rc = cp_error_set(CP_EIO, "%s: the file changed while it was read", m->path);
     goto done;
   }
   cp_rw w = {e, m, rep};

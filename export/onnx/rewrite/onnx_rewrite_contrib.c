@@ -32,36 +32,36 @@ int cp_rw_contrib_refuse(const cp_onnx_model *m, const cp_onnx_site *s, const cp
   char lb[300], qb[128];
   const char *label = cp_onnx_site_label(lb, nd, s->node);
   if (r->n_temperature && s->scale == 0.0f)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: no scale attribute and the head size cannot be told from the "
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: no scale attribute and the head size cannot be told from the "
                         "weights feeding it, so its temperature cannot be set", m->path, label);
   if (r->n_schedule)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: temperature_schedule gives each row its own tau, and the node's "
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: temperature_schedule gives each row its own tau, and the node's "
                         "scale attribute is one number", m->path, label);
   if (!r->has_lambda) return 0;
   bool attention = is_op(nd, "Attention");
   if (attention && has_input(nd, 4)) {
     if (cp_onnx_attr_i(nd, "past_present_share_buffer", 0) || has_input(nd, 6))
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask with a past shared with present (past_sequence_length): "
+      return cp_error_set(CP_EONNX_SITE, "%s: %s: lambda_mask with a past shared with present (past_sequence_length): "
                           "the key count is not the past's length; not expressed by the rewriter", m->path, label);
     if (s->mask_rank != 0 && s->mask_rank != 2)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask with a past goes through mask_index (onnxruntime "
+      return cp_error_set(CP_EONNX_SITE, "%s: %s: lambda_mask with a past goes through mask_index (onnxruntime "
                           "refuses attention_bias with a past), and its mask_index '%s' is %s: only a 2-D "
                           "[batch, total] mask is combined with it", m->path, label,
                           cp_quote(qb, sizeof qb, nd->inputs[3], strlen(nd->inputs[3])),
                           s->mask_rank < 0 ? "of undeclared rank" : s->mask_rank == 1 ? "1-D (lengths)" : "not 2-D");
   }
   if (!attention && !s->self_attention)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: its keys are not projected from the query's hidden states "
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: its keys are not projected from the query's hidden states "
                         "(cross-attention?): lambda_mask is for a decoder's self-attention", m->path, label);
   if (is_op(nd, "MultiHeadAttention") && (has_input(nd, 8) || has_input(nd, 9)))
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: lambda_mask with past_sequence_length / cache_indirection (a "
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: lambda_mask with past_sequence_length / cache_indirection (a "
                         "shared KV buffer): the key count is not the past's length; not expressed by the rewriter",
                         m->path, label);
   if (is_op(nd, "GroupQueryAttention") && (!has_input(nd, 5) || !has_input(nd, 6)))
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: no seqlens_k / total_sequence_length input to place the queries",
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: no seqlens_k / total_sequence_length input to place the queries",
                         m->path, label);
   if (!attention && s->elem_type != 1 && s->elem_type != 10)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: %s: a query of ONNX type %d (float or float16 only)", m->path, label,
+    return cp_error_set(CP_EONNX_SITE, "%s: %s: a query of ONNX type %d (float or float16 only)", m->path, label,
                         (int)s->elem_type);
   return 0;
 }

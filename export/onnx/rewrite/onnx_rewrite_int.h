@@ -44,7 +44,7 @@ int cp_rw_lambda_bias(cp_rw *w, size_t before, const char *p, int32_t type);
  * the temperature as its scale attribute, the Lambda mask as its attention_bias, or as its
  * mask_index for an Attention with a past (onnx_rewrite_contrib.c). */
 int cp_rw_contrib(cp_rw *w, const cp_onnx_site *s, size_t l, const cp_rule *r);
-/* What the contrib path cannot express at site s, one line naming the node (CP_EUNSUPPORTED). */
+/* What the contrib path cannot express at site s, one line naming the node (CP_EONNX_SITE). */
 int cp_rw_contrib_refuse(const cp_onnx_model *m, const cp_onnx_site *s, const cp_rule *r);
 
 #endif

@@ -296,7 +296,7 @@ static int refuse_training(const cp_onnx_model *m) {
     bool grad = (len > 4 && !strcmp(n->op_type + len - 4, "Grad")) || strstr(n->op_type, "Grad_") ||
                 !strcmp(n->op_type, "YieldOp");
     if (grad)
-      return cp_error_set(CP_EUNSUPPORTED, "%s: %s: a training graph (forward and backward); it does not run "
+      return cp_error_set(CP_EONNX_SITE, "%s: %s: a training graph (forward and backward); it does not run "
                           "as an inference model, so it is not rewritten", m->path, cp_onnx_site_label(lb, n, k));
   }
   return 0;
@@ -328,7 +328,7 @@ int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m
     }
   }
   if (n == 0)
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: no attention site found (no Softmax fed by a MatMul through elementwise "
+    rc = cp_error_set(CP_EONNX_SITE, "%s: no attention site found (no Softmax fed by a MatMul through elementwise "
                       "ops, no com.microsoft Attention / MultiHeadAttention / GroupQueryAttention)", m->path);
 done:
   gix_free(x);
@@ -463,7 +463,7 @@ int cp_onnx_alibi_entries(cp_onnx_alibi_entry *out /* [n] */, const cp_onnx_grap
       if (add && (d[0] != 0) != (d[1] != 0) && (b == 1 || !strcmp(nd->op_type, "Add")) &&
           find_matmul(x, nd->inputs[1 - b], WALK_STEPS) == s[k].matmul) {
         if (d[b] == 2)
-          rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s: the ALiBi term it adds to the logits of %s is not proportional to "
+          rc = cp_error_set(CP_EONNX_SITE, "%s: %s: the ALiBi term it adds to the logits of %s is not proportional to "
                             "the slopes (%s combines them with another term): %s cannot scale it", path,
                             cp_onnx_site_label(lb, nd, p), cp_onnx_site_label(lb2, &g->nodes[s[k].node], s[k].node),
                             why == SIZE_MAX ? "a node" : cp_onnx_site_label(lb3, &g->nodes[why], why), what);
@@ -477,7 +477,7 @@ int cp_onnx_alibi_entries(cp_onnx_alibi_entry *out /* [n] */, const cp_onnx_grap
       v = nd->inputs[i];
     }
     if (rc == 0 && out[k].node == SIZE_MAX)
-      rc = cp_error_set(CP_EUNSUPPORTED, "%s: %s: no ALiBi term (a slopes constant times a distance) is added on its "
+      rc = cp_error_set(CP_EONNX_SITE, "%s: %s: no ALiBi term (a slopes constant times a distance) is added on its "
                         "logits' way from its q.k MatMul, so %s has nothing to scale", path,
                         cp_onnx_site_label(lb, &g->nodes[s[k].node], s[k].node), what);
   }

@@ -31,7 +31,7 @@ typedef struct {
   size_t bias_input;   /* its input from the slopes */
   size_t scores_input; /* its input from the q.k MatMul ([..., S, T]) */
 } cp_onnx_alibi_entry;
-/* The entry of each Softmax site s[k] in out[k]; CP_EUNSUPPORTED naming the node, with `what`
+/* The entry of each Softmax site s[k] in out[k]; CP_EONNX_SITE naming the node, with `what`
  * (the rule) in the line, when a site has none or its term is not proportional to the slopes
  * (added to another term on the way). */
 int cp_onnx_alibi_entries(cp_onnx_alibi_entry *out /* [n] */, const cp_onnx_graph *g, const cp_onnx_site *s, size_t n,

@@ -79,6 +79,16 @@
   X(CP_EPKL_PROTOCOL, -227, "pickle: unsupported protocol")                            \
   X(CP_EPKL_LIMIT, -228, "pickle: size limit exceeded")                                \
   X(CP_EPKL_NO_STOP, -229, "pickle: missing STOP")                                     \
+  /* ONNX: reader, recovery, in-place rewrite, graph export (-250) */                   \
+  X(CP_EONNX_WIRE, -250, "onnx: malformed protobuf bytes")                              \
+  X(CP_EONNX_GRAPH, -251, "onnx: invalid graph (names, cycles, shapes, attributes, nesting)") \
+  X(CP_EONNX_TENSOR, -252, "onnx: invalid tensor (data type, dims, or data that disagrees with them)") \
+  X(CP_EONNX_DTYPE, -253, "onnx: tensor type or storage ctxpatch does not read or write") \
+  X(CP_EONNX_EXTERNAL, -254, "onnx: external data malformed, out of range or at an unsafe location") \
+  X(CP_EONNX_METADATA, -255, "onnx: metadata malformed or disagreeing with the graph")  \
+  X(CP_EONNX_RECOVER, -256, "onnx: no model description can be recovered from the graph") \
+  X(CP_EONNX_SITE, -257, "onnx: rewrite: no attention site, or none the rule can be written into") \
+  X(CP_EONNX_EXPORT, -258, "onnx: the model or rule has no form in ctxpatch's graph export") \
   /* HF config and checkpoint folders (-300) */                                        \
   X(CP_ECFG_JSON, -300, "config: invalid JSON")                                        \
   X(CP_ECFG_DUPLICATE_KEY, -301, "config: duplicate key")                              \

@@ -36,14 +36,14 @@
  *            rows at T - S .. T - 1): max(1, T / train_len) per pass, or max(1, (i + 1) /
  *            train_len) per row as [S, 1] (export/onnx/onnx_attention.h cp_onnx_alibi_divisor,
  *            the exporter's nodes); train_len is the rule's, else params->train_len.
- * Refused (CP_EUNSUPPORTED, one line naming the node): no site; a training graph (backward
+ * Refused (CP_EONNX_SITE, one line naming the node): no site; a training graph (backward
  *   ops); a graph that already carries a ctxpatch rule; per-layer taus whose count is not the
  *   number of sites; a contrib node whose head size cannot be told; a schedule on a contrib
  *   node; lambda_mask with rotary embeddings or ALiBi slopes (the ceiling it implies moves a
  *   distance computed before the site), on a MultiHeadAttention / GroupQueryAttention whose keys
  *   are not projected from the query's hidden states, with a shared past/present buffer, or on an
  *   Attention with a past whose mask_index is not 2-D; alibi_scale with no slopes found; dynamic
- *   or progressive without a training length, on a site with no term from the slopes, or whose
+ *   or progressive without a training length (CP_ERULE_MODEL), on a site with no term from the slopes, or whose
  *   term is not proportional to them (added to another term before the distance product);
  *   distance_ceiling,
  *   top_k and fire_threshold (not expressed by the rewriter); logits of a type other than

@@ -138,7 +138,7 @@ typedef struct {
 
 /* Reads the model file at `path` (at most 2 GiB) with cp_onnx_model_open (every refusal listed in
  * onnx_graph.h applies) and summarises its main graph; an initializer whose type has no cp_dtype
- * (UINT16, UINT32, UINT64, complex, FNUZ float8, 4-bit) is refused with CP_EUNSUPPORTED.
+ * (UINT16, UINT32, UINT64, complex, FNUZ float8, 4-bit) is refused with CP_EONNX_DTYPE.
  * Caller frees *out with cp_onnx_info_free. */
 int cp_onnx_read_info(cp_onnx_info *out, const char *path);
 void cp_onnx_info_free(cp_onnx_info *info);

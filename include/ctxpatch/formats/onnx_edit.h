@@ -15,10 +15,10 @@
  * that is edited (an input renamed, an attribute set) is re-serialised by protobuf-c from its own
  * bytes (its unknown fields kept); every other byte is copied. Output deterministic.
  *
- * The editor reads the file itself (at most 2 GiB, as the reader) and refuses, CP_EFORMAT with
- * the offset, what is not a well-formed ModelProto with exactly one graph; callers open the file
- * with cp_onnx_model_open first (the full checks) and use its node indexes, which are the main
- * graph's file order here too.
+ * The editor reads the file itself (at most 2 GiB, as the reader) and refuses, with the offset,
+ * what is not a well-formed ModelProto (CP_EONNX_WIRE) with exactly one graph (CP_EONNX_GRAPH);
+ * callers open the file with cp_onnx_model_open first (the full checks) and use its node indexes,
+ * which are the main graph's file order here too.
  *
  * Ownership: the editor owns everything it holds; cp_onnx_edit_free releases it. */
 #ifndef CTXPATCH_FORMATS_ONNX_EDIT_H

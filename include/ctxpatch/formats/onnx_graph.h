@@ -6,39 +6,45 @@
  * summary (cp_onnx_read_info, onnx.h) is made from it. No protobuf-c type appears here.
  *
  * What is refused, each with one line naming the file and the place (a byte offset, a tensor,
- * a node or an attribute), CP_EFORMAT unless said:
- *   protobuf:     truncated varints, varints over 10 bytes, wire types that do not fit the field,
- *                 group wire types, lengths past the end of the enclosing message, field number
- *                 0, NUL bytes inside strings, messages nested deeper than CP_ONNX_MAX_NESTING,
- *                 a model file over 2 GiB (protobuf's own limit), unpacking that would take more
- *                 than CP_ONNX_UNPACK_MEM_MAX bytes of memory (CP_EOVERFLOW);
- *   graphs:       subgraphs (attributes of type GRAPH / GRAPHS) nested deeper than the bound
- *                 (params.max_graph_depth), duplicate graph input or initializer names, a name
- *                 produced twice (node outputs, graph inputs, initializers: SSA; two exceptions
- *                 onnxruntime makes too: a graph input that is also an initializer, its default,
- *                 and a name several Constant nodes define: the last in file order defines it,
- *                 as in onnxruntime/gpt2_past.onnx), shadowing of an
- *                 outer scope's name, node inputs no node / input / initializer / outer scope
- *                 produces, cycles (Kahn's algorithm over names; sources are initializers, graph
- *                 inputs and outer-scope names), and, with params.require_sorted, nodes out of
- *                 topological order. Graphs merely out of file order are read (real exports are
- *                 like that: onnxruntime's gpt2_past.onnx) and a topological order is given;
- *   tensors:      unknown data types (UNDEFINED or past FLOAT4E2M1 = 23), STRING initializers
- *                 (CP_EUNSUPPORTED), sparse initializers and SPARSE_TENSOR(S) attributes
- *                 (CP_EUNSUPPORTED), more than CP_MAX_DIMS dims, negative dims, dim products or
- *                 byte sizes that overflow 2^63, raw_data whose size is not shape x dtype, a typed
- *                 field (float_data, int32_data, int64_data, double_data, uint64_data) whose count
- *                 is not numel or that does not carry the dtype, raw_data and a typed field both,
- *                 no data for numel > 0;
- *   external data (onnx's CVE-2022-25882 and CVE-2024-27318 rules): a location that is empty,
- *                 absolute, has a ".." or empty component, or names a symlink as its final or a
- *                 parent component (every component is opened with openat + O_NOFOLLOW from the
- *                 model's folder, so nothing outside that folder is ever opened: a hard link is
- *                 a file inside it and is read), anything but a regular file (FIFOs never block),
- *                 offset or length not decimal numbers, offset + length past the end of the file
- *                 (overflow-checked), length other than the tensor's byte size (an absent length
- *                 means the tensor's byte size), an offset not a multiple of the element size
- *                 (the alignment the dtype declares, so mapped views are aligned).
+ * a node or an attribute), with the code of its group (include/ctxpatch/base/error.h) unless said:
+ *   protobuf, CP_EONNX_WIRE: truncated varints, varints over 10 bytes, wire types that do not fit
+ *                 the field, group wire types, lengths past the end of the enclosing message,
+ *                 field number 0, NUL bytes inside strings, messages nested deeper than
+ *                 CP_ONNX_MAX_NESTING; a model file over 2 GiB (protobuf's own limit) and
+ *                 unpacking that would take more than CP_ONNX_UNPACK_MEM_MAX bytes of memory are
+ *                 CP_EOVERFLOW;
+ *   graphs, CP_EONNX_GRAPH: no graph, subgraphs (attributes of type GRAPH / GRAPHS) nested deeper
+ *                 than the bound (params.max_graph_depth), attributes of unknown type or without
+ *                 their value, value shapes with negative or too many dims, duplicate graph input
+ *                 or initializer names, a name produced twice (node outputs, graph inputs,
+ *                 initializers: SSA; two exceptions onnxruntime makes too: a graph input that is
+ *                 also an initializer, its default, and a name several Constant nodes define:
+ *                 the last in file order defines it, as in onnxruntime/gpt2_past.onnx),
+ *                 shadowing of an outer scope's name, node inputs no node / input / initializer
+ *                 / outer scope produces, cycles (Kahn's algorithm over names; sources are
+ *                 initializers, graph inputs and outer-scope names), and, with
+ *                 params.require_sorted, nodes out of topological order. Graphs merely out of
+ *                 file order are read (real exports are like that: onnxruntime's
+ *                 gpt2_past.onnx) and a topological order is given;
+ *   tensors, CP_EONNX_TENSOR: unknown data types (UNDEFINED or past FLOAT4E2M1 = 23), more than
+ *                 CP_MAX_DIMS dims, negative dims, raw_data whose size is not shape x dtype, a
+ *                 typed field (float_data, int32_data, int64_data, double_data, uint64_data)
+ *                 whose count is not numel or that does not carry the dtype, raw_data and a typed
+ *                 field both, external data and bytes in the model both, no data for numel > 0;
+ *                 dim products or byte sizes that overflow 2^63 are CP_EOVERFLOW; STRING
+ *                 initializers, sparse initializers and SPARSE_TENSOR(S) attributes are
+ *                 CP_EONNX_DTYPE;
+ *   external data, CP_EONNX_EXTERNAL (onnx's CVE-2022-25882 and CVE-2024-27318 rules): a location
+ *                 that is empty, absolute, or has a ".." or empty component, or names a symlink
+ *                 as its final or a parent component (CP_EFILETYPE: every component is opened with
+ *                 openat + O_NOFOLLOW from the model's folder, so nothing outside that folder is
+ *                 ever opened: a hard link is a file inside it and is read), anything but a
+ *                 regular file (CP_EFILETYPE; FIFOs never block), a file that is not there
+ *                 (CP_ENOTFOUND), no location, offset or length not decimal numbers, offset +
+ *                 length past the end of the file (overflow-checked), length other than the
+ *                 tensor's byte size (an absent length means the tensor's byte size), an offset
+ *                 not a multiple of the element size (the alignment the dtype declares, so
+ *                 mapped views are aligned).
  *                 Data files of any size are mapped read-only (64-bit offsets: files past 2 GiB
  *                 work); each file is opened and mapped once.
  *
@@ -201,7 +207,7 @@ const cp_onnx_tensor *cp_onnx_graph_initializer(const cp_onnx_graph *g, const ch
 const cp_onnx_attribute *cp_onnx_node_attr(const cp_onnx_node *n, const char *name);
 
 /* The elements of t, row-major, as float, from any storage: f32, f16, bf16, f64 and the integer
- * and bool types (converted); other types (float8, 4-bit, complex) are CP_EUNSUPPORTED. */
+ * and bool types (converted); other types (float8, 4-bit, complex) are CP_EONNX_DTYPE. */
 int cp_onnx_tensor_f32(float *dst /* [t->numel] */, const cp_onnx_tensor *t);
 /* The elements of an integer or bool tensor as int64 (shapes, axes, indices). */
 int cp_onnx_tensor_i64(int64_t *dst /* [t->numel] */, const cp_onnx_tensor *t);

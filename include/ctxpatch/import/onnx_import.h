@@ -37,16 +37,18 @@
  *     (import/onnx/onnx_pattern.c: torch.onnx's GPT-2); a genai_config.json beside the graph is
  *     cross-checked (import/onnx/onnx_genai.c). Graphs that hold no model are refused with why (no
  *     stored weights, weights fed as graph inputs, no token embedding, the node that does not fit).
- * Refused (CP_EUNSUPPORTED unless said), one line naming the file and the initializer or key: in
- * a ctxpatch export, an initializer outside its names (`model.`, `lm_head.`, `const/` prefixes); in any
- * graph, an unused float initializer of 2+ dims with a d_model side (it could be a weight the
- * model would lack); a
- * missing initializer the config needs (CP_EMODEL_TENSOR); no config anywhere (CP_ENOTFOUND);
- * q/k/v that do not fuse; T5 graphs that are not ctxpatch's own exports; a malformed `ctxpatch.fire`
- * (CP_EFORMAT). A T5 export is also refused when its other graph is missing (CP_ENOTFOUND) or not
- * the other half (CP_EFORMAT), when the two graphs' metadata_props differ or a weight both hold is
- * not byte-equal (CP_EFORMAT: two exports mixed), and for any initializer outside its names but
- * `const/N` (CP_EUNSUPPORTED). Unused initializers that cannot be weights are listed
+ * Refused (CP_EONNX_RECOVER unless said), one line naming the file and the initializer or key: in
+ * a ctxpatch export, an initializer outside its names (`model.`, `lm_head.`, `const/` prefixes); in
+ * any graph, an unused float initializer of 2+ dims with a d_model side (it could be a weight the
+ * model would lack); a graph that holds no model (no stored weights, no token embedding, a node
+ * that does not fit the pattern); a missing initializer the config needs (CP_EMODEL_TENSOR); no
+ * config anywhere (CP_ENOTFOUND); q/k/v that do not fuse; T5 graphs that are not ctxpatch's own
+ * exports; a malformed `ctxpatch.fire` or a genai_config.json that disagrees with the graph
+ * (CP_EONNX_METADATA; one that is not JSON: CP_ECFG_JSON). A T5 export is also refused when its
+ * other graph is missing (CP_ENOTFOUND) or not the other half, when the two graphs'
+ * metadata_props differ (CP_EONNX_METADATA) or a weight both hold is not byte-equal (two exports
+ * mixed), and for any initializer outside its names but `const/N`. Unused initializers that
+ * cannot be weights are listed
  * (cp_onnx_import_ignored).
  *
  * Ownership: the import owns every tensor (float32, borrowed views) until cp_onnx_import_free.
