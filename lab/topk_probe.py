@@ -25,11 +25,11 @@ import tempfile
 
 import numpy as np
 
+from ctxpatch_ref import bpe  # the probe models' own tokenizer, stdlib only
+from ctxpatch_ref import data  # the passkey prompt format the probes were trained on
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBES = os.path.join(HERE, "..", "examples", "probe-models")
-
-from ctxpatch_ref import bpe  # noqa: E402  (the probe models' own tokenizer, stdlib only)
-from ctxpatch_ref import data  # noqa: E402  (the passkey prompt format the probes were trained on)
 
 
 def load_safetensors(path):
