@@ -28,7 +28,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(dirname "$here")
 bin=${CTXPATCH_BIN:-$src/build/ctxpatch}
-py=${CTXPATCH_PYTHON:-/usr/bin/python3}
+py=$here/../scripts/py   # $CTXPATCH_PYTHON or /usr/bin/python3, python/ on its path
 nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
 tok=${TOKENIZER:-$src/../shared/fixtures/tokenizers/llama2/tokenizer.model}
 work=${1:?usage: bench_bigw.sh WORK SECTION...}

@@ -1,20 +1,16 @@
 #!/usr/bin/env python3
-"""Times the FIRE bias of examples/probe-models/nets.py (an MLP over every query-key pair) at one
+"""Times the FIRE bias of python/ctxpatch_ref/nets.py (an MLP over every query-key pair) at one
 prompt length for several chunk sizes, side by side in one run: the chunk bounds the
 [rows, Tk, width] temporary. nets.py uses FIRE_CHUNK_PAIRS (1 << 14).
 
-    OMP_NUM_THREADS=1 /usr/bin/python3 bench/bench_fire_bias.py [--len 4096] [--repeat 3]
+    OMP_NUM_THREADS=1 scripts/py bench/bench_fire_bias.py [--len 4096] [--repeat 3]
 """
 import argparse
-import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "probe-models"))
-sys.dont_write_bytecode = True
-import nets  # noqa: E402
+from ctxpatch_ref import nets
 
 
 def main():

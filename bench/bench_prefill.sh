@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(dirname "$here")
 bin=${CTXPATCH_BIN:-$src/build/ctxpatch}
-py=${CTXPATCH_PYTHON:-/usr/bin/python3}
+py=$here/../scripts/py   # $CTXPATCH_PYTHON or /usr/bin/python3, python/ on its path
 threads=${1:-2}
 lengths=${LENGTHS:-"1024 4096 16384"}
 [ -x "$bin" ] || { echo "bench_prefill: $bin is not built (set CTXPATCH_BIN)" >&2; exit 2; }

@@ -16,13 +16,11 @@ import os
 import struct
 import time
 
-import sys
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prefill_torch import rms, rotate_half  # noqa: E402  (the same Llama pieces as the prefill bench)
+from prefill_torch import rms, rotate_half  # bench/prefill_torch.py beside it: the same Llama pieces
 
 
 def load(path, dtype):

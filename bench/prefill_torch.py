@@ -11,13 +11,11 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
-from torchref import stio  # noqa: E402  (the project's minimal safetensors writer/reader)
+from ctxpatch_ref import stio  # the project's minimal safetensors writer/reader
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 64,

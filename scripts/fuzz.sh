@@ -58,7 +58,7 @@ done
 seed fuzz_onnx_recover tests/fuzz/seeds/onnx_recover tests/fuzz/seeds/onnx $fx/third_party/onnxruntime/gpt2_past.onnx \
   $fx/third_party/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
 # A plain-op Llama as torch.onnx exports it (import/onnx/onnx_pattern_llama.c), from the golden GQA Llama.
-/usr/bin/python3 tests/onnx/make_torch_llama.py tests/goldens/engine/models/llama \
+scripts/py tests/onnx/make_torch_llama.py tests/goldens/engine/models/llama \
   build-fuzz/corpus/fuzz_onnx_recover/torch_llama.onnx >/dev/null 2>&1 || echo "fuzz: no torch.onnx Llama seed" >&2
 for f in build-fuzz/onnx_cases/recover/*/model.onnx; do
   cp "$f" "build-fuzz/corpus/fuzz_onnx_recover/$(basename "$(dirname "$f")")-$(basename "$f")"

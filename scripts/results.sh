@@ -29,4 +29,4 @@ if [[ "${1:-}" != "--render" && -d "$work" ]]; then
   fi
   rm -rf "$work"
 fi
-/usr/bin/python3 bench/results.py "$@"
+scripts/py lab/results.py "$@"

@@ -22,4 +22,4 @@ if [[ ! -f ../shared/fixtures/third_party/stories260K/stories260K.gguf ]]; then
   echo "results_seeds: SKIP: ../shared/fixtures/third_party is not here (stories260K, TinyStories)"
   exit 77
 fi
-exec /usr/bin/python3 bench/results_seeds.py "$@"
+exec scripts/py lab/results_seeds.py "$@"

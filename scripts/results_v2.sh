@@ -18,4 +18,4 @@ if [[ "${1:-}" != "--render" && ! -f "${FIXTURES:-../shared/fixtures}/third_part
   echo "results_v2: SKIP: ../shared/fixtures/third_party is not here (the held-out TinyStories text)"
   exit 77
 fi
-exec /usr/bin/python3 bench/results_v2.py "$@"
+exec scripts/py lab/results_v2.py "$@"

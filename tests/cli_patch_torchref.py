@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Bake exactness against the independent PyTorch reference (tests/reference/torchref, float64):
+"""Bake exactness against the independent PyTorch reference (python/ctxpatch_ref/torchref, float64):
 for each exact-weights patch of a golden tiny model, torchref's logits of the ORIGINAL weights
 under the rule equal torchref's logits of the BAKED weights (`ctxpatch patch --no-verify`) with
 no rule, within 1e-5 of the largest logit. So the weights alone carry the rule in a runtime that
 shares no code with ctxpatch.
 
-    /usr/bin/python3 tests/cli_patch_torchref.py CTXPATCH_BIN SOURCE_DIR WORK_DIR
+    scripts/py tests/cli_patch_torchref.py CTXPATCH_BIN SOURCE_DIR WORK_DIR
 """
 import json
 import os
@@ -15,10 +15,8 @@ import sys
 import torch
 
 binary, src, work = sys.argv[1:4]
-sys.path.insert(0, os.path.join(src, "tests", "reference"))
-sys.dont_write_bytecode = True
-from torchref import models as M  # noqa: E402
-from torchref import stio  # noqa: E402
+from ctxpatch_ref import stio
+from ctxpatch_ref.torchref import models as M
 
 # The constructors tests/reference/make_engine_goldens.py made the golden models with; if they
 # drifted from the files, the comparison below fails loudly (the baked side comes from the files).

@@ -24,13 +24,11 @@ check "$py" -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))['position
 
 # The edited copies, written by one python run (torch loads once).
 P=model.layers.0.self_attn.fire
-"$py" - "$work" "$models" "$src/tests/reference" "$P" <<'EOF' || bad "writing the edited copies"
+"$py" - "$work" "$models" "$P" <<'EOF' || bad "writing the edited copies"
 import collections, json, os, sys
 import torch
-work, models, ref, P = sys.argv[1:5]
-sys.path.insert(0, ref)
-sys.dont_write_bytecode = True
-from torchref import stio
+work, models, P = sys.argv[1:4]
+from ctxpatch_ref import stio
 
 def set_(d, k, v):
     d[k] = v

@@ -32,7 +32,7 @@
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
 t5=$src/examples/probe-models/t5-probe
 [ -f "$t5/model.safetensors" ] || { echo "SKIP: $t5 is absent"; exit 77; }
-export PYTHONPATH=$src/tests/gguf
+export PYTHONPATH=$src/tests/gguf${PYTHONPATH:+:$PYTHONPATH}
 w=$work
 nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
 bins=$nm/@node-llama-cpp/linux-x64/bins/linux-x64

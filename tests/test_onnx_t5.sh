@@ -63,8 +63,7 @@ if [ -d "$nm/@huggingface/transformers" ]; then
   for len in 256 512; do
     key=$("$py" - "$src/examples/probe-models" "$len" "$work/p$len" <<'PY'
 import random, sys
-sys.path.insert(0, sys.argv[1])
-import bpe, data
+from ctxpatch_ref import bpe, data
 tok = bpe.Tokenizer(sys.argv[1] + "/t5-probe/tokenizer.json")
 s = data.passkey(random.Random(int(sys.argv[2])), int(sys.argv[2]), tok.encode, depth=0.5)
 open(sys.argv[3] + ".txt", "w").write(s["prompt"])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The v2 probe data (examples/probe-models, issue 18): the held-out stories data.py writes are the
-# ppl corpus bench/results.py gives the verify probe (stories [800, 1000), byte for byte, split
+# ppl corpus lab/results.py gives the verify probe (stories [800, 1000), byte for byte, split
 # here independently of both), the training windows never reach into them, and the v2
 # tokenizer (bpe.py --natural) encodes like the project's own C tokenizer (an independent
 # implementation of HF byte-level BPE) on training stories, held-out stories and the prompts, with
@@ -12,7 +12,7 @@ text=$CTXPATCH_FIXTURES/third_party/text/tinystories_val_1000_eot.txt
 [ -f "$pm/v2/tokenizer.json" ] || { echo "SKIP: $pm/v2/tokenizer.json is missing"; exit 77; }
 export FIXTURES=$CTXPATCH_FIXTURES
 
-check "$py" "$pm/data.py" --held-out "$work/held.txt"
+check "$py" -m ctxpatch_ref.data --held-out "$work/held.txt"
 # independent split: documents between the separators, the blank ones dropped
 "$py" - "$text" "$work/held.txt" <<'EOF' && ok || bad "held-out corpus differs from stories [800, 1000)"
 import sys
@@ -27,8 +27,7 @@ EOF
 # the training text holds no held-out story; samples of every kind, ids for the C comparison
 "$py" - "$pm" "$work" <<'EOF' && ok || bad "training text / v2 tokenizer checks"
 import json, random, sys
-sys.path.insert(0, sys.argv[1])
-import bpe, data
+from ctxpatch_ref import bpe, data
 tok = bpe.Tokenizer(sys.argv[1] + "/v2/tokenizer.json")
 train = data.train_text()
 held = [data.ascii_fold(s).strip() for s in data.stories(data.HELD_OUT)]

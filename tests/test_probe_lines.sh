@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# examples/probe-models: the line-retrieval data, lines_errors.py and a continued run's replay
+# The probe models' line-retrieval data (ctxpatch_ref.data), lab/lines_errors.py and a continued
+# lab/train.py run's replay
 # (issue 18).
 # - data.lines draws as many lines as the length holds, so short prompts hold one line and need no
 #   lookup; min_lines makes every sample a lookup (at least that many lines, the asked one's value
@@ -17,8 +18,7 @@ pm=$src/examples/probe-models
 
 "$py" - "$pm" <<'EOF' && ok || bad "data.lines min_lines"
 import hashlib, random, re, sys
-sys.path.insert(0, sys.argv[1])
-import bpe, data
+from ctxpatch_ref import bpe, data
 tok = bpe.Tokenizer(sys.argv[1] + "/v2/tokenizer.json")
 def draw(seed, **kw):
     r = random.Random(seed)
@@ -41,8 +41,7 @@ EOF
 
 "$py" - "$pm" "$work" <<'EOF' && ok || bad "planted eval answers"
 import json, re, sys
-sys.path.insert(0, sys.argv[1])
-import bpe, data
+from ctxpatch_ref import bpe, data
 tok = bpe.Tokenizer(sys.argv[1] + "/v2/tokenizer.json")
 S = data.eval_set("lines", 248, 4, 0, tok.encode)
 vals = lambda s: [int(v) for v in re.findall(r"REGISTER_CONTENT is <(\d+)>", s["prompt"])]
@@ -53,7 +52,7 @@ ans = [[0, 0, S[0]["key"], " <%d>" % S[0]["key"], True],
 json.dump({"cells": [{"task": "lines", "length": 256, "rule": "none", "n_set": 4, "answers": ans}]},
           open(sys.argv[2] + "/ev.json", "w"))
 EOF
-"$py" "$pm/lines_errors.py" --eval "$work/ev.json" --tokenizer "$pm/v2/tokenizer.json" >"$work/le.txt" 2>&1
+"$py" "$src/lab/lines_errors.py" --eval "$work/ev.json" --tokenizer "$pm/v2/tokenizer.json" >"$work/le.txt" 2>&1
 grep -q '^| 256 | 7-8 | 1/3 | 1 (+1) | 1 |$' "$work/le.txt" && ok || bad "lines_errors.py: $(cat "$work/le.txt")"
 
 "$py" -c "import torch" 2>/dev/null || { echo "SKIP (rest): $py has no torch (Debian python3-torch)"; finish; exit; }
@@ -61,18 +60,19 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$src"
 rel=$("$py" -c "import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))" "$work" "$src")
 common=(--model rope-probe --size 16,1,2,32 --batch 2 --mix 0.4,0.5,0.1 --tokenizer examples/probe-models/v2/tokenizer.json)
-check "$py" "$pm/train.py" "${common[@]}" --steps 6 --out "$rel/a" >"$work/log" 2>&1
-check "$py" "$pm/train.py" "${common[@]}" --steps 6 --resume "$rel/a" --lines-min 2 --lookup-weight 10 --out "$rel/b" >>"$work/log" 2>&1
+check "$py" "$src/lab/train.py" "${common[@]}" --steps 6 --out "$rel/a" >"$work/log" 2>&1
+check "$py" "$src/lab/train.py" "${common[@]}" --steps 6 --resume "$rel/a" --lines-min 2 --lookup-weight 10 --out "$rel/b" >>"$work/log" 2>&1
 replay=$("$py" -c "import json, sys; print(json.load(open(sys.argv[1]))['replay'])" "$work/b/train_log.json")
 echo "replay: $replay"
 case "$replay" in *"--lines-min 2 --lookup-weight 10"*"--resume $rel/a"*) ok ;; *) bad "replay lacks --lines-min 2 --lookup-weight 10 / --resume $rel/a" ;; esac
-# the replay as recorded, its output redirected (argparse keeps the last --out)
-check "$py" ${replay#python3 } --out "$rel/c" >>"$work/log" 2>&1
+# the replay as recorded (scripts/py runs $CTXPATCH_PYTHON), its output redirected (argparse keeps
+# the last --out)
+check $replay --out "$rel/c" >>"$work/log" 2>&1
 # the weight sits on the target that is the value's first digit, for the decoder and T5
-"$py" - "$pm" <<'EOF' && ok || bad "make_batch lookup weight"
+PYTHONPATH=$src/lab${PYTHONPATH:+:$PYTHONPATH} "$py" - "$pm" <<'EOF' && ok || bad "make_batch lookup weight"
 import random, sys
-sys.path.insert(0, sys.argv[1])
-import bpe, train
+import train   # lab/train.py
+from ctxpatch_ref import bpe
 tok = bpe.Tokenizer(sys.argv[1] + "/v2/tokenizer.json")
 ids, tgt, wt = train.make_batch(random.Random(1), tok, 6, False, "cpu", mix=(0, 1, 0), lines_min=2, lookup_weight=10)
 for b in range(6):
@@ -87,6 +87,6 @@ assert len(train.make_batch(random.Random(1), tok, 2, True, "cpu", mix=(0, 1, 0)
 print("lookup weight on the first digit of 6 + 6 samples")
 EOF
 cmp "$work/b/model.safetensors" "$work/c/model.safetensors" && ok || { bad "the replay built other weights"; tail -5 "$work/log"; }
-check "$py" "$pm/train.py" --model t5-probe --size 16,1,2,32 --batch 4 --mix 0.2,0.7,0.1 --steps 3 \
+check "$py" "$src/lab/train.py" --model t5-probe --size 16,1,2,32 --batch 4 --mix 0.2,0.7,0.1 --steps 3 \
   --tokenizer examples/probe-models/v2/tokenizer.json --lines-min 2 --lookup-weight 10 --out "$rel/t5" >>"$work/log" 2>&1
 finish

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The bundled probe models (examples/probe-models, v1 and v2/): `ctxpatch inspect` names the right family and
 # `ctxpatch forward` reproduces the PyTorch reference's logits (golden/ written by check.py from
-# tests/reference/torchref) to max|a-b|/max|b| <= 1e-4; the ALiBi probe's PyTorch zip copy too.
+# python/ctxpatch_ref/torchref) to max|a-b|/max|b| <= 1e-4; the ALiBi probe's PyTorch zip copy too.
 set -uo pipefail
 bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON; src=$CTXPATCH_SOURCE_DIR
 pm=$src/examples/probe-models

@@ -1,5 +1,5 @@
 /* Probe construction: sizes, placement, determinism, scoring. With an argument, prints samples
- * as JSON lines for tests/test_probes_reference.sh to compare with examples/probe-models/data.py. */
+ * as JSON lines for tests/test_probes_reference.sh to compare with python/ctxpatch_ref/data.py. */
 #include "test.h"
 
 #include <cjson/cJSON.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C probes rebuild examples/probe-models/data.py's prompts exactly: same texts, same
+# The C probes rebuild python/ctxpatch_ref/data.py's prompts exactly: same texts, same
 # length fitting, same placement (given the same key and depth; the random draws differ).
 set -uo pipefail
 src=$CTXPATCH_SOURCE_DIR; py=$CTXPATCH_PYTHON
@@ -8,7 +8,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 CTXPATCH_SOURCE_DIR=$src "$exe" dump >"$work/probes.jsonl" || { echo "dump failed"; exit 1; }
 cd "$src/examples/probe-models" && "$py" - "$work/probes.jsonl" <<'PY'
 import json, random, sys
-import bpe, data
+from ctxpatch_ref import bpe, data
 tok = bpe.Tokenizer("tokenizer.json")
 passed = failed = 0
 for line in open(sys.argv[1]):

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# bench/results.py (docs/results.md's generator): its Student-t table against quantiles computed
+# lab/results.py (docs/results.md's generator): its Student-t table against quantiles computed
 # here independently (the t density integrated numerically, inverted by bisection), its
 # t interval against the statistics module, and the paired-difference and cell formatting.
 set -uo pipefail
 src=${CTXPATCH_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 py=${CTXPATCH_PYTHON:-/usr/bin/python3}
-"$py" - "$src/bench" <<'PY'
+PYTHONPATH=$src/lab${PYTHONPATH:+:$PYTHONPATH} "$py" - <<'PY'
 import math, statistics, sys
-sys.path.insert(0, sys.argv[1])
-import results as R
+import results as R   # lab/results.py
 
 def t_cdf(t, df, steps=2000):
     # P(T <= t) = 1/2 + integral_0^t of the density (Simpson), t >= 0

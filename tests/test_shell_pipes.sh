@@ -5,7 +5,7 @@
 # `grep >/dev/null` instead; this test keeps it so.
 src=${CTXPATCH_SOURCE_DIR:?}
 hits=$(grep -nE '\|[[:space:]]*grep[[:space:]]+(-[a-zA-Z]*q|--quiet)' "$src"/tests/*.sh "$src"/tests/*/*.sh \
-  "$src"/scripts/*.sh "$src"/bench/*.sh "$src"/.ci/run 2>/dev/null | grep -vE '^[^:]+:[0-9]+:[[:space:]]*#')
+  "$src"/scripts/*.sh "$src"/bench/*.sh "$src"/lab/*.sh "$src"/.ci/run 2>/dev/null | grep -vE '^[^:]+:[0-9]+:[[:space:]]*#')
 if [ -n "$hits" ]; then
   echo "FAIL: a pipe into grep -q (flaky under pipefail; use grep >/dev/null):"
   echo "$hits"

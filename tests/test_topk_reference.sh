@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LM-Infinite top-k on the trained RoPE probe against an independent numpy reference of the spec
-# (bench/topk_probe.py: Lambda mask, distance ceiling and top-k written from
+# (lab/topk_probe.py: Lambda mask, distance ceiling and top-k written from
 # ../shared/spec/attention-rules.md, not from the engine): `ctxpatch forward --rule` must give the
 # reference's logits on a 512-token passkey prompt with the key hidden (max |diff| <= 1e-3, float32
 # against float64) and the same 7 greedy tokens through the KV cache, under Lambda alone and top-k
@@ -11,7 +11,7 @@ py=/usr/bin/python3
 if ! "$py" -c "import numpy" 2>/dev/null; then
   echo "SKIP: $py has no numpy (Debian python3-numpy)"; exit 77
 fi
-out=$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$py" "$src/bench/topk_probe.py" --bin "$bin" \
+out=$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$py" "$src/lab/topk_probe.py" --bin "$bin" \
       --only-agreement --n 1 --max-diff 1e-3 2>&1) || { echo "$out"; echo "FAIL: reference differs"; exit 1; }
 echo "$out"
 # The table must hold all five rules, each with 1 / 1 same answers.

@@ -1,4 +1,4 @@
-/* Long retrieval probes. The texts are those of examples/probe-models/data.py, so the probe
+/* Long retrieval probes. The texts are those of python/ctxpatch_ref/data.py, so the probe
  * models are tested on the formats they were trained on. */
 #include <ctype.h>
 #include <math.h>

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Checks a probe model and writes its golden logits.
 
-    /usr/bin/python3 examples/probe-models/check.py --model NAME [--golden] [--hf]
+    scripts/py examples/probe-models/check.py --model NAME [--golden] [--hf]
 
-1. torchref (tests/reference/torchref, float64) and nets.py (float32, the training/evaluation
+1. torchref (python/ctxpatch_ref/torchref, float64) and nets.py (float32, the training/evaluation
    modules) give the same logits on the saved weights (max|a-b|/max|b| <= 1e-4), without a rule
    and with the card's patch.
 2. --golden: writes <model>/golden/{ids.txt,decoder_ids.txt,logits.f32,meta.json}: one ~64-token
@@ -16,17 +16,13 @@ import argparse
 import json
 import os
 import random
-import sys
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.dont_write_bytecode = True
-import bpe  # noqa: E402
-import data  # noqa: E402
-import evaluate as E  # noqa: E402
-from torchref import stio  # noqa: E402
+
+from ctxpatch_ref import bpe, data, stio
+from ctxpatch_ref import probes as E
 
 
 def rel(a, b):

@@ -10,5 +10,5 @@ if [ -d "$nm/node-llama-cpp" ] && [ -d "$nm/@node-llama-cpp/linux-x64" ] && comm
 else
   echo "note: node-llama-cpp not in $nm (set CTXPATCH_NODE_MODULES): llama.cpp checks skipped"
 fi
-export PYTHONPATH=$src/tests/gguf
+export PYTHONPATH=$src/tests/gguf${PYTHONPATH:+:$PYTHONPATH}
 w=$work

@@ -5,7 +5,7 @@ ctxpatch metadata): what a third party's export of a Llama looks like, for
 tests/test_onnx_recover_llama.sh.
 
 The module is Hugging Face's LlamaForCausalLM forward (modeling_llama.py, eager attention) in
-float32 with tests/reference/torchref's building blocks: RMSNorm as pow/mean/rsqrt, q/k/v/o and
+float32 with python/ctxpatch_ref/torchref's building blocks: RMSNorm as pow/mean/rsqrt, q/k/v/o and
 the MLP as bias-free Linear (MatMul with the weight stored transposed), rotate-half RoPE, GQA by
 repeat_kv (Expand + Reshape), the causal mask as Trilu of a lowest-float matrix added to the
 scores, SiLU as x * sigmoid(x). Two RoPE spellings:
@@ -30,8 +30,8 @@ import sys
 import torch
 from torch import nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-from torchref import models as M, stio  # noqa: E402
+from ctxpatch_ref import stio
+from ctxpatch_ref.torchref import models as M
 
 
 class RMSNorm(nn.Module):

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Golden numbers for `ctxpatch calibrate` (tests/test_calibrate.c), from the independent PyTorch
-reference (torchref/, float64), never from the C code.
+reference (python/ctxpatch_ref/torchref, float64), never from the C code.
 
-    /usr/bin/python3 tests/reference/make_calibrate_golden.py   # writes tests/goldens/calibrate.json
+    scripts/py tests/reference/make_calibrate_golden.py   # writes tests/goldens/calibrate.json
 
 For the golden tiny models t5_relu (T5 encoder in scope) and bloom (every self-attention layer),
 with the input convention of patchers/calibrate.c (random ids: splitmix64 from
@@ -24,11 +24,10 @@ import torch
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-from torchref import models as M  # noqa: E402
-from torchref import rules as R  # noqa: E402
-from torchref import stio  # noqa: E402
+from ctxpatch_ref import stio
+from ctxpatch_ref.torchref import models as M
+from ctxpatch_ref.torchref import rules as R
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 MODELS = os.path.join(REPO, "tests", "goldens", "engine", "models")

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Regenerates every engine golden under tests/goldens/engine/ (format: GOLDEN_FORMAT.md).
 
-    /usr/bin/python3 tests/reference/make_engine_goldens.py [--out DIR] [--skip-checks]
+    scripts/py tests/reference/make_engine_goldens.py [--out DIR] [--skip-checks]
 
 Builds tiny seeded random models in Hugging Face layout, runs the independent PyTorch reference
-(tests/reference/torchref/) for every family x every applicable rule, runs the self-checks
+(python/ctxpatch_ref/torchref/) for every family x every applicable rule, runs the self-checks
 (which must pass before anything is written) and writes models, case files and MANIFEST.json.
 Deterministic: two runs give identical bytes.
 """
@@ -21,11 +21,10 @@ import torch
 
 sys.dont_write_bytecode = True   # keep __pycache__ out of the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-from torchref import models as M  # noqa: E402
-from torchref import rules as R  # noqa: E402
-from torchref import stio  # noqa: E402
+from ctxpatch_ref import stio
+from ctxpatch_ref.torchref import models as M
+from ctxpatch_ref.torchref import rules as R
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "engine")

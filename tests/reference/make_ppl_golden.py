@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Golden NLL per position bucket for the ppl probe, from the float64 PyTorch reference
-(tests/reference/torchref through examples/probe-models/evaluate.py) and the stdlib tokenizer
-examples/probe-models/bpe.py, never from the C code:
+(python/ctxpatch_ref/torchref through lab/evaluate.py) and the stdlib tokenizer
+python/ctxpatch_ref/bpe.py, never from the C code:
 
-    /usr/bin/python3 tests/reference/make_ppl_golden.py [CORPUS] [OUT]
+    scripts/py tests/reference/make_ppl_golden.py [CORPUS] [OUT]
 
 CORPUS defaults to ../shared/fixtures/third_party/text/tinyshakespeare_input.txt (ASCII, which
 bpe.py requires), split at blank lines ("\\n\\n"). The corpus stream, windows and buckets follow
@@ -24,11 +24,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 PM = os.path.join(ROOT, "examples", "probe-models")
-sys.path.insert(0, PM)
-sys.path.insert(0, HERE)
-sys.dont_write_bytecode = True
-import bpe  # noqa: E402
-import evaluate as E  # noqa: E402
+
+from ctxpatch_ref import bpe
+from ctxpatch_ref import probes as E
 
 MODEL, SEED, WINDOWS, BUCKETS, LENGTHS, DELIM, BOS = "rope-probe", 7, 2, 8, (64, 256, 512), "\n\n", 2
 MASK = (1 << 64) - 1

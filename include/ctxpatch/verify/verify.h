@@ -3,7 +3,7 @@
  * certificate that records it, and the verdict against thresholds.
  *
  * Probes are deterministic from a seed and sized in tokens of the model's own tokenizer;
- * their text follows examples/probe-models/data.py (the probe models' training data):
+ * their text follows python/ctxpatch_ref/data.py (the probe models' training data):
  *   passkey   Mohtashami and Jaggi's recipe: task line, filler, key line at the chosen depth,
  *             "What is the pass key? The pass key is"; keys 1..50000; correct when the first
  *             integer of the generated text equals the key.

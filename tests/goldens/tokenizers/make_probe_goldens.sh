@@ -2,14 +2,14 @@
 # Reference ids for the probe models' tokenizer (examples/probe-models/tokenizer.json) from
 # Hugging Face's Rust tokenizers (npm package `tokenizers`, 0.23.2 when these were made):
 #   NODE_PATH=/path/to/node_modules bash make_probe_goldens.sh > probe.jsonl
-# Texts: prompts + answers of the three probe kinds (examples/probe-models/data.py), two
+# Texts: prompts + answers of the three probe kinds (python/ctxpatch_ref/data.py), two
 # lengths each, plus a few edge strings.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd); pm=$here/../../../examples/probe-models
+here=$(cd "$(dirname "$0")" && pwd); root=$here/../../..; pm=$root/examples/probe-models
 texts=$(mktemp); trap 'rm -f "$texts"' EXIT
 for kind in passkey lines copy; do
   for len in 256 4096; do
-    /usr/bin/python3 "$pm/data.py" --kind $kind --len $len --seed 7 --n 1 --tokenizer "$pm/tokenizer.json" |
+    "$root/scripts/py" -m ctxpatch_ref.data --kind $kind --len $len --seed 7 --n 1 --tokenizer "$pm/tokenizer.json" |
       /usr/bin/python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps(d["prompt"] + d["answer"]))'
   done
 done >"$texts"

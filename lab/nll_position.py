@@ -4,7 +4,7 @@ the CLI users run: `ctxpatch verify --probe ppl` on W windows per length (one ru
 --seed w), NLL per token by 512-token position bucket, mean over windows with a 95% Student-t
 interval, and the paired difference to the original per window.
 
-  /usr/bin/python3 bench/nll_position.py --bin build/ctxpatch [--windows 16] [--out FILE.md]
+  /usr/bin/python3 lab/nll_position.py --bin build/ctxpatch [--windows 16] [--out FILE.md]
       [--model GGUF] [--corpus TEXT] [--train-len 512] [--lengths 512,1024,2048,4096]
       [--llamacpp tests/runtimes/node_modules] [--bucket 512]
 
@@ -17,7 +17,7 @@ Sides (the training length L_tr = 512 of stories260K is given explicitly: its GG
   with factor F = L / L_tr (`patch --method rope-pi --to gguf`, linear rope scaling) at L and at
   L_tr; and RoPE PI F with a distance ceiling of L_tr (distances past L_tr clamped before the
   positions are divided by F). With --llamacpp, window 0 of the original at L_tr is recomputed by
-  llama.cpp (bench/nll_crosscheck.mjs: its own tokenizer, corpus stream and window start).
+  llama.cpp (lab/nll_crosscheck.mjs: its own tokenizer, corpus stream and window start).
 """
 import argparse
 import json
@@ -157,13 +157,13 @@ def main():
     P("Measured %s on a machine with load average %.1f at the start (nproc %d), %.0f s wall; "
       "%d windows per length (random starts in the corpus, seeds 0..%d; windows of one length may "
       "overlap, so the t intervals are somewhat optimistic). Command: `/usr/bin/python3 "
-      "bench/nll_position.py %s`.\n"
+      "lab/nll_position.py %s`.\n"
       % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load0, os.cpu_count(), wall, a.windows,
          a.windows - 1, shown_args()))
     if cross:
         P("Pipeline cross-check: window 0 of the original at %d tokens (start %d of %d corpus tokens): "
           "`ctxpatch verify --probe ppl` %.5f nats, llama.cpp (node-llama-cpp, its own tokenizer and "
-          "window, bench/nll_crosscheck.mjs) %.5f nats, difference %.1e.\n"
+          "window, lab/nll_crosscheck.mjs) %.5f nats, difference %.1e.\n"
           % (Ltr, cross["start"], cross["n_ids"], cross["ctxpatch"], cross["llamacpp"],
              cross["ctxpatch"] - cross["llamacpp"]))
     for L in lengths:

@@ -5,10 +5,10 @@ cell with its 95% interval (issue 18). Stdlib only; scripts/results_v2.sh is the
 
 Sections: 0. the models at their training length (passkey, lines; the issue's bars); 1. ALiBi PI
 perplexity at 1x-8x (static / dynamic / progressive against none); 2. LM-Infinite and RoPE PI on
-the RoPE probe, NLL against position (bench/nll_position.py); 3. FIRE at 1x-8x with its threshold
+the RoPE probe, NLL against position (lab/nll_position.py); 3. FIRE at 1x-8x with its threshold
 patch; 4. the T5 seed's P_max temperature at 1x-16x.
 
-  /usr/bin/python3 bench/results_v2.py [--render]
+  scripts/py lab/results_v2.py [--render]
 Knobs (environment): RESULTS_V2_WINDOWS (ppl windows per length, default 8), RESULTS_V2_SAMPLES
 (retrieval prompts per depth, 10 depths, default 2), RESULTS_V2_WORK (default
 build/results-v2-work), CTXPATCH (default build/ctxpatch).
@@ -21,9 +21,9 @@ import subprocess
 import sys
 import time
 
+import results as R  # lab/results.py beside it: the one copy of the intervals, formatting and command log
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import results as R  # noqa: E402  (the one copy of the intervals, formatting and command log)
 
 ROOT = R.ROOT
 V2 = os.path.join(ROOT, "examples", "probe-models", "v2")
@@ -108,8 +108,7 @@ def measure():
     t = {}
     st = {"machine": R.machine(), "windows": WINDOWS, "samples": SAMPLES}
     corpus = W("tinystories_val_800_1000.txt")
-    sys.path.insert(0, os.path.join(ROOT, "examples", "probe-models"))
-    import data  # the held-out split the v2 models never trained on
+    from ctxpatch_ref import data  # the held-out split the v2 models never trained on
     data.write_held_out(corpus)
 
     t0 = time.time()
@@ -258,7 +257,7 @@ def render(st):
 
     # 2
     P("## 2. LM-Infinite and RoPE PI on the RoPE probe: NLL against position\n")
-    P("v2/rope-probe (trained at 256 on the v2 mix, a quarter of it TinyStories). `bench/nll_position.py` "
+    P("v2/rope-probe (trained at 256 on the v2 mix, a quarter of it TinyStories). `lab/nll_position.py` "
       "with the probe's training length: LM-Infinite is the Lambda mask (10 global tokens, 256 local) with "
       "the distance ceiling 256; its two parts alone; RoPE PI with factor F = L / 256 (`patch --method "
       "rope-pi`, config `rope_scaling` linear), at 256 and at L, with and without a distance ceiling of 256 "

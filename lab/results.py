@@ -313,8 +313,7 @@ def bucket_table(res, names, L):
 def held_out_corpus():
     """Stories HELD_OUT of TEXT, written by the probe models' data.py (one copy of the split:
     the v2 probe models train on the stories before it)."""
-    sys.path.insert(0, PM)
-    import data
+    from ctxpatch_ref import data
     assert data.HELD_OUT == HELD_OUT and os.path.samefile(data.STORIES, TEXT)
     path = os.path.join(WORK, "tinystories_val_800_1000.txt")
     data.write_held_out(path)
@@ -464,5 +463,4 @@ def measure():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()

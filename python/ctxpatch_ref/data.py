@@ -16,17 +16,17 @@ is built to be as close as possible to (and not above) the requested length.
 Natural text (the v2 models, issue 18): TinyStories from the shared fixtures
 (../shared/fixtures/third_party/text/tinystories_val_1000_eot.txt from the repository root, or
 $FIXTURES/third_party/text/...), split at the documents separated by "<|endoftext|>" (empty ones
-dropped, as bench/results.py does): stories [0, 800) train, [800, 1000) are held out, the very
-corpus bench/results.py and scripts/results.sh give the `ppl` probe. The training stories are
+dropped, as lab/results.py does): stories [0, 800) train, [800, 1000) are held out, the very
+corpus lab/results.py and scripts/results.sh give the `ppl` probe. The training stories are
 ASCII-folded (the file's mojibake quotes become ASCII quotes; the v2 tokenizer is learned on
-ASCII); the held-out file is written byte for byte as bench/results.py writes it.
+ASCII); the held-out file is written byte for byte as lab/results.py writes it.
   text     -- a window of n_tokens tokens of the training stories at a random offset: a
               language-model sample. The stream is built as `ctxpatch verify --probe ppl`
               builds it from the held-out file (docs/certificate.md): each story trimmed,
               encoded, preceded by the tokenizer's BOS.
 
-Usage as a script: python3 data.py --kind passkey --len 256 --seed 1 --n 3 (prints JSON lines);
-python3 data.py --held-out OUT.txt writes the held-out ppl corpus.
+Usage as a script: scripts/py -m ctxpatch_ref.data --kind passkey --len 256 --seed 1 --n 3 (prints
+JSON lines); scripts/py -m ctxpatch_ref.data --held-out OUT.txt writes the held-out ppl corpus.
 """
 import argparse
 import json
@@ -132,7 +132,7 @@ FIXTURES = os.path.abspath(os.environ.get("FIXTURES", os.path.join(
 STORIES = os.path.join(FIXTURES, "third_party", "text", "tinystories_val_1000_eot.txt")
 EOT = "<|endoftext|>"
 TRAIN_STORIES = (0, 800)
-HELD_OUT = (800, 1000)           # = bench/results.py HELD_OUT: the ppl probe's corpus
+HELD_OUT = (800, 1000)           # = lab/results.py HELD_OUT: the ppl probe's corpus
 MOJIBAKE = (("\u00e2\u20ac\u0153", '"'), ("\u00e2\u20ac\u009d", '"'), ("\u00e2\u20ac\u2122", "'"),
             ("\u00e2\u20ac\u02dc", "'"), ("\u00e2\u20ac\u201d", "-"), ("\u00e2\u20ac\u201c", "-"),
             ("\u00e2\u20ac\u00a6", "..."), ("\u00e2\u20ac\u0160", " "), ("\u00e2\u20ac", '"'),
@@ -140,7 +140,7 @@ MOJIBAKE = (("\u00e2\u20ac\u0153", '"'), ("\u00e2\u20ac\u009d", '"'), ("\u00e2\u
 
 
 def stories(span):
-    """Stories [a, b) of the fixture file, as bench/results.py numbers them."""
+    """Stories [a, b) of the fixture file, as lab/results.py numbers them."""
     if not os.path.isfile(STORIES):
         raise FileNotFoundError("data.py: %s: not found (set FIXTURES)" % STORIES)
     with open(STORIES, encoding="utf-8") as f:
@@ -162,7 +162,7 @@ def train_text():
 
 
 def write_held_out(path):
-    """The held-out ppl corpus, byte for byte as bench/results.py held_out_corpus() writes it."""
+    """The held-out ppl corpus, byte for byte as lab/results.py held_out_corpus() writes it."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(EOT.join(stories(HELD_OUT)))
@@ -231,7 +231,7 @@ if __name__ == "__main__":
         write_held_out(a.held_out)
         raise SystemExit(0)
     if a.tokenizer:
-        import bpe
+        from ctxpatch_ref import bpe
         encode = bpe.Tokenizer(a.tokenizer).encode
     else:
         encode = lambda s: s.split(" ")

@@ -1,7 +1,7 @@
 """Compact batched PyTorch modules for the probe models (training and fast evaluation).
 
 Parameters live in a flat dict keyed by the Hugging Face tensor names of each layout, so the
-saved state dict is the HF checkpoint. The math follows tests/reference/torchref/models.py (the
+saved state dict is the HF checkpoint. The math follows python/ctxpatch_ref/torchref/models.py (the
 reference the C engine is checked against); check.py asserts that torchref's float64 forward on
 the saved weights equals these modules' forward.
 

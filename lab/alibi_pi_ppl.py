@@ -4,7 +4,7 @@ TinyStories NLL per token at 1x..8x the training length with no rule and with ea
 mode (static factor 2 and 4, dynamic, progressive), measured by the C tool
 (`ctxpatch verify --probe ppl`), plus passkey / lines at the training length.
 
-    /usr/bin/python3 examples/probe-models/alibi_pi_ppl.py --model examples/probe-models/v2/alibi-probe \\
+    scripts/py lab/alibi_pi_ppl.py --model examples/probe-models/v2/alibi-probe \\
         --bin build/ctxpatch [--lengths 256,512,1024,2048] [--windows 16] [--out DIR]
 
 Writes DIR/ppl.json (every certificate's ppl entries) and prints the markdown table (mean NLL
@@ -14,10 +14,8 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import data  # noqa: E402
+from ctxpatch_ref import data
 
 RULES = [("none", None),
          ("static 2", {"alibi_scale": {"mode": "static", "factor": 2.0}}),

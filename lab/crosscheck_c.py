@@ -2,7 +2,7 @@
 """Cross-check of eval.json against the C engine (`ctxpatch forward --generate 10 --stop-at-eos`)
 on a subset of samples: the generated text must be the same. Stdlib only.
 
-    python3 examples/probe-models/crosscheck_c.py --model rope-probe --bin build/ctxpatch \
+    scripts/py lab/crosscheck_c.py --model rope-probe --bin build/ctxpatch \
         [--every 25] [--lengths 4096]
 
 Writes <model>/eval-c.json: per sample the PyTorch answer, the C answer and whether they agree.
@@ -11,14 +11,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.dont_write_bytecode = True
-import bpe  # noqa: E402
-import data  # noqa: E402
+from ctxpatch_ref import bpe, data
+
+PM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "probe-models")
 
 
 def main():
@@ -29,7 +26,7 @@ def main():
     ap.add_argument("--lengths", default="4096")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
-    mdir = os.path.join(HERE, a.model)
+    mdir = os.path.join(PM, a.model)
     tok = bpe.Tokenizer(os.path.join(mdir, "tokenizer.json"))
     with open(os.path.join(mdir, "eval.json")) as f:
         ev = json.load(f)

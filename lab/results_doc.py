@@ -1,4 +1,4 @@
-"""Writes docs/results.md from the numbers bench/results.py measured. Every sentence that states
+"""Writes docs/results.md from the numbers lab/results.py measured. Every sentence that states
 a measured number or a comparison is computed here from the certificates, so a rerun cannot
 leave a stale claim behind; the papers' claims are quoted with their table or figure."""
 import re
@@ -141,7 +141,7 @@ def render(R, head, s1, s2, s3, have_fix):
     if "rope_ppl" in s2:
         d += ["ppl on a held-out TinyStories slice: the last 200 of the 1000 stories (0-based "
               "800-999) of `../shared/fixtures/third_party/text/tinystories_val_1000_eot.txt` "
-              "(the validation split), cut by bench/results.py into "
+              "(the validation split), cut by lab/results.py into "
               "`$W/tinystories_val_800_1000.txt`, documents split at `<|endoftext|>`; the first "
               "800 stay free for training a probe model on text. %d tokens of the probe "
               "tokenizer, %d windows per length:"

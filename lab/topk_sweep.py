@@ -3,12 +3,12 @@
 95% Wilson intervals) with the key line hidden by the Lambda mask, over the top-k parameters the
 paper varies (Appendix A.3: k, the attention distance of the middle tokens, the first layer h).
 
-  /usr/bin/python3 bench/topk_sweep.py --bin build/ctxpatch [--samples 8] [--out FILE.md]
+  /usr/bin/python3 lab/topk_sweep.py --bin build/ctxpatch [--samples 8] [--out FILE.md]
 
 Two settings: (a) inside the training length (256 tokens, Lambda 10 / 64, so every distance is
 one the model was trained on and top-k is the only route to the key); (b) past it (512 and 1024
 tokens, Lambda 10 / 256 as the model card's patch). Depths are chosen so that the key line lies
-in the hidden middle at every depth (checked by bench/topk_probe.py's token positions).
+in the hidden middle at every depth (checked by lab/topk_probe.py's token positions).
 """
 import argparse
 import json

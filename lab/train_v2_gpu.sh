@@ -6,7 +6,7 @@
 # steps (in 500s, up to its planned count) that fit FIT (0.85) of the training budget; train.py records the
 # exact command, so a run is replayable on any machine.
 #
-#   examples/probe-models/train_v2_gpu.sh OUTDIR [TRAIN_S] [EVAL_S] [VARIANTS]
+#   lab/train_v2_gpu.sh OUTDIR [TRAIN_S] [EVAL_S] [VARIANTS]
 #
 # VARIANTS: a file of lines `name model planned_steps train.py options...` (default below).
 # Writes OUTDIR/<name>/ (the checkpoint, train.out, eval-<L>.json) and OUTDIR/plan.txt; with
@@ -19,7 +19,8 @@ train_s=${2:-330}
 eval_s=${3:-120}
 variants=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
-py=${PYTHON:-python3}
+export CTXPATCH_PYTHON=${PYTHON:-python3}
+py=$here/../scripts/py   # $PYTHON with python/ (ctxpatch_ref) on its path
 mkdir -p "$out"
 if [ -z "$variants" ]; then
   variants=$out/variants.txt

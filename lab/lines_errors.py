@@ -3,18 +3,14 @@ evaluate.py output, the lines each prompt holds and each wrong answer's kind: an
 (the lookup picked the wrong line; its offset from the asked one) or a value in no line (digits
 blended or invented). The prompts are rebuilt from data.eval_set as evaluate.py drew them.
 
-  python3 lines_errors.py --eval EVAL.json --tokenizer TOKENIZER.json
+  scripts/py lab/lines_errors.py --eval EVAL.json --tokenizer TOKENIZER.json
 """
 import argparse
 import collections
 import json
-import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bpe  # noqa: E402
-import data  # noqa: E402
+from ctxpatch_ref import bpe, data
 
 LINE_VALUE = re.compile(r"^line [^:\n]+: REGISTER_CONTENT is <(\d+)>$", re.M)
 

@@ -9,8 +9,8 @@ after its own space token: the models copy keys digit by digit.
 The training text is ASCII; the GPT-2 regex's \\p{L} / \\p{N} classes are written here as their
 ASCII subsets, which split ASCII text identically. encode() refuses non-ASCII input.
 
-Usage: python3 bpe.py --out tokenizer.json [--merges 300]
-       python3 bpe.py --natural --merges 1000 --out v2/tokenizer.json   # the v2 models' tokenizer
+Usage: scripts/py -m ctxpatch_ref.bpe --out tokenizer.json [--merges 300]
+       scripts/py -m ctxpatch_ref.bpe --natural --merges 1000 --out v2/tokenizer.json   # the v2 models'
 (--natural: the merges are learned on the synthetic corpus plus the training stories of
 data.py, so natural text is not spelled out in bytes and single letters.)
 """
@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--natural", action="store_true", help="learn on the training stories too (v2)")
     a = ap.parse_args()
-    import data
+    from ctxpatch_ref import data
     merges = learn(data.corpus(a.seed, n=N_NATURAL if a.natural else 400, natural=a.natural), a.merges)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """LM-Infinite top-k on the RoPE probe: an independent numpy reference of the Lambda mask,
 distance ceiling and top-k middle tokens (written from ../shared/spec/attention-rules.md, not from
-the C engine or tests/reference/torchref), instrumented to show what the top-k rows select.
+the C engine or python/ctxpatch_ref/torchref), instrumented to show what the top-k rows select.
 
 For passkey prompts with the key outside the local window it reports, per layer and head of the
 top-k rows: the rank of the best key-line token among the Lambda-hidden keys (by the top-k
@@ -10,7 +10,7 @@ attention probability the key-line tokens get. It also runs the unpatched model 
 length (key inside the window) to show which heads retrieve the key there, and, with --bin,
 compares its logits with `ctxpatch forward --rule` on the same ids (max |difference|).
 
-  /usr/bin/python3 bench/topk_probe.py --bin build/ctxpatch [--length 512] [--k 5] [--n 6]
+  scripts/py lab/topk_probe.py --bin build/ctxpatch [--length 512] [--k 5] [--n 6]
 
 numpy only (float64). Prints a markdown report on stdout; --json FILE also writes the numbers.
 """
@@ -25,11 +25,11 @@ import tempfile
 
 import numpy as np
 
+from ctxpatch_ref import bpe  # the probe models' own tokenizer, stdlib only
+from ctxpatch_ref import data  # the passkey prompt format the probes were trained on
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBES = os.path.join(HERE, "..", "examples", "probe-models")
-sys.path.insert(0, PROBES)
-import bpe  # noqa: E402  (the probe models' own tokenizer, stdlib only)
-import data  # noqa: E402  (the passkey prompt format the probes were trained on)
 
 
 def load_safetensors(path):

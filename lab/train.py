@@ -2,7 +2,7 @@
 """Trains one probe model on the synthetic retrieval mix at a training length of 256 tokens and
 writes it in Hugging Face layout under examples/probe-models/<name>/.
 
-    /usr/bin/python3 examples/probe-models/train.py --model rope-probe [--steps N] [--device cpu|cuda]
+    scripts/py lab/train.py --model rope-probe [--steps N] [--device cpu|cuda]
 
 The defaults are the recipe of the bundled models (batch 16, AdamW lr 2e-3 with warmup + cosine,
 DEFAULT_STEPS below, one CPU thread: two models train side by side on a 2-core machine, ~15-17
@@ -10,7 +10,7 @@ minutes each there). CPU by default; a GPU when one is present (or --device cuda
 seeds: the data stream and the initialisation are functions of --seed alone; a CPU run and a
 GPU run give different floating-point rounding, so their weights differ slightly.
 
-    /usr/bin/python3 examples/probe-models/train.py --model alibi-probe --v2
+    scripts/py lab/train.py --model alibi-probe --v2
 
 --v2 is the recipe of the v2 models (issue 18; examples/probe-models/v2/): the v2 tokenizer
 (v2/tokenizer.json, bpe.py --natural), natural text in the mix (data.py `text`: TinyStories
@@ -23,30 +23,23 @@ import json
 import math
 import os
 import random
-import sys
 import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
-sys.dont_write_bytecode = True
+from ctxpatch_ref import bpe, data, nets, stio
 
-import bpe  # noqa: E402
-import data  # noqa: E402
-import nets  # noqa: E402
-from torchref import stio  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PM = os.path.join(REPO, "examples", "probe-models")   # the probe models' folder (v1; v2/ below it)
 
 TRAIN_LEN = 256
 MIN_PROMPT = 32                  # prompt lengths uniform in [MIN_PROMPT, TRAIN_LEN - 10]
 MIX = (0.6, 0.3, 0.1)            # passkey, lines, copy
-TOKENIZER = os.path.join(HERE, "tokenizer.json")
+TOKENIZER = os.path.join(PM, "tokenizer.json")
 D, LAYERS, HEADS, DFF = 64, 3, 4, 256
 # v2 recipe: passkey, lines, copy, text fractions; size d,layers,heads,d_ff; curriculum fraction
 V2 = {"mix": "0.3,0.4,0.05,0.25", "size": "64,3,4,256", "curriculum": 0.3, "steps": 6000,
-      "tokenizer": os.path.join(HERE, "v2", "tokenizer.json")}
+      "tokenizer": os.path.join(PM, "v2", "tokenizer.json")}
 CURRICULUM_START = 96            # the prompts' upper bound at step 0 of a curriculum (tokens)
 # the config fields of each layout that --size sets (BLOOM's MLP is 4 * d, no field)
 SIZE_FIELDS = {"d": ("hidden_size", "d_model"), "layers": ("num_hidden_layers", "n_layer", "num_layers",
@@ -369,7 +362,7 @@ def main():
         if k.endswith("fire.c"):
             q.data.clamp_(min=1e-3)      # store the value the forward uses
     wall = time.time() - t0
-    out = a.out or os.path.join(HERE, "v2" if a.v2 else "", a.model)
+    out = a.out or os.path.join(PM, "v2" if a.v2 else "", a.model)
     # the options a v1 command never had (so v1's recorded commands stay as they were); an
     # explicit --out is recorded too, so the replay does not write over the v1 folder
     v2opts = "" if not (a.v2 or a.size or a.curriculum or a.tokenizer != TOKENIZER or a.out) else \
@@ -381,13 +374,13 @@ def main():
         ("device", dev if dev == "cpu" else torch.cuda.get_device_name(0)),
         ("torch", torch.__version__), ("wall_s", round(wall, 1)), ("params", net.n_params()),
         ("train_len", TRAIN_LEN), ("final_loss_ema", round(ema, 4)), ("log", log),
-        ("command", "python3 examples/probe-models/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
+        ("command", "scripts/py lab/train.py --model %s --steps %d --batch %d --lr %g --seed %d" % (
             a.model, steps, a.batch, a.lr, a.seed)
             + " --mix %s --min-prompt %d" % (a.mix, a.min_prompt) + lines_flag(a) + v2opts + fire_flags(a)
             + (" --time-limit %g" % a.time_limit if a.time_limit else "")
             + (" --resume %s" % a.resume if a.resume else ""))])
     # the exact replay of this run, whatever stopped it
-    meta["replay"] = "python3 examples/probe-models/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d%s --threads %d%s%s" % (
+    meta["replay"] = "scripts/py lab/train.py --model %s --steps %d --stop-after %d --batch %d --lr %g --seed %d --mix %s --min-prompt %d%s --threads %d%s%s" % (
         a.model, steps, done, a.batch, a.lr, a.seed, a.mix, a.min_prompt, lines_flag(a), a.threads, v2opts,
         " --resume %s" % os.path.relpath(os.path.abspath(a.resume), REPO) if a.resume else "") + fire_flags(a)
     meta["steps_total"] = done + (prior.get("steps_total", prior["steps"]) if prior else 0)

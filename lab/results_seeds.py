@@ -4,11 +4,11 @@ measured them (issue 18, first slice): the top-k investigation on the RoPE probe
 position on the pretrained stories260K, next to the paper's tables and figures. Every sentence
 with a number is computed here from the measurements.
 
-  /usr/bin/python3 bench/results_seeds.py [--bin build/ctxpatch] [--windows 16] [--samples 8]
-  /usr/bin/python3 bench/results_seeds.py --render     # rewrite the text from the last run
+  scripts/py lab/results_seeds.py [--bin build/ctxpatch] [--windows 16] [--samples 8]
+  scripts/py lab/results_seeds.py --render     # rewrite the text from the last run
 
-Measurements go to build/results-seeds-work/ (bench/topk_probe.py, bench/topk_sweep.py,
-bench/nll_position.py); scripts/results_seeds.sh is the one command.
+Measurements go to build/results-seeds-work/ (lab/topk_probe.py, lab/topk_sweep.py,
+lab/nll_position.py); scripts/results_seeds.sh is the one command.
 """
 import argparse
 import json
@@ -55,7 +55,7 @@ def measure(a):
 
 
 def section(md, start):
-    """The markdown of bench/topk_probe.py's section starting with `start`, heading demoted."""
+    """The markdown of lab/topk_probe.py's section starting with `start`, heading demoted."""
     parts = md.split("\n## ")
     for p in parts:
         if p.startswith(start):
@@ -126,9 +126,9 @@ def render():
       "27.3-66.0%.\n")
     P("**What ctxpatch implements** (../shared/spec/attention-rules.md, `top_k`): the same rule with "
       "`from_layer` (layers >= from_layer; default 0), `distance` (default D / 2 with D the ceiling) and "
-      "`rows` (default the decode rows, as the reference implementation). bench/topk_probe.py is an "
+      "`rows` (default the decode rows, as the reference implementation). lab/topk_probe.py is an "
       "independent numpy float64 forward of the probe written from the spec (not from the engine or "
-      "tests/reference/torchref) and instrumented to show which keys each head picks.\n")
+      "python/ctxpatch_ref/torchref) and instrumented to show which keys each head picks.\n")
     if ag:
         worst = max(ag["max_abs"].values())
         same = all(v == ag["n"] for v in ag["same_tokens"].values())

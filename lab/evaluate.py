@@ -2,9 +2,9 @@
 """Evaluates a probe model on passkey and line retrieval at 1x..16x the training length, without
 a patch and with the seed's patch, and writes the MODEL_CARD tables.
 
-    /usr/bin/python3 examples/probe-models/evaluate.py --model t5-probe [--n 100] [--device cuda]
-    /usr/bin/python3 examples/probe-models/evaluate.py --model t5-probe --ref --n 10 --lengths 256,512
-    /usr/bin/python3 examples/probe-models/evaluate.py --model t5-probe --card
+    scripts/py lab/evaluate.py --model t5-probe [--n 100] [--device cuda]
+    scripts/py lab/evaluate.py --model t5-probe --ref --n 10 --lengths 256,512
+    scripts/py lab/evaluate.py --model t5-probe --card
     evaluate.py --model t5-probe --merge A.json B.json   # parts run side by side (--tasks/--lengths/--out)
 
 Greedy decoding, at most 10 new tokens, stop at eos. Passkey: correct when the first integer of
@@ -12,7 +12,7 @@ the generated text equals the key; lines: when the last integer equals the value
 eval_set (depths i/(n-1), seed 0), prompts of (length - 8) tokens.
 
 Engines: default the batched float32 modules of nets.py (fast path); --ref runs the float64
-reference tests/reference/torchref (dense L x L, slow) for the cross-check of a subset. Both are
+reference python/ctxpatch_ref/torchref (dense L x L, slow) for the cross-check of a subset. Both are
 PyTorch; results go to <model>/eval[-ref].json.
 
 Patches (JSON rules of ../shared/spec/attention-rules.md):
@@ -29,83 +29,18 @@ import collections
 import json
 import os
 import re
-import sys
 import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
-sys.dont_write_bytecode = True
+PM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "probe-models")
 
-import bpe  # noqa: E402
-import data  # noqa: E402
-import nets  # noqa: E402
-from torchref import models as M  # noqa: E402
-from torchref import rules as R  # noqa: E402
-from torchref import stio  # noqa: E402
+from ctxpatch_ref import bpe, data, stio
+from ctxpatch_ref.probes import PATCH, fast_net, load, ref_model
 
 TRAIN_LEN = 256
 MULTS = [1, 2, 4, 8, 16]
 TAUS = [round(1.0 - 0.05 * k, 2) for k in range(11)]
-PATCH = {
-    "alibi-probe": {"alibi_scale": {"mode": "dynamic"}},
-    "rope-probe": {"lambda_mask": {"n_global": 10, "n_local": 256}},
-    "fire-probe": None,
-    "t5-probe": "pmax",
-}
-
-
-def load(mdir):
-    with open(os.path.join(mdir, "config.json")) as f:
-        cfg = json.load(f)
-    _, sd = stio.read_safetensors(os.path.join(mdir, "model.safetensors"))
-    return cfg, sd
-
-
-def fast_net(name, cfg, sd, dev):
-    if name == "t5-probe":
-        n = nets.T5Net(cfg, 0)
-    elif name == "alibi-probe":
-        n = nets.BloomNet(cfg, 0)
-    else:
-        n = nets.LlamaNet(cfg, 0, "rope" if name == "rope-probe" else "fire")
-    n.p = {}
-    n.load(sd)
-    return n.to(dev)
-
-
-def ref_model(name, cfg, sd):
-    """A torchref model object carrying the trained tensors (attributes as its __init__ sets)."""
-    if name == "t5-probe":
-        m = M.T5.__new__(M.T5)
-        m.V, m.D, m.H, m.dkv = cfg["vocab_size"], cfg["d_model"], cfg["num_heads"], cfg["d_kv"]
-        m.L, m.nb, m.md = cfg["num_layers"], cfg["relative_attention_num_buckets"], cfg["relative_attention_max_distance"]
-        m.gated, m.tied, m.eps = False, cfg["tie_word_embeddings"], cfg["layer_norm_epsilon"]
-        m.facts = R.ModelFacts(True, m.L, m.L, None, "t5")
-    elif name == "alibi-probe":
-        m = M.Bloom.__new__(M.Bloom)
-        m.V, m.D, m.H, m.L = cfg["vocab_size"], cfg["hidden_size"], cfg["n_head"], cfg["n_layer"]
-        m.eps = cfg["layer_norm_epsilon"]
-        m.facts = R.ModelFacts(False, 0, m.L, cfg["seq_length"], "alibi")
-        m.slopes = R.bloom_slopes(m.H)
-    else:
-        m = M.Llama.__new__(M.Llama)
-        m.pos = "rope" if name == "rope-probe" else "fire"
-        m.V, m.D, m.H = cfg["vocab_size"], cfg["hidden_size"], cfg["num_attention_heads"]
-        m.Hkv, m.L = cfg["num_key_value_heads"], cfg["num_hidden_layers"]
-        m.dh = m.D // m.H
-        m.eps, m.theta, m.rope_factor = cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0), 1.0
-        m.tied, m.fire_shared = False, False
-        m.fire_layers = cfg.get("fire_mlp_layers", 1)   # 2: the paper's MLP (docs/fire-layout.md)
-        m.facts = R.ModelFacts(False, 0, m.L, cfg["max_position_embeddings"], m.pos)
-    m.name, m.config, m.storage = name, cfg, torch.float32
-    m.finish(dict(sd))
-    return m
-
-
 class Runner:
     def __init__(self, name, mdir, dev, ref):
         self.name, self.dev, self.ref = name, dev, ref
@@ -214,7 +149,7 @@ def main():
                     help="join the cells of runs split by --tasks/--lengths (run side by side) into --out")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    mdir = a.dir or os.path.join(HERE, a.model)
+    mdir = a.dir or os.path.join(PM, a.model)
     if a.card:
         return write_card(a.model, mdir)
     if a.merge:
@@ -309,7 +244,7 @@ def write_card(name, mdir):
     }[name]
     L = []
     L.append("# %s\n" % name)
-    L.append("A small %s (`%s`) trained from scratch by `examples/probe-models/train.py` on the "
+    L.append("A small %s (`%s`) trained from scratch by `lab/train.py` on the "
              "retrieval mix of `data.py`, as a probe for ctxpatch's verify stage. Not a "
              "language model for any other use.\n" % (cfg["architectures"][0], cfg["model_type"]))
     L.append("## Training\n")
@@ -350,7 +285,7 @@ def write_card(name, mdir):
                  "cores within the time available; rerun `evaluate.py --n 100` (no `--n-long`) for the "
                  "full tables. With n = 10 or 20 one sample is 10 or 5 points.\n")
     L.append("Measured with PyTorch by `evaluate.py` (engine `%s` on %s: the float32 batched modules of "
-             "nets.py, whose forward equals the float64 reference tests/reference/torchref on these "
+             "nets.py, whose forward equals the float64 reference python/ctxpatch_ref/torchref on these "
              "weights, see check.py)." % (ev["engine"], ev["device"]))
     if ref:
         agree = tot = 0
