@@ -16,6 +16,8 @@ for c in clang-format-14 clang-format; do
 done
 [ -n "$fmt" ] || { echo "SKIP: clang-format 14 not found (Debian clang-format-14, scripts/install-deps.sh)"; exit 77; }
 [ -f .clang-format ] || { echo "FAIL: .clang-format is absent"; exit 1; }
+# An unreadable style makes clang-format fail every file without naming one: caught here first.
+err=$("$fmt" --dump-config 2>&1 >/dev/null) || { echo "FAIL: $fmt cannot read .clang-format: ${err%%$'\n'*}"; exit 1; }
 list=tests/format-pending.txt
 mapfile -t files < <(find base formats tokenizers model import export engine verify patchers cli include/ctxpatch \
   -type f -name '*.[ch]' | LC_ALL=C sort)
