@@ -52,10 +52,13 @@ bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
 # 2. kill -9 mid-batch, then a re-run that finishes the rest with nothing finished redone.
 (cd "$work" && exec "$bin" batch recipe.json --jobs 1 >/dev/null 2>&1) &
 pid=$!
-# Polled until 3 jobs are stamped or the batch ends, with no deadline of its own (a loaded machine
-# only makes it wait longer; ctest's timeout stands guard against a hang).
+# The kill comes once 3 jobs are stamped and the job in flight has written into its temporary
+# folder, so its watchdog runs (patch starts it right after making the folder: a kill between the
+# two leaves the folder to the next run's sweep, and a kill soon after a job starts hit that window
+# under load). Polled with no deadline of its own: a loaded machine only makes it wait longer.
 while kill -0 $pid 2>/dev/null; do
-  [ "$(find "$work/out" -name ctxpatch-batch.json 2>/dev/null | wc -l)" -ge 3 ] && break
+  [ "$(find "$work/out" -name ctxpatch-batch.json 2>/dev/null | wc -l)" -ge 3 ] &&
+    [ -n "$(find "$work/out" -mindepth 3 -path '*/.*tmp-*/*' -print -quit 2>/dev/null)" ] && break
   sleep 0.05
 done
 kill -9 $pid; wait $pid 2>/dev/null
