@@ -10,6 +10,7 @@ packages=(
   python3 python3-numpy python3-torch          # golden generators and reference implementation
   hyperfine time zip                           # benchmarks and test inputs
   clang libclang-rt-14-dev                     # libFuzzer harnesses (scripts/fuzz.sh)
+  clang-format-14                              # tests/test_format.sh (.clang-format)
   chromium                                     # headless browser for the report test
   python3-onnx                                 # checker for exported ONNX graphs (tests/onnx)
 )

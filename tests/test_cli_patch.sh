@@ -168,13 +168,18 @@ check cmp -s "$work/nv/model.safetensors" "$work/prev/model.safetensors"
 "$bin" patch "$model" "$work/killed" --method temperature --tau 0.8 --verify passkey --lengths 1024,2048 \
   --depths 0:1:10 --samples 4 --threads 1 >/dev/null 2>&1 &
 pid=$!
-# wait until the temporary folder exists (bake done, verify running), then 0.5 s more
-for i in $(seq 1 50); do [ "$(ls -A "$work" | grep -c '^\.' || true)" -ge 1 ] && break; sleep 0.1; done
+# wait until patch has written into its temporary folder (so the watchdog it starts right after
+# making the folder runs) or patch ends, however long a loaded machine takes (a 5 s bound failed
+# under load), then 0.5 s more (bake done, verify running)
+while kill -0 "$pid" 2>/dev/null && [ -z "$(find "$work" -mindepth 2 -path "$work/.*/*" -print -quit)" ]; do
+  sleep 0.1
+done
 sleep 0.5
 if kill -0 "$pid" 2>/dev/null; then
   [ "$(ls -A "$work" | grep -c '^\.' || true)" -ge 1 ] && ok || bad "no temporary folder while patching"
   kill -9 "$pid"; wait "$pid" 2>/dev/null
-  for i in $(seq 1 30); do [ "$(ls -A "$work" | grep -c '^\.' || true)" -eq 0 ] && break; sleep 0.1; done
+  # the watchdog acts when the killed process is gone: waited for (60 s only bounds a hang)
+  for i in $(seq 1 600); do [ "$(ls -A "$work" | grep -c '^\.' || true)" -eq 0 ] && break; sleep 0.1; done
   check test ! -e "$work/killed"
   [ "$(ls -A "$work" | grep -c '^\.' || true)" -eq 0 ] && ok || bad "temporary folders remain: $(ls -A "$work" | grep '^\.')"
 else

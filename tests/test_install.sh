@@ -36,6 +36,33 @@ while IFS= read -r h; do
 done < <(find "$prefix/include/ctxpatch" -name '*.h' | sort)
 [ "$nh" -ge 10 ] && ok || bad "only $nh public headers installed"
 
+# Only user-facing headers (CMakeLists.txt, CTXPATCH_INSTALLED_HEADERS): every ctxpatch header an
+# installed one includes is installed too, and each installed header is reached from the umbrella
+# ctxpatch/ctxpatch.h or a format reader's header (the rest stay between the floors).
+inc=$prefix/include
+includes() { sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\(ctxpatch\/[^"]*\)".*/\1/p' "$inc/$1"; }
+missing=0
+while IFS= read -r h; do
+  for d in $(includes "${h#"$inc/"}"); do
+    [ -f "$inc/$d" ] || { missing=$((missing+1)); echo "FAIL: ${h#"$inc/"} includes $d, which is not installed"; }
+  done
+done < <(find "$inc/ctxpatch" -name '*.h' | sort)
+[ "$missing" -eq 0 ] && ok || bad "$missing includes of installed headers are not installed"
+declare -A reached=()
+todo=(ctxpatch/ctxpatch.h ctxpatch/formats/safetensors.h ctxpatch/formats/pytorch.h ctxpatch/formats/gguf.h
+  ctxpatch/formats/onnx_graph.h)
+while [ ${#todo[@]} -gt 0 ]; do
+  h=${todo[0]}; todo=("${todo[@]:1}")
+  [ -n "${reached[$h]:-}" ] && continue
+  reached[$h]=1
+  [ -f "$inc/$h" ] || { bad "$h (user-facing) is not installed"; continue; }
+  todo+=($(includes "$h"))
+done
+stray=$(find "$inc/ctxpatch" -name '*.h' | sed "s#^$inc/##" | sort |
+  while read -r h; do [ -n "${reached[$h]:-}" ] || echo "$h"; done)
+[ -z "$stray" ] && ok || bad "installed but reached from no user-facing header: $stray"
+echo "installed headers: $nh (${#reached[@]} reached from ctxpatch.h and the format readers)"
+
 # Sanitizer builds need the runtime in the consumer too.
 extra=()
 "$prefix/bin/ctxpatch" --version | grep >/dev/null 'sanitize=on' && extra=(-fsanitize=address,undefined)
