@@ -105,7 +105,7 @@ done:
 }
 
 static int build_entries(cp_checkpoint *ck);
-static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx);
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx, const cp_onnx_model *graph);
 
 static size_t shard_count(const shard *s) {
   if (s->ox) return cp_onnx_import_count(s->ox);
@@ -127,11 +127,12 @@ static bool looks_like_gguf(const char *path) {
 }
 
 /* A single GGUF file, or an ONNX graph whose tensors are recovered by name (onnx_import.h). */
-static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx) {
+/* `graph`: the ONNX file already read (borrowed), or NULL. */
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx, const cp_onnx_model *graph) {
   CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
   ck->n_shards = 1;
   CP_CHECK_ALLOC(ck->shards[0].name = strdup(name), name);
-  int rc = onnx ? cp_onnx_import_open(&ck->shards[0].ox, path) : cp_gguf_open(&ck->shards[0].gg, path);
+  int rc = onnx ? cp_onnx_import_open_graph(&ck->shards[0].ox, path, graph) : cp_gguf_open(&ck->shards[0].gg, path);
   return rc < 0 ? rc : build_entries(ck);
 }
 
@@ -290,7 +291,7 @@ static int open_folder(cp_checkpoint *ck) {
     ck->format = CP_FORMAT_ONNX;
     const char *rel = graph + strlen(ck->dir);
     while (*rel == '/') rel++;
-    rc = open_lone(ck, graph, rel, true);
+    rc = open_lone(ck, graph, rel, true, NULL);
     free(graph);
     return rc;
   }
@@ -325,11 +326,14 @@ done:
   return rc;
 }
 
-int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
+int cp_checkpoint_open(cp_checkpoint **out, const char *path) { return cp_checkpoint_open_onnx(out, path, NULL); }
+
+int cp_checkpoint_open_onnx(cp_checkpoint **out, const char *path, const cp_onnx_model *graph) {
   *out = NULL;
   struct stat st;
   if (stat(path, &st) != 0)
     return cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: %s", path, strerror(errno));
+  if (graph && !S_ISREG(st.st_mode)) return cp_error_set(CP_EARG, "%s: not the file of the graph given", path);
   cp_checkpoint *ck = calloc(1, sizeof *ck);
   CP_CHECK_ALLOC(ck, path);
   int rc = 0;
@@ -346,12 +350,12 @@ int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
   const char *name = slash ? slash + 1 : copy;
   ck->dir = slash ? strndup(copy, (size_t)(slash - copy) ? (size_t)(slash - copy) : 1) : strdup(".");
   CP_CHECK_ALLOC_GOTO(ck->dir, path);
-  if (looks_like_gguf(path)) {
+  if (!graph && looks_like_gguf(path)) {
     ck->format = CP_FORMAT_GGUF;
-    rc = open_lone(ck, path, name, false);
-  } else if (ends_with(name, ".onnx")) {
+    rc = open_lone(ck, path, name, false, NULL);
+  } else if (ends_with(name, ".onnx") || graph) {
     ck->format = CP_FORMAT_ONNX;
-    rc = open_lone(ck, path, name, true);
+    rc = open_lone(ck, path, name, true, graph);
   } else if (ends_with(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;

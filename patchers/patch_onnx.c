@@ -1,6 +1,7 @@
 /* Floor: patchers. `ctxpatch patch IN.onnx OUT.onnx` as one library call
- * (ctxpatch/patchers/patch_onnx.h): the graph read once, edited once, certified through
- * cp_patch_run, written with the certificate held in memory. */
+ * (ctxpatch/patchers/patch_onnx.h): the graph read once (the rewriter's edit and the recovered
+ * model both come from it), edited once, certified through cp_patch_run, written with the
+ * certificate held in memory. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,38 +124,45 @@ static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out,
   return rc ? rc : cp_onnx_edit_write_digested(NULL, e, out);
 }
 
-/* The model the graph describes can be certified: recovered, and not one graph of a T5 pair. */
-static int check_recoverable(const char *model) {
-  cp_checkpoint *ck = NULL;
-  cp_hf_config *cfg = NULL;
-  int rc = cp_checkpoint_open(&ck, model);
-  if (rc == 0) rc = cp_checkpoint_config(&cfg, ck, model);
-  bool t5 = rc == 0 && cfg->family == CP_FAMILY_T5;
-  cp_hf_config_free(cfg);
-  cp_checkpoint_free(ck);
-  if (rc < 0) {
-    char why[300];
-    snprintf(why, sizeof why, "%s", cp_error_message());
-    return cp_error_set(CP_EUNSUPPORTED, "%s: no model description can be recovered from this graph (%s), so no "
-                        "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
-  }
-  /* The model read back is both graphs of the export: a certificate of it would not be this graph's. */
-  if (t5)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: one graph of a T5 export (encoder_model.onnx + "
-                        "decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is "
-                        "rewritten; --no-verify writes the rewritten graph uncertified", model);
-  return 0;
+/* The refusal of a graph whose model cannot be recovered, the reason being the error just set. */
+static int no_description(const char *model) {
+  char why[300];
+  snprintf(why, sizeof why, "%s", cp_error_message());
+  return cp_error_set(CP_EUNSUPPORTED, "%s: no model description can be recovered from this graph (%s), so no "
+                      "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
 }
 
-/* The certification: cp_patch_run --to onnx into the hidden folder OUT.ctxpatch-certify (its
- * certificate lists that artifact's files), removed afterwards whatever the verdict. */
-static int certify(cp_patch_outcome *oc, const char *model, const char *out_path, const cp_patch_onnx_params *p) {
+/* The model `graph` describes, recovered from it as a checkpoint (*ck, the caller's) that can be
+ * certified: not one graph of a T5 pair. */
+static int recover(cp_checkpoint **ck, const char *model, const cp_onnx_model *graph) {
+  cp_hf_config *cfg = NULL;
+  int rc = cp_checkpoint_open_onnx(ck, model, graph);
+  if (rc == 0) rc = cp_checkpoint_config(&cfg, *ck, model);
+  bool t5 = rc == 0 && cfg->family == CP_FAMILY_T5;
+  cp_hf_config_free(cfg);
+  if (rc < 0) rc = no_description(model);
+  /* The model read back is both graphs of the export: a certificate of it would not be this graph's. */
+  else if (t5)
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: one graph of a T5 export (encoder_model.onnx + "
+                      "decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is "
+                      "rewritten; --no-verify writes the rewritten graph uncertified", model);
+  if (rc < 0) cp_checkpoint_free(*ck), *ck = NULL;
+  return rc;
+}
+
+/* The certification of the model `ck` holds (taken): cp_patch_run --to onnx into the hidden
+ * folder OUT.ctxpatch-certify (its certificate lists that artifact's files), removed afterwards
+ * whatever the verdict. */
+static int certify(cp_patch_outcome *oc, const char *model, cp_checkpoint *ck, const char *out_path,
+                   const cp_patch_onnx_params *p) {
   char tmp_target[PO_PATH_MAX], cert_dir[PO_PATH_MAX], tok[PO_PATH_MAX];
-  if (snprintf(tmp_target, sizeof tmp_target, "%s.ctxpatch-certify", out_path) >= (int)sizeof tmp_target)
-    return cp_error_set(CP_EARG, "%s: path too long", out_path);
   cp_atomic_dir *d = NULL;
-  int rc = cp_atomic_dir_open(&d, tmp_target, 0);
-  if (rc < 0) return rc;
+  int rc = 0;
+  if (snprintf(tmp_target, sizeof tmp_target, "%s.ctxpatch-certify", out_path) >= (int)sizeof tmp_target) {
+    rc = cp_error_set(CP_EARG, "%s: path too long", out_path);
+    goto done;
+  }
+  if ((rc = cp_atomic_dir_open(&d, tmp_target, 0)) < 0) goto done;
   if (p->patch->on_tmp_dir) p->patch->on_tmp_dir(p->patch->on_tmp_ctx, cp_atomic_dir_path(d));
   if (snprintf(cert_dir, sizeof cert_dir, "%s/cert", cp_atomic_dir_path(d)) >= (int)sizeof cert_dir) {
     rc = cp_error_set(CP_EARG, "%s: path too long", out_path);
@@ -165,6 +173,8 @@ static int certify(cp_patch_outcome *oc, const char *model, const char *out_path
   cp_patch_params pp = *p->patch;
   pp.replace = false;
   pp.onnx = &ep;
+  pp.checkpoint = ck;
+  ck = NULL; /* cp_patch_run's now */
   if (!pp.tokenizer_path) pp.tokenizer_path = tokenizer_beside(tok, model);
   if ((rc = cp_patch_run(oc, model, cert_dir, p->options, &pp)) < 0 && rc == CP_ETOK_MISSING) {
     /* A recovered third-party graph usually comes without its tokenizer: say what to do. */
@@ -175,6 +185,7 @@ static int certify(cp_patch_outcome *oc, const char *model, const char *out_path
   /* The folder was committed inside the hidden one: nothing of it is read back. */
   oc->written = false;
 done:
+  cp_checkpoint_free(ck);
   cp_atomic_dir_abort(d);
   return rc;
 }
@@ -182,14 +193,22 @@ done:
 int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_path, const cp_patch_onnx_params *p) {
   memset(out, 0, sizeof *out);
   cp_onnx_model *m = NULL;
+  cp_checkpoint *ck = NULL;
   cp_onnx_edit *e = NULL;
   char *cert_text = NULL;
   bool verify = p->patch->verify != NULL, force = p->patch->replace;
   int rc = 0;
   if (!verify && !p->rule) return cp_error_set(CP_EARG, "%s: an uncertified rewrite needs the rule", in);
+  /* The graph is read once: the rewriter edits it, the certification recovers the model from it,
+   * and what is certified is what is rewritten. Without a rule the recovery comes first and says
+   * why a graph cannot be read. */
+  if ((rc = cp_onnx_model_open(&m, in, NULL)) < 0) {
+    if (verify && !p->rule) rc = no_description(in);
+    goto done;
+  }
   /* Every refusal of the rewriter before any model runs. */
-  if (p->rule && ((rc = cp_onnx_model_open(&m, in, NULL)) < 0 || (rc = check_out(out_path, force)) < 0 ||
-                  (rc = cp_onnx_rewrite_edit(&e, &out->rewrite, m, p->rule, 0)) < 0))
+  if (p->rule &&
+      ((rc = check_out(out_path, force)) < 0 || (rc = cp_onnx_rewrite_edit(&e, &out->rewrite, m, p->rule, 0)) < 0))
     goto done;
   if (!verify) {
     out->outcome.pass = true;
@@ -197,17 +216,17 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
     out->outcome.written = true;
     goto done;
   }
-  if ((rc = check_recoverable(in)) < 0 || (rc = certify(&out->outcome, in, out_path, p)) < 0 || !out->outcome.pass)
-    goto done;
+  if ((rc = recover(&ck, in, m)) < 0) goto done;
+  rc = certify(&out->outcome, in, ck, out_path, p);
+  ck = NULL; /* taken */
+  if (rc < 0 || !out->outcome.pass) goto done;
   /* The certificate.json text the digest covers: the JSON and its newline. */
   const char *cj = out->outcome.certificate_json;
   CP_CHECK_ALLOC_GOTO(cert_text = malloc(strlen(cj) + 2), in);
   strcat(strcpy(cert_text, cj), "\n");
   const cp_rule *rule = &out->outcome.patch.rule;
   bool same = false;
-  if ((!m && (rc = cp_onnx_model_open(&m, in, NULL)) < 0) || (rc = check_out(out_path, force)) < 0 ||
-      (e && (rc = same_edit(&same, p->rule, rule)) < 0))
-    goto fail;
+  if ((rc = check_out(out_path, force)) < 0 || (e && (rc = same_edit(&same, p->rule, rule)) < 0)) goto fail;
   if (!same) {
     cp_onnx_edit_free(e);
     e = NULL;
@@ -221,6 +240,7 @@ fail:
 done:
   free(cert_text);
   cp_onnx_edit_free(e);
+  cp_checkpoint_free(ck);
   cp_onnx_model_free(m);
   return rc;
 }
