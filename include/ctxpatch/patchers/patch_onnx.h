@@ -4,18 +4,21 @@
  * "Patching a third-party graph in place".
  *
  * The pass, in order (a refusal at any step writes nothing):
- *   1. the graph is read once (cp_onnx_model_open); with params->rule, OUT is checked (an existing
- *      file needs replace) and the graph edited in memory: every refusal of the rewriter comes
- *      before any model is run;
+ *   1. the graph is read once (cp_onnx_model_open): everything below works on those bytes; with
+ *      params->rule, OUT is checked (an existing file needs replace) and the graph edited in
+ *      memory: every refusal of the rewriter comes before any model is run;
  *   2. without verify (--no-verify): the edit is written to OUT with metadata_props
  *      ctxpatch.certified = "false", ctxpatch.certificate_sha256 = "";
- *   3. with verify: the model is recovered from the graph (CP_EUNSUPPORTED when it cannot be, or
- *      when the graph is one half of a T5 export), then certified as `patch --to onnx` certifies
+ *   3. with verify: the model is recovered from the graph read in step 1 (cp_checkpoint_open_onnx;
+ *      CP_EUNSUPPORTED when it cannot be, or when the graph is one half of a T5 export; without a
+ *      rule, also when the graph cannot be read), then certified as `patch --to onnx` certifies
  *      (cp_patch_run into OUT.ctxpatch-certify, a hidden folder removed afterwards: the
  *      certificate lists that artifact's files); on a passing verdict the graph is written under
  *      the certified rule (the edit of step 1 when the rule is the same) with ctxpatch.certified =
  *      "true", ctxpatch.certificate_sha256 and ctxpatch.certificate = the certificate.json text
- *      (out->outcome.certificate_json plus its newline: the bytes the digest covers).
+ *      (out->outcome.certificate_json plus its newline: the bytes the digest covers). The graph
+ *      read in step 1 and its edit stay in memory through the certification (about twice the
+ *      .onnx file; external data is not read): what is certified is what is rewritten.
  */
 #ifndef CTXPATCH_PATCHERS_PATCH_ONNX_H
 #define CTXPATCH_PATCHERS_PATCH_ONNX_H
