@@ -222,6 +222,10 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
   if (rc < 0 || !out->outcome.pass) goto done;
   /* The certificate.json text the digest covers: the JSON and its newline. */
   const char *cj = out->outcome.certificate_json;
+  if (!cj) { /* a passing verdict always has one */
+    rc = cp_error_set(CP_EARG, "%s: the certification kept no certificate", in);
+    goto fail;
+  }
   CP_CHECK_ALLOC_GOTO(cert_text = malloc(strlen(cj) + 2), in);
   strcat(strcpy(cert_text, cj), "\n");
   const cp_rule *rule = &out->outcome.patch.rule;
