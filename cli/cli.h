@@ -11,6 +11,7 @@
 #include "ctxpatch/formats/tensor.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/patchers/patch.h"
+#include "ctxpatch/patchers/patch_onnx.h"
 #include "ctxpatch/verify/verify.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -136,25 +137,12 @@ cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir);
 int cli_patch_auto(const char *in, const char *out_dir, const cp_patch_options *po, const cp_patch_params *pp,
                    const cp_verify_params *vp, const cp_verify_thresholds *th, double budget, bool json);
 /* patch IN OUT.onnx on an ONNX IN (a .onnx file, or a folder holding model.onnx or
- * onnx/model.onnx): the in-place rewrite (cli/patch_rewrite.c). True when IN and OUT ask for it,
+ * onnx/model.onnx): the in-place rewrite (cp_patch_onnx). True when IN and OUT ask for it,
  * with IN's model file in model[CLI_PATH_MAX]. */
 #define CLI_PATH_MAX 4096
 bool cli_patch_rewrite_model(char model[CLI_PATH_MAX], const char *in, const char *out);
-/* The tokenizer.json beside the model file or in its parent folder (the onnx/ layout), in
- * buf[CLI_PATH_MAX], or NULL. */
-const char *cli_patch_rewrite_tokenizer(char buf[CLI_PATH_MAX], const char *model);
-/* Rewrites `model` under `rule` into OUT (external data placed beside it), with the certificate
- * (its sha256 and its text; cert_sha256 NULL: uncertified) in its metadata_props; train_len: the
- * model's training length for a rule that needs one and gives none (0: unknown); dry_run: every
- * check, nothing written. Prints the summary line unless dry_run; 0 or the error (message set). */
-int cli_patch_rewrite(const char *model, const char *out, const cp_rule *rule, int64_t train_len, const char *cert_sha256,
-                      const char *cert_text, bool force, bool dry_run);
-/* Certifies the rule on the model the graph describes (cp_patch_run --to onnx into a temporary
- * folder beside OUT, removed afterwards), then on a passing verdict rewrites the graph under the
- * certified rule (out->patch.rule) with the certificate in its metadata (out->written). A graph
- * whose model cannot be recovered is refused: no certificate can be produced. */
-int cli_patch_rewrite_certified(cp_patch_outcome *out, const char *model, const char *out_path,
-                                const cp_patch_options *o, const cp_patch_params *params);
+/* The one-line report of what the rewrite changed (cp_patch_onnx's result), on stdout. */
+void cli_patch_rewrite_print(const cp_onnx_rewrite_report *rep);
 int cmd_tokenize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_check(int argc, char **argv);

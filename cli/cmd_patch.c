@@ -13,6 +13,7 @@
 #include "ctxpatch/export/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/patchers/patch_auto.h"
+#include "ctxpatch/patchers/patch_onnx.h"
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/verify/verify.h"
 
@@ -340,7 +341,7 @@ static int print_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
   return status;
 }
 
-/* patch IN.onnx OUT.onnx (cli/patch_rewrite.c): options of the other paths are usage errors;
+/* patch IN.onnx OUT.onnx (cp_patch_onnx): options of the other paths are usage errors;
  * methods the rewriter cannot express are refused before any work; *rule gets the rule the
  * options name when it needs no model (--rule, --tau, lm-infinite), for a dry run that refuses
  * what the graph cannot carry before a certification runs. CLI_OK or the exit status. */
@@ -387,7 +388,9 @@ int cmd_patch(int argc, char **argv) {
   bool help = false, pp_gguf = false, ppl = false;
   uint32_t pp_gguf_type = 0;
   cp_patch_outcome oc;
+  cp_patch_onnx_result rw; /* patch IN.onnx OUT.onnx */
   memset(&oc, 0, sizeof oc);
+  memset(&rw, 0, sizeof rw);
   int status = parse_args(&pa, argc, argv, &help);
   if (help) fputs(patch_help, stdout);
   if (help || status != CLI_OK) goto done;
@@ -401,14 +404,8 @@ int cmd_patch(int argc, char **argv) {
   if (rewrite) {
     const char *rins[] = {pa.in, pa.rule_path, pa.tok_path, pa.vo.corpus};
     if ((status = rewrite_args(&pa, &rw_rule, &have_rule)) != CLI_OK) goto done;
-    if ((rc = cli_check_outputs(rins, 4, &pa.out_dir, 1, false)) ||
-        (have_rule && (rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, 0, NULL, NULL, pa.force, true)) < 0)) {
+    if ((rc = cli_check_outputs(rins, 4, &pa.out_dir, 1, false))) {
       status = cli_report(rc);
-      goto done;
-    }
-    if (pa.no_verify) {
-      rc = cli_patch_rewrite(rw_model, pa.out_dir, &rw_rule, 0, NULL, NULL, pa.force, false);
-      status = rc < 0 ? cli_report(rc) : CLI_OK;
       goto done;
     }
   }
@@ -451,7 +448,6 @@ int cmd_patch(int argc, char **argv) {
   if (!pa.json) pp.on_plan = print_plan; /* --json: nothing but the document on stdout */
   cp_onnx_export_params ep;
   cp_onnx_export_params_init(&ep);
-  if (rewrite) pp.onnx = &ep; /* certified as `patch --to onnx` certifies: the C engine under the whole rule */
   if (pa.to && !strcmp(pa.to, "onnx")) {
     if (!cli_parse_onnx_dtype(&ep.weight_dtype, pa.dtype)) {
       status = cli_usage_error("patch", "--dtype expects fp32, fp16 or bf16, not '%s'", pa.dtype);
@@ -463,22 +459,30 @@ int cmd_patch(int argc, char **argv) {
   /* A tokenizer given as a file travels with the artifact when IN has none of its own. */
   size_t tl = pa.tok_path ? strlen(pa.tok_path) : 0;
   if (tl >= 5 && !strcmp(pa.tok_path + tl - 5, ".json")) pp.tokenizer_file = pa.tok_path;
-  char rw_tok[CLI_PATH_MAX];
-  if (rewrite && !pp.tokenizer_path) pp.tokenizer_path = cli_patch_rewrite_tokenizer(rw_tok, rw_model);
   if (pa.auto_mode) {
     status = cli_patch_auto(pa.in, pa.out_dir, &pa.po, &pp, &vp, &th, pa.budget, pa.json);
     goto done;
   }
-  if ((rc = rewrite ? cli_patch_rewrite_certified(&oc, rw_model, pa.out_dir, &pa.po, &pp)
-                    : cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp)))
-    status = oc.bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
-  else if (pa.json) status = print_outcome_json(&oc, pa.out_dir);
+  cp_patch_outcome *o = &oc;
+  if (rewrite) {
+    cp_patch_onnx_params rp = {have_rule ? &rw_rule : NULL, &pa.po, &pp};
+    rc = cp_patch_onnx(&rw, rw_model, pa.out_dir, &rp);
+    o = &rw.outcome;
+    if (o->written) cli_patch_rewrite_print(&rw.rewrite);
+    if (rc == 0 && pa.no_verify) { /* nothing was run: no verdict to print (not even with --json) */
+      printf("wrote %s (NOT certified: --no-verify)\n", pa.out_dir);
+      goto done;
+    }
+  } else rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp);
+  if (rc) status = o->bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
+  else if (pa.json) status = print_outcome_json(o, pa.out_dir);
   else {
-    cli_patch_print_selection(&oc, &vp);
-    status = print_outcome(&oc, pa.out_dir, &th);
+    cli_patch_print_selection(o, &vp);
+    status = print_outcome(o, pa.out_dir, &th);
   }
 done:
   cp_patch_outcome_free(&oc);
+  cp_patch_onnx_result_free(&rw);
   free(probes);
   cli_verify_opts_free(&pa.vo);
   return status;

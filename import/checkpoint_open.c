@@ -82,9 +82,10 @@ static int open_gguf(cp_ckpt_shard *s, const char *path) {
   if (rc == 0) *s = (cp_ckpt_shard){s->name, &k_gguf, f};
   return rc;
 }
-static int open_onnx(cp_ckpt_shard *s, const char *path) {
+/* `graph`: the ONNX file already read (borrowed), or NULL. */
+static int open_onnx(cp_ckpt_shard *s, const char *path, const cp_onnx_model *graph) {
   cp_onnx_import *f = NULL;
-  int rc = cp_onnx_import_open(&f, path);
+  int rc = cp_onnx_import_open_graph(&f, path, graph);
   if (rc == 0) *s = (cp_ckpt_shard){s->name, &k_onnx, f};
   return rc;
 }
@@ -128,7 +129,7 @@ done:
   return rc;
 }
 
-static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx);
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx, const cp_onnx_model *graph);
 
 
 /* GGUF starts with "GGUF"; a .gguf name that does not is left to the GGUF reader to refuse. */
@@ -142,11 +143,12 @@ static bool looks_like_gguf(const char *path) {
 }
 
 /* A single GGUF file, or an ONNX graph whose tensors are recovered by name (onnx_import.h). */
-static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx) {
+/* `graph`: the ONNX file already read (borrowed), or NULL. */
+static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx, const cp_onnx_model *graph) {
   CP_CHECK_ALLOC(ck->shards = calloc(1, sizeof *ck->shards), name);
   ck->n_shards = 1;
   CP_CHECK_ALLOC(ck->shards[0].name = strdup(name), name);
-  int rc = onnx ? open_onnx(&ck->shards[0], path) : open_gguf(&ck->shards[0], path);
+  int rc = onnx ? open_onnx(&ck->shards[0], path, graph) : open_gguf(&ck->shards[0], path);
   return rc < 0 ? rc : cp_ckpt_build_entries(ck);
 }
 
@@ -259,7 +261,7 @@ static int open_folder(cp_checkpoint *ck) {
     ck->format = CP_FORMAT_ONNX;
     const char *rel = graph + strlen(ck->dir);
     while (*rel == '/') rel++;
-    rc = open_lone(ck, graph, rel, true);
+    rc = open_lone(ck, graph, rel, true, NULL);
     free(graph);
     return rc;
   }
@@ -294,11 +296,14 @@ done:
   return rc;
 }
 
-int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
+int cp_checkpoint_open(cp_checkpoint **out, const char *path) { return cp_checkpoint_open_onnx(out, path, NULL); }
+
+int cp_checkpoint_open_onnx(cp_checkpoint **out, const char *path, const cp_onnx_model *graph) {
   *out = NULL;
   struct stat st;
   if (stat(path, &st) != 0)
     return cp_error_set(errno == ENOENT ? CP_ENOTFOUND : CP_EIO, "%s: %s", path, strerror(errno));
+  if (graph && !S_ISREG(st.st_mode)) return cp_error_set(CP_EARG, "%s: not the file of the graph given", path);
   cp_checkpoint *ck = calloc(1, sizeof *ck);
   CP_CHECK_ALLOC(ck, path);
   int rc = 0;
@@ -315,12 +320,12 @@ int cp_checkpoint_open(cp_checkpoint **out, const char *path) {
   const char *name = slash ? slash + 1 : copy;
   ck->dir = slash ? strndup(copy, (size_t)(slash - copy) ? (size_t)(slash - copy) : 1) : strdup(".");
   CP_CHECK_ALLOC_GOTO(ck->dir, path);
-  if (looks_like_gguf(path)) {
+  if (!graph && looks_like_gguf(path)) {
     ck->format = CP_FORMAT_GGUF;
-    rc = open_lone(ck, path, name, false);
-  } else if (ends_with(name, ".onnx")) {
+    rc = open_lone(ck, path, name, false, NULL);
+  } else if (ends_with(name, ".onnx") || graph) {
     ck->format = CP_FORMAT_ONNX;
-    rc = open_lone(ck, path, name, true);
+    rc = open_lone(ck, path, name, true, graph);
   } else if (ends_with(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;

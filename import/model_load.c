@@ -504,9 +504,10 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
   if (params) op = *params;
   else cp_model_open_params_init(&op);
   assert(!op.share_from || op.stored_dtype);
-  cp_checkpoint *ck = NULL;
+  assert(!op.checkpoint || !op.stored_dtype); /* a stored-dtype model keeps its checkpoint */
+  cp_checkpoint *ck = op.checkpoint;
   cp_model *m = NULL;
-  int rc = cp_checkpoint_open(&ck, path);
+  int rc = ck ? 0 : cp_checkpoint_open(&ck, path);
   if (rc) goto done;
   /* config.json, or a GGUF file's own metadata */
   const char *cfg_path = cp_checkpoint_gguf(ck) || cp_checkpoint_onnx(ck) ? path : cp_checkpoint_config_path(ck);
@@ -555,7 +556,7 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
   m = NULL;
 done:
   cp_model_free(m);
-  cp_checkpoint_free(ck);
+  if (ck != op.checkpoint) cp_checkpoint_free(ck);
   return rc;
 }
 

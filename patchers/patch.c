@@ -289,15 +289,18 @@ static void graph_plan(cp_bake_plan *plan, const cp_patch *patch) {
  * certification of that model and rule on the C engine, the digest, the manifest, the commit. */
 static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *out_dir, const cp_model *original,
                             const cp_patch *patch, const cJSON *calibration, const cp_patch_params *params) {
-  cp_checkpoint *ck = NULL;
+  cp_checkpoint *ck = params->checkpoint; /* taken (patch.h) */
   cp_atomic_dir *ad = NULL;
   cp_folder_result files = {0};
   cJSON *block = NULL, *cert = NULL;
   cp_rule eff;
+  int rc = 0;
   out->patch = *patch;
-  if (params->require_exact || params->shard_size)
-    return cp_error_set(CP_EARG, "%s: --require exact and --shard-size apply to safetensors output, not ONNX", in);
-  int rc = cp_checkpoint_open(&ck, in);
+  if (params->require_exact || params->shard_size) {
+    rc = cp_error_set(CP_EARG, "%s: --require exact and --shard-size apply to safetensors output, not ONNX", in);
+    goto done;
+  }
+  if (!ck) rc = cp_checkpoint_open(&ck, in);
   if (rc || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
   graph_plan(&out->plan, patch);
   cp_model run = *original; /* a view whose RoPE is the patched config's; owns nothing */
@@ -556,10 +559,14 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   cp_patch patch;
   cp_patch_verify_setup vs; /* vs.vp points into vs: not copied */
   bool bad = false;
+  cp_checkpoint *ck = params->checkpoint; /* taken: by patch_write_onnx once it runs */
+  cp_model_open_params op;
+  cp_model_open_params_init(&op);
+  op.checkpoint = params->onnx ? ck : NULL;
   int rc = cp_patch_options_check(&o);
   if (rc) goto bad_options;
   /* The engine reads stored F16/BF16 matrices; the ONNX writer needs float32. */
-  if ((rc = params->onnx ? cp_model_open(&model, in) : cp_model_open_stored(&model, in)) ||
+  if ((rc = params->onnx ? cp_model_open_ex(&model, in, &op) : cp_model_open_stored(&model, in)) ||
       (rc = cp_patch_method_fits(model, o.method)) ||
       (rc = cp_patch_refuse_artifact(model, in)))
     goto done;
@@ -583,6 +590,8 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
     p.thresholds = &vs.th;
     p.tok = tok;
   }
+  if (!params->onnx) cp_checkpoint_free(ck), p.checkpoint = NULL;
+  ck = NULL;
   rc = patch_write(out, in, out_dir, model, &patch, calib, &p);
   goto done;
 bad_options:
@@ -592,5 +601,6 @@ done:
   free(calib_text);
   cp_tokenizer_free(tok);
   cp_model_free(model);
+  cp_checkpoint_free(ck);
   return rc;
 }

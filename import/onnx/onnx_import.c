@@ -482,14 +482,17 @@ static int recover_foreign(cp_onnx_import *im) {
   return no_model(im);
 }
 
-int cp_onnx_import_open(cp_onnx_import **out, const char *path) {
+int cp_onnx_import_open(cp_onnx_import **out, const char *path) { return cp_onnx_import_open_graph(out, path, NULL); }
+
+int cp_onnx_import_open_graph(cp_onnx_import **out, const char *path, const cp_onnx_model *graph) {
   *out = NULL;
   cp_onnx_import *im = calloc(1, sizeof *im);
   cp_hf_config *c = NULL;
   int rc = 0;
   CP_CHECK_ALLOC(im, path);
   CP_CHECK_ALLOC_GOTO(im->path = strdup(path), path);
-  if ((rc = cp_onnx_model_open(&im->om, path, NULL)) < 0) goto done;
+  if (!graph && (rc = cp_onnx_model_open(&im->om_owned, path, NULL)) < 0) goto done;
+  im->om = graph ? graph : im->om_owned;
   const cp_onnx_graph *g = im->om->graph;
   CP_CHECK_ALLOC_GOTO(im->used = calloc(g->n_initializers + 1, sizeof *im->used), path);
   im->ctxpatch = cp_onnx_model_meta(im->om, "ctxpatch.version") != NULL;
@@ -540,7 +543,7 @@ void cp_onnx_import_free(cp_onnx_import *im) {
   free(im->config_source);
   for (size_t i = 0; i < 2 * im->n_prov; i++) free(im->prov[i]);
   free(im->prov);
-  cp_onnx_model_free(im->om);
+  cp_onnx_model_free(im->om_owned);
   cp_onnx_model_free(im->pair);
   free(im->path);
   free(im);

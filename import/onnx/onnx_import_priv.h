@@ -20,7 +20,8 @@ typedef struct {
 
 struct cp_onnx_import {
   char *path;
-  cp_onnx_model *om;
+  const cp_onnx_model *om; /* the graph: om_owned, or the caller's (cp_onnx_import_open_graph) */
+  cp_onnx_model *om_owned;
   cp_onnx_model *pair; /* T5: the export's other graph (import/onnx/onnx_import_t5.c), else NULL */
   bool ctxpatch;      /* own export naming */
   const char *naming; /* "ctxpatch", "hf", "pattern" (plain ops) or "contrib" (onnxruntime's fused ops) */

@@ -330,9 +330,10 @@ static int rewrite_alibi(cp_rw *w, const cp_onnx_site *s, const cp_onnx_alibi_en
   return cp_onnx_edit_set_input(w->e, a->node, a->bias_input, scaled.v);
 }
 
-int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule, const char *out_path,
-                    const cp_onnx_rewrite_params *p) {
+int cp_onnx_rewrite_edit(cp_onnx_edit **out, cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule,
+                         int64_t train_len) {
   memset(rep, 0, sizeof *rep);
+  *out = NULL;
   cp_onnx_site *s = NULL;
   size_t n = 0;
   cp_onnx_edit *e = NULL;
@@ -363,7 +364,7 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
     }
   /* The sites are the layers of one decoder-only stack: per-layer lists must have their count. */
   /* the model's training length (the caller's, when it knows one); the rule's overrides it */
-  cp_rule_model rm = {false, 0, (int)n, p && p->train_len > 0 ? p->train_len : 0, any_slopes, false, !any_slopes, NULL};
+  cp_rule_model rm = {false, 0, (int)n, train_len > 0 ? train_len : 0, any_slopes, false, !any_slopes, NULL};
   if (n > CP_RULE_MAX_LAYERS) {
     rc = cp_error_set(CP_EONNX_SITE, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
     goto done;
@@ -407,8 +408,8 @@ int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const c
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.rule", rule_json)) < 0 ||
       (rc = cp_onnx_edit_set_meta(e, "ctxpatch.fidelity", "graph-rewrite")) < 0)
     goto done;
-  for (size_t k = 0; p && k < p->n_meta && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, p->meta_keys[k], p->meta_values[k]);
-  if (rc == 0 && out_path) rc = cp_onnx_edit_write_digested(NULL, e, out_path);
+  *out = e;
+  e = NULL;
 done:
   free(meta_rule);
   free(entry);
@@ -416,5 +417,16 @@ done:
   free(rule_json);
   cp_onnx_edit_free(e);
   free(s);
+  return rc;
+}
+
+int cp_onnx_rewrite(cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule, const char *out_path,
+                    const cp_onnx_rewrite_params *p) {
+  cp_onnx_edit *e = NULL;
+  int rc = cp_onnx_rewrite_edit(&e, rep, m, rule, p ? p->train_len : 0);
+  for (size_t k = 0; p && k < p->n_meta && rc == 0; k++)
+    rc = cp_onnx_edit_set_meta(e, p->meta_keys[k], p->meta_values[k]);
+  if (rc == 0 && out_path) rc = cp_onnx_edit_write_digested(NULL, e, out_path);
+  cp_onnx_edit_free(e);
   return rc;
 }

@@ -65,6 +65,7 @@
 #include <stdint.h>
 
 #include "ctxpatch/model/rule.h"
+#include "ctxpatch/formats/onnx_edit.h"
 #include "ctxpatch/formats/onnx_graph.h"
 
 typedef enum { CP_ONNX_SITE_SOFTMAX, CP_ONNX_SITE_CONTRIB } cp_onnx_site_kind;
@@ -95,6 +96,14 @@ typedef struct {
   size_t n_softmax, n_contrib; /* sites rewritten */
   size_t n_nodes_added, n_nodes_changed, n_initializers_added, n_initializers_changed;
 } cp_onnx_rewrite_report;
+
+/* cp_onnx_rewrite's work but the writing: every check and the edit of the model at m->path under
+ * `rule` in memory, the rewrite's own metadata_props set (train_len as params->train_len). *out
+ * (the caller's, cp_onnx_edit_free) takes the caller's entries (cp_onnx_edit_set_meta) and is
+ * written with cp_onnx_edit_write_digested: a caller that checks before a long step and writes
+ * after it edits once. */
+int cp_onnx_rewrite_edit(cp_onnx_edit **out, cp_onnx_rewrite_report *rep, const cp_onnx_model *m, const cp_rule *rule,
+                         int64_t train_len);
 
 /* Rewrites the model at m->path under `rule` into out_path (atomic; NULL: a dry run that makes
  * every check and the edit in memory, writing nothing). p may be NULL. */

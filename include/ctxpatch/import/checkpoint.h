@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "ctxpatch/formats/gguf.h"
+#include "ctxpatch/formats/onnx_graph.h"
 #include "ctxpatch/formats/tensor.h"
 
 typedef enum {
@@ -32,6 +33,10 @@ typedef struct cp_onnx_import cp_onnx_import;
 
 /* `path`: a weights file or a checkpoint folder. */
 int cp_checkpoint_open(cp_checkpoint **out, const char *path);
+/* cp_checkpoint_open of the ONNX file (not folder) `path` already read as `graph`
+ * (cp_onnx_model_open; NULL: as cp_checkpoint_open), which the recovery reads instead of the file:
+ * borrowed, it must outlive *out. */
+int cp_checkpoint_open_onnx(cp_checkpoint **out, const char *path, const cp_onnx_model *graph);
 void cp_checkpoint_free(cp_checkpoint *ck);
 
 cp_format cp_checkpoint_format(const cp_checkpoint *ck);

@@ -170,6 +170,9 @@ typedef struct {
    * dtype, shape and bytes (compared, chunk by chunk, at open): the patched side of a
    * certification then costs only what the bake changed. NULL: none. */
   const struct cp_model *share_from;
+  /* `path` already opened (borrowed; without stored_dtype): the model is read from it instead of
+   * opening path again (`patch IN.onnx OUT.onnx` reads the graph once). NULL: opened here. */
+  struct cp_checkpoint *checkpoint;
 } cp_model_open_params;
 
 void cp_model_open_params_init(cp_model_open_params *p);

@@ -58,6 +58,7 @@
 
 #include <stddef.h>
 
+#include "ctxpatch/formats/onnx_graph.h"
 #include "ctxpatch/model/hf_config.h"
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/formats/tensor.h"
@@ -70,6 +71,9 @@ typedef struct cp_onnx_import cp_onnx_import;
 /* Reads the graph at `path` (a .onnx file; for a T5 export either of its two graphs) and recovers
  * its tensors and config. *out is the caller's (cp_onnx_import_free). */
 int cp_onnx_import_open(cp_onnx_import **out, const char *path);
+/* cp_onnx_import_open on `graph`, the file at `path` already read (cp_onnx_model_open), so that a
+ * caller that also edits the graph reads it once. Borrowed: it must outlive *out. */
+int cp_onnx_import_open_graph(cp_onnx_import **out, const char *path, const cp_onnx_model *graph);
 void cp_onnx_import_free(cp_onnx_import *im);
 
 /* "ctxpatch" (own export), "hf" (Hugging Face names), "pattern" (plain-op graph recovered by its

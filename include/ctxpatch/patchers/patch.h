@@ -184,6 +184,10 @@ typedef struct {
    * CP_PATCH_SCREEN_PROMPTS prompts each, same seed), plus ppl when verify has a corpus. The
    * screening is in the outcome and in the certificate's probes.selection. */
   bool default_probes;
+  /* cp_patch_run with onnx: IN already opened (cp_checkpoint_open_onnx), read instead of opening
+   * IN again; cp_patch_run takes it (freed once the artifact no longer needs it, also on error).
+   * NULL: opened from IN (always so for cp_patch_write). */
+  cp_checkpoint *checkpoint;
 } cp_patch_params;
 
 /* The default probe set's floor (accuracy of the original at its training length) and the

@@ -1,0 +1,250 @@
+/* Floor: patchers. `ctxpatch patch IN.onnx OUT.onnx` as one library call
+ * (ctxpatch/patchers/patch_onnx.h): the graph read once (the rewriter's edit and the recovered
+ * model both come from it), edited once, certified through cp_patch_run, written with the
+ * certificate held in memory. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/base/alloc.h"
+#include "ctxpatch/base/error.h"
+#include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/onnx_digest.h"
+#include "ctxpatch/import/checkpoint.h"
+#include "ctxpatch/import/gguf_model.h"
+#include "ctxpatch/patchers/patch_onnx.h"
+
+/* Paths as long as realpath's. */
+#define PO_PATH_MAX PATH_MAX
+
+void cp_patch_onnx_result_free(cp_patch_onnx_result *r) {
+  if (!r) return;
+  cp_patch_outcome_free(&r->outcome);
+  memset(r, 0, sizeof *r);
+}
+
+static bool is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The folder of a path (".": none), in buf[PO_PATH_MAX]. */
+static const char *folder_of(char buf[PO_PATH_MAX], const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return strcpy(buf, ".");
+  size_t n = (size_t)(slash - path) + (slash == path);
+  if (n >= PO_PATH_MAX) n = PO_PATH_MAX - 1;
+  memcpy(buf, path, n), buf[n] = 0;
+  return buf;
+}
+
+/* The tokenizer.json beside the graph or in its parent folder (the onnx/ layout), in buf, or NULL. */
+static const char *tokenizer_beside(char buf[PO_PATH_MAX], const char *model) {
+  char dir[PO_PATH_MAX];
+  const char *d = folder_of(dir, model);
+  if (snprintf(buf, PO_PATH_MAX, "%s/tokenizer.json", d) < PO_PATH_MAX && is_file(buf)) return buf;
+  if (snprintf(buf, PO_PATH_MAX, "%s/../tokenizer.json", d) < PO_PATH_MAX && is_file(buf)) return buf;
+  return NULL;
+}
+
+/* Each external data file of m, copied (atomically) into OUT's folder unless it is the same
+ * folder; an existing file of that name is replaced only when its bytes differ and `force`. */
+static int place_data_files(const cp_onnx_model *m, const char *out, bool force) {
+  char din[PO_PATH_MAX], dout[PO_PATH_MAX], rin[PO_PATH_MAX], rout[PO_PATH_MAX];
+  folder_of(din, m->path), folder_of(dout, out);
+  if (!realpath(din, rin) || !realpath(dout, rout))
+    return cp_error_set(CP_EIO, "%s: cannot resolve the output folder", out);
+  if (!strcmp(rin, rout) || m->n_data_files == 0) return 0;
+  for (size_t k = 0; k < m->n_data_files; k++) {
+    const char *loc = m->data_files[k];
+    char src[PO_PATH_MAX], dst[PO_PATH_MAX], hs[65], hd[65];
+    if (strchr(loc, '/'))
+      return cp_error_set(CP_EONNX_EXTERNAL, "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
+                          "the folder first", m->path, loc);
+    if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PO_PATH_MAX ||
+        snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
+      return cp_error_set(CP_EARG, "%s: path too long", loc);
+    if (is_file(dst)) {
+      int rc = cp_sha256_file(hs, src);
+      if (rc == 0) rc = cp_sha256_file(hd, dst);
+      if (rc < 0) return rc;
+      if (!strcmp(hs, hd)) continue;
+      if (!force) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s (--force replaces it)", dst, src);
+    }
+    int rc = cp_copy_file_atomic(NULL, dst, src, SIZE_MAX);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* An existing OUT is replaced only with `replace`. */
+static int check_out(const char *out, bool replace) {
+  cp_output kind;
+  int rc = cp_output_kind(&kind, out, 0);
+  if (rc < 0) return rc;
+  if (kind == CP_OUTPUT_REPLACE && !replace) return cp_error_set(CP_EEXIST, "%s: exists (--force replaces it)", out);
+  return 0;
+}
+
+/* The training length the certificate's engine run used (its model.train_len), or 0. */
+static int64_t cert_train_len(const char *text) {
+  cJSON *c = cJSON_Parse(text);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "model"), "train_len");
+  /* as the CLI bounds a length (CLI_MAX_TOKENS) */
+  bool ok = cJSON_IsNumber(t) && t->valuedouble >= 1 && t->valuedouble <= (double)(1ll << 20);
+  int64_t v = ok ? (int64_t)t->valuedouble : 0;
+  cJSON_Delete(c);
+  return v;
+}
+
+/* Whether the edit made under `a` (train_len 0) is the one `b` with train_len would make: the
+ * same rule, and no runtime ALiBi taking the training length from outside the rule. */
+static int same_edit(bool *same, const cp_rule *a, const cp_rule *b) {
+  char *sa = cp_rule_to_string(a), *sb = cp_rule_to_string(b);
+  int rc = sa && sb ? 0 : cp_error_set(CP_ENOMEM, "rule: out of memory");
+  bool runtime = b->alibi_mode == CP_ALIBI_DYNAMIC || b->alibi_mode == CP_ALIBI_PROGRESSIVE;
+  *same = rc == 0 && !strcmp(sa, sb) && (!runtime || b->train_len > 0);
+  free(sa);
+  free(sb);
+  return rc;
+}
+
+/* The edit `e` with the certificate entries (sha256 NULL: uncertified) into OUT, external data first. */
+static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out, const char *sha256, const char *text,
+                       bool force) {
+  bool cert = sha256 != NULL;
+  const char *keys[] = {"ctxpatch.certified", "ctxpatch.certificate_sha256", "ctxpatch.certificate"};
+  const char *values[] = {cert ? "true" : "false", cert ? sha256 : "", cert && text ? text : ""};
+  int rc = place_data_files(m, out, force);
+  for (size_t k = 0; k < (cert ? 3u : 2u) && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, keys[k], values[k]);
+  return rc ? rc : cp_onnx_edit_write_digested(NULL, e, out);
+}
+
+/* The refusal of a graph whose model cannot be recovered, the reason being the error just set. */
+static int no_description(const char *model) {
+  char why[300];
+  snprintf(why, sizeof why, "%s", cp_error_message());
+  return cp_error_set(CP_EONNX_RECOVER, "%s: no model description can be recovered from this graph (%s), so no "
+                      "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
+}
+
+/* The model `graph` describes, recovered from it as a checkpoint (*ck, the caller's) that can be
+ * certified: not one graph of a T5 pair. */
+static int recover(cp_checkpoint **ck, const char *model, const cp_onnx_model *graph) {
+  cp_hf_config *cfg = NULL;
+  int rc = cp_checkpoint_open_onnx(ck, model, graph);
+  if (rc == 0) rc = cp_checkpoint_config(&cfg, *ck, model);
+  bool t5 = rc == 0 && cfg->family == CP_FAMILY_T5;
+  cp_hf_config_free(cfg);
+  if (rc < 0) rc = no_description(model);
+  /* The model read back is both graphs of the export: a certificate of it would not be this graph's. */
+  else if (t5)
+    rc = cp_error_set(CP_EONNX_RECOVER, "%s: one graph of a T5 export (encoder_model.onnx + "
+                      "decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is "
+                      "rewritten; --no-verify writes the rewritten graph uncertified", model);
+  if (rc < 0) cp_checkpoint_free(*ck), *ck = NULL;
+  return rc;
+}
+
+/* The certification of the model `ck` holds (taken): cp_patch_run --to onnx into the hidden
+ * folder OUT.ctxpatch-certify (its certificate lists that artifact's files), removed afterwards
+ * whatever the verdict. */
+static int certify(cp_patch_outcome *oc, const char *model, cp_checkpoint *ck, const char *out_path,
+                   const cp_patch_onnx_params *p) {
+  char tmp_target[PO_PATH_MAX], cert_dir[PO_PATH_MAX], tok[PO_PATH_MAX];
+  cp_atomic_dir *d = NULL;
+  int rc = 0;
+  if (snprintf(tmp_target, sizeof tmp_target, "%s.ctxpatch-certify", out_path) >= (int)sizeof tmp_target) {
+    rc = cp_error_set(CP_EARG, "%s: path too long", out_path);
+    goto done;
+  }
+  if ((rc = cp_atomic_dir_open(&d, tmp_target, 0)) < 0) goto done;
+  if (p->patch->on_tmp_dir) p->patch->on_tmp_dir(p->patch->on_tmp_ctx, cp_atomic_dir_path(d));
+  if (snprintf(cert_dir, sizeof cert_dir, "%s/cert", cp_atomic_dir_path(d)) >= (int)sizeof cert_dir) {
+    rc = cp_error_set(CP_EARG, "%s: path too long", out_path);
+    goto done;
+  }
+  cp_onnx_export_params ep; /* certified as `patch --to onnx` certifies: the C engine under the whole rule */
+  cp_onnx_export_params_init(&ep);
+  cp_patch_params pp = *p->patch;
+  pp.replace = false;
+  pp.onnx = &ep;
+  pp.checkpoint = ck;
+  ck = NULL; /* cp_patch_run's now */
+  if (!pp.tokenizer_path) pp.tokenizer_path = tokenizer_beside(tok, model);
+  if ((rc = cp_patch_run(oc, model, cert_dir, p->options, &pp)) < 0 && rc == CP_ETOK_MISSING) {
+    /* A recovered third-party graph usually comes without its tokenizer: say what to do. */
+    char why[400];
+    snprintf(why, sizeof why, "%s", cp_error_message());
+    rc = cp_error_set(rc, "%s; the probes need it to certify, --no-verify writes the rewritten graph uncertified", why);
+  }
+  /* The folder was committed inside the hidden one: nothing of it is read back. */
+  oc->written = false;
+done:
+  cp_checkpoint_free(ck);
+  cp_atomic_dir_abort(d);
+  return rc;
+}
+
+int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_path, const cp_patch_onnx_params *p) {
+  memset(out, 0, sizeof *out);
+  cp_onnx_model *m = NULL;
+  cp_checkpoint *ck = NULL;
+  cp_onnx_edit *e = NULL;
+  char *cert_text = NULL;
+  bool verify = p->patch->verify != NULL, force = p->patch->replace;
+  int rc = 0;
+  if (!verify && !p->rule) return cp_error_set(CP_EARG, "%s: an uncertified rewrite needs the rule", in);
+  /* The graph is read once: the rewriter edits it, the certification recovers the model from it,
+   * and what is certified is what is rewritten. Without a rule the recovery comes first and says
+   * why a graph cannot be read. */
+  if ((rc = cp_onnx_model_open(&m, in, NULL)) < 0) {
+    if (verify && !p->rule) rc = no_description(in);
+    goto done;
+  }
+  /* Every refusal of the rewriter before any model runs. */
+  if (p->rule &&
+      ((rc = check_out(out_path, force)) < 0 || (rc = cp_onnx_rewrite_edit(&e, &out->rewrite, m, p->rule, 0)) < 0))
+    goto done;
+  if (!verify) {
+    out->outcome.pass = true;
+    if ((rc = write_graph(e, m, out_path, NULL, NULL, force)) < 0) goto done;
+    out->outcome.written = true;
+    goto done;
+  }
+  if ((rc = recover(&ck, in, m)) < 0) goto done;
+  rc = certify(&out->outcome, in, ck, out_path, p);
+  ck = NULL; /* taken */
+  if (rc < 0 || !out->outcome.pass) goto done;
+  /* The certificate.json text the digest covers: the JSON and its newline. */
+  const char *cj = out->outcome.certificate_json;
+  if (!cj) { /* a passing verdict always has one */
+    rc = cp_error_set(CP_EARG, "%s: the certification kept no certificate", in);
+    goto fail;
+  }
+  CP_CHECK_ALLOC_GOTO(cert_text = malloc(strlen(cj) + 2), in);
+  strcat(strcpy(cert_text, cj), "\n");
+  const cp_rule *rule = &out->outcome.patch.rule;
+  bool same = false;
+  if ((rc = check_out(out_path, force)) < 0 || (e && (rc = same_edit(&same, p->rule, rule)) < 0)) goto fail;
+  if (!same) {
+    cp_onnx_edit_free(e);
+    e = NULL;
+    if ((rc = cp_onnx_rewrite_edit(&e, &out->rewrite, m, rule, cert_train_len(cj))) < 0) goto fail;
+  }
+  if ((rc = write_graph(e, m, out_path, out->outcome.certificate_sha256, cert_text, force)) < 0) goto fail;
+  out->outcome.written = out->certified = true;
+  goto done;
+fail:
+  out->outcome.pass = false;
+done:
+  free(cert_text);
+  cp_onnx_edit_free(e);
+  cp_checkpoint_free(ck);
+  cp_onnx_model_free(m);
+  return rc;
+}
