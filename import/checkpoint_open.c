@@ -19,9 +19,17 @@
 
 /* Files a conversion carries over beside the weights. */
 static const char *const aux_names[] = {
-    "added_tokens.json",     "config.json",     "generation_config.json", "merges.txt",
-    "special_tokens_map.json", "spiece.model",  "tokenizer.json",         "tokenizer.model",
-    "tokenizer_config.json", "vocab.json",      "vocab.txt",
+    "added_tokens.json",
+    "config.json",
+    "generation_config.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "spiece.model",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
 };
 
 /* ------------------------------------------------------------ one ops table per format */
@@ -39,7 +47,9 @@ static const cp_ckpt_ops k_safetensors = {st_count, st_tensor, NULL, st_fd, NULL
 
 static size_t pt_count(const void *f) { return cp_pt_count(f); }
 static const cp_tensor *pt_tensor(const void *f, size_t i) { return cp_pt_tensor(f, i); }
-static int pt_read(void *f, size_t i, uint64_t offset, void *buf, size_t len) { return cp_pt_read(f, i, offset, buf, len); }
+static int pt_read(void *f, size_t i, uint64_t offset, void *buf, size_t len) {
+  return cp_pt_read(f, i, offset, buf, len);
+}
 static int pt_fd(uint64_t *offset, const void *f, size_t i, const cp_tensor *view) {
   (void)view;
   if (cp_pt_fd(f) < 0 || cp_pt_tensor_file_offset(f, i) < 0) return -1;
@@ -131,7 +141,6 @@ done:
 
 static int open_lone(cp_checkpoint *ck, const char *path, const char *name, bool onnx, const cp_onnx_model *graph);
 
-
 /* GGUF starts with "GGUF"; a .gguf name that does not is left to the GGUF reader to refuse. */
 static bool looks_like_gguf(const char *path) {
   unsigned char magic[4] = {0};
@@ -161,8 +170,8 @@ static int check_index(cp_checkpoint *ck, const cp_st_index *idx, const char *in
       return cp_error_set(CP_ECKPT_INDEX, "%s: weight_map entry '%s': no such tensor in %s", index_name, name,
                           cp_st_index_file(idx, i));
     if (cp_st_index_file_of(idx, i) != ck->entries[e].shard)
-      return cp_error_set(CP_ECKPT_INDEX, "%s: weight_map entry '%s' names %s but the tensor is in %s",
-                          index_name, name, cp_st_index_file(idx, i), ck->shards[ck->entries[e].shard].name);
+      return cp_error_set(CP_ECKPT_INDEX, "%s: weight_map entry '%s' names %s but the tensor is in %s", index_name,
+                          name, cp_st_index_file(idx, i), ck->shards[ck->entries[e].shard].name);
   }
   if (cp_st_index_count(idx) != ck->n_entries)
     return cp_error_set(CP_ECKPT_INDEX, "%s: weight_map lists %zu tensors but the shards hold %zu", index_name,
@@ -210,8 +219,7 @@ static int find_lone_weight_file(char **out, bool *pytorch, const char *dir) {
     bool pt = ends_with(e->d_name, ".bin") || ends_with(e->d_name, ".pt") || ends_with(e->d_name, ".pth");
     if (!st && !pt) continue;
     if (*out) {
-      rc = cp_error_set(CP_ECKPT_AMBIGUOUS, "%s: several weight files (%s, %s) and no index", dir, *out,
-                        e->d_name);
+      rc = cp_error_set(CP_ECKPT_AMBIGUOUS, "%s: several weight files (%s, %s) and no index", dir, *out, e->d_name);
       break;
     }
     CP_CHECK_ALLOC_GOTO(*out = strdup(e->d_name), dir);
@@ -286,8 +294,7 @@ static int collect_aux(cp_checkpoint *ck) {
       goto done;
     }
     if (!found) continue;
-    if (!strcmp(aux_names[k], "config.json"))
-      CP_CHECK_ALLOC_GOTO(ck->config_path = strdup(path), ck->dir);
+    if (!strcmp(aux_names[k], "config.json")) CP_CHECK_ALLOC_GOTO(ck->config_path = strdup(path), ck->dir);
     CP_CHECK_ALLOC_GOTO(ck->aux[ck->n_aux] = strdup(aux_names[k]), ck->dir);
     ck->n_aux++;
   }
@@ -344,4 +351,3 @@ done:
   *out = ck;
   return 0;
 }
-

@@ -4,24 +4,26 @@
 
 int cp_layer_run(const cp_layer_ops *ops, void *ctx, cp_residual layout, bool cross) {
   int rc;
-  if ((rc = ops->norm(ctx, CP_LAYER_NORM_ATTN, CP_SLOT_H, CP_SLOT_X)) || (rc = ops->attn(ctx, false, CP_SLOT_T, CP_SLOT_H)))
+  if ((rc = ops->norm(ctx, CP_LAYER_NORM_ATTN, CP_SLOT_H, CP_SLOT_X)) ||
+      (rc = ops->attn(ctx, false, CP_SLOT_T, CP_SLOT_H)))
     return rc;
   switch (layout) {
-  case CP_RESIDUAL_PARALLEL: /* both modules read the layer's input */
-    if ((rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) || (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T)))
-      return rc;
-    return ops->ffn_add(ctx, CP_SLOT_X, CP_SLOT_H);
-  case CP_RESIDUAL_FROM_NORM:
-    if ((rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_H, CP_SLOT_T)) || (rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) ||
-        (rc = ops->copy(ctx, CP_SLOT_X, CP_SLOT_H)))
-      return rc;
-    return ops->ffn_add(ctx, CP_SLOT_X, CP_SLOT_H);
-  case CP_RESIDUAL_PRE_NORM:
-    break;
+    case CP_RESIDUAL_PARALLEL: /* both modules read the layer's input */
+      if ((rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) ||
+          (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T)))
+        return rc;
+      return ops->ffn_add(ctx, CP_SLOT_X, CP_SLOT_H);
+    case CP_RESIDUAL_FROM_NORM:
+      if ((rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_H, CP_SLOT_T)) ||
+          (rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) || (rc = ops->copy(ctx, CP_SLOT_X, CP_SLOT_H)))
+        return rc;
+      return ops->ffn_add(ctx, CP_SLOT_X, CP_SLOT_H);
+    case CP_RESIDUAL_PRE_NORM: break;
   }
   if ((rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T))) return rc;
-  if (cross && ((rc = ops->norm(ctx, CP_LAYER_NORM_CROSS, CP_SLOT_H, CP_SLOT_X)) ||
-                (rc = ops->attn(ctx, true, CP_SLOT_T, CP_SLOT_H)) || (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T))))
+  if (cross &&
+      ((rc = ops->norm(ctx, CP_LAYER_NORM_CROSS, CP_SLOT_H, CP_SLOT_X)) ||
+       (rc = ops->attn(ctx, true, CP_SLOT_T, CP_SLOT_H)) || (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T))))
     return rc;
   if ((rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X))) return rc;
   return ops->ffn_add(ctx, CP_SLOT_X, CP_SLOT_H);

@@ -11,8 +11,8 @@
 
 typedef struct {
   cp_tensor_role role;
-  int stack;     /* cp_stack_kind, or ANY */
-  cp_when when;  /* CP_WHEN_ALWAYS, or FIRE's CP_WHEN_SHARED / CP_WHEN_PER_LAYER */
+  int stack;    /* cp_stack_kind, or ANY */
+  cp_when when; /* CP_WHEN_ALWAYS, or FIRE's CP_WHEN_SHARED / CP_WHEN_PER_LAYER */
   const char *name;
 } onnx_row;
 
@@ -41,18 +41,19 @@ static const onnx_row k_decoder[] = {
 };
 
 /* export/onnx/onnx_t5.c: each stack's tensors under "encoder." / "decoder.". */
-#define T5_STACK(s, st)                                                   \
-  {CP_ROLE_ATTN_NORM, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.norm"},  \
-  {CP_ROLE_Q, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.q"},             \
-  {CP_ROLE_K, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.k"},             \
-  {CP_ROLE_V, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.v"},             \
-  {CP_ROLE_O, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.o"},             \
-  {CP_ROLE_FFN_NORM, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.norm"},         \
-  {CP_ROLE_GATE, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.gate"},             \
-  {CP_ROLE_UP, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.up"},                 \
-  {CP_ROLE_DOWN, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.down"},             \
-  {CP_ROLE_FINAL_NORM, st, CP_WHEN_ALWAYS, s ".final.norm"},              \
-  {CP_ROLE_REL_BIAS, st, CP_WHEN_ALWAYS, s ".relative_attention_bias"}
+#define T5_STACK(s, st)                                                  \
+  {CP_ROLE_ATTN_NORM, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.norm"}, \
+      {CP_ROLE_Q, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.q"},        \
+      {CP_ROLE_K, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.k"},        \
+      {CP_ROLE_V, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.v"},        \
+      {CP_ROLE_O, st, CP_WHEN_ALWAYS, s ".block.%d.self_attn.o"},        \
+      {CP_ROLE_FFN_NORM, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.norm"},    \
+      {CP_ROLE_GATE, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.gate"},        \
+      {CP_ROLE_UP, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.up"},            \
+      {CP_ROLE_DOWN, st, CP_WHEN_ALWAYS, s ".block.%d.mlp.down"},        \
+      {CP_ROLE_FINAL_NORM, st, CP_WHEN_ALWAYS, s ".final.norm"}, {       \
+    CP_ROLE_REL_BIAS, st, CP_WHEN_ALWAYS, s ".relative_attention_bias"   \
+  }
 
 static const onnx_row k_t5[] = {
     {CP_ROLE_EMBED, ANY, CP_WHEN_ALWAYS, "shared"},

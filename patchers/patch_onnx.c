@@ -63,8 +63,10 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
     const char *loc = m->data_files[k];
     char src[PO_PATH_MAX], dst[PO_PATH_MAX], hs[65], hd[65];
     if (strchr(loc, '/'))
-      return cp_error_set(CP_EONNX_EXTERNAL, "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
-                          "the folder first", m->path, loc);
+      return cp_error_set(CP_EONNX_EXTERNAL,
+                          "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
+                          "the folder first",
+                          m->path, loc);
     if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PO_PATH_MAX ||
         snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
       return cp_error_set(CP_EARG, "%s: path too long", loc);
@@ -128,8 +130,10 @@ static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out,
 static int no_description(const char *model) {
   char why[300];
   snprintf(why, sizeof why, "%s", cp_error_message());
-  return cp_error_set(CP_EONNX_RECOVER, "%s: no model description can be recovered from this graph (%s), so no "
-                      "certificate can be produced; --no-verify writes the rewritten graph uncertified", model, why);
+  return cp_error_set(CP_EONNX_RECOVER,
+                      "%s: no model description can be recovered from this graph (%s), so no "
+                      "certificate can be produced; --no-verify writes the rewritten graph uncertified",
+                      model, why);
 }
 
 /* The model `graph` describes, recovered from it as a checkpoint (*ck, the caller's) that can be
@@ -143,9 +147,11 @@ static int recover(cp_checkpoint **ck, const char *model, const cp_onnx_model *g
   if (rc < 0) rc = no_description(model);
   /* The model read back is both graphs of the export: a certificate of it would not be this graph's. */
   else if (t5)
-    rc = cp_error_set(CP_EONNX_RECOVER, "%s: one graph of a T5 export (encoder_model.onnx + "
+    rc = cp_error_set(CP_EONNX_RECOVER,
+                      "%s: one graph of a T5 export (encoder_model.onnx + "
                       "decoder_model_merged.onnx): the model it certifies is both graphs, and only this one is "
-                      "rewritten; --no-verify writes the rewritten graph uncertified", model);
+                      "rewritten; --no-verify writes the rewritten graph uncertified",
+                      model);
   if (rc < 0) cp_checkpoint_free(*ck), *ck = NULL;
   return rc;
 }

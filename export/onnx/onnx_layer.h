@@ -16,7 +16,7 @@ typedef struct {
 } cp_og_layer;
 
 int cp_og_layer_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b); /* an Add node */
-int cp_og_layer_copy(void *ctx, cp_slot dst, cp_slot src);          /* no node: the name */
+int cp_og_layer_copy(void *ctx, cp_slot dst, cp_slot src);         /* no node: the name */
 /* The feed-forward block of layer `layer` of `stack` (its weights named by the ONNX name table) on
  * src, added to dst. */
 int cp_og_layer_ffn_add(cp_og_layer *c, cp_slot dst, cp_slot src, cp_stack_kind stack, int layer);

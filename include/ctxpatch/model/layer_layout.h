@@ -26,9 +26,9 @@ typedef enum {
 typedef struct {
   int (*norm)(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src);
   int (*attn)(void *ctx, bool cross, cp_slot dst, cp_slot src); /* self- or cross-attention of src */
-  int (*add)(void *ctx, cp_slot dst, cp_slot a, cp_slot b);      /* dst = a + b */
+  int (*add)(void *ctx, cp_slot dst, cp_slot a, cp_slot b);     /* dst = a + b */
   int (*copy)(void *ctx, cp_slot dst, cp_slot src);
-  int (*ffn_add)(void *ctx, cp_slot dst, cp_slot src);           /* dst += ffn(src) */
+  int (*ffn_add)(void *ctx, cp_slot dst, cp_slot src); /* dst += ffn(src) */
 } cp_layer_ops;
 
 /* Runs one layer in `layout` (with a cross-attention after the self-attention when `cross`; only
