@@ -4,7 +4,8 @@
 # nonzero exit, the expected code on one line naming the tokenizer.json (and the token or merge),
 # nothing written in the output folder. A CP_OK case: the GGUF is written and its own reader reads
 # the vocabulary back (`tokenize` on it). Before the fix the writer wrote 2000-byte, empty and
-# repeated tokens that `tokenize` on the GGUF then refused, and cut a token at its NUL byte.
+# repeated tokens that `tokenize` on the GGUF then refused, and cut a token at its NUL byte. Then a
+# GGUF whose block_count is below its layers (#33).
 set -uo pipefail
 bin=$CTXPATCH_BIN
 dir=$CTXPATCH_HOSTILE/gguf_vocab
@@ -30,5 +31,27 @@ while IFS=$'\t' read -r name want; do
     failed=$((failed+1)); echo "FAIL: $name: rc $rc (want $want, nothing written): $msg; written: $(ls -A "$out")"
   fi
 done <"$dir/expected.tsv"
+
+# The vocab_ok GGUF (2 layers) with llama.block_count cut to 1: refused naming the key and a tensor
+# of the dropped layer (it ran on the first layer without a word), exit 1, nothing written.
+"$CTXPATCH_PYTHON" - "$work/vocab_ok/model.gguf" "$work/short.gguf" <<'PY' || { failed=$((failed+1)); echo "FAIL: short"; }
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+k = b"llama.block_count"
+i = b.index(k) + len(k)
+assert struct.unpack_from("<II", b, i) == (4, 2)  # u32 2
+struct.pack_into("<I", b, i + 4, 1)
+open(sys.argv[2], "wb").write(b)
+PY
+for cmd in inspect forward patch; do
+  args=(); case $cmd in forward) args=(--ids 1,2 --generate 2);; patch) args=("$work/short_out" --method rope-pi --factor 2 --no-verify);; esac
+  "$bin" $cmd "$work/short.gguf" "${args[@]}" >/dev/null 2>"$work/err"; rc=$?
+  if [ $rc = 1 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && [ ! -e "$work/short_out" ] &&
+     grep -q "CP_EGGUF_KEY: .*short.gguf: key 'llama.block_count' is 1, but tensor 'blk.1\..*' is of layer 1" "$work/err"; then
+    passed=$((passed+1)); echo "ok   block_count short, $cmd"
+  else
+    failed=$((failed+1)); echo "FAIL: block_count short, $cmd: rc $rc: $(head -c 300 "$work/err")"
+  fi
+done
 echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$passed" -ge 9 ]
+[ "$failed" -eq 0 ] && [ "$passed" -ge 12 ]

@@ -12,7 +12,7 @@ import os
 import struct
 
 BPE_MAX_TOKEN_BYTES = 1024  # include/ctxpatch/tokenizers/tokenizer.h (keep in step)
-V, D, F = 16, 8, 16
+V, D, F, LAYERS = 16, 8, 16, 2
 
 
 def safetensors(shapes):
@@ -33,16 +33,16 @@ def safetensors(shapes):
 
 def tiny_llama(folder):
     os.makedirs(folder)
-    p = "model.layers.0."
     shapes = [("model.embed_tokens.weight", (V, D)), ("model.norm.weight", (D,)), ("lm_head.weight", (V, D))]
-    shapes += [(p + n + ".weight", s) for n, s in [
-        ("self_attn.q_proj", (D, D)), ("self_attn.k_proj", (D, D)), ("self_attn.v_proj", (D, D)),
-        ("self_attn.o_proj", (D, D)), ("mlp.gate_proj", (F, D)), ("mlp.up_proj", (F, D)),
-        ("mlp.down_proj", (D, F)), ("input_layernorm", (D,)), ("post_attention_layernorm", (D,))]]
+    for layer in range(LAYERS):
+        shapes += [(f"model.layers.{layer}.{n}.weight", s) for n, s in [
+            ("self_attn.q_proj", (D, D)), ("self_attn.k_proj", (D, D)), ("self_attn.v_proj", (D, D)),
+            ("self_attn.o_proj", (D, D)), ("mlp.gate_proj", (F, D)), ("mlp.up_proj", (F, D)),
+            ("mlp.down_proj", (D, F)), ("input_layernorm", (D,)), ("post_attention_layernorm", (D,))]]
     with open(os.path.join(folder, "model.safetensors"), "wb") as f:
         f.write(safetensors(shapes))
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
-           "intermediate_size": F, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "intermediate_size": F, "num_hidden_layers": LAYERS, "num_attention_heads": 2, "num_key_value_heads": 2,
            "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
            "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0}
     with open(os.path.join(folder, "config.json"), "w") as f:
