@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -94,6 +95,23 @@ static char *temp_template(const char *path) {
   free(parent);
   free(copy);
   return tmp;
+}
+
+int cp_atomic_name_check(const char *path) {
+  char *tmp = temp_template(path), *copy = strdup(path);
+  int rc = 0;
+  if (!tmp || !copy) {
+    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  } else {
+    size_t base = strlen(basename(copy)), n = strlen(strrchr(tmp, '/') + 1);
+    if (n > NAME_MAX)
+      rc = cp_error_set(CP_EARG, "%s: a name of %zu bytes: its temporary beside it (%zu bytes) would pass the %d-byte "
+                        "limit on a file name; at most %zu bytes here", path, base, n, NAME_MAX,
+                        base + NAME_MAX > n ? base + NAME_MAX - n : 0);
+  }
+  free(tmp);
+  free(copy);
+  return rc;
 }
 
 static int remove_tree(const char *path);

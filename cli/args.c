@@ -234,6 +234,11 @@ int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs,
   return 0;
 }
 
+int cli_check_output_name(const char *cmd, const char *out) {
+  if (cp_atomic_name_check(out) < 0) return cli_usage_error(cmd, "%s", cp_error_message());
+  return CLI_OK;
+}
+
 bool cli_parse_onnx_dtype(cp_dtype *out, const char *text) {
   if (!text || !strcmp(text, "fp32")) *out = CP_F32;
   else if (!strcmp(text, "fp16")) *out = CP_F16;

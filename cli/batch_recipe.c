@@ -188,6 +188,10 @@ static int job_name(char **out, const char *tmpl, const char *input, const char 
   if (rc == 0 && b.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", rp);
   if (rc == 0 && (!b.len || b.s[0] == '/' || strstr(b.s, "..") || b.s[b.len - 1] == '/'))
     rc = cp_error_set(CP_EARG, "%s: output.name: '%s' is empty, absolute, ends in '/' or has '..'", rp, b.s ? b.s : "");
+  /* "." (or an empty step) names the output folder itself or its parent's entry: never a job's own. */
+  for (const char *s = b.s; rc == 0 && s; s = strchr(s, '/') ? strchr(s, '/') + 1 : NULL)
+    if (*s == '/' || (s[0] == '.' && (s[1] == '/' || !s[1])))
+      rc = cp_error_set(CP_EARG, "%s: output.name: '%s' has a '.' or empty path step", rp, b.s);
   if (rc < 0) cp_strbuf_free(&b);
   *out = rc < 0 ? NULL : b.s;
   return rc;
@@ -249,6 +253,12 @@ static int add_job(batch_recipe *r, size_t *cap, const char *tmpl, const char *i
   CP_CHECK_ALLOC(j->failed = malloc(strlen(j->out) + 32), r->path);
   sprintf(j->log, "%s.batch.log", j->out);
   sprintf(j->failed, "%s.batch-failed.json", j->out);
+  /* A name too long for the temporaries beside it is refused now, not once the job has run. */
+  if (cp_atomic_name_check(j->out) < 0 || cp_atomic_name_check(j->failed) < 0) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", cp_error_message());
+    return cp_error_set(CP_EARG, "%s: output.name: %s", r->path, why);
+  }
   if ((rc = push(&j->args, &j->n_args, "--method")) < 0 || (rc = push(&j->args, &j->n_args, m->method)) < 0) return rc;
   for (int i = 0; i < m->n_args; i++)
     if ((rc = push(&j->args, &j->n_args, m->args[i])) < 0) return rc;

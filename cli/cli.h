@@ -35,6 +35,9 @@ bool cli_parse_u64_in(const char *cmd, const char *opt, const char *text, unsign
 /* Token counts (lengths, --target-len, --n-local, ...): past 2^20 the KV cache alone of a small
  * model outgrows a workstation, and int arithmetic on rows x lengths stays far from overflow. */
 #define CLI_MAX_TOKENS (1ll << 20)
+/* The largest byte count an option takes (--shard-size, --external-threshold): 1 PiB; past it a
+ * value only overflowed (2^64 and above read as 2^64-1). */
+#define CLI_MAX_BYTES (1ull << 50)
 /* An option given twice is refused rather than the last one silently winning; false (and
  * prints) naming it. argv[0] is the subcommand. */
 bool cli_no_repeated_options(int argc, char **argv);
@@ -61,6 +64,9 @@ bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_
  * symlink, ...) and must not be or contain any input (NULL skipped), nor lie inside one as a folder
  * or an existing file: replacing it would destroy the input. 0, or CP_EFILETYPE / CP_EOVERLAP with the message set. */
 int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs, int n_out, bool folder);
+/* Right after parsing: an output name too long for its temporary (cp_atomic_name_check) is a usage
+ * error (printed; CLI_USAGE), not a failure once the work is done. CLI_OK otherwise. */
+int cli_check_output_name(const char *cmd, const char *out);
 
 /* "A:B:N" (N depths evenly from A to B) or "0,0.5,1"; -1 on junk (no message). */
 int cli_parse_depths(double **out, int *n, const char *text);

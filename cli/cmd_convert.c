@@ -1,6 +1,7 @@
 /* ctxpatch convert IN OUT --to safetensors [--shard-size BYTES] [--threads N] [--force] [--no-manifest]
  * ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]
  *                                   [--external-threshold BYTES] [--force] [--no-manifest] */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,19 +49,22 @@ static const char convert_help[] =
 static bool parse_size(const char *text, unsigned long long *out) {
   char *end = NULL;
   if (!text || !*text || *text == '-') return false;
+  errno = 0;
   unsigned long long v = strtoull(text, &end, 10);
   unsigned long long mult = 1;
+  if (errno == ERANGE) return false;
   if (*end == 'K' || *end == 'k') mult = 1ull << 10, end++;
   else if (*end == 'M' || *end == 'm') mult = 1ull << 20, end++;
   else if (*end == 'G' || *end == 'g') mult = 1ull << 30, end++;
-  if (*end || end == text || v == 0 || v > UINT64_MAX / mult) return false;
+  if (*end || end == text || v == 0 || v > CLI_MAX_BYTES / mult) return false;
   *out = v * mult;
   return true;
 }
 
 bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned long long *out) {
   if (text && parse_size(text, out)) return true;
-  cli_usage_error(cmd, "%s expects a positive byte count such as 2000000000 or 2G", opt);
+  cli_usage_error(cmd, "%s expects a positive byte count up to %llu (1048576G) such as 2000000000 or 2G, got '%s'", opt,
+                  (unsigned long long)CLI_MAX_BYTES, text ? text : "");
   return false;
 }
 
@@ -185,6 +189,7 @@ int cmd_convert(int argc, char **argv) {
     }
   }
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
+  if (cli_check_output_name("convert", out) != CLI_OK) return CLI_USAGE;
   if (!to) return cli_usage_error("convert", "missing --to safetensors|onnx|gguf");
   if (!strcmp(to, "onnx"))
     return convert_onnx(in, out, rule_path, dtype, threshold, params.replace, params.no_manifest, json);

@@ -45,8 +45,8 @@ static const char patch_help[] =
     "                    verdict, method, fidelity, probe selection and the whole certificate),\n"
     "                    nothing else on stdout (as every command's --json)\n"
     "method options:\n"
-    "  temperature     --tau X | --calibrate pmax|entropy|log|prop1|prop2 (default pmax) at\n"
-    "                  --target-len N (default the longest --lengths); --per-layer;\n"
+    "  temperature     --tau X (1e-6..1000) | --calibrate pmax|entropy|log|prop1|prop2 (default pmax)\n"
+    "                  at --target-len N (default the longest --lengths); --per-layer;\n"
     "                  --calibration-samples N sequences per length (default 4);\n"
     "                  --schedule: a temperature_schedule calibrated at each --lengths past the\n"
     "                  training length (target length when none is), [L_tr, 1] first; kept as\n"
@@ -56,7 +56,7 @@ static const char patch_help[] =
     "                  the model's config; an in-place ONNX rewrite with --no-verify needs it)\n"
     "  lm-infinite     --n-global G (10) --n-local N (training length) --ceiling D (n-local)\n"
     "                  [--top-k K]\n"
-    "  rope-pi         --factor F (config.json rope_scaling linear, times any existing factor)\n"
+    "  rope-pi         --factor F >= 1 (config.json rope_scaling linear, times any existing factor)\n"
     "  fire-threshold  --threshold L\n"
     "  auto            certify every candidate of a fixed grid that fits the model on the same probes\n"
     "                  (temperature calibrated and as a schedule; alibi-pi --factor T/L, --dynamic,\n"
@@ -101,11 +101,12 @@ static const char patch_help[] =
     "--no-verify is required. Rules the graph cannot express are refused in one line naming the node\n"
     "(docs/onnx.md, \"Patching a third-party graph in place\").\n";
 
-static bool parse_double(const char *opt, const char *v, double *out, double lo) {
+static bool parse_double(const char *opt, const char *v, double *out, double lo, double hi) {
   char *end;
   *out = strtod(v, &end);
-  if (*end || !(*out >= lo) || !isfinite(*out)) {
-    cli_usage_error("patch", "%s expects a number >= %g, got '%s'", opt, lo, v);
+  if (*end || end == v || !(*out >= lo && *out <= hi) || !isfinite(*out)) {
+    if (isfinite(hi)) cli_usage_error("patch", "%s must be in [%.10g, %.10g], got '%s'", opt, lo, hi, v);
+    else cli_usage_error("patch", "%s expects a number >= %g, got '%s'", opt, lo, v);
     return false;
   }
   return true;
@@ -182,9 +183,11 @@ static int method_opt(cp_patch_options *po, const char *a, const char *v) {
   bool ok = true;
   if (!strcmp(a, "--calibrate")) po->calibrate = v;
   else if (!strcmp(a, "--scope")) po->scope = v;
-  else if (!strcmp(a, "--tau")) ok = parse_double(a, v, &po->tau, 1e-6);
-  else if (!strcmp(a, "--factor")) ok = parse_double(a, v, &po->factor, 1e-6);
-  else if (!strcmp(a, "--threshold")) ok = parse_double(a, v, &po->threshold, 1e-6);
+  /* A tau past 1000 flattens attention to uniform (1e308 zeroed every query weight); a factor below
+   * 1 is no interpolation (alibi-pi and rope-pi both stretch positions by it). */
+  else if (!strcmp(a, "--tau")) ok = parse_double(a, v, &po->tau, 1e-6, 1000);
+  else if (!strcmp(a, "--factor")) ok = parse_double(a, v, &po->factor, 1, CLI_MAX_TOKENS);
+  else if (!strcmp(a, "--threshold")) ok = parse_double(a, v, &po->threshold, 1e-6, INFINITY);
   /* Token counts: an explicit 0 would read as "unset" (the default) downstream, so it is
    * refused; --n-global 0 (no global tokens) is a real choice. */
   else if (!strcmp(a, "--target-len")) ok = cli_parse_u64_in("patch", a, v, 1, CLI_MAX_TOKENS, &u), po->target_len = (int64_t)u;
@@ -242,6 +245,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
     else return cli_usage_error("patch", "unexpected argument '%s'", a);
   }
   if (!pa->in || !pa->out_dir) return cli_usage_error("patch", "needs IN and OUT");
+  if (cli_check_output_name("patch", pa->out_dir) != CLI_OK) return CLI_USAGE;
   if (!pa->method_text && !pa->rule_path) return cli_usage_error("patch", "missing --method (or --rule FILE)");
   if (pa->no_verify && pa->vo.probes_text) return cli_usage_error("patch", "--no-verify and --verify exclude each other");
   if (pa->require && strcmp(pa->require, "exact") != 0)

@@ -44,12 +44,14 @@ struct cp_gguf_file {
   gguf_tensor *t;
   size_t n_t;
   size_t *kv_sorted, *t_sorted; /* indices sorted by key / name */
+  uint64_t steps;               /* cp_gguf_value_steps */
 };
 
 /* A read position in the mapping; every read is checked against the bytes left. */
 typedef struct {
   const cp_gguf_file *f;
   uint64_t pos;
+  uint64_t steps; /* skip_value calls */
 } cursor;
 
 static const uint8_t k_scalar_size[CP_GGUF_TYPE_COUNT] = {
@@ -132,6 +134,7 @@ static int rd_name(char **out, cursor *c, const char *what, uint64_t max) {
  * key, `kv` records where arrays start. `key` names the entry in messages. */
 static int skip_value(cursor *c, cp_gguf_vtype t, int depth, const char *key, gguf_kv *kv) {
   char what[160];
+  c->steps++;
   snprintf(what, sizeof what, "value of '%.100s'", key);
   if ((unsigned)t >= CP_GGUF_TYPE_COUNT)
     return cp_error_set(CP_EGGUF_TYPE, "%s: offset %llu: key '%s': unknown value type %u", c->f->path,
@@ -176,12 +179,26 @@ static int skip_value(cursor *c, cp_gguf_vtype t, int depth, const char *key, gg
     kv->off = c->pos;
     if (elem == CP_GGUF_STRING) CP_CHECK_ALLOC(kv->str_off = malloc((size_t)(n ? n : 1) * sizeof *kv->str_off), c->f->path);
   }
-  if (elem != CP_GGUF_STRING && elem != CP_GGUF_ARRAY && elem != CP_GGUF_BOOL) {
+  /* Scalars and strings in bulk, without a step (or a message) per element; the element that
+   * fails goes through skip_value for the same refusal as one at a time. */
+  uint64_t i = 0;
+  if (elem == CP_GGUF_BOOL) {
+    const uint8_t *b = c->f->map + c->pos;
+    while (i < n && b[i] <= 1) i++;
+    c->pos += i;
+  } else if (elem == CP_GGUF_STRING) {
+    for (; i < n; i++) {
+      uint64_t len;
+      if (left(c) < 8 || (len = cp_le64(c->f->map + c->pos)) > left(c) - 8) break;
+      if (kv) kv->str_off[i] = c->pos;
+      c->pos += 8 + len;
+    }
+  } else if (elem != CP_GGUF_ARRAY) {
     c->pos += total;
     return 0;
   }
   char sub[200];
-  for (uint64_t i = 0; i < n; i++) {
+  for (; i < n; i++) {
     snprintf(sub, sizeof sub, "%.100s[%llu]", key, (unsigned long long)i);
     if (kv && kv->str_off) kv->str_off[i] = c->pos;
     if ((rc = skip_value(c, (cp_gguf_vtype)elem, depth + 1, sub, NULL))) return rc;
@@ -359,7 +376,7 @@ done:
 }
 
 static int parse(cp_gguf_file *f) {
-  cursor c = {f, 0};
+  cursor c = {f, 0, 0};
   uint32_t magic;
   uint64_t n_t, n_kv;
   int rc = rd_u32(&magic, &c, "magic");
@@ -371,7 +388,9 @@ static int parse(cp_gguf_file *f) {
     return cp_error_set(CP_EGGUF_VERSION, "%s: offset 4: version %u%s; versions 2 and 3 are read", f->path,
                         f->version, (f->version & 0xffff) == 0 ? " (a big-endian file)" : "");
   if ((rc = rd_u64(&n_t, &c, "n_tensors")) || (rc = rd_u64(&n_kv, &c, "n_kv"))) return rc;
-  if ((rc = read_kvs(f, &c, n_kv)) || (rc = read_alignment(f))) return rc;
+  rc = read_kvs(f, &c, n_kv);
+  f->steps = c.steps;
+  if (rc || (rc = read_alignment(f))) return rc;
   /* Smallest tensor info: 8-byte name length, 1 name byte, n_dims, type, offset. */
   if (n_t > left(&c) / 25)
     return cp_error_set(CP_EGGUF_LIMIT, "%s: offset 8: n_tensors %llu cannot fit in the %llu bytes left", f->path,
@@ -432,6 +451,7 @@ const char *cp_gguf_path(const cp_gguf_file *f) { return f->path; }
 uint32_t cp_gguf_version(const cp_gguf_file *f) { return f->version; }
 uint32_t cp_gguf_alignment(const cp_gguf_file *f) { return f->alignment; }
 uint64_t cp_gguf_data_offset(const cp_gguf_file *f) { return f->data_off; }
+uint64_t cp_gguf_value_steps(const cp_gguf_file *f) { return f->steps; }
 size_t cp_gguf_kv_count(const cp_gguf_file *f) { return f->n_kv; }
 const char *cp_gguf_kv_key(const cp_gguf_file *f, size_t i) { return i < f->n_kv ? f->kv[i].key : NULL; }
 cp_gguf_vtype cp_gguf_kv_type(const cp_gguf_file *f, size_t i) { return f->kv[i].type; }

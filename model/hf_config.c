@@ -13,6 +13,7 @@
 #include "ctxpatch/model/hf_config.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,9 +320,11 @@ static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
     if (rc_) return rc_;   \
   } while (0)
 
+/* The engines add eps in float: one below FLT_MIN (1e-40 and such) became 0 or subnormal there,
+ * and a zero row then normalised to NaN. */
 static int positive_eps(double *out, const ctx_t *c, const cJSON *obj, const char *key,
                         double def) {
-  return opt_num(out, c, obj, key, NULL, "", def, 0, 1, "a number in (0, 1]");
+  return opt_num(out, c, obj, key, NULL, "", def, FLT_MIN, 1, "a number in (1.2e-38, 1] (a normal float)");
 }
 
 /* d_head = d_model / n_heads, which HF requires to divide exactly. */

@@ -47,6 +47,10 @@ bad_recipe "unknown format" 's/"target_lengths"/"formats": ["ggml"], "target_len
 bad_recipe "glob matching nothing" 's/t5-\*/nothing-*/' "matches nothing"
 bad_recipe "name collision" 's#{input}/{method}-{target}#{method}-{target}#' "two jobs write"
 bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
+bad_recipe "dot name" 's#{input}/{method}-{target}#.#' "output.name: '.' has a '.' or empty path step"
+bad_recipe "dot step" 's#{input}/{method}-{target}#{input}/./{method}-{target}#' "has a '.' or empty path step"
+bad_recipe "name too long for its temporaries" "s#{input}/{method}-{target}#{input}/{method}-{target}-$(printf 'n%.0s' $(seq 220))#" \
+  "output.name: .*: a name of 2[0-9][0-9] bytes: its temporary"
 "$bin" batch "$R" --shard 3/3 --validate >/dev/null 2>&1; [ $? -eq 125 ] && ok || bad "--shard 3/3 accepted"
 
 # 2. kill -9 mid-batch, then a re-run that finishes the rest with nothing finished redone.

@@ -49,6 +49,27 @@ accepted "${P[@]}" --n-global 0
 limit --samples 100000 "--samples must be in \[1, 100000\]" "${P[@]}"
 refused "--n-local given more than once" "${P[@]}" --n-local 4 --n-local 8
 
+# Values that passed and should not (#33): a tau that zeroes every query weight, a factor below 1
+# (no interpolation), a shard size past 1 PiB (2^64 and above read as 2^64-1), an output name too
+# long for its temporary beside it (refused after the work was done).
+T=("$bin" patch "$none" "$work/out_dir" --method temperature)
+limit --tau 1000 "--tau must be in \[1e-06, 1000\], got '1001'" "${T[@]}"
+refused "--tau must be in \[1e-06, 1000\], got '1e308'" "${T[@]}" --tau 1e308 --no-verify
+RP=("$bin" patch "$none" "$work/out_dir" --method rope-pi)
+low --factor 1 "--factor must be in \[1, 1048576\], got '0'" "${RP[@]}"
+refused "--factor must be in \[1, 1048576\], got '0.5'" "${RP[@]}" --factor 0.5 --no-verify
+CV=("$bin" convert "$none" "$work/conv" --to safetensors)
+limit --shard-size 1125899906842624 "--shard-size expects a positive byte count up to 1125899906842624" "${CV[@]}"
+refused "got '18446744073709551615'" "${CV[@]}" --shard-size 18446744073709551615
+refused "got '18446744073709551616'" "${CV[@]}" --shard-size 18446744073709551616
+refused "got '1048577G'" "${CV[@]}" --shard-size 1048577G
+long=$work/$(printf 'n%.0s' $(seq 240))
+refused "a name of 240 bytes: its temporary" "$bin" patch "$none" "$long" --method temperature --tau 0.8 --no-verify
+refused "a name of 240 bytes: its temporary" "$bin" convert "$none" "$long" --to safetensors
+refused "a name of 240 bytes: its temporary" "$bin" convert "$none" "$long" --to gguf
+[ ! -e "$long" ] && [ -z "$(ls -A "$work" | grep nnnn)" ] && ok || bad "a refused long name wrote something"
+accepted "$bin" patch "$none" "$work/$(printf 'n%.0s' $(seq 200))" --method temperature --tau 0.8 --no-verify
+
 F=("$bin" forward "$none" --ids 1,2)
 limit --generate 1048576 "--generate must be in \[0, 1048576\]" "${F[@]}"
 limit --threads 1024 "--threads must be in \[1, 1024\]" "${F[@]}" --out "$work/o.bin"

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/gguf.h"
@@ -125,6 +126,97 @@ static void test_hostile(void) {
   CHECK_MSG(n >= 45, "only %d hostile cases", n);
 }
 
+/* A GGUF of two big arrays: N_STR strings "s<i>" (key big.str, unless bools_only) then N_BOOL bools
+ * i % 3 == 0 (key big.bool; byte `bad_at` set to 2 when >= 0), cut to `cut` bytes when nonzero. */
+#define N_BOOL ((uint64_t)48 << 20)
+#define N_STR ((uint64_t)1 << 20)
+static void put_le(FILE *fp, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++) fputc((int)(v >> (8 * i) & 0xff), fp);
+}
+static void put_key(FILE *fp, const char *key, uint32_t elem, uint64_t n) {
+  put_le(fp, strlen(key), 8);
+  fputs(key, fp);
+  put_le(fp, CP_GGUF_ARRAY, 4);
+  put_le(fp, elem, 4);
+  put_le(fp, n, 8);
+}
+static void write_big(const char *path, int64_t bad_at, bool bools_only, long cut) {
+  FILE *fp = fopen(path, "wb");
+  if (!fp) return;
+  fputs("GGUF", fp);
+  put_le(fp, 3, 4);
+  put_le(fp, 0, 8);
+  put_le(fp, bools_only ? 1 : 2, 8);
+  if (!bools_only) {
+    put_key(fp, "big.str", CP_GGUF_STRING, N_STR);
+    char s[32];
+    for (uint64_t i = 0; i < N_STR; i++) {
+      int n = snprintf(s, sizeof s, "s%llu", (unsigned long long)i);
+      put_le(fp, (uint64_t)n, 8);
+      fwrite(s, 1, (size_t)n, fp);
+    }
+  }
+  put_key(fp, "big.bool", CP_GGUF_BOOL, N_BOOL);
+  uint8_t *b = malloc(N_BOOL);
+  if (b) {
+    for (uint64_t i = 0; i < N_BOOL; i++) b[i] = i % 3 == 0;
+    if (bad_at >= 0) b[bad_at] = 2;
+    fwrite(b, 1, N_BOOL, fp);
+  }
+  free(b);
+  fclose(fp);
+  if (cut) CHECK(truncate(path, cut) == 0);
+}
+
+/* Big bool and string arrays (the finding: a 400 MB bool array took over a minute, one element at
+ * a time) are checked in bulk: the parser's step count stays at one per key, not one per element
+ * (counting work, not time), the values read back, and a bad or truncated element is still refused
+ * naming it. */
+static void test_big_arrays(void) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/big_arrays.gguf", dir);
+  write_big(path, -1, false, 0);
+  cp_gguf_file *f = NULL;
+  CHECK_RC(0, cp_gguf_open(&f, path));
+  if (f) {
+    CHECK_MSG(cp_gguf_value_steps(f) <= 4, "%llu value steps for 2 keys", (unsigned long long)cp_gguf_value_steps(f));
+    cp_gguf_vtype elem;
+    uint64_t n = 0;
+    CHECK(cp_gguf_get_arr(&elem, &n, f, "big.bool") == 0 && elem == CP_GGUF_BOOL && n == N_BOOL);
+    const uint64_t at[] = {0, 1, 2, 3, 12345678, N_BOOL - 2, N_BOOL - 1};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+      int64_t v = -1;
+      CHECK(cp_gguf_arr_int(&v, f, "big.bool", at[k]) == 0 && v == (at[k] % 3 == 0));
+    }
+    const char *s = NULL;
+    size_t len = 0;
+    CHECK(cp_gguf_arr_str(&s, &len, f, "big.str", 0) == 0 && len == 2 && !memcmp(s, "s0", 2));
+    CHECK(cp_gguf_arr_str(&s, &len, f, "big.str", N_STR - 1) == 0 && len == 8 && !memcmp(s, "s1048575", 8));
+  }
+  cp_gguf_free(f);
+  f = NULL;
+  char want[8192];
+  /* A bool of 2 deep in the array: named by its index and offset, as one at a time named it. */
+  write_big(path, 12345678, true, 0);
+  snprintf(want, sizeof want, "%s: offset %llu: key 'big.bool[12345678]': bool value 2 is neither 0 nor 1", path,
+           (unsigned long long)(24 + 8 + 8 + 4 + 4 + 8 + 12345678));
+  CHECK_RC(CP_EGGUF_TYPE, cp_gguf_open(&f, path));
+  CHECK_MSG(!strcmp(cp_error_message(), want), "\n  got  %s\n  want %s", cp_error_message(), want);
+  CHECK(f == NULL);
+  /* The bool array one byte short. */
+  write_big(path, -1, true, (long)(24 + 8 + 8 + 4 + 4 + 8 + N_BOOL - 1));
+  CHECK_RC(CP_EGGUF_LIMIT, cp_gguf_open(&f, path));
+  CHECK(f == NULL && strstr(cp_error_message(), "key 'big.bool': 50331648 elements of bool cannot fit"));
+  /* The last string one byte short (the bools after it cut away). */
+  uint64_t str_bytes = 0;
+  for (uint64_t i = 0; i < N_STR; i++) str_bytes += 8 + (uint64_t)snprintf(want, 32, "s%llu", (unsigned long long)i);
+  write_big(path, -1, false, (long)(24 + 8 + 7 + 4 + 4 + 8 + str_bytes - 1));
+  CHECK_RC(CP_EGGUF_LIMIT, cp_gguf_open(&f, path));
+  CHECK_MSG(f == NULL && strstr(cp_error_message(), "value of 'big.str[1048575]': length 8 is past the 7 bytes left"),
+            "%s", cp_error_message());
+  remove(path);
+}
+
 int main(void) {
   const char *py = test_env("CTXPATCH_PYTHON"), *src = test_env("CTXPATCH_SOURCE_DIR");
   snprintf(dir, sizeof dir, "%s/gguf_cases", test_env("CTXPATCH_BUILD_DIR"));
@@ -148,5 +240,6 @@ int main(void) {
   }
   cp_gguf_free(f);
   test_hostile();
+  test_big_arrays();
   return test_finish();
 }

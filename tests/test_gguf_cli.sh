@@ -64,6 +64,28 @@ PY
   [ -f "$work/out/config.json" ] && "$bin" forward "$work/out" --ids 1 --generate 5 --threads 1 >/dev/null &&
   ok || bad "patch of a GGUF: $(cat "$work/patch.err")"
 
+# llama.block_count one below the 5 layers present (blk.4.* left over): refused naming the key and a
+# tensor of the dropped layer, nothing written (it ran on the first 4 layers without a word).
+"$py" - "$m" "$work/short.gguf" <<'PY' || bad "making the short block_count GGUF"
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+k = b"llama.block_count"
+i = b.index(k) + len(k)
+assert struct.unpack_from("<II", b, i) == (4, 5)  # u32 5
+struct.pack_into("<I", b, i + 4, 4)
+open(sys.argv[2], "wb").write(b)
+PY
+short_refused() { # short_refused CMD ARGS...: exit 1, one line naming the key and a dropped tensor
+  "$bin" "$1" "$work/short.gguf" "${@:2}" >/dev/null 2>"$work/short.err"
+  [ $? = 1 ] && [ "$(wc -l <"$work/short.err")" = 1 ] &&
+    grep -q "CP_EGGUF_KEY: .*short.gguf: key 'llama.block_count' is 4, but tensor 'blk.4\..*' is of layer 4" "$work/short.err" &&
+    ok || bad "short block_count, $1: $(cat "$work/short.err")"
+}
+short_refused inspect
+short_refused forward --ids 1 --generate 5
+short_refused patch "$work/short_out" --method rope-pi --factor 2 --no-verify
+[ ! -e "$work/short_out" ] && ok || bad "short block_count: patch wrote $work/short_out"
+
 tiny=$fx/third_party/ollama/llama-2-tiny-random.gguf
 if [ -f "$tiny" ]; then
   "$bin" inspect "$tiny" >"$work/tiny.txt"  # to a file: grep -q closing a pipe early would fail it

@@ -306,6 +306,12 @@ static void bad_files(void) {
   expect_fail("bad-non-integer.json", CP_ECFG_FIELD, "key 'hidden_size': expected a positive integer");
   expect_fail("bad-string-integer.json", CP_ECFG_FIELD, "'num_attention_heads'");
   expect_fail("bad-too-large.json", CP_ECFG_FIELD, "'vocab_size'");
+  /* A layer-norm epsilon that is not a finite number in (0, 1]: NaN is no JSON number (refused at
+   * its offset), 1e999 overflows to infinity and 1e-400 underflows to 0 (refused naming the key). */
+  expect_fail("bad-nan-eps.json", CP_ECFG_JSON, "offset");
+  expect_fail("bad-infinite-eps.json", CP_ECFG_FIELD, "'rms_norm_eps'");
+  expect_fail("bad-zero-eps.json", CP_ECFG_FIELD, "'rms_norm_eps'");
+  expect_fail("bad-subnormal-eps.json", CP_ECFG_FIELD, "'rms_norm_eps': expected a number in (1.2e-38, 1]");
   expect_fail("bad-heads-not-dividing.json", CP_ECFG_FIELD, "'num_attention_heads'");
   expect_fail("bad-kv-heads.json", CP_ECFG_FIELD, "'num_key_value_heads'");
   expect_fail("bad-alias-conflict.json", CP_ECFG_FIELD, "n_embed");

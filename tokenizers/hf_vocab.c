@@ -57,6 +57,8 @@ static int check_vocab(const cp_bpe_vocab *v, const char *what) {
   return check_tokens(v, what);
 }
 
+int cp_bpe_vocab_check(const cp_bpe_vocab *v, const char *what) { return check_vocab(v, what); }
+
 /* Attaches item to parent (under key, or appended when key is NULL); on a failure, or when *ok is
  * already false, frees item and clears *ok. Returns item or NULL. */
 static cJSON *add(cJSON *parent, const char *key, cJSON *item, bool *ok) {

@@ -47,38 +47,74 @@ static int fill_tokens(const char **tok, int32_t *type, int64_t n, const cJSON *
   return 0;
 }
 
-/* model.merges as "a b" strings (the older string form or the [a, b] pair form). */
-static int put_merges(cp_gguf_writer *w, const cJSON *merges, const char *path) {
-  int n = cJSON_GetArraySize(merges), rc = 0;
-  cp_strbuf all = {0};
-  size_t *len = calloc((size_t)n + 1, sizeof *len), *at = calloc((size_t)n + 1, sizeof *at);
-  const char **s = calloc((size_t)n + 1, sizeof *s);
-  CP_CHECK_ALLOC_GOTO(len && at && s, path);
-  int i = 0;
+/* model.merges as "a b" strings (the older string form or the [a, b] pair form), into `all` with
+ * a span per merge (*out, n of them; the caller frees both). */
+static int collect_merges(cp_str_span **out, cp_strbuf *all, const cJSON *merges, const char *path) {
+  int n = cJSON_GetArraySize(merges), i = 0;
+  size_t *at = calloc((size_t)n + 1, sizeof *at);
+  *out = calloc((size_t)n + 1, sizeof **out);
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(at && *out, path);
   const cJSON *e;
   cJSON_ArrayForEach(e, merges) {
-    at[i] = all.len;
+    at[i] = all->len;
     if (cJSON_IsString(e)) {
-      cp_strbuf_str(&all, e->valuestring);
+      cp_strbuf_str(all, e->valuestring);
     } else if (cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
                cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
-      cp_strbuf_printf(&all, "%s %s", cJSON_GetArrayItem(e, 0)->valuestring, cJSON_GetArrayItem(e, 1)->valuestring);
+      cp_strbuf_printf(all, "%s %s", cJSON_GetArrayItem(e, 0)->valuestring, cJSON_GetArrayItem(e, 1)->valuestring);
     } else {
       rc = cp_error_set(CP_ETOK_MODEL, "%s: model.merges[%d]: not a string or a pair of strings", path, i);
       goto done;
     }
-    len[i] = all.len - at[i];
+    (*out)[i].len = all->len - at[i];
     i++;
   }
-  CP_CHECK_ALLOC_GOTO(!all.oom, path);
-  for (int k = 0; k < n; k++) s[k] = all.s + at[k];
+  CP_CHECK_ALLOC_GOTO(!all->oom, path);
+  for (int k = 0; k < n; k++) (*out)[k].s = all->s + at[k];
+done:
+  free(at);
+  return rc;
+}
+
+static int put_merges(cp_gguf_writer *w, const cp_str_span *m, size_t n, const char *path) {
+  size_t *len = calloc(n + 1, sizeof *len);
+  const char **s = calloc(n + 1, sizeof *s);
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(len && s, path);
+  for (size_t k = 0; k < n; k++) s[k] = m[k].s, len[k] = m[k].len;
   rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.merges", s, len, (uint64_t)n);
 done:
-  cp_strbuf_free(&all);
   free(len);
-  free(at);
   free(s);
   return rc;
+}
+
+/* cJSON ends a string at an escaped NUL (\u0000), so a token holding one would be written cut
+ * short; the reader refuses NUL bytes, so the writer refuses the file. Finds the first string
+ * literal with one: its offset, and the id when it is an object key followed by a number (a
+ * model.vocab entry), else -1. False when there is none. */
+static bool nul_escape(size_t *at, long long *id, const char *t, size_t n) {
+  for (size_t p = 0; p < n; p++) {
+    if (t[p] != '"') continue;
+    size_t start = p++;
+    bool nul = false;
+    for (; p < n && t[p] != '"'; p++)
+      if (t[p] == '\\' && p + 1 < n) {
+        nul |= t[p + 1] == 'u' && p + 5 < n && !memcmp(t + p + 2, "0000", 4);
+        p++;
+      }
+    if (!nul) continue;
+    size_t q = p + 1;
+    while (q < n && t[q] && strchr(" \t\r\n", t[q])) q++;
+    *at = start, *id = -1;
+    if (q < n && t[q] == ':') {
+      for (q++; q < n && t[q] && strchr(" \t\r\n", t[q]); q++) {}
+      if (q < n && t[q] >= '0' && t[q] <= '9') *id = strtoll(t + q, NULL, 10);
+    }
+    return true;
+  }
+  return false;
 }
 
 static int put_id(cp_gguf_writer *w, const char *key, int id) {
@@ -95,6 +131,9 @@ int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int
   size_t *len = NULL;
   int32_t *type = NULL;
   char (*pads)[32] /* "[PAD" + 20 digits of a size_t + "]" */ = NULL;
+  cp_spm_piece *pieces = NULL;
+  cp_str_span *merges = NULL;
+  cp_strbuf merges_text = {0};
   int rc = cp_read_file(&text, &text_len, path, MAX_TOKENIZER_JSON);
   if (rc || (rc = cp_json_parse_strict(&root, text, text_len, path, 64, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
                                        CP_ETOK_JSON)))
@@ -111,7 +150,17 @@ int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int
   pads = calloc(n, sizeof *pads);
   CP_CHECK_ALLOC_GOTO(tok && len && type && pads, path);
   for (size_t i = 0; i < n; i++) type[i] = 1;
+  size_t nul_at;
+  long long nul_id;
+  if (nul_escape(&nul_at, &nul_id, text, text_len)) {
+    rc = nul_id >= 0 ? cp_error_set(CP_ETOK_MODEL, "%s: token %lld holds a NUL byte (\\u0000), which GGUF's reader "
+                                    "refuses", path, nul_id)
+                     : cp_error_set(CP_ETOK_MODEL, "%s: offset %zu: a string holding a NUL byte (\\u0000), which "
+                                    "GGUF's reader refuses in a token", path, nul_at);
+    goto done;
+  }
   if ((rc = fill_tokens(tok, type, n_vocab, root, path))) goto done;
+  CP_CHECK_ALLOC_GOTO(pieces = calloc(n, sizeof *pieces), path);
   for (size_t i = 0; i < n; i++) {
     if (!tok[i]) { /* llama.cpp's converter pads a short vocabulary the same way */
       snprintf(pads[i], sizeof pads[i], "[PAD%zu]", i);
@@ -119,13 +168,21 @@ int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int
       type[i] = 5;
     }
     len[i] = strlen(tok[i]);
+    pieces[i] = (cp_spm_piece){.piece = tok[i], .len = len[i], .type = type[i]};
   }
+  /* The reader's bounds (tokenizers/hf_vocab.c), so nothing is written that it refuses; bos/eos
+   * are left out: the reader drops ids past the tokens. */
+  if ((rc = collect_merges(&merges, &merges_text, member(member(root, "model"), "merges"), path))) goto done;
+  cp_bpe_vocab v = {.tokens = pieces, .n = n, .merges = merges,
+                    .n_merges = (size_t)cJSON_GetArraySize(member(member(root, "model"), "merges")), .bos_id = -1,
+                    .eos_id = -1};
+  if ((rc = cp_bpe_vocab_check(&v, path))) goto done;
   static const char model[] = "gpt2", pre[] = "gpt-2";
   if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) ||
       (rc = cp_gguf_put_str(w, "tokenizer.ggml.pre", pre, sizeof pre - 1)) ||
       (rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.tokens", tok, len, n)) ||
       (rc = cp_gguf_put_arr(w, "tokenizer.ggml.token_type", CP_GGUF_I32, type, n)) ||
-      (rc = put_merges(w, member(member(root, "model"), "merges"), path)) ||
+      (rc = put_merges(w, merges, v.n_merges, path)) ||
       (rc = put_id(w, "tokenizer.ggml.bos_token_id", bos)) || (rc = put_id(w, "tokenizer.ggml.eos_token_id", eos)) ||
       (rc = put_id(w, "tokenizer.ggml.padding_token_id", pad)) ||
       (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_bos_token", false)))
@@ -138,6 +195,9 @@ done:
   free(len);
   free(type);
   free(pads);
+  free(pieces);
+  free(merges);
+  cp_strbuf_free(&merges_text);
   return rc;
 }
 

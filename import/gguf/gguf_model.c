@@ -284,6 +284,22 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
   }
 }
 
+/* Every blk.N / enc.blk.N / dec.blk.N tensor inside the block count: a count below the layers
+ * present ran the model on its first layers and dropped the rest without a word. */
+static int check_block_count(const cp_gguf_file *g, const char *arch, const cp_hf_config *cfg) {
+  for (size_t i = 0; i < cp_gguf_count(g); i++) {
+    const char *name = cp_gguf_tensor(g, i)->name, *p = name;
+    bool dec = !strncmp(p, "dec.", 4);
+    if (dec || !strncmp(p, "enc.", 4)) p += 4;
+    if (strncmp(p, "blk.", 4) || p[4] < '0' || p[4] > '9') continue;
+    long long layer = strtoll(p + 4, NULL, 10), n = dec ? cfg->n_decoder_layers : cfg->n_layers;
+    if (layer >= n)
+      return cp_error_set(CP_EGGUF_KEY, "%s: key '%s.%sblock_count' is %lld, but tensor '%s' is of layer %lld",
+                          cp_gguf_path(g), arch, dec ? "decoder_" : "", n, name, layer);
+  }
+  return 0;
+}
+
 int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   *out = NULL;
   const char *arch;
@@ -312,6 +328,10 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
                 : cp_hf_config_parse(out, js.s, js.len, what);
   }
   cp_strbuf_free(&js);
+  if (rc == 0 && (rc = check_block_count(g, arch, *out))) {
+    cp_hf_config_free(*out);
+    *out = NULL;
+  }
   if (rc) return rc;
   /* MptConfig has no activation field (MptMLP is exact GELU); llama.cpp's mpt runs ggml_gelu, the tanh form. */
   if ((*out)->family == CP_FAMILY_MPT) snprintf((*out)->activation, sizeof (*out)->activation, "gelu_pytorch_tanh");

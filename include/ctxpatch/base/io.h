@@ -93,6 +93,10 @@ void cp_atomic_dir_abort(cp_atomic_dir *d);
 /* Removes the temporaries of `path` left by dead processes on this host (see above); returns how
  * many were removed. Writers call it themselves; exposed for tests and tools. */
 int cp_sweep_stale_temporaries(const char *path);
+/* Whether an atomic output at `path` (file or folder) can be named: its temporary beside it
+ * (".NAME.tmp-PID-HOST-XXXXXX") must fit NAME_MAX bytes, so a long name is refused before any
+ * work rather than when the output is written. CP_EARG naming the path and the longest name. */
+int cp_atomic_name_check(const char *path);
 
 /* Writes data[0..len) to `path` atomically (open, write, commit; nothing left behind on error);
  * `sha256_hex` (may be NULL) gets the digest of the bytes written. */

@@ -81,6 +81,10 @@ uint32_t cp_gguf_version(const cp_gguf_file *f);
 uint32_t cp_gguf_alignment(const cp_gguf_file *f);
 /* File offset of the data section. */
 uint64_t cp_gguf_data_offset(const cp_gguf_file *f);
+/* Metadata values the parser stepped through one at a time when opening (each key's value, each
+ * element of a nested array): a work count for tests; scalar and string array elements are
+ * checked in bulk, so a 400 MB bool array costs one step, not 400 million. */
+uint64_t cp_gguf_value_steps(const cp_gguf_file *f);
 
 /* ---- metadata ---- */
 size_t cp_gguf_kv_count(const cp_gguf_file *f);

@@ -125,4 +125,9 @@ typedef struct {
  * whose concatenation is a token, bos/eos outside the tokens. */
 int cp_tokenizer_from_bpe_vocab(cp_tokenizer **out, const cp_bpe_vocab *v, const char *what);
 
+/* The checks cp_tokenizer_from_bpe_vocab makes before building (counts, each token's bounds, no
+ * token twice, merges 'left right', bos/eos), without building: for writers of such vocabularies
+ * (export/gguf/gguf_vocab.c), so they refuse what the reader would. Same errors. */
+int cp_bpe_vocab_check(const cp_bpe_vocab *v, const char *what);
+
 #endif
