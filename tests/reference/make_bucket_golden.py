@@ -2,8 +2,8 @@
 """Writes tests/goldens/t5_buckets.json: reference values for cp_t5_bucket and cp_alibi_slopes,
 computed with PyTorch exactly as Hugging Face computes them (independent of the C code).
 
-Run with Debian's /usr/bin/python3 (torch 1.13):
-    /usr/bin/python3 tests/reference/make_bucket_golden.py tests/goldens/t5_buckets.json
+Run with Debian's /usr/bin/python3 (torch 1.13), the reference package on its path:
+    scripts/py tests/reference/make_bucket_golden.py tests/goldens/t5_buckets.json
 
 Output (format_version 1):
   "t5_buckets":   [[r, bidirectional (0/1), num_buckets, max_distance, bucket], ...]
@@ -24,28 +24,13 @@ import sys
 
 import torch
 
+from ctxpatch_ref.torchref.rules import t5_bucket
+
 
 def hf_relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
-    # transformers/models/t5/modeling_t5.py, T5Attention._relative_position_bucket (unchanged logic)
-    relative_buckets = 0
-    if bidirectional:
-        num_buckets //= 2
-        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
-        relative_position = torch.abs(relative_position)
-    else:
-        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-    relative_position_if_large = max_exact + (
-        torch.log(relative_position.float() / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).to(torch.long)
-    relative_position_if_large = torch.min(
-        relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
-    )
-    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
-    return relative_buckets
+    # transformers/models/t5/modeling_t5.py, T5Attention._relative_position_bucket: the reference's
+    # one copy of it (python/ctxpatch_ref/torchref/rules.py)
+    return t5_bucket(relative_position, bidirectional, num_buckets, max_distance)
 
 
 def hf_relative_position_bucket_f64(relative_position, bidirectional, num_buckets, max_distance):
