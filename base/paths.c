@@ -163,3 +163,13 @@ int cp_map_input_fd(const void **map, uint64_t *size, int *fd_out, const char *p
 void cp_unmap_input(const void *map, uint64_t size) {
   if (map) munmap((void *)map, (size_t)size);
 }
+
+int cp_path_has_suffix(const char *path, const char *suffix) {
+  size_t n = strlen(path), k = strlen(suffix);
+  return n >= k && !strcmp(path + n - k, suffix);
+}
+
+int cp_path_is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/num.h"
@@ -22,7 +23,7 @@ static int parse_list(int64_t **out, int64_t *n_out, const char *opt, const char
   size_t cap = 1;
   for (const char *p = text; *p; p++) cap += *p == ',' || (file && (*p == ' ' || *p == '\n'));
   int64_t *ids = malloc(cap * sizeof *ids);
-  if (!ids) return cp_error_set(CP_ENOMEM, "out of memory");
+  CP_CHECK_ALLOC(ids, "ids");
   const char *p = text;
   int64_t n = 0;
   for (;;) {
@@ -161,7 +162,7 @@ int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text
   int cap = 1;
   for (const char *p = text; *p; p++) cap += *p == ',';
   cp_probe_kind *k = malloc((size_t)cap * sizeof *k);
-  int rc = copy && k ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
+  int rc = copy && k ? 0 : cp_nomem("probe set");
   *n = 0;
   if (ppl) *ppl = false;
   for (char *save = NULL, *tok = rc ? NULL : strtok_r(copy, ",", &save); tok && rc == 0;
@@ -191,7 +192,7 @@ void cli_progress_note(void *ctx, const char *what) {
 
 int cli_print_json(const cJSON *doc) {
   char *text = doc ? cJSON_Print(doc) : NULL;
-  if (!text) return cli_report(cp_error_set(CP_ENOMEM, "--json: out of memory for the JSON document"));
+  if (!text) return cli_report(cp_nomem("--json: the JSON document"));
   puts(text);
   free(text);
   return fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;

@@ -27,10 +27,9 @@ static const struct {
 } formats[] = {{"safetensors", {NULL}}, {"onnx", {"--to", "onnx", NULL}}, {"gguf", {"--to", "gguf", NULL}}};
 
 static int push(char ***v, int *n, const char *s) {
-  char **g = realloc(*v, ((size_t)*n + 1) * sizeof **v);
-  if (!g) return cp_error_set(CP_ENOMEM, "recipe: out of memory");
-  *v = g;
-  CP_CHECK_ALLOC(g[*n] = strdup(s), "recipe");
+  int rc = CP_ARRAY_RESIZE(*v, (size_t)*n + 1, "recipe");
+  if (rc < 0) return rc;
+  CP_CHECK_ALLOC((*v)[*n] = strdup(s), "recipe");
   (*n)++;
   return 0;
 }
@@ -131,7 +130,7 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
     } else {
       cp_strbuf b = {0};
       rc = list_text(&b, e, where);
-      if (rc == 0 && b.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", where);
+      if (rc == 0 && b.oom) rc = cp_nomem("%s", where);
       if (rc == 0 && (rc = push(&r->verify_args, &r->n_verify_args, map[k].flag)) == 0)
         rc = push(&r->verify_args, &r->n_verify_args, b.s);
       cp_strbuf_free(&b);
@@ -185,7 +184,7 @@ static int job_name(char **out, const char *tmpl, const char *input, const char 
   }
   /* A GGUF is one file named *.gguf: the suffix is added unless the template ends with it. */
   if (rc == 0 && !strcmp(format, "gguf") && (b.len < 5 || strcmp(b.s + b.len - 5, ".gguf") != 0)) cp_strbuf_str(&b, ".gguf");
-  if (rc == 0 && b.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", rp);
+  if (rc == 0 && b.oom) rc = cp_nomem("%s", rp);
   if (rc == 0 && (!b.len || b.s[0] == '/' || strstr(b.s, "..") || b.s[b.len - 1] == '/'))
     rc = cp_error_set(CP_EARG, "%s: output.name: '%s' is empty, absolute, ends in '/' or has '..'", rp, b.s ? b.s : "");
   /* "." (or an empty step) names the output folder itself or its parent's entry: never a job's own. */
@@ -214,7 +213,7 @@ static int fingerprint(char hex[65], const char *input, bool stat_only) {
     free(full);
     cp_strbuf_printf(&b, "%s\t%s\n", l.items[i].path, h);
   }
-  if (rc == 0 && b.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", input);
+  if (rc == 0 && b.oom) rc = cp_nomem("%s", input);
   if (rc == 0) cp_sha256_hex(hex, b.s ? b.s : "", b.len);
 done:
   cp_strbuf_free(&b);
@@ -303,11 +302,9 @@ static int input_fp(const char **out, fp_cache *c, const char *input, bool stat_
       *out = c->hex[i];
       return 0;
     }
-  char (*g)[65] = realloc(c->hex, ((size_t)c->n + 1) * sizeof *c->hex);
-  CP_CHECK_ALLOC(g, input);
-  c->hex = g;
-  int rc = fingerprint(c->hex[c->n], input, stat_only), n = c->n;
-  if (rc < 0 || (rc = push(&c->paths, &n, input)) < 0) return rc;
+  int rc = CP_ARRAY_RESIZE(c->hex, (size_t)c->n + 1, input), n = c->n;
+  if (rc < 0 || (rc = fingerprint(c->hex[c->n], input, stat_only)) < 0 || (rc = push(&c->paths, &n, input)) < 0)
+    return rc;
   *out = c->hex[c->n++];
   return 0;
 }

@@ -180,7 +180,8 @@ int batch_run_job_main(int argc, char **argv) {
   fflush(stderr);
   if (status == CLI_OK) {
     char *stamp = stamp_path(out, file);
-    rc = stamp ? write_record(stamp, digest, name, in, argc - 5, argv + 5, out, file, "done", NULL) : CP_ENOMEM;
+    rc = stamp ? write_record(stamp, digest, name, in, argc - 5, argv + 5, out, file, "done", NULL)
+               : cp_nomem("%s", out);
     free(stamp);
     if (rc == 0) unlink(failed);
     else status = cli_report(rc);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "cli/batch.h"
 #include "cli/cli.h"
 
@@ -133,7 +134,7 @@ static int report(const batch_recipe *r, const size_t *idx, size_t n, const batc
 
 static int run(batch_recipe *r, size_t *idx, size_t n, const batch_args *a) {
   size_t *todo = calloc(n ? n : 1, sizeof *todo), n_todo = 0;
-  if (!todo) return cli_report(cp_error_set(CP_ENOMEM, "batch: out of memory"));
+  if (!todo) return cli_report(cp_nomem("batch"));
   bool progress = cli_progress_wanted();
   for (size_t k = 0; k < n; k++) {
     batch_job *j = &r->jobs[idx[k]];
@@ -168,7 +169,7 @@ int cmd_batch(int argc, char **argv) {
     goto done;
   }
   if (!(idx = calloc(r.n_jobs ? r.n_jobs : 1, sizeof *idx))) {
-    status = cli_report(cp_error_set(CP_ENOMEM, "batch: out of memory"));
+    status = cli_report(cp_nomem("batch"));
     goto done;
   }
   for (size_t k = 0; k < r.n_jobs; k++) /* jobs are sorted by name: round-robin is balanced to one job */

@@ -290,7 +290,7 @@ int cmd_calibrate(int argc, char **argv) {
   if (json) {
     if (!(j = cp_calib_table_to_json(&t)) || !cJSON_AddStringToObject(j, "model", model_path) ||
         (rule_text && !cJSON_AddItemToObject(j, "schedule_rule", cJSON_Parse(rule_text)))) {
-      rc = cp_error_set(CP_ENOMEM, "calibrate: out of memory for the JSON output");
+      rc = cp_nomem("calibrate: the JSON output");
       goto done;
     }
     /* Measured statistics at a readable precision; taus exact (they go into rules). */

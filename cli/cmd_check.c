@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/verify/check.h"
 
 static const char check_help[] =
@@ -27,7 +28,7 @@ static const char check_help[] =
 
 static int print_json(const char *path, const cp_check_report *r, bool rerun) {
   cJSON *o = cJSON_CreateObject(), *fails = NULL;
-  if (!o) return cli_report(cp_error_set(CP_ENOMEM, "check report: out of memory"));
+  if (!o) return cli_report(cp_nomem("check report"));
   cJSON_AddStringToObject(o, "artifact", path);
   cJSON_AddStringToObject(o, "format", r->format ? r->format : "");
   cJSON_AddStringToObject(o, "result", r->n_failures ? "fail" : "pass");

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/engine/engine.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/model/rule.h"
@@ -95,7 +96,7 @@ static int write_stats(const char *path, const cp_engine_stats *st) {
   rc = cp_atomic_commit(f);
   goto done;
 nomem:
-  rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  rc = cp_nomem("%s", path);
 done:
   free(text);
   cJSON_Delete(root);
@@ -178,20 +179,17 @@ int cmd_forward(int argc, char **argv) {
       goto done;
     }
     if (!(logits = malloc((size_t)count * sizeof *logits))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory for %llu logits", (unsigned long long)count);
+      rc = cp_nomem("%llu logits", (unsigned long long)count);
       goto done;
     }
     if ((rc = cp_engine_forward(eng, logits, ids, n_ids, dec, n_dec))) goto done;
   }
   if (generate) {
-    if (!(gen = malloc((n_gen ? n_gen : 1) * sizeof *gen))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory");
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(gen = malloc((n_gen ? n_gen : 1) * sizeof *gen), "generated ids");
     uint64_t count;
     if (steps_path && (!cp_mul_u64(&count, n_gen ? n_gen : 1, (uint64_t)model->vocab) || count > SIZE_MAX / sizeof(float) ||
                        !(steps = malloc((size_t)count * sizeof *steps)))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory for the logits of %llu steps", n_gen);
+      rc = cp_nomem("the logits of %llu steps", n_gen);
       goto done;
     }
     if ((rc = cp_engine_generate(eng, gen, &n_out, steps, ids, n_ids, dec, n_dec, (int)n_gen, stop_at_eos))) goto done;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/checkpoint.h"
 #include "import/describe.h"
@@ -201,7 +202,7 @@ static int check_values(const char *path) {
   cp_checkpoint *ck = NULL;
   double *raw = malloc(CHUNK * sizeof(double));
   float *f = malloc(CHUNK * sizeof(float));
-  int rc = raw && f ? cp_checkpoint_open(&ck, path) : cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  int rc = raw && f ? cp_checkpoint_open(&ck, path) : cp_nomem("%s", path);
   int status = CLI_OK;
   size_t scanned = 0;
   for (size_t t = 0; rc == 0 && status == CLI_OK && t < cp_checkpoint_count(ck); t++) {

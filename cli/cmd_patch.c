@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/export/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
 #include "ctxpatch/patchers/patch_auto.h"
@@ -338,7 +339,7 @@ cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
 /* patch --json: the outcome as one document on stdout; the exit status. */
 static int print_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
   cJSON *o = cli_patch_outcome_json(oc, out_dir);
-  if (!o) return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
+  if (!o) return cli_report(cp_nomem("patch --json"));
   int status = cli_print_json(o);
   if (status == CLI_OK && !oc->pass) status = CLI_FAIL;
   cJSON_Delete(o);

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
@@ -41,11 +42,7 @@ static bool parse_ids(const char *s, int64_t **ids, size_t *n) {
     errno = 0;
     unsigned long long x = strtoull(s, &end, 10);
     if (errno || x > INT64_MAX || (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n')) goto bad;
-    if (k == cap) {
-      int64_t *nv = realloc(v, (cap *= 2) * sizeof *v);
-      if (!nv) goto bad;
-      v = nv;
-    }
+    if (k == cap && CP_ARRAY_RESERVE(v, cap, k + 1, "tokenize: ids") < 0) goto bad;
     v[k++] = (int64_t)x;
     s = end;
   }
@@ -76,7 +73,7 @@ static int print_ids(const int64_t *ids, size_t n, bool json, const cp_tokenizer
   printf("%s\n", text);
   goto done;
 nomem:
-  rc = cp_error_set(CP_ENOMEM, "tokenize: out of memory");
+  rc = cp_nomem("tokenize");
 done:
   free(text);
   cJSON_Delete(root);
@@ -131,7 +128,7 @@ int cmd_tokenize(int argc, char **argv) {
       if (strlen(out) != outlen) {
         rc = cp_error_set(CP_EUNSUPPORTED, "tokenize: decoded text contains a NUL byte; use plain output");
       } else if (!root || !cJSON_AddStringToObject(root, "text", out) || !(s = cJSON_PrintUnformatted(root))) {
-        rc = cp_error_set(CP_ENOMEM, "tokenize: out of memory");
+        rc = cp_nomem("tokenize");
       } else {
         printf("%s\n", s);
       }

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "base/json_strict.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/model.h"
 #include "verify/certificate_json.h"
@@ -68,7 +69,7 @@ static int add_artifact(cJSON *cert, const cp_model *model) {
   cJSON *a = cp_describe_ctxpatch(cfg);
   if (a && cJSON_AddItemToObject(cert, "artifact", a)) return 0;
   cJSON_Delete(a);
-  return cp_error_set(CP_ENOMEM, "verify: out of memory for the certificate's artifact object");
+  return cp_nomem("verify: the certificate's artifact object");
 }
 
 /* The table, the verdict and its reasons. */

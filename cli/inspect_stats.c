@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/profile.h"
 #include "ctxpatch/model/rule.h"
@@ -71,7 +72,7 @@ int inspect_attention_stats(const char *path, const int64_t *lengths, int n_leng
   cp_rule_init(&rule);
   int64_t *ids = NULL, n_ids = 0;
   cp_profile_point *pts = calloc((size_t)n_lengths, sizeof *pts);
-  int rc = pts ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
+  int rc = pts ? 0 : cp_nomem("inspect --stats");
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0 && ids_text) rc = cli_parse_ids(&ids, &n_ids, "--ids", ids_text);
   if (rc == 0) rc = cp_model_open_stored(&model, path);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/patchers/patch_auto.h"
 
@@ -54,7 +55,7 @@ static int print_json(const cp_auto_outcome *a, const char *out_dir) {
   if (!o || !block) {
     cJSON_Delete(o);
     cJSON_Delete(block);
-    return cli_report(cp_error_set(CP_ENOMEM, "patch --json: out of memory"));
+    return cli_report(cp_nomem("patch --json"));
   }
   if (a->best < 0) {
     cJSON_ReplaceItemInObjectCaseSensitive(o, "verdict", cJSON_CreateString("no candidate passed"));
@@ -72,7 +73,7 @@ static int print_json(const cp_auto_outcome *a, const char *out_dir) {
 int cli_patch_auto(const char *in, const char *out_dir, const cp_patch_options *po, const cp_patch_params *pp,
                    const cp_verify_params *vp, const cp_verify_thresholds *th, double budget, bool json) {
   cp_auto_outcome *a = calloc(1, sizeof *a); /* each candidate holds a rule: tens of KiB */
-  if (!a) return cli_report(cp_error_set(CP_ENOMEM, "patch --method auto: out of memory"));
+  if (!a) return cli_report(cp_nomem("patch --method auto"));
   cp_patch_params p = *pp;
   p.on_plan = NULL; /* the table says what each candidate was */
   int status, rc = cp_patch_auto_run(a, in, out_dir, po, &p, budget, on_candidate);

@@ -6,29 +6,21 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && !strcmp(s + n - k, suffix);
-}
-
-static bool is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
+#include "ctxpatch/base/io.h"
 
 /* The model file of IN: IN itself (a .onnx file), or IN/model.onnx, or IN/onnx/model.onnx. */
 static bool model_file(char out[CLI_PATH_MAX], const char *in) {
   struct stat st;
   if (stat(in, &st) != 0) return false;
-  if (S_ISREG(st.st_mode)) return ends_with(in, ".onnx") && snprintf(out, CLI_PATH_MAX, "%s", in) < CLI_PATH_MAX;
+  if (S_ISREG(st.st_mode))
+    return cp_path_has_suffix(in, ".onnx") && snprintf(out, CLI_PATH_MAX, "%s", in) < CLI_PATH_MAX;
   if (!S_ISDIR(st.st_mode)) return false;
-  if (snprintf(out, CLI_PATH_MAX, "%s/model.onnx", in) < CLI_PATH_MAX && is_file(out)) return true;
-  return snprintf(out, CLI_PATH_MAX, "%s/onnx/model.onnx", in) < CLI_PATH_MAX && is_file(out);
+  if (snprintf(out, CLI_PATH_MAX, "%s/model.onnx", in) < CLI_PATH_MAX && cp_path_is_file(out)) return true;
+  return snprintf(out, CLI_PATH_MAX, "%s/onnx/model.onnx", in) < CLI_PATH_MAX && cp_path_is_file(out);
 }
 
 bool cli_patch_rewrite_model(char model[CLI_PATH_MAX], const char *in, const char *out) {
-  return ends_with(out, ".onnx") && model_file(model, in);
+  return cp_path_has_suffix(out, ".onnx") && model_file(model, in);
 }
 
 void cli_patch_rewrite_print(const cp_onnx_rewrite_report *rep) {

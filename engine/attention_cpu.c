@@ -513,8 +513,7 @@ static int run_chunks(cp_pool *pool, job *jb) {
   }
   size_t row_bytes, tile_bytes;
   if (!cp_size_mul(&row_bytes, H * sizeof(float), (size_t)c->n_keys) || !cp_size_mul(&tile_bytes, row_bytes, TILE_ROWS))
-    return cp_error_set(CP_ENOMEM, "engine: FIRE table of %lld keys x %d heads: size overflows",
-                        (long long)c->n_keys, c->H);
+    return cp_nomem("engine: FIRE table of %lld keys x %d heads (size overflows)", (long long)c->n_keys, c->H);
   const size_t cap = c->fire_table_bytes ? c->fire_table_bytes : FIRE_FAR_BYTES;
   const size_t per = cap / tile_bytes > 0 ? cap / tile_bytes : 1; /* tiles a chunk */
   const size_t rows = (size_t)min64((int64_t)((per < tiles ? per : tiles) * TILE_ROWS), c->n_q);

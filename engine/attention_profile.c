@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 
 void cp_profile_params_init(cp_profile_params *p) { memset(p, 0, sizeof *p); }
@@ -41,7 +42,7 @@ static int copy_stats(cp_profile_point *out, const cp_engine_stats *st, int64_t 
   out->entropy = malloc(cells * sizeof *out->entropy);
   if (!out->kind || !out->layer || !out->pmax || !out->entropy) {
     cp_profile_point_free(out);
-    return cp_error_set(CP_ENOMEM, "out of memory for attention statistics");
+    return cp_nomem("attention statistics");
   }
   memcpy(out->kind, st->kind, (size_t)st->n_modules * sizeof *out->kind);
   memcpy(out->layer, st->layer, (size_t)st->n_modules * sizeof *out->layer);
@@ -73,7 +74,7 @@ int cp_attention_profile(cp_profile_point *out, const cp_model *model, const cp_
     }
     free(ids);
     if (!(ids = malloc((size_t)len * sizeof *ids))) {
-      rc = cp_error_set(CP_ENOMEM, "out of memory for %lld ids", (long long)len);
+      rc = cp_nomem("%lld ids", (long long)len);
       break;
     }
     if (params->ids && params->n_ids > 0)

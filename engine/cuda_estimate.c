@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/formats/tensor.h"
@@ -57,14 +58,9 @@ static void add_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
   weight_sum *s = ctx;
   for (size_t i = 0; i < s->n; i++)
     if (s->seen[i] == w) return;
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    const void **p = realloc(s->seen, cap * sizeof *p);
-    if (!p) {
-      s->nomem = true;
-      return;
-    }
-    s->seen = p, s->cap = cap;
+  if (CP_ARRAY_RESERVE(s->seen, s->cap, s->n + 1, "cuda: memory estimate") < 0) {
+    s->nomem = true;
+    return;
   }
   s->seen[s->n++] = w;
   if (!cp_add_u64(&s->floats, s->floats, (uint64_t)count)) s->overflow = true;
@@ -118,7 +114,7 @@ int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, in
   memset(&s, 0, sizeof s);
   cp_cuda_for_each_weight(m, add_weight, &s);
   free(s.seen);
-  if (s.nomem) return cp_error_set(CP_ENOMEM, "cuda: memory estimate: out of memory");
+  if (s.nomem) return cp_nomem("cuda: memory estimate");
   if (s.overflow || !cp_mul_u64(weights, s.floats, 4))
     return cp_error_set(CP_EOVERFLOW, "cuda: memory estimate: the weights overflow 64 bits");
   const bool t5 = m->family == CP_FAMILY_T5, rope = m->pos == CP_POS_ROPE;

@@ -68,7 +68,7 @@ static float *alloc_f(int64_t a, int64_t b) {
     return NULL;
   }
   float *p = malloc(n ? (size_t)n : 1);
-  if (!p) cp_error_set(CP_ENOMEM, "engine: out of memory for %lld x %lld floats", (long long)a, (long long)b);
+  if (!p) cp_nomem("engine: %lld x %lld floats", (long long)a, (long long)b);
   return p;
 }
 
@@ -583,7 +583,7 @@ static int alloc_cross(cross_t *cr, const cp_model *m, const float *enc, int64_t
   cr->enc = enc;
   cr->n_enc = n_enc;
   cr->kv = calloc((size_t)m->decoder.n_layers, sizeof *cr->kv);
-  if (!cr->kv) return cp_error_set(CP_ENOMEM, "engine: out of memory");
+  CP_CHECK_ALLOC(cr->kv, "engine");
   for (int l = 0; l < m->decoder.n_layers; l++) {
     int rc = kv_alloc(&cr->kv[l], n_enc, m->n_kv_heads * m->d_head, false);
     if (rc) return rc;

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 
 struct cp_pool {
@@ -60,14 +61,14 @@ int cp_pool_create(cp_pool **out, int n_threads) {
   *out = NULL;
   if (n_threads < 1) n_threads = 1;
   cp_pool *p = calloc(1, sizeof *p);
-  if (!p) return cp_error_set(CP_ENOMEM, "engine: out of memory for the thread pool");
+  CP_CHECK_ALLOC(p, "engine: thread pool");
   p->threads = calloc((size_t)n_threads, sizeof *p->threads);
   p->scratch = malloc((size_t)n_threads * CP_POOL_SCRATCH_FLOATS * sizeof *p->scratch);
   if (!p->threads || !p->scratch) {
     free(p->threads);
     free(p->scratch);
     free(p);
-    return cp_error_set(CP_ENOMEM, "engine: out of memory for the thread pool");
+    return cp_nomem("engine: thread pool");
   }
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->start, NULL);

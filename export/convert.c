@@ -438,7 +438,7 @@ static bool has_config(const char *dir) {
 static int write_gguf_config(const char *dir, const cp_checkpoint *ck, const char *in) {
   cp_hf_config *cfg = NULL;
   char *path = cp_path_join(dir, "config.json");
-  int rc = path ? cp_checkpoint_config(&cfg, ck, in) : cp_error_set(CP_ENOMEM, "%s: out of memory", dir);
+  int rc = path ? cp_checkpoint_config(&cfg, ck, in) : cp_nomem("%s", dir);
   if (rc == 0) rc = cp_write_file_atomic(NULL, path, cfg->text, cfg->text_len);
   cp_hf_config_free(cfg);
   free(path);

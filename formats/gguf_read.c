@@ -231,7 +231,7 @@ static int index_unique(size_t **out, cp_gguf_file *f, size_t n, bool keys) {
   for (size_t i = 1; i < n && rc == 0; i++)
     if (!strcmp(r[i - 1].name, r[i].name))
       rc = cp_error_set(CP_EGGUF_DUPLICATE, "%s: %s '%s' appears twice", f->path, keys ? "key" : "tensor", r[i].name);
-  if (rc == 0 && !(*out = malloc((n ? n : 1) * sizeof **out))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", f->path);
+  if (rc == 0 && !(*out = malloc((n ? n : 1) * sizeof **out))) rc = cp_nomem("%s", f->path);
   for (size_t i = 0; rc == 0 && i < n; i++) (*out)[i] = r[i].i;
   free(r);
   return rc;

@@ -52,7 +52,7 @@ int cp_gguf_writer_new(cp_gguf_writer **out, const char *path) {
   CP_CHECK_ALLOC(w, path);
   if (!(w->path = strdup(path))) {
     free(w);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    return cp_nomem("%s", path);
   }
   *out = w;
   return 0;
@@ -113,7 +113,7 @@ static int kv_begin(cp_gguf_writer *w, const char *key, cp_gguf_vtype type) {
 }
 
 static int kv_end(cp_gguf_writer *w) {
-  return w->kv.oom ? cp_error_set(CP_ENOMEM, "%s: out of memory building the header", w->path) : 0;
+  return w->kv.oom ? cp_nomem("%s: building the header", w->path) : 0;
 }
 
 /* Bytes of one element of a fixed-size value type; 0 for string and array. */
@@ -311,7 +311,7 @@ int cp_gguf_writer_begin(cp_gguf_writer *w) {
   }
   size_t infos_end = h.len;
   cp_strbuf_put(&h, (const char *)k_zeros, (size_t)(pad_to(h.len, CP_GGUF_DEFAULT_ALIGNMENT) - h.len));
-  if (h.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory building the header", w->path);
+  if (h.oom) rc = cp_nomem("%s: building the header", w->path);
   if (rc == 0 && w->data_hash) digest_header(w, h.s + infos_at, infos_end - infos_at);
   if (rc == 0) rc = cp_atomic_open(&w->af, w->path);
   if (rc == 0) rc = cp_atomic_write(w->af, h.s, h.len);

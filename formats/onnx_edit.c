@@ -149,7 +149,7 @@ int cp_onnx_edit_set_input(cp_onnx_edit *e, size_t node, size_t input, const cha
     char **arr = malloc((input + 1) * sizeof *arr), **old = np->input;
     size_t n_old = np->n_input;
     if (!arr) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", e->path);
+      rc = cp_nomem("%s", e->path);
     } else {
       for (size_t k = 0; k <= input; k++) arr[k] = k < n_old ? old[k] : (char *)"";
       arr[input] = (char *)name;
@@ -180,7 +180,7 @@ int cp_onnx_edit_set_attr_float(cp_onnx_edit *e, size_t node, const char *name, 
     a.name = (char *)name, a.has_f = 1, a.f = v, a.has_type = 1, a.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
     Onnx__AttributeProto **arr = malloc((np->n_attribute + 1) * sizeof *arr), **old = np->attribute;
     if (!arr) {
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", e->path);
+      rc = cp_nomem("%s", e->path);
     } else {
       if (np->n_attribute) memcpy(arr, old, np->n_attribute * sizeof *arr);
       arr[np->n_attribute] = &a;
@@ -311,15 +311,9 @@ typedef struct {
 
 static void put(out_buf *o, const void *d, size_t n) {
   if (o->failed || !n) return;
-  if (o->cap - o->n < n) {
-    size_t cap = o->cap ? o->cap : 4096;
-    while (cap - o->n < n) cap *= 2;
-    uint8_t *p = realloc(o->p, cap);
-    if (!p) {
-      o->failed = true;
-      return;
-    }
-    o->p = p, o->cap = cap;
+  if (n > SIZE_MAX - o->n || CP_ARRAY_RESERVE(o->p, o->cap, o->n + n, "edited model") < 0) {
+    o->failed = true;
+    return;
   }
   memcpy(o->p + o->n, d, n);
   o->n += n;
@@ -386,7 +380,7 @@ int cp_onnx_edit_serialize(uint8_t **out, size_t *len, const cp_onnx_edit *e) {
   free(g.p);
   if (failed) {
     free(o.p);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory serialising the edited model", e->path);
+    return cp_nomem("%s: serialising the edited model", e->path);
   }
   if (o.n > MODEL_MAX) {
     free(o.p);

@@ -38,7 +38,7 @@ static const char *str(const char *s) { return s ? s : ""; }
 #define NEW(m, var, count)                                                              \
   do {                                                                                  \
     (var) = cp_arena_array(&(m)->priv->arena, (count) ? (count) : 1, sizeof *(var));   \
-    if (!(var)) return cp_error_set(CP_ENOMEM, "%s: out of memory", (m)->path);        \
+    CP_CHECK_ALLOC(var, (m)->path);                                                     \
   } while (0)
 
 static int build_graph(cp_onnx_model *m, cp_onnx_graph *g, const Onnx__GraphProto *gp, int depth, const char *where);
@@ -237,7 +237,7 @@ static int build_model(cp_onnx_model *m, const Onnx__ModelProto *mp) {
 static int open_folder(cp_onnx_model *m) {
   const char *slash = strrchr(m->path, '/');
   char *dir = slash ? strndup(m->path, (size_t)(slash - m->path) + (slash == m->path)) : strdup(".");
-  if (!dir) return cp_error_set(CP_ENOMEM, "%s: out of memory", m->path);
+  CP_CHECK_ALLOC(dir, m->path);
   m->priv->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   free(dir);
   if (m->priv->dirfd < 0) return cp_error_set(CP_EIO, "%s: cannot open the model's folder", m->path);

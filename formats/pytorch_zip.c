@@ -538,8 +538,7 @@ int cp_pt_read(cp_pt_file *f, size_t i, uint64_t offset, void *buf, size_t len) 
       f->cache = NULL;
       f->cache_ent = SIZE_MAX;
       if (e->usize > SIZE_MAX || !(f->cache = malloc(e->usize ? (size_t)e->usize : 1)))
-        return cp_error_set(CP_ENOMEM, "%s: cannot buffer a %llu-byte record", f->path,
-                            (unsigned long long)e->usize);
+        return cp_nomem("%s: buffering a %llu-byte record", f->path, (unsigned long long)e->usize);
       int rc = zd_read(&f->zip, ei, f->cache);
       if (rc < 0) {
         free(f->cache);

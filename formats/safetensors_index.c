@@ -183,7 +183,7 @@ int cp_st_index_write(const char *path, uint64_t total_size, const char *const *
   }
   cp_strbuf_str(&b, "\n}\n");
   if (b.oom) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    rc = cp_nomem("%s", path);
     goto done;
   }
   rc = cp_write_file_atomic(NULL, path, b.s, b.len);

@@ -185,7 +185,7 @@ static int build_header(cp_strbuf *h, const char *path, const cp_tensor *tensors
   }
   cp_strbuf_str(h, "}");
   while (!h->oom && h->len % 8) cp_strbuf_str(h, " ");
-  if (h->oom) return cp_error_set(CP_ENOMEM, "%s: out of memory building the header", path);
+  if (h->oom) return cp_nomem("%s: building the header", path);
   if (h->len > CP_ST_MAX_HEADER)
     return cp_error_set(CP_EST_HEADER_TOO_LARGE, "%s: header would be %zu bytes, over the 100000000-byte limit", path,
                         h->len);
@@ -304,7 +304,7 @@ int cp_st_writer_meta_offset(uint64_t *out, const cp_st_writer *w, const char *k
     int oom = b.oom;
     *out = w->meta_at[i] + b.len;
     free(b.s);
-    if (oom) return cp_error_set(CP_ENOMEM, "%s: out of memory", w->path);
+    if (oom) return cp_nomem("%s", w->path);
     return 0;
   }
   return cp_error_set(CP_EARG, "%s: no metadata value '%s' holding byte %zu", w->path, key, pos);

@@ -197,14 +197,14 @@ int cp_checkpoint_load_f32(float **out, cp_checkpoint *ck, const char *name, int
   if (!cp_mul_u64(&bytes, numel, sizeof(float)) || bytes > SIZE_MAX)
     return cp_error_set(CP_EOVERFLOW, "%s: tensor '%s' too large", ck->dir, name);
   float *buf = malloc(bytes ? (size_t)bytes : 1);
-  if (!buf) return cp_error_set(CP_ENOMEM, "%s: out of memory for tensor '%s'", ck->dir, name);
+  if (!buf) return cp_nomem("%s: tensor '%s'", ck->dir, name);
   if (t->data) {
     rc = cp_convert_to_f32(buf, t->data, t->dtype, numel);
   } else {
     /* unmapped (strided or compressed) tensors: read in chunks and widen */
     size_t esz = cp_dtype_size(t->dtype), chunk = (1u << 20) / esz;
     unsigned char *tmp = malloc(chunk * esz);
-    if (!tmp) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", ck->dir);
+    if (!tmp) rc = cp_nomem("%s", ck->dir);
     for (uint64_t at = 0; rc == 0 && at < numel; at += chunk) {
       size_t n = (size_t)(numel - at < chunk ? numel - at : chunk);
       if ((rc = cp_checkpoint_read(ck, (size_t)e, at * esz, tmp, n * esz)) == 0)

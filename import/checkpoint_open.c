@@ -109,11 +109,6 @@ static int probe_file(const char *path) {
   return cp_error_set(CP_EFILETYPE, "%s: is a %s, expected a regular file", path, cp_file_type_name(st.st_mode));
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* Zip archives start with a local file header; everything else is tried as safetensors,
  * except pickles (legacy torch.save, or a bare pickle.dump), which the PyTorch reader refuses
  * with advice on re-saving them. */
@@ -125,7 +120,7 @@ static bool looks_like_pytorch(const char *path) {
   fclose(fp);
   if (n >= 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4) return true;
   if (n >= 1 && magic[0] == 0x80) return true;
-  return ends_with(path, ".bin") || ends_with(path, ".pt") || ends_with(path, ".pth");
+  return cp_path_has_suffix(path, ".bin") || cp_path_has_suffix(path, ".pt") || cp_path_has_suffix(path, ".pth");
 }
 
 static int open_shard(cp_ckpt_shard *s, const char *dir, const char *name, bool pytorch) {
@@ -148,7 +143,7 @@ static bool looks_like_gguf(const char *path) {
   if (cp_fopen_input(&fp, path) < 0) return false;
   size_t n = fread(magic, 1, 4, fp);
   fclose(fp);
-  return (n == 4 && !memcmp(magic, "GGUF", 4)) || ends_with(path, ".gguf");
+  return (n == 4 && !memcmp(magic, "GGUF", 4)) || cp_path_has_suffix(path, ".gguf");
 }
 
 /* A single GGUF file, or an ONNX graph whose tensors are recovered by name (onnx_import.h). */
@@ -215,8 +210,9 @@ static int find_lone_weight_file(char **out, bool *pytorch, const char *dir) {
   int rc = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
-    bool st = ends_with(e->d_name, ".safetensors");
-    bool pt = ends_with(e->d_name, ".bin") || ends_with(e->d_name, ".pt") || ends_with(e->d_name, ".pth");
+    bool st = cp_path_has_suffix(e->d_name, ".safetensors");
+    bool pt = cp_path_has_suffix(e->d_name, ".bin") || cp_path_has_suffix(e->d_name, ".pt") ||
+              cp_path_has_suffix(e->d_name, ".pth");
     if (!st && !pt) continue;
     if (*out) {
       rc = cp_error_set(CP_ECKPT_AMBIGUOUS, "%s: several weight files (%s, %s) and no index", dir, *out, e->d_name);
@@ -330,10 +326,10 @@ int cp_checkpoint_open_onnx(cp_checkpoint **out, const char *path, const cp_onnx
   if (!graph && looks_like_gguf(path)) {
     ck->format = CP_FORMAT_GGUF;
     rc = open_lone(ck, path, name, false, NULL);
-  } else if (ends_with(name, ".onnx") || graph) {
+  } else if (cp_path_has_suffix(name, ".onnx") || graph) {
     ck->format = CP_FORMAT_ONNX;
     rc = open_lone(ck, path, name, true, graph);
-  } else if (ends_with(name, ".index.json")) {
+  } else if (cp_path_has_suffix(name, ".index.json")) {
     bool pytorch = strstr(name, ".safetensors.") == NULL;
     ck->format = pytorch ? CP_FORMAT_PYTORCH_ZIP_SHARDED : CP_FORMAT_SAFETENSORS_SHARDED;
     rc = open_sharded(ck, path, pytorch);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/model/rule.h"
 #include "model/rule_json.h"
@@ -96,7 +97,7 @@ static cJSON *add_positional(cJSON *obj, const cp_hf_config *c) {
 int cp_describe_checkpoint(cJSON **out, const char *path, const cp_checkpoint *ck, const cp_hf_config *cfg) {
   *out = NULL;
   cJSON *root = cJSON_CreateObject();
-  if (!root) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  CP_CHECK_ALLOC(root, path);
   cJSON_AddStringToObject(root, "path", path);
   cJSON_AddStringToObject(root, "format", cp_format_name(cp_checkpoint_format(ck)));
   cJSON *files = cJSON_AddArrayToObject(root, "files");

@@ -55,7 +55,7 @@ static int keep(cp_model *m, float *buf) {
 static float *alloc_floats(cp_model *m, size_t n) {
   float *p = calloc(n ? n : 1, sizeof *p);
   if (!p) {
-    cp_error_set(CP_ENOMEM, "model: out of memory for %zu floats", n);
+    cp_nomem("model: %zu floats", n);
     return NULL;
   }
   if (keep(m, p)) return NULL;

@@ -806,7 +806,7 @@ int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const c
   cJSON *root = NULL;
   cp_hf_config *cfg = NULL;
   char *marked = text ? mark_nuls(text, len) : NULL;
-  if (text && !marked) return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  if (text && !marked) return cp_nomem("%s", what);
   int rc = parse_tree(&root, marked, len, what);
   if (rc) goto done;
   cfg = calloc(1, sizeof *cfg);

@@ -155,7 +155,7 @@ int cp_hf_config_splice(char **out, size_t *out_len, const cp_hf_config *cfg, co
   free(done);
   if (b.oom) {
     cp_strbuf_free(&b);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    return cp_nomem("%s", what);
   }
   *out = b.s;
   *out_len = b.len;

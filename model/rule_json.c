@@ -20,8 +20,10 @@
  *   "temperature"); at most CP_RULE_MAX_SCHEDULE_VALUES taus in all. With "temperature" it is
  *   refused (the spec makes them exclusive).
  */
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/strbuf.h"
 #include "base/json_strict.h"
 #include "model/rule_json.h"
 
@@ -415,37 +417,13 @@ cJSON *cp_rule_to_json(const cp_rule *r) {
   return root;
 fail:
   cJSON_Delete(root);
-  cp_error_set(CP_ENOMEM, "rule: out of memory serialising");
+  cp_nomem("rule: serialising");
   return NULL;
-}
-
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool oom;
-} strbuf;
-
-static void put(strbuf *s, const char *text) {
-  size_t n = strlen(text);
-  if (s->oom) return;
-  if (s->len + n + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 256;
-    while (cap < s->len + n + 1) cap *= 2;
-    char *p = realloc(s->buf, cap);
-    if (!p) {
-      s->oom = true;
-      return;
-    }
-    s->buf = p;
-    s->cap = cap;
-  }
-  memcpy(s->buf + s->len, text, n + 1);
-  s->len += n;
 }
 
 /* Integral values print as integers (never 1e+15); others with the shortest of %.15g / %.17g
  * that reads back to the same double. */
-static void put_number(strbuf *s, double d) {
+static void put_number(cp_strbuf *s, double d) {
   char buf[40];
   if (d == floor(d) && fabs(d) <= EXACT_INT_MAX) {
     snprintf(buf, sizeof buf, "%lld", (long long)d);
@@ -453,44 +431,44 @@ static void put_number(strbuf *s, double d) {
     snprintf(buf, sizeof buf, "%.15g", d);
     if (strtod(buf, NULL) != d) snprintf(buf, sizeof buf, "%.17g", d);
   }
-  put(s, buf);
+  cp_strbuf_str(s, buf);
 }
 
 /* Writes the tree of cp_rule_to_json: only objects, arrays, numbers and our own ASCII
  * keywords occur, so strings need no escaping. */
-static void put_item(strbuf *s, const cJSON *it) {
+static void put_item(cp_strbuf *s, const cJSON *it) {
   if (cJSON_IsObject(it) || cJSON_IsArray(it)) {
     bool obj = cJSON_IsObject(it);
-    put(s, obj ? "{" : "[");
+    cp_strbuf_str(s, obj ? "{" : "[");
     for (const cJSON *c = it->child; c; c = c->next) {
       if (obj) {
-        put(s, "\"");
-        put(s, c->string);
-        put(s, "\":");
+        cp_strbuf_str(s, "\"");
+        cp_strbuf_str(s, c->string);
+        cp_strbuf_str(s, "\":");
       }
       put_item(s, c);
-      if (c->next) put(s, ",");
+      if (c->next) cp_strbuf_str(s, ",");
     }
-    put(s, obj ? "}" : "]");
+    cp_strbuf_str(s, obj ? "}" : "]");
   } else if (cJSON_IsNumber(it)) {
     put_number(s, it->valuedouble);
   } else {
-    put(s, "\"");
-    put(s, it->valuestring);
-    put(s, "\"");
+    cp_strbuf_str(s, "\"");
+    cp_strbuf_str(s, it->valuestring);
+    cp_strbuf_str(s, "\"");
   }
 }
 
 char *cp_rule_to_string(const cp_rule *rule) {
   cJSON *json = cp_rule_to_json(rule);
   if (!json) return NULL;
-  strbuf s = {0};
+  cp_strbuf s = {0};
   put_item(&s, json);
   cJSON_Delete(json);
   if (s.oom) {
-    free(s.buf);
-    cp_error_set(CP_ENOMEM, "rule: out of memory serialising");
+    cp_strbuf_free(&s);
+    cp_nomem("rule: serialising");
     return NULL;
   }
-  return s.buf;
+  return s.s;
 }

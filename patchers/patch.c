@@ -76,7 +76,7 @@ static int fill_digest(const char *path, uint64_t offset, const char hex[65]) {
 static int copy_tokenizer(const char *dir, const char *src) {
   char *dst = cp_path_join(dir, "tokenizer.json");
   struct stat st;
-  int rc = dst ? 0 : cp_error_set(CP_ENOMEM, "out of memory");
+  int rc = dst ? 0 : cp_nomem("%s", dir);
   if (rc == 0 && stat(dst, &st) != 0) rc = cp_copy_file_atomic(NULL, dst, src, (size_t)1 << 30);
   free(dst);
   return rc;

@@ -114,7 +114,7 @@ static int run_candidate(cp_auto_candidate *c, cp_patch_pending **pd, cp_patch_o
   if (rc == 0 && o.method == CP_PATCH_TEMPERATURE && p->on_calibrate)
     p->on_calibrate(p->on_tmp_ctx, o.calibrate, o.schedule ? 0 : o.target_len);
   if (rc == 0) rc = cp_patch_from_options(patch, &calib_text, m, tok, &o);
-  if (rc == 0 && calib_text && !(calib = cJSON_Parse(calib_text))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", in);
+  if (rc == 0 && calib_text && !(calib = cJSON_Parse(calib_text))) rc = cp_nomem("%s", in);
   if (rc == 0) rc = cp_patch_stage(pd, oc, in, out_dir, m, patch, calib, p);
   cJSON_Delete(calib);
   free(calib_text);

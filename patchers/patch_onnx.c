@@ -27,11 +27,6 @@ void cp_patch_onnx_result_free(cp_patch_onnx_result *r) {
   memset(r, 0, sizeof *r);
 }
 
-static bool is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* The folder of a path (".": none), in buf[PO_PATH_MAX]. */
 static const char *folder_of(char buf[PO_PATH_MAX], const char *path) {
   const char *slash = strrchr(path, '/');
@@ -46,8 +41,8 @@ static const char *folder_of(char buf[PO_PATH_MAX], const char *path) {
 static const char *tokenizer_beside(char buf[PO_PATH_MAX], const char *model) {
   char dir[PO_PATH_MAX];
   const char *d = folder_of(dir, model);
-  if (snprintf(buf, PO_PATH_MAX, "%s/tokenizer.json", d) < PO_PATH_MAX && is_file(buf)) return buf;
-  if (snprintf(buf, PO_PATH_MAX, "%s/../tokenizer.json", d) < PO_PATH_MAX && is_file(buf)) return buf;
+  if (snprintf(buf, PO_PATH_MAX, "%s/tokenizer.json", d) < PO_PATH_MAX && cp_path_is_file(buf)) return buf;
+  if (snprintf(buf, PO_PATH_MAX, "%s/../tokenizer.json", d) < PO_PATH_MAX && cp_path_is_file(buf)) return buf;
   return NULL;
 }
 
@@ -70,7 +65,7 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
     if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PO_PATH_MAX ||
         snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
       return cp_error_set(CP_EARG, "%s: path too long", loc);
-    if (is_file(dst)) {
+    if (cp_path_is_file(dst)) {
       int rc = cp_sha256_file(hs, src);
       if (rc == 0) rc = cp_sha256_file(hd, dst);
       if (rc < 0) return rc;
@@ -107,7 +102,7 @@ static int64_t cert_train_len(const char *text) {
  * same rule, and no runtime ALiBi taking the training length from outside the rule. */
 static int same_edit(bool *same, const cp_rule *a, const cp_rule *b) {
   char *sa = cp_rule_to_string(a), *sb = cp_rule_to_string(b);
-  int rc = sa && sb ? 0 : cp_error_set(CP_ENOMEM, "rule: out of memory");
+  int rc = sa && sb ? 0 : cp_nomem("rule");
   bool runtime = b->alibi_mode == CP_ALIBI_DYNAMIC || b->alibi_mode == CP_ALIBI_PROGRESSIVE;
   *same = rc == 0 && !strcmp(sa, sb) && (!runtime || b->train_len > 0);
   free(sa);

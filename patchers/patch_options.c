@@ -135,7 +135,7 @@ static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_mod
       cJSON *j = cp_calib_table_to_json(&table);
       *calibration_json = j ? cJSON_PrintUnformatted(j) : NULL;
       cJSON_Delete(j);
-      if (!*calibration_json) rc = cp_error_set(CP_ENOMEM, "calibration table: out of memory");
+      if (!*calibration_json) rc = cp_nomem("calibration table");
     }
     cp_calib_table_free(&table);
     if (rc) return rc;

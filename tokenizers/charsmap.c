@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/le.h"
 #include "ctxpatch/base/utf8.h"
@@ -13,7 +14,7 @@
 int tk_base64_decode(unsigned char **out, size_t *out_len, const char *s, size_t n) {
   *out = NULL, *out_len = 0;
   unsigned char *p = malloc(n / 4 * 3 + 3);
-  if (!p) return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  CP_CHECK_ALLOC(p, "tokenizer");
   uint32_t acc = 0;
   int bits = 0;
   size_t o = 0, i = 0;
@@ -48,7 +49,7 @@ int tk_charsmap_init(tk_charsmap *cm, const unsigned char *blob, size_t len, con
   cm->strings = malloc(cm->nstrings + 1);
   if (!cm->units || !cm->strings) {
     tk_charsmap_free(cm);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    return cp_nomem("%s", what);
   }
   for (size_t i = 0; i < cm->nunits; i++) cm->units[i] = cp_le32(blob + 4 + 4 * i);
   memcpy(cm->strings, blob + 4 + tsize, cm->nstrings);
@@ -101,7 +102,7 @@ int tk_charsmap_validate(const tk_charsmap *cm, bool strings_terminated, const c
   unsigned char *seen = calloc(cm->nunits, 1);
   int rc = 0;
   if (!stack || !seen) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    rc = cp_nomem("%s", what);
     goto done;
   }
   stack[top++] = 0;
@@ -127,14 +128,7 @@ int tk_charsmap_validate(const tk_charsmap *cm, bool strings_terminated, const c
         rc = cp_error_set(CP_ETOK_MODEL, "%s: precompiled charsmap: trie unit %zu: value outside the strings", what, child);
         goto done;
       }
-      if (top == cap) {
-        uint32_t *ns = realloc(stack, (cap *= 2) * sizeof *ns);
-        if (!ns) {
-          rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
-          goto done;
-        }
-        stack = ns;
-      }
+      if (top == cap && (rc = CP_ARRAY_RESERVE(stack, cap, top + 1, what)) < 0) goto done;
       stack[top++] = (uint32_t)child;
     }
   }
@@ -177,6 +171,6 @@ static int cm_grapheme(void *vctx, size_t a, size_t b) {
 int tk_charsmap_normalize(const tk_charsmap *cm, cp_strbuf *out, const char *s, size_t n, size_t limit) {
   cm_ctx c = {cm, out, s, limit};
   int rc = tk_graphemes(s, n, cm_grapheme, &c);
-  if (!rc && out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  if (!rc && out->oom) rc = cp_nomem("tokenizer");
   return rc;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/hf_json.h"
@@ -16,14 +17,14 @@ int tk_added_load(tk_added *at, hf_model *m, const cJSON *list, const char *p) {
   size_t n = (size_t)cJSON_GetArraySize(list), i = 0;
   if (n > 1000000) return cp_error_set(CP_ETOK_JSON, "%s: added_tokens: %zu entries is too many", p, n);
   at->v = calloc(n ? n : 1, sizeof *at->v);
-  if (!at->v) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+  CP_CHECK_ALLOC(at->v, p);
   const cJSON *it;
   cJSON_ArrayForEach(it, list) {
     added_tok *a = &at->v[i];
     const char *content = jstr(it, "content");
     if (!content || !*content || !jid(jget(it, "id"), &a->id))
       return cp_error_set(CP_ETOK_JSON, "%s: added_tokens[%zu]: missing content or id", p, i);
-    if (!(a->content = strdup(content))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    CP_CHECK_ALLOC(a->content = strdup(content), p);
     a->len = strlen(content);
     at->first[(unsigned char)content[0]] = true;
     a->special = jbool(it, "special", false);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/hf_json.h"
@@ -68,7 +69,7 @@ int tk_bpe_load(hf_model *m, const cJSON *model, const char *p) {
   if (unk && !tk_map_get(&m->vocab, unk, strlen(unk), &m->unk_id))
     return cp_error_set(CP_ETOK_JSON, "%s: model.unk_token '%.40s' is not in the vocabulary", p, unk);
   if ((cp && *cp && !(m->cont_prefix = strdup(cp))) || (eow && *eow && !(m->eow_suffix = strdup(eow))))
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    return cp_nomem("%s", p);
   size_t nm = (size_t)cJSON_GetArraySize(merges), rank = 0;
   cp_strbuf joined = {0};
   cJSON_ArrayForEach(it, merges) {
@@ -95,7 +96,7 @@ int tk_bpe_load(hf_model *m, const cJSON *model, const char *p) {
     cp_strbuf_put(&joined, b, blen);
     if (joined.oom) {
       cp_strbuf_free(&joined);
-      return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+      return cp_nomem("%s", p);
     }
     /* HF accepts continuing_subword_prefix on the right part: the merged token drops it. */
     size_t cpl = m->cont_prefix ? strlen(m->cont_prefix) : 0;
@@ -112,7 +113,7 @@ int tk_bpe_load(hf_model *m, const cJSON *model, const char *p) {
     }
     if (merge_put(&m->merges, l, r, (uint32_t)rank, mid, nm)) {
       cp_strbuf_free(&joined);
-      return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+      return cp_nomem("%s", p);
     }
     rank++;
   }
@@ -178,7 +179,7 @@ int tk_bpe_word(const hf_model *m, const char *w, size_t n, idvec *out) {
   int rc = 0;
   size_t ns = 0, nh = 0;
   if (!sym || !prv || !nxt || !heap) {
-    rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    rc = cp_nomem("tokenizer");
     goto done;
   }
   bool last_unk = false;
@@ -192,7 +193,7 @@ int tk_bpe_word(const hf_model *m, const char *w, size_t n, idvec *out) {
     cp_strbuf_put(&tmp, w + i, l);
     if (eol && i + l == n) cp_strbuf_put(&tmp, m->eow_suffix, eol);
     if (tmp.oom) {
-      rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+      rc = cp_nomem("tokenizer");
       goto done;
     }
     int32_t bids[4];

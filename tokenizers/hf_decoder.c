@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/hf_bytelevel.h"
@@ -28,7 +29,7 @@ int tk_decoders_load(tk_decoders *l, const cJSON *n, const char *p, int depth) {
     if (!rep || !*rep || parse_prepend(n, &s->prepend))
       return cp_error_set(CP_ETOK_JSON, "%s: decoder Metaspace: bad replacement or prepend_scheme", p);
     s->type = D_METASPACE;
-    if (!(s->a = strdup(rep))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    CP_CHECK_ALLOC(s->a = strdup(rep), p);
   } else if (!strcmp(type, "Replace")) {
     const char *str = jstr(jget(n, "pattern"), "String"), *content = jstr(n, "content");
     if (!str || !*str || !content)
@@ -36,7 +37,7 @@ int tk_decoders_load(tk_decoders *l, const cJSON *n, const char *p, int depth) {
     s->type = D_REPLACE;
     s->a = strdup(str), s->b = strdup(content);
     l->n++;
-    return s->a && s->b ? 0 : cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    return s->a && s->b ? 0 : cp_nomem("%s", p);
   } else if (!strcmp(type, "Strip")) {
     const char *content = jstr(n, "content");
     const cJSON *a = jget(n, "start"), *b = jget(n, "stop");
@@ -45,7 +46,7 @@ int tk_decoders_load(tk_decoders *l, const cJSON *n, const char *p, int depth) {
       return cp_error_set(CP_ETOK_JSON, "%s: decoder Strip: bad content/start/stop", p);
     s->type = D_STRIP;
     s->start = (size_t)start, s->stop = (size_t)stop;
-    if (!(s->a = strdup(content))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    CP_CHECK_ALLOC(s->a = strdup(content), p);
   } else {
     return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: decoder type '%.40s' is not supported", p, type);
   }
@@ -202,5 +203,5 @@ int tk_decoders_apply(const tk_decoders *l, pieces *toks) {
     *toks = next;
     memset(&next, 0, sizeof next);
   }
-  return toks->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
+  return toks->oom ? cp_nomem("tokenizer") : 0;
 }

@@ -20,7 +20,7 @@ int tk_model_add_token(hf_model *m, const char *p, const char *tok, int32_t id, 
   CP_CHECK_ALLOC(m->id_to_tok[id] = strdup(tok), p);
   if (!in_model) return 0;
   int r = tk_map_put(&m->vocab, tok, strlen(tok), id);
-  if (r < 0) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+  if (r < 0) return cp_nomem("%s", p);
   if (r > 0) return cp_error_set(CP_ETOK_JSON, "%s: %s: token '%.40s' appears twice", p, where, tok);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/pieces.h"
@@ -30,17 +31,17 @@ int tk_normalizers_load(tk_normalizers *l, const cJSON *n, const char *p, int de
     const char *pre = jstr(n, "prepend");
     if (!pre) return cp_error_set(CP_ETOK_JSON, "%s: normalizer Prepend: no prepend string", p);
     s->type = N_PREPEND;
-    if (!(s->a = strdup(pre))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    CP_CHECK_ALLOC(s->a = strdup(pre), p);
   } else if (!strcmp(type, "Replace")) {
     const cJSON *pat = jget(n, "pattern");
     const char *content = jstr(n, "content"), *str = jstr(pat, "String"), *re = jstr(pat, "Regex");
     if (!content || (!str && !re) || (str && !*str))
       return cp_error_set(CP_ETOK_JSON, "%s: normalizer Replace: bad pattern or content", p);
     s->type = N_REPLACE;
-    if (!(s->b = strdup(content))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    CP_CHECK_ALLOC(s->b = strdup(content), p);
     l->n++; /* owned from here on, freed with the tokenizer */
     if (str) {
-      if (!(s->a = strdup(str))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+      CP_CHECK_ALLOC(s->a = strdup(str), p);
       return 0;
     }
     return tk_regex_compile(&s->re, re, p, "normalizer Replace");
@@ -148,11 +149,11 @@ int tk_normalizers_apply(const tk_normalizers *steps, cp_strbuf *out, const char
     if ((rc == CP_ETOK_LIMIT && !st->re) || (!rc && next.len > limit)) rc = tk_grow_error(steps->path, step_names[st->type], limit);
     cp_strbuf tmp = cur;
     cur = next, next = tmp;
-    if (!rc && cur.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    if (!rc && cur.oom) rc = cp_nomem("tokenizer");
   }
   if (!rc) {
     cp_strbuf_put(out, cur.s ? cur.s : "", cur.len);
-    if (out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    if (out->oom) rc = cp_nomem("tokenizer");
   }
   cp_strbuf_free(&cur);
   cp_strbuf_free(&next);

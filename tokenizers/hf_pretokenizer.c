@@ -48,7 +48,7 @@ int tk_pretokenizers_load(tk_pretokenizers *l, const cJSON *n, const char *p, in
       return cp_error_set(CP_ETOK_JSON, "%s: pre_tokenizer Metaspace: bad replacement or prepend_scheme", p);
     s->type = P_METASPACE;
     s->split = jbool(n, "split", true);
-    if (!(s->str = strdup(rep))) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+    CP_CHECK_ALLOC(s->str = strdup(rep), p);
     l->n++;
     return 0;
   }
@@ -77,7 +77,7 @@ int tk_pretokenizers_load(tk_pretokenizers *l, const cJSON *n, const char *p, in
     l->n++;
     if (str) {
       s->type = P_STRING;
-      return (s->str = strdup(str)) ? 0 : cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+      return (s->str = strdup(str)) ? 0 : cp_nomem("%s", p);
     }
     s->type = P_REGEX;
     return tk_regex_compile(&s->re, re, p, "pre_tokenizer Split");
@@ -175,7 +175,7 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     cp_strbuf_put(&pre, s, n);
     if (pre.oom) {
       cp_strbuf_free(&pre);
-      return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+      return cp_nomem("tokenizer");
     }
     pieces words = {0};
     piece whole = {pre.s ? pre.s : (char *)"", pre.len, pc->at0, -1};
@@ -190,11 +190,11 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     for (size_t k = 0; k < words.n && !rc; k++) { /* bytes -> GPT-2 printable code points */
       cp_strbuf mapped = {0};
       for (size_t i = 0; i < words.v[k].len; i++) cp_utf8_put(&mapped, tk_bytelevel_cp((unsigned char)words.v[k].s[i]));
-      if (mapped.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+      if (mapped.oom) rc = cp_nomem("tokenizer");
       else pieces_add(out, mapped.s, mapped.len, words.v[k].at0, -1);
       cp_strbuf_free(&mapped);
     }
-    if (!rc && words.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    if (!rc && words.oom) rc = cp_nomem("tokenizer");
     pieces_free(&words);
     cp_strbuf_free(&pre);
     break;
@@ -207,7 +207,7 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     tk_replace_all(&t, s, n, " ", st->str, SIZE_MAX); /* one code point per space: checked after the stage */
     if (t.oom) {
       cp_strbuf_free(&t);
-      return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+      return cp_nomem("tokenizer");
     }
     piece whole = {t.s ? t.s : (char *)"", t.len, pc->at0, -1};
     if (st->split) {
@@ -274,7 +274,7 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     break;
   }
   }
-  if (!rc && (sp.oom || out->oom)) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  if (!rc && (sp.oom || out->oom)) rc = cp_nomem("tokenizer");
   free(sp.v);
   return rc;
 }

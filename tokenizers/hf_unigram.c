@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
 #include "tokenizers/hf_json.h"
@@ -18,7 +19,7 @@ int tk_unigram_load(hf_model *m, const cJSON *model, const char *p) {
   size_t n = (size_t)cJSON_GetArraySize(vocab);
   if (n >= TK_MAX_ID) return cp_error_set(CP_ETOK_JSON, "%s: model.vocab: %zu pieces is too many", p, n);
   m->scores = calloc(n, sizeof *m->scores);
-  if (!m->scores) return cp_error_set(CP_ENOMEM, "%s: out of memory", p);
+  CP_CHECK_ALLOC(m->scores, p);
   m->nscores = n;
   int32_t id = 0;
   m->min_score = INFINITY;
@@ -56,7 +57,7 @@ int tk_unigram_word(const hf_model *m, const char *w, size_t n, idvec *out) {
   size_t *stack = malloc((n + 1) * sizeof *stack);
   if (!best || !stack) {
     free(best), free(stack);
-    return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    return cp_nomem("tokenizer");
   }
   for (size_t i = 0; i <= n; i++) best[i] = (node){0, -1, -1};
   best[0].start = 0;

@@ -32,7 +32,7 @@ static int check_tokens(const cp_bpe_vocab *v, const char *what) {
       rc = cp_error_set(CP_ETOK_MODEL, "%s: token %zu '%.*s' repeats token %d", what, i, (int)(t->len < 40 ? t->len : 40),
                         t->piece, (int)first);
     else if (tk_map_put(&seen, t->piece, t->len, (int32_t)i) < 0)
-      rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+      rc = cp_nomem("%s", what);
   }
   tk_map_free(&seen);
   return rc;
@@ -146,7 +146,7 @@ int tk_hf_from_bpe_vocab(tk_hf **out, const cp_bpe_vocab *v, const char *what) {
   int rc = check_vocab(v, what);
   if (rc) return rc;
   cJSON *root = build_tree(v);
-  if (!root) return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  CP_CHECK_ALLOC(root, what);
   rc = tk_hf_load_tree(out, root, what);
   cJSON_Delete(root);
   if (rc == 0) tk_hf_set_bos_eos(*out, v->bos_id, v->eos_id);

@@ -65,5 +65,5 @@ int tk_replace_all(cp_strbuf *out, const char *s, size_t n, const char *pat, con
       i++;
     }
   }
-  return out->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
+  return out->oom ? cp_nomem("tokenizer") : 0;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
 #include "ctxpatch/base/io.h"
@@ -20,16 +21,6 @@ struct cp_tokenizer {
   tk_hf *hf;
   tk_spm *spm;
 };
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && !strcmp(s + a - b, suffix);
-}
-
-static bool is_file(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
 
 /* A serialised SentencePiece ModelProto: prechecked, then handed to libsentencepiece. */
 static int load_spm(cp_tokenizer *tok, const char *data, size_t len) {
@@ -48,11 +39,11 @@ int cp_tokenizer_from_spm_vocab(cp_tokenizer **out, const cp_spm_vocab *v, const
   cp_tokenizer *tok = calloc(1, sizeof *tok);
   int rc = 0;
   if (!tok || !(tok->path = strdup(what))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    rc = cp_nomem("%s", what);
     goto done;
   }
   tk_spm_serialize(&proto, v);
-  if (proto.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+  if (proto.oom) rc = cp_nomem("%s", what);
   else rc = load_spm(tok, proto.s, proto.len);
   if (rc == 0) {
     *out = tok;
@@ -69,7 +60,7 @@ int cp_tokenizer_from_bpe_vocab(cp_tokenizer **out, const cp_bpe_vocab *v, const
   cp_tokenizer *tok = calloc(1, sizeof *tok);
   if (!tok || !(tok->path = strdup(what))) {
     free(tok);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", what);
+    return cp_nomem("%s", what);
   }
   int rc = tk_hf_from_bpe_vocab(&tok->hf, v, what);
   if (rc) cp_tokenizer_free(tok);
@@ -100,27 +91,24 @@ int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
     static const char *const names[] = {"tokenizer.json", "tokenizer.model", "spiece.model"};
     for (size_t i = 0; i < 3 && !chosen; i++) {
       char *p = cp_path_join(path, names[i]);
-      if (!p) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
-      if (is_file(p)) chosen = p;
+      CP_CHECK_ALLOC(p, path);
+      if (cp_path_is_file(p)) chosen = p;
       else free(p);
     }
     if (!chosen)
       return cp_error_set(CP_ETOK_MISSING, "%s: no tokenizer.json, tokenizer.model or spiece.model in folder", path);
   } else {
     size_t n = strlen(path);
-    if (!(chosen = malloc(n + 1))) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    CP_CHECK_ALLOC(chosen = malloc(n + 1), path);
     memcpy(chosen, path, n + 1);
   }
   /* Content decides, not the name: a protobuf never starts with '{'. */
-  bool json = ends_with(chosen, ".json");
+  bool json = cp_path_has_suffix(chosen, ".json");
   if ((rc = cp_read_file(&data, &len, chosen, json ? TK_MAX_JSON_BYTES : TK_MAX_MODEL_BYTES))) goto done;
   size_t i = 0;
   while (i < len && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) i++;
   if (i < len && data[i] == '{') json = true;
-  if (!(tok = calloc(1, sizeof *tok))) {
-    rc = cp_error_set(CP_ENOMEM, "%s: out of memory", chosen);
-    goto done;
-  }
+  CP_CHECK_ALLOC_GOTO(tok = calloc(1, sizeof *tok), chosen);
   tok->path = chosen;
   chosen = NULL;
   if (json) rc = tk_hf_load(&tok->hf, data, len, tok->path);
@@ -160,7 +148,7 @@ int cp_tokenizer_encode(const cp_tokenizer *tok, int64_t **ids, size_t *n, const
   int64_t *res = malloc((nraw + 2) * sizeof *res);
   if (!res) {
     free(raw);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
+    return cp_nomem("%s", tok->path);
   }
   size_t o = 0;
   if (pre) res[o++] = bos;
@@ -187,7 +175,7 @@ int cp_tokenizer_decode(const cp_tokenizer *tok, char **text, size_t *len, const
   }
   int size = tk_spm_size(tok->spm);
   int *run = malloc((n + 1) * sizeof *run);
-  if (!run) return cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
+  CP_CHECK_ALLOC(run, tok->path);
   size_t nrun = 0;
   char err[256] = "";
   /* Control pieces (BOS/EOS/unk) decode to nothing in SentencePiece; without skip_special they
@@ -215,7 +203,7 @@ int cp_tokenizer_decode(const cp_tokenizer *tok, char **text, size_t *len, const
   }
   free(run);
   if (!rc && !out.s) cp_strbuf_put(&out, "", 0);
-  if (!rc && out.oom) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", tok->path);
+  if (!rc && out.oom) rc = cp_nomem("%s", tok->path);
   if (rc) {
     cp_strbuf_free(&out);
     return rc;

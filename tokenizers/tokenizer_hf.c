@@ -41,10 +41,9 @@ static int post_append(tk_hf *hf, bool before, int32_t id) {
   int32_t **v = before ? &hf->post_pre : &hf->post_post;
   size_t *n = before ? &hf->npost_pre : &hf->npost_post;
   if (*n >= 64) return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: post_processor: too many special tokens", hf->path);
-  int32_t *nv = realloc(*v, (*n + 1) * sizeof **v);
-  CP_CHECK_ALLOC(nv, hf->path);
-  nv[(*n)++] = id;
-  *v = nv;
+  int rc = CP_ARRAY_RESIZE(*v, *n + 1, hf->path);
+  if (rc < 0) return rc;
+  (*v)[(*n)++] = id;
   return 0;
 }
 
@@ -218,11 +217,11 @@ int tk_hf_encode(const tk_hf *hf, int64_t **ids, size_t *n, const char *text, si
       if (!words.v[w].len) continue;
       rc = tk_model_encode_word(&hf->model, words.v[w].s, words.v[w].len, &out);
     }
-    if (!rc && words.oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    if (!rc && words.oom) rc = cp_nomem("tokenizer");
     pieces_free(&words);
     pieces_free(&next);
   }
-  if (!rc && (a.oom || b.oom || c.oom)) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  if (!rc && (a.oom || b.oom || c.oom)) rc = cp_nomem("tokenizer");
   pieces_free(&a), pieces_free(&b), pieces_free(&c);
   if (rc) {
     free(out.v);
@@ -232,7 +231,7 @@ int tk_hf_encode(const tk_hf *hf, int64_t **ids, size_t *n, const char *text, si
   int64_t *res = malloc((total + 1) * sizeof *res);
   if (!res || out.oom) {
     free(res), free(out.v);
-    return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    return cp_nomem("tokenizer");
   }
   size_t o = 0;
   if (add_special)
@@ -257,7 +256,7 @@ int tk_hf_decode(const tk_hf *hf, cp_strbuf *out, const int64_t *ids, size_t n, 
     pieces_add(&cur, hf->model.id_to_tok[ids[i]], strlen(hf->model.id_to_tok[ids[i]]), false, -1);
   }
   if (cur.oom) {
-    rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    rc = cp_nomem("tokenizer");
     goto done;
   }
   if ((rc = tk_decoders_apply(&hf->dec, &cur))) goto done;
@@ -266,7 +265,7 @@ int tk_hf_decode(const tk_hf *hf, cp_strbuf *out, const int64_t *ids, size_t n, 
     cp_strbuf_put(out, cur.v[k].s, cur.v[k].len);
   }
   if (!out->s) cp_strbuf_put(out, "", 0);
-  if (out->oom) rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  if (out->oom) rc = cp_nomem("tokenizer");
 done:
   pieces_free(&cur);
   return rc;

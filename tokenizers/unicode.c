@@ -13,6 +13,7 @@
 #include <unicode/ustring.h>
 #include <unicode/utext.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/quote.h"
 
@@ -36,7 +37,7 @@ static int put_u16(cp_strbuf *out, const UChar *u, int32_t ulen) {
   u_strToUTF8WithSub(NULL, 0, &need, u, ulen, 0xFFFD, NULL, &st);
   if (st != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(st)) return cp_error_set(CP_EARG, "tokenizer: UTF-16 conversion failed");
   char *p = malloc((size_t)need + 1);
-  if (!p) return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  CP_CHECK_ALLOC(p, "tokenizer");
   st = U_ZERO_ERROR;
   u_strToUTF8WithSub(p, need + 1, NULL, u, ulen, 0xFFFD, NULL, &st);
   if (U_FAILURE(st)) {
@@ -45,7 +46,7 @@ static int put_u16(cp_strbuf *out, const UChar *u, int32_t ulen) {
   }
   cp_strbuf_put(out, p, (size_t)need);
   free(p);
-  return out->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
+  return out->oom ? cp_nomem("tokenizer") : 0;
 }
 
 static bool all_ascii(const char *s, size_t n) {
@@ -57,7 +58,7 @@ static bool all_ascii(const char *s, size_t n) {
 int tk_normalize(cp_strbuf *out, const char *s, size_t n, tk_nf form) {
   if (all_ascii(s, n)) { /* every form is the identity on ASCII */
     cp_strbuf_put(out, s, n);
-    return out->oom ? cp_error_set(CP_ENOMEM, "tokenizer: out of memory") : 0;
+    return out->oom ? cp_nomem("tokenizer") : 0;
   }
   UErrorCode st = U_ZERO_ERROR;
   const UNormalizer2 *nf = form == TK_NFC    ? unorm2_getNFCInstance(&st)
@@ -67,17 +68,14 @@ int tk_normalize(cp_strbuf *out, const char *s, size_t n, tk_nf form) {
   if (U_FAILURE(st)) return cp_error_set(CP_EUNSUPPORTED, "tokenizer: ICU normalizer unavailable: %s", u_errorName(st));
   int32_t ulen = 0;
   UChar *u = to_u16(s, n, &ulen);
-  if (!u) return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  CP_CHECK_ALLOC(u, "tokenizer");
   int rc = 0;
   UChar *d = NULL;
   int32_t cap = ulen * 3 + 16; /* decompositions expand at most ~3x (18x in theory: retried) */
   for (int attempt = 0; attempt < 2; attempt++) {
     free(d);
     d = malloc((size_t)cap * sizeof *d);
-    if (!d) {
-      rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
-      goto done;
-    }
+    CP_CHECK_ALLOC_GOTO(d, "tokenizer");
     st = U_ZERO_ERROR;
     int32_t got = unorm2_normalize(nf, u, ulen, d, cap, &st);
     if (st == U_BUFFER_OVERFLOW_ERROR && attempt == 0) {
@@ -101,20 +99,20 @@ int tk_lowercase(cp_strbuf *out, const char *s, size_t n) {
   if (all_ascii(s, n)) {
     size_t start = out->len;
     cp_strbuf_put(out, s, n);
-    if (out->oom) return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    if (out->oom) return cp_nomem("tokenizer");
     for (size_t i = start; i < out->len; i++)
       if (out->s[i] >= 'A' && out->s[i] <= 'Z') out->s[i] = (char)(out->s[i] - 'A' + 'a');
     return 0;
   }
   int32_t ulen = 0;
   UChar *u = to_u16(s, n, &ulen);
-  if (!u) return cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+  CP_CHECK_ALLOC(u, "tokenizer");
   UErrorCode st = U_ZERO_ERROR;
   int32_t need = u_strToLower(NULL, 0, u, ulen, "", &st);
   int rc = 0;
   UChar *d = malloc(((size_t)need + 1) * sizeof *d);
   if (!d) {
-    rc = cp_error_set(CP_ENOMEM, "tokenizer: out of memory");
+    rc = cp_nomem("tokenizer");
   } else {
     st = U_ZERO_ERROR;
     u_strToLower(d, need + 1, u, ulen, "", &st);
@@ -149,12 +147,12 @@ int tk_regex_compile(tk_regex **out, const char *pattern, const char *path, cons
   }
   if (p.oom || !p.s) {
     cp_strbuf_free(&p);
-    return cp_error_set(n ? CP_ENOMEM : CP_ETOK_UNSUPPORTED, "%s: empty or unusable regex", where);
+    return n ? cp_nomem("%s: regex", where) : cp_error_set(CP_ETOK_UNSUPPORTED, "%s: empty or unusable regex", where);
   }
   int32_t ulen = 0;
   UChar *u = to_u16(p.s, p.len, &ulen);
   cp_strbuf_free(&p);
-  if (!u) return cp_error_set(CP_ENOMEM, "%s: out of memory", where);
+  CP_CHECK_ALLOC(u, where);
   UErrorCode st = U_ZERO_ERROR;
   UParseError pe;
   URegularExpression *re = uregex_open(u, ulen, 0, &pe, &st);
@@ -163,7 +161,7 @@ int tk_regex_compile(tk_regex **out, const char *pattern, const char *path, cons
   tk_regex *r = malloc(sizeof *r);
   if (!r) {
     uregex_close(re);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", where);
+    return cp_nomem("%s", where);
   }
   r->re = re;
   memcpy(r->where, where, sizeof where);
@@ -191,7 +189,7 @@ int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_span_fn fn, voi
   UErrorCode st = U_ZERO_ERROR;
   /* A compiled ICU regex is not thread-safe; a clone per call keeps encode reentrant. */
   URegularExpression *re = uregex_clone(r->re, &st);
-  if (U_FAILURE(st)) return cp_error_set(CP_ENOMEM, "tokenizer: regex clone failed: %s", u_errorName(st));
+  if (U_FAILURE(st)) return cp_nomem("tokenizer: regex clone failed (%s)", u_errorName(st));
   /* Backtracking is bounded (a pattern like (a+)+$ never returns otherwise); set on the clone,
    * which does not inherit callbacks or limits. */
   size_t budget = TK_REGEX_BASE_TICKS + n / TK_REGEX_BYTES_PER_TICK, left = budget;
@@ -200,7 +198,7 @@ int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_span_fn fn, voi
   UText *ut = U_SUCCESS(st) ? utext_openUTF8(NULL, s, (int64_t)n, &st) : NULL;
   int rc = 0;
   if (U_FAILURE(st)) {
-    rc = cp_error_set(CP_ENOMEM, "tokenizer: utext failed: %s", u_errorName(st));
+    rc = cp_nomem("tokenizer: utext failed (%s)", u_errorName(st));
     goto done;
   }
   uregex_setUText(re, ut, &st);

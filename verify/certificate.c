@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/file_list.h"
 #include "ctxpatch/model/hf_config.h"
@@ -47,7 +48,7 @@ static int add_files(cJSON *files, const char *path) {
   for (size_t i = 0; i < l.n && rc == 0; i++) {
     if (!listed_file(&l.items[i])) continue;
     char *full = cp_path_join(path, l.items[i].path);
-    rc = full ? cp_sha256_file(hex, full) : cp_error_set(CP_ENOMEM, "out of memory");
+    rc = full ? cp_sha256_file(hex, full) : cp_nomem("%s", path);
     free(full);
     if (rc < 0) break;
     cJSON *f = cJSON_CreateObject();
@@ -187,7 +188,7 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
                          const cp_certificate_info *info) {
   *out = NULL;
   cJSON *c = cJSON_CreateObject();
-  if (!c) return cp_error_set(CP_ENOMEM, "out of memory");
+  CP_CHECK_ALLOC(c, "certificate");
   cJSON_AddNumberToObject(c, "certificate_version", CERTIFICATE_VERSION);
   cJSON *tool = cJSON_AddObjectToObject(c, "tool");
   cJSON_AddStringToObject(tool, "name", "ctxpatch");

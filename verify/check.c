@@ -43,7 +43,7 @@ int check_fail(cp_check_report *r, const char *kind, const char *fmt, ...) {
   if (!msg || CP_ARRAY_RESERVE(r->failures, r->cap, r->n_failures + 1, "check report") < 0) {
     free(msg);
     r->oom = true;
-    return cp_error_set(CP_ENOMEM, "check report: out of memory");
+    return cp_nomem("check report");
   }
   cp_check_failure *f = &r->failures[r->n_failures++];
   snprintf(f->kind, sizeof f->kind, "%s", kind);
@@ -56,7 +56,7 @@ int check_meta_add(check_ctx *c, const char *where, cJSON *block) {
   char *w = rc == 0 ? strdup(where) : NULL;
   if (!w) {
     cJSON_Delete(block);
-    return rc < 0 ? rc : cp_error_set(CP_ENOMEM, "check metadata: out of memory");
+    return rc < 0 ? rc : cp_nomem("check metadata");
   }
   c->meta[c->n_meta++] = (check_meta){w, block};
   return 0;

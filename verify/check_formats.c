@@ -29,14 +29,10 @@
 
 #define CONFIG_MAX ((size_t)16 << 20)
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static bool any_file(const cp_file_list *files, const char *prefix, const char *suffix) {
   for (size_t i = 0; i < files->n; i++)
-    if (!strncmp(files->items[i].path, prefix, strlen(prefix)) && ends_with(files->items[i].path, suffix)) return true;
+    if (!strncmp(files->items[i].path, prefix, strlen(prefix)) && cp_path_has_suffix(files->items[i].path, suffix))
+      return true;
   return false;
 }
 
@@ -44,7 +40,7 @@ static bool is_top_level(const char *path) { return !strchr(path, '/'); }
 
 static bool detect_safetensors(const cp_file_list *files) {
   for (size_t i = 0; i < files->n; i++)
-    if (is_top_level(files->items[i].path) && ends_with(files->items[i].path, ".safetensors")) return true;
+    if (is_top_level(files->items[i].path) && cp_path_has_suffix(files->items[i].path, ".safetensors")) return true;
   return false;
 }
 
@@ -57,7 +53,7 @@ static int config_block(check_ctx *c) {
   char *path = cp_path_join(c->path, "config.json"), *text = NULL;
   size_t len = 0;
   cJSON *cfg = NULL;
-  if (!path) return cp_error_set(CP_ENOMEM, "%s: out of memory", c->path);
+  CP_CHECK_ALLOC(path, c->path);
   int rc = cp_read_file(&text, &len, path, CONFIG_MAX);
   if (rc < 0) rc = check_fail(c->report, "meta-missing", "config.json: %s", cp_error_message());
   else if (cp_json_parse_strict(&cfg, text, len, "config.json", 128, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0)
@@ -80,7 +76,7 @@ static int shard_block(check_ctx *c, const char *name) {
   char *path = cp_path_join(c->path, name), where[512];
   cp_st_file *f = NULL;
   cJSON *block = NULL;
-  if (!path) return cp_error_set(CP_ENOMEM, "%s: out of memory", c->path);
+  CP_CHECK_ALLOC(path, c->path);
   snprintf(where, sizeof where, "%s: __metadata__.ctxpatch", name);
   int rc = cp_st_open(&f, path);
   const char *text = rc < 0 ? NULL : cp_st_meta_get(f, "ctxpatch");
@@ -103,7 +99,7 @@ static int read_safetensors(check_ctx *c) {
   int rc = config_block(c);
   for (size_t i = 0; i < c->files.n && rc == 0; i++) {
     const char *p = c->files.items[i].path;
-    if (is_top_level(p) && ends_with(p, ".safetensors")) rc = shard_block(c, p);
+    if (is_top_level(p) && cp_path_has_suffix(p, ".safetensors")) rc = shard_block(c, p);
   }
   /* Every shard carries the config's block, byte for byte in meaning. */
   for (size_t i = 1; i < c->n_meta && rc == 0; i++)
@@ -119,7 +115,7 @@ static int onnx_block(check_ctx *c, const char *name) {
   char *path = cp_path_join(c->path, name), where[512];
   cp_onnx_info info;
   cJSON *block = NULL, *rule = NULL;
-  if (!path) return cp_error_set(CP_ENOMEM, "%s: out of memory", c->path);
+  CP_CHECK_ALLOC(path, c->path);
   snprintf(where, sizeof where, "%s: metadata_props", name);
   int rc = cp_onnx_read_info(&info, path);
   if (rc < 0) {
@@ -142,7 +138,7 @@ static int onnx_block(check_ctx *c, const char *name) {
   block = NULL;
   goto done;
 oom:
-  rc = cp_error_set(CP_ENOMEM, "%s: out of memory", where);
+  rc = cp_nomem("%s", where);
 done:
   cp_onnx_info_free(&info); /* zeroed by a failed read */
   cJSON_Delete(block);
@@ -156,7 +152,8 @@ static int read_onnx(check_ctx *c) {
   size_t graphs = 0;
   for (size_t i = 0; i < c->files.n && rc == 0; i++) {
     const char *p = c->files.items[i].path;
-    if (!strncmp(p, "onnx/", 5) && !strchr(p + 5, '/') && ends_with(p, ".onnx")) rc = onnx_block(c, p), graphs++;
+    if (!strncmp(p, "onnx/", 5) && !strchr(p + 5, '/') && cp_path_has_suffix(p, ".onnx"))
+      rc = onnx_block(c, p), graphs++;
   }
   if (rc == 0 && graphs == 0) rc = check_fail(c->report, "meta-missing", "onnx/: no .onnx graph");
   return rc;
@@ -269,7 +266,7 @@ static int gguf_member(check_ctx *c, cJSON *block, const cp_gguf_file *g, const 
   }
   if (!cJSON_AddItemToObject(block, member, item)) {
     cJSON_Delete(item);
-    return cp_error_set(CP_ENOMEM, "%s: %s: out of memory", c->path, key);
+    return cp_nomem("%s: %s", c->path, key);
   }
   return 0;
 }
@@ -288,7 +285,7 @@ static int check_gguf_digest(check_ctx *c, const cp_gguf_file *g) {
   if (cp_gguf_get_str(&want, &len, g, GGUF_DIGEST_KEY) < 0 || len != 64)
     return check_fail(c->report, "gguf-digest", "%s: " GGUF_DIGEST_KEY " is not a 64-character SHA-256", c->path);
   cp_gguf_content_sha256(g, "ctxpatch.", have);
-  if (!have[0]) return cp_error_set(CP_ENOMEM, "%s: out of memory hashing the content", c->path);
+  if (!have[0]) return cp_nomem("%s: hashing the content", c->path);
   if (memcmp(have, want, 64) != 0)
     return check_fail(c->report, "gguf-digest", "%s: content SHA-256 %.12s... differs from " GGUF_DIGEST_KEY " %.12s...: "
                                                 "a weight, a shape or a key outside ctxpatch.* was changed", c->path, have, want);
@@ -357,7 +354,7 @@ const check_format *check_format_detect(const cp_file_list *files) {
 }
 
 const check_format *check_format_of_file(const char *path) {
-  if (ends_with(path, ".gguf")) return &formats[0];
-  if (ends_with(path, ".onnx")) return &formats[1];
+  if (cp_path_has_suffix(path, ".gguf")) return &formats[0];
+  if (cp_path_has_suffix(path, ".onnx")) return &formats[1];
   return NULL;
 }

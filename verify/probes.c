@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/strbuf.h"
 #include "ctxpatch/verify/verify.h"
@@ -110,7 +111,7 @@ static int make_single(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok, c
   cp_strbuf fixed = {0};
   cp_strbuf_printf(&fixed, "%s%s%s", task, line, question);
   int64_t n_fixed = 0, per = 0;
-  int rc = fixed.oom ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&n_fixed, tok, fixed.s);
+  int rc = fixed.oom ? cp_nomem("%s probe", cp_probe_name(kind)) : count_tokens(&n_fixed, tok, fixed.s);
   free(fixed.s);
   if (rc == 0) rc = count_tokens(&per, tok, FILLER);
   if (rc < 0) return rc;
@@ -145,7 +146,7 @@ static int make_multikey(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok,
   for (int k = 0; k < KEYS; k++) cp_strbuf_printf(&fixed, "%s", lines[k]);
   cp_strbuf_printf(&fixed, MULTI_QUESTION, names[0], names[0]);
   int64_t n_fixed = 0, per = 0;
-  int rc = fixed.oom ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&n_fixed, tok, fixed.s);
+  int rc = fixed.oom ? cp_nomem("multi-key probe") : count_tokens(&n_fixed, tok, fixed.s);
   free(fixed.s);
   if (rc == 0) rc = count_tokens(&per, tok, FILLER);
   if (rc < 0) return rc;
@@ -173,7 +174,7 @@ static int make_lines(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok, in
   cp_strbuf_printf(&head, "%s", LINES_HEAD);
   cp_strbuf_printf(&head, LINES_TAIL, "righteous-ethernet");
   int64_t total = 0;
-  int rc = head.oom ? cp_error_set(CP_ENOMEM, "out of memory") : count_tokens(&total, tok, head.s);
+  int rc = head.oom ? cp_nomem("lines probe") : count_tokens(&total, tok, head.s);
   free(head.s);
   if (rc < 0) return rc;
   size_t n = 0, cap = 0;
@@ -192,15 +193,11 @@ static int make_lines(cp_strbuf *t, int64_t *answer, const cp_tokenizer *tok, in
     snprintf(line, sizeof line, LINE, name, (long long)v);
     if ((rc = count_tokens(&c, tok, line)) < 0) goto done;
     if (total + c > budget || n == N_ADJ * N_NOUN) break;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      void *a = realloc(names, cap * sizeof *names), *b = realloc(values, cap * sizeof *values);
-      if (a) names = a;
-      if (b) values = b;
-      if (!a || !b) {
-        rc = cp_error_set(CP_ENOMEM, "out of memory");
+    if (n == cap) { /* two arrays of one capacity: both grow from the same count */
+      size_t cap_v = cap;
+      if ((rc = CP_ARRAY_RESERVE(names, cap, n + 1, "lines probe")) < 0 ||
+          (rc = CP_ARRAY_RESERVE(values, cap_v, n + 1, "lines probe")) < 0)
         goto done;
-      }
     }
     memcpy(names[n], name, sizeof name);
     values[n++] = v;
@@ -237,7 +234,7 @@ int cp_probe_make(cp_probe_sample *out, const cp_tokenizer *tok, cp_probe_kind k
   case CP_PROBE_MULTIKEY: rc = make_multikey(&t, &answer, tok, budget, depth, &rng); break;
   default: rc = make_single(&t, &answer, tok, kind, budget, depth, &rng); break;
   }
-  if (rc == 0 && t.oom) rc = cp_error_set(CP_ENOMEM, "out of memory building a %s probe", cp_probe_name(kind));
+  if (rc == 0 && t.oom) rc = cp_nomem("building a %s probe", cp_probe_name(kind));
   if (rc == 0) rc = cp_tokenizer_encode(tok, &out->ids, &out->n_ids, t.s, t.len, true);
   if (rc < 0) {
     free(t.s);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 
 #define SIDE_NAME REPORT_SIDE_NAME
@@ -69,7 +70,7 @@ static int check_type(const cJSON *obj, const char *name, const char *key, cJSON
 
 static int alloc_doubles(double **out, size_t n) {
   *out = calloc(n ? n : 1, sizeof **out);
-  return *out ? 0 : cp_error_set(CP_ENOMEM, "certificate: out of memory");
+  return *out ? 0 : cp_nomem("certificate");
 }
 
 static int parse_probe_side(side_probe *sp, const report_data *d, const cJSON *arr, int side, int p) {
@@ -236,7 +237,7 @@ static int parse_probes(report_data *d, const cJSON *c) {
   d->n_depths = cJSON_GetArraySize(depths);
   d->samples = samples->valuedouble;
   d->probe_names = calloc((size_t)d->n_probes + 1, sizeof *d->probe_names);
-  if (!d->probe_names) return cp_error_set(CP_ENOMEM, "certificate: out of memory");
+  CP_CHECK_ALLOC(d->probe_names, "certificate");
   if ((rc = alloc_doubles(&d->lengths, (size_t)d->n_lengths)) < 0) return rc;
   if ((rc = alloc_doubles(&d->depths, (size_t)d->n_depths)) < 0) return rc;
   int i = 0;
@@ -285,7 +286,7 @@ static int parse_results(report_data *d, const cJSON *c) {
     if (!cJSON_IsObject(side)) return bad_key(key, "expected an object");
     if (s == 1) d->has_baseline = true;
     d->side[s] = calloc((size_t)d->n_probes + 1, sizeof *d->side[s]);
-    if (!d->side[s]) return cp_error_set(CP_ENOMEM, "certificate: out of memory");
+    CP_CHECK_ALLOC(d->side[s], "certificate");
     for (int p = 0; p < d->n_probes; p++) {
       const cJSON *arr = cJSON_GetObjectItemCaseSensitive(side, d->probe_names[p]);
       if (!arr) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/strbuf.h"
@@ -454,7 +455,7 @@ int cp_report_html(char **out, const cJSON *certificate) {
   put_files(&b, certificate);
   put_footer(&b, certificate);
   if (b.oom) {
-    rc = cp_error_set(CP_ENOMEM, "report: out of memory");
+    rc = cp_nomem("report");
     goto done;
   }
   *out = b.s;

@@ -100,7 +100,7 @@ static uint64_t sample_seed(uint64_t seed, int probe, int64_t length, int depth,
 
 static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   cp_verify_result *r = calloc(1, sizeof *r);
-  if (!r) return cp_error_set(CP_ENOMEM, "out of memory");
+  CP_CHECK_ALLOC(r, "verify: result");
   r->n_probes = p->n_probes;
   r->n_lengths = p->n_lengths;
   r->n_depths = p->n_depths;
@@ -131,7 +131,7 @@ static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   }
   if (!ok) {
     cp_verify_result_free(r);
-    return cp_error_set(CP_ENOMEM, "out of memory");
+    return cp_nomem("verify: result");
   }
   memcpy(r->probes, p->probes, (size_t)p->n_probes * sizeof *r->probes);
   memcpy(r->lengths, p->lengths, (size_t)p->n_lengths * sizeof *r->lengths);
@@ -392,10 +392,9 @@ static int add_reason(char ***reasons, int *n, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  char **grown = realloc(*reasons, (size_t)(*n + 1) * sizeof **reasons);
-  if (!grown) return cp_error_set(CP_ENOMEM, "out of memory");
-  *reasons = grown;
-  if (!(grown[*n] = strdup(buf))) return cp_error_set(CP_ENOMEM, "out of memory");
+  int rc = CP_ARRAY_RESIZE(*reasons, (size_t)*n + 1, "verify: reasons");
+  if (rc < 0) return rc;
+  CP_CHECK_ALLOC((*reasons)[*n] = strdup(buf), "verify: reasons");
   (*n)++;
   return 0;
 }

@@ -192,16 +192,12 @@ static void upload_weight(void *ctx, const void *w, cp_dtype dtype, size_t count
   upload_ctx *u = ctx;
   cp_device_engine *d = u->d;
   if (u->rc || weight_of(d, w)) return;
-  if (d->n_w == d->cap_w) {
-    size_t cap = d->cap_w ? 2 * d->cap_w : 64;
-    const void **h = realloc(d->w_host, cap * sizeof *h);
-    if (h) d->w_host = h;
-    float **p = h ? realloc(d->w_dev, cap * sizeof *p) : NULL;
-    if (!h || !p) {
-      u->rc = cp_error_set(CP_ENOMEM, "cuda engine: weight table: out of memory");
+  if (d->n_w == d->cap_w) { /* two arrays of one capacity: both grow from the same count */
+    size_t cap_h = d->cap_w, cap_p = d->cap_w;
+    if ((u->rc = CP_ARRAY_RESERVE(d->w_host, cap_h, d->n_w + 1, "cuda engine: weight table")) < 0 ||
+        (u->rc = CP_ARRAY_RESERVE(d->w_dev, cap_p, d->n_w + 1, "cuda engine: weight table")) < 0)
       return;
-    }
-    d->w_dev = p, d->cap_w = cap;
+    d->cap_w = cap_h;
   }
   float *dev = dalloc((int64_t)count, 1, sizeof(float));
   if (!dev) {
@@ -577,11 +573,10 @@ static int check_memory(cp_device_engine *d, int64_t n_ids, int64_t n_dec, int64
   cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
   if (err != cudaSuccess) return cu_fail(err, "cudaMemGetInfo");
   if (run > free_b)
-    return cp_error_set(CP_ENOMEM,
-                        "--device cuda: %lld tokens need %.1f MiB of device memory beyond the weights, %.1f MiB "
-                        "of %.1f MiB are free (%s)",
-                        (long long)(n_ids + n_dec + n_new), run / 1048576.0, free_b / 1048576.0,
-                        total_b / 1048576.0, d->desc);
+    return cp_nomem("--device cuda: %lld tokens need %.1f MiB of device memory beyond the weights, %.1f MiB "
+                    "of %.1f MiB are free (%s)",
+                    (long long)(n_ids + n_dec + n_new), run / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
+                    d->desc);
   return 0;
 }
 
@@ -613,7 +608,7 @@ static int cuda_create(cp_device_engine **out, cp_engine *owner, const cp_model 
   /* Estimate before allocating: the weights and a one-token pass must fit. */
   if ((rc = cp_cuda_engine_bytes(&wbytes, &run, m, 1, 1, 0))) goto done;
   if (wbytes + run > free_b) {
-    rc = cp_error_set(CP_ENOMEM, "--device cuda: the model needs %.1f MiB of device memory, %.1f MiB of %.1f MiB are free (%s)",
+    rc = cp_nomem("--device cuda: the model needs %.1f MiB of device memory, %.1f MiB of %.1f MiB are free (%s)",
                       (wbytes + run) / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, d->desc);
     goto done;
   }

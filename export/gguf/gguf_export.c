@@ -173,7 +173,7 @@ static int copy_kv(cp_gguf_writer *w, const cp_gguf_file *g, size_t i) {
   size_t width = elem == CP_GGUF_STRING ? sizeof(char *) + sizeof(size_t) : 8;
   void *buf = NULL;
   if (n > SIZE_MAX / width || !(buf = malloc(n ? (size_t)n * width : 1)))
-    return cp_error_set(CP_ENOMEM, "%s: key '%s': out of memory", cp_gguf_path(g), key);
+    return cp_nomem("%s: key '%s'", cp_gguf_path(g), key);
   rc = 0;
   if (elem == CP_GGUF_STRING) {
     const char **ss = buf;

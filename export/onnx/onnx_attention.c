@@ -148,7 +148,7 @@ static const char *alibi_slopes(cp_onnx_attn_ctx *c) {
   if (v) return v;
   const int H = c->m->n_heads;
   double *s = malloc((size_t)H * sizeof *s);
-  if (!s) return cp_og_fail(g, cp_error_set(CP_ENOMEM, "onnx attention: out of memory")), NULL;
+  if (!s) return cp_og_fail(g, cp_nomem("onnx attention")), NULL;
   const bool fixed = p->alibi_mode != CP_ALIBI_DYNAMIC && p->alibi_mode != CP_ALIBI_PROGRESSIVE;
   for (int h = 0; h < H; h++) s[h] = c->m->alibi_slopes[h] / (fixed ? cp_plan_alibi_divisor(p, 0, 0) : 1.0);
   int64_t shape[3] = {H, 1, 1};

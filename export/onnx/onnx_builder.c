@@ -63,7 +63,7 @@ static const char *keep(cp_og *g, const char *s) {
   size_t n = strlen(s) + 1;
   char *c = cp_arena_alloc(&g->ar, n);
   if (!c) {
-    cp_og_fail(g, cp_error_set(CP_ENOMEM, "onnx graph: out of memory"));
+    cp_og_fail(g, cp_nomem("onnx graph"));
     return NULL;
   }
   return memcpy(c, s, n);
@@ -137,7 +137,7 @@ static const char *constant(cp_og *g, cp_dtype dt, const void *v, int n, int ndi
     memcpy(&bits, (const char *)v + (size_t)k * cp_dtype_size(dt), cp_dtype_size(dt));
     cp_strbuf_printf(&g->key, "%llx,", (unsigned long long)bits);
   }
-  if (g->key.oom) return cp_og_fail(g, cp_error_set(CP_ENOMEM, "onnx graph: out of memory")), NULL;
+  if (g->key.oom) return cp_og_fail(g, cp_nomem("onnx graph")), NULL;
   for (size_t k = 0; k < g->n_consts; k++)
     if (!strcmp(g->consts[k].key, g->key.s)) return g->consts[k].name;
   char name[32];
@@ -175,7 +175,7 @@ const char *cp_og_weight_t(cp_og *g, const char *name, const float *w, int rows,
   size_t bn;
   if (!kept) return NULL;
   if (!cp_size_mul(&bn, (size_t)rows, TRANSPOSE_BLOCK * sizeof *block) || !(block = malloc(bn))) {
-    rc = cp_error_set(CP_ENOMEM, "onnx graph: weight '%s': out of memory", name);
+    rc = cp_nomem("onnx graph: weight '%s'", name);
     goto done;
   }
   if ((rc = cp_onnx_tensor_begin(g->w, kept, CP_F32, 2, dims, lowp)) < 0) goto done;

@@ -303,7 +303,7 @@ int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   t.past = calloc((size_t)L * 4 + 1, sizeof *t.past);
   t.present = calloc((size_t)L * 4 + 1, sizeof *t.present);
   if (!t.past || !t.present) {
-    cp_og_fail(g, cp_error_set(CP_ENOMEM, "onnx export: T5 decoder: out of memory"));
+    cp_og_fail(g, cp_nomem("onnx export: T5 decoder"));
     goto done;
   }
   decoder_inputs(&t);

@@ -324,7 +324,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
     cp_strbuf_putc(&js, '}');
     char what[600];
     snprintf(what, sizeof what, "%s (GGUF metadata as config.json)", cp_gguf_path(g));
-    rc = js.oom ? cp_error_set(CP_ENOMEM, "%s: out of memory", cp_gguf_path(g))
+    rc = js.oom ? cp_nomem("%s", cp_gguf_path(g))
                 : cp_hf_config_parse(out, js.s, js.len, what);
   }
   cp_strbuf_free(&js);
@@ -431,13 +431,13 @@ int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
 static int onnx_tokenizer_open(cp_tokenizer **out, const char *path) {
   char *dir = strdup(path), *slash, *up = NULL;
   int rc = 0;
-  if (!dir) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  CP_CHECK_ALLOC(dir, path);
   slash = strrchr(dir, '/');
   if (slash) *slash = 0;
   else strcpy(dir, ".");
   if ((rc = cp_tokenizer_open(out, dir)) == CP_ETOK_MISSING) {
     cp_error_clear();
-    if (!(up = cp_path_join(dir, ".."))) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+    if (!(up = cp_path_join(dir, ".."))) rc = cp_nomem("%s", path);
     else if ((rc = cp_tokenizer_open(out, up)) == CP_ETOK_MISSING)
       rc = cp_error_set(CP_ETOK_MISSING, "%s: no tokenizer.json, tokenizer.model or spiece.model beside the graph "
                         "or in its parent folder", path);

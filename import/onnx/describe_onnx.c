@@ -14,8 +14,7 @@
 
 char *cp_onnx_model_path(const char *path) {
   struct stat st;
-  size_t n = strlen(path);
-  if (n > 5 && !strcmp(path + n - 5, ".onnx") && stat(path, &st) == 0 && S_ISREG(st.st_mode)) return strdup(path);
+  if (strlen(path) > 5 && cp_path_has_suffix(path, ".onnx") && cp_path_is_file(path)) return strdup(path);
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? cp_onnx_export_graph(path) : NULL;
 }
 

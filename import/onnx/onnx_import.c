@@ -53,7 +53,7 @@ int cp_oi_prov(cp_onnx_import *im, const char *key, const char *fmt, ...) {
   if (!k || !v) {
     free(k);
     free(v);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", im->path);
+    return cp_nomem("%s", im->path);
   }
   im->prov[2 * im->n_prov] = k;
   im->prov[2 * im->n_prov + 1] = v;
@@ -68,7 +68,7 @@ int cp_oi_read_f32(float **out, const cp_onnx_import *im, const cp_onnx_tensor *
   if (t->numel > SIZE_MAX / sizeof(float) || !cp_size_mul(&bytes, (size_t)t->numel, sizeof(float)))
     return cp_error_set(CP_EOVERFLOW, "%s: initializer '%s' is too large", im->path, t->name);
   float *buf = malloc(bytes ? bytes : 1);
-  if (!buf) return cp_error_set(CP_ENOMEM, "%s: out of memory for initializer '%s'", im->path, t->name);
+  if (!buf) return cp_nomem("%s: initializer '%s'", im->path, t->name);
   int rc = cp_onnx_tensor_f32(buf, t);
   if (rc < 0) {
     free(buf);
@@ -83,7 +83,7 @@ int cp_oi_add(cp_onnx_import *im, const char *name, float *data, int ndim, int64
   int rc = CP_ARRAY_RESERVE(im->t, im->cap_t, im->n_t + 1, im->path);
   cp_oi_tensor *o = rc ? NULL : &im->t[im->n_t];
   char *copy = rc ? NULL : strdup(name);
-  if (rc == 0 && !copy) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", im->path);
+  if (rc == 0 && !copy) rc = cp_nomem("%s", im->path);
   if (rc) {
     free(data);
     return rc;
@@ -114,7 +114,7 @@ int cp_oi_take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, b
   float *t = malloc((size_t)src->numel * sizeof *t + 1);
   if (!t) {
     free(buf);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory for initializer '%s'", im->path, src->name);
+    return cp_nomem("%s: initializer '%s'", im->path, src->name);
   }
   for (int64_t i = 0; i < rows; i++)
     for (int64_t o = 0; o < cols; o++) t[o * rows + i] = buf[i * cols + o];

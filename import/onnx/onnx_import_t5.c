@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "import/onnx/onnx_import_priv.h"
 #include "ctxpatch/base/alloc.h"
@@ -20,11 +19,6 @@
 
 /* ---------------------------------------------------------------- the export folder */
 
-static bool is_file(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 char *cp_onnx_export_graph(const char *dir) {
   static const char *const names[] = {"model.onnx", T5_DECODER_FILE, T5_ENCODER_FILE};
   size_t n = strlen(dir);
@@ -37,7 +31,7 @@ char *cp_onnx_export_graph(const char *dir) {
       char rel[64];
       snprintf(rel, sizeof rel, "%s%s", sub ? "" : "onnx/", names[k]);
       char *p = cp_path_join(dir, rel);
-      if (!p || is_file(p)) return p;
+      if (!p || cp_path_is_file(p)) return p;
       free(p);
     }
   }
@@ -204,7 +198,7 @@ static int open_pair(cp_onnx_import *im, int role) {
   char *path = dir ? cp_path_join(dir, role ? T5_ENCODER_FILE : T5_DECODER_FILE) : NULL;
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(path, im->path);
-  if (!is_file(path)) {
+  if (!cp_path_is_file(path)) {
     rc = cp_error_set(CP_ENOTFOUND, "%s: the export's other graph %s is missing (ctxpatch writes T5 as "
                       T5_ENCODER_FILE " + " T5_DECODER_FILE " in one folder)", im->path, path);
     goto done;

@@ -44,7 +44,7 @@ int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g) {
   w->seen = calloc(g->n_nodes + 1, 1);
   if (!w->prod || !w->cons || !w->seen) {
     cp_ow_free(w);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory indexing the graph", path);
+    return cp_nomem("%s: indexing the graph", path);
   }
   for (size_t i = 0; i < g->n_nodes; i++) {
     const cp_onnx_node *n = &g->nodes[i];
@@ -448,7 +448,7 @@ int cp_rec_emit(cp_onnx_import *im, const cp_rec *r, const char *naming) {
                      (long long)r->train_len, r->act, tied ? "true" : "false");
   if (b.oom || !b.s) {
     cp_strbuf_free(&b);
-    return cp_error_set(CP_ENOMEM, "%s: out of memory", im->path);
+    return cp_nomem("%s", im->path);
   }
   im->config_text = b.s;
   im->config_len = strlen(b.s);

@@ -65,7 +65,7 @@ static int gix_build(gix *x, const cp_onnx_graph *g, const char *path) {
   size_t n = 0;
   for (size_t k = 0; k < g->n_nodes; k++) n += g->nodes[k].n_outputs;
   x->out = malloc((n + 1) * sizeof *x->out), x->init = malloc((g->n_initializers + 1) * sizeof *x->init);
-  if (!x->out || !x->init) return cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  if (!x->out || !x->init) return cp_nomem("%s", path);
   for (size_t k = 0; k < g->n_nodes; k++)
     for (size_t o = 0; o < g->nodes[k].n_outputs; o++)
       if (g->nodes[k].outputs[o][0]) x->out[x->n_out++] = (name_ix){g->nodes[k].outputs[o], k};
@@ -396,7 +396,7 @@ int cp_onnx_find_slopes(bool *found /* [g->n_initializers] */, const cp_onnx_gra
   bool *seen = calloc(g->n_nodes + 1, sizeof *seen);
   size_t *stack = malloc((g->n_nodes + 1) * sizeof *stack), top = 0;
   int rc = gix_build(&ix, g, path);
-  if (rc == 0 && (!seen || !stack)) rc = cp_error_set(CP_ENOMEM, "%s: out of memory", path);
+  if (rc == 0 && (!seen || !stack)) rc = cp_nomem("%s", path);
   for (size_t k = 0; k < n && rc == 0; k++) {
     if (s[k].kind != CP_ONNX_SITE_SOFTMAX) continue;
     size_t p = producer(&ix, g->nodes[s[k].node].inputs[0]);

@@ -118,5 +118,10 @@ void cp_sha256_hex(char out_hex[65], const void *data, size_t len);
 
 /* Joins folder and name into a heap string. Returns NULL on allocation failure. */
 char *cp_path_join(const char *dir, const char *name);
+/* 1 when `path` ends with `suffix` (".onnx", ".index.json"), else 0. */
+int cp_path_has_suffix(const char *path, const char *suffix);
+/* 1 when `path` is a regular file (symlinks followed), 0 when absent or anything else: for
+ * choosing among candidate files, not for opening one (cp_open_input refuses with a reason). */
+int cp_path_is_file(const char *path);
 
 #endif
