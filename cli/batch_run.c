@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/json_strict.h"
+#include "ctxpatch/base/cpus.h"
 #include "ctxpatch/base/clock.h"
 #include "cli/batch.h"
 #include "cli/cli.h"
@@ -251,7 +252,7 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads) {
 }
 
 int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, int jobs, bool progress) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  long cpus = cp_cpu_count(); /* the job's CPUs under Slurm or taskset, not the node's */
   int width = jobs < (int)n ? jobs : (int)n;
   int threads = r->threads ? r->threads : (int)(cpus / (width > 0 ? width : 1));
   if (threads < 1) threads = 1;

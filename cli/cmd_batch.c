@@ -9,7 +9,7 @@
 #include "cli/cli.h"
 
 static const char batch_help[] =
-    "usage: ctxpatch batch RECIPE [--jobs N] [--shard I/N] [--device cpu|cuda] [--json]\n"
+    "usage: ctxpatch batch RECIPE [--jobs N] [--threads T] [--shard I/N] [--device cpu|cuda] [--json]\n"
     "       ctxpatch batch RECIPE --validate [--json]\n"
     "       ctxpatch batch RECIPE --status [--shard I/N] [--json]\n\n"
     "Runs every job of RECIPE (a JSON file, docs/batch.md: inputs or globs, methods with their\n"
@@ -21,6 +21,9 @@ static const char batch_help[] =
     "ones (replacing an artifact only with a certified one) and retries errors; a refused\n"
     "certification is recorded beside the output (OUT.batch-failed.json) and not retried.\n\n"
     "  --jobs N      children at once (1..256)\n"
+    "  --threads T   engine threads of each child (1..1024; overrides the recipe's verify.threads;\n"
+    "                default: the CPUs this process may use, from its affinity mask and\n"
+    "                SLURM_CPUS_PER_TASK, split between the children)\n"
     "  --device D    cpu or cuda: where every job's engines run (passed to each 'ctxpatch patch'; not\n"
     "                part of the digest, as the thread count)\n"
     "  --shard I/N   only the jobs whose index in name order is I modulo N (0 <= I < N)\n"
@@ -32,7 +35,7 @@ static const char batch_help[] =
 
 typedef struct {
   const char *recipe;
-  unsigned long long jobs, shard_i, shard_n;
+  unsigned long long jobs, threads, shard_i, shard_n;
   const char *device_text; /* --device, or NULL */
   cp_device device;
   bool validate, status, json;
@@ -61,10 +64,11 @@ static int parse_args(batch_args *a, int argc, char **argv, bool *help) {
       if (!v) return cli_usage_error("batch", "%s needs a value", o);
       if (!cli_parse_device("batch", v, &a->device)) return CLI_USAGE;
       a->device_text = argv[++i];
-    } else if (!strcmp(o, "--jobs") || !strcmp(o, "--shard")) {
+    } else if (!strcmp(o, "--jobs") || !strcmp(o, "--shard") || !strcmp(o, "--threads")) {
       if (!v) return cli_usage_error("batch", "%s needs a value", o);
       i++;
       if (o[2] == 'j' && !cli_parse_u64_in("batch", o, v, 1, 256, &a->jobs)) return CLI_USAGE;
+      if (o[2] == 't' && !cli_parse_u64_in("batch", o, v, 1, 1024, &a->threads)) return CLI_USAGE;
       if (o[2] == 's' && !parse_shard(a, v))
         return cli_usage_error("batch", "--shard expects I/N with 0 <= I < N, got '%s'", v);
     } else if (o[0] == '-' && o[1]) return cli_usage_error("batch", "unknown option '%s'", o);
@@ -144,6 +148,7 @@ static int run(batch_recipe *r, size_t *idx, size_t n, const batch_args *a) {
     if (progress && s != JOB_DONE && s != JOB_REFUSED) continue;
     if (progress) fprintf(stderr, "[-/-] %-8s %s\n", s == JOB_DONE ? "skipped" : "refused", j->name);
   }
+  if (a->threads) r->threads = (int)a->threads; /* not in the jobs' digests: same jobs, other threads */
   int rc = batch_run_jobs(r, todo, n_todo, (int)a->jobs, progress);
   free(todo);
   if (rc < 0) return cli_report(rc);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "base/json_strict.h"
+#include "ctxpatch/base/cpus.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/model.h"
@@ -198,7 +199,7 @@ int cmd_verify(int argc, char **argv) {
   }
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
   if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
-  cp_certificate_info info = {model_path, o.device_desc, o.threads ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+  cp_certificate_info info = {model_path, o.device_desc, o.threads ? (int)o.threads : cp_cpu_count(),
                               applied, o.seed, vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
   if ((rc = add_artifact(cert, model)) < 0) goto report;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctxpatch/base/cpus.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/tensor.h"
@@ -491,8 +492,8 @@ int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *r
   if ((rc = cp_engine_set_rule(e, rule))) goto done;
   int threads = e->p.threads;
   if (threads <= 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = n > 0 ? (int)(n < 256 ? n : 256) : 1;
+    int n = cp_cpu_count(); /* the affinity mask and SLURM_CPUS_PER_TASK, not the machine's cores */
+    threads = n < 256 ? n : 256;
   }
   /* Our pool splits every product; OpenBLAS's own threads would compete with it. */
   openblas_set_num_threads(1);

@@ -12,6 +12,7 @@
 #include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/export/convert.h"
 #include "ctxpatch/export/gguf_export.h"
+#include "ctxpatch/base/cpus.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "base/json_strict.h"
@@ -118,7 +119,7 @@ static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tm
   const cp_rule *applied = rule ? rule : run->has_metadata_rule ? &run->metadata_rule : NULL;
   /* certificate.c hashes the regular files of model_path (recording names only). */
   cp_certificate_info info = {tmp, params->device ? params->device : "cpu",
-                              vp.threads > 0 ? vp.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), applied, vp.seed,
+                              vp.threads > 0 ? vp.threads : cp_cpu_count(), applied, vp.seed,
                               vp.max_new_tokens};
   if ((rc = cp_certificate_build(&cert, run, out->result, params->thresholds, out->pass, out->reasons,
                                  out->n_reasons, &info)))
