@@ -45,6 +45,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)cp_gguf_find(f, t->name);
   }
   touch_metadata(f);
+  char digest[65]; /* check's content digest of a patched GGUF: every key entry, infos, data */
+  cp_gguf_content_sha256(f, "ctxpatch.", digest);
+  sink ^= (uint8_t)digest[0];
   cp_hf_config *cfg = NULL;
   if (cp_gguf_config(&cfg, f) == 0) cp_hf_config_free(cfg);
   cp_tokenizer *tok = NULL;
