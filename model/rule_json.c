@@ -15,7 +15,8 @@
  * - "alibi_scale": "factor" belongs to mode "static" only; elsewhere it is an unknown key.
  * - "temperature_schedule": {"points": [[L, tau], ...]}, "points" its only key, 1 to
  *   CP_RULE_MAX_SCHEDULE_POINTS points (one point is a constant tau). L is an integer >= 1 (a
- *   length in tokens), strictly increasing. tau is a number > 0 at every point, or a list of
+ *   length in tokens), strictly increasing with distinct logs in double. tau is a number in
+ *   (0, 1e30] at every point, or a list of
  *   per-layer taus at every point, all of one size (a list of one is per layer, as for
  *   "temperature"); at most CP_RULE_MAX_SCHEDULE_VALUES taus in all. With "temperature" it is
  *   refused (the spec makes them exclusive).
@@ -140,6 +141,17 @@ static int parse_temperature(cp_rule *r, const cJSON *v, const char *what) {
   return 0;
 }
 
+/* A schedule tau: > 0 and at most SCHEDULE_TAU_MAX. Above it every softmax row is uniform to
+ * float precision anyway, and the bound keeps each segment's slope (at most SCHEDULE_TAU_MAX over
+ * the narrowest log-length gap, ~1e-16) and the piecewise sum of cp_plan_tau_at finite. */
+#define SCHEDULE_TAU_MAX 1e30
+#define SCHEDULE_TAU_MAX_TEXT "1e30"
+static int get_tau(double *out, const cJSON *v, const char *what, const char *key, const char *want) {
+  int rc = get_positive(out, v, what, key, 0, true, want);
+  if (!rc && *out > SCHEDULE_TAU_MAX) rc = bad_value(what, key, v, want);
+  return rc;
+}
+
 /* Point k of temperature_schedule.points: [L, tau] with tau a number or a per-layer list; the
  * first point fixes the form and size every later point must have. */
 static int parse_schedule_point(cp_rule *r, const cJSON *e, int k, int n_points, const char *what) {
@@ -154,6 +166,12 @@ static int parse_schedule_point(cp_rule *r, const cJSON *e, int k, int n_points,
   if (k > 0 && L <= r->schedule_len[k - 1])
     return cp_error_set(CP_ERULE_VALUE, "%s: key '%s': length %lld is not above the previous point's %lld "
                         "(lengths must increase strictly)", what, key, (long long)L,
+                        (long long)r->schedule_len[k - 1]);
+  /* The schedule interpolates in log length: two lengths whose logs are one double make a
+   * zero-width segment, and its slope (t_b - t_a) / 0 would turn tau into NaN. */
+  if (k > 0 && !(log((double)L) > log((double)r->schedule_len[k - 1])))
+    return cp_error_set(CP_ERULE_VALUE, "%s: key '%s': length %lld is too close to the previous point's %lld "
+                        "(their logs are equal in double precision)", what, key, (long long)L,
                         (long long)r->schedule_len[k - 1]);
   r->schedule_len[k] = L;
   snprintf(key, sizeof key, "temperature_schedule.points[%d][1]", k);
@@ -176,11 +194,11 @@ static int parse_schedule_point(cp_rule *r, const cJSON *e, int k, int n_points,
     return cp_error_set(CP_ERULE_VALUE, "%s: key '%s': %s, but point 0 has %s (every point has the same form)",
                         what, key, got, want);
   }
-  if (!list) return get_positive(&r->schedule_tau[k], tau, what, key, 0, true, "a number > 0 or a list of them");
+  if (!list) return get_tau(&r->schedule_tau[k], tau, what, key, "a number > 0 and <= " SCHEDULE_TAU_MAX_TEXT " or a list of them");
   int l = 0;
   for (const cJSON *t = tau->child; t; t = t->next, l++) {
     snprintf(key, sizeof key, "temperature_schedule.points[%d][1][%d]", k, l);
-    if ((rc = get_positive(&r->schedule_tau[k * w + l], t, what, key, 0, true, "a number > 0"))) return rc;
+    if ((rc = get_tau(&r->schedule_tau[k * w + l], t, what, key, "a number > 0 and <= " SCHEDULE_TAU_MAX_TEXT))) return rc;
   }
   return 0;
 }

@@ -300,6 +300,12 @@ static void test_refusals(void) {
       {SCHED("[[4, null]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1]': null"},
       {SCHED("[[4, {}]]"), CP_ERULE_VALUE, "points[0][1]': an object"},
       {SCHED("[[4, 1e400]]"), CP_ERULE_VALUE, "points[0][1]': inf"},
+      /* Regressions from fuzz_rule: a zero-width log segment (both logs 36.62...) made tau NaN;
+       * taus above 1e30 let a segment's slope overflow. */
+      {SCHED("[[8014398509881980, 1], [8014398509881984, 3]]"), CP_ERULE_VALUE,
+       "'temperature_schedule.points[1][0]': length 8014398509881984 is too close to the previous point's 8014398509881980"},
+      {SCHED("[[4, 1], [8, 1.5e30]]"), CP_ERULE_VALUE, "'temperature_schedule.points[1][1]': 1.4999999999999999e+30 is not a number > 0 and <= 1e30"},
+      {SCHED("[[4, [1, 2e30]]]"), CP_ERULE_VALUE, "'temperature_schedule.points[0][1][1]'"},
       {SCHED("[[4, 1], [8, [0.9]]]"), CP_ERULE_VALUE, "'temperature_schedule.points[1][1]': a list of 1 taus, but point 0 has one tau"},
       {SCHED("[[4, [1, 0.9]], [8, [0.9]]]"), CP_ERULE_VALUE, "points[1][1]': a list of 1 taus, but point 0 has a list of 2 taus"},
       {SCHED("[[4, [1, 0.9]], [8, 0.9]]"), CP_ERULE_VALUE, "points[1][1]': one tau, but point 0 has a list of 2 taus"},
