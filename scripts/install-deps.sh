@@ -9,6 +9,7 @@ packages=(
   libicu-dev libsentencepiece-dev python3-sentencepiece  # tokenizers (Unicode, SentencePiece .model)
   python3 python3-numpy python3-torch          # golden generators and reference implementation
   hyperfine time zip                           # benchmarks and test inputs
+  patchelf                                     # the device kit's bundle (scripts/device-pack.sh)
   clang libclang-rt-14-dev                     # libFuzzer harnesses (scripts/fuzz.sh)
   clang-format-14                              # tests/test_format.sh (.clang-format)
   chromium                                     # headless browser for the report test
