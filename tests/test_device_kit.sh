@@ -5,6 +5,9 @@
 # and the report still comes back.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
+# The kit packs and runs the normal build; a sanitizer build is not what a device gets.
+"$bin" --version | grep -q 'sanitize=on' && { echo "SKIP: the device kit is for the normal build, not a sanitizer one"; exit 77; }
+
 "$py" -c 'import numpy' 2>/dev/null || { echo "SKIP: numpy is absent for $py"; exit 77; }
 build=$(dirname "$bin")
 OUT=$work/full bash "$src/scripts/device-check.sh" --dry-run --bin "$build" >"$work/full.log" 2>&1 \

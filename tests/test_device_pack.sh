@@ -6,6 +6,9 @@
 # giving the same logits as the build itself.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
+# The kit packs and runs the normal build; a sanitizer build is not what a device gets.
+"$bin" --version | grep -q 'sanitize=on' && { echo "SKIP: the device kit is for the normal build, not a sanitizer one"; exit 77; }
+
 command -v patchelf >/dev/null || { echo "SKIP: patchelf is absent (apt-get install patchelf)"; exit 77; }
 build=$(dirname "$bin")
 bash "$src/scripts/device-pack.sh" --build-dir "$build" --out "$work/dev" --no-archive >"$work/pack.log" 2>&1 \
