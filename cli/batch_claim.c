@@ -50,6 +50,20 @@ static void proc_start(char out[64], long pid) {
   if (p) snprintf(out, 64, "%s:%.*s", boot, (int)strspn(p + 1, "0123456789"), p + 1);
 }
 
+/* Whether process `pid` of this host lives: a zombie (killed, not yet reaped) does not. */
+static bool pid_alive(long pid) {
+  char path[64], buf[512];
+  if (kill((pid_t)pid, 0) != 0 && errno != EPERM) return false;
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+  if (fd >= 0) close(fd);
+  if (n <= 0) return true; /* no /proc: kill's answer */
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+}
+
 static void record_free(batch_owner *o) { memset(o, 0, sizeof *o); }
 
 /* The owner record read through `fd` (never by path: reading beside a held lock keeps it held
@@ -91,9 +105,9 @@ static bool owner_live(const batch_owner *o) {
   cp_host_tag(host);
   if (!o->valid) return false;
   if (strcmp(o->host, host) != 0) return time(NULL) - o->heartbeat < BATCH_CLAIM_STALE_S;
+  if (!pid_alive(o->pid)) return false;
   proc_start(start, o->pid);
-  if (*o->start && *start) return !strcmp(start, o->start);
-  return kill((pid_t)o->pid, 0) == 0 || errno == EPERM;
+  return !*o->start || !*start || !strcmp(start, o->start); /* a pid reused by another process */
 }
 
 void batch_owner_describe(char *out, size_t cap, const batch_owner *o) {
@@ -106,9 +120,10 @@ static batch_temp_state temp_state(long pid, const char *host, const batch_owner
   char me[33];
   cp_host_tag(me);
   if (live_claim) return TEMP_LIVE;
-  if (!strcmp(host, me)) return kill((pid_t)pid, 0) == 0 || errno == EPERM ? TEMP_LIVE : TEMP_STALE;
-  /* another host's: stale only when made by the child of a claim that is over */
-  return dead && dead->valid && !strcmp(dead->host, host) && dead->child == pid ? TEMP_STALE : TEMP_UNKNOWN;
+  /* made by the child of a claim that is over (on another host, the only way to know) */
+  if (dead && dead->valid && !strcmp(dead->host, host) && dead->child == pid) return TEMP_STALE;
+  if (!strcmp(host, me)) return pid_alive(pid) ? TEMP_LIVE : TEMP_STALE;
+  return TEMP_UNKNOWN;
 }
 
 static int push_temp(batch_temps *t, const char *dir, const char *name, long pid, const char *host,
