@@ -76,7 +76,7 @@ n_before=$(wc -l <"$work/before")
 [ "$n_before" -ge 3 ] && [ "$n_before" -lt 8 ] && ok || bad "kill -9 came at $n_before finished jobs (want 3..7)"
 [ -z "$(tmps)" ] && ok || bad "temporary folder left after kill -9: $(tmps)"
 (cd "$work" && "$bin" batch recipe.json --jobs 2 --json >"$work/r1.json"); s=$?
-[ $s -eq 4 ] && ok || bad "run after kill: exit $s, want 4 (2 refused + 2 errors)"
+[ $s -eq 4 ] && ok || bad "run after kill: exit $s, want 4 (job errors; 2 refused + 2 errors)"
 "$py" - "$work/r1.json" "$work/before" "$work/out" <<'EOF' && ok || bad "re-run after kill -9"
 import json, os, sys
 r = json.load(open(sys.argv[1]))
