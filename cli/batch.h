@@ -133,6 +133,16 @@ typedef struct {
  * `live_claim`: a live owner holds the job (all its temporaries are live). */
 int batch_job_temps(batch_temps *t, const batch_job *j, const batch_owner *dead, bool live_claim);
 void batch_temps_free(batch_temps *t);
+/* Whether a temporary of job j lies beside its output, from a listing of the output's folder kept
+ * in `c` while consecutive jobs share it (jobs are sorted by name): one listing per folder, not per
+ * job. */
+typedef struct {
+  char *dir;
+  char **names; /* the folder's entries that look like temporaries */
+  size_t n;
+} batch_dirlist;
+bool batch_dir_has_temps(batch_dirlist *c, const batch_job *j);
+void batch_dirlist_free(batch_dirlist *c);
 const char *batch_temp_state_name(batch_temp_state s);
 
 /* --shard: "I/N", "slurm" (SLURM_ARRAY_TASK_ID, _MIN, _MAX, _STEP) or "k8s" (JOB_COMPLETION_INDEX,

@@ -179,6 +179,39 @@ done:
   return rc;
 }
 
+bool batch_dir_has_temps(batch_dirlist *c, const batch_job *j) {
+  const char *slash = strrchr(j->out, '/');
+  size_t dl = slash ? (size_t)(slash - j->out + (slash == j->out)) : 0;      /* "/x": the folder "/" */
+  if (!c->dir || strlen(c->dir) != dl || strncmp(c->dir, j->out, dl) != 0) { /* another folder: list it */
+    batch_dirlist_free(c);
+    c->dir = strndup(j->out, dl);
+    DIR *d = opendir(dl ? c->dir : ".");
+    struct dirent *e;
+    while (c->dir && d && (e = readdir(d)))
+      if (e->d_name[0] == '.' && strstr(e->d_name, ".tmp-") && CP_ARRAY_RESIZE(c->names, c->n + 1, c->dir) == 0 &&
+          (c->names[c->n] = strdup(e->d_name)))
+        c->n++;
+    if (d) closedir(d);
+    cp_error_clear();
+  }
+  const char *base = slash ? slash + 1 : j->out;
+  char name[4096], host[33];
+  long pid;
+  for (size_t i = 0; i < c->n; i++)
+    for (size_t b = 0; b < sizeof beside / sizeof *beside; b++) {
+      snprintf(name, sizeof name, "%s%s", base, beside[b]);
+      if (cp_temporary_owner(&pid, host, c->names[i], name)) return true;
+    }
+  return false;
+}
+
+void batch_dirlist_free(batch_dirlist *c) {
+  for (size_t i = 0; i < c->n; i++) free(c->names[i]);
+  free(c->names);
+  free(c->dir);
+  memset(c, 0, sizeof *c);
+}
+
 void batch_temps_free(batch_temps *t) {
   for (size_t i = 0; i < t->n; i++) free(t->items[i].path);
   free(t->items);

@@ -285,7 +285,14 @@ static int take(batch_job *j, batch_claim *c) {
   int rc = make_parent(j->out);
   if (rc == 0) rc = batch_claim_take(c, j);
   if (rc <= 0) {
-    if (rc == 0) j->state = JOB_HELD;
+    char who[sizeof j->message];
+    snprintf(who, sizeof who, "%s", j->message);
+    /* its holder may have finished it while we looked */
+    if (rc == 0 && batch_job_probe(j) == JOB_DONE) j->state = JOB_SKIPPED;
+    else if (rc == 0) {
+      j->state = JOB_HELD;
+      snprintf(j->message, sizeof j->message, "%s", who);
+    }
     return rc;
   }
   batch_state s = batch_job_probe(j); /* again, under the claim: another process may have done it */

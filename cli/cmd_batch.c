@@ -203,33 +203,22 @@ static int report(const batch_recipe *r, const size_t *idx, size_t n, const batc
   return status;
 }
 
-/* Whether job j has a temporary beside its output: a done or refused job is claimed for its sweep
- * only then. */
-static bool has_temps(const batch_job *j) {
-  batch_temps t;
-  if (batch_job_temps(&t, j, NULL, false) < 0) {
-    cp_error_clear();
-    return false;
-  }
-  bool any = t.n > 0;
-  batch_temps_free(&t);
-  return any;
-}
-
 static int run(batch_recipe *r, size_t *idx, size_t n, const batch_args *a) {
   size_t *todo = calloc(n ? n : 1, sizeof *todo), n_todo = 0;
+  batch_dirlist dl = {0};
   if (!todo) return cli_report(cp_nomem("batch"));
   for (size_t k = 0; k < n; k++) {
     batch_job *j = &r->jobs[idx[k]];
     batch_state s = batch_job_probe(j);
     /* a recorded refusal is deterministic, a done job done: claimed only to sweep what a killed
      * run left beside them */
-    if ((s != JOB_DONE && s != JOB_REFUSED) || has_temps(j)) todo[n_todo++] = idx[k];
+    if ((s != JOB_DONE && s != JOB_REFUSED) || batch_dir_has_temps(&dl, j)) todo[n_todo++] = idx[k];
     else {
       if (s == JOB_DONE) j->state = JOB_SKIPPED;
       fprintf(stderr, "[-/-] %-8s %s\n", s == JOB_DONE ? "skipped" : "refused", j->name);
     }
   }
+  batch_dirlist_free(&dl);
   if (a->threads) r->threads = (int)a->threads; /* not in the jobs' digests: same jobs, other threads */
   batch_run_opts o = {.jobs = (int)a->jobs, .finish = a->finish};
   int rc = batch_run_jobs(r, todo, n_todo, &o);

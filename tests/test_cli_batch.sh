@@ -48,6 +48,8 @@ bad_recipe "glob matching nothing" 's/t5-\*/nothing-*/' "matches nothing"
 bad_recipe "name collision" 's#{input}/{method}-{target}#{method}-{target}#' "two jobs write"
 bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
 bad_recipe "dot name" 's#{input}/{method}-{target}#.#' "output.name: '.' has a '.' or empty path step"
+bad_recipe "batch's own suffix" 's#{input}/{method}-{target}#{input}/{method}-{target}.batch-claim.json#' \
+  "ends in '.batch-claim.json', the name of batch's own files"
 bad_recipe "dot step" 's#{input}/{method}-{target}#{input}/./{method}-{target}#' "has a '.' or empty path step"
 bad_recipe "name too long for its temporaries" "s#{input}/{method}-{target}#{input}/{method}-{target}-$(printf 'n%.0s' $(seq 220))#" \
   "output.name: .*: a name of 2[0-9][0-9] bytes: its temporary"

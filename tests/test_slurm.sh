@@ -129,7 +129,7 @@ wait_gone "$id"
 find "$work/c" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort >"$work/c.before"
 n=$(wc -l <"$work/c.before")
 [ "$n" -ge 1 ] && [ "$n" -lt 6 ] && ok || bad "scancel came at $n done jobs (want 1..5)"
-cat "$work"/logs/"$id"-*.out | grep -q "abandoning" && ok || { bad "scancel: no task said it abandons its job"; cat "$work"/logs/"$id"-*.out; }
+cat "$work"/logs/"$id"-*.out | grep >/dev/null "abandoning" && ok || { bad "scancel: no task said it abandons its job"; cat "$work"/logs/"$id"-*.out; }
 [ -z "$(leftovers "$work/c")" ] && ok || bad "scancel left: $(leftovers "$work/c")"
 [ "$(status "$work/c.json" "[r['summary'][k] for k in ('done', 'error', 'refused')]")" = "[$n, 0, 0]" ] && ok \
   || bad "after scancel: $(cat "$work/st.json")"
