@@ -268,6 +268,11 @@ int batch_claim_take(batch_claim *c, batch_job *j) {
   for (int attempt = 0; attempt < 8; attempt++) {
     int fd = open(j->claim, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0) return cp_error_set(CP_EIO, "%s: cannot open the claim: %s", j->claim, strerror(errno));
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || !S_ISREG(a.st_mode)) {
+      close(fd);
+      return cp_error_set(CP_EFILETYPE, "%s: the claim is not a regular file", j->claim);
+    }
     if (fcntl(fd, F_OFD_SETLK, &l) != 0) {
       int e = errno;
       if (e != EAGAIN && e != EACCES) {
@@ -281,9 +286,7 @@ int batch_claim_take(batch_claim *c, batch_job *j) {
     }
     /* The holder before us unlinks the file before unlocking it: a lock on an unlinked file is
      * no claim, so check that the path still names the file we locked. */
-    struct stat a, b;
-    if (fstat(fd, &a) == 0 && lstat(j->claim, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
-        S_ISREG(a.st_mode)) {
+    if (lstat(j->claim, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
       c->fd = fd;
       break;
     }

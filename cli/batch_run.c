@@ -378,7 +378,7 @@ int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, batch_run_opts 
       for (int s = 0; abandon && s < jobs; s++)
         if (slots[s].pid) {
           slots[s].abandoned = true;
-          kill(slots[s].pid, SIGTERM);
+          kill(slots[s].pid, o->finish ? SIGKILL : SIGTERM); /* with finish, the child ignores SIGTERM */
         }
     }
     for (int s = 0; s < jobs; s++) /* heartbeats */

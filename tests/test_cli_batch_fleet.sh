@@ -123,6 +123,29 @@ signal_run "$work/finish.json" --on-signal finish; s=$?
   && [ "$(field "$work/finish.json" "'not started' in r['jobs'][-1]['message']")" = True ] && ok \
   || bad "SIGTERM finish: $(cat "$work/finish.json")"
 
+# A second signal abandons what --on-signal finish was finishing (its child ignores SIGTERM: killed).
+rm -rf "$work/sig"
+(cd "$work" && exec "$bin" batch sig.json --json --on-signal finish >"$work/twice.json" 2>"$work/twice.err") &
+p=$!
+while kill -0 $p 2>/dev/null && ! in_flight; do sleep 0.02; done
+kill -TERM $p
+while kill -0 $p 2>/dev/null && ! grep >/dev/null finishing "$work/twice.err"; do sleep 0.02; done
+flying=no; in_flight && flying=yes
+kill -TERM $p
+wait $p; s=$?
+[ $s -eq 143 ] && grep >/dev/null "abandoning" "$work/twice.err" && ok || { bad "second SIGTERM: exit $s"; cat "$work/twice.err"; }
+if [ $flying = yes ]; then
+  [ "$(field "$work/twice.json" "r['jobs'][0]['state']")" = pending ] && ok || bad "second SIGTERM: the job in flight was not abandoned"
+fi
+[ -z "$(find "$work/sig" -name '.*tmp-*' -o -name '*.batch-failed.json' -o -name '*.batch-claim.json')" ] && ok \
+  || bad "second SIGTERM left: $(find "$work/sig" -name '.*')"
+
+# A claim path that is not a regular file (a FIFO): a batch-level error naming it, no hang.
+recipe "$work/fifo.json" "$work/fifo" "$ROPE" "$T09" "512"
+mkdir -p "$work/fifo" && mkfifo "$work/fifo/rope-probe-t09-512.batch-claim.json"
+[ "$(run_exit fifo.json)" = 1 ] && grep >/dev/null "batch-claim.json: the claim is not a regular file" "$work/run.err" && ok \
+  || { bad "FIFO claim"; cat "$work/run.err"; }
+
 # 4. A job another process holds (item 15): skipped as held, exit 5; no log, record or stamp
 # written for it, and its holder's log untouched.
 recipe "$work/held.json" "$work/held" "$ROPE" "$T09, $T08" "512"
