@@ -308,6 +308,8 @@ static int take(batch_job *j, batch_claim *c) {
 static void ended(slot *s, batch_job *j, int ws) {
   j->seconds = cp_monotonic_seconds() - s->start;
   batch_job_probe(j);
+  for (size_t k = 0; k < sizeof stop_signals / sizeof *stop_signals; k++) /* a scancel signals the child too */
+    if (WIFSIGNALED(ws) && WTERMSIG(ws) == stop_signals[k]) s->abandoned = true;
   if (s->abandoned && j->state != JOB_DONE) {
     if (j->state == JOB_ERROR || j->state == JOB_REFUSED) return; /* it wrote its record before the signal */
     snprintf(j->message, sizeof j->message, "abandoned on a stop signal (nothing recorded; a re-run does it)");
@@ -326,6 +328,20 @@ static void setup_signals(sigset_t *set, sigset_t *old) {
   sigprocmask(SIG_BLOCK, set, old);
   sigaction(SIGCHLD, &sa, NULL);
   for (size_t s = 0; s < sizeof stop_signals / sizeof *stop_signals; s++) sigaction(stop_signals[s], &sa, NULL);
+}
+
+/* A stop signal: no job starts from now on; the jobs in flight are abandoned (without finish, or
+ * at a second signal) or left to finish. */
+static void on_stop(slot *slots, int jobs, int running, batch_run_opts *o, int sig) {
+  bool abandon = !o->finish || o->stopped;
+  o->stopped = sig;
+  fprintf(stderr, "batch: %s: %s the %d job(s) in flight, starting no more\n", strsignal(sig),
+          abandon ? "abandoning" : "finishing", running);
+  for (int s = 0; abandon && s < jobs; s++)
+    if (slots[s].pid) {
+      slots[s].abandoned = true;
+      kill(slots[s].pid, o->finish ? SIGKILL : SIGTERM); /* with finish, the child ignores SIGTERM */
+    }
 }
 
 int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, batch_run_opts *o) {
@@ -368,36 +384,30 @@ int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, batch_run_opts 
     if (running == 0) break;
     if (rc < 0) break;
     siginfo_t info;
-    struct timespec wait = {.tv_sec = BATCH_HEARTBEAT_S};
+    struct timespec wait = {.tv_sec = BATCH_HEARTBEAT_S}, zero = {0};
+    /* every signal pending is taken before a job starts: a scancel's SIGTERM and the SIGCHLD of
+     * the child it also killed may come together */
     int sig = sigtimedwait(&set, &info, &wait);
-    if (sig > 0 && sig != SIGCHLD) {
-      bool abandon = !o->finish || o->stopped; /* with finish, a second signal abandons */
-      o->stopped = sig;
-      fprintf(stderr, "batch: %s: %s the %d job(s) in flight, starting no more\n", strsignal(sig),
-              abandon ? "abandoning" : "finishing", running);
-      for (int s = 0; abandon && s < jobs; s++)
-        if (slots[s].pid) {
-          slots[s].abandoned = true;
-          kill(slots[s].pid, o->finish ? SIGKILL : SIGTERM); /* with finish, the child ignores SIGTERM */
-        }
-    }
-    for (int s = 0; s < jobs; s++) /* heartbeats */
-      if (slots[s].pid && time(NULL) - slots[s].claim.beat >= BATCH_HEARTBEAT_S) batch_claim_beat(&slots[s].claim);
-    int ws;
-    pid_t pid;
-    while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) { /* as PID 1 we also reap orphans: not ours */
-      int s = 0;
-      while (s < jobs && slots[s].pid != pid) s++;
-      if (s == jobs) continue;
-      batch_job *j = &r->jobs[slots[s].job];
-      slots[s].pid = 0;
-      running--;
-      finished++;
-      ended(&slots[s], j, ws);
-      batch_claim_release(&slots[s].claim, j);
-      line(finished, n, j, slots[s].abandoned && j->state != JOB_DONE ? "abandoned" : batch_state_name(j->state),
-           j->message);
-    }
+    do {
+      if (sig > 0 && sig != SIGCHLD) on_stop(slots, jobs, running, o, sig);
+      for (int s = 0; s < jobs; s++) /* heartbeats */
+        if (slots[s].pid && time(NULL) - slots[s].claim.beat >= BATCH_HEARTBEAT_S) batch_claim_beat(&slots[s].claim);
+      int ws;
+      pid_t pid;
+      while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) { /* as PID 1 we also reap orphans: not ours */
+        int s = 0;
+        while (s < jobs && slots[s].pid != pid) s++;
+        if (s == jobs) continue;
+        batch_job *j = &r->jobs[slots[s].job];
+        slots[s].pid = 0;
+        running--;
+        finished++;
+        ended(&slots[s], j, ws);
+        batch_claim_release(&slots[s].claim, j);
+        line(finished, n, j, slots[s].abandoned && j->state != JOB_DONE ? "abandoned" : batch_state_name(j->state),
+             j->message);
+      }
+    } while ((sig = sigtimedwait(&set, &info, &zero)) > 0);
   }
   for (int s = 0; s < jobs; s++) /* only after an error: leave nothing behind */
     if (slots[s].pid > 0) {

@@ -140,6 +140,20 @@ fi
 [ -z "$(find "$work/sig" -name '.*tmp-*' -o -name '*.batch-failed.json' -o -name '*.batch-claim.json')" ] && ok \
   || bad "second SIGTERM left: $(find "$work/sig" -name '.*')"
 
+# The child signalled on its own (a scancel signals every process of the job, the child's end may
+# be seen first): abandoned and left pending, not a job error.
+rm -rf "$work/sig"
+(cd "$work" && exec "$bin" batch sig.json --json >"$work/child.json" 2>"$work/child.err") &
+p=$!
+while kill -0 $p 2>/dev/null && ! in_flight; do sleep 0.02; done
+child=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['child'])" "$work"/sig/*.batch-claim.json)
+kill -TERM "$child"
+while kill -0 $p 2>/dev/null && ! grep >/dev/null '^\[1/3\]' "$work/child.err"; do sleep 0.02; done
+kill -TERM $p
+wait $p
+grep >/dev/null '^\[1/3\] abandoned' "$work/child.err" && [ "$(field "$work/child.json" "r['jobs'][0]['state']")" = pending ] && ok \
+  || { bad "a child ended by SIGTERM is reported as an error"; cat "$work/child.err"; }
+
 # A claim path that is not a regular file (a FIFO): a batch-level error naming it, no hang.
 recipe "$work/fifo.json" "$work/fifo" "$ROPE" "$T09" "512"
 mkdir -p "$work/fifo" && mkfifo "$work/fifo/rope-probe-t09-512.batch-claim.json"

@@ -130,6 +130,8 @@ find "$work/c" -name ctxpatch-batch.json -printf '%h %i %T@\n' | sort >"$work/c.
 n=$(wc -l <"$work/c.before")
 [ "$n" -ge 1 ] && [ "$n" -lt 6 ] && ok || bad "scancel came at $n done jobs (want 1..5)"
 cat "$work"/logs/"$id"-*.out | grep >/dev/null "abandoning" && ok || { bad "scancel: no task said it abandons its job"; cat "$work"/logs/"$id"-*.out; }
+# the child the scancel also signalled is abandoned, not reported as a job error
+cat "$work"/logs/"$id"-*.out | grep >/dev/null '^\[[0-9]*/[0-9]*\] error' && bad "scancel: a job reported as an error" || ok
 [ -z "$(leftovers "$work/c")" ] && ok || bad "scancel left: $(leftovers "$work/c")"
 [ "$(status "$work/c.json" "[r['summary'][k] for k in ('done', 'error', 'refused')]")" = "[$n, 0, 0]" ] && ok \
   || bad "after scancel: $(cat "$work/st.json")"
