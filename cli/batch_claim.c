@@ -64,15 +64,15 @@ static bool pid_alive(long pid) {
   return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
 }
 
-static void record_free(batch_owner *o) { memset(o, 0, sizeof *o); }
+static void record_clear(batch_owner *o) { memset(o, 0, sizeof *o); }
 
-/* The owner record read through `fd` (never by path: reading beside a held lock keeps it held
- * only with OFD locks; pread keeps it simple), or from `path` when fd < 0. false: none. */
+/* The owner record, read through `fd` (the claim's own descriptor), or from `path` when fd < 0;
+ * its heartbeat is the file's mtime. false: no readable record. */
 static bool record_read(batch_owner *o, int fd, const char *path) {
   char buf[RECORD_MAX + 1];
   struct stat st;
   bool own = fd < 0;
-  record_free(o);
+  record_clear(o);
   if (own && (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0) return false;
   ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, buf, RECORD_MAX, 0) : -1;
   if (own) close(fd);

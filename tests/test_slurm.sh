@@ -5,7 +5,8 @@
 # array through sbatch (--shard slurm), a scancel mid-job and a resubmit that redoes only what is
 # left, two arrays at once on one output folder (each job made once, nothing false recorded), and a
 # SIGKILL of a job's whole process group (as the OOM killer does to a job's cgroup) whose temporary
-# the next claim sweeps. Skips (77) where slurm-wlm is absent, the user is not root, or the daemons do not
+# the next claim sweeps, and an afterok dependency that fires after a recorded refusal with
+# --accept-refused. Skips (77) where slurm-wlm is absent, the user is not root, or the daemons do not
 # start. Waits are bounded loops on events (a job leaving the queue, a file appearing).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
@@ -182,4 +183,26 @@ wait_gone "$id"
 [ "$(exit_codes "$id")" = "0:0:0 " ] && ok || bad "resubmit after SIGKILL: exit codes $(exit_codes "$id")"
 [ "$(status "$work/k.json" "r['summary']['done']")" = 6 ] && [ -z "$(leftovers "$work/k")" ] && ok \
   || bad "resubmit after SIGKILL: $(leftovers "$work/k") $(cat "$work/st.json")"
+# 5. afterok after a recorded refusal: the task exits 3 without --accept-refused, 0 with it, and
+# then the dependent job runs.
+cat >"$work/r.json" <<EOF
+{
+  "recipe_version": 1,
+  "inputs": ["$pm/rope-probe"],
+  "methods": [{"name": "t09", "method": "temperature", "options": {"tau": 0.9}},
+              {"name": "pi2", "method": "rope-pi", "options": {"factor": 2}}],
+  "target_lengths": [512],
+  "verify": {"probes": "passkey", "lengths": [256, 512], "depths": "0:1:3", "samples": 1},
+  "output": {"dir": "$work/r"}
+}
+EOF
+id=$(submit 0 "$work/r.json")
+wait_gone "$id"
+[ "$(exit_codes "$id")" = "0:3:0 " ] && ok || bad "a recorded refusal: exit codes $(exit_codes "$id") (want 3)"
+sed -i 's/--threads 1$/--threads 1 --accept-refused/' "$work/job.sh"
+id=$(submit 0 "$work/r.json")
+dep=$(sbatch --parsable --dependency=afterok:"$id" -o "$work/logs/dep.out" --wrap "touch $work/dependent-ran" | cut -d';' -f1)
+wait_gone "$id" "$dep"
+[ "$(exit_codes "$id")" = "0:0:0 " ] && [ -e "$work/dependent-ran" ] && ok \
+  || bad "--accept-refused: exit codes $(exit_codes "$id"), afterok job: $(scontrol -o show job "$dep" | grep -o 'JobState=[A-Z]* Reason=[^ ]*')"
 finish
