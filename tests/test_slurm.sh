@@ -170,7 +170,7 @@ done
 # is not. The job's processes share the process group slurmstepd made (proctrack/pgid); the batch
 # process's pid is in its claim's owner record.
 pid=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['pid'])" "$work"/k/*.batch-claim.json)
-pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
+pgid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f3) # /proc/PID/stat: state ppid pgrp after the name
 [ -n "$pgid" ] && [ "$pgid" -gt 1 ] && kill -KILL -- -"$pgid" && ok || bad "no process group for the job's batch process '$pid'"
 wait_gone "$id"
 [ "$(scontrol -o show job "$id" | grep -o 'JobState=[A-Z]*')" = JobState=FAILED ] && ok || bad "tree SIGKILL: $(scontrol -o show job "$id")"
