@@ -65,9 +65,12 @@ stop_daemons() {
   rm -rf "$work"
 }
 trap stop_daemons EXIT
-for _ in $(seq 300); do [ "$(sinfo -h -o %T 2>/dev/null)" = idle ] && break; sleep 0.1; done
-if [ "$(sinfo -h -o %T 2>/dev/null)" != idle ]; then
-  echo "SKIP: slurmctld and slurmd did not start (node: '$(sinfo -h -o %T 2>&1)')"
+alive() { kill -0 $ctld 2>/dev/null && kill -0 $sd 2>/dev/null; }
+# (every client call under `timeout`: with no controller, sinfo and squeue retry for long)
+node() { timeout 15 sinfo -h -o %T 2>&1; }
+for _ in $(seq 300); do alive && [ "$(node)" = idle ] && break; alive || break; sleep 0.1; done
+if ! alive || [ "$(node)" != idle ]; then
+  echo "SKIP: slurmctld and slurmd did not start (node: '$(node)')"
   tail -5 "$S/slurmctld.log" "$S/slurmd.log" 2>/dev/null
   exit 77
 fi
@@ -98,8 +101,14 @@ submit() { # submit ARRAY RECIPE: the array's job id
   sbatch --parsable --array="$1" -o "$work/logs/%A-%a.out" "$work/job.sh" "$2" | cut -d';' -f1
 }
 wait_gone() { # wait_gone JOBID...: until none is in the queue (bounded: a stuck daemon fails, not hangs)
-  for _ in $(seq 1200); do [ -z "$(squeue -h -j "$(echo "$@" | tr ' ' ,)" 2>/dev/null)" ] && return 0; sleep 0.25; done
-  bad "jobs $* still queued: $(squeue)"
+  for _ in $(seq 1200); do
+    alive || { bad "a Slurm daemon died: $(tail -3 "$S/slurmctld.log" "$S/slurmd.log")"; return 1; }
+    local q
+    q=$(timeout 15 squeue -h -j "$(echo "$@" | tr ' ' ,)" 2>/dev/null)
+    [ $? -ne 124 ] && [ -z "$q" ] && return 0
+    sleep 0.25
+  done
+  bad "jobs $* still queued: $(timeout 15 squeue)"
   return 1
 }
 exit_codes() { # exit_codes JOBID: "TASK:CODE" per task, sorted
