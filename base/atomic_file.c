@@ -67,7 +67,7 @@ static int fsync_dir(const char *dir) {
 
 /* This host's name as it goes into temporaries: at most 32 bytes of [A-Za-z0-9_.], so it can
  * be compared and cannot be confused with the '-' separators around it. */
-static void host_tag(char out[33]) {
+void cp_host_tag(char out[33]) {
   char h[256] = "";
   if (gethostname(h, sizeof h - 1) != 0) h[0] = '\0';
   size_t n = 0;
@@ -86,7 +86,7 @@ static char *temp_template(const char *path) {
   char *base = basename(copy);
   char *parent = parent_of(path);
   char *tmp = NULL, host[33];
-  host_tag(host);
+  cp_host_tag(host);
   if (parent) {
     size_t n = strlen(parent) + strlen(base) + strlen(host) + 48;
     tmp = malloc(n);
@@ -114,27 +114,35 @@ int cp_atomic_name_check(const char *path) {
   return rc;
 }
 
-static int remove_tree(const char *path);
 
-/* The owner's pid when `entry` is a temporary of `base` made on this host, else 0. */
-static long stale_owner(const char *entry, const char *base, const char *host) {
+int cp_temporary_owner(long *pid, char host[33], const char *entry, const char *base) {
   size_t bl = strlen(base);
   if (entry[0] != '.' || strncmp(entry + 1, base, bl) != 0 || strncmp(entry + 1 + bl, ".tmp-", 5) != 0) return 0;
   const char *p = entry + 1 + bl + 5;
   char *end;
   errno = 0;
-  long pid = strtol(p, &end, 10);
-  if (end == p || *end != '-' || pid <= 0 || errno) return 0;
-  size_t hl = strlen(host);
-  if (strncmp(end + 1, host, hl) != 0 || end[1 + hl] != '-') return 0;
-  return pid;
+  long v = strtol(p, &end, 10);
+  if (end == p || *end != '-' || v <= 0 || errno) return 0;
+  const char *h = end + 1, *dash = strchr(h, '-');
+  if (!dash || dash == h || dash - h > 32) return 0;
+  memcpy(host, h, (size_t)(dash - h));
+  host[dash - h] = '\0';
+  *pid = v;
+  return 1;
+}
+
+/* The owner's pid when `entry` is a temporary of `base` made on this host, else 0. */
+static long stale_owner(const char *entry, const char *base, const char *host) {
+  long pid;
+  char h[33];
+  return cp_temporary_owner(&pid, h, entry, base) && !strcmp(h, host) ? pid : 0;
 }
 
 int cp_sweep_stale_temporaries(const char *path) {
   char *copy = strdup(path), *parent = parent_of(path), host[33];
   int removed = 0;
   DIR *d = copy && parent ? opendir(parent) : NULL;
-  host_tag(host);
+  cp_host_tag(host);
   const char *base = copy ? basename(copy) : "";
   struct dirent *e;
   while (d && (e = readdir(d))) {
@@ -142,7 +150,7 @@ int cp_sweep_stale_temporaries(const char *path) {
     /* ESRCH only: EPERM means the process lives (as another user). */
     if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     char *child = cp_path_join(parent, e->d_name);
-    if (child && remove_tree(child) == 0) removed++;
+    if (child && cp_remove_tree(child) == 0) removed++;
     free(child);
   }
   if (d) closedir(d);
@@ -373,7 +381,7 @@ done:
   return 0;
 }
 
-static int remove_tree(const char *path) {
+int cp_remove_tree(const char *path) {
   struct stat st;
   if (lstat(path, &st) != 0) return 0;
   if (S_ISDIR(st.st_mode)) {
@@ -383,7 +391,7 @@ static int remove_tree(const char *path) {
       while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char *child = cp_path_join(path, e->d_name);
-        if (child) remove_tree(child);
+        if (child) cp_remove_tree(child);
         free(child);
       }
       closedir(d);
@@ -425,7 +433,7 @@ const char *cp_atomic_dir_path(const cp_atomic_dir *d) { return d->tmp; }
 
 void cp_atomic_dir_abort(cp_atomic_dir *d) {
   if (!d) return;
-  if (d->tmp) remove_tree(d->tmp);
+  if (d->tmp) cp_remove_tree(d->tmp);
   free(d->tmp);
   free(d->path);
   free(d);
@@ -469,7 +477,7 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
   if (kind == CP_OUTPUT_REPLACE && renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0) {
     /* One step: the path holds the old folder or the new, never neither. The old one now sits
      * at the temporary's name, which the sweep removes should we die before remove_tree. */
-    remove_tree(d->tmp);
+    cp_remove_tree(d->tmp);
     goto synced;
   }
   if (kind == CP_OUTPUT_REPLACE && errno != EINVAL) {
@@ -491,7 +499,7 @@ int cp_atomic_dir_commit(cp_atomic_dir *d) {
     if (old) rename(old, d->path);
     goto done;
   }
-  if (old) remove_tree(old);
+  if (old) cp_remove_tree(old);
 synced:
   CP_CHECK_ALLOC_GOTO(parent = parent_of(d->path), d->path);
   rc = fsync_dir(parent);

@@ -187,6 +187,11 @@ static int job_name(char **out, const char *tmpl, const char *input, const char 
   if (rc == 0 && b.oom) rc = cp_nomem("%s", rp);
   if (rc == 0 && (!b.len || b.s[0] == '/' || strstr(b.s, "..") || b.s[b.len - 1] == '/'))
     rc = cp_error_set(CP_EARG, "%s: output.name: '%s' is empty, absolute, ends in '/' or has '..'", rp, b.s ? b.s : "");
+  /* A name ending like batch's own files beside another job's output would be that job's record. */
+  static const char *const own[] = {".batch.log", ".batch-failed.json", ".batch-claim.json", ".batch.json", ".bake"};
+  for (size_t k = 0; rc == 0 && k < sizeof own / sizeof *own; k++)
+    if (b.len >= strlen(own[k]) && !strcmp(b.s + b.len - strlen(own[k]), own[k]))
+      rc = cp_error_set(CP_EARG, "%s: output.name: '%s' ends in '%s', the name of batch's own files", rp, b.s, own[k]);
   /* "." (or an empty step) names the output folder itself or its parent's entry: never a job's own. */
   for (const char *s = b.s; rc == 0 && s; s = strchr(s, '/') ? strchr(s, '/') + 1 : NULL)
     if (*s == '/' || (s[0] == '.' && (s[1] == '/' || !s[1])))
@@ -250,8 +255,10 @@ static int add_job(batch_recipe *r, size_t *cap, const char *tmpl, const char *i
   CP_CHECK_ALLOC(j->out = cp_path_join(r->out_dir, j->name), r->path);
   CP_CHECK_ALLOC(j->log = malloc(strlen(j->out) + 32), r->path);
   CP_CHECK_ALLOC(j->failed = malloc(strlen(j->out) + 32), r->path);
+  CP_CHECK_ALLOC(j->claim = malloc(strlen(j->out) + 32), r->path);
   sprintf(j->log, "%s.batch.log", j->out);
   sprintf(j->failed, "%s.batch-failed.json", j->out);
+  sprintf(j->claim, "%s.batch-claim.json", j->out);
   /* A name too long for the temporaries beside it is refused now, not once the job has run. */
   if (cp_atomic_name_check(j->out) < 0 || cp_atomic_name_check(j->failed) < 0) {
     char why[1024];
@@ -465,6 +472,7 @@ void batch_recipe_free(batch_recipe *r) {
     free(j->out);
     free(j->log);
     free(j->failed);
+    free(j->claim);
     free_strv(j->args, j->n_args);
   }
   free(r->jobs);

@@ -2,8 +2,10 @@
  * (`ctxpatch batch --run-job DIGEST NAME patch IN OUT ARGS...`), which runs `patch` in-process and
  * then writes the job's stamp into the artifact (beside it for a GGUF file; or its failure record
  * beside it). The pool keeps
- * at most N children; a child dies with the batch (PR_SET_PDEATHSIG), and patch's own watchdog
- * removes its temporary folder, so kill -9 leaves finished jobs stamped and nothing half-made.
+ * at most N children, each under the job's claim (cli/batch_claim.c); a child dies with the batch
+ * (PR_SET_PDEATHSIG), and patch's own watchdog removes its temporary folder, so kill -9 leaves
+ * finished jobs stamped and nothing half-made (a kill of the whole tree leaves the temporary to the
+ * next claim of the job, which sweeps it).
  * A job's state is read back from its output alone (batch_job_probe). */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/json_strict.h"
@@ -30,7 +33,7 @@
 #define EXIT_REFUSED 3
 
 const char *batch_state_name(batch_state s) {
-  static const char *const n[] = {"pending", "done", "skipped", "refused", "error", "stale"};
+  static const char *const n[] = {"pending", "done", "skipped", "refused", "error", "stale", "held"};
   return n[s];
 }
 
@@ -212,18 +215,24 @@ static int make_parent(const char *path) {
   return rc;
 }
 
-/* Forks and execs the child for job j; its stdout and stderr go to OUT.batch.log. */
-static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads) {
+/* Signals that stop a run; the pool waits for them and for SIGCHLD with sigtimedwait. */
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP};
+
+/* Installed so that the signals reach us as PID 1 of a container (where a signal with the default
+ * action is dropped); they are blocked and taken by sigtimedwait, so it never runs. */
+static void no_op(int sig) { (void)sig; }
+
+/* Forks and execs the child for job j; its stdout and stderr go to OUT.batch.log. The child
+ * leaves the pool's signal mask behind; with `finish` it ignores the stop signals (a scancel sends
+ * SIGTERM to every process of the job), so the job in flight can end. */
+static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads, bool finish) {
   char t[16];
   snprintf(t, sizeof t, "%d", threads);
   struct stat st;
   bool force = stat(j->out, &st) == 0; /* stale: replaced atomically, and only by a certified one */
   int n = 0;
   const char **argv = calloc((size_t)j->n_args + 16, sizeof *argv);
-  if (!argv || make_parent(j->out) < 0) {
-    free(argv);
-    return -1;
-  }
+  if (!argv) return -1;
   const char *head[] = {"ctxpatch", "batch", "--run-job", j->digest, j->name, "patch", j->input, j->out};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) argv[n++] = head[i];
   for (int i = 0; i < j->n_args; i++) argv[n++] = j->args[i];
@@ -234,11 +243,18 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads) {
     argv[n++] = r->device;
   }
   if (force) argv[n++] = "--force";
+  /* Opened only under the job's claim: a second process never truncates the holder's log. */
   int fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_t parent = getpid(), pid = fd < 0 ? -1 : fork();
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    for (size_t s = 0; s < sizeof stop_signals / sizeof *stop_signals; s++)
+      signal(stop_signals[s], finish ? SIG_IGN : SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0) dup2(nul, 0);
     dup2(fd, 1);
@@ -251,66 +267,157 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads) {
   return pid;
 }
 
-int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, int jobs, bool progress) {
+typedef struct {
+  pid_t pid; /* 0: free */
+  size_t job;
+  double start;
+  batch_claim claim;
+  bool abandoned;
+} slot;
+
+static void line(size_t k, size_t n, const batch_job *j, const char *state, const char *note) {
+  fprintf(stderr, "[%zu/%zu] %-8s %s (%.1f s)%s%s\n", k, n, state, j->name, j->seconds, *note ? ": " : "", note);
+  fflush(stderr);
+}
+
+/* Claims job j and decides: 1 run it (claimed), 0 settled without a child (its state set). */
+static int take(batch_job *j, batch_claim *c) {
+  int rc = make_parent(j->out);
+  if (rc == 0) rc = batch_claim_take(c, j);
+  if (rc <= 0) {
+    char who[sizeof j->message];
+    snprintf(who, sizeof who, "%s", j->message);
+    /* its holder may have finished it while we looked */
+    if (rc == 0 && batch_job_probe(j) == JOB_DONE) j->state = JOB_SKIPPED;
+    else if (rc == 0) {
+      j->state = JOB_HELD;
+      snprintf(j->message, sizeof j->message, "%s", who);
+    }
+    return rc;
+  }
+  batch_state s = batch_job_probe(j); /* again, under the claim: another process may have done it */
+  if (s == JOB_DONE || s == JOB_REFUSED) {
+    if (s == JOB_DONE) j->state = JOB_SKIPPED;
+    batch_claim_release(c, j);
+    return 0;
+  }
+  return 1;
+}
+
+/* The job of slot s has ended with wait status ws: its state from its output. */
+static void ended(slot *s, batch_job *j, int ws) {
+  j->seconds = cp_monotonic_seconds() - s->start;
+  batch_job_probe(j);
+  for (size_t k = 0; k < sizeof stop_signals / sizeof *stop_signals; k++) /* a scancel signals the child too */
+    if (WIFSIGNALED(ws) && WTERMSIG(ws) == stop_signals[k]) s->abandoned = true;
+  if (s->abandoned && j->state != JOB_DONE) {
+    if (j->state == JOB_ERROR || j->state == JOB_REFUSED) return; /* it wrote its record before the signal */
+    snprintf(j->message, sizeof j->message, "abandoned on a stop signal (nothing recorded; a re-run does it)");
+  } else if (j->state != JOB_DONE && j->state != JOB_REFUSED && j->state != JOB_ERROR) {
+    j->state = JOB_ERROR;
+    if (WIFSIGNALED(ws)) snprintf(j->message, sizeof j->message, "killed by signal %d", WTERMSIG(ws));
+    else snprintf(j->message, sizeof j->message, "exited %d without a record (see %s)", WEXITSTATUS(ws), j->log);
+  }
+}
+
+static void setup_signals(sigset_t *set, sigset_t *old) {
+  struct sigaction sa = {.sa_handler = no_op};
+  sigemptyset(set);
+  sigaddset(set, SIGCHLD);
+  for (size_t s = 0; s < sizeof stop_signals / sizeof *stop_signals; s++) sigaddset(set, stop_signals[s]);
+  sigprocmask(SIG_BLOCK, set, old);
+  sigaction(SIGCHLD, &sa, NULL);
+  for (size_t s = 0; s < sizeof stop_signals / sizeof *stop_signals; s++) sigaction(stop_signals[s], &sa, NULL);
+}
+
+/* A stop signal: no job starts from now on; the jobs in flight are abandoned (without finish, or
+ * at a second signal) or left to finish. */
+static void on_stop(slot *slots, int jobs, int running, batch_run_opts *o, int sig) {
+  bool abandon = !o->finish || o->stopped;
+  o->stopped = sig;
+  fprintf(stderr, "batch: %s: %s the %d job(s) in flight, starting no more\n", strsignal(sig),
+          abandon ? "abandoning" : "finishing", running);
+  for (int s = 0; abandon && s < jobs; s++)
+    if (slots[s].pid) {
+      slots[s].abandoned = true;
+      kill(slots[s].pid, o->finish ? SIGKILL : SIGTERM); /* with finish, the child ignores SIGTERM */
+    }
+}
+
+int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, batch_run_opts *o) {
   long cpus = cp_cpu_count(); /* the job's CPUs under Slurm or taskset, not the node's */
-  int width = jobs < (int)n ? jobs : (int)n;
+  int jobs = o->jobs, width = jobs < (int)n ? jobs : (int)n;
   int threads = r->threads ? r->threads : (int)(cpus / (width > 0 ? width : 1));
   if (threads < 1) threads = 1;
-  pid_t *pids = calloc((size_t)jobs, sizeof *pids);
-  double *start = calloc((size_t)jobs, sizeof *start);
-  size_t *slot_job = calloc((size_t)jobs, sizeof *slot_job), next = 0, finished = 0;
+  slot *slots = calloc((size_t)jobs, sizeof *slots);
+  size_t next = 0, finished = 0;
   int running = 0, rc = 0;
-  CP_CHECK_ALLOC_GOTO(pids && start && slot_job ? pids : NULL, r->path);
+  sigset_t set, old;
+  CP_CHECK_ALLOC(slots, r->path);
+  setup_signals(&set, &old);
+  o->stopped = 0;
   fflush(stdout);
-  fflush(stderr);
   while (finished < n) {
-    for (int s = 0; s < jobs && next < n && rc == 0; s++) {
-      if (pids[s]) continue;
-      batch_job *j = &r->jobs[idx[next]];
-      if ((pids[s] = spawn(r, j, threads)) < 0) {
-        pids[s] = 0;
+    for (int s = 0; s < jobs && next < n && rc == 0 && !o->stopped; s++) {
+      if (slots[s].pid) continue;
+      batch_job *j = &r->jobs[idx[next++]];
+      int t = take(j, &slots[s].claim);
+      if (t < 0) rc = t;
+      if (t <= 0) {
+        if (t == 0) line(++finished, n, j, batch_state_name(j->state), j->message);
+        s--; /* the slot is still free */
+        continue;
+      }
+      slots[s].start = cp_monotonic_seconds();
+      slots[s].job = idx[next - 1];
+      slots[s].abandoned = false;
+      fprintf(stderr, "[-/%zu] start    %s\n", n, j->name);
+      if ((slots[s].pid = spawn(r, j, threads, o->finish)) <= 0) {
+        slots[s].pid = 0;
         rc = cp_error_set(CP_EIO, "%s: cannot start the job: %s", j->name, strerror(errno));
+        batch_claim_release(&slots[s].claim, j);
         break;
       }
-      slot_job[s] = idx[next++];
-      start[s] = cp_monotonic_seconds();
+      if ((rc = batch_claim_child(&slots[s].claim, j, (long)slots[s].pid)) < 0) break;
       running++;
     }
     if (running == 0) break;
-    int ws;
-    pid_t pid = waitpid(-1, &ws, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      rc = cp_error_set(CP_EIO, "waitpid: %s", strerror(errno));
-      break;
-    }
-    int s = 0;
-    while (s < jobs && pids[s] != pid) s++;
-    if (s == jobs) continue; /* not one of ours */
-    pids[s] = 0;
-    running--;
-    finished++;
-    batch_job *j = &r->jobs[slot_job[s]];
-    j->seconds = cp_monotonic_seconds() - start[s];
-    batch_job_probe(j);
-    if (j->state != JOB_DONE && j->state != JOB_REFUSED && j->state != JOB_ERROR) {
-      j->state = JOB_ERROR;
-      if (WIFSIGNALED(ws)) snprintf(j->message, sizeof j->message, "killed by signal %d", WTERMSIG(ws));
-      else snprintf(j->message, sizeof j->message, "exited %d without a record (see %s)", WEXITSTATUS(ws), j->log);
-    }
-    if (progress)
-      fprintf(stderr, "[%zu/%zu] %-8s %s (%.1f s)%s%s\n", finished, n, batch_state_name(j->state), j->name, j->seconds,
-              *j->message ? ": " : "", j->message);
-    if (rc) break;
+    if (rc < 0) break;
+    siginfo_t info;
+    struct timespec wait = {.tv_sec = BATCH_HEARTBEAT_S}, zero = {0};
+    /* every signal pending is taken before a job starts: a scancel's SIGTERM and the SIGCHLD of
+     * the child it also killed may come together */
+    int sig = sigtimedwait(&set, &info, &wait);
+    do {
+      if (sig > 0 && sig != SIGCHLD) on_stop(slots, jobs, running, o, sig);
+      for (int s = 0; s < jobs; s++) /* heartbeats */
+        if (slots[s].pid && time(NULL) - slots[s].claim.beat >= BATCH_HEARTBEAT_S) batch_claim_beat(&slots[s].claim);
+      int ws;
+      pid_t pid;
+      while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) { /* as PID 1 we also reap orphans: not ours */
+        int s = 0;
+        while (s < jobs && slots[s].pid != pid) s++;
+        if (s == jobs) continue;
+        batch_job *j = &r->jobs[slots[s].job];
+        slots[s].pid = 0;
+        running--;
+        finished++;
+        ended(&slots[s], j, ws);
+        batch_claim_release(&slots[s].claim, j);
+        line(finished, n, j, slots[s].abandoned && j->state != JOB_DONE ? "abandoned" : batch_state_name(j->state),
+             j->message);
+      }
+    } while ((sig = sigtimedwait(&set, &info, &zero)) > 0);
   }
-done:
-  for (int s = 0; pids && s < jobs; s++) /* only after an error: leave nothing behind */
-    if (pids[s] > 0) {
-      kill(pids[s], SIGKILL);
-      waitpid(pids[s], NULL, 0);
+  for (int s = 0; s < jobs; s++) /* only after an error: leave nothing behind */
+    if (slots[s].pid > 0) {
+      kill(slots[s].pid, SIGKILL);
+      waitpid(slots[s].pid, NULL, 0);
+      batch_claim_release(&slots[s].claim, &r->jobs[slots[s].job]);
     }
-  free(pids);
-  free(start);
-  free(slot_job);
+  for (size_t k = next; o->stopped && k < n; k++)
+    snprintf(r->jobs[idx[k]].message, sizeof r->jobs[idx[k]].message, "not started: stopped by %s", strsignal(o->stopped));
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  free(slots);
   return rc;
 }

@@ -17,7 +17,7 @@ static const cli_command commands[] = {
     {"tokenize", "encode text to token ids (or decode ids) with a model's tokenizer", cmd_tokenize},
     {"calibrate", "find the softmax temperature per length (Algorithm 1, Props. 1-2, log baseline)", cmd_calibrate},
     {"check", "decide whether a patched artifact may ship: files, certificate, metadata, --rerun", cmd_check},
-    {"batch", "patch a model family from a recipe: job pool, resumable, --shard I/N, --status", cmd_batch},
+    {"batch", "patch a model family from a recipe: job pool, resumable, claimed jobs, --shard, --status", cmd_batch},
 };
 
 int cli_report(int rc) {

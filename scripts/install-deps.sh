@@ -14,6 +14,7 @@ packages=(
   clang-format-14                              # tests/test_format.sh (.clang-format)
   chromium                                     # headless browser for the report test
   python3-onnx                                 # checker for exported ONNX graphs (tests/onnx)
+  slurmctld slurmd slurm-client                # tests/test_slurm.sh: batch under real Slurm daemons (~1 min)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -48,6 +48,8 @@ bad_recipe "glob matching nothing" 's/t5-\*/nothing-*/' "matches nothing"
 bad_recipe "name collision" 's#{input}/{method}-{target}#{method}-{target}#' "two jobs write"
 bad_recipe "reserved option" 's/"tau": 0.9/"threads": 2/' "batch sets it"
 bad_recipe "dot name" 's#{input}/{method}-{target}#.#' "output.name: '.' has a '.' or empty path step"
+bad_recipe "batch's own suffix" 's#{input}/{method}-{target}#{input}/{method}-{target}.batch-claim.json#' \
+  "ends in '.batch-claim.json', the name of batch's own files"
 bad_recipe "dot step" 's#{input}/{method}-{target}#{input}/./{method}-{target}#' "has a '.' or empty path step"
 bad_recipe "name too long for its temporaries" "s#{input}/{method}-{target}#{input}/{method}-{target}-$(printf 'n%.0s' $(seq 220))#" \
   "output.name: .*: a name of 2[0-9][0-9] bytes: its temporary"
@@ -76,7 +78,7 @@ n_before=$(wc -l <"$work/before")
 [ "$n_before" -ge 3 ] && [ "$n_before" -lt 8 ] && ok || bad "kill -9 came at $n_before finished jobs (want 3..7)"
 [ -z "$(tmps)" ] && ok || bad "temporary folder left after kill -9: $(tmps)"
 (cd "$work" && "$bin" batch recipe.json --jobs 2 --json >"$work/r1.json"); s=$?
-[ $s -eq 4 ] && ok || bad "run after kill: exit $s, want 4 (2 refused + 2 errors)"
+[ $s -eq 4 ] && ok || bad "run after kill: exit $s, want 4 (job errors; 2 refused + 2 errors)"
 "$py" - "$work/r1.json" "$work/before" "$work/out" <<'EOF' && ok || bad "re-run after kill -9"
 import json, os, sys
 r = json.load(open(sys.argv[1]))

@@ -66,7 +66,7 @@ printf x >>"$o/rope-probe-pi-512.gguf"
 # rope-pi fails earlier, no RoPE); both jobs are errors, with the reason recorded and no file written.
 sed "s#$pm/rope-probe#$pm/fire-probe#; s#\"out\"#\"fireout\"#" "$R" >"$work/fire.json"
 "$bin" batch "$work/fire.json" --json >"$work/firer.json"
-[ $? -eq 2 ] && ok || bad "fire gguf: exit not 2"
+[ $? -eq 4 ] && ok || bad "fire gguf: exit not 4 (job errors)"
 grep "no llama.cpp architecture" "$work/fireout/fire-probe-lmi-512.gguf.batch-failed.json" >/dev/null && ok \
   || bad "fire gguf: no failure record naming the family"
 [ -z "$(find "$work/fireout" -name "*.gguf")" ] && ok || bad "fire gguf: a file was written"

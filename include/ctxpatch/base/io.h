@@ -93,6 +93,13 @@ void cp_atomic_dir_abort(cp_atomic_dir *d);
 /* Removes the temporaries of `path` left by dead processes on this host (see above); returns how
  * many were removed. Writers call it themselves; exposed for tests and tools. */
 int cp_sweep_stale_temporaries(const char *path);
+/* This host's name as temporaries carry it: at most 32 bytes of [A-Za-z0-9_.] ("_" when empty). */
+void cp_host_tag(char out[33]);
+/* 1 when the folder entry `entry` is a temporary of the output named `base` (".BASE.tmp-PID-HOST-X"),
+ * with its owner's pid and host tag; 0 otherwise. */
+int cp_temporary_owner(long *pid, char host[33], const char *entry, const char *base);
+/* rm -rf of `path` without following symlinks; 0, or -1 when something could not be removed. */
+int cp_remove_tree(const char *path);
 /* Whether an atomic output at `path` (file or folder) can be named: its temporary beside it
  * (".NAME.tmp-PID-HOST-XXXXXX") must fit NAME_MAX bytes, so a long name is refused before any
  * work rather than when the output is written. CP_EARG naming the path and the longest name. */
