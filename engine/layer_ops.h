@@ -24,7 +24,8 @@ void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w
 void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const float *h, float *dst, int64_t n,
                 float *up, float *gate);
 /* Rotates the first rope_dims of each of n_heads heads of rows x[r] (stride ld) by pos0 + r, or every
- * row by pos0 when `fixed`. */
+ * row by pos0 when `fixed` (a relative rotation of queries scored against unrotated keys: cos and
+ * sin carry the model's rope.mscale squared, once for each side). */
 void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, float *x, int ld, int n_heads, int64_t n, int64_t pos0,
                       bool fixed);
 

@@ -534,13 +534,13 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
   m->t5_max_distance = c->t5_max_distance;
   m->rope_theta = c->rope_theta;
   m->rope_dims = c->rotary_dims;
-  m->rope_scale = c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 1.0;
-  if (c->pos == CP_POS_ROPE && c->rope_scaling_type[0] && strcmp(c->rope_scaling_type, "linear") != 0) {
-    rc = cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_scaling.type': '%s' is not supported (only linear)",
-                      cfg_path, c->rope_scaling_type);
-    goto done;
+  m->rope_scale = 1.0;
+  if (c->pos == CP_POS_ROPE) {
+    /* linear divides positions (as always); llama3 and yarn change the frequency table. */
+    if (!strcmp(c->rope_scaling_type, "linear")) m->rope_scale = c->rope_scaling_factor;
+    snprintf(m->rope_type, sizeof m->rope_type, "%s", c->rope_scaling_type);
+    TRY(cp_rope_table_init(&m->rope, c, c->rope_theta, c->rotary_dims, cfg_path));
   }
-  if (c->pos == CP_POS_ROPE && !c->rope_scaling_type[0]) m->rope_scale = 1.0;
 
   loader L = {m, ck, cp_checkpoint_dir(ck), {0}, op.stored_dtype};
   cp_names_init(&L.nm, ck, c);

@@ -290,26 +290,135 @@ static int train_len(cp_hf_config *cfg, const ctx_t *c, const char *own) {
   return 0;
 }
 
+/* NAME.KEY as a number in (lo, hi]; absent -> def. NAME is "rope_scaling" or "rope_parameters". */
+static int rope_num(double *out, const ctx_t *c, const cJSON *rs, const char *name, const char *key, double def,
+                    double lo, double hi, const char *expect) {
+  char prefix[24];
+  snprintf(prefix, sizeof prefix, "%s.", name);
+  return opt_num(out, c, rs, key, NULL, prefix, def, lo, hi, expect);
+}
+
+/* Every key of rope_scaling must be one the type reads: a key ctxpatch would ignore (mscale,
+ * short_factor, ...) changes what transformers computes, so it is refused, not dropped. */
+static int rope_keys(const ctx_t *c, const cJSON *rs, const char *name, const char *type, const char *const *known) {
+  for (const cJSON *it = rs->child; it; it = it->next) {
+    bool ok = !strcmp(it->string, "type") || !strcmp(it->string, "rope_type") ||
+              (!strcmp(name, "rope_parameters") && !strcmp(it->string, "rope_theta"));
+    for (int i = 0; !ok && known[i]; i++) ok = !strcmp(it->string, known[i]);
+    if (!ok)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.%s': not a key ctxpatch reads for type '%s' "
+                          "(refused rather than ignored: it would change the frequencies)", c->what, name, it->string,
+                          type);
+  }
+  return 0;
+}
+
+/* rope_scaling (transformers' modeling_rope_utils, _compute_*_parameters and their
+ * validation): linear {factor}; llama3 {factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings}; yarn {factor, attention_factor?, beta_fast?, beta_slow?,
+ * original_max_position_embeddings?, truncate?}. dynamic and longrope (read, not checked key by
+ * key) choose their frequencies by the length of each call: loading such a model is refused
+ * (model/rope.c; docs/attention-decisions.md, "RoPE scaling").
+ * Runs after train_len (yarn checks its factor against max_position_embeddings). */
 static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *rs = field(c->root, "rope_scaling");
+  /* transformers 5 saves the same keys, with rope_theta, as "rope_parameters". */
+  const char *name = field(c->root, "rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const cJSON *rs = field(c->root, name);
+  if (field(c->root, "rope_scaling") && field(c->root, "rope_parameters"))
+    return cp_error_set(CP_ECFG_FIELD, "%s: keys 'rope_scaling' and 'rope_parameters': both present (one layout "
+                        "or the other)", c->what);
   cfg->rope_scaling_type[0] = '\0';
   cfg->rope_scaling_factor = 1.0;
+  cfg->rope_low_freq_factor = cfg->rope_high_freq_factor = 0;
+  cfg->rope_original_max_pos = 0;
+  cfg->rope_attention_factor = 0;
+  cfg->rope_beta_fast = 32;
+  cfg->rope_beta_slow = 1;
+  cfg->rope_truncate = true;
   if (!rs) return 0;
-  if (!cJSON_IsObject(rs)) return bad(c, "rope_scaling", "an object or null", rs);
-  /* HF copies a legacy "type" over "rope_type". */
-  const char *key = field(rs, "type") ? "type" : "rope_type";
-  char label[32];
-  snprintf(label, sizeof label, "rope_scaling.%s", key);
-  if (!field(rs, key)) return missing(c, "rope_scaling.type");
+  if (!cJSON_IsObject(rs)) return bad(c, name, "an object or null", rs);
+  if (!strcmp(name, "rope_parameters") && field(rs, "rope_theta")) {
+    double theta = 0;
+    int rc0 = rope_num(&theta, c, rs, name, "rope_theta", 0, 0, INFINITY, "a positive number");
+    if (rc0) return rc0;
+    if (field(c->root, "rope_theta") && theta != cfg->rope_theta)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_parameters.rope_theta': %.17g disagrees with 'rope_theta' "
+                          "%.17g", c->what, theta, cfg->rope_theta);
+    cfg->rope_theta = theta;
+  }
+  /* HF copies a legacy "type" over "rope_type"; both present must agree. */
+  const cJSON *t = field(rs, "type"), *rt = field(rs, "rope_type");
+  if (t && rt && !cJSON_Compare(t, rt, 1))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.type': disagrees with '%s.rope_type'", c->what, name, name);
+  const char *key = t ? "type" : "rope_type";
+  char label[40];
+  snprintf(label, sizeof label, "%s.%s", name, key);
+  if (!field(rs, key)) return missing(c, !strcmp(name, "rope_scaling") ? "rope_scaling.type" : "rope_parameters.rope_type");
   int rc = opt_str(cfg->rope_scaling_type, sizeof cfg->rope_scaling_type, c, rs, key, label, "");
   if (rc) return rc;
-  if (strcmp(cfg->rope_scaling_type, "default") == 0) { /* explicit "no scaling" */
+  const char *type = cfg->rope_scaling_type;
+  if (strcmp(type, "default") == 0) { /* explicit "no scaling" */
     cfg->rope_scaling_type[0] = '\0';
     return 0;
   }
-  if (!field(rs, "factor")) return missing(c, "rope_scaling.factor");
-  return opt_num(&cfg->rope_scaling_factor, c, rs, "factor", NULL, "rope_scaling.", 1.0, 0,
-                 INFINITY, "a positive number");
+  /* dynamic and longrope are read for `inspect`; loading a model refuses them (model/rope.c). */
+  if (!strcmp(type, "longrope")) return 0;
+  if (!strcmp(type, "dynamic")) {
+    if (!field(rs, "factor")) return missing(c, !strcmp(name, "rope_scaling") ? "rope_scaling.factor" : "rope_parameters.factor");
+    return rope_num(&cfg->rope_scaling_factor, c, rs, name, "factor", 1.0, 0, INFINITY, "a positive number");
+  }
+  static const char *const linear[] = {"factor", NULL};
+  static const char *const llama3[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings", NULL};
+  static const char *const yarn[] = {"factor", "attention_factor", "beta_fast", "beta_slow",
+                                     "original_max_position_embeddings", "truncate", NULL};
+  const char *const *known = !strcmp(type, "linear") ? linear : !strcmp(type, "llama3") ? llama3
+                             : !strcmp(type, "yarn") ? yarn : NULL;
+  if (!known)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': unknown RoPE scaling type '%s' (supported: linear, llama3, "
+                        "yarn)", c->what, label, type);
+  if ((rc = rope_keys(c, rs, name, type, known))) return rc;
+  char lbl[80];
+#define LBL(k) (snprintf(lbl, sizeof lbl, "%s.%s", name, k), lbl)
+  if (!field(rs, "factor")) return missing(c, LBL("factor"));
+  if (strcmp(type, "linear") == 0)
+    return rope_num(&cfg->rope_scaling_factor, c, rs, name, "factor", 1.0, 0, INFINITY, "a positive number");
+  /* llama3 and yarn: transformers warns below 1; a factor < 1 would raise the frequencies. */
+  if ((rc = rope_num(&cfg->rope_scaling_factor, c, rs, name, "factor", 1.0, 1.0 - 1e-12, 1e6, "a number in [1, 1e6]")))
+    return rc;
+  const cJSON *orig = field(rs, "original_max_position_embeddings");
+  if (orig && (rc = as_pos_int(&cfg->rope_original_max_pos, c, orig, LBL("original_max_position_embeddings"))))
+    return rc;
+  if (strcmp(type, "llama3") == 0) {
+    if (!field(rs, "low_freq_factor")) return missing(c, LBL("low_freq_factor"));
+    if (!field(rs, "high_freq_factor")) return missing(c, LBL("high_freq_factor"));
+    if (!orig) return missing(c, LBL("original_max_position_embeddings"));
+    if ((rc = rope_num(&cfg->rope_low_freq_factor, c, rs, name, "low_freq_factor", 1, 0, 1e6, "a positive number")) ||
+        (rc = rope_num(&cfg->rope_high_freq_factor, c, rs, name, "high_freq_factor", 4, 0, 1e6, "a positive number")))
+      return rc;
+    if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.high_freq_factor': %.17g is not above "
+                          "low_freq_factor %.17g", c->what, name, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+    return 0;
+  }
+  /* yarn */
+  if ((rc = rope_num(&cfg->rope_attention_factor, c, rs, name, "attention_factor", 0, 0, 1e6, "a positive number")) ||
+      (rc = rope_num(&cfg->rope_beta_fast, c, rs, name, "beta_fast", 32, 0, 1e6, "a positive number")) ||
+      (rc = rope_num(&cfg->rope_beta_slow, c, rs, name, "beta_slow", 1, 0, 1e6, "a positive number")) ||
+      (rc = opt_bool(&cfg->rope_truncate, c, rs, "truncate", LBL("truncate"), true)))
+    return rc;
+  /* transformers 4.x derives the factor as max_position_embeddings / original when the original
+   * is given; 5.x reads rope_scaling.factor. ctxpatch reads the factor (5.x) and refuses a
+   * config on which the two would compute different frequencies. */
+  if (orig && cfg->train_len > 0) {
+    double ratio = (double)cfg->train_len / (double)cfg->rope_original_max_pos;
+    if (fabs(ratio - cfg->rope_scaling_factor) > 1e-9 * cfg->rope_scaling_factor)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.factor': %.17g, but max_position_embeddings / "
+                          "original_max_position_embeddings is %.17g (transformers 4.x uses the ratio, 5.x the "
+                          "factor: ambiguous, refused)", c->what, name, cfg->rope_scaling_factor, ratio);
+  }
+  return 0;
+#undef LBL
 }
 
 /* ---------- families ---------- */
@@ -563,12 +672,12 @@ static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
               "a number in (0, 1]"));
   TRY(opt_num(&cfg->rope_theta, c, r, "rotary_emb_base", "rope_theta", "", 10000.0, 0, INFINITY,
               "a positive number"));
+  TRY(train_len(cfg, c, "max_position_embeddings"));
   TRY(rope_scaling(cfg, c));
   TRY(opt_bool(&cfg->use_parallel_residual, c, r, "use_parallel_residual", NULL, true));
   TRY(positive_eps(&cfg->norm_eps, c, r, "layer_norm_eps", 1e-5));
   TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_act", NULL, "gelu"));
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, false));
-  TRY(train_len(cfg, c, "max_position_embeddings"));
   TRY(opt_bool(&cfg->qkv_bias, c, r, "attention_bias", NULL, true));
   cfg->no_bias = false; /* LayerNorms and the MLP always carry biases */
   TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 0));

@@ -358,6 +358,13 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
                r->has_top_k ? " and top-k" : "");
       return 0;
     case CP_PATCH_ROPE_PI:
+      /* Position interpolation on top of llama3 or yarn frequencies has no rope_scaling that
+       * transformers would read (one type per config): refused, not composed
+       * (docs/attention-decisions.md, "RoPE scaling"). */
+      if (m->rope_type[0] && strcmp(m->rope_type, "linear") != 0)
+        return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi cannot compose with '%s' "
+                            "scaling (one rope_scaling type per config); use a temperature or lm-infinite patch",
+                            cp_checkpoint_dir(ck), m->rope_type);
       out->fidelity = CP_FIDELITY_NATIVE_CONFIG;
       out->rope_factor = m->rope_scale * patch->rope_factor;
       if (!isfinite(out->rope_factor)) /* JSON has no infinity: it would be written as null */

@@ -189,6 +189,81 @@ static void llama_rope_linear(void) {
   cp_hf_config_free(c);
 }
 
+/* rope_scaling as transformers 5 reads it: llama3 and yarn parsed strictly (every key known to
+ * the type, required ones present), the 4.x / 5.x yarn factor ambiguity refused, the v5
+ * "rope_parameters" layout read, dynamic / longrope read for inspect (loading refuses them). */
+#define LLAMA_HEAD "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2," \
+                   "\"intermediate_size\":128,\"vocab_size\":100,\"max_position_embeddings\":131072,"
+static void rope_scaling_types(void) {
+  cp_hf_config *c = parse_mem(0, LLAMA_HEAD "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,"
+                                 "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+                                 "\"original_max_position_embeddings\":8192}}");
+  if (c) {
+    CHECK(!strcmp(c->rope_scaling_type, "llama3") && near(c->rope_scaling_factor, 8));
+    CHECK(near(c->rope_low_freq_factor, 1) && near(c->rope_high_freq_factor, 4) && c->rope_original_max_pos == 8192);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, LLAMA_HEAD "\"rope_scaling\":{\"type\":\"yarn\",\"rope_type\":\"yarn\",\"factor\":4.0,"
+                              "\"original_max_position_embeddings\":32768,\"beta_fast\":16,\"truncate\":false}}");
+  if (c) {
+    CHECK(!strcmp(c->rope_scaling_type, "yarn") && near(c->rope_scaling_factor, 4) && c->rope_original_max_pos == 32768);
+    CHECK(near(c->rope_beta_fast, 16) && near(c->rope_beta_slow, 1) && !c->rope_truncate && c->rope_attention_factor == 0);
+    cp_hf_config_free(c);
+  }
+  /* transformers 5: rope_parameters with rope_theta inside */
+  c = parse_mem(0, LLAMA_HEAD "\"rope_parameters\":{\"rope_type\":\"llama3\",\"rope_theta\":500000.0,\"factor\":32.0,"
+                              "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192}}");
+  if (c) {
+    CHECK(!strcmp(c->rope_scaling_type, "llama3") && near(c->rope_theta, 500000) && near(c->rope_scaling_factor, 32));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, LLAMA_HEAD "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0}}");
+  if (c) {
+    CHECK(c->rope_scaling_type[0] == '\0' && near(c->rope_theta, 1e6));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, LLAMA_HEAD "\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[2]}}");
+  if (c) {
+    CHECK(!strcmp(c->rope_scaling_type, "longrope"));
+    cp_hf_config_free(c);
+  }
+  static const struct {
+    const char *scaling, *needle;
+  } bad[] = {
+      {"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,\"high_freq_factor\":4}}",
+       "'rope_scaling.original_max_position_embeddings': missing"},
+      {"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"high_freq_factor\":4,"
+       "\"original_max_position_embeddings\":8192}}", "'rope_scaling.low_freq_factor': missing"},
+      {"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":4,\"high_freq_factor\":4,"
+       "\"original_max_position_embeddings\":8192}}", "'rope_scaling.high_freq_factor': 4 is not above"},
+      {"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":0.5,\"low_freq_factor\":1,\"high_freq_factor\":4,"
+       "\"original_max_position_embeddings\":8192}}", "'rope_scaling.factor': expected a number in [1, 1e6]"},
+      {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"mscale\":1,\"mscale_all_dim\":1}}",
+       "'rope_scaling.mscale': not a key ctxpatch reads for type 'yarn'"},
+      {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":4096}}",
+       "'rope_scaling.factor': 4, but max_position_embeddings / original_max_position_embeddings is 32"},
+      {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"truncate\":1}}", "'rope_scaling.truncate'"},
+      {"\"rope_scaling\":{\"type\":\"linear\",\"rope_type\":\"yarn\",\"factor\":4}}",
+       "'rope_scaling.type': disagrees with 'rope_scaling.rope_type'"},
+      {"\"rope_scaling\":{\"rope_type\":\"ntk-by-parts\",\"factor\":4}}", "unknown RoPE scaling type 'ntk-by-parts'"},
+      {"\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":4,\"low_freq_factor\":1}}",
+       "'rope_scaling.low_freq_factor': not a key ctxpatch reads for type 'linear'"},
+      {"\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2},\"rope_parameters\":{\"rope_type\":\"default\"}}",
+       "'rope_scaling' and 'rope_parameters': both present"},
+      {"\"rope_theta\":10000,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500000}}",
+       "'rope_parameters.rope_theta': 500000 disagrees with 'rope_theta' 10000"},
+      {"\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":2,\"beta_fast\":-1}}", "'rope_parameters.beta_fast'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s", LLAMA_HEAD, bad[i].scaling);
+    c = parse_mem(CP_ECFG_FIELD, text);
+    CHECK_MSG(strstr(cp_error_message(), bad[i].needle) != NULL, "case %zu: message '%s' lacks '%s'", i,
+              cp_error_message(), bad[i].needle);
+    if (c) cp_hf_config_free(c);
+  }
+}
+
 static void mistral_7b(void) {
   cp_hf_config *c = load("mistral-7b-v0.1.json");
   if (!c) return;
@@ -509,6 +584,7 @@ int main(void) {
   mpt_7b();
   llama_2_7b();
   llama_rope_linear();
+  rope_scaling_types();
   mistral_7b();
   pythia_70m();
   gpt2_small();

@@ -79,6 +79,7 @@ struct cp_device_engine {
   float **w_dev;
   size_t n_w, cap_w;
   float *embed, *pos_embed, *lm_head; /* [V, D], [train_len, D] or NULL, [V, D] */
+  double *rope_inv;                   /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
   dnorm embed_norm;
   dstack enc, dec;
   cp_arena work; /* the attention call's host tables, reset per call */
@@ -287,7 +288,8 @@ static int ffn(cp_device_engine *d, const dlayer *ly, const float *h, float *dst
 static int rope_rows(cp_device_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
   const cp_model *m = d->m;
   char why[256] = "";
-  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, m->rope_theta, m->rope_scale, n, pos0, fixed,
+  const double ms = fixed ? m->rope.mscale * m->rope.mscale : m->rope.mscale; /* as cp_ops_rope_rows */
+  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, d->rope_inv, m->rope_scale, ms, n, pos0, fixed,
                   why, sizeof why))
     return kern_fail(why);
   return 0;
@@ -586,6 +588,7 @@ static void cuda_destroy(cp_device_engine *d) {
   if (!d) return;
   if (d->stream) cudaStreamSynchronize(d->stream);
   for (size_t i = 0; i < d->n_w; i++) dfree(d->w_dev[i]);
+  dfree(d->rope_inv);
   free(d->w_host), free(d->w_dev);
   free(d->enc.layers), free(d->dec.layers);
   if (d->blas) cublasDestroy(d->blas);
@@ -634,6 +637,13 @@ static int cuda_create(cp_device_engine **out, cp_engine *owner, const cp_model 
   d->embed = weight_of(d, m->embed), d->pos_embed = weight_of(d, m->pos_embed), d->lm_head = weight_of(d, m->lm_head);
   d->embed_norm = dnorm_of(d, &m->embed_norm);
   if ((rc = map_stack(d, &d->enc, &m->encoder)) || (rc = map_stack(d, &d->dec, &m->decoder))) goto done;
+  /* The RoPE frequency table, as the CPU engine rotates with it (not recomputed on the device). */
+  if (m->pos == CP_POS_ROPE && m->rope_dims >= 2 &&
+      (!(d->rope_inv = dalloc(m->rope_dims / 2, 1, sizeof(double))) ||
+       (rc = upload(d, d->rope_inv, m->rope.inv, (size_t)(m->rope_dims / 2) * sizeof(double))))) {
+    if (!rc) rc = cp_error_code();
+    goto done;
+  }
   if ((err = cudaStreamSynchronize(d->stream)) != cudaSuccess) {
     rc = cu_fail(err, "uploading the weights");
     goto done;

@@ -88,16 +88,16 @@ __global__ void k_clamp(float *x, int64_t n, float c) {
   CPCU_FOR(i, n) x[i] = fminf(fmaxf(x[i], -c), c);
 }
 
-/* One thread per (row, frequency a): all heads of the row at that frequency, as rope_rotate. */
-__global__ void k_rope(float *x, int ld, int n_heads, int dh, int rot, double theta, double scale, int64_t n,
-                       int64_t pos0, int fixed) {
+/* One thread per (row, frequency a): all heads of the row at that frequency, as rope_rotate, with
+ * the model's frequency table inv [rot / 2] (model/rope.c) and cos/sin scale mscale. */
+__global__ void k_rope(float *x, int ld, int n_heads, int dh, int rot, const double *inv, double scale, double mscale,
+                       int64_t n, int64_t pos0, int fixed) {
   const int half = rot / 2;
   CPCU_FOR(i, n * half) {
     const int64_t r = i / half;
     const int a = (int)(i % half);
     const double t = (double)(fixed ? pos0 : pos0 + r) / scale;
-    const double inv = 1.0 / pow(theta, (double)(2 * a) / (double)rot);
-    const double ang = t * inv, c = cos(ang), s = sin(ang);
+    const double ang = t * inv[a], c = cos(ang) * mscale, s = sin(ang) * mscale;
     for (int hh = 0; hh < n_heads; hh++) {
       float *v = x + (size_t)r * ld + (size_t)hh * dh;
       const double x1 = v[a], x2 = v[a + half];
@@ -164,9 +164,9 @@ extern "C" int cpcu_k_clamp(void *s, float *x, int64_t n, float c, char *why, si
   return launched("clamp", why, wn);
 }
 
-extern "C" int cpcu_k_rope(void *s, float *x, int ld, int n_heads, int dh, int rot, double theta, double scale,
-                           int64_t n, int64_t pos0, int fixed, char *why, size_t wn) {
+extern "C" int cpcu_k_rope(void *s, float *x, int ld, int n_heads, int dh, int rot, const double *inv, double scale,
+                           double mscale, int64_t n, int64_t pos0, int fixed, char *why, size_t wn) {
   if (n <= 0 || rot < 2) return 0;
-  CPCU_LAUNCH(k_rope, blocks_for(n * (rot / 2)), NT, s, x, ld, n_heads, dh, rot, theta, scale, n, pos0, fixed);
+  CPCU_LAUNCH(k_rope, blocks_for(n * (rot / 2)), NT, s, x, ld, n_heads, dh, rot, inv, scale, mscale, n, pos0, fixed);
   return launched("rope", why, wn);
 }

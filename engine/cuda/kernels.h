@@ -38,10 +38,11 @@ int cpcu_k_scale(void *stream, float *x /* [n] */, int64_t n, float s, char *why
 /* x = min(max(x, -c), c). */
 int cpcu_k_clamp(void *stream, float *x /* [n] */, int64_t n, float c, char *why, size_t wn);
 /* Rotates the first `rot` dims of each of n_heads heads (head dim dh) of rows x[r] (stride ld) by
- * pos0 + r, or every row by pos0 when `fixed`: rotate-half layout, angle (pos / scale) theta^(-2a/rot),
- * as cp_ops_rope_rows. */
-int cpcu_k_rope(void *stream, float *x /* [n, ld] */, int ld, int n_heads, int dh, int rot, double theta,
-                double scale, int64_t n, int64_t pos0, int fixed, char *why, size_t wn);
+ * pos0 + r, or every row by pos0 when `fixed`: rotate-half layout, angle (pos / scale) inv[a], cos
+ * and sin times mscale, as cp_ops_rope_rows. */
+int cpcu_k_rope(void *stream, float *x /* [n, ld] */, int ld, int n_heads, int dh, int rot,
+                const double *inv /* [rot / 2] device */, double scale, double mscale, int64_t n, int64_t pos0,
+                int fixed, char *why, size_t wn);
 
 #ifdef __cplusplus
 }

@@ -344,7 +344,7 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
     if ((rc = put_arch(w, cfg, arch)) == 0 && !p->tokenizer_gguf) rc = put_tokenizer(w, ck, cfg);
     for (size_t i = 0; p->tokenizer_gguf && rc == 0 && i < cp_gguf_kv_count(p->tokenizer_gguf); i++)
       if (!strncmp(cp_gguf_kv_key(p->tokenizer_gguf, i), "tokenizer.", 10)) rc = copy_kv(w, p->tokenizer_gguf, i);
-    if (rc == 0 && !rope && cfg->rope_scaling_factor != 1.0)
+    if (rc == 0 && !rope && !strcmp(cfg->rope_scaling_type, "linear") && cfg->rope_scaling_factor != 1.0)
       rc = put_rope_scaling(w, arch, cfg->rope_scaling_factor, cfg->train_len);
   }
   if (rc == 0 && rope) rc = put_rope_scaling(w, arch, p->rope_factor, cfg->train_len);
@@ -427,6 +427,11 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
 
 int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
   const char *act = cfg->activation;
+  /* llama.cpp expresses llama3 scaling as a rope_freqs tensor and YaRN with its own keys: neither
+   * is written yet, and a linear key would run other frequencies. */
+  if (cfg->rope_scaling_type[0] && strcmp(cfg->rope_scaling_type, "linear") != 0)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF yet (llama.cpp "
+                        "needs a rope_freqs tensor or its YaRN keys); use --to onnx", in, cfg->rope_scaling_type);
   switch (cfg->family) {
     case CP_FAMILY_LLAMA: return 0;
     case CP_FAMILY_BLOOM:

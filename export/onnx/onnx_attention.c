@@ -75,7 +75,8 @@ static const char *distance_f(cp_onnx_attn_ctx *c) {
 
 /* ---------------------------------------------------------------- RoPE */
 
-void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, const char **cos, const char **sin) {
+void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, bool relative, const char **cos,
+                         const char **sin) {
   const int rot = m->rope_dims, half = rot / 2;
   double inv[1024];
   *cos = *sin = NULL;
@@ -83,11 +84,17 @@ void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, const cha
     cp_og_fail(g, cp_error_set(CP_EONNX_EXPORT, "onnx export: rope_dims %d is over 1024", rot));
     return;
   }
-  for (int a = 0; a < half; a++)
-    inv[a] = inv[a + half] = 1.0 / pow(m->rope_theta, (double)(2 * a) / (double)rot) / m->rope_scale;
+  for (int a = 0; a < half; a++) inv[a] = inv[a + half] = m->rope.inv[a] / m->rope_scale;
   const char *ang = cp_og_op2(g, "Mul", cp_og_cast(g, pos, CP_OG_DOUBLE), cp_og_f64s(g, inv, rot)); /* [..., rot] */
-  *cos = cp_og_cast(g, cp_og_op1(g, "Cos", ang), CP_OG_FLOAT);
-  *sin = cp_og_cast(g, cp_og_op1(g, "Sin", ang), CP_OG_FLOAT);
+  const char *c = cp_og_op1(g, "Cos", ang), *s = cp_og_op1(g, "Sin", ang);
+  if (m->rope.mscale != 1.0) { /* yarn's attention factor, as the engine's rope_rotate (squared: relative) */
+    const double f = relative ? m->rope.mscale * m->rope.mscale : m->rope.mscale;
+    const char *ms = cp_og_f64s(g, &f, 1);
+    c = cp_og_op2(g, "Mul", c, ms);
+    s = cp_og_op2(g, "Mul", s, ms);
+  }
+  *cos = cp_og_cast(g, c, CP_OG_FLOAT);
+  *sin = cp_og_cast(g, s, CP_OG_FLOAT);
 }
 
 /* x[..., lo:hi] on the last axis (axis 3 of [B, h, n, dh]). */
@@ -111,7 +118,7 @@ const char *cp_onnx_rope(cp_og *g, const cp_model *m, const char *x, const char 
 static const char *rope_fixed_scores(cp_onnx_attn_ctx *c, int64_t pos) {
   cp_og *g = c->g;
   const char *cs, *sn;
-  cp_onnx_rope_tables(g, c->m, cp_og_i64s(g, &pos, 1), &cs, &sn);
+  cp_onnx_rope_tables(g, c->m, cp_og_i64s(g, &pos, 1), true, &cs, &sn);
   const char *qf = cp_onnx_rope(g, c->m, c->q_raw, cs, sn);
   return cp_og_op2(g, "Mul", cp_og_op2(g, "MatMul", qf, cp_og_transpose(g, c->k_raw, PERM_LAST2, 4)), cp_og_f32(g, cp_model_attn_scale(c->m, c->layer)));
 }

@@ -54,7 +54,7 @@ static void positions(dec_t *d) {
 }
 
 /* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions. */
-static void rope_tables(dec_t *d) { cp_onnx_rope_tables(d->g, d->m, d->qpos, &d->cos, &d->sin); }
+static void rope_tables(dec_t *d) { cp_onnx_rope_tables(d->g, d->m, d->qpos, false, &d->cos, &d->sin); }
 
 /* The tables of the key positions 0 .. T-1, [1, 1, T, rope_dims], made once: a cache of
  * unrotated keys is rotated in the graph at every step. */
@@ -62,7 +62,7 @@ static void key_tables(dec_t *d) {
   if (d->kcos) return;
   static const int64_t ax013[] = {0, 1, 3};
   const char *range = cp_og_op3(d->g, "Range", cp_og_i64(d->g, 0), d->n_keys, cp_og_i64(d->g, 1));
-  cp_onnx_rope_tables(d->g, d->m, cp_og_unsqueeze(d->g, range, ax013, 3), &d->kcos, &d->ksin);
+  cp_onnx_rope_tables(d->g, d->m, cp_og_unsqueeze(d->g, range, ax013, 3), false, &d->kcos, &d->ksin);
 }
 
 /* ---------------------------------------------------------------- attention */

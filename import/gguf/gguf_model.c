@@ -70,6 +70,11 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
                           partial ? "expected an even count in [2, head size]" : "partial rotary is not read for llama");
   }
   if (partial) put_fraction(js, "rotary_pct", dims, d_head);
+  /* llama.cpp stores llama3 scaling as per-pair frequency factors: not read yet, and running
+   * without them would rotate at other frequencies. */
+  if (cp_gguf_find(g, "rope_freqs.weight") >= 0)
+    return cp_error_set(CP_ECFG_POSITION, "%s: tensor 'rope_freqs.weight': per-pair RoPE frequency factors (llama3 "
+                        "scaling) are not read yet", cp_gguf_path(g));
   snprintf(key, sizeof key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0 && (rc = put_num(js, g, key, "rope_theta"))) return rc;
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);

@@ -69,6 +69,13 @@ def build_models():
         M.Llama("fire2", 603, pos="fire", n_layers=2, n_kv=2, fire_layers=2, fire_c=0.7, fire_L=22.0),
         M.Llama("fire2_shared", 604, pos="fire", n_layers=2, n_kv=4, fire_shared=True, fire_layers=2,
                 fire_c=1.5, fire_L=16.0, tied=True, mix=3.0),
+        # RoPE scaling types of Llama 3.1 and YaRN (appended likewise): trained at 16, configured
+        # for 64, prompts past both; head dim 16 puts pairs in every band of the two formulas
+        M.Llama("llama3_scaled", 405, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, train_len=64,
+                rope_scaling=od(("rope_type", "llama3"), ("factor", 4.0), ("low_freq_factor", 1.0),
+                                ("high_freq_factor", 4.0), ("original_max_position_embeddings", 16))),
+        M.Llama("llama_yarn", 406, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, train_len=64,
+                rope_scaling=od(("rope_type", "yarn"), ("factor", 4.0), ("original_max_position_embeddings", 16))),
     ]
 
 
@@ -76,7 +83,7 @@ def build_models():
 LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
-           "fire2": 56, "fire2_shared": 40}
+           "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "ctxpatch/model/hf_config.h"
+#include "ctxpatch/model/rope.h"
 #include "ctxpatch/model/layer_layout.h"
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/tensor.h"
@@ -126,7 +127,9 @@ typedef struct cp_model {
   double *alibi_slopes;         /* [H] for ALiBi (stored slopes when the checkpoint has them) */
   double rope_theta;
   int rope_dims;                /* rotated dims per head (GPT-NeoX partial rotary) */
-  double rope_scale;            /* linear rope_scaling factor, 1 when none */
+  double rope_scale;            /* linear rope_scaling factor (positions are divided by it), 1 when none */
+  char rope_type[32];           /* rope_scaling type: "", "linear", "llama3", "yarn" */
+  cp_rope_table rope;           /* the rotary frequencies and yarn's cos/sin scale (model/rope.h) */
   int t5_num_buckets, t5_max_distance;
   cp_fire_mlp *fire;            /* [n_fire] */
   int n_fire;

@@ -81,8 +81,15 @@ typedef struct {
   double rotary_pct;     /* GPT-NeoX rotary_pct, 1.0 otherwise */
   int rotary_dims;       /* d_head * rotary_pct, rounded down as HF does */
   bool use_parallel_residual; /* GPT-NeoX */
+  /* rope_scaling as transformers reads it (modeling_rope_utils; model/rope.c computes the
+   * frequencies): type "linear", "llama3" or "yarn" ("" when none). */
   char rope_scaling_type[32];  /* "" when none, else e.g. "linear" */
   double rope_scaling_factor;  /* 1.0 when none */
+  double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
+  int rope_original_max_pos;   /* llama3, yarn: original_max_position_embeddings; 0 when absent */
+  double rope_attention_factor; /* yarn: 0 when absent (then 0.1 ln(factor) + 1) */
+  double rope_beta_fast, rope_beta_slow; /* yarn: 32 and 1 when absent */
+  bool rope_truncate;          /* yarn: floor/ceil the correction range (true when absent) */
   int sliding_window;          /* Mistral sliding_window; 0 when none */
 
   /* FIRE. */

@@ -369,7 +369,7 @@ class Llama(Model):
 
     def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
                  train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, fire_layers=1, n_layers=3,
-                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0):
+                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0, rope_scaling=None):
         self.name = name
         self.storage = storage
         self.pos = pos
@@ -378,6 +378,9 @@ class Llama(Model):
         self.eps = 1e-6
         self.theta = 10000.0
         self.rope_factor = rope_factor or 1.0
+        # a llama3 / yarn rope_scaling (rope_factor is the linear one): its table and cos/sin factor
+        self.rope_inv, self.rope_mscale = (R.rope_scaled_inv_freq(self.dh, self.theta, rope_scaling, train_len)
+                                           if rope_scaling else (None, 1.0))
         self.tied = tied
         self.fire_shared = fire_shared
         self.fire_layers = fire_layers
@@ -390,7 +393,7 @@ class Llama(Model):
                ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
                ("num_key_value_heads", n_kv), ("rms_norm_eps", self.eps)]
         if pos == "rope":
-            cfg += [("rope_scaling", None if rope_factor is None else
+            cfg += [("rope_scaling", rope_scaling if rope_scaling else None if rope_factor is None else
                      collections.OrderedDict([("type", "linear"), ("factor", float(rope_factor))])),
                     ("rope_theta", self.theta)]
         else:
@@ -446,7 +449,8 @@ class Llama(Model):
     def scorer(self, l, q, k, plan):
         c = 1.0 / math.sqrt(self.dh)
         if self.pos == "rope":
-            return R.rope_scorer(q, k, c, self.dh, self.theta, self.rope_factor)
+            inv = None if self.rope_inv is None else self.rope_inv.to(q.dtype)   # the fp32 replay too
+            return R.rope_scorer(q, k, c, self.dh, self.theta, self.rope_factor, inv, self.rope_mscale)
         w, P = self.w, self.fire_prefix(l)
         idx = (0, 2, 4) if self.fire_layers == 2 else (0, 2)
         mlp = tuple(w[P + "mlp.%d.%s" % (i, s)] for i in idx for s in ("weight", "bias"))

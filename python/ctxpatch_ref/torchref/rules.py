@@ -303,6 +303,49 @@ def rope_inv_freq(rot_dims, theta, dtype=DTYPE):
     return 1.0 / (theta ** (torch.arange(0, rot_dims, 2, dtype=dtype) / rot_dims))
 
 
+def rope_scaled_inv_freq(rot_dims, theta, scaling, max_position_embeddings, dtype=DTYPE):
+    """(inv_freq [rot/2], attention_factor) of a rope_scaling dict, in float64, as transformers'
+    src/transformers/modeling_rope_utils.py computes them (_compute_default_rope_parameters,
+    _compute_llama3_parameters, _compute_yarn_parameters; transformers 5 semantics: yarn reads
+    rope_scaling.factor, and original_max_position_embeddings from rope_scaling when given).
+    "linear" is not here: it divides positions (rope_scorer's factor)."""
+    inv = rope_inv_freq(rot_dims, theta, dtype)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind in ("default", "linear"):
+        return inv, 1.0
+    factor = float(scaling["factor"])
+    if kind == "llama3":
+        lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        return torch.where(medium, smoothed, scaled), 1.0
+    if kind == "yarn":
+        original = scaling.get("original_max_position_embeddings") or max_position_embeddings
+        attention = scaling.get("attention_factor") or (0.1 * math.log(factor) + 1.0)
+        beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+        dim = rot_dims
+
+        def correction_dim(rotations):
+            return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+        low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+        if scaling.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=dtype) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp
+        pos_freqs = theta ** (torch.arange(0, dim, 2, dtype=dtype) / dim)
+        inv = 1.0 / (factor * pos_freqs) * (1 - extrapolation) + 1.0 / pos_freqs * extrapolation
+        return inv, float(attention)
+    raise ValueError("rope_scaling type %r is not in the reference" % kind)
+
+
 def rope_apply(x, pos, inv_freq):
     """Rotate x [..., rot] at (float) positions pos (broadcast to x[..., 0]); HF rotate-half."""
     ang = pos.to(x.dtype).unsqueeze(-1) * inv_freq
@@ -374,32 +417,35 @@ def fire_scorer(q, k, c, mlp, c_fire, L):
     return score
 
 
-def rope_scorer(q, k, c, rot_dims, theta, factor):
+def rope_scorer(q, k, c, rot_dims, theta, factor, inv_freq=None, mscale=1.0):
     """Decision 6: score(i, j) = c * q_i^T R(d') k_j: the query is rotated to absolute position
     j + d' and the key to j (positions divided by the linear rope_scaling factor). Dimensions
-    beyond rot_dims (GPT-NeoX partial rotary) pass through unrotated."""
-    inv_freq = rope_inv_freq(rot_dims, theta, q.dtype)
+    beyond rot_dims (GPT-NeoX partial rotary) pass through unrotated. inv_freq / mscale: a scaled
+    table (rope_scaled_inv_freq) and the cos/sin factor (yarn's attention factor)."""
+    if inv_freq is None:
+        inv_freq = rope_inv_freq(rot_dims, theta, q.dtype)
     nk = k.shape[1]
     kpos = torch.arange(nk, dtype=q.dtype)
-    k_rot = rope_apply(k[..., :rot_dims], kpos / factor, inv_freq)          # [H, nk, rot]
+    k_rot = mscale * rope_apply(k[..., :rot_dims], kpos / factor, inv_freq)  # [H, nk, rot]
     pass_qk = torch.einsum("hid,hjd->hij", q[..., rot_dims:], k[..., rot_dims:])
 
     def score(rel):
         j = torch.arange(nk)[None, :]
         qpos = (j - rel).to(q.dtype) / factor                                  # [nq, nk]
         q_exp = q[..., :rot_dims][:, :, None, :].expand(-1, -1, nk, -1)      # [H, nq, nk, rot]
-        q_rot = rope_apply(q_exp, qpos, inv_freq)
+        q_rot = mscale * rope_apply(q_exp, qpos, inv_freq)
         s = torch.einsum("hijd,hjd->hij", q_rot, k_rot) + pass_qk
         return c * s
     return score
 
 
-def rope_standard_scores(q, k, c, rot_dims, theta, factor):
+def rope_standard_scores(q, k, c, rot_dims, theta, factor, inv_freq=None, mscale=1.0):
     """Ordinary HF RoPE (q at i, k at j) for the self-check of rope_scorer without a ceiling."""
-    inv_freq = rope_inv_freq(rot_dims, theta, q.dtype)
+    if inv_freq is None:
+        inv_freq = rope_inv_freq(rot_dims, theta, q.dtype)
     pos = torch.arange(q.shape[1], dtype=q.dtype) / factor
-    qr = torch.cat([rope_apply(q[..., :rot_dims], pos, inv_freq), q[..., rot_dims:]], dim=-1)
-    kr = torch.cat([rope_apply(k[..., :rot_dims], pos, inv_freq), k[..., rot_dims:]], dim=-1)
+    qr = torch.cat([mscale * rope_apply(q[..., :rot_dims], pos, inv_freq), q[..., rot_dims:]], dim=-1)
+    kr = torch.cat([mscale * rope_apply(k[..., :rot_dims], pos, inv_freq), k[..., rot_dims:]], dim=-1)
     return qk_dot(qr, kr, c)
 
 

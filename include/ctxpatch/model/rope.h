@@ -1,0 +1,27 @@
+/* Floor: model. The rotary frequencies of a config's RoPE, as transformers computes them
+ * (modeling_rope_utils: the default, linear, llama3 and yarn parameters), in double. The engines
+ * (CPU and CUDA) and the ONNX builder rotate with these tables, so a RoPE scaling type is
+ * written once. Nothing here allocates. */
+#ifndef CTXPATCH_MODEL_ROPE_H
+#define CTXPATCH_MODEL_ROPE_H
+
+#include "ctxpatch/model/hf_config.h"
+
+/* Rotated dims up to this (the pairs table holds half of it). */
+#define CP_ROPE_MAX_DIMS 1024
+
+typedef struct {
+  int n;                            /* pairs: rotary dims / 2 */
+  double inv[CP_ROPE_MAX_DIMS / 2]; /* inverse frequency of pair a (dims a and a + n, rotate-half) */
+  double mscale;                    /* cos and sin are multiplied by this: yarn's attention factor, else 1 */
+} cp_rope_table;
+
+/* Fills `t` for `rot_dims` rotated dims (even, 2..CP_ROPE_MAX_DIMS) of a config with RoPE
+ * theta `theta` and rope_scaling fields of `cfg` (type "" / "linear" / "llama3" / "yarn").
+ * Pair a's default inverse frequency is 1 / theta^(2a / rot_dims), computed as the CPU engine
+ * always has (so unscaled and linear models rotate bit for bit as before). The linear factor is
+ * not in the table: it divides positions (cp_model.rope_scale), as it always has. 0, or
+ * CP_ECFG_FIELD naming `what` for a type or size it cannot compute. */
+int cp_rope_table_init(cp_rope_table *t, const cp_hf_config *cfg, double theta, int rot_dims, const char *what);
+
+#endif
