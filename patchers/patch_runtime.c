@@ -34,7 +34,10 @@ int cp_patch_runtime_check(cJSON *cert, cp_patch_outcome *out, cp_runtime_kind k
                            r->n_lengths, params->verify->seed, params->verify->threads};
   cJSON *obj = NULL;
   bool differs = false;
-  int rc = cp_runtime_check(&obj, &differs, params->runtime, kind, artifact, m, rule, params->tok, &pr);
+  const char *weights = NULL; /* a GGUF says it itself */
+  if (kind == CP_RUNTIME_ONNXRUNTIME && params->onnx)
+    weights = params->onnx->weight_dtype == CP_F16 ? "f16" : params->onnx->weight_dtype == CP_BF16 ? "bf16" : "f32";
+  int rc = cp_runtime_check(&obj, &differs, params->runtime, kind, artifact, m, rule, params->tok, &pr, weights);
   if (rc < 0) return rc;
   cJSON_AddItemToObject(cert, "runtime_check", obj);
   if (differs && (rc = fail_verdict(cert, out, obj)) < 0) return rc;

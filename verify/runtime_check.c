@@ -40,8 +40,10 @@ int cp_runtime_from_name(cp_runtime_kind *out, const char *name) {
   return 0;
 }
 
-double cp_runtime_tolerance(cp_runtime_kind k) {
-  return k == CP_RUNTIME_LLAMACPP ? CP_RUNTIME_TOLERANCE_GGUF : CP_RUNTIME_TOLERANCE_ONNX;
+double cp_runtime_tolerance(const char *weights) {
+  return !strcmp(weights, "f32") ? CP_RUNTIME_TOL_F32 : !strcmp(weights, "f16") ? CP_RUNTIME_TOL_F16
+         : !strcmp(weights, "bf16")                  ? CP_RUNTIME_TOL_BF16
+                                                     : CP_RUNTIME_TOL_QUANT;
 }
 
 typedef struct {
@@ -234,24 +236,31 @@ static cJSON *not_checked(cp_runtime_kind kind, const char *why) {
   return o;
 }
 
-/* The GGUF's content digest (what llama.cpp computes with), "" when it has none. */
-static void gguf_content(char hex[65], const char *path) {
+/* What the GGUF says of itself: its content digest (what llama.cpp computes with; "" when none) and
+ * its weights' type from general.file_type (llama_ftype: 0 F32, 1 F16, 7 Q8_0, 32 BF16). */
+static void gguf_facts(char hex[65], char weights[32], const char *path) {
   cp_gguf_file *g = NULL;
   const char *v = NULL;
   size_t len = 0;
+  int64_t ft = -1;
   hex[0] = '\0';
-  if (cp_gguf_open(&g, path) == 0 && cp_gguf_find_key(g, "ctxpatch.content_sha256") >= 0 &&
-      cp_gguf_get_str(&v, &len, g, "ctxpatch.content_sha256") == 0 && len == 64) {
-    memcpy(hex, v, 64);
-    hex[64] = '\0';
+  snprintf(weights, 32, "f32");
+  if (cp_gguf_open(&g, path) == 0) {
+    if (cp_gguf_find_key(g, "ctxpatch.content_sha256") >= 0 && cp_gguf_get_str(&v, &len, g, "ctxpatch.content_sha256") == 0 &&
+        len == 64) {
+      memcpy(hex, v, 64);
+      hex[64] = '\0';
+    }
+    if (cp_gguf_find_key(g, "general.file_type") >= 0 && cp_gguf_get_int(&ft, g, "general.file_type") == 0 && ft != 0)
+      snprintf(weights, 32, ft == 1 ? "f16" : ft == 7 ? "q8_0" : ft == 32 ? "bf16" : "file_type %lld", (long long)ft);
   }
   cp_error_clear();
   cp_gguf_free(g);
 }
 
 static cJSON *result_object(cp_runtime_kind kind, const char *version, const prompt_set *ps, double diff,
-                            int top1_agree, const char *artifact) {
-  const double tol = cp_runtime_tolerance(kind);
+                            int top1_agree, const char *weights, const char *content) {
+  const double tol = cp_runtime_tolerance(weights);
   const bool equal = diff <= tol; /* NaN (a non-finite logit) is not equal */
   cJSON *o = cJSON_CreateObject();
   char line[320];
@@ -260,11 +269,8 @@ static cJSON *result_object(cp_runtime_kind kind, const char *version, const pro
   cJSON_AddNumberToObject(o, "prompts", ps->n);
   cJSON_AddNumberToObject(o, "positions", (double)ps->rows);
   cJSON_AddStringToObject(o, "prompts_sha256", ps->sha256);
-  if (kind == CP_RUNTIME_LLAMACPP) {
-    char hex[65];
-    gguf_content(hex, artifact);
-    if (hex[0]) cJSON_AddStringToObject(o, "content_sha256", hex);
-  }
+  if (content[0]) cJSON_AddStringToObject(o, "content_sha256", content);
+  cJSON_AddStringToObject(o, "weights", weights);
   if (isfinite(diff)) cJSON_AddNumberToObject(o, "max_abs_logit_diff", cp_num_round(diff, CP_NUM_JSON_DIGITS));
   else cJSON_AddNullToObject(o, "max_abs_logit_diff");
   cJSON_AddNumberToObject(o, "top1_agree", top1_agree);
@@ -286,8 +292,9 @@ static cJSON *result_object(cp_runtime_kind kind, const char *version, const pro
 
 int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params, cp_runtime_kind kind,
                      const char *artifact, const cp_model *m, const cp_rule *rule, const cp_tokenizer *tok,
-                     const cp_runtime_prompts *pr) {
+                     const cp_runtime_prompts *pr, const char *weights) {
   prompt_set ps = {0};
+  char content[65] = "", wtype[32] = "f32";
   char req[64] = "", why[4200], *version = NULL, what[4200];
   float *ours = NULL, *theirs = NULL;
   cp_spawn_result res = {0};
@@ -305,6 +312,8 @@ int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params
   if (!params->script)
     return cp_error_set(CP_EARG, "runtime check: no ctxpatch_runtime.mjs script to drive %s", cp_runtime_name(kind));
   snprintf(what, sizeof what, "%s: %s runtime check", artifact, cp_runtime_name(kind));
+  if (kind == CP_RUNTIME_LLAMACPP) gguf_facts(content, wtype, artifact);
+  if (weights) snprintf(wtype, sizeof wtype, "%s", weights);
   if ((rc = make_prompts(&ps, tok, pr)) < 0) goto done;
   size_t n;
   if (!cp_size_mul(&n, ps.rows, (size_t)m->vocab)) {
@@ -349,8 +358,8 @@ int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params
     if (isnan(diff)) break;
     agree += ia == ib;
   }
-  CP_CHECK_ALLOC_GOTO(*out = result_object(kind, version, &ps, diff, agree, artifact), what);
-  *differs = !(diff <= cp_runtime_tolerance(kind));
+  CP_CHECK_ALLOC_GOTO(*out = result_object(kind, version, &ps, diff, agree, wtype, content), what);
+  *differs = !(diff <= cp_runtime_tolerance(wtype));
 done:
   if (req[0]) unlink(req);
   free(res.out);

@@ -16,8 +16,9 @@ typedef enum { CP_RUNTIME_LLAMACPP, CP_RUNTIME_ONNXRUNTIME } cp_runtime_kind;
 /* "llama.cpp", "onnxruntime"; from a name: CP_EARG otherwise. */
 const char *cp_runtime_name(cp_runtime_kind k);
 int cp_runtime_from_name(cp_runtime_kind *out, const char *name);
-/* CP_RUNTIME_TOLERANCE_GGUF or _ONNX. */
-double cp_runtime_tolerance(cp_runtime_kind k);
+/* The tolerance for weights stored as `weights` ("f32", "f16", "bf16"; anything else is a
+ * quantized type): CP_RUNTIME_TOL_*. */
+double cp_runtime_tolerance(const char *weights);
 
 /* The prompts compared: one per (probe, length), the probe's text at depth 0.5 from `seed` (no
  * retrieval probe: passkey's), with the logits at four positions spread over it, the last included. */
@@ -35,10 +36,11 @@ typedef struct {
  * "equal", "differs" (*differs set) or, without params->node_modules or the runtime's package in
  * it, "not checked" with the reason. A runtime that is there but fails (refuses the file, crashes,
  * passes the timeout or the output bound) is CP_EVERIFY_RUNTIME with its one-line reason; the
- * engine's errors pass through. Caller owns *out. */
+ * engine's errors pass through. `weights`: how the artifact stores its matrices (the tolerance);
+ * NULL: a GGUF's general.file_type, else "f32". Caller owns *out. */
 int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params, cp_runtime_kind kind,
                      const char *artifact, const cp_model *m, const cp_rule *rule, const cp_tokenizer *tok,
-                     const cp_runtime_prompts *pr);
+                     const cp_runtime_prompts *pr, const char *weights);
 
 /* Whether params name a folder holding the package `kind` needs (false for NULL params). */
 bool cp_runtime_installed(const cp_runtime_params *params, cp_runtime_kind kind);
