@@ -103,7 +103,7 @@ static int block(check_ctx *c, const cJSON *rc, cp_runtime_kind *kind, const cha
   }
   const char *fmt = *kind == CP_RUNTIME_LLAMACPP ? "gguf" : "onnx";
   if (r->format && strcmp(r->format, fmt) != 0)
-    return check_fail(r, "cert-schema", WHERE ".runtime: %s does not run a %s artifact", name, r->format);
+    return check_fail(r, "cert-schema", WHERE ".runtime: %s does not run %s artifacts", name, r->format);
   if (!strcmp(res, "not checked")) {
     *result = res;
     if (strcmp(str_of(rc, "statement"), CP_RUNTIME_NOT_CHECKED) != 0)

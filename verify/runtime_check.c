@@ -41,9 +41,10 @@ int cp_runtime_from_name(cp_runtime_kind *out, const char *name) {
 }
 
 double cp_runtime_tolerance(const char *weights) {
-  return !strcmp(weights, "f32") ? CP_RUNTIME_TOL_F32 : !strcmp(weights, "f16") ? CP_RUNTIME_TOL_F16
-         : !strcmp(weights, "bf16")                  ? CP_RUNTIME_TOL_BF16
-                                                     : CP_RUNTIME_TOL_QUANT;
+  return !strcmp(weights, "f32")    ? CP_RUNTIME_TOL_F32
+         : !strcmp(weights, "f16")  ? CP_RUNTIME_TOL_F16
+         : !strcmp(weights, "bf16") ? CP_RUNTIME_TOL_BF16
+                                    : CP_RUNTIME_TOL_QUANT;
 }
 
 typedef struct {
@@ -246,8 +247,8 @@ static void gguf_facts(char hex[65], char weights[32], const char *path) {
   hex[0] = '\0';
   snprintf(weights, 32, "f32");
   if (cp_gguf_open(&g, path) == 0) {
-    if (cp_gguf_find_key(g, "ctxpatch.content_sha256") >= 0 && cp_gguf_get_str(&v, &len, g, "ctxpatch.content_sha256") == 0 &&
-        len == 64) {
+    if (cp_gguf_find_key(g, "ctxpatch.content_sha256") >= 0 &&
+        cp_gguf_get_str(&v, &len, g, "ctxpatch.content_sha256") == 0 && len == 64) {
       memcpy(hex, v, 64);
       hex[64] = '\0';
     }
@@ -334,7 +335,9 @@ int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params
                         NULL};
   if ((rc = cp_spawn_capture(&res, argv, n * 4 + HEADER_MAX,
                              params->timeout_s > 0 ? params->timeout_s : CP_RUNTIME_TIMEOUT, what)) < 0) {
-    rc = cp_error_set(CP_EVERIFY_RUNTIME, "%s", cp_error_message());
+    char msg[1024]; /* the message buffer is the one cp_error_set writes */
+    snprintf(msg, sizeof msg, "%s", cp_error_message());
+    rc = cp_error_set(CP_EVERIFY_RUNTIME, "%s", msg);
     goto done;
   }
   if (res.status != 0) {
