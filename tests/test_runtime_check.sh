@@ -24,7 +24,7 @@ fi
 unset CTXPATCH_RUNTIMES CTXPATCH_RUNTIME_SCRIPT
 # Once `patch` refuses a rule its runtime ignores (issue 30, first item), writing one takes --for ctxpatch.
 meta=""
-"$bin" patch --help | grep -q -- "--for ctxpatch" && meta="--for ctxpatch"
+"$bin" patch --help | grep -- "--for ctxpatch" >/dev/null && meta="--for ctxpatch"
 v="--lengths 256,400 --depths 0:1:3 --samples 1 --threads 2"
 json() { "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 getv() { # getv FILE KEY: a GGUF string value (stdlib; the layout of tests/test_cli_check_gguf.sh)
@@ -43,10 +43,10 @@ t=$work/t.gguf
   2>"$work/t.err" && ok || bad "temperature --to gguf: $(tail -3 "$work/t.err")"
 rc=$(json "$work/t.json" 'd["certificate"]["runtime_check"]')
 [ "$(json "$work/t.json" 'd["certificate"]["runtime_check"]["result"]')" = equal ] && ok || bad "temperature: $rc"
-json "$work/t.json" 'd["certificate"]["runtime_check"]["version"]' | grep -q "^node-llama-cpp 3.22.1" && ok || bad "version: $rc"
+json "$work/t.json" 'd["certificate"]["runtime_check"]["version"]' | grep "^node-llama-cpp 3.22.1" >/dev/null && ok || bad "version: $rc"
 json "$work/t.json" '(lambda r: r["runtime"] == "llama.cpp" and r["prompts"] == 2 and r["weights"] == "f32" and
   r["tolerance"] == 1e-3 and 0 <= r["max_abs_logit_diff"] <= 1e-3 and r["top1_agree"] == r["positions"])(
-  d["certificate"]["runtime_check"])' | grep -qx True && ok || bad "temperature fields: $rc"
+  d["certificate"]["runtime_check"])' | grep -x True >/dev/null && ok || bad "temperature fields: $rc"
 [ "$(json "$work/t.json" 'd["certificate"]["runtime_check"]["content_sha256"]')" = "$(getv "$t" ctxpatch.content_sha256)" ] &&
   ok || bad "content_sha256 is not the file's"
 "$bin" check "$t" >"$work/c.out" 2>&1 && ok || bad "check: $(cat "$work/c.out")"
@@ -62,12 +62,12 @@ grep -q "^runtime: llama.cpp computes other logits than the certified engine" "$
   bad "differs line: $(tail -4 "$work/l.out")"
 "$bin" patch "$model" "$l" --method lm-infinite --n-local 128 $v --to gguf $meta --runtime-dir "$nm" --json >"$work/l.json" 2>/dev/null
 json "$work/l.json" '(d["certificate"]["runtime_check"]["result"], d["certificate"]["verdict"]["result"], d["written"])' |
-  grep -qx "('differs', 'fail', False)" && ok || bad "differs in --json: $(head -c 600 "$work/l.json")"
+  grep -x "('differs', 'fail', False)" >/dev/null && ok || bad "differs in --json: $(head -c 600 "$work/l.json")"
 # without a runtime folder it is written, and says so
 "$bin" patch "$model" "$l" --method lm-infinite --n-local 128 $v --to gguf $meta --json >"$work/n.json" 2>/dev/null && ok ||
   bad "lm-infinite without runtime"
 json "$work/n.json" '(d["certificate"]["runtime_check"]["result"], d["certificate"]["runtime_check"]["statement"])' |
-  grep -qxF "('not checked', 'certified on the ctxpatch engine; runtime equivalence not checked')" && ok ||
+  grep -xF "('not checked', 'certified on the ctxpatch engine; runtime equivalence not checked')" >/dev/null && ok ||
   bad "not checked: $(json "$work/n.json" 'd["certificate"].get("runtime_check")')"
 "$bin" check "$l" >/dev/null 2>&1 && ok || bad "check of a 'not checked' GGUF"
 "$bin" check "$l" --rerun --runtime-dir "$nm" >"$work/c.out" 2>&1
@@ -101,7 +101,7 @@ for m in "temperature --tau 0.8" "lm-infinite --n-local 128"; do
   "$bin" patch "$model" "$o" --method $m $v --to onnx --runtime-dir "$nm" >"$work/o.out" 2>&1 && ok ||
     bad "$m --to onnx: $(tail -3 "$work/o.out")"
   json "$o/certificate.json" '(lambda r: (r["runtime"], r["result"], r["tolerance"], r["max_abs_logit_diff"] <= 1e-3,
-    r["version"]))(d["runtime_check"])' | grep -qxF "('onnxruntime', 'equal', 0.001, True, 'onnxruntime-node 1.30.0')" && ok ||
+    r["version"]))(d["runtime_check"])' | grep -xF "('onnxruntime', 'equal', 0.001, True, 'onnxruntime-node 1.30.0')" >/dev/null && ok ||
     bad "$m onnx: $(json "$o/certificate.json" 'd.get("runtime_check")')"
   "$bin" check "$o" --rerun --runtime-dir "$nm" >"$work/c.out" 2>&1 && grep -q "runtime re-run: equal" "$work/c.out" && ok ||
     bad "check --rerun $o: $(cat "$work/c.out")"
@@ -111,7 +111,7 @@ done
 mkdir "$work/empty"
 "$bin" patch "$model" "$work/e.gguf" --method temperature --tau 0.8 $v --to gguf --runtime-dir "$work/empty" --json \
   >"$work/e.json" 2>/dev/null && ok || bad "empty runtime folder"
-json "$work/e.json" 'd["certificate"]["runtime_check"]["reason"]' | grep -qF "node-llama-cpp is not installed in $work/empty" &&
+json "$work/e.json" 'd["certificate"]["runtime_check"]["reason"]' | grep -F "node-llama-cpp is not installed in $work/empty" >/dev/null &&
   ok || bad "reason: $(json "$work/e.json" 'd["certificate"].get("runtime_check")')"
 printf 'process.stderr.write("the runtime refuses this file\\n"); process.exit(2);\n' >"$work/fail.mjs"
 printf 'process.stdout.write("x".repeat(1 << 26));\n' >"$work/flood.mjs"
