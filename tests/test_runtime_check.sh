@@ -2,7 +2,8 @@
 # The runtime check (#30; docs/certificate.md, "Runtime check"): `patch --to gguf|onnx --runtime-dir`
 # runs the probe prompts through llama.cpp (node-llama-cpp 3.22.1) or onnxruntime-node 1.30.0 on
 # the written artifact and through the engine, and records the comparison in the certificate.
-#   1. a GGUF with a baked temperature: "equal" in llama.cpp, check and check --rerun pass;
+#   1. a GGUF with a baked temperature: "equal" in llama.cpp, check and check --rerun pass, and a
+#      second run writes the same bytes;
 #   2. a GGUF whose lm-infinite rule is only ctxpatch.rule metadata: "differs", verdict fail,
 #      nothing written; written without a runtime folder it says "not checked", and check --rerun
 #      with the runtime then fails it; llama.cpp's own logits (tests/gguf/llamacpp_run.mjs, not
@@ -50,6 +51,9 @@ json "$work/t.json" '(lambda r: r["runtime"] == "llama.cpp" and r["prompts"] == 
 [ "$(json "$work/t.json" 'd["certificate"]["runtime_check"]["content_sha256"]')" = "$(getv "$t" ctxpatch.content_sha256)" ] &&
   ok || bad "content_sha256 is not the file's"
 "$bin" check "$t" >"$work/c.out" 2>&1 && ok || bad "check: $(cat "$work/c.out")"
+# deterministic: the same run gives the same bytes, the comparison included
+"$bin" patch "$model" "$work/t2.gguf" --method temperature --tau 0.8 $v --to gguf --runtime-dir "$nm" >/dev/null 2>&1 &&
+  cmp -s "$t" "$work/t2.gguf" && ok || bad "two runs differ"
 "$bin" check "$t" --rerun --runtime-dir "$nm" >"$work/c.out" 2>&1 && grep -q "runtime re-run: equal" "$work/c.out" && ok ||
   bad "check --rerun: $(cat "$work/c.out")"
 

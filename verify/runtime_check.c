@@ -227,13 +227,15 @@ bool cp_runtime_installed(const cp_runtime_params *params, cp_runtime_kind kind)
   return params && params->node_modules && installed(params->node_modules, kind, why, sizeof why);
 }
 
-static cJSON *not_checked(cp_runtime_kind kind, const char *why) {
+/* `weights` (may be NULL) is kept for a later check --rerun's tolerance (ONNX: not in the graph's metadata). */
+static cJSON *not_checked(cp_runtime_kind kind, const char *why, const char *weights) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "runtime", cp_runtime_name(kind));
   cJSON_AddNullToObject(o, "version");
   cJSON_AddStringToObject(o, "result", "not checked");
   cJSON_AddStringToObject(o, "statement", CP_RUNTIME_NOT_CHECKED);
   cJSON_AddStringToObject(o, "reason", why);
+  if (weights) cJSON_AddStringToObject(o, "weights", weights);
   return o;
 }
 
@@ -303,11 +305,18 @@ int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params
   *out = NULL;
   *differs = false;
   if (!params || !params->node_modules) {
-    CP_CHECK_ALLOC(*out = not_checked(kind, "no runtime folder given (--runtime-dir or CTXPATCH_RUNTIMES)"), "runtime");
+    CP_CHECK_ALLOC(*out = not_checked(kind, "no runtime folder given (--runtime-dir or CTXPATCH_RUNTIMES)", weights),
+                   "runtime");
     return 0;
   }
   if (!installed(params->node_modules, kind, why, sizeof why)) {
-    CP_CHECK_ALLOC(*out = not_checked(kind, why), "runtime");
+    CP_CHECK_ALLOC(*out = not_checked(kind, why, weights), "runtime");
+    return 0;
+  }
+  if (m && m->family == CP_FAMILY_T5) { /* the script feeds decoder-only prompts */
+    CP_CHECK_ALLOC(*out = not_checked(kind, "an encoder-decoder model: the runtime check compares decoder-only models",
+                                      weights),
+                   "runtime");
     return 0;
   }
   if (!params->script)
