@@ -46,6 +46,7 @@ static int print_json(const char *path, const cp_check_report *r, bool rerun) {
     cJSON_AddBoolToObject(rr, "runtime", r->runtime_reran);
     if (r->runtime_reran && isfinite(r->runtime_max_diff))
       cJSON_AddNumberToObject(rr, "runtime_max_abs_logit_diff", r->runtime_max_diff);
+    if (r->runtime_reran) cJSON_AddBoolToObject(rr, "runtime_same_prompts", !r->runtime_other_prompts);
   }
   fails = cJSON_AddArrayToObject(o, "failures");
   for (size_t i = 0; i < r->n_failures; i++) {
@@ -86,7 +87,9 @@ static int print_text(const char *path, const cp_check_report *r, bool rerun) {
   }
   printf("check: %s: pass (%s, %zu files, certificate sha256 %s", path, r->format, r->n_files, r->certificate_sha256);
   if (rerun && r->rerun_cells) printf(", re-run: %d cells equal", r->rerun_cells);
-  if (rerun && r->runtime_reran) printf(", runtime re-run: equal, max |diff| %.3g", r->runtime_max_diff);
+  if (rerun && r->runtime_reran)
+    printf(", runtime re-run: equal, max |diff| %.3g%s", r->runtime_max_diff,
+           r->runtime_other_prompts ? ", on other prompts than the certified ones (the file's tokenizer)" : "");
   printf(")\n");
   return CLI_OK;
 }

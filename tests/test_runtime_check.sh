@@ -11,7 +11,8 @@
 #   3. ONNX artifacts (temperature, lm-infinite as graph nodes): "equal" in onnxruntime;
 #   4. no runtime in the folder: "not checked" with the reason; a runtime that fails or floods its
 #      output: a one-line refusal, nothing written;
-#   5. check refuses forged runtime_check blocks (differs, a looser tolerance) in an ONNX folder.
+#   5. check refuses forged runtime_check blocks (differs, a looser tolerance) in an ONNX folder;
+#   6. stories260K (fixtures): equal in llama.cpp, check --rerun on the file's own tokenizer.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 model=$src/examples/probe-models/rope-probe
@@ -168,4 +169,19 @@ forge "$o" 'r["runtime"] = "llama.cpp"'
 forge "$o" 'r["result"] = "not checked"; r["statement"] = "certified"'
 [ $? -eq 1 ] && grep -q "^FAIL cert-schema: .*a check not made must say" "$work/f.out" && ok ||
   bad "forged statement: $(cat "$work/f.out")"
+
+# 6. stories260K (a real pretrained Llama with its SentencePiece vocabulary in the GGUF): equal in
+#    llama.cpp; check --rerun passes on the prompts of the file's own tokenizer and says so
+fx=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party/stories260K
+if [ -f "$fx/stories260K.gguf" ] && [ -f "$fx/tok512.model" ]; then
+  "$bin" patch "$fx/stories260K.gguf" "$work/s.gguf" --method temperature --tau 0.8 --tokenizer "$fx/tok512.model" \
+    --verify passkey --lengths 512,1024 --depths 0:1:3 --samples 1 --threads 2 --to gguf --runtime-dir "$nm" >"$work/s.out" 2>&1 &&
+    grep "^runtime: certified on the ctxpatch engine; llama.cpp computes the same logits" "$work/s.out" >/dev/null && ok ||
+    bad "stories260K: $(tail -3 "$work/s.out")"
+  "$bin" check "$work/s.gguf" --rerun --runtime-dir "$nm" >"$work/c.out" 2>&1 &&
+    grep "runtime re-run: equal, max |diff| .*, on other prompts than the certified ones" "$work/c.out" >/dev/null && ok ||
+    bad "stories260K check --rerun: $(cat "$work/c.out")"
+else
+  echo "note: stories260K fixtures absent at $fx: section 6 skipped"
+fi
 finish

@@ -169,12 +169,11 @@ static int rerun(check_ctx *c, const cJSON *old, cp_runtime_kind kind, const cp_
   const cJSON *d = cJSON_GetObjectItemCaseSensitive(now, "max_abs_logit_diff");
   r->runtime_max_diff = cJSON_IsNumber(d) ? d->valuedouble : NAN;
   const char *want = str_of(old, "prompts_sha256"), *have = str_of(now, "prompts_sha256");
+  /* Other prompts (the file's own tokenizer may split the probe text differently from the one
+   * patch used, e.g. stories260K's GGUF vocabulary against tok512.model) still test the same
+   * runtime on the same file: reported, not a failure. */
+  r->runtime_other_prompts = want && have && strcmp(want, have) != 0;
   if (differs) rc = check_fail(r, "runtime-rerun", "runtime rerun: %s", str_of(now, "statement"));
-  else if (want && have && strcmp(want, have) != 0)
-    rc = check_fail(r, "runtime-rerun",
-                    "runtime rerun: prompts_sha256 %.12s... is not the certified %.12s... (another "
-                    "tokenizer or probe set)",
-                    have, want);
 done:
   cJSON_Delete(now);
   cp_tokenizer_free(tok);

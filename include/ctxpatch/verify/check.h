@@ -17,7 +17,8 @@
  *      runtime that "differs" fails (runtime-differs), the tolerance must be the one of its weights
  *      and agree with the result, and a GGUF's comparison must name this file's content digest
  *      (runtime-content); with `rerun` and `runtime` naming a node_modules folder, the comparison is
- *      made again on the artifact (runtime-rerun), also for a certificate that says "not checked".
+ *      made again on the artifact (runtime-rerun), also for a certificate that says "not checked";
+ *      prompts that differ from the certified ones (the file's own tokenizer) are reported, not failed.
  * One-file artifacts (a patched .gguf; a .onnx graph `patch IN.onnx OUT.onnx` rewrote) have no
  * manifest: the certificate travels in the file's metadata, and 2 and the metadata half of 3 are
  * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact without
@@ -64,6 +65,7 @@ typedef struct {
   int rerun_cells;               /* (probe, length) cells compared by the re-run */
   bool runtime_reran;            /* the runtime comparison was made again */
   double runtime_max_diff;       /* its max |logit difference| (NaN: not finite) */
+  bool runtime_other_prompts;    /* it ran on other prompts than the certified ones (prompts_sha256) */
   cp_check_failure *failures;    /* [n_failures], in the order found; empty = pass */
   size_t n_failures, cap;
   bool oom;                      /* a failure could not be recorded (the report is incomplete) */
