@@ -14,7 +14,7 @@
 // prompts in order, positions in order. Errors: one line on stderr, exit 2.
 import {readFileSync} from "node:fs";
 import {createRequire} from "node:module";
-import {join} from "node:path";
+import {join, resolve} from "node:path";
 import {pathToFileURL} from "node:url";
 
 function fail(msg) {
@@ -22,8 +22,9 @@ function fail(msg) {
   process.exit(2);
 }
 
-const [nodeModules, kind, model, requestPath] = process.argv.slice(2);
+const [modulesArg, kind, model, requestPath] = process.argv.slice(2);
 if (!requestPath) fail("usage: ctxpatch_runtime.mjs NODE_MODULES llama.cpp|onnxruntime MODEL REQUEST");
+const nodeModules = resolve(modulesArg); // createRequire wants an absolute path
 const require = createRequire(join(nodeModules, "__resolve__.js"));
 const load = async (name) => import(pathToFileURL(require.resolve(name)).href);
 const version = (name) => JSON.parse(readFileSync(join(nodeModules, name, "package.json"), "utf8")).version;
