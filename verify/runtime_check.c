@@ -240,8 +240,9 @@ static cJSON *not_checked(cp_runtime_kind kind, const char *why, const char *wei
 }
 
 /* What the GGUF says of itself: its content digest (what llama.cpp computes with; "" when none) and
- * its weights' type from general.file_type (llama_ftype: 0 F32, 1 F16, 7 Q8_0, 32 BF16). */
-static void gguf_facts(char hex[65], char weights[32], const char *path) {
+ * its weights' type from general.file_type (llama_ftype: 0 F32, 1 F16, 7 Q8_0, 32 BF16); whether it
+ * has no vocabulary (tokenizer.ggml.model "no_vocab", which node-llama-cpp aborts on). */
+static void gguf_facts(char hex[65], char weights[32], bool *no_vocab, const char *path) {
   cp_gguf_file *g = NULL;
   const char *v = NULL;
   size_t len = 0;
@@ -254,6 +255,8 @@ static void gguf_facts(char hex[65], char weights[32], const char *path) {
       memcpy(hex, v, 64);
       hex[64] = '\0';
     }
+    *no_vocab = cp_gguf_find_key(g, "tokenizer.ggml.model") >= 0 &&
+                cp_gguf_get_str(&v, &len, g, "tokenizer.ggml.model") == 0 && len == 8 && !memcmp(v, "no_vocab", 8);
     if (cp_gguf_find_key(g, "general.file_type") >= 0 && cp_gguf_get_int(&ft, g, "general.file_type") == 0 && ft != 0)
       snprintf(weights, 32, ft == 1 ? "f16" : ft == 7 ? "q8_0" : ft == 32 ? "bf16" : "file_type %lld", (long long)ft);
   }
@@ -322,7 +325,16 @@ int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params
   if (!params->script)
     return cp_error_set(CP_EARG, "runtime check: no ctxpatch_runtime.mjs script to drive %s", cp_runtime_name(kind));
   snprintf(what, sizeof what, "%s: %s runtime check", artifact, cp_runtime_name(kind));
-  if (kind == CP_RUNTIME_LLAMACPP) gguf_facts(content, wtype, artifact);
+  bool no_vocab = false;
+  if (kind == CP_RUNTIME_LLAMACPP) gguf_facts(content, wtype, &no_vocab, artifact);
+  if (no_vocab) {
+    CP_CHECK_ALLOC(*out = not_checked(kind,
+                                      "the file has no vocabulary (tokenizer.ggml.model no_vocab), which "
+                                      "node-llama-cpp cannot load",
+                                      weights),
+                   "runtime");
+    return 0;
+  }
   if (weights) snprintf(wtype, sizeof wtype, "%s", weights);
   if ((rc = make_prompts(&ps, tok, pr)) < 0) goto done;
   size_t n;
