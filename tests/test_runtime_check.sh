@@ -108,6 +108,8 @@ for m in "temperature --tau 0.8" "lm-infinite --n-local 128"; do
   json "$o/certificate.json" '(lambda r: (r["runtime"], r["result"], r["tolerance"], r["max_abs_logit_diff"] <= 1e-3,
     r["version"]))(d["runtime_check"])' | grep -xF "('onnxruntime', 'equal', 0.001, True, 'onnxruntime-node 1.30.0')" >/dev/null && ok ||
     bad "$m onnx: $(json "$o/certificate.json" 'd.get("runtime_check")')"
+  grep "<h2>Runtime check</h2><p class=\"note\">certified on the ctxpatch engine; onnxruntime computes the same" \
+    "$o/report.html" >/dev/null && ok || bad "$m: the report's runtime card"
   "$bin" check "$o" --rerun --runtime-dir "$nm" >"$work/c.out" 2>&1 && grep -q "runtime re-run: equal" "$work/c.out" && ok ||
     bad "check --rerun $o: $(cat "$work/c.out")"
 done
