@@ -1,5 +1,6 @@
 /* ctxpatch check: the CI gate for a patched artifact (include/ctxpatch/verify/check.h, docs/ci.md).
  * Exit 0 pass, 1 the artifact fails a check (every failure one line), 2 usage or unreadable input. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,11 +8,12 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "cli/runtime_opts.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/verify/check.h"
 
 static const char check_help[] =
-    "usage: ctxpatch check ARTIFACT [--rerun] [--threads T] [--tolerance X] [--json]\n\n"
+    "usage: ctxpatch check ARTIFACT [--rerun] [--runtime-dir DIR] [--threads T] [--tolerance X] [--json]\n\n"
     "Decides whether a patched artifact (what 'ctxpatch patch' writes) may ship: every file\n"
     "against SHA256SUMS (nothing extra or missing), certificate.json against its schema and a\n"
     "pass verdict, the certificate's file digests, tool version, method, fidelity and rules\n"
@@ -20,11 +22,14 @@ static const char check_help[] =
     "  --rerun        run the certificate's probes again with its seed; accuracies must be equal\n"
     "                 bit for bit, P_max / entropy within --tolerance (default 1e-4)\n"
     "  --threads T    re-run engine threads (default the certificate's run.threads)\n"
+    "  --runtime-dir DIR  with --rerun: a node_modules folder with node-llama-cpp / onnxruntime-node\n"
+    "                 (default $CTXPATCH_RUNTIMES); the certificate's runtime comparison is made\n"
+    "                 again on the artifact (for a .gguf file or an ONNX folder, only that)\n"
     "  --json         print the report as one JSON object instead\n"
     "ARTIFACT may also be one file: a .gguf from 'patch --to gguf', or a .onnx graph 'patch IN.onnx\n"
     "OUT.onnx' rewrote (its certificate, digest, rule and fidelity from metadata_props).\n"
     "Exit status: 0 pass, 1 the artifact fails a check, 2 usage or unreadable input (also\n"
-    "--rerun on a GGUF or ONNX artifact: not supported).\n";
+    "--rerun on a GGUF or ONNX artifact without a runtime folder: not supported).\n";
 
 static int print_json(const char *path, const cp_check_report *r, bool rerun) {
   cJSON *o = cJSON_CreateObject(), *fails = NULL;
@@ -38,6 +43,10 @@ static int print_json(const char *path, const cp_check_report *r, bool rerun) {
     cJSON *rr = cJSON_AddObjectToObject(o, "rerun");
     cJSON_AddBoolToObject(rr, "done", r->reran);
     cJSON_AddNumberToObject(rr, "cells", r->rerun_cells);
+    cJSON_AddBoolToObject(rr, "runtime", r->runtime_reran);
+    if (r->runtime_reran && isfinite(r->runtime_max_diff))
+      cJSON_AddNumberToObject(rr, "runtime_max_abs_logit_diff", r->runtime_max_diff);
+    if (r->runtime_reran) cJSON_AddBoolToObject(rr, "runtime_same_prompts", !r->runtime_other_prompts);
   }
   fails = cJSON_AddArrayToObject(o, "failures");
   for (size_t i = 0; i < r->n_failures; i++) {
@@ -77,7 +86,10 @@ static int print_text(const char *path, const cp_check_report *r, bool rerun) {
     return CLI_FAIL;
   }
   printf("check: %s: pass (%s, %zu files, certificate sha256 %s", path, r->format, r->n_files, r->certificate_sha256);
-  if (rerun) printf(", re-run: %d cells equal", r->rerun_cells);
+  if (rerun && r->rerun_cells) printf(", re-run: %d cells equal", r->rerun_cells);
+  if (rerun && r->runtime_reran)
+    printf(", runtime re-run: equal, max |diff| %.3g%s", r->runtime_max_diff,
+           r->runtime_other_prompts ? ", on other prompts than the certified ones (the file's tokenizer)" : "");
   printf(")\n");
   return CLI_OK;
 }
@@ -85,6 +97,7 @@ static int print_text(const char *path, const cp_check_report *r, bool rerun) {
 int cmd_check(int argc, char **argv) {
   const char *path = NULL;
   bool json = false;
+  const char *runtime_dir = NULL;
   unsigned long long threads = 0;
   cp_check_params p;
   cp_check_params_init(&p);
@@ -96,7 +109,10 @@ int cmd_check(int argc, char **argv) {
     }
     if (!strcmp(a, "--rerun")) p.rerun = true;
     else if (!strcmp(a, "--json")) json = true;
-    else if (!strcmp(a, "--threads") || !strcmp(a, "--tolerance")) {
+    else if (!strcmp(a, "--runtime-dir")) {
+      if (!v) return cli_usage_error("check", "%s needs a value", a);
+      runtime_dir = argv[++i];
+    } else if (!strcmp(a, "--threads") || !strcmp(a, "--tolerance")) {
       if (!v) return cli_usage_error("check", "%s needs a value", a);
       i++;
       if (!strcmp(a, "--threads")) {
@@ -113,6 +129,11 @@ int cmd_check(int argc, char **argv) {
     else path = a;
   }
   if (!path) return cli_usage_error("check", "missing ARTIFACT");
+  if (runtime_dir && !p.rerun) return cli_usage_error("check", "--runtime-dir goes with --rerun");
+  cp_runtime_params rt;
+  char rt_script[4096];
+  cli_runtime_params(&rt, runtime_dir, rt_script);
+  if (p.rerun) p.runtime = &rt;
   if (p.rerun && cli_progress_wanted()) p.progress = cli_progress_bar;
   cp_check_report r;
   int rc = cp_check_artifact(&r, path, &p), status;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/runtime_opts.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/export/gguf_export.h"
 #include "ctxpatch/patchers/patch.h"
@@ -27,6 +28,7 @@ static const char patch_help[] =
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
     "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
+    "                      [--runtime-dir NODE_MODULES]\n"
     "       ctxpatch patch IN OUT --method auto [--target-len N] [--lengths L,...] [--budget SECONDS]\n"
     "                      [--calibrate M] [--calibration-samples N] [verify options] [--json]\n"
     "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
@@ -84,6 +86,11 @@ static const char patch_help[] =
     "                    engine under that rule (default: safetensors)\n"
     "  --dtype TYPE      (onnx) weight storage: fp32 (default), fp16 or bf16 (computed in fp32);\n"
     "                    (gguf) f32 (default), f16, bf16 or q8_0\n"
+    "  --runtime-dir DIR (gguf, onnx) a node_modules folder with node-llama-cpp or onnxruntime-node\n"
+    "                    (default $CTXPATCH_RUNTIMES): the probe prompts also run in llama.cpp /\n"
+    "                    onnxruntime on the written file, and their logits must equal the engine's\n"
+    "                    within the format's tolerance, else the certification fails; without it the\n"
+    "                    certificate says the runtime equivalence was not checked (docs/certificate.md)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
     "                    (K/M/G suffixes; default 1024, onnx's own; past 1 GiB inline, all go there)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
@@ -169,7 +176,7 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 
 /* Everything the command line says. */
 typedef struct {
-  const char *in, *out_dir, *method_text, *tok_path, *require, *to, *dtype, *rule_path;
+  const char *in, *out_dir, *method_text, *tok_path, *require, *to, *dtype, *rule_path, *runtime_dir;
   bool no_verify, force, json, auto_mode, have_budget;
   double budget; /* --method auto: seconds */
   cp_rule rule; /* --rule */
@@ -235,6 +242,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       else if (!strcmp(a, "--tokenizer")) pa->tok_path = v;
       else if (!strcmp(a, "--require")) pa->require = v;
       else if (!strcmp(a, "--to")) pa->to = v;
+      else if (!strcmp(a, "--runtime-dir")) pa->runtime_dir = v;
       else if (!strcmp(a, "--dtype")) pa->dtype = v;
       else if (!strcmp(a, "--shard-size")) {
         if (!cli_parse_size("patch", a, v, &pa->shard_size)) return CLI_USAGE;
@@ -304,6 +312,7 @@ static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const 
     printf("verdict: %s (%.1f s, %.0f tokens/s)\n", oc->pass ? "pass" : "fail", oc->result->seconds,
            oc->result->seconds > 0 ? (double)oc->result->tokens / oc->result->seconds : 0.0);
     for (int i = 0; i < oc->n_reasons; i++) printf("  %s\n", oc->reasons[i]);
+    cli_print_runtime_check(oc->certificate_json);
   }
   if (!oc->pass) {
     printf("certification failed: nothing written to %s\n", out_dir);
@@ -451,6 +460,10 @@ int cmd_patch(int argc, char **argv) {
   pp.on_tmp_dir = start_watchdog;
   pp.on_calibrate = print_calibrating;
   if (!pa.json) pp.on_plan = print_plan; /* --json: nothing but the document on stdout */
+  cp_runtime_params rt;
+  char rt_script[4096];
+  cli_runtime_params(&rt, pa.runtime_dir, rt_script);
+  pp.runtime = &rt;
   cp_onnx_export_params ep;
   cp_onnx_export_params_init(&ep);
   if (pa.to && !strcmp(pa.to, "onnx")) {

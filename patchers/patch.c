@@ -25,6 +25,7 @@
 #include "ctxpatch/formats/safetensors.h"
 #include "patchers/patch_json.h"
 #include "patchers/patch_stage.h"
+#include "patchers/patch_runtime.h"
 
 #define SHA_ZEROS "0000000000000000000000000000000000000000000000000000000000000000"
 
@@ -325,6 +326,8 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   out->pass = true;
   if (params->verify) {
     if ((rc = certify_model(&cert, out, tmp, in, original, &run, &eff, patch, params)) || !out->pass) goto done;
+    if ((rc = cp_patch_runtime_check(cert, out, CP_RUNTIME_ONNXRUNTIME, tmp, &run, &eff, params)) || !out->pass)
+      goto done;
     if ((rc = write_certificate(out, tmp, cert))) goto done;
     if ((rc = place_onnx_digest(tmp, &files, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
@@ -403,6 +406,10 @@ int cp_patch_stage(cp_patch_pending **pending, cp_patch_outcome *out, const char
   out->pass = true;
   /* What is certified is what is written: the baked folder, its metadata rule applied. */
   if (params->verify && ((rc = certify(&pd->cert, out, tmp, in, original, patch, params)) || !out->pass)) goto done;
+  /* --to gguf: what llama.cpp computes on the file must be what was certified. */
+  if (params->verify && params->to_gguf &&
+      ((rc = cp_patch_runtime_check_gguf(pd->cert, out, tmp, in, pd->block, pd->gguf_type, params)) || !out->pass))
+    goto done;
   *pending = pd;
   pd = NULL;
 done:

@@ -370,15 +370,18 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
                       dir ? " as a folder" : " as one file");
     goto done;
   }
-  if (params && params->rerun && !strcmp(fmt->name, "onnx")) { /* the probes run on the C engine only */
+  /* GGUF and ONNX: --rerun redoes the runtime comparison only, so it needs the runtime. */
+  bool runtime = params && params->runtime && params->runtime->node_modules;
+  if (params && params->rerun && (!runtime || !dir) && !strcmp(fmt->name, "onnx")) { /* probes: C engine only */
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: --rerun: the C engine does not run ONNX graphs; check the artifact without "
-                                       "--rerun (onnxruntime runs the graph: docs/onnx.md)", path);
+                                       "--rerun, or give --runtime-dir to redo the onnxruntime comparison (docs/onnx.md)",
+                      path);
     goto done;
   }
-  if (params && params->rerun && !dir) { /* GGUF: its tokenizer.ggml.* keys are not a tokenizer the probes can use */
-    rc = cp_error_set(CP_EUNSUPPORTED, "%s: --rerun: not supported for a %s file (the C tokenizer does not read every "
-                                       "tokenizer.ggml.* model); check it without --rerun, or --rerun the folder patch "
-                                       "wrote without --to gguf (docs/ci.md)", path, fmt->name);
+  if (params && params->rerun && !runtime && !dir) { /* GGUF: the probes are not re-run on one file */
+    rc = cp_error_set(CP_EUNSUPPORTED, "%s: --rerun: not supported for a %s file without --runtime-dir (which redoes the "
+                                       "llama.cpp comparison); or --rerun the folder patch wrote without --to gguf "
+                                       "(docs/ci.md)", path, fmt->name);
     goto done;
   }
   if (dir) {
@@ -387,7 +390,8 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
     goto done; /* one file: no manifest; the certificate comes out of the file */
   }
   if (c.cert && (rc = check_metadata(&c)) < 0) goto done;
-  if (c.cert && params && params->rerun) rc = check_rerun(&c, params);
+  if (c.cert && (rc = check_runtime(&c, params)) < 0) goto done;
+  if (c.cert && params && params->rerun && !strcmp(fmt->name, "safetensors")) rc = check_rerun(&c, params);
 done:
   for (size_t i = 0; i < c.n_meta; i++) {
     free(c.meta[i].where);

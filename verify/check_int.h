@@ -53,5 +53,8 @@ const check_format *check_format_of_file(const char *path);
 int check_certificate_schema(cp_check_report *r, const cJSON *cert);
 /* The probes of the certificate run again on the artifact (check.h, point 4). */
 int check_rerun(check_ctx *c, const cp_check_params *p);
+/* The certificate's runtime_check: shape and consistency, and with p->rerun and a runtime folder
+ * the comparison made again (check.h, point 5). verify/check_runtime.c. */
+int check_runtime(check_ctx *c, const cp_check_params *p);
 
 #endif

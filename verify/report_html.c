@@ -15,6 +15,7 @@
 #include "ctxpatch/base/strbuf.h"
 #include "verify/certificate_json.h"
 #include "verify/report_data.h"
+#include "verify/report_runtime.h"
 #include "verify/report_svg.h"
 
 #define SIDE_NAME REPORT_SIDE_NAME
@@ -446,6 +447,7 @@ int cp_report_html(char **out, const cJSON *certificate) {
   if (rc < 0) goto done;
   put_header(&b, certificate);
   put_verdict(&b, certificate);
+  report_runtime(&b, certificate);
   put_settings(&b, certificate, &d);
   put_auto(&b, certificate);
   report_svg_scale(&b);

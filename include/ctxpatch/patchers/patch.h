@@ -47,6 +47,7 @@
 #include "ctxpatch/export/onnx_export.h"
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/runtime.h"
 #include "ctxpatch/verify/verify.h"
 
 typedef enum {
@@ -188,6 +189,10 @@ typedef struct {
    * IN again; cp_patch_run takes it (freed once the artifact no longer needs it, also on error).
    * NULL: opened from IN (always so for cp_patch_write). */
   cp_checkpoint *checkpoint;
+  /* With verify and --to gguf / --to onnx: where the runtime check finds llama.cpp / onnxruntime
+   * (ctxpatch/verify/runtime.h). NULL or no node_modules: the certificate's runtime_check says
+   * "not checked". A runtime that computes other logits than the engine fails the verdict. */
+  const cp_runtime_params *runtime;
 } cp_patch_params;
 
 /* The default probe set's floor (accuracy of the original at its training length) and the

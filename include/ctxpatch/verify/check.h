@@ -13,10 +13,17 @@
  *   4. with `rerun`, the certificate's probes are run again on the artifact with its seed: every
  *      correct_by_depth count and accuracy must be equal, bit for bit; P_max and entropy, when the
  *      certificate has them, within `tolerance`.
+ *   5. the certificate's runtime_check (docs/certificate.md, "Runtime check"), when present: a
+ *      runtime that "differs" fails (runtime-differs), the tolerance must be the one of its weights
+ *      and agree with the result, and a GGUF's comparison must name this file's content digest
+ *      (runtime-content); with `rerun` and `runtime` naming a node_modules folder, the comparison is
+ *      made again on the artifact (runtime-rerun), also for a certificate that says "not checked";
+ *      prompts that differ from the certified ones (the file's own tokenizer) are reported, not failed.
  * One-file artifacts (a patched .gguf; a .onnx graph `patch IN.onnx OUT.onnx` rewrote) have no
  * manifest: the certificate travels in the file's metadata, and 2 and the metadata half of 3 are
- * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact, are
- * refused with CP_EUNSUPPORTED before any check.
+ * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact without
+ * a runtime folder, are refused with CP_EUNSUPPORTED before any check; with one, --rerun on them
+ * redoes the runtime comparison only (the probes need the safetensors folder).
  */
 #ifndef CTXPATCH_VERIFY_CHECK_H
 #define CTXPATCH_VERIFY_CHECK_H
@@ -24,6 +31,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ctxpatch/verify/runtime.h"
 
 /* The file `ctxpatch batch` writes into an artifact after it is complete (docs/batch.md). */
 #define CP_BATCH_STAMP_NAME "ctxpatch-batch.json"
@@ -36,6 +45,9 @@ typedef struct {
   double tolerance; /* re-run P_max / entropy tolerance */
   void (*progress)(void *ctx, int64_t done, int64_t total); /* re-run progress (may be NULL) */
   void *progress_ctx;
+  /* With rerun: where the runtime comparison finds llama.cpp / onnxruntime (NULL or no
+   * node_modules: not redone). */
+  const cp_runtime_params *runtime;
 } cp_check_params;
 
 void cp_check_params_init(cp_check_params *p);
@@ -51,6 +63,9 @@ typedef struct {
   char certificate_sha256[65];   /* of certificate.json; "" when unreadable */
   bool reran;                    /* the probes were run again */
   int rerun_cells;               /* (probe, length) cells compared by the re-run */
+  bool runtime_reran;            /* the runtime comparison was made again */
+  double runtime_max_diff;       /* its max |logit difference| (NaN: not finite) */
+  bool runtime_other_prompts;    /* it ran on other prompts than the certified ones (prompts_sha256) */
   cp_check_failure *failures;    /* [n_failures], in the order found; empty = pass */
   size_t n_failures, cap;
   bool oom;                      /* a failure could not be recorded (the report is incomplete) */

@@ -1,0 +1,23 @@
+/* Floor: patchers (private). The runtime check of a certified artifact (verify/runtime_check.h)
+ * put into its certificate: patch --to gguf and --to onnx. */
+#ifndef CTXPATCH_PATCHERS_PATCH_RUNTIME_H
+#define CTXPATCH_PATCHERS_PATCH_RUNTIME_H
+
+#include <cjson/cJSON.h>
+
+#include "ctxpatch/patchers/patch.h"
+#include "verify/runtime_check.h"
+
+/* Runs the check of `artifact` (engine side: `m` under `rule`, NULL = its metadata rule) on the
+ * probes and lengths of out->result, adds "runtime_check" to `cert`; when the runtime differs, the
+ * verdict fails (out->pass false, a reason in out and in the certificate, out's text updated). */
+int cp_patch_runtime_check(cJSON *cert, cp_patch_outcome *out, cp_runtime_kind kind, const char *artifact,
+                           const cp_model *m, const cp_rule *rule, const cp_patch_params *params);
+
+/* --to gguf: the baked folder `tmp` written as a GGUF file beside it (what llama.cpp will run: the
+ * same tensors and hyperparameter keys; only ctxpatch.* keys differ from the final file), checked,
+ * then removed. */
+int cp_patch_runtime_check_gguf(cJSON *cert, cp_patch_outcome *out, const char *tmp, const char *in, const cJSON *block,
+                                uint32_t gguf_type, const cp_patch_params *params);
+
+#endif
