@@ -27,10 +27,14 @@ const char *cp_err_text(int code) {
 }
 
 int cp_error_setv(int code, const char *fmt, va_list ap) {
-  last_code = code;
-  vsnprintf(last_message, sizeof last_message, fmt, ap);
-  for (char *p = last_message; *p; p++)
+  /* Formatted into a copy first: a caller may wrap the previous message (an argument of
+   * cp_error_message()), which vsnprintf into the same buffer would overwrite as it reads. */
+  char msg[sizeof last_message];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  for (char *p = msg; *p; p++)
     if (*p == '\n' || *p == '\r') *p = ' ';
+  last_code = code;
+  memcpy(last_message, msg, sizeof msg);
   return code;
 }
 
