@@ -248,4 +248,5 @@ bool tk_is_alnum(uint32_t cp) {
          cp == 0x200C || cp == 0x200D;
 }
 bool tk_is_punct(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_P_MASK) != 0; }
-bool tk_is_digit(uint32_t cp) { return u_charType((UChar32)cp) == U_DECIMAL_DIGIT_NUMBER; }
+/* Rust's char::is_numeric (HF's Digits): Nd, Nl and No, so ½ Ⅻ ① split off as digits do. */
+bool tk_is_numeric(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_N_MASK) != 0; }

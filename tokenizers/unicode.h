@@ -36,6 +36,6 @@ int tk_graphemes(const char *s, size_t n, tk_span_fn fn, void *ctx);
 bool tk_is_whitespace(uint32_t cp);
 bool tk_is_alnum(uint32_t cp); /* \w as in Rust regex: alphabetic, mark, digit, connector punct */
 bool tk_is_punct(uint32_t cp);
-bool tk_is_digit(uint32_t cp);
+bool tk_is_numeric(uint32_t cp); /* general category N (Nd, Nl, No), as Rust char::is_numeric */
 
 #endif
