@@ -177,13 +177,18 @@ void tk_regex_free(tk_regex *re) {
 
 /* ICU calls this once per tick (10,000 engine steps) of a match attempt: the ticks of all the
  * attempts of one walk are counted against one budget, linear in the text. */
+static _Thread_local size_t ticks_seen; /* this thread's ticks, for tests of the work bound */
+
 static UBool regex_tick(const void *vctx, int32_t steps) {
   size_t *left = (size_t *)vctx;
   (void)steps;
+  ticks_seen++;
   if (!*left) return false;
   (*left)--;
   return true;
 }
+
+size_t tk_regex_ticks(void) { return ticks_seen; }
 
 int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_span_fn fn, void *ctx) {
   UErrorCode st = U_ZERO_ERROR;
