@@ -119,10 +119,9 @@ static cJSON *build(const pre_kind *k) {
   bool ok = seq && put(seq, "pretokenizers", list);
   if (!seq) cJSON_Delete(list);
   for (int i = 0; ok && i < 6 && k->re[i]; i++) {
-    cJSON *pat = cJSON_CreateObject();
-    ok = (n = node("Split")) && put(list, NULL, n) && pat && put(n, "pattern", pat) &&
-         put(pat, "Regex", cJSON_CreateString(k->re[i])) && put(n, "behavior", cJSON_CreateString("Isolated"));
-    if (!n || !ok) cJSON_Delete(n ? NULL : pat);
+    cJSON *split = node("Split"), *pat = NULL;
+    ok = split && put(list, NULL, split) && (pat = cJSON_CreateObject()) && put(split, "pattern", pat) &&
+         put(pat, "Regex", cJSON_CreateString(k->re[i])) && put(split, "behavior", cJSON_CreateString("Isolated"));
   }
   if (ok && k->digits)
     ok = (n = node("Digits")) && put(list, NULL, n) && put(n, "individual_digits", cJSON_CreateTrue());
