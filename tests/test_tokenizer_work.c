@@ -13,6 +13,7 @@
 #include "ctxpatch/base/utf8.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "test.h"
+#include "tokenizers/bpe_pre.h"
 #include "tokenizers/hf_bytelevel.h"
 #include "tokenizers/unicode.h"
 
@@ -67,6 +68,17 @@ int main(void) {
     }
     cp_tokenizer_free(tok);
   }
+  /* Every name the refusal message lists opens (the list and the table agree). */
+  char names[1024];
+  snprintf(names, sizeof names, "%s", tk_bpe_pre_known());
+  int listed = 0;
+  for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save), listed++) {
+    cp_bpe_vocab v = {.tokens = toks, .n = 256, .bos_id = -1, .eos_id = -1, .pre = name, .pre_len = strlen(name)};
+    cp_tokenizer *tok = NULL;
+    CHECK_RC(0, cp_tokenizer_from_bpe_vocab(&tok, &v, name));
+    cp_tokenizer_free(tok);
+  }
+  CHECK(listed == 19);
   /* The count is real: a pattern that rescans the run from every start (\s+x over spaces without
    * an x) is quadratic, and is stopped at the walk's budget with CP_ETOK_LIMIT. */
   tk_regex *re = NULL;
