@@ -100,7 +100,7 @@ int main(void) {
   CHECK(cp_tokenizer_from_bpe_vocab(&tok, &v, "v.gguf") < 0 && !tok);
   CHECK_MSG(strstr(cp_error_message(), "v.gguf: model.merges[1]") != NULL, "got '%s'", cp_error_message());
 
-  /* Through a GGUF file: gpt-2 reads, another pre-tokenizer is refused by name. */
+  /* Through a GGUF file: gpt-2 and llama-bpe read, an unknown pre-tokenizer is refused by name. */
   char dir[] = "/tmp/ctxpatch-vocab-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   char path[64];
@@ -110,12 +110,17 @@ int main(void) {
   CHECK_RC(0, cp_model_tokenizer_open(&tok, path));
   if (tok) CHECK(cp_tokenizer_token_id(tok, "<|end|>") == 5 && cp_tokenizer_eos_id(tok) == 5);
   cp_tokenizer_free(tok);
-  CHECK_RC(0, write_gguf(path, "llama-bpe"));
+  CHECK_RC(0, write_gguf(path, "llama-bpe")); /* llama.cpp's other names read (goldens: test_tokenizer_modern) */
+  tok = NULL;
+  CHECK_RC(0, cp_model_tokenizer_open(&tok, path));
+  cp_tokenizer_free(tok);
+  CHECK_RC(0, write_gguf(path, "kimi-k2"));
   tok = NULL;
   CHECK_RC(CP_ETOK_UNSUPPORTED, cp_model_tokenizer_open(&tok, path));
   char want[160];
-  snprintf(want, sizeof want, "%s: tokenizer.ggml.pre 'llama-bpe' is not supported (gpt-2)", path);
-  CHECK_MSG(!strcmp(cp_error_message(), want), "got '%s'", cp_error_message());
+  snprintf(want, sizeof want, "%s: pre-tokenizer (tokenizer.ggml.pre) 'kimi-k2' is not supported (gpt-2, ", path);
+  CHECK_MSG(!strncmp(cp_error_message(), want, strlen(want)) && !strchr(cp_error_message(), '\n'), "got '%s'",
+            cp_error_message());
   unlink(path);
   rmdir(dir);
   return test_finish();

@@ -49,6 +49,46 @@ expect "Hello world, it's 2024!" "$bin" tokenize "$fx/gpt2/tokenizer.json" --dec
 "$bin" tokenize "$fx/t5/tokenizer.json" --decode 100,19,1 --json >"$work/d.json" && ok || bad "--decode --json exit"
 "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["text"]=="This is</s>", d' "$work/d.json" && ok || bad "--decode --json content"
 
+# Modern tokenizers (../shared/fixtures/tokenizers/modern, ids made by transformers / HF tokenizers):
+# Llama 3.2's tokenizer.json, Phi-3's SentencePiece GGUF and DeepSeek LLM's byte-level GGUF (its
+# tokenizer.ggml.pre 'deepseek-llm'), each on llama.cpp's .inp texts against the .out ids; Llama 3.2
+# with its BOS from the post-processor. All rows run in-process in test_tokenizer_modern.
+mod=$fx/modern
+if [ -d "$mod" ]; then
+  mkdir "$work/l32" && gzip -dc "$mod/llama3/llama-3.2/tokenizer.json.gz" >"$work/l32/tokenizer.json" && ok ||
+    bad "gunzip llama-3.2"
+  for pair in llama3/ggml-vocab-llama-bpe:l32 phi3/ggml-vocab-phi-3:phi3 deepseek/ggml-vocab-deepseek-llm:dsl; do
+    stem=${pair%%:*}; name=${pair##*:}
+    case $name in l32) tok=$work/l32;; *) tok=$mod/$stem.gguf;; esac
+    "$py" - "$mod/$stem.gguf.inp" "$mod/$stem.gguf.out" "$work/$name" <<'PY' || bad "split $stem"
+import os, sys
+texts = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1]
+outs = open(sys.argv[2]).read().split("\n")
+os.makedirs(sys.argv[3], exist_ok=True)
+for i in (0, 1, 5, 14, 29, 45):  # digits, umlaut, spaces, newlines, CJK, the long mixed text
+    open(f"{sys.argv[3]}/{i:02d}.txt", "w", encoding="utf-8").write(texts[i])
+    open(f"{sys.argv[3]}/{i:02d}.ids", "w").write(",".join(outs[i].split()) + "\n")
+PY
+    n=0; m=0
+    for f in "$work/$name"/*.txt; do
+      got=$("$bin" tokenize "$tok" --text-file "$f" --no-special 2>&1)
+      n=$((n+1)); [ "$got" = "$(cat "${f%.txt}.ids")" ] && m=$((m+1)) || echo "$stem ${f##*/}: got $got"
+    done
+    echo "$stem through the CLI: $m / $n texts equal"
+    [ "$m" -eq "$n" ] && [ "$n" -eq 6 ] && ok || bad "$stem CLI $m / $n"
+  done
+  expect "128000,9906,1917,0" "$bin" tokenize "$work/l32" --text "Hello world!"
+  expect "Hello world!" "$bin" tokenize "$work/l32" --decode 128000,9906,1917,0 --no-special
+  # A pre-tokenizer or normalizer the engine does not have: one line naming the file and the key.
+  printf '{"pre_tokenizer":{"type":"Punctuation"},"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}' >"$work/punct.json"
+  expect_error "$work/punct.json: pre_tokenizer type 'Punctuation' is not supported" \
+    "$bin" tokenize "$work/punct.json" --text hi
+  printf '{"normalizer":{"type":"BertNormalizer"},"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}' >"$work/bert.json"
+  expect_error "$work/bert.json: normalizer.*BertNormalizer" "$bin" tokenize "$work/bert.json" --text hi
+else
+  echo "note: $mod absent: the modern tokenizers part is skipped"
+fi
+
 # errors: one line, nonzero exit
 mkdir "$work/empty"
 expect_error "CP_ETOK_MISSING" "$bin" tokenize "$work/empty" --text hi

@@ -236,7 +236,7 @@ int tk_pretokenizer_apply(const pre_step *st, const piece *pc, pieces *out) {
     while (i < n) {
       size_t l = cp_utf8_decode(&cp, (const unsigned char *)s + i, n - i);
       if (!l) l = 1, cp = 0xFFFD;
-      bool hit = st->type == P_WSSPLIT ? tk_is_whitespace(cp) : tk_is_digit(cp);
+      bool hit = st->type == P_WSSPLIT ? tk_is_whitespace(cp) : tk_is_numeric(cp);
       if (hit) {
         spans_add(&sp, last, i, false);
         if (st->type == P_DIGITS && !st->individual && sp.n && sp.v[sp.n - 1].match && sp.v[sp.n - 1].b == i)

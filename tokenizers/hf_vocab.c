@@ -1,7 +1,7 @@
 /* A byte-level BPE vocabulary given as data (cp_bpe_vocab, e.g. a GGUF "gpt2" vocabulary) as the
  * tokenizer.json tree HF would serialise for it, loaded by the one tokenizer.json loader
  * (tokenizers/hf.h): model BPE {vocab, merges}, added_tokens for control / user-defined tokens,
- * ByteLevel pre-tokenizer (GPT-2 regex, no prefix space) and decoder, a TemplateProcessing
+ * the pre-tokenizer llama.cpp's name stands for (tokenizers/bpe_pre.c), ByteLevel decoder, a TemplateProcessing
  * post-processor for add_bos / add_eos. Every entry is checked here first, so a refusal names the
  * vocabulary's own entry. */
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/utf8.h"
+#include "tokenizers/bpe_pre.h"
 #include "tokenizers/hf.h"
 #include "tokenizers/strmap.h"
 
@@ -39,6 +40,9 @@ static int check_tokens(const cp_bpe_vocab *v, const char *what) {
 }
 
 static int check_vocab(const cp_bpe_vocab *v, const char *what) {
+  bool ignore_merges;
+  int rc = tk_bpe_pre(NULL, &ignore_merges, v->pre, v->pre_len, what);
+  if (rc) return rc;
   if (!v->n || v->n > CP_BPE_MAX_TOKENS || v->n_merges > CP_BPE_MAX_MERGES)
     return cp_error_set(CP_ETOK_MODEL, "%s: %zu tokens and %zu merges (1..%d tokens, at most %d merges)", what, v->n,
                         v->n_merges, CP_BPE_MAX_TOKENS, CP_BPE_MAX_MERGES);
@@ -108,11 +112,14 @@ static void byte_level(cJSON *root, const char *key, bool *ok) {
 
 /* The tokenizer.json tree of v (checked), or NULL when out of memory. */
 static cJSON *build_tree(const cp_bpe_vocab *v) {
-  bool ok = true;
-  cJSON *root = cJSON_CreateObject();
+  bool ok = true, ignore_merges = false;
+  cJSON *root = cJSON_CreateObject(), *pre = NULL;
   if (!root) return NULL;
+  if (tk_bpe_pre(&pre, &ignore_merges, v->pre, v->pre_len, "vocabulary")) ok = false; /* known: checked */
+  add(root, "pre_tokenizer", pre, &ok);
   cJSON *model = add(root, "model", cJSON_CreateObject(), &ok);
   add(model, "type", cJSON_CreateString("BPE"), &ok);
+  add(model, "ignore_merges", cJSON_CreateBool(ignore_merges), &ok);
   cJSON *vocab = add(model, "vocab", cJSON_CreateObject(), &ok), *merges = add(model, "merges", cJSON_CreateArray(), &ok);
   cJSON *added = add(root, "added_tokens", cJSON_CreateArray(), &ok);
   add(root, "normalizer", cJSON_CreateNull(), &ok);
@@ -131,7 +138,6 @@ static cJSON *build_tree(const cp_bpe_vocab *v) {
     cJSON_Delete(key);
   }
   for (size_t i = 0; i < v->n_merges && ok; i++) add(merges, NULL, str_node(v->merges[i].s, v->merges[i].len), &ok);
-  byte_level(root, "pre_tokenizer", &ok);
   byte_level(root, "decoder", &ok);
   post_processor(root, v, &ok);
   if (!ok) {

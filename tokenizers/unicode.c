@@ -177,13 +177,18 @@ void tk_regex_free(tk_regex *re) {
 
 /* ICU calls this once per tick (10,000 engine steps) of a match attempt: the ticks of all the
  * attempts of one walk are counted against one budget, linear in the text. */
+static _Thread_local size_t ticks_seen; /* this thread's ticks, for tests of the work bound */
+
 static UBool regex_tick(const void *vctx, int32_t steps) {
   size_t *left = (size_t *)vctx;
   (void)steps;
+  ticks_seen++;
   if (!*left) return false;
   (*left)--;
   return true;
 }
+
+size_t tk_regex_ticks(void) { return ticks_seen; }
 
 int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_span_fn fn, void *ctx) {
   UErrorCode st = U_ZERO_ERROR;
@@ -248,4 +253,5 @@ bool tk_is_alnum(uint32_t cp) {
          cp == 0x200C || cp == 0x200D;
 }
 bool tk_is_punct(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_P_MASK) != 0; }
-bool tk_is_digit(uint32_t cp) { return u_charType((UChar32)cp) == U_DECIMAL_DIGIT_NUMBER; }
+/* Rust's char::is_numeric (HF's Digits): Nd, Nl and No, so ½ Ⅻ ① split off as digits do. */
+bool tk_is_numeric(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_N_MASK) != 0; }

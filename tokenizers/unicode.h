@@ -30,12 +30,15 @@ void tk_regex_free(tk_regex *re);
  * (catastrophic backtracking) is CP_ETOK_LIMIT. */
 typedef int (*tk_span_fn)(void *ctx, size_t start, size_t end);
 int tk_regex_each(const tk_regex *re, const char *s, size_t n, tk_span_fn fn, void *ctx);
+/* Ticks (10,000 engine steps each) the walks of the calling thread have used so far: the work
+ * count tests assert linear bounds on. */
+size_t tk_regex_ticks(void);
 /* Calls fn(start, end) for each extended grapheme cluster of s[0..n). */
 int tk_graphemes(const char *s, size_t n, tk_span_fn fn, void *ctx);
 
 bool tk_is_whitespace(uint32_t cp);
 bool tk_is_alnum(uint32_t cp); /* \w as in Rust regex: alphabetic, mark, digit, connector punct */
 bool tk_is_punct(uint32_t cp);
-bool tk_is_digit(uint32_t cp);
+bool tk_is_numeric(uint32_t cp); /* general category N (Nd, Nl, No), as Rust char::is_numeric */
 
 #endif

@@ -427,6 +427,12 @@ int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
   v.byte_fallback = n_bytes == 256;
   int *dst[4] = {&v.unk_id, &v.bos_id, &v.eos_id, &v.pad_id};
   for (int k = 0; k < 4; k++) *dst[k] = ids[k] < (int64_t)v.n ? (int)ids[k] : -1;
+  /* SentencePiece allows one UNKNOWN piece; llama.cpp takes the unknown id from its key and never
+   * produces other UNKNOWN (2) pieces (Phi-3's [PADn] padding; its <unk> is CONTROL): the unknown
+   * id's piece is UNKNOWN, the others UNUSED (5), which SentencePiece never emits either. */
+  for (size_t i = 0; i < v.n && v.unk_id >= 0; i++)
+    if ((int64_t)i == v.unk_id) pieces[i].type = 2;
+    else if (pieces[i].type == 2) pieces[i].type = 5;
   rc = cp_tokenizer_from_spm_vocab(out, &v, cp_gguf_path(g));
   free(pieces);
   return rc;

@@ -20,9 +20,7 @@ int cp_gguf_bpe_tokenizer(cp_tokenizer **out, const cp_gguf_file *g, const cp_sp
     return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: gpt2 vocabulary without tokenizer.ggml.pre (llama.cpp's default "
                         "regex is not read; gpt-2 is)", path);
   if ((rc = cp_gguf_get_str(&pre, &pre_len, g, "tokenizer.ggml.pre"))) return rc;
-  if (pre_len != 5 || memcmp(pre, "gpt-2", 5))
-    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not supported (gpt-2)", path,
-                        (int)(pre_len < 64 ? pre_len : 64), pre);
+  v.pre = pre, v.pre_len = pre_len; /* an unknown name is refused by cp_tokenizer_from_bpe_vocab */
   if ((rc = cp_gguf_get_arr(&elem, &n_merges, g, "tokenizer.ggml.merges"))) return rc;
   if (n_merges > CP_BPE_MAX_MERGES)
     return cp_error_set(CP_ETOK_MODEL, "%s: tokenizer.ggml.merges: %llu merges, more than the limit of %d", path,

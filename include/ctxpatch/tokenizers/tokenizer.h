@@ -96,8 +96,11 @@ int cp_tokenizer_from_spm_vocab(cp_tokenizer **out, const cp_spm_vocab *v, const
 int cp_tokenizer_spm_piece(cp_spm_piece *out, const cp_tokenizer *tok, size_t id);
 
 /* A byte-level BPE vocabulary given as data (GGUF tokenizer.ggml.model "gpt2"): tokens in GPT-2's
- * byte-to-unicode alphabet, ranked merges "left right", GPT-2's ByteLevel pre-tokenizer (its regex,
- * no prefix space) and decoder, no normaliser. Control (3) and user-defined (4) tokens are matched
+ * byte-to-unicode alphabet, ranked merges "left right", the pre-tokenizer named as llama.cpp names
+ * it (tokenizer.ggml.pre: gpt-2, mpt, olmo, phi-2, llama-bpe / llama3 / llama-v3, smaug-bpe, dbrx,
+ * qwen2, deepseek-r1-qwen, starcoder, refact, command-r, tekken, deepseek-v3, deepseek-coder,
+ * deepseek-llm, falcon: each the regex Split sequence of the model's tokenizer.json, then ByteLevel;
+ * ignore_merges where llama.cpp sets it), ByteLevel decoder, no normaliser (as llama.cpp). Control (3) and user-defined (4) tokens are matched
  * in the text before BPE, as tokenizer.json's added tokens are (control ones are special: skipped
  * when decoding with skip_special); every token is also in the BPE vocabulary. */
 typedef struct {
@@ -112,6 +115,8 @@ typedef struct {
   size_t n_merges;
   int bos_id, eos_id;    /* -1: none */
   bool add_bos, add_eos; /* what add_special adds */
+  const char *pre;       /* pre-tokenizer name (not NUL-terminated); NULL: "gpt-2" */
+  size_t pre_len;
 } cp_bpe_vocab;
 
 /* Limits on a cp_bpe_vocab (refused with CP_ETOK_MODEL past them): */
@@ -122,7 +127,8 @@ typedef struct {
 /* Opens `v` as a tokenizer.json of that shape is opened. Refused with CP_ETOK_MODEL naming
  * `what` and the entry: no tokens, counts or lengths past the limits, an empty token, one with a
  * NUL byte or invalid UTF-8, a token twice, a type outside 1..6, a merge that is not two tokens
- * whose concatenation is a token, bos/eos outside the tokens. */
+ * whose concatenation is a token, bos/eos outside the tokens; an unknown pre-tokenizer name with
+ * CP_ETOK_UNSUPPORTED. */
 int cp_tokenizer_from_bpe_vocab(cp_tokenizer **out, const cp_bpe_vocab *v, const char *what);
 
 /* The checks cp_tokenizer_from_bpe_vocab makes before building (counts, each token's bounds, no

@@ -1,0 +1,19 @@
+/* Private to tokenizers/: llama.cpp's byte-level BPE pre-tokenizer names (GGUF
+ * tokenizer.ggml.pre: "gpt-2", "llama-bpe", "qwen2", "tekken", ...) as tokenizer.json
+ * pre_tokenizer nodes (tokenizers/bpe_pre.c), for cp_bpe_vocab. */
+#ifndef CTXPATCH_TOKENIZERS_BPE_PRE_H
+#define CTXPATCH_TOKENIZERS_BPE_PRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* The pre_tokenizer node of name[0..len) (NULL: "gpt-2") into *out (caller frees; out NULL: only
+ * check the name) and whether llama.cpp sets ignore_merges for it. An unknown name is
+ * CP_ETOK_UNSUPPORTED naming `what`, the name and the known ones. */
+int tk_bpe_pre(cJSON **out, bool *ignore_merges, const char *name, size_t len, const char *what);
+/* The supported names, comma-separated (for messages and docs). */
+const char *tk_bpe_pre_known(void);
+
+#endif
