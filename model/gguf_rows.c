@@ -2,11 +2,15 @@
  * each way, shared by the GGUF reader (import/model_load.c) and writer (export/gguf/gguf_export.c). */
 #include "ctxpatch/model/gguf_rows.h"
 
+#include <string.h>
+
 #include "ctxpatch/base/error.h"
 
 cp_gguf_rows cp_gguf_rows_of(const cp_hf_config *cfg, cp_tensor_role role) {
   cp_gguf_rows r = {CP_GGUF_ROWS_SAME, cfg->n_heads, cfg->d_head};
-  if (cfg->family == CP_FAMILY_LLAMA && (role == CP_ROLE_Q || role == CP_ROLE_K)) r.order = CP_GGUF_ROWS_ROTARY;
+  /* llama.cpp's qwen2 rotates halves (NEOX), as HF: its converter keeps q/k rows in place. */
+  if (cfg->family == CP_FAMILY_LLAMA && strcmp(cfg->model_type, "qwen2") != 0 && (role == CP_ROLE_Q || role == CP_ROLE_K))
+    r.order = CP_GGUF_ROWS_ROTARY;
   if ((cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX) && role == CP_ROLE_QKV)
     r.order = CP_GGUF_ROWS_QKV;
   return r;

@@ -44,6 +44,7 @@ static const struct {
 } k_model_types[] = {
     {"t5", CP_FAMILY_T5},       {"bloom", CP_FAMILY_BLOOM},       {"mpt", CP_FAMILY_MPT},
     {"llama", CP_FAMILY_LLAMA}, {"mistral", CP_FAMILY_LLAMA},     {"gpt_neox", CP_FAMILY_GPT_NEOX},
+    {"qwen2", CP_FAMILY_LLAMA}, /* the Llama body with q/k/v biases (modeling_qwen2.py) */
     {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
 };
 
@@ -59,13 +60,14 @@ static const struct {
     {"MptModel", "mpt"},
     {"LlamaForCausalLM", "llama"},        {"LlamaModel", "llama"},
     {"MistralForCausalLM", "mistral"},    {"MistralModel", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},        {"Qwen2Model", "qwen2"},
     {"GPTNeoXForCausalLM", "gpt_neox"},   {"GPTNeoXModel", "gpt_neox"},
     {"CtxpatchFireForCausalLM", "ctxpatch_fire"},
     {"GPT2LMHeadModel", "gpt2"},          {"GPT2Model", "gpt2"},
 };
 
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, gpt_neox, ctxpatch_fire, gpt2";
+  return "t5, bloom, mpt, llama, mistral, qwen2, gpt_neox, ctxpatch_fire, gpt2";
 }
 
 const char *cp_family_name(cp_family family) {
@@ -628,9 +630,35 @@ static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_d
   return train_len(cfg, c, "max_position_embeddings");
 }
 
+/* Qwen2 (modeling_qwen2.py): q, k and v carry biases (o does not), whatever attention_bias says;
+ * its sliding window applies only with use_sliding_window (transformers 5: "sliding_attention"
+ * entries of layer_types), which is refused: the window per layer is not run yet. */
+static int parse_qwen2(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  bool sliding = false;
+  TRY(opt_bool(&sliding, c, r, "use_sliding_window", NULL, false));
+  if (sliding)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'use_sliding_window': true is not supported (a sliding window on "
+                        "some layers is not run yet)", c->what);
+  const cJSON *types = field(r, "layer_types");
+  if (types) {
+    if (!cJSON_IsArray(types)) return bad(c, "layer_types", "a list", types);
+    int i = 0;
+    for (const cJSON *t = types->child; t; t = t->next, i++)
+      if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
+        char label[48];
+        snprintf(label, sizeof label, "layer_types[%d]", i);
+        return bad(c, label, "\"full_attention\" (sliding layers are not run yet)", t);
+      }
+  }
+  cfg->qkv_bias = true;
+  cfg->no_bias = false;
+  return 0;
+}
+
 static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
-  bool mistral = strcmp(cfg->model_type, "mistral") == 0;
+  bool mistral = strcmp(cfg->model_type, "mistral") == 0, qwen2 = strcmp(cfg->model_type, "qwen2") == 0;
   cfg->pos = CP_POS_ROPE;
   TRY(parse_llama_body(cfg, c, true));
   TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY,
@@ -644,6 +672,7 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   cfg->qkv_bias = attention_bias;
   cfg->no_bias = !attention_bias && !mlp_bias;
   cfg->sliding_window = 0;
+  if (qwen2) TRY(parse_qwen2(cfg, c));
   if (mistral) {
     /* MistralConfig defaults to a 4096 window; an explicit null disables it. */
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");

@@ -264,6 +264,35 @@ static void rope_scaling_types(void) {
   }
 }
 
+/* Qwen2: the Llama body with q/k/v biases (whatever attention_bias says); use_sliding_window and
+ * sliding layer_types are refused (the per-layer window is not run yet). */
+static void qwen2_configs(void) {
+  cp_hf_config *c = parse_mem(0, "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"hidden_size\":64,"
+                                 "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_hidden_layers\":2,"
+                                 "\"intermediate_size\":128,\"vocab_size\":100,\"max_position_embeddings\":32768,"
+                                 "\"use_sliding_window\":false,\"sliding_window\":4096,\"rope_theta\":1000000.0}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_LLAMA && !strcmp(c->model_type, "qwen2") && c->qkv_bias && !c->no_bias);
+    CHECK(c->sliding_window == 0 && c->n_kv_heads == 2 && near(c->rope_theta, 1e6));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"num_attention_heads\":4,"
+                   "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                   "\"layer_types\":[\"full_attention\",\"full_attention\"]}");
+  if (c) {
+    CHECK(!strcmp(c->model_type, "qwen2")); /* from architectures[0] */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                               "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                               "\"use_sliding_window\":true}");
+  CHECK(strstr(cp_error_message(), "key 'use_sliding_window': true is not supported") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                               "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                               "\"layer_types\":[\"full_attention\",\"sliding_attention\"]}");
+  CHECK(strstr(cp_error_message(), "key 'layer_types[1]'") != NULL);
+}
+
 static void mistral_7b(void) {
   cp_hf_config *c = load("mistral-7b-v0.1.json");
   if (!c) return;
@@ -585,6 +614,7 @@ int main(void) {
   llama_2_7b();
   llama_rope_linear();
   rope_scaling_types();
+  qwen2_configs();
   mistral_7b();
   pythia_70m();
   gpt2_small();

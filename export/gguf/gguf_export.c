@@ -329,7 +329,7 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
   else if (g && cp_gguf_find_key(g, "general.name") >= 0 && cp_gguf_get_str(&gname, &glen, g, "general.name") == 0)
     snprintf(name, sizeof name, "%.*s", (int)(glen < 255 ? glen : 255), gname);
   else snprintf(name, sizeof name, "%.*s", (int)strcspn(base_name(in), "/"), base_name(in));
-  const char *arch = cp_gguf_arch_of(cfg->family); /* checked by cp_gguf_export_check */
+  const char *arch = cp_gguf_arch_of_config(cfg); /* checked by cp_gguf_export_check */
   int rc;
   if ((rc = cp_gguf_put_str(w, "general.architecture", arch, strlen(arch))) ||
       (rc = cp_gguf_put_str(w, "general.name", name, strlen(name))) ||

@@ -97,13 +97,26 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
 static const struct {
   const char *arch;
   cp_family family;
-} k_archs[] = {{"llama", CP_FAMILY_LLAMA}, {"gptneox", CP_FAMILY_GPT_NEOX}, {"bloom", CP_FAMILY_BLOOM},
-               {"mpt", CP_FAMILY_MPT}, {"gpt2", CP_FAMILY_GPT2}, {"t5", CP_FAMILY_T5}};
+  const char *model_type; /* HF model_type and architecture of the synthetic config */
+  const char *hf_arch;
+} k_archs[] = {{"llama", CP_FAMILY_LLAMA, "llama", "LlamaForCausalLM"},
+               {"gptneox", CP_FAMILY_GPT_NEOX, "gpt_neox", NULL},
+               {"bloom", CP_FAMILY_BLOOM, "bloom", NULL},
+               {"mpt", CP_FAMILY_MPT, "mpt", NULL},
+               {"gpt2", CP_FAMILY_GPT2, "gpt2", NULL},
+               {"t5", CP_FAMILY_T5, "t5", NULL},
+               {"qwen2", CP_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
     if (k_archs[i].family == family) return k_archs[i].arch;
   return NULL;
+}
+
+const char *cp_gguf_arch_of_config(const cp_hf_config *cfg) {
+  for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
+    if (k_archs[i].family == cfg->family && !strcmp(k_archs[i].model_type, cfg->model_type)) return k_archs[i].arch;
+  return cp_gguf_arch_of(cfg->family); /* mistral: llama.cpp's llama */
 }
 
 /* The numbers every architecture states: heads, head size, vocabulary, special ids, tied head. */
@@ -200,11 +213,12 @@ static int t5_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const
 }
 
 /* The synthetic config.json of each architecture: the fields its HF config names. */
-static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_family family) {
+static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_family family, const char *model_type,
+                     const char *hf_arch) {
   arch_dims a;
   char eps[128];
   int rc;
-  cp_strbuf_printf(js, "{\"model_type\":\"%s\"", cp_family_name(family));
+  cp_strbuf_printf(js, "{\"model_type\":\"%s\"", model_type);
   if ((rc = read_dims(&a, js, g, arch))) return rc;
   snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA ? "rms_" : "");
   switch (family) {
@@ -212,9 +226,9 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       char key[128];
       snprintf(key, sizeof key, "%s.attention.key_length", arch);
       if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a.d_head, g, key))) return rc;
-      cp_strbuf_printf(js, ",\"architectures\":[\"LlamaForCausalLM\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
+      cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
                        "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld,"
-                       "\"intermediate_size\":%lld", (long long)a.d, (long long)a.heads, (long long)a.kv_heads,
+                       "\"intermediate_size\":%lld", hf_arch, (long long)a.d, (long long)a.heads, (long long)a.kv_heads,
                        (long long)a.d_head, (long long)a.ff);
       if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
           (rc = put_num(js, g, eps, "rms_norm_eps")))
@@ -315,11 +329,11 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
-    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, gptneox, bloom, mpt, gpt2, t5)",
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};
-  if ((rc = arch_json(&js, g, arch, k_archs[k].family)) == 0 && cp_gguf_find_key(g, "ctxpatch.rule") >= 0) {
+  if ((rc = arch_json(&js, g, arch, k_archs[k].family, k_archs[k].model_type, k_archs[k].hf_arch)) == 0 && cp_gguf_find_key(g, "ctxpatch.rule") >= 0) {
     const char *rule; /* a patched file's rule (ctxpatch/export/gguf_export.h) */
     size_t rule_len;
     if ((rc = cp_gguf_get_str(&rule, &rule_len, g, "ctxpatch.rule")) == 0)

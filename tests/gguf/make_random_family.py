@@ -2,11 +2,12 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2 [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2 [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
   gpt2          learned positions (n_positions 512), Conv1D matrices stored [n_in, n_out], tied head
+  qwen2         the Llama body with q/k/v biases, GQA (4 heads, 2 kv heads), tied head
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -90,6 +91,25 @@ def main():
         cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_embd": D,
                "n_layer": L, "n_head": H, "n_inner": None, "n_positions": 512, "activation_function": "gelu_new",
                "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
+               "torch_dtype": "float32"}
+    elif kind == "qwen2":  # modeling_qwen2.py: Llama body, q/k/v biases, GQA 4/2, tied head
+        t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
+        kvd = D // 2
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm(), norm()
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.q_proj.bias"] = w(D, D), bias(D)
+            t[q + "self_attn.k_proj.weight"], t[q + "self_attn.k_proj.bias"] = w(kvd, D), bias(kvd)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.v_proj.bias"] = w(kvd, D), bias(kvd)
+            t[q + "self_attn.o_proj.weight"] = w(D, D)
+            t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
+            t[q + "mlp.down_proj.weight"] = w(D, 4 * D)
+        t["model.norm.weight"] = norm()
+        cfg = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": T,
+               "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "use_sliding_window": False, "sliding_window": 4096,
+               "max_window_layers": L, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
                "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")

@@ -76,6 +76,8 @@ def build_models():
                                 ("high_freq_factor", 4.0), ("original_max_position_embeddings", 16))),
         M.Llama("llama_yarn", 406, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, train_len=64,
                 rope_scaling=od(("rope_type", "yarn"), ("factor", 4.0), ("original_max_position_embeddings", 16))),
+        # Qwen2: the Llama body with q/k/v biases (appended likewise)
+        M.Llama("qwen2", 407, pos="rope", n_layers=2, n_heads=4, n_kv=2, train_len=32, qwen2=True, tied=True, mix=3.0),
     ]
 
 
@@ -83,7 +85,7 @@ def build_models():
 LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
-           "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72}
+           "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 

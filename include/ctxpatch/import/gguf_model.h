@@ -65,6 +65,9 @@
 /* llama.cpp's architecture name of `family` ("llama", "gptneox", "bloom", "mpt"), or NULL when
  * the family has no GGUF mapping (T5, FIRE). */
 const char *cp_gguf_arch_of(cp_family family);
+/* llama.cpp's architecture for a config: by model_type where the family has several (llama /
+ * mistral -> "llama", qwen2 -> "qwen2"), else as cp_gguf_arch_of. */
+const char *cp_gguf_arch_of_config(const cp_hf_config *cfg);
 
 /* The config of GGUF file `g` (CP_ECFG_FAMILY for an architecture other than those above,
  * CP_ENOTFOUND / CP_EGGUF_KEY naming a missing or mistyped key). */

@@ -369,7 +369,7 @@ class Llama(Model):
 
     def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
                  train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, fire_layers=1, n_layers=3,
-                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0, rope_scaling=None):
+                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0, rope_scaling=None, qwen2=False):
         self.name = name
         self.storage = storage
         self.pos = pos
@@ -382,14 +382,16 @@ class Llama(Model):
         self.rope_inv, self.rope_mscale = (R.rope_scaled_inv_freq(self.dh, self.theta, rope_scaling, train_len)
                                            if rope_scaling else (None, 1.0))
         self.tied = tied
+        self.qwen2 = qwen2   # modeling_qwen2.py: q/k/v projections with biases, o without
         self.fire_shared = fire_shared
         self.fire_layers = fire_layers
         dtype_name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[storage]
-        cfg = [("architectures", ["LlamaForCausalLM" if pos == "rope" else "CtxpatchFireForCausalLM"]),
+        cfg = [("architectures", ["Qwen2ForCausalLM" if qwen2 else
+                                  "LlamaForCausalLM" if pos == "rope" else "CtxpatchFireForCausalLM"]),
                ("attention_bias", False), ("bos_token_id", 1), ("eos_token_id", 2),
                ("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
                ("intermediate_size", dff), ("max_position_embeddings", train_len),
-               ("model_type", "llama" if pos == "rope" else "ctxpatch_fire"),
+               ("model_type", "qwen2" if qwen2 else "llama" if pos == "rope" else "ctxpatch_fire"),
                ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
                ("num_key_value_heads", n_kv), ("rms_norm_eps", self.eps)]
         if pos == "rope":
@@ -415,6 +417,10 @@ class Llama(Model):
             t[p + "self_attn.q_proj.weight"] = g.normal([D, D], 0.3)
             t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.3)
             t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
+            if qwen2:
+                t[p + "self_attn.q_proj.bias"] = g.normal([D], 0.3)
+                t[p + "self_attn.k_proj.bias"] = g.normal([kvd], 0.3)
+                t[p + "self_attn.v_proj.bias"] = g.normal([kvd], 0.2)
             t[p + "self_attn.o_proj.weight"] = g.normal([D, D], 0.2 * mix)
             t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
             t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
@@ -467,10 +473,14 @@ class Llama(Model):
         for l in range(self.L):
             p = "model.layers.%d." % l
             x = rms_norm(h, w[p + "input_layernorm.weight"], self.eps)
-            q = heads(linear(x, w[p + "self_attn.q_proj.weight"]), H)
+            def proj(name):
+                b = w.get(p + "self_attn.%s_proj.bias" % name)
+                return linear(x, w[p + "self_attn.%s_proj.weight" % name], b) if b is not None else \
+                    linear(x, w[p + "self_attn.%s_proj.weight" % name])
+            q = heads(proj("q"), H)
             # repeat_kv: query head h reads kv head h // rep
-            k = heads(linear(x, w[p + "self_attn.k_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
-            v = heads(linear(x, w[p + "self_attn.v_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            k = heads(proj("k"), self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(proj("v"), self.Hkv).repeat_interleave(rep, dim=0)
             plan = R.Plan(rule, self.facts, "dec", l)
             out, P = R.attention(plan, pinfo, self.scorer(l, q, k, plan), v, T, margins)
             stats.append(R.head_stats(P))
