@@ -161,7 +161,24 @@ static noted_input *g_inputs;
 static size_t g_n_inputs, g_cap_inputs;
 static int g_inputs_lost; /* a note dropped for want of memory: checks refuse rather than pass */
 
+/* Whether `real` lies inside a temporary of this process's own atomic outputs
+ * (".NAME.tmp-PID-HOST-XXXXXX", io.h): a file read back from work in progress (patch certifying
+ * the folder it is building) is its output, not an input. */
+static bool in_own_temporary(const char *real) {
+  char needle[40];
+  snprintf(needle, sizeof needle, ".tmp-%ld-", (long)getpid());
+  for (const char *c = strstr(real, "/."); c; c = strstr(c + 1, "/.")) {
+    const char *end = strchr(c + 1, '/'), *hit = strstr(c + 1, needle);
+    if (hit && (!end || hit < end)) return end != NULL; /* the temporary itself is no file read */
+  }
+  return false;
+}
+
 static void note(const struct stat *st, char *real, const char *path) {
+  if (real && in_own_temporary(real)) {
+    free(real);
+    return;
+  }
   char *copy = strdup(path);
   pthread_mutex_lock(&g_inputs_lock);
   for (size_t k = 0; k < g_n_inputs; k++)

@@ -69,8 +69,10 @@ static int check_names(const cp_onnx_model *m, const char *out) {
   const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
   for (size_t k = 0; rc == 0 && other && k < m->n_data_files; k++)
     if (!strcmp(m->data_files[k], base))
-      rc = cp_error_set(CP_EOVERLAP, "%s: output takes the name of the external data file '%s' of %s, which is "
-                        "copied beside it: name OUT otherwise", out, cp_quote(q, sizeof q, base, strlen(base)), m->path);
+      rc = cp_error_set(CP_EOVERLAP,
+                        "%s: output takes the name of the external data file '%s' of %s, which is "
+                        "copied beside it: name OUT otherwise",
+                        out, cp_quote(q, sizeof q, base, strlen(base)), m->path);
   return rc;
 }
 
