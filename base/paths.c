@@ -160,6 +160,13 @@ static pthread_mutex_t g_inputs_lock = PTHREAD_MUTEX_INITIALIZER;
 static noted_input *g_inputs;
 static size_t g_n_inputs, g_cap_inputs;
 static int g_inputs_lost; /* a note dropped for want of memory: checks refuse rather than pass */
+static bool g_inputs_on;
+
+void cp_input_track(bool on) {
+  pthread_mutex_lock(&g_inputs_lock);
+  g_inputs_on = on;
+  pthread_mutex_unlock(&g_inputs_lock);
+}
 
 /* Whether `real` lies inside a temporary of this process's own atomic outputs
  * (".NAME.tmp-PID-HOST-XXXXXX", io.h): a file read back from work in progress (patch certifying
@@ -175,7 +182,10 @@ static bool in_own_temporary(const char *real) {
 }
 
 static void note(const struct stat *st, char *real, const char *path) {
-  if (real && in_own_temporary(real)) {
+  pthread_mutex_lock(&g_inputs_lock);
+  bool on = g_inputs_on;
+  pthread_mutex_unlock(&g_inputs_lock);
+  if (!on || (real && in_own_temporary(real))) {
     free(real);
     return;
   }

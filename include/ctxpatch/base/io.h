@@ -20,6 +20,7 @@
 #define CTXPATCH_IO_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -60,8 +61,10 @@ int cp_output_apart(const char *out, const char *in);
  * atomic writer (cp_atomic_open, cp_atomic_dir_open) refuses with CP_EOVERLAP an output that is
  * one of them (the same resolved path, or the same device and inode), or a folder output that
  * holds one; commands also check their outputs right after loading, before any work. Per
- * process (a batch job is its own process); thread-safe. A note that could not be kept (no
- * memory) makes every later check fail with CP_ENOMEM rather than pass unchecked. */
+ * process (a batch job is its own process) and off until cp_input_track(true) (the ctxpatch
+ * program turns it on; a library caller may rewrite what it read); thread-safe. A note that could
+ * not be kept (no memory) makes every later check fail with CP_ENOMEM rather than pass unchecked. */
+void cp_input_track(bool on);
 void cp_input_note(const char *path);
 /* The same for the open descriptor `fd` (resolved through /proc/self/fd); `path` for messages. */
 void cp_input_note_fd(int fd, const char *path);
