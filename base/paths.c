@@ -136,17 +136,6 @@ int cp_output_outside_input(const char *out, const char *in, int folder) {
   return rc;
 }
 
-int cp_output_apart(const char *out, const char *in) {
-  char *ri = realpath(in, NULL), *ro = real_output_path(out);
-  int rc = 0;
-  if (ri && ro && (contains(ro, ri) || contains(ri, ro)))
-    rc = cp_error_set(CP_EOVERLAP, "%s: output %s the input %s", out,
-                      !strcmp(ri, ro) ? "is" : contains(ro, ri) ? "contains" : "is inside", in);
-  free(ri);
-  free(ro);
-  return rc;
-}
-
 /* ------------------------------------------------------------ the inputs this process read */
 
 typedef struct {

@@ -50,10 +50,6 @@ int cp_output_kind(cp_output *kind, const char *path, int folder);
 /* CP_EOVERLAP when `out` is or contains `in`, or lies inside it and is a `folder` or an existing
  * file (real paths, symlinked folders resolved): replacing it would destroy or change the input. */
 int cp_output_outside_input(const char *out, const char *in, int folder);
-/* CP_EOVERLAP when `out` is `in`, contains it or lies inside it, whether or not `out` exists yet
- * (real paths): for outputs written again on every run (batch's logs and records), which a
- * model folder must not hold. */
-int cp_output_apart(const char *out, const char *in);
 
 /* The files this process has read as inputs of its work (a graph, its external data files, the
  * other graph of a T5 pair, weights, config, tokenizer, rule, corpus): each reader notes the
