@@ -55,6 +55,8 @@ refused "forward T5 decoder --out the decoder's data" "$bin" forward t5/onnx/dec
   --decoder-ids 0 --out t5/onnx/decoder_model_merged.onnx.data
 refused "patch --force OUT = IN's data file" "$bin" patch g/model.onnx g/w.onnx --method temperature --tau 0.9 \
   --no-verify --force
+refused "patch --to gguf OUT = the graph's data file" "$bin" patch exp/onnx/model.onnx exp/onnx/model.onnx.data --to gguf \
+  --method temperature --tau 0.9 --no-verify --force
 refused "patch OUT in another folder named like IN's data file" "$bin" patch g/model.onnx other/w.onnx \
   --method temperature --tau 0.9 --no-verify
 grep -q "name OUT otherwise" out.txt && ok || bad "the refusal does not say why: $(cat out.txt)"
