@@ -169,7 +169,7 @@ int cp_atomic_open(cp_atomic_file **out, const char *path) {
   f->fd = -1;
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
   cp_output kind;
-  if ((rc = cp_output_kind(&kind, path, 0)) < 0) goto done;
+  if ((rc = cp_output_kind(&kind, path, 0)) < 0 || (rc = cp_input_check_output(path, 0)) < 0) goto done;
   if (kind == CP_OUTPUT_THROUGH) {
     /* A device is written in place: renaming over it would replace /dev/null with a file. */
     struct stat st;
@@ -408,6 +408,7 @@ int cp_atomic_dir_open(cp_atomic_dir **out, const char *path, int replace) {
     return cp_error_set(CP_EEXIST, "%s: output already exists (remove it or pass --force)", path);
   cp_output kind;
   int rc = cp_output_kind(&kind, path, 1);
+  if (rc == 0) rc = cp_input_check_output(path, 1);
   if (rc < 0) return rc;
   cp_sweep_stale_temporaries(path);
   cp_atomic_dir *d = calloc(1, sizeof *d);

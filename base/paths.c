@@ -1,14 +1,17 @@
 /* Which paths ctxpatch may read and write (see include/ctxpatch/base/io.h): inputs must be regular
  * files (or folders where one is expected) and are opened without blocking on a FIFO; outputs may
  * replace only regular files and folders, write through character devices, and never overlap the
- * input. */
+ * input, nor any file the process noted as one it read. */
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/quote.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +132,119 @@ int cp_output_outside_input(const char *out, const char *in, int folder) {
     rc = cp_error_set(CP_EOVERLAP, "%s: output %s the input %s", out,
                       !strcmp(ri, ro) ? "is" : contains(ro, ri) ? "contains" : "is inside", in);
   free(ri);
+  free(ro);
+  return rc;
+}
+
+/* ------------------------------------------------------------ the inputs this process read */
+
+typedef struct {
+  dev_t dev;
+  ino_t ino;
+  char *real; /* resolved path, or NULL */
+  char *path; /* as the reader named it, for messages */
+} noted_input;
+
+static pthread_mutex_t g_inputs_lock = PTHREAD_MUTEX_INITIALIZER;
+static noted_input *g_inputs;
+static size_t g_n_inputs, g_cap_inputs;
+static int g_inputs_lost; /* a note dropped for want of memory: checks refuse rather than pass */
+static bool g_inputs_on;
+
+void cp_input_track(bool on) {
+  pthread_mutex_lock(&g_inputs_lock);
+  g_inputs_on = on;
+  pthread_mutex_unlock(&g_inputs_lock);
+}
+
+/* Whether `real` lies inside a temporary of this process's own atomic outputs
+ * (".NAME.tmp-PID-HOST-XXXXXX", io.h): a file read back from work in progress (patch certifying
+ * the folder it is building) is its output, not an input. */
+static bool in_own_temporary(const char *real) {
+  char needle[40];
+  snprintf(needle, sizeof needle, ".tmp-%ld-", (long)getpid());
+  for (const char *c = strstr(real, "/."); c; c = strstr(c + 1, "/.")) {
+    const char *end = strchr(c + 1, '/'), *hit = strstr(c + 1, needle);
+    if (hit && (!end || hit < end)) return end != NULL; /* the temporary itself is no file read */
+  }
+  return false;
+}
+
+static void note(const struct stat *st, char *real, const char *path) {
+  pthread_mutex_lock(&g_inputs_lock);
+  bool on = g_inputs_on;
+  pthread_mutex_unlock(&g_inputs_lock);
+  if (!on || (real && in_own_temporary(real))) {
+    free(real);
+    return;
+  }
+  char *copy = strdup(path);
+  pthread_mutex_lock(&g_inputs_lock);
+  for (size_t k = 0; k < g_n_inputs; k++)
+    if (g_inputs[k].dev == st->st_dev && g_inputs[k].ino == st->st_ino && real && g_inputs[k].real &&
+        !strcmp(g_inputs[k].real, real)) {
+      free(real), free(copy);
+      pthread_mutex_unlock(&g_inputs_lock);
+      return;
+    }
+  if (g_n_inputs == g_cap_inputs) {
+    size_t cap = g_cap_inputs ? 2 * g_cap_inputs : 16;
+    noted_input *v = realloc(g_inputs, cap * sizeof *v);
+    if (v) g_inputs = v, g_cap_inputs = cap;
+  }
+  if (g_n_inputs < g_cap_inputs && copy) {
+    g_inputs[g_n_inputs++] = (noted_input){st->st_dev, st->st_ino, real, copy};
+  } else {
+    g_inputs_lost = 1;
+    free(real), free(copy);
+  }
+  pthread_mutex_unlock(&g_inputs_lock);
+}
+
+void cp_input_note(const char *path) {
+  struct stat st;
+  /* Nothing there: the reader fails on it with its own message; nothing to protect. */
+  if (!path || stat(path, &st) != 0) return;
+  note(&st, realpath(path, NULL), path);
+}
+
+void cp_input_note_fd(int fd, const char *path) {
+  struct stat st;
+  char link[64], buf[PATH_MAX];
+  if (fd < 0 || fstat(fd, &st) != 0) return;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, buf, sizeof buf - 1);
+  char *real = NULL;
+  if (n > 0 && buf[0] == '/') buf[n] = '\0', real = strdup(buf);
+  else real = realpath(path, NULL);
+  note(&st, real, path);
+}
+
+void cp_input_forget(void) {
+  pthread_mutex_lock(&g_inputs_lock);
+  for (size_t k = 0; k < g_n_inputs; k++) free(g_inputs[k].real), free(g_inputs[k].path);
+  free(g_inputs);
+  g_inputs = NULL, g_n_inputs = g_cap_inputs = 0, g_inputs_lost = 0;
+  pthread_mutex_unlock(&g_inputs_lock);
+}
+
+int cp_input_check_output(const char *out, int folder) {
+  struct stat st;
+  int exists = lstat(out, &st) == 0, rc = 0;
+  if (exists && S_ISCHR(st.st_mode)) return 0; /* written through, nothing replaced */
+  char *ro = real_output_path(out);
+  pthread_mutex_lock(&g_inputs_lock);
+  if (g_inputs_lost) rc = cp_error_set(CP_ENOMEM, "%s: out of memory recording the inputs", out);
+  for (size_t k = 0; rc == 0 && k < g_n_inputs; k++) {
+    const noted_input *in = &g_inputs[k];
+    bool same = (ro && in->real && !strcmp(ro, in->real)) ||
+                (exists && !S_ISDIR(st.st_mode) && st.st_dev == in->dev && st.st_ino == in->ino);
+    char q[512]; /* a data file's name comes from the graph */
+    if (same || (folder && ro && in->real && contains(ro, in->real)))
+      rc = cp_error_set(CP_EOVERLAP, "%s: output %s %s, an input of this command; refusing to replace it", out,
+                        same ? "is" : "contains", cp_quote(q, sizeof q, in->path, strlen(in->path)));
+  }
+  pthread_mutex_unlock(&g_inputs_lock);
   free(ro);
   return rc;
 }

@@ -230,6 +230,7 @@ int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs,
     int rc = cp_output_kind(&kind, outs[o], folder);
     for (int i = 0; rc == 0 && i < n_in; i++)
       if (ins[i]) rc = cp_output_outside_input(outs[o], ins[i], folder);
+    if (rc == 0) rc = cp_input_check_output(outs[o], folder);
     if (rc < 0) return rc;
   }
   return 0;

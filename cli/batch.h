@@ -69,6 +69,11 @@ typedef struct {
 int batch_recipe_load(batch_recipe *r, const char *path);
 void batch_recipe_free(batch_recipe *r);
 
+/* The recipe's outputs apart from its inputs (cli/batch_apart.c): no job's output, log, failure
+ * record or stamp is, holds or lies inside any job's input, nor matches one of `patterns` (the
+ * inputs entries as resolved paths or globs) or has a folder that does. CP_EOVERLAP naming them. */
+int batch_check_apart(const batch_recipe *r, const char *const *patterns, int n_patterns);
+
 /* The job's state from its output alone: DONE (stamp matches digest and SHA256SUMS), REFUSED /
  * ERROR (a failure record with this digest), STALE (an output that is not this job's), PENDING. */
 batch_state batch_job_probe(batch_job *j);

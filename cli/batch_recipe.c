@@ -387,6 +387,25 @@ static int explicit_list(batch_recipe *r, const cJSON *jobs, const char *tmpl, f
 
 static int cmp_job(const void *a, const void *b) { return strcmp(((const batch_job *)a)->name, ((const batch_job *)b)->name); }
 
+/* The outputs apart from the inputs: every "inputs" entry (or jobs[].input) as a resolved path or
+ * glob for batch_check_apart. */
+static int check_apart(const batch_recipe *r, const cJSON *list, bool jobs) {
+  char **pats = NULL;
+  int n = 0, rc = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, list) {
+    const cJSON *in = jobs ? cJSON_GetObjectItemCaseSensitive(e, "input") : e;
+    char *full = cJSON_IsString(in) ? resolve(r, in->valuestring) : NULL;
+    if (full) rc = push(&pats, &n, full);
+    else if (cJSON_IsString(in)) rc = cp_nomem("%s", r->path);
+    free(full);
+    if (rc < 0) break;
+  }
+  if (rc == 0) rc = batch_check_apart(r, (const char *const *)pats, n);
+  free_strv(pats, n);
+  return rc;
+}
+
 static int parse_doc(batch_recipe *r, const cJSON *doc) {
   static const char *const keys[] = {"recipe_version", "inputs", "methods", "target_lengths", "formats", "verify",
                                      "output", "jobs", "input_digest"};
@@ -432,7 +451,7 @@ static int parse_doc(batch_recipe *r, const cJSON *doc) {
   for (size_t k = 1; k < r->n_jobs; k++)
     if (!strcmp(r->jobs[k].name, r->jobs[k - 1].name))
       return cp_error_set(CP_EARG, "%s: two jobs write '%s' (output.name needs more placeholders)", r->path, r->jobs[k].name);
-  return 0;
+  return check_apart(r, jobs ? jobs : cJSON_GetObjectItemCaseSensitive(doc, "inputs"), jobs != NULL);
 }
 
 int batch_recipe_load(batch_recipe *r, const char *path) {

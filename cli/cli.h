@@ -62,7 +62,10 @@ bool cli_parse_lengths(const char *cmd, const char *text, int64_t **out, int *n_
 
 /* Before any work: each output (NULL entries skipped) must be writable as io.h says (no FIFO,
  * symlink, ...) and must not be or contain any input (NULL skipped), nor lie inside one as a folder
- * or an existing file: replacing it would destroy the input. 0, or CP_EFILETYPE / CP_EOVERLAP with the message set. */
+ * or an existing file: replacing it would destroy the input; nor be any file a reader has noted so
+ * far (cp_input_check_output: a graph's data files, tokenizer, config, the other graph of a pair),
+ * so commands call it again once the model is loaded, before the work. 0, or CP_EFILETYPE /
+ * CP_EOVERLAP with the message set. */
 int cli_check_outputs(const char *const *ins, int n_in, const char *const *outs, int n_out, bool folder);
 /* Right after parsing: an output name too long for its temporary (cp_atomic_name_check) is a usage
  * error (printed; CLI_USAGE), not a failure once the work is done. CLI_OK otherwise. */

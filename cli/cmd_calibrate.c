@@ -282,6 +282,9 @@ int cmd_calibrate(int argc, char **argv) {
     else if (rc) goto done;
     p.tokenizer = tok;
   }
+  /* Every file the model and tokenizer were read from is known now. */
+  if (out_path && (rc = cli_check_outputs((const char *const[]){model_path, tok_path}, 2, &out_path, 1, false)))
+    goto done;
   if (cli_progress_wanted()) p.progress = cli_progress_note;
   rc = cp_calibrate(&t, model, methods, n_methods, lengths, n_lengths, &p);
   if (p.progress) cli_progress_note(NULL, NULL);

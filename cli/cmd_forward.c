@@ -162,6 +162,8 @@ int cmd_forward(int argc, char **argv) {
   if (dec_text && (rc = cli_parse_ids(&dec, &n_dec, "--decoder-ids", dec_text))) goto done;
   if (rule_path && (rc = cp_rule_load(&rule, rule_path))) goto done;
   if ((rc = cp_model_open_stored(&model, model_path)) || (rc = cp_model_check_rule_on_top(model, &rule, on_top))) goto done;
+  /* Every file the model was read from is known now (a graph's data file, its config). */
+  if ((rc = cli_check_outputs(ins, 4, outs, 3, false))) goto done;
   /* Check ids before any work so that bad input writes nothing. */
   if ((rc = cp_model_check_ids(model, ids, n_ids, "--ids"))) goto done;
   if (dec && (rc = cp_model_check_ids(model, dec, n_dec, "--decoder-ids"))) goto done;

@@ -177,6 +177,8 @@ int cmd_verify(int argc, char **argv) {
   if (rc == 0) rc = cp_model_open_stored(&model, model_path);
   if (rc == 0) rc = cp_model_check_rule_on_top(model, &rule, on_top);
   if (rc == 0) rc = cp_model_tokenizer_open(&tok, model_path);
+  /* Every file the model and tokenizer were read from is known now. */
+  if (rc == 0) rc = cli_check_outputs(ins, 3, outs, 2, false);
   if (rc < 0) goto report;
   const cp_rule *applied = cp_model_applied_rule(model, &rule);
 

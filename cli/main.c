@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctxpatch/base/io.h"
 #include "ctxpatch/base/version.h"
 
 static const cli_command commands[] = {
@@ -72,6 +73,7 @@ int main(int argc, char **argv) {
     printf("ctxpatch %s\nbuild: %s\n", cp_version(), cp_build_options());
     return CLI_OK;
   }
+  cp_input_track(true); /* every file a command reads is an input no output may replace */
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     if (!strcmp(argv[1], commands[i].name))
       return cli_no_repeated_options(argc - 1, argv + 1) ? commands[i].run(argc - 1, argv + 1)

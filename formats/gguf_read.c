@@ -415,6 +415,7 @@ int cp_gguf_open(cp_gguf_file **out, const char *path) {
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
   const void *map = NULL;
   if ((rc = cp_map_input(&map, &f->size, path)) == 0) {
+    cp_input_note(path);
     f->map = map;
     rc = parse(f);
   }

@@ -399,3 +399,98 @@ int cp_onnx_edit_write(const cp_onnx_edit *e, const char *path) {
   free(b);
   return rc;
 }
+
+/* ------------------------------------------------------------ external data locations */
+
+#define LOC_MAX_DEPTH 100 /* messages inside one another, as the reader allows */
+
+/* Points tensor t's external "location" `from` at `to`; counts it in *n. */
+static int tensor_relocate(Onnx__TensorProto *t, const char *from, const char *to, size_t *n) {
+  for (size_t k = 0; t && k < t->n_external_data; k++) {
+    Onnx__StringStringEntryProto *kv = t->external_data[k];
+    if (!kv->key || strcmp(kv->key, "location") || !kv->value || strcmp(kv->value, from)) continue;
+    char *v = strdup(to);
+    if (!v) return -1;
+    free(kv->value); /* unpacked with the default allocator: free() releases it, and the copy later */
+    kv->value = v;
+    (*n)++;
+  }
+  return 0;
+}
+
+static int graph_relocate(Onnx__GraphProto *g, const char *from, const char *to, size_t *n, int depth);
+
+static int node_relocate(Onnx__NodeProto *np, const char *from, const char *to, size_t *n, int depth) {
+  if (depth > LOC_MAX_DEPTH) return -1;
+  for (size_t a = 0; a < np->n_attribute; a++) {
+    Onnx__AttributeProto *at = np->attribute[a];
+    if (tensor_relocate(at->t, from, to, n) < 0 || graph_relocate(at->g, from, to, n, depth + 1) < 0) return -1;
+    for (size_t k = 0; k < at->n_tensors; k++)
+      if (tensor_relocate(at->tensors[k], from, to, n) < 0) return -1;
+    for (size_t k = 0; k < at->n_graphs; k++)
+      if (graph_relocate(at->graphs[k], from, to, n, depth + 1) < 0) return -1;
+  }
+  return 0;
+}
+
+static int graph_relocate(Onnx__GraphProto *g, const char *from, const char *to, size_t *n, int depth) {
+  if (!g) return 0;
+  if (depth > LOC_MAX_DEPTH) return -1;
+  for (size_t k = 0; k < g->n_initializer; k++)
+    if (tensor_relocate(g->initializer[k], from, to, n) < 0) return -1;
+  for (size_t k = 0; k < g->n_node; k++)
+    if (node_relocate(g->node[k], from, to, n, depth + 1) < 0) return -1;
+  return 0;
+}
+
+/* Whether p[0..n) holds the bytes of `from` (a cheap filter: only such messages are unpacked). */
+static bool mentions(const uint8_t *p, size_t n, const char *from) {
+  size_t m = strlen(from);
+  for (size_t k = 0; m && k + m <= n; k++) {
+    const uint8_t *hit = memchr(p + k, from[0], n - m + 1 - k);
+    if (!hit) return false;
+    k = (size_t)(hit - p);
+    if (!memcmp(hit, from, m)) return true;
+  }
+  return false;
+}
+
+static bool span_mentions(const cp_onnx_edit *e, const cp_pb_span *s, const char *from) {
+  return mentions(e->buf + s->start, s->end - s->start, from);
+}
+
+int cp_onnx_edit_set_location(size_t *n_changed, cp_onnx_edit *e, const char *from, const char *to) {
+  *n_changed = 0;
+  /* A reference the editor cannot reach (a model-local function's Constant) would keep reading `from`. */
+  for (size_t k = 0; k < e->n_top; k++)
+    if (k != e->graph && e->top[k].field != F_META && span_mentions(e, &e->top[k], from))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: offset %zu: field %u outside the main graph mentions the data file "
+                          "'%s': its references cannot all be moved", e->path, e->top[k].start, e->top[k].field, from);
+  int rc = 0;
+  for (size_t k = 0; k < e->n_gf && rc == 0; k++) {
+    const cp_pb_span *s = &e->gf[k];
+    if (s->field != G_INIT || s->wire != 2 || e->gf_repl[k].p || !span_mentions(e, s, from)) continue;
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, s->end - s->body, e->buf + s->body);
+    if (!t) return cp_error_set(CP_EONNX_WIRE, "%s: offset %zu: initializer does not unpack", e->path, s->start);
+    size_t n = 0;
+    if (tensor_relocate(t, from, to, &n) < 0) rc = cp_nomem("%s: moving a data file reference", e->path);
+    else if (n) rc = pack(&e->gf_repl[k], &t->base, e->path);
+    *n_changed += n;
+    onnx__tensor_proto__free_unpacked(t, NULL);
+  }
+  for (size_t node = 0; node < e->n_nodes && rc == 0; node++) {
+    const cp_pb_span *s = &e->gf[e->node_gf[node]];
+    const blob *r = &e->repl[node];
+    if (r->p ? !mentions(r->p, r->n, from) : !span_mentions(e, s, from)) continue;
+    Onnx__NodeProto *np;
+    if ((rc = node_unpack(&np, e, node)) < 0) return rc;
+    size_t n = 0;
+    if (node_relocate(np, from, to, &n, 0) < 0)
+      rc = cp_error_set(CP_EONNX_GRAPH, "%s: node %zu: moving a data file reference failed (memory or nesting)", e->path,
+                        node);
+    else if (n) rc = node_repack(e, node, np);
+    *n_changed += n;
+    onnx__node_proto__free_unpacked(np, NULL);
+  }
+  return rc;
+}

@@ -5,6 +5,7 @@
  * read-only whole, once per location. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -96,6 +97,13 @@ int cp_onnx_external_map(const cp_onnx_datafile **file, cp_onnx_model *m, const 
     goto done;
   }
   f.size = (uint64_t)st.st_size;
+  /* An input of the command like the graph: no output may replace it (named as the graph's folder + location). */
+  const char *slash = strrchr(m->path, '/');
+  int dn = slash ? (int)(slash - m->path) : 0;
+  char *named = malloc((size_t)dn + strlen(location) + 2);
+  if (named) sprintf(named, "%.*s%s%s", dn, m->path, slash ? "/" : "", location);
+  cp_input_note_fd(fd, named ? named : location);
+  free(named);
   if (f.size > 0) {
     if (f.size > SIZE_MAX) {
       rc = cp_error_set(CP_EOVERFLOW, "%s: %s: external data file too large to map", m->path, what);

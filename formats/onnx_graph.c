@@ -277,6 +277,7 @@ int cp_onnx_model_open(cp_onnx_model **out, const char *path, const cp_onnx_read
   char *buf = NULL;
   size_t len = 0;
   int rc = cp_read_file(&buf, &len, path, MODEL_MAX);
+  if (rc == 0) cp_input_note(path);
   if (rc == 0) rc = cp_onnx_model_open_bytes(out, path, (const uint8_t *)buf, len, params);
   free(buf);
   return rc;

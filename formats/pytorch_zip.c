@@ -386,6 +386,7 @@ int cp_pt_open(cp_pt_file **out, const char *path) {
     fd = -1;
     goto done;
   }
+  cp_input_note_fd(fd, path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     rc = cp_error_set(CP_EIO, "%s: fstat: %s", path, strerror(errno));

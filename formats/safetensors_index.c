@@ -288,6 +288,7 @@ int cp_st_index_read(cp_st_index **out, const char *path) {
   x->total_size = -1;
   int rc = cp_read_file(&text, &len, path, ST_INDEX_MAX_BYTES);
   if (rc < 0) goto done;
+  cp_input_note(path);
   if ((rc = cp_json_parse_strict(&root, text, len, path, ST_INDEX_MAX_DEPTH, CP_EST_INDEX, CP_EST_INDEX, CP_EST_INDEX,
                                  CP_EST_INDEX)) < 0)
     goto done;

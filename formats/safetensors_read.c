@@ -242,6 +242,7 @@ int cp_st_open(cp_st_file **out, const char *path) {
   CP_CHECK_ALLOC_GOTO(f->path = strdup(path), path);
   const void *m = NULL;
   if ((rc = cp_map_input_fd(&m, &f->size, &f->fd, path)) < 0) goto done;
+  cp_input_note_fd(f->fd, path);
   f->map = (unsigned char *)m;
   if (f->size < 8) {
     rc = cp_error_set(CP_EST_TOO_SMALL, "%s: file offset 0: file is %llu bytes, shorter than the 8-byte header length",

@@ -981,6 +981,7 @@ int cp_hf_config_load(cp_hf_config **out, const char *path) {
   size_t len = 0;
   int rc = cp_read_file(&text, &len, path, CFG_MAX_BYTES);
   if (rc) goto done;
+  cp_input_note(path);
   rc = cp_hf_config_parse(out, text, len, path);
 done:
   free(text);

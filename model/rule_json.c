@@ -366,6 +366,7 @@ int cp_rule_load(cp_rule *out, const char *path) {
   size_t len = 0;
   int rc = cp_read_file(&text, &len, path, RULE_MAX_FILE);
   if (rc) goto done;
+  cp_input_note(path);
   rc = cp_rule_parse(out, text, len, path);
 done:
   free(text);

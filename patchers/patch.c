@@ -581,6 +581,8 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
   bool calibrates = o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule;
   if ((rc = cp_patch_tokenizer_open(&tok, in, calibrates, params))) goto done;
+  /* Every file the model and tokenizer were read from is known now: OUT may be none, before any work. */
+  if ((rc = cp_input_check_output(out_dir, !params->to_gguf))) goto done;
   if (calibrates) {
     cp_cal_method cm; /* a bad name is refused before anything says it calibrates */
     if ((rc = cp_cal_method_from_name(&cm, o.calibrate))) goto done;

@@ -7,12 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/quote.h"
 #include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/import/gguf_model.h"
@@ -46,34 +48,75 @@ static const char *tokenizer_beside(char buf[PO_PATH_MAX], const char *model) {
   return NULL;
 }
 
-/* Each external data file of m, copied (atomically) into OUT's folder unless it is the same
- * folder; an existing file of that name is replaced only when its bytes differ and `force`. */
-static int place_data_files(const cp_onnx_model *m, const char *out, bool force) {
-  char din[PO_PATH_MAX], dout[PO_PATH_MAX], rin[PO_PATH_MAX], rout[PO_PATH_MAX];
+/* Whether OUT lies in another folder than IN's graph (its data files are then copied beside OUT):
+ * *other, with the two folders in din and dout. */
+static int other_folder(bool *other, char din[PO_PATH_MAX], char dout[PO_PATH_MAX], const cp_onnx_model *m,
+                        const char *out) {
+  char rin[PO_PATH_MAX], rout[PO_PATH_MAX];
   folder_of(din, m->path), folder_of(dout, out);
   if (!realpath(din, rin) || !realpath(dout, rout))
     return cp_error_set(CP_EIO, "%s: cannot resolve the output folder", out);
-  if (!strcmp(rin, rout) || m->n_data_files == 0) return 0;
+  *other = strcmp(rin, rout) != 0;
+  return 0;
+}
+
+/* Before any work: OUT in another folder must not take the name of a data file copied beside it
+ * (the graph would be written over the copy, and read itself as weights). */
+static int check_names(const cp_onnx_model *m, const char *out) {
+  char din[PO_PATH_MAX], dout[PO_PATH_MAX], q[128];
+  bool other = false;
+  int rc = m->n_data_files ? other_folder(&other, din, dout, m, out) : 0;
+  const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+  for (size_t k = 0; rc == 0 && other && k < m->n_data_files; k++)
+    if (!strcmp(m->data_files[k], base))
+      rc = cp_error_set(CP_EOVERLAP,
+                        "%s: output takes the name of the external data file '%s' of %s, which is "
+                        "copied beside it: name OUT otherwise",
+                        out, cp_quote(q, sizeof q, base, strlen(base)), m->path);
+  return rc;
+}
+
+/* Each external data file of m, copied (atomically) into OUT's folder unless it is the same
+ * folder, so that OUT's folder always holds the old pair or the new one (docs/reliability.md): a
+ * file there of that name with the same bytes is kept; with other bytes (replaced only with
+ * `force`) it stays for the old graph, IN's bytes are copied under a name made from their digest
+ * (LOC.<16 hex digits>) and the edit's references moved to it, and the old file's path goes into
+ * displaced[k], removed once the new graph is in place. */
+static int place_data_files(char **displaced, cp_onnx_edit *e, const cp_onnx_model *m, const char *out, bool force) {
+  char din[PO_PATH_MAX], dout[PO_PATH_MAX];
+  bool other = false;
+  int rc = m->n_data_files ? other_folder(&other, din, dout, m, out) : 0;
+  if (rc < 0 || !other) return rc;
   for (size_t k = 0; k < m->n_data_files; k++) {
     const char *loc = m->data_files[k];
-    char src[PO_PATH_MAX], dst[PO_PATH_MAX], hs[65], hd[65];
+    char src[PO_PATH_MAX], dst[PO_PATH_MAX], named[PO_PATH_MAX], hs[65], hd[65], q[128];
     if (strchr(loc, '/'))
       return cp_error_set(CP_EONNX_EXTERNAL,
                           "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
                           "the folder first",
-                          m->path, loc);
+                          m->path, cp_quote(q, sizeof q, loc, strlen(loc)));
     if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PO_PATH_MAX ||
         snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
-      return cp_error_set(CP_EARG, "%s: path too long", loc);
-    if (cp_path_is_file(dst)) {
-      int rc = cp_sha256_file(hs, src);
-      if (rc == 0) rc = cp_sha256_file(hd, dst);
-      if (rc < 0) return rc;
-      if (!strcmp(hs, hd)) continue;
-      if (!force) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s (--force replaces it)", dst, src);
+      return cp_error_set(CP_EARG, "%s: path too long", out);
+    if (!cp_path_is_file(dst)) {
+      if ((rc = cp_copy_file_atomic(NULL, dst, src, SIZE_MAX)) < 0) return rc;
+      continue;
     }
-    int rc = cp_copy_file_atomic(NULL, dst, src, SIZE_MAX);
-    if (rc < 0) return rc;
+    if ((rc = cp_sha256_file(hs, src)) < 0 || (rc = cp_sha256_file(hd, dst)) < 0) return rc;
+    if (!strcmp(hs, hd)) continue;
+    if (!force) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s (--force replaces it)", dst, src);
+    /* The old graph keeps reading dst until the new one is renamed over it. */
+    if (snprintf(named, sizeof named, "%s.%.16s", dst, hs) >= PO_PATH_MAX || (rc = cp_atomic_name_check(named)) < 0)
+      return rc < 0 ? rc : cp_error_set(CP_EARG, "%s: path too long", out);
+    if (cp_path_is_file(named)) { /* left by an earlier run cut short, or another graph's */
+      if ((rc = cp_sha256_file(hd, named)) < 0) return rc;
+      if (strcmp(hs, hd)) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s; remove it", named, src);
+    } else if ((rc = cp_copy_file_atomic(NULL, named, src, SIZE_MAX)) < 0) {
+      return rc;
+    }
+    size_t moved = 0;
+    if ((rc = cp_onnx_edit_set_location(&moved, e, loc, strrchr(named, '/') + 1)) < 0) return rc;
+    CP_CHECK_ALLOC(displaced[k] = strdup(dst), out);
   }
   return 0;
 }
@@ -82,6 +125,7 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
 static int check_out(const char *out, bool replace) {
   cp_output kind;
   int rc = cp_output_kind(&kind, out, 0);
+  if (rc == 0) rc = cp_input_check_output(out, 0); /* the graph, its data files, tokenizer, config */
   if (rc < 0) return rc;
   if (kind == CP_OUTPUT_REPLACE && !replace) return cp_error_set(CP_EEXIST, "%s: exists (--force replaces it)", out);
   return 0;
@@ -110,15 +154,24 @@ static int same_edit(bool *same, const cp_rule *a, const cp_rule *b) {
   return rc;
 }
 
-/* The edit `e` with the certificate entries (sha256 NULL: uncertified) into OUT, external data first. */
+/* The edit `e` with the certificate entries (sha256 NULL: uncertified) into OUT, external data
+ * first; the data files the new graph no longer reads removed once it is in place. */
 static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out, const char *sha256, const char *text,
                        bool force) {
   bool cert = sha256 != NULL;
   const char *keys[] = {"ctxpatch.certified", "ctxpatch.certificate_sha256", "ctxpatch.certificate"};
   const char *values[] = {cert ? "true" : "false", cert ? sha256 : "", cert && text ? text : ""};
-  int rc = place_data_files(m, out, force);
+  char **displaced = calloc(m->n_data_files + 1, sizeof *displaced);
+  CP_CHECK_ALLOC(displaced, out);
+  int rc = place_data_files(displaced, e, m, out, force);
   for (size_t k = 0; k < (cert ? 3u : 2u) && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, keys[k], values[k]);
-  return rc ? rc : cp_onnx_edit_write_digested(NULL, e, out);
+  if (rc == 0) rc = cp_onnx_edit_write_digested(NULL, e, out);
+  for (size_t k = 0; k < m->n_data_files; k++) {
+    if (rc == 0 && displaced[k]) unlink(displaced[k]); /* stale now; a leftover would only cost space */
+    free(displaced[k]);
+  }
+  free(displaced);
+  return rc;
 }
 
 /* The refusal of a graph whose model cannot be recovered, the reason being the error just set. */
@@ -208,6 +261,7 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
     goto done;
   }
   /* Every refusal of the rewriter before any model runs. */
+  if ((rc = check_names(m, out_path)) < 0) goto done;
   if (p->rule &&
       ((rc = check_out(out_path, force)) < 0 || (rc = cp_onnx_rewrite_edit(&e, &out->rewrite, m, p->rule, 0)) < 0))
     goto done;

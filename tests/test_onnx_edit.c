@@ -237,13 +237,59 @@ static void test_digest(void) {
   free(in), free(ref);
 }
 
+/* cp_onnx_edit_set_location (issue 33 item 4): the one external reference moved from w.bin to
+ * w2.bin, the graph reading the new file, a location absent moves nothing, and a model-local
+ * function mentioning the file is refused (its references could not be moved). */
+static void test_location(void) {
+  float w[2] = {0.25f, 2.0f};
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("w.bin"), w, sizeof w));
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("w2.bin"), w, sizeof w));
+  size_t n;
+  uint8_t *in = make_external(&n, NULL, 0);
+  CHECK_RC(0, cp_write_file_atomic(NULL, tpath("l_in.onnx"), in, n));
+  cp_onnx_edit *e = NULL;
+  cp_onnx_model *m = NULL;
+  size_t moved = 9;
+  CHECK_RC(0, cp_onnx_edit_open(&e, tpath("l_in.onnx")));
+  if (e) {
+    CHECK_RC(0, cp_onnx_edit_set_location(&moved, e, "nothing.bin", "w3.bin"));
+    CHECK(moved == 0);
+    CHECK_RC(0, cp_onnx_edit_set_location(&moved, e, "w.bin", "w2.bin"));
+    CHECK(moved == 1);
+    CHECK_RC(0, cp_onnx_edit_write(e, tpath("l_out.onnx")));
+  }
+  cp_onnx_edit_free(e), e = NULL;
+  CHECK_RC(0, cp_onnx_model_open(&m, tpath("l_out.onnx"), NULL));
+  CHECK(m && m->n_data_files == 1 && !strcmp(m->data_files[0], "w2.bin"));
+  cp_onnx_model_free(m);
+  /* A FunctionProto (ModelProto field 25) whose bytes name w.bin, appended to the model. */
+  Onnx__FunctionProto f = ONNX__FUNCTION_PROTO__INIT;
+  f.name = "f", f.domain = "d", f.doc_string = "reads w.bin";
+  size_t nf;
+  uint8_t *fb = pack(&f.base, &nf), *with = malloc(n + nf + 3);
+  if (fb && with && nf < 128) {
+    memcpy(with, in, n);
+    with[n] = 0xca, with[n + 1] = 0x01, with[n + 2] = (uint8_t)nf; /* field 25, length-delimited */
+    memcpy(with + n + 3, fb, nf);
+    CHECK_RC(0, cp_write_file_atomic(NULL, tpath("l_fn.onnx"), with, n + nf + 3));
+    CHECK_RC(0, cp_onnx_edit_open(&e, tpath("l_fn.onnx")));
+    if (e) CHECK_RC(CP_EUNSUPPORTED, cp_onnx_edit_set_location(&moved, e, "w.bin", "w2.bin"));
+    cp_onnx_edit_free(e);
+  } else {
+    CHECK(!"packing the function");
+  }
+  free(fb), free(with), free(in);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) return 1;
   test_edits();
   test_refusals();
   test_digest();
-  const char *names[] = {"in.onnx", "out.onnx", "trunc.onnx", "two.onnx", "w.bin", "d_in.onnx", "d_out.onnx", "d_two.onnx"};
-  for (int k = 0; k < 8; k++) unlink(tpath(names[k]));
+  test_location();
+  const char *names[] = {"in.onnx",    "out.onnx",   "trunc.onnx", "two.onnx",  "w.bin",      "d_in.onnx",
+                         "d_out.onnx", "d_two.onnx", "w2.bin",     "l_in.onnx", "l_out.onnx", "l_fn.onnx"};
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) unlink(tpath(names[k]));
   rmdir(tmpdir);
   return test_finish();
 }

@@ -105,6 +105,7 @@ int cp_tokenizer_open(cp_tokenizer **out, const char *path) {
   /* Content decides, not the name: a protobuf never starts with '{'. */
   bool json = cp_path_has_suffix(chosen, ".json");
   if ((rc = cp_read_file(&data, &len, chosen, json ? TK_MAX_JSON_BYTES : TK_MAX_MODEL_BYTES))) goto done;
+  cp_input_note(chosen);
   size_t i = 0;
   while (i < len && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) i++;
   if (i < len && data[i] == '{') json = true;

@@ -58,6 +58,7 @@ int cp_ppl_corpus_load(cp_ppl_corpus *out, const char *path, const char *delimit
   char *text = NULL;
   int rc = cp_read_file(&text, &len, path, MAX_CORPUS);
   if (rc < 0) return rc;
+  cp_input_note(path);
   out->path = strdup(path);
   out->delimiter = strdup(delimiter);
   CP_CHECK_ALLOC_GOTO(out->path && out->delimiter, path);

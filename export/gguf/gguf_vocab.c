@@ -135,6 +135,7 @@ int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int
   cp_str_span *merges = NULL;
   cp_strbuf merges_text = {0};
   int rc = cp_read_file(&text, &text_len, path, MAX_TOKENIZER_JSON);
+  if (rc == 0) cp_input_note(path);
   if (rc || (rc = cp_json_parse_strict(&root, text, text_len, path, 64, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
                                        CP_ETOK_JSON)))
     goto done;

@@ -27,6 +27,7 @@ int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c) {
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "genai_config.json"), im->path);
   if (stat(path, &st) != 0) goto done; /* none: nothing to check */
   if ((rc = cp_read_file(&text, &len, path, GENAI_MAX)) < 0) goto done;
+  cp_input_note(path);
   if (!(root = cJSON_ParseWithLength(text, len))) {
     rc = cp_error_set(CP_ECFG_JSON, "%s: not JSON", path);
     goto done;

@@ -342,6 +342,7 @@ static int read_config_file(cp_onnx_import *im) {
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, up ? "../config.json" : "config.json"), im->path);
     if (stat(path, &st) != 0) continue;
     if ((rc = cp_read_file(&im->config_text, &im->config_len, path, CONFIG_MAX)) == 0) {
+      cp_input_note(path);
       im->config_source = path;
       path = NULL;
     }

@@ -20,6 +20,7 @@
 #define CTXPATCH_IO_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -49,6 +50,25 @@ int cp_output_kind(cp_output *kind, const char *path, int folder);
 /* CP_EOVERLAP when `out` is or contains `in`, or lies inside it and is a `folder` or an existing
  * file (real paths, symlinked folders resolved): replacing it would destroy or change the input. */
 int cp_output_outside_input(const char *out, const char *in, int folder);
+
+/* The files this process has read as inputs of its work (a graph, its external data files, the
+ * other graph of a T5 pair, weights, config, tokenizer, rule, corpus): each reader notes the
+ * files it opens, so a model given as one file still protects every file it was read from. Every
+ * atomic writer (cp_atomic_open, cp_atomic_dir_open) refuses with CP_EOVERLAP an output that is
+ * one of them (the same resolved path, or the same device and inode), or a folder output that
+ * holds one; commands also check their outputs right after loading, before any work. Per
+ * process (a batch job is its own process) and off until cp_input_track(true) (the ctxpatch
+ * program turns it on; a library caller may rewrite what it read); thread-safe. A note that could
+ * not be kept (no memory) makes every later check fail with CP_ENOMEM rather than pass unchecked. */
+void cp_input_track(bool on);
+void cp_input_note(const char *path);
+/* The same for the open descriptor `fd` (resolved through /proc/self/fd); `path` for messages. */
+void cp_input_note_fd(int fd, const char *path);
+/* 0, or CP_EOVERLAP naming `out` and the input it would replace. A character device written
+ * through (cp_output_kind) replaces nothing and passes. */
+int cp_input_check_output(const char *out, int folder);
+/* Forgets every note (tests; a process that starts a new piece of work). */
+void cp_input_forget(void);
 
 typedef struct cp_atomic_file cp_atomic_file;
 

@@ -76,6 +76,11 @@ int cp_onnx_edit_replace_initializer(cp_onnx_edit *e, const char *name, int32_t 
 /* metadata_props `key` = value: the entry of that key replaced in place, else appended. */
 int cp_onnx_edit_set_meta(cp_onnx_edit *e, const char *key, const char *value);
 
+/* Every external data reference of the main graph (initializers, tensor attributes, subgraphs)
+ * whose location is `from` now names `to` (the tensors re-serialised, their other fields kept);
+ * *n_changed counts them. CP_EUNSUPPORTED when a field outside the main graph (a model-local
+ * function) mentions `from`: a reference there could not be moved. */
+int cp_onnx_edit_set_location(size_t *n_changed, cp_onnx_edit *e, const char *from, const char *to);
 /* The edited model as bytes: *out (malloc, the caller's) of *len bytes. */
 int cp_onnx_edit_serialize(uint8_t **out, size_t *len, const cp_onnx_edit *e);
 /* The edited model written to `path` atomically. */
