@@ -88,6 +88,7 @@ void cp_rule_part_names(char *buf, size_t cap, const cp_rule *r) {
   size_t len = 0;
   buf[0] = '\0';
   cJSON_ArrayForEach(e, j) {
+    if (!strcmp(e->string, "train_len")) continue; /* a parameter of alibi_scale, not a part of its own */
     int w = snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", len ? ", " : "", e->string);
     if (w < 0 || (len += (size_t)w) >= cap) break;
   }

@@ -57,7 +57,7 @@ int cp_runtimes_executing(const cp_runtime **out, int max, cp_artifact_format f,
 void cp_runtimes_text(char *buf, size_t cap, cp_artifact_format f, cp_family family);
 
 /* The rule's top-level parts as its JSON keys, comma-separated ("lambda_mask, distance_ceiling"),
- * into buf[cap] ("" for the identity). */
+ * into buf[cap] ("" for the identity); train_len, a parameter of alibi_scale, is not listed. */
 void cp_rule_part_names(char *buf, size_t cap, const cp_rule *r);
 
 #endif
