@@ -124,7 +124,7 @@ static void print_ctxpatch(const cJSON *d) {
   printf("  rule:        %s%s\n", rule ? rule : "none", rule ? " (applied by the engine from this metadata)" : "");
   printf("  baked:       %s%s\n", baked ? baked : "none", baked ? " (carried by the weights)" : "");
   const char *eff = str(b, "effective_in");
-  if (*eff) printf("  effective:   %s\n", !strcmp(eff, "ctxpatch") ? "in ctxpatch only (written with --for ctxpatch)" : eff);
+  if (*eff) printf("  effective:   %s\n", !strcmp(eff, "ctxpatch") ? "in ctxpatch only (no runtime of this format executes it)" : eff);
   free(rule);
   free(baked);
   const cJSON *cert = cJSON_GetObjectItemCaseSensitive(b, "certified");

@@ -43,6 +43,7 @@ json "$work/st/config.json" 'd["ctxpatch"]["effective_in"] == ["ctxpatch"]'
 json "$work/st/certificate.json" 'd["patch"]["effective_in"] == ["ctxpatch"] and d["patch"]["format"] == "safetensors"'
 json "$work/st/certificate.json" 'd["model"]["train_len"] == 256 and d["model"]["train_len_source"] == "config.json max_position_embeddings"'
 "$bin" inspect "$work/st" | grep -q '^  effective:   in ctxpatch only' && ok || bad "inspect: $("$bin" inspect "$work/st" | head -12)"
+grep -q 'effective in ctxpatch only</strong>' "$work/st/report.html" && ok || bad "the report does not say it"
 "$bin" check "$work/st" >"$work/c.log" 2>&1 && ok || bad "check: $(cat "$work/c.log")"
 # a certificate whose effective_in is not a list of names fails the schema
 cp -r "$work/st" "$work/st_bad"

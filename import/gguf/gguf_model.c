@@ -14,6 +14,7 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/onnx_import.h"
 #include "ctxpatch/base/strbuf.h"
+#include "base/json_strict.h"
 #include "import/gguf/gguf_vocab_read.h"
 
 /* An integer key `{arch}.<suffix>` as a JSON field; absent optional keys are skipped. */
@@ -316,7 +317,17 @@ static int ctxpatch_json(cp_strbuf *js, const cp_gguf_file *g) {
   for (size_t i = 0; i < sizeof json_keys / sizeof *json_keys && rc == 0; i++) {
     if (cp_gguf_find_key(g, json_keys[i][0]) < 0) continue;
     if ((rc = cp_gguf_get_str(&v, &len, g, json_keys[i][0]))) break;
-    cp_strbuf_printf(js, "%s\"%s\":%.*s", i ? "," : "", json_keys[i][1], (int)(len < INT32_MAX ? len : 0), v);
+    /* One JSON value, printed again: the key's text cannot close the block and add config keys. */
+    cJSON *val = NULL;
+    char what[600], *text = NULL;
+    snprintf(what, sizeof what, "%s: %s", cp_gguf_path(g), json_keys[i][0]);
+    if ((rc = cp_json_parse_strict(&val, v, len, what, 64, CP_ECFG_FIELD, CP_ECFG_FIELD, CP_ECFG_FIELD, CP_ECFG_FIELD)))
+      break;
+    text = cJSON_PrintUnformatted(val);
+    cJSON_Delete(val);
+    CP_CHECK_ALLOC(text, what);
+    cp_strbuf_printf(js, "%s\"%s\":%s", i ? "," : "", json_keys[i][1], text);
+    free(text);
   }
   for (size_t i = 0; i < sizeof name_keys / sizeof *name_keys && rc == 0; i++) {
     if (cp_gguf_find_key(g, name_keys[i][0]) < 0 || cp_gguf_get_str(&v, &len, g, name_keys[i][0])) continue;
