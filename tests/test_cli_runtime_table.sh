@@ -42,7 +42,8 @@ grep -q '^effective in ctxpatch only' "$work/st.log" && ok || bad "stdout: $(cat
 json "$work/st/config.json" 'd["ctxpatch"]["effective_in"] == ["ctxpatch"]'
 json "$work/st/certificate.json" 'd["patch"]["effective_in"] == ["ctxpatch"] and d["patch"]["format"] == "safetensors"'
 json "$work/st/certificate.json" 'd["model"]["train_len"] == 256 and d["model"]["train_len_source"] == "config.json max_position_embeddings"'
-"$bin" inspect "$work/st" | grep -q '^  effective:   in ctxpatch only' && ok || bad "inspect: $("$bin" inspect "$work/st" | head -12)"
+"$bin" inspect "$work/st" >"$work/si.txt"
+grep -q '^  effective:   in ctxpatch only' "$work/si.txt" && ok || bad "inspect: $(head -12 "$work/si.txt")"
 grep -q 'effective in ctxpatch only</strong>' "$work/st/report.html" && ok || bad "the report does not say it"
 "$bin" check "$work/st" >"$work/c.log" 2>&1 && ok || bad "check: $(cat "$work/c.log")"
 # a certificate whose effective_in is not a list of names fails the schema
@@ -93,7 +94,8 @@ json "$work/tt/config.json" 'd["ctxpatch"]["effective_in"] == ["transformers", "
   >"$work/v.json" 2>"$work/v.err" || true
 json "$work/v.json" 'd["model"]["train_len"] == 128 and d["model"]["train_len_source"] == "option --train-len"'
 "$bin" convert "$rope" "$work/c.gguf" --to gguf --train-len 200 >/dev/null 2>&1 &&
-  "$bin" inspect "$work/c.gguf" | grep -q '^train length:  200 (from GGUF llama.context_length)' && ok || bad "convert --train-len"
+  "$bin" inspect "$work/c.gguf" >"$work/ci.txt" && grep -q '^train length:  200 (from GGUF llama.context_length)' "$work/ci.txt" &&
+  ok || bad "convert --train-len"
 "$bin" convert "$rope" "$work/cf" --to safetensors --train-len 200 >/dev/null 2>"$work/u.err"
 [ $? -eq 2 ] && [ ! -e "$work/cf" ] && ok || bad "convert --to safetensors --train-len: $(cat "$work/u.err")"
 "$bin" calibrate "$rope" --method pmax --lengths 256 --train-len 128 --samples 1 --threads 2 --json >"$work/cal.json" 2>/dev/null
@@ -119,6 +121,11 @@ data = open(sys.argv[1], "rb").read()
 assert re.search(rb'"train_len":\s*512,\s*"train_len_source":\s*"option --train-len"', data), "no train_len 512 from the option"
 EOF
   "$bin" check "$work/s_t.gguf" >"$work/c.log" 2>&1 && ok || bad "check stories: $(cat "$work/c.log")"
+  # a GGUF input's context_length replaced, not duplicated
+  "$bin" convert "$stories" "$work/s512.gguf" --to gguf --train-len 512 >/dev/null 2>&1 &&
+    "$bin" inspect "$work/s512.gguf" >"$work/s512.txt" &&
+    grep -q '^train length:  512 (from GGUF llama.context_length)' "$work/s512.txt" && ok ||
+    bad "convert stories --train-len 512"
 else
   echo "note: stories260K or the corpus fixture is absent: section 5 skipped"
 fi
