@@ -8,7 +8,7 @@
 # baked temperature, rope-pi) lists the runtimes. stories260K (trained at 512, its GGUF says
 # 2048): lm-infinite --to gguf is refused naming --to onnx, and --train-len 512 gives a certified
 # temperature GGUF whose context_length and certificate say 512 and where it came from.
-# --train-len on verify, calibrate and convert; auto takes it.
+# --train-len on verify, calibrate, convert and batch (a recipe's method option); auto takes it.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 rope=$src/examples/probe-models/rope-probe
@@ -102,6 +102,16 @@ json "$work/v.json" 'd["model"]["train_len"] == 128 and d["model"]["train_len_so
 json "$work/cal.json" 'd["train_len"] == 128 and d["train_len_source"] == "option --train-len"'
 "$bin" patch "$rope" "$work/u" --method auto --train-len 256 --target-len 256 >/dev/null 2>"$work/u.err"
 [ $? -eq 2 ] && grep -q 'past the training length 256' "$work/u.err" && ok || bad "auto --train-len: $(cat "$work/u.err")"
+
+# batch: "train-len" and "for" pass through a recipe's method options to patch
+cat >"$work/r.json" <<EOF
+{"recipe_version": 1, "inputs": ["$rope"], "output": {"dir": "$work/bo"}, "target_lengths": [512], "formats": ["gguf"],
+ "methods": [{"name": "lmi", "method": "lm-infinite", "options": {"n-local": 128, "train-len": 128, "for": "ctxpatch"}}],
+ "verify": {"probes": "passkey", "lengths": [256], "depths": "0:1:2", "samples": 1}}
+EOF
+"$bin" batch "$work/r.json" --jobs 1 --threads 2 >"$work/b.log" 2>&1 && "$bin" inspect "$work/bo/rope-probe-lmi-512.gguf" --json >"$work/bi.json" &&
+  ok || bad "batch with train-len and for: $(cat "$work/b.log")"
+json "$work/bi.json" 'd["train_len"] == 128 and d["ctxpatch"]["effective_in"] == "ctxpatch"'
 
 # 5. stories260K, trained at 512 (its GGUF says 2048): the audit's journey
 stories=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party/stories260K/stories260K.gguf
