@@ -73,6 +73,22 @@ grep -q '^ctxpatch:      method lm-infinite, fidelity ctxpatch-metadata' "$work/
 "$bin" inspect "$work/g.gguf" --json >"$work/gi.json"
 json "$work/gi.json" 'd["ctxpatch"]["method"] == "lm-infinite" and d["ctxpatch"]["certified"] is True and d["ctxpatch"]["effective_in"] == "ctxpatch"'
 "$bin" check "$work/g.gguf" >"$work/c.log" 2>&1 && ok || bad "check gguf: $(cat "$work/c.log")"
+# the runtimes are bound to the certificate: an edited ctxpatch.effective_in fails check
+"$py" - "$work/g.gguf" "$work/g_bad.gguf" <<'EOF'
+import struct, sys
+d = bytearray(open(sys.argv[1], "rb").read())
+k = b"ctxpatch.effective_in"
+i = d.find(struct.pack("<Q", len(k)) + k)
+at = i + 8 + len(k)
+assert i > 0 and struct.unpack_from("<I", d, at)[0] == 8
+n = struct.unpack_from("<Q", d, at + 4)[0]
+assert bytes(d[at + 12:at + 12 + n]) == b'["ctxpatch"]'
+d[at + 12:at + 12 + n] = b'["llamacpp"]'
+open(sys.argv[2], "wb").write(d)
+EOF
+"$bin" check "$work/g_bad.gguf" >"$work/c.log" 2>&1
+[ $? -eq 1 ] && grep -q 'meta-effective: .*effective_in \["llamacpp"\] differs from the certificate' "$work/c.log" && ok ||
+  bad "edited ctxpatch.effective_in: $(cat "$work/c.log")"
 # what travels to llama.cpp: a baked temperature, rope-pi as rope.scaling keys
 "$bin" patch "$rope" "$work/t.gguf" --method temperature --tau 0.9 --to gguf --no-verify >"$work/t.log" 2>&1 &&
   grep -q '^effective in: llama.cpp$' "$work/t.log" && ok || bad "temperature to gguf: $(cat "$work/t.log")"
