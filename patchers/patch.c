@@ -590,11 +590,13 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
   if (o.train_len && (rc = cp_model_set_train_len(model, o.train_len, CP_TRAIN_LEN_OPTION))) goto bad_options;
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
   if (!params->onnx && !params->for_ctxpatch) { /* an inert artifact is refused before any work */
-    cp_bake_plan plan;
+    cp_bake_plan *plan = malloc(sizeof *plan); /* two cp_rules: tens of KiB, not on the stack */
     cp_checkpoint *pck = NULL;
+    CP_CHECK_ALLOC_GOTO(plan, in);
     if ((rc = cp_checkpoint_open(&pck, in)) == 0)
-      rc = cp_patch_runtime_precheck(&plan, model, pck, &o, cp_patch_format(params), out_dir);
+      rc = cp_patch_runtime_precheck(plan, model, pck, &o, cp_patch_format(params), out_dir);
     cp_checkpoint_free(pck);
+    free(plan);
     if (rc) goto done;
   }
   bool calibrates = o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule;

@@ -234,20 +234,23 @@ typedef struct {
 static bool runtime_skip(cp_auto_candidate *c, const cp_patch_options *co, const auto_ctx *x, const char *out,
                          const cp_patch_params *p) {
   cp_patch_options o = *co;
-  cp_bake_plan plan;
   cp_artifact_format f = cp_patch_format(p);
   if (cp_patch_options_check(&o) || cp_patch_options_resolve(&o, x->model)) {
     cp_error_clear(); /* the real run reports it */
     return false;
   }
-  if (cp_patch_runtime_precheck(&plan, x->model, x->ck, &o, f, out) == 0) return false;
-  char parts[160], runtimes[200];
-  cp_error_clear();
-  cp_rule_part_names(parts, sizeof parts, &plan.residual);
-  cp_runtimes_text(runtimes, sizeof runtimes, f, x->model->family);
-  snprintf(c->reason, sizeof c->reason, "%.90s would be ctxpatch metadata only, which %.120s ignore%s (--for "
-           "ctxpatch includes it)", parts, runtimes, strstr(runtimes, " and ") ? "" : "s");
-  return true;
+  cp_bake_plan *plan = malloc(sizeof *plan); /* two cp_rules: tens of KiB, not on the stack */
+  bool skip = plan && cp_patch_runtime_precheck(plan, x->model, x->ck, &o, f, out) != 0;
+  cp_error_clear(); /* out of memory here: the real run meets it */
+  if (skip) {
+    char parts[160], runtimes[200];
+    cp_rule_part_names(parts, sizeof parts, &plan->residual);
+    cp_runtimes_text(runtimes, sizeof runtimes, f, x->model->family);
+    snprintf(c->reason, sizeof c->reason, "%.90s would be ctxpatch metadata only, which %.120s ignore%s (--for "
+             "ctxpatch includes it)", parts, runtimes, strstr(runtimes, " and ") ? "" : "s");
+  }
+  free(plan);
+  return skip;
 }
 
 /* Opens the model and tokenizer, resolves the target, screens the probes once (into out->outcome). */
