@@ -141,6 +141,7 @@ int cmd_patch(int argc, char **argv);
 /* patch's printing, shared with `patch --method auto` (cli/patch_auto.c): the default probe
  * selection, and the --json document (NULL: out of memory). */
 void cli_patch_print_selection(const cp_patch_outcome *oc, const cp_verify_params *vp);
+void cli_patch_print_effective_in(const cp_patch_outcome *oc);
 cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir);
 /* patch --method auto once the options are parsed (cli/patch_auto.c): the exit status. */
 int cli_patch_auto(const char *in, const char *out_dir, const cp_patch_options *po, const cp_patch_params *pp,

@@ -276,6 +276,7 @@ int cmd_calibrate(int argc, char **argv) {
   if (out_path && (rc = cli_check_outputs((const char *const[]){model_path, tok_path}, 2, &out_path, 1, false)))
     goto done;
   if ((rc = cp_model_open_stored(&model, model_path))) goto done;
+  if (train_len && (rc = cp_model_set_train_len(model, (int64_t)train_len, CP_TRAIN_LEN_OPTION))) goto done;
   if (p.inputs != CP_CAL_INPUTS_RANDOM) {
     rc = cp_model_tokenizer_open(&tok, tok_path ? tok_path : model_path);
     if (rc == CP_ETOK_MISSING && !tok_path && p.inputs == CP_CAL_INPUTS_AUTO) rc = 0; /* random ids */
@@ -291,7 +292,9 @@ int cmd_calibrate(int argc, char **argv) {
   if (rc) goto done;
   if (schedule && (rc = schedule_text(&rule_text, &t, methods[0], train_point, out_path))) goto done;
   if (json) {
+    const char *tl_src = cp_model_config(model)->train_len_key;
     if (!(j = cp_calib_table_to_json(&t)) || !cJSON_AddStringToObject(j, "model", model_path) ||
+        (*tl_src && !cJSON_AddStringToObject(j, "train_len_source", tl_src)) ||
         (rule_text && !cJSON_AddItemToObject(j, "schedule_rule", cJSON_Parse(rule_text)))) {
       rc = cp_nomem("calibrate: the JSON output");
       goto done;

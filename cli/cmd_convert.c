@@ -18,7 +18,8 @@ static const char convert_help[] =
     "                                [--no-manifest] [--json]\n"
     "       ctxpatch convert IN OUT --to onnx [--rule RULE.json] [--dtype fp32|fp16|bf16]\n"
     "                                [--external-threshold BYTES] [--force] [--no-manifest] [--json]\n"
-    "       ctxpatch convert IN OUT.gguf --to gguf [--dtype f32|f16|bf16|q8_0] [--force] [--json]\n\n"
+    "       ctxpatch convert IN OUT.gguf --to gguf [--dtype f32|f16|bf16|q8_0] [--train-len N] [--force]\n"
+    "                                [--json]\n\n"
     "Converts a checkpoint (PyTorch zip .bin/.pt, safetensors, single or sharded) into the\n"
     "folder OUT: model.safetensors (or model-0000k-of-0000N.safetensors + index when sharded),\n"
     "config and tokenizer files copied over, and SHA256SUMS (check with sha256sum -c).\n"
@@ -35,6 +36,9 @@ static const char convert_help[] =
     "                      gpt2, t5; tensors by llama.cpp's names and row order, {arch}.* keys,\n"
     "                      tokenizer.ggml.* carried from a GGUF input)\n"
     "  --dtype T           with --to gguf: f32 (default), f16, bf16 or q8_0 for 2-D weights\n"
+    "  --train-len N       with --to gguf: the length the model was trained at, written as\n"
+    "                      {arch}.context_length (and rope.scaling.original_context_length) in place\n"
+    "                      of the config's max_position_embeddings or the input GGUF's key\n"
     "  --shard-size BYTES  start a new shard before a shard's tensor data would pass BYTES\n"
     "                      (suffixes K, M, G = 2^10, 2^20, 2^30)\n"
     "  --threads N         (safetensors) shards written and hashed at once (default: one per core;\n"
@@ -122,8 +126,8 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
 }
 
 /* `convert --to gguf`: one GGUF file, written atomically. */
-static int convert_gguf(const char *in, const char *out, const char *dtype, bool replace, bool json) {
-  cp_gguf_export_params p = {.replace = replace};
+static int convert_gguf(const char *in, const char *out, const char *dtype, int64_t train_len, bool replace, bool json) {
+  cp_gguf_export_params p = {.replace = replace, .train_len = train_len};
   cp_gguf_export_stats st = {0};
   if (dtype && cp_gguf_dtype_from_name(&p.type, dtype) < 0) return cli_usage_error("convert", "%s", cp_error_message());
   int rc = cli_check_outputs(&in, 1, &out, 1, false);
@@ -142,7 +146,7 @@ static int convert_gguf(const char *in, const char *out, const char *dtype, bool
 
 int cmd_convert(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *to = NULL, *rule_path = NULL, *dtype = NULL;
-  unsigned long long threshold = 0;
+  unsigned long long threshold = 0, train_len = 0;
   bool json = false;
   cp_convert_params params;
   cp_convert_params_init(&params);
@@ -174,6 +178,9 @@ int cmd_convert(int argc, char **argv) {
       if (!*v || *end || *v == '-' || k < 1 || k > 256)
         return cli_usage_error("convert", "--threads expects a count from 1 to 256, not '%s'", v);
       params.threads = (unsigned)k;
+    } else if (!strcmp(a, "--train-len")) {
+      if (++i >= argc) return cli_usage_error("convert", "--train-len needs a value");
+      if (!cli_parse_u64_in("convert", a, argv[i], 1, CLI_MAX_TOKENS, &train_len)) return CLI_USAGE;
     } else if (!strcmp(a, "--no-manifest")) {
       params.no_manifest = true;
     } else if (!strcmp(a, "--json")) {
@@ -191,6 +198,9 @@ int cmd_convert(int argc, char **argv) {
   if (!in || !out) return cli_usage_error("convert", "needs IN and OUT");
   if (cli_check_output_name("convert", out) != CLI_OK) return CLI_USAGE;
   if (!to) return cli_usage_error("convert", "missing --to safetensors|onnx|gguf");
+  if (train_len && strcmp(to, "gguf") != 0)
+    return cli_usage_error("convert", "--train-len applies to --to gguf (its context_length); a folder keeps the "
+                                      "config's key (patch and verify take --train-len)");
   if (!strcmp(to, "onnx"))
     return convert_onnx(in, out, rule_path, dtype, threshold, params.replace, params.no_manifest, json);
   if (!strcmp(to, "gguf")) {
@@ -198,7 +208,7 @@ int cmd_convert(int argc, char **argv) {
       return cli_usage_error("convert", "--no-manifest applies to folder outputs (safetensors, onnx); a GGUF file "
                                         "has no manifest (its sha256 is printed)");
     if (rule_path || threshold) return cli_usage_error("convert", "--rule and --external-threshold apply to --to onnx only");
-    return convert_gguf(in, out, dtype, params.replace, json);
+    return convert_gguf(in, out, dtype, (int64_t)train_len, params.replace, json);
   }
   if (strcmp(to, "safetensors") != 0)
     return cli_usage_error("convert", "unsupported --to '%s' (supported: safetensors, onnx, gguf)", to);

@@ -11,6 +11,7 @@
 #include "import/describe.h"
 #include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/model/hf_config.h"
+#include "ctxpatch/formats/gguf.h"
 #include "ctxpatch/formats/tensor.h"
 
 static const char inspect_help[] =
@@ -88,8 +89,32 @@ static char *compact(const cJSON *obj, const char *key) {
   return cJSON_IsObject(v) && v->child ? cJSON_PrintUnformatted(v) : NULL;
 }
 
-/* The "ctxpatch" block of a patched artifact: what it carries and whether it was certified; the
- * digest is checked against the certificate.json beside config.json when there is one. */
+/* Whether the certificate of `d` matches `digest`: certificate.json beside config.json, or in a
+ * GGUF file its ctxpatch.certificate key. */
+static const char *certificate_match(const cJSON *d, const char *digest) {
+  char hex[65];
+  if (!strcmp(str(d, "format"), "gguf")) {
+    cp_gguf_file *g = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    bool have = cp_gguf_open(&g, str(d, "path")) == 0 && cp_gguf_find_key(g, "ctxpatch.certificate") >= 0 &&
+                cp_gguf_get_str(&text, &len, g, "ctxpatch.certificate") == 0;
+    if (have) cp_sha256_hex(hex, text, len);
+    cp_gguf_free(g);
+    cp_error_clear();
+    return !have ? "no ctxpatch.certificate key" : !strcmp(hex, digest) ? "ctxpatch.certificate matches"
+                                                                         : "ctxpatch.certificate DIFFERS from this digest";
+  }
+  char *path = cp_path_join(str(d, "path"), "certificate.json");
+  const char *file = !path || cp_sha256_file(hex, path) ? "no certificate.json beside it"
+                     : !strcmp(hex, digest)            ? "certificate.json matches"
+                                                       : "certificate.json DIFFERS from this digest";
+  free(path);
+  return file;
+}
+
+/* The "ctxpatch" block of a patched artifact: what it carries, which runtimes execute it, and
+ * whether it was certified (the digest checked against the certificate). */
 static void print_ctxpatch(const cJSON *d) {
   const cJSON *b = cJSON_GetObjectItemCaseSensitive(d, "ctxpatch");
   if (!cJSON_IsObject(b)) return;
@@ -98,6 +123,8 @@ static void print_ctxpatch(const cJSON *d) {
          *str(b, "fidelity") ? str(b, "fidelity") : "?");
   printf("  rule:        %s%s\n", rule ? rule : "none", rule ? " (applied by the engine from this metadata)" : "");
   printf("  baked:       %s%s\n", baked ? baked : "none", baked ? " (carried by the weights)" : "");
+  const char *eff = str(b, "effective_in");
+  if (*eff) printf("  effective:   %s\n", !strcmp(eff, "ctxpatch") ? "in ctxpatch only (no runtime of this format executes it)" : eff);
   free(rule);
   free(baked);
   const cJSON *cert = cJSON_GetObjectItemCaseSensitive(b, "certified");
@@ -106,12 +133,7 @@ static void print_ctxpatch(const cJSON *d) {
     printf("  certified:   no%s\n", cJSON_IsFalse(cert) ? " (written with --no-verify)" : " (not recorded)");
     return;
   }
-  char *path = cp_path_join(str(d, "path"), "certificate.json"), hex[65];
-  const char *file = !path || cp_sha256_file(hex, path) ? "no certificate.json beside it"
-                     : !strcmp(hex, digest)            ? "certificate.json matches"
-                                                       : "certificate.json DIFFERS from this digest";
-  printf("  certified:   yes, certificate sha256 %s (%s)\n", *digest ? digest : "?", file);
-  free(path);
+  printf("  certified:   yes, certificate sha256 %s (%s)\n", *digest ? digest : "?", certificate_match(d, digest));
 }
 
 static void print_text(const cJSON *d) {

@@ -27,8 +27,8 @@ static const char patch_help[] =
     "                      [--device cpu|cuda]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
-    "                      [--to safetensors|onnx|gguf] [--dtype TYPE] [--external-threshold BYTES]\n"
-    "                      [--runtime-dir NODE_MODULES]\n"
+    "                      [--to safetensors|onnx|gguf] [--for ctxpatch] [--dtype TYPE]\n"
+    "                      [--external-threshold BYTES] [--train-len N] [--runtime-dir NODE_MODULES]\n"
     "       ctxpatch patch IN OUT --method auto [--target-len N] [--lengths L,...] [--budget SECONDS]\n"
     "                      [--calibrate M] [--calibration-samples N] [verify options] [--json]\n"
     "       ctxpatch patch IN.onnx OUT.onnx [--no-verify] [--force] [verify options] --rule RULE.json |\n"
@@ -38,7 +38,10 @@ static const char patch_help[] =
     "runs the verify probes on the baked artifact with the original checkpoint side by side, and\n"
     "writes OUT (atomically) only when the verdict passes; otherwise prints the accuracy table,\n"
     "writes nothing and exits 1. The fidelity (exact-weights, native-config, ctxpatch-metadata)\n"
-    "is printed and stored in OUT's metadata; docs/patching.md has the table.\n\n"
+    "is printed and stored in OUT's metadata; docs/patching.md has the table. A rule (part) that\n"
+    "would live only in ctxpatch metadata, which the format's runtimes ignore, is refused before\n"
+    "any work unless --for ctxpatch; the runtimes that execute OUT are printed and recorded\n"
+    "(\"effective_in\").\n\n"
     "  --rule FILE       the patch is this rule file (any rule of ../shared/spec/attention-rules.md,\n"
     "                    e.g. top_k with from_layer/distance/rows), certified like the methods; no\n"
     "                    method options; --method may be left out: one mechanism alone names its\n"
@@ -61,7 +64,8 @@ static const char patch_help[] =
     "                  [--top-k K]\n"
     "  rope-pi         --factor F >= 1 (config.json rope_scaling linear, times any existing factor)\n"
     "  fire-threshold  --threshold L\n"
-    "  auto            certify every candidate of a fixed grid that fits the model on the same probes\n"
+    "  auto            certify every candidate of a fixed grid that fits the model (and whose rule the\n"
+    "                  target format's runtimes execute, unless --for ctxpatch) on the same probes\n"
     "                  (temperature calibrated and as a schedule; alibi-pi --factor T/L, --dynamic,\n"
     "                  --progressive; lm-infinite --n-local L/2 and L; fire-threshold L and T; rope-pi\n"
     "                  --factor T/L; L the training length, T the target), keep the passing one with\n"
@@ -93,11 +97,19 @@ static const char patch_help[] =
     "                    certificate says the runtime equivalence was not checked (docs/certificate.md)\n"
     "  --external-threshold BYTES  (onnx) initializers this large go to onnx/model.onnx.data\n"
     "                    (K/M/G suffixes; default 1024, onnx's own; past 1 GiB inline, all go there)\n"
+    "  --for ctxpatch    write an artifact whose rule (or part of it) lives only in ctxpatch metadata,\n"
+    "                    which its format's runtimes ignore (transformers, vLLM and TGI for safetensors,\n"
+    "                    llama.cpp for gguf): refused by default; its block and certificate then say\n"
+    "                    \"effective_in\": [\"ctxpatch\"] (docs/patching.md, \"Runtimes\")\n"
+    "  --train-len N     the training length the model was trained at (default: the config's\n"
+    "                    max_position_embeddings or the GGUF's context_length); recorded in the\n"
+    "                    certificate with its source, and a GGUF written gets it as context_length\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n"
     "  --to gguf         write OUT as one llama.cpp GGUF file (llama, gpt_neox, bloom, mpt, gpt2, t5):\n"
-    "                    rope-pi as {arch}.rope.scaling.*, a temperature baked into the q weights,\n"
-    "                    other rules as ctxpatch.* keys llama.cpp ignores (docs/gguf.md)\n\n"
+    "                    rope-pi as {arch}.rope.scaling.*, a temperature baked into the q weights;\n"
+    "                    other rules would be ctxpatch.* keys llama.cpp ignores: refused unless\n"
+    "                    --for ctxpatch (docs/gguf.md)\n\n"
     "In-place ONNX rewrite (IN a .onnx file or a folder holding model.onnx or onnx/model.onnx, OUT ending\n"
     "in .onnx): the rule is spliced into the graph's own attention (a temperature before each attention\n"
     "Softmax or in the scale of com.microsoft Attention / MultiHeadAttention / GroupQueryAttention; a\n"
@@ -176,7 +188,7 @@ static void print_calibrating(void *ctx, const char *method, int64_t target_len)
 
 /* Everything the command line says. */
 typedef struct {
-  const char *in, *out_dir, *method_text, *tok_path, *require, *to, *dtype, *rule_path, *runtime_dir;
+  const char *in, *out_dir, *method_text, *tok_path, *require, *to, *dtype, *rule_path, *runtime_dir, *for_text;
   bool no_verify, force, json, auto_mode, have_budget;
   double budget; /* --method auto: seconds */
   cp_rule rule; /* --rule */
@@ -243,6 +255,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       else if (!strcmp(a, "--require")) pa->require = v;
       else if (!strcmp(a, "--to")) pa->to = v;
       else if (!strcmp(a, "--runtime-dir")) pa->runtime_dir = v;
+      else if (!strcmp(a, "--for")) pa->for_text = v;
       else if (!strcmp(a, "--dtype")) pa->dtype = v;
       else if (!strcmp(a, "--shard-size")) {
         if (!cli_parse_size("patch", a, v, &pa->shard_size)) return CLI_USAGE;
@@ -261,6 +274,9 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
     return cli_usage_error("patch", "--require accepts only 'exact', got '%s'", pa->require);
   if (pa->to && strcmp(pa->to, "safetensors") != 0 && strcmp(pa->to, "onnx") != 0 && strcmp(pa->to, "gguf") != 0)
     return cli_usage_error("patch", "unsupported --to '%s' (supported: safetensors, onnx, gguf)", pa->to);
+  if (pa->for_text && strcmp(pa->for_text, "ctxpatch") != 0)
+    return cli_usage_error("patch", "--for accepts only 'ctxpatch' (an artifact for ctxpatch's engine alone), got '%s'",
+                           pa->for_text);
   bool onnx = pa->to && !strcmp(pa->to, "onnx"), gguf = pa->to && !strcmp(pa->to, "gguf");
   if (!onnx && pa->external_threshold)
     return cli_usage_error("patch", "--external-threshold applies to --to onnx only");
@@ -304,6 +320,17 @@ void cli_patch_print_selection(const cp_patch_outcome *oc, const cp_verify_param
   printf("  %-9s        %s\n", "ppl", vp->corpus_path ? "used (--corpus)" : "skipped: no --corpus");
 }
 
+/* Which runtimes execute the artifact (cp_patch_outcome.effective_in). */
+void cli_patch_print_effective_in(const cp_patch_outcome *oc) {
+  if (oc->n_effective_in == 1 && !strcmp(oc->effective_in[0], CP_PATCH_CTXPATCH_ONLY)) {
+    printf("effective in ctxpatch only: no runtime of this format executes the patch (%s)\n", oc->plan.note);
+    return;
+  }
+  printf("effective in:");
+  for (int i = 0; i < oc->n_effective_in; i++) printf("%s %s", i ? "," : "", oc->effective_in[i]);
+  printf("\n");
+}
+
 /* The verdict and where the artifact went; the exit status. */
 static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const cp_verify_thresholds *th) {
   if (oc->verified) {
@@ -318,6 +345,7 @@ static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const 
     printf("certification failed: nothing written to %s\n", out_dir);
     return CLI_FAIL;
   }
+  cli_patch_print_effective_in(oc);
   if (oc->verified) printf("wrote %s (certified, certificate sha256 %s)\n", out_dir, oc->certificate_sha256);
   else printf("wrote %s (NOT certified: --no-verify)\n", out_dir);
   return CLI_OK;
@@ -338,6 +366,9 @@ cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
   cJSON_AddStringToObject(o, "method", cp_patch_method_name(oc->patch.method));
   cJSON_AddStringToObject(o, "fidelity", cp_fidelity_name(oc->plan.fidelity));
   cJSON_AddStringToObject(o, "note", oc->plan.note);
+  if (oc->n_effective_in > 0)
+    cJSON_AddItemToObject(o, "effective_in", cJSON_CreateStringArray(oc->effective_in, oc->n_effective_in));
+  else cJSON_AddNullToObject(o, "effective_in");
   if (oc->verified && oc->pass) cJSON_AddStringToObject(o, "certificate_sha256", oc->certificate_sha256);
   else cJSON_AddNullToObject(o, "certificate_sha256");
   if (cert) cJSON_AddItemToObject(o, "certificate", cert);
@@ -456,6 +487,7 @@ int cmd_patch(int argc, char **argv) {
   pp.replace = pa.force;
   pp.shard_size = pa.shard_size;
   pp.to_gguf = pp_gguf;
+  pp.for_ctxpatch = pa.for_text != NULL;
   pp.gguf_type = pp_gguf_type;
   pp.on_tmp_dir = start_watchdog;
   pp.on_calibrate = print_calibrating;

@@ -27,7 +27,7 @@ static const char verify_help[] =
     "                       [--margin D] [--corpus FILE] [--corpus-delimiter TEXT] [--ppl-windows N]\n"
     "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X]\n"
     "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
-    "                       [--on-top]\n\n"
+    "                       [--on-top] [--train-len N]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
     "through the engine (CPU, or --device cuda) with the attention rule (and, with --baseline,\n"
     "without it, on the same prompts), prints the accuracy per probe and length with its 95%\n"
@@ -58,6 +58,8 @@ static const char verify_help[] =
     "  --no-stats           skip the P_max / entropy measurement per length\n"
     "  --on-top             apply a --rule temperature although MODEL is an artifact whose weights\n"
     "                       already carry one (refused otherwise: the logits would be divided twice)\n"
+    "  --train-len N        the length the model was trained at, in place of its config's (the\n"
+    "                       certificate records it as model.train_len, source \"option --train-len\")\n"
     "A patched artifact's own rule (config.json ctxpatch.rule) applies when no --rule is given; the\n"
     "certificate's \"rule\" records it and its \"artifact\" object the artifact's ctxpatch block.\n"
     "A progress bar is drawn on a terminal; otherwise the command is quiet until the table.\n";
@@ -105,6 +107,7 @@ static void print_rule(const cp_model *model, const cp_rule *applied, bool basel
 int cmd_verify(int argc, char **argv) {
   const char *model_path = NULL, *rule_path = NULL;
   const char *cert_path = NULL, *report_path = NULL;
+  unsigned long long train_len = 0;
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
   bool baseline = false, stats = true, on_top = false, json = false;
@@ -139,7 +142,12 @@ int cmd_verify(int argc, char **argv) {
       if (!strcmp(a, "--rule")) rule_path = v;
       else if (!strcmp(a, "--certificate")) cert_path = v;
       else if (!strcmp(a, "--report")) report_path = v;
-      else return cli_usage_error("verify", "unknown option '%s'", a);
+      else if (!strcmp(a, "--train-len")) {
+        if (!cli_parse_u64_in("verify", a, v, 1, CLI_MAX_TOKENS, &train_len)) {
+          cli_verify_opts_free(&o);
+          return CLI_USAGE;
+        }
+      } else return cli_usage_error("verify", "unknown option '%s'", a);
       continue;
     }
     if (model_path) return cli_usage_error("verify", "unexpected argument '%s'", a);
@@ -175,6 +183,7 @@ int cmd_verify(int argc, char **argv) {
   }
   if (rc == 0 && rule_path) rc = cp_rule_load(&rule, rule_path);
   if (rc == 0) rc = cp_model_open_stored(&model, model_path);
+  if (rc == 0 && train_len) rc = cp_model_set_train_len(model, (int64_t)train_len, CP_TRAIN_LEN_OPTION);
   if (rc == 0) rc = cp_model_check_rule_on_top(model, &rule, on_top);
   if (rc == 0) rc = cp_model_tokenizer_open(&tok, model_path);
   /* Every file the model and tokenizer were read from is known now. */

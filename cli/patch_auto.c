@@ -82,6 +82,12 @@ int cli_patch_auto(const char *in, const char *out_dir, const cp_patch_options *
   else {
     cli_patch_print_selection(&a->outcome, vp);
     print_table(a);
+    int inert = 0;
+    for (int i = 0; i < a->n_candidates; i++) inert += a->candidates[i].status == CP_AUTO_SKIPPED_RUNTIME;
+    if (inert)
+      printf("auto: %d candidate%s skipped: %s rule would live only in ctxpatch metadata, which the target format's "
+             "runtimes ignore (--for ctxpatch runs %s; patch --method M --to onnx carries any rule)\n",
+             inert, inert == 1 ? "" : "s", inert == 1 ? "its" : "their", inert == 1 ? "it" : "them");
     if (a->best < 0) {
       printf("no candidate passed certification: nothing written to %s\n", out_dir);
       status = CLI_FAIL;

@@ -29,7 +29,9 @@ cJSON *cp_describe_ctxpatch(const cp_hf_config *cfg) {
                                          : cJSON_AddBoolToObject(a, "certified", cfg->ctxpatch_certified)) &&
             (cfg->ctxpatch_certificate_sha256[0]
                  ? cJSON_AddStringToObject(a, "certificate_sha256", cfg->ctxpatch_certificate_sha256)
-                 : cJSON_AddNullToObject(a, "certificate_sha256"));
+                 : cJSON_AddNullToObject(a, "certificate_sha256")) &&
+            (!cfg->ctxpatch_effective_in[0] ||
+             cJSON_AddStringToObject(a, "effective_in", cfg->ctxpatch_effective_in));
   if (ok) return a;
   cJSON_Delete(a);
   return NULL;

@@ -154,7 +154,8 @@ def section1():
     rows = []
     for i, (model, label, opts) in enumerate(S1):
         art = os.path.join(WORK, "s1-%d-%s" % (i, model))
-        run(sec, [BIN, "patch", os.path.join(PM, model), art] + opts + ["--no-verify", "--force"])
+        # --for ctxpatch: the artifact is read back for its rule, some of which only ctxpatch runs
+        run(sec, [BIN, "patch", os.path.join(PM, model), art] + opts + ["--for", "ctxpatch", "--no-verify", "--force"])
         meta, rule = artifact_rule(art)
         rp = os.path.join(WORK, "s1-%d.rule.json" % i)
         dump(rp, rule)
@@ -354,7 +355,7 @@ def section3():
     cal, single, single_p, sched = calibrate(sec, STORIES, S3_TRAIN, S3_LENGTHS[1:], "stories")
     lmi = os.path.join(WORK, "stories-lm-infinite")
     run(sec, [BIN, "patch", STORIES, lmi, "--method", "lm-infinite", "--n-local", str(S3_TRAIN),
-              "--no-verify", "--force"])
+              "--for", "ctxpatch", "--no-verify", "--force"])
     _, rule = artifact_rule(lmi)
     lmi_p = os.path.join(WORK, "stories-lm-infinite.rule.json")
     dump(lmi_p, rule)

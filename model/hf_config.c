@@ -804,6 +804,24 @@ static int ctxpatch_rule(cp_rule *out, const cJSON *block, const char *key, cons
   return cp_rule_from_json(out, rule, what);
 }
 
+/* ctxpatch.effective_in: an array of short runtime names, joined by ", " into out ("" when absent). */
+static int ctxpatch_runtimes(char *out, size_t size, const cJSON *block, const ctx_t *c) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(block, "effective_in"), *e;
+  size_t len = 0;
+  out[0] = '\0';
+  if (!a) return 0;
+  bool good = cJSON_IsArray(a);
+  if (good) cJSON_ArrayForEach(e, a) {
+    size_t n = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
+    if (!(good = n > 0 && len + n + 3 < size)) break;
+    len += (size_t)snprintf(out + len, size - len, "%s%s", len ? ", " : "", e->valuestring);
+  }
+  if (!good)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'ctxpatch.effective_in': expected an array of runtime names (at most "
+                        "%zu bytes together)", c->what, size - 1);
+  return 0;
+}
+
 /* "ctxpatch": {"rule": {...}, "baked_rule": {...}, "method", "fidelity", "certified",
  * "certificate_sha256", ...} of a patched artifact (include/ctxpatch/patchers/patch.h). */
 static int ctxpatch_block(cp_hf_config *cfg, const ctx_t *c) {
@@ -824,7 +842,8 @@ static int ctxpatch_block(cp_hf_config *cfg, const ctx_t *c) {
       (rc = ctxpatch_string(cfg->ctxpatch_fidelity, sizeof cfg->ctxpatch_fidelity, block, "fidelity", false, false, c)) ||
       (rc = ctxpatch_string(cfg->ctxpatch_certificate_sha256, sizeof cfg->ctxpatch_certificate_sha256, block,
                             "certificate_sha256", true, true, c)) ||
-      (rc = ctxpatch_rule(&cfg->ctxpatch_baked_rule, block, "baked_rule", c)))
+      (rc = ctxpatch_rule(&cfg->ctxpatch_baked_rule, block, "baked_rule", c)) ||
+      (rc = ctxpatch_runtimes(cfg->ctxpatch_effective_in, sizeof cfg->ctxpatch_effective_in, block, c)))
     return rc;
   return ctxpatch_rule(&cfg->ctxpatch_rule, block, "rule", c);
 }

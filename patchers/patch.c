@@ -43,7 +43,8 @@ void cp_patch_outcome_free(cp_patch_outcome *o) {
   memset(o, 0, sizeof *o);
 }
 
-cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration) {
+cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration,
+                      const char *const *effective_in, int n_effective_in) {
   cJSON *b = cJSON_CreateObject();
   if (!b) return NULL;
   cJSON_AddStringToObject(b, "tool_version", CTXPATCH_VERSION);
@@ -59,6 +60,8 @@ cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJS
     cJSON_AddNumberToObject(rs, "factor", plan->rope_factor);
   }
   if (calibration) cJSON_AddItemToObject(b, "calibration", cJSON_Duplicate(calibration, true));
+  if (n_effective_in > 0)
+    cJSON_AddItemToObject(b, "effective_in", cJSON_CreateStringArray(effective_in, n_effective_in));
   cJSON_AddBoolToObject(b, "certified", false);
   cJSON_AddNullToObject(b, "certificate_sha256");
   return b;
@@ -132,6 +135,8 @@ static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tm
   cJSON_AddItemToObject(p, "baked_rule", cp_rule_to_json(&out->plan.baked));
   cJSON_AddItemToObject(p, "rule", cp_rule_to_json(&out->plan.residual));
   cJSON_AddStringToObject(p, "baseline", in);
+  cJSON_AddStringToObject(p, "format", cp_artifact_format_name(cp_patch_format(params)));
+  cJSON_AddItemToObject(p, "effective_in", cJSON_CreateStringArray(out->effective_in, out->n_effective_in));
   CP_CHECK_ALLOC_GOTO(out->certificate_json = cJSON_Print(cert), tmp);
   if (out->pass) *cert_out = cert, cert = NULL;
 done:
@@ -168,6 +173,9 @@ static int certify(cJSON **cert, cp_patch_outcome *out, const char *tmp, const c
   op.stored_dtype = true;
   op.share_from = original;
   int rc = cp_model_open_ex(&baked, tmp, &op);
+  /* The baked folder's config.json states the input's length; a --train-len replaced it. */
+  if (rc == 0 && original->train_len > 0 && baked->train_len != original->train_len)
+    rc = cp_model_set_train_len(baked, original->train_len, original->cfg->train_len_key);
   if (rc == 0) rc = certify_model(cert, out, tmp, in, original, baked, NULL, patch, params);
   cp_model_free(baked);
   return rc;
@@ -308,8 +316,10 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   cp_model run = *original; /* a view whose RoPE is the patched config's; owns nothing */
   if (out->plan.rope_factor > 0) run.rope_scale = out->plan.rope_factor;
   if ((rc = cp_onnx_export_rule(&eff, &run, &patch->rule))) goto done;
+  out->n_effective_in = cp_patch_effective_in(out->effective_in, CP_PATCH_MAX_RUNTIMES, &out->plan, CP_ARTIFACT_ONNX,
+                                              original->family);
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
-  CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration), in);
+  CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration, out->effective_in, out->n_effective_in), in);
   if (params->verify) mark_certified(block);
   if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
@@ -393,8 +403,12 @@ int cp_patch_stage(cp_patch_pending **pending, cp_patch_outcome *out, const char
     goto done;
   }
   if (params->to_gguf && (rc = cp_gguf_export_check(original->cfg, in))) goto done;
+  cp_artifact_format fmt = cp_patch_format(params);
+  if (!params->for_ctxpatch && (rc = cp_patch_runtime_check(&out->plan, patch, fmt, original, out_dir))) goto done;
+  out->n_effective_in = cp_patch_effective_in(out->effective_in, CP_PATCH_MAX_RUNTIMES, &out->plan, fmt, original->family);
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
-  CP_CHECK_ALLOC_GOTO(pd->block = cp_patch_block(patch, &out->plan, calibration), in);
+  CP_CHECK_ALLOC_GOTO(pd->block = cp_patch_block(patch, &out->plan, calibration, out->effective_in, out->n_effective_in),
+                      in);
   if (params->verify) mark_certified(pd->block);
   if ((rc = open_bake_dir(&pd->ad, out_dir, params))) goto done;
   const char *tmp = cp_atomic_dir_path(pd->ad);
@@ -429,7 +443,9 @@ int cp_patch_finish(cp_patch_pending *pd, cp_patch_outcome *out, const char *key
                    (rc = place_digest(tmp, &pd->written, pd->original->cfg, &out->plan, pd->block, out->certificate_sha256))))
     goto done;
   if (pd->to_gguf) { /* one GGUF file from the certified folder, which then goes */
-    if ((rc = cp_patch_write_gguf(tmp, pd->in, pd->out_dir, pd->block, pd->verified, pd->gguf_type))) goto done;
+    if ((rc = cp_patch_write_gguf(tmp, pd->in, pd->out_dir, pd->block, pd->verified, pd->gguf_type,
+                                  pd->original->train_len)))
+      goto done;
     out->written = true;
     goto done;
   }
@@ -578,7 +594,18 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
       (rc = cp_patch_method_fits(model, o.method)) ||
       (rc = cp_patch_refuse_artifact(model, in)))
     goto done;
+  if (o.train_len && (rc = cp_model_set_train_len(model, o.train_len, CP_TRAIN_LEN_OPTION))) goto bad_options;
   if ((rc = cp_patch_options_resolve(&o, model))) goto bad_options;
+  if (!params->onnx && !params->for_ctxpatch) { /* an inert artifact is refused before any work */
+    cp_bake_plan *plan = malloc(sizeof *plan); /* two cp_rules: tens of KiB, not on the stack */
+    cp_checkpoint *pck = NULL;
+    CP_CHECK_ALLOC_GOTO(plan, in);
+    if ((rc = cp_checkpoint_open(&pck, in)) == 0)
+      rc = cp_patch_runtime_precheck(plan, model, pck, &o, cp_patch_format(params), out_dir);
+    cp_checkpoint_free(pck);
+    free(plan);
+    if (rc) goto done;
+  }
   bool calibrates = o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule;
   if ((rc = cp_patch_tokenizer_open(&tok, in, calibrates, params))) goto done;
   /* Every file the model and tokenizer were read from is known now: OUT may be none, before any work. */

@@ -17,7 +17,8 @@
 #include "ctxpatch/patchers/patch_auto.h"
 #include "patchers/patch_stage.h"
 
-static const char *const status_names[] = {"pass", "fail", "does not fit", "refused", "skipped: budget"};
+static const char *const status_names[] = {"pass",    "fail",            "does not fit",
+                                           "refused", "skipped: budget", "skipped: runtime"};
 
 const char *cp_auto_status_name(cp_auto_status s) {
   return (unsigned)s < sizeof status_names / sizeof *status_names ? status_names[s] : "?";
@@ -174,10 +175,10 @@ static cJSON *auto_block(const cp_auto_outcome *a) {
 /* Options auto chooses itself are refused beside it (their values would be ignored otherwise). */
 static int auto_check(const cp_patch_options *o, const cp_patch_params *p, double budget) {
   if (o->tau > 0 || o->per_layer || o->scope || o->schedule || o->factor > 0 || o->dynamic || o->progressive ||
-      o->have_n_global || o->n_local || o->ceiling || o->top_k || o->threshold > 0 || o->train_len || o->rule)
+      o->have_n_global || o->n_local || o->ceiling || o->top_k || o->threshold > 0 || o->rule)
     return cp_error_set(CP_EARG, "--method auto chooses the method options itself: it takes no --tau, --per-layer, "
                                  "--scope, --schedule, --factor, --dynamic, --progressive, --n-global, --n-local, "
-                                 "--ceiling, --top-k, --threshold, --train-len or --rule");
+                                 "--ceiling, --top-k, --threshold or --rule");
   if (!p->verify) return cp_error_set(CP_EARG, "--method auto certifies every candidate: it takes no --no-verify");
   if (p->onnx) return cp_error_set(CP_EARG, "--method auto writes safetensors or gguf, not --to onnx");
   if (!(budget >= 0 && budget <= CP_AUTO_MAX_BUDGET))
@@ -219,6 +220,7 @@ static int check_output(const char *out_dir, bool replace) {
 
 typedef struct {
   cp_model *model;
+  cp_checkpoint *ck; /* the checkpoint of IN, for the stand-in plans of runtime_skip */
   cp_tokenizer *tok;
   cp_patch_verify_setup vs;
   cp_verify_result *original_run; /* the baseline side of every candidate (cp_verify_params.baseline_from) */
@@ -226,11 +228,41 @@ typedef struct {
   int64_t L, T;
 } auto_ctx;
 
+/* Whether candidate c (options co) would be inert in the target format's runtimes: its rule, or
+ * part of it, only in ctxpatch metadata (cp_patch_runtime_precheck, before any calibration); the
+ * reason goes into c. */
+static bool runtime_skip(cp_auto_candidate *c, const cp_patch_options *co, const auto_ctx *x, const char *out,
+                         const cp_patch_params *p) {
+  cp_patch_options o = *co;
+  cp_artifact_format f = cp_patch_format(p);
+  if (cp_patch_options_check(&o) || cp_patch_options_resolve(&o, x->model)) {
+    cp_error_clear(); /* the real run reports it */
+    return false;
+  }
+  cp_bake_plan *plan = malloc(sizeof *plan); /* two cp_rules: tens of KiB, not on the stack */
+  bool skip = plan && cp_patch_runtime_precheck(plan, x->model, x->ck, &o, f, out) != 0;
+  cp_error_clear(); /* out of memory here: the real run meets it */
+  if (skip) {
+    char parts[160], runtimes[200];
+    cp_rule_part_names(parts, sizeof parts, &plan->residual);
+    cp_runtimes_text(runtimes, sizeof runtimes, f, x->model->family);
+    snprintf(c->reason, sizeof c->reason, "%.90s would be ctxpatch metadata only, which %.120s ignore%s (--for "
+             "ctxpatch includes it)", parts, runtimes, strstr(runtimes, " and ") ? "" : "s");
+  }
+  free(plan);
+  return skip;
+}
+
 /* Opens the model and tokenizer, resolves the target, screens the probes once (into out->outcome). */
 static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *in, cp_patch_options *base,
                      const cp_patch_params *params) {
   int rc = 0;
   if ((rc = cp_model_open_stored(&x->model, in)) || (rc = cp_patch_refuse_artifact(x->model, in))) return rc;
+  if (base->train_len && (rc = cp_model_set_train_len(x->model, base->train_len, CP_TRAIN_LEN_OPTION))) {
+    *bad = true;
+    return rc;
+  }
+  if (!params->for_ctxpatch && (rc = cp_checkpoint_open(&x->ck, in))) return rc;
   x->L = x->model->train_len;
   if (x->L <= 0)
     return cp_error_set(CP_EARG, "%s: --method auto needs the model's training length (config.json has none)", in);
@@ -291,6 +323,8 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
     if (cp_patch_method_fits(x.model, c->method)) {
       c->status = CP_AUTO_NOT_FIT;
       snprintf(c->reason, sizeof c->reason, "%s", cp_error_message());
+    } else if (x.ck && runtime_skip(c, &co, &x, in, &x.p)) {
+      c->status = CP_AUTO_SKIPPED_RUNTIME;
     } else if (ran_any && t - t0 >= budget) {
       c->status = CP_AUTO_SKIPPED_BUDGET; /* the first candidate that fits always runs */
     } else {
@@ -331,6 +365,7 @@ done:
   cp_patch_outcome_free(&oc);
   cp_verify_result_free(x.original_run);
   cp_tokenizer_free(x.tok);
+  cp_checkpoint_free(x.ck);
   cp_model_free(x.model);
   return rc;
 }

@@ -26,11 +26,12 @@ static int block_str(cp_gguf_meta *m, char **owned, const cJSON *block, const ch
 }
 
 int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const cJSON *block, bool certified,
-                        uint32_t type) {
+                        uint32_t type, int64_t train_len) {
   static const struct { const char *member, *key; } strs[] = {
       {"method", "ctxpatch.method"},       {"fidelity", "ctxpatch.fidelity"},
       {"note", "ctxpatch.note"},           {"rule", "ctxpatch.rule"},
       {"baked_rule", "ctxpatch.baked_rule"}, {"calibration", "ctxpatch.calibration"},
+      {"effective_in", "ctxpatch.effective_in"},
       {"certificate_sha256", "ctxpatch.certificate_sha256"}};
   enum { N_STR = sizeof strs / sizeof *strs };
   cp_gguf_meta meta[N_STR + 2];
@@ -61,7 +62,7 @@ int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const 
    * digest, which check recomputes: the certificate's model.files speaks of the baked folder the
    * probes ran on, not of this file. */
   cp_gguf_export_params p = {.replace = true, .type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src,
-                             .digest_key = "ctxpatch.content_sha256"};
+                             .digest_key = "ctxpatch.content_sha256", .train_len = train_len};
   rc = cp_gguf_export(NULL, tmp, out, &p);
 done:
   cp_gguf_free(src);

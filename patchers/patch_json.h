@@ -9,8 +9,10 @@
 #include "ctxpatch/patchers/patch.h"
 
 /* The "ctxpatch" block for a plan (certified false, certificate_sha256 null, added last);
- * `calibration` is copied when not NULL. Caller frees with cJSON_Delete. */
-cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration);
+ * `calibration` is copied when not NULL; "effective_in" lists effective_in[n_effective_in] (the
+ * runtimes that execute the artifact, or "ctxpatch" alone; cp_patch_effective_in). Caller frees with cJSON_Delete. */
+cJSON *cp_patch_block(const cp_patch *patch, const cp_bake_plan *plan, const cJSON *calibration,
+                      const char *const *effective_in, int n_effective_in);
 
 /* Writes the baked artifact into the existing folder `dir` through cp_folder_write: the tensors
  * (sharded past shard_size bytes, 0: one file) with `block` compact in every shard's __metadata__,
@@ -25,8 +27,9 @@ int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake
 
 /* `patch --to gguf` (patchers/patch_gguf.c): the baked folder `tmp` (certificate.json in it when
  * `certified`) written to the GGUF file `out` in ggml type `type`, with `block`'s members as
- * ctxpatch.* keys and the certificate's text as ctxpatch.certificate; `in` names the source. */
+ * ctxpatch.* keys and the certificate's text as ctxpatch.certificate; `in` names the source;
+ * train_len > 0: the context_length written (the original's, --train-len included). */
 int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const cJSON *block, bool certified,
-                        uint32_t type);
+                        uint32_t type, int64_t train_len);
 
 #endif

@@ -78,6 +78,7 @@ static void bake_case(const char *model, cp_patch_method method, const char *rul
   if (!orig) return;
   cp_patch_params pp;
   cp_patch_params_init(&pp);
+  pp.for_ctxpatch = true; /* metadata cases too: the artifact as ctxpatch's engine runs it */
   cp_patch_outcome oc;
   int rc = cp_patch_write(&oc, in, out, orig, &patch, &pp);
   CHECK_RC(0, rc);

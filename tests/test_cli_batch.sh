@@ -18,7 +18,7 @@ recipe() { # recipe FILE OUTDIR
   "recipe_version": 1,
   "inputs": ["$pm/rope-probe", "$pm/t5-*"],
   "methods": [
-    {"name": "lmi", "method": "lm-infinite", "options": {"n-global": 10, "n-local": 256}},
+    {"name": "lmi", "method": "lm-infinite", "options": {"n-global": 10, "n-local": 256, "for": "ctxpatch"}},
     {"name": "t09", "method": "temperature", "options": {"tau": 0.9}},
     {"name": "pi2", "method": "rope-pi", "options": {"factor": 2}}
   ],

@@ -17,7 +17,7 @@ cat >"$R" <<EOF
   "inputs": ["$pm/rope-probe"],
   "methods": [
     {"name": "pi", "method": "rope-pi", "options": {"factor": 1.001}},
-    {"name": "lmi", "method": "lm-infinite", "options": {"n-global": 10, "n-local": 256}}
+    {"name": "lmi", "method": "lm-infinite", "options": {"n-global": 10, "n-local": 256, "for": "ctxpatch"}}
   ],
   "target_lengths": [512],
   "formats": ["gguf"],

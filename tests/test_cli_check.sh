@@ -10,7 +10,7 @@ model=$src/examples/probe-models/rope-probe
 [ -f "$model/model.safetensors" ] || { echo "SKIP: $model is absent"; exit 77; }
 vopts="--lengths 256,512 --depths 0:1:3 --samples 1 --threads 1"
 good=$work/good other=$work/other
-"$bin" patch "$model" "$good" --method lm-infinite --n-global 10 --n-local 256 $vopts >"$work/p1.log" 2>&1 \
+"$bin" patch "$model" "$good" --method lm-infinite --n-global 10 --n-local 256 --for ctxpatch $vopts >"$work/p1.log" 2>&1 \
   || { echo "FAIL: patch for the artifact"; cat "$work/p1.log"; exit 1; }
 "$bin" patch "$model" "$other" --method temperature --tau 0.9 --lengths 256 --depths 0:1:3 --samples 1 --threads 1 \
   >"$work/p2.log" 2>&1 || { echo "FAIL: patch for the second artifact"; cat "$work/p2.log"; exit 1; }

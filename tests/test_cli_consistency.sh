@@ -24,7 +24,7 @@ json_cmd tokenize "$bin" tokenize "$m" --text "hello world" --json
 json_cmd calibrate "$bin" calibrate "$m" --method pmax,log --lengths 512 --samples 1 --threads 2 --json
 json_cmd convert "$bin" convert "$m" "$work/conv" --to safetensors --json
 json_cmd verify "$bin" verify "$m" --probe passkey "${small[@]}" --json
-json_cmd patch "$bin" patch "$m" "$work/p1" --method lm-infinite --n-local 256 --verify passkey "${small[@]}" --json
+json_cmd patch "$bin" patch "$m" "$work/p1" --method lm-infinite --n-local 256 --for ctxpatch --verify passkey "${small[@]}" --json
 json_cmd check "$bin" check "$work/p1" --json
 # verify --json prints the certificate: the same document --certificate writes.
 "$bin" verify "$m" --probe passkey "${small[@]}" --certificate "$work/v.cert" >/dev/null 2>&1
@@ -55,7 +55,7 @@ grep -q "^patch:\|^fidelity:\|^probe" "$work/patch.json" && bad "patch --json pr
 # 2. --probe and --verify: one option, equal results, in verify and patch; both at once refused.
 "$bin" verify "$m" --verify passkey "${small[@]}" --json >"$work/alias.json" 2>/dev/null
 cmp -s "$work/alias.json" "$work/verify.json" && ok || bad "verify --verify differs from --probe"
-"$bin" patch "$m" "$work/p2" --method lm-infinite --n-local 256 --probe passkey "${small[@]}" >/dev/null 2>&1
+"$bin" patch "$m" "$work/p2" --method lm-infinite --n-local 256 --for ctxpatch --probe passkey "${small[@]}" >/dev/null 2>&1
 cmp -s "$work/p2/certificate.json" "$work/p1/certificate.json" && ok || bad "patch --probe differs from --verify"
 "$bin" verify "$m" --probe passkey --verify passkey "${small[@]}" >/dev/null 2>"$work/both.err"
 [ $? -eq 2 ] && grep -q "one option" "$work/both.err" && ok || bad "--probe with --verify not refused"
@@ -101,7 +101,7 @@ fi
 [ ! -s "$work/pipe.err" ] && ok || bad "calibrate printed progress into a pipe: $(cat "$work/pipe.err")"
 
 # 5. The default probe set: screened on the original at its training length; printed and recorded.
-"$bin" patch "$m" "$work/p3" --method lm-infinite --n-local 256 --lengths 256 --depths 0:1:2 --samples 3 \
+"$bin" patch "$m" "$work/p3" --method lm-infinite --n-local 256 --for ctxpatch --lengths 256 --depths 0:1:2 --samples 3 \
   --threads 2 >"$work/p3.txt" 2>&1 && ok || { bad "default-set patch failed"; cat "$work/p3.txt"; }
 grep -q "^probes: default set, screened on the original at its training length 256" "$work/p3.txt" && ok \
   || bad "default set not announced"
@@ -129,7 +129,7 @@ grep -q "^paired test: Tango" "$work/p3.txt" && ok || bad "patch prints no paire
 cat >"$work/topk.json" <<'EOF'
 {"lambda_mask": {"n_global": 4, "n_local": 256}, "top_k": {"k": 3, "from_layer": 1, "distance": 100, "rows": "all"}}
 EOF
-"$bin" patch "$m" "$work/p4" --rule "$work/topk.json" --verify passkey "${small[@]}" >"$work/p4.txt" 2>&1 && ok \
+"$bin" patch "$m" "$work/p4" --rule "$work/topk.json" --for ctxpatch --verify passkey "${small[@]}" >"$work/p4.txt" 2>&1 && ok \
   || { bad "patch --rule top-k"; cat "$work/p4.txt"; }
 "$py" - "$work/p4/certificate.json" <<'PY' && ok || bad "--rule top-k certificate"
 import json, sys
@@ -138,7 +138,7 @@ assert c["rule"]["top_k"] == {"k": 3, "from_layer": 1, "distance": 100, "rows": 
 assert c["patch"]["method"] == "lm-infinite" and c["verdict"]["result"] == "pass"
 PY
 echo '{"temperature": 0.9, "lambda_mask": {"n_global": 4, "n_local": 256}}' >"$work/mix.json"
-"$bin" patch "$m" "$work/p5" --rule "$work/mix.json" --no-verify >"$work/p5.txt" 2>&1 && grep -q "^patch: rule " "$work/p5.txt" \
+"$bin" patch "$m" "$work/p5" --rule "$work/mix.json" --for ctxpatch --no-verify >"$work/p5.txt" 2>&1 && grep -q "^patch: rule " "$work/p5.txt" \
   && grep -q "fidelity: ctxpatch-metadata" "$work/p5.txt" && ok || { bad "mixed --rule"; cat "$work/p5.txt"; }
 "$bin" patch "$m" "$work/p6" --rule "$work/topk.json" --n-local 9 --no-verify >/dev/null 2>"$work/p6.err"
 [ $? -eq 2 ] && grep -q "takes no method options" "$work/p6.err" && ok || bad "--rule with a method option"
@@ -153,7 +153,7 @@ echo '{"temperature": 0.9, "lambda_mask": {"n_global": 4, "n_local": 256}}' >"$w
 
 # 9. verify --baseline on a metadata artifact: the baseline side is the model without the rule,
 # so it scores what the original scores (before the fix both sides ran the rule: 0 vs 0).
-"$bin" patch "$m" "$work/meta" --method lm-infinite --n-local 32 --no-verify >/dev/null 2>&1
+"$bin" patch "$m" "$work/meta" --method lm-infinite --n-local 32 --for ctxpatch --no-verify >/dev/null 2>&1
 "$bin" verify "$work/meta" --baseline --probe passkey "${small[@]}" --json >"$work/meta.json" 2>/dev/null
 "$bin" verify "$m" --probe passkey "${small[@]}" --json >"$work/orig.json" 2>/dev/null
 "$py" - "$work/meta.json" "$work/orig.json" <<'PY' && ok || bad "verify --baseline on a metadata artifact compares it with itself"

@@ -52,7 +52,7 @@ vopts="--verify passkey --lengths 128,256 --depths 0:1:3 --samples 1 --threads 1
 
 # 1. certified write: artifact layout, metadata, certificate digest, SHA256SUMS
 out=$work/out
-"$bin" patch "$model" "$out" --method lm-infinite --n-global 4 --n-local 64 $vopts >"$work/p1.log" 2>&1 \
+"$bin" patch "$model" "$out" --method lm-infinite --n-global 4 --n-local 64 --for ctxpatch $vopts >"$work/p1.log" 2>&1 \
   && ok || { bad "certified lm-infinite patch exited nonzero"; cat "$work/p1.log"; }
 grep -q "fidelity: ctxpatch-metadata" "$work/p1.log" && ok || bad "fidelity not printed"
 for f in config.json model.safetensors tokenizer.json certificate.json report.html SHA256SUMS; do
@@ -119,7 +119,7 @@ EOF
 
 # 2b. reproducible: the same inputs and options give the same bytes in every file of the artifact
 #     (timings are printed, never written: docs/certificate.md)
-"$bin" patch "$model" "$work/out2" --method lm-infinite --n-global 4 --n-local 64 $vopts >/dev/null 2>&1 \
+"$bin" patch "$model" "$work/out2" --method lm-infinite --n-global 4 --n-local 64 --for ctxpatch $vopts >/dev/null 2>&1 \
   && ok || bad "second certified patch exited nonzero"
 diff -r "$out" "$work/out2" >"$work/diff.log" 2>&1 && ok || { bad "two identical patch runs differ"; head -5 "$work/diff.log"; }
 grep -q '"wall_seconds"\|"tokens_per_second"' "$out/certificate.json" && bad "timings in certificate.json" || ok
@@ -145,7 +145,7 @@ grep -q "baked into the artifact (exact-weights)" "$work/nt/report.html" && ok |
 
 # 4. refusals: one line, nonzero, nothing written
 for args in "--method alibi-pi --factor 2" "--method fire-threshold --threshold 8" \
-            "--method lm-infinite --require exact --no-verify"; do
+            "--method lm-infinite --require exact --for ctxpatch --no-verify"; do
   "$bin" patch "$model" "$work/refused" $args >"$work/r.out" 2>"$work/r.err" && bad "accepted: $args" || ok
   [ "$(wc -l <"$work/r.err")" -eq 1 ] && ok || { bad "not one line: $args"; cat "$work/r.err"; }
   check test ! -e "$work/refused"

@@ -19,7 +19,7 @@ odd='"big_int": 9007199254740993, "huge": 1E400, "nul_str": "a\u0000b", "tiny": 
 
 # 1. untouched keys keep their bytes, for a metadata patch, a native-config patch and an exact one
 mk odd llama "$odd"
-for m in "lm-infinite --n-global 2 --n-local 8" "rope-pi --factor 2" "temperature --tau 0.8"; do
+for m in "lm-infinite --n-global 2 --n-local 8 --for ctxpatch" "rope-pi --factor 2" "temperature --tau 0.8"; do
   rm -rf "$work/o"
   if "$bin" patch "$work/odd" "$work/o" --method $m --no-verify >"$work/o.log" 2>&1; then
     ok
@@ -89,7 +89,7 @@ for opt in --n-local --ceiling --top-k; do
   grep -q -- "$opt" "$work/e" && [ "$(wc -l <"$work/e")" -eq 1 ] && ok || { bad "$opt 0: message"; cat "$work/e"; }
   [ ! -e "$work/o" ] && ok || bad "$opt 0 wrote OUT"
   rm -rf "$work/o"
-  "$bin" patch "$work/odd" "$work/o" --method lm-infinite $opt 1 --no-verify >/dev/null 2>"$work/e" \
+  "$bin" patch "$work/odd" "$work/o" --method lm-infinite $opt 1 --for ctxpatch --no-verify >/dev/null 2>"$work/e" \
     && ok || { bad "$opt 1 refused"; cat "$work/e"; }
 done
 for opt in --target-len --train-len; do
@@ -103,6 +103,6 @@ rm -rf "$work/o"
 "$bin" patch "$work/odd" "$work/o" --method lm-infinite --top-k 4097 --no-verify >/dev/null 2>"$work/e" \
   && bad "--top-k 4097 accepted" || ok
 grep -q "top_k.k\|--top-k" "$work/e" && ok || { bad "--top-k 4097: message"; cat "$work/e"; }
-"$bin" patch "$work/odd" "$work/o" --method lm-infinite --top-k 4096 --no-verify >/dev/null 2>&1 && ok || bad "--top-k 4096 refused"
+"$bin" patch "$work/odd" "$work/o" --method lm-infinite --top-k 4096 --for ctxpatch --no-verify >/dev/null 2>&1 && ok || bad "--top-k 4096 refused"
 
 finish

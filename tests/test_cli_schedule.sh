@@ -11,7 +11,7 @@ small="--verify passkey --depths 0:1:2 --samples 2 --threads 2"
 
 # 1. patch --schedule: calibrated at the lengths past 256, certified, kept as metadata
 out=$work/sched
-if "$bin" patch "$model" "$out" --method temperature --schedule --lengths 256,512,1024 $small >"$work/p.log" 2>&1; then
+if "$bin" patch "$model" "$out" --method temperature --schedule --lengths 256,512,1024 --for ctxpatch $small >"$work/p.log" 2>&1; then
   ok; else bad "patch --schedule: $(cat "$work/p.log")"; fi
 grep -q '^fidelity: ctxpatch-metadata' "$work/p.log" && ok || bad "fidelity: $(cat "$work/p.log")"
 "$py" - "$out" <<'EOF' && ok || bad "the artifact's schedule"

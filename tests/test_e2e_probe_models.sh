@@ -37,8 +37,8 @@ PY
 }
 
 run t5-probe exact-weights --method temperature --calibrate pmax --target-len 1024
-run alibi-probe ctxpatch-metadata --method alibi-pi --dynamic
-run rope-probe ctxpatch-metadata --method lm-infinite
+run alibi-probe ctxpatch-metadata --method alibi-pi --dynamic --for ctxpatch
+run rope-probe ctxpatch-metadata --method lm-infinite --for ctxpatch
 run fire-probe exact-weights --method fire-threshold --threshold 512
 
 echo "$passed passed, $failed failed"

@@ -112,9 +112,9 @@ nv="--no-verify"
 bl="$w/bloom"
 check "$bin" patch "$w/gpt_neox" "$w/n_rp.gguf" --method rope-pi --factor 2 --to gguf $nv
 check "$bin" patch "$w/gpt_neox" "$w/n_tp.gguf" --method temperature --tau 1.3 --to gguf $nv
-check "$bin" patch "$bl" "$w/b_ap.gguf" --method alibi-pi --factor 2 --to gguf $nv
-check "$bin" patch "$w/mpt" "$w/m_lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf $nv
-"$bin" patch "$bl" "$w/b_ex.gguf" --method alibi-pi --factor 2 --to gguf --require exact $nv >/dev/null 2>&1 &&
+check "$bin" patch "$bl" "$w/b_ap.gguf" --method alibi-pi --factor 2 --to gguf --for ctxpatch $nv
+check "$bin" patch "$w/mpt" "$w/m_lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf --for ctxpatch $nv
+"$bin" patch "$bl" "$w/b_ex.gguf" --method alibi-pi --factor 2 --to gguf --require exact --for ctxpatch $nv >/dev/null 2>&1 &&
   bad "--require exact accepted alibi-pi" || ok
 for f in n_rp n_tp b_ap m_lm; do check fwd "$w/$f.gguf" "$w/e_$f.bin"; done
 "$py" - "$w" <<'PY' && ok || bad "patched fused-family GGUF files"

@@ -38,7 +38,7 @@ check "$bin" convert "$w/gpt2_sf" "$w/gpt2_rt.gguf" --to gguf
 nv="--no-verify"
 check "$bin" patch "$g2" "$w/tp.gguf" --method temperature --tau 1.3 --to gguf $nv
 check "$bin" patch "$w/gpt2.gguf" "$w/tp_g.gguf" --method temperature --tau 1.3 --to gguf $nv
-check "$bin" patch "$g2" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf $nv
+check "$bin" patch "$g2" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf --for ctxpatch $nv
 for f in tp lm; do check fwd "$w/$f.gguf" "$w/e_$f.bin"; done
 
 "$py" - "$w" <<'PY' && ok || bad "GPT-2 GGUF names, layout, keys, round trip, patches"

@@ -69,7 +69,7 @@ nv="--no-verify"
 check "$bin" patch "$t5" "$w/tp.gguf" --method temperature --tau 1.3 --to gguf $nv
 check "$bin" patch "$w/t5.gguf" "$w/tp_g.gguf" --method temperature --tau 1.3 --to gguf $nv
 check "$bin" patch "$t5" "$w/ta.gguf" --method temperature --tau 1.3 --scope all --to gguf $nv
-check "$bin" patch "$t5" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf $nv
+check "$bin" patch "$t5" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf --for ctxpatch $nv
 for f in tp ta lm; do check fwd "$w/$f.gguf" "$w/e_$f.bin"; done
 
 "$py" - "$w" "$t5" <<'PY' && ok || bad "T5 GGUF names, keys, round trip, patches"

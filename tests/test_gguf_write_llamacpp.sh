@@ -109,9 +109,9 @@ check "$bin" patch "$probe" "$w/rp.gguf" --method rope-pi --factor 2 --to gguf $
 check "$bin" patch "$probe" "$w/rp" --method rope-pi --factor 2 $nv
 check "$bin" patch "$probe" "$w/tp.gguf" --method temperature --tau 1.3 --to gguf $nv
 check "$bin" patch "$probe" "$w/tp" --method temperature --tau 1.3 $nv
-check "$bin" patch "$probe" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf $nv
-check "$bin" patch "$probe" "$w/lm" --method lm-infinite --n-global 4 --n-local 64 $nv
-"$bin" patch "$probe" "$w/ex.gguf" --method lm-infinite --n-global 4 --to gguf --require exact $nv >/dev/null 2>&1 &&
+check "$bin" patch "$probe" "$w/lm.gguf" --method lm-infinite --n-global 4 --n-local 64 --to gguf --for ctxpatch $nv
+check "$bin" patch "$probe" "$w/lm" --method lm-infinite --n-global 4 --n-local 64 --for ctxpatch $nv
+"$bin" patch "$probe" "$w/ex.gguf" --method lm-infinite --n-global 4 --to gguf --require exact --for ctxpatch $nv >/dev/null 2>&1 &&
   bad "--require exact accepted a metadata rule" || ok
 check "$bin" patch "$stories" "$w/sp.gguf" --method rope-pi --factor 2 --to gguf --verify passkey --lengths 512 --samples 2 --min-accuracy 0
 check "$bin" patch "$probe" "$w/cert.gguf" --method rope-pi --factor 2 --to gguf --lengths 512 --samples 2 --min-accuracy 0

@@ -67,7 +67,7 @@ refused -w "distance_ceiling cannot apply" "$bin" patch "$m" "$work/p4" --method
 [ ! -e "$work/p1" ] && [ ! -e "$work/p4" ] && ok || bad "a refused patch wrote its output"
 
 # lm-infinite: the Lambda mask alone (no ceiling), and the artifact computes the golden's rule
-"$bin" patch "$m" "$work/lmi" --method lm-infinite --n-global 2 --n-local 8 --no-verify >"$work/patch.log" 2>&1 &&
+"$bin" patch "$m" "$work/lmi" --method lm-infinite --n-global 2 --n-local 8 --for ctxpatch --no-verify >"$work/patch.log" 2>&1 &&
   ok || bad "patch lm-infinite: $(tail -2 "$work/patch.log")"
 "$py" - "$work/lmi/config.json" <<'PY' && ok || bad "lm-infinite rule of the artifact"
 import json, sys

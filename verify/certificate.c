@@ -198,6 +198,9 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   cJSON_AddStringToObject(m, "family", cp_family_name(model->family));
   if (model->train_len > 0) cJSON_AddNumberToObject(m, "train_len", (double)model->train_len);
   else cJSON_AddNullToObject(m, "train_len");
+  /* "option --train-len", "config.json max_position_embeddings", "GGUF llama.context_length" */
+  if (model->train_len > 0 && model->cfg->train_len_key[0])
+    cJSON_AddStringToObject(m, "train_len_source", model->cfg->train_len_key);
   int rc = add_files(cJSON_AddArrayToObject(m, "files"), info->model_path);
   if (rc < 0) {
     cJSON_Delete(c);

@@ -285,6 +285,10 @@ static int check_metadata(check_ctx *c) {
     if (rc == 0) rc = compare_field(c, m, "meta-rule", "rule", cJSON_GetObjectItemCaseSensitive(cert, "rule"), "rule", false);
     if (rc == 0)
       rc = compare_field(c, m, "meta-rule", "baked_rule", cJSON_GetObjectItemCaseSensitive(patch, "baked_rule"), "patch.baked_rule", false);
+    /* Who executes the artifact (docs/patching.md, "Runtimes"); absent on both sides before the table. */
+    if (rc == 0)
+      rc = compare_field(c, m, "meta-effective", "effective_in", cJSON_GetObjectItemCaseSensitive(patch, "effective_in"),
+                         "patch.effective_in", false);
   }
   return rc;
 }

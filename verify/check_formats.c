@@ -241,7 +241,8 @@ done:
   return rc;
 }
 
-/* A GGUF string key as a block member: JSON objects parsed back (rule, baked_rule), else the string. */
+/* A GGUF string key as a block member: JSON objects and arrays parsed back (rule, baked_rule,
+ * effective_in), else the string. */
 static int gguf_member(check_ctx *c, cJSON *block, const cp_gguf_file *g, const char *key, const char *member) {
   const char *v = NULL;
   size_t len = 0;
@@ -249,10 +250,11 @@ static int gguf_member(check_ctx *c, cJSON *block, const cp_gguf_file *g, const 
   if (cp_gguf_find_key(g, key) < 0) return 0;
   if (cp_gguf_get_str(&v, &len, g, key) < 0)
     return check_fail(c->report, "meta-unreadable", "%s: %s: %s", c->path, key, cp_error_message());
-  if (len && v[0] == '{') {
-    if (cp_json_parse_strict(&item, v, len, key, 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 || !cJSON_IsObject(item)) {
+  if (len && (v[0] == '{' || v[0] == '[')) {
+    if (cp_json_parse_strict(&item, v, len, key, 64, CP_EARG, CP_EARG, CP_EARG, CP_EARG) < 0 ||
+        (v[0] == '{' ? !cJSON_IsObject(item) : !cJSON_IsArray(item))) {
       cJSON_Delete(item);
-      return check_fail(c->report, "meta-json", "%s: %s is not a JSON object", c->path, key);
+      return check_fail(c->report, "meta-json", "%s: %s is not a JSON %s", c->path, key, v[0] == '{' ? "object" : "array");
     }
   } else {
     char *z = memchr(v, '\0', len) ? NULL : malloc(len + 1); /* the GGUF string is not NUL-terminated */
@@ -296,7 +298,7 @@ static int check_gguf_digest(check_ctx *c, const cp_gguf_file *g) {
 static int read_gguf_file(check_ctx *c) {
   static const char *const keys[][2] = {{"ctxpatch.tool_version", "tool_version"}, {"ctxpatch.method", "method"},
                                         {"ctxpatch.fidelity", "fidelity"},         {"ctxpatch.rule", "rule"},
-                                        {"ctxpatch.baked_rule", "baked_rule"},
+                                        {"ctxpatch.baked_rule", "baked_rule"},     {"ctxpatch.effective_in", "effective_in"},
                                         {"ctxpatch.certificate_sha256", "certificate_sha256"}};
   cp_gguf_file *g = NULL;
   cJSON *block = NULL;

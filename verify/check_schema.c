@@ -65,6 +65,8 @@ static void model_block(sv *s, const cJSON *c) {
   if (!m) return;
   need(s, m, "model", "family", cJSON_String);
   need(s, m, "model", "train_len", cJSON_Number | cJSON_NULL);
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(m, "train_len_source"); /* optional: where train_len came from */
+  if (src && !cJSON_IsString(src)) bad(s, "model.train_len_source", "expected a string");
   const cJSON *files = need(s, m, "model", "files", cJSON_Array);
   cJSON_ArrayForEach(f, files) {
     const cJSON *p = need(s, f, "model.files[]", "path", cJSON_String), *h = need(s, f, "model.files[]", "sha256", cJSON_String);
@@ -193,6 +195,16 @@ static void tail_blocks(sv *s, const cJSON *c) {
     need(s, patch, "patch", "rule", cJSON_Object);
     need(s, patch, "patch", "baked_rule", cJSON_Object);
     need(s, patch, "patch", "baseline", cJSON_String);
+    /* Optional (certificates before the runtime table lack them): the format written and the
+     * runtimes that execute it, or ["ctxpatch"] alone (docs/patching.md, "Runtimes"). */
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(patch, "format");
+    if (fmt && (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "safetensors") && strcmp(fmt->valuestring, "gguf") &&
+                                          strcmp(fmt->valuestring, "onnx"))))
+      bad(s, "patch.format", "expected \"safetensors\", \"gguf\" or \"onnx\"");
+    const cJSON *eff = cJSON_GetObjectItemCaseSensitive(patch, "effective_in"), *e;
+    if (eff && (!cJSON_IsArray(eff) || cJSON_GetArraySize(eff) == 0)) bad(s, "patch.effective_in", "expected a non-empty array");
+    if (cJSON_IsArray(eff)) cJSON_ArrayForEach(e, eff) if (!cJSON_IsString(e) || !*e->valuestring)
+      bad(s, "patch.effective_in[]", "expected a runtime name");
   }
 }
 

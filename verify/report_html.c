@@ -146,6 +146,25 @@ static void put_rule_json(cp_strbuf *b, const cJSON *rule) {
   free(text);
 }
 
+/* The runtimes that execute a patch certificate's artifact (patch.effective_in), or that it is
+ * effective in ctxpatch only (--for ctxpatch, or a family no other runtime loads). */
+static void put_effective_in(cp_strbuf *b, const cJSON *eff) {
+  const cJSON *e;
+  int i = 0;
+  if (!cJSON_IsArray(eff) || !eff->child) return;
+  if (!eff->child->next && cJSON_IsString(eff->child) && !strcmp(eff->child->valuestring, "ctxpatch")) {
+    cp_strbuf_str(b, "<p class=\"note\"><strong>effective in ctxpatch only</strong>: no runtime of this format "
+                     "executes the patch</p>");
+    return;
+  }
+  cp_strbuf_str(b, "<p class=\"note\">executed by: ");
+  cJSON_ArrayForEach(e, eff) if (cJSON_IsString(e)) {
+    if (i++) cp_strbuf_str(b, ", ");
+    report_esc(b, e->valuestring);
+  }
+  cp_strbuf_str(b, "</p>");
+}
+
 static void put_settings(cp_strbuf *b, const cJSON *c, const report_data *d) {
   const cJSON *probes = cJSON_GetObjectItemCaseSensitive(c, "probes");
   const cJSON *th = cJSON_GetObjectItemCaseSensitive(c, "thresholds");
@@ -208,6 +227,7 @@ static void put_settings(cp_strbuf *b, const cJSON *c, const report_data *d) {
   if (rule && rule->child) put_rule_json(b, rule);
   else if (!(cJSON_IsObject(baked) && baked->child))
     cp_strbuf_str(b, "<p class=\"note\">none: the patched side ran the model's own attention</p>");
+  put_effective_in(b, cJSON_GetObjectItemCaseSensitive(patch, "effective_in"));
   cp_strbuf_str(b, "</section>\n</div>\n");
 }
 

@@ -203,14 +203,15 @@ static int copy_kv(cp_gguf_writer *w, const cp_gguf_file *g, size_t i) {
   return rc;
 }
 
-static bool skip_copied(const char *key, const char *arch, bool rope_override) {
+static bool skip_copied(const char *key, const char *arch, bool rope_override, bool ctx_override) {
   static const char *const owned[] = {"general.architecture", "general.name", "general.alignment",
                                       "general.file_type", "general.quantization_version"};
   for (size_t i = 0; i < sizeof owned / sizeof *owned; i++)
     if (!strcmp(key, owned[i])) return true;
   size_t n = strlen(arch);
   return !strncmp(key, "ctxpatch.", 9) ||
-         (rope_override && !strncmp(key, arch, n) && !strncmp(key + n, ".rope.scaling.", 14));
+         (rope_override && !strncmp(key, arch, n) && !strncmp(key + n, ".rope.scaling.", 14)) ||
+         (ctx_override && !strncmp(key, arch, n) && !strcmp(key + n, ".context_length"));
 }
 
 /* A u32 key `{arch}.suffix`. */
@@ -339,7 +340,8 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
   bool rope = p->rope_factor > 0;
   if (g) {
     for (size_t i = 0; i < cp_gguf_kv_count(g) && rc == 0; i++)
-      if (!skip_copied(cp_gguf_kv_key(g, i), arch, rope)) rc = copy_kv(w, g, i);
+      if (!skip_copied(cp_gguf_kv_key(g, i), arch, rope, p->train_len > 0)) rc = copy_kv(w, g, i);
+    if (rc == 0 && p->train_len > 0) rc = put_u32(w, arch, "context_length", p->train_len);
   } else {
     if ((rc = put_arch(w, cfg, arch)) == 0 && !p->tokenizer_gguf) rc = put_tokenizer(w, ck, cfg);
     for (size_t i = 0; p->tokenizer_gguf && rc == 0 && i < cp_gguf_kv_count(p->tokenizer_gguf); i++)
@@ -513,6 +515,12 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
       (rc = cp_checkpoint_config(&cfg, ck, in)))
     goto done;
   if ((rc = cp_gguf_export_check(cfg, in))) goto done;
+  if (p->train_len > 0 && cfg->family == CP_FAMILY_GPT2 && p->train_len != cfg->train_len) {
+    rc = cp_error_set(CP_EARG, "%s: --train-len %lld: gpt2's context_length is n_positions (%lld), the rows of its "
+                      "position table", in, (long long)p->train_len, (long long)cfg->train_len);
+    goto done;
+  }
+  if (p->train_len > 0) cfg->train_len = p->train_len; /* context_length, rope.scaling.original_context_length */
   if (!cp_checkpoint_gguf(ck) && (rc = no_stored_slopes(ck, cfg, in))) goto done;
   rc = cp_checkpoint_gguf(ck) ? plan_gguf(&plan, ck, want) : plan_hf(&plan, ck, cfg, want);
   if (rc) goto done;

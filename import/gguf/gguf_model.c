@@ -14,6 +14,7 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/onnx_import.h"
 #include "ctxpatch/base/strbuf.h"
+#include "base/json_strict.h"
 #include "import/gguf/gguf_vocab_read.h"
 
 /* An integer key `{arch}.<suffix>` as a JSON field; absent optional keys are skipped. */
@@ -319,6 +320,48 @@ static int check_block_count(const cp_gguf_file *g, const char *arch, const cp_h
   return 0;
 }
 
+/* A patched file's ctxpatch.* keys (ctxpatch/export/gguf_export.h, patchers/patch_gguf.c) as
+ * config.json's "ctxpatch" block, which the config parser checks as strictly as a folder's:
+ * rule, baked_rule and effective_in are JSON text; method, fidelity and certificate_sha256 are
+ * taken only when they are short names (anything else is left out, as if absent). */
+static int ctxpatch_json(cp_strbuf *js, const cp_gguf_file *g) {
+  static const char *const json_keys[][2] = {{"ctxpatch.rule", "rule"}, {"ctxpatch.baked_rule", "baked_rule"},
+                                             {"ctxpatch.effective_in", "effective_in"}};
+  static const char *const name_keys[][2] = {{"ctxpatch.method", "method"}, {"ctxpatch.fidelity", "fidelity"},
+                                             {"ctxpatch.certificate_sha256", "certificate_sha256"}};
+  const char *v;
+  size_t len;
+  int rc = 0;
+  cp_strbuf_str(js, ",\"ctxpatch\":{");
+  for (size_t i = 0; i < sizeof json_keys / sizeof *json_keys && rc == 0; i++) {
+    if (cp_gguf_find_key(g, json_keys[i][0]) < 0) continue;
+    if ((rc = cp_gguf_get_str(&v, &len, g, json_keys[i][0]))) break;
+    /* One JSON value, printed again: the key's text cannot close the block and add config keys. */
+    cJSON *val = NULL;
+    char what[600], *text = NULL;
+    snprintf(what, sizeof what, "%s: %s", cp_gguf_path(g), json_keys[i][0]);
+    if ((rc = cp_json_parse_strict(&val, v, len, what, 64, CP_ECFG_FIELD, CP_ECFG_FIELD, CP_ECFG_FIELD, CP_ECFG_FIELD)))
+      break;
+    text = cJSON_PrintUnformatted(val);
+    cJSON_Delete(val);
+    CP_CHECK_ALLOC(text, what);
+    cp_strbuf_printf(js, "%s\"%s\":%s", i ? "," : "", json_keys[i][1], text);
+    free(text);
+  }
+  for (size_t i = 0; i < sizeof name_keys / sizeof *name_keys && rc == 0; i++) {
+    if (cp_gguf_find_key(g, name_keys[i][0]) < 0 || cp_gguf_get_str(&v, &len, g, name_keys[i][0])) continue;
+    bool plain = len > 0 && len < 65;
+    for (size_t c = 0; plain && c < len; c++) plain = strchr("abcdefghijklmnopqrstuvwxyz0123456789-", v[c]) != NULL;
+    if (plain) cp_strbuf_printf(js, ",\"%s\":\"%.*s\"", name_keys[i][1], (int)len, v);
+  }
+  bool certified;
+  if (rc == 0 && cp_gguf_find_key(g, "ctxpatch.certified") >= 0 && cp_gguf_get_bool(&certified, g, "ctxpatch.certified") == 0)
+    cp_strbuf_printf(js, ",\"certified\":%s", certified ? "true" : "false");
+  if (rc == 0) cp_error_clear(); /* an unreadable name or flag is left out, not an error */
+  cp_strbuf_putc(js, '}');
+  return rc;
+}
+
 int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   *out = NULL;
   const char *arch;
@@ -333,12 +376,9 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};
-  if ((rc = arch_json(&js, g, arch, k_archs[k].family, k_archs[k].model_type, k_archs[k].hf_arch)) == 0 && cp_gguf_find_key(g, "ctxpatch.rule") >= 0) {
-    const char *rule; /* a patched file's rule (ctxpatch/export/gguf_export.h) */
-    size_t rule_len;
-    if ((rc = cp_gguf_get_str(&rule, &rule_len, g, "ctxpatch.rule")) == 0)
-      cp_strbuf_printf(&js, ",\"ctxpatch\":{\"rule\":%.*s}", (int)(rule_len < INT32_MAX ? rule_len : 0), rule);
-  }
+  if ((rc = arch_json(&js, g, arch, k_archs[k].family, k_archs[k].model_type, k_archs[k].hf_arch)) == 0 &&
+      cp_gguf_find_key(g, "ctxpatch.rule") >= 0)
+    rc = ctxpatch_json(&js, g);
   if (rc == 0) {
     cp_strbuf_putc(&js, '}');
     char what[600];

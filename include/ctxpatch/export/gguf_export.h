@@ -86,6 +86,9 @@ typedef struct {
                                          (a patched GGUF input's baked folder); NULL: none */
   const char *digest_key;            /* non-NULL: this ctxpatch.* key, last, holds the file's content
                                          digest (cp_gguf_content_sha256 skipping ctxpatch.*; patch --to gguf) */
+  int64_t train_len;                 /* > 0: the training length the user stated (--train-len), written as
+                                         {arch}.context_length (and rope.scaling.original_context_length)
+                                         in place of the config's or the input GGUF's */
 } cp_gguf_export_params;
 
 typedef struct {

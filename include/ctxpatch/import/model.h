@@ -186,6 +186,14 @@ int cp_model_open_stored(cp_model **out, const char *path);
 void cp_model_free(cp_model *m);
 
 const cp_hf_config *cp_model_config(const cp_model *m);
+
+/* The training length a user states (`--train-len N`, import/train_len.c): m's train_len and its
+ * config's train_len / train_len_key (`source`, e.g. CP_TRAIN_LEN_OPTION) replaced, so every rule
+ * default, calibration, certificate and written GGUF context_length uses it. CP_EARG outside
+ * [1, CP_TRAIN_LEN_MAX], or on a learned-position model (GPT-2) unless n is its n_positions. */
+#define CP_TRAIN_LEN_OPTION "option --train-len"
+#define CP_TRAIN_LEN_MAX ((int64_t)1 << 30)
+int cp_model_set_train_len(cp_model *m, int64_t n, const char *source);
 /* What cp_rule_check_model / cp_rule_plan need to know about the model. */
 void cp_model_rule_model(cp_rule_model *out, const cp_model *m);
 /* The rule a run on m applies (cp_engine_set_rule's choice): `caller` when it is not the

@@ -122,6 +122,9 @@ typedef struct {
   char ctxpatch_fidelity[32];
   int ctxpatch_certified;
   char ctxpatch_certificate_sha256[65];
+  /* "effective_in": the runtimes that execute the artifact, or "ctxpatch" alone
+   * (ctxpatch/model/runtimes.h), joined by ", "; "" when absent (artifacts before the table). */
+  char ctxpatch_effective_in[96];
 
   /* The file's bytes as parsed, NUL-terminated (owned), so a patch rewrites config.json from
    * this parse instead of reading the file again. */

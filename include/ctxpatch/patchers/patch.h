@@ -46,6 +46,7 @@
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/export/onnx_export.h"
 #include "ctxpatch/model/rule.h"
+#include "ctxpatch/model/runtimes.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 #include "ctxpatch/verify/runtime.h"
 #include "ctxpatch/verify/verify.h"
@@ -193,6 +194,10 @@ typedef struct {
    * (ctxpatch/verify/runtime.h). NULL or no node_modules: the certificate's runtime_check says
    * "not checked". A runtime that computes other logits than the engine fails the verdict. */
   const cp_runtime_params *runtime;
+  /* `patch --for ctxpatch`: write an artifact whose rule (part of it) lives only in ctxpatch
+   * metadata, which its format's runtimes ignore (cp_patch_effective_check); its block and
+   * certificate say "effective_in": ["ctxpatch"]. false: such an artifact is refused. */
+  bool for_ctxpatch;
 } cp_patch_params;
 
 /* The default probe set's floor (accuracy of the original at its training length) and the
@@ -202,6 +207,32 @@ typedef struct {
 #define CP_PATCH_SCREEN_PROMPTS 10
 
 void cp_patch_params_init(cp_patch_params *p);
+
+/* ---- runtimes (patchers/patch_runtime.c, ctxpatch/model/runtimes.h) ---- */
+
+/* The name an artifact effective in no third-party runtime lists in "effective_in". */
+#define CP_PATCH_CTXPATCH_ONLY "ctxpatch"
+#define CP_PATCH_MAX_RUNTIMES 8
+/* The format `p` writes: onnx, gguf (to_gguf) or safetensors. */
+cp_artifact_format cp_patch_format(const cp_patch_params *p);
+/* The carriers (CP_CARRY_BIT) a plan uses in format f: weights for a baked rule, rope-linear for
+ * a rope-pi factor, metadata for a residual rule; graph for ONNX. */
+unsigned cp_patch_carriers(const cp_bake_plan *plan, cp_artifact_format f);
+/* The runtimes (static names) of format f that load `family` and execute the whole plan, into
+ * names[max]; none: one entry, CP_PATCH_CTXPATCH_ONLY. Returns the count. */
+int cp_patch_effective_in(const char **names, int max, const cp_bake_plan *plan, cp_artifact_format f,
+                          cp_family family);
+/* CP_EPATCH_FIDELITY, one line naming OUT, the rule parts, where they would live and the
+ * runtimes that ignore them, and the ways out (--to onnx, a method that travels, --for ctxpatch),
+ * when the plan leaves a rule part to ctxpatch metadata in a format whose runtimes load the
+ * family but do not read that metadata. 0 otherwise (ONNX always: the graph computes the rule). */
+int cp_patch_effective_check(const cp_bake_plan *plan, const cp_patch *patch, cp_artifact_format f, const cp_model *m,
+                           const char *out);
+/* cp_patch_effective_check before any work (calibration, probe screening): the plan of a stand-in
+ * patch with the same rule parts as options `o` (checked and resolved) ask for on m (ck: its
+ * checkpoint), into *plan. Options the real pass would refuse give 0 here (it reports them). */
+int cp_patch_effective_precheck(cp_bake_plan *plan, const cp_model *m, const cp_checkpoint *ck, const cp_patch_options *o,
+                              cp_artifact_format f, const char *out);
 
 typedef struct {
   cp_bake_plan plan;
@@ -225,6 +256,10 @@ typedef struct {
   int64_t screen_length;      /* the training length it ran at */
   int64_t screen_prompts;     /* prompts per probe */
   bool bad_options;           /* the error came from the options (the CLI reports a usage error) */
+  /* Once planned: the runtimes (static names) that execute the artifact, or the one entry
+   * CP_PATCH_CTXPATCH_ONLY (cp_patch_effective_in); the block and certificate list them. */
+  const char *effective_in[CP_PATCH_MAX_RUNTIMES];
+  int n_effective_in;
 } cp_patch_outcome;
 
 /* The whole `ctxpatch patch` in one pass: opens IN once (model, then checkpoint), refuses a

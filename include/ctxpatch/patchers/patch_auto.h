@@ -12,6 +12,9 @@
  *                                                n_local, no top-k: the method's defaults)
  *   8 fire-threshold --threshold L             9 fire-threshold --threshold T
  *  10 rope-pi --factor T/L
+ * Unless params->for_ctxpatch, a candidate whose rule (a part of it) would live only in ctxpatch
+ * metadata, which the runtimes of the target format (safetensors or gguf) do not execute, is
+ * "skipped: runtime" before any work (the plan of a stand-in patch of the same parts decides).
  * Criterion: among candidates whose verdict passes, the highest mean patched accuracy over the
  * retrieval probes at the target lengths (the verified lengths past L); ties: the lower mean ppl
  * NLL there when ppl was measured, then the earlier candidate. No passing candidate: nothing is
@@ -40,10 +43,12 @@ typedef enum {
   CP_AUTO_FAIL,          /* certified, verdict fail */
   CP_AUTO_NOT_FIT,       /* the method does not fit the model (reason) */
   CP_AUTO_REFUSED,       /* the patch was refused on this model (reason: the error's line) */
-  CP_AUTO_SKIPPED_BUDGET /* not run: the budget was spent */
+  CP_AUTO_SKIPPED_BUDGET, /* not run: the budget was spent */
+  CP_AUTO_SKIPPED_RUNTIME /* not run: its rule would be ctxpatch metadata the target format's runtimes
+                             ignore (cp_patch_runtime_check; reason names them); never with for_ctxpatch */
 } cp_auto_status;
 
-/* "pass", "fail", "does not fit", "refused", "skipped: budget". */
+/* "pass", "fail", "does not fit", "refused", "skipped: budget", "skipped: runtime". */
 const char *cp_auto_status_name(cp_auto_status s);
 
 typedef struct {
@@ -73,7 +78,7 @@ typedef struct {
 } cp_auto_outcome;
 
 /* Runs `patch --method auto` on IN (o: the base options; method options are refused, only
- * --calibrate, --calibration-samples, --target-len and the run settings apply; params->verify
+ * --calibrate, --calibration-samples, --target-len, --train-len and the run settings apply; params->verify
  * required; not --to onnx). `on_candidate` (may be NULL) is called with on_tmp_ctx after each
  * candidate is decided. Free *out with cp_auto_outcome_free (also after an error). */
 int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir, const cp_patch_options *o,
