@@ -11,8 +11,11 @@
  *                 the field, group wire types, lengths past the end of the enclosing message,
  *                 field number 0, NUL bytes inside strings, messages nested deeper than
  *                 CP_ONNX_MAX_NESTING; a model file over 2 GiB (protobuf's own limit) and
- *                 unpacking that would take more than CP_ONNX_UNPACK_MEM_MAX bytes of memory are
- *                 CP_EOVERFLOW;
+ *                 unpacking whose memory (added up from the bytes that call for it: each
+ *                 message, array slot, string and unknown field) passes the memory limit
+ *                 (CTXPATCH_MEMORY_LIMIT, else the RAM: base/memory.h) are CP_EOVERFLOW;
+ *                 a node with an absent or empty op_type is CP_EONNX_GRAPH, refused during the
+ *                 walk (before any allocation) with its offset and its index in its graph;
  *   graphs, CP_EONNX_GRAPH: no graph, subgraphs (attributes of type GRAPH / GRAPHS) nested deeper
  *                 than the bound (params.max_graph_depth), attributes of unknown type or without
  *                 their value, value shapes with negative or too many dims, duplicate graph input
@@ -63,7 +66,6 @@
 
 #define CP_ONNX_MAX_GRAPH_DEPTH 16   /* default bound on subgraph nesting (main graph: depth 0) */
 #define CP_ONNX_MAX_NESTING 100      /* protobuf messages inside one another, at most */
-#define CP_ONNX_UNPACK_MEM_MAX ((uint64_t)8 << 30) /* bytes protobuf-c may allocate for one model */
 
 typedef struct cp_onnx_graph cp_onnx_graph;
 typedef struct cp_onnx_model_priv cp_onnx_model_priv;
