@@ -13,6 +13,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/formats/onnx_data.h"
 #include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/import/gguf_model.h"
@@ -46,8 +47,9 @@ static const char *tokenizer_beside(char buf[PO_PATH_MAX], const char *model) {
   return NULL;
 }
 
-/* Each external data file of m, copied (atomically) into OUT's folder unless it is the same
- * folder; an existing file of that name is replaced only when its bytes differ and `force`. */
+/* Each external data file of m placed (atomically) into OUT's folder unless it is the same
+ * folder: only the ranges its tensors use are read and written (formats/onnx_data.h); an existing
+ * file of that name is replaced only when those bytes differ and `force`. */
 static int place_data_files(const cp_onnx_model *m, const char *out, bool force) {
   char din[PO_PATH_MAX], dout[PO_PATH_MAX], rin[PO_PATH_MAX], rout[PO_PATH_MAX];
   folder_of(din, m->path), folder_of(dout, out);
@@ -56,23 +58,15 @@ static int place_data_files(const cp_onnx_model *m, const char *out, bool force)
   if (!strcmp(rin, rout) || m->n_data_files == 0) return 0;
   for (size_t k = 0; k < m->n_data_files; k++) {
     const char *loc = m->data_files[k];
-    char src[PO_PATH_MAX], dst[PO_PATH_MAX], hs[65], hd[65];
+    char dst[PO_PATH_MAX];
     if (strchr(loc, '/'))
       return cp_error_set(CP_EONNX_EXTERNAL,
                           "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
                           "the folder first",
                           m->path, loc);
-    if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PO_PATH_MAX ||
-        snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
+    if (snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
       return cp_error_set(CP_EARG, "%s: path too long", loc);
-    if (cp_path_is_file(dst)) {
-      int rc = cp_sha256_file(hs, src);
-      if (rc == 0) rc = cp_sha256_file(hd, dst);
-      if (rc < 0) return rc;
-      if (!strcmp(hs, hd)) continue;
-      if (!force) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s (--force replaces it)", dst, src);
-    }
-    int rc = cp_copy_file_atomic(NULL, dst, src, SIZE_MAX);
+    int rc = cp_onnx_data_place(NULL, m, k, dst, force);
     if (rc < 0) return rc;
   }
   return 0;
