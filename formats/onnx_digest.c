@@ -29,20 +29,19 @@ static int by_location(const void *a, const void *b) {
 }
 
 /* The hex SHA-256 of data file f: the bytes its ranges cover, in offset order, or (whole) all of it. */
-static void file_hash(char fh[65], const cp_onnx_datafile *f, bool whole) {
+static int file_hash(char fh[65], const cp_onnx_datafile *f, bool whole) {
   if (whole) {
     cp_sha256_hex(fh, f->map, (size_t)f->size);
-    return;
+    return 0;
   }
   cp_sha256 *h = NULL;
-  if (cp_sha256_new(&h) < 0) { /* no memory: a digest no stored one equals */
-    memset(fh, 'x', 64), fh[64] = 0;
-    return;
-  }
+  int rc = cp_sha256_new(&h);
+  if (rc < 0) return rc;
   for (size_t k = 0; k < f->n_ranges; k++)
     cp_sha256_update(h, (const uint8_t *)f->map + f->ranges[k].offset, (size_t)f->ranges[k].length);
   cp_sha256_peek(h, fh);
   cp_sha256_free(h);
+  return 0;
 }
 
 static int digest(char hex[65], const cp_onnx_model *m, const uint8_t *buf, size_t len, bool whole) {
@@ -67,7 +66,7 @@ static int digest(char hex[65], const cp_onnx_model *m, const uint8_t *buf, size
   qsort(files, p->n_files, sizeof *files, by_location); /* strcmp: byte order (unsigned char) */
   for (size_t k = 0; k < p->n_files; k++) {
     char fh[65];
-    file_hash(fh, files[k], whole);
+    if ((rc = file_hash(fh, files[k], whole)) < 0) goto done;
     cp_sha256_update(h, "", 1);
     cp_sha256_update(h, files[k]->location, strlen(files[k]->location));
     cp_sha256_update(h, "", 1);
