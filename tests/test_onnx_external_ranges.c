@@ -5,11 +5,12 @@
  * the kernel (page faults of this process: mapped bytes read; /proc/self/io rchar: bytes read
  * by read()), not by the clock: under 500 faults and 1 MiB each. The previous whole-file digest
  * took 7,018 and 74,698 faults (12 GiB hashed, 4 minutes here), its copy 3.1M faults, 12 GiB of
- * rchar and 12 GiB of disk, the "same bytes?" check of a second placement 24 GiB of rchar. The digest is the recipe's (built here with base SHA-256 from the graph
- * bytes and the tensor's 256 bytes); the placed copy has the same size, holds the tensor's bytes
- * at its offset, allocates under 1 MiB of disk and gives the copied graph the same digest; placing
- * it again keeps it, a changed byte in the range is CP_EEXIST without replace. A stored digest of
- * the earlier whole-file form is honoured where the unused bytes are padding (a 64-byte file, 16
+ * rchar and 12 GiB of disk, the "same bytes?" check of a second placement 24 GiB of rchar.
+ * The digest is the recipe's (built here with base SHA-256 from the graph bytes and the tensor's
+ * 256 bytes); the placed copy has the same size, holds the tensor's bytes at its offset,
+ * allocates under 1 MiB of disk and gives the copied graph the same digest; placing it again
+ * keeps it, a changed byte in the range is CP_EEXIST without replace. A stored digest of the
+ * earlier whole-file form is honoured where the unused bytes are padding (a 64-byte file, 16
  * used), and never computed over the sparse file. */
 #include <fcntl.h>
 #include <stdint.h>
