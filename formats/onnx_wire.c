@@ -198,8 +198,8 @@ int cp_onnx_wire_unpack(ProtobufCMessage **out, const ProtobufCMessageDescriptor
   wire_ctx c = {path, buf, d->sizeof_message};
   int rc = scan_message(&c, d, buf, buf + len, 0, 0);
   if (rc < 0) return rc;
-  /* The walk's sum bounds what the bytes can call for (at most about 60 times the file's size,
-   * for a file of empty messages); the memory limit bounds it for any file. */
+  /* The walk's sum bounds what the bytes can call for (at most 192 times the file's size: an
+   * empty AttributeProto, 2 bytes on the wire, counts 384), the memory limit any file. */
   uint64_t limit = cp_memory_limit();
   if (c.need > limit)
     return cp_error_set(CP_EOVERFLOW, "%s: unpacking its %zu bytes would take %" PRIu64 " bytes of memory, over the "
