@@ -1,6 +1,7 @@
 /* The graph digest of an ONNX model file (include/ctxpatch/formats/onnx_digest.h): the model's
  * top-level fields cut into spans (formats/onnx_span.h), ctxpatch's own metadata entries left
- * out, then the external data files the reader mapped, in location order. */
+ * out, then the bytes tensors use in each external data file the reader mapped, in location
+ * order; the whole-file form of earlier versions for a stored digest made that way. */
 #include "ctxpatch/formats/onnx_digest.h"
 
 #include <stdbool.h>
@@ -27,7 +28,23 @@ static int by_location(const void *a, const void *b) {
   return strcmp((*(const cp_onnx_datafile *const *)a)->location, (*(const cp_onnx_datafile *const *)b)->location);
 }
 
-int cp_onnx_graph_digest(char hex[65], const cp_onnx_model *m, const uint8_t *buf, size_t len) {
+/* The hex SHA-256 of data file f: the bytes its ranges cover, in offset order, or (whole) all of it. */
+static int file_hash(char fh[65], const cp_onnx_datafile *f, bool whole) {
+  if (whole) {
+    cp_sha256_hex(fh, f->map, (size_t)f->size);
+    return 0;
+  }
+  cp_sha256 *h = NULL;
+  int rc = cp_sha256_new(&h);
+  if (rc < 0) return rc;
+  for (size_t k = 0; k < f->n_ranges; k++)
+    cp_sha256_update(h, (const uint8_t *)f->map + f->ranges[k].offset, (size_t)f->ranges[k].length);
+  cp_sha256_peek(h, fh);
+  cp_sha256_free(h);
+  return 0;
+}
+
+static int digest(char hex[65], const cp_onnx_model *m, const uint8_t *buf, size_t len, bool whole) {
   cp_pb_span *top = NULL;
   size_t n_top = 0, cap = 0;
   const cp_onnx_datafile **files = NULL;
@@ -49,7 +66,7 @@ int cp_onnx_graph_digest(char hex[65], const cp_onnx_model *m, const uint8_t *bu
   qsort(files, p->n_files, sizeof *files, by_location); /* strcmp: byte order (unsigned char) */
   for (size_t k = 0; k < p->n_files; k++) {
     char fh[65];
-    cp_sha256_hex(fh, files[k]->map, (size_t)files[k]->size);
+    if ((rc = file_hash(fh, files[k], whole)) < 0) goto done;
     cp_sha256_update(h, "", 1);
     cp_sha256_update(h, files[k]->location, strlen(files[k]->location));
     cp_sha256_update(h, "", 1);
@@ -63,6 +80,24 @@ done:
   return rc;
 }
 
+int cp_onnx_graph_digest(char hex[65], const cp_onnx_model *m, const uint8_t *buf, size_t len) {
+  return digest(hex, m, buf, len, false);
+}
+
+/* Whether the whole-file form may be computed: the bytes no tensor uses are at most the alignment
+ * padding exporters leave (onnx aligns large tensors to 64 KiB), so that hashing whole files reads
+ * little more than the graph uses. */
+static bool whole_is_bounded(const cp_onnx_model *m) {
+  const cp_onnx_model_priv *p = m->priv;
+  for (size_t k = 0; k < p->n_files; k++) {
+    const cp_onnx_datafile *f = &p->files[k];
+    uint64_t used = 0;
+    for (size_t r = 0; r < f->n_ranges; r++) used += f->ranges[r].length;
+    if (f->size - used > (uint64_t)(f->n_ranges + 1) * CP_ONNX_DIGEST_PAD_MAX) return false;
+  }
+  return true;
+}
+
 int cp_onnx_file_digest(char hex[65], cp_onnx_model **m, const char *path) {
   char *buf = NULL;
   size_t len = 0;
@@ -70,6 +105,14 @@ int cp_onnx_file_digest(char hex[65], cp_onnx_model **m, const char *path) {
   int rc = cp_read_file(&buf, &len, path, MODEL_MAX);
   if (rc == 0) rc = cp_onnx_model_open_bytes(m, path, (const uint8_t *)buf, len, NULL);
   if (rc == 0) rc = cp_onnx_graph_digest(hex, *m, (const uint8_t *)buf, len);
+  /* A digest stored by an earlier version hashed whole data files: the same value wherever the
+   * tensors cover their files; elsewhere that form is computed, within bounds, and reported when
+   * it is the stored one. */
+  const char *stored = rc == 0 ? cp_onnx_model_meta(*m, CP_ONNX_GRAPH_DIGEST_KEY) : NULL;
+  char old[65];
+  if (stored && strcmp(stored, hex) && (*m)->priv->n_files && whole_is_bounded(*m) &&
+      (rc = digest(old, *m, (const uint8_t *)buf, len, true)) == 0 && !strcmp(stored, old))
+    memcpy(hex, old, 65);
   if (rc < 0) cp_onnx_model_free(*m), *m = NULL;
   free(buf);
   return rc;

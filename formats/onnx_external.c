@@ -2,7 +2,9 @@
  * location is opened one component at a time from the model's folder with openat + O_NOFOLLOW,
  * so no symlink (final or parent), no "..", no absolute path and nothing outside that folder is
  * ever opened (onnx's CVE-2022-25882 and CVE-2024-27318); the file must be regular and is mapped
- * read-only whole, once per location. */
+ * read-only whole, once per location; the byte ranges tensors use are recorded, sorted and merged
+ * (what the digest hashes and `patch` copies: a sparse 12 GB file with one 256-byte tensor costs
+ * 256 bytes). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -91,7 +93,7 @@ int cp_onnx_external_map(const cp_onnx_datafile **file, cp_onnx_model *m, const 
   if (rc == 0) rc = open_inside(&fd, m, location, what);
   if (rc < 0) return rc;
   struct stat st;
-  cp_onnx_datafile f = {NULL, NULL, 0};
+  cp_onnx_datafile f = {NULL, NULL, 0, NULL, 0, 0};
   if (fstat(fd, &st) != 0) {
     rc = cp_error_set(CP_EIO, "%s: %s: external data file: %s", m->path, what, strerror(errno));
     goto done;
@@ -131,7 +133,45 @@ void cp_onnx_external_free(cp_onnx_model_priv *p) {
   for (size_t k = 0; k < p->n_files; k++) {
     if (p->files[k].map) munmap((void *)p->files[k].map, (size_t)p->files[k].size);
     free(p->files[k].location);
+    free(p->files[k].ranges);
   }
   free(p->files);
   p->files = NULL, p->n_files = p->cap_files = 0;
+}
+
+int cp_onnx_external_use(cp_onnx_model *m, const cp_onnx_datafile *f, uint64_t off, uint64_t len) {
+  cp_onnx_datafile *w = &m->priv->files[f - m->priv->files];
+  if (!len) return 0;
+  int rc = CP_ARRAY_RESERVE(w->ranges, w->cap_ranges, w->n_ranges + 1, m->path);
+  if (rc < 0) return rc;
+  w->ranges[w->n_ranges++] = (cp_onnx_range){off, len};
+  return 0;
+}
+
+static int by_offset(const void *a, const void *b) {
+  const cp_onnx_range *x = a, *y = b;
+  return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+void cp_onnx_external_finish(cp_onnx_model_priv *p) {
+  for (size_t k = 0; k < p->n_files; k++) {
+    cp_onnx_datafile *f = &p->files[k];
+    if (!f->n_ranges) continue;
+    qsort(f->ranges, f->n_ranges, sizeof *f->ranges, by_offset);
+    size_t n = 1;
+    for (size_t i = 1; i < f->n_ranges; i++) {
+      cp_onnx_range *last = &f->ranges[n - 1], *r = &f->ranges[i];
+      uint64_t end = last->offset + last->length; /* each range lies inside the file: no overflow */
+      if (r->offset <= end) {
+        if (r->offset + r->length > end) last->length = r->offset + r->length - last->offset;
+      } else f->ranges[n++] = *r;
+    }
+    f->n_ranges = n;
+  }
+}
+
+void cp_onnx_data_ranges(const cp_onnx_range **ranges, size_t *n, uint64_t *file_size, const void **map,
+                         const cp_onnx_model *m, size_t k) {
+  const cp_onnx_datafile *f = &m->priv->files[k];
+  *ranges = f->ranges, *n = f->n_ranges, *file_size = f->size, *map = f->map;
 }

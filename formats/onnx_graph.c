@@ -226,6 +226,7 @@ static int build_model(cp_onnx_model *m, const Onnx__ModelProto *mp) {
   int rc = build_graph(m, g, mp->graph, 0, "main graph");
   if (rc == 0) rc = cp_onnx_graph_order(m, g);
   if (rc < 0) return rc;
+  cp_onnx_external_finish(m->priv);
   const char **files;
   NEW(m, files, m->priv->n_files);
   for (size_t k = 0; k < m->priv->n_files; k++) files[k] = m->priv->files[k].location;

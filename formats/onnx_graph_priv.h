@@ -15,6 +15,9 @@ typedef struct {
   char *location;  /* as written in the model (relative) */
   const void *map; /* read-only map of the whole file; NULL when empty */
   uint64_t size;
+  cp_onnx_range *ranges; /* [n_ranges] the bytes tensors use: in use order while reading, then
+                            sorted and merged (cp_onnx_external_finish) */
+  size_t n_ranges, cap_ranges;
 } cp_onnx_datafile;
 
 struct cp_onnx_model_priv {
@@ -34,6 +37,10 @@ int cp_onnx_tensor_build(cp_onnx_model *m, cp_onnx_tensor *t, const Onnx__Tensor
  * location checks; *file is borrowed from m. `what` names the tensor in messages. */
 int cp_onnx_external_map(const cp_onnx_datafile **file, cp_onnx_model *m, const char *location, const char *what);
 void cp_onnx_external_free(cp_onnx_model_priv *p);
+/* Records that a tensor uses bytes [off, off + len) of file f (bounds already checked). */
+int cp_onnx_external_use(cp_onnx_model *m, const cp_onnx_datafile *f, uint64_t off, uint64_t len);
+/* Sorts and merges every file's ranges, once the whole model is read. */
+void cp_onnx_external_finish(cp_onnx_model_priv *p);
 
 /* SSA names, inputs defined, cycles and the topological order (g->order, g->sorted) of the main
  * graph g and of its subgraphs (formats/onnx_order.c). */

@@ -90,7 +90,7 @@ static int build_external(cp_onnx_model *m, cp_onnx_tensor *t, const Onnx__Tenso
                         "element", m->path, what, off, esz);
   t->storage = CP_ONNX_STORE_EXTERNAL, t->location = f->location, t->offset = off;
   t->data = f->map ? (const uint8_t *)f->map + off : NULL;
-  return 0;
+  return cp_onnx_external_use(m, f, off, len);
 }
 
 int cp_onnx_tensor_build(cp_onnx_model *m, cp_onnx_tensor *t, const Onnx__TensorProto *tp, const char *what) {

@@ -15,6 +15,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/quote.h"
+#include "ctxpatch/formats/onnx_data.h"
 #include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/import/gguf_model.h"
@@ -83,37 +84,42 @@ static int check_names(const cp_onnx_model *m, const char *out) {
  * (LOC.<16 hex digits>) and the edit's references moved to it, and the old file's path goes into
  * displaced[k], removed once the new graph is in place. */
 static int place_data_files(char **displaced, cp_onnx_edit *e, const cp_onnx_model *m, const char *out, bool force) {
-  char din[PO_PATH_MAX], dout[PO_PATH_MAX];
+  char din[PO_PATH_MAX], dout[PO_PATH_MAX], digest[65] = "";
   bool other = false;
   int rc = m->n_data_files ? other_folder(&other, din, dout, m, out) : 0;
   if (rc < 0 || !other) return rc;
   for (size_t k = 0; k < m->n_data_files; k++) {
     const char *loc = m->data_files[k];
-    char src[PO_PATH_MAX], dst[PO_PATH_MAX], named[PO_PATH_MAX], hs[65], hd[65], q[128];
+    char dst[PO_PATH_MAX], named[PO_PATH_MAX], q[128];
     if (strchr(loc, '/'))
       return cp_error_set(CP_EONNX_EXTERNAL,
                           "%s: external data '%s' lies in a subfolder: write OUT beside IN or copy "
                           "the folder first",
                           m->path, cp_quote(q, sizeof q, loc, strlen(loc)));
-    if (snprintf(src, sizeof src, "%s/%s", din, loc) >= PO_PATH_MAX ||
-        snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
+    if (snprintf(dst, sizeof dst, "%s/%s", dout, loc) >= PO_PATH_MAX)
       return cp_error_set(CP_EARG, "%s: path too long", out);
-    if (!cp_path_is_file(dst)) {
-      if ((rc = cp_copy_file_atomic(NULL, dst, src, SIZE_MAX)) < 0) return rc;
+    /* Only the ranges IN's tensors use are read and written (formats/onnx_data.h): a file there
+     * holding the same bytes in those ranges is kept, a missing one written. */
+    if ((rc = cp_onnx_data_place(NULL, m, k, dst, false)) != CP_EEXIST) {
+      if (rc < 0) return rc;
       continue;
     }
-    if ((rc = cp_sha256_file(hs, src)) < 0 || (rc = cp_sha256_file(hd, dst)) < 0) return rc;
-    if (!strcmp(hs, hd)) continue;
-    if (!force) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s (--force replaces it)", dst, src);
-    /* The old graph keeps reading dst until the new one is renamed over it. */
-    if (snprintf(named, sizeof named, "%s.%.16s", dst, hs) >= PO_PATH_MAX || (rc = cp_atomic_name_check(named)) < 0)
-      return rc < 0 ? rc : cp_error_set(CP_EARG, "%s: path too long", out);
-    if (cp_path_is_file(named)) { /* left by an earlier run cut short, or another graph's */
-      if ((rc = cp_sha256_file(hd, named)) < 0) return rc;
-      if (strcmp(hs, hd)) return cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s; remove it", named, src);
-    } else if ((rc = cp_copy_file_atomic(NULL, named, src, SIZE_MAX)) < 0) {
-      return rc;
+    if (!force) return rc;
+    /* The old graph keeps reading dst until the new one is renamed over it: IN's bytes go under a
+     * name made from IN's graph digest (over the ranges it uses), LOC.<16 hex digits>. */
+    if (!digest[0]) {
+      cp_onnx_model *again = NULL;
+      rc = cp_onnx_file_digest(digest, &again, m->path);
+      cp_onnx_model_free(again);
+      if (rc < 0) return rc;
     }
+    if (snprintf(named, sizeof named, "%s.%.16s", dst, digest) >= PO_PATH_MAX || (rc = cp_atomic_name_check(named)) < 0)
+      return rc < 0 ? rc : cp_error_set(CP_EARG, "%s: path too long", out);
+    /* one left by an earlier run cut short is reused when it holds those bytes */
+    if ((rc = cp_onnx_data_place(NULL, m, k, named, false)) < 0)
+      return rc == CP_EEXIST ? cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s's; remove it", named,
+                                            m->path)
+                             : rc;
     size_t moved = 0;
     if ((rc = cp_onnx_edit_set_location(&moved, e, loc, strrchr(named, '/') + 1)) < 0) return rc;
     CP_CHECK_ALLOC(displaced[k] = strdup(dst), out);

@@ -12,7 +12,7 @@ only=${2:-}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCTXPATCH_FUZZ=ON -DCTXPATCH_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config \
-  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover >/dev/null
+  fuzz_rule fuzz_tokenizer_json fuzz_spm_model fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover fuzz_onnx_sites >/dev/null
 python3 tests/hostile/make_corpus.py build-fuzz/hostile >/dev/null
 fx=../shared/fixtures
 pm=examples/probe-models
@@ -63,10 +63,16 @@ scripts/py tests/onnx/make_torch_llama.py tests/goldens/engine/models/llama \
 for f in build-fuzz/onnx_cases/recover/*/model.onnx; do
   cp "$f" "build-fuzz/corpus/fuzz_onnx_recover/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
+# The rewriter's site finder: its seeds, the recovery seeds (contrib and plain-op decoders), the
+# fixtures' attention graphs and the recovery cases.
+seed fuzz_onnx_sites tests/fuzz/seeds/onnx_sites tests/fuzz/seeds/onnx_recover tests/fuzz/seeds/onnx \
+  $fx/third_party/onnxruntime/gpt2_past.onnx $fx/third_party/onnxruntime/attention_mha.onnx \
+  $fx/third_party/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
+cp build-fuzz/corpus/fuzz_onnx_recover/*.onnx build-fuzz/corpus/fuzz_onnx_sites/ 2>/dev/null || true
 mkdir -p build-fuzz/crashes
 status=0
 for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \
-  fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover; do
+  fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover fuzz_onnx_sites; do
   [ -n "$only" ] && [ "$only" != "$h" ] && continue
   if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then

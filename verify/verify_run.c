@@ -10,6 +10,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/clock.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/base/memory.h"
 #include "ctxpatch/engine/profile.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
@@ -175,19 +176,11 @@ static uint64_t bytes_per_token(const cp_model *m) {
   return (kv + act) * sizeof(float);
 }
 
-/* Memory a run may use: CTXPATCH_MEMORY_LIMIT (bytes) when set, else the machine's RAM. */
-static uint64_t memory_limit(void) {
-  const char *env = getenv("CTXPATCH_MEMORY_LIMIT");
-  if (env && *env) return strtoull(env, NULL, 10);
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
-}
-
 /* Refuses a length whose estimated footprint passes the memory limit before anything is
  * allocated: an outsized --lengths otherwise allocates until the kernel kills the process. */
 static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
   /* the logits are one block of rows (cp_engine_forward_blocks) or the last row, not per token */
-  uint64_t per = bytes_per_token(model) * (p->baseline ? 2 : 1), limit = memory_limit();
+  uint64_t per = bytes_per_token(model) * (p->baseline ? 2 : 1), limit = cp_memory_limit();
   for (int l = 0; l < p->n_lengths; l++) {
     uint64_t len = (uint64_t)p->lengths[l] + (uint64_t)p->max_new_tokens;
     if (per && len > limit / per)

@@ -10,7 +10,8 @@ Recipe: SHA-256 over (1) the file's bytes without the top-level metadata_props f
 field 14) whose entry's key begins with "ctxpatch.", then (2) for each distinct external data
 location of the main graph's and its subgraphs' tensors (initializers; TENSOR / TENSORS
 attributes; through GRAPH / GRAPHS attributes), in ascending byte order: 0x00, the location,
-0x00, the hex SHA-256 of that file.
+0x00, the hex SHA-256 of the bytes of that file the tensors use (the union of their [offset,
+offset + length) ranges, ascending, each byte once: the whole file's SHA-256 where they cover it).
 """
 import hashlib
 import os
@@ -81,14 +82,46 @@ def tensors(g):
                     yield from tensors(s)
 
 
-def locations(b):
+# Bits per element of each TensorProto.DataType with a fixed size (onnx.proto's numbering).
+BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
+        16: 16, 17: 8, 18: 8, 19: 8, 20: 8}
+
+
+def nbytes(t):
+    numel = 1
+    for d in t.dims:
+        numel *= d
+    if t.data_type in (21, 22, 23):  # 4-bit types: two per byte
+        return (numel + 1) // 2
+    return numel * BITS[t.data_type] // 8
+
+
+def ranges(b):
+    """{location: [(offset, length), ...]} of the external tensors."""
     m = onnx.ModelProto.FromString(b)
-    locs = set()
+    out = {}
     for t in tensors(m.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
-            loc = [e.value for e in t.external_data if e.key == "location"]
-            locs.add(loc[-1])
-    return sorted(locs, key=lambda s: s.encode())
+            kv = {}
+            for e in t.external_data:
+                kv[e.key] = e.value
+            length = int(kv["length"]) if "length" in kv else nbytes(t)
+            out.setdefault(kv["location"], []).append((int(kv.get("offset", 0)), length))
+    return out
+
+
+def used_sha256(path, spans):
+    """SHA-256 of the union of the spans' bytes of the file at path, ascending offset."""
+    h = hashlib.sha256()
+    end = 0
+    with open(path, "rb") as fh:
+        for off, length in sorted(spans):
+            start = max(off, end)
+            if off + length > start:
+                fh.seek(start)
+                h.update(fh.read(off + length - start))
+                end = off + length
+    return h.hexdigest()
 
 
 def digest(path):
@@ -97,9 +130,9 @@ def digest(path):
     for f in top_fields(b):
         if not is_own(b, f):
             h.update(b[f[2]:f[4]])
-    for loc in locations(b):
-        with open(os.path.join(os.path.dirname(path), loc), "rb") as fh:
-            fd = hashlib.sha256(fh.read()).hexdigest()
+    spans = ranges(b)
+    for loc in sorted(spans, key=lambda s: s.encode()):
+        fd = used_sha256(os.path.join(os.path.dirname(path), loc), spans[loc])
         h.update(b"\0" + loc.encode() + b"\0" + fd.encode())
     return h.hexdigest()
 

@@ -145,6 +145,10 @@ def graph_cases():
         tiny_model(nodes=[helper.make_node("Relu", ["nowhere"], ["y"], name="relu")]))
     add("undefined_graph_output", "CP_EONNX_GRAPH", "graph output 'y' is produced by nothing",
         tiny_model(nodes=[helper.make_node("Relu", ["x"], ["z"], name="relu")]))
+    # issue 33 item 7: a node without an op_type, refused in the wire walk (a flood of them cost memory).
+    add("empty_op_type", "CP_EONNX_GRAPH", "node 1 of its graph has an empty op_type",
+        tiny_model(nodes=[helper.make_node("Relu", ["x"], ["t"], name="relu"),
+                          helper.make_node("", ["t"], ["y"], name="blank")]))
     add("out_of_order_reads", "OK", "",
         tiny_model(nodes=[helper.make_node("Relu", ["t"], ["y"], name="second"),
                           helper.make_node("Neg", ["x"], ["t"], name="first")]))

@@ -1,7 +1,10 @@
 /* The attention sites of an ONNX graph for the in-place rewriter (include/ctxpatch/export/
  * onnx_rewrite.h, cp_onnx_find_sites) and the facts about them it needs: a sorted index of the
  * main graph's names, the q.k MatMul upstream of a Softmax, the logits' type, a contrib node's
- * scale, rotary embeddings and ALiBi slopes constants (export/onnx/rewrite/onnx_sites.h). */
+ * scale, rotary embeddings and ALiBi slopes constants (export/onnx/rewrite/onnx_sites.h).
+ * The search is linear in the graph (issue 33 item 12: 24,000 sites took 155 s): every name
+ * lookup goes through a sorted index, the MatMul search is memoised per (node, steps left), the
+ * logits' type per MatMul, and the site limit is checked as sites are found. */
 #include "export/onnx/rewrite/onnx_sites.h"
 
 #include <math.h>
@@ -40,6 +43,13 @@ typedef struct {
   const cp_onnx_graph *g;
   name_ix *out, *init;
   size_t n_out, n_init;
+  name_ix *vi_typed, *in_typed, *vi_any, *in_any; /* value_info / graph inputs: with a type; any (first of a name) */
+  size_t n_vi_typed, n_in_typed, n_vi_any, n_in_any;
+  name_ix *use; /* (input name, node) of every node input, for the consumers of a value */
+  size_t n_use;
+  size_t *mm_memo;    /* [n_nodes * (WALK_STEPS + 1)] find_matmul's answer + 1 (0: not yet; SIZE_MAX: none) */
+  int32_t *type_memo; /* [n_nodes] logits_type's answer from a MatMul (0: not yet) */
+  uint64_t *work;     /* node visits, counted for tests (cp_onnx_find_sites_counted) */
 } gix;
 
 static int cmp_name_ix(const void *a, const void *b) {
@@ -48,34 +58,68 @@ static int cmp_name_ix(const void *a, const void *b) {
   return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* Sorts v[0..*n) by (name, idx) and keeps the last idx of each name. */
-static void sort_last(name_ix *v, size_t *n) {
+/* Sorts v[0..*n) by (name, idx) and keeps the last (else the first) idx of each name. */
+static void sort_keep(name_ix *v, size_t *n, bool last) {
   if (*n) qsort(v, *n, sizeof *v, cmp_name_ix);
   size_t k = 0;
   for (size_t i = 0; i < *n; i++) {
-    if (k && !strcmp(v[k - 1].name, v[i].name)) v[k - 1] = v[i];
-    else v[k++] = v[i];
+    if (k && !strcmp(v[k - 1].name, v[i].name)) {
+      if (last) v[k - 1] = v[i];
+    } else v[k++] = v[i];
   }
   *n = k;
+}
+
+static void sort_last(name_ix *v, size_t *n) { sort_keep(v, n, true); }
+
+/* The values v[0..n) indexed by name (the first of each), all of them or those with a type. */
+static name_ix *value_index(size_t *count, const cp_onnx_value *v, size_t n, bool typed) {
+  name_ix *x = malloc((n + 1) * sizeof *x);
+  *count = 0;
+  if (!x) return NULL;
+  for (size_t k = 0; k < n; k++)
+    if (!typed || v[k].elem_type) x[(*count)++] = (name_ix){v[k].name, k};
+  sort_keep(x, count, false);
+  return x;
 }
 
 static int gix_build(gix *x, const cp_onnx_graph *g, const char *path) {
   memset(x, 0, sizeof *x);
   x->g = g;
-  size_t n = 0;
-  for (size_t k = 0; k < g->n_nodes; k++) n += g->nodes[k].n_outputs;
+  size_t n = 0, n_in = 0;
+  for (size_t k = 0; k < g->n_nodes; k++) n += g->nodes[k].n_outputs, n_in += g->nodes[k].n_inputs;
   x->out = malloc((n + 1) * sizeof *x->out), x->init = malloc((g->n_initializers + 1) * sizeof *x->init);
-  if (!x->out || !x->init) return cp_nomem("%s", path);
-  for (size_t k = 0; k < g->n_nodes; k++)
+  x->use = malloc((n_in + 1) * sizeof *x->use);
+  x->mm_memo = calloc(g->n_nodes * (WALK_STEPS + 1) + 1, sizeof *x->mm_memo); /* n_nodes fits the reader's memory */
+  x->type_memo = calloc(g->n_nodes + 1, sizeof *x->type_memo);
+  x->vi_typed = value_index(&x->n_vi_typed, g->value_info, g->n_value_info, true);
+  x->vi_any = value_index(&x->n_vi_any, g->value_info, g->n_value_info, false);
+  x->in_typed = value_index(&x->n_in_typed, g->inputs, g->n_inputs, true);
+  x->in_any = value_index(&x->n_in_any, g->inputs, g->n_inputs, false);
+  if (!x->out || !x->init || !x->use || !x->mm_memo || !x->type_memo || !x->vi_typed || !x->vi_any || !x->in_typed ||
+      !x->in_any)
+    return cp_nomem("%s", path);
+  for (size_t k = 0; k < g->n_nodes; k++) {
     for (size_t o = 0; o < g->nodes[k].n_outputs; o++)
       if (g->nodes[k].outputs[o][0]) x->out[x->n_out++] = (name_ix){g->nodes[k].outputs[o], k};
+    for (size_t i = 0; i < g->nodes[k].n_inputs; i++)
+      if (g->nodes[k].inputs[i][0]) x->use[x->n_use++] = (name_ix){g->nodes[k].inputs[i], k};
+  }
   for (size_t k = 0; k < g->n_initializers; k++) x->init[x->n_init++] = (name_ix){g->initializers[k].name, k};
   sort_last(x->out, &x->n_out);
   sort_last(x->init, &x->n_init);
+  if (x->n_use) qsort(x->use, x->n_use, sizeof *x->use, cmp_name_ix); /* every pair kept: node order per name */
   return 0;
 }
 
-static void gix_free(gix *x) { free(x->out), free(x->init); }
+static void gix_free(gix *x) {
+  free(x->out), free(x->init), free(x->use), free(x->mm_memo), free(x->type_memo);
+  free(x->vi_typed), free(x->vi_any), free(x->in_typed), free(x->in_any);
+}
+
+static void visit(const gix *x) {
+  if (x->work) (*x->work)++;
+}
 
 static size_t lookup(const name_ix *v, size_t n, const char *name) {
   name_ix key = {name, 0};
@@ -88,6 +132,26 @@ static size_t lookup(const name_ix *v, size_t n, const char *name) {
     else hi = mid;
   }
   return SIZE_MAX;
+}
+
+/* The first entry of `name` in the (name, idx)-sorted v[0..n) (duplicates kept), or n. */
+static size_t lower_bound(const name_ix *v, size_t n, const char *name) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(v[mid].name, name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The element type a typed value_info (else, with `inputs`, a typed graph input) declares for
+ * `name`, or 0. */
+static int32_t declared_type(const gix *x, const char *name, bool inputs) {
+  size_t k = lookup(x->vi_typed, x->n_vi_typed, name);
+  if (k != SIZE_MAX) return x->g->value_info[k].elem_type;
+  k = inputs ? lookup(x->in_typed, x->n_in_typed, name) : SIZE_MAX;
+  return k != SIZE_MAX ? x->g->inputs[k].elem_type : 0;
 }
 
 /* The node producing `name` (file order index), or SIZE_MAX. */
@@ -111,38 +175,42 @@ static bool is_matmul(const cp_onnx_node *n) {
   return (is_default(n) && !strcmp(n->op_type, "MatMul")) || (is_ms(n) && !strcmp(n->op_type, "FusedMatMul"));
 }
 
-/* The q.k MatMul upstream of `name` through elementwise ops (depth-first, bounded), or SIZE_MAX. */
+/* The q.k MatMul upstream of `name` through elementwise ops (depth-first, bounded), or SIZE_MAX.
+ * The answer depends only on the producer and the steps left: kept per (node, steps), so each
+ * node's inputs are read at most WALK_STEPS times over every search of the graph. */
 static size_t find_matmul(const gix *x, const char *name, int steps) {
   const cp_onnx_graph *g = x->g;
   size_t p = producer(x, name);
   if (p == SIZE_MAX || steps <= 0) return SIZE_MAX;
+  size_t *memo = &x->mm_memo[p * (WALK_STEPS + 1) + (size_t)steps];
+  if (*memo) return *memo == SIZE_MAX ? SIZE_MAX : *memo - 1; /* 0: not yet; SIZE_MAX: none */
+  visit(x);
   const cp_onnx_node *n = &g->nodes[p];
-  if (is_matmul(n)) return p;
-  if (!passes_logits(n)) return SIZE_MAX;
-  for (size_t i = 0; i < n->n_inputs; i++) {
-    size_t r = find_matmul(x, n->inputs[i], steps - 1);
-    if (r != SIZE_MAX) return r;
-  }
-  return SIZE_MAX;
+  size_t r = SIZE_MAX;
+  if (is_matmul(n)) r = p;
+  else if (passes_logits(n))
+    for (size_t i = 0; i < n->n_inputs && r == SIZE_MAX; i++) r = find_matmul(x, n->inputs[i], steps - 1);
+  *memo = r == SIZE_MAX ? SIZE_MAX : r + 1;
+  return r;
 }
 
-/* The ONNX type of value `name`: value_info / outputs, else an initializer or Constant operand
- * of the nodes on the way up (the logits share the type of a scale constant), else float. */
-static int32_t logits_type(const gix *x, const char *name, size_t matmul) {
+/* The type the MatMul's operands tell: an initializer operand, else a Div / Mul consumer of its
+ * output (the first in file order) with an initializer or Constant operand (the logits share the
+ * type of a scale constant), else float. */
+static int32_t matmul_type(const gix *x, size_t matmul) {
   const cp_onnx_graph *g = x->g;
-  for (size_t k = 0; k < g->n_value_info; k++)
-    if (!strcmp(g->value_info[k].name, name) && g->value_info[k].elem_type) return g->value_info[k].elem_type;
   const cp_onnx_node *mm = &g->nodes[matmul];
   for (size_t i = 0; i < mm->n_inputs; i++) {
     const cp_onnx_tensor *t = init_of(x, mm->inputs[i]);
     if (t) return t->elem_type;
   }
-  for (size_t k = 0; k < g->n_nodes; k++) {
-    const cp_onnx_node *n = &g->nodes[k];
-    bool uses = false;
-    for (size_t i = 0; i < n->n_inputs; i++) uses |= !strcmp(n->inputs[i], mm->outputs[0]);
-    if (!uses || (strcmp(n->op_type, "Div") && strcmp(n->op_type, "Mul"))) continue;
-    for (size_t i = 0; i < n->n_inputs; i++) {
+  if (!mm->n_outputs || !mm->outputs[0][0]) return 1;
+  for (size_t u = lower_bound(x->use, x->n_use, mm->outputs[0]); u < x->n_use; u++) {
+    if (strcmp(x->use[u].name, mm->outputs[0])) break;
+    visit(x);
+    const cp_onnx_node *n = &g->nodes[x->use[u].idx];
+    if (strcmp(n->op_type, "Div") && strcmp(n->op_type, "Mul")) continue;
+    for (size_t i = 0; i < n->n_inputs && i < 2; i++) { /* binary ops: a third input means nothing */
       const cp_onnx_tensor *t = init_of(x, n->inputs[i]);
       size_t p = producer(x, n->inputs[i]);
       if (!t && p != SIZE_MAX && !strcmp(g->nodes[p].op_type, "Constant") && g->nodes[p].n_attrs &&
@@ -152,6 +220,15 @@ static int32_t logits_type(const gix *x, const char *name, size_t matmul) {
     }
   }
   return 1;
+}
+
+/* The ONNX type of value `name`: value_info, else what its q.k MatMul tells (kept per MatMul:
+ * many Softmax sites may share one). */
+static int32_t logits_type(const gix *x, const char *name, size_t matmul) {
+  int32_t t = declared_type(x, name, false);
+  if (t) return t;
+  if (!x->type_memo[matmul]) x->type_memo[matmul] = matmul_type(x, matmul);
+  return x->type_memo[matmul];
 }
 
 /* The output width of the MatMul whose weight (an initializer, [in, out]) feeds `name` through
@@ -210,10 +287,9 @@ static float contrib_scale(const gix *x, const cp_onnx_node *n) {
 static int32_t query_type(const gix *x, const char *name, int steps) {
   const cp_onnx_graph *g = x->g;
   for (; steps > 0 && name[0]; steps--) {
-    for (size_t k = 0; k < g->n_value_info; k++)
-      if (!strcmp(g->value_info[k].name, name) && g->value_info[k].elem_type) return g->value_info[k].elem_type;
-    for (size_t k = 0; k < g->n_inputs; k++)
-      if (!strcmp(g->inputs[k].name, name) && g->inputs[k].elem_type) return g->inputs[k].elem_type;
+    visit(x);
+    int32_t declared = declared_type(x, name, true);
+    if (declared) return declared;
     size_t p = producer(x, name);
     if (p == SIZE_MAX) break;
     const cp_onnx_node *n = &g->nodes[p];
@@ -247,7 +323,7 @@ static const char *source_of(const gix *x, const char *name, int steps) {
     bool mm = (is_matmul(n) || !strcmp(n->op_type, "Gemm")) && n->n_inputs >= 2 && init_of(x, n->inputs[1]);
     bool passes = false;
     for (size_t k = 0; k < sizeof keep / sizeof *keep; k++) passes |= !strcmp(n->op_type, keep[k]);
-    if (!mm && !passes) return name;
+    if ((!mm && !passes) || n->n_inputs > 3) return name; /* those ops take at most 3 inputs */
     const char *next = NULL;
     for (size_t i = 0; i < (mm ? 1 : n->n_inputs); i++) {
       if (!n->inputs[i][0] || init_of(x, n->inputs[i])) continue;
@@ -261,12 +337,11 @@ static const char *source_of(const gix *x, const char *name, int steps) {
 }
 
 /* The declared rank of value `name` (a graph input or a value_info), -1 when not declared. */
-static int value_rank(const cp_onnx_graph *g, const char *name) {
-  for (size_t k = 0; k < g->n_inputs; k++)
-    if (!strcmp(g->inputs[k].name, name)) return g->inputs[k].ndim;
-  for (size_t k = 0; k < g->n_value_info; k++)
-    if (!strcmp(g->value_info[k].name, name)) return g->value_info[k].ndim;
-  return -1;
+static int value_rank(const gix *x, const char *name) {
+  size_t k = lookup(x->in_any, x->n_in_any, name);
+  if (k != SIZE_MAX) return x->g->inputs[k].ndim;
+  k = lookup(x->vi_any, x->n_vi_any, name);
+  return k != SIZE_MAX ? x->g->value_info[k].ndim : -1;
 }
 
 /* The contrib site's facts besides its scale (cp_onnx_site). */
@@ -277,7 +352,7 @@ static void contrib_facts(cp_onnx_site *s, const gix *x, const cp_onnx_node *n) 
   if (attention) {
     const cp_onnx_tensor *w = n->n_inputs > 1 ? init_of(x, n->inputs[1]) : NULL;
     s->elem_type = w ? w->elem_type : 1;
-    s->mask_rank = n->n_inputs > 3 && n->inputs[3][0] ? value_rank(x->g, n->inputs[3]) : 0;
+    s->mask_rank = n->n_inputs > 3 && n->inputs[3][0] ? value_rank(x, n->inputs[3]) : 0;
   } else s->elem_type = query_type(x, n->inputs[0], WALK_STEPS);
 }
 
@@ -302,7 +377,7 @@ static int refuse_training(const cp_onnx_model *m) {
   return 0;
 }
 
-int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m) {
+int cp_onnx_find_sites_counted(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m, uint64_t *work) {
   *out = NULL, *n_out = 0;
   const cp_onnx_graph *g = m->graph;
   int rc = refuse_training(m);
@@ -310,22 +385,31 @@ int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m
   gix ix, *x = &ix;
   cp_onnx_site *s = NULL;
   size_t n = 0;
+  char lb[300];
   if ((rc = gix_build(x, g, m->path)) < 0) goto done;
-  CP_CHECK_ALLOC_GOTO(s = calloc(g->n_nodes + 1, sizeof *s), m->path);
+  x->work = work;
+  CP_CHECK_ALLOC_GOTO(s = calloc(CP_RULE_MAX_LAYERS + 1, sizeof *s), m->path);
   for (size_t o = 0; o < g->n_nodes; o++) {
     size_t k = g->order[o];
     const cp_onnx_node *nd = &g->nodes[k];
-    if (is_contrib_attention(nd)) {
+    visit(x);
+    bool contrib = is_contrib_attention(nd), softmax = is_default(nd) && !strcmp(nd->op_type, "Softmax") && nd->n_inputs == 1;
+    size_t mm = softmax ? find_matmul(x, nd->inputs[0], WALK_STEPS) : SIZE_MAX;
+    if (!contrib && mm == SIZE_MAX) continue; /* not an attention site */
+    /* The limit as sites are found: the work per site is bounded, the count is not. */
+    if (n == CP_RULE_MAX_LAYERS) {
+      rc = cp_error_set(CP_EONNX_SITE, "%s: more than %d attention sites (at most %d layers): %s is one more", m->path,
+                        CP_RULE_MAX_LAYERS, CP_RULE_MAX_LAYERS, cp_onnx_site_label(lb, nd, k));
+      goto done;
+    }
+    if (contrib) {
       s[n].kind = CP_ONNX_SITE_CONTRIB, s[n].node = k, s[n].scale = contrib_scale(x, nd);
       contrib_facts(&s[n], x, nd);
-      n++;
-    } else if (is_default(nd) && !strcmp(nd->op_type, "Softmax") && nd->n_inputs == 1) {
-      size_t mm = find_matmul(x, nd->inputs[0], WALK_STEPS);
-      if (mm == SIZE_MAX) continue; /* not an attention softmax */
+    } else {
       s[n].kind = CP_ONNX_SITE_SOFTMAX, s[n].node = k, s[n].matmul = mm;
       s[n].elem_type = logits_type(x, nd->inputs[0], mm);
-      n++;
     }
+    n++;
   }
   if (n == 0)
     rc = cp_error_set(CP_EONNX_SITE, "%s: no attention site found (no Softmax fed by a MatMul through elementwise "
@@ -335,6 +419,10 @@ done:
   if (rc < 0) free(s);
   else *out = s, *n_out = n;
   return rc;
+}
+
+int cp_onnx_find_sites(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m) {
+  return cp_onnx_find_sites_counted(out, n_out, m, NULL);
 }
 
 bool cp_onnx_graph_rotary(const cp_onnx_graph *g, size_t *at) {
@@ -471,9 +559,10 @@ int cp_onnx_alibi_entries(cp_onnx_alibi_entry *out /* [n] */, const cp_onnx_grap
         break;
       }
       /* up the chain: the input the q.k MatMul comes through */
+      if (!passes_logits(nd) || nd->n_inputs > 3) break; /* those ops take at most 3 inputs */
       size_t i = 0;
       while (i < nd->n_inputs && find_matmul(x, nd->inputs[i], WALK_STEPS) != s[k].matmul) i++;
-      if (i == nd->n_inputs || !passes_logits(nd)) break;
+      if (i == nd->n_inputs) break;
       v = nd->inputs[i];
     }
     if (rc == 0 && out[k].node == SIZE_MAX)

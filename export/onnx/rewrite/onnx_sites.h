@@ -6,9 +6,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctxpatch/export/onnx_rewrite.h"
 #include "ctxpatch/formats/onnx_graph.h"
+
+/* cp_onnx_find_sites, adding to *work (may be NULL) one per node visit: the main loop's, the
+ * MatMul search's (each (node, steps left) once), the consumers read for a logits type, the
+ * steps of a contrib query's walk. Linear in the graph: tests/test_onnx_sites_work.c counts it. */
+int cp_onnx_find_sites_counted(cp_onnx_site **out, size_t *n_out, const cp_onnx_model *m, uint64_t *work);
 
 /* "node 'NAME' (DOMAIN OP)" or "node INDEX (DOMAIN OP)", quoted for messages, in buf[300]. */
 const char *cp_onnx_site_label(char buf[300], const cp_onnx_node *n, size_t index);

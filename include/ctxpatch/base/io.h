@@ -88,10 +88,13 @@ int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int 
  * (the bytes are gone). The running digest no longer matches the file: cp_atomic_sha256 gives ""
  * from then on. */
 int cp_atomic_pwrite(cp_atomic_file *f, uint64_t offset, const void *data, size_t len);
+/* Appends len zero bytes as a hole (ftruncate: no disk, nothing written); CP_EARG through a
+ * character device. The running digest no longer matches the file: cp_atomic_sha256 gives "". */
+int cp_atomic_skip(cp_atomic_file *f, uint64_t len);
 /* Current length written so far. */
 uint64_t cp_atomic_tell(const cp_atomic_file *f);
 /* SHA-256 of the bytes written so far (hashed as they are written, so manifests need no
- * second read of large outputs); "" after a cp_atomic_pwrite. */
+ * second read of large outputs); "" after a cp_atomic_pwrite or cp_atomic_skip. */
 void cp_atomic_sha256(const cp_atomic_file *f, char out_hex[65]);
 /* fsync (once, here; writeback was started while writing and older pages dropped from the page
  * cache) + rename over `path` + fsync folder; frees the handle (also on error). */

@@ -11,8 +11,11 @@
  *                 the field, group wire types, lengths past the end of the enclosing message,
  *                 field number 0, NUL bytes inside strings, messages nested deeper than
  *                 CP_ONNX_MAX_NESTING; a model file over 2 GiB (protobuf's own limit) and
- *                 unpacking that would take more than CP_ONNX_UNPACK_MEM_MAX bytes of memory are
- *                 CP_EOVERFLOW;
+ *                 unpacking whose memory (added up from the bytes that call for it: each
+ *                 message, array slot, string and unknown field) passes the memory limit
+ *                 (CTXPATCH_MEMORY_LIMIT, else the RAM: base/memory.h) are CP_EOVERFLOW;
+ *                 a node with an absent or empty op_type is CP_EONNX_GRAPH, refused during the
+ *                 walk (before any allocation) with its offset and its index in its graph;
  *   graphs, CP_EONNX_GRAPH: no graph, subgraphs (attributes of type GRAPH / GRAPHS) nested deeper
  *                 than the bound (params.max_graph_depth), attributes of unknown type or without
  *                 their value, value shapes with negative or too many dims, duplicate graph input
@@ -46,7 +49,10 @@
  *                 not a multiple of the element size (the alignment the dtype declares, so
  *                 mapped views are aligned).
  *                 Data files of any size are mapped read-only (64-bit offsets: files past 2 GiB
- *                 work); each file is opened and mapped once.
+ *                 work); each file is opened and mapped once, and only the byte ranges tensors
+ *                 use are ever touched (cp_onnx_data_ranges: what the graph digest hashes and
+ *                 `patch` copies). Ranges may overlap (tied weights share bytes; ONNX forbids
+ *                 nothing there): the union is what counts.
  *
  * Ownership: cp_onnx_model owns everything reachable from it (strings, views, mapped data files);
  * all pointers stay valid until cp_onnx_model_free.
@@ -63,7 +69,6 @@
 
 #define CP_ONNX_MAX_GRAPH_DEPTH 16   /* default bound on subgraph nesting (main graph: depth 0) */
 #define CP_ONNX_MAX_NESTING 100      /* protobuf messages inside one another, at most */
-#define CP_ONNX_UNPACK_MEM_MAX ((uint64_t)8 << 30) /* bytes protobuf-c may allocate for one model */
 
 typedef struct cp_onnx_graph cp_onnx_graph;
 typedef struct cp_onnx_model_priv cp_onnx_model_priv;
@@ -205,6 +210,18 @@ const char *cp_onnx_model_meta(const cp_onnx_model *m, const char *key);
 const cp_onnx_tensor *cp_onnx_graph_initializer(const cp_onnx_graph *g, const char *name);
 /* The attribute named `name` of n, or NULL. */
 const cp_onnx_attribute *cp_onnx_node_attr(const cp_onnx_node *n, const char *name);
+
+/* The bytes [offset, offset + length) of a data file that tensors use. */
+typedef struct {
+  uint64_t offset, length;
+} cp_onnx_range;
+
+/* The byte ranges of data file m->data_files[k] that the graph's tensors use (every tensor the
+ * reader read: initializers and tensor attributes, in every subgraph), sorted, disjoint, with
+ * empty ones left out and overlapping or adjacent ones merged: *ranges [*n] borrowed from m;
+ * *file_size the file's size; *map its read-only mapping (NULL when empty). */
+void cp_onnx_data_ranges(const cp_onnx_range **ranges, size_t *n, uint64_t *file_size, const void **map,
+                         const cp_onnx_model *m, size_t k);
 
 /* The elements of t, row-major, as float, from any storage: f32, f16, bf16, f64 and the integer
  * and bool types (converted); other types (float8, 4-bit, complex) are CP_EONNX_DTYPE. */
