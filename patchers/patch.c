@@ -404,7 +404,7 @@ int cp_patch_stage(cp_patch_pending **pending, cp_patch_outcome *out, const char
   }
   if (params->to_gguf && (rc = cp_gguf_export_check(original->cfg, in))) goto done;
   cp_artifact_format fmt = cp_patch_format(params);
-  if (!params->for_ctxpatch && (rc = cp_patch_runtime_check(&out->plan, patch, fmt, original, out_dir))) goto done;
+  if (!params->for_ctxpatch && (rc = cp_patch_effective_check(&out->plan, patch, fmt, original, out_dir))) goto done;
   out->n_effective_in = cp_patch_effective_in(out->effective_in, CP_PATCH_MAX_RUNTIMES, &out->plan, fmt, original->family);
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
   CP_CHECK_ALLOC_GOTO(pd->block = cp_patch_block(patch, &out->plan, calibration, out->effective_in, out->n_effective_in),
@@ -601,7 +601,7 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
     cp_checkpoint *pck = NULL;
     CP_CHECK_ALLOC_GOTO(plan, in);
     if ((rc = cp_checkpoint_open(&pck, in)) == 0)
-      rc = cp_patch_runtime_precheck(plan, model, pck, &o, cp_patch_format(params), out_dir);
+      rc = cp_patch_effective_precheck(plan, model, pck, &o, cp_patch_format(params), out_dir);
     cp_checkpoint_free(pck);
     free(plan);
     if (rc) goto done;

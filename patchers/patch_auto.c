@@ -229,7 +229,7 @@ typedef struct {
 } auto_ctx;
 
 /* Whether candidate c (options co) would be inert in the target format's runtimes: its rule, or
- * part of it, only in ctxpatch metadata (cp_patch_runtime_precheck, before any calibration); the
+ * part of it, only in ctxpatch metadata (cp_patch_effective_precheck, before any calibration); the
  * reason goes into c. */
 static bool runtime_skip(cp_auto_candidate *c, const cp_patch_options *co, const auto_ctx *x, const char *out,
                          const cp_patch_params *p) {
@@ -240,7 +240,7 @@ static bool runtime_skip(cp_auto_candidate *c, const cp_patch_options *co, const
     return false;
   }
   cp_bake_plan *plan = malloc(sizeof *plan); /* two cp_rules: tens of KiB, not on the stack */
-  bool skip = plan && cp_patch_runtime_precheck(plan, x->model, x->ck, &o, f, out) != 0;
+  bool skip = plan && cp_patch_effective_precheck(plan, x->model, x->ck, &o, f, out) != 0;
   cp_error_clear(); /* out of memory here: the real run meets it */
   if (skip) {
     char parts[160], runtimes[200];

@@ -45,7 +45,7 @@ static const char *travelling_methods(const cp_model *m, const cp_bake_plan *pla
   }
 }
 
-int cp_patch_runtime_check(const cp_bake_plan *plan, const cp_patch *patch, cp_artifact_format f, const cp_model *m,
+int cp_patch_effective_check(const cp_bake_plan *plan, const cp_patch *patch, cp_artifact_format f, const cp_model *m,
                            const char *out) {
   const cp_runtime *rts[8];
   if (f == CP_ARTIFACT_ONNX || cp_rule_is_identity(&plan->residual)) return 0;
@@ -63,7 +63,7 @@ int cp_patch_runtime_check(const cp_bake_plan *plan, const cp_patch *patch, cp_a
                       strstr(runtimes, " and ") ? "" : "s", travelling_methods(m, plan));
 }
 
-int cp_patch_runtime_precheck(cp_bake_plan *plan, const cp_model *m, const cp_checkpoint *ck, const cp_patch_options *o,
+int cp_patch_effective_precheck(cp_bake_plan *plan, const cp_model *m, const cp_checkpoint *ck, const cp_patch_options *o,
                               cp_artifact_format f, const char *out) {
   cp_patch *patch = calloc(1, sizeof *patch); /* holds a cp_rule: tens of KiB */
   int rc = 0;
@@ -91,7 +91,7 @@ int cp_patch_runtime_precheck(cp_bake_plan *plan, const cp_model *m, const cp_ch
                                     : !strcmp(o->scope, "self")  ? CP_TEMP_SCOPE_SELF
                                                                  : CP_TEMP_SCOPE_ALL;
   if (cp_bake_plan_make(plan, m, ck, patch)) goto refused_later;
-  rc = cp_patch_runtime_check(plan, patch, f, m, out);
+  rc = cp_patch_effective_check(plan, patch, f, m, out);
   free(patch);
   return rc;
 refused_later: /* the real pass refuses it with its own reason */

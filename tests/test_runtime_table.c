@@ -84,23 +84,23 @@ static void table_rows(void) {
 static void inert_rule_per_format(void) {
   set_model(CP_FAMILY_LLAMA, CP_POS_ROPE);
   plan_lambda();
-  CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_runtime_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
+  CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_effective_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
   const char *m = cp_error_message();
   CHECK_MSG(strstr(m, "OUT: lm-infinite's lambda_mask") && strstr(m, "config.json \"ctxpatch\".rule") &&
                 strstr(m, "transformers, vLLM and TGI ignore ") && strstr(m, "--to onnx") &&
                 strstr(m, "temperature or rope-pi") && strstr(m, "--for ctxpatch") && !strchr(m, '\n'),
             "%s", m);
   CHECK_MSG(!strcmp(effective(CP_ARTIFACT_SAFETENSORS), "ctxpatch"), "%s", effective(CP_ARTIFACT_SAFETENSORS));
-  CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_runtime_check(&g_plan, &g_patch, CP_ARTIFACT_GGUF, &g_model, "OUT.gguf"));
+  CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_effective_check(&g_plan, &g_patch, CP_ARTIFACT_GGUF, &g_model, "OUT.gguf"));
   m = cp_error_message();
   CHECK_MSG(strstr(m, "the GGUF key ctxpatch.rule") && strstr(m, "llama.cpp (and Ollama") && strstr(m, "--to onnx"),
             "%s", m);
   CHECK(!strcmp(effective(CP_ARTIFACT_GGUF), "ctxpatch"));
-  CHECK_RC(0, cp_patch_runtime_check(&g_plan, &g_patch, CP_ARTIFACT_ONNX, &g_model, "OUT"));
+  CHECK_RC(0, cp_patch_effective_check(&g_plan, &g_patch, CP_ARTIFACT_ONNX, &g_model, "OUT"));
   CHECK_MSG(!strcmp(effective(CP_ARTIFACT_ONNX), "onnxruntime,transformers.js"), "%s", effective(CP_ARTIFACT_ONNX));
   /* ALiBi without stored slopes: no method travels; the message says so */
   set_model(CP_FAMILY_BLOOM, CP_POS_ALIBI);
-  CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_runtime_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
+  CHECK_RC(CP_EPATCH_FIDELITY, cp_patch_effective_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
   CHECK_MSG(strstr(cp_error_message(), "none on this model"), "%s", cp_error_message());
 }
 
@@ -108,7 +108,7 @@ static void inert_rule_per_format(void) {
 static void travelling_plans(void) {
   set_model(CP_FAMILY_LLAMA, CP_POS_ROPE);
   plan_baked_tau();
-  CHECK_RC(0, cp_patch_runtime_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
+  CHECK_RC(0, cp_patch_effective_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
   CHECK(!strcmp(effective(CP_ARTIFACT_SAFETENSORS), "transformers,vLLM,TGI"));
   CHECK(!strcmp(effective(CP_ARTIFACT_GGUF), "llama.cpp"));
   memset(&g_plan, 0, sizeof g_plan);
@@ -128,7 +128,7 @@ static void travelling_plans(void) {
   set_model(CP_FAMILY_FIRE, CP_POS_FIRE);
   CHECK(!strcmp(effective(CP_ARTIFACT_SAFETENSORS), "ctxpatch"));
   plan_lambda();
-  CHECK_RC(0, cp_patch_runtime_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
+  CHECK_RC(0, cp_patch_effective_check(&g_plan, &g_patch, CP_ARTIFACT_SAFETENSORS, &g_model, "OUT"));
   CHECK(!strcmp(effective(CP_ARTIFACT_ONNX), "onnxruntime,transformers.js"));
 }
 

@@ -45,7 +45,7 @@ typedef enum {
   CP_AUTO_REFUSED,       /* the patch was refused on this model (reason: the error's line) */
   CP_AUTO_SKIPPED_BUDGET, /* not run: the budget was spent */
   CP_AUTO_SKIPPED_RUNTIME /* not run: its rule would be ctxpatch metadata the target format's runtimes
-                             ignore (cp_patch_runtime_check; reason names them); never with for_ctxpatch */
+                             ignore (cp_patch_effective_check; reason names them); never with for_ctxpatch */
 } cp_auto_status;
 
 /* "pass", "fail", "does not fit", "refused", "skipped: budget", "skipped: runtime". */
