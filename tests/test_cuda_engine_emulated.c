@@ -31,7 +31,7 @@
 #include "model/rule_json.h"
 #include "cuda_shim/cublas_v2.h"
 #include "cuda_shim/cuda_runtime_api.h"
-#include "engine/device_engine.h"
+#include "engine/backend.h"
 #include "test.h"
 
 #define TOL 1e-4
