@@ -1,7 +1,8 @@
 /* Internal to engine/: the seam between the engine's passes, written once (engine/engine.c: the
  * cp_engine object, its rule, input checks and statistics; engine/engine_run.c: the T5 encoder
  * run, the cross-attention caches, the one-shot forward, the KV-cached generation) and a backend
- * that supplies the primitives: memory, the embedding, the layer stack, the final norm and head.
+ * that supplies the primitives: memory, the embedding, a layer's norms, attention modules, residual
+ * sums and FFN, the final norm and head.
  * The CPU (engine/engine_cpu.c: host buffers and the thread pool) and CUDA
  * (engine/cuda/engine_cuda.c: device buffers, cuBLAS and the kernels) each implement the ops table,
  * as cp_layer_ops does for one layer (ctxpatch/model/layer_layout.h).
@@ -17,8 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxpatch/engine/attn_call.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/import/model.h"
+#include "ctxpatch/model/layer_layout.h"
 #include "ctxpatch/model/rule.h"
 
 /* One layer's cache: keys (rotated for RoPE), values, and the unrotated keys where the rule needs
@@ -48,11 +51,24 @@ typedef struct {
   float *logits; /* [head_rows, V], device backends: the head's output before it is copied out */
 } cp_pass;
 
+/* One attention module's call within a pass: which stack, layer and attention, the n rows at
+ * positions q_off.., and what they attend to. */
+typedef struct {
+  const cp_stack *st;
+  int layer;
+  cp_attn_kind kind;
+  int64_t n, q_off, last_prompt_row;
+  cp_kv *kv;             /* self-attention: the cache the rows' keys and values are appended to */
+  const cp_cross *cross; /* cross-attention: the encoder's states and caches */
+  cp_pass *p;
+  bool collect; /* report the module's statistics (cp_engine_record_stats) */
+} cp_module_call;
+
 /* Each call returns 0 or a negative CP_E* code with the error set; `be` is the backend's own. */
 typedef struct {
-  /* threads: the CPU's workers (0: every CPU); logit_stats: the owner keeps logit standard deviations. */
+  /* threads: the CPU's workers (0: every CPU). */
   int (*create)(void **be, cp_engine *owner, const cp_model *m, const cp_rule *rule, const cp_rule_model *rm,
-                int threads, bool logit_stats);
+                int threads);
   void (*destroy)(void *be);
   /* "cpu", or "cuda: NAME (compute capability X.Y), driver A.B, runtime C.D": borrowed from be. */
   const char *(*describe)(const void *be);
@@ -70,11 +86,15 @@ typedef struct {
   /* p->x [n, D] = the embeddings of ids [n] (host, checked) at positions q_off.., through the
    * embedding norm where the model has one. */
   int (*embed)(void *be, cp_pass *p, const int64_t *ids, int64_t n, int64_t q_off);
-  /* The layers of st over p->x [n, D] in place at positions q_off..: kvs holds one cache per layer,
-   * or with shared_kv one cache that every layer reuses; cross for T5's decoder, else NULL;
-   * collect: report statistics. */
-  int (*run_stack)(void *be, cp_pass *p, const cp_stack *st, cp_attn_kind kind, int64_t n, int64_t q_off, cp_kv *kvs,
-                   bool shared_kv, const cp_cross *cross, int64_t last_prompt_row, bool collect);
+  /* The pieces of one layer, which engine_run.c runs in the model's residual layout
+   * (cp_layer_run) over a pass's x, h and tmp ([n, D] each): layer `layer` of st's norm `which`
+   * of x into y (y may be x); one attention module of hin into out; y = a + b and dst = src over
+   * `count` floats; dst += the layer's FFN of h, through p->up and p->gate. */
+  int (*norm)(void *be, const cp_stack *st, int layer, cp_layer_norm which, const float *x, float *y, int64_t n);
+  int (*attention)(void *be, const cp_module_call *c, const float *hin, float *out);
+  int (*add)(void *be, float *y, const float *a, const float *b, int64_t count);
+  int (*copy)(void *be, float *dst, const float *src, int64_t count);
+  int (*ffn_add)(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n);
   /* dst [n, D] (backend memory) = st's final norm of p->x. */
   int (*final_norm)(void *be, cp_pass *p, const cp_stack *st, float *dst, int64_t n);
   /* logits [n - r0, V] (host) = the output head of st's final norm of rows [r0, n) of p->x. */
@@ -92,10 +112,12 @@ extern const cp_backend_ops cp_cuda_engine_ops;
 int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params,
                         const cp_backend_ops *backend);
 
-/* Per-row statistics of one attention module of the running forward: row_pmax, row_ent and
- * (when the owner keeps them) row_lstd are host arrays [H, n_q]. */
-void cp_engine_record_stats(cp_engine *owner, cp_attn_kind kind, int layer, const float *row_pmax, const float *row_ent,
-                            const float *row_lstd, int64_t n_q);
+/* Statistics of an attention call of a module with cp_module_call.collect: cp_engine_stats_rows
+ * points the call's row_pmax, row_ent and (where the owner keeps them) row_lstd at host arrays
+ * [H, n_q] in its scratch, for the kernel to fill; cp_engine_record_stats then adds them to the
+ * owner's tables as module (plan->kind, plan->layer). */
+int cp_engine_stats_rows(const cp_engine *owner, cp_attn_call *a);
+void cp_engine_record_stats(cp_engine *owner, const cp_attn_call *a);
 
 /* Whether a RoPE layer's keys must also be kept unrotated (a ceiling or top-k in its plan). */
 bool cp_engine_rope_needs_raw(const cp_model *m, const cp_rule *rule, const cp_rule_model *rm, cp_attn_kind kind,

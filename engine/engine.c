@@ -45,10 +45,18 @@ static int stats_module(const cp_engine *e, cp_attn_kind kind, int layer) {
   return 0;
 }
 
-void cp_engine_record_stats(cp_engine *e, cp_attn_kind kind, int layer, const float *rp, const float *re,
-                            const float *rs, int64_t n_q) {
-  const int H = e->m->n_heads, module = stats_module(e, kind, layer);
-  if (!e->st_lstd) rs = NULL;
+int cp_engine_stats_rows(const cp_engine *e, cp_attn_call *a) {
+  const size_t Hn = (size_t)a->H * (size_t)a->n_q;
+  float *stats = cp_attn_scratch(a, (e->st_lstd ? 3 : 2) * (Hn ? Hn : 1), sizeof *stats); /* pmax, entropy, std */
+  CP_CHECK_ALLOC(stats, "engine: attention statistics");
+  a->row_pmax = stats, a->row_ent = stats + Hn, a->row_lstd = e->st_lstd ? stats + 2 * Hn : NULL;
+  return 0;
+}
+
+void cp_engine_record_stats(cp_engine *e, const cp_attn_call *a) {
+  const int H = e->m->n_heads, module = stats_module(e, a->plan->kind, a->plan->layer);
+  const int64_t n_q = a->n_q;
+  const float *rp = a->row_pmax, *re = a->row_ent, *rs = e->st_lstd ? a->row_lstd : NULL;
   for (int h = 0; h < H; h++) {
     double sp = 0, se = 0, ss = 0;
     for (int64_t r = 0; r < n_q; r++) sp += rp[(size_t)h * n_q + r], se += re[(size_t)h * n_q + r];
@@ -160,7 +168,7 @@ int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *r
   if ((rc = cp_engine_set_rule(e, rule))) goto done;
   if ((rc = alloc_stats(e))) goto done;
   e->ops = backend ? backend : &cp_cpu_engine_ops;
-  if ((rc = e->ops->create(&e->be, e, model, &e->rule, &e->rm, e->p.threads, e->st_lstd != NULL))) goto done;
+  if ((rc = e->ops->create(&e->be, e, model, &e->rule, &e->rm, e->p.threads))) goto done;
   *out = e;
   e = NULL;
 done:

@@ -25,7 +25,6 @@ typedef struct {
   const cp_model *m;
   const cp_rule *rule;     /* the owner's, live */
   const cp_rule_model *rm; /* the owner's */
-  bool logit_stats;
   cp_pool *pool;
   cp_arena work; /* per-call attention tables and kernel scratch, reset per call: no allocation per
                     decode step once it has grown to the call size */
@@ -73,16 +72,20 @@ static int check_finite(const float *x /* [rows, ld] */, int64_t rows, int heads
 }
 
 /* Projects hin [n, D] into p->q and finds the keys and values the module attends to:
- * self-attention appends the rows' to `kv` at q_off (MPT clamps q, k and v), cross-attention
+ * self-attention appends the rows' to mc->kv at q_off (MPT clamps q, k and v), cross-attention
  * reads cross->kv[layer], projecting the encoder states on first use. */
-static int project_qkv(const float **K, const float **V, int64_t *n_keys, cpu_backend *c, const cp_layer *ly, int layer,
-                       cp_attn_kind kind, const float *hin, int64_t n, int64_t q_off, cp_kv *kv, const cp_cross *cross,
-                       cp_pass *p) {
+static int project_qkv(cpu_backend *c, const cp_module_call *mc, const float *hin, const float **K, const float **V,
+                       int64_t *n_keys) {
   const cp_model *m = c->m;
-  const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
-  const int H = m->n_heads, Hkv = m->n_kv_heads, dh = m->d_head;
+  const int H = m->n_heads, Hkv = m->n_kv_heads, dh = m->d_head, D = m->d_model, qd = H * dh, kvd = Hkv * dh;
+  const cp_layer *ly = &mc->st->layers[mc->layer];
+  const cp_cross *cross = mc->cross;
+  const int64_t n = mc->n, q_off = mc->q_off;
+  const int layer = mc->layer;
+  cp_kv *kv = mc->kv;
+  cp_pass *p = mc->p;
   int rc;
-  if (kind == CP_ATTN_CROSS) {
+  if (mc->kind == CP_ATTN_CROSS) {
     cp_ops_linear(c->pool, p->q, qd, hin, D, n, &ly->cq, false);
     cp_kv *ckv = &cross->kv[layer];
     if (!ckv->ready) {
@@ -152,32 +155,30 @@ static void rope_call(cpu_backend *c, cp_attn_call *a, cp_kv *kv, cp_pass *p) {
 /* One attention module: projections from hin [n, D], positional terms, streaming attention,
  * output projection into out [n, D]. Self-attention appends the rows' keys/values to `kv` at
  * q_off; cross-attention reads (and on first use fills) cross->kv[layer]. */
-static int attention_module(cpu_backend *c, const cp_stack *st, int layer, cp_attn_kind kind, const float *hin,
-                            int64_t n, int64_t q_off, cp_kv *kv, const cp_cross *cross, int64_t last_prompt_row,
-                            cp_pass *p, float *out, bool collect) {
+static int cpu_attention(void *be, const cp_module_call *mc, const float *hin, float *out) {
+  cpu_backend *c = be;
   const cp_model *m = c->m;
+  const cp_stack *st = mc->st;
+  const int layer = mc->layer;
+  const cp_attn_kind kind = mc->kind;
+  const int64_t n = mc->n, q_off = mc->q_off;
+  cp_kv *kv = mc->kv;
+  cp_pass *p = mc->p;
   const cp_layer *ly = &st->layers[layer];
-  const size_t Hn = (size_t)m->n_heads * (size_t)n;
   const float *K, *V;
   int64_t n_keys;
-  float *stats = NULL; /* [2 or 3, H, n]: pmax, entropy, logit std */
   cp_attn_plan plan;
   cp_attn_call a;
   cp_rule_plan(&plan, c->rule, c->rm, kind, layer);
-  int rc = project_qkv(&K, &V, &n_keys, c, ly, layer, kind, hin, n, q_off, kv, cross, p);
+  int rc = project_qkv(c, mc, hin, &K, &V, &n_keys);
   if (rc) return rc;
   cp_arena_reset(&c->work); /* the last call's tables and scratch are done with */
-  rc = cp_attn_call_for_model(&a, m, st, &plan, q_off, n, n_keys, last_prompt_row, &c->work);
+  rc = cp_attn_call_for_model(&a, m, st, &plan, q_off, n, n_keys, mc->last_prompt_row, &c->work);
   if (rc) return rc;
   a.q = p->q, a.k = K, a.v = V, a.out = p->att;
   if (a.pos == CP_ATTN_POS_ROPE) rope_call(c, &a, kv, p);
-  if (collect) {
-    stats = cp_attn_scratch(&a, (c->logit_stats ? 3 : 2) * (Hn ? Hn : 1), sizeof *stats);
-    CP_CHECK_ALLOC_GOTO(stats, "engine: attention statistics");
-    a.row_pmax = stats, a.row_ent = stats + Hn, a.row_lstd = c->logit_stats ? stats + 2 * Hn : NULL;
-  }
-  if ((rc = cp_cpu_attention(c->pool, &a))) goto done;
-  if (collect) cp_engine_record_stats(c->owner, kind, layer, a.row_pmax, a.row_ent, a.row_lstd, n);
+  if ((mc->collect && (rc = cp_engine_stats_rows(c->owner, &a))) || (rc = cp_cpu_attention(c->pool, &a))) goto done;
+  if (mc->collect) cp_engine_record_stats(c->owner, &a);
   cp_ops_linear(c->pool, out, m->d_model, p->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o,
                 false);
 done:
@@ -185,69 +186,34 @@ done:
   return rc;
 }
 
-/* ---------------------------------------------------------------- stacks */
+/* ---------------------------------------------------------------- layers */
 
-/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h): the slots are
- * p->x, p->h and p->tmp. */
-typedef struct {
-  cpu_backend *c;
-  const cp_stack *st;
-  int l;
-  cp_attn_kind kind;
-  int64_t n, q_off, last_prompt_row;
-  cp_kv *kv;
-  const cp_cross *cross;
-  cp_pass *p;
-  bool collect;
-} layer_ctx;
-
-static float *slot(const layer_ctx *c, cp_slot s) {
-  return s == CP_SLOT_X ? c->p->x : s == CP_SLOT_H ? c->p->h : c->p->tmp;
+static const cp_norm_weights *layer_norm(const cp_layer *ly, cp_layer_norm which) {
+  return which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm;
 }
 
-static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  const cp_layer *ly = &c->st->layers[c->l];
-  const cp_norm_weights *w = which == CP_LAYER_NORM_ATTN    ? &ly->attn_norm
-                             : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm
-                                                            : &ly->ffn_norm;
-  cp_ops_norm_rows(c->c->pool, c->c->m, w, slot(c, src), slot(c, dst), c->n);
+static int cpu_norm(void *be, const cp_stack *st, int layer, cp_layer_norm which, const float *x, float *y, int64_t n) {
+  const cpu_backend *c = be;
+  cp_ops_norm_rows(c->pool, c->m, layer_norm(&st->layers[layer], which), x, y, n);
   return 0;
 }
-static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return attention_module(c->c, c->st, c->l, cross ? CP_ATTN_CROSS : c->kind, slot(c, src), c->n, c->q_off,
-                          cross ? NULL : c->kv, cross ? c->cross : NULL, c->last_prompt_row, c->p, slot(c, dst),
-                          c->collect);
-}
-static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
-  layer_ctx *c = ctx;
-  float *y = slot(c, dst);
-  const float *u = slot(c, a), *v = slot(c, b);
-  for (size_t i = 0; i < (size_t)c->n * (size_t)c->c->m->d_model; i++) y[i] = u[i] + v[i];
-  return 0;
-}
-static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  memcpy(slot(c, dst), slot(c, src), (size_t)c->n * (size_t)c->c->m->d_model * sizeof(float));
-  return 0;
-}
-static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  cp_ops_ffn(c->c->pool, c->c->m, &c->st->layers[c->l], slot(c, src), slot(c, dst), c->n, c->p->up, c->p->gate);
-  return 0;
-}
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
 
-static int cpu_run_stack(void *be, cp_pass *p, const cp_stack *st, cp_attn_kind kind, int64_t n, int64_t q_off,
-                         cp_kv *kvs, bool shared_kv, const cp_cross *cross, int64_t last_prompt_row, bool collect) {
-  cpu_backend *c = be;
-  int rc = 0;
-  for (int l = 0; l < st->n_layers && rc == 0; l++) {
-    layer_ctx lc = {c, st, l, kind, n, q_off, last_prompt_row, shared_kv ? kvs : &kvs[l], cross, p, collect};
-    rc = cp_layer_run(&k_layer_ops, &lc, cp_model_residual(c->m), cross != NULL);
-  }
-  return rc;
+static int cpu_add(void *be, float *y, const float *a, const float *b, int64_t count) {
+  (void)be;
+  for (size_t i = 0; i < (size_t)count; i++) y[i] = a[i] + b[i];
+  return 0;
+}
+
+static int cpu_copy(void *be, float *dst, const float *src, int64_t count) {
+  (void)be;
+  memcpy(dst, src, (size_t)count * sizeof *dst);
+  return 0;
+}
+
+static int cpu_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n) {
+  const cpu_backend *c = be;
+  cp_ops_ffn(c->pool, c->m, &st->layers[layer], h, dst, n, p->up, p->gate);
+  return 0;
 }
 
 /* p->x [n, D] = the embeddings of ids [n], plus the learned position rows q_off .. q_off+n-1 when
@@ -302,11 +268,11 @@ static void cpu_destroy(void *be) {
 }
 
 static int cpu_create(void **out, cp_engine *owner, const cp_model *m, const cp_rule *rule, const cp_rule_model *rm,
-                      int threads, bool logit_stats) {
+                      int threads) {
   *out = NULL;
   cpu_backend *c = calloc(1, sizeof *c);
   CP_CHECK_ALLOC(c, "engine");
-  c->owner = owner, c->m = m, c->rule = rule, c->rm = rm, c->logit_stats = logit_stats;
+  c->owner = owner, c->m = m, c->rule = rule, c->rm = rm;
   if (threads <= 0) {
     int n = cp_cpu_count(); /* the affinity mask and SLURM_CPUS_PER_TASK, not the machine's cores */
     threads = n < 256 ? n : 256;
@@ -327,18 +293,21 @@ static const char *cpu_describe(const void *be) {
   return "cpu";
 }
 
+/* No reserve (host memory) and no sync (nothing is queued). */
 const cp_backend_ops cp_cpu_engine_ops = {
     .create = cpu_create,
     .destroy = cpu_destroy,
     .describe = cpu_describe,
-    .reserve = NULL,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .sync = NULL,
     .device = false,
     .ffn_chunk = CP_OPS_FFN_CHUNK,
     .embed = cpu_embed,
-    .run_stack = cpu_run_stack,
+    .norm = cpu_norm,
+    .attention = cpu_attention,
+    .add = cpu_add,
+    .copy = cpu_copy,
+    .ffn_add = cpu_ffn_add,
     .final_norm = cpu_final_norm,
     .head = cpu_head,
 };

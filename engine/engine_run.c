@@ -91,6 +91,55 @@ static bool any_layer_needs_raw(const cp_engine *e, const cp_stack *st, cp_attn_
   return false;
 }
 
+/* ---------------------------------------------------------------- stacks */
+
+/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h): the slots are
+ * the pass's x, h and tmp; each op is the backend's. */
+typedef struct {
+  const cp_engine *e;
+  cp_module_call call; /* the layer's self-attention */
+} layer_ctx;
+
+static float *slot(const layer_ctx *c, cp_slot s) {
+  return s == CP_SLOT_X ? c->call.p->x : s == CP_SLOT_H ? c->call.p->h : c->call.p->tmp;
+}
+static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
+  const layer_ctx *c = ctx;
+  return c->e->ops->norm(c->e->be, c->call.st, c->call.layer, which, slot(c, src), slot(c, dst), c->call.n);
+}
+static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
+  const layer_ctx *c = ctx;
+  cp_module_call call = c->call;
+  if (cross) call.kind = CP_ATTN_CROSS, call.kv = NULL;
+  else call.cross = NULL;
+  return c->e->ops->attention(c->e->be, &call, slot(c, src), slot(c, dst));
+}
+static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
+  const layer_ctx *c = ctx;
+  return c->e->ops->add(c->e->be, slot(c, dst), slot(c, a), slot(c, b), c->call.n * c->e->m->d_model);
+}
+static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
+  const layer_ctx *c = ctx;
+  return c->e->ops->copy(c->e->be, slot(c, dst), slot(c, src), c->call.n * c->e->m->d_model);
+}
+static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
+  const layer_ctx *c = ctx;
+  return c->e->ops->ffn_add(c->e->be, c->call.p, c->call.st, c->call.layer, slot(c, src), slot(c, dst), c->call.n);
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+
+/* Runs the layers of `st` over p->x [n, D] in place. kvs: one cache per layer, or (shared_kv) one
+ * scratch cache reused by every layer; cross: T5's decoder, else NULL. */
+static int run_stack(const cp_engine *e, cp_pass *p, const cp_stack *st, cp_attn_kind kind, int64_t n, int64_t q_off,
+                     cp_kv *kvs, bool shared_kv, const cp_cross *cross, int64_t last_prompt_row, bool collect) {
+  int rc = 0;
+  for (int l = 0; l < st->n_layers && rc == 0; l++) {
+    layer_ctx c = {e, {st, l, kind, n, q_off, last_prompt_row, shared_kv ? kvs : &kvs[l], cross, p, collect}};
+    rc = cp_layer_run(&k_layer_ops, &c, cp_model_residual(e->m), cross != NULL);
+  }
+  return rc;
+}
+
 /* ---------------------------------------------------------------- pieces of a pass */
 
 /* Validates inputs; for T5 resolves the decoder input (default [decoder_start_token_id]).
@@ -133,7 +182,7 @@ static int run_encoder(cp_engine *e, const int64_t *ids, int64_t n, float *enc, 
     return rc;
   }
   if (!(rc = o->embed(e->be, &p, ids, n, 0)) &&
-      !(rc = o->run_stack(e->be, &p, &m->encoder, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, collect)))
+      !(rc = run_stack(e, &p, &m->encoder, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, collect)))
     rc = o->final_norm(e->be, &p, &m->encoder, enc, n);
   /* The buffers are freed only after the queued work that reads them. */
   if (!rc && o->sync) rc = o->sync(e->be, "encoder");
@@ -224,8 +273,7 @@ static int forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ct
   }
   if ((rc = pass_alloc(e, &p, n, logits ? n : min64(n, CP_ENGINE_LOGIT_BLOCK), raw)) ||
       (rc = kv_alloc(e, &kv, n, raw)) || (rc = o->embed(e->be, &p, xids, n, 0)) ||
-      (rc = o->run_stack(e->be, &p, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1,
-                         collect)))
+      (rc = run_stack(e, &p, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, collect)))
     goto done;
   if (logits && (rc = head(e, &p, n, 0, logits))) goto done;
   if (fn && (rc = head_blocks(e, &p, n, fn, ctx))) goto done;
@@ -293,8 +341,7 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   for (int step = 0; step < n_new; step++) {
     const int64_t rows = step == 0 ? n : 1, q_off = step == 0 ? 0 : n + step - 1;
     if ((rc = o->embed(e->be, &p, step == 0 ? xids : &tok, rows, q_off)) ||
-        (rc = o->run_stack(e->be, &p, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1,
-                           false)) ||
+        (rc = run_stack(e, &p, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1, false)) ||
         (rc = head(e, &p, rows, rows - 1, logits)))
       goto done;
     tok = argmax(logits, m->vocab);

@@ -69,7 +69,6 @@ typedef struct {
   const cp_model *m;
   const cp_rule *rule;     /* the owner's, live */
   const cp_rule_model *rm; /* the owner's */
-  bool logit_stats;
   const cpcu_backend *be;
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -272,15 +271,18 @@ static int rope_rows(cuda_engine *d, float *x, int ld, int n_heads, int64_t n, i
 
 /* As project_qkv of engine_cpu.c: q of hin [n, D] into b->q; self-attention appends k, v to kv
  * at q_off (MPT clamps them), cross-attention projects the encoder states on first use. */
-static int project_qkv(const float **K, const float **V, int64_t *n_keys, cuda_engine *d, const dlayer *ly, int layer,
-                       cp_attn_kind kind, const float *hin, int64_t n, int64_t q_off, cp_kv *kv, const cp_cross *cross,
-                       cp_pass *b) {
+static int project_qkv(cuda_engine *d, const dlayer *ly, const cp_module_call *mc, const float *hin, const float **K,
+                       const float **V, int64_t *n_keys) {
   const cp_model *m = d->m;
   const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  const cp_cross *cross = mc->cross;
+  const int64_t n = mc->n, q_off = mc->q_off;
+  cp_kv *kv = mc->kv;
+  cp_pass *b = mc->p;
   int rc;
-  if (kind == CP_ATTN_CROSS) {
+  if (mc->kind == CP_ATTN_CROSS) {
     if ((rc = linear(d, b->q, qd, hin, D, n, &ly->cq, false))) return rc;
-    cp_kv *ckv = &cross->kv[layer];
+    cp_kv *ckv = &cross->kv[mc->layer];
     if (!ckv->ready) {
       if ((rc = linear(d, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false)) ||
           (rc = linear(d, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false)))
@@ -342,104 +344,64 @@ static int rope_call(cuda_engine *d, cp_attn_call *c, cp_kv *kv, cp_pass *b) {
   return 0;
 }
 
-/* As attention_module of engine_cpu.c: out [n, D] = the module's output for hin [n, D]. */
-static int attention_module(cuda_engine *d, const cp_stack *st, const dstack *ds, int layer, cp_attn_kind kind,
-                            const float *hin, int64_t n, int64_t q_off, cp_kv *kv, const cp_cross *cross,
-                            int64_t last_prompt_row, cp_pass *b, float *out, bool collect) {
+/* The device's copy of a stack's weights. */
+static const dstack *dstack_of(const cuda_engine *d, const cp_stack *st) {
+  return st == &d->m->encoder ? &d->enc : &d->dec;
+}
+
+/* As cpu_attention of engine_cpu.c: out [n, D] = the module's output for hin [n, D]. */
+static int cuda_attention(void *be, const cp_module_call *mc, const float *hin, float *out) {
+  cuda_engine *d = be;
   const cp_model *m = d->m;
-  const dlayer *ly = &ds->layers[layer];
-  const size_t Hn = (size_t)m->n_heads * (size_t)n;
+  const int layer = mc->layer;
+  const cp_attn_kind kind = mc->kind;
+  const int64_t n = mc->n, q_off = mc->q_off;
+  cp_pass *b = mc->p;
+  const dlayer *ly = &dstack_of(d, mc->st)->layers[layer];
   const float *K = NULL, *V = NULL;
   int64_t n_keys = 0;
-  float *stats = NULL; /* host [2 or 3, H, n] */
   cp_attn_plan plan;
   cp_attn_call c;
   cp_rule_plan(&plan, d->rule, d->rm, kind, layer);
-  int rc = project_qkv(&K, &V, &n_keys, d, ly, layer, kind, hin, n, q_off, kv, cross, b);
+  int rc = project_qkv(d, ly, mc, hin, &K, &V, &n_keys);
   if (rc) return rc;
   cp_arena_reset(&d->work);
-  if ((rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row, &d->work))) return rc;
+  if ((rc = cp_attn_call_for_model(&c, m, mc->st, &plan, q_off, n, n_keys, mc->last_prompt_row, &d->work))) return rc;
   c.q = b->q, c.k = K, c.v = V, c.out = b->att;
-  if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, kv, b))) goto done;
-  if (collect) {
-    stats = cp_attn_scratch(&c, (d->logit_stats ? 3 : 2) * (Hn ? Hn : 1), sizeof *stats);
-    CP_CHECK_ALLOC_GOTO(stats, "cuda engine: attention statistics");
-    c.row_pmax = stats, c.row_ent = stats + Hn, c.row_lstd = d->logit_stats ? stats + 2 * Hn : NULL;
-  }
+  if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, mc->kv, b))) goto done;
+  if (mc->collect && (rc = cp_engine_stats_rows(d->owner, &c))) goto done;
   /* The attention kernel runs on the legacy default stream, which waits for this blocking stream. */
   if ((rc = cp_cuda_attention_resident(d->be, &c))) goto done;
-  if (collect) cp_engine_record_stats(d->owner, kind, layer, c.row_pmax, c.row_ent, c.row_lstd, n);
+  if (mc->collect) cp_engine_record_stats(d->owner, &c);
   rc = linear(d, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
   cp_attn_tables_free(&c.tab);
   return rc;
 }
 
-/* ---------------------------------------------------------------- stacks */
+/* ---------------------------------------------------------------- layers */
 
-/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h), as in
- * engine_cpu.c: the slots are the device buffers b->x, b->h and b->tmp. */
-typedef struct {
-  cuda_engine *d;
-  const cp_stack *st;
-  const dstack *ds;
-  int l;
-  cp_attn_kind kind;
-  int64_t n, q_off, last_prompt_row;
-  cp_kv *kv;
-  const cp_cross *cross;
-  cp_pass *b;
-  bool collect;
-} layer_ctx;
-
-static float *slot(const layer_ctx *c, cp_slot s) {
-  return s == CP_SLOT_X ? c->b->x : s == CP_SLOT_H ? c->b->h : c->b->tmp;
-}
-
-static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  const dlayer *ly = &c->ds->layers[c->l];
-  return norm_rows(c->d,
-                   which == CP_LAYER_NORM_ATTN    ? &ly->attn_norm
-                   : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm
-                                                  : &ly->ffn_norm,
-                   slot(c, src), slot(c, dst), c->n);
-}
-static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return attention_module(c->d, c->st, c->ds, c->l, cross ? CP_ATTN_CROSS : c->kind, slot(c, src), c->n, c->q_off,
-                          cross ? NULL : c->kv, cross ? c->cross : NULL, c->last_prompt_row, c->b, slot(c, dst),
-                          c->collect);
-}
-static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
-  layer_ctx *c = ctx;
-  return add(c->d, slot(c, dst), slot(c, a), slot(c, b), c->n * c->d->m->d_model);
-}
-static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return dcopy(c->d, slot(c, dst), slot(c, src), (size_t)(c->n * c->d->m->d_model) * sizeof(float));
-}
-static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return ffn(c->d, &c->ds->layers[c->l], slot(c, src), slot(c, dst), c->n, c->b);
-}
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
-
-/* The device's copy of a stack's weights. */
-static const dstack *dstack_of(const cuda_engine *d, const cp_stack *st) {
-  return st == &d->m->encoder ? &d->enc : &d->dec;
-}
-
-static int cuda_run_stack(void *be, cp_pass *b, const cp_stack *st, cp_attn_kind kind, int64_t n, int64_t q_off,
-                          cp_kv *kvs, bool shared_kv, const cp_cross *cross, int64_t last_prompt_row, bool collect) {
+static int cuda_norm(void *be, const cp_stack *st, int layer, cp_layer_norm which, const float *x, float *y,
+                     int64_t n) {
   cuda_engine *d = be;
-  const dstack *ds = dstack_of(d, st);
-  int rc = 0;
-  for (int l = 0; l < st->n_layers && rc == 0; l++) {
-    layer_ctx c = {d, st, ds, l, kind, n, q_off, last_prompt_row, shared_kv ? kvs : &kvs[l], cross, b, collect};
-    rc = cp_layer_run(&k_layer_ops, &c, cp_model_residual(d->m), cross != NULL);
-  }
-  return rc;
+  const dlayer *ly = &dstack_of(d, st)->layers[layer];
+  const dnorm *w = which == CP_LAYER_NORM_ATTN    ? &ly->attn_norm
+                   : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm
+                                                  : &ly->ffn_norm;
+  return norm_rows(d, w, x, y, n);
+}
+
+static int cuda_add(void *be, float *y, const float *a, const float *b, int64_t count) {
+  return add(be, y, a, b, count);
+}
+
+static int cuda_copy(void *be, float *dst, const float *src, int64_t count) {
+  return dcopy(be, dst, src, (size_t)count * sizeof *dst);
+}
+
+static int cuda_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n) {
+  cuda_engine *d = be;
+  return ffn(d, &dstack_of(d, st)->layers[layer], h, dst, n, p);
 }
 
 /* b->x [n, D] = embeddings of ids [n] (host, checked by the owner) at positions q_off.. */
@@ -548,7 +510,7 @@ static void cuda_destroy(void *be) {
 }
 
 static int cuda_create(void **out, cp_engine *owner, const cp_model *m, const cp_rule *rule, const cp_rule_model *rm,
-                       int threads, bool logit_stats) {
+                       int threads) {
   (void)threads; /* the device runs the passes; no host pool */
   *out = NULL;
   cuda_engine *d = calloc(1, sizeof *d);
@@ -556,7 +518,7 @@ static int cuda_create(void **out, cp_engine *owner, const cp_model *m, const cp
   uint64_t wbytes, run;
   int rc = 0;
   CP_CHECK_ALLOC(d, "cuda engine");
-  d->owner = owner, d->m = m, d->rule = rule, d->rm = rm, d->logit_stats = logit_stats;
+  d->owner = owner, d->m = m, d->rule = rule, d->rm = rm;
   d->be = ATTN_BACKEND();
   if ((rc = probe_device(d, &free_b, &total_b))) goto done;
   /* Estimate before allocating: the weights and a one-token pass must fit. */
@@ -612,7 +574,11 @@ const cp_backend_ops cp_cuda_engine_ops = {
     .device = true,
     .ffn_chunk = CP_CUDA_FFN_CHUNK,
     .embed = cuda_embed,
-    .run_stack = cuda_run_stack,
+    .norm = cuda_norm,
+    .attention = cuda_attention,
+    .add = cuda_add,
+    .copy = cuda_copy,
+    .ffn_add = cuda_ffn_add,
     .final_norm = cuda_final_norm,
     .head = cuda_head,
 };
