@@ -1,11 +1,12 @@
-/* Internal to engine/: the seam between the engine's passes, written once (engine/engine.c: the
- * cp_engine object, its rule, input checks and statistics; engine/engine_run.c: the T5 encoder
- * run, the cross-attention caches, the one-shot forward, the KV-cached generation) and a backend
- * that supplies the primitives: memory, the embedding, a layer's norms, attention modules, residual
- * sums and FFN, the final norm and head.
- * The CPU (engine/engine_cpu.c: host buffers and the thread pool) and CUDA
- * (engine/cuda/engine_cuda.c: device buffers, cuBLAS and the kernels) each implement the ops table,
- * as cp_layer_ops does for one layer (ctxpatch/model/layer_layout.h).
+/* Internal to engine/: the seam between the engine's passes, written once, and a backend that
+ * supplies the primitives. engine/engine.c holds the cp_engine object (its rule, backend and
+ * statistics tables); engine/engine_run.c the passes: input checks, the T5 encoder run, the
+ * cross-attention caches, the one-shot forward, the KV-cached generation, each layer's residual
+ * layout (cp_layer_run of ctxpatch/model/layer_layout.h over the backend's pieces) and the
+ * logits' finite check. A backend supplies memory, the embedding, a layer's norms, attention
+ * modules, residual sums and FFN, the final norm and head: the CPU (engine/engine_cpu.c: host
+ * buffers and the thread pool) and CUDA (engine/cuda/engine_cuda.c: device buffers, cuBLAS and the
+ * kernels) each implement the ops table below, as import/'s formats implement cp_ckpt_ops.
  *
  * A backend borrows the model, the rule and the rule model of its owner (cp_engine_set_rule
  * changes what it sees) and reports each attention module's per-row statistics back through
