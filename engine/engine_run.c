@@ -211,6 +211,14 @@ static void free_cross(const cp_engine *e, cp_cross *cr) {
   cr->kv = NULL;
 }
 
+/* T5: *enc [n_ids, D] (backend memory) = the encoder's output for ids, and the decoder's empty
+ * cross-attention caches over it; the caller frees both (also on error). */
+static int encode(cp_engine *e, const int64_t *ids, int64_t n_ids, bool collect, float **enc, cp_cross *cross) {
+  if (!(*enc = backend_floats(e, n_ids, e->m->d_model))) return cp_error_code();
+  int rc = run_encoder(e, ids, n_ids, *enc, collect);
+  return rc ? rc : alloc_cross(e, cross, *enc, n_ids);
+}
+
 /* Final norm and output head for rows [r0, n) of p->x into logits [n - r0, V] (host). The
  * attention kernels turn a NaN score row into zeros, so a non-finite logit must fail the run
  * (CP_EMODEL_NONFINITE); one sum per row (NaN or Inf makes it non-finite) keeps the check cheap. */
@@ -264,13 +272,7 @@ static int forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ct
   cp_kv kv = {0};
   if (collect) e->n_modules = 0;
   if (o->reserve && (rc = o->reserve(e->be, n_ids, t5 ? n_dec : 0, 0))) return rc;
-  if (t5) {
-    if (!(enc = backend_floats(e, n_ids, m->d_model))) {
-      rc = cp_error_code();
-      goto done;
-    }
-    if ((rc = run_encoder(e, ids, n_ids, enc, collect)) || (rc = alloc_cross(e, &cross, enc, n_ids))) goto done;
-  }
+  if (t5 && (rc = encode(e, ids, n_ids, collect, &enc, &cross))) goto done;
   if ((rc = pass_alloc(e, &p, n, logits ? n : min64(n, CP_ENGINE_LOGIT_BLOCK), raw)) ||
       (rc = kv_alloc(e, &kv, n, raw)) || (rc = o->embed(e->be, &p, xids, n, 0)) ||
       (rc = run_stack(e, &p, &m->decoder, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, collect)))
@@ -329,13 +331,7 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
     rc = cp_error_code();
     goto done;
   }
-  if (t5) {
-    if (!(enc = backend_floats(e, n_ids, m->d_model))) {
-      rc = cp_error_code();
-      goto done;
-    }
-    if ((rc = run_encoder(e, ids, n_ids, enc, false)) || (rc = alloc_cross(e, &cross, enc, n_ids))) goto done;
-  }
+  if (t5 && (rc = encode(e, ids, n_ids, false, &enc, &cross))) goto done;
   /* Prefill, then one row per step against the caches; only the last row's logits come out. */
   int64_t tok = 0;
   for (int step = 0; step < n_new; step++) {
