@@ -146,7 +146,7 @@ static void model_pos(cp_attn_call *c, const cp_model *m, const cp_stack *st, co
     case CP_POS_FIRE:
       c->pos = CP_ATTN_POS_FIRE, c->fire = st->layers[plan->layer].fire;
       break;
-    case CP_POS_LEARNED: /* added to the input (engine_cpu.c embed): nothing in attention */
+    case CP_POS_LEARNED: /* added to the input (the backend's embed): nothing in attention */
       break;
     case CP_POS_T5_BUCKETS:
       c->pos = CP_ATTN_POS_T5, c->t5_table = st->rel_bias; /* [nb, H] */

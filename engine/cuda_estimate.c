@@ -1,9 +1,10 @@
 /* Device memory of the CUDA engine, before it allocates (cp_cuda_engine_bytes,
- * include/ctxpatch/engine/cuda.h), and the list of weights it uploads (engine/device_engine.h).
+ * include/ctxpatch/engine/cuda.h), and the list of weights it uploads (engine/backend.h).
  * In every build: the CLI checks a run against the device's free memory and the tests check the
  * estimate against what the emulated engine really allocates. The pass sizes here are those of
- * engine/cuda/engine_cuda.c (bufs_alloc, kv_alloc, the attention call's tables in
- * engine/cuda_attention.c); change them together. */
+ * engine/engine_run.c for a device backend (pass_alloc, kv_alloc; an upper bound: RoPE's three
+ * unrotated queries are counted whether or not a layer keeps raw keys), the attention call's
+ * tables in engine/cuda_attention.c; change them together. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +12,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/formats/tensor.h"
-#include "engine/device_engine.h"
+#include "engine/backend.h"
 
 static void lin(const cp_linear *L, cp_cuda_weight_fn fn, void *ctx) {
   if (!L->w) return;

@@ -31,7 +31,7 @@
 #include "model/rule_json.h"
 #include "cuda_shim/cublas_v2.h"
 #include "cuda_shim/cuda_runtime_api.h"
-#include "engine/device_engine.h"
+#include "engine/backend.h"
 #include "test.h"
 
 #define TOL 1e-4
@@ -235,11 +235,18 @@ static void probe_forward(const char *src, const char *name) {
     CHECK_RC(0, cp_engine_forward(cpu, ref, ids, 48, t5 ? dec : NULL, t5 ? 9 : 0));
     CHECK_RC(0, cp_engine_forward(gpu, got, ids, 48, t5 ? dec : NULL, t5 ? 9 : 0));
     check_estimate(name, m, 48, t5 ? 9 : 0, 0);
-    /* The blocked head (the ppl probe's path) gives the same rows through the device engine. */
+    const size_t peak_whole = cpcu_shim_peak_bytes();
+    /* The blocked head (the ppl probe's path) gives the same rows through the device engine, and
+     * holds one block of logits on the device, not all rows (engine_run.c, as on the CPU). */
     float *blk = calloc(nl, sizeof *blk);
     block_sink sink = {blk, m->vocab, rows, 0};
+    cpcu_shim_reset_peak();
     CHECK_RC(0, cp_engine_forward_blocks(gpu, sink_block, &sink, ids, 48, t5 ? dec : NULL, t5 ? 9 : 0));
     CHECK_MSG(sink.next == rows && test_rel_err(blk, ref, nl) <= TOL, "%s: blocked logits on the device differ", name);
+    const size_t saved = (size_t)(rows > CP_ENGINE_LOGIT_BLOCK ? rows - CP_ENGINE_LOGIT_BLOCK : 0) * m->vocab * 4;
+    CHECK_MSG(cpcu_shim_peak_bytes() + saved <= peak_whole,
+              "%s: the blocked forward held %zu device bytes, the whole one %zu (%zu bytes of logits should go)", name,
+              cpcu_shim_peak_bytes(), peak_whole, saved);
     free(blk);
     cp_engine_stats sg, sc;
     cp_engine_get_stats(&sg, gpu);

@@ -1,5 +1,5 @@
-/* The CUDA engine behind cp_engine (engine/device_engine.h; params.device = CP_DEVICE_CUDA): the
- * CPU engine's passes (engine/engine_cpu.c) with every tensor on the device. Weights are uploaded
+/* The CUDA backend of cp_engine (engine/backend.h; params.device = CP_DEVICE_CUDA): the primitives
+ * under the engine's passes (engine/engine_run.c) with every tensor on the device. Weights are uploaded
  * once (each distinct array once: tied embeddings share); projections and the LM head are cuBLAS
  * GEMMs; attention is the fused rule-aware kernel of engine/cuda/attention.cu through
  * cp_cuda_attention_resident (its tables resolved on the host by rule.h, as for the CPU);
@@ -21,7 +21,6 @@
  * them to float32 on the way up, so the device holds float32 for the fp32 GEMMs). */
 #include <assert.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +36,7 @@
 #include "ctxpatch/formats/tensor.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda_attention.h"
-#include "engine/device_engine.h"
+#include "engine/backend.h"
 
 #ifdef CPCU_SHIM
 const cpcu_backend *cpcu_shim_backend(void); /* tests/cuda_shim/shim_backend.c */
@@ -65,12 +64,11 @@ typedef struct {
   dnorm final_norm;
 } dstack;
 
-struct cp_device_engine {
+typedef struct {
   cp_engine *owner;
   const cp_model *m;
   const cp_rule *rule;     /* the owner's, live */
   const cp_rule_model *rm; /* the owner's */
-  bool logit_stats;
   const cpcu_backend *be;
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -84,29 +82,7 @@ struct cp_device_engine {
   dstack enc, dec;
   cp_arena work; /* the attention call's host tables, reset per call */
   char desc[512];
-};
-
-/* One layer's device cache, as kv_t of engine_cpu.c. */
-typedef struct {
-  float *k, *v, *k_raw; /* [cap, Hkv*dh] */
-  int64_t cap;
-  bool ready;
-} dkv;
-
-/* Per-pass device activations, as bufs_t of engine_cpu.c. */
-typedef struct {
-  int64_t n;
-  float *x, *h, *tmp;                   /* [n, D] */
-  float *q, *qraw, *qfar, *qtopk, *att; /* [n, H*dh] */
-  float *up, *gate;                     /* [min(n, CP_CUDA_FFN_CHUNK), d_ff] */
-  int64_t *ids;                         /* [n] */
-} dbufs;
-
-typedef struct {
-  const float *enc; /* [n_enc, D] device */
-  int64_t n_enc;
-  dkv *kv; /* [decoder layers] */
-} dcross;
+} cuda_engine;
 
 /* ---------------------------------------------------------------- runtime helpers */
 
@@ -140,19 +116,19 @@ static void dfree(void *p) {
   if (p) cudaFree(p);
 }
 
-static int upload(cp_device_engine *d, void *dst, const void *src, size_t bytes) {
+static int upload(cuda_engine *d, void *dst, const void *src, size_t bytes) {
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream);
   return err == cudaSuccess ? 0 : cu_fail(err, "copy to the device");
 }
 
 /* Copies device memory to the host and waits for it (and for everything queued before it). */
-static int download(cp_device_engine *d, void *dst, const void *src, size_t bytes) {
+static int download(cuda_engine *d, void *dst, const void *src, size_t bytes) {
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(d->stream);
   return err == cudaSuccess ? 0 : cu_fail(err, "copy to the host");
 }
 
-static int dcopy(cp_device_engine *d, void *dst, const void *src, size_t bytes) {
+static int dcopy(cuda_engine *d, void *dst, const void *src, size_t bytes) {
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream);
   return err == cudaSuccess ? 0 : cu_fail(err, "copy on the device");
 }
@@ -160,11 +136,11 @@ static int dcopy(cp_device_engine *d, void *dst, const void *src, size_t bytes) 
 /* ---------------------------------------------------------------- weights */
 
 typedef struct {
-  cp_device_engine *d;
+  cuda_engine *d;
   int rc;
 } upload_ctx;
 
-static float *weight_of(const cp_device_engine *d, const void *host) {
+static float *weight_of(const cuda_engine *d, const void *host) {
   if (!host) return NULL;
   for (size_t i = 0; i < d->n_w; i++)
     if (d->w_host[i] == host) return d->w_dev[i];
@@ -173,7 +149,7 @@ static float *weight_of(const cp_device_engine *d, const void *host) {
 
 /* An F16/BF16 or GGUF quant-block matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk
  * copied before the buffer is reused: the device holds F32 (cuBLAS's SGEMM path). */
-static int upload_widened(cp_device_engine *d, float *dev, const void *w, cp_dtype dtype, size_t count) {
+static int upload_widened(cuda_engine *d, float *dev, const void *w, cp_dtype dtype, size_t count) {
   enum { CHUNK = 1 << 20 };
   float *tmp = malloc((count < CHUNK ? count : CHUNK) * sizeof *tmp);
   CP_CHECK_ALLOC(tmp, "cuda engine: widening a weight");
@@ -182,7 +158,8 @@ static int upload_widened(cp_device_engine *d, float *dev, const void *w, cp_dty
     size_t n = count - at < CHUNK ? count - at : CHUNK;
     cudaError_t err;
     if ((rc = cp_convert_to_f32(tmp, (const char *)w + cp_dtype_span(dtype, at), dtype, n)) == 0 &&
-        (rc = upload(d, dev + at, tmp, n * sizeof *tmp)) == 0 && (err = cudaStreamSynchronize(d->stream)) != cudaSuccess)
+        (rc = upload(d, dev + at, tmp, n * sizeof *tmp)) == 0 &&
+        (err = cudaStreamSynchronize(d->stream)) != cudaSuccess)
       rc = cu_fail(err, "copy to the device");
   }
   free(tmp);
@@ -191,7 +168,7 @@ static int upload_widened(cp_device_engine *d, float *dev, const void *w, cp_dty
 
 static void upload_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
   upload_ctx *u = ctx;
-  cp_device_engine *d = u->d;
+  cuda_engine *d = u->d;
   if (u->rc || weight_of(d, w)) return;
   if (d->n_w == d->cap_w) { /* two arrays of one capacity: both grow from the same count */
     size_t cap_h = d->cap_w, cap_p = d->cap_w;
@@ -209,17 +186,17 @@ static void upload_weight(void *ctx, const void *w, cp_dtype dtype, size_t count
   u->rc = dtype == CP_F32 ? upload(d, dev, w, count * sizeof(float)) : upload_widened(d, dev, w, dtype, count);
 }
 
-static dlin dlin_of(const cp_device_engine *d, const cp_linear *L) {
+static dlin dlin_of(const cuda_engine *d, const cp_linear *L) {
   dlin o = {weight_of(d, L->w), weight_of(d, L->b), L->n_out, L->n_in};
   return o;
 }
 
-static dnorm dnorm_of(const cp_device_engine *d, const cp_norm_weights *w) {
+static dnorm dnorm_of(const cuda_engine *d, const cp_norm_weights *w) {
   dnorm o = {weight_of(d, w->w), weight_of(d, w->b)};
   return o;
 }
 
-static int map_stack(cp_device_engine *d, dstack *ds, const cp_stack *st) {
+static int map_stack(cuda_engine *d, dstack *ds, const cp_stack *st) {
   ds->layers = calloc((size_t)st->n_layers + 1, sizeof *ds->layers);
   CP_CHECK_ALLOC(ds->layers, "cuda engine: layers");
   for (int l = 0; l < st->n_layers; l++) {
@@ -240,22 +217,21 @@ static int map_stack(cp_device_engine *d, dstack *ds, const cp_stack *st) {
 
 /* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] (row stride lda) W^T + b:
  * see the GEMM layout at the top. */
-static int linear(cp_device_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda,
-                  int64_t M, const dlin *L, bool accumulate) {
+static int linear(cuda_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda, int64_t M,
+                  const dlin *L, bool accumulate) {
   if (M <= 0) return 0;
   if (M > INT_MAX) return cp_error_set(CP_EUNSUPPORTED, "cuda engine: %lld rows in one GEMM", (long long)M);
   const float one = 1.0f, zero = 0.0f;
-  cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, L->n_out, (int)M, L->n_in, &one, L->w,
-                                   CUDA_R_32F, L->n_in, A, CUDA_R_32F, lda, accumulate ? &one : &zero, C,
-                                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, L->n_out, (int)M, L->n_in, &one, L->w, CUDA_R_32F,
+                                   L->n_in, A, CUDA_R_32F, lda, accumulate ? &one : &zero, C, CUDA_R_32F, ldc,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasGemmEx");
   char why[256] = "";
   if (L->b && cpcu_k_bias(d->stream, C, ldc, L->b, M, L->n_out, why, sizeof why)) return kern_fail(why);
   return 0;
 }
 
-static int norm_rows(cp_device_engine *d, const dnorm *w, const float *x /* [n, D] */, float *y /* [n, D] */,
-                     int64_t n) {
+static int norm_rows(cuda_engine *d, const dnorm *w, const float *x /* [n, D] */, float *y /* [n, D] */, int64_t n) {
   const cp_model *m = d->m;
   char why[256] = "";
   if (cpcu_k_norm(d->stream, y, x, w->w, w->b, n, m->d_model, m->norm == CP_NORM_LAYER, m->norm_eps, why, sizeof why))
@@ -263,13 +239,13 @@ static int norm_rows(cp_device_engine *d, const dnorm *w, const float *x /* [n, 
   return 0;
 }
 
-static int add(cp_device_engine *d, float *y, const float *a, const float *b, int64_t n) {
+static int add(cuda_engine *d, float *y, const float *a, const float *b, int64_t n) {
   char why[256] = "";
   return cpcu_k_add(d->stream, y, a, b, n, why, sizeof why) ? kern_fail(why) : 0;
 }
 
 /* dst[n, D] += FFN(h[n, D]), CP_CUDA_FFN_CHUNK rows at a time, as cp_ops_ffn. */
-static int ffn(cp_device_engine *d, const dlayer *ly, const float *h, float *dst, int64_t n, dbufs *b) {
+static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int64_t n, cp_pass *b) {
   const cp_model *m = d->m;
   const int D = m->d_model, F = m->d_ff;
   char why[256] = "";
@@ -285,7 +261,7 @@ static int ffn(cp_device_engine *d, const dlayer *ly, const float *h, float *dst
   return 0;
 }
 
-static int rope_rows(cp_device_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
+static int rope_rows(cuda_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
   const cp_model *m = d->m;
   char why[256] = "";
   const double ms = fixed ? m->rope.mscale * m->rope.mscale : m->rope.mscale; /* as cp_ops_rope_rows */
@@ -295,74 +271,20 @@ static int rope_rows(cp_device_engine *d, float *x, int ld, int n_heads, int64_t
   return 0;
 }
 
-/* ---------------------------------------------------------------- caches and buffers */
-
-static void kv_free(dkv *kv) {
-  dfree(kv->k), dfree(kv->v), dfree(kv->k_raw);
-  memset(kv, 0, sizeof *kv);
-}
-
-static int kv_alloc(dkv *kv, int64_t cap, int width, bool raw) {
-  memset(kv, 0, sizeof *kv);
-  kv->cap = cap;
-  if (!(kv->k = dalloc(cap, width, sizeof(float))) || !(kv->v = dalloc(cap, width, sizeof(float))) ||
-      (raw && !(kv->k_raw = dalloc(cap, width, sizeof(float))))) {
-    int rc = cp_error_code();
-    kv_free(kv);
-    return rc;
-  }
-  return 0;
-}
-
-static void bufs_free(dbufs *b) {
-  dfree(b->x), dfree(b->h), dfree(b->tmp), dfree(b->q), dfree(b->qraw), dfree(b->qfar), dfree(b->qtopk);
-  dfree(b->att), dfree(b->up), dfree(b->gate), dfree(b->ids);
-  memset(b, 0, sizeof *b);
-}
-
-static int bufs_alloc(dbufs *b, const cp_model *m, int64_t n) {
-  memset(b, 0, sizeof *b);
-  const int64_t qd = (int64_t)m->n_heads * m->d_head, chunk = n < CP_CUDA_FFN_CHUNK ? n : CP_CUDA_FFN_CHUNK;
-  const bool rope = m->pos == CP_POS_ROPE;
-  b->n = n;
-  if (!(b->x = dalloc(n, m->d_model, 4)) || !(b->h = dalloc(n, m->d_model, 4)) ||
-      !(b->tmp = dalloc(n, m->d_model, 4)) || !(b->q = dalloc(n, qd, 4)) || !(b->att = dalloc(n, qd, 4)) ||
-      (rope && (!(b->qraw = dalloc(n, qd, 4)) || !(b->qfar = dalloc(n, qd, 4)) || !(b->qtopk = dalloc(n, qd, 4)))) ||
-      !(b->up = dalloc(chunk, m->d_ff, 4)) || (m->gated_ffn && !(b->gate = dalloc(chunk, m->d_ff, 4))) ||
-      !(b->ids = dalloc(n, 1, sizeof(int64_t)))) {
-    int rc = cp_error_code();
-    bufs_free(b);
-    return rc;
-  }
-  return 0;
-}
-
-/* ---------------------------------------------------------------- attention modules */
-
-static bool rope_needs_raw(const cp_device_engine *d, cp_attn_kind kind, int layer) {
-  if (d->m->pos != CP_POS_ROPE || kind == CP_ATTN_CROSS) return false;
-  cp_attn_plan plan;
-  cp_rule_plan(&plan, d->rule, d->rm, kind, layer);
-  return plan.ceiling != INT64_MAX || plan.top_k;
-}
-
-static bool any_layer_needs_raw(const cp_device_engine *d, const cp_stack *st, cp_attn_kind kind) {
-  for (int l = 0; l < st->n_layers; l++)
-    if (rope_needs_raw(d, kind, l)) return true;
-  return false;
-}
-
 /* As project_qkv of engine_cpu.c: q of hin [n, D] into b->q; self-attention appends k, v to kv
  * at q_off (MPT clamps them), cross-attention projects the encoder states on first use. */
-static int project_qkv(const float **K, const float **V, int64_t *n_keys, cp_device_engine *d, const dlayer *ly,
-                       int layer, cp_attn_kind kind, const float *hin, int64_t n, int64_t q_off, dkv *kv,
-                       const dcross *cross, dbufs *b) {
+static int project_qkv(cuda_engine *d, const dlayer *ly, const cp_module_call *mc, const float *hin, const float **K,
+                       const float **V, int64_t *n_keys) {
   const cp_model *m = d->m;
   const int D = m->d_model, qd = m->n_heads * m->d_head, kvd = m->n_kv_heads * m->d_head;
+  const cp_cross *cross = mc->cross;
+  const int64_t n = mc->n, q_off = mc->q_off;
+  cp_kv *kv = mc->kv;
+  cp_pass *b = mc->p;
   int rc;
-  if (kind == CP_ATTN_CROSS) {
+  if (mc->kind == CP_ATTN_CROSS) {
     if ((rc = linear(d, b->q, qd, hin, D, n, &ly->cq, false))) return rc;
-    dkv *ckv = &cross->kv[layer];
+    cp_kv *ckv = &cross->kv[mc->layer];
     if (!ckv->ready) {
       if ((rc = linear(d, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false)) ||
           (rc = linear(d, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false)))
@@ -391,12 +313,12 @@ static int project_qkv(const float **K, const float **V, int64_t *n_keys, cp_dev
 }
 
 /* As rope_call of engine_cpu.c, on the device. */
-static int rope_call(cp_device_engine *d, cp_attn_call *c, dkv *kv, dbufs *b) {
+static int rope_call(cuda_engine *d, cp_attn_call *c, cp_kv *kv, cp_pass *b) {
   const cp_model *m = d->m;
   const int H = m->n_heads, qd = H * m->d_head, kvd = m->n_kv_heads * m->d_head;
   const int64_t n = c->n_q, q_off = c->q_off;
   const size_t qbytes = (size_t)n * qd * sizeof(float);
-  const bool raw = rope_needs_raw(d, c->plan->kind, c->plan->layer);
+  const bool raw = cp_engine_rope_needs_raw(m, d->rule, d->rm, c->plan->kind, c->plan->layer);
   float *kc = kv->k + (size_t)q_off * kvd;
   int rc;
   if (raw) {
@@ -424,97 +346,69 @@ static int rope_call(cp_device_engine *d, cp_attn_call *c, dkv *kv, dbufs *b) {
   return 0;
 }
 
-/* As attention_module of engine_cpu.c: out [n, D] = the module's output for hin [n, D]. */
-static int attention_module(cp_device_engine *d, const cp_stack *st, const dstack *ds, int layer, cp_attn_kind kind,
-                            const float *hin, int64_t n, int64_t q_off, dkv *kv, const dcross *cross,
-                            int64_t last_prompt_row, dbufs *b, float *out, bool collect) {
+/* The device's copy of a stack's weights. */
+static const dstack *dstack_of(const cuda_engine *d, const cp_stack *st) {
+  return st == &d->m->encoder ? &d->enc : &d->dec;
+}
+
+/* As cpu_attention of engine_cpu.c: out [n, D] = the module's output for hin [n, D]. */
+static int cuda_attention(void *be, const cp_module_call *mc, const float *hin, float *out) {
+  cuda_engine *d = be;
   const cp_model *m = d->m;
-  const dlayer *ly = &ds->layers[layer];
-  const size_t Hn = (size_t)m->n_heads * (size_t)n;
+  const int layer = mc->layer;
+  const cp_attn_kind kind = mc->kind;
+  const int64_t n = mc->n, q_off = mc->q_off;
+  cp_pass *b = mc->p;
+  const dlayer *ly = &dstack_of(d, mc->st)->layers[layer];
   const float *K = NULL, *V = NULL;
   int64_t n_keys = 0;
-  float *stats = NULL; /* host [2 or 3, H, n] */
   cp_attn_plan plan;
   cp_attn_call c;
   cp_rule_plan(&plan, d->rule, d->rm, kind, layer);
-  int rc = project_qkv(&K, &V, &n_keys, d, ly, layer, kind, hin, n, q_off, kv, cross, b);
+  int rc = project_qkv(d, ly, mc, hin, &K, &V, &n_keys);
   if (rc) return rc;
   cp_arena_reset(&d->work);
-  if ((rc = cp_attn_call_for_model(&c, m, st, &plan, q_off, n, n_keys, last_prompt_row, &d->work))) return rc;
+  if ((rc = cp_attn_call_for_model(&c, m, mc->st, &plan, q_off, n, n_keys, mc->last_prompt_row, &d->work))) return rc;
   c.q = b->q, c.k = K, c.v = V, c.out = b->att;
-  if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, kv, b))) goto done;
-  if (collect) {
-    stats = cp_attn_scratch(&c, (d->logit_stats ? 3 : 2) * (Hn ? Hn : 1), sizeof *stats);
-    CP_CHECK_ALLOC_GOTO(stats, "cuda engine: attention statistics");
-    c.row_pmax = stats, c.row_ent = stats + Hn, c.row_lstd = d->logit_stats ? stats + 2 * Hn : NULL;
-  }
+  if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, mc->kv, b))) goto done;
+  if (mc->collect && (rc = cp_engine_stats_rows(d->owner, &c))) goto done;
   /* The attention kernel runs on the legacy default stream, which waits for this blocking stream. */
   if ((rc = cp_cuda_attention_resident(d->be, &c))) goto done;
-  if (collect) cp_engine_record_device_stats(d->owner, kind, layer, c.row_pmax, c.row_ent, c.row_lstd, n);
+  if (mc->collect) cp_engine_record_stats(d->owner, &c);
   rc = linear(d, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
   cp_attn_tables_free(&c.tab);
   return rc;
 }
 
-/* ---------------------------------------------------------------- stacks */
+/* ---------------------------------------------------------------- layers */
 
-/* One layer's state for the residual layout's ops (ctxpatch/model/layer_layout.h), as in
- * engine_cpu.c: the slots are the device buffers b->x, b->h and b->tmp. */
-typedef struct {
-  cp_device_engine *d;
-  const cp_stack *st;
-  const dstack *ds;
-  int l;
-  cp_attn_kind kind;
-  int64_t n, q_off, last_prompt_row;
-  dkv *kv;
-  const dcross *cross;
-  dbufs *b;
-  bool collect;
-} layer_ctx;
+static int cuda_norm(void *be, const cp_stack *st, int layer, cp_layer_norm which, const float *x, float *y,
+                     int64_t n) {
+  cuda_engine *d = be;
+  const dlayer *ly = &dstack_of(d, st)->layers[layer];
+  const dnorm *w = which == CP_LAYER_NORM_ATTN    ? &ly->attn_norm
+                   : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm
+                                                  : &ly->ffn_norm;
+  return norm_rows(d, w, x, y, n);
+}
 
-static float *slot(const layer_ctx *c, cp_slot s) { return s == CP_SLOT_X ? c->b->x : s == CP_SLOT_H ? c->b->h : c->b->tmp; }
+static int cuda_add(void *be, float *y, const float *a, const float *b, int64_t count) {
+  return add(be, y, a, b, count);
+}
 
-static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  const dlayer *ly = &c->ds->layers[c->l];
-  return norm_rows(c->d, which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm,
-                   slot(c, src), slot(c, dst), c->n);
+static int cuda_copy(void *be, float *dst, const float *src, int64_t count) {
+  return dcopy(be, dst, src, (size_t)count * sizeof *dst);
 }
-static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return attention_module(c->d, c->st, c->ds, c->l, cross ? CP_ATTN_CROSS : c->kind, slot(c, src), c->n, c->q_off,
-                          cross ? NULL : c->kv, cross ? c->cross : NULL, c->last_prompt_row, c->b, slot(c, dst), c->collect);
-}
-static int op_add(void *ctx, cp_slot dst, cp_slot a, cp_slot b) {
-  layer_ctx *c = ctx;
-  return add(c->d, slot(c, dst), slot(c, a), slot(c, b), c->n * c->d->m->d_model);
-}
-static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return dcopy(c->d, slot(c, dst), slot(c, src), (size_t)(c->n * c->d->m->d_model) * sizeof(float));
-}
-static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
-  layer_ctx *c = ctx;
-  return ffn(c->d, &c->ds->layers[c->l], slot(c, src), slot(c, dst), c->n, c->b);
-}
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
 
-/* As run_stack of engine_cpu.c. */
-static int run_stack(cp_device_engine *d, const cp_stack *st, const dstack *ds, cp_attn_kind kind, int64_t n,
-                     int64_t q_off, dkv *kvs, bool shared_kv, const dcross *cross, int64_t last_prompt_row, dbufs *b,
-                     bool collect) {
-  int rc = 0;
-  for (int l = 0; l < st->n_layers && rc == 0; l++) {
-    layer_ctx c = {d, st, ds, l, kind, n, q_off, last_prompt_row, shared_kv ? kvs : &kvs[l], cross, b, collect};
-    rc = cp_layer_run(&k_layer_ops, &c, cp_model_residual(d->m), cross != NULL);
-  }
-  return rc;
+static int cuda_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n) {
+  cuda_engine *d = be;
+  return ffn(d, &dstack_of(d, st)->layers[layer], h, dst, n, p);
 }
 
 /* b->x [n, D] = embeddings of ids [n] (host, checked by the owner) at positions q_off.. */
-static int embed(cp_device_engine *d, dbufs *b, const int64_t *ids, int64_t n, int64_t q_off) {
+static int cuda_embed(void *be, cp_pass *b, const int64_t *ids, int64_t n, int64_t q_off) {
+  cuda_engine *d = be;
   const cp_model *m = d->m;
   char why[256] = "";
   int rc = upload(d, b->ids, ids, (size_t)n * sizeof *ids);
@@ -525,32 +419,35 @@ static int embed(cp_device_engine *d, dbufs *b, const int64_t *ids, int64_t n, i
   return 0;
 }
 
-/* Final norm and LM head for rows [r0, n) of b->x into the device logits dl [n - r0, V], copied
- * to the host logits; a non-finite logit fails the run as on the CPU. */
-static int head(cp_device_engine *d, const dstack *ds, dbufs *b, int64_t n, int64_t r0, float *dl, float *logits) {
+static int cuda_final_norm(void *be, cp_pass *b, const cp_stack *st, float *dst, int64_t n) {
+  cuda_engine *d = be;
+  return norm_rows(d, &dstack_of(d, st)->final_norm, b->x, dst, n);
+}
+
+/* Final norm and LM head for rows [r0, n) of b->x into the device logits b->logits [n - r0, V],
+ * copied to the host logits. */
+static int cuda_head(void *be, cp_pass *b, const cp_stack *st, int64_t n, int64_t r0, float *logits) {
+  cuda_engine *d = be;
   const cp_model *m = d->m;
+  const dstack *ds = dstack_of(d, st);
   const int D = m->d_model, V = m->vocab;
   const int64_t rows = n - r0;
+  float *dl = b->logits;
   char why[256] = "";
   int rc;
+  assert(rows <= b->head_rows);
   if ((rc = norm_rows(d, &ds->final_norm, b->x + (size_t)r0 * D, b->h, rows))) return rc;
   if (m->lm_head_scale != 1.0f && cpcu_k_scale(d->stream, b->h, rows * D, m->lm_head_scale, why, sizeof why))
     return kern_fail(why);
   dlin L = {d->lm_head, NULL, V, D};
-  if ((rc = linear(d, dl, V, b->h, D, rows, &L, false)) ||
-      (rc = download(d, logits, dl, (size_t)rows * V * sizeof *logits)))
-    return rc;
-  for (int64_t r = 0; r < rows; r++)
-    for (int i = 0; i < V; i++)
-      if (!isfinite(logits[(size_t)r * V + i]))
-        return cp_error_set(CP_EMODEL_NONFINITE, "engine: row %lld: non-finite logits", (long long)(r0 + r));
-  return 0;
+  if ((rc = linear(d, dl, V, b->h, D, rows, &L, false))) return rc;
+  return download(d, logits, dl, (size_t)rows * V * sizeof *logits);
 }
 
 /* ---------------------------------------------------------------- device checks */
 
 /* The device's name, driver and runtime, and its free memory, or CP_ECUDA "no CUDA device present". */
-static int probe_device(cp_device_engine *d, size_t *free_b, size_t *total_b) {
+static int probe_device(cuda_engine *d, size_t *free_b, size_t *total_b) {
   int count = 0, drv = 0, rtv = 0;
   struct cudaDeviceProp p;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -567,7 +464,8 @@ static int probe_device(cp_device_engine *d, size_t *free_b, size_t *total_b) {
 }
 
 /* Refuses a run whose estimate (cp_cuda_engine_bytes) exceeds the device's free memory. */
-static int check_memory(cp_device_engine *d, int64_t n_ids, int64_t n_dec, int64_t n_new) {
+static int cuda_reserve(void *be, int64_t n_ids, int64_t n_dec, int64_t n_new) {
+  cuda_engine *d = be;
   uint64_t w, run;
   size_t free_b = 0, total_b = 0;
   int rc = cp_cuda_engine_bytes(&w, &run, d->m, n_ids, n_dec, n_new);
@@ -575,16 +473,33 @@ static int check_memory(cp_device_engine *d, int64_t n_ids, int64_t n_dec, int64
   cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
   if (err != cudaSuccess) return cu_fail(err, "cudaMemGetInfo");
   if (run > free_b)
-    return cp_nomem("--device cuda: %lld tokens need %.1f MiB of device memory beyond the weights, %.1f MiB "
-                    "of %.1f MiB are free (%s)",
-                    (long long)(n_ids + n_dec + n_new), run / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
-                    d->desc);
+    return cp_nomem(
+        "--device cuda: %lld tokens need %.1f MiB of device memory beyond the weights, %.1f MiB "
+        "of %.1f MiB are free (%s)",
+        (long long)(n_ids + n_dec + n_new), run / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, d->desc);
   return 0;
 }
 
 /* ---------------------------------------------------------------- engine */
 
-static void cuda_destroy(cp_device_engine *d) {
+static void *cuda_alloc(void *be, int64_t a, int64_t b, size_t elem) {
+  (void)be;
+  return dalloc(a, b, elem);
+}
+
+static void cuda_free(void *be, void *p) {
+  (void)be;
+  dfree(p);
+}
+
+static int cuda_sync(void *be, const char *what) {
+  cuda_engine *d = be;
+  cudaError_t err = d->stream ? cudaStreamSynchronize(d->stream) : cudaSuccess;
+  return err == cudaSuccess || !what ? 0 : cu_fail(err, what);
+}
+
+static void cuda_destroy(void *be) {
+  cuda_engine *d = be;
   if (!d) return;
   if (d->stream) cudaStreamSynchronize(d->stream);
   for (size_t i = 0; i < d->n_w; i++) dfree(d->w_dev[i]);
@@ -597,22 +512,23 @@ static void cuda_destroy(cp_device_engine *d) {
   free(d);
 }
 
-static int cuda_create(cp_device_engine **out, cp_engine *owner, const cp_model *m, const cp_rule *rule,
-                       const cp_rule_model *rm, bool logit_stats) {
+static int cuda_create(void **out, cp_engine *owner, const cp_model *m, const cp_rule *rule, const cp_rule_model *rm,
+                       int threads) {
+  (void)threads; /* the device runs the passes; no host pool */
   *out = NULL;
-  cp_device_engine *d = calloc(1, sizeof *d);
+  cuda_engine *d = calloc(1, sizeof *d);
   size_t free_b = 0, total_b = 0;
   uint64_t wbytes, run;
   int rc = 0;
   CP_CHECK_ALLOC(d, "cuda engine");
-  d->owner = owner, d->m = m, d->rule = rule, d->rm = rm, d->logit_stats = logit_stats;
+  d->owner = owner, d->m = m, d->rule = rule, d->rm = rm;
   d->be = ATTN_BACKEND();
   if ((rc = probe_device(d, &free_b, &total_b))) goto done;
   /* Estimate before allocating: the weights and a one-token pass must fit. */
   if ((rc = cp_cuda_engine_bytes(&wbytes, &run, m, 1, 1, 0))) goto done;
   if (wbytes + run > free_b) {
     rc = cp_nomem("--device cuda: the model needs %.1f MiB of device memory, %.1f MiB of %.1f MiB are free (%s)",
-                      (wbytes + run) / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, d->desc);
+                  (wbytes + run) / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, d->desc);
     goto done;
   }
   cudaError_t err = cudaStreamCreate(&d->stream);
@@ -655,156 +571,24 @@ done:
   return rc;
 }
 
-/* T5 encoder: enc [n, D] (device) = final-normed encoder states. */
-static int run_encoder(cp_device_engine *d, const int64_t *ids, int64_t n, float *enc, bool collect) {
-  const cp_model *m = d->m;
-  dbufs b;
-  dkv kv;
-  int rc = bufs_alloc(&b, m, n);
-  if (rc) return rc;
-  if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, false))) {
-    bufs_free(&b);
-    return rc;
-  }
-  if (!(rc = embed(d, &b, ids, n, 0)) &&
-      !(rc = run_stack(d, &m->encoder, &d->enc, CP_ATTN_ENCODER_SELF, n, 0, &kv, true, NULL, n - 1, &b, collect)))
-    rc = norm_rows(d, &d->enc.final_norm, b.x, enc, n);
-  /* The buffers are freed only after the queued work that reads them. */
-  if (!rc) {
-    cudaError_t err = cudaStreamSynchronize(d->stream);
-    if (err != cudaSuccess) rc = cu_fail(err, "encoder");
-  }
-  kv_free(&kv);
-  bufs_free(&b);
-  return rc;
-}
+static const char *cuda_describe(const void *be) { return ((const cuda_engine *)be)->desc; }
 
-static int alloc_cross(dcross *cr, const cp_model *m, const float *enc, int64_t n_enc) {
-  cr->enc = enc;
-  cr->n_enc = n_enc;
-  cr->kv = calloc((size_t)m->decoder.n_layers + 1, sizeof *cr->kv);
-  CP_CHECK_ALLOC(cr->kv, "cuda engine: cross-attention caches");
-  for (int l = 0; l < m->decoder.n_layers; l++) {
-    int rc = kv_alloc(&cr->kv[l], n_enc, m->n_kv_heads * m->d_head, false);
-    if (rc) return rc;
-  }
-  return 0;
-}
-
-static void free_cross(dcross *cr, const cp_model *m) {
-  if (cr->kv)
-    for (int l = 0; l < m->decoder.n_layers; l++) kv_free(&cr->kv[l]);
-  free(cr->kv);
-  cr->kv = NULL;
-}
-
-static int cuda_forward(cp_device_engine *d, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
-                        int64_t n_dec, bool collect) {
-  const cp_model *m = d->m;
-  const bool t5 = m->family == CP_FAMILY_T5;
-  const int64_t *xids = t5 ? dec_ids : ids;
-  const int64_t n = t5 ? n_dec : n_ids;
-  float *enc = NULL, *dl = NULL;
-  dcross cross = {0};
-  dbufs b = {0};
-  dkv kv = {0};
-  int rc = check_memory(d, n_ids, t5 ? n_dec : 0, 0);
-  if (rc) return rc;
-  if (t5) {
-    if (!(enc = dalloc(n_ids, m->d_model, 4))) {
-      rc = cp_error_code();
-      goto done;
-    }
-    if ((rc = run_encoder(d, ids, n_ids, enc, collect)) || (rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
-  }
-  if ((rc = bufs_alloc(&b, m, n))) goto done;
-  if ((rc = kv_alloc(&kv, n, m->n_kv_heads * m->d_head, any_layer_needs_raw(d, &m->decoder, CP_ATTN_DECODER_SELF))))
-    goto done;
-  if (logits && !(dl = dalloc(n, m->vocab, 4))) {
-    rc = cp_error_code();
-    goto done;
-  }
-  if ((rc = embed(d, &b, xids, n, 0))) goto done;
-  if ((rc = run_stack(d, &m->decoder, &d->dec, CP_ATTN_DECODER_SELF, n, 0, &kv, true, t5 ? &cross : NULL, n - 1, &b,
-                      collect)))
-    goto done;
-  if (logits && (rc = head(d, &d->dec, &b, n, 0, dl, logits))) goto done;
-done:
-  if (d->stream) cudaStreamSynchronize(d->stream); /* nothing queued may outlive its buffers */
-  dfree(enc);
-  dfree(dl);
-  free_cross(&cross, m);
-  bufs_free(&b);
-  kv_free(&kv);
-  return rc;
-}
-
-static int64_t argmax(const float *x, int n) {
-  int best = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
-
-static int cuda_generate(cp_device_engine *d, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
-                         int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
-  const cp_model *m = d->m;
-  const cp_stack *st = &m->decoder;
-  const bool t5 = m->family == CP_FAMILY_T5;
-  const int64_t *xids = t5 ? dec_ids : ids;
-  const int64_t n = t5 ? n_dec : n_ids, cap = n + n_new;
-  float *enc = NULL, *dl = NULL, *logits = NULL;
-  dcross cross = {0};
-  dbufs b = {0};
-  dkv *kvs = NULL;
-  *n_out = 0;
-  int rc = check_memory(d, n_ids, t5 ? n_dec : 0, n_new);
-  if (rc) return rc;
-  kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs);
-  CP_CHECK_ALLOC_GOTO(kvs, "cuda engine: generate");
-  for (int l = 0; l < st->n_layers; l++)
-    if ((rc = kv_alloc(&kvs[l], cap, m->n_kv_heads * m->d_head, rope_needs_raw(d, CP_ATTN_DECODER_SELF, l))))
-      goto done;
-  if ((rc = bufs_alloc(&b, m, n))) goto done;
-  if (!(dl = dalloc(1, m->vocab, 4))) {
-    rc = cp_error_code();
-    goto done;
-  }
-  CP_CHECK_ALLOC_GOTO(logits = malloc((size_t)m->vocab * sizeof *logits), "cuda engine: generate");
-  if (t5) {
-    if (!(enc = dalloc(n_ids, m->d_model, 4))) {
-      rc = cp_error_code();
-      goto done;
-    }
-    if ((rc = run_encoder(d, ids, n_ids, enc, false)) || (rc = alloc_cross(&cross, m, enc, n_ids))) goto done;
-  }
-  /* Prefill, then one row per step against the caches; only the last row's logits come back. */
-  int64_t tok = 0;
-  for (int step = 0; step < n_new; step++) {
-    const int64_t rows = step == 0 ? n : 1, q_off = step == 0 ? 0 : n + step - 1;
-    if ((rc = embed(d, &b, step == 0 ? xids : &tok, rows, q_off)) ||
-        (rc = run_stack(d, st, &d->dec, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1, &b,
-                        false)) ||
-        (rc = head(d, &d->dec, &b, rows, rows - 1, dl, logits)))
-      goto done;
-    tok = argmax(logits, m->vocab);
-    if (step_logits) memcpy(step_logits + (size_t)*n_out * m->vocab, logits, (size_t)m->vocab * sizeof *logits);
-    out[(*n_out)++] = tok;
-    if (stop_at_eos && m->cfg->eos_token_id >= 0 && tok == m->cfg->eos_token_id) break;
-  }
-done:
-  if (d->stream) cudaStreamSynchronize(d->stream);
-  bufs_free(&b);
-  if (kvs)
-    for (int l = 0; l < st->n_layers; l++) kv_free(&kvs[l]);
-  free(kvs);
-  dfree(enc);
-  dfree(dl);
-  free(logits);
-  free_cross(&cross, m);
-  return rc;
-}
-
-static const char *cuda_describe(const cp_device_engine *d) { return d->desc; }
-
-const cp_device_ops cp_cuda_engine_ops = {cuda_create, cuda_destroy, cuda_forward, cuda_generate, cuda_describe};
+const cp_backend_ops cp_cuda_engine_ops = {
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .describe = cuda_describe,
+    .reserve = cuda_reserve,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .sync = cuda_sync,
+    .device = true,
+    .ffn_chunk = CP_CUDA_FFN_CHUNK,
+    .embed = cuda_embed,
+    .norm = cuda_norm,
+    .attention = cuda_attention,
+    .add = cuda_add,
+    .copy = cuda_copy,
+    .ffn_add = cuda_ffn_add,
+    .final_norm = cuda_final_norm,
+    .head = cuda_head,
+};

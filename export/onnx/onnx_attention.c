@@ -320,7 +320,7 @@ static const char *visible(cp_onnx_attn_ctx *c) {
  * within the caller's visibility: attention_mask zeros are never candidates) in the rows that
  * get top-k (cp_plan_topk_row): "all" every row; "decode" the last row of the pass, which is the
  * last prompt row in a one-shot pass and the new row of each cached decode step, as the engine's
- * last_prompt_row gives them (engine_cpu.c: forward n - 1, generate n - 1 with rows n + step - 1). */
+ * last_prompt_row gives them (engine_run.c: forward n - 1, generate n - 1 with rows n + step - 1). */
 static const char *topk_candidates(cp_onnx_attn_ctx *c) {
   const cp_attn_plan *p = c->plan;
   const char *tag = p->top_k_rows == CP_TOPK_ROWS_ALL ? "topk.all" : "topk.decode";

@@ -1,6 +1,6 @@
 /* The decoder-only ONNX graph (export/onnx/onnx_decoder.h): Llama/Mistral, GPT-NeoX, BLOOM, MPT,
- * FIRE and GPT-2, computing what engine/engine_cpu.c computes (run_stack, attention_module, head) with
- * the attention probabilities from export/onnx/onnx_attention.c. */
+ * FIRE and GPT-2, computing what the engine computes (engine/engine_run.c run_stack, engine_cpu.c
+ * cpu_attention and cpu_head) with the attention probabilities from export/onnx/onnx_attention.c. */
 #include "export/onnx/onnx_decoder.h"
 #include "export/onnx/onnx_layer.h"
 

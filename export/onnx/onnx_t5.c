@@ -1,6 +1,6 @@
 /* T5 as two ONNX graphs (export/onnx/onnx_t5.h): the encoder and Optimum's merged decoder,
- * computing what engine/engine_cpu.c computes for T5 (run_encoder, run_stack with cross-attention,
- * head), with the attention probabilities (and every rule) from export/onnx/onnx_attention.c and
+ * computing what the engine computes for T5 (engine/engine_run.c: run_encoder, run_stack with
+ * cross-attention, head), with the attention probabilities (and every rule) from export/onnx/onnx_attention.c and
  * the relative bucket bias computed in the graph from positions through its pos_bias hook. */
 #include "export/onnx/onnx_t5.h"
 #include "export/onnx/onnx_layer.h"
