@@ -422,7 +422,7 @@ int cp_patch_stage(cp_patch_pending **pending, cp_patch_outcome *out, const char
   if (params->verify && ((rc = certify(&pd->cert, out, tmp, in, original, patch, params)) || !out->pass)) goto done;
   /* --to gguf: what llama.cpp computes on the file must be what was certified. */
   if (params->verify && params->to_gguf &&
-      ((rc = cp_patch_runtime_check_gguf(pd->cert, out, tmp, in, pd->block, pd->gguf_type, params)) || !out->pass))
+      ((rc = cp_patch_runtime_check_gguf(pd->cert, out, tmp, in, pd->block, pd->gguf_type, pd->original->train_len, params)) || !out->pass))
     goto done;
   *pending = pd;
   pd = NULL;

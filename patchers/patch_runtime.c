@@ -49,7 +49,7 @@ int cp_patch_runtime_check(cJSON *cert, cp_patch_outcome *out, cp_runtime_kind k
 }
 
 int cp_patch_runtime_check_gguf(cJSON *cert, cp_patch_outcome *out, const char *tmp, const char *in, const cJSON *block,
-                                uint32_t gguf_type, const cp_patch_params *params) {
+                                uint32_t gguf_type, int64_t train_len, const cp_patch_params *params) {
   if (!cp_runtime_installed(params->runtime, CP_RUNTIME_LLAMACPP)) /* "not checked": no file needed */
     return cp_patch_runtime_check(cert, out, CP_RUNTIME_LLAMACPP, in, NULL, NULL, params);
   cp_model *m = NULL;
@@ -57,7 +57,7 @@ int cp_patch_runtime_check_gguf(cJSON *cert, cp_patch_outcome *out, const char *
   int rc = 0;
   CP_CHECK_ALLOC(path, tmp);
   /* The engine side opens the same file, its ctxpatch.rule applied: the two runtimes read one set of bytes. */
-  if ((rc = cp_patch_write_gguf(tmp, in, path, block, false, gguf_type)) == 0 &&
+  if ((rc = cp_patch_write_gguf(tmp, in, path, block, false, gguf_type, train_len)) == 0 &&
       (rc = cp_model_open_stored(&m, path)) == 0)
     rc = cp_patch_runtime_check(cert, out, CP_RUNTIME_LLAMACPP, path, m, NULL, params);
   cp_model_free(m);

@@ -18,6 +18,6 @@ int cp_patch_runtime_check(cJSON *cert, cp_patch_outcome *out, cp_runtime_kind k
  * same tensors and hyperparameter keys; only ctxpatch.* keys differ from the final file), checked,
  * then removed. */
 int cp_patch_runtime_check_gguf(cJSON *cert, cp_patch_outcome *out, const char *tmp, const char *in, const cJSON *block,
-                                uint32_t gguf_type, const cp_patch_params *params);
+                                uint32_t gguf_type, int64_t train_len, const cp_patch_params *params);
 
 #endif
