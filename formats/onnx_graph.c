@@ -205,6 +205,51 @@ static int build_graph(cp_onnx_model *m, cp_onnx_graph *g, const Onnx__GraphProt
   return 0;
 }
 
+/* Whether a tensor, or one inside graph gp (its initializers and every node's attributes, nested
+ * graphs included, up to the reader's depth bound), lives in external data. */
+static bool external_tensor(const Onnx__TensorProto *t) {
+  return t && ((t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
+               t->n_external_data > 0);
+}
+
+static bool external_in_nodes(Onnx__NodeProto *const *nodes, size_t n, int depth, int max_depth);
+
+static bool external_in_graph(const Onnx__GraphProto *gp, int depth, int max_depth) {
+  if (!gp) return false;
+  if (depth > max_depth) return true; /* refused either way: the reader bounds the depth too */
+  for (size_t k = 0; k < gp->n_initializer; k++)
+    if (external_tensor(gp->initializer[k])) return true;
+  return external_in_nodes(gp->node, gp->n_node, depth, max_depth);
+}
+
+static bool external_in_nodes(Onnx__NodeProto *const *nodes, size_t n, int depth, int max_depth) {
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < nodes[i]->n_attribute; k++) {
+      const Onnx__AttributeProto *a = nodes[i]->attribute[k];
+      if (external_tensor(a->t) || external_in_graph(a->g, depth + 1, max_depth)) return true;
+      for (size_t j = 0; j < a->n_tensors; j++)
+        if (external_tensor(a->tensors[j])) return true;
+      for (size_t j = 0; j < a->n_graphs; j++)
+        if (external_in_graph(a->graphs[j], depth + 1, max_depth)) return true;
+    }
+  return false;
+}
+
+/* Model-local functions are read, not described: a tensor of theirs in external data would be
+ * outside what the graph digest covers (onnx_digest.h) while onnxruntime computes with it, so
+ * such a model is refused (issue 33, item 5). */
+static int functions_without_external_data(const cp_onnx_model *m, const Onnx__ModelProto *mp) {
+  char q[128];
+  for (size_t k = 0; k < mp->n_functions; k++) {
+    const Onnx__FunctionProto *f = mp->functions[k];
+    if (external_in_nodes(f->node, f->n_node, 0, m->priv->params.max_graph_depth))
+      return cp_error_set(CP_EONNX_EXTERNAL, "%s: model-local function '%s' (functions[%zu]) holds a tensor in "
+                          "external data, which the graph digest does not cover: refused",
+                          m->path, cp_onnx_q(q, str(f->name)), k);
+  }
+  return 0;
+}
+
 static int build_model(cp_onnx_model *m, const Onnx__ModelProto *mp) {
   m->ir_version = mp->ir_version, m->model_version = mp->model_version;
   m->producer_name = str(mp->producer_name), m->producer_version = str(mp->producer_version);
@@ -220,6 +265,8 @@ static int build_model(cp_onnx_model *m, const Onnx__ModelProto *mp) {
     p[k].key = str(mp->metadata_props[k]->key), p[k].value = str(mp->metadata_props[k]->value);
   m->metadata = p, m->n_metadata = mp->n_metadata_props;
   if (!mp->graph) return cp_error_set(CP_EONNX_GRAPH, "%s: model has no graph", m->path);
+  int frc = functions_without_external_data(m, mp);
+  if (frc < 0) return frc;
   cp_onnx_graph *g;
   NEW(m, g, 1);
   m->graph = g;

@@ -262,6 +262,17 @@ def external_cases():
     ext("ext_hardlink_inside", "OK", "", ext_tensor("w", "linked.bin", offset=0, length=12),
         lambda d: os.link(secret, os.path.join(d, "linked.bin")))
     ext("ext_no_length_reads", "OK", "", ext_tensor("w", "d.bin", offset=4), data("d.bin", 16))
+    # issue 33 item 5: a model-local function's Constant in external data is outside the graph
+    # digest while onnxruntime computes with it (inlined): refused
+    d = case_dir("ext_in_function")
+    data("d.bin", 16)(d)
+    fconst = helper.make_node("Constant", [], ["c"], name="fc", value=ext_tensor("c", "d.bin", offset=0, length=12))
+    fadd = helper.make_node("Add", ["a", "c"], ["b"], name="fadd")
+    fn = helper.make_function("local", "AddC", ["a"], ["b"], [fconst, fadd], [helper.make_opsetid("", 17)])
+    m = tiny_model(nodes=[helper.make_node("AddC", ["x"], ["y"], name="call", domain="local")])
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.append(fn)
+    add("ext_in_function", "CP_EONNX_EXTERNAL", "model-local function 'AddC' (functions[0]) holds a tensor in external data", m)
 
     def big(d):  # 3 GiB, sparse: 12 real bytes at 2.5 GiB
         with open(os.path.join(d, "big.bin"), "wb") as f:
