@@ -467,6 +467,7 @@ static int recover_foreign(cp_onnx_import *im) {
   }
   rc = cp_onnx_recover_pattern(im);
   if (rc == 0) return 0;
+  if (rc < 0 && im->unexplained) return rc; /* the graph computes what no pattern explains: refused as it is */
   if (hf_named(g)) { /* HF names want their config.json: say so, and why the pattern failed */
     char why[600];
     snprintf(why, sizeof why, "%s", rc == 1 ? "no token embedding Gather" : cp_error_message());
