@@ -190,6 +190,7 @@ int cp_ow_check_act(const cp_ow *w, const char *from, const cp_onnx_node *to, co
   for (int t = 0; t < ACT_PTS; t++) {
     double x = -6 + 12.0 * t / (ACT_PTS - 1), want = act_ref(act, x);
     if (!(fabs(val[0][t] - want) <= 1e-4 * (1 + fabs(want)))) {
+      if (w->unexplained) *w->unexplained = true; /* the graph computes other than the pattern says */
       char why[400], b[96];
       snprintf(why, sizeof why,
                "its input, from node '%s' (%.40s, index %zu), is not %s of the MLP's first "

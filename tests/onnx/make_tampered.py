@@ -8,13 +8,15 @@ others as before.
   make_tampered.py SRC.onnx OUTDIR
 
 OUTDIR/KIND.onnx for each kind that applies to SRC's layout, and OUTDIR/cases.tsv:
-KIND <tab> refuse|accept <tab> the name of the first inserted node. Kinds:
+KIND <tab> refuse|accept <tab> the inserted node's name and its closing quote, or its prefix
+`tamper/KIND/` for the kinds that insert one per layer (the refusal names the one nearest the
+logits). Kinds:
   attn_zero       Mul(attention output, 0) in the first layer (plain ops: the probabilities'
                   MatMul; contrib: the attention node's output)
   attn_zero_all   the same in every layer
-  resid_add       Add(residual stream, 0.5) after the first layer's attention, rewired into the
+  resid_add       Add(residual stream, [-1 .. 1] over d_model) after the first layer's attention, rewired into the
                   MLP's residual Add only (the next norm reads the untouched stream)
-  resid_add_all   Add(stream, 0.5) rewired into every consumer of the stream after layer 0's attention
+  resid_add_all   the same Add rewired into every consumer of the stream after layer 0's attention
   logits_mul      Mul(logits, 2) before the graph's first output
   scores_mul      Mul(scores, 2) right before the first Softmax (plain ops)
   probs_mul       Mul(probabilities, 0.5) right after the first Softmax (plain ops)
@@ -44,6 +46,18 @@ def producer(g, v):
 def const(g, name, value):
     g.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
     return name
+
+
+def d_model(g):
+    """The columns of the token embedding (the first 2-D float initializer a Gather or
+    EmbedLayerNormalization looks up)."""
+    inits = {t.name: t for t in g.initializer}
+    for n in g.node:
+        for x in n.input[:3]:
+            t = inits.get(x)
+            if t is not None and n.op_type in ("Gather", "EmbedLayerNormalization") and len(t.dims) == 2:
+                return t.dims[1]
+    sys.exit("make_tampered: no token embedding")
 
 
 def insert(m, v, op, name, value=None, only=None):
@@ -145,17 +159,17 @@ def apply(m, kind):
         atts = attention_outputs(g)
         for i, v in enumerate(atts if kind.endswith("_all") else atts[:1]):
             insert(m, v, "Mul", f"tamper/{kind}/{i}", 0.0)
-        return f"tamper/{kind}/0"
+        return f"tamper/{kind}/" if kind.endswith("_all") else f"tamper/{kind}/0"
     if kind == "keep_identity":
         insert(m, attention_outputs(g)[0], "Identity", "tamper/keep_identity")
         return "tamper/keep_identity"
     if kind == "resid_add":
         v, adds = stream_after_attention(g)
-        insert(m, v, "Add", "tamper/resid_add", 0.5, only=adds[-1:])
+        insert(m, v, "Add", "tamper/resid_add", np.linspace(-1, 1, d_model(g)), only=adds[-1:])
         return "tamper/resid_add"
     if kind == "resid_add_all":
         v, _ = stream_after_attention(g)
-        insert(m, v, "Add", "tamper/resid_add_all", 0.5)
+        insert(m, v, "Add", "tamper/resid_add_all", np.linspace(-1, 1, d_model(g)))
         return "tamper/resid_add_all"
     if kind == "logits_mul":
         insert(m, g.output[0].name, "Mul", "tamper/logits_mul", 2.0)
@@ -197,7 +211,8 @@ def main():
         m = onnx.load(src)
         first = apply(m, kind)
         onnx.save(m, os.path.join(out, kind + ".onnx"))
-        rows.append(f"{kind}\t{'accept' if kind.startswith('keep_') else 'refuse'}\t{first}\n")
+        quoted = first if first.endswith("/") else first + "'"  # as the refusal quotes it
+        rows.append(f"{kind}\t{'accept' if kind.startswith('keep_') else 'refuse'}\t{quoted}\n")
     with open(os.path.join(out, "cases.tsv"), "w") as f:
         f.writelines(rows)
     print(f"make_tampered: {len(rows)} graphs from {src} in {out}")
