@@ -44,7 +44,10 @@ def producer(g, v):
 
 
 def const(g, name, value):
-    g.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
+    """A Constant node (not an initializer: a graph that claims to be ctxpatch's export keeps only
+    ctxpatch's initializer names, and a Constant node is how an edit adds a value)."""
+    g.node.insert(0, helper.make_node("Constant", [], [name], name=name,
+                                      value=numpy_helper.from_array(np.array(value, np.float32), name)))
     return name
 
 
@@ -119,25 +122,19 @@ def stream_after_attention(g):
             adds = [c for c in consumers(g, v) if c.op_type.startswith("Skip")]
             return v, adds
     att = attention_outputs(g)[0]
+    inits = {t.name for t in g.initializer}
     seen, frontier = set(), [att]
-    while frontier:  # forward from the attention output to the first Add with a stream input
+    while frontier:  # forward from the attention output to the first Add of two computed values
         v = frontier.pop(0)
         for c in consumers(g, v):
-            if c.name in seen:
+            if tuple(c.output) in seen:
                 continue
-            seen.add(c.name)
-            if c.op_type == "Add" and all(producer(g, x) is not None or x in [i.name for i in g.input]
-                                          for x in c.input) and not any(
-                    x in [t.name for t in g.initializer] for x in c.input):
-                other = [x for x in c.input if x != v][0]
-                if producer(g, other) is not None and producer(g, other).op_type in (
-                        "Add", "Gather", "Identity", "Dropout") and c.output[0] != v:
-                    x2 = c.output[0]
-                    mlp_adds = []
-                    for cc in consumers(g, x2):
-                        if cc.op_type == "Add":
-                            mlp_adds.append(cc)
-                    return x2, mlp_adds
+            seen.add(tuple(c.output))
+            ps = [producer(g, x) for x in c.input]
+            if c.op_type == "Add" and all(p is not None and p.op_type != "Constant" for p in ps) and \
+                    not any(x in inits for x in c.input):
+                x2 = c.output[0]
+                return x2, [cc for cc in consumers(g, x2) if cc.op_type == "Add"]
             frontier += list(c.output)
     sys.exit("make_tampered: no residual Add after the first attention")
 
