@@ -14,6 +14,9 @@
 # every refused graph computes something else than its original in onnxruntime (so the refusal is
 # needed), and every graph read (the originals and the Identity copies) gives onnxruntime's logits
 # under `ctxpatch forward` (max|a-b|/max|b| <= 1e-4). The counts of refused and read graphs are printed.
+# ctxpatch's own exports (golden llama and gpt2) tampered the same way are refused by the structural
+# check (export/onnx/onnx_own_check.c), naming an inserted node; an export, its fp16 export and its
+# in-place rewrite read, and a tampered rewrite is refused.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 t=$src/tests/onnx
 "$py" -c "import onnx, numpy" 2> /dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
@@ -98,6 +101,46 @@ for s in "${srcs[@]}"; do
 done
 echo "tampered graphs: $refused refused, $accepted read (Identity copies)"
 [ $refused -ge 20 ] && ok || bad "only $refused refusals checked"
+
+# --- ctxpatch's own exports (read back by their initializer names): tampered copies, and a copy with an
+# Identity (no longer the graph ctxpatch writes), are refused naming an inserted node; the export,
+# its fp16 export and its in-place rewrite (fidelity graph-rewrite, compared with the regenerated
+# export rewritten again) still read, bit-equal to forward on the folder.
+own_refused=0
+for fam in llama gpt2; do
+  "$bin" convert "$src/tests/goldens/engine/models/$fam" "$work/own_$fam" --to onnx > /dev/null 2> "$work/err" ||
+    { bad "convert $fam: $(head -1 "$work/err")"; continue; }
+  g=$work/own_$fam/onnx/model.onnx
+  "$py" "$t/make_tampered.py" "$g" "$work/own_$fam/t" > /dev/null 2> "$work/err" || { bad "$fam: make_tampered: $(tail -1 "$work/err")"; continue; }
+  "$bin" forward "$work/own_$fam" --ids 1,2,3,4 --threads 2 --out "$work/own.f32" 2> "$work/err" || bad "own $fam: $(head -1 "$work/err")"
+  "$bin" forward "$g" --ids 1,2,3,4 --threads 2 --out "$work/own_g.f32" 2> "$work/err" && check cmp -s "$work/own.f32" "$work/own_g.f32" ||
+    bad "own $fam graph: $(head -1 "$work/err")"
+  while IFS=$'\t' read -r kind expect node_name; do
+    f=$work/own_$fam/t/$kind.onnx
+    rm -f "$work/out.f32"
+    "$bin" forward "$f" --ids 1,2,3,4 --threads 2 --out "$work/out.f32" 2> "$work/err"
+    rc=$?
+    if [ $rc = 1 ] && [ "$(wc -l < "$work/err")" = 1 ] && grep -qF "error CP_EONNX_RECOVER: $f: node 'tamper/$kind" "$work/err" &&
+       grep -qF "differs from the graph ctxpatch writes for the weights read from it" "$work/err" && [ ! -e "$work/out.f32" ]; then
+      ok; own_refused=$((own_refused + 1))
+    else
+      bad "own $fam/$kind: expected a refusal naming node 'tamper/$kind...' (rc=$rc): $(cat "$work/err")"
+    fi
+  done < "$work/own_$fam/t/cases.tsv"
+done
+echo "tampered own exports: $own_refused refused"
+[ $own_refused -ge 18 ] && ok || bad "only $own_refused own-export refusals checked"
+"$bin" convert "$src/tests/goldens/engine/models/llama" "$work/own16" --to onnx --dtype fp16 > /dev/null 2>&1 &&
+  "$bin" forward "$work/own16" --ids 1,2,3 --threads 2 --out "$work/o16.f32" 2> "$work/err" && ok || bad "fp16 export: $(head -1 "$work/err")"
+"$bin" patch "$work/own_llama/onnx/model.onnx" "$work/rw.onnx" --method temperature --tau 0.8 --no-verify > /dev/null 2> "$work/err" &&
+  "$bin" forward "$work/rw.onnx" --ids 1,2,3,4 --threads 2 --out "$work/rw.f32" 2>> "$work/err" &&
+  echo '{"temperature":0.8}' > "$work/rule.json" &&
+  "$bin" forward "$work/own_llama" --rule "$work/rule.json" --ids 1,2,3,4 --threads 2 --out "$work/rwf.f32" 2>> "$work/err" &&
+  check cmp -s "$work/rw.f32" "$work/rwf.f32" || bad "rewritten own export: $(head -1 "$work/err")"
+# the same rewrite with one more node after it: refused
+"$py" "$t/make_tampered.py" "$work/rw.onnx" "$work/rwt" > /dev/null 2>&1 &&
+  "$bin" forward "$work/rwt/attn_zero.onnx" --ids 1,2 --out "$work/never.f32" 2> "$work/err" && bad "tampered rewrite read" ||
+  check grep -qF "node 'tamper/attn_zero/0" "$work/err"
 
 # a certified in-place patch (which certifies on the recovered model) refuses the tampered graph too
 for s in "${srcs[@]}"; do
