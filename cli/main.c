@@ -8,6 +8,8 @@
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/version.h"
+#include "ctxpatch/export/onnx_export.h"
+#include "ctxpatch/import/onnx_import.h"
 
 static const cli_command commands[] = {
     {"inspect", "describe a checkpoint or ONNX graph: format, family, positional scheme, tensors", cmd_inspect},
@@ -61,6 +63,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  cp_onnx_set_own_check(cp_onnx_own_check); /* own ONNX exports are checked against the graph ctxpatch writes */
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

@@ -17,6 +17,7 @@
 #include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/import/names.h"
 #include "ctxpatch/import/gguf_model.h"
+#include "ctxpatch/import/onnx_import.h"
 
 typedef struct {
   cp_model *m;
@@ -548,6 +549,8 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
   TRY(load_tensors(&L));
   if (c->pos == CP_POS_ALIBI) TRY(load_slopes(&L));
   TRY(load_metadata_rule(m, cfg_path));
+  /* an own ONNX export must be the graph ctxpatch writes for these weights (its names alone prove nothing) */
+  if (cp_checkpoint_onnx(ck)) TRY(cp_onnx_run_own_check(path, cp_checkpoint_onnx(ck), m));
   if (op.stored_dtype) { /* the matrices point into its mapping */
     m->ck = ck;
     ck = NULL;

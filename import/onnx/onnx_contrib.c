@@ -25,6 +25,7 @@ typedef struct {
   cp_rec_norm pending;       /* the norm that made y */
   const cp_onnx_tensor *cos; /* RoPE cache seen first */
   bool eps_set;
+  const char *logits; /* the head's output, or the final norm's when the graph has no head */
   char lab[96];
 } walk;
 
@@ -64,6 +65,20 @@ static int take_eps(walk *k, const cp_onnx_node *n, double dflt) {
 }
 
 /* The MatMul consumer of `v` with a 2-D weight, or NULL. */
+static const cp_onnx_node *matmul_of(walk *k, const char *v, cp_rec_lin *lin);
+
+/* The same after at most 8 single-consumer layout nodes (explained): a block's output projection. */
+static const cp_onnx_node *proj_after(walk *k, const char *v, cp_rec_lin *lin) {
+  for (int step = 0; step < 8; step++) {
+    const cp_onnx_node *m = matmul_of(k, v, lin), *c[2];
+    if (m) return m;
+    if (cp_ow_consumers(&k->w, v, c, 2) != 1 || !cp_ow_layout(&k->w, c[0]) || c[0]->n_outputs != 1) return NULL;
+    cp_ow_explain(&k->w, c[0]);
+    v = c[0]->outputs[0];
+  }
+  return NULL;
+}
+
 static const cp_onnx_node *matmul_of(walk *k, const char *v, cp_rec_lin *lin) {
   const cp_onnx_node *c[16];
   size_t n = cp_ow_consumers(&k->w, v, c, 16);
@@ -86,7 +101,8 @@ static int next_norm(walk *k, const cp_onnx_node *block, const char *o, cp_rec_l
     if (!skip && !simple) continue;
     const cp_onnx_node *s = c[i];
     const char *other = !strcmp(in(s, 0), o) ? in(s, 1) : in(s, 0);
-    if (strcmp(other, k->x)) return bad(k, s, "adds a block's output to something other than the residual stream");
+    if (strcmp(other, k->x))
+      return cp_ow_bad_on(&k->w, s, "adds a block's output to something other than the residual stream", k->x, other);
     nm->w = cp_ow_weight(&k->w, s, 2, 1);
     nm->b = skip ? cp_ow_weight(&k->w, s, 3, 1) : NULL;
     const char *b = in(s, skip ? 4 : 3);
@@ -94,14 +110,17 @@ static int next_norm(walk *k, const cp_onnx_node *block, const char *o, cp_rec_l
     if (!nm->w) return bad(k, s, "its gamma is not a 1-D float initializer");
     int rc = take_eps(k, s, 1e-12);
     if (rc) return rc;
+    cp_ow_explain(&k->w, s);
     k->norm = s;
     k->y = out(s, 0);
     k->x = out(s, 3);
     return 0;
   }
+  char s[320];
+  cp_ow_stray(&k->w, o, k->x, s);
   return cp_error_set(CP_EONNX_RECOVER, "%s: node '%s' (%s): its output '%s' meets no SkipLayerNormalization or "
-                      "SkipSimplifiedLayerNormalization with the residual stream", k->im->path, lab(k, block),
-                      block->op_type, o);
+                      "SkipSimplifiedLayerNormalization with the residual stream%s", k->im->path, lab(k, block),
+                      block->op_type, o, s);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -177,6 +196,8 @@ static const cp_onnx_node *proj_of(walk *k, const char *v, const cp_onnx_node **
   *rot = NULL;
   if (p && is(p, MS, "RotaryEmbedding")) *rot = p, p = cp_ow_producer(&k->w, in(p, 0));
   if (!p || !is(p, "", "MatMul") || strcmp(in(p, 0), k->y) || !(lin->w = cp_ow_weight(&k->w, p, 1, 2))) return NULL;
+  cp_ow_explain(&k->w, p);
+  cp_ow_explain(&k->w, *rot);
   return p;
 }
 
@@ -237,8 +258,10 @@ static int llama_attention(walk *k, const cp_onnx_node *a, cp_rec_layer *l, cons
   } else if (H != k->r.n_heads || Hkv != k->r.n_kv_heads || dh != k->r.d_head) {
     return bad(k, a, "head counts differ from the first layer's");
   }
-  const cp_onnx_node *om = matmul_of(k, out(a, 0), &l->o);
-  if (!om) return bad(k, a, "its output feeds no MatMul with a weight (o_proj)");
+  const cp_onnx_node *om = proj_after(k, out(a, 0), &l->o);
+  if (!om) return cp_ow_bad_on(&k->w, a, "its output feeds no MatMul with a weight (o_proj)", out(a, 0), NULL);
+  cp_ow_explain(&k->w, a);
+  cp_ow_explain(&k->w, om);
   *o = out(om, 0);
   return 0;
 }
@@ -263,8 +286,10 @@ static int gpt2_attention(walk *k, const cp_onnx_node *a, cp_rec_layer *l, const
   } else if (H != k->r.n_heads) {
     return bad(k, a, "num_heads differs from the first layer's");
   }
-  const cp_onnx_node *om = matmul_of(k, out(a, 0), &l->o);
-  if (!om) return bad(k, a, "its output feeds no MatMul with a weight (c_proj)");
+  const cp_onnx_node *om = proj_after(k, out(a, 0), &l->o);
+  if (!om) return cp_ow_bad_on(&k->w, a, "its output feeds no MatMul with a weight (c_proj)", out(a, 0), NULL);
+  cp_ow_explain(&k->w, a);
+  cp_ow_explain(&k->w, om);
   *o = out(om, 0);
   return 0;
 }
@@ -289,6 +314,9 @@ static int gpt2_mlp(walk *k, const cp_onnx_node *fc, cp_rec_layer *l, const char
   }
   const cp_onnx_node *dn = matmul_of(k, out(act, 0), &l->down);
   if (!dn) return bad(k, act, "its output feeds no MatMul with a weight (mlp.c_proj)");
+  cp_ow_explain(&k->w, fc);
+  cp_ow_explain(&k->w, act);
+  cp_ow_explain(&k->w, dn);
   *o = out(dn, 0);
   return 0;
 }
@@ -300,10 +328,21 @@ static int head(walk *k, bool *done) {
   cp_rec_lin h = {0};
   const cp_onnx_node *m = matmul_of(k, k->y, &h);
   *done = false;
-  if (cp_ow_is_output(&k->w, k->y) && !m) return *done = true, 0;
-  if (m && h.w->shape[1] == k->r.vocab && cp_ow_is_output(&k->w, out(m, 0))) {
+  if (cp_ow_is_output(&k->w, k->y) && !m) return *done = true, k->logits = k->y, 0;
+  /* the head: y's one weight MatMul, no attention after y, [D, V], its output reaching a graph output */
+  const cp_onnx_node *c[16];
+  size_t n = cp_ow_consumers(&k->w, k->y, c, 16), mms = 0;
+  bool attn = false;
+  for (size_t i = 0; i < n && i < 16; i++) {
+    if (is(c[i], "", "MatMul") && cp_ow_weight(&k->w, c[i], 1, 2)) mms++;
+    attn |= !strcmp(c[i]->domain, MS) && strstr(c[i]->op_type, "Attention");
+  }
+  if (m && h.w->shape[1] == k->r.vocab && mms == 1 && !attn &&
+      (cp_ow_is_output(&k->w, out(m, 0)) || cp_ow_forward(&k->w, out(m, 0), cp_ow_makes_output, NULL, NULL))) {
     k->r.head = h;
     *done = true;
+    k->logits = out(m, 0);
+    cp_ow_explain(&k->w, m);
     return cp_oi_prov(k->im, "lm_head", "MatMul '%s' of the final norm with '%s' gives graph output '%s'", lab(k, m),
                       h.w->name, out(m, 0));
   }
@@ -376,6 +415,8 @@ static int start(walk *k, bool *found) {
       k->pending.b = cp_ow_weight(&k->w, n, 6, 1);
       if (!k->pending.w) return bad(k, n, "its gamma is not a 1-D float initializer");
       k->norm = n, k->y = out(n, 0), k->x = out(n, 2);
+      cp_ow_explain(&k->w, n);
+      cp_ow_explain_ids(&k->w, in(n, 0));
       int rc = take_eps(k, n, 1e-12);
       if (!rc) rc = cp_oi_prov(k->im, "n_positions", "rows of position embedding '%s' (%s '%s')",
                                k->r.pos_embed->name, n->op_type, lab(k, n));
@@ -397,6 +438,9 @@ static int start(walk *k, bool *found) {
       k->pending.w = cp_ow_weight(&k->w, ln, 1, 1);
       if (!k->pending.w) return bad(k, ln, "its gamma is not a 1-D float initializer");
       k->norm = ln, k->y = out(ln, 0), k->x = out(n, 0);
+      cp_ow_explain(&k->w, n);
+      cp_ow_explain(&k->w, ln);
+      cp_ow_explain_ids(&k->w, in(n, 1));
       return take_eps(k, ln, 1e-5);
     }
   }
@@ -418,6 +462,7 @@ int cp_onnx_recover_contrib(cp_onnx_import *im) {
   walk k = {.im = im};
   bool found;
   int rc = cp_ow_init(&k.w, im->path, g);
+  k.w.unexplained = &im->unexplained;
   if (!rc) rc = start(&k, &found);
   if (!rc && !found)
     rc = cp_error_set(CP_EONNX_RECOVER, "%s: contrib attention ops but no EmbedLayerNormalization and no token "
@@ -438,6 +483,7 @@ int cp_onnx_recover_contrib(cp_onnx_import *im) {
   if (!rc) rc = cp_oi_prov(im, "positions", k.r.family == CP_FAMILY_GPT2 ? "learned: position embedding of "
                                                                           "EmbedLayerNormalization"
                                                                         : "RoPE: RotaryEmbedding, rotate-half");
+  if (!rc) rc = cp_ow_account(&k.w, k.logits, "contrib-op");
   if (!rc) rc = cp_rec_emit(im, &k.r, "contrib");
 done:
   free(k.r.layers);

@@ -468,6 +468,7 @@ static int recover_foreign(cp_onnx_import *im) {
   }
   rc = cp_onnx_recover_pattern(im);
   if (rc == 0) return 0;
+  if (rc < 0 && im->unexplained) return rc; /* the graph computes what no pattern explains: refused as it is */
   if (hf_named(g)) { /* HF names want their config.json: say so, and why the pattern failed */
     char why[600];
     snprintf(why, sizeof why, "%s", rc == 1 ? "no token embedding Gather" : cp_error_message());
@@ -551,6 +552,16 @@ void cp_onnx_import_free(cp_onnx_import *im) {
 }
 
 const char *cp_onnx_import_naming(const cp_onnx_import *im) { return im->naming; }
+const cp_onnx_model *cp_onnx_import_graph(const cp_onnx_import *im) { return im->om; }
+const cp_onnx_model *cp_onnx_import_pair(const cp_onnx_import *im) { return im->pair; }
+
+static cp_onnx_own_check_fn own_check; /* set once by the program before any model is opened */
+
+void cp_onnx_set_own_check(cp_onnx_own_check_fn fn) { own_check = fn; }
+
+int cp_onnx_run_own_check(const char *path, const cp_onnx_import *im, const cp_model *m) {
+  return own_check && im->ctxpatch ? own_check(path, im, m) : 0;
+}
 size_t cp_onnx_import_provenance_count(const cp_onnx_import *im) { return im->n_prov; }
 const char *cp_onnx_import_provenance(const cp_onnx_import *im, size_t i, const char **source) {
   assert(i < im->n_prov);

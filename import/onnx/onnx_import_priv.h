@@ -33,6 +33,7 @@ struct cp_onnx_import {
   bool *used;         /* [n_initializers] */
   const char **ignored;
   size_t n_ignored, cap_ignored;
+  bool unexplained;   /* a recovery refused a node no pattern explains: a refusal, not a missing config */
   char **prov;        /* [2 n_prov]: hyper-parameter, where its value came from (recovered graphs) */
   size_t n_prov, cap_prov;
 };

@@ -55,6 +55,7 @@ static int layer_norm(walk *k, const char *x, cp_rec_norm *nm, const char **y, c
       a = cp_onnx_node_attr(c[i], "epsilon");
       eps = a ? a->f : 1e-5;
       *y = out(c[i], 0), *at = c[i];
+      cp_ow_explain(&k->w, c[i]);
       goto eps;
     }
   const cp_onnx_node *m1 = cp_ow_consumer(&k->w, x, "ReduceMean", 0), *sub, *pw, *m2, *ad, *sq, *dv, *mu, *ab;
@@ -79,6 +80,8 @@ static int layer_norm(walk *k, const char *x, cp_rec_norm *nm, const char **y, c
   if (!(ab = consumer2(k, "Add", out(mu, 0), NULL)) || !(nm->b = cp_ow_const(&k->w, other(ab, out(mu, 0)))))
     return bad(k, mu, "not followed by Add with a bias initializer (LayerNorm)");
   *y = out(ab, 0);
+  const cp_onnx_node *ex[] = {m1, sub, cast, pw, m2, ad, sq, dv, mu, ab};
+  for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) cp_ow_explain(&k->w, ex[i]);
 eps:
   if (!(eps > 0 && eps < 1)) return bad(k, *at, "its epsilon is not in (0, 1)");
   if (k->r.eps == 0) {
@@ -101,6 +104,7 @@ static int take_lin(walk *k, const cp_onnx_node *n, cp_rec_lin *lin, const char 
   lin->w = cp_ow_weight(&k->w, n, 1, 2);
   lin->out_in = false;
   *o = out(n, 0);
+  cp_ow_explain(&k->w, n);
   if (is(n, "Gemm")) {
     const cp_onnx_attribute *ta = cp_onnx_node_attr(n, "transA"), *tb = cp_onnx_node_attr(n, "transB"),
                             *al = cp_onnx_node_attr(n, "alpha"), *be = cp_onnx_node_attr(n, "beta");
@@ -112,7 +116,7 @@ static int take_lin(walk *k, const cp_onnx_node *n, cp_rec_lin *lin, const char 
   const cp_onnx_node *c[4];
   if (cp_ow_consumers(&k->w, *o, c, 4) == 1 && is(c[0], "Add") &&
       (lin->b = cp_ow_const(&k->w, other(c[0], *o))) && lin->b->ndim == 1)
-    *o = out(c[0], 0);
+    *o = out(c[0], 0), cp_ow_explain(&k->w, c[0]);
   else
     lin->b = NULL;
   return 0;
@@ -125,6 +129,8 @@ typedef struct {
   double scale;         /* 0: none seen */
   int64_t heads;        /* 0: none seen */
   const cp_onnx_node *heads_at, *scale_at, *softmax_at;
+  const cp_onnx_node *proj; /* attention: the first weight projection reached (not passed) */
+  int projs;                /* other weight projections reached */
   bool causal;
   const char *act;      /* MLP: the activation seen */
   int acts;
@@ -156,9 +162,20 @@ static bool mask_piece(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
   return true;
 }
 
+static bool never(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
+  (void)w, (void)n, (void)ctx;
+  return false;
+}
+
 static bool see(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
   core *c = ctx;
   double s;
+  if (linear(w, n, NULL)) { /* the attention's whole core is searched, up to its projections */
+    if (!c->proj) c->proj = n;
+    else if (c->proj != n) c->projs++;
+    return true;
+  }
+  if (is(n, "Shape")) return true; /* shape computations lead into other layers */
   if (is(n, "Softmax")) c->softmax++, c->softmax_at = n;
   if ((is(n, "Div") || is(n, "Mul")) && !c->scale) {
     const cp_onnx_node *p = cp_ow_producer(w, in(n, 0));
@@ -192,7 +209,8 @@ static bool add_of_x(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
 /* The residual Add of x and the branch after `from`. */
 static int residual(walk *k, const char *from, const char *x, const char **x2, const cp_onnx_node *at) {
   const cp_onnx_node *a = cp_ow_forward(&k->w, from, add_of_x, NULL, (void *)x);
-  if (!a) return bad(k, at, "its branch is not added back to the residual stream");
+  if (!a) return cp_ow_bad_on(&k->w, at, "its branch is not added back to the residual stream", x, from);
+  cp_ow_explain(&k->w, a);
   *x2 = out(a, 0);
   return 0;
 }
@@ -202,8 +220,10 @@ static int attention(walk *k, const cp_onnx_node *qn, cp_rec_layer *l, const cha
   int rc = take_lin(k, qn, &l->qkv, &q);
   if (rc) return rc;
   core c = {.k = k};
-  const cp_onnx_node *on = cp_ow_forward(&k->w, q, linear, see, &c);
+  cp_ow_forward(&k->w, q, never, see, &c);
+  const cp_onnx_node *on = c.proj;
   if (!on) return bad(k, qn, "no output projection after the attention");
+  if (c.projs) return bad(k, on, "more than one weight projection after the attention's qkv projection");
   if (c.softmax != 1) return bad(k, on, "not exactly one Softmax between the qkv and output projections");
   c.causal = cp_ow_backward(&k->w, c.softmax_at, mask_piece, linear, &c) != NULL;
   if (!c.causal) return bad(k, on, "no causal mask (a lower-triangular buffer or Trilu) before it");
@@ -212,6 +232,14 @@ static int attention(walk *k, const cp_onnx_node *qn, cp_rec_layer *l, const cha
   if (D % c.heads) return bad(k, c.heads_at, "its head count does not divide d_model");
   if (!c.scale || fabs(c.scale * sqrt((double)(D / c.heads)) - 1) > 1e-5)
     return bad(k, c.scale_at ? c.scale_at : on, "the scores are not scaled by 1/sqrt(d_head)");
+  /* the core's computing nodes: scores MatMul, scale, mask steps, Softmax, the values' MatMul */
+  const cp_onnx_node *pv = cp_ow_next(&k->w, out(c.softmax_at, 0), "MatMul", 0);
+  if (!pv)
+    return cp_ow_bad_on(&k->w, c.softmax_at, "its probabilities feed no MatMul with the values", out(c.softmax_at, 0),
+                        NULL);
+  const cp_onnx_node *ex[] = {cp_ow_producer(&k->w, in(c.scale_at, 0)), c.scale_at, c.softmax_at, pv};
+  for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) cp_ow_explain(&k->w, ex[i]);
+  cp_ow_mask_chain(&k->w, out(c.scale_at, 0), c.softmax_at, mask_piece, linear, &c);
   if (k->r.n_layers == 1) {
     k->r.n_heads = k->r.n_kv_heads = c.heads, k->r.d_head = D / c.heads;
     rc = cp_oi_prov(k->im, "n_head", "the constant of Reshape '%s' splitting q into heads", lab(k, c.heads_at));
@@ -232,6 +260,8 @@ static int mlp(walk *k, const cp_onnx_node *fc, cp_rec_layer *l, const char *x, 
   if (!pn) return bad(k, fc, "no second MLP projection after it");
   if (c.acts != 1) return bad(k, pn, "not one recognised activation (Tanh, Erf, Sigmoid, Relu, FastGelu, Gelu) before it");
   if (c.softmax) return bad(k, pn, "a Softmax in the MLP");
+  if (k->r.n_layers > 1 && strcmp(c.act, k->r.act)) return bad(k, pn, "an activation other than the first layer's");
+  if ((rc = cp_ow_check_act(&k->w, h, pn, c.act))) return rc;
   if (k->r.n_layers == 1) {
     k->r.act = c.act;
     k->r.d_ff = l->up.w->shape[l->up.out_in ? 0 : 1];
@@ -252,9 +282,11 @@ static int layers(walk *k, const char *x) {
     const char *y = NULL, *x2 = NULL;
     const cp_onnx_node *at;
     int rc = layer_norm(k, x, &nm, &y, &at);
+    char s[320];
     if (rc == 1)
       return cp_error_set(CP_EONNX_RECOVER, "%s: value '%s' of the residual stream feeds no LayerNormalization "
-                          "(nor its ReduceMean/Sub/Pow/Sqrt/Div spelling)", k->im->path, x);
+                          "(nor its ReduceMean/Sub/Pow/Sqrt/Div spelling)%s", k->im->path, x,
+                          cp_ow_stray(&k->w, x, NULL, s));
     if (rc) return rc;
     const cp_onnx_node *ln = cp_ow_forward(&k->w, y, linear, NULL, NULL);
     cp_rec_lin h = {0};
@@ -265,12 +297,14 @@ static int layers(walk *k, const char *x) {
       if (!ln) {
         if (!cp_ow_is_output(&k->w, y) && !cp_ow_forward(&k->w, y, cp_ow_makes_output, NULL, NULL))
           return bad(k, at, "the final norm's output reaches no graph output");
+        k->logits = y;
         return cp_oi_prov(k->im, "lm_head", "none: the graph's output is the final LayerNorm's (node '%s')",
                           lab(k, at));
       }
       const char *o;
       if ((rc = take_lin(k, ln, &r->head, &o))) return rc;
       if (r->head.b) return bad(k, ln, "a bias on the head");
+      k->logits = o;
       return cp_oi_prov(k->im, "lm_head", "%s '%s' with '%s'", ln->op_type, lab(k, ln), r->head.w->name);
     }
     cp_rec_layer *l = cp_rec_push(r, k->im->path);
@@ -278,7 +312,8 @@ static int layers(walk *k, const char *x) {
     l->attn_norm = nm;
     if ((rc = attention(k, ln, l, x, &x2))) return rc;
     rc = layer_norm(k, x2, &l->ffn_norm, &y, &at);
-    if (rc == 1) return bad(k, cp_ow_producer(&k->w, x2), "the attention's residual feeds no LayerNorm");
+    if (rc == 1)
+      return cp_ow_bad_on(&k->w, cp_ow_producer(&k->w, x2), "the attention's residual feeds no LayerNorm", x2, NULL);
     if (rc) return rc;
     const cp_onnx_node *fc = cp_ow_forward(&k->w, y, linear, NULL, NULL);
     if (!fc) return bad(k, at, "no MLP after this LayerNorm");
@@ -291,9 +326,8 @@ static int layers(walk *k, const char *x) {
 /* Whether index input `v` comes from a graph input through shape-only ops (bounded). */
 static bool from_graph_input(walk *k, const char *v) {
   for (int step = 0; step < 32; step++) {
-    for (size_t i = 0; i < k->w.g->n_inputs; i++)
-      if (!strcmp(k->w.g->inputs[i].name, v) && !cp_onnx_graph_initializer(k->w.g, v)) return true;
     const cp_onnx_node *p = cp_ow_producer(&k->w, v);
+    if (!p && cp_ow_dynamic(&k->w, v)) return true; /* a graph input that is not an initializer */
     if (!p || p->n_inputs < 1 ||
         !(is(p, "Reshape") || is(p, "Slice") || is(p, "Cast") || is(p, "Unsqueeze") || is(p, "Squeeze") ||
           is(p, "Identity") || is(p, "Flatten")))
@@ -307,6 +341,7 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
   const cp_onnx_graph *g = im->om->graph;
   walk k = {.im = im};
   int rc = cp_ow_init(&k.w, im->path, g);
+  k.w.unexplained = &im->unexplained;
   const cp_onnx_node *tok = NULL, *pos = NULL, *add = NULL;
   for (size_t i = 0; i < g->n_nodes && !rc && !tok; i++) {
     const cp_onnx_node *n = &g->nodes[g->order[i]];
@@ -317,6 +352,8 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
     if (!rc) rc = 1;
     goto done;
   }
+  cp_ow_explain_ids(&k.w, in(tok, 1));
+  cp_ow_explain(&k.w, tok);
   k.r.family = CP_FAMILY_GPT2;
   k.r.embed = cp_ow_weight(&k.w, tok, 0, 2);
   k.r.vocab = k.r.embed->shape[0], k.r.d_model = k.r.embed->shape[1];
@@ -330,6 +367,8 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
     rc = cp_onnx_recover_pattern_llama(im, tok);
     goto done;
   }
+  cp_ow_explain(&k.w, pos);
+  cp_ow_explain(&k.w, add);
   k.r.pos_embed = cp_ow_weight(&k.w, pos, 0, 2);
   k.r.train_len = k.r.pos_embed->shape[0];
   const char *x = out(add, 0);
@@ -339,7 +378,7 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
     if (cp_ow_consumers(&k.w, x, d, 2) != 1) break;
     if ((is(d[0], "Add") && !cp_ow_scalar(&k.w, other(d[0], x), &z) && z == 0) || is(d[0], "Identity") ||
         is(d[0], "Dropout"))
-      x = out(d[0], 0);
+      x = out(d[0], 0), cp_ow_explain(&k.w, d[0]);
     else
       break;
   }
@@ -356,6 +395,7 @@ int cp_onnx_recover_pattern(cp_onnx_import *im) {
   }
   rc = cp_oi_prov(im, "n_layer", "%d attention blocks along the residual stream", k.r.n_layers);
   if (!rc) rc = cp_oi_prov(im, "positions", "learned: Gather '%s' added to the token embedding", lab(&k, pos));
+  if (!rc) rc = cp_ow_account(&k.w, k.logits, "plain-op GPT-2 pattern");
   if (!rc) rc = cp_rec_emit(im, &k.r, "pattern");
 done:
   free(k.r.layers);

@@ -76,6 +76,8 @@ static int rms_norm(walk *k, const char *x, cp_rec_norm *nm, const char **y, con
     return bad(k, mu, "not followed by Mul with a 1-D scale initializer (RMSNorm)");
   nm->b = NULL;
   *y = cp_ow_out(g, 0);
+  const cp_onnx_node *ex[] = {pw, m, ad, sq, dv, mu, g};
+  for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) cp_ow_explain(&k->w, ex[i]);
   if (!(eps > 0 && eps < 1)) return bad(k, ad, "its epsilon is not in (0, 1)");
   if (k->r.eps == 0) {
     k->r.eps = eps;
@@ -142,6 +144,8 @@ static int split_heads(walk *k, const cp_onnx_node *proj, int64_t *heads, int64_
       perm->ints[2] != 1 || perm->ints[3] != 3)
     return bad(k, rs, "not a split into heads followed by Transpose perm [0, 2, 1, 3]");
   *t = cp_ow_out(tr, 0);
+  cp_ow_explain(&k->w, rs);
+  cp_ow_explain(&k->w, tr);
   return 0;
 }
 
@@ -204,7 +208,7 @@ typedef struct {
 /* Notes a float constant input of h entries (the inv_freq) of a node on the angle's path. */
 static bool freq_seen(const cp_ow *w, const cp_onnx_node *n, void *ctx) {
   freq_ctx *f = ctx;
-  (void)w;
+  if (cp_ow_is(n, "MatMul") && !cp_ow_weight(w, n, 1, 2)) cp_ow_explain(w, n); /* positions x inv_freq */
   for (size_t i = 0; i < n->n_inputs && !f->inv; i++) {
     const cp_onnx_tensor *t = const_tensor(f->k, n->inputs[i]);
     if (t && (int64_t)t->numel == f->h) f->inv = t, f->name = n->inputs[i];
@@ -224,6 +228,8 @@ static int rope_source(walk *k, const char *v, const char *op, int64_t dh, const
   if (!ax || cc->n_inputs != 2 || strcmp(cp_ow_in(cc, 0), cp_ow_in(cc, 1)) || ax->i != -1)
     return bad(k, c, "its angles are not Concat(f, f) on the last axis (rotate-half RoPE duplicates the halves)");
   *angle = cp_ow_in(c, 0);
+  cp_ow_explain(&k->w, c);
+  cp_ow_explain(&k->w, cc);
   freq_ctx f = {.k = k, .h = dh / 2};
   cp_ow_backward(&k->w, cc, freq_seen, NULL, &f);
   if (!f.inv) return bad(k, cc, "no inv_freq constant of d_head / 2 entries behind its angles");
@@ -268,6 +274,8 @@ static int rope(walk *k, const char *t, int64_t dh, const cp_onnx_node *at, cons
   if (rc) return rc;
   if (strcmp(ac, as)) return bad(k, m2, "its Sin and its Cos take different angles");
   *r = cp_ow_out(ad, 0);
+  const cp_onnx_node *ex[] = {neg, lo, ng, cc, m1, m2, ad};
+  for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) cp_ow_explain(&k->w, ex[i]);
   return 0;
 }
 
@@ -284,6 +292,9 @@ static int repeat_kv(walk *k, const char *kv, const cp_onnx_node *at) {
       !cp_ow_consumer(&k->w, cp_ow_out(e, 0), "Reshape", 0))
     return bad(k, at,
                "fewer kv heads than heads, but not repeated as repeat_kv does (Unsqueeze axis 2, Expand, Reshape)");
+  cp_ow_explain(&k->w, u);
+  cp_ow_explain(&k->w, e);
+  cp_ow_explain(&k->w, cp_ow_consumer(&k->w, cp_ow_out(e, 0), "Reshape", 0));
   return 0;
 }
 
@@ -339,6 +350,9 @@ static int attention(walk *k, const cp_onnx_node *p[3], cp_rec_layer *l, const c
     return bad(k, sc ? sc : a.sm, "the scores are not scaled by 1/sqrt(d_head) right after their MatMul");
   if (!cp_ow_backward(&k->w, a.softmax, is_trilu, no_pass, NULL))
     return bad(k, a.softmax, "no causal mask (Trilu) before it");
+  const cp_onnx_node *ex[] = {a.sm, sc, a.softmax, a.pv};
+  for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) cp_ow_explain(&k->w, ex[i]);
+  cp_ow_mask_chain(&k->w, cp_ow_out(sc, 0), a.softmax, is_trilu, no_pass, NULL);
   if (k->r.n_layers == 1) {
     k->r.n_heads = a.H, k->r.n_kv_heads = a.Hkv, k->r.d_head = a.dh;
     if ((rc = cp_oi_prov(k->im, "num_attention_heads", "the head count of the Reshape of q '%s'", lab(k, a.q))) ||
@@ -350,8 +364,11 @@ static int attention(walk *k, const cp_onnx_node *p[3], cp_rec_layer *l, const c
   }
   const cp_onnx_node *o = cp_ow_forward(&k->w, cp_ow_out(a.pv, 0), linear, NULL, NULL), *ad;
   if (!o || !(l->o.w = cp_ow_weight(&k->w, o, 1, 2))) return bad(k, a.pv, "no o_proj MatMul after the attention");
-  if (!(ad = cp_ow_consumer(&k->w, cp_ow_out(o, 0), "Add", -1)) || !takes(ad, x))
-    return bad(k, o, "its output is not added back to the residual stream");
+  if (!(ad = cp_ow_consumer(&k->w, cp_ow_out(o, 0), "Add", -1)) || !takes(ad, x)) {
+    return cp_ow_bad_on(&k->w, o, "its output is not added back to the residual stream", cp_ow_out(o, 0), x);
+  }
+  cp_ow_explain(&k->w, o);
+  cp_ow_explain(&k->w, ad);
   *x2 = cp_ow_out(ad, 0);
   return 0;
 }
@@ -380,16 +397,19 @@ static int layers(walk *k, const char *x) {
                           "embedding (Gather; GPT-2) and feeds no RMSNorm (Pow 2 / ReduceMean / Add eps / Sqrt; "
                           "Llama)",
                           k->im->path, x);
+    char s[320];
     if (rc == 1)
       return cp_error_set(CP_EONNX_RECOVER,
                           "%s: value '%s' of the residual stream feeds no RMSNorm (Pow 2 / "
-                          "ReduceMean / Add eps / Sqrt)",
-                          k->im->path, x);
+                          "ReduceMean / Add eps / Sqrt)%s",
+                          k->im->path, x, cp_ow_stray(&k->w, x, NULL, s));
     if (rc) return rc;
     size_t n = projections(k, y, p);
     if (n == 1) { /* the head */
       k->r.final_norm = nm;
       k->r.head.w = cp_ow_weight(&k->w, p[0], 1, 2);
+      cp_ow_explain(&k->w, p[0]);
+      k->logits = cp_ow_out(p[0], 0);
       if (!cp_ow_is_output(&k->w, cp_ow_out(p[0], 0)) &&
           !cp_ow_forward(&k->w, cp_ow_out(p[0], 0), cp_ow_makes_output, NULL, NULL))
         return bad(k, p[0], "the head's output reaches no graph output");
@@ -400,14 +420,19 @@ static int layers(walk *k, const char *x) {
     cp_rec_layer *l = cp_rec_push(&k->r, k->im->path);
     if (!l) return cp_error_code(); /* cp_rec_push set it */
     l->attn_norm = nm;
+    for (int i = 0; i < 3; i++) cp_ow_explain(&k->w, p[i]);
     if ((rc = attention(k, p, l, x, &x2, at))) return rc;
     rc = rms_norm(k, x2, &l->ffn_norm, &y, &at);
-    if (rc == 1) return bad(k, cp_ow_producer(&k->w, x2), "the attention's residual feeds no RMSNorm");
+    if (rc == 1)
+      return cp_ow_bad_on(&k->w, cp_ow_producer(&k->w, x2), "the attention's residual feeds no RMSNorm", x2, NULL);
     if (!rc) rc = cp_rec_swiglu(k->im, &k->w, &k->r, y, at, l, &o);
     if (rc) return rc;
     const cp_onnx_node *ad = cp_ow_consumer(&k->w, o, "Add", -1);
-    if (!ad || !takes(ad, x2))
-      return bad(k, cp_ow_producer(&k->w, o), "the MLP is not added back to the residual stream");
+    if (!ad || !takes(ad, x2)) {
+      return cp_ow_bad_on(&k->w, cp_ow_producer(&k->w, o), "the MLP is not added back to the residual stream", o,
+                          x2);
+    }
+    cp_ow_explain(&k->w, ad);
     x = cp_ow_out(ad, 0);
   }
 }
@@ -416,9 +441,12 @@ int cp_onnx_recover_pattern_llama(cp_onnx_import *im, const cp_onnx_node *tok) {
   walk k = {.im = im};
   int rc = cp_ow_init(&k.w, im->path, im->om->graph);
   if (rc) goto done;
+  k.w.unexplained = &im->unexplained;
   k.r.family = CP_FAMILY_LLAMA;
   k.r.embed = cp_ow_weight(&k.w, tok, 0, 2);
   k.r.vocab = k.r.embed->shape[0], k.r.d_model = k.r.embed->shape[1];
+  cp_ow_explain(&k.w, tok);
+  cp_ow_explain_ids(&k.w, cp_ow_in(tok, 1));
   if ((rc =
            cp_oi_prov(im, "vocab_size", "rows of token embedding '%s' (Gather '%s')", k.r.embed->name, lab(&k, tok))) ||
       (rc = cp_oi_prov(im, "hidden_size", "columns of token embedding '%s'", k.r.embed->name)) ||
@@ -436,6 +464,7 @@ int cp_onnx_recover_pattern_llama(cp_onnx_import *im, const cp_onnx_node *tok) {
                        "LlamaConfig's default 2048")) ||
       (rc = cp_oi_prov(im, "positions", "RoPE spelled in plain ops: rotate-half, Cos/Sin of positions x inv_freq")))
     goto done;
+  if ((rc = cp_ow_account(&k.w, k.logits, "plain-op Llama pattern"))) goto done;
   rc = cp_rec_emit(im, &k.r, "pattern");
 done:
   free(k.r.layers);

@@ -30,6 +30,41 @@ static size_t lower(const cp_ow_edge *e, size_t n, const char *name) {
   return lo;
 }
 
+static int str_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static bool in_sorted(const char *const *v, size_t n, const char *name) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(v[mid], name);
+    if (!c) return true;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return false;
+}
+
+/* The graph inputs that are not initializers (sorted), then which nodes depend on their values,
+ * in topological order: Shape and Size depend on shapes only, Constant on nothing. */
+static int dyn_init(cp_ow *w) {
+  const cp_onnx_graph *g = w->g;
+  const char **inits = malloc((g->n_initializers + 1) * sizeof *inits);
+  if (!inits) return cp_nomem("%s: indexing the graph", w->path);
+  for (size_t i = 0; i < g->n_initializers; i++) inits[i] = g->initializers[i].name;
+  if (g->n_initializers) qsort(inits, g->n_initializers, sizeof *inits, str_cmp);
+  for (size_t i = 0; i < g->n_inputs; i++)
+    if (!in_sorted(inits, g->n_initializers, g->inputs[i].name)) w->inputs[w->n_inputs++] = g->inputs[i].name;
+  free(inits);
+  if (w->n_inputs) qsort(w->inputs, w->n_inputs, sizeof *w->inputs, str_cmp);
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    size_t at = g->order[i];
+    const cp_onnx_node *n = &g->nodes[at];
+    if (cp_ow_is(n, "Shape") || cp_ow_is(n, "Size") || cp_ow_is(n, "Constant")) continue;
+    for (size_t k = 0; k < n->n_inputs && !w->dyn[at]; k++) w->dyn[at] = n->inputs[k][0] && cp_ow_dynamic(w, n->inputs[k]);
+  }
+  return 0;
+}
+
 int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g) {
   memset(w, 0, sizeof *w);
   w->path = path;
@@ -42,7 +77,10 @@ int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g) {
   w->prod = malloc((n_out + 1) * sizeof *w->prod);
   w->cons = malloc((n_in + 1) * sizeof *w->cons);
   w->seen = calloc(g->n_nodes + 1, 1);
-  if (!w->prod || !w->cons || !w->seen) {
+  w->dyn = calloc(g->n_nodes + 1, 1);
+  w->mark = calloc(g->n_nodes + 1, 1);
+  w->inputs = malloc((g->n_inputs + 1) * sizeof *w->inputs);
+  if (!w->prod || !w->cons || !w->seen || !w->dyn || !w->mark || !w->inputs) {
     cp_ow_free(w);
     return cp_nomem("%s: indexing the graph", path);
   }
@@ -62,10 +100,13 @@ int cp_ow_init(cp_ow *w, const char *path, const cp_onnx_graph *g) {
     else w->prod[k++] = w->prod[i];
   }
   w->n_prod = k;
-  return 0;
+  return dyn_init(w);
 }
 
 void cp_ow_free(cp_ow *w) {
+  free(w->dyn);
+  free(w->mark);
+  free(w->inputs);
   free(w->prod);
   free(w->cons);
   free(w->seen);
@@ -147,6 +188,8 @@ const cp_onnx_tensor *cp_ow_const(const cp_ow *w, const char *name) {
     const cp_onnx_node *p = cp_ow_producer(w, name);
     if (!p || p->domain[0] || p->n_inputs != 1 || (strcmp(p->op_type, "Cast") && strcmp(p->op_type, "Identity")))
       return NULL;
+    const cp_onnx_attribute *to = cp_ow_is(p, "Cast") ? cp_onnx_node_attr(p, "to") : NULL;
+    if (cp_ow_is(p, "Cast") && (!to || to->i != 1)) return NULL; /* to float only: others change the values */
     name = p->inputs[0];
   }
   return NULL;
@@ -168,6 +211,32 @@ const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]) {
 int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why) {
   char b[96];
   return cp_error_set(CP_EONNX_RECOVER, "%s: node '%s' (%s): %s", w->path, cp_ow_label(w, n, b), n->op_type, why);
+}
+
+/* ---------------------------------------------------------------- accounting */
+
+void cp_ow_explain(const cp_ow *w, const cp_onnx_node *n) {
+  if (n) w->mark[n - w->g->nodes] = 1;
+}
+
+bool cp_ow_dynamic(const cp_ow *w, const char *name) {
+  size_t i = lower(w->prod, w->n_prod, name);
+  if (i < w->n_prod && !strcmp(w->prod[i].name, name)) return w->dyn[w->prod[i].node];
+  return in_sorted(w->inputs, w->n_inputs, name);
+}
+
+bool cp_ow_layout(const cp_ow *w, const cp_onnx_node *n) {
+  static const char *const ops[] = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity",
+                                    "Dropout", "Flatten",   "Split",   "Concat"};
+  for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+    if (cp_ow_is(n, ops[i])) return true;
+  if (cp_ow_is(n, "Cast")) { /* to float: a Cast to an integer or a half type changes the values */
+    const cp_onnx_attribute *to = cp_onnx_node_attr(n, "to");
+    return to && to->i == 1;
+  }
+  /* the past cache of one layer taken out of a graph input (onnxruntime's gpt2_past.onnx) */
+  return cp_ow_is(n, "Gather") && in_sorted(w->inputs, w->n_inputs, cp_ow_in(n, 0)) &&
+         !cp_ow_dynamic(w, cp_ow_in(n, 1));
 }
 
 /* ---------------------------------------------------------------- searches */
@@ -256,9 +325,11 @@ int cp_rec_swiglu(cp_onnx_import *im, const cp_ow *w, cp_rec *r, const char *y, 
   l->up.w = cp_ow_weight(w, up, 1, 2);
   const cp_onnx_node *dn = cp_ow_consumer(w, mul->outputs[0], "MatMul", 0);
   if (!dn || dn->domain[0] || !(l->down.w = cp_ow_weight(w, dn, 1, 2)))
-    return cp_ow_bad(w, mul, "its output feeds no MatMul with a weight (down_proj)");
+    return cp_ow_bad_on(w, mul, "its output feeds no MatMul with a weight (down_proj)", mul->outputs[0], NULL);
   l->down.out_in = false;
   *o = dn->outputs[0];
+  const cp_onnx_node *ex[] = {gate, up, sg, silu, mul, dn};
+  for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) cp_ow_explain(w, ex[i]);
   if (r->n_layers == 1) {
     char b[96];
     r->act = "silu";

@@ -30,6 +30,12 @@ typedef struct {
                               the last in file order, as the reader and onnxruntime take it */
   size_t n_prod, n_cons;
   unsigned char *seen;     /* [n_nodes] scratch of the searches, all zero between them */
+  unsigned char *dyn;      /* [n_nodes] 1: the node's outputs depend on a graph input's values (not only
+                              on shapes: Shape and Size end the dependence) */
+  unsigned char *mark;     /* [n_nodes] 1: a pattern explained the node (cp_ow_explain) */
+  const char **inputs;     /* [n_inputs] sorted names of the graph inputs that are not initializers */
+  size_t n_inputs;
+  bool *unexplained;       /* set when a refusal names a node no pattern explains (may be NULL) */
 } cp_ow;
 
 /* Input / output k of n, "" when absent; whether n is default-domain op `op`. */
@@ -64,11 +70,57 @@ const cp_onnx_tensor *cp_ow_weight(const cp_ow *w, const cp_onnx_node *n, size_t
 const char *cp_ow_label(const cp_ow *w, const cp_onnx_node *n, char buf[96]);
 /* The one-line refusal "PATH: node 'LABEL' (OP): why" (CP_EONNX_RECOVER). */
 int cp_ow_bad(const cp_ow *w, const cp_onnx_node *n, const char *why);
+/* ---------------------------------------------------------------- accounting
+ * Recovery accounts for every node on the path from the graph's inputs to the logits: each node a
+ * pattern reads is marked explained; cp_ow_account then walks back from the logits through the
+ * values that depend on graph inputs and refuses any node no pattern explained, except layout
+ * ops that move values without computing (cp_ow_layout). Values computed from constants and
+ * shapes alone (masks, shape tensors) are read by the patterns where they use them. */
+
+typedef bool (*cp_ow_pred)(const cp_ow *w, const cp_onnx_node *n, void *ctx);
+
+/* Marks n explained (n may be NULL: nothing). */
+void cp_ow_explain(const cp_ow *w, const cp_onnx_node *n);
+/* Marks the producers of token ids `v` back to the graph input explained: Reshape, Slice, Cast,
+ * Unsqueeze, Squeeze, Identity, Flatten, at most 32 steps. */
+void cp_ow_explain_ids(const cp_ow *w, const char *v);
+/* Where a pattern stops on values `v` and `v2` (either may be NULL): "; value 'V' feeds node 'N'
+ * (OP, index I), which no pattern explains" for a consumer of either that is neither explained nor
+ * a layout op, preferring one with a single input that depends on graph inputs (an inserted
+ * `x op constant`, rather than the node of the pattern it feeds), else "" (buf[320]). */
+const char *cp_ow_stray(const cp_ow *w, const char *v, const char *v2, char *buf);
+/* cp_ow_bad with cp_ow_stray of v, v2 appended. */
+int cp_ow_bad_on(const cp_ow *w, const cp_onnx_node *n, const char *why, const char *v, const char *v2);
+/* Whether value `name` depends on a graph input's values. */
+bool cp_ow_dynamic(const cp_ow *w, const char *name);
+/* Whether n only moves or reshapes its input (Reshape, Transpose, Squeeze, Unsqueeze, Identity,
+ * Dropout, Flatten, Split, Concat, a Cast to float, a Gather of a graph input by a constant:
+ * the past cache split per layer), accepted on the path without a pattern's mark. */
+bool cp_ow_layout(const cp_ow *w, const cp_onnx_node *n);
+/* The value `v` feeds through at most 8 single-consumer layout nodes (each marked explained)
+ * into a consumer of op `op` (default domain) at input `slot`; that consumer, or NULL. */
+const cp_onnx_node *cp_ow_next(const cp_ow *w, const char *v, const char *op, size_t slot);
+/* The scores chain from value `from` (the scaled scores) to the Softmax `sm`: walked back from
+ * the Softmax, every node is a layout op or a mask step (Where / Add / Sub / Mul whose other
+ * inputs are constant-only and reach a causal piece, `causal` on a backward search not passing
+ * `no_pass`), each marked explained. The first node that is neither is left unmarked for
+ * cp_ow_account to name. */
+void cp_ow_mask_chain(const cp_ow *w, const char *from, const cp_onnx_node *sm, cp_ow_pred causal,
+                      cp_ow_pred no_pass, void *ctx);
+/* The elementwise nodes between value `from` and input 0 of node `to` compute activation `act`
+ * (HF name: gelu_new, gelu, silu, relu): evaluated on sample points in double against the
+ * formula; each marked explained. 0, or the refusal naming `to` (CP_EONNX_RECOVER). */
+int cp_ow_check_act(const cp_ow *w, const char *from, const cp_onnx_node *to, const char *act);
+/* Walks back from the graph output that value `logits` reaches (itself, or through later nodes)
+ * and refuses the first node on the way that depends on a graph input and that no pattern
+ * explained and is not a layout op: "PATH: node 'NAME' (OP, index I) is on the path to the logits
+ * '...' but no part of the recovered model ...". `how`: the recovery's name for the message. */
+int cp_ow_account(const cp_ow *w, const char *logits, const char *how);
+
 /* Breadth-first along the data flow from the consumers of `from` (forward) or the producers of
  * n's inputs (backward), visiting at most CP_REC_MAX_VISIT nodes: the first node `stop` accepts
  * ends the search and is returned (NULL: none); every other node visited goes to `visit` (may be
  * NULL), and the search does not pass a node for which it returns true. */
-typedef bool (*cp_ow_pred)(const cp_ow *w, const cp_onnx_node *n, void *ctx);
 const cp_onnx_node *cp_ow_forward(const cp_ow *w, const char *from, cp_ow_pred stop, cp_ow_pred visit, void *ctx);
 const cp_onnx_node *cp_ow_backward(const cp_ow *w, const cp_onnx_node *n, cp_ow_pred stop, cp_ow_pred visit,
                                    void *ctx);
@@ -117,6 +169,7 @@ typedef struct {
   cp_ow w;
   cp_rec r;
   char lab[96]; /* the last node label made for a message */
+  const char *logits; /* the head's output, or the final norm's when the graph has no head */
 } cp_rec_walk;
 
 /* A new layer at the end of r (zeroed); NULL after setting the error when over CP_REC_MAX_LAYERS. */

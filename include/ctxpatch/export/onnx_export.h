@@ -21,6 +21,7 @@
 
 #include "ctxpatch/export/convert.h"
 #include "ctxpatch/import/model.h"
+#include "ctxpatch/import/onnx_import.h"
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/tensor.h"
 
@@ -50,6 +51,14 @@ int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule);
  * existing folder `dir`, adding their digests to *files. */
 int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, const char *dir, const cp_model *m,
                         const cp_rule *rule, const cp_onnx_export_params *params);
+
+/* Whether the own export im (read back from `path` into m) is the graph ctxpatch writes for m:
+ * regenerated into a temporary folder (under $TMPDIR, else /tmp; removed) and compared node by node
+ * (op, name, inputs, outputs, attributes), with its inputs, outputs and every initializer's bytes;
+ * a `graph-rewrite` export is compared with the regenerated export rewritten again under its rule.
+ * 0, or CP_EONNX_RECOVER naming the first node or initializer that differs. Installed by the
+ * program with cp_onnx_set_own_check (ctxpatch/import/onnx_import.h). */
+int cp_onnx_own_check(const char *path, const cp_onnx_import *im, const cp_model *m);
 
 /* The whole export of the checkpoint folder `in` into the folder `out`; rule may be NULL
  * (identity). `stats` may be NULL. */

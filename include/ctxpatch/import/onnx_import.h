@@ -102,6 +102,21 @@ const char *cp_onnx_import_ignored(const cp_onnx_import *im, size_t i);
  * when there is none (or out of memory). The caller frees. */
 char *cp_onnx_export_graph(const char *dir);
 
+/* The graph read (borrowed) and, for ctxpatch's T5 export, the export's other graph (else NULL). */
+const cp_onnx_model *cp_onnx_import_graph(const cp_onnx_import *im);
+const cp_onnx_model *cp_onnx_import_pair(const cp_onnx_import *im);
+
+/* A graph claiming to be ctxpatch's own export (ctxpatch.version set, read by its initializer names)
+ * must be the graph ctxpatch writes for the weights read from it (issue 33). That check regenerates
+ * the export, so it lives above import/ (export/, cp_onnx_own_check in ctxpatch/export/onnx_export.h)
+ * and is installed here by the program: cp_model_open calls it on every own ONNX export it loads,
+ * after the model is built (0 or a negative cp_err). Without one installed (a library user that
+ * sets none), own exports are read by their names alone. The ctxpatch program installs it first. */
+typedef int (*cp_onnx_own_check_fn)(const char *path, const cp_onnx_import *im, const cp_model *m);
+void cp_onnx_set_own_check(cp_onnx_own_check_fn fn);
+/* The installed check on (path, im, m); 0 when none is installed or im is not an own export. */
+int cp_onnx_run_own_check(const char *path, const cp_onnx_import *im, const cp_model *m);
+
 /* The `ctxpatch.fire` value of m (NULL when out of memory; caller frees). */
 char *cp_onnx_fire_meta(const cp_model *m);
 

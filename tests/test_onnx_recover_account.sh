@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Recovery accounts for every node on the path to the logits (issue 33 item 1; import/onnx/
+# onnx_account.c; docs/onnx.md "Recovering third-party graphs", "Every node accounted for").
+# tests/onnx/make_tampered.py inserts nodes named tamper/... into each decoder graph recovery reads:
+#   - torch.onnx's GPT-2 (tests/onnx/make_torch_gpt2.py) and Llama (tests/onnx/make_torch_llama.py
+#     on the golden GQA llama), when Debian's torch is there;
+#   - onnxruntime/gpt2_past.onnx and onnxruntime-genai's tiny-random-gpt2-fp32 (fixtures, when there);
+#   - the synthetic contrib graphs of tests/onnx/make_onnx_cases.py (genai Llama with
+#     MultiHeadAttention and with GroupQueryAttention, an ORT-fused GPT-2).
+# Each graph whose computation changed (a Mul by 0 on the attention output of one or every layer, an
+# Add on the residual stream, a Mul on the logits, scores, probabilities, the MLP's activation,
+# RoPE's cos) must be refused: exit 1, one line, CP_EONNX_RECOVER, naming the inserted node, nothing
+# written. An Identity inserted changes nothing and is read. Where onnxruntime-node is installed:
+# every refused graph computes something else than its original in onnxruntime (so the refusal is
+# needed), and every graph read (the originals and the Identity copies) gives onnxruntime's logits
+# under `ctxpatch forward` (max|a-b|/max|b| <= 1e-4). The counts of refused and read graphs are printed.
+# ctxpatch's own exports (golden llama and gpt2) tampered the same way are refused by the structural
+# check (export/onnx/onnx_own_check.c), naming an inserted node; an export, its fp16 export and its
+# in-place rewrite read, and a tampered rewrite is refused.
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+t=$src/tests/onnx
+"$py" -c "import onnx, numpy" 2> /dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
+nm=${CTXPATCH_NODE_MODULES:-$src/tests/runtimes/node_modules}
+ort=0
+[ -d "$nm/onnxruntime-node" ] && command -v node > /dev/null && ort=1 && export CTXPATCH_NODE_MODULES=$nm
+[ $ort = 1 ] || echo "note: onnxruntime-node not installed in $nm: refusals only, no runtime comparisons"
+fx=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party
+
+# sources: NAME FILE VOCAB ORT-MODE
+srcs=()
+mkdir -p "$work/src"
+if "$py" -c "import torch" 2> /dev/null; then
+  PYTHONPATH=$src/python "$py" "$t/make_torch_gpt2.py" "$work/src/torch_gpt2.onnx" 2> "$work/err" &&
+    srcs+=("torch_gpt2 $work/src/torch_gpt2.onnx 50 pass") || bad "make_torch_gpt2: $(tail -1 "$work/err")"
+  PYTHONPATH=$src/python "$py" "$t/make_torch_llama.py" "$src/tests/goldens/engine/models/llama" \
+    "$work/src/torch_llama.onnx" 2> "$work/err" &&
+    srcs+=("torch_llama $work/src/torch_llama.onnx 96 pass") || bad "make_torch_llama: $(tail -1 "$work/err")"
+else
+  echo "note: $py has no torch (Debian python3-torch): torch.onnx graphs skipped"
+fi
+if [ -d "$fx/onnxruntime" ]; then
+  srcs+=("gpt2_past $fx/onnxruntime/gpt2_past.onnx 20 steps")
+  srcs+=("genai_gpt2 $fx/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx 1000 pass")
+else
+  echo "note: $fx is absent: fixture graphs skipped"
+fi
+(cd "$t" && "$py" - "$work/src" <<'EOF') || bad "synthetic contrib graphs"
+import os, sys
+import onnx
+out = sys.argv[1]
+sys.argv = ["make_onnx_cases.py", os.path.join(out, "unused")]
+import make_onnx_cases as mc
+onnx.save(mc.contrib_llama(), os.path.join(out, "contrib_llama.onnx"))
+onnx.save(mc.contrib_llama(gqa=True, d=32), os.path.join(out, "contrib_gqa.onnx"))
+onnx.save(mc.contrib_gpt2(layers=2), os.path.join(out, "contrib_gpt2.onnx"))
+EOF
+srcs+=("contrib_llama $work/src/contrib_llama.onnx 64 pass" "contrib_gqa $work/src/contrib_gqa.onnx 64 pass"
+  "contrib_gpt2 $work/src/contrib_gpt2.onnx 8 pass")
+
+# ort FILE MODE IDS OUT: onnxruntime's first output
+ort_run() { node "$t/ort_recover.mjs" "$1" --ids "$3" --mode "$2" --out "$4" > /dev/null 2> "$work/ort.log"; }
+
+refused=0 accepted=0
+for s in "${srcs[@]}"; do
+  set -- $s
+  name=$1 g=$2 V=$3 mode=$4
+  ids=$("$py" -c "import sys; print(','.join(str((i * 7 + 3) % int(sys.argv[1])) for i in range(8)))" "$V")
+  "$py" "$t/make_tampered.py" "$g" "$work/$name" > /dev/null 2> "$work/err" || { bad "$name: make_tampered: $(tail -1 "$work/err")"; continue; }
+  # the original reads, and gives onnxruntime's logits (gpt2_past has no head: compared in test_onnx_recover.sh)
+  "$bin" forward "$g" --ids "$ids" --threads 2 --out "$work/$name.eng.f32" 2> "$work/err" || bad "$name: original refused: $(head -1 "$work/err")"
+  [ $ort = 1 ] && { ort_run "$g" "$mode" "$ids" "$work/$name.ort.f32" || bad "$name: onnxruntime: $(tail -1 "$work/ort.log")"; }
+  while IFS=$'\t' read -r kind expect node_name; do
+    f=$work/$name/$kind.onnx
+    rm -f "$work/out.f32"
+    "$bin" forward "$f" --ids "$ids" --threads 2 --out "$work/out.f32" 2> "$work/err"
+    rc=$?
+    if [ "$expect" = refuse ]; then
+      if [ $rc = 1 ] && [ "$(wc -l < "$work/err")" = 1 ] && grep -qF "error CP_EONNX_RECOVER: $f: " "$work/err" &&
+         grep -qF "node '$node_name" "$work/err" && [ ! -e "$work/out.f32" ]; then
+        ok; refused=$((refused + 1))
+      else
+        bad "$name/$kind: expected a refusal naming node '$node_name' (rc=$rc): $(cat "$work/err")"
+      fi
+      if [ $ort = 1 ] && ort_run "$f" "$mode" "$ids" "$work/t.ort.f32"; then # the tampering matters
+        "$py" "$t/compare_logits.py" "$work/t.ort.f32" "$work/$name.ort.f32" --vocab 1 --tol 1e-6 > /dev/null 2>&1 &&
+          bad "$name/$kind: onnxruntime computes the same as on the original: not a tampering" || ok
+      fi
+    else
+      [ $rc = 0 ] && { ok; accepted=$((accepted + 1)); } || { bad "$name/$kind: expected to read (rc=$rc): $(cat "$work/err")"; continue; }
+      if [ $ort = 1 ] && [ "$mode" = pass ]; then
+        ort_run "$f" "$mode" "$ids" "$work/k.ort.f32" &&
+          "$py" "$t/compare_logits.py" "$work/k.ort.f32" "$work/out.f32" --vocab "$V" --tol 1e-4 \
+            --label "$name/$kind onnxruntime vs engine" || bad "$name/$kind: onnxruntime vs engine: $(tail -1 "$work/ort.log")"
+      fi
+    fi
+  done < "$work/$name/cases.tsv"
+  if [ $ort = 1 ] && [ "$mode" = pass ]; then
+    "$py" "$t/compare_logits.py" "$work/$name.ort.f32" "$work/$name.eng.f32" --vocab "$V" --tol 1e-4 \
+      --label "$name (original) onnxruntime vs engine" && ok || bad "$name: original: onnxruntime vs engine"
+  fi
+done
+echo "tampered graphs: $refused refused, $accepted read (Identity copies)"
+[ $refused -ge 20 ] && ok || bad "only $refused refusals checked"
+
+# --- ctxpatch's own exports (read back by their initializer names): tampered copies, and a copy with an
+# Identity (no longer the graph ctxpatch writes), are refused naming an inserted node; the export,
+# its fp16 export and its in-place rewrite (fidelity graph-rewrite, compared with the regenerated
+# export rewritten again) still read, bit-equal to forward on the folder.
+own_refused=0
+for fam in llama gpt2; do
+  "$bin" convert "$src/tests/goldens/engine/models/$fam" "$work/own_$fam" --to onnx > /dev/null 2> "$work/err" ||
+    { bad "convert $fam: $(head -1 "$work/err")"; continue; }
+  g=$work/own_$fam/onnx/model.onnx
+  "$py" "$t/make_tampered.py" "$g" "$work/own_$fam/t" > /dev/null 2> "$work/err" || { bad "$fam: make_tampered: $(tail -1 "$work/err")"; continue; }
+  "$bin" forward "$work/own_$fam" --ids 1,2,3,4 --threads 2 --out "$work/own.f32" 2> "$work/err" || bad "own $fam: $(head -1 "$work/err")"
+  "$bin" forward "$g" --ids 1,2,3,4 --threads 2 --out "$work/own_g.f32" 2> "$work/err" && check cmp -s "$work/own.f32" "$work/own_g.f32" ||
+    bad "own $fam graph: $(head -1 "$work/err")"
+  while IFS=$'\t' read -r kind expect node_name; do
+    f=$work/own_$fam/t/$kind.onnx
+    rm -f "$work/out.f32"
+    "$bin" forward "$f" --ids 1,2,3,4 --threads 2 --out "$work/out.f32" 2> "$work/err"
+    rc=$?
+    if [ $rc = 1 ] && [ "$(wc -l < "$work/err")" = 1 ] && grep -qF "error CP_EONNX_RECOVER: $f: node 'tamper/$kind" "$work/err" &&
+       grep -qF "differs from the graph ctxpatch writes for the weights read from it" "$work/err" && [ ! -e "$work/out.f32" ]; then
+      ok; own_refused=$((own_refused + 1))
+    else
+      bad "own $fam/$kind: expected a refusal naming node 'tamper/$kind...' (rc=$rc): $(cat "$work/err")"
+    fi
+  done < "$work/own_$fam/t/cases.tsv"
+done
+echo "tampered own exports: $own_refused refused"
+[ $own_refused -ge 18 ] && ok || bad "only $own_refused own-export refusals checked"
+"$bin" convert "$src/tests/goldens/engine/models/llama" "$work/own16" --to onnx --dtype fp16 > /dev/null 2>&1 &&
+  "$bin" forward "$work/own16" --ids 1,2,3 --threads 2 --out "$work/o16.f32" 2> "$work/err" && ok || bad "fp16 export: $(head -1 "$work/err")"
+"$bin" patch "$work/own_llama/onnx/model.onnx" "$work/rw.onnx" --method temperature --tau 0.8 --no-verify > /dev/null 2> "$work/err" &&
+  "$bin" forward "$work/rw.onnx" --ids 1,2,3,4 --threads 2 --out "$work/rw.f32" 2>> "$work/err" &&
+  echo '{"temperature":0.8}' > "$work/rule.json" &&
+  "$bin" forward "$work/own_llama" --rule "$work/rule.json" --ids 1,2,3,4 --threads 2 --out "$work/rwf.f32" 2>> "$work/err" &&
+  check cmp -s "$work/rw.f32" "$work/rwf.f32" || bad "rewritten own export: $(head -1 "$work/err")"
+# the same rewrite with one more node after it: refused
+"$py" "$t/make_tampered.py" "$work/rw.onnx" "$work/rwt" > /dev/null 2>&1 &&
+  "$bin" forward "$work/rwt/attn_zero.onnx" --ids 1,2 --out "$work/never.f32" 2> "$work/err" && bad "tampered rewrite read" ||
+  check grep -qF "node 'tamper/attn_zero/0" "$work/err"
+
+# a certified in-place patch (which certifies on the recovered model) refuses the tampered graph too
+for s in "${srcs[@]}"; do
+  set -- $s
+  "$bin" patch "$work/$1/attn_zero.onnx" "$work/p.onnx" --method temperature --tau 0.9 2> "$work/err" &&
+    bad "$1: patch of attn_zero.onnx certified" ||
+    { grep -qF "no model description can be recovered from this graph ($work/$1/attn_zero.onnx: " "$work/err" &&
+      grep -qF "node 'tamper/attn_zero/0' (Mul, index " "$work/err" && ok || bad "$1: patch: $(cat "$work/err")"; }
+  [ -e "$work/p.onnx" ] && bad "$1: p.onnx written" || ok
+done
+
+finish
