@@ -276,7 +276,12 @@ int cmd_calibrate(int argc, char **argv) {
   if (out_path && (rc = cli_check_outputs((const char *const[]){model_path, tok_path}, 2, &out_path, 1, false)))
     goto done;
   if ((rc = cp_model_open_stored(&model, model_path))) goto done;
-  if (train_len && (rc = cp_model_set_train_len(model, (int64_t)train_len, CP_TRAIN_LEN_OPTION))) goto done;
+  /* The calibration's reference length (p.train_len) is the option itself; the model's own is
+   * restated too, except on learned positions, whose table length is a shape that calibrating at a
+   * shorter reference does not change. */
+  if (train_len && !model->pos_embed &&
+      (rc = cp_model_set_train_len(model, (int64_t)train_len, CP_TRAIN_LEN_OPTION)))
+    goto done;
   if (p.inputs != CP_CAL_INPUTS_RANDOM) {
     rc = cp_model_tokenizer_open(&tok, tok_path ? tok_path : model_path);
     if (rc == CP_ETOK_MISSING && !tok_path && p.inputs == CP_CAL_INPUTS_AUTO) rc = 0; /* random ids */

@@ -46,7 +46,7 @@ static const char *travelling_methods(const cp_model *m, const cp_bake_plan *pla
 }
 
 int cp_patch_effective_check(const cp_bake_plan *plan, const cp_patch *patch, cp_artifact_format f, const cp_model *m,
-                           const char *out) {
+                             const char *out) {
   const cp_runtime *rts[8];
   if (f == CP_ARTIFACT_ONNX || cp_rule_is_identity(&plan->residual)) return 0;
   /* No runtime of the format loads this family (ctxpatch_fire): nothing would silently run the
@@ -63,8 +63,8 @@ int cp_patch_effective_check(const cp_bake_plan *plan, const cp_patch *patch, cp
                       strstr(runtimes, " and ") ? "" : "s", travelling_methods(m, plan));
 }
 
-int cp_patch_effective_precheck(cp_bake_plan *plan, const cp_model *m, const cp_checkpoint *ck, const cp_patch_options *o,
-                              cp_artifact_format f, const char *out) {
+int cp_patch_effective_precheck(cp_bake_plan *plan, const cp_model *m, const cp_checkpoint *ck,
+                                const cp_patch_options *o, cp_artifact_format f, const char *out) {
   cp_patch *patch = calloc(1, sizeof *patch); /* holds a cp_rule: tens of KiB */
   int rc = 0;
   memset(plan, 0, sizeof *plan);

@@ -117,9 +117,9 @@ static int place_data_files(char **displaced, cp_onnx_edit *e, const cp_onnx_mod
       return rc < 0 ? rc : cp_error_set(CP_EARG, "%s: path too long", out);
     /* one left by an earlier run cut short is reused when it holds those bytes */
     if ((rc = cp_onnx_data_place(NULL, m, k, named, false)) < 0)
-      return rc == CP_EEXIST ? cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s's; remove it", named,
-                                            m->path)
-                             : rc;
+      return rc == CP_EEXIST
+                 ? cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s's; remove it", named, m->path)
+                 : rc;
     size_t moved = 0;
     if ((rc = cp_onnx_edit_set_location(&moved, e, loc, strrchr(named, '/') + 1)) < 0) return rc;
     CP_CHECK_ALLOC(displaced[k] = strdup(dst), out);

@@ -7,7 +7,7 @@
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 # The kit packs and runs the normal build; a sanitizer build is not what a device gets.
-"$bin" --version | grep -q 'sanitize=on' && { echo "SKIP: the device kit is for the normal build, not a sanitizer one"; exit 77; }
+"$bin" --version | grep 'sanitize=on' >/dev/null && { echo "SKIP: the device kit is for the normal build, not a sanitizer one"; exit 77; }
 
 command -v patchelf >/dev/null || { echo "SKIP: patchelf is absent (apt-get install patchelf)"; exit 77; }
 build=$(dirname "$bin")
@@ -27,7 +27,7 @@ for f in "$b"/bin/* "$b"/lib/*.so*; do
     [ "$arrow" = "=>" ] || continue
     case $path in
     "$b"/bin/../lib/* | "$b"/lib/*) ;;
-    *) echo "$name" | grep -Eq "$allowed" || bad "$(basename "$f"): $name resolves to $path, outside the bundle" ;;
+    *) echo "$name" | grep -E "$allowed" >/dev/null || bad "$(basename "$f"): $name resolves to $path, outside the bundle" ;;
     esac
   done < <(ldd "$f")
 done

@@ -21,7 +21,7 @@
 
 #include "ctxpatch/export/convert.h"
 #include "ctxpatch/import/model.h"
-#include "ctxpatch/import/onnx_import.h"
+struct cp_onnx_import; /* ctxpatch/import/onnx_import.h (not installed) */
 #include "ctxpatch/model/rule.h"
 #include "ctxpatch/formats/tensor.h"
 
@@ -58,7 +58,7 @@ int cp_onnx_write_graph(cp_folder_result *files, cp_onnx_export_stats *stats, co
  * a `graph-rewrite` export is compared with the regenerated export rewritten again under its rule.
  * 0, or CP_EONNX_RECOVER naming the first node or initializer that differs. Installed by the
  * program with cp_onnx_set_own_check (ctxpatch/import/onnx_import.h). */
-int cp_onnx_own_check(const char *path, const cp_onnx_import *im, const cp_model *m);
+int cp_onnx_own_check(const char *path, const struct cp_onnx_import *im, const cp_model *m);
 
 /* The whole export of the checkpoint folder `in` into the folder `out`; rule may be NULL
  * (identity). `stats` may be NULL. */
