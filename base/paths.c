@@ -237,8 +237,12 @@ int cp_input_check_output(const char *out, int folder) {
   if (g_inputs_lost) rc = cp_error_set(CP_ENOMEM, "%s: out of memory recording the inputs", out);
   for (size_t k = 0; rc == 0 && k < g_n_inputs; k++) {
     const noted_input *in = &g_inputs[k];
+    /* An inode is the input only while the input is still there: a file read and since removed
+     * (a temporary of this process) frees its inode for the next file created. */
+    struct stat now;
+    bool alive = in->real && stat(in->real, &now) == 0 && now.st_dev == in->dev && now.st_ino == in->ino;
     bool same = (ro && in->real && !strcmp(ro, in->real)) ||
-                (exists && !S_ISDIR(st.st_mode) && st.st_dev == in->dev && st.st_ino == in->ino);
+                (alive && exists && !S_ISDIR(st.st_mode) && st.st_dev == in->dev && st.st_ino == in->ino);
     char q[512]; /* a data file's name comes from the graph */
     if (same || (folder && ro && in->real && contains(ro, in->real)))
       rc = cp_error_set(CP_EOVERLAP, "%s: output %s %s, an input of this command; refusing to replace it", out,
