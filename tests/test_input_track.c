@@ -81,13 +81,13 @@ int main(void) {
   for (int i = 0; i < 64 && !reused; i++) {
     char name[32];
     snprintf(name, sizeof name, "new%d", i);
-    int fd = open(tpath(name), O_CREAT | O_WRONLY, 0644);
+    int nfd = open(tpath(name), O_CREAT | O_WRONLY, 0644);
     struct stat now;
-    if (fd >= 0 && fstat(fd, &now) == 0 && now.st_dev == was.st_dev && now.st_ino == was.st_ino) {
+    if (nfd >= 0 && fstat(nfd, &now) == 0 && now.st_dev == was.st_dev && now.st_ino == was.st_ino) {
       reused = 1;
       CHECK_RC(0, cp_input_check_output(tpath(name), 0));
     }
-    if (fd >= 0) close(fd);
+    if (nfd >= 0) close(nfd);
   }
   if (!reused) printf("note: no new file reused the removed input's inode here; the reuse case was not exercised\n");
   for (int i = 0; i < 64; i++) {
