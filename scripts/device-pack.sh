@@ -35,7 +35,10 @@ if [ -z "$build" ]; then
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCTXPATCH_CUDA=ON "${launcher[@]}" \
     -DCMAKE_CUDA_ARCHITECTURES="90a-real;90-virtual" >/dev/null
-  cmake --build "$build" -j"$(nproc)" --target ctxpatch test_cuda_consistency bench_attention_cuda >/dev/null
+  # ctxpatch_cli is the program (the target named ctxpatch is the library)
+  for t in ctxpatch_cli test_cuda_consistency bench_attention_cuda; do
+    cmake --build "$build" -j"$(nproc)" --target "$t" >/dev/null
+  done
 fi
 [ -x "$build/ctxpatch" ] || { echo "device-pack: $build/ctxpatch not found (build it first)" >&2; exit 2; }
 
