@@ -337,6 +337,7 @@ static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
   cfg->rope_beta_fast = 32;
   cfg->rope_beta_slow = 1;
   cfg->rope_truncate = true;
+  cfg->rope_parameters_layout = rs && !strcmp(name, "rope_parameters");
   if (!rs) return 0;
   if (!cJSON_IsObject(rs)) return bad(c, name, "an object or null", rs);
   if (!strcmp(name, "rope_parameters") && field(rs, "rope_theta")) {

@@ -469,13 +469,18 @@ int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake
   cp_atomic_file *f = NULL;
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, "config.json"), dir);
+  /* transformers 5's layout ("rope_parameters", rope_theta inside) is kept: a rope_scaling beside
+   * it would make a config with both, which no reader takes. */
+  const bool v5 = src->rope_parameters_layout;
   if (plan->rope_factor > 0) {
     CP_CHECK_ALLOC_GOTO(rs = cJSON_CreateObject(), path);
-    CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(rs, "type", "linear"), path);
+    CP_CHECK_ALLOC_GOTO(cJSON_AddStringToObject(rs, v5 ? "rope_type" : "type", "linear"), path);
     CP_CHECK_ALLOC_GOTO(cJSON_AddNumberToObject(rs, "factor", plan->rope_factor), path);
+    if (v5) CP_CHECK_ALLOC_GOTO(cJSON_AddNumberToObject(rs, "rope_theta", src->rope_theta), path);
   }
   if (plan->baked.fire_threshold > 0) CP_CHECK_ALLOC_GOTO(fire = cJSON_CreateNumber(plan->baked.fire_threshold), path);
-  const cp_hf_member set[] = {{"rope_scaling", rs, false}, {"fire_threshold", fire, true}, {"ctxpatch", block, false}};
+  const cp_hf_member set[] = {
+      {v5 ? "rope_parameters" : "rope_scaling", rs, false}, {"fire_threshold", fire, true}, {"ctxpatch", block, false}};
   if ((rc = cp_hf_config_splice(&out, &out_len, src, set, 3, path))) goto done;
   if ((rc = cp_hf_config_parse(&check, out, out_len, path))) goto done;
   if ((rc = cp_atomic_open(&f, path))) goto done;

@@ -9,9 +9,13 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cp_hf_config *cfg = NULL, *again = NULL;
   if (cp_hf_config_parse(&cfg, (const char *)data, size, "config.json") != 0) return 0;
-  cJSON *rs = cJSON_Parse("{\"type\": \"linear\", \"factor\": 2}"), *block = cJSON_Parse("{\"rule\": {}}");
+  /* as cp_bake_write_config splices rope-pi: in the layout the config uses */
+  const bool v5 = cfg->rope_parameters_layout;
+  cJSON *rs = cJSON_Parse(v5 ? "{\"rope_type\": \"linear\", \"factor\": 2}" : "{\"type\": \"linear\", \"factor\": 2}");
+  cJSON *block = cJSON_Parse("{\"rule\": {}}");
   cJSON *fire = cJSON_CreateNumber(3);
-  const cp_hf_member set[] = {{"rope_scaling", rs, false}, {"fire_threshold", fire, true}, {"ctxpatch", block, false}};
+  const cp_hf_member set[] = {
+      {v5 ? "rope_parameters" : "rope_scaling", rs, false}, {"fire_threshold", fire, true}, {"ctxpatch", block, false}};
   char *out = NULL;
   size_t n = 0;
   if (rs && block && fire && cp_hf_config_splice(&out, &n, cfg, set, 3, "config.json") == 0) {

@@ -90,6 +90,8 @@ typedef struct {
   double rope_attention_factor; /* yarn: 0 when absent (then 0.1 ln(factor) + 1) */
   double rope_beta_fast, rope_beta_slow; /* yarn: 32 and 1 when absent */
   bool rope_truncate;          /* yarn: floor/ceil the correction range (true when absent) */
+  bool rope_parameters_layout; /* the scaling came as transformers 5's "rope_parameters" (with
+                                  rope_theta inside): a rewrite keeps that layout */
   int sliding_window;          /* Mistral sliding_window; 0 when none */
 
   /* FIRE. */
