@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz/fuzz_*.c) with clang + ASan + UBSan into build-fuzz/
-# and runs each for SECONDS (default 60; for a long local run: bash scripts/fuzz.sh 3600).
+# and runs each for SECONDS (default 60; for a long local run: bash scripts/fuzz.sh 3600), as many at
+# once as there are processors.
 # Seeds: the project's own model files, the hostile corpus, the committed regression corpus and,
 # when ../shared/fixtures is there, its checkpoints and tokenizers. A crash, leak, timeout (10 s
 # an input) or memory blow-up (2 GiB) fails the run and leaves the input in build-fuzz/crashes/:
@@ -70,13 +71,33 @@ seed fuzz_onnx_sites tests/fuzz/seeds/onnx_sites tests/fuzz/seeds/onnx_recover t
   $fx/third_party/onnxruntime-genai/tiny-random-gpt2-fp32/past.onnx
 cp build-fuzz/corpus/fuzz_onnx_recover/*.onnx build-fuzz/corpus/fuzz_onnx_sites/ 2>/dev/null || true
 mkdir -p build-fuzz/crashes
-status=0
+# One harness per processor at a time: each libFuzzer process is single-threaded, so on the 2-core
+# CI machine two run side by side in the time one took (the total fuzzing time is unchanged).
+par=$(nproc)
+run_one() { # harness: runs it, leaves its one-line outcome in build-fuzz/$h.outcome
+  local h=$1
+  if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+       -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then
+    echo "fuzz: $h: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "build-fuzz/$h.log" | grep -o '[0-9]*$') runs in ${seconds}s, no crash" \
+      >"build-fuzz/$h.outcome"
+  else
+    echo "FAILED" >"build-fuzz/$h.outcome"
+  fi
+}
+harnesses=()
 for h in fuzz_safetensors fuzz_st_index fuzz_pytorch fuzz_config fuzz_rule fuzz_tokenizer_json fuzz_spm_model \
   fuzz_certificate fuzz_gguf fuzz_onnx fuzz_onnx_recover fuzz_onnx_sites; do
   [ -n "$only" ] && [ "$only" != "$h" ] && continue
-  if ./build-fuzz/tests/$h "build-fuzz/corpus/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-       -artifact_prefix="build-fuzz/crashes/$h-" -print_final_stats=1 >"build-fuzz/$h.log" 2>&1; then
-    echo "fuzz: $h: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "build-fuzz/$h.log" | grep -o '[0-9]*$') runs in ${seconds}s, no crash"
+  harnesses+=("$h")
+  rm -f "build-fuzz/$h.outcome"
+  while [ "$(jobs -rp | wc -l)" -ge "$par" ]; do wait -n || true; done
+  run_one "$h" &
+done
+wait
+status=0
+for h in "${harnesses[@]}"; do
+  if [ -f "build-fuzz/$h.outcome" ] && [ "$(cat "build-fuzz/$h.outcome")" != FAILED ]; then
+    cat "build-fuzz/$h.outcome"
   else
     echo "fuzz: $h: FAILED (see build-fuzz/$h.log and build-fuzz/crashes/)"; tail -30 "build-fuzz/$h.log"; status=1
   fi
