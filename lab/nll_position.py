@@ -17,7 +17,7 @@ Sides (the training length L_tr = 512 of stories260K is given explicitly: its GG
   with factor F = L / L_tr (`patch --method rope-pi --to gguf`, linear rope scaling) at L and at
   L_tr; and RoPE PI F with a distance ceiling of L_tr (distances past L_tr clamped before the
   positions are divided by F). With --llamacpp, window 0 of the original at L_tr is recomputed by
-  llama.cpp (lab/nll_crosscheck.mjs: its own tokenizer, corpus stream and window start).
+  llama.cpp (tests/gguf/llamacpp_nll.mjs: its own tokenizer, corpus stream and window start).
 """
 import argparse
 import json
@@ -142,7 +142,7 @@ def main():
         if a.llamacpp:
             w = os.path.join(td, "lc")
             os.makedirs(w)
-            shutil.copy(os.path.join(HERE, "nll_crosscheck.mjs"), os.path.join(w, "run.mjs"))
+            shutil.copy(os.path.join(HERE, "..", "tests", "gguf", "llamacpp_nll.mjs"), os.path.join(w, "run.mjs"))
             os.symlink(os.path.abspath(a.llamacpp), os.path.join(w, "node_modules"))
             out = json.loads(run(["node", os.path.join(w, "run.mjs"), os.path.abspath(a.model),
                                   os.path.abspath(a.corpus), str(Ltr), "0", "1"]))
@@ -163,7 +163,7 @@ def main():
     if cross:
         P("Pipeline cross-check: window 0 of the original at %d tokens (start %d of %d corpus tokens): "
           "`ctxpatch verify --probe ppl` %.5f nats, llama.cpp (node-llama-cpp, its own tokenizer and "
-          "window, lab/nll_crosscheck.mjs) %.5f nats, difference %.1e.\n"
+          "window, tests/gguf/llamacpp_nll.mjs) %.5f nats, difference %.1e.\n"
           % (Ltr, cross["start"], cross["n_ids"], cross["ctxpatch"], cross["llamacpp"],
              cross["ctxpatch"] - cross["llamacpp"]))
     for L in lengths:

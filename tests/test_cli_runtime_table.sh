@@ -7,7 +7,8 @@
 # ctxpatch only"; check accepts it. ONNX carries the rule without the option. What travels (a
 # baked temperature, rope-pi) lists the runtimes. stories260K (trained at 512, its GGUF says
 # 2048): lm-infinite --to gguf is refused naming --to onnx, and --train-len 512 gives a certified
-# temperature GGUF whose context_length and certificate say 512 and where it came from.
+# temperature GGUF whose context_length and certificate say 512 and where it came from, and whose
+# NLL in llama.cpp itself equals the engine's (node-llama-cpp; skipped without it).
 # --train-len on verify, calibrate, convert and batch (a recipe's method option); auto takes it.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
@@ -147,6 +148,30 @@ data = open(sys.argv[1], "rb").read()
 assert re.search(rb'"train_len":\s*512,\s*"train_len_source":\s*"option --train-len"', data), "no train_len 512 from the option"
 EOF
   "$bin" check "$work/s_t.gguf" >"$work/c.log" 2>&1 && ok || bad "check stories: $(cat "$work/c.log")"
+  # The certificate's numbers hold in llama.cpp: its own NLL (its tokenizer, corpus stream and
+  # window, tests/gguf/llamacpp_nll.mjs) of window 0 at 1024 on the original and the written
+  # file equals the engine's, and the patch moves it the same way in both.
+  . "$src/tests/gguf/llamacpp_env.sh"
+  if [ "$lc" = 1 ]; then
+    cp "$src/tests/gguf/llamacpp_nll.mjs" "$work/nll.mjs"
+    i=0
+    for m in "$stories" "$work/s_t.gguf"; do
+      node "$work/nll.mjs" "$m" "$corpus" 1024 0 2 >"$work/lc_nll$i.json" || bad "llama.cpp NLL of $m"
+      "$bin" verify "$m" --probe ppl --corpus "$corpus" --lengths 1024 --ppl-windows 1 --threads 2 --json \
+        >"$work/cp_nll$i.json" 2>/dev/null || bad "engine NLL of $m"
+      i=$((i + 1))
+    done
+    "$py" - "$work" <<'EOF' && ok || bad "llama.cpp's NLL of the stories temperature GGUF"
+import json, sys
+w = sys.argv[1]
+lc = [json.load(open(f"{w}/lc_nll{i}.json"))["nll"] for i in (0, 1)]
+cp = [json.load(open(f"{w}/cp_nll{i}.json"))["results"]["patched"]["ppl"][0]["nll"] for i in (0, 1)]
+for a, b in zip(lc, cp):
+    assert abs(a - b) < 1e-4, ("llama.cpp", a, "engine", b)
+assert lc[1] != lc[0] and (lc[1] - lc[0] > 0) == (cp[1] - cp[0] > 0), (lc, cp)
+print("llama.cpp NLL at 1024: original %.5f, patched %.5f; engine %.5f, %.5f" % (lc[0], lc[1], cp[0], cp[1]))
+EOF
+  fi
   # a GGUF input's context_length replaced, not duplicated
   "$bin" convert "$stories" "$work/s512.gguf" --to gguf --train-len 512 >/dev/null 2>&1 &&
     "$bin" inspect "$work/s512.gguf" >"$work/s512.txt" &&
