@@ -18,8 +18,9 @@ static void help(FILE *out) {
   fprintf(out,
           "usage: ctxpatch tokenize PATH (--text STR | --text-file FILE) [--no-special] [--json]\n"
           "       ctxpatch tokenize PATH --decode IDS [--no-special] [--json]\n\n"
-          "PATH is a Hugging Face tokenizer.json, a SentencePiece .model, or a model folder\n"
-          "(tokenizer.json, else tokenizer.model, else spiece.model).\n\n"
+          "PATH is a Hugging Face tokenizer.json, a SentencePiece .model, a GGUF file (its\n"
+          "tokenizer.ggml.* vocabulary), or a model folder (tokenizer.json, else tokenizer.model,\n"
+          "else spiece.model).\n\n"
           "  --text STR        text to encode (UTF-8)\n"
           "  --text-file FILE  encode the bytes of FILE\n"
           "  --no-special      encode without the special tokens the post-processor adds\n"
