@@ -217,6 +217,8 @@ typedef struct {
   const cp_st_shard_plan *plan;
   const cp_folder_params *p;
   const cp_gguf_hf_names *names;
+  const size_t *src;                    /* checkpoint index of each planned tensor */
+  size_t n;                             /* planned tensors */
   uint64_t chunk;
   char (*hex)[65];                      /* [n_shards] */
   uint64_t *mark_at;                    /* [n_shards] */
@@ -236,7 +238,7 @@ static void team_progress(void *ctx, int64_t done, int64_t total) {
 
 /* Writes shards until none is left or one failed; 0 or the first negative code it met. */
 static int team_run(shard_team *t) {
-  size_t n = cp_checkpoint_count(t->ck);
+  size_t n = t->n;
   size_t *members = calloc(n ? n : 1, sizeof *members);
   unsigned char *buf = malloc((size_t)t->chunk);
   char *path = NULL;
@@ -253,7 +255,7 @@ static int team_run(shard_team *t) {
     if (s >= t->plan->n_shards) break;
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-      if (t->plan->shard_of[i] == s) members[m++] = i;
+      if (t->plan->shard_of[i] == s) members[m++] = t->src[i];
     free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(t->dir, t->plan->shard_names[s]), t->dir);
     if ((rc = write_shard(t->hex[s], &t->mark_at[s], t->ck, path, members, m, &p, t->chunk, buf, t->names, &ignored,
@@ -315,18 +317,25 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
   size_t n = cp_checkpoint_count(ck);
   cp_st_shard_plan *plan = NULL;
   cp_tensor *descs = calloc(n ? n : 1, sizeof *descs);
+  size_t *src = calloc(n ? n : 1, sizeof *src), kept = 0;
   char *path = NULL;
   char (*hex)[65] = NULL;
   cp_gguf_hf_names names = {0};
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(descs, dir);
-  /* A GGUF input is written as an HF folder: HF names, rows back in HF order. */
+  CP_CHECK_ALLOC_GOTO(descs && src, dir);
+  /* A GGUF input is written as an HF folder: HF names, rows back in HF order; llama.cpp's
+   * rope_freqs (llama3 scaling) is config.json's rope_scaling there, not a tensor. */
   if (cp_checkpoint_gguf(ck) && (rc = cp_gguf_hf_names_make(&names, ck))) goto done;
-  for (size_t i = 0; i < n; i++) descs[i] = desc_of(ck, i, &names);
+  for (size_t i = 0; i < n; i++) {
+    if (cp_checkpoint_gguf(ck) && !strcmp(cp_checkpoint_tensor(ck, i)->name, "rope_freqs.weight")) continue;
+    src[kept] = i;
+    descs[kept++] = desc_of(ck, i, &names);
+  }
+  n = kept;
   if ((rc = cp_st_plan_shards(&plan, descs, n, p->shard_size ? p->shard_size : UINT64_MAX)) < 0) goto done;
   CP_CHECK_ALLOC_GOTO(out->mark_at = calloc(plan->n_shards ? plan->n_shards : 1, sizeof *out->mark_at), dir);
   CP_CHECK_ALLOC_GOTO(hex = calloc(plan->n_shards ? plan->n_shards : 1, sizeof *hex), dir);
-  shard_team team = {.ck = ck, .dir = dir, .plan = plan, .p = p, .names = &names,
+  shard_team team = {.ck = ck, .dir = dir, .plan = plan, .p = p, .names = &names, .src = src, .n = n,
                      .chunk = p->chunk_size ? p->chunk_size : DEFAULT_CHUNK, .hex = hex, .mark_at = out->mark_at,
                      .total = (int64_t)n};
   pthread_mutex_init(&team.mu, NULL);
@@ -342,6 +351,7 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
 done:
   cp_gguf_hf_names_free(&names);
   cp_st_shard_plan_free(plan);
+  free(src);
   free(descs);
   free(hex);
   free(path);

@@ -7,6 +7,7 @@
 #include "ctxpatch/model/rope.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ctxpatch/base/error.h"
@@ -86,4 +87,113 @@ int cp_rope_table_init(cp_rope_table *t, const cp_hf_config *cfg, double theta, 
                         what, type);
   return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_scaling.type': '%s' is not supported (linear, llama3, yarn)", what,
                       type);
+}
+
+int cp_rope_freq_factors(float *factors, const cp_hf_config *cfg, double theta, int rot_dims, const char *what) {
+  cp_rope_table plain, scaled;
+  cp_hf_config unscaled = *cfg;
+  unscaled.rope_scaling_type[0] = 0;
+  int rc = cp_rope_table_init(&plain, &unscaled, theta, rot_dims, what);
+  if (rc == 0) rc = cp_rope_table_init(&scaled, cfg, theta, rot_dims, what);
+  for (int a = 0; rc == 0 && a < scaled.n; a++) factors[a] = (float)(plain.inv[a] / scaled.inv[a]);
+  return rc;
+}
+
+/* Largest relative difference between `factors` and the table of `fit`, and where. */
+static double fit_error(int *at, const cp_rope_fit *fit, const float *factors, int n, double theta, int rot_dims) {
+  cp_hf_config c = {0};
+  float mine[CP_ROPE_MAX_DIMS / 2];
+  snprintf(c.rope_scaling_type, sizeof c.rope_scaling_type, "%s", fit->type);
+  c.rope_scaling_factor = fit->factor;
+  c.rope_low_freq_factor = fit->low_freq_factor;
+  c.rope_high_freq_factor = fit->high_freq_factor;
+  c.rope_original_max_pos = fit->original_max_pos;
+  *at = 0;
+  if (!strcmp(fit->type, "linear")) { /* a position divisor: every pair divided by the factor */
+    for (int a = 0; a < n; a++) mine[a] = (float)fit->factor;
+  } else if (cp_rope_freq_factors(mine, &c, theta, rot_dims, "fit")) {
+    cp_error_clear();
+    return INFINITY;
+  }
+  double worst = 0;
+  for (int a = 0; a < n; a++) {
+    double e = fabs((double)mine[a] - (double)factors[a]) / (double)factors[a];
+    if (!(e <= worst)) worst = e, *at = a;
+  }
+  return worst;
+}
+
+int cp_rope_fit_factors(cp_rope_fit *fit, const float *factors, int n, double theta, int rot_dims, const char *what) {
+  memset(fit, 0, sizeof *fit);
+  if (rot_dims < 2 || rot_dims > CP_ROPE_MAX_DIMS || rot_dims % 2 || n != rot_dims / 2)
+    return cp_error_set(CP_ECFG_POSITION, "%s: %d RoPE frequency factors for %d rotated dims (want %d)", what, n,
+                        rot_dims, rot_dims / 2);
+  double f_max = 1;
+  for (int a = 0; a < n; a++) {
+    double f = factors[a];
+    if (!isfinite(f) || f < 1 - 1e-6 || f > 1e6 || (a > 0 && f < (double)factors[a - 1] * (1 - 1e-6)))
+      return cp_error_set(CP_ECFG_POSITION,
+                          "%s: factor %d is %.9g: want finite factors in [1, 1e6] that do not "
+                          "decrease with the pair (llama3 scaling)",
+                          what, a, f);
+    if (f > f_max) f_max = f;
+  }
+  if (f_max <= 1 + 1e-7) return 0; /* all 1: the default table */
+  fit->factor = f_max;
+  int at = 0;
+  if ((double)factors[0] >= f_max * (1 - 1e-7)) { /* all equal: positions divided by the factor */
+    snprintf(fit->type, sizeof fit->type, "linear");
+    if (fit_error(&at, fit, factors, n, theta, rot_dims) <= 2e-6) return 0;
+  }
+  /* smooth(a) = (1 / f - 1 / F) / (1 - 1 / F): 1 on kept pairs, 0 on divided ones, and on the
+   * blended ones A * inv + B with A = original / (2 pi (high - low)), B = -low / (high - low). */
+  cp_rope_table plain;
+  cp_hf_config unscaled = {0};
+  int rc = cp_rope_table_init(&plain, &unscaled, theta, rot_dims, what);
+  if (rc) return rc;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, last_kept = 0, first_divided = 0;
+  int m = 0;
+  for (int a = 0; a < n; a++) {
+    double smooth = (1 / (double)factors[a] - 1 / f_max) / (1 - 1 / f_max), x = plain.inv[a];
+    if (smooth >= 1 - 1e-6) last_kept = x;
+    else if (smooth <= 1e-6) {
+      if (first_divided == 0) first_divided = x;
+    } else {
+      sx += x, sy += smooth, sxx += x * x, sxy += x * smooth, m++;
+    }
+  }
+  double A, B;
+  if (m >= 2 && sxx * m - sx * sx > 0) { /* least squares over the blended pairs */
+    A = (m * sxy - sx * sy) / (m * sxx - sx * sx);
+    B = (sy - A * sx) / m;
+  } else if (m == 1) { /* one blended pair: Llama 3's high_freq_factor 4 */
+    B = -1.0 / 3.0;
+    A = (sy - B) / sx;
+  } else if (last_kept > 0 && first_divided > 0) { /* no blended pair: the band edges between the two */
+    double original = floor(2 * PI / first_divided);
+    double high = original * last_kept / (2 * PI);
+    B = high > 1 ? -1 / (high - 1) : 0;
+    A = high > 1 ? original / (2 * PI * (high - 1)) : 0;
+  } else {
+    A = B = 0;
+  }
+  if (A > 0 && B < 0) {
+    double high = 1 - 1 / B, original = -2 * PI * A / B;
+    snprintf(fit->type, sizeof fit->type, "llama3");
+    fit->low_freq_factor = 1;
+    /* the roundest high factor that gives the same table (Llama 3: 1, 4, 8192) */
+    const double highs[4] = {round(high), round(high * 10) / 10, round(high * 1000) / 1000, high};
+    for (int k = 0; k < 4; k++) {
+      fit->high_freq_factor = highs[k];
+      fit->original_max_pos = original >= 1 && original < 1e9 ? (int)lround(original) : 0;
+      if (fit->original_max_pos > 0 && fit->high_freq_factor > 1 &&
+          fit_error(&at, fit, factors, n, theta, rot_dims) <= 2e-6)
+        return 0;
+    }
+  }
+  memset(fit, 0, sizeof *fit);
+  return cp_error_set(CP_ECFG_POSITION,
+                      "%s: the %d RoPE frequency factors (largest %.9g) are not a llama3 or linear "
+                      "scaling table (factor %d is %.9g)",
+                      what, n, f_max, at, (double)factors[at]);
 }

@@ -24,7 +24,79 @@ static cp_hf_config base(const char *type, double factor) {
   return c;
 }
 
+/* llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel's rope_freqs; read, not copied): float32
+ * frequencies base ** -(2a / dim), then the llama3 bands in double. Independent of model/rope.c. */
+static void converter_factors(float *out, float base, int dim, double factor, double lo, double hi, double old) {
+  for (int a = 0; a < dim / 2; a++) {
+    float freq = 1.0f / powf(base, (float)(2 * a) / (float)dim);
+    double wavelen = 2 * 3.14159265358979323846 / (double)freq;
+    if (wavelen < old / hi) out[a] = 1.0f;
+    else if (wavelen > old / lo) out[a] = (float)factor;
+    else {
+      double smooth = (old / wavelen - lo) / (hi - lo);
+      out[a] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+    }
+  }
+}
+
+/* GGUF's rope_freqs both ways: the factors a config writes agree with llama.cpp's converter, and
+ * the scaling read back from the converter's factors is the config's (or an equivalent one). */
+static void rope_freqs(void) {
+  static const struct {
+    double theta, factor, lo, hi, old;
+    int dim;
+  } k[] = {/* Llama 3.1 and 3.2; three blended pairs; one (the golden llama3_scaled); another low factor */
+           {500000, 8, 1, 4, 8192, 128},
+           {500000, 32, 1, 4, 8192, 64},
+           {10000, 8, 1, 32, 2048, 16},
+           {10000, 4, 1, 4, 16, 16},
+           {10000, 6, 2, 8, 4096, 16}};
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+    float conv[CP_ROPE_MAX_DIMS / 2], mine[CP_ROPE_MAX_DIMS / 2];
+    cp_hf_config c = base("llama3", k[i].factor);
+    c.rope_low_freq_factor = k[i].lo, c.rope_high_freq_factor = k[i].hi, c.rope_original_max_pos = (int)k[i].old;
+    converter_factors(conv, (float)k[i].theta, k[i].dim, k[i].factor, k[i].lo, k[i].hi, k[i].old);
+    CHECK_RC(0, cp_rope_freq_factors(mine, &c, k[i].theta, k[i].dim, "c"));
+    for (int a = 0; a < k[i].dim / 2; a++)
+      CHECK_MSG(fabs((double)mine[a] - conv[a]) <= 1e-6 * conv[a], "case %zu pair %d: %.9g vs converter %.9g", i, a,
+                (double)mine[a], (double)conv[a]);
+    cp_rope_fit fit;
+    CHECK_RC(0, cp_rope_fit_factors(&fit, conv, k[i].dim / 2, k[i].theta, k[i].dim, "m.gguf"));
+    CHECK_MSG(!strcmp(fit.type, "llama3") && fit.factor == k[i].factor && fit.low_freq_factor == 1, "case %zu: %s %g",
+              i, fit.type, fit.factor);
+    if (k[i].lo == 1) /* the parameters themselves; lo 2 is the same table under other ones */
+      CHECK_MSG(fit.high_freq_factor == k[i].hi && fit.original_max_pos == (int)k[i].old,
+                "case %zu: high %.17g, "
+                "original %d",
+                i, fit.high_freq_factor, fit.original_max_pos);
+    c.rope_low_freq_factor = fit.low_freq_factor, c.rope_high_freq_factor = fit.high_freq_factor;
+    c.rope_original_max_pos = fit.original_max_pos;
+    CHECK_RC(0, cp_rope_freq_factors(mine, &c, k[i].theta, k[i].dim, "c"));
+    for (int a = 0; a < k[i].dim / 2; a++)
+      CHECK_MSG(fabs((double)mine[a] - conv[a]) <= 2e-6 * conv[a], "case %zu pair %d refit: %.9g vs %.9g", i, a,
+                (double)mine[a], (double)conv[a]);
+  }
+  float f[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  cp_rope_fit fit;
+  CHECK_RC(0, cp_rope_fit_factors(&fit, f, 8, 10000, 16, "m.gguf"));
+  CHECK(fit.type[0] == 0);
+  for (int a = 0; a < 8; a++) f[a] = 4;
+  CHECK_RC(0, cp_rope_fit_factors(&fit, f, 8, 10000, 16, "m.gguf"));
+  CHECK(!strcmp(fit.type, "linear") && fit.factor == 4);
+  /* Refused: a decreasing factor, NaN, a count that is not the pairs, a monotone table no llama3 gives. */
+  float bad[8] = {1, 3, 2, 4, 4, 4, 4, 4};
+  CHECK_RC(CP_ECFG_POSITION, cp_rope_fit_factors(&fit, bad, 8, 10000, 16, "m.gguf"));
+  CHECK(strstr(cp_error_message(), "m.gguf: factor 2 is 2") != NULL);
+  bad[1] = NAN;
+  CHECK_RC(CP_ECFG_POSITION, cp_rope_fit_factors(&fit, bad, 8, 10000, 16, "m.gguf"));
+  CHECK_RC(CP_ECFG_POSITION, cp_rope_fit_factors(&fit, f, 7, 10000, 16, "m.gguf"));
+  float bumpy[8] = {1, 1.1f, 1.15f, 3, 3.01f, 3.02f, 7, 8};
+  CHECK_RC(CP_ECFG_POSITION, cp_rope_fit_factors(&fit, bumpy, 8, 10000, 16, "m.gguf"));
+  CHECK(strstr(cp_error_message(), "not a llama3 or linear scaling table") != NULL);
+}
+
 int main(void) {
+  rope_freqs();
   cp_rope_table t;
   cp_hf_config c = base("llama3", 8);
   c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_max_pos = 8192, c.train_len = 131072;

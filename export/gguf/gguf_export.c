@@ -14,6 +14,7 @@
 #include "ctxpatch/base/version.h"
 #include "ctxpatch/import/names.h"
 #include "ctxpatch/import/gguf_model.h"
+#include "ctxpatch/model/rope.h"
 #include "ctxpatch/formats/gguf_write.h"
 #include "export/gguf/gguf_vocab.h"
 
@@ -429,11 +430,14 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
 
 int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
   const char *act = cfg->activation;
-  /* llama.cpp expresses llama3 scaling as a rope_freqs tensor and YaRN with its own keys: neither
-   * is written yet, and a linear key would run other frequencies. */
-  if (cfg->rope_scaling_type[0] && strcmp(cfg->rope_scaling_type, "linear") != 0)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF yet (llama.cpp "
-                        "needs a rope_freqs tensor or its YaRN keys); use --to onnx", in, cfg->rope_scaling_type);
+  /* llama3 scaling is llama.cpp's rope_freqs tensor, which its llama architecture reads (its
+   * qwen2 does not); YaRN has its own keys, not written yet: a linear key would run other
+   * frequencies. */
+  bool llama3 = !strcmp(cfg->rope_scaling_type, "llama3") && !strcmp(cp_gguf_arch_of_config(cfg), "llama");
+  if (cfg->rope_scaling_type[0] && strcmp(cfg->rope_scaling_type, "linear") != 0 && !llama3)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF yet for %s (llama.cpp "
+                        "reads a rope_freqs tensor for llama only, and YaRN from its own keys); use --to onnx", in,
+                        cfg->rope_scaling_type, cp_family_name(cfg->family));
   switch (cfg->family) {
     case CP_FAMILY_LLAMA: return 0;
     case CP_FAMILY_BLOOM:
@@ -503,6 +507,8 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   cp_hf_config *cfg = NULL;
   cp_gguf_writer *w = NULL;
   tensor_plan plan = {0};
+  float freqs[CP_ROPE_MAX_DIMS / 2]; /* llama3's rope_freqs */
+  int64_t n_freqs = 0;
   float *vals = malloc(CHUNK_FLOATS * sizeof *vals);
   unsigned char *raw = malloc(CHUNK_FLOATS * 8);
   int rc = 0;
@@ -531,6 +537,15 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   if ((rc = cp_gguf_writer_new(&w, out)) || (rc = put_meta(w, ck, cfg, in, p, want)) ||
       (p->digest_key && (rc = cp_gguf_writer_content_digest(w, p->digest_key, "ctxpatch."))))
     goto done;
+  /* llama3 scaling: the per-pair divisors first, as llama.cpp's converter writes them (a GGUF
+   * input already has its own among its tensors). */
+  if (!cp_checkpoint_gguf(ck) && !strcmp(cfg->rope_scaling_type, "llama3")) {
+    int rot = cfg->rotary_dims > 0 ? cfg->rotary_dims : cfg->d_head;
+    n_freqs = rot / 2;
+    if ((rc = cp_rope_freq_factors(freqs, cfg, cfg->rope_theta, rot, in)) ||
+        (rc = cp_gguf_add_tensor(w, "rope_freqs.weight", CP_GGML_F32, 1, &n_freqs)))
+      goto done;
+  }
   for (size_t i = 0; i < plan.n && rc == 0; i++) {
     const cp_tensor *t = cp_checkpoint_tensor(ck, plan.v[i].src);
     int64_t shape[CP_GGUF_MAX_DIMS] = {0};
@@ -538,9 +553,10 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
     rc = cp_gguf_add_tensor(w, plan.v[i].name, plan.v[i].type, t->ndim, shape);
   }
   if (rc || (rc = cp_gguf_writer_begin(w))) goto done;
+  if (n_freqs > 0 && (rc = cp_gguf_write_f32(w, freqs, (size_t)n_freqs))) goto done;
   for (size_t i = 0; i < plan.n && rc == 0; i++) rc = write_tensor(w, ck, &plan.v[i], vals, raw);
   if (rc) goto done;
-  cp_gguf_export_stats st = {plan.n, ""};
+  cp_gguf_export_stats st = {plan.n + (n_freqs > 0), ""};
   rc = cp_gguf_writer_commit(w, st.sha256);
   w = NULL;
   if (rc == 0 && stats) *stats = st;

@@ -13,6 +13,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/onnx_import.h"
+#include "ctxpatch/model/rope.h"
 #include "ctxpatch/base/strbuf.h"
 #include "base/json_strict.h"
 #include "import/gguf/gguf_vocab_read.h"
@@ -56,6 +57,36 @@ static void put_fraction(cp_strbuf *js, const char *field, int64_t num, int64_t 
   cp_strbuf_printf(js, ",\"%s\":%.17g", field, v);
 }
 
+/* llama.cpp's per-pair RoPE divisors (the rope_freqs tensor its converter writes for llama3
+ * scaling) as the rope_scaling that gives them (model/rope.h cp_rope_fit_factors); no scaling key
+ * may come with them. `base_key` names the freq_base key (llama.cpp's default 10000). */
+static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const char *base_key, int64_t dims) {
+  const cp_tensor *t = cp_gguf_tensor(g, i);
+  char what[600], key[128];
+  float f[CP_ROPE_MAX_DIMS / 2];
+  double theta = 10000;
+  int rc;
+  snprintf(what, sizeof what, "%s: tensor 'rope_freqs.weight'", cp_gguf_path(g));
+  if (t->dtype != CP_F32 || t->ndim != 1 || t->shape[0] != dims / 2 || dims / 2 > CP_ROPE_MAX_DIMS / 2)
+    return cp_error_set(CP_ECFG_POSITION, "%s: want %lld float32 factors (one per rotated pair), not %s of %d dims",
+                        what, (long long)(dims / 2), cp_dtype_name(t->dtype), t->ndim);
+  snprintf(key, sizeof key, "%.*s.rope.scaling.type", (int)(strlen(base_key) - strlen(".rope.freq_base")), base_key);
+  if (cp_gguf_find_key(g, key) >= 0)
+    return cp_error_set(CP_ECFG_POSITION, "%s: comes with key '%s': two RoPE scalings", what, key);
+  if ((cp_gguf_find_key(g, base_key) >= 0 && (rc = cp_gguf_get_f64(&theta, g, base_key))) ||
+      (rc = cp_gguf_read(g, i, 0, f, (size_t)(dims / 2) * sizeof *f)))
+    return rc;
+  cp_rope_fit fit;
+  if ((rc = cp_rope_fit_factors(&fit, f, (int)(dims / 2), theta, (int)dims, what))) return rc;
+  if (!strcmp(fit.type, "linear"))
+    cp_strbuf_printf(js, ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":%.17g}", fit.factor);
+  else if (fit.type[0])
+    cp_strbuf_printf(js, ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":%.17g,\"low_freq_factor\":%.17g,"
+                     "\"high_freq_factor\":%.17g,\"original_max_position_embeddings\":%d}", fit.factor,
+                     fit.low_freq_factor, fit.high_freq_factor, fit.original_max_pos);
+  return 0;
+}
+
 /* Rope keys: dimension_count (the whole head unless `partial`, else rotary_pct), freq_base, and
  * scaling "none" or "linear" with a factor. */
 static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t d_head, bool partial) {
@@ -71,13 +102,15 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
                           partial ? "expected an even count in [2, head size]" : "partial rotary is not read for llama");
   }
   if (partial) put_fraction(js, "rotary_pct", dims, d_head);
-  /* llama.cpp stores llama3 scaling as per-pair frequency factors: not read yet, and running
-   * without them would rotate at other frequencies. */
-  if (cp_gguf_find(g, "rope_freqs.weight") >= 0)
-    return cp_error_set(CP_ECFG_POSITION, "%s: tensor 'rope_freqs.weight': per-pair RoPE frequency factors (llama3 "
-                        "scaling) are not read yet", cp_gguf_path(g));
   snprintf(key, sizeof key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0 && (rc = put_num(js, g, key, "rope_theta"))) return rc;
+  int64_t freqs = cp_gguf_find(g, "rope_freqs.weight");
+  if (freqs >= 0) {
+    if (strcmp(arch, "llama"))
+      return cp_error_set(CP_ECFG_POSITION, "%s: tensor 'rope_freqs.weight': llama.cpp's %s does not read "
+                          "per-pair RoPE frequency factors", cp_gguf_path(g), arch);
+    return put_rope_freqs(js, g, (size_t)freqs, key, dims);
+  }
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   if (cp_gguf_find_key(g, key) < 0) return 0;
   const char *type;

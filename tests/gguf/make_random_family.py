@@ -2,12 +2,14 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2 [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3 [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
   gpt2          learned positions (n_positions 512), Conv1D matrices stored [n_in, n_out], tied head
   qwen2         the Llama body with q/k/v biases, GQA (4 heads, 2 kv heads), tied head
+  llama3        the Llama body, GQA 4/2, untied head, Llama 3.1's rope_scaling (llama3: factor 8,
+                low/high 1/32 over an original 2048, so 3 of the 8 pairs are blended)
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -111,6 +113,24 @@ def main():
                "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "use_sliding_window": False, "sliding_window": 4096,
                "max_window_layers": L, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
                "torch_dtype": "float32"}
+    elif kind == "llama3":  # modeling_llama.py with rope_scaling llama3 (modeling_rope_utils)
+        t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
+        kvd = D // 2
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm(), norm()
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(D, D), w(kvd, D)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(kvd, D), w(D, D)
+            t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
+            t[q + "mlp.down_proj.weight"] = w(D, 4 * D)
+        t["model.norm.weight"], t["lm_head.weight"] = norm(), w(V, D)
+        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": 16384,
+               "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 32.0, "original_max_position_embeddings": 2048},
+               "tie_word_embeddings": False, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

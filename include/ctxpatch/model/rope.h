@@ -24,4 +24,26 @@ typedef struct {
  * CP_ECFG_FIELD naming `what` for a type or size it cannot compute. */
 int cp_rope_table_init(cp_rope_table *t, const cp_hf_config *cfg, double theta, int rot_dims, const char *what);
 
+/* llama.cpp's per-pair frequency divisors of a config (its GGUF `rope_freqs` tensor: pair a
+ * rotates at default inverse frequency / factors[a]), `rot_dims / 2` of them: the default table
+ * divided by the config's. 0, or cp_rope_table_init's error. */
+int cp_rope_freq_factors(float *factors, const cp_hf_config *cfg, double theta, int rot_dims, const char *what);
+
+/* The rope_scaling that a `rope_freqs` tensor stands for. llama.cpp's converter writes one only
+ * for llama3 scaling, and a llama3 table depends on (original, low, high) only through the line
+ * smooth = A * inv + B over the blended pairs, so the parameters are recovered with
+ * low_freq_factor 1 (any other choice gives the same table). */
+typedef struct {
+  char type[16];           /* "" (every factor 1), "linear" (every factor equal) or "llama3" */
+  double factor;           /* the largest factor */
+  double low_freq_factor;  /* llama3: 1 */
+  double high_freq_factor; /* llama3 */
+  int original_max_pos;    /* llama3 */
+} cp_rope_fit;
+
+/* Recovers the scaling of `n` factors (finite, >= 1, non-decreasing, n == rot_dims / 2) and checks
+ * that its table reproduces every factor within 2e-6 of it. 0, or CP_ECFG_POSITION naming `what`
+ * and the first factor that no llama3 or linear table gives. */
+int cp_rope_fit_factors(cp_rope_fit *fit, const float *factors, int n, double theta, int rot_dims, const char *what);
+
 #endif

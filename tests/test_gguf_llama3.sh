@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Llama 3.1-style RoPE scaling in GGUF (issue 31): a tiny random LlamaForCausalLM with rope_scaling
+# llama3 (tests/gguf/make_random_family.py llama3: factor 8, low/high 1/32 over an original 2048)
+# written as llama.cpp's converter writes it, read back, and proven in llama.cpp itself:
+#   - a `rope_freqs.weight` float32 tensor of the 8 per-pair divisors, equal to llama.cpp's
+#     converter formula computed here in numpy (float32 frequencies), and no rope.scaling keys;
+#   - the GGUF read back gives the same scaling (model/rope.c cp_rope_fit_factors): `forward` on
+#     the GGUF == on the HF folder byte for byte, and GGUF -> safetensors keeps the rope_scaling
+#     (in config.json; the tensor is not written);
+#   - llama.cpp's logits on a 300-token prompt == the engine's within 1e-4 x max |logit|, while the
+#     same model without the scaling is far from them (the check can fail);
+#   - factors that no llama3 table gives are refused in one line naming the tensor.
+# llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
+. "$src/tests/gguf/llamacpp_env.sh"
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/l3" llama3
+check "$bin" convert "$w/l3" "$w/l3.gguf" --to gguf
+check "$bin" convert "$w/l3.gguf" "$w/l3_sf" --to safetensors
+"$py" - "$w" <<'PY' && ok || bad "llama3 GGUF: rope_freqs and keys"
+import sys, json, math, numpy as np, gguf_py as g
+w = sys.argv[1]
+_, kv, _, t, order = g.read(f"{w}/l3.gguf")
+assert order[0] == "rope_freqs.weight" and t["rope_freqs.weight"][0] == 0 and t["rope_freqs.weight"][1] == [8], order[:2]
+got = g.f32(t["rope_freqs.weight"]).astype(np.float64)
+# llama.cpp's converter (LlamaModel, rope_freqs): float32 frequencies, bands in double
+freqs = (1.0 / (np.float32(10000.0) ** (np.arange(0, 16, 2, dtype=np.float32) / np.float32(16)))).astype(np.float32)
+want = []
+for f in freqs:
+    wl = 2 * math.pi / float(f)
+    if wl < 2048 / 32: want.append(1.0)
+    elif wl > 2048 / 1: want.append(8.0)
+    else:
+        s = (2048 / wl - 1) / (32 - 1)
+        want.append(1 / ((1 - s) / 8 + s))
+want = np.array(want, np.float32).astype(np.float64)
+assert np.all(np.abs(got - want) <= 1e-6 * want), (got, want)
+assert 3 == np.sum((want > 1) & (want < 8)), want
+assert not any(k.startswith("llama.rope.scaling") for k in kv), [k for k in kv if "rope" in k]
+back = json.load(open(f"{w}/l3_sf/config.json"))["rope_scaling"]
+src = json.load(open(f"{w}/l3/config.json"))["rope_scaling"]
+assert {k: back[k] for k in src if k != "rope_type"} == {k: v for k, v in src.items() if k != "rope_type"}, (back, src)
+assert back.get("rope_type", back.get("type")) == "llama3", back
+raw = open(f"{w}/l3_sf/model.safetensors", "rb").read()
+names = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+assert "rope_freqs.weight" not in names and len(names) - ("__metadata__" in names) == 21, sorted(names)
+print("llama3 GGUF: rope_freqs", np.round(got, 6).tolist(), "= llama.cpp's converter; scaling read back")
+PY
+prompt=$("$py" -c "import random; r=random.Random(13); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+check "$bin" forward "$w/l3" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
+check "$bin" forward "$w/l3.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
+check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
+# the same weights without the scaling: what llama.cpp would compute if it ignored rope_freqs
+mkdir -p "$w/plain" && cp "$w/l3/model.safetensors" "$w/l3/tokenizer.json" "$w/plain/"
+"$py" -c "import json,sys; c=json.load(open(sys.argv[1])); del c['rope_scaling']; json.dump(c, open(sys.argv[2],'w'))" \
+  "$w/l3/config.json" "$w/plain/config.json"
+check "$bin" forward "$w/plain" --ids "$prompt" --out "$w/e_plain.bin" --threads 1
+if [ "$lc" = 1 ]; then
+  node "$w/run.mjs" "$w/l3.gguf" 0 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp l3.gguf"
+  "$py" - "$w" <<'PY' && ok || bad "llama.cpp == engine on the llama3-scaled GGUF"
+import sys, json, numpy as np
+w = sys.argv[1]
+lc = np.array(json.load(open(f"{w}/lc.json"))["logits"], np.float64)
+e = np.fromfile(f"{w}/e_gguf.bin", "<f4").reshape(300, -1)
+plain = np.fromfile(f"{w}/e_plain.bin", "<f4").reshape(300, -1)
+d, scale, dp = np.abs(lc - e).max(), np.abs(e).max(), np.abs(lc - plain).max()
+assert lc.shape == (300, 559) and d <= 1e-4 * scale, (d, scale)
+assert dp > 100 * d and dp > 1e-3 * scale, (dp, d)
+print(f"llama.cpp llama3 == engine: max |diff| {d:.2e} of {scale:.1f}; unscaled model {dp:.2e} away")
+PY
+fi
+# Factors no llama3 table gives: refused in one line, naming the tensor.
+"$py" - "$w" <<'PY' && ok || bad "tampered rope_freqs written"
+import sys, numpy as np, gguf_py as g
+w = sys.argv[1]
+b = bytearray(open(f"{w}/l3.gguf", "rb").read())
+raw = g.read(f"{w}/l3.gguf")[3]["rope_freqs.weight"][2]
+at = b.find(raw)
+assert at > 0 and b.find(raw, at + 1) < 0
+b[at:at + len(raw)] = np.array([1, 1.1, 1.15, 3, 3.01, 3.02, 7, 8], "<f4").tobytes()
+open(f"{w}/bad.gguf", "wb").write(bytes(b))
+PY
+"$bin" inspect "$w/bad.gguf" >"$w/bad.out" 2>"$w/bad.err"
+[ $? -ne 0 ] && [ "$(wc -l <"$w/bad.err")" -eq 1 ] && grep -qF "tensor 'rope_freqs.weight'" "$w/bad.err" &&
+  grep -qF "not a llama3 or linear scaling table" "$w/bad.err" && ok || bad "tampered rope_freqs: $(cat "$w/bad.err")"
+finish
