@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/export/convert.h"
 #include "ctxpatch/export/onnx_export.h"
 #include "ctxpatch/export/gguf_export.h"
@@ -74,7 +75,7 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
 
 /* Prints a summary document on one line and frees it. */
 static void put_json(cJSON *doc) {
-  char *text = cJSON_PrintUnformatted(doc);
+  char *text = cp_json_print(doc, false);
   if (text) puts(text);
   free(text);
   cJSON_Delete(doc);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/checkpoint.h"
@@ -86,7 +87,7 @@ static void print_tensors(const cJSON *d) {
 /* A JSON member printed compactly (NULL for an empty object or null; caller frees). */
 static char *compact(const cJSON *obj, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  return cJSON_IsObject(v) && v->child ? cJSON_PrintUnformatted(v) : NULL;
+  return cJSON_IsObject(v) && v->child ? cp_json_print(v, false) : NULL;
 }
 
 /* Whether the certificate of `d` matches `digest`: certificate.json beside config.json, or in a
@@ -199,7 +200,7 @@ static void print_onnx(const cJSON *d) {
   printf("format:        onnx (%s, IR %.0f, opset %.0f, %.0f nodes, producer %s %s)\n", str(d, "model_file"),
          num(d, "ir_version"), num(d, "opset"), num(d, "node_count"), str(d, "producer"), str(d, "producer_version"));
   const cJSON *rule = cJSON_GetObjectItemCaseSensitive(d, "rule");
-  char *r = rule && !cJSON_IsNull(rule) ? cJSON_PrintUnformatted(rule) : NULL;
+  char *r = rule && !cJSON_IsNull(rule) ? cp_json_print(rule, false) : NULL;
   printf("rule:          %s (fidelity %s)\n", r ? r : "none", *str(d, "fidelity") ? str(d, "fidelity") : "none");
   free(r);
   printf("certificate:   %s\n", *str(d, "certificate_sha256") ? str(d, "certificate_sha256") : "none (uncertified)");
@@ -322,7 +323,7 @@ int cmd_inspect(int argc, char **argv) {
   if (rc < 0) {
     status = cli_report(rc);
   } else if (json) {
-    char *text = cJSON_PrintBuffered(desc, 1 << 16, 1);
+    char *text = cp_json_print(desc, true);
     if (text) puts(text);
     free(text);
   } else if (!strcmp(str(desc, "format"), "onnx")) {
