@@ -83,6 +83,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], commands[i].name))
       return cli_no_repeated_options(argc - 1, argv + 1) ? commands[i].run(argc - 1, argv + 1)
                                                          : CLI_USAGE;
-  fprintf(stderr, "ctxpatch: unknown command '%s' (see 'ctxpatch --help')\n", argv[1]);
+  cli_printf(stderr, "ctxpatch: unknown command '%s' (see 'ctxpatch --help')\n", argv[1]);
   return CLI_USAGE;
 }
