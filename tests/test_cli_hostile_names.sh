@@ -2,11 +2,12 @@
 # Names from model files and paths with terminal escapes, control bytes and invalid UTF-8
 # (tests/make_hostile_names.py: safetensors tensor names, dtypes, __metadata__ and config strings;
 # GGUF keys, values and tensor names; ONNX node and initializer names; a model folder and an
-# output folder so named) through inspect (plain and --json), forward, verify, convert, patch and
-# check (#33 item 13). Every byte any command prints, and every JSON file it writes, must be valid
-# UTF-8 with no control character but tab and newline (no ESC, BEL, DEL, C1 CSI); every JSON
-# document must parse strictly; refusals still name the thing, its bytes as \xNN. Before the fix
-# the ESC sequences reached the terminal raw and inspect --json printed invalid UTF-8.
+# output folder so named) through inspect (plain and --json), forward, verify, convert, patch,
+# check and batch --validate (#33 item 13). Every byte any command prints, and every JSON file
+# it writes, must be valid UTF-8 with no control character but tab and newline (no ESC, BEL, DEL,
+# C1 CSI); every JSON document must parse strictly; refusals still name the thing, its bytes as
+# \xNN. Before the fix the ESC sequences reached the terminal raw and inspect --json printed
+# invalid UTF-8.
 set -uo pipefail
 bin=$CTXPATCH_BIN; py=$CTXPATCH_PYTHON
 src=$CTXPATCH_SOURCE_DIR/examples/probe-models/rope-probe
@@ -60,6 +61,14 @@ run inspect_hostile_dir 0 "$bin" inspect "$hostile_dir"
 run inspect_missing 1 "$bin" inspect "$hostile_dir/missing"
 run usage_hostile 2 "$bin" inspect "$hostile_dir" --bogus-$'\033'
 cp "$patched/certificate.json" "$o/patch_certificate.json"
+# batch lists its jobs by names made from the input folders' names (a glob over a shared folder).
+cat >"$h/recipe.json" <<'JSON'
+{"recipe_version": 1, "inputs": ["dir*"], "methods": [{"name": "t09", "method": "temperature", "options": {"tau": 0.9}}],
+ "target_lengths": [256], "formats": ["safetensors"], "output": {"dir": "../batch_out", "name": "{input}-{method}-{target}"}}
+JSON
+run batch_validate 0 "$bin" batch "$h/recipe.json" --validate
+run batch_validate_json 0 "$bin" batch "$h/recipe.json" --validate --json
+cp "$o/batch_validate_json.out" "$o/batch_validate_stdout.json"
 
 # The refusals name the offending text with its bytes escaped.
 for c in "inspect_st_model_type:unsupported model type 'llama\\\\x1b\\[31mRED" \
