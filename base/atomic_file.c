@@ -590,7 +590,7 @@ int cp_copy_file_atomic(char sha256_hex[65], const char *dst, const char *src, s
 
 int cp_write_json_atomic(char sha256_hex[65], const char *path, const cJSON *doc) {
   int rc = 0;
-  char *text = cJSON_Print(doc), *line = NULL;
+  char *text = cp_json_print(doc, true), *line = NULL;
   CP_CHECK_ALLOC_GOTO(text, path);
   size_t n = strlen(text);
   CP_CHECK_ALLOC_GOTO(line = realloc(text, n + 2), path);

@@ -2,6 +2,8 @@
  * see include/ctxpatch/base/error.h. */
 #include "ctxpatch/base/error.h"
 
+#include "ctxpatch/base/quote.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -30,11 +32,12 @@ int cp_error_setv(int code, const char *fmt, va_list ap) {
   /* Formatted into a copy first: a caller may wrap the previous message (an argument of
    * cp_error_message()), which vsnprintf into the same buffer would overwrite as it reads. */
   char msg[sizeof last_message];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  for (char *p = msg; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+  /* The one point every message passes: names from files cannot reach a terminal as control
+   * characters or invalid UTF-8, nor break the line. */
+  cp_quote_text(last_message, sizeof last_message, msg, len, 0);
   last_code = code;
-  memcpy(last_message, msg, sizeof msg);
   return code;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
@@ -191,7 +192,7 @@ void cli_progress_note(void *ctx, const char *what) {
 }
 
 int cli_print_json(const cJSON *doc) {
-  char *text = doc ? cJSON_Print(doc) : NULL;
+  char *text = doc ? cp_json_print(doc, true) : NULL;
   if (!text) return cli_report(cp_nomem("--json: the JSON document"));
   puts(text);
   free(text);

@@ -276,7 +276,7 @@ typedef struct {
 } slot;
 
 static void line(size_t k, size_t n, const batch_job *j, const char *state, const char *note) {
-  fprintf(stderr, "[%zu/%zu] %-8s %s (%.1f s)%s%s\n", k, n, state, j->name, j->seconds, *note ? ": " : "", note);
+  cli_printf(stderr, "[%zu/%zu] %-8s %s (%.1f s)%s%s\n", k, n, state, j->name, j->seconds, *note ? ": " : "", note);
   fflush(stderr);
 }
 
@@ -371,7 +371,7 @@ int batch_run_jobs(batch_recipe *r, const size_t *idx, size_t n, batch_run_opts 
       slots[s].start = cp_monotonic_seconds();
       slots[s].job = idx[next - 1];
       slots[s].abandoned = false;
-      fprintf(stderr, "[-/%zu] start    %s\n", n, j->name);
+      cli_printf(stderr, "[-/%zu] start    %s\n", n, j->name);
       if ((slots[s].pid = spawn(r, j, threads, o->finish)) <= 0) {
         slots[s].pid = 0;
         rc = cp_error_set(CP_EIO, "%s: cannot start the job: %s", j->name, strerror(errno));

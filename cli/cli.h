@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cjson/cJSON.h>
 
@@ -22,6 +23,12 @@ typedef struct {
   int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
 } cli_command;
 
+/* printf to `f` with the text made safe for a terminal (cp_quote_text, keeping newlines): for
+ * lines that carry names from files or paths (messages from cp_error_set are safe already). */
+void cli_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Every string value of the tree `v` (and its siblings) made safe for a terminal as cli_printf
+ * makes text, before a table is printed from it; the tree no longer reads back as the original. */
+void cli_json_printable(cJSON *v);
 /* Prints "ctxpatch: error CODE_NAME: message" for a library failure and returns CLI_FAIL. */
 int cli_report(int rc);
 /* Prints "ctxpatch CMD: message" plus a hint to --help and returns CLI_USAGE. */

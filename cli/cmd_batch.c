@@ -150,15 +150,15 @@ static void print_table(const batch_recipe *r, const size_t *idx, size_t n, cons
   for (size_t k = 0; k < n; k++) {
     const batch_job *j = &r->jobs[idx[k]];
     if (!strcmp(mode, "validate")) {
-      printf("%-48s %s\n", j->name, j->digest);
+      cli_printf(stdout, "%-48s %s\n", j->name, j->digest);
       continue;
     }
-    printf("%-48s %-8s %7.1f s  %s\n", j->name, batch_state_name(j->state), j->seconds, j->message);
+    cli_printf(stdout, "%-48s %-8s %7.1f s  %s\n", j->name, batch_state_name(j->state), j->seconds, j->message);
     if (strcmp(mode, "status") != 0) continue;
     batch_temps t;
     job_temps(&t, j);
     for (size_t i = 0; i < t.n; i++)
-      printf("    temporary %s (pid %ld on %s: %s)\n", t.items[i].path, t.items[i].pid, t.items[i].host,
+      cli_printf(stdout, "    temporary %s (pid %ld on %s: %s)\n", t.items[i].path, t.items[i].pid, t.items[i].host,
              batch_temp_state_name(t.items[i].state));
     batch_temps_free(&t);
   }
@@ -193,7 +193,7 @@ static int report(const batch_recipe *r, const size_t *idx, size_t n, const batc
     return printed == CLI_OK ? status : printed;
   }
   print_table(r, idx, n, mode);
-  if (!strcmp(mode, "validate")) printf("batch: %s: valid, %zu jobs in this slice of %zu\n", r->path, n, r->n_jobs);
+  if (!strcmp(mode, "validate")) cli_printf(stdout, "batch: %s: valid, %zu jobs in this slice of %zu\n", r->path, n, r->n_jobs);
   else
     printf("batch: %zu jobs (shard %llu/%llu of %zu): done %zu, skipped %zu, refused %zu, errors %zu, stale %zu, "
            "held %zu, pending %zu%s%s\n",
@@ -215,7 +215,7 @@ static int run(batch_recipe *r, size_t *idx, size_t n, const batch_args *a) {
     if ((s != JOB_DONE && s != JOB_REFUSED) || batch_dir_has_temps(&dl, j)) todo[n_todo++] = idx[k];
     else {
       if (s == JOB_DONE) j->state = JOB_SKIPPED;
-      fprintf(stderr, "[-/-] %-8s %s\n", s == JOB_DONE ? "skipped" : "refused", j->name);
+      cli_printf(stderr, "[-/-] %-8s %s\n", s == JOB_DONE ? "skipped" : "refused", j->name);
     }
   }
   batch_dirlist_free(&dl);

@@ -96,7 +96,7 @@ static void print_tau(double tau) {
 }
 
 static void print_text(const cp_calib_table *t, const char *model_path) {
-  printf("model %s: scope %s (%d layers), L_tr = %lld, %s inputs x %d, grid %g:%g:%g%s%s\n", model_path, t->scope,
+  cli_printf(stdout, "model %s: scope %s (%d layers), L_tr = %lld, %s inputs x %d, grid %g:%g:%g%s%s\n", model_path, t->scope,
          t->n_layers, (long long)t->train_len, t->inputs == CP_CAL_INPUTS_PROBE ? "probe" : "random", t->samples,
          t->grid_hi, t->grid_lo, t->grid_step, t->refine ? ", refined" : "", t->per_layer ? ", per layer" : "");
   /* Tables 9-12 of the seed: methods down, lengths across. */
@@ -312,7 +312,7 @@ int cmd_calibrate(int argc, char **argv) {
     print_text(&t, model_path);
     if (rule_text) printf("\nschedule (%s): %s\n", cp_cal_method_name(methods[0]), rule_text);
   }
-  if (out_path) fprintf(stderr, "wrote %s\n", out_path);
+  if (out_path) cli_printf(stderr, "wrote %s\n", out_path);
 done:
   free(rule_text);
   cJSON_Delete(j);

@@ -82,10 +82,11 @@ static void print_json_error(const char *path, int rc) {
 static int print_text(const char *path, const cp_check_report *r, bool rerun) {
   for (size_t i = 0; i < r->n_failures; i++) printf("FAIL %s: %s\n", r->failures[i].kind, r->failures[i].message);
   if (r->n_failures) {
-    printf("check: %s: %zu failure%s\n", path, r->n_failures, r->n_failures == 1 ? "" : "s");
+    cli_printf(stdout, "check: %s: %zu failure%s\n", path, r->n_failures, r->n_failures == 1 ? "" : "s");
     return CLI_FAIL;
   }
-  printf("check: %s: pass (%s, %zu files, certificate sha256 %s", path, r->format, r->n_files, r->certificate_sha256);
+  cli_printf(stdout, "check: %s: pass (%s, %zu files, certificate sha256 %s", path, r->format, r->n_files,
+             r->certificate_sha256);
   if (rerun && r->rerun_cells) printf(", re-run: %d cells equal", r->rerun_cells);
   if (rerun && r->runtime_reran)
     printf(", runtime re-run: equal, max |diff| %.3g%s", r->runtime_max_diff,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/export/convert.h"
 #include "ctxpatch/export/onnx_export.h"
 #include "ctxpatch/export/gguf_export.h"
@@ -74,7 +75,7 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *text, unsigned
 
 /* Prints a summary document on one line and frees it. */
 static void put_json(cJSON *doc) {
-  char *text = cJSON_PrintUnformatted(doc);
+  char *text = cp_json_print(doc, false);
   if (text) puts(text);
   free(text);
   cJSON_Delete(doc);
@@ -113,7 +114,7 @@ static int convert_onnx(const char *in, const char *out, const char *rule_path, 
     put_json(doc);
   } else {
     bool t5 = st.graphs == 2;
-    printf("wrote %s: %s (%llu bytes)", out,
+    cli_printf(stdout, "wrote %s: %s (%llu bytes)", out,
            t5 ? "onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx" : "onnx/model.onnx",
            (unsigned long long)st.model_bytes);
     if (st.data_bytes)
@@ -140,7 +141,7 @@ static int convert_gguf(const char *in, const char *out, const char *dtype, int6
     cJSON_AddNumberToObject(doc, "tensors", (double)st.tensors);
     cJSON_AddStringToObject(doc, "sha256", st.sha256);
     put_json(doc);
-  } else printf("wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
+  } else cli_printf(stdout, "wrote %s: GGUF v3, %llu tensors, sha256 %s\n", out, (unsigned long long)st.tensors, st.sha256);
   return CLI_OK;
 }
 
@@ -230,7 +231,7 @@ int cmd_convert(int argc, char **argv) {
     cJSON_AddBoolToObject(doc, "manifest", !params.no_manifest);
     put_json(doc);
   } else
-    printf("wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, %s\n", out,
+    cli_printf(stdout, "wrote %s: %llu tensors, %llu bytes in %llu shard%s, %llu config/tokenizer file%s, %s\n", out,
            (unsigned long long)stats.tensors, (unsigned long long)stats.tensor_bytes,
            (unsigned long long)stats.shards, stats.shards == 1 ? "" : "s", (unsigned long long)stats.aux_files,
            stats.aux_files == 1 ? "" : "s", manifest_note(params.no_manifest));

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
@@ -87,7 +88,7 @@ static int write_stats(const char *path, const cp_engine_stats *st) {
       cJSON_AddItemToArray(en, b);
     }
   }
-  if (!(text = cJSON_PrintUnformatted(root))) goto nomem;
+  if (!(text = cp_json_print(root, false))) goto nomem;
   if ((rc = cp_atomic_open(&f, path))) goto done;
   if ((rc = cp_atomic_write(f, text, strlen(text))) || (rc = cp_atomic_write(f, "\n", 1))) {
     cp_atomic_abort(f);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/checkpoint.h"
@@ -86,18 +87,18 @@ static void print_tensors(const cJSON *d) {
 /* A JSON member printed compactly (NULL for an empty object or null; caller frees). */
 static char *compact(const cJSON *obj, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-  return cJSON_IsObject(v) && v->child ? cJSON_PrintUnformatted(v) : NULL;
+  return cJSON_IsObject(v) && v->child ? cp_json_print(v, false) : NULL;
 }
 
-/* Whether the certificate of `d` matches `digest`: certificate.json beside config.json, or in a
- * GGUF file its ctxpatch.certificate key. */
-static const char *certificate_match(const cJSON *d, const char *digest) {
+/* Whether the certificate of `d` (read from `path`) matches `digest`: certificate.json beside
+ * config.json, or in a GGUF file its ctxpatch.certificate key. */
+static const char *certificate_match(const cJSON *d, const char *path, const char *digest) {
   char hex[65];
   if (!strcmp(str(d, "format"), "gguf")) {
     cp_gguf_file *g = NULL;
     const char *text = NULL;
     size_t len = 0;
-    bool have = cp_gguf_open(&g, str(d, "path")) == 0 && cp_gguf_find_key(g, "ctxpatch.certificate") >= 0 &&
+    bool have = cp_gguf_open(&g, path) == 0 && cp_gguf_find_key(g, "ctxpatch.certificate") >= 0 &&
                 cp_gguf_get_str(&text, &len, g, "ctxpatch.certificate") == 0;
     if (have) cp_sha256_hex(hex, text, len);
     cp_gguf_free(g);
@@ -105,17 +106,17 @@ static const char *certificate_match(const cJSON *d, const char *digest) {
     return !have ? "no ctxpatch.certificate key" : !strcmp(hex, digest) ? "ctxpatch.certificate matches"
                                                                          : "ctxpatch.certificate DIFFERS from this digest";
   }
-  char *path = cp_path_join(str(d, "path"), "certificate.json");
-  const char *file = !path || cp_sha256_file(hex, path) ? "no certificate.json beside it"
+  char *cert = cp_path_join(path, "certificate.json");
+  const char *file = !cert || cp_sha256_file(hex, cert) ? "no certificate.json beside it"
                      : !strcmp(hex, digest)            ? "certificate.json matches"
                                                        : "certificate.json DIFFERS from this digest";
-  free(path);
+  free(cert);
   return file;
 }
 
 /* The "ctxpatch" block of a patched artifact: what it carries, which runtimes execute it, and
  * whether it was certified (the digest checked against the certificate). */
-static void print_ctxpatch(const cJSON *d) {
+static void print_ctxpatch(const cJSON *d, const char *path) {
   const cJSON *b = cJSON_GetObjectItemCaseSensitive(d, "ctxpatch");
   if (!cJSON_IsObject(b)) return;
   char *rule = compact(b, "rule"), *baked = compact(b, "baked_rule");
@@ -133,10 +134,10 @@ static void print_ctxpatch(const cJSON *d) {
     printf("  certified:   no%s\n", cJSON_IsFalse(cert) ? " (written with --no-verify)" : " (not recorded)");
     return;
   }
-  printf("  certified:   yes, certificate sha256 %s (%s)\n", *digest ? digest : "?", certificate_match(d, digest));
+  printf("  certified:   yes, certificate sha256 %s (%s)\n", *digest ? digest : "?", certificate_match(d, path, digest));
 }
 
-static void print_text(const cJSON *d) {
+static void print_text(const cJSON *d, const char *path) {
   printf("path:          %s\n", str(d, "path"));
   const cJSON *files = cJSON_GetObjectItemCaseSensitive(d, "files");
   printf("format:        %s (%d file%s)\n", str(d, "format"), cJSON_GetArraySize(files),
@@ -159,7 +160,7 @@ static void print_text(const cJSON *d) {
   } else {
     printf("architecture:  unknown (no config.json beside the weights)\n");
   }
-  print_ctxpatch(d);
+  print_ctxpatch(d, path);
   printf("tensors:       %.0f (%.0f parameters, %.0f bytes;", num(d, "tensor_count"), num(d, "parameter_count"),
          num(d, "bytes"));
   const cJSON *dt;
@@ -199,7 +200,7 @@ static void print_onnx(const cJSON *d) {
   printf("format:        onnx (%s, IR %.0f, opset %.0f, %.0f nodes, producer %s %s)\n", str(d, "model_file"),
          num(d, "ir_version"), num(d, "opset"), num(d, "node_count"), str(d, "producer"), str(d, "producer_version"));
   const cJSON *rule = cJSON_GetObjectItemCaseSensitive(d, "rule");
-  char *r = rule && !cJSON_IsNull(rule) ? cJSON_PrintUnformatted(rule) : NULL;
+  char *r = rule && !cJSON_IsNull(rule) ? cp_json_print(rule, false) : NULL;
   printf("rule:          %s (fidelity %s)\n", r ? r : "none", *str(d, "fidelity") ? str(d, "fidelity") : "none");
   free(r);
   printf("certificate:   %s\n", *str(d, "certificate_sha256") ? str(d, "certificate_sha256") : "none (uncertified)");
@@ -246,7 +247,7 @@ static int check_values(const char *path) {
       }
       if (bad >= 0) {
         double v = dt == CP_F64 ? raw[bad] : f[bad];
-        printf("%s: tensor '%s' (%s): element %llu is %s\n", path, tn->name, cp_dtype_name(dt),
+        cli_printf(stdout, "%s: tensor '%s' (%s): element %llu is %s\n", path, tn->name, cp_dtype_name(dt),
                (unsigned long long)(at + (uint64_t)bad), isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
         status = CLI_FAIL;
         break;
@@ -255,7 +256,7 @@ static int check_values(const char *path) {
     }
   }
   if (rc < 0) status = cli_report(rc);
-  else if (status == CLI_OK) printf("%s: %zu floating-point tensors, all finite\n", path, scanned);
+  else if (status == CLI_OK) cli_printf(stdout, "%s: %zu floating-point tensors, all finite\n", path, scanned);
   cp_checkpoint_free(ck);
   free(raw);
   free(f);
@@ -322,13 +323,13 @@ int cmd_inspect(int argc, char **argv) {
   if (rc < 0) {
     status = cli_report(rc);
   } else if (json) {
-    char *text = cJSON_PrintBuffered(desc, 1 << 16, 1);
+    char *text = cp_json_print(desc, true);
     if (text) puts(text);
     free(text);
-  } else if (!strcmp(str(desc, "format"), "onnx")) {
-    print_onnx(desc);
   } else {
-    print_text(desc);
+    cli_json_printable(desc); /* names from the files, shown in a table */
+    if (!strcmp(str(desc, "format"), "onnx")) print_onnx(desc);
+    else print_text(desc, path);
   }
   cJSON_Delete(desc);
   cp_hf_config_free(cfg);

@@ -342,12 +342,12 @@ static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const 
     cli_print_runtime_check(oc->certificate_json);
   }
   if (!oc->pass) {
-    printf("certification failed: nothing written to %s\n", out_dir);
+    cli_printf(stdout, "certification failed: nothing written to %s\n", out_dir);
     return CLI_FAIL;
   }
   cli_patch_print_effective_in(oc);
-  if (oc->verified) printf("wrote %s (certified, certificate sha256 %s)\n", out_dir, oc->certificate_sha256);
-  else printf("wrote %s (NOT certified: --no-verify)\n", out_dir);
+  if (oc->verified) cli_printf(stdout, "wrote %s (certified, certificate sha256 %s)\n", out_dir, oc->certificate_sha256);
+  else cli_printf(stdout, "wrote %s (NOT certified: --no-verify)\n", out_dir);
   return CLI_OK;
 }
 
@@ -520,7 +520,7 @@ int cmd_patch(int argc, char **argv) {
     o = &rw.outcome;
     if (o->written) cli_patch_rewrite_print(&rw.rewrite);
     if (rc == 0 && pa.no_verify) { /* nothing was run: no verdict to print (not even with --json) */
-      printf("wrote %s (NOT certified: --no-verify)\n", pa.out_dir);
+      cli_printf(stdout, "wrote %s (NOT certified: --no-verify)\n", pa.out_dir);
       goto done;
     }
   } else rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp);

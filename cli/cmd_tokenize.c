@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/gguf_model.h"
@@ -70,7 +71,7 @@ static int print_ids(const int64_t *ids, size_t n, bool json, const cp_tokenizer
     cJSON *num = cJSON_CreateNumber((double)ids[i]);
     if (!num || !cJSON_AddItemToArray(arr, num)) goto nomem;
   }
-  if (!cJSON_AddNumberToObject(root, "count", (double)n) || !(text = cJSON_PrintUnformatted(root))) goto nomem;
+  if (!cJSON_AddNumberToObject(root, "count", (double)n) || !(text = cp_json_print(root, false))) goto nomem;
   printf("%s\n", text);
   goto done;
 nomem:
@@ -128,7 +129,7 @@ int cmd_tokenize(int argc, char **argv) {
        * decoding of U+0000 is rare enough to refuse rather than misprint. */
       if (strlen(out) != outlen) {
         rc = cp_error_set(CP_EUNSUPPORTED, "tokenize: decoded text contains a NUL byte; use plain output");
-      } else if (!root || !cJSON_AddStringToObject(root, "text", out) || !(s = cJSON_PrintUnformatted(root))) {
+      } else if (!root || !cJSON_AddStringToObject(root, "text", out) || !(s = cp_json_print(root, false))) {
         rc = cp_nomem("tokenize");
       } else {
         printf("%s\n", s);

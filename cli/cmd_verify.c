@@ -96,7 +96,7 @@ static void print_rule(const cp_model *model, const cp_rule *applied, bool basel
   free(text);
   if (cfg->has_ctxpatch && !cp_rule_is_identity(&cfg->ctxpatch_baked_rule)) {
     text = cp_rule_to_string(&cfg->ctxpatch_baked_rule);
-    printf("baked into the weights: %s (%s)\n", text ? text : "?", cfg->ctxpatch_fidelity);
+    cli_printf(stdout, "baked into the weights: %s (%s)\n", text ? text : "?", cfg->ctxpatch_fidelity);
     free(text);
   }
   if (baseline && model->has_metadata_rule) printf("baseline: the same weights without the metadata rule\n");

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/quote.h"
 #include "ctxpatch/base/version.h"
 #include "ctxpatch/export/onnx_export.h"
 #include "ctxpatch/import/onnx_import.h"
@@ -30,12 +31,13 @@ int cli_report(int rc) {
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  char msg[1024], safe[1024];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "ctxpatch %s: ", cmd);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, " (see 'ctxpatch %s --help')\n", cmd);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  cp_quote_text(safe, sizeof safe, msg, strlen(msg), 0); /* arguments and recipe entries: printable */
+  fprintf(stderr, "ctxpatch %s: %s (see 'ctxpatch %s --help')\n", cmd, safe, cmd);
   return CLI_USAGE;
 }
 
@@ -81,6 +83,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], commands[i].name))
       return cli_no_repeated_options(argc - 1, argv + 1) ? commands[i].run(argc - 1, argv + 1)
                                                          : CLI_USAGE;
-  fprintf(stderr, "ctxpatch: unknown command '%s' (see 'ctxpatch --help')\n", argv[1]);
+  cli_printf(stderr, "ctxpatch: unknown command '%s' (see 'ctxpatch --help')\n", argv[1]);
   return CLI_USAGE;
 }

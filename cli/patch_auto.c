@@ -89,7 +89,7 @@ int cli_patch_auto(const char *in, const char *out_dir, const cp_patch_options *
              "runtimes ignore (--for ctxpatch runs %s; patch --method M --to onnx carries any rule)\n",
              inert, inert == 1 ? "" : "s", inert == 1 ? "its" : "their", inert == 1 ? "it" : "them");
     if (a->best < 0) {
-      printf("no candidate passed certification: nothing written to %s\n", out_dir);
+      cli_printf(stdout, "no candidate passed certification: nothing written to %s\n", out_dir);
       status = CLI_FAIL;
     } else {
       cli_print_verify_result(a->outcome.result, th, "original [95% CI]");

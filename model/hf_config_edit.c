@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model/hf_config_json.h"
+#include "base/json_strict.h"
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/strbuf.h"
@@ -80,7 +81,7 @@ static int check_finite(const cJSON *v, const char *path, const char *what) {
  * compact when the file is on one line, else cJSON's layout with its tab levels turned into
  * repeats of `ind`. Raw tabs only occur as cJSON's layout: strings carry them escaped. */
 static void put_value(cp_strbuf *b, const cJSON *v, const char *ind, size_t ind_len, bool pretty) {
-  char *text = pretty ? cJSON_Print(v) : cJSON_PrintUnformatted(v);
+  char *text = cp_json_print(v, pretty);
   if (!text) {
     b->oom = true;
     return;

@@ -137,7 +137,7 @@ static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tm
   cJSON_AddStringToObject(p, "baseline", in);
   cJSON_AddStringToObject(p, "format", cp_artifact_format_name(cp_patch_format(params)));
   cJSON_AddItemToObject(p, "effective_in", cJSON_CreateStringArray(out->effective_in, out->n_effective_in));
-  CP_CHECK_ALLOC_GOTO(out->certificate_json = cJSON_Print(cert), tmp);
+  CP_CHECK_ALLOC_GOTO(out->certificate_json = cp_json_print(cert, true), tmp);
   if (out->pass) *cert_out = cert, cert = NULL;
 done:
   cJSON_Delete(cert);
@@ -149,7 +149,7 @@ done:
 static int write_certificate(cp_patch_outcome *out, const char *tmp, const cJSON *cert) {
   char *path = NULL, *text = NULL;
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(text = cJSON_Print(cert), tmp);
+  CP_CHECK_ALLOC_GOTO(text = cp_json_print(cert, true), tmp);
   free(out->certificate_json);
   out->certificate_json = text;
   CP_CHECK_ALLOC_GOTO(path = cp_path_join(tmp, "certificate.json"), tmp);

@@ -1,5 +1,6 @@
 /* The runtime check of a certified artifact into its certificate (patchers/patch_runtime.h). */
 #include "patchers/patch_runtime.h"
+#include "base/json_strict.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ int cp_patch_runtime_check(cJSON *cert, cp_patch_outcome *out, cp_runtime_kind k
   if (rc < 0) return rc;
   cJSON_AddItemToObject(cert, "runtime_check", obj);
   if (differs && (rc = fail_verdict(cert, out, obj)) < 0) return rc;
-  char *text = cJSON_Print(cert);
+  char *text = cp_json_print(cert, true);
   CP_CHECK_ALLOC(text, "certificate");
   free(out->certificate_json);
   out->certificate_json = text;

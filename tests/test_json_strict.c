@@ -9,12 +9,30 @@ static cp_json_problem scan(const char *text, size_t *offset) {
   return p;
 }
 
+/* cp_json_print: names copied byte for byte from files come out as valid UTF-8 without raw
+ * control characters (#33); the strict scanner, which refuses invalid UTF-8, reads the result. */
+static void print_names(void) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "k\x1b\xff", "a\x07\x7f\xc2\x9b\xe2\x80\xae\xc3\xa9\xc3|");
+  char *t = cp_json_print(o, false);
+  CHECK_MSG(t && !strcmp(t, "{\"k\\u001b\xef\xbf\xbd\":\"a\\u0007\\u007f\\u009b\\u202e\xc3\xa9\xef\xbf\xbd|\"}"),
+            "got '%s'", t ? t : "(null)");
+  CHECK(t && scan(t, NULL) == CP_JSON_OK);
+  free(t);
+  cJSON_DeleteItemFromObject(o, "k\x1b\xff");
+  cJSON_AddStringToObject(o, "plain", "\xe2\x82\xac");
+  CHECK((t = cp_json_print(o, true)) && !strcmp(t, "{\n\t\"plain\":\t\"\xe2\x82\xac\"\n}")); /* untouched */
+  free(t);
+  cJSON_Delete(o);
+}
+
 int main(void) {
   size_t off = 0;
+  print_names();
   CHECK(scan("{\"a\":1,\"b\":[true,false,null,\"x\",-1.5e3]}", NULL) == CP_JSON_OK);
   CHECK(scan("  {}  ", NULL) == CP_JSON_OK);
   CHECK(scan("{\"a\":1,\"a\":2}", &off) == CP_JSON_DUPLICATE && off == 7);
-  CHECK(scan("{\"a\":1,\"\\u0061\":2}", NULL) == CP_JSON_OK); /* escapes compared raw-decoded */
+  CHECK(scan("{\"a\":1,\"\\u0061\":2}", NULL) == CP_JSON_OK);           /* escapes compared raw-decoded */
   CHECK(scan("{\"x\":{\"a\":1},\"y\":{\"a\":1}}", NULL) == CP_JSON_OK); /* same key, other objects */
   CHECK(scan("{\"x\":{\"a\":1,\"a\":1}}", NULL) == CP_JSON_DUPLICATE);
   /* only empty keys: no key bytes were ever stored (fuzz_rule found UB here under UBSan) */
@@ -54,9 +72,8 @@ int main(void) {
   free(big);
 
   cJSON *json = NULL;
-  CHECK_RC(CP_ECFG_DUPLICATE_KEY, cp_json_parse_strict(&json, "{\"a\":1,\"a\":1}", 13, "cfg.json", 128,
-                                                       CP_ECFG_JSON, CP_ECFG_JSON, CP_ECFG_DUPLICATE_KEY,
-                                                       CP_ECFG_DEPTH));
+  CHECK_RC(CP_ECFG_DUPLICATE_KEY, cp_json_parse_strict(&json, "{\"a\":1,\"a\":1}", 13, "cfg.json", 128, CP_ECFG_JSON,
+                                                       CP_ECFG_JSON, CP_ECFG_DUPLICATE_KEY, CP_ECFG_DEPTH));
   CHECK(strstr(cp_error_message(), "cfg.json") && strstr(cp_error_message(), "'a'"));
   CHECK_RC(0, cp_json_parse_strict(&json, "{\"a\":[1,2]}", 11, "cfg.json", 128, CP_ECFG_JSON, CP_ECFG_JSON,
                                    CP_ECFG_DUPLICATE_KEY, CP_ECFG_DEPTH));

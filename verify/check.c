@@ -12,6 +12,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/base/quote.h"
 #include "verify/check_int.h"
 
 #define SUMS_NAME "SHA256SUMS"
@@ -32,13 +33,12 @@ void cp_check_report_free(cp_check_report *r) {
 }
 
 int check_fail(cp_check_report *r, const char *kind, const char *fmt, ...) {
-  char line[1024];
+  char raw[1024], line[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
-  for (char *p = line; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
+  cp_quote_text(line, sizeof line, raw, strlen(raw), 0); /* one line, names made printable */
   char *msg = strdup(line);
   if (!msg || CP_ARRAY_RESERVE(r->failures, r->cap, r->n_failures + 1, "check report") < 0) {
     free(msg);

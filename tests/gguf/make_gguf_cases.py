@@ -142,7 +142,8 @@ def hostile():
     yield "dup_key", "CP_EGGUF_DUPLICATE", "{p}: key 'a' appears twice", header(0, 2) + kv("a", U8, 1) + kv("a", U8, 2)
     yield "empty_key", "CP_EGGUF_NAME", "{p}: offset 24: key 0 '' is empty", header(0, 1) + s("") + struct.pack("<IB", U8, 0) + b"\0" * 4
     yield "nul_key", "CP_EGGUF_NAME", "{p}: offset 24: key 0 'a?b' is holding a NUL byte", header(0, 1) + kv(b"a\0b", U8, 0)
-    yield "utf8_key", "CP_EGGUF_NAME", "{p}: offset 24: key 0 'a\xff' is not valid UTF-8".encode("latin-1").decode("utf-8", "surrogateescape"), \
+    # The message names the key with its invalid byte masked (it once printed the raw 0xff).
+    yield "utf8_key", "CP_EGGUF_NAME", "{p}: offset 24: key 0 'a?' is not valid UTF-8", \
         header(0, 1) + kv(b"a\xff", U8, 0)
     for name, t, v, msg in [("align_3", U32, 48, "general.alignment 48 is not a power of two up to 65536"),
                             ("align_0", U32, 0, "general.alignment 0 is not a power of two up to 65536"),
