@@ -75,23 +75,127 @@ static const char CSS[] =
     "footer{max-width:1160px;margin:0 auto;padding:4px 24px 24px;color:#6b7280;font-size:12px}"
     "footer span{margin-right:14px}";
 
+/* The patch object of an artifact's certificate (`patch`), or of a re-verified artifact (`artifact`). */
+static const cJSON *patch_of(const cJSON *c) {
+  const cJSON *patch = cJSON_GetObjectItemCaseSensitive(c, "patch");
+  return patch ? patch : cJSON_GetObjectItemCaseSensitive(c, "artifact");
+}
+
+/* Whether a path step names the file layout rather than the model: onnx/, model.onnx,
+ * decoder_model_merged.onnx, encoder_model.onnx, model.safetensors, ... */
+static bool generic_step(const char *s, size_t n) {
+  static const char *const generic[] = {"onnx", "model", "encoder_model", "decoder_model", "decoder_model_merged"};
+  const char *dot = memchr(s, '.', n);
+  size_t stem = dot ? (size_t)(dot - s) : n;
+  for (size_t i = 0; i < sizeof generic / sizeof *generic; i++)
+    if (stem == strlen(generic[i]) && !strncmp(s, generic[i], stem)) return true;
+  return false;
+}
+
+/* The model's name: the last step of patch.baseline (the input patch read) that names more than
+ * the file layout (rpx/onnx/model.onnx -> rpx), else the family. */
+static void put_model_name(cp_strbuf *b, const cJSON *c) {
+  const char *in = get_str(cJSON_GetObjectItemCaseSensitive(c, "patch"), "baseline");
+  const char *family = get_str(cJSON_GetObjectItemCaseSensitive(c, "model"), "family");
+  size_t end = in ? strlen(in) : 0, start = end, last_start = 0, last_end = 0;
+  for (bool first = true; end > 0; first = false) {
+    while (end > 0 && in[end - 1] == '/') end--;
+    start = end;
+    while (start > 0 && in[start - 1] != '/') start--;
+    if (end == start) break;
+    if (first) last_start = start, last_end = end;
+    if (!generic_step(in + start, end - start)) break;
+    end = start;
+  }
+  if (end == start) start = last_start, end = last_end; /* every step generic: the last one */
+  if (end > start) {
+    cp_strbuf name = {0};
+    cp_strbuf_put(&name, in + start, end - start);
+    if (name.oom) b->oom = true;
+    else report_esc(b, name.s);
+    cp_strbuf_free(&name);
+  } else {
+    report_esc(b, family ? family : "model");
+  }
+}
+
+/* Who the artifact is for: the runtimes of patch.effective_in, "ctxpatch only" when that is all. */
+static void put_runtimes(cp_strbuf *b, const cJSON *eff) {
+  const cJSON *e;
+  int i = 0, n = cJSON_GetArraySize(eff);
+  if (n == 1 && cJSON_IsString(eff->child) && !strcmp(eff->child->valuestring, "ctxpatch")) {
+    cp_strbuf_str(b, "ctxpatch only");
+    return;
+  }
+  cJSON_ArrayForEach(e, eff) if (cJSON_IsString(e)) {
+    cp_strbuf_str(b, i == 0 ? "" : i == n - 1 ? " and " : ", ");
+    report_esc(b, e->valuestring);
+    i++;
+  }
+}
+
+/* Title: model, method and target runtime (patch certificates); family for a plain verify. The
+ * line under it: family, training length, format, fidelity and who executes the patch. */
 static void put_header(cp_strbuf *b, const cJSON *c) {
-  const cJSON *model = cJSON_GetObjectItemCaseSensitive(c, "model");
-  const char *family = get_str(model, "family");
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(c, "model"), *patch = patch_of(c);
+  const char *family = get_str(model, "family"), *method = get_str(patch, "method");
+  const char *format = get_str(patch, "format"), *fidelity = get_str(patch, "fidelity");
   const cJSON *tl = cJSON_GetObjectItemCaseSensitive(model, "train_len");
+  const cJSON *eff = cJSON_GetObjectItemCaseSensitive(patch, "effective_in");
+  bool has_eff = cJSON_IsArray(eff) && eff->child;
+  cp_strbuf title = {0};
+  if (method) {
+    put_model_name(&title, c);
+    cp_strbuf_str(&title, ", ");
+    report_esc(&title, method);
+    if (has_eff) {
+      cp_strbuf_str(&title, ", for ");
+      put_runtimes(&title, eff);
+    }
+  } else {
+    report_esc(&title, family ? family : "unknown family");
+  }
+  if (title.oom) b->oom = true;
+  const char *t = title.s ? title.s : "";
   cp_strbuf_str(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-             "style-src 'unsafe-inline'\">\n"
-             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>ctxpatch verify: ");
-  report_esc(b, family ? family : "model");
-  cp_strbuf_str(b, "</title>\n<style>");
+                   "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+                   "style-src 'unsafe-inline'\">\n"
+                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>ctxpatch ");
+  cp_strbuf_printf(b, "%s: %s</title>\n<style>", method ? "report" : "verify", t);
   cp_strbuf_str(b, CSS);
-  cp_strbuf_str(b, "</style>\n</head>\n<body>\n<main>\n<h1>ctxpatch verify report: <span class=\"family\">");
-  report_esc(b, family ? family : "unknown family");
-  cp_strbuf_str(b, "</span></h1>\n<p class=\"sub\">training length ");
+  cp_strbuf_printf(b, "</style>\n</head>\n<body>\n<main>\n<h1>ctxpatch %s: <span class=\"title\">%s</span></h1>\n",
+                   method ? "report" : "verify report", t);
+  cp_strbuf_free(&title);
+  cp_strbuf_str(b, "<p class=\"sub\">");
+  if (method) {
+    report_esc(b, family ? family : "unknown family");
+    cp_strbuf_str(b, ", ");
+  }
+  cp_strbuf_str(b, "training length ");
   if (cJSON_IsNumber(tl)) cp_strbuf_printf(b, "%.0f", tl->valuedouble);
   else cp_strbuf_str(b, "unknown");
-  cp_strbuf_str(b, " tokens &middot; accuracy of long-context retrieval probes, patched model");
+  cp_strbuf_str(b, " tokens");
+  if (format) {
+    cp_strbuf_str(b, " &middot; ");
+    report_esc(b, format);
+    cp_strbuf_str(b, " artifact");
+  }
+  if (fidelity) {
+    cp_strbuf_str(b, " &middot; fidelity <span class=\"fidelity\">");
+    report_esc(b, fidelity);
+    cp_strbuf_str(b, "</span>");
+  }
+  if (has_eff) {
+    cp_strbuf_str(b, " &middot; <span class=\"effective\">");
+    bool only = cJSON_GetArraySize(eff) == 1 && cJSON_IsString(eff->child) && !strcmp(eff->child->valuestring, "ctxpatch");
+    if (only) cp_strbuf_str(b, "<strong>effective in ctxpatch only</strong>");
+    else {
+      cp_strbuf_str(b, "executed by ");
+      put_runtimes(b, eff);
+    }
+    cp_strbuf_str(b, "</span>");
+  }
+  cp_strbuf_str(b, " &middot; accuracy of long-context retrieval probes, patched model");
   if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), "baseline"))
     cp_strbuf_str(b, " against the unpatched baseline");
   cp_strbuf_str(b, "</p>\n");
@@ -209,8 +313,7 @@ static void put_settings(cp_strbuf *b, const cJSON *c, const report_data *d) {
   const cJSON *rule = cJSON_GetObjectItemCaseSensitive(c, "rule");
   /* A `ctxpatch patch` certificate also says what was baked into the weights: then the rule the
    * engine applied can be empty while the patched side still differs from the original. */
-  const cJSON *patch = cJSON_GetObjectItemCaseSensitive(c, "patch");
-  if (!patch) patch = cJSON_GetObjectItemCaseSensitive(c, "artifact"); /* a re-verified artifact */
+  const cJSON *patch = patch_of(c);
   const cJSON *baked = cJSON_GetObjectItemCaseSensitive(patch, "baked_rule");
   if (cJSON_IsObject(baked) && baked->child) {
     const cJSON *fidelity = cJSON_GetObjectItemCaseSensitive(patch, "fidelity");
