@@ -343,6 +343,59 @@ static void test_patch_title(void) {
   }
 }
 
+/* `patch --method auto`'s table: the original's row, labelled columns, whether each passing
+ * candidate helps, "Ship the original" when the winner does not; a block from before the
+ * original's row renders without it. */
+static cJSON *auto_candidate(const char *options, const char *status, double acc, bool helps) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "method", "temperature");
+  cJSON_AddStringToObject(e, "options", options);
+  cJSON_AddStringToObject(e, "status", status);
+  cJSON_AddNullToObject(e, "reason");
+  cJSON_AddNumberToObject(e, "mean_accuracy", acc);
+  cJSON_AddNullToObject(e, "ppl_nll");
+  cJSON_AddBoolToObject(e, "helps", helps);
+  return e;
+}
+
+static void test_auto(void) {
+  static const double targets[2] = {4096, 8192};
+  for (int k = 0; k < 3; k++) { /* 0: ship the original; 1: the winner helps; 2: an older block */
+    cJSON *c = make_cert(true, false, false);
+    cJSON *a = cJSON_AddObjectToObject(c, "auto");
+    cJSON_AddStringToObject(a, "criterion", "the criterion");
+    cJSON_AddItemToObject(a, "target_lengths", cJSON_CreateDoubleArray(targets, 2));
+    cJSON_AddNumberToObject(a, "winner", 0);
+    if (k < 2) {
+      cJSON *o = cJSON_AddObjectToObject(a, "original");
+      cJSON_AddNumberToObject(o, "mean_accuracy", 0.5);
+      cJSON_AddNullToObject(o, "ppl_nll");
+      cJSON_AddStringToObject(a, "helps", "a candidate helps when ...");
+      cJSON_AddBoolToObject(a, "ship_original", k == 0);
+    }
+    cJSON *cs = cJSON_AddArrayToObject(a, "candidates");
+    cJSON_AddItemToArray(cs, auto_candidate("--method temperature --tau 0.9", "pass", k == 0 ? 0.5 : 0.75, k == 1));
+    cJSON_AddItemToArray(cs, auto_candidate("--method rope-pi --factor 2", "fail", 0.25, false));
+    char *html = render(c);
+    if (html) {
+      CHECK(strstr(html,
+                   "<th class=\"n\">mean accuracy at 4096, 8192</th><th class=\"n\">mean ppl NLL at 4096, "
+                   "8192</th>"));
+      bool original = strstr(html,
+                             "<tr class=\"original\"><td>&ndash;</td><td>original (unpatched)</td><td "
+                             "class=\"n\">0.500</td><td class=\"n\">\xE2\x80\x93</td>") != NULL;
+      CHECK_MSG(original == (k < 2), "case %d: original row %d", k, original);
+      CHECK((strstr(html, "<strong>Ship the original</strong>") != NULL) == (k == 0));
+      CHECK((strstr(html, "<th>helps</th>") != NULL) == (k < 2));
+      if (k < 2) /* the winner: helps no / yes; the failing candidate: no verdict to help with */
+        CHECK(strstr(html, k == 0 ? "<td>no</td><td>pass (winner)" : "<td>yes</td><td>pass (winner)") &&
+              strstr(html, "<td>&ndash;</td><td>fail"));
+    }
+    free(html);
+    cJSON_Delete(c);
+  }
+}
+
 /* Applies `edit` to a fresh certificate and expects `want` with `key` in the message. */
 static void refuse(int want, const char *key, void (*edit)(cJSON *c)) {
   cJSON *c = make_cert(true, true, false);
@@ -448,6 +501,7 @@ int main(int argc, char **argv) {
   test_no_baseline_no_attention();
   test_hostile();
   test_patch_title();
+  test_auto();
   test_refusals();
   return test_finish();
 }

@@ -60,6 +60,8 @@ static const char CSS[] =
     "th{color:#6b7280;font-weight:600}"
     "td.n{text-align:right}"
     "tr.winner td{background:#e8f6ec;font-weight:600}"
+    "tr.original td{background:#f3f4f6;font-style:italic}"
+    ".ship{background:#fff7e6;border:1px solid #f5c26b;border-radius:6px;padding:6px 10px;margin:0 0 8px}"
     "table.kv th{width:150px}"
     "pre{margin:0;background:#f8fafc;border:1px solid #e5e7eb;border-radius:6px;padding:8px 10px;"
     "font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace;max-height:220px;overflow:auto;white-space:pre-wrap;tab-size:4;"
@@ -444,25 +446,72 @@ static void put_attention(cp_strbuf *b, const cJSON *c, const report_data *d) {
   cp_strbuf_str(b, "</div></div>\n</section>\n");
 }
 
-/* `patch --method auto`: every candidate in the fixed order, the winner marked (docs/patching.md). */
+/* The lengths the auto criterion averages over, as "512, 1024" (after " at "), or nothing. */
+static void put_target_lengths(cp_strbuf *b, const cJSON *a) {
+  const cJSON *e, *tl = cJSON_GetObjectItemCaseSensitive(a, "target_lengths");
+  int i = 0;
+  if (cJSON_GetArraySize(tl) == 0) return;
+  cp_strbuf_str(b, " at ");
+  cJSON_ArrayForEach(e, tl) if (cJSON_IsNumber(e)) {
+    char s[48];
+    fmt_num(s, e->valuedouble);
+    cp_strbuf_printf(b, "%s%s", i++ ? ", " : "", s);
+  }
+}
+
+/* The number cells of one row of the auto table: mean accuracy and ppl NLL (an en dash when null). */
+static void put_auto_nums(cp_strbuf *b, const cJSON *e) {
+  char acc[48], nll[48];
+  const cJSON *ma = cJSON_GetObjectItemCaseSensitive(e, "mean_accuracy"), *pn = cJSON_GetObjectItemCaseSensitive(e, "ppl_nll");
+  fmt_num(acc, cJSON_IsNumber(ma) ? ma->valuedouble : NAN);
+  fmt_num(nll, cJSON_IsNumber(pn) ? pn->valuedouble : NAN);
+  cp_strbuf_printf(b, "<td class=\"n\">%s</td><td class=\"n\">%s</td>", acc, nll);
+}
+
+/* `patch --method auto`: the original's row (when the block has it), every candidate in the fixed
+ * order, the winner marked, and "ship the original" when no candidate helps (docs/patching.md). */
 static void put_auto(cp_strbuf *b, const cJSON *c) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "auto"), *e;
   const cJSON *cands = cJSON_GetObjectItemCaseSensitive(a, "candidates"), *win = cJSON_GetObjectItemCaseSensitive(a, "winner");
+  const cJSON *orig = cJSON_GetObjectItemCaseSensitive(a, "original");
+  const char *helps = get_str(a, "helps");
   if (!cJSON_IsArray(cands)) return;
-  cp_strbuf_str(b, "<section class=\"card auto\"><h2>Candidates compared (patch --method auto)</h2><p class=\"note\">");
+  cp_strbuf_str(b, "<section class=\"card auto\"><h2>Candidates compared (patch --method auto)</h2>");
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "ship_original")))
+    cp_strbuf_str(b, "<p class=\"ship\"><strong>Ship the original</strong>: no candidate helps over the unpatched "
+                     "model (the winner below is certified, not an improvement)</p>");
+  cp_strbuf_str(b, "<p class=\"note\">criterion: ");
   report_esc(b, get_str(a, "criterion"));
-  cp_strbuf_str(b, "</p><table><tr><th>#</th><th>candidate</th><th class=\"n\">mean accuracy</th><th class=\"n\">ppl "
-                   "NLL</th><th>status</th><th>rule</th></tr>");
+  if (helps) {
+    cp_strbuf_str(b, "; ");
+    report_esc(b, helps);
+  }
+  cp_strbuf_str(b, "</p><table><tr><th>#</th><th>candidate</th><th class=\"n\">mean accuracy");
+  put_target_lengths(b, a);
+  cp_strbuf_str(b, "</th><th class=\"n\">mean ppl NLL");
+  put_target_lengths(b, a);
+  cp_strbuf_str(b, "</th>");
+  if (helps) cp_strbuf_str(b, "<th>helps</th>");
+  cp_strbuf_str(b, "<th>status</th><th>rule</th></tr>");
+  if (cJSON_IsObject(orig)) {
+    cp_strbuf_str(b, "<tr class=\"original\"><td>&ndash;</td><td>original (unpatched)</td>");
+    put_auto_nums(b, orig);
+    if (helps) cp_strbuf_str(b, "<td>&ndash;</td>");
+    cp_strbuf_str(b, "<td>the baseline every candidate is compared with</td><td></td></tr>");
+  }
   int i = 0;
   cJSON_ArrayForEach(e, cands) {
-    char acc[48], nll[48];
-    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(e, "mean_accuracy"), *pn = cJSON_GetObjectItemCaseSensitive(e, "ppl_nll");
-    fmt_num(acc, cJSON_IsNumber(ma) ? ma->valuedouble : NAN);
-    fmt_num(nll, cJSON_IsNumber(pn) ? pn->valuedouble : NAN);
     bool winner = cJSON_IsNumber(win) && win->valuedouble == i;
     cp_strbuf_printf(b, "<tr%s><td>%d</td><td class=\"mono\">", winner ? " class=\"winner\"" : "", ++i);
     report_esc(b, get_str(e, "options"));
-    cp_strbuf_printf(b, "</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td>", acc, nll);
+    cp_strbuf_str(b, "</td>");
+    put_auto_nums(b, e);
+    if (helps) {
+      const cJSON *h = cJSON_GetObjectItemCaseSensitive(e, "helps");
+      const char *st = get_str(e, "status");
+      cp_strbuf_printf(b, "<td>%s</td>", !st || strcmp(st, "pass") ? "&ndash;" : cJSON_IsTrue(h) ? "yes" : "no");
+    }
+    cp_strbuf_str(b, "<td>");
     report_esc(b, get_str(e, "status"));
     if (winner) cp_strbuf_str(b, " (winner)");
     if (get_str(e, "reason")) {
