@@ -26,8 +26,8 @@
 
 #define RECORD_MAX 4096
 /* What a job's temporaries are named after, beside OUT: OUT itself (the folder or GGUF file), a
- * GGUF job's bake folder, the failure record, a GGUF job's stamp. */
-static const char *const beside[] = {"", ".bake", ".batch-failed.json", ".batch.json"};
+ * GGUF job's bake folder, the failure record, a GGUF job's stamp and report. */
+static const char *const beside[] = {"", ".bake", ".batch-failed.json", ".batch.json", CP_REPORT_SUFFIX};
 
 /* "BOOTID:TICKS" of process `pid` (its start, unique across pid reuse and reboots), "" when gone. */
 static void proc_start(char out[64], long pid) {

@@ -230,6 +230,12 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads, bool 
   snprintf(t, sizeof t, "%d", threads);
   struct stat st;
   bool force = stat(j->out, &st) == 0; /* stale: replaced atomically, and only by a certified one */
+  /* A GGUF's report left beside a deleted OUT is the job's own too (patch replaces it only with --force). */
+  char *report = malloc(strlen(j->out) + sizeof CP_REPORT_SUFFIX);
+  if (!report) return -1;
+  sprintf(report, "%s" CP_REPORT_SUFFIX, j->out);
+  force = force || lstat(report, &st) == 0;
+  free(report);
   int n = 0;
   const char **argv = calloc((size_t)j->n_args + 16, sizeof *argv);
   if (!argv) return -1;

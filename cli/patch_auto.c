@@ -22,21 +22,30 @@ static void print_num(double v, const char *fmt) {
   else printf(fmt, v);
 }
 
-/* The comparison table: one row per candidate, in the fixed order. */
+/* The comparison table: the original's row (the shared baseline run), then one row per
+ * candidate in the fixed order; labelled columns; "ship the original" when no candidate helps. */
 static void print_table(const cp_auto_outcome *a) {
   printf("auto: %d candidates, target length%s", a->n_candidates, a->n_target_lengths > 1 ? "s" : "");
   for (int i = 0; i < a->n_target_lengths; i++) printf("%s%lld", i ? "," : " ", (long long)a->target_lengths[i]);
   printf(", budget %g s\n", a->budget);
   printf("auto: criterion: %s\n", CP_AUTO_CRITERION);
-  int w = 9;
+  printf("auto: columns: accuracy = mean accuracy over the retrieval probes at the target lengths; ppl = mean ppl "
+         "NLL there (- not measured); helps: %s\n", CP_AUTO_HELPS);
+  int w = 20;
   for (int i = 0; i < a->n_candidates; i++) w = strlen(a->candidates[i].options) > (size_t)w ? (int)strlen(a->candidates[i].options) : w;
-  printf("  %2s  %-*s %8s %8s  %s\n", "#", w, "candidate", "accuracy", "ppl", "status [what was certified]: reason");
+  printf("  %2s  %-*s %8s %8s %5s  %s\n", "#", w, "candidate", "accuracy", "ppl", "helps",
+         "status [what was certified]: reason");
+  printf("  %2s  %-*s", "-", w, "original (unpatched)");
+  print_num(a->original_scored ? a->original_accuracy : NAN, " %8.4f");
+  print_num(a->original_scored ? a->original_nll : NAN, " %8.4f");
+  printf(" %5s  the baseline every candidate is compared with\n", "-");
   for (int i = 0; i < a->n_candidates; i++) {
     const cp_auto_candidate *c = &a->candidates[i];
     printf("  %2d  %-*s", i + 1, w, c->options);
     print_num(c->ran ? c->accuracy : NAN, " %8.4f");
     print_num(c->ran ? c->nll : NAN, " %8.4f");
-    printf("  %s%s", cp_auto_status_name(c->status), i == a->best ? " (winner)" : "");
+    printf(" %5s  %s%s", c->status != CP_AUTO_PASS ? "-" : c->helps ? "yes" : "no", cp_auto_status_name(c->status),
+           i == a->best ? " (winner)" : "");
     if (c->ran) {
       char *rule = cp_rule_to_string(&c->patch.rule);
       if (c->patch.rope_factor > 0) printf(" [rope_scaling linear %g]", c->patch.rope_factor);
@@ -46,6 +55,9 @@ static void print_table(const cp_auto_outcome *a) {
     if (c->reason[0]) printf(": %s", c->reason);
     printf("\n");
   }
+  if (a->ship_original)
+    printf("auto: no candidate helps over the original: ship the original (the winner is written, as certified, "
+           "for comparison)\n");
   if (a->best >= 0) printf("auto: winner #%d: %s; its certification:\n", a->best + 1, a->candidates[a->best].options);
 }
 

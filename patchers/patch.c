@@ -375,6 +375,7 @@ void cp_patch_pending_free(cp_patch_pending *pd) {
 static int open_bake_dir(cp_atomic_dir **ad, const char *out_dir, const cp_patch_params *params) {
   if (!params->to_gguf) return cp_atomic_dir_open(ad, out_dir, params->replace);
   int rc = cp_gguf_output_check(out_dir, params->replace);
+  if (rc == 0) rc = cp_patch_report_check(out_dir, params->replace); /* OUT.report.html */
   if (rc) return rc;
   char *bake_dir = malloc(strlen(out_dir) + sizeof ".bake");
   CP_CHECK_ALLOC(bake_dir, out_dir);

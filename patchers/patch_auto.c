@@ -75,7 +75,7 @@ static void candidate_options(cp_patch_options *o, cp_auto_candidate *c, int i, 
 /* The criterion's numbers of a certified candidate: mean patched accuracy over the retrieval
  * probes x target lengths, and mean ppl NLL at the target lengths (NaN when absent). Both
  * rounded as stored in the "auto" block, so the block alone reproduces the choice. */
-static void score(cp_auto_candidate *c, const cp_verify_result *r, int64_t L) {
+static void score(double *accuracy, double *nll_out, const cp_verify_result *r, int64_t L) {
   double acc = 0, nll = 0;
   int n_acc = 0, n_nll = 0;
   for (int l = 0; l < r->n_lengths; l++) {
@@ -83,15 +83,20 @@ static void score(cp_auto_candidate *c, const cp_verify_result *r, int64_t L) {
     for (int p = 0; p < r->n_probes; p++, n_acc++) acc += cp_verify_accuracy_at(r, CP_SIDE_PATCHED, p, l);
     if (r->has_ppl) nll += r->ppl_mean[CP_SIDE_PATCHED][l], n_nll++;
   }
-  c->accuracy = n_acc ? cp_num_round(acc / n_acc, CP_NUM_JSON_DIGITS) : NAN;
-  c->nll = n_nll ? cp_num_round(nll / n_nll, CP_NUM_JSON_DIGITS) : NAN;
+  *accuracy = n_acc ? cp_num_round(acc / n_acc, CP_NUM_JSON_DIGITS) : NAN;
+  *nll_out = n_nll ? cp_num_round(nll / n_nll, CP_NUM_JSON_DIGITS) : NAN;
+}
+
+/* Whether figures (a_acc, a_nll) beat (b_acc, b_nll) by the criterion: ties are no win. */
+static bool beats(double a_acc, double a_nll, double b_acc, double b_nll) {
+  if (!isnan(a_acc) && !isnan(b_acc) && a_acc != b_acc) return a_acc > b_acc;
+  if (!isnan(a_nll) && !isnan(b_nll) && a_nll != b_nll) return a_nll < b_nll;
+  return false;
 }
 
 /* Whether passing candidate a beats the best so far b (b earlier in the order: ties keep b). */
 static bool better(const cp_auto_candidate *a, const cp_auto_candidate *b) {
-  if (!isnan(a->accuracy) && !isnan(b->accuracy) && a->accuracy != b->accuracy) return a->accuracy > b->accuracy;
-  if (!isnan(a->nll) && !isnan(b->nll) && a->nll != b->nll) return a->nll < b->nll;
-  return false;
+  return beats(a->accuracy, a->nll, b->accuracy, b->nll);
 }
 
 /* Errors that refuse one candidate on this model (its reason goes into the table) rather than
@@ -145,6 +150,12 @@ static cJSON *auto_block(const cp_auto_outcome *a) {
   cJSON_AddNumberToObject(b, "budget_seconds", a->budget);
   if (a->best >= 0) cJSON_AddNumberToObject(b, "winner", a->best);
   else cJSON_AddNullToObject(b, "winner");
+  /* The original's row: what "helps" is measured against. */
+  cJSON *orig = cJSON_AddObjectToObject(b, "original");
+  add_num_or_null(orig, "mean_accuracy", a->original_scored ? a->original_accuracy : NAN);
+  add_num_or_null(orig, "ppl_nll", a->original_scored ? a->original_nll : NAN);
+  cJSON_AddStringToObject(b, "helps", CP_AUTO_HELPS);
+  cJSON_AddBoolToObject(b, "ship_original", a->ship_original);
   cJSON *cs = cJSON_AddArrayToObject(b, "candidates");
   for (int i = 0; i < a->n_candidates; i++) {
     const cp_auto_candidate *c = &a->candidates[i];
@@ -168,6 +179,7 @@ static cJSON *auto_block(const cp_auto_outcome *a) {
     }
     add_num_or_null(e, "mean_accuracy", c->ran ? c->accuracy : NAN);
     add_num_or_null(e, "ppl_nll", c->ran ? c->nll : NAN);
+    cJSON_AddBoolToObject(e, "helps", c->helps);
   }
   return b;
 }
@@ -286,6 +298,8 @@ static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *i
   op.baseline_model = NULL;
   op.baseline_from = NULL;
   if ((rc = cp_verify_run(&x->original_run, x->model, x->tok, NULL, &op))) return rc;
+  score(&out->original_accuracy, &out->original_nll, x->original_run, x->L);
+  out->original_scored = true;
   x->vs.vp.baseline_from = x->original_run;
   x->p = *params;
   x->p.verify = &x->vs.vp;
@@ -331,7 +345,9 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
       ran_any = true;
       copy_screening(&oc, &out->outcome);
       if ((rc = run_candidate(c, &pd, &oc, &co, x.model, x.tok, in, out_dir, &x.p))) goto done;
-      if (c->ran) score(c, oc.result, x.L);
+      if (c->ran) score(&c->accuracy, &c->nll, oc.result, x.L);
+      c->helps = c->status == CP_AUTO_PASS &&
+                 beats(c->accuracy, c->nll, out->original_accuracy, out->original_nll);
       if (pd && (out->best < 0 || better(c, &out->candidates[out->best]))) {
         cp_patch_pending_free(best_pd); /* the previous best's folder goes */
         best_pd = pd;
@@ -348,6 +364,7 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
     c->seconds = cp_monotonic_seconds() - t;
     if (on_candidate) on_candidate(params->on_tmp_ctx, i, c);
   }
+  out->ship_original = out->best >= 0 && !out->candidates[out->best].helps;
   cJSON *block = auto_block(out);
   CP_CHECK_ALLOC_GOTO(block, in);
   out->auto_json = cJSON_PrintUnformatted(block);

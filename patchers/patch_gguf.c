@@ -1,5 +1,6 @@
 /* `patch --to gguf`: the baked, certified folder written as one GGUF file with the patch's
- * ctxpatch.* keys (include/ctxpatch/patchers/patch.h, cp_patch_params.to_gguf). */
+ * ctxpatch.* keys (include/ctxpatch/patchers/patch.h, cp_patch_params.to_gguf), and its report
+ * beside it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +64,8 @@ int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const 
    * probes ran on, not of this file. */
   cp_gguf_export_params p = {.replace = true, .type = type, .meta = meta, .n_meta = n, .source = in, .tokenizer_gguf = src,
                              .digest_key = "ctxpatch.content_sha256", .train_len = train_len};
-  rc = cp_gguf_export(NULL, tmp, out, &p);
+  if ((rc = cp_patch_report_drop(out)) || (rc = cp_gguf_export(NULL, tmp, out, &p))) goto done;
+  if (certified) rc = cp_patch_report_write(out, cert, cert_len);
 done:
   cp_gguf_free(src);
   for (size_t i = 0; i < N_STR; i++) free(owned[i]);

@@ -32,4 +32,14 @@ int cp_bake_write_config(const char *dir, const cp_hf_config *src, const cp_bake
 int cp_patch_write_gguf(const char *tmp, const char *in, const char *out, const cJSON *block, bool certified,
                         uint32_t type, int64_t train_len);
 
+/* The report beside a one-file output OUT (OUT + CP_REPORT_SUFFIX, ctxpatch/verify/check.h;
+ * patchers/patch_report.c). _check, before any work: the path may be written (not an input of
+ * this process; an existing file only with `replace`). _drop, before OUT is replaced: an earlier
+ * output's report goes first, so a failure or a kill never leaves the new OUT beside the old page
+ * (OUT without a report claims nothing). _write: the page the certificate text `cert_text[len]`
+ * (the one OUT carries) renders, written atomically after OUT. */
+int cp_patch_report_check(const char *out, bool replace);
+int cp_patch_report_drop(const char *out);
+int cp_patch_report_write(const char *out, const char *cert_text, size_t cert_len);
+
 #endif

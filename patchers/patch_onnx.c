@@ -20,6 +20,7 @@
 #include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/patchers/patch_onnx.h"
+#include "patchers/patch_json.h"
 
 /* Paths as long as realpath's. */
 #define PO_PATH_MAX PATH_MAX
@@ -132,6 +133,7 @@ static int check_out(const char *out, bool replace) {
   cp_output kind;
   int rc = cp_output_kind(&kind, out, 0);
   if (rc == 0) rc = cp_input_check_output(out, 0); /* the graph, its data files, tokenizer, config */
+  if (rc == 0) rc = cp_patch_report_check(out, replace);
   if (rc < 0) return rc;
   if (kind == CP_OUTPUT_REPLACE && !replace) return cp_error_set(CP_EEXIST, "%s: exists (--force replaces it)", out);
   return 0;
@@ -171,12 +173,14 @@ static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out,
   CP_CHECK_ALLOC(displaced, out);
   int rc = place_data_files(displaced, e, m, out, force);
   for (size_t k = 0; k < (cert ? 3u : 2u) && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, keys[k], values[k]);
+  if (rc == 0) rc = cp_patch_report_drop(out);
   if (rc == 0) rc = cp_onnx_edit_write_digested(NULL, e, out);
   for (size_t k = 0; k < m->n_data_files; k++) {
     if (rc == 0 && displaced[k]) unlink(displaced[k]); /* stale now; a leftover would only cost space */
     free(displaced[k]);
   }
   free(displaced);
+  if (rc == 0 && cert && text) rc = cp_patch_report_write(out, text, strlen(text)); /* after the graph */
   return rc;
 }
 

@@ -39,6 +39,7 @@ for n in pi lmi; do
   [ "$(head -c 4 "$g" 2>/dev/null)" = GGUF ] && ok || bad "$g: not a GGUF file"
   want=$(sha256sum "$g" | cut -d' ' -f1)
   [ "$(field "$g.batch.json" "r['gguf_sha256']")" = "$want" ] && ok || bad "$g.batch.json: not the file's SHA-256"
+  [ -f "$g.report.html" ] && ok || bad "$g: no report beside it"
 done
 [ -z "$(find "$o" -name '*.bake*' -o -name 'ctxpatch-batch.json' -o -name '*.batch-failed.json')" ] && ok \
   || bad "left behind: $(find "$o")"

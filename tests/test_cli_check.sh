@@ -2,7 +2,7 @@
 # ctxpatch check (docs/ci.md): the CI commands of docs/ci.md's GitHub Actions and GitLab CI jobs,
 # run against an artifact `ctxpatch patch` made from the rope probe model and against tampered
 # copies of it (flipped byte, added file, edited config field, certificate from another
-# artifact, forged results), each caught with its own message; --rerun reproducing the
+# artifact, forged results, an edited report), each caught with its own message; --rerun reproducing the
 # certificate bit for bit; exit 2 for what cannot be judged.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
@@ -67,8 +67,16 @@ expect edited "FAIL cert-files: config.json: SHA-256 .* differs from the certifi
 grep -q "sums-" "$work/edited.out" && bad "edited: SHA256SUMS was recomputed, yet a sums- failure" || ok
 copy; cp "$other/certificate.json" "$work/t/certificate.json"; resum
 expect swapped "FAIL cert-digest: config.json: ctxpatch: certificate_sha256 .* is not certificate.json's"
+# The report bound to the certificate (issue 33 item 6): a number edited on the page, SHA256SUMS
+# recomputed, fails; so does a report of another artifact's certificate.
+copy; sed -i 's|<td class="n">1.000|<td class="n">0.900|' "$work/t/report.html"; resum
+cmp -s "$good/report.html" "$work/t/report.html" && bad "report: the edit changed nothing" || ok
+expect report "FAIL report-mismatch: report.html: line [0-9]+, column [0-9]+: differs from the report of the certificate"
+copy; cp "$other/report.html" "$work/t/report.html"; resum
+expect report2 "FAIL report-mismatch: report.html: line"
 # The distinct messages: no tampering's expected line appears for another one.
-for pair in "flipped:cert-digest" "added:sums-mismatch" "edited:sums-extra-file" "swapped:sums-extra-file"; do
+for pair in "flipped:cert-digest" "added:sums-mismatch" "edited:sums-extra-file" "swapped:sums-extra-file" \
+    "flipped:report-mismatch" "edited:report-mismatch" "report:sums-mismatch" "report:cert-files"; do
   grep -q "FAIL ${pair#*:}" "$work/${pair%%:*}.out" && bad "${pair%%:*} also reports ${pair#*:}" || ok
 done
 
@@ -102,6 +110,11 @@ EOF
   resum
 }
 forge results
+"$bin" check "$work/t" >"$work/forged-report.out"
+[ $? -eq 1 ] && grep -q "FAIL report-mismatch: report.html" "$work/forged-report.out" && ok \
+  || { bad "forged results: the report no longer renders from the certificate"; cat "$work/forged-report.out"; }
+# The forger drops the page (a report is optional): the static checks pass, --rerun does not.
+rm "$work/t/report.html"; sed -i '/  report.html$/d' "$work/t/SHA256SUMS"
 "$bin" check "$work/t" >"$work/forged.out" && ok || { bad "forged results: static checks should pass"; cat "$work/forged.out"; }
 "$bin" check "$work/t" --rerun >"$work/forged-rerun.out"
 [ $? -eq 1 ] && grep -q "FAIL rerun-accuracy: rerun: passkey at 256: accuracy" "$work/forged-rerun.out" && ok \

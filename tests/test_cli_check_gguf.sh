@@ -4,7 +4,7 @@
 # from another artifact (with its digest key updated to match) and an edited certificate each
 # fail with their own message; ctxpatch.content_sha256 equals the digest an independent reader
 # (tests/gguf/content_digest.py) computes, and a flipped tensor byte or an edited hyperparameter
-# key fails it.
+# key fails it; the report beside the file is titled and bound to the embedded certificate.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 model=$src/examples/probe-models/rope-probe
@@ -105,6 +105,21 @@ open(sys.argv[2], "wb").write(d)
 PY
 "$bin" check "$work/ctx.gguf" >"$work/ctx.out" 2>&1
 [ $? -eq 1 ] && grep -q "FAIL gguf-digest" "$work/ctx.out" && ok || { bad "edited llama.context_length"; cat "$work/ctx.out"; }
+# 6. The report beside the file (issue 30): patch writes OUT.report.html, titled with the model,
+#    method and runtime; check renders it from the embedded certificate, so an edit fails it.
+grep -q '<span class="title">rope-probe, lm-infinite, for ctxpatch only</span>' "$a.report.html" &&
+  grep -q '<span class="title">rope-probe, temperature, for llama.cpp</span>' "$b.report.html" &&
+  grep -q 'gguf artifact &middot; fidelity <span class="fidelity">exact-weights</span>' "$b.report.html" && ok ||
+  bad "the GGUF's report and its title"
+cp "$b" "$work/rep.gguf"; sed 's/training length 256 tokens/training length 512 tokens/' "$b.report.html" >"$work/rep.gguf.report.html"
+"$bin" check "$work/rep.gguf" >"$work/rep.out" 2>&1
+[ $? -eq 1 ] && grep -q "FAIL report-mismatch: $work/rep.gguf.report.html: line [0-9]*, column [0-9]*: differs" "$work/rep.out" \
+  && ok || { bad "edited GGUF report"; cat "$work/rep.out"; }
+# A report already beside a new OUT is refused without --force, before any work.
+: >"$work/c.gguf.report.html"
+"$bin" patch "$model" "$work/c.gguf" --method temperature --tau 0.9 $vopts >"$work/c.log" 2>&1
+[ $? -eq 1 ] && grep -q "c.gguf.report.html: the report of .*c.gguf already exists" "$work/c.log" && [ ! -e "$work/c.gguf" ] \
+  && ok || { bad "an existing report beside OUT"; cat "$work/c.log"; }
 # A truncated file no longer parses.
 head -c 1000 "$a" >"$work/trunc.gguf"
 "$bin" check "$work/trunc.gguf" >"$work/trunc.out" 2>&1

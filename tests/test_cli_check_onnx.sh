@@ -111,6 +111,13 @@ g=$g0 stored=$stored0
 # No graph digest (an older ctxpatch's rewrite): fails, it would pass any graph whose entry was cut.
 edit older 'del d["ctxpatch.graph_sha256"]'
 expect older 1 "FAIL graph-digest: $work/g/older.onnx: no ctxpatch.graph_sha256 in metadata_props (written by an older ctxpatch: no graph digest; rewrite the original graph again)"
+# 11. The report beside the certified rewrite (issue 30), none beside the uncertified one; an edit
+#     to the page fails check (it is rendered again from ctxpatch.certificate).
+[ -f "$g.report.html" ] && [ ! -e "$work/g/nv.onnx.report.html" ] &&
+  grep -q '<span class="title">rp, temperature, for onnxruntime and transformers.js</span>' "$g.report.html" && ok || bad "the rewrite's report"
+sed -i 's/training length 256 tokens/training length 512 tokens/' "$g.report.html"
+"$bin" check "$g" >"$work/rep.out" 2>&1
+[ $? -eq 1 ] && grep -q "^FAIL report-mismatch: $g.report.html: line" "$work/rep.out" && ok || { bad "edited report"; cat "$work/rep.out"; }
 # 10. A file that is not a graph: one failure, exit 1.
 head -c 200 "$g" >"$work/g/trunc.onnx"
 "$bin" check "$work/g/trunc.onnx" >"$work/trunc.out" 2>&1; s=$?

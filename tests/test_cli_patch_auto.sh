@@ -49,6 +49,17 @@ for i in passing:  # highest accuracy; ties: lower ppl when measured, then the e
     elif a["ppl_nll"] is not None and b["ppl_nll"] is not None and a["ppl_nll"] < b["ppl_nll"]:
         best = i
 assert block["winner"] == best, (block["winner"], best)
+# The original's row and "helps" (issue 30): a passing candidate helps when it beats the original
+# by the criterion; "ship the original" when the winner does not.
+o = block["original"]
+assert sorted(o) == ["mean_accuracy", "ppl_nll"] and block["helps"].startswith("a candidate helps when"), block
+def beats(a, b):
+    if a["mean_accuracy"] is not None and b["mean_accuracy"] is not None and a["mean_accuracy"] != b["mean_accuracy"]:
+        return a["mean_accuracy"] > b["mean_accuracy"]
+    return a["ppl_nll"] is not None and b["ppl_nll"] is not None and a["ppl_nll"] < b["ppl_nll"]
+for i, e in enumerate(c):
+    assert e["helps"] == (e["status"] == "pass" and beats(e, o)), (i, e, o)
+assert block["ship_original"] == (best is not None and not c[best]["helps"]), block
 print(c[best]["options"] if best is not None else "")
 EOF2
 
@@ -85,6 +96,13 @@ EOF2
   bad "check on a winner that did not pass: $(cat "$work/c.log")"
 grep -q 'Candidates compared' "$out/report.html" && grep -qF -- "--method rope-pi --factor 2" "$out/report.html" && ok ||
   bad "the report's comparison table"
+# the original's row and the column legend on stdout and in the report; "ship the original" in
+# both exactly when the block says so
+ship=$("$py" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["auto"]["ship_original"]))' "$out/certificate.json")
+grep -q '^   -  original (unpatched) ' "$work/r.log" && grep -q '^auto: columns: accuracy = mean accuracy' "$work/r.log" &&
+  grep -q '<td>original (unpatched)</td>' "$out/report.html" && ok || bad "the original's row: $(cat "$work/r.log")"
+[ "$(grep -c 'ship the original' "$work/r.log")" = "$ship" ] && [ "$(grep -c 'Ship the original' "$out/report.html")" = "$ship" ] &&
+  ok || bad "ship the original (block: $ship): $(cat "$work/r.log")"
 
 # the winner's artifact is what `patch` with its options writes: weights and config.json equal
 # once each run's own digest is zeroed, the certificate equal but for "auto"
@@ -138,9 +156,15 @@ assert [i for i, s in enumerate(st) if s == "skipped: runtime"] == [1, 5, 6], st
 assert a["winner"] == (0 if st[0] == "pass" else None), a["winner"]
 EOF2
 
-# --to gguf: the winner as one GGUF file, which check accepts
+"$py" "$work/table.py" "$work/b.json" 0,1,5,6,9 1,5,6 >/dev/null && ok || bad "--budget 0: the original's row and helps"
+
+# --to gguf: the winner as one GGUF file, which check accepts (its report beside it included); the
+# same candidate as above, so "ship the original" is printed exactly when the block above says so
 "$bin" patch "$rope" "$work/w.gguf" --method auto --budget 0 --to gguf --lengths 256,512 $small >"$work/g.log" 2>&1 &&
-  "$bin" check "$work/w.gguf" >>"$work/g.log" 2>&1 && ok || bad "auto --to gguf: $(cat "$work/g.log")"
+  "$bin" check "$work/w.gguf" >>"$work/g.log" 2>&1 && [ -f "$work/w.gguf.report.html" ] && ok || bad "auto --to gguf: $(cat "$work/g.log")"
+ship=$("$py" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["auto"]["ship_original"]))' "$work/b.json")
+[ "$(grep -c '^auto: no candidate helps over the original: ship the original' "$work/g.log")" = "$ship" ] && ok ||
+  bad "--to gguf: ship the original (block: $ship): $(cat "$work/g.log")"
 
 # 4. no candidate passes: the table, exit 1, nothing written (an accuracy floor none reaches)
 "$bin" patch "$rope" "$work/none" --method auto --lengths 256,512 --min-accuracy 1 $small >"$work/n.log" 2>&1

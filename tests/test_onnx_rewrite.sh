@@ -160,14 +160,16 @@ echo '{"alibi_scale": {"mode": "progressive"}}' >"$work/prog_nolen.json"
   && ok || { bad "llama export lambda: exit $s"; cat "$work/e"; }
 # Certified: a graph whose model ctxpatch recovers (its own export of the rope probe model) is
 # certified on the C engine under the rule (as `patch --to onnx`), then rewritten; the
-# certificate's bytes travel in metadata_props with their sha256; the temporary folder is gone;
+# certificate's bytes travel in metadata_props with their sha256, its report beside the graph; the
+# temporary folder is gone;
 # the rewritten graph computes `forward --rule`. A failing certification writes nothing.
 probe=$src/examples/probe-models/rope-probe
 V="--lengths 256,512 --depths 0:1:3 --samples 2 --threads 1"
 "$bin" convert "$probe" "$work/rp" --to onnx >/dev/null && mkdir -p "$work/cert" && ok || bad "rope-probe export"
 "$bin" patch "$work/rp" "$work/cert/rw.onnx" --method temperature --tau 0.9 $V >"$work/c.log" 2>&1 \
   && grep -q "^wrote $work/cert/rw.onnx (certified, certificate sha256" "$work/c.log" && ok || { bad "certified rewrite"; cat "$work/c.log"; }
-[ "$(ls -A "$work/cert" | sort | tr '\n' ' ')" = "model.onnx.data rw.onnx " ] && ok || bad "left behind: $(ls -A "$work/cert")"
+[ "$(ls -A "$work/cert" | sort | tr '\n' ' ')" = "model.onnx.data rw.onnx rw.onnx.report.html " ] && ok ||
+  bad "left behind: $(ls -A "$work/cert")"
 "$py" - "$work/cert/rw.onnx" <<'PYEOF' && ok || bad "certificate in metadata_props"
 import hashlib, json, sys, onnx
 m = onnx.load(sys.argv[1], load_external_data=False)

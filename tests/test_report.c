@@ -84,8 +84,9 @@ static cJSON *make_cert(bool baseline, bool attention, bool hostile) {
   for (int i = 0; i < 2; i++) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "path", names[i]);
-    cJSON_AddStringToObject(f, "sha256", i ? "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
-                                           : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    cJSON_AddStringToObject(f, "sha256",
+                            i ? "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+                              : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     cJSON_AddItemToArray(files, f);
   }
   cJSON *rule = cJSON_AddObjectToObject(c, "rule");
@@ -178,8 +179,9 @@ static void test_full(void) {
   /* one cell checked by value: baseline needle at 4096, depth 0.25: 2 of 4 */
   CHECK(strstr(html, "<title>baseline, length 4096, depth 0.250: 2 of 4 correct</title>") != NULL);
   /* patched passkey at 8192, depth 1: 4 - (4*5)/5 = 0 correct, drawn red with "0.00" */
-  CHECK(strstr(html, "<title>patched, length 8192, depth 1.000: 0 of 4 correct</title><rect x=\"266\" y=\"146\" "
-                     "width=\"52\" height=\"28\" fill=\"#d73027\"") != NULL);
+  CHECK(strstr(html,
+               "<title>patched, length 8192, depth 1.000: 0 of 4 correct</title><rect x=\"266\" y=\"146\" "
+               "width=\"52\" height=\"28\" fill=\"#d73027\"") != NULL);
   CHECK(strstr(html, "fill=\"#1a9850\"") != NULL); /* accuracy 1 is green */
   /* per-length table: patched passkey 512 all correct; baseline at 8192 all wrong */
   CHECK(strstr(html, "<tr><td>512</td><td class=\"n\">1.000</td><td class=\"n\">1.000</td>") != NULL);
@@ -289,7 +291,8 @@ static void test_hostile(void) {
     CHECK(!contains_ci(html, "<script"));
     CHECK(!contains_ci(html, "<img") && !contains_ci(html, "<b>") && !contains_ci(html, "</footer>\x01"));
     CHECK(strstr(html, "&lt;script&gt;alert(1)&lt;/script&gt;&amp;model.safetensors") != NULL);
-    CHECK(strstr(html, "&lt;/pre&gt;&lt;script&gt;alert(&#39;rule&#39;)&lt;/script&gt; &amp; \\&quot;q\\&quot;") != NULL);
+    CHECK(strstr(html, "&lt;/pre&gt;&lt;script&gt;alert(&#39;rule&#39;)&lt;/script&gt; &amp; \\&quot;q\\&quot;") !=
+          NULL);
     CHECK(strstr(html, "&lt;img src=x onerror=alert(2)&gt;") != NULL);
     CHECK(strstr(html, "Probe: &lt;b&gt;needle&lt;/b&gt;") != NULL);
     CHECK(strstr(html, "t5&lt;SCRIPT src=//x&gt;") != NULL);
@@ -302,6 +305,95 @@ static void test_hostile(void) {
     free(html);
   }
   cJSON_Delete(c);
+}
+
+/* A patch certificate's page: the title names the model (the last step of patch.baseline), the
+ * method and the runtimes of patch.effective_in; the line under it the format and fidelity. */
+static void test_patch_title(void) {
+  static const char *const runtimes[3] = {"transformers", "vLLM", "TGI"}, *const only[1] = {"ctxpatch"};
+  for (int k = 0; k < 3; k++) {
+    cJSON *c = make_cert(true, false, false);
+    cJSON *p = cJSON_AddObjectToObject(c, "patch");
+    cJSON_AddStringToObject(p, "method", k == 2 ? "<i>m</i>" : "temperature");
+    cJSON_AddStringToObject(p, "fidelity", k == 0 ? "exact-weights" : "ctxpatch-metadata");
+    cJSON_AddStringToObject(p, "baseline", k == 0 ? "/models/rope-probe/" : k == 1 ? "rp/onnx/model.onnx" : "/m/<x>&y");
+    cJSON_AddStringToObject(p, "format", "safetensors");
+    cJSON_AddItemToObject(p, "effective_in",
+                          k == 0 ? cJSON_CreateStringArray(runtimes, 3) : cJSON_CreateStringArray(only, 1));
+    char *html = render(c);
+    if (html && k == 0) {
+      CHECK(strstr(html, "<title>ctxpatch report: rope-probe, temperature, for transformers, vLLM and TGI</title>"));
+      CHECK(strstr(html,
+                   "<h1>ctxpatch report: <span class=\"title\">rope-probe, temperature, for transformers, vLLM "
+                   "and TGI</span></h1>"));
+      CHECK(strstr(html,
+                   "llama, training length 2048 tokens &middot; safetensors artifact &middot; fidelity <span "
+                   "class=\"fidelity\">exact-weights</span> &middot; <span class=\"effective\">executed by "
+                   "transformers, vLLM and TGI</span>"));
+    } else if (html && k == 1) {
+      /* the steps that name the file layout (onnx/, model.onnx) are passed over */
+      CHECK(strstr(html, "<span class=\"title\">rp, temperature, for ctxpatch only</span>"));
+      CHECK(strstr(html, "<span class=\"effective\"><strong>effective in ctxpatch only</strong></span>"));
+    } else if (html) {
+      CHECK(strstr(html, "<span class=\"title\">&lt;x&gt;&amp;y, &lt;i&gt;m&lt;/i&gt;, for ctxpatch only</span>"));
+      CHECK(!contains_ci(html, "<x>") && !contains_ci(html, "<i>"));
+    }
+    free(html);
+    cJSON_Delete(c);
+  }
+}
+
+/* `patch --method auto`'s table: the original's row, labelled columns, whether each passing
+ * candidate helps, "Ship the original" when the winner does not; a block from before the
+ * original's row renders without it. */
+static cJSON *auto_candidate(const char *options, const char *status, double acc, bool helps) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "method", "temperature");
+  cJSON_AddStringToObject(e, "options", options);
+  cJSON_AddStringToObject(e, "status", status);
+  cJSON_AddNullToObject(e, "reason");
+  cJSON_AddNumberToObject(e, "mean_accuracy", acc);
+  cJSON_AddNullToObject(e, "ppl_nll");
+  cJSON_AddBoolToObject(e, "helps", helps);
+  return e;
+}
+
+static void test_auto(void) {
+  static const double targets[2] = {4096, 8192};
+  for (int k = 0; k < 3; k++) { /* 0: ship the original; 1: the winner helps; 2: an older block */
+    cJSON *c = make_cert(true, false, false);
+    cJSON *a = cJSON_AddObjectToObject(c, "auto");
+    cJSON_AddStringToObject(a, "criterion", "the criterion");
+    cJSON_AddItemToObject(a, "target_lengths", cJSON_CreateDoubleArray(targets, 2));
+    cJSON_AddNumberToObject(a, "winner", 0);
+    if (k < 2) {
+      cJSON *o = cJSON_AddObjectToObject(a, "original");
+      cJSON_AddNumberToObject(o, "mean_accuracy", 0.5);
+      cJSON_AddNullToObject(o, "ppl_nll");
+      cJSON_AddStringToObject(a, "helps", "a candidate helps when ...");
+      cJSON_AddBoolToObject(a, "ship_original", k == 0);
+    }
+    cJSON *cs = cJSON_AddArrayToObject(a, "candidates");
+    cJSON_AddItemToArray(cs, auto_candidate("--method temperature --tau 0.9", "pass", k == 0 ? 0.5 : 0.75, k == 1));
+    cJSON_AddItemToArray(cs, auto_candidate("--method rope-pi --factor 2", "fail", 0.25, false));
+    char *html = render(c);
+    if (html) {
+      CHECK(strstr(html,
+                   "<th class=\"n\">mean accuracy at 4096, 8192</th><th class=\"n\">mean ppl NLL at 4096, "
+                   "8192</th>"));
+      bool original = strstr(html,
+                             "<tr class=\"original\"><td>&ndash;</td><td>original (unpatched)</td><td "
+                             "class=\"n\">0.500</td><td class=\"n\">\xE2\x80\x93</td>") != NULL;
+      CHECK_MSG(original == (k < 2), "case %d: original row %d", k, original);
+      CHECK((strstr(html, "<strong>Ship the original</strong>") != NULL) == (k == 0));
+      CHECK((strstr(html, "<th>helps</th>") != NULL) == (k < 2));
+      if (k < 2) /* the winner: helps no / yes; the failing candidate: no verdict to help with */
+        CHECK(strstr(html, k == 0 ? "<td>no</td><td>pass (winner)" : "<td>yes</td><td>pass (winner)") &&
+              strstr(html, "<td>&ndash;</td><td>fail"));
+    }
+    free(html);
+    cJSON_Delete(c);
+  }
 }
 
 /* Applies `edit` to a fresh certificate and expects `want` with `key` in the message. */
@@ -325,7 +417,9 @@ static void e_no_lengths(cJSON *c) { cJSON_DeleteItemFromObject(cJSON_GetObjectI
 static void e_names_type(cJSON *c) {
   cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "probes"), "names", cJSON_CreateString("passkey"));
 }
-static void e_samples(cJSON *c) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "probes"), "samples", cJSON_CreateNumber(0)); }
+static void e_samples(cJSON *c) {
+  cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "probes"), "samples", cJSON_CreateNumber(0));
+}
 static void e_depth_range(cJSON *c) {
   cJSON_ReplaceItemInArray(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "probes"), "depths"), 2, cJSON_CreateNumber(1.5));
 }
@@ -335,7 +429,8 @@ static void e_patched_probe(cJSON *c) {
 }
 static void e_short_side(cJSON *c) { cJSON_DeleteItemFromArray(results_of(c, "baseline", "passkey"), 4); }
 static void e_length_mismatch(cJSON *c) {
-  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(results_of(c, "patched", "needle"), 1), "length", cJSON_CreateNumber(1000));
+  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(results_of(c, "patched", "needle"), 1), "length",
+                            cJSON_CreateNumber(1000));
 }
 static void e_count_over(cJSON *c) {
   cJSON *by = cJSON_GetObjectItem(cJSON_GetArrayItem(results_of(c, "patched", "passkey"), 2), "correct_by_depth");
@@ -352,13 +447,16 @@ static void e_accuracy_type(cJSON *c) {
 static void e_attention_pmax(cJSON *c) {
   cJSON_DeleteItemFromObject(cJSON_GetArrayItem(results_of(c, "baseline", "attention"), 3), "pmax");
 }
-static void e_family(cJSON *c) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "model"), "family", cJSON_CreateNumber(5)); }
+static void e_family(cJSON *c) {
+  cJSON_ReplaceItemInObject(cJSON_GetObjectItem(c, "model"), "family", cJSON_CreateNumber(5));
+}
 static void e_reasons(cJSON *c) {
   cJSON_AddItemToArray(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "verdict"), "reasons"), cJSON_CreateNumber(1));
 }
 static void e_rule(cJSON *c) { cJSON_ReplaceItemInObject(c, "rule", cJSON_CreateString("{}")); }
 static void e_file(cJSON *c) {
-  cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "model"), "files"), 1), "path");
+  cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "model"), "files"), 1),
+                             "path");
 }
 static void e_version(cJSON *c) { cJSON_ReplaceItemInObject(c, "certificate_version", cJSON_CreateNumber(2)); }
 
@@ -402,6 +500,8 @@ int main(int argc, char **argv) {
   test_full();
   test_no_baseline_no_attention();
   test_hostile();
+  test_patch_title();
+  test_auto();
   test_refusals();
   return test_finish();
 }

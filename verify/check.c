@@ -17,6 +17,7 @@
 
 #define SUMS_NAME "SHA256SUMS"
 #define CERT_NAME "certificate.json"
+#define REPORT_NAME "report.html"
 #define SUMS_MAX ((size_t)16 << 20)
 #define CERT_MAX ((size_t)64 << 20)
 
@@ -187,7 +188,7 @@ static const char *certified_digest(const cJSON *cert, const char *name, bool *l
 
 /* Files written after certification: not among the certificate's model.files. */
 static bool after_certification(const char *name) {
-  return !strcmp(name, CERT_NAME) || !strcmp(name, "report.html");
+  return !strcmp(name, CERT_NAME) || !strcmp(name, REPORT_NAME);
 }
 
 /* Files a Hugging Face hub download puts beside the weights, which no runtime loads: the model
@@ -352,6 +353,16 @@ static int check_sums(check_ctx *c) {
   return rc;
 }
 
+/* The report beside the certificate: a folder's report.html, a single file's FILE.report.html. */
+static int check_report_of(check_ctx *c, bool dir) {
+  char *path = dir ? cp_path_join(c->path, REPORT_NAME) : malloc(strlen(c->path) + sizeof CP_REPORT_SUFFIX);
+  CP_CHECK_ALLOC(path, c->path);
+  if (!dir) sprintf(path, "%s" CP_REPORT_SUFFIX, c->path);
+  int rc = check_report(c, path, dir ? REPORT_NAME : path);
+  free(path);
+  return rc;
+}
+
 int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_params *params) {
   memset(out, 0, sizeof *out);
   check_ctx c = {.path = path, .report = out};
@@ -394,6 +405,7 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
     goto done; /* one file: no manifest; the certificate comes out of the file */
   }
   if (c.cert && (rc = check_metadata(&c)) < 0) goto done;
+  if (c.cert && (rc = check_report_of(&c, dir)) < 0) goto done;
   if (c.cert && (rc = check_runtime(&c, params)) < 0) goto done;
   if (c.cert && params && params->rerun && !strcmp(fmt->name, "safetensors")) rc = check_rerun(&c, params);
 done:

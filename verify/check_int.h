@@ -56,5 +56,8 @@ int check_rerun(check_ctx *c, const cp_check_params *p);
 /* The certificate's runtime_check: shape and consistency, and with p->rerun and a runtime folder
  * the comparison made again (check.h, point 5). verify/check_runtime.c. */
 int check_runtime(check_ctx *c, const cp_check_params *p);
+/* The HTML report at `path` (`name` in messages), when present, against the report c->cert renders:
+ * byte for byte (report-mismatch). Absent is no failure. verify/check_report.c. */
+int check_report(check_ctx *c, const char *path, const char *name);
 
 #endif

@@ -60,6 +60,8 @@ static const char CSS[] =
     "th{color:#6b7280;font-weight:600}"
     "td.n{text-align:right}"
     "tr.winner td{background:#e8f6ec;font-weight:600}"
+    "tr.original td{background:#f3f4f6;font-style:italic}"
+    ".ship{background:#fff7e6;border:1px solid #f5c26b;border-radius:6px;padding:6px 10px;margin:0 0 8px}"
     "table.kv th{width:150px}"
     "pre{margin:0;background:#f8fafc;border:1px solid #e5e7eb;border-radius:6px;padding:8px 10px;"
     "font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace;max-height:220px;overflow:auto;white-space:pre-wrap;tab-size:4;"
@@ -75,23 +77,127 @@ static const char CSS[] =
     "footer{max-width:1160px;margin:0 auto;padding:4px 24px 24px;color:#6b7280;font-size:12px}"
     "footer span{margin-right:14px}";
 
+/* The patch object of an artifact's certificate (`patch`), or of a re-verified artifact (`artifact`). */
+static const cJSON *patch_of(const cJSON *c) {
+  const cJSON *patch = cJSON_GetObjectItemCaseSensitive(c, "patch");
+  return patch ? patch : cJSON_GetObjectItemCaseSensitive(c, "artifact");
+}
+
+/* Whether a path step names the file layout rather than the model: onnx/, model.onnx,
+ * decoder_model_merged.onnx, encoder_model.onnx, model.safetensors, ... */
+static bool generic_step(const char *s, size_t n) {
+  static const char *const generic[] = {"onnx", "model", "encoder_model", "decoder_model", "decoder_model_merged"};
+  const char *dot = memchr(s, '.', n);
+  size_t stem = dot ? (size_t)(dot - s) : n;
+  for (size_t i = 0; i < sizeof generic / sizeof *generic; i++)
+    if (stem == strlen(generic[i]) && !strncmp(s, generic[i], stem)) return true;
+  return false;
+}
+
+/* The model's name: the last step of patch.baseline (the input patch read) that names more than
+ * the file layout (rpx/onnx/model.onnx -> rpx), else the family. */
+static void put_model_name(cp_strbuf *b, const cJSON *c) {
+  const char *in = get_str(cJSON_GetObjectItemCaseSensitive(c, "patch"), "baseline");
+  const char *family = get_str(cJSON_GetObjectItemCaseSensitive(c, "model"), "family");
+  size_t end = in ? strlen(in) : 0, start = end, last_start = 0, last_end = 0;
+  for (bool first = true; end > 0; first = false) {
+    while (end > 0 && in[end - 1] == '/') end--;
+    start = end;
+    while (start > 0 && in[start - 1] != '/') start--;
+    if (end == start) break;
+    if (first) last_start = start, last_end = end;
+    if (!generic_step(in + start, end - start)) break;
+    end = start;
+  }
+  if (end == start) start = last_start, end = last_end; /* every step generic: the last one */
+  if (end > start) {
+    cp_strbuf name = {0};
+    cp_strbuf_put(&name, in + start, end - start);
+    if (name.oom) b->oom = true;
+    else report_esc(b, name.s);
+    cp_strbuf_free(&name);
+  } else {
+    report_esc(b, family ? family : "model");
+  }
+}
+
+/* Who the artifact is for: the runtimes of patch.effective_in, "ctxpatch only" when that is all. */
+static void put_runtimes(cp_strbuf *b, const cJSON *eff) {
+  const cJSON *e;
+  int i = 0, n = cJSON_GetArraySize(eff);
+  if (n == 1 && cJSON_IsString(eff->child) && !strcmp(eff->child->valuestring, "ctxpatch")) {
+    cp_strbuf_str(b, "ctxpatch only");
+    return;
+  }
+  cJSON_ArrayForEach(e, eff) if (cJSON_IsString(e)) {
+    cp_strbuf_str(b, i == 0 ? "" : i == n - 1 ? " and " : ", ");
+    report_esc(b, e->valuestring);
+    i++;
+  }
+}
+
+/* Title: model, method and target runtime (patch certificates); family for a plain verify. The
+ * line under it: family, training length, format, fidelity and who executes the patch. */
 static void put_header(cp_strbuf *b, const cJSON *c) {
-  const cJSON *model = cJSON_GetObjectItemCaseSensitive(c, "model");
-  const char *family = get_str(model, "family");
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(c, "model"), *patch = patch_of(c);
+  const char *family = get_str(model, "family"), *method = get_str(patch, "method");
+  const char *format = get_str(patch, "format"), *fidelity = get_str(patch, "fidelity");
   const cJSON *tl = cJSON_GetObjectItemCaseSensitive(model, "train_len");
+  const cJSON *eff = cJSON_GetObjectItemCaseSensitive(patch, "effective_in");
+  bool has_eff = cJSON_IsArray(eff) && eff->child;
+  cp_strbuf title = {0};
+  if (method) {
+    put_model_name(&title, c);
+    cp_strbuf_str(&title, ", ");
+    report_esc(&title, method);
+    if (has_eff) {
+      cp_strbuf_str(&title, ", for ");
+      put_runtimes(&title, eff);
+    }
+  } else {
+    report_esc(&title, family ? family : "unknown family");
+  }
+  if (title.oom) b->oom = true;
+  const char *t = title.s ? title.s : "";
   cp_strbuf_str(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-             "style-src 'unsafe-inline'\">\n"
-             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>ctxpatch verify: ");
-  report_esc(b, family ? family : "model");
-  cp_strbuf_str(b, "</title>\n<style>");
+                   "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+                   "style-src 'unsafe-inline'\">\n"
+                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>ctxpatch ");
+  cp_strbuf_printf(b, "%s: %s</title>\n<style>", method ? "report" : "verify", t);
   cp_strbuf_str(b, CSS);
-  cp_strbuf_str(b, "</style>\n</head>\n<body>\n<main>\n<h1>ctxpatch verify report: <span class=\"family\">");
-  report_esc(b, family ? family : "unknown family");
-  cp_strbuf_str(b, "</span></h1>\n<p class=\"sub\">training length ");
+  cp_strbuf_printf(b, "</style>\n</head>\n<body>\n<main>\n<h1>ctxpatch %s: <span class=\"title\">%s</span></h1>\n",
+                   method ? "report" : "verify report", t);
+  cp_strbuf_free(&title);
+  cp_strbuf_str(b, "<p class=\"sub\">");
+  if (method) {
+    report_esc(b, family ? family : "unknown family");
+    cp_strbuf_str(b, ", ");
+  }
+  cp_strbuf_str(b, "training length ");
   if (cJSON_IsNumber(tl)) cp_strbuf_printf(b, "%.0f", tl->valuedouble);
   else cp_strbuf_str(b, "unknown");
-  cp_strbuf_str(b, " tokens &middot; accuracy of long-context retrieval probes, patched model");
+  cp_strbuf_str(b, " tokens");
+  if (format) {
+    cp_strbuf_str(b, " &middot; ");
+    report_esc(b, format);
+    cp_strbuf_str(b, " artifact");
+  }
+  if (fidelity) {
+    cp_strbuf_str(b, " &middot; fidelity <span class=\"fidelity\">");
+    report_esc(b, fidelity);
+    cp_strbuf_str(b, "</span>");
+  }
+  if (has_eff) {
+    cp_strbuf_str(b, " &middot; <span class=\"effective\">");
+    bool only = cJSON_GetArraySize(eff) == 1 && cJSON_IsString(eff->child) && !strcmp(eff->child->valuestring, "ctxpatch");
+    if (only) cp_strbuf_str(b, "<strong>effective in ctxpatch only</strong>");
+    else {
+      cp_strbuf_str(b, "executed by ");
+      put_runtimes(b, eff);
+    }
+    cp_strbuf_str(b, "</span>");
+  }
+  cp_strbuf_str(b, " &middot; accuracy of long-context retrieval probes, patched model");
   if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), "baseline"))
     cp_strbuf_str(b, " against the unpatched baseline");
   cp_strbuf_str(b, "</p>\n");
@@ -209,8 +315,7 @@ static void put_settings(cp_strbuf *b, const cJSON *c, const report_data *d) {
   const cJSON *rule = cJSON_GetObjectItemCaseSensitive(c, "rule");
   /* A `ctxpatch patch` certificate also says what was baked into the weights: then the rule the
    * engine applied can be empty while the patched side still differs from the original. */
-  const cJSON *patch = cJSON_GetObjectItemCaseSensitive(c, "patch");
-  if (!patch) patch = cJSON_GetObjectItemCaseSensitive(c, "artifact"); /* a re-verified artifact */
+  const cJSON *patch = patch_of(c);
   const cJSON *baked = cJSON_GetObjectItemCaseSensitive(patch, "baked_rule");
   if (cJSON_IsObject(baked) && baked->child) {
     const cJSON *fidelity = cJSON_GetObjectItemCaseSensitive(patch, "fidelity");
@@ -341,25 +446,72 @@ static void put_attention(cp_strbuf *b, const cJSON *c, const report_data *d) {
   cp_strbuf_str(b, "</div></div>\n</section>\n");
 }
 
-/* `patch --method auto`: every candidate in the fixed order, the winner marked (docs/patching.md). */
+/* The lengths the auto criterion averages over, as "512, 1024" (after " at "), or nothing. */
+static void put_target_lengths(cp_strbuf *b, const cJSON *a) {
+  const cJSON *e, *tl = cJSON_GetObjectItemCaseSensitive(a, "target_lengths");
+  int i = 0;
+  if (cJSON_GetArraySize(tl) == 0) return;
+  cp_strbuf_str(b, " at ");
+  cJSON_ArrayForEach(e, tl) if (cJSON_IsNumber(e)) {
+    char s[48];
+    fmt_num(s, e->valuedouble);
+    cp_strbuf_printf(b, "%s%s", i++ ? ", " : "", s);
+  }
+}
+
+/* The number cells of one row of the auto table: mean accuracy and ppl NLL (an en dash when null). */
+static void put_auto_nums(cp_strbuf *b, const cJSON *e) {
+  char acc[48], nll[48];
+  const cJSON *ma = cJSON_GetObjectItemCaseSensitive(e, "mean_accuracy"), *pn = cJSON_GetObjectItemCaseSensitive(e, "ppl_nll");
+  fmt_num(acc, cJSON_IsNumber(ma) ? ma->valuedouble : NAN);
+  fmt_num(nll, cJSON_IsNumber(pn) ? pn->valuedouble : NAN);
+  cp_strbuf_printf(b, "<td class=\"n\">%s</td><td class=\"n\">%s</td>", acc, nll);
+}
+
+/* `patch --method auto`: the original's row (when the block has it), every candidate in the fixed
+ * order, the winner marked, and "ship the original" when no candidate helps (docs/patching.md). */
 static void put_auto(cp_strbuf *b, const cJSON *c) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "auto"), *e;
   const cJSON *cands = cJSON_GetObjectItemCaseSensitive(a, "candidates"), *win = cJSON_GetObjectItemCaseSensitive(a, "winner");
+  const cJSON *orig = cJSON_GetObjectItemCaseSensitive(a, "original");
+  const char *helps = get_str(a, "helps");
   if (!cJSON_IsArray(cands)) return;
-  cp_strbuf_str(b, "<section class=\"card auto\"><h2>Candidates compared (patch --method auto)</h2><p class=\"note\">");
+  cp_strbuf_str(b, "<section class=\"card auto\"><h2>Candidates compared (patch --method auto)</h2>");
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "ship_original")))
+    cp_strbuf_str(b, "<p class=\"ship\"><strong>Ship the original</strong>: no candidate helps over the unpatched "
+                     "model (the winner below is certified, not an improvement)</p>");
+  cp_strbuf_str(b, "<p class=\"note\">criterion: ");
   report_esc(b, get_str(a, "criterion"));
-  cp_strbuf_str(b, "</p><table><tr><th>#</th><th>candidate</th><th class=\"n\">mean accuracy</th><th class=\"n\">ppl "
-                   "NLL</th><th>status</th><th>rule</th></tr>");
+  if (helps) {
+    cp_strbuf_str(b, "; ");
+    report_esc(b, helps);
+  }
+  cp_strbuf_str(b, "</p><table><tr><th>#</th><th>candidate</th><th class=\"n\">mean accuracy");
+  put_target_lengths(b, a);
+  cp_strbuf_str(b, "</th><th class=\"n\">mean ppl NLL");
+  put_target_lengths(b, a);
+  cp_strbuf_str(b, "</th>");
+  if (helps) cp_strbuf_str(b, "<th>helps</th>");
+  cp_strbuf_str(b, "<th>status</th><th>rule</th></tr>");
+  if (cJSON_IsObject(orig)) {
+    cp_strbuf_str(b, "<tr class=\"original\"><td>&ndash;</td><td>original (unpatched)</td>");
+    put_auto_nums(b, orig);
+    if (helps) cp_strbuf_str(b, "<td>&ndash;</td>");
+    cp_strbuf_str(b, "<td>the baseline every candidate is compared with</td><td></td></tr>");
+  }
   int i = 0;
   cJSON_ArrayForEach(e, cands) {
-    char acc[48], nll[48];
-    const cJSON *ma = cJSON_GetObjectItemCaseSensitive(e, "mean_accuracy"), *pn = cJSON_GetObjectItemCaseSensitive(e, "ppl_nll");
-    fmt_num(acc, cJSON_IsNumber(ma) ? ma->valuedouble : NAN);
-    fmt_num(nll, cJSON_IsNumber(pn) ? pn->valuedouble : NAN);
     bool winner = cJSON_IsNumber(win) && win->valuedouble == i;
     cp_strbuf_printf(b, "<tr%s><td>%d</td><td class=\"mono\">", winner ? " class=\"winner\"" : "", ++i);
     report_esc(b, get_str(e, "options"));
-    cp_strbuf_printf(b, "</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td>", acc, nll);
+    cp_strbuf_str(b, "</td>");
+    put_auto_nums(b, e);
+    if (helps) {
+      const cJSON *h = cJSON_GetObjectItemCaseSensitive(e, "helps");
+      const char *st = get_str(e, "status");
+      cp_strbuf_printf(b, "<td>%s</td>", !st || strcmp(st, "pass") ? "&ndash;" : cJSON_IsTrue(h) ? "yes" : "no");
+    }
+    cp_strbuf_str(b, "<td>");
     report_esc(b, get_str(e, "status"));
     if (winner) cp_strbuf_str(b, " (winner)");
     if (get_str(e, "reason")) {

@@ -178,7 +178,8 @@ typedef struct {
   /* `patch --to gguf`: OUT is one GGUF file (ctxpatch/export/gguf_export.h) written from the baked,
    * certified folder (which is then removed): llama.rope.scaling.* for rope-pi, q weights
    * already divided by tau, and ctxpatch.method / fidelity / note / rule / baked_rule /
-   * certified / certificate_sha256 / certificate (the certificate.json text) keys. */
+   * certified / certificate_sha256 / certificate (the certificate.json text) keys; certified,
+   * its report beside it as OUT + CP_REPORT_SUFFIX (ctxpatch/verify/check.h). */
   bool to_gguf;
   uint32_t gguf_type;                     /* CP_GGML_F32 (0), F16, BF16, Q8_0 */
   /* With verify and no probes in it: certify on the default probe set, every retrieval probe

@@ -35,6 +35,12 @@
   "among candidates whose verdict passes, the highest mean patched accuracy over the retrieval probes at " \
   "the target lengths (compared at 6 significant digits); ties: the lower mean ppl NLL there when "      \
   "measured, then the earlier candidate"
+/* When a candidate helps, in words (stored in the "auto" block): the criterion's comparison made
+ * against the original model's own figures (the shared baseline run). When the winner does not
+ * help, the table says "ship the original" (the winner is still written, as certified). */
+#define CP_AUTO_HELPS                                                                                 \
+  "a candidate helps when its verdict passes and it beats the original by the criterion: a higher " \
+  "mean accuracy at the target lengths, or the same and a lower mean ppl NLL there"
 #define CP_AUTO_DEFAULT_BUDGET 900.0
 #define CP_AUTO_MAX_BUDGET 604800.0 /* a week */
 
@@ -62,6 +68,7 @@ typedef struct {
   double accuracy;       /* with ran: the criterion's mean accuracy (NaN: no retrieval probe) */
   double nll;            /* with ran: mean ppl NLL at the target lengths (NaN: not measured) */
   double seconds;        /* wall time (printed only, never written into the artifact) */
+  bool helps;            /* passes and beats the original (CP_AUTO_HELPS) */
 } cp_auto_candidate;
 
 /* Large (each candidate holds a cp_rule): allocate it on the heap. */
@@ -72,6 +79,10 @@ typedef struct {
   int64_t *target_lengths;      /* owned: the lengths the criterion averages over */
   int n_target_lengths;
   double budget;
+  /* The original model's figures on the same grid (the shared baseline run; NaN: not measured). */
+  double original_accuracy, original_nll;
+  bool original_scored;         /* the original was run (false when the run stopped before it) */
+  bool ship_original;           /* a winner, and it does not help (CP_AUTO_HELPS) */
   /* The winner's outcome (written, certificate, table), or with no winner the screening only. */
   cp_patch_outcome outcome;
   char *auto_json;              /* owned: the "auto" block as compact JSON (also with no winner) */

@@ -18,7 +18,10 @@
  *      and agree with the result, and a GGUF's comparison must name this file's content digest
  *      (runtime-content); with `rerun` and `runtime` naming a node_modules folder, the comparison is
  *      made again on the artifact (runtime-rerun), also for a certificate that says "not checked";
- *      prompts that differ from the certified ones (the file's own tokenizer) are reported, not failed.
+ *      prompts that differ from the certified ones (the file's own tokenizer) are reported, not failed;
+ *   6. the HTML report, when present (a folder's report.html, a one-file artifact's
+ *      FILE.report.html), is byte for byte the page this ctxpatch renders from the certificate
+ *      (report-mismatch; docs/certificate.md, "Report").
  * One-file artifacts (a patched .gguf; a .onnx graph `patch IN.onnx OUT.onnx` rewrote) have no
  * manifest: the certificate travels in the file's metadata, and 2 and the metadata half of 3 are
  * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact without
@@ -36,6 +39,8 @@
 
 /* The file `ctxpatch batch` writes into an artifact after it is complete (docs/batch.md). */
 #define CP_BATCH_STAMP_NAME "ctxpatch-batch.json"
+/* A one-file artifact's report lies beside it: OUT.gguf -> OUT.gguf.report.html. */
+#define CP_REPORT_SUFFIX ".report.html"
 /* Default |difference| allowed for re-run P_max and entropy (accuracies: none). */
 #define CP_CHECK_DEFAULT_TOLERANCE 1e-4
 
