@@ -246,4 +246,32 @@ check "$bin" verify "$model" --probe passkey --lengths 128 --depths 0:1:3 --samp
 # a raised budget lets the plan run (the hostile patch with explicit short lengths and probes)
 check "$bin" patch "$hostile" "$work/wb6" --method temperature --tau 0.8 $vopts --for ctxpatch >/dev/null 2>&1
 
+# 9. check --rerun never runs after a failed static check: a certificate edited to ask for
+#    200000-token probes (its manifest and digests now fail) is not re-run; the re-run of an
+#    intact artifact is bounded by --work-budget.
+cp -r "$out" "$work/edited"
+"$py" - "$work/edited/certificate.json" <<'EOF2' || bad "could not edit the certificate"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["probes"]["lengths"][0] = 200000
+for side in c["results"].values():
+    for cells in side.values():
+        if isinstance(cells, list) and cells and cells[0].get("length") == 128: cells[0]["length"] = 200000
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+EOF2
+timeout 120 "$bin" check "$work/edited" --rerun --threads 1 --json >"$work/ck1.json" 2>&1
+check test $? -eq 1
+"$py" - "$work/ck1.json" <<'EOF2' && ok || { bad "check --rerun after a failed static check"; head -c 2000 "$work/ck1.json"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+kinds = {f["check"] for f in r["failures"]}
+assert "sums-mismatch" in kinds and "rerun-error" not in kinds, kinds
+assert r["rerun"]["done"] is False and r["rerun"]["cells"] == 0, r["rerun"]
+EOF2
+"$bin" check "$out" --rerun --threads 1 --work-budget 1000 >"$work/ck2.log" 2>&1
+check test $? -eq 1
+grep -q "FAIL rerun-error: rerun: verify: the plan needs [0-9]* attention pairs of work, over the work budget of 1000;" \
+  "$work/ck2.log" && ok || { bad "check --rerun --work-budget"; cat "$work/ck2.log"; }
+check "$bin" check "$out" --rerun --threads 1 >/dev/null 2>&1
+
 finish
