@@ -108,7 +108,8 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
   static const struct {
     const char *key, *flag;
   } map[] = {{"probes", "--verify"}, {"lengths", "--lengths"}, {"depths", "--depths"}, {"samples", "--samples"},
-             {"seed", "--seed"}, {"min_accuracy", "--min-accuracy"}, {"no_regression_at", "--no-regression-at"}};
+             {"seed", "--seed"}, {"min_accuracy", "--min-accuracy"}, {"no_regression_at", "--no-regression-at"},
+             {"work_budget", "--work-budget"}};
   const cJSON *e;
   int rc = 0;
   if (v && !cJSON_IsObject(v)) return cp_error_set(CP_EARG, "%s: verify: expected an object", r->path);
@@ -126,7 +127,7 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
       if (cJSON_IsTrue(e) && (rc = push(&r->verify_args, &r->n_verify_args, "--no-verify")) < 0) return rc;
     } else if (k == sizeof map / sizeof *map) {
       return cp_error_set(CP_EARG, "%s: unknown key (probes, lengths, depths, samples, seed, min_accuracy, "
-                                   "no_regression_at, threads, no_verify)", where);
+                                   "no_regression_at, work_budget, threads, no_verify)", where);
     } else {
       cp_strbuf b = {0};
       rc = list_text(&b, e, where);

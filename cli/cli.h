@@ -86,7 +86,8 @@ int cli_parse_probes(cp_probe_kind **out, int *n, const char *text);
 int cli_parse_probe_set(cp_probe_kind **out, int *n, bool *ppl, const char *text);
 /* The probe and threshold options `verify` and `patch` share: --lengths, --depths,
  * --no-regression-at, --samples, --seed, --threads, --device, --min-accuracy, --margin, and the ppl probe's
- * --corpus, --corpus-delimiter, --ppl-windows, --ppl-buckets, --ppl-margin, --ppl-flat. The texts
+ * --corpus, --corpus-delimiter, --ppl-windows, --ppl-buckets, --ppl-margin, --ppl-flat, and
+ * --work-budget (attention pairs; docs/reliability.md, "Work budget"). The texts
  * point into argv; the parsed arrays are owned by the struct (cli_verify_opts_free). */
 typedef struct {
   const char *probes_text; /* --probe, or its alias --verify (one name; both given is refused) */
@@ -99,6 +100,7 @@ typedef struct {
   const char *corpus, *corpus_delimiter_text;
   char *corpus_delimiter; /* the text with \n, \t, \\ unescaped; owned */
   unsigned long long ppl_windows, ppl_buckets;
+  unsigned long long work_budget; /* 0: CP_WORK_DEFAULT_BUDGET */
   int64_t *lengths;    /* [n_lengths], NULL without --lengths (a command may set a default) */
   int64_t *no_reg;     /* [n_no_reg], NULL without --no-regression-at */
   double *depths;      /* [n_depths] */

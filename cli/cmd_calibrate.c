@@ -1,6 +1,7 @@
 /* ctxpatch calibrate: softmax temperature per length (include/ctxpatch/patchers/calibrate.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@ static void help(FILE *out) {
           "                          --lengths 1024,2048,... [--train-len N] [--per-layer]\n"
           "                          [--grid 1.0:0.5:0.05] [--refine] [--samples K]\n"
           "                          [--inputs random|probe] [--tokenizer PATH] [--seed S]\n"
-          "                          [--threads T] [--device cpu|cuda] [--json]\n"
+          "                          [--threads T] [--device cpu|cuda] [--work-budget N] [--json]\n"
           "                          [--schedule [--out RULE.json] [--no-train-point]]\n\n"
           "Finds the softmax temperature tau for each length (the T5 seed's Algorithm 1 and its\n"
           "closed forms; docs/calibration.md). The softmaxes in scope are T5's encoder\n"
@@ -43,6 +44,8 @@ static void help(FILE *out) {
           "  --tokenizer PATH  tokenizer for probe inputs (default: the model folder's)\n"
           "  --seed S          input seed (default 0)\n"
           "  --threads T       engine threads (default: every CPU)\n"
+          "  --work-budget N   the most work the calibration may plan, in attention pairs (default\n"
+          "                    1e10, docs/reliability.md); a plan over it is refused before it runs\n"
           "  --device cpu|cuda where the engine runs (default cpu; cuda needs a -DCTXPATCH_CUDA=ON build\n"
           "                    and a device, else exit 2)\n"
           "  --json            print the table as one JSON document on stdout (taus exact, measured\n"
@@ -186,7 +189,7 @@ int cmd_calibrate(int argc, char **argv) {
   const char *cmd = "calibrate";
   const char *model_path = NULL, *methods_text = NULL, *lengths_text = NULL, *grid_text = NULL;
   const char *inputs_text = NULL, *tok_path = NULL, *out_path = NULL;
-  unsigned long long train_len = 0, samples = 4, seed = 0, threads = 0;
+  unsigned long long train_len = 0, samples = 4, seed = 0, threads = 0, work_budget = 0;
   cp_device device = CP_DEVICE_CPU;
   char device_desc[512];
   bool per_layer = false, refine = false, json = false, schedule = false, train_point = true;
@@ -199,7 +202,7 @@ int cmd_calibrate(int argc, char **argv) {
     bool takes = !strcmp(a, "--method") || !strcmp(a, "--lengths") || !strcmp(a, "--train-len") ||
                  !strcmp(a, "--grid") || !strcmp(a, "--samples") || !strcmp(a, "--inputs") ||
                  !strcmp(a, "--tokenizer") || !strcmp(a, "--seed") || !strcmp(a, "--threads") ||
-                 !strcmp(a, "--out") || !strcmp(a, "--device");
+                 !strcmp(a, "--out") || !strcmp(a, "--device") || !strcmp(a, "--work-budget");
     if (takes && i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     if (!strcmp(a, "--method")) methods_text = argv[++i];
     else if (!strcmp(a, "--lengths")) lengths_text = argv[++i];
@@ -216,6 +219,8 @@ int cmd_calibrate(int argc, char **argv) {
       if (!cli_parse_u64(cmd, a, argv[++i], &seed)) return CLI_USAGE;
     } else if (!strcmp(a, "--threads")) {
       if (!cli_parse_u64_in(cmd, a, argv[++i], 1, 1024, &threads)) return CLI_USAGE;
+    } else if (!strcmp(a, "--work-budget")) {
+      if (!cli_parse_u64_in(cmd, a, argv[++i], 1, UINT64_MAX, &work_budget)) return CLI_USAGE;
     } else if (!strcmp(a, "--device")) {
       if (!cli_parse_device(cmd, argv[++i], &device)) return CLI_USAGE;
     } else if (!strcmp(a, "--per-layer")) per_layer = true;
@@ -266,6 +271,7 @@ int cmd_calibrate(int argc, char **argv) {
   p.seed = seed;
   p.threads = (int)threads;
   p.device = device;
+  p.work_budget = work_budget;
 
   cp_model *model = NULL;
   cp_tokenizer *tok = NULL;

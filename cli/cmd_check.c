@@ -1,6 +1,7 @@
 /* ctxpatch check: the CI gate for a patched artifact (include/ctxpatch/verify/check.h, docs/ci.md).
  * Exit 0 pass, 1 the artifact fails a check (every failure one line), 2 usage or unreadable input. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +14,18 @@
 #include "ctxpatch/verify/check.h"
 
 static const char check_help[] =
-    "usage: ctxpatch check ARTIFACT [--rerun] [--runtime-dir DIR] [--threads T] [--tolerance X] [--json]\n\n"
+    "usage: ctxpatch check ARTIFACT [--rerun [--work-budget N]] [--runtime-dir DIR] [--threads T] [--tolerance X]\n"
+    "                      [--json]\n\n"
     "Decides whether a patched artifact (what 'ctxpatch patch' writes) may ship: every file\n"
     "against SHA256SUMS (nothing extra or missing), certificate.json against its schema and a\n"
     "pass verdict, the certificate's file digests, tool version, method, fidelity and rules\n"
     "against the artifact's files and metadata. Each failure is one line 'FAIL KIND: message';\n"
     "all are listed.\n\n"
     "  --rerun        run the certificate's probes again with its seed; accuracies must be equal\n"
-    "                 bit for bit, P_max / entropy within --tolerance (default 1e-4)\n"
+    "                 bit for bit, P_max / entropy within --tolerance (default 1e-4); made only\n"
+    "                 when every other check passed\n"
+    "  --work-budget N  with --rerun: the most work the certificate's probes may ask, in attention\n"
+    "                 pairs (default 1e10; docs/reliability.md); over it the re-run fails unrun\n"
     "  --threads T    re-run engine threads (default the certificate's run.threads)\n"
     "  --runtime-dir DIR  with --rerun: a node_modules folder with node-llama-cpp / onnxruntime-node\n"
     "                 (default $CTXPATCH_RUNTIMES); the certificate's runtime comparison is made\n"
@@ -113,9 +118,15 @@ int cmd_check(int argc, char **argv) {
     else if (!strcmp(a, "--runtime-dir")) {
       if (!v) return cli_usage_error("check", "%s needs a value", a);
       runtime_dir = argv[++i];
-    } else if (!strcmp(a, "--threads") || !strcmp(a, "--tolerance")) {
+    } else if (!strcmp(a, "--threads") || !strcmp(a, "--tolerance") || !strcmp(a, "--work-budget")) {
       if (!v) return cli_usage_error("check", "%s needs a value", a);
       i++;
+      if (!strcmp(a, "--work-budget")) {
+        unsigned long long u = 0;
+        if (!cli_parse_u64_in("check", a, v, 1, UINT64_MAX, &u)) return CLI_USAGE;
+        p.work_budget = u;
+        continue;
+      }
       if (!strcmp(a, "--threads")) {
         if (!cli_parse_u64_in("check", a, v, 1, 1024, &threads)) return CLI_USAGE;
         p.threads = (int)threads;
@@ -131,6 +142,7 @@ int cmd_check(int argc, char **argv) {
   }
   if (!path) return cli_usage_error("check", "missing ARTIFACT");
   if (runtime_dir && !p.rerun) return cli_usage_error("check", "--runtime-dir goes with --rerun");
+  if (p.work_budget && !p.rerun) return cli_usage_error("check", "--work-budget goes with --rerun");
   cp_runtime_params rt;
   char rt_script[4096];
   cli_runtime_params(&rt, runtime_dir, rt_script);

@@ -24,7 +24,7 @@ static const char patch_help[] =
     "                      [method options] | --rule RULE.json\n"
     "                      [--target-len N] [--verify PROBES] [--lengths L,...] [--json]\n"
     "                      [--depths A:B:N] [--samples N] [--seed S] [--threads T]\n"
-    "                      [--device cpu|cuda]\n"
+    "                      [--device cpu|cuda] [--work-budget N]\n"
     "                      [--min-accuracy A] [--no-regression-at L,...] [--tokenizer PATH]\n"
     "                      [--require exact] [--shard-size BYTES] [--no-verify] [--force]\n"
     "                      [--to safetensors|onnx|gguf] [--for ctxpatch] [--dtype TYPE]\n"
@@ -104,6 +104,10 @@ static const char patch_help[] =
     "  --train-len N     the training length the model was trained at (default: the config's\n"
     "                    max_position_embeddings or the GGUF's context_length); recorded in the\n"
     "                    certificate with its source, and a GGUF written gets it as context_length\n"
+    "  --work-budget N   the most work the whole patch may plan (calibration, probe screening,\n"
+    "                    certification), in attention pairs: each pass over n tokens counts\n"
+    "                    n(n+1)/2 (default 1e10; docs/reliability.md); checked before any of it runs,\n"
+    "                    and with --method auto before each candidate (skipped: budget)\n"
     "  --no-verify       skip certification; OUT is marked \"certified\": false\n"
     "  --force           replace an existing OUT (only once the new one is certified)\n"
     "  --to gguf         write OUT as one llama.cpp GGUF file (llama, gpt_neox, bloom, mpt, gpt2, t5):\n"
@@ -303,6 +307,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
   if (!pa->po.target_len && pa->vo.n_lengths > 0) pa->po.target_len = pa->vo.lengths[pa->vo.n_lengths - 1];
   pa->po.schedule_lengths = pa->vo.lengths; /* borrowed for the whole run */
   pa->po.n_schedule_lengths = pa->vo.n_lengths;
+  pa->po.work_budget = pa->vo.work_budget;
   pa->po.seed = pa->vo.seed;
   pa->po.threads = (int)pa->vo.threads;
   pa->po.device = pa->vo.device;

@@ -1,5 +1,6 @@
 /* The probe and threshold options `verify` and `patch` share: one parser, one set of range
  * checks, one place that fills cp_verify_params and cp_verify_thresholds. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,8 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   else if (!strcmp(a, "--ppl-flat")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_flat) ? 1 : -1;
   else if (!strcmp(a, "--ppl-windows")) return cli_parse_u64_in(cmd, a, v, 1, 10000, &o->ppl_windows) ? 1 : -1;
   else if (!strcmp(a, "--ppl-buckets")) return cli_parse_u64_in(cmd, a, v, 1, 1024, &o->ppl_buckets) ? 1 : -1;
+  else if (!strcmp(a, "--work-budget"))
+    return cli_parse_u64_in(cmd, a, v, 1, UINT64_MAX, &o->work_budget) ? 1 : -1;
   else if (!strcmp(a, "--corpus")) o->corpus = v;
   else if (!strcmp(a, "--corpus-delimiter")) {
     if (!*v) return cli_usage_error(cmd, "--corpus-delimiter must not be empty"), -1;
@@ -108,6 +111,7 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   vp->corpus_delimiter = o->corpus_delimiter;
   vp->ppl_windows = (int)o->ppl_windows;
   vp->ppl_buckets = (int)o->ppl_buckets;
+  vp->work_budget = o->work_budget;
 }
 
 void cli_verify_opts_free(cli_verify_opts *o) {

@@ -573,6 +573,32 @@ static int calibrate_length(cp_calib_table *out, ctx_t *c, align_state *as, bool
   return want_align ? measure_at_one(out, c, as, i) : 0;
 }
 
+uint64_t cp_calib_plan_work(const cp_model *model, const cp_cal_method *methods, int n_methods,
+                            const int64_t *lengths, int n_lengths, const cp_calib_params *params) {
+  request_t rq;
+  int rc = check_request(&rq, model, methods, n_methods, lengths, n_lengths, params);
+  if (rc) {
+    cp_error_clear(); /* cp_calibrate reports it */
+    return 0;
+  }
+  const cp_calib_params *p = params;
+  uint64_t n_grid = (uint64_t)floor((p->grid_hi - p->grid_lo) / p->grid_step + 1e-9) + 1, bisect = 0;
+  /* a bracket one grid step wide halves until narrower than the tolerance */
+  for (double w = p->grid_step; p->refine && w > p->refine_tol && bisect < 64; w /= 2) bisect++;
+  uint64_t n_align = 0, layers = (uint64_t)(rq.rm.is_encoder_decoder ? rq.rm.n_layers_encoder : rq.rm.n_layers_decoder);
+  for (int k = 0; k < n_methods; k++) n_align += methods[k] == CP_CAL_PMAX || methods[k] == CP_CAL_ENTROPY;
+  /* measures per length: the closed forms' layer-0 pass; the grid once, the bisections of each
+   * method (per layer: grid and bisections per layer, then one pass), the tau = 1 pass */
+  uint64_t per_len = rq.want_closed ? 1 : 0, at_train = (rq.want_closed ? 1 : 0) + (rq.want_align ? 1 : 0);
+  if (rq.want_align && p->per_layer)
+    per_len = cp_work_add(per_len, cp_work_add(cp_work_mul(n_align, cp_work_add(cp_work_mul(layers, n_grid + bisect), 1)), 1));
+  else if (rq.want_align) per_len = cp_work_add(per_len, cp_work_add(n_grid + 1, cp_work_mul(n_align, bisect)));
+  bool both = model->family == CP_FAMILY_T5;
+  uint64_t work = cp_work_mul(at_train, cp_work_pass(rq.ltr, both));
+  for (int i = 0; i < n_lengths; i++) work = cp_work_add(work, cp_work_mul(per_len, cp_work_pass(lengths[i], both)));
+  return cp_work_mul(work, (uint64_t)p->samples);
+}
+
 int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method *methods, int n_methods,
                  const int64_t *lengths, int n_lengths, const cp_calib_params *params) {
   memset(out, 0, sizeof *out);
@@ -584,6 +610,8 @@ int cp_calibrate(cp_calib_table *out, const cp_model *model, const cp_cal_method
   request_t rq;
   int rc = check_request(&rq, model, methods, n_methods, lengths, n_lengths, params);
   if (rc) return rc;
+  uint64_t work = cp_calib_plan_work(model, methods, n_methods, lengths, n_lengths, params);
+  if ((rc = cp_work_check(work, params->work_budget, "calibrate")) < 0) return rc;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   ctx_t c;

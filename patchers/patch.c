@@ -492,6 +492,23 @@ static int default_lengths(int64_t lengths[2], int *n, const cp_model *m, const 
   return 0;
 }
 
+/* The screening run's parameters (all[] and *L_tr are pointed to). */
+static void screen_params(cp_verify_params *sp, cp_probe_kind all[CP_PROBE_COUNT], const int64_t *L_tr,
+                          const cp_verify_params *vp) {
+  for (int k = 0; k < CP_PROBE_COUNT; k++) all[k] = (cp_probe_kind)k;
+  *sp = *vp;
+  sp->probes = all;
+  sp->n_probes = CP_PROBE_COUNT;
+  sp->lengths = L_tr;
+  sp->n_lengths = 1;
+  sp->samples = (CP_PATCH_SCREEN_PROMPTS + vp->n_depths - 1) / vp->n_depths;
+  sp->baseline = false;
+  sp->baseline_model = NULL;
+  sp->baseline_from = NULL;
+  sp->stats = false;
+  sp->corpus_path = NULL;
+}
+
 /* The default probe set: every retrieval probe run on the original at its training length with
  * a small sample (same seed and depths as certification); those above the floor are used. No
  * probe and no corpus: CP_EVERIFY_PROBE (there would be nothing to certify on). */
@@ -502,17 +519,8 @@ static int screen_probes(cp_patch_outcome *out, cp_probe_kind used[CP_PROBE_COUN
     return cp_error_set(CP_EVERIFY_PROBE, "default probe set: the model has no training length to screen the probes "
                                           "at; name them with --verify");
   cp_probe_kind all[CP_PROBE_COUNT];
-  for (int k = 0; k < CP_PROBE_COUNT; k++) all[k] = (cp_probe_kind)k;
-  cp_verify_params sp = *vp;
-  sp.probes = all;
-  sp.n_probes = CP_PROBE_COUNT;
-  sp.lengths = &L_tr;
-  sp.n_lengths = 1;
-  sp.samples = (CP_PATCH_SCREEN_PROMPTS + vp->n_depths - 1) / vp->n_depths;
-  sp.baseline = false;
-  sp.baseline_model = NULL;
-  sp.stats = false;
-  sp.corpus_path = NULL;
+  cp_verify_params sp;
+  screen_params(&sp, all, &L_tr, vp);
   cp_verify_result *r = NULL;
   int rc = cp_verify_run(&r, m, tok, NULL, &sp);
   if (rc) return rc;
@@ -543,6 +551,7 @@ int cp_patch_verify_prepare(cp_patch_verify_setup *s, cp_patch_outcome *screen, 
   *bad_options = false;
   s->vp = *params->verify;
   s->th = *params->thresholds;
+  if (o->work_budget) s->vp.work_budget = o->work_budget;
   if (!s->vp.lengths) {
     if ((rc = default_lengths(s->lengths, &s->vp.n_lengths, m, o))) {
       *bad_options = true;
@@ -560,6 +569,33 @@ int cp_patch_verify_prepare(cp_patch_verify_setup *s, cp_patch_outcome *screen, 
     s->vp.n_probes = n_used;
   }
   return 0;
+}
+
+void cp_patch_plan_work(cp_patch_work *w, const cp_model *m, const cp_patch_options *o, const cp_patch_params *params) {
+  memset(w, 0, sizeof *w);
+  cp_cal_method cm;
+  if (o->method == CP_PATCH_TEMPERATURE && !(o->tau > 0) && !o->rule && cp_cal_method_from_name(&cm, o->calibrate) == 0)
+    w->calibration = cp_patch_calibration_work(m, cm, o);
+  if (!params->verify) return;
+  cp_verify_params vp = *params->verify;
+  int64_t lengths[2];
+  if (!vp.lengths && default_lengths(lengths, &vp.n_lengths, m, o) == 0) vp.lengths = lengths;
+  if (!vp.lengths) {
+    cp_error_clear(); /* cp_patch_verify_prepare reports it */
+    return;
+  }
+  int64_t L_tr = o->train_len ? o->train_len : m->train_len;
+  cp_probe_kind all[CP_PROBE_COUNT];
+  if (params->default_probes && vp.n_probes == 0 && L_tr > 0) {
+    cp_verify_params sp;
+    screen_params(&sp, all, &L_tr, &vp);
+    w->screening = cp_verify_plan_work(&sp, m);
+    vp.probes = all; /* at most every probe passes the screening */
+    vp.n_probes = CP_PROBE_COUNT;
+  }
+  vp.baseline = false;
+  vp.baseline_from = NULL;
+  w->side = cp_verify_plan_work(&vp, m);
 }
 
 int cp_patch_tokenizer_open(cp_tokenizer **tok, const char *in, bool calibrates, const cp_patch_params *p) {
@@ -608,6 +644,13 @@ int cp_patch_run(cp_patch_outcome *out, const char *in, const char *out_dir, con
     if (rc) goto done;
   }
   bool calibrates = o.method == CP_PATCH_TEMPERATURE && !(o.tau > 0) && !o.rule;
+  /* The whole plan's work against the budget, before any of it runs: an untrusted training
+   * length (the default probe and calibration lengths) otherwise runs for hours. */
+  cp_patch_work w;
+  cp_patch_plan_work(&w, model, &o, params);
+  if ((rc = cp_work_check(cp_work_add(cp_work_add(w.calibration, w.screening), cp_work_mul(w.side, 2)), o.work_budget,
+                          "patch")))
+    goto done;
   if ((rc = cp_patch_tokenizer_open(&tok, in, calibrates, params))) goto done;
   /* Every file the model and tokenizer were read from is known now: OUT may be none, before any work. */
   if ((rc = cp_input_check_output(out_dir, !params->to_gguf))) goto done;

@@ -238,7 +238,44 @@ typedef struct {
   cp_verify_result *original_run; /* the baseline side of every candidate (cp_verify_params.baseline_from) */
   cp_patch_params p;
   int64_t L, T;
+  /* Work (attention pairs, verify.h): planned so far (the screening, the original's run and the
+   * candidates started), one certification side on the screened probes, and the rate of the
+   * original's run (pairs per second), which turns a candidate's work into an estimate of its time. */
+  uint64_t spent, side;
+  double rate;
 } auto_ctx;
+
+/* The work candidate c plans: its calibration (temperature), then its certification side. */
+static uint64_t candidate_work(const cp_patch_options *co, const auto_ctx *x) {
+  cp_patch_options o = *co;
+  cp_cal_method cm;
+  uint64_t cal = 0;
+  if (cp_patch_options_check(&o) == 0 && cp_patch_options_resolve(&o, x->model) == 0 &&
+      o.method == CP_PATCH_TEMPERATURE && cp_cal_method_from_name(&cm, o.calibrate) == 0)
+    cal = cp_patch_calibration_work(x->model, cm, &o);
+  cp_error_clear(); /* a refusal is the real run's to report */
+  return cp_work_add(cal, x->side);
+}
+
+/* Whether candidate c (planned `work`) is skipped for the budgets, before it starts; the reason
+ * goes into c. The work budget binds every candidate; the time budget, estimated from the
+ * original's run, every one after the first that runs. */
+static bool budget_skip(cp_auto_candidate *c, uint64_t work, const auto_ctx *x, uint64_t work_budget, double elapsed,
+                        double budget, bool ran_any) {
+  uint64_t b = cp_work_budget(work_budget), left = b > x->spent ? b - x->spent : 0;
+  if (work > left) {
+    snprintf(c->reason, sizeof c->reason, "planned work %llu attention pairs, over the %llu left of the work budget "
+             "(--work-budget)", (unsigned long long)work, (unsigned long long)left);
+    return true;
+  }
+  double estimate = (double)work / x->rate;
+  if (ran_any && !(elapsed + estimate <= budget)) {
+    /* no figures: the reason goes into the certificate, which holds no timings */
+    snprintf(c->reason, sizeof c->reason, "its work at the original's rate would run past --budget");
+    return true;
+  }
+  return false;
+}
 
 /* Whether candidate c (options co) would be inert in the target format's runtimes: its rule, or
  * part of it, only in ctxpatch metadata (cp_patch_effective_precheck, before any calibration); the
@@ -286,6 +323,12 @@ static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *i
                         (long long)x->L, (long long)x->T);
   *bad = false;
   if ((rc = cp_patch_tokenizer_open(&x->tok, in, true, params))) return rc;
+  /* The screening, the original's run and one candidate's certification must fit the work
+   * budget before any of them runs; each candidate is then checked against what is left. */
+  cp_patch_work w;
+  cp_patch_plan_work(&w, x->model, base, params);
+  x->spent = cp_work_add(w.screening, w.side);
+  if ((rc = cp_work_check(cp_work_add(x->spent, w.side), base->work_budget, "patch --method auto"))) return rc;
   if ((rc = cp_patch_verify_prepare(&x->vs, &out->outcome, bad, x->model, x->tok, base, params))) return rc;
   if ((rc = target_lengths(out, &x->vs.vp, x->L))) {
     *bad = true;
@@ -300,6 +343,8 @@ static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *i
   if ((rc = cp_verify_run(&x->original_run, x->model, x->tok, NULL, &op))) return rc;
   score(&out->original_accuracy, &out->original_nll, x->original_run, x->L);
   out->original_scored = true;
+  x->side = cp_verify_plan_work(&op, x->model);
+  x->rate = x->original_run->seconds > 0 ? (double)x->side / x->original_run->seconds : INFINITY;
   x->vs.vp.baseline_from = x->original_run;
   x->p = *params;
   x->p.verify = &x->vs.vp;
@@ -331,6 +376,7 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
   for (int i = 0; i < CP_AUTO_MAX_CANDIDATES; i++) {
     cp_auto_candidate *c = &out->candidates[out->n_candidates++];
     cp_patch_options co;
+    uint64_t work = 0;
     candidate_options(&co, c, i, &base, x.L, x.T);
     c->accuracy = c->nll = NAN;
     double t = cp_monotonic_seconds();
@@ -339,10 +385,11 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
       snprintf(c->reason, sizeof c->reason, "%s", cp_error_message());
     } else if (x.ck && runtime_skip(c, &co, &x, in, &x.p)) {
       c->status = CP_AUTO_SKIPPED_RUNTIME;
-    } else if (ran_any && t - t0 >= budget) {
-      c->status = CP_AUTO_SKIPPED_BUDGET; /* the first candidate that fits always runs */
+    } else if (budget_skip(c, work = candidate_work(&co, &x), &x, base.work_budget, t - t0, budget, ran_any)) {
+      c->status = CP_AUTO_SKIPPED_BUDGET; /* the first candidate that fits the work budget always runs */
     } else {
       ran_any = true;
+      x.spent = cp_work_add(x.spent, work);
       copy_screening(&oc, &out->outcome);
       if ((rc = run_candidate(c, &pd, &oc, &co, x.model, x.tok, in, out_dir, &x.p))) goto done;
       if (c->ran) score(&c->accuracy, &c->nll, oc.result, x.L);

@@ -10,6 +10,7 @@
 #include "ctxpatch/patchers/calibrate.h"
 #include "patchers/calibrate_json.h"
 #include "ctxpatch/patchers/patch.h"
+#include "patchers/patch_stage.h"
 
 void cp_patch_options_init(cp_patch_options *o) {
   memset(o, 0, sizeof *o);
@@ -87,6 +88,8 @@ int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m) {
   return 0;
 }
 
+#define CP_CALIB_PLAN_LENGTHS 64 /* counted in chunks: no allocation */
+
 /* --schedule: the calibration at the schedule lengths past the training length (target_len when
  * none is) and its schedule rule; *table is filled on success (caller frees). */
 static int schedule_rule(cp_rule *rule, cp_calib_table *table, const cp_model *m, cp_cal_method cm,
@@ -105,6 +108,25 @@ static int schedule_rule(cp_rule *rule, cp_calib_table *table, const cp_model *m
 done:
   free(lengths);
   return rc;
+}
+
+uint64_t cp_patch_calibration_work(const cp_model *m, cp_cal_method cm, const cp_patch_options *o) {
+  cp_calib_params cpp;
+  cp_calib_params_init(&cpp);
+  cpp.train_len = o->train_len;
+  cpp.per_layer = o->per_layer;
+  if (o->calibration_samples > 0) cpp.samples = o->calibration_samples;
+  int64_t L_tr = o->train_len ? o->train_len : m->train_len, longer[CP_CALIB_PLAN_LENGTHS];
+  int n = 0; /* as schedule_rule: the schedule lengths past L_tr, else target_len */
+  uint64_t work = 0;
+  for (int i = 0; o->schedule && i < o->n_schedule_lengths; i++)
+    if (o->schedule_lengths[i] > L_tr) {
+      longer[n++] = o->schedule_lengths[i];
+      if (n == CP_CALIB_PLAN_LENGTHS)
+        work = cp_work_add(work, cp_calib_plan_work(m, &cm, 1, longer, n, &cpp)), n = 0;
+    }
+  if (n || !work) work = cp_work_add(work, cp_calib_plan_work(m, &cm, 1, n ? longer : &o->target_len, n ? n : 1, &cpp));
+  return work;
 }
 
 /* Temperature: the given tau, one calibrated at target_len, or a calibrated schedule; then the
@@ -128,6 +150,7 @@ static int temperature_rule(cp_rule *rule, char **calibration_json, const cp_mod
     cpp.threads = o->threads;
     cpp.device = o->device;
     if (o->calibration_samples > 0) cpp.samples = o->calibration_samples;
+    cpp.work_budget = o->work_budget;
     if (o->schedule) rc = schedule_rule(rule, &table, m, cm, o, &cpp);
     else rc = cp_calibrate_rule(rule, &table, m, cm, o->target_len, &cpp);
     if (rc) return rc;

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ctxpatch/patchers/calibrate.h"
 #include "ctxpatch/patchers/patch.h"
 
 /* A baked and certified (or, without verify, baked) folder waiting to be committed: the hidden
@@ -41,6 +42,16 @@ typedef struct {
  * options `o`; *bad_options is set when the error is a usage error. */
 int cp_patch_verify_prepare(cp_patch_verify_setup *s, cp_patch_outcome *screen, bool *bad_options, const cp_model *m,
                             const cp_tokenizer *tok, const cp_patch_options *o, const cp_patch_params *params);
+/* The work a patch plans (ctxpatch/verify/verify.h, "Work"), counted before it runs: the
+ * temperature calibration the options ask for, the default probe set's screening, and one side
+ * of the certification (every probe the screening could keep; the original's side costs the
+ * same). Lengths or probes that cannot be resolved count 0 (the run reports them). */
+typedef struct {
+  uint64_t calibration, screening, side;
+} cp_patch_work;
+void cp_patch_plan_work(cp_patch_work *w, const cp_model *m, const cp_patch_options *o, const cp_patch_params *params);
+/* The calibration work of a temperature patch with calibration method `cm` (patch_options.c). */
+uint64_t cp_patch_calibration_work(const cp_model *m, cp_cal_method cm, const cp_patch_options *o);
 /* The probe tokenizer, when verifying or calibrating (`calibrates`); calibration alone falls back
  * to random ids (*tok NULL). */
 int cp_patch_tokenizer_open(cp_tokenizer **tok, const char *in, bool calibrates, const cp_patch_params *p);

@@ -16,6 +16,7 @@
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/profile.h"
+#include "ctxpatch/verify/verify.h"
 #include "test.h"
 
 static double num(const cJSON *o, const char *k) {
@@ -154,8 +155,19 @@ static void check_properties(const char *dir, const char *name, bool per_layer) 
   p.refine = true;
   p.per_layer = per_layer;
   cp_calib_table t;
+  /* The work budget (verify.h): the plan is refused one pair short of it, before any forward */
+  uint64_t plan = cp_calib_plan_work(model, ms, 2, lengths, 3, &p);
+  p.work_budget = plan - 1;
+  CHECK_RC(CP_EVERIFY_WORK, cp_calibrate(&t, model, ms, 2, lengths, 3, &p));
+  p.work_budget = plan;
   CHECK_RC(0, cp_calibrate(&t, model, ms, 2, lengths, 3, &p));
   if (!t.entries) goto done;
+  /* and it bounds what ran: the training-length passes, every other forward at least at the
+   * shortest length */
+  uint64_t ran = (uint64_t)p.samples * cp_work_pass(24, model->family == CP_FAMILY_T5) +
+                 (uint64_t)(t.forwards - p.samples) * cp_work_pass(36, model->family == CP_FAMILY_T5);
+  CHECK_MSG(ran <= plan, "%s: forwards run %lld (at least %llu pairs) past the plan's %llu pairs", name,
+            (long long)t.forwards, (unsigned long long)ran, (unsigned long long)plan);
   for (int i = 0; i < 3; i++) {
     const cp_calib_entry *pm = cp_calib_table_get(&t, CP_CAL_PMAX, lengths[i]);
     const cp_calib_entry *en = cp_calib_table_get(&t, CP_CAL_ENTROPY, lengths[i]);

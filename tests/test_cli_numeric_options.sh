@@ -36,6 +36,7 @@ limit --no-regression-at 1048576 "over the limit of 1048576 tokens" "${V[@]}" --
 limit --samples 100000 "--samples must be in \[1, 100000\]" "${V[@]}" --lengths 256
 low --samples 1 "--samples must be in \[1, 100000\]" "${V[@]}" --lengths 256
 limit --threads 1024 "--threads must be in \[0, 1024\]" "${V[@]}" --lengths 256
+low --work-budget 1 "--work-budget must be in \[1, 18446744073709551615\]" "${V[@]}" --lengths 256
 refused "--samples given more than once" "${V[@]}" --lengths 256 --samples 3 --samples 4
 refused "--lengths given more than once" "${V[@]}" --lengths 256 --lengths 512
 

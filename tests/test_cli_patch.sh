@@ -205,4 +205,73 @@ else
   echo "note: examples/probe-models/t5-probe is absent; harmful-patch check skipped"
 fi
 
+# 8. work budget (docs/reliability.md): a config claiming max_position_embeddings 200000 makes the
+#    default probe and calibration lengths cost hours; every command refuses the plan before it
+#    runs, naming the work, the budget and --work-budget, and writes nothing. `timeout` only keeps
+#    a regression from hanging CI: the assertion is the refusal line.
+hostile=$work/hostile
+cp -r "$model" "$hostile"
+"$py" - "$hostile/config.json" <<'EOF2' || bad "could not write the hostile config"
+import json, sys
+c = json.load(open(sys.argv[1])); c["max_position_embeddings"] = 200000
+json.dump(c, open(sys.argv[1], "w"))
+EOF2
+budget_refused() { # LOG: the one-line refusal
+  grep -q "CP_EVERIFY_WORK: .*attention pairs of work, over the work budget of 10000000000 (the default); raise it with --work-budget N" "$1" \
+    && ok || { bad "no work-budget refusal in $1"; head -c 1000 "$1"; }
+}
+timeout 120 "$bin" patch "$hostile" "$work/wb1" --method temperature --threads 1 >"$work/wb1.log" 2>&1
+check test $? -eq 1
+budget_refused "$work/wb1.log"
+check test ! -e "$work/wb1"
+timeout 120 "$bin" patch "$hostile" "$work/wb2" --method auto --budget 1 --threads 1 >"$work/wb2.log" 2>&1
+check test $? -eq 1
+budget_refused "$work/wb2.log"
+check test ! -e "$work/wb2"
+timeout 120 "$bin" calibrate "$hostile" --method pmax --lengths 400000 --threads 1 >"$work/wb3.log" 2>&1
+check test $? -eq 1
+budget_refused "$work/wb3.log"
+timeout 120 "$bin" verify "$hostile" --probe passkey --lengths 200000 --threads 1 >"$work/wb4.log" 2>&1
+check test $? -eq 1
+budget_refused "$work/wb4.log"
+# the figure is the plan's: 3 depths x 1 sample at 128 + 10 new tokens, 138 x 139 / 2 pairs each,
+# and once more at 128 for the attention statistics (2 sides with --baseline)
+"$bin" verify "$model" --probe passkey --lengths 128 --depths 0:1:3 --samples 1 --threads 1 --baseline \
+  --work-budget 1000 >"$work/wb5.log" 2>&1
+check test $? -eq 1
+grep -q "the plan needs $(( (3 * 138 * 139 / 2 + 128 * 129 / 2) * 2 )) attention pairs of work, over the work budget of 1000;" \
+  "$work/wb5.log" && ok || { bad "verify --work-budget figure"; cat "$work/wb5.log"; }
+check "$bin" verify "$model" --probe passkey --lengths 128 --depths 0:1:3 --samples 1 --threads 1 --baseline \
+  --work-budget $(( (3 * 138 * 139 / 2 + 128 * 129 / 2) * 2 )) --json >/dev/null 2>&1
+# a raised budget lets the plan run (the hostile patch with explicit short lengths and probes)
+check "$bin" patch "$hostile" "$work/wb6" --method temperature --tau 0.8 $vopts --for ctxpatch >/dev/null 2>&1
+
+# 9. check --rerun never runs after a failed static check: a certificate edited to ask for
+#    200000-token probes (its manifest and digests now fail) is not re-run; the re-run of an
+#    intact artifact is bounded by --work-budget.
+cp -r "$out" "$work/edited"
+"$py" - "$work/edited/certificate.json" <<'EOF2' || bad "could not edit the certificate"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["probes"]["lengths"][0] = 200000
+for side in c["results"].values():
+    for cells in side.values():
+        if isinstance(cells, list) and cells and cells[0].get("length") == 128: cells[0]["length"] = 200000
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+EOF2
+timeout 120 "$bin" check "$work/edited" --rerun --threads 1 --json >"$work/ck1.json" 2>&1
+check test $? -eq 1
+"$py" - "$work/ck1.json" <<'EOF2' && ok || { bad "check --rerun after a failed static check"; head -c 2000 "$work/ck1.json"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+kinds = {f["check"] for f in r["failures"]}
+assert "sums-mismatch" in kinds and "rerun-error" not in kinds, kinds
+assert r["rerun"]["done"] is False and r["rerun"]["cells"] == 0, r["rerun"]
+EOF2
+"$bin" check "$out" --rerun --threads 1 --work-budget 1000 >"$work/ck2.log" 2>&1
+check test $? -eq 1
+grep -q "FAIL rerun-error: rerun: verify: the plan needs [0-9]* attention pairs of work, over the work budget of 1000;" \
+  "$work/ck2.log" && ok || { bad "check --rerun --work-budget"; cat "$work/ck2.log"; }
+check "$bin" check "$out" --rerun --threads 1 >/dev/null 2>&1
+
 finish

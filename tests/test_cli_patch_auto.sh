@@ -158,6 +158,32 @@ EOF2
 
 "$py" "$work/table.py" "$work/b.json" 0,1,5,6,9 1,5,6 >/dev/null && ok || bad "--budget 0: the original's row and helps"
 
+# 3b. --work-budget: each candidate is checked before it starts against the work left (counted,
+#     not timed). The figures come from the refusals: auto's start needs the original's side and
+#     one candidate's (2 x side); temperature's patch needs its calibration and both sides.
+need() { sed -n 's/.*the plan needs \([0-9]*\) attention pairs.*/\1/p' "$1"; }
+"$bin" patch "$rope" "$work/wa" --method auto --lengths 256,512 $small --work-budget 1 >"$work/wa.log" 2>&1
+two=$(need "$work/wa.log")
+"$bin" patch "$rope" "$work/wt" --method temperature --lengths 256,512 $small --work-budget 1 >"$work/wt.log" 2>&1
+cal=$(( $(need "$work/wt.log") - two ))
+[ -n "$two" ] && [ "$cal" -gt 0 ] && [ ! -e "$work/wa" ] && [ ! -e "$work/wt" ] && ok ||
+  bad "work figures: $(cat "$work/wa.log" "$work/wt.log")"
+for extra in -1 0; do # one pair short of the temperature candidate, then exactly enough
+  "$bin" patch "$rope" "$work/wb$extra" --method auto --lengths 256,512 $small --work-budget $((two + cal + extra)) \
+    --json >"$work/wb$extra.json" 2>/dev/null
+  "$py" - "$work/wb$extra.json" "$extra" <<'EOF2' && ok || bad "--work-budget $extra: $(head -c 2000 "$work/wb$extra.json")"
+import json, sys
+a = json.load(open(sys.argv[1]))["auto"]
+st = [e["status"] for e in a["candidates"]]
+skipped = [i for i, s in enumerate(st) if s == "skipped: budget"]
+# -1: temperature (calibration + side) is over what is left, rope-pi (side) fits and runs;
+# 0: temperature runs and uses it all, rope-pi is over
+assert skipped == ([0] if sys.argv[2] == "-1" else [9]), st
+assert all("work budget" in a["candidates"][i]["reason"] for i in skipped), a["candidates"]
+assert st[9 if sys.argv[2] == "-1" else 0] in ("pass", "fail"), st
+EOF2
+done
+
 # --to gguf: the winner as one GGUF file, which check accepts (its report beside it included); the
 # same candidate as above, so "ship the original" is printed exactly when the block above says so
 "$bin" patch "$rope" "$work/w.gguf" --method auto --budget 0 --to gguf --lengths 256,512 $small >"$work/g.log" 2>&1 &&

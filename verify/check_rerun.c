@@ -52,6 +52,7 @@ static int params_from_cert(cp_verify_params *vp, rerun_arrays *a, const cJSON *
                                : (int)cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cert, "run"), "threads")->valuedouble;
   const cJSON *patched = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cert, "results"), "patched");
   vp->stats = cJSON_GetObjectItemCaseSensitive(patched, "attention") != NULL;
+  vp->work_budget = p->work_budget;
   vp->progress = p->progress;
   vp->progress_ctx = p->progress_ctx;
   return 0;

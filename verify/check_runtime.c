@@ -186,10 +186,9 @@ int check_runtime(check_ctx *c, const cp_check_params *p) {
   const cJSON *rc_obj = cJSON_GetObjectItemCaseSensitive(c->cert, "runtime_check");
   cp_runtime_kind kind = CP_RUNTIME_LLAMACPP;
   const char *result = NULL;
-  size_t before = c->report->n_failures;
   int rc = block(c, rc_obj, &kind, &result);
-  if (rc < 0 || c->report->n_failures > before || !p || !p->rerun || !p->runtime || !p->runtime->node_modules)
-    return rc;
+  /* never redone after any failed static check (this block's or an earlier one) */
+  if (rc < 0 || c->report->n_failures > 0 || !p || !p->rerun || !p->runtime || !p->runtime->node_modules) return rc;
   if (!result) { /* no comparison recorded: the artifact's format names the runtime */
     if (!strcmp(c->report->format, "safetensors") || cp_path_has_suffix(c->path, ".onnx"))
       return 0; /* no runtime file */

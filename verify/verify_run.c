@@ -328,6 +328,8 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
                           p->ppl_buckets);
   int rc = check_lengths_fit(model, p);
   if (rc < 0) return rc;
+  /* time, as the lengths check bounds memory: refused before any engine runs */
+  if ((rc = cp_work_check(cp_verify_plan_work(p, model), p->work_budget, "verify")) < 0) return rc;
   const cp_verify_result *from = p->baseline ? p->baseline_from : NULL;
   if (from && (rc = check_baseline_from(from, p)) < 0) return rc;
   cp_verify_result *r = NULL;

@@ -115,6 +115,7 @@
   X(CP_EVERIFY_LENGTH, -701, "verify: length cannot hold the probe")                   \
   X(CP_EVERIFY_THRESHOLD, -702, "verify: threshold cannot be judged")                                 \
   X(CP_EVERIFY_RUNTIME, -703, "verify: the runtime could not run the artifact")                  \
+  X(CP_EVERIFY_WORK, -704, "verify: the planned work is over the work budget")                  \
   /* patchers (-800) */                                                                \
   X(CP_EPATCH_FAMILY, -800, "patch: method does not fit the model family")             \
   X(CP_EPATCH_FIDELITY, -801, "patch: the artifact cannot carry the patch as required") \

@@ -65,6 +65,9 @@ typedef struct {
   /* Called after each forward pass (may be NULL). */
   void (*progress)(void *ctx, const char *what);
   void *progress_ctx;
+  /* The most work the call may plan, in attention pairs (cp_work_pass in verify.h); 0: the
+   * default budget. A plan over it is refused before any forward pass (CP_EVERIFY_WORK). */
+  uint64_t work_budget;
 } cp_calib_params;
 
 void cp_calib_params_init(cp_calib_params *p);
@@ -108,6 +111,12 @@ typedef struct {
   int64_t forwards;        /* forward passes run */
   double seconds;
 } cp_calib_table;
+
+/* The work cp_calibrate plans, at most: its forward passes (samples at the training length and,
+ * per length, every grid point, every bisection step the tolerance allows, every layer in scope
+ * with per_layer), each counted with cp_work_pass. 0 when the request is refused anyway. */
+uint64_t cp_calib_plan_work(const cp_model *model, const cp_cal_method *methods, int n_methods,
+                            const int64_t *lengths, int n_lengths, const cp_calib_params *params);
 
 /* Runs the calibration of every method at every length (each length > train_len).
  * out is filled; free with cp_calib_table_free. */

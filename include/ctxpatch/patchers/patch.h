@@ -127,6 +127,9 @@ typedef struct {
    * method options build. method_given false: the method is the rule's (cp_patch_rule_method). */
   const cp_rule *rule;
   bool method_given;
+  /* The most work the whole patch may plan (calibration, probe screening, certification), in
+   * attention pairs (verify.h, "Work"); 0: CP_WORK_DEFAULT_BUDGET. Checked before any of it runs. */
+  uint64_t work_budget;
 } cp_patch_options;
 
 /* The method a rule file is: one mechanism alone names its method (temperature or schedule,

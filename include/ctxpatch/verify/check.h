@@ -10,14 +10,16 @@
  *      fidelity, rule and baked rule match the artifact's metadata, read by one function per
  *      output format (safetensors: config.json's "ctxpatch" block and every shard's
  *      __metadata__.ctxpatch); the metadata's certificate digest is certificate.json's SHA-256;
- *   4. with `rerun`, the certificate's probes are run again on the artifact with its seed: every
- *      correct_by_depth count and accuracy must be equal, bit for bit; P_max and entropy, when the
- *      certificate has them, within `tolerance`.
+ *   4. with `rerun`, and only when every check above passed (an edited certificate may ask for any
+ *      amount of work; the re-run's is bounded by `work_budget`), the certificate's probes are run
+ *      again on the artifact with its seed: every correct_by_depth count and accuracy must be
+ *      equal, bit for bit; P_max and entropy, when the certificate has them, within `tolerance`.
  *   5. the certificate's runtime_check (docs/certificate.md, "Runtime check"), when present: a
  *      runtime that "differs" fails (runtime-differs), the tolerance must be the one of its weights
  *      and agree with the result, and a GGUF's comparison must name this file's content digest
- *      (runtime-content); with `rerun` and `runtime` naming a node_modules folder, the comparison is
- *      made again on the artifact (runtime-rerun), also for a certificate that says "not checked";
+ *      (runtime-content); with `rerun` and `runtime` naming a node_modules folder, and no check
+ *      failed, the comparison is made again on the artifact (runtime-rerun), also for a
+ *      certificate that says "not checked";
  *      prompts that differ from the certified ones (the file's own tokenizer) are reported, not failed;
  *   6. the HTML report, when present (a folder's report.html, a one-file artifact's
  *      FILE.report.html), is byte for byte the page this ctxpatch renders from the certificate
@@ -53,6 +55,9 @@ typedef struct {
   /* With rerun: where the runtime comparison finds llama.cpp / onnxruntime (NULL or no
    * node_modules: not redone). */
   const cp_runtime_params *runtime;
+  /* With rerun: the most work the certificate's probes may plan, in attention pairs (verify.h,
+   * "Work"); 0: CP_WORK_DEFAULT_BUDGET. Over it, the re-run fails (rerun-error) before it runs. */
+  uint64_t work_budget;
 } cp_check_params;
 
 void cp_check_params_init(cp_check_params *p);

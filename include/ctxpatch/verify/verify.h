@@ -86,9 +86,32 @@ typedef struct {
   /* Called after each sample with the number done and the total (may be NULL). */
   void (*progress)(void *ctx, int64_t done, int64_t total);
   void *progress_ctx;
+  /* The most work the run may plan, in attention pairs (cp_work_pass); 0 = CP_WORK_DEFAULT_BUDGET.
+   * A plan over it is refused before anything runs (CP_EVERIFY_WORK). */
+  uint64_t work_budget;
 } cp_verify_params;
 
 void cp_verify_params_init(cp_verify_params *p);
+
+/* Work, counted before a run starts (docs/reliability.md, "Work budget"): every pass of the
+ * engine over n tokens (a prompt and the tokens generated after it, a ppl window, a calibration
+ * forward) costs the query-key pairs its causal attention computes, n (n + 1) / 2 (n^2 for an
+ * encoder-decoder, whose encoder sees both ways): at least the tokens processed, and the
+ * quadratic term that makes long contexts slow. Sums and products saturate at UINT64_MAX.
+ * Untrusted lengths (a config's max_position_embeddings, an edited certificate) bound memory
+ * through the lengths check; this bounds time. */
+#define CP_WORK_DEFAULT_BUDGET 10000000000ull /* 1e10 pairs */
+uint64_t cp_work_pass(int64_t n_tokens, bool bidirectional);
+uint64_t cp_work_add(uint64_t a, uint64_t b);
+uint64_t cp_work_mul(uint64_t a, uint64_t b);
+/* The budget in force: `budget`, or CP_WORK_DEFAULT_BUDGET when 0. */
+uint64_t cp_work_budget(uint64_t budget);
+/* 0 when `work` fits `budget` (0 = the default); else CP_EVERIFY_WORK with one line naming `what`,
+ * the work, the budget and the option that raises it (--work-budget). */
+int cp_work_check(uint64_t work, uint64_t budget, const char *what);
+/* The work cp_verify_run(model, params) plans: every probe x length x depth x sample on each
+ * side that runs, the ppl windows, the statistics passes. */
+uint64_t cp_verify_plan_work(const cp_verify_params *p, const cp_model *model);
 
 typedef enum { CP_SIDE_PATCHED = 0, CP_SIDE_BASELINE = 1 } cp_verify_side;
 
