@@ -395,6 +395,7 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
   }
   if (c.cert && (rc = check_metadata(&c)) < 0) goto done;
   if (c.cert && (rc = check_runtime(&c, params)) < 0) goto done;
+  if (c.cert && (rc = check_policy(&c, params)) < 0) goto done;
   if (c.cert && params && params->rerun && !strcmp(fmt->name, "safetensors")) rc = check_rerun(&c, params);
 done:
   for (size_t i = 0; i < c.n_meta; i++) {

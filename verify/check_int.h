@@ -56,5 +56,8 @@ int check_rerun(check_ctx *c, const cp_check_params *p);
 /* The certificate's runtime_check: shape and consistency, and with p->rerun and a runtime folder
  * the comparison made again (check.h, point 5). verify/check_runtime.c. */
 int check_runtime(check_ctx *c, const cp_check_params *p);
+/* The policy flags (check.h, point 6): min_prompts, require_gain, require_runtime, fidelity.
+ * verify/check_policy.c. */
+int check_policy(check_ctx *c, const cp_check_params *p);
 
 #endif

@@ -19,6 +19,10 @@
  *      (runtime-content); with `rerun` and `runtime` naming a node_modules folder, the comparison is
  *      made again on the artifact (runtime-rerun), also for a certificate that says "not checked";
  *      prompts that differ from the certified ones (the file's own tokenizer) are reported, not failed.
+ *   6. policy flags for CI (each failure kind policy-*): min_prompts (every compared probe and length
+ *      had at least that many pairs), require_gain (the verdict included the gain criterion and
+ *      found the gain), require_runtime (a runtime_check in that runtime with result "equal"),
+ *      fidelity (the certificate's patch.fidelity; "exact" = "exact-weights").
  * One-file artifacts (a patched .gguf; a .onnx graph `patch IN.onnx OUT.onnx` rewrote) have no
  * manifest: the certificate travels in the file's metadata, and 2 and the metadata half of 3 are
  * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact without
@@ -48,6 +52,11 @@ typedef struct {
   /* With rerun: where the runtime comparison finds llama.cpp / onnxruntime (NULL or no
    * node_modules: not redone). */
   const cp_runtime_params *runtime;
+  /* Policy (point 6); 0 / false / NULL: not asked. */
+  int64_t min_prompts;
+  bool require_gain;
+  const char *require_runtime; /* "llama.cpp", "onnxruntime" */
+  const char *fidelity;        /* "exact" or a fidelity name ("exact-weights", "native-config", ...) */
 } cp_check_params;
 
 void cp_check_params_init(cp_check_params *p);
