@@ -51,9 +51,11 @@ grep -q '"fail"' "$work/fail.json" && ok || bad "verdict fail not recorded"
 # --accept-no-gain too, the old "pass". (40 prompts and the no-effect line: tests/test_stats.c.)
 cmp=(--probe passkey --lengths 288 --baseline --no-regression-at 288 --depths 0:1:6 --samples 1 --seed 3 --threads 2
   --no-stats)
-"$bin" verify "$model" "${cmp[@]}" --certificate "$work/in.json" >"$work/in.txt"
+"$bin" verify "$model" "${cmp[@]}" --certificate "$work/in.json" --report "$work/in.html" >"$work/in.txt"
 [ $? = 1 ] && grep -q "^verdict: inconclusive" "$work/in.txt" && grep -q "0.731 with 80% power" "$work/in.txt" && ok \
   || bad "6 prompts: $(tail -3 "$work/in.txt")"
+grep -q '<section class="verdict weak"><span class="big">INCONCLUSIVE</span>not certified: too few prompts' "$work/in.html" \
+  && ok || bad "the report does not show the inconclusive verdict"
 "$bin" verify "$model" "${cmp[@]}" --accept-underpowered --certificate "$work/ne.json" >"$work/ne.txt"
 [ $? = 1 ] && grep -q "^verdict: no effect" "$work/ne.txt" && ok || bad "no-op: $(tail -3 "$work/ne.txt")"
 "$bin" verify "$model" "${cmp[@]}" --accept-underpowered --accept-no-gain --certificate "$work/old.json" >"$work/old.txt" \

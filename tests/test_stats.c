@@ -125,6 +125,14 @@ static void verdicts(void) {
   CHECK(judge(&f, &t, "no effect:") == CP_VERDICT_NO_EFFECT);
   fake(&f, 40, (int[]){0, 0}, (int[]){0, 5});
   CHECK(judge(&f, &t, NULL) == CP_VERDICT_PASS);
+  /* 4 gained at 512 listed twice (the same prompts run twice) is still 4, not 8 */
+  static const int64_t at512[1] = {512};
+  cp_verify_thresholds twice = t;
+  twice.no_regression_at = at512;
+  twice.n_no_regression = 1;
+  fake(&f, 40, (int[]){0, 0}, (int[]){4, 4});
+  f.lengths[0] = 512;
+  CHECK(judge(&f, &twice, "no effect:") == CP_VERDICT_NO_EFFECT);
   /* a gain at the training length only is not a gain past it */
   fake(&f, 40, (int[]){0, 0}, (int[]){8, 0});
   CHECK(judge(&f, &t, "no effect:") == CP_VERDICT_NO_EFFECT);

@@ -160,8 +160,8 @@ static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *
     cJSON_AddStringToObject(o, "test", "exact-sign-test-paired");
     cJSON_AddStringToObject(o, "alternative", "gained > lost");
     cJSON *ls = cJSON_AddArrayToObject(o, "lengths");
-    for (int i = 0; i < t->n_no_regression; i++)
-      if (t->no_regression_at[i] > t->gain_after) cJSON_AddItemToArray(ls, cJSON_CreateNumber((double)t->no_regression_at[i]));
+    for (int l = 0; l < r->n_lengths; l++) /* the lengths cp_verify_gain pooled */
+      if (cp_verify_gain_length(r, t, l)) cJSON_AddItemToArray(ls, cJSON_CreateNumber((double)r->lengths[l]));
     cJSON_AddNumberToObject(o, "lost", (double)g.lost);
     cJSON_AddNumberToObject(o, "gained", (double)g.gained);
     cJSON_AddNumberToObject(o, "p_value", num(g.p_value));

@@ -454,13 +454,19 @@ static int judge_ppl(char ***reasons, int *n_reasons, const cp_verify_result *r,
   return rc;
 }
 
+bool cp_verify_gain_length(const cp_verify_result *r, const cp_verify_thresholds *t, int l) {
+  bool compared = false;
+  for (int i = 0; i < t->n_no_regression; i++) compared |= t->no_regression_at[i] == r->lengths[l];
+  /* a length listed twice ran the same prompts twice: counted once */
+  for (int k = 0; k < l; k++) compared &= r->lengths[k] != r->lengths[l];
+  return r->has_baseline && compared && r->lengths[l] > t->gain_after;
+}
+
 void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_verify_thresholds *t) {
   memset(g, 0, sizeof *g);
   double saved = 0;
-  for (int l = 0; l < r->n_lengths && r->has_baseline; l++) {
-    bool compared = false;
-    for (int i = 0; i < t->n_no_regression; i++) compared |= t->no_regression_at[i] == r->lengths[l];
-    if (!compared || r->lengths[l] <= t->gain_after) continue;
+  for (int l = 0; l < r->n_lengths; l++) {
+    if (!cp_verify_gain_length(r, t, l)) continue;
     g->n_lengths++;
     for (int p = 0; p < r->n_probes; p++) {
       int64_t lost, gained;
@@ -508,8 +514,10 @@ static int gain_reason(char ***reasons, int *n_reasons, const cp_verify_result *
   if (r->n_probes)
     snprintf(pairs, sizeof pairs, "%lld prompts gained and %lld lost (sign test p = %.2g, not < %.3g)",
              (long long)g->gained, (long long)g->lost, g->p_value, t->alpha);
-  return add_reason(reasons, n_reasons, "no effect: past the training length %lld the patch shows no gain: %s%s "
-                    "(--accept-no-gain certifies a patch that only breaks nothing)", (long long)t->gain_after, pairs, ppl);
+  char where[64] = "at the compared lengths (no training length known)";
+  if (t->gain_after > 0) snprintf(where, sizeof where, "past the training length %lld", (long long)t->gain_after);
+  return add_reason(reasons, n_reasons, "no effect: %s the patch shows no gain: %s%s (--accept-no-gain certifies a "
+                    "patch that only breaks nothing)", where, pairs, ppl);
 }
 
 int cp_verify_judge(cp_verdict *verdict, char ***reasons, int *n_reasons, const cp_verify_result *r,

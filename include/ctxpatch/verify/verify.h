@@ -182,6 +182,8 @@ typedef struct {
   bool found;
 } cp_verify_gain_test;
 void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_verify_thresholds *t);
+/* Whether r->lengths[l] is one of the gain test's lengths (its first occurrence). */
+bool cp_verify_gain_length(const cp_verify_result *r, const cp_verify_thresholds *t, int l);
 
 /* Verdicts, strongest first: a failed threshold; an underpowered design; no gain; pass. */
 typedef enum {
