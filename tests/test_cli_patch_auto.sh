@@ -157,6 +157,18 @@ assert d["written"] is False and d["verdict"] == "no candidate passed" and d["me
 assert d["auto"]["winner"] is None and d["auto"]["candidates"][0]["status"] == "fail", d["auto"]
 ' "$work/n.json" && ok || bad "no pass --json: $(head -c 1500 "$work/n.json")"
 
+# ... and without --accept-underpowered the 4-prompt design cannot see a harm: the candidate is
+# "inconclusive" (4 prompts; not "fail": nothing was seen to break) and cannot win
+"$bin" patch "$rope" "$work/none" --method auto --budget 0 --lengths 256,512 ${small/--accept-underpowered/} --json \
+  >"$work/u.json" 2>/dev/null
+[ $? -eq 1 ] && [ ! -e "$work/none" ] && "$py" -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["auto"]
+c = a["candidates"][0]
+assert a["winner"] is None and c["status"] == "inconclusive" and c["verdict"] == "inconclusive", c
+assert c["reason"].startswith("inconclusive: 4 prompts per probe and length"), c
+' "$work/u.json" && ok || bad "inconclusive candidate: $(head -c 1500 "$work/u.json")"
+
 # 5. usage errors: exit 2, nothing written
 for args in "--method auto --tau 0.8" "--method auto --n-local 64" "--method auto --no-verify" \
     "--method auto --to onnx" "--method auto --budget -1" "--method auto --budget 604801" \

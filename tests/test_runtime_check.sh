@@ -52,6 +52,11 @@ json "$work/t.json" '(lambda r: r["runtime"] == "llama.cpp" and r["prompts"] == 
 [ "$(json "$work/t.json" 'd["certificate"]["runtime_check"]["content_sha256"]')" = "$(getv "$t" ctxpatch.content_sha256)" ] &&
   ok || bad "content_sha256 is not the file's"
 "$bin" check "$t" >"$work/c.out" 2>&1 && ok || bad "check: $(cat "$work/c.out")"
+# check's policy flags (docs/ci.md): the comparison was made in llama.cpp, not onnxruntime
+"$bin" check "$t" --require-runtime llama.cpp --fidelity exact >"$work/c.out" 2>&1 && ok || bad "policy: $(cat "$work/c.out")"
+"$bin" check "$t" --require-runtime onnxruntime >"$work/c.out" 2>&1
+[ $? -eq 1 ] && grep -q "^FAIL policy-runtime: --require-runtime onnxruntime: the certificate compared the logits in llama.cpp instead$" \
+  "$work/c.out" && ok || bad "--require-runtime onnxruntime: $(cat "$work/c.out")"
 # deterministic: the same run gives the same bytes, the comparison included
 "$bin" patch "$model" "$work/t2.gguf" --method temperature --tau 0.8 $v --to gguf --runtime-dir "$nm" >/dev/null 2>&1 &&
   cmp -s "$t" "$work/t2.gguf" && ok || bad "two runs differ"
