@@ -122,12 +122,18 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
       if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 1024 || e->valuedouble != floor(e->valuedouble))
         return cp_error_set(CP_EARG, "%s: expected an integer in [1, 1024]", where);
       r->threads = (int)e->valuedouble;
-    } else if (!strcmp(e->string, "no_verify")) {
+    } else if (!strcmp(e->string, "no_verify") || !strcmp(e->string, "accept_no_gain") ||
+               !strcmp(e->string, "accept_underpowered")) {
       if (!cJSON_IsBool(e)) return cp_error_set(CP_EARG, "%s: expected true or false", where);
-      if (cJSON_IsTrue(e) && (rc = push(&r->verify_args, &r->n_verify_args, "--no-verify")) < 0) return rc;
+      const char *flag = !strcmp(e->string, "no_verify")        ? "--no-verify"
+                         : !strcmp(e->string, "accept_no_gain") ? "--accept-no-gain"
+                                                                : "--accept-underpowered";
+      if (cJSON_IsTrue(e) && (rc = push(&r->verify_args, &r->n_verify_args, flag)) < 0) return rc;
     } else if (k == sizeof map / sizeof *map) {
       return cp_error_set(CP_EARG, "%s: unknown key (probes, lengths, depths, samples, seed, min_accuracy, "
-                                   "no_regression_at, work_budget, threads, no_verify)", where);
+                                   "no_regression_at, work_budget, threads, no_verify, accept_no_gain, "
+                                   "accept_underpowered)",
+                          where);
     } else {
       cp_strbuf b = {0};
       rc = list_text(&b, e, where);

@@ -124,7 +124,7 @@ static bool refused_in_log(char *msg, size_t cap, const char *log) {
   bool refused = strstr(buf, "certification failed:") && !strstr(buf, "ctxpatch: error");
   const char *line = strstr(buf, "ctxpatch: error");
   if (refused) { /* the first reason */
-    line = strstr(buf, "verdict: fail");
+    line = strstr(buf, "verdict: "); /* fail, no effect, inconclusive */
     line = line ? strchr(line, '\n') : NULL;
     if (line) line++;
   }

@@ -15,7 +15,7 @@
 
 static const char check_help[] =
     "usage: ctxpatch check ARTIFACT [--rerun [--work-budget N]] [--runtime-dir DIR] [--threads T] [--tolerance X]\n"
-    "                      [--json]\n\n"
+    "                      [--json] [--min-prompts N] [--require-gain] [--require-runtime NAME] [--fidelity F]\n\n"
     "Decides whether a patched artifact (what 'ctxpatch patch' writes) may ship: every file\n"
     "against SHA256SUMS (nothing extra or missing), certificate.json against its schema and a\n"
     "pass verdict, the certificate's file digests, tool version, method, fidelity and rules\n"
@@ -31,6 +31,12 @@ static const char check_help[] =
     "                 (default $CTXPATCH_RUNTIMES); the certificate's runtime comparison is made\n"
     "                 again on the artifact (for a .gguf file or an ONNX folder, only that)\n"
     "  --json         print the report as one JSON object instead\n"
+    "policy (for CI; each failure 'FAIL policy-*'):\n"
+    "  --min-prompts N       every probe and length compared with the original had at least N pairs\n"
+    "  --require-gain        the verdict included the gain criterion (not --accept-no-gain) and found it\n"
+    "  --require-runtime NAME  a runtime_check in NAME (llama.cpp, onnxruntime) with result 'equal'\n"
+    "  --fidelity F          the certificate's patch.fidelity is F (exact = exact-weights,\n"
+    "                        native-config, ctxpatch-metadata, graph)\n"
     "ARTIFACT may also be one file: a .gguf from 'patch --to gguf', or a .onnx graph 'patch IN.onnx\n"
     "OUT.onnx' rewrote (its certificate, digest, rule and fidelity from metadata_props).\n"
     "Exit status: 0 pass, 1 the artifact fails a check, 2 usage or unreadable input (also\n"
@@ -115,7 +121,28 @@ int cmd_check(int argc, char **argv) {
     }
     if (!strcmp(a, "--rerun")) p.rerun = true;
     else if (!strcmp(a, "--json")) json = true;
-    else if (!strcmp(a, "--runtime-dir")) {
+    else if (!strcmp(a, "--require-gain")) p.require_gain = true;
+    else if (!strcmp(a, "--min-prompts")) {
+      unsigned long long n = 0;
+      if (!v) return cli_usage_error("check", "%s needs a value", a);
+      if (!cli_parse_u64_in("check", a, argv[++i], 1, 1000000, &n)) return CLI_USAGE;
+      p.min_prompts = (int64_t)n;
+    } else if (!strcmp(a, "--require-runtime")) {
+      if (!v) return cli_usage_error("check", "%s needs a value", a);
+      if (strcmp(v, "llama.cpp") && strcmp(v, "onnxruntime"))
+        return cli_usage_error("check", "--require-runtime expects llama.cpp or onnxruntime, got '%s'", v);
+      p.require_runtime = argv[++i];
+    } else if (!strcmp(a, "--fidelity")) {
+      static const char *const names[] = {"exact", "exact-weights", "native-config", "ctxpatch-metadata", "graph"};
+      bool known = false;
+      for (size_t k = 0; v && k < sizeof names / sizeof *names; k++) known |= !strcmp(v, names[k]);
+      if (!known)
+        return cli_usage_error("check",
+                               "--fidelity expects exact, exact-weights, native-config, ctxpatch-metadata or "
+                               "graph, got '%s'",
+                               v ? v : "");
+      p.fidelity = argv[++i];
+    } else if (!strcmp(a, "--runtime-dir")) {
       if (!v) return cli_usage_error("check", "%s needs a value", a);
       runtime_dir = argv[++i];
     } else if (!strcmp(a, "--threads") || !strcmp(a, "--tolerance") || !strcmp(a, "--work-budget")) {

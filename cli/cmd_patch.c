@@ -77,7 +77,10 @@ static const char patch_help[] =
     "  needs --corpus); --lengths (default the training length and --target-len); --depths (default\n"
     "  0:1:5); --samples; --device cpu|cuda (calibration and verify engines; the certificate names the\n"
     "  device); --min-accuracy A (default none); --no-regression-at (default every length:\n"
-    "  the patch may not lose to the original); --margin; --corpus FILE and the --ppl-* options.\n"
+    "  the patch may not lose to the original); --margin; --corpus FILE and the --ppl-* options;\n"
+    "  the patch must also help past the training length and the design see a harm, else the verdict\n"
+    "  is \"no effect\" or \"inconclusive\" and nothing is written (--accept-no-gain,\n"
+    "  --max-detectable-drop D, --accept-underpowered; docs/certificate.md \"Verdicts\").\n"
     "  Without --verify the default probe set certifies: every retrieval probe the ORIGINAL model\n"
     "  answers with accuracy above 0.5 at its training length (screened first on 10 prompts each),\n"
     "  plus ppl when --corpus is given; the probes used and skipped are printed and recorded in the\n"
@@ -241,6 +244,7 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
     else if (!strcmp(a, "--no-verify")) pa->no_verify = true;
     else if (!strcmp(a, "--force")) pa->force = true;
     else if (!strcmp(a, "--json")) pa->json = true;
+    else if (cli_verify_flag(&pa->vo, a)) continue;
     else if (a[0] == '-' && a[1]) {
       if (!v) return cli_usage_error("patch", "%s needs a value", a);
       i++;
@@ -341,7 +345,7 @@ static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const 
   if (oc->verified) {
     cli_print_verify_result(oc->result, th, "original [95% CI]");
     /* Timings are printed only: the certificate stays reproducible (docs/certificate.md). */
-    printf("verdict: %s (%.1f s, %.0f tokens/s)\n", oc->pass ? "pass" : "fail", oc->result->seconds,
+    printf("verdict: %s (%.1f s, %.0f tokens/s)\n", cp_verdict_name(oc->verdict), oc->result->seconds,
            oc->result->seconds > 0 ? (double)oc->result->tokens / oc->result->seconds : 0.0);
     for (int i = 0; i < oc->n_reasons; i++) printf("  %s\n", oc->reasons[i]);
     cli_print_runtime_check(oc->certificate_json);
@@ -367,7 +371,7 @@ cJSON *cli_patch_outcome_json(const cp_patch_outcome *oc, const char *out_dir) {
   cJSON_AddStringToObject(o, "output", out_dir);
   cJSON_AddBoolToObject(o, "written", oc->written);
   cJSON_AddBoolToObject(o, "certified", oc->verified && oc->pass);
-  cJSON_AddStringToObject(o, "verdict", !oc->verified ? "not verified (--no-verify)" : oc->pass ? "pass" : "fail");
+  cJSON_AddStringToObject(o, "verdict", !oc->verified ? "not verified (--no-verify)" : cp_verdict_name(oc->verdict));
   cJSON_AddStringToObject(o, "method", cp_patch_method_name(oc->patch.method));
   cJSON_AddStringToObject(o, "fidelity", cp_fidelity_name(oc->plan.fidelity));
   cJSON_AddStringToObject(o, "note", oc->plan.note);

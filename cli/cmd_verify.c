@@ -25,7 +25,8 @@ static const char verify_help[] =
     "                       --lengths 256,512,1024 [--depths 0:1:10] [--samples N] [--seed S]\n"
     "                       [--device cpu|cuda] [--threads T] [--min-accuracy A] [--no-regression-at LEN,...]\n"
     "                       [--margin D] [--corpus FILE] [--corpus-delimiter TEXT] [--ppl-windows N]\n"
-    "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X]\n"
+    "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X] [--accept-no-gain]\n"
+    "                       [--max-detectable-drop D] [--accept-underpowered]\n"
     "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
     "                       [--on-top] [--train-len N] [--work-budget N]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
@@ -45,7 +46,14 @@ static const char verify_help[] =
     "  --min-accuracy A     each probe's patched accuracy at each length must reach A\n"
     "  --no-regression-at   at these lengths no probe may regress: Tango's paired score test must not\n"
     "                       find a drop beyond --margin (default 0.05) at one-sided level 0.05, and\n"
-    "                       the ppl NLL may not exceed the baseline's by more than --ppl-margin\n"
+    "                       the ppl NLL may not exceed the baseline's by more than --ppl-margin;\n"
+    "                       and the patch must help and the design see a harm (docs/certificate.md,\n"
+    "                       \"Verdicts\"): past the training length more prompts gained than lost\n"
+    "                       (exact sign test at 0.05) or ppl NLL lower by more than --ppl-margin,\n"
+    "                       else the verdict is \"no effect\"; the prompts per cell detect a drop of\n"
+    "                       --max-detectable-drop (default 0.2) with 80% power, else \"inconclusive\"\n"
+    "  --accept-no-gain     leave the gain out of the verdict (a patch that only breaks nothing passes)\n"
+    "  --accept-underpowered  leave the power out of the verdict (few prompts may pass)\n"
     "  --corpus FILE        text for the ppl probe (NLL per token by position bucket; decoder-only\n"
     "                       models); 'ppl' in --probe needs it, and --corpus alone adds ppl\n"
     "  --corpus-delimiter T documents are split at T (default <|endoftext|>; \\n\\n: blank lines)\n"
@@ -79,12 +87,11 @@ static int add_artifact(cJSON *cert, const cp_model *model) {
 }
 
 /* The table, the verdict and its reasons. */
-static void print_verdict(const cp_verify_result *result, const cp_verify_thresholds *th, bool pass, char **reasons,
-                          int n_reasons) {
+static void print_verdict(const cp_verify_result *result, const cp_verify_thresholds *th, cp_verdict verdict,
+                          char **reasons, int n_reasons) {
   cli_print_verify_result(result, th, "baseline [95% CI]");
-  bool judged = cp_verify_has_criterion(th);
-  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", !judged ? "none, no criterion given (--min-accuracy, "
-         "--no-regression-at or --ppl-flat)" : pass ? "pass" : "fail", result->seconds,
+  printf("verdict: %s (%.1f s, %.0f tokens/s)\n", verdict == CP_VERDICT_NONE ? "none, no criterion given (--min-accuracy, "
+         "--no-regression-at or --ppl-flat)" : cp_verdict_name(verdict), result->seconds,
          result->seconds > 0 ? (double)result->tokens / result->seconds : 0.0);
   for (int i = 0; i < n_reasons; i++) printf("  %s\n", reasons[i]);
 }
@@ -132,6 +139,7 @@ int cmd_verify(int argc, char **argv) {
       on_top = true;
       continue;
     }
+    if (cli_verify_flag(&o, a)) continue;
     if (!strcmp(a, "--json")) {
       json = true;
       continue;
@@ -176,7 +184,7 @@ int cmd_verify(int argc, char **argv) {
   cJSON *cert = NULL;
   char **reasons = NULL;
   int n_reasons = 0, status = CLI_FAIL;
-  bool pass = false;
+  cp_verdict verdict = CP_VERDICT_NONE;
   const char *ins[] = {model_path, rule_path, o.corpus}, *outs[] = {cert_path, report_path};
   int rc = cli_check_outputs(ins, 3, outs, 2, false);
   if (rc == 0) rc = cli_parse_probe_set(&probes, &n_probes, &ppl, o.probes_text);
@@ -207,25 +215,26 @@ int cmd_verify(int argc, char **argv) {
     goto report;
   }
   th.flat_train_len = model->train_len;
+  th.gain_after = model->train_len; /* a gain is sought past the training length */
   if (th.ppl_flat >= 0 && model->train_len <= 0) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--ppl-flat: the model has no training length to compare with");
     goto report;
   }
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
-  if ((rc = cp_verify_judge(&pass, &reasons, &n_reasons, result, &th)) < 0) goto report;
+  if ((rc = cp_verify_judge(&verdict, &reasons, &n_reasons, result, &th)) < 0) goto report;
   cp_certificate_info info = {model_path, o.device_desc, o.threads ? (int)o.threads : cp_cpu_count(),
                               applied, o.seed, vp.max_new_tokens};
-  if ((rc = cp_certificate_build(&cert, model, result, &th, pass, reasons, n_reasons, &info)) < 0) goto report;
+  if ((rc = cp_certificate_build(&cert, model, result, &th, verdict, reasons, n_reasons, &info)) < 0) goto report;
   if ((rc = add_artifact(cert, model)) < 0) goto report;
   if (cert_path && (rc = cp_write_json_atomic(NULL, cert_path, cert)) < 0) goto report;
   if (report_path && (rc = cp_report_write(report_path, cert)) < 0) goto report;
   if (json) {
-    if ((status = cli_print_json(cert)) == CLI_OK) status = pass ? CLI_OK : CLI_FAIL;
+    if ((status = cli_print_json(cert)) == CLI_OK) status = verdict == CP_VERDICT_PASS || verdict == CP_VERDICT_NONE ? CLI_OK : CLI_FAIL;
     goto report;
   }
   print_rule(model, applied, baseline);
-  print_verdict(result, &th, pass, reasons, n_reasons);
-  status = pass ? CLI_OK : CLI_FAIL;
+  print_verdict(result, &th, verdict, reasons, n_reasons);
+  status = verdict == CP_VERDICT_PASS || verdict == CP_VERDICT_NONE ? CLI_OK : CLI_FAIL;
 report:
   if (rc < 0) status = cli_report(rc);
   for (int i = 0; i < n_reasons; i++) free(reasons[i]);

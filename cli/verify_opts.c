@@ -14,6 +14,7 @@ void cli_verify_opts_init(cli_verify_opts *o, const char *default_depths) {
   o->margin = CP_STATS_MARGIN;
   o->ppl_margin = 0.05;
   o->ppl_flat = -1;
+  o->max_detectable_drop = CP_STATS_MAX_DETECTABLE_DROP;
   o->ppl_windows = 4;
   o->ppl_buckets = 8;
 }
@@ -56,7 +57,11 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   else if (!strcmp(a, "--device")) return cli_parse_device(cmd, v, &o->device) ? 1 : -1;
   else if (!strcmp(a, "--margin")) return parse_num(cmd, a, v, 0, 1, &o->margin) ? 1 : -1;
   else if (!strcmp(a, "--ppl-margin")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_margin) ? 1 : -1;
-  else if (!strcmp(a, "--ppl-flat")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_flat) ? 1 : -1;
+  else if (!strcmp(a, "--max-detectable-drop")) {
+    if (!parse_num(cmd, a, v, 0, 1, &o->max_detectable_drop)) return -1;
+    if (o->max_detectable_drop > 0) return 1;
+    return cli_usage_error(cmd, "--max-detectable-drop expects a number in (0, 1), got '%s'", v), -1;
+  } else if (!strcmp(a, "--ppl-flat")) return parse_num(cmd, a, v, 0, 1e6, &o->ppl_flat) ? 1 : -1;
   else if (!strcmp(a, "--ppl-windows")) return cli_parse_u64_in(cmd, a, v, 1, 10000, &o->ppl_windows) ? 1 : -1;
   else if (!strcmp(a, "--ppl-buckets")) return cli_parse_u64_in(cmd, a, v, 1, 1024, &o->ppl_buckets) ? 1 : -1;
   else if (!strcmp(a, "--work-budget"))
@@ -74,6 +79,13 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
     }
   } else return 0;
   return 1;
+}
+
+bool cli_verify_flag(cli_verify_opts *o, const char *a) {
+  if (!strcmp(a, "--accept-no-gain")) o->accept_no_gain = true;
+  else if (!strcmp(a, "--accept-underpowered")) o->accept_underpowered = true;
+  else return false;
+  return true;
 }
 
 bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd) {
@@ -107,6 +119,9 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   th->margin = o->margin;
   th->ppl_margin = o->ppl_margin;
   th->ppl_flat = o->ppl_flat;
+  th->max_detectable_drop = o->max_detectable_drop;
+  th->accept_no_gain = o->accept_no_gain;
+  th->accept_underpowered = o->accept_underpowered;
   vp->corpus_path = o->corpus;
   vp->corpus_delimiter = o->corpus_delimiter;
   vp->ppl_windows = (int)o->ppl_windows;

@@ -119,13 +119,14 @@ static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tm
   vp.baseline_model = original;
   if ((rc = cp_verify_run(&out->result, run, params->tok, rule, &vp))) goto done;
   out->verified = true;
-  if ((rc = cp_verify_judge(&out->pass, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
+  if ((rc = cp_verify_judge(&out->verdict, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
+  out->pass = out->verdict == CP_VERDICT_PASS; /* no effect, inconclusive: nothing is written either */
   const cp_rule *applied = rule ? rule : run->has_metadata_rule ? &run->metadata_rule : NULL;
   /* certificate.c hashes the regular files of model_path (recording names only). */
   cp_certificate_info info = {tmp, params->device ? params->device : "cpu",
                               vp.threads > 0 ? vp.threads : cp_cpu_count(), applied, vp.seed,
                               vp.max_new_tokens};
-  if ((rc = cp_certificate_build(&cert, run, out->result, params->thresholds, out->pass, out->reasons,
+  if ((rc = cp_certificate_build(&cert, run, out->result, params->thresholds, out->verdict, out->reasons,
                                  out->n_reasons, &info)))
     goto done;
   add_selection(cert, out, &vp);
@@ -563,6 +564,7 @@ int cp_patch_verify_prepare(cp_patch_verify_setup *s, cp_patch_outcome *screen, 
     s->th.no_regression_at = s->vp.lengths;
     s->th.n_no_regression = s->vp.n_lengths;
   }
+  s->th.gain_after = m->train_len; /* the gain is sought past the training length */
   if (params->default_probes && s->vp.n_probes == 0) {
     if ((rc = screen_probes(screen, s->used, &n_used, m, tok, o, &s->vp))) return rc;
     s->vp.probes = s->used;

@@ -17,8 +17,8 @@
 #include "ctxpatch/patchers/patch_auto.h"
 #include "patchers/patch_stage.h"
 
-static const char *const status_names[] = {"pass",    "fail",            "does not fit",
-                                           "refused", "skipped: budget", "skipped: runtime"};
+static const char *const status_names[] = {"pass",    "fail",      "does not fit", "refused", "skipped: budget",
+                                           "skipped: runtime", "no effect", "inconclusive"};
 
 const char *cp_auto_status_name(cp_auto_status s) {
   return (unsigned)s < sizeof status_names / sizeof *status_names ? status_names[s] : "?";
@@ -127,7 +127,11 @@ static int run_candidate(cp_auto_candidate *c, cp_patch_pending **pd, cp_patch_o
   if (rc == 0) {
     c->ran = true;
     c->fidelity = oc->plan.fidelity;
-    c->status = oc->pass ? CP_AUTO_PASS : CP_AUTO_FAIL;
+    c->verdict = oc->verdict;
+    c->status = oc->verdict == CP_VERDICT_PASS           ? CP_AUTO_PASS
+                : oc->verdict == CP_VERDICT_NO_EFFECT    ? CP_AUTO_NO_EFFECT
+                : oc->verdict == CP_VERDICT_INCONCLUSIVE ? CP_AUTO_INCONCLUSIVE
+                                                         : CP_AUTO_FAIL;
     if (!oc->pass && oc->n_reasons > 0) snprintf(c->reason, sizeof c->reason, "%s", oc->reasons[0]);
   } else if (candidate_refusal(rc)) {
     c->status = CP_AUTO_REFUSED;
@@ -171,7 +175,7 @@ static cJSON *auto_block(const cp_auto_outcome *a) {
       cJSON_AddItemToObject(e, "rule", r ? r : cJSON_CreateObject());
       if (c->patch.rope_factor > 0) cJSON_AddNumberToObject(e, "rope_factor", c->patch.rope_factor);
       cJSON_AddStringToObject(e, "fidelity", cp_fidelity_name(c->fidelity));
-      cJSON_AddStringToObject(e, "verdict", c->status == CP_AUTO_PASS ? "pass" : "fail");
+      cJSON_AddStringToObject(e, "verdict", cp_verdict_name(c->verdict));
     } else {
       cJSON_AddNullToObject(e, "rule");
       cJSON_AddNullToObject(e, "fidelity");

@@ -22,6 +22,7 @@ static int fail_verdict(cJSON *cert, cp_patch_outcome *out, const cJSON *rc_obj)
   }
   out->reasons[out->n_reasons++] = line;
   out->pass = false;
+  out->verdict = CP_VERDICT_FAIL;
   cJSON *verdict = cJSON_GetObjectItemCaseSensitive(cert, "verdict");
   cJSON_ReplaceItemInObjectCaseSensitive(verdict, "result", cJSON_CreateString("fail"));
   cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(verdict, "reasons"), cJSON_CreateString(line));

@@ -7,7 +7,7 @@
 rope=$src/examples/probe-models/rope-probe
 t5=$src/examples/probe-models/t5-probe
 for m in "$rope" "$t5"; do [ -f "$m/model.safetensors" ] || { echo "SKIP: $m is absent"; exit 77; }; done
-vopts="--verify passkey --depths 0:1:2 --samples 2 --threads 2"
+vopts="--verify passkey --depths 0:1:2 --samples 2 --threads 2 --accept-no-gain --accept-underpowered"
 small="$vopts --calibration-samples 2" # a temperature winner's options carry the calibration's
 # Section 1 also measures ppl when the corpus fixture is there: the candidates' baseline side
 # (ppl included) comes from one run of the original, and the winner's certificate must equal the
@@ -206,6 +206,18 @@ d = json.load(open(sys.argv[1]))
 assert d["written"] is False and d["verdict"] == "no candidate passed" and d["method"] is None, d
 assert d["auto"]["winner"] is None and d["auto"]["candidates"][0]["status"] == "fail", d["auto"]
 ' "$work/n.json" && ok || bad "no pass --json: $(head -c 1500 "$work/n.json")"
+
+# ... and without --accept-underpowered the 4-prompt design cannot see a harm: the candidate is
+# "inconclusive" (4 prompts; not "fail": nothing was seen to break) and cannot win
+"$bin" patch "$rope" "$work/none" --method auto --budget 0 --lengths 256,512 ${small/--accept-underpowered/} --json \
+  >"$work/u.json" 2>/dev/null
+[ $? -eq 1 ] && [ ! -e "$work/none" ] && "$py" -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["auto"]
+c = a["candidates"][0]
+assert a["winner"] is None and c["status"] == "inconclusive" and c["verdict"] == "inconclusive", c
+assert c["reason"].startswith("inconclusive: 4 prompts per probe and length"), c
+' "$work/u.json" && ok || bad "inconclusive candidate: $(head -c 1500 "$work/u.json")"
 
 # 5. usage errors: exit 2, nothing written
 for args in "--method auto --tau 0.8" "--method auto --n-local 64" "--method auto --no-verify" \

@@ -45,6 +45,35 @@ echo '{"temperature": 0.05}' >"$work/harmful.json"
   --min-accuracy 0.9 --certificate "$work/fail.json" >/dev/null; [ $? = 1 ] && ok || bad "harmful rule passed"
 grep -q '"fail"' "$work/fail.json" && ok || bad "verdict fail not recorded"
 
+# The verdicts beyond pass and fail (docs/certificate.md, "Verdicts"): the model beside itself (no
+# rule) at 288 tokens, past its training length 256, on 6 prompts, which detect only a drop of
+# 0.731: "inconclusive"; with --accept-underpowered nothing is gained: "no effect"; with
+# --accept-no-gain too, the old "pass". (40 prompts and the no-effect line: tests/test_stats.c.)
+cmp=(--probe passkey --lengths 288 --baseline --no-regression-at 288 --depths 0:1:6 --samples 1 --seed 3 --threads 2
+  --no-stats)
+"$bin" verify "$model" "${cmp[@]}" --certificate "$work/in.json" --report "$work/in.html" >"$work/in.txt"
+[ $? = 1 ] && grep -q "^verdict: inconclusive" "$work/in.txt" && grep -q "0.731 with 80% power" "$work/in.txt" && ok \
+  || bad "6 prompts: $(tail -3 "$work/in.txt")"
+grep -q '<section class="verdict weak"><span class="big">INCONCLUSIVE</span>not certified: too few prompts' "$work/in.html" \
+  && ok || bad "the report does not show the inconclusive verdict"
+"$bin" verify "$model" "${cmp[@]}" --accept-underpowered --certificate "$work/ne.json" >"$work/ne.txt"
+[ $? = 1 ] && grep -q "^verdict: no effect" "$work/ne.txt" && ok || bad "no-op: $(tail -3 "$work/ne.txt")"
+"$bin" verify "$model" "${cmp[@]}" --accept-underpowered --accept-no-gain --certificate "$work/old.json" >"$work/old.txt" \
+  && grep -q "^verdict: pass" "$work/old.txt" && ok || bad "both options: $(tail -3 "$work/old.txt")"
+"$py" - "$work/in.json" "$work/ne.json" "$work/old.json" <<'PY' && ok || bad "verdict certificates"
+import json, sys
+inc, ne, old = (json.load(open(p)) for p in sys.argv[1:])
+assert inc["verdict"]["result"] == "inconclusive" and inc["statistics"]["detectable_drop"] == 0.731351, inc["statistics"]
+assert [r.split(":")[0] for r in inc["verdict"]["reasons"]] == ["inconclusive", "no effect"], inc["verdict"]
+assert inc["thresholds"]["require_gain"] is True and inc["thresholds"]["max_detectable_drop"] == 0.2, inc["thresholds"]
+assert ne["verdict"]["result"] == "no effect" and len(ne["verdict"]["reasons"]) == 1, ne["verdict"]
+assert ne["thresholds"]["require_gain"] is True and ne["thresholds"]["max_detectable_drop"] is None, ne["thresholds"]
+g = ne["statistics"]["gain"]
+assert g["lengths"] == [288] and g["lost"] == 0 and g["gained"] == 0 and g["p_value"] == 1 and g["found"] is False, g
+assert old["verdict"] == {"result": "pass", "reasons": []}, old["verdict"]
+assert old["thresholds"]["require_gain"] is False and old["thresholds"]["max_detectable_drop"] is None
+PY
+
 # Refusals
 refused CP_EVERIFY_PROBE "$bin" verify "$model" --probe passkeys --lengths 256 --certificate "$work/never.json"
 refused CP_EVERIFY_LENGTH "$bin" verify "$model" --probe passkey --lengths 40 --certificate "$work/never.json"

@@ -33,11 +33,13 @@ assert worst <= 1e-4, worst
 assert c["verdict"]["result"] == "none", c["verdict"]
 PY
 
-# 2. criteria: identical sides pass the margin; a 0-nat flatness margin fails (NLL grows with
-#    length on this model: 9.3 at 64, 10.9 at 512)
+# 2. criteria: identical sides pass the margin but show no gain ("no effect": no NLL saved past
+#    the training length); a 0-nat flatness margin fails (NLL grows with length on this model:
+#    9.3 at 64, 10.9 at 512)
 "$bin" verify "$model" --probe ppl --baseline --corpus "$corpus" --corpus-delimiter '\n\n' --lengths 256,512 \
-  --ppl-windows 1 --seed 7 --threads 2 --no-stats --no-regression-at 256,512 >"$work/o2" 2>&1 \
-  && grep -q "verdict: pass" "$work/o2" && ok || { bad "ppl no-regression on identical sides"; cat "$work/o2"; }
+  --ppl-windows 1 --seed 7 --threads 2 --no-stats --no-regression-at 256,512 >"$work/o2" 2>&1
+[ $? -eq 1 ] && grep -q "^verdict: no effect" "$work/o2" && grep -q "ppl NLL 0.0000 nats lower" "$work/o2" &&
+  ! grep -q "exceeds the original" "$work/o2" && ok || { bad "ppl no-regression on identical sides"; cat "$work/o2"; }
 "$bin" verify "$model" --probe ppl --corpus "$corpus" --corpus-delimiter '\n\n' --lengths 256,512 \
   --ppl-windows 1 --seed 7 --threads 2 --no-stats --ppl-flat 0 >"$work/o3" 2>&1
 [ $? -eq 1 ] && grep -q "ppl not flat" "$work/o3" && ok || { bad "--ppl-flat 0 should fail"; cat "$work/o3"; }

@@ -1,13 +1,17 @@
 /* verify/stats.c against values computed independently: tests/goldens/stats/stats.json (written by
  * tests/reference/make_stats_golden.py from Python's math/statistics/fractions), published Wilson
  * intervals (Newcombe 1998, Stat. Med. 17:857, Table I, method 3) and the identities the
- * definitions imply (margin 0 = McNemar's score statistic). */
+ * definitions imply (margin 0 = McNemar's score statistic); and the verdicts cp_verify_judge draws
+ * from them (pass, fail, no effect, inconclusive) on hand-made paired outcomes. */
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/verify/stats.h"
+#include "ctxpatch/verify/verify.h"
 #include "test.h"
 
 static double num(const cJSON *o, const char *k) {
@@ -17,8 +21,10 @@ static double num(const cJSON *o, const char *k) {
 
 static void published(void) {
   /* Newcombe (1998) Table I, Wilson score interval without continuity correction (4 decimals). */
-  static const struct { int k, n; double lo, hi; } t[] = {
-      {81, 263, 0.2553, 0.3662}, {15, 148, 0.0624, 0.1605}, {0, 20, 0.0, 0.1611}, {1, 29, 0.0061, 0.1718}};
+  static const struct {
+    int k, n;
+    double lo, hi;
+  } t[] = {{81, 263, 0.2553, 0.3662}, {15, 148, 0.0624, 0.1605}, {0, 20, 0.0, 0.1611}, {1, 29, 0.0061, 0.1718}};
   for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
     double lo, hi;
     cp_wilson_interval(&lo, &hi, t[i].k, t[i].n, CP_STATS_Z95);
@@ -44,6 +50,132 @@ static void identities(void) {
   CHECK(lo == 0.0 && hi == 1.0);
   CHECK(fabs(cp_normal_sf(CP_STATS_Z95) - 0.025) < 1e-12);
   CHECK(isnan(cp_tango_detectable_drop(1, 0.05, 0.05, 0.8)));
+}
+
+/* One passkey probe at lengths 256 (the training length) and 512, one depth, n pairs per cell:
+ * lost[l] / gained[l] discordant pairs, the rest answered by both sides. */
+typedef struct {
+  cp_verify_result r;
+  cp_probe_kind probe;
+  int64_t lengths[2];
+  double depth, ppl[2][2];
+  int correct[2][2], only[2][2];
+} fake_run;
+
+static void fake(fake_run *f, int n, const int lost[2], const int gained[2]) {
+  memset(f, 0, sizeof *f);
+  f->probe = CP_PROBE_PASSKEY;
+  f->lengths[0] = 256;
+  f->lengths[1] = 512;
+  f->depth = 0.5;
+  f->r.n_probes = 1;
+  f->r.n_lengths = 2;
+  f->r.n_depths = 1;
+  f->r.samples = n;
+  f->r.probes = &f->probe;
+  f->r.lengths = f->lengths;
+  f->r.depths = &f->depth;
+  f->r.has_baseline = true;
+  for (int l = 0; l < 2; l++) {
+    int both = n - lost[l] - gained[l];
+    f->correct[CP_SIDE_PATCHED][l] = both + gained[l];
+    f->correct[CP_SIDE_BASELINE][l] = both + lost[l];
+    f->only[CP_SIDE_PATCHED][l] = gained[l];
+    f->only[CP_SIDE_BASELINE][l] = lost[l];
+  }
+  for (int s = 0; s < 2; s++) {
+    f->r.correct[s] = f->correct[s];
+    f->r.only[s] = f->only[s];
+    f->r.ppl_mean[s] = f->ppl[s];
+  }
+}
+
+static cp_verdict judge(const fake_run *f, const cp_verify_thresholds *t, const char *first_reason) {
+  cp_verdict v = CP_VERDICT_NONE;
+  char **reasons = NULL;
+  int n = 0;
+  CHECK_RC(0, cp_verify_judge(&v, &reasons, &n, &f->r, t));
+  if (first_reason)
+    CHECK_MSG(n > 0 && !strncmp(reasons[0], first_reason, strlen(first_reason)), "first reason '%s', want '%s...'",
+              n ? reasons[0] : "", first_reason);
+  else CHECK_MSG(n == 0, "unexpected reason '%s'", reasons[0]);
+  for (int i = 0; i < n; i++) free(reasons[i]);
+  free(reasons);
+  return v;
+}
+
+/* The default criterion: no regression, a gain past the training length, and the power to see a
+ * harm (docs/certificate.md, "Verdicts"). */
+static void verdicts(void) {
+  static const int64_t both[2] = {256, 512};
+  cp_verify_thresholds t;
+  cp_verify_thresholds_init(&t);
+  t.no_regression_at = both;
+  t.n_no_regression = 2;
+  t.gain_after = 256;
+  fake_run f;
+  /* 40 pairs, 8 gained and none lost at 512: sign test p = 2^-8 */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 8});
+  CHECK(judge(&f, &t, NULL) == CP_VERDICT_PASS);
+  /* a no-op: nothing discordant */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 0});
+  CHECK(judge(&f, &t, "no effect:") == CP_VERDICT_NO_EFFECT);
+  /* 4 gained, 0 lost: p = 1/16, not a gain at 0.05; 5 gained: 1/32 is */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 4});
+  CHECK(judge(&f, &t, "no effect:") == CP_VERDICT_NO_EFFECT);
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 5});
+  CHECK(judge(&f, &t, NULL) == CP_VERDICT_PASS);
+  /* 4 gained at 512 listed twice (the same prompts run twice) is still 4, not 8 */
+  static const int64_t at512[1] = {512};
+  cp_verify_thresholds twice = t;
+  twice.no_regression_at = at512;
+  twice.n_no_regression = 1;
+  fake(&f, 40, (int[]){0, 0}, (int[]){4, 4});
+  f.lengths[0] = 512;
+  CHECK(judge(&f, &twice, "no effect:") == CP_VERDICT_NO_EFFECT);
+  /* a gain at the training length only is not a gain past it */
+  fake(&f, 40, (int[]){0, 0}, (int[]){8, 0});
+  CHECK(judge(&f, &t, "no effect:") == CP_VERDICT_NO_EFFECT);
+  t.accept_no_gain = true;
+  CHECK(judge(&f, &t, NULL) == CP_VERDICT_PASS);
+  t.accept_no_gain = false;
+  /* 6 pairs detect only a drop of 0.731: inconclusive, even with a gain (6 of 6, p = 1/64) */
+  fake(&f, 6, (int[]){0, 0}, (int[]){0, 6});
+  CHECK(judge(&f, &t, "inconclusive:") == CP_VERDICT_INCONCLUSIVE);
+  t.accept_underpowered = true;
+  CHECK(judge(&f, &t, NULL) == CP_VERDICT_PASS);
+  t.accept_underpowered = false;
+  /* 40 pairs detect 0.162: above a stricter --max-detectable-drop 0.1 */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 8});
+  t.max_detectable_drop = 0.1;
+  CHECK(judge(&f, &t, "inconclusive:") == CP_VERDICT_INCONCLUSIVE);
+  t.max_detectable_drop = CP_STATS_MAX_DETECTABLE_DROP;
+  /* a regression outranks the rest: 12 of 40 lost at 256 */
+  fake(&f, 40, (int[]){12, 0}, (int[]){0, 0});
+  CHECK(judge(&f, &t, "passkey at 256: regression") == CP_VERDICT_FAIL);
+  fake(&f, 6, (int[]){6, 0}, (int[]){0, 0});
+  CHECK(judge(&f, &t, "passkey at 256: regression") == CP_VERDICT_FAIL);
+  /* ppl alone: a gain is an NLL lower by more than ppl_margin past the training length; the
+   * power criterion needs a retrieval probe */
+  fake(&f, 1, (int[]){0, 0}, (int[]){0, 0});
+  f.r.n_probes = 0;
+  f.r.has_ppl = true;
+  f.ppl[CP_SIDE_BASELINE][0] = f.ppl[CP_SIDE_PATCHED][0] = 2.0;
+  f.ppl[CP_SIDE_BASELINE][1] = 3.0;
+  f.ppl[CP_SIDE_PATCHED][1] = 2.9;
+  CHECK(judge(&f, &t, NULL) == CP_VERDICT_PASS);
+  f.ppl[CP_SIDE_PATCHED][1] = 2.96;
+  CHECK(judge(&f, &t, "no effect:") == CP_VERDICT_NO_EFFECT);
+  cp_verify_gain_test g;
+  cp_verify_gain(&g, &f.r, &t);
+  CHECK(g.n_lengths == 1 && fabs(g.ppl_saved - 0.04) < 1e-12 && !g.found);
+  /* no criterion: "none", whatever the pairs */
+  cp_verify_thresholds none;
+  cp_verify_thresholds_init(&none);
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 0});
+  CHECK(judge(&f, &none, NULL) == CP_VERDICT_NONE);
+  CHECK(!strcmp(cp_verdict_name(CP_VERDICT_NO_EFFECT), "no effect") &&
+        !strcmp(cp_verdict_name(CP_VERDICT_INCONCLUSIVE), "inconclusive"));
 }
 
 int main(void) {
@@ -84,10 +216,19 @@ int main(void) {
               (long long)n, d, drop, want);
     n_d++;
   }
-  CHECK(n_w > 40 && n_t > 40 && n_d > 15);
+  int n_s = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(g, "sign")) {
+    int64_t lost = (int64_t)num(e, "lost"), gained = (int64_t)num(e, "gained");
+    double p = cp_sign_test_p_value(lost, gained), want = num(e, "p");
+    CHECK_MSG(fabs(p - want) <= 1e-12 + 1e-9 * want, "sign test lost=%lld gained=%lld: %.15g want %.15g",
+              (long long)lost, (long long)gained, p, want);
+    n_s++;
+  }
+  CHECK(n_w > 40 && n_t > 40 && n_d > 15 && n_s >= 14);
   cJSON_Delete(g);
   free(text);
   published();
   identities();
+  verdicts();
   return test_finish();
 }

@@ -153,6 +153,21 @@ static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *
   cJSON_AddNumberToObject(s, "power", CP_STATS_POWER);
   if (isnan(drop)) cJSON_AddNullToObject(s, "detectable_drop");
   else cJSON_AddNumberToObject(s, "detectable_drop", num(drop));
+  if (r->has_baseline && t->n_no_regression > 0) { /* the gain test, also when not required */
+    cp_verify_gain_test g;
+    cp_verify_gain(&g, r, t);
+    cJSON *o = cJSON_AddObjectToObject(s, "gain");
+    cJSON_AddStringToObject(o, "test", "exact-sign-test-paired");
+    cJSON_AddStringToObject(o, "alternative", "gained > lost");
+    cJSON *ls = cJSON_AddArrayToObject(o, "lengths");
+    for (int l = 0; l < r->n_lengths; l++) /* the lengths cp_verify_gain pooled */
+      if (cp_verify_gain_length(r, t, l)) cJSON_AddItemToArray(ls, cJSON_CreateNumber((double)r->lengths[l]));
+    cJSON_AddNumberToObject(o, "lost", (double)g.lost);
+    cJSON_AddNumberToObject(o, "gained", (double)g.gained);
+    cJSON_AddNumberToObject(o, "p_value", num(g.p_value));
+    if (r->has_ppl) cJSON_AddNumberToObject(o, "ppl_nll_saved", num(g.ppl_saved));
+    cJSON_AddBoolToObject(o, "found", g.found);
+  }
   return s;
 }
 
@@ -181,10 +196,15 @@ static void thresholds(cJSON *c, const cp_verify_result *r, const cp_verify_thre
     cJSON_AddNumberToObject(th, "ppl_flat", t->ppl_flat);
     cJSON_AddNumberToObject(th, "flat_train_len", (double)t->flat_train_len);
   }
+  /* what the verdict included, so that `check --require-gain` knows what was asked */
+  cJSON_AddBoolToObject(th, "require_gain", cp_verify_has_criterion(t) && cp_verify_gain_judged(r, t));
+  if (cp_verify_has_criterion(t) && cp_verify_power_judged(r, t))
+    cJSON_AddNumberToObject(th, "max_detectable_drop", t->max_detectable_drop);
+  else cJSON_AddNullToObject(th, "max_detectable_drop");
 }
 
 int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_result *r,
-                         const cp_verify_thresholds *t, bool pass, char **reasons, int n_reasons,
+                         const cp_verify_thresholds *t, cp_verdict verdict, char **reasons, int n_reasons,
                          const cp_certificate_info *info) {
   *out = NULL;
   cJSON *c = cJSON_CreateObject();
@@ -227,9 +247,9 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   cJSON_AddItemToObject(c, "statistics", statistics(r, t));
   thresholds(c, r, t);
 
-  cJSON *verdict = cJSON_AddObjectToObject(c, "verdict");
-  cJSON_AddStringToObject(verdict, "result", !cp_verify_has_criterion(t) ? "none" : pass ? "pass" : "fail");
-  cJSON *why = cJSON_AddArrayToObject(verdict, "reasons");
+  cJSON *v = cJSON_AddObjectToObject(c, "verdict");
+  cJSON_AddStringToObject(v, "result", cp_verdict_name(verdict));
+  cJSON *why = cJSON_AddArrayToObject(v, "reasons");
   for (int i = 0; i < n_reasons; i++) cJSON_AddItemToArray(why, cJSON_CreateString(reasons[i]));
 
   cJSON *run = cJSON_AddObjectToObject(c, "run");

@@ -20,7 +20,7 @@
  * length, rule, probe set, per-cell accuracies, thresholds, verdict, engine and timing.
  * Everything but the "run" timing fields is a function of the inputs. Caller owns *out. */
 int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_result *r,
-                         const cp_verify_thresholds *t, bool pass, char **reasons, int n_reasons,
+                         const cp_verify_thresholds *t, cp_verdict verdict, char **reasons, int n_reasons,
                          const cp_certificate_info *info);
 
 /* Renders `certificate` to a heap string (caller frees). */

@@ -407,6 +407,7 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
   if (c.cert && (rc = check_metadata(&c)) < 0) goto done;
   if (c.cert && (rc = check_report_of(&c, dir)) < 0) goto done;
   if (c.cert && (rc = check_runtime(&c, params)) < 0) goto done;
+  if (c.cert && (rc = check_policy(&c, params)) < 0) goto done;
   /* An artifact that failed a static check is not run: its certificate may be edited to ask
    * for any amount of work (docs/reliability.md, "Work budget"). */
   if (c.cert && params && params->rerun && !strcmp(fmt->name, "safetensors") && out->n_failures == 0)

@@ -60,4 +60,8 @@ int check_runtime(check_ctx *c, const cp_check_params *p);
  * byte for byte (report-mismatch). Absent is no failure. verify/check_report.c. */
 int check_report(check_ctx *c, const char *path, const char *name);
 
+/* The policy flags (check.h, point 7): min_prompts, require_gain, require_runtime, fidelity.
+ * verify/check_policy.c. */
+int check_policy(check_ctx *c, const cp_check_params *p);
+
 #endif

@@ -161,12 +161,20 @@ static void tail_blocks(sv *s, const cJSON *c) {
   if (th) {
     need(s, th, "thresholds", "min_accuracy", cJSON_Number | cJSON_NULL);
     need(s, th, "thresholds", "no_regression_at", cJSON_Array);
+    /* absent before the gain and power criteria (docs/certificate.md, "Verdicts") */
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(th, "require_gain");
+    if (g && !cJSON_IsBool(g)) bad(s, "thresholds.require_gain", "expected true or false");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(th, "max_detectable_drop");
+    if (d && !cJSON_IsNull(d) && !(cJSON_IsNumber(d) && d->valuedouble > 0 && d->valuedouble <= 1))
+      bad(s, "thresholds.max_detectable_drop", "expected a number in (0, 1] or null");
   }
   const cJSON *verdict = need(s, c, "", "verdict", cJSON_Object);
   if (verdict) {
     const cJSON *r = need(s, verdict, "verdict", "result", cJSON_String), *why = need(s, verdict, "verdict", "reasons", cJSON_Array);
-    if (r && strcmp(r->valuestring, "pass") && strcmp(r->valuestring, "fail") && strcmp(r->valuestring, "none"))
-      bad(s, "verdict.result", "not 'pass', 'fail' or 'none'");
+    static const char *const results[] = {"pass", "fail", "no effect", "inconclusive", "none"};
+    bool known = false;
+    for (size_t i = 0; r && i < sizeof results / sizeof *results; i++) known |= !strcmp(r->valuestring, results[i]);
+    if (r && !known) bad(s, "verdict.result", "not 'pass', 'fail', 'no effect', 'inconclusive' or 'none'");
     cJSON_ArrayForEach(v, why) if (!cJSON_IsString(v)) bad(s, "verdict.reasons[]", "expected a string");
     if (r && why && !strcmp(r->valuestring, "pass") && cJSON_GetArraySize(why) > 0) bad(s, "verdict", "a pass with reasons");
   }

@@ -51,6 +51,7 @@ static const char CSS[] =
     ".verdict.pass{background:#e8f6ec;border-color:#8fd19e;color:#14532d}"
     ".verdict.fail{background:#fdecec;border-color:#f1a7a7;color:#7f1d1d}"
     ".verdict.none{background:#f3f4f6;border-color:#d1d5db;color:#374151}"
+    ".verdict.weak{background:#fef7e6;border-color:#f2cf7c;color:#713f12}"
     ".verdict .big{font-size:18px;letter-spacing:.04em;margin-right:10px}"
     ".verdict ul{margin:6px 0 0;padding-left:20px;font-weight:400}"
     ".grid{display:flex;flex-wrap:wrap;gap:16px}"
@@ -206,20 +207,27 @@ static void put_header(cp_strbuf *b, const cJSON *c) {
 static void put_verdict(cp_strbuf *b, const cJSON *c) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "verdict");
   const char *result = get_str(v, "result");
-  const char *cls = !result ? "none" : strcmp(result, "pass") == 0 ? "pass" : strcmp(result, "fail") == 0 ? "fail" : "none";
+  bool pass = result && !strcmp(result, "pass"), fail = result && !strcmp(result, "fail");
+  /* "no effect" and "inconclusive" certify nothing, but nothing was seen to break either */
+  bool weak = result && (!strcmp(result, "no effect") || !strcmp(result, "inconclusive"));
+  const char *cls = pass ? "pass" : fail ? "fail" : weak ? "weak" : "none";
   cp_strbuf_printf(b, "<section class=\"verdict %s\"><span class=\"big\">", cls);
   if (!result) cp_strbuf_str(b, "NO VERDICT");
-  else if (strcmp(cls, "pass") == 0) cp_strbuf_str(b, "PASS");
-  else if (strcmp(cls, "fail") == 0) cp_strbuf_str(b, "FAIL");
+  else if (pass) cp_strbuf_str(b, "PASS");
+  else if (fail) cp_strbuf_str(b, "FAIL");
+  else if (weak) cp_strbuf_str(b, !strcmp(result, "no effect") ? "NO EFFECT" : "INCONCLUSIVE");
   else report_esc(b, result);
   cp_strbuf_str(b, "</span>");
   const cJSON *reasons = cJSON_GetObjectItemCaseSensitive(v, "reasons");
   int n = cJSON_GetArraySize(reasons);
   if (!result) cp_strbuf_str(b, "the certificate records no verdict");
-  else if (n == 0 && strcmp(cls, "pass") == 0) cp_strbuf_str(b, "every threshold was met");
+  else if (n == 0 && pass) cp_strbuf_str(b, "every threshold was met");
   else if (n == 0) cp_strbuf_str(b, "no reasons recorded");
   else {
-    cp_strbuf_printf(b, "%d threshold%s failed<ul>", n, n == 1 ? "" : "s");
+    if (weak && !strcmp(result, "no effect"))
+      cp_strbuf_str(b, "not certified: nothing broke, but the patch showed no gain past the training length<ul>");
+    else if (weak) cp_strbuf_str(b, "not certified: too few prompts to see a harm<ul>");
+    else cp_strbuf_printf(b, "%d threshold%s failed<ul>", n, n == 1 ? "" : "s");
     const cJSON *r;
     cJSON_ArrayForEach(r, reasons) {
       cp_strbuf_str(b, "<li>");

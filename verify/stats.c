@@ -1,4 +1,4 @@
-/* Wilson intervals, Tango's paired non-inferiority score test and its detectable drop
+/* Wilson intervals, Tango's paired non-inferiority score test and its detectable drop, the sign test
  * (include/ctxpatch/verify/stats.h; the formulas are derived in docs/certificate.md). */
 #include <assert.h>
 #include <math.h>
@@ -68,4 +68,9 @@ double cp_tango_detectable_drop(int64_t n, double margin, double alpha, double p
     else lo = mid;
   }
   return hi;
+}
+
+double cp_sign_test_p_value(int64_t lost, int64_t gained) {
+  assert(lost >= 0 && gained >= 0);
+  return binomial_upper(lost + gained, 0.5, gained);
 }

@@ -30,10 +30,24 @@ void cp_verify_thresholds_init(cp_verify_thresholds *t) {
   t->alpha = CP_STATS_ALPHA;
   t->ppl_margin = 0.05;
   t->ppl_flat = -1;
+  t->max_detectable_drop = CP_STATS_MAX_DETECTABLE_DROP;
 }
 
 bool cp_verify_has_criterion(const cp_verify_thresholds *t) {
   return t->min_accuracy >= 0 || t->n_no_regression > 0 || t->ppl_flat >= 0;
+}
+
+bool cp_verify_gain_judged(const cp_verify_result *r, const cp_verify_thresholds *t) {
+  return r->has_baseline && t->n_no_regression > 0 && !t->accept_no_gain;
+}
+
+bool cp_verify_power_judged(const cp_verify_result *r, const cp_verify_thresholds *t) {
+  return r->has_baseline && t->n_no_regression > 0 && r->n_probes > 0 && !t->accept_underpowered;
+}
+
+const char *cp_verdict_name(cp_verdict v) {
+  static const char *const names[] = {"none", "pass", "fail", "no effect", "inconclusive"};
+  return (unsigned)v < sizeof names / sizeof *names ? names[v] : "?";
 }
 
 void cp_verify_result_free(cp_verify_result *r) {
@@ -442,13 +456,82 @@ static int judge_ppl(char ***reasons, int *n_reasons, const cp_verify_result *r,
   return rc;
 }
 
-int cp_verify_judge(bool *pass, char ***reasons, int *n_reasons, const cp_verify_result *r,
+bool cp_verify_gain_length(const cp_verify_result *r, const cp_verify_thresholds *t, int l) {
+  bool compared = false;
+  for (int i = 0; i < t->n_no_regression; i++) compared |= t->no_regression_at[i] == r->lengths[l];
+  /* a length listed twice ran the same prompts twice: counted once */
+  for (int k = 0; k < l; k++) compared &= r->lengths[k] != r->lengths[l];
+  return r->has_baseline && compared && r->lengths[l] > t->gain_after;
+}
+
+void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_verify_thresholds *t) {
+  memset(g, 0, sizeof *g);
+  double saved = 0;
+  for (int l = 0; l < r->n_lengths; l++) {
+    if (!cp_verify_gain_length(r, t, l)) continue;
+    g->n_lengths++;
+    for (int p = 0; p < r->n_probes; p++) {
+      int64_t lost, gained;
+      (void)cp_verify_pair_test(r, p, l, t->margin, &lost, &gained);
+      g->lost += lost;
+      g->gained += gained;
+    }
+    if (r->has_ppl) saved += r->ppl_mean[CP_SIDE_BASELINE][l] - r->ppl_mean[CP_SIDE_PATCHED][l];
+  }
+  g->p_value = cp_sign_test_p_value(g->lost, g->gained);
+  g->ppl_saved = r->has_ppl && g->n_lengths ? saved / g->n_lengths : NAN;
+  g->found = g->n_lengths > 0 && ((r->n_probes > 0 && g->p_value < t->alpha) || g->ppl_saved > t->ppl_margin);
+}
+
+/* The power criterion's reason, with the samples per cell that would meet it (searched up to 400
+ * prompts; the detectable drop is not monotone in the prompts, so each count is tried). */
+static int power_reason(char ***reasons, int *n_reasons, const cp_verify_result *r, const cp_verify_thresholds *t,
+                        double drop) {
+  int64_t n = cp_verify_prompts_at(r), need = 0;
+  for (int64_t s = r->samples + 1; s * r->n_depths <= 400 && !need; s++) {
+    double d = cp_tango_detectable_drop(s * r->n_depths, t->margin, t->alpha, CP_STATS_POWER);
+    if (d <= t->max_detectable_drop) need = s;
+  }
+  char detect[96], hint[96];
+  if (isnan(drop)) snprintf(detect, sizeof detect, "detect no drop at all");
+  else snprintf(detect, sizeof detect, "detect only a drop of %.3f", drop);
+  if (need) snprintf(hint, sizeof hint, "--samples %lld", (long long)need);
+  else snprintf(hint, sizeof hint, "more samples");
+  return add_reason(reasons, n_reasons, "inconclusive: %lld prompts per probe and length %s with %.0f%% power, more "
+                    "than --max-detectable-drop %.3f (%s; or --accept-underpowered)", (long long)n, detect,
+                    CP_STATS_POWER * 100, t->max_detectable_drop, hint);
+}
+
+static int gain_reason(char ***reasons, int *n_reasons, const cp_verify_result *r, const cp_verify_thresholds *t,
+                       const cp_verify_gain_test *g) {
+  if (g->n_lengths == 0)
+    return add_reason(reasons, n_reasons, "no effect: no compared length is past the training length %lld, so no gain "
+                      "can be shown (--accept-no-gain certifies a patch that only breaks nothing)",
+                      (long long)t->gain_after);
+  char ppl[128] = "";
+  if (r->has_ppl)
+    snprintf(ppl, sizeof ppl, "%sppl NLL %.4f nats lower, not more than --ppl-margin %.4f", r->n_probes ? "; " : "",
+             g->ppl_saved, t->ppl_margin);
+  char pairs[160] = "";
+  if (r->n_probes)
+    snprintf(pairs, sizeof pairs, "%lld prompts gained and %lld lost (sign test p = %.2g, not < %.3g)",
+             (long long)g->gained, (long long)g->lost, g->p_value, t->alpha);
+  char where[64] = "at the compared lengths (no training length known)";
+  if (t->gain_after > 0) snprintf(where, sizeof where, "past the training length %lld", (long long)t->gain_after);
+  return add_reason(reasons, n_reasons, "no effect: %s the patch shows no gain: %s%s (--accept-no-gain certifies a "
+                    "patch that only breaks nothing)", where, pairs, ppl);
+}
+
+int cp_verify_judge(cp_verdict *verdict, char ***reasons, int *n_reasons, const cp_verify_result *r,
                     const cp_verify_thresholds *t) {
-  *pass = true;
+  *verdict = CP_VERDICT_NONE;
   *reasons = NULL;
   *n_reasons = 0;
   int rc = judgeable(r, t);
   if (rc < 0) return rc;
+  if (!(t->max_detectable_drop > 0 && t->max_detectable_drop <= 1))
+    return cp_error_set(CP_EVERIFY_THRESHOLD, "max detectable drop %g: expected a number in (0, 1]",
+                        t->max_detectable_drop);
   for (int p = 0; p < r->n_probes && rc == 0; p++)
     for (int l = 0; l < r->n_lengths && rc == 0; l++) {
       const char *name = cp_probe_name(r->probes[p]);
@@ -471,6 +554,21 @@ int cp_verify_judge(bool *pass, char ***reasons, int *n_reasons, const cp_verify
       }
     }
   if (rc == 0) rc = judge_ppl(reasons, n_reasons, r, t);
-  *pass = *n_reasons == 0;
+  int failed = *n_reasons;
+  bool underpowered = false, no_gain = false;
+  if (rc == 0 && cp_verify_power_judged(r, t)) {
+    double drop = cp_tango_detectable_drop(cp_verify_prompts_at(r), t->margin, t->alpha, CP_STATS_POWER);
+    if ((underpowered = !(drop <= t->max_detectable_drop))) rc = power_reason(reasons, n_reasons, r, t, drop);
+  }
+  if (rc == 0 && cp_verify_gain_judged(r, t)) {
+    cp_verify_gain_test g;
+    cp_verify_gain(&g, r, t);
+    if ((no_gain = !g.found)) rc = gain_reason(reasons, n_reasons, r, t, &g);
+  }
+  if (!cp_verify_has_criterion(t)) *verdict = CP_VERDICT_NONE;
+  else if (failed) *verdict = CP_VERDICT_FAIL;
+  else if (underpowered) *verdict = CP_VERDICT_INCONCLUSIVE;
+  else if (no_gain) *verdict = CP_VERDICT_NO_EFFECT;
+  else *verdict = CP_VERDICT_PASS;
   return rc;
 }

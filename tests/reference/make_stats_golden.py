@@ -12,6 +12,8 @@ library only (math, statistics, fractions):
 - Smallest detectable drop (original always right, so c = 0 and b ~ Binomial(n, drop)): the
   smallest b rejected at alpha, then bisection on the exact binomial tail summed in exact
   rational arithmetic.
+- The gain test (exact one-sided sign test on the discordant pairs): P(X >= gained) for
+  X ~ Binomial(lost + gained, 1/2), summed in exact rationals (math.comb / 2^n).
 Deterministic: the same bytes on every run.
 """
 import json
@@ -105,6 +107,11 @@ def detectable(n, d, alpha, power):
     return hi, m
 
 
+def sign_test(lost, gained):
+    n = lost + gained
+    return float(Fraction(sum(math.comb(n, k) for k in range(gained, n + 1)), 2 ** n))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "goldens", "stats", "stats.json")
@@ -126,8 +133,12 @@ def main():
         for d in (0.0, 0.05, 0.1):
             drop, m = detectable(n, d, 0.05, 0.8)
             det.append({"n": n, "margin": d, "alpha": 0.05, "power": 0.8, "min_reject": m, "drop": drop})
+    sign = []
+    for lost, gained in ((0, 0), (1, 0), (0, 1), (0, 4), (0, 5), (1, 5), (2, 8), (5, 5), (8, 2), (3, 12),
+                         (10, 25), (40, 60), (0, 40), (200, 260)):
+        sign.append({"lost": lost, "gained": gained, "p": sign_test(lost, gained)})
     doc = {"generator": "tests/reference/make_stats_golden.py", "z95": Z95, "wilson": wil, "tango": tan,
-           "detectable": det}
+           "detectable": det, "sign": sign}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = out + ".tmp"
     with open(tmp, "w") as f:

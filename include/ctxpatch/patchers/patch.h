@@ -241,7 +241,8 @@ int cp_patch_effective_precheck(cp_bake_plan *plan, const cp_model *m, const cp_
 typedef struct {
   cp_bake_plan plan;
   bool verified;              /* the verify stage ran */
-  bool pass;                  /* verdict (true with --no-verify) */
+  bool pass;                  /* verdict == CP_VERDICT_PASS (true with --no-verify) */
+  cp_verdict verdict;         /* with verified: pass, fail, no effect, inconclusive (verify.h) */
   bool written;               /* OUT was committed */
   cp_verify_result *result;   /* owned; NULL without verify */
   char **reasons;             /* owned, [n_reasons] */

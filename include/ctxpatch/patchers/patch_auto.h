@@ -50,21 +50,25 @@ typedef enum {
   CP_AUTO_NOT_FIT,       /* the method does not fit the model (reason) */
   CP_AUTO_REFUSED,       /* the patch was refused on this model (reason: the error's line) */
   CP_AUTO_SKIPPED_BUDGET, /* not run: the budget was spent */
-  CP_AUTO_SKIPPED_RUNTIME /* not run: its rule would be ctxpatch metadata the target format's runtimes
+  CP_AUTO_SKIPPED_RUNTIME, /* not run: its rule would be ctxpatch metadata the target format's runtimes
                              ignore (cp_patch_effective_check; reason names them); never with for_ctxpatch */
+  CP_AUTO_NO_EFFECT,     /* certified, verdict "no effect": no gain shown; cannot win */
+  CP_AUTO_INCONCLUSIVE   /* certified, verdict "inconclusive": the design could not see a harm; cannot win */
 } cp_auto_status;
 
-/* "pass", "fail", "does not fit", "refused", "skipped: budget", "skipped: runtime". */
+/* "pass", "fail", "does not fit", "refused", "skipped: budget", "skipped: runtime", "no effect",
+ * "inconclusive". */
 const char *cp_auto_status_name(cp_auto_status s);
 
 typedef struct {
   cp_patch_method method;
   char options[128];     /* the `patch` options that make this candidate alone, e.g. "--method alibi-pi --factor 4" */
   cp_auto_status status;
-  char reason[320];      /* not fit / refused: why; fail: the first failed threshold; else "" */
+  char reason[320];      /* not fit / refused: why; fail, no effect, inconclusive: the first reason; else "" */
   bool ran;              /* a patch was built and certified (pass or fail) */
   cp_patch patch;        /* with ran: what was certified (the calibrated tau included) */
   cp_fidelity fidelity;  /* with ran */
+  cp_verdict verdict;    /* with ran: the certification's verdict */
   double accuracy;       /* with ran: the criterion's mean accuracy (NaN: no retrieval probe) */
   double nll;            /* with ran: mean ppl NLL at the target lengths (NaN: not measured) */
   double seconds;        /* wall time (printed only, never written into the artifact) */

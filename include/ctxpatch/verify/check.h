@@ -24,6 +24,10 @@
  *   6. the HTML report, when present (a folder's report.html, a one-file artifact's
  *      FILE.report.html), is byte for byte the page this ctxpatch renders from the certificate
  *      (report-mismatch; docs/certificate.md, "Report").
+ *   7. policy flags for CI (each failure kind policy-*): min_prompts (every compared probe and length
+ *      had at least that many pairs), require_gain (the verdict included the gain criterion and
+ *      found the gain), require_runtime (a runtime_check in that runtime with result "equal"),
+ *      fidelity (the certificate's patch.fidelity; "exact" = "exact-weights").
  * One-file artifacts (a patched .gguf; a .onnx graph `patch IN.onnx OUT.onnx` rewrote) have no
  * manifest: the certificate travels in the file's metadata, and 2 and the metadata half of 3 are
  * checked on it (docs/ci.md). A folder holding a .gguf, and --rerun on a GGUF or ONNX artifact without
@@ -58,6 +62,11 @@ typedef struct {
   /* With rerun: the most work the certificate's probes may plan, in attention pairs (verify.h,
    * "Work"); 0: CP_WORK_DEFAULT_BUDGET. Over it, the re-run fails (rerun-error) before it runs. */
   uint64_t work_budget;
+  /* Policy (point 7); 0 / false / NULL: not asked. */
+  int64_t min_prompts;
+  bool require_gain;
+  const char *require_runtime; /* "llama.cpp", "onnxruntime" */
+  const char *fidelity;        /* "exact" or a fidelity name ("exact-weights", "native-config", ...) */
 } cp_check_params;
 
 void cp_check_params_init(cp_check_params *p);

@@ -8,7 +8,9 @@
  *     H0, so the test stays defined at zero cells; at margin 0 it is McNemar's score test.
  *     One-sided p-value from the normal distribution;
  *   - the smallest drop the test detects with a given power, in the scenario where the original
- *     answers every prompt (every loss is a discordant pair), from the exact binomial law of b.
+ *     answers every prompt (every loss is a discordant pair), from the exact binomial law of b;
+ *   - the gain test: the exact one-sided sign test on the discordant pairs (McNemar's exact test,
+ *     H1: more pairs gained than lost).
  * Pure functions of their arguments; no allocation.
  */
 #ifndef CTXPATCH_VERIFY_STATS_H
@@ -23,6 +25,9 @@
 #define CP_STATS_MARGIN 0.05
 /* Power at which the smallest detectable drop is stated. */
 #define CP_STATS_POWER 0.8
+/* Default largest detectable drop a design may have and still pass (docs/certificate.md,
+ * "Verdicts"): the default 40 pairs detect 0.162; 20 pairs (0.259) or 6 (0.731) are inconclusive. */
+#define CP_STATS_MAX_DETECTABLE_DROP 0.2
 
 /* Wilson score interval of k successes in n trials at normal quantile z; n = 0 gives [0, 1].
  * 0 <= k <= n (an assert). */
@@ -44,5 +49,9 @@ int64_t cp_tango_min_reject(int64_t n, double margin, double alpha);
  * `power` among n pairs, to 1e-9 (bisection on the exact binomial tail); NaN when no drop is
  * detectable (n < cp_tango_min_reject: too few pairs). */
 double cp_tango_detectable_drop(int64_t n, double margin, double alpha, double power);
+
+/* Exact one-sided sign test of a gain among the discordant pairs: P(X >= gained) for
+ * X ~ Binomial(lost + gained, 1/2); 1 when there is no discordant pair. */
+double cp_sign_test_p_value(int64_t lost, int64_t gained);
 
 #endif

@@ -172,16 +172,58 @@ typedef struct {
    * flat_train_len (which must be a measured length); ppl_flat < 0 = not asked */
   double ppl_flat;
   int64_t flat_train_len;
+  /* With no_regression_at (a paired comparison), the default criterion also asks (docs/certificate.md,
+   * "Verdicts"):
+   *   gain: at the no-regression lengths past gain_after (the training length; 0 = unknown: all of
+   *     them) the patch is better: the exact sign test finds more retrieval pairs gained than lost
+   *     at level alpha (pooled over probes and those lengths), or the patched ppl NLL is below the
+   *     original's by more than ppl_margin (mean over those lengths). Else "no effect".
+   *   power: the retrieval design detects a drop of max_detectable_drop (default
+   *     CP_STATS_MAX_DETECTABLE_DROP) with power CP_STATS_POWER (cp_tango_detectable_drop). Else
+   *     "inconclusive".
+   * accept_no_gain / accept_underpowered drop the criterion (the old behaviour, asked explicitly). */
+  int64_t gain_after;
+  bool accept_no_gain, accept_underpowered;
+  double max_detectable_drop;
 } cp_verify_thresholds;
 
 void cp_verify_thresholds_init(cp_verify_thresholds *t);
 /* Whether `t` asks anything at all; a verdict without a criterion is "none", never "pass". */
 bool cp_verify_has_criterion(const cp_verify_thresholds *t);
+/* Whether the verdict on `r` under `t` includes the gain criterion / the power criterion. */
+bool cp_verify_gain_judged(const cp_verify_result *r, const cp_verify_thresholds *t);
+bool cp_verify_power_judged(const cp_verify_result *r, const cp_verify_thresholds *t);
 
-/* Applies the thresholds; *pass and a heap array of one-line reasons for each failure
- * (caller frees each and the array). A threshold that cannot be judged (no baseline, a length
- * not run) is CP_EVERIFY_THRESHOLD. */
-int cp_verify_judge(bool *pass, char ***reasons, int *n_reasons, const cp_verify_result *r,
+/* The gain test's numbers (cp_verify_gain): the lengths it pooled (lengths past gain_after among
+ * no_regression_at; n_lengths 0 = none was compared), the discordant pairs there over every
+ * retrieval probe, the sign test's p-value (1 without pairs), the mean ppl NLL the patch saves
+ * there (NaN without ppl), and whether that is a gain. */
+typedef struct {
+  int n_lengths;
+  int64_t lost, gained;
+  double p_value, ppl_saved;
+  bool found;
+} cp_verify_gain_test;
+void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_verify_thresholds *t);
+/* Whether r->lengths[l] is one of the gain test's lengths (its first occurrence). */
+bool cp_verify_gain_length(const cp_verify_result *r, const cp_verify_thresholds *t, int l);
+
+/* Verdicts, strongest first: a failed threshold; an underpowered design; no gain; pass. */
+typedef enum {
+  CP_VERDICT_NONE,
+  CP_VERDICT_PASS,
+  CP_VERDICT_FAIL,
+  CP_VERDICT_NO_EFFECT,
+  CP_VERDICT_INCONCLUSIVE
+} cp_verdict;
+/* "none", "pass", "fail", "no effect", "inconclusive" (the certificate's verdict.result). */
+const char *cp_verdict_name(cp_verdict v);
+
+/* Applies the thresholds; *verdict (CP_VERDICT_NONE without a criterion) and a heap array of
+ * one-line reasons for each failed threshold, missing gain or missing power (caller frees each
+ * and the array). A threshold that cannot be judged (no baseline, a length not run) is
+ * CP_EVERIFY_THRESHOLD. */
+int cp_verify_judge(cp_verdict *verdict, char ***reasons, int *n_reasons, const cp_verify_result *r,
                     const cp_verify_thresholds *t);
 
 typedef struct {
