@@ -24,7 +24,8 @@
 # with --verify) and verify (before: all read as the untampered model, and a tampered copy patched
 # --verify was certified and passed `check`); the untampered graph reads bit-equal to forward on
 # its weights as a safetensors folder, a certified patch of it passes `check`, and a config.json
-# that describes another model is refused naming the key.
+# that describes another model is refused naming the key. torch.onnx's Llama under Optimum's names
+# beside its config.json reads within 1e-4 of the folder (before: refused).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 t=$src/tests/onnx
 "$py" -c "import onnx, numpy" 2> /dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
@@ -191,6 +192,25 @@ if [ -f "$hf/model.onnx" ]; then
   cp "$rp/tokenizer.json" "$hf/"
   "$bin" patch "$hf/model.onnx" "$work/hfp.onnx" --method temperature --tau 0.9 --verify passkey --lengths 80 --samples 2 > /dev/null 2> "$work/err" &&
     "$bin" check "$work/hfp.onnx" > /dev/null 2>> "$work/err" && ok || bad "hf_gpt2: certified patch: $(head -1 "$work/err")"
+  # torch.onnx's Llama under Optimum's names (embedding and norms `model.`-named, projections
+  # `onnx::MatMul_N`) beside the golden llama's config.json: recovered from its nodes (before:
+  # refused, the by-name reader found the projections anonymous), within 1e-4 of the folder
+  if [ -f "$work/src/torch_llama.onnx" ]; then
+    mkdir -p "$work/hfl" && cp "$src/tests/goldens/engine/models/llama/config.json" "$work/hfl/"
+    "$py" - "$work/src/torch_llama.onnx" "$work/hfl/model.onnx" <<'PYEOF'
+import sys
+import onnx
+m = onnx.load(sys.argv[1])
+ren = {t.name: "model." + t.name for t in m.graph.initializer if not t.name.startswith("onnx::")}
+for t in m.graph.initializer: t.name = ren.get(t.name, t.name)
+for n in m.graph.node: n.input[:] = [ren.get(i, i) for i in n.input]
+onnx.save(m, sys.argv[2])
+PYEOF
+    "$bin" forward "$work/hfl/model.onnx" --ids 3,1,4,1,5 --threads 2 --out "$work/hfl.f32" 2> "$work/err" &&
+      "$bin" forward "$src/tests/goldens/engine/models/llama" --ids 3,1,4,1,5 --threads 2 --out "$work/hfl_ref.f32" 2>> "$work/err" &&
+      "$py" "$t/compare_logits.py" "$work/hfl.f32" "$work/hfl_ref.f32" --vocab 96 --tol 1e-4 --label "hf-named torch llama vs folder" && ok ||
+      bad "hf-named torch llama: $(head -1 "$work/err")"
+  fi
   # a config.json that describes another model: refused naming the key
   mkdir -p "$work/hfc" && cp "$hf/model.onnx" "$work/hfc/" &&
     sed 's/"n_head": 2/"n_head": 4/' "$hf/config.json" > "$work/hfc/config.json"
