@@ -64,6 +64,16 @@ scripts/py tests/onnx/make_torch_llama.py tests/goldens/engine/models/llama \
 for f in build-fuzz/onnx_cases/recover/*/model.onnx; do
   cp "$f" "build-fuzz/corpus/fuzz_onnx_recover/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
+# A graph with Hugging Face names (Optimum's GPT2Model layout) and its tampered copies (issue 33
+# item 1: recovered from the nodes, never read by the names; hf_gpt2_attn_zero.onnx is in the seeds).
+if scripts/py tests/onnx/make_torch_gpt2.py build-fuzz/hf_src.onnx >/dev/null 2>&1 &&
+  scripts/py tests/onnx/make_hf_named.py build-fuzz/hf_src.onnx build-fuzz/hf >/dev/null 2>&1 &&
+  scripts/py tests/onnx/make_tampered.py build-fuzz/hf/model.onnx build-fuzz/hf_t >/dev/null 2>&1; then
+  cp build-fuzz/hf/model.onnx build-fuzz/corpus/fuzz_onnx_recover/hf_gpt2.onnx
+  for f in build-fuzz/hf_t/*.onnx; do cp "$f" "build-fuzz/corpus/fuzz_onnx_recover/hf_gpt2_$(basename "$f")"; done
+else
+  echo "fuzz: no Hugging Face-named GPT-2 seeds (torch.onnx)" >&2
+fi
 # The rewriter's site finder: its seeds, the recovery seeds (contrib and plain-op decoders), the
 # fixtures' attention graphs and the recovery cases.
 seed fuzz_onnx_sites tests/fuzz/seeds/onnx_sites tests/fuzz/seeds/onnx_recover tests/fuzz/seeds/onnx \

@@ -17,6 +17,15 @@
 # ctxpatch's own exports (golden llama and gpt2) tampered the same way are refused by the structural
 # check (export/onnx/onnx_own_check.c), naming an inserted node; an export, its fp16 export and its
 # in-place rewrite read, and a tampered rewrite is refused.
+# A graph with Hugging Face names and a config.json beside it (tests/onnx/make_hf_named.py: the
+# torch.onnx GPT-2 renamed as Optimum's GPT2Model export keeps it, vocab 559 for rope-probe's
+# tokenizer) is recovered from its nodes too, not read by its names: its tampered copies (each
+# beside the config.json) are refused like the others by forward, `patch IN.onnx OUT.onnx` (also
+# with --verify) and verify (before: all read as the untampered model, and a tampered copy patched
+# --verify was certified and passed `check`); the untampered graph reads bit-equal to forward on
+# its weights as a safetensors folder, a certified patch of it passes `check`, and a config.json
+# that describes another model is refused naming the key. torch.onnx's Llama under Optimum's names
+# beside its config.json reads within 1e-4 of the folder (before: refused).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 t=$src/tests/onnx
 "$py" -c "import onnx, numpy" 2> /dev/null || { echo "SKIP: $py lacks onnx/numpy (Debian python3-onnx)"; exit 77; }
@@ -35,6 +44,10 @@ if "$py" -c "import torch" 2> /dev/null; then
   PYTHONPATH=$src/python "$py" "$t/make_torch_llama.py" "$src/tests/goldens/engine/models/llama" \
     "$work/src/torch_llama.onnx" 2> "$work/err" &&
     srcs+=("torch_llama $work/src/torch_llama.onnx 96 pass") || bad "make_torch_llama: $(tail -1 "$work/err")"
+  # pass-hidden: one onnxruntime pass whose output is hidden states (compared only original vs tampered)
+  PYTHONPATH=$src/python "$py" "$t/make_torch_gpt2.py" "$work/src/tg559.onnx" --vocab 559 --positions 128 2> "$work/err" &&
+    PYTHONPATH=$src/python "$py" "$t/make_hf_named.py" "$work/src/tg559.onnx" "$work/src/hf" 2> "$work/err" &&
+    srcs+=("hf_gpt2 $work/src/hf/model.onnx 559 pass-hidden") || bad "make_hf_named: $(tail -1 "$work/err")"
 else
   echo "note: $py has no torch (Debian python3-torch): torch.onnx graphs skipped"
 fi
@@ -58,7 +71,7 @@ srcs+=("contrib_llama $work/src/contrib_llama.onnx 64 pass" "contrib_gqa $work/s
   "contrib_gpt2 $work/src/contrib_gpt2.onnx 8 pass")
 
 # ort FILE MODE IDS OUT: onnxruntime's first output
-ort_run() { node "$t/ort_recover.mjs" "$1" --ids "$3" --mode "$2" --out "$4" > /dev/null 2> "$work/ort.log"; }
+ort_run() { node "$t/ort_recover.mjs" "$1" --ids "$3" --mode "${2%-hidden}" --out "$4" > /dev/null 2> "$work/ort.log"; }
 
 refused=0 accepted=0
 for s in "${srcs[@]}"; do
@@ -66,6 +79,7 @@ for s in "${srcs[@]}"; do
   name=$1 g=$2 V=$3 mode=$4
   ids=$("$py" -c "import sys; print(','.join(str((i * 7 + 3) % int(sys.argv[1])) for i in range(8)))" "$V")
   "$py" "$t/make_tampered.py" "$g" "$work/$name" > /dev/null 2> "$work/err" || { bad "$name: make_tampered: $(tail -1 "$work/err")"; continue; }
+  [ -f "${g%/*}/config.json" ] && cp "${g%/*}/config.json" "$work/$name/" # HF names: the config beside each copy
   # the original reads, and gives onnxruntime's logits (gpt2_past has no head: compared in test_onnx_recover.sh)
   "$bin" forward "$g" --ids "$ids" --threads 2 --out "$work/$name.eng.f32" 2> "$work/err" || bad "$name: original refused: $(head -1 "$work/err")"
   [ $ort = 1 ] && { ort_run "$g" "$mode" "$ids" "$work/$name.ort.f32" || bad "$name: onnxruntime: $(tail -1 "$work/ort.log")"; }
@@ -151,5 +165,57 @@ for s in "${srcs[@]}"; do
       grep -qF "node 'tamper/attn_zero/0' (Mul, index " "$work/err" && ok || bad "$1: patch: $(cat "$work/err")"; }
   [ -e "$work/p.onnx" ] && bad "$1: p.onnx written" || ok
 done
+
+# --- Hugging Face names beside a config.json (issue 33 item 1, the last hole): recovered from the
+# nodes, never read by the names alone
+hf=$work/src/hf
+if [ -f "$hf/model.onnx" ]; then
+  rp=$src/examples/probe-models/rope-probe
+  # the untampered graph: its logits are those of the same weights as a safetensors folder, and
+  # inspect says where the model came from and that the config.json agrees
+  "$bin" forward "$hf/model.onnx" --ids 3,1,4,1,5,9,2,6 --threads 2 --out "$work/hf.f32" 2> "$work/err" &&
+    "$bin" forward "$hf/ref" --ids 3,1,4,1,5,9,2,6 --threads 2 --out "$work/hf_ref.f32" 2>> "$work/err" &&
+    check cmp -s "$work/hf.f32" "$work/hf_ref.f32" || bad "hf_gpt2: $(head -1 "$work/err")"
+  "$bin" inspect "$hf/model.onnx" > "$work/hf.txt" 2>&1
+  check grep -qF "recovered:     gpt2, learned positions (recovered from the graph's pattern)" "$work/hf.txt"
+  check grep -qF "config.json: $hf/config.json agrees: model_type gpt2, vocab_size 559, n_embd 16, n_layer 2, n_head 2, n_inner 40, n_positions 128" "$work/hf.txt"
+  # verify and a certified patch of a tampered copy: refused naming the node, nothing written
+  cp "$rp/tokenizer.json" "$work/hf_gpt2/"
+  z=$work/hf_gpt2/attn_zero.onnx
+  "$bin" verify "$z" --probe passkey --lengths 80 --samples 2 --certificate "$work/hfz.json" 2> "$work/err" &&
+    bad "hf_gpt2: verify of attn_zero.onnx ran" ||
+    check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $z: node 'tamper/attn_zero/0' (Mul, index 77) is on the path to the logits 'last_hidden_state' but no part of the recovered model: the plain-op GPT-2 pattern recovery does not explain it, so the model would not compute what the graph computes" "$work/err"
+  "$bin" patch "$z" "$work/hfz.onnx" --method temperature --tau 0.9 --verify passkey --lengths 80 --samples 2 2> "$work/err" &&
+    bad "hf_gpt2: patch --verify of attn_zero.onnx certified" || check grep -qF "node 'tamper/attn_zero/0' (Mul, index 77)" "$work/err"
+  [ -e "$work/hfz.json" ] || [ -e "$work/hfz.onnx" ] && bad "hf_gpt2: a tampered copy left an output" || ok
+  # the untampered graph certifies, and the artifact passes check
+  cp "$rp/tokenizer.json" "$hf/"
+  "$bin" patch "$hf/model.onnx" "$work/hfp.onnx" --method temperature --tau 0.9 --verify passkey --lengths 80 --samples 2 > /dev/null 2> "$work/err" &&
+    "$bin" check "$work/hfp.onnx" > /dev/null 2>> "$work/err" && ok || bad "hf_gpt2: certified patch: $(head -1 "$work/err")"
+  # torch.onnx's Llama under Optimum's names (embedding and norms `model.`-named, projections
+  # `onnx::MatMul_N`) beside the golden llama's config.json: recovered from its nodes (before:
+  # refused, the by-name reader found the projections anonymous), within 1e-4 of the folder
+  if [ -f "$work/src/torch_llama.onnx" ]; then
+    mkdir -p "$work/hfl" && cp "$src/tests/goldens/engine/models/llama/config.json" "$work/hfl/"
+    "$py" - "$work/src/torch_llama.onnx" "$work/hfl/model.onnx" <<'PYEOF'
+import sys
+import onnx
+m = onnx.load(sys.argv[1])
+ren = {t.name: "model." + t.name for t in m.graph.initializer if not t.name.startswith("onnx::")}
+for t in m.graph.initializer: t.name = ren.get(t.name, t.name)
+for n in m.graph.node: n.input[:] = [ren.get(i, i) for i in n.input]
+onnx.save(m, sys.argv[2])
+PYEOF
+    "$bin" forward "$work/hfl/model.onnx" --ids 3,1,4,1,5 --threads 2 --out "$work/hfl.f32" 2> "$work/err" &&
+      "$bin" forward "$src/tests/goldens/engine/models/llama" --ids 3,1,4,1,5 --threads 2 --out "$work/hfl_ref.f32" 2>> "$work/err" &&
+      "$py" "$t/compare_logits.py" "$work/hfl.f32" "$work/hfl_ref.f32" --vocab 96 --tol 1e-4 --label "hf-named torch llama vs folder" && ok ||
+      bad "hf-named torch llama: $(head -1 "$work/err")"
+  fi
+  # a config.json that describes another model: refused naming the key
+  mkdir -p "$work/hfc" && cp "$hf/model.onnx" "$work/hfc/" &&
+    sed 's/"n_head": 2/"n_head": 4/' "$hf/config.json" > "$work/hfc/config.json"
+  "$bin" forward "$work/hfc/model.onnx" --ids 1,2 --out "$work/hfc.f32" 2> "$work/err" && bad "hf_gpt2: a wrong config.json accepted" ||
+    check grep -qxF "ctxpatch: error CP_EONNX_METADATA: $work/hfc/config.json: key 'n_head' gives 4 but the graph gives 2 (the config.json beside the graph describes another model)" "$work/err"
+fi
 
 finish

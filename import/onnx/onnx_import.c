@@ -1,7 +1,8 @@
 /* ONNX decoder graph -> the family's Hugging Face tensors and config (include/ctxpatch/import/
- * onnx_import.h), by initializer names: ctxpatch's own export names (docs/onnx.md; by role in
- * ctxpatch/model/onnx_names.h, as export/onnx/ writes them) or HF names kept by the exporter. The
- * model loader then reads the result as any checkpoint. */
+ * onnx_import.h): ctxpatch's own exports by their initializer names (docs/onnx.md; by role in
+ * ctxpatch/model/onnx_names.h, as export/onnx/ writes them), any other graph recovered from its
+ * nodes (onnx_contrib.c, onnx_pattern*.c). The model loader then reads the result as any
+ * checkpoint. */
 #include "ctxpatch/import/onnx_import.h"
 
 #include <assert.h>
@@ -305,31 +306,9 @@ static const char *first_foreign_name(const cp_onnx_graph *g) {
   return NULL;
 }
 
-/* Every initializer whose name is one of the family's HF names (any layer), as it is. */
-static int recover_hf(cp_onnx_import *im, const cp_hf_config *c, const char *prefix) {
-  cp_names nm = {.fl = cp_family_layout_of(c->family), .prefix = prefix, .fire_shared = c->fire_shared,
-                 .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE};
-  char n[CP_TENSOR_NAME_MAX];
-  static const char *const suffix[2] = {".weight", ".bias"};
-  for (size_t i = 0; i < nm.fl->n_tensors; i++) {
-    const cp_family_tensor *row = &nm.fl->tensors[i];
-    if (row->stack != CP_STACK_DECODER || row->role == CP_ROLE_FIRE || !cp_names_row_applies(&nm, row)) continue;
-    bool per_layer = strstr(row->hf, "%d") != NULL;
-    for (int l = 0; l < (per_layer ? c->n_layers : 1); l++)
-      for (int s = 0; s < 2; s++) {
-        const cp_onnx_tensor *t = find_init(im, cp_names_row(n, &nm, row, l, suffix[s]));
-        int rc = t ? cp_oi_take(im, n, t, false) : 0;
-        if (rc) return rc;
-      }
-  }
-  return 0;
-}
-
 /* ---------------------------------------------------------------- config */
 
-/* config.json in the model's folder, else in its parent: read into the import. 0 when found,
- * 1 when neither exists. */
-static int read_config_file(cp_onnx_import *im) {
+int cp_oi_config_beside(const cp_onnx_import *im, char **text, size_t *len, char **source) {
   char *dir = strdup(im->path), *slash, *path = NULL;
   int rc = 1;
   CP_CHECK_ALLOC(dir, im->path);
@@ -341,9 +320,9 @@ static int read_config_file(cp_onnx_import *im) {
     free(path);
     CP_CHECK_ALLOC_GOTO(path = cp_path_join(dir, up ? "../config.json" : "config.json"), im->path);
     if (stat(path, &st) != 0) continue;
-    if ((rc = cp_read_file(&im->config_text, &im->config_len, path, CONFIG_MAX)) == 0) {
+    if ((rc = cp_read_file(text, len, path, CONFIG_MAX)) == 0) {
       cp_input_note(path);
-      im->config_source = path;
+      *source = path;
       path = NULL;
     }
   }
@@ -353,10 +332,14 @@ done:
   return rc;
 }
 
+static int read_config_file(cp_onnx_import *im) {
+  return cp_oi_config_beside(im, &im->config_text, &im->config_len, &im->config_source);
+}
+
+/* An own export's config: metadata_props, else config.json beside (exports made before the key). */
 static int find_config(cp_onnx_import *im) {
-  if (im->config_text) return 0; /* read already (recover_foreign) */
   const char *meta = cp_onnx_model_meta(im->om, CP_ONNX_META_CONFIG);
-  if (meta && im->ctxpatch) {
+  if (meta) {
     CP_CHECK_ALLOC(im->config_text = strdup(meta), im->path);
     im->config_len = strlen(meta);
     CP_CHECK_ALLOC(im->config_source = strdup("metadata_props " CP_ONNX_META_CONFIG), im->path);
@@ -364,9 +347,9 @@ static int find_config(cp_onnx_import *im) {
   }
   int rc = read_config_file(im);
   if (rc != 1) return rc;
-  return cp_error_set(CP_ENOTFOUND, "%s: no hyper-parameters: %sno config.json beside the model or in its parent "
-                      "folder (num_attention_heads cannot be read from the tensors' shapes)", im->path,
-                      im->ctxpatch ? "no metadata_props '" CP_ONNX_META_CONFIG "', " : "");
+  return cp_error_set(CP_ENOTFOUND, "%s: no hyper-parameters: no metadata_props '" CP_ONNX_META_CONFIG "', no "
+                      "config.json beside the model or in its parent folder (num_attention_heads cannot be read from "
+                      "the tensors' shapes)", im->path);
 }
 
 int cp_onnx_import_config(cp_hf_config **out, const cp_onnx_import *im) {
@@ -395,22 +378,21 @@ static bool weight_like(const cp_onnx_tensor *t, int d_model) {
   return false;
 }
 
-/* Initializers not used are listed (own graph constants, HF graphs' constant tables); one that
+/* Initializers not used are listed (own graph constants, recovered graphs' constant tables); one that
  * could be a weight (weight_like) refuses: the graph computes with a tensor the model would lack. */
 static int check_unused(cp_onnx_import *im, int d_model) {
   const cp_onnx_graph *g = im->om->graph;
   for (size_t i = 0; i < g->n_initializers; i++) {
     const cp_onnx_tensor *t = &g->initializers[i];
     if (im->used[i]) continue;
-    bool recovered = strcmp(im->naming, "ctxpatch") && strcmp(im->naming, "hf");
+    bool recovered = strcmp(im->naming, "ctxpatch") != 0;
     if (recovered && weight_like(t, d_model))
       return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' has a d_model (%d) side but no role in the "
                           "recovered model (%s recovery; a weight the model would lack)", im->path, t->name,
                           d_model, im->naming);
     if (!(im->ctxpatch && !strncmp(t->name, "const/", 6)) && weight_like(t, d_model))
-      return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is not a name ctxpatch recognises (%s names; "
-                          "anonymous names need graph pattern matching, not supported)", im->path, t->name,
-                          im->ctxpatch ? "ctxpatch export" : "Hugging Face");
+      return cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s' is not a name ctxpatch recognises (ctxpatch export "
+                          "names; anonymous names need graph pattern matching, not supported)", im->path, t->name);
     int rc = CP_ARRAY_RESERVE(im->ignored, im->cap_ignored, im->n_ignored + 1, im->path);
     if (rc) return rc;
     im->ignored[im->n_ignored++] = t->name;
@@ -456,28 +438,28 @@ static int no_model(cp_onnx_import *im) {
                       g->n_nodes ? g->nodes[0].op_type : "", fed);
 }
 
-/* A graph without ctxpatch's metadata: onnxruntime's contrib ops first, then Hugging Face names
- * with a config.json, then the plain-op pattern. 0: recovered from the graph (config_text made);
- * 1: read it by Hugging Face names; negative: refused. */
+/* A graph without ctxpatch's metadata: onnxruntime's contrib ops first, then the plain-op pattern.
+ * Hugging Face initializer names (with or without a config.json beside) say what each weight is,
+ * not what the nodes compute (issue 33: a Mul by 0 on every attention output was read by its
+ * names as the unmodified model), so such a graph is read only when a recovery accounts for its
+ * nodes; its config.json is then a cross-check (onnx_hf_check.c). 0: recovered from the graph
+ * (config_text made); negative: refused. */
 static int recover_foreign(cp_onnx_import *im) {
   const cp_onnx_graph *g = im->om->graph;
   int rc = cp_onnx_recover_contrib(im);
   if (rc != 1) return rc;
-  if (hf_named(g)) {
-    if ((rc = read_config_file(im)) <= 0) return rc < 0 ? rc : 1;
-  }
   rc = cp_onnx_recover_pattern(im);
   if (rc == 0) return 0;
   if (rc < 0 && im->unexplained) return rc; /* the graph computes what no pattern explains: refused as it is */
-  if (hf_named(g)) { /* HF names want their config.json: say so, and why the pattern failed */
+  if (hf_named(g)) {
     char why[600];
     snprintf(why, sizeof why, "%s", rc == 1 ? "no token embedding Gather" : cp_error_message());
     const char *at = strstr(why, ": "); /* drop the repeated path */
     free(im->config_text); /* whatever a failed recovery left */
     im->config_text = NULL;
-    if (read_config_file(im) != 1) return find_config(im);
-    return cp_error_set(CP_ENOTFOUND, "%s: no hyper-parameters: no config.json beside the model or in its parent "
-                        "folder, and the graph's pattern does not give them (%s)", im->path,
+    return cp_error_set(CP_EONNX_RECOVER, "%s: a graph with Hugging Face initializer names is read only when its "
+                        "nodes are recovered (the names say what each weight is, not what the graph computes), and "
+                        "no recovery explains this one (%s)", im->path,
                         rc != 1 && at && !strncmp(why, im->path, strlen(im->path)) ? at + 2 : why);
   }
   if (rc != 1) return rc;
@@ -508,25 +490,19 @@ int cp_onnx_import_open_graph(cp_onnx_import **out, const char *path, const cp_o
                       "names; anonymous names need graph pattern matching, not supported)", path, foreign);
     goto done;
   }
-  im->naming = im->ctxpatch ? "ctxpatch" : "hf";
-  if (!im->ctxpatch && (rc = recover_foreign(im)) < 0) goto done;
-  if (!im->ctxpatch && rc == 0) { /* recovered from the graph: config_text made by the recoverer */
-    if ((rc = cp_onnx_import_config(&c, im)) == 0 && (rc = cp_onnx_genai_check(im, c)) == 0)
+  if (!im->ctxpatch) { /* recovered from the graph: config_text made by the recoverer */
+    if ((rc = recover_foreign(im)) == 0 && (rc = cp_onnx_import_config(&c, im)) == 0 &&
+        (rc = cp_onnx_genai_check(im, c)) == 0 && (!hf_named(g) || (rc = cp_onnx_hf_config_check(im, c)) == 0))
       rc = check_unused(im, c->d_model);
     goto done;
   }
+  im->naming = "ctxpatch";
   if ((rc = find_config(im)) < 0 || (rc = cp_onnx_import_config(&c, im)) < 0) goto done;
   if (c->family == CP_FAMILY_T5) {
     rc = cp_onnx_t5_refuse_foreign(path);
     goto done;
   }
-  const char *prefix = im->ctxpatch ? NULL : hf_prefix(g, c->family);
-  if (!im->ctxpatch && !prefix) {
-    rc = cp_error_set(CP_EONNX_RECOVER, "%s: %s says family %s but the graph has no initializer of its embedding's "
-                      "Hugging Face name", path, im->config_source, cp_family_name(c->family));
-    goto done;
-  }
-  rc = im->ctxpatch ? recover_ctxpatch(im, c) : recover_hf(im, c, prefix);
+  rc = recover_ctxpatch(im, c);
   if (rc == 0) rc = check_unused(im, c->d_model);
 done:
   cp_hf_config_free(c);

@@ -24,7 +24,7 @@ struct cp_onnx_import {
   cp_onnx_model *om_owned;
   cp_onnx_model *pair; /* T5: the export's other graph (import/onnx/onnx_import_t5.c), else NULL */
   bool ctxpatch;      /* own export naming */
-  const char *naming; /* "ctxpatch", "hf", "pattern" (plain ops) or "contrib" (onnxruntime's fused ops) */
+  const char *naming; /* "ctxpatch", "pattern" (plain ops) or "contrib" (onnxruntime's fused ops) */
   char *config_text;  /* owned */
   size_t config_len;
   char *config_source;
@@ -64,6 +64,15 @@ int cp_onnx_recover_pattern(cp_onnx_import *im);
 /* onnxruntime-genai's genai_config.json beside the graph, when there: every size it states must
  * equal c's (else CP_EONNX_METADATA naming the key); the agreement goes into the provenance. */
 int cp_onnx_genai_check(cp_onnx_import *im, const cp_hf_config *c);
+
+/* config.json in the model's folder, else in its parent: its text, length and path (the caller's;
+ * noted as an input). 0 when found, 1 when neither exists, negative when unreadable. */
+int cp_oi_config_beside(const cp_onnx_import *im, char **text, size_t *len, char **source);
+/* The config.json beside a graph with Hugging Face names that was recovered from its nodes (the
+ * layout Optimum and transformers.js keep): its family and every size it states must equal c's
+ * (else CP_EONNX_METADATA naming the key; one that does not parse: its own code); the agreement
+ * goes into the provenance. 0 also when there is none. */
+int cp_onnx_hf_config_check(cp_onnx_import *im, const cp_hf_config *c);
 
 /* ctxpatch's own T5 export (import/onnx/onnx_import_t5.c). Whether g holds T5's names (`shared.weight`,
  * or `.stored` under --dtype fp16|bf16); the import of both graphs of the export im->om belongs to

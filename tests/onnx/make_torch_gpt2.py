@@ -4,7 +4,9 @@ initializer names as torch.onnx gives them), for tests/test_onnx_recover.sh: the
 recovery on a graph that spells LayerNorm as LayerNormalization (opset 17) and the causal mask as a
 registered lower-triangular buffer, with an explicit untied head.
 
-  make_torch_gpt2.py OUT.onnx [--gelu tanh|erf] [--opset N]
+  make_torch_gpt2.py OUT.onnx [--gelu tanh|erf] [--opset N] [--vocab V] [--positions P]
+
+(--vocab 559 --positions 128: room for rope-probe's tokenizer and a short passkey probe.)
 """
 import argparse
 import math
@@ -54,9 +56,11 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--gelu", default="tanh", choices=["tanh", "none"])
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--vocab", type=int, default=50)
+    ap.add_argument("--positions", type=int, default=32)
     a = ap.parse_args()
     torch.manual_seed(5)
-    m = Model(gelu=a.gelu).eval()
+    m = Model(vocab=a.vocab, n_pos=a.positions, gelu=a.gelu).eval()
     with torch.no_grad():
         for p in m.parameters():  # large enough that attention depends on content and position
             p.normal_(0, 0.5 if p.dim() > 1 else 0.1)

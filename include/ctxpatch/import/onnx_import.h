@@ -4,7 +4,7 @@
  * (import/model_load.c) builds the same cp_model from it as from the safetensors folder, with the
  * same shape checks against the config.
  *
- * Two namings are recognised:
+ * Read by names only ctxpatch's own exports (then checked to be the graph ctxpatch writes):
  *   ctxpatch's own exports (metadata_props `ctxpatch.version` set; docs/onnx.md): initializers
  *     `model.embed_tokens.weight`, `model.layers.{i}.attn.q.weight` [in, out], ... (`NAME.stored`
  *     with a Cast under --dtype fp16|bf16), `const/N` graph constants ignored. Linear weights are
@@ -24,12 +24,13 @@
  *     [out, in]; HF names of the family table (`encoder.block.{l}.layer.0.SelfAttention.q.weight`,
  *     ...). Config and rule from the metadata_props, which must be the same in both graphs
  *     (`ctxpatch.version`, `.config`, `.rule`, `.fidelity`, `.certificate_sha256`).
- *   Hugging Face / Optimum names kept by the exporter (`model.layers.0.self_attn.q_proj.weight`,
- *     `transformer.h.0.attn.c_attn.weight`): the family is the one whose embedding name is there,
- *     tensors are taken in HF layout as they are, and the config is config.json in the model's
- *     folder or its parent (Optimum's layout); without one the graph is refused, naming the
- *     hyper-parameter shapes cannot give (num_attention_heads).
- *   Third-party graphs with neither (docs/onnx.md "Recovering third-party graphs"): recovered from
+ *   Hugging Face / Optimum names kept by the exporter (`transformer.h.0.attn.c_attn.weight`,
+ *     `model.embed_tokens.weight`) are not a way to read a graph: names say what each weight is,
+ *     not what the nodes compute (issue 33), so such a graph is recovered from its nodes like any
+ *     third-party graph below, and refused when no recovery explains it. A config.json in its
+ *     folder or the parent (Optimum's layout) is then a cross-check: its family and sizes must
+ *     equal the recovered ones (CP_EONNX_METADATA naming the key).
+ *   Third-party graphs (docs/onnx.md "Recovering third-party graphs"): recovered from
  *     the graph itself, weights taken by their role whatever their names, hyper-parameters from
  *     attributes, shapes and constants (each with its provenance): onnxruntime's contrib ops
  *     (import/onnx/onnx_contrib.c: the ORT-fused GPT-2, onnxruntime-genai's Llama with
@@ -43,9 +44,9 @@
  * model would lack); a graph that holds no model (no stored weights, no token embedding, a node
  * that does not fit the pattern); a missing initializer the config needs (CP_EMODEL_TENSOR); no
  * config anywhere (CP_ENOTFOUND); q/k/v that do not fuse; T5 graphs that are not ctxpatch's own
- * exports; a malformed `ctxpatch.fire` or a genai_config.json that disagrees with the graph
- * (CP_EONNX_METADATA; one that is not JSON: CP_ECFG_JSON). A T5 export is also refused when its
- * other graph is missing (CP_ENOTFOUND) or not the other half, when the two graphs'
+ * exports; a malformed `ctxpatch.fire`, a genai_config.json or (HF names) a config.json that
+ * disagrees with the graph (CP_EONNX_METADATA; one that is not JSON: CP_ECFG_JSON). A T5 export is
+ * also refused when its other graph is missing (CP_ENOTFOUND) or not the other half, when the two graphs'
  * metadata_props differ (CP_EONNX_METADATA) or a weight both hold is not byte-equal (two exports
  * mixed), and for any initializer outside its names but `const/N`. Unused initializers that
  * cannot be weights are listed
@@ -76,8 +77,8 @@ int cp_onnx_import_open(cp_onnx_import **out, const char *path);
 int cp_onnx_import_open_graph(cp_onnx_import **out, const char *path, const cp_onnx_model *graph);
 void cp_onnx_import_free(cp_onnx_import *im);
 
-/* "ctxpatch" (own export), "hf" (Hugging Face names), "pattern" (plain-op graph recovered by its
- * pattern) or "contrib" (onnxruntime's fused contrib ops recovered by their attributes). */
+/* "ctxpatch" (own export), "pattern" (plain-op graph recovered by its pattern) or "contrib"
+ * (onnxruntime's fused contrib ops recovered by their attributes). */
 const char *cp_onnx_import_naming(const cp_onnx_import *im);
 /* Recovered graphs: each hyper-parameter and where its value came from (a node's attribute, an
  * initializer's shape, a constant, genai_config.json), in the order found. Returns the key and
