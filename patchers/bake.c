@@ -326,7 +326,8 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
       } else if (temperature_bakeable(m, &t, out->stored_slopes, &why)) {
         out->fidelity = CP_FIDELITY_EXACT_WEIGHTS;
         out->baked = *r;
-        snprintf(out->note, sizeof out->note, "query projections%s divided by tau", 
+        snprintf(out->note, sizeof out->note, "%s%s divided by tau",
+                 m->cfg->qk_norm ? "per-head query norms (q_norm, after which RoPE rotates)" : "query projections",
                  m->pos == CP_POS_T5_BUCKETS ? " and relative-bias tables"
                  : m->pos == CP_POS_FIRE    ? " and FIRE MLP output layers"
                  : m->pos == CP_POS_ALIBI   ? " and stored ALiBi slopes"

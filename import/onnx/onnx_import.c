@@ -254,7 +254,7 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
 }
 
 static int recover_ctxpatch(cp_onnx_import *im, const cp_hf_config *c) {
-  cp_names nm = {.fl = cp_family_layout_of(c->family), .fire_shared = c->fire_shared,
+  cp_names nm = {.fl = cp_family_layout_of(c->family), .fire_shared = c->fire_shared, .qk_norm = c->qk_norm,
                  .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE};
   nm.prefix = nm.fl->prefixes[0];
   bool fire_done = false;
@@ -308,7 +308,7 @@ static const char *first_foreign_name(const cp_onnx_graph *g) {
 /* Every initializer whose name is one of the family's HF names (any layer), as it is. */
 static int recover_hf(cp_onnx_import *im, const cp_hf_config *c, const char *prefix) {
   cp_names nm = {.fl = cp_family_layout_of(c->family), .prefix = prefix, .fire_shared = c->fire_shared,
-                 .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE};
+                 .qk_norm = c->qk_norm, .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE};
   char n[CP_TENSOR_NAME_MAX];
   static const char *const suffix[2] = {".weight", ".bias"};
   for (size_t i = 0; i < nm.fl->n_tensors; i++) {
