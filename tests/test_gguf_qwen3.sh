@@ -13,7 +13,8 @@
 #     greedy tokens equal;
 #   - `inspect` on the GGUF says qwen3, head_dim 32, the per-head norm;
 #   - `patch --method temperature --tau 0.8 --to gguf` (tau baked into attn_q_norm) run by
-#     llama.cpp == `forward --rule {"temperature": 0.8}` on the folder, within the same tolerance.
+#     llama.cpp == `forward --rule {"temperature": 0.8}` on the folder, within the same tolerance;
+#   - a Mistral with explicit head_dim (make_random_family.py mistral_hd) runs in llama.cpp.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -86,6 +87,22 @@ et = np.fromfile(f"{w}/e_t.bin", "<f4").reshape(300, -1)
 dt = np.abs(lt - et).max()
 assert dt <= 1e-4 * np.abs(et).max() and np.abs(et - e).max() > 1e-2 * scale, (dt, np.abs(et - e).max())
 print(f"llama.cpp on the tau 0.8 GGUF == engine with the rule: max |diff| {dt:.2e}")
+PY
+  # Mistral with an explicit head_dim (32, hidden 64 / 4 heads): llama.cpp needs value_length as
+  # well as key_length (without it: "tensor 'blk.0.attn_v.weight' has wrong shape")
+  check "$py" "$src/tests/gguf/make_random_family.py" "$w/mis" mistral_hd
+  check "$bin" convert "$w/mis" "$w/mis.gguf" --to gguf
+  short=$(cut -d, -f1-100 <<<"$prompt")
+  check "$bin" forward "$w/mis" --ids "$short" --out "$w/e_mis.bin" --threads 1
+  node "$w/run.mjs" "$w/mis.gguf" 0 "$short" 1 >"$w/lcm.json" && ok || bad "llama.cpp mis.gguf"
+  "$py" - "$w" <<'PY' && ok || bad "llama.cpp == engine on mistral with head_dim"
+import sys, json, numpy as np
+w = sys.argv[1]
+lc = np.array(json.load(open(f"{w}/lcm.json"))["logits"], np.float64)
+e = np.fromfile(f"{w}/e_mis.bin", "<f4").reshape(lc.shape[0], -1)
+d = np.abs(lc - e).max()
+assert d <= 1e-4 * np.abs(e).max(), d
+print(f"llama.cpp mistral head_dim 32 == engine: max |diff| {d:.2e} over {lc.shape[0]} tokens")
 PY
 fi
 finish
