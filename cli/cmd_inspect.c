@@ -154,9 +154,10 @@ static void print_text(const cJSON *d, const char *path) {
     printf("hyperparams:   vocab %.0f, d_model %.0f, layers %.0f", num(h, "vocab_size"), num(h, "d_model"),
            num(h, "n_layers"));
     if (num(h, "n_decoder_layers") > 0) printf("+%.0f decoder", num(h, "n_decoder_layers"));
-    printf(", heads %.0f (kv %.0f), d_head %.0f, d_ff %.0f, %s, eps %g%s\n", num(h, "n_heads"), num(h, "n_kv_heads"),
+    printf(", heads %.0f (kv %.0f), d_head %.0f, d_ff %.0f, %s, eps %g%s%s\n", num(h, "n_heads"), num(h, "n_kv_heads"),
            num(h, "d_head"), num(h, "d_ff"), str(h, "activation"), num(h, "norm_eps"),
-           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "tie_word_embeddings")) ? ", tied embeddings" : "");
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "tie_word_embeddings")) ? ", tied embeddings" : "",
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "qk_norm")) ? ", per-head q/k norm" : "");
   } else {
     printf("architecture:  unknown (no config.json beside the weights)\n");
   }

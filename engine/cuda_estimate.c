@@ -25,12 +25,14 @@ static void norm(const cp_norm_weights *w, size_t D, cp_cuda_weight_fn fn, void 
   if (w->b) fn(ctx, w->b, CP_F32, D);
 }
 
-static void stack(const cp_stack *st, size_t D, cp_cuda_weight_fn fn, void *ctx) {
+static void stack(const cp_stack *st, size_t D, size_t dh, cp_cuda_weight_fn fn, void *ctx) {
   for (int l = 0; l < st->n_layers; l++) {
     const cp_layer *ly = &st->layers[l];
     norm(&ly->attn_norm, D, fn, ctx);
     norm(&ly->cross_norm, D, fn, ctx);
     norm(&ly->ffn_norm, D, fn, ctx);
+    norm(&ly->q_norm, dh, fn, ctx);
+    norm(&ly->k_norm, dh, fn, ctx);
     const cp_linear *L[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->cq, &ly->ck, &ly->cv, &ly->co, &ly->gate, &ly->up, &ly->down};
     for (size_t i = 0; i < sizeof L / sizeof *L; i++) lin(L[i], fn, ctx);
   }
@@ -43,8 +45,8 @@ void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx)
   if (m->pos_embed) fn(ctx, m->pos_embed, CP_F32, (size_t)m->train_len * D);
   norm(&m->embed_norm, D, fn, ctx);
   fn(ctx, m->lm_head, m->lm_head_dtype, V * D);
-  stack(&m->encoder, D, fn, ctx);
-  stack(&m->decoder, D, fn, ctx);
+  stack(&m->encoder, D, (size_t)m->d_head, fn, ctx);
+  stack(&m->decoder, D, (size_t)m->d_head, fn, ctx);
 }
 
 typedef struct {

@@ -72,8 +72,9 @@ static int check_finite(const float *x /* [rows, ld] */, int64_t rows, int heads
 }
 
 /* Projects hin [n, D] into p->q and finds the keys and values the module attends to:
- * self-attention appends the rows' to mc->kv at q_off (MPT clamps q, k and v), cross-attention
- * reads cross->kv[layer], projecting the encoder states on first use. */
+ * self-attention appends the rows' to mc->kv at q_off (Qwen3 normalises q and k per head, MPT
+ * clamps q, k and v), cross-attention reads cross->kv[layer], projecting the encoder states on
+ * first use. */
 static int project_qkv(cpu_backend *c, const cp_module_call *mc, const float *hin, const float **K, const float **V,
                        int64_t *n_keys) {
   const cp_model *m = c->m;
@@ -110,6 +111,10 @@ static int project_qkv(cpu_backend *c, const cp_module_call *mc, const float *hi
       (rc = check_finite(kc, n, Hkv, dh, kvd, layer, "attention key", q_off)) ||
       (rc = check_finite(vc, n, Hkv, dh, kvd, layer, "attention value", q_off)))
     return rc;
+  if (ly->q_norm.w) { /* Qwen3: each head of q and k normalised before RoPE (rope_call) */
+    cp_ops_head_norm_rows(c->pool, m, &ly->q_norm, p->q, H, n);
+    cp_ops_head_norm_rows(c->pool, m, &ly->k_norm, kc, Hkv, n);
+  }
   if (m->clip_qkv > 0) { /* MPT clamps the fused qkv output */
     float cl = m->clip_qkv;
     for (size_t i = 0; i < (size_t)n * qd; i++) p->q[i] = fminf(fmaxf(p->q[i], -cl), cl);

@@ -70,29 +70,31 @@ void cp_ops_linear(cp_pool *pool, float *C, int ldc, const float *A, int lda, in
 }
 
 typedef struct {
-  const cp_model *m;
   const cp_norm_weights *w;
   const float *x;
   float *y;
   int64_t n;
+  int D;      /* row width */
+  bool layer; /* LayerNorm (mean removed), else RMSNorm */
+  float eps;
 } norm_job;
 
 static void norm_item(void *ctx, size_t item, int worker) {
   (void)worker;
   const norm_job *j = ctx;
-  const int D = j->m->d_model;
+  const int D = j->D;
   int64_t r0 = (int64_t)item * ROW_CHUNK, r1 = min64(r0 + ROW_CHUNK, j->n);
   for (int64_t r = r0; r < r1; r++) {
     const float *x = j->x + (size_t)r * D;
     float *y = j->y + (size_t)r * D;
     double mean = 0, var = 0;
-    if (j->m->norm == CP_NORM_LAYER) {
+    if (j->layer) {
       for (int d = 0; d < D; d++) mean += x[d];
       mean /= D;
     }
     for (int d = 0; d < D; d++) var += ((double)x[d] - mean) * ((double)x[d] - mean);
     var /= D;
-    float inv = (float)(1.0 / sqrt(var + (double)j->m->norm_eps));
+    float inv = (float)(1.0 / sqrt(var + (double)j->eps));
     for (int d = 0; d < D; d++) {
       float v = (float)((double)x[d] - mean) * inv * j->w->w[d];
       y[d] = j->w->b ? v + j->w->b[d] : v;
@@ -102,8 +104,15 @@ static void norm_item(void *ctx, size_t item, int worker) {
 
 void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w, const float *x, float *y,
                       int64_t n) {
-  norm_job j = {m, w, x, y, n};
+  norm_job j = {w, x, y, n, m->d_model, m->norm == CP_NORM_LAYER, m->norm_eps};
   cp_pool_run(pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), norm_item, &j);
+}
+
+void cp_ops_head_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w, float *x, int n_heads,
+                           int64_t n) {
+  /* Rows of heads are contiguous: n rows of n_heads heads are n * n_heads rows of d_head. */
+  norm_job j = {w, x, x, n * n_heads, m->d_head, false, m->norm_eps};
+  cp_pool_run(pool, (size_t)((j.n + ROW_CHUNK - 1) / ROW_CHUNK), norm_item, &j);
 }
 
 static float act(cp_act a, float x) {

@@ -50,6 +50,7 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   cJSON_AddNumberToObject(h, "norm_eps", c->norm_eps);
   cJSON_AddStringToObject(h, "activation", c->activation);
   cJSON_AddBoolToObject(h, "tie_word_embeddings", c->tie_word_embeddings);
+  if (c->qk_norm) cJSON_AddBoolToObject(h, "qk_norm", true); /* Qwen3's per-head q/k RMSNorm */
   return h;
 }
 

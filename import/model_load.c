@@ -148,6 +148,7 @@ static int dim(const cp_model *m, cp_dim d) {
     case CP_DIM_BUCKETS: return m->t5_num_buckets;
     case CP_DIM_HEADS: return m->n_heads;
     case CP_DIM_POSITIONS: return (int)m->train_len; /* GPT-2 requires n_positions, an int */
+    case CP_DIM_HEAD: return m->d_head;
   }
   return 0;
 }
@@ -275,6 +276,8 @@ static int load_layer_row(cp_layer *ly, loader *L, const cp_family_tensor *row, 
     case CP_ROLE_ATTN_NORM: return load_norm(&ly->attn_norm, L, row, layer);
     case CP_ROLE_CROSS_NORM: return load_norm(&ly->cross_norm, L, row, layer);
     case CP_ROLE_FFN_NORM: return load_norm(&ly->ffn_norm, L, row, layer);
+    case CP_ROLE_Q_NORM: return load_norm(&ly->q_norm, L, row, layer);
+    case CP_ROLE_K_NORM: return load_norm(&ly->k_norm, L, row, layer);
     case CP_ROLE_QKV: return split_qkv(ly, L, row, layer);
     case CP_ROLE_Q: return load_rotary(&ly->q, L, row, layer, L->m->n_heads);
     case CP_ROLE_K: return load_rotary(&ly->k, L, row, layer, L->m->n_kv_heads);

@@ -43,6 +43,7 @@ bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {
     case CP_WHEN_NOT_GATED: return !nm->gated;
     case CP_WHEN_SHARED: return nm->fire_shared;
     case CP_WHEN_PER_LAYER: return !nm->fire_shared;
+    case CP_WHEN_QK_NORM: return nm->qk_norm;
   }
   return false;
 }
@@ -65,6 +66,7 @@ void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *c
   out->fl = cp_family_layout_of(cfg->family);
   out->ck = ck;
   out->fire_shared = cfg->fire_shared;
+  out->qk_norm = cfg->qk_norm;
   /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs always gate. */
   out->gated = cfg->family == CP_FAMILY_T5 ? strncmp(cfg->activation, "gated-", 6) == 0
                                            : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE;

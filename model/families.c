@@ -117,7 +117,15 @@ static const cp_family_tensor k_gpt_neox[] = {
   {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},                \
   {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"}
 
-static const cp_family_tensor k_llama[] = {LLAMA_ROWS};
+/* Llama-family bodies with q/k norms (Qwen3: self_attn.q_norm / k_norm, [head_dim]; llama.cpp's
+ * LLM_ARCH_QWEN3 names them attn_q_norm / attn_k_norm). */
+static const cp_family_tensor k_llama[] = {
+    LLAMA_ROWS,
+    {CP_ROLE_Q_NORM, DEC, "layers.%d.self_attn.q_norm", CP_BIAS_NONE, CP_DIM_HEAD, CP_DIM_NONE, CP_WHEN_QK_NORM,
+     "blk.%d.attn_q_norm"},
+    {CP_ROLE_K_NORM, DEC, "layers.%d.self_attn.k_norm", CP_BIAS_NONE, CP_DIM_HEAD, CP_DIM_NONE, CP_WHEN_QK_NORM,
+     "blk.%d.attn_k_norm"},
+};
 
 static const cp_family_tensor k_fire[] = {
     LLAMA_ROWS,

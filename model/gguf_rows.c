@@ -2,14 +2,16 @@
  * each way, shared by the GGUF reader (import/model_load.c) and writer (export/gguf/gguf_export.c). */
 #include "ctxpatch/model/gguf_rows.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "ctxpatch/base/error.h"
 
 cp_gguf_rows cp_gguf_rows_of(const cp_hf_config *cfg, cp_tensor_role role) {
   cp_gguf_rows r = {CP_GGUF_ROWS_SAME, cfg->n_heads, cfg->d_head};
-  /* llama.cpp's qwen2 rotates halves (NEOX), as HF: its converter keeps q/k rows in place. */
-  if (cfg->family == CP_FAMILY_LLAMA && strcmp(cfg->model_type, "qwen2") != 0 && (role == CP_ROLE_Q || role == CP_ROLE_K))
+  /* llama.cpp's qwen2 and qwen3 rotate halves (NEOX), as HF: its converter keeps q/k rows in place. */
+  bool neox = strcmp(cfg->model_type, "qwen2") == 0 || strcmp(cfg->model_type, "qwen3") == 0;
+  if (cfg->family == CP_FAMILY_LLAMA && !neox && (role == CP_ROLE_Q || role == CP_ROLE_K))
     r.order = CP_GGUF_ROWS_ROTARY;
   if ((cfg->family == CP_FAMILY_BLOOM || cfg->family == CP_FAMILY_GPT_NEOX) && role == CP_ROLE_QKV)
     r.order = CP_GGUF_ROWS_QKV;

@@ -45,6 +45,7 @@ static const struct {
     {"t5", CP_FAMILY_T5},       {"bloom", CP_FAMILY_BLOOM},       {"mpt", CP_FAMILY_MPT},
     {"llama", CP_FAMILY_LLAMA}, {"mistral", CP_FAMILY_LLAMA},     {"gpt_neox", CP_FAMILY_GPT_NEOX},
     {"qwen2", CP_FAMILY_LLAMA}, /* the Llama body with q/k/v biases (modeling_qwen2.py) */
+    {"qwen3", CP_FAMILY_LLAMA}, /* the Llama body with per-head q/k RMSNorm (modeling_qwen3.py) */
     {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
 };
 
@@ -61,13 +62,24 @@ static const struct {
     {"LlamaForCausalLM", "llama"},        {"LlamaModel", "llama"},
     {"MistralForCausalLM", "mistral"},    {"MistralModel", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},        {"Qwen2Model", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},        {"Qwen3Model", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"Qwen3MoeModel", "qwen3_moe"},
     {"GPTNeoXForCausalLM", "gpt_neox"},   {"GPTNeoXModel", "gpt_neox"},
     {"CtxpatchFireForCausalLM", "ctxpatch_fire"},
     {"GPT2LMHeadModel", "gpt2"},          {"GPT2Model", "gpt2"},
 };
 
+/* Model types refused with their reason rather than as unknown. */
+static const struct {
+  const char *model_type;
+  const char *why;
+} k_refused[] = {
+    {"qwen3_moe", "a mixture of experts (Qwen3MoeForCausalLM routes each token to a few of its expert FFNs), "
+                  "which the engines do not run; dense qwen3 is supported"},
+};
+
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, qwen2, gpt_neox, ctxpatch_fire, gpt2";
+  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gpt_neox, ctxpatch_fire, gpt2";
 }
 
 const char *cp_family_name(cp_family family) {
@@ -631,10 +643,10 @@ static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_d
   return train_len(cfg, c, "max_position_embeddings");
 }
 
-/* Qwen2 (modeling_qwen2.py): q, k and v carry biases (o does not), whatever attention_bias says;
- * its sliding window applies only with use_sliding_window (transformers 5: "sliding_attention"
- * entries of layer_types), which is refused: the window per layer is not run yet. */
-static int parse_qwen2(cp_hf_config *cfg, const ctx_t *c) {
+/* Qwen2 and Qwen3 (modeling_qwen2.py, modeling_qwen3.py): the sliding window applies only with
+ * use_sliding_window (transformers 5: "sliding_attention" entries of layer_types), which is
+ * refused: the window per layer is not run yet. */
+static int refuse_sliding_layers(const ctx_t *c) {
   const cJSON *r = c->root;
   bool sliding = false;
   TRY(opt_bool(&sliding, c, r, "use_sliding_window", NULL, false));
@@ -652,14 +664,31 @@ static int parse_qwen2(cp_hf_config *cfg, const ctx_t *c) {
         return bad(c, label, "\"full_attention\" (sliding layers are not run yet)", t);
       }
   }
+  return 0;
+}
+
+/* Qwen2: q, k and v carry biases (o does not), whatever attention_bias says. */
+static int parse_qwen2(cp_hf_config *cfg, const ctx_t *c) {
+  TRY(refuse_sliding_layers(c));
   cfg->qkv_bias = true;
   cfg->no_bias = false;
   return 0;
 }
 
+/* Qwen3 (Qwen3Attention): q and k are RMS-normalised per head (q_norm, k_norm, eps rms_norm_eps)
+ * after the projections and before RoPE; biases follow attention_bias as Llama's (o included).
+ * head_dim is required: Qwen3Config's default (128) is one model's number, not hidden / heads. */
+static int parse_qwen3(cp_hf_config *cfg, const ctx_t *c) {
+  if (!field(c->root, "head_dim")) return missing(c, "head_dim");
+  TRY(refuse_sliding_layers(c));
+  cfg->qk_norm = true;
+  return 0;
+}
+
 static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
-  bool mistral = strcmp(cfg->model_type, "mistral") == 0, qwen2 = strcmp(cfg->model_type, "qwen2") == 0;
+  bool mistral = strcmp(cfg->model_type, "mistral") == 0, qwen2 = strcmp(cfg->model_type, "qwen2") == 0,
+       qwen3 = strcmp(cfg->model_type, "qwen3") == 0;
   cfg->pos = CP_POS_ROPE;
   TRY(parse_llama_body(cfg, c, true));
   TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY,
@@ -674,6 +703,7 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   cfg->no_bias = !attention_bias && !mlp_bias;
   cfg->sliding_window = 0;
   if (qwen2) TRY(parse_qwen2(cfg, c));
+  if (qwen3) TRY(parse_qwen3(cfg, c));
   if (mistral) {
     /* MistralConfig defaults to a 4096 window; an explicit null disables it. */
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
@@ -912,6 +942,10 @@ static int detect_family(cp_hf_config *cfg, const ctx_t *c) {
     }
     return 0;
   }
+  for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++)
+    if (strcmp(type, k_refused[i].model_type) == 0)
+      return cp_error_set(CP_ECFG_FAMILY, "%s: key 'model_type': '%s' is not supported: %s", c->what, type,
+                          k_refused[i].why);
   return cp_error_set(CP_ECFG_FAMILY,
                       "%s: key 'model_type': unsupported model type '%.63s' (supported: %s)",
                       c->what, type, cp_supported_families());

@@ -31,6 +31,8 @@ static const onnx_row k_decoder[] = {
     {CP_ROLE_K, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.k"},
     {CP_ROLE_V, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.v"},
     {CP_ROLE_O, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.o"},
+    {CP_ROLE_Q_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.q_norm"},
+    {CP_ROLE_K_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.k_norm"},
     {CP_ROLE_FFN_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.ffn_norm"},
     {CP_ROLE_GATE, DEC, CP_WHEN_ALWAYS, "model.layers.%d.mlp.gate"},
     {CP_ROLE_UP, DEC, CP_WHEN_ALWAYS, "model.layers.%d.mlp.up"},

@@ -2,8 +2,8 @@
  * a rule the weights can carry exactly, and the streaming writer of the baked folder.
  *
  * Temperature: the engine computes (c q.k + b) / tau. Scaling the query projection (weight and
- * bias; RoPE rotates q linearly, so rotated q scales too) by 1/tau gives c q.k / tau; the
- * positional term b must be scaled as well, and it is a weight only for T5 (the bucket table,
+ * bias; RoPE rotates q linearly, so rotated q scales too; Qwen3: its q_norm weight) by 1/tau
+ * gives c q.k / tau; the positional term b must be scaled as well, and it is a weight only for T5 (the bucket table,
  * shared by every layer of a stack), FIRE (the MLP's output layer, possibly shared by every
  * layer) and ALiBi checkpoints that store their slopes. A shared parameter can be scaled only
  * when every attention call that reads it has the same 1/tau: that is the whole exactness test.
@@ -146,15 +146,21 @@ static xform scale_all(double mult) { return (xform){NULL, XF_SCALE_ALL, mult, 0
 static xform scale_q(double mult, q_layout layout) { return (xform){NULL, XF_SCALE_ROWS, mult, 0, layout}; }
 
 /* Weight and (when present) bias of the query projection read by one attention call: the fused
- * QKV tensor's q rows where the family fuses them. */
+ * QKV tensor's q rows where the family fuses them. A model with per-head q norms (Qwen3) scales
+ * the norm's weight instead: RMSNorm would undo a scaled projection (RMSNorm(q / tau) = RMSNorm(q)
+ * up to eps), while w / tau scales its output, the query RoPE then rotates, exactly. */
 static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer, double mult) {
+  char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
+  if (nm->qk_norm && kind != CP_ATTN_CROSS) {
+    cp_names_get(w, nm, CP_ROLE_Q_NORM, CP_STACK_DECODER, layer, ".weight");
+    return xf_add(l, nm->ck, w, scale_all(mult), true);
+  }
   cp_qkv_layout fused = kind == CP_ATTN_CROSS ? CP_QKV_SEPARATE : nm->fl->qkv;
   cp_tensor_role role = kind == CP_ATTN_CROSS ? CP_ROLE_CQ : fused == CP_QKV_SEPARATE ? CP_ROLE_Q : CP_ROLE_QKV;
   cp_stack_kind stack = kind == CP_ATTN_ENCODER_SELF ? CP_STACK_ENCODER : CP_STACK_DECODER;
   q_layout ql = fused == CP_QKV_INTERLEAVED ? QL_INTERLEAVED
                 : fused == CP_QKV_CONCAT     ? (nm->fl->conv1d && !nm->gguf ? QL_CONCAT_IN_OUT : QL_CONCAT)
                                              : QL_PLAIN;
-  char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
   if (!cp_names_get(w, nm, role, stack, layer, ".weight") || !cp_names_get(b, nm, role, stack, layer, ".bias"))
     return cp_error_set(CP_EUNSUPPORTED, "%s: layer %d: family %s has no query projection name to bake",
                         cp_checkpoint_dir(nm->ck), layer, cp_family_name(nm->fl->family));
@@ -320,7 +326,8 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
       } else if (temperature_bakeable(m, &t, out->stored_slopes, &why)) {
         out->fidelity = CP_FIDELITY_EXACT_WEIGHTS;
         out->baked = *r;
-        snprintf(out->note, sizeof out->note, "query projections%s divided by tau", 
+        snprintf(out->note, sizeof out->note, "%s%s divided by tau",
+                 m->cfg->qk_norm ? "per-head query norms (q_norm, after which RoPE rotates)" : "query projections",
                  m->pos == CP_POS_T5_BUCKETS ? " and relative-bias tables"
                  : m->pos == CP_POS_FIRE    ? " and FIRE MLP output layers"
                  : m->pos == CP_POS_ALIBI   ? " and stored ALiBi slopes"

@@ -210,6 +210,11 @@ int main(void) {
   /* native-config: rope_scaling's linear factor, multiplied into an existing one. */
   bake_case("llama", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
   bake_case("llama_rope2", CP_PATCH_ROPE_PI, "{}", 1.5, CP_FIDELITY_NATIVE_CONFIG);
+  /* Qwen3: tau goes into q_norm (its RMSNorm would cancel a scaled q_proj); the rest as Llama. */
+  bake_case("qwen3", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.7}", 0, EXACT);
+  bake_case("qwen3", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6]}", 0, EXACT);
+  bake_case("qwen3", CP_PATCH_LM_INFINITE, "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 4}}", 0, META);
+  bake_case("qwen3", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
   stored_slopes_cases();
 
   /* Refusals. */
@@ -253,6 +258,18 @@ int main(void) {
     CHECK_MSG(strstr(cp_error_message(), "models/llama") != NULL, "names the input: %s", cp_error_message());
     cp_patch_outcome_free(&oc);
     CHECK(stat(out, &st) != 0);
+    cp_model_free(m);
+  }
+  { /* ALiBi PI on Qwen3 (RoPE): refused as on Llama. */
+    cp_model *m = NULL;
+    CHECK_RC(0, cp_model_open(&m, test_path(models, "qwen3")));
+    cp_patch p;
+    memset(&p, 0, sizeof p);
+    cp_rule_init(&p.rule);
+    p.method = CP_PATCH_ALIBI_PI;
+    p.rule.alibi_mode = CP_ALIBI_STATIC;
+    p.rule.alibi_factor = 2;
+    if (m) CHECK_RC(CP_EPATCH_FAMILY, cp_patch_check(m, &p));
     cp_model_free(m);
   }
   /* Hostile metadata blocks fail at open, naming the key. */

@@ -293,6 +293,48 @@ static void qwen2_configs(void) {
   CHECK(strstr(cp_error_message(), "key 'layer_types[1]'") != NULL);
 }
 
+/* Qwen3 (Qwen3Config, modeling_qwen3.py): the Llama body with per-head q/k RMSNorm, head_dim
+ * required and free of hidden / heads, biases by attention_bias; sliding layers refused as for
+ * qwen2; qwen3_moe refused with its reason. */
+#define QWEN3_HEAD                                                                                              \
+  "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"hidden_size\":64,\"num_attention_heads\":4," \
+  "\"num_key_value_heads\":2,\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"             \
+  "\"max_position_embeddings\":40960,"
+static void qwen3_configs(void) {
+  cp_hf_config *c = parse_mem(0, QWEN3_HEAD "\"head_dim\":32,\"attention_bias\":false,\"use_sliding_window\":false,"
+                                            "\"sliding_window\":null,\"max_window_layers\":2,\"rope_theta\":1000000,"
+                                            "\"tie_word_embeddings\":true,\"layer_types\":[\"full_attention\",\"full_attention\"]}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_LLAMA && !strcmp(c->model_type, "qwen3") && c->qk_norm);
+    CHECK(c->d_head == 32 && c->n_heads * c->d_head == 128 && c->rotary_dims == 32); /* not 64 / 4 */
+    CHECK(!c->qkv_bias && c->no_bias && c->sliding_window == 0 && c->tie_word_embeddings && near(c->rope_theta, 1e6));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, QWEN3_HEAD "\"head_dim\":16,\"attention_bias\":true}");
+  if (c) {
+    CHECK(c->qk_norm && c->qkv_bias && !c->no_bias); /* q, k, v and o biases, as Llama's attention_bias */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                   "\"intermediate_size\":128,\"vocab_size\":100}");
+  if (c) {
+    CHECK(!c->qk_norm); /* only qwen3 has the norms */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, QWEN3_HEAD "\"rope_theta\":1000000}");
+  CHECK(strstr(cp_error_message(), "key 'head_dim': missing (required for model_type qwen3)") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, QWEN3_HEAD "\"head_dim\":32,\"use_sliding_window\":true}");
+  CHECK(strstr(cp_error_message(), "key 'use_sliding_window': true is not supported") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, QWEN3_HEAD "\"head_dim\":32,\"layer_types\":[\"full_attention\",\"sliding_attention\"]}");
+  CHECK(strstr(cp_error_message(), "key 'layer_types[1]'") != NULL);
+  c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\","
+                                "\"hidden_size\":64,\"num_attention_heads\":4,\"num_experts\":8}");
+  CHECK_MSG(strstr(cp_error_message(), "'qwen3_moe' is not supported: a mixture of experts") != NULL, "message: %s",
+            cp_error_message());
+  c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":64}");
+  CHECK(strstr(cp_error_message(), "'qwen3_moe' is not supported") != NULL); /* from architectures[0] */
+}
+
 static void mistral_7b(void) {
   cp_hf_config *c = load("mistral-7b-v0.1.json");
   if (!c) return;
@@ -615,6 +657,7 @@ int main(void) {
   llama_rope_linear();
   rope_scaling_types();
   qwen2_configs();
+  qwen3_configs();
   mistral_7b();
   pythia_70m();
   gpt2_small();

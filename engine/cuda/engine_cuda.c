@@ -56,6 +56,7 @@ typedef struct {
 
 typedef struct {
   dnorm attn_norm, cross_norm, ffn_norm;
+  dnorm q_norm, k_norm; /* [dh] (Qwen3), or w NULL */
   dlin q, k, v, o, cq, ck, cv, co, gate, up, down;
 } dlayer;
 
@@ -204,6 +205,7 @@ static int map_stack(cuda_engine *d, dstack *ds, const cp_stack *st) {
     dlayer *o = &ds->layers[l];
     o->attn_norm = dnorm_of(d, &ly->attn_norm), o->cross_norm = dnorm_of(d, &ly->cross_norm);
     o->ffn_norm = dnorm_of(d, &ly->ffn_norm);
+    o->q_norm = dnorm_of(d, &ly->q_norm), o->k_norm = dnorm_of(d, &ly->k_norm);
     o->q = dlin_of(d, &ly->q), o->k = dlin_of(d, &ly->k), o->v = dlin_of(d, &ly->v), o->o = dlin_of(d, &ly->o);
     o->cq = dlin_of(d, &ly->cq), o->ck = dlin_of(d, &ly->ck), o->cv = dlin_of(d, &ly->cv);
     o->co = dlin_of(d, &ly->co);
@@ -235,6 +237,16 @@ static int norm_rows(cuda_engine *d, const dnorm *w, const float *x /* [n, D] */
   const cp_model *m = d->m;
   char why[256] = "";
   if (cpcu_k_norm(d->stream, y, x, w->w, w->b, n, m->d_model, m->norm == CP_NORM_LAYER, m->norm_eps, why, sizeof why))
+    return kern_fail(why);
+  return 0;
+}
+
+/* As cp_ops_head_norm_rows: RMSNorm of each of the n_heads heads of n rows of x, in place (the
+ * row kernel over n * n_heads rows of d_head). */
+static int head_norm_rows(cuda_engine *d, const dnorm *w, float *x /* [n, n_heads * dh] */, int n_heads, int64_t n) {
+  const cp_model *m = d->m;
+  char why[256] = "";
+  if (cpcu_k_norm(d->stream, x, x, w->w, NULL, n * n_heads, m->d_head, 0, m->norm_eps, why, sizeof why))
     return kern_fail(why);
   return 0;
 }
@@ -272,7 +284,8 @@ static int rope_rows(cuda_engine *d, float *x, int ld, int n_heads, int64_t n, i
 }
 
 /* As project_qkv of engine_cpu.c: q of hin [n, D] into b->q; self-attention appends k, v to kv
- * at q_off (MPT clamps them), cross-attention projects the encoder states on first use. */
+ * at q_off (Qwen3 normalises q and k per head, MPT clamps them), cross-attention projects the encoder
+ * states on first use. */
 static int project_qkv(cuda_engine *d, const dlayer *ly, const cp_module_call *mc, const float *hin, const float **K,
                        const float **V, int64_t *n_keys) {
   const cp_model *m = d->m;
@@ -299,6 +312,9 @@ static int project_qkv(cuda_engine *d, const dlayer *ly, const cp_module_call *m
   float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
   if ((rc = linear(d, b->q, qd, hin, D, n, &ly->q, false)) || (rc = linear(d, kc, kvd, hin, D, n, &ly->k, false)) ||
       (rc = linear(d, vc, kvd, hin, D, n, &ly->v, false)))
+    return rc;
+  if (ly->q_norm.w && ((rc = head_norm_rows(d, &ly->q_norm, b->q, m->n_heads, n)) ||
+                       (rc = head_norm_rows(d, &ly->k_norm, kc, m->n_kv_heads, n))))
     return rc;
   if (m->clip_qkv > 0) {
     char why[256] = "";

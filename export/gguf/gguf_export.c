@@ -255,7 +255,11 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
         (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
         (rc = put_f32(w, arch, "rope.freq_base", cfg->rope_theta)))
       return rc;
-    if (cfg->d_head * cfg->n_heads != cfg->d_model) rc = put_u32(w, arch, "attention.key_length", cfg->d_head);
+    /* llama.cpp takes both head sizes as n_embd / n_head unless stated (Qwen3, Mistral's head_dim). */
+    if (cfg->d_head * cfg->n_heads != cfg->d_model &&
+        ((rc = put_u32(w, arch, "attention.key_length", cfg->d_head)) ||
+         (rc = put_u32(w, arch, "attention.value_length", cfg->d_head))))
+      return rc;
     return rc;
   }
   if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
@@ -439,7 +443,11 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
                         "reads a rope_freqs tensor for llama only, and YaRN from its own keys); use --to onnx", in,
                         cfg->rope_scaling_type, cp_family_name(cfg->family));
   switch (cfg->family) {
-    case CP_FAMILY_LLAMA: return 0;
+    case CP_FAMILY_LLAMA:
+      if (cfg->qk_norm && cfg->qkv_bias) /* src/llama-model.cpp LLM_ARCH_QWEN3 loads no bias tensor */
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attention_bias': true, but llama.cpp's qwen3 has no attention "
+                            "biases", in);
+      return 0;
     case CP_FAMILY_BLOOM:
       if (!cfg->residual_post_layernorm) return 0;
       return cp_error_set(CP_EUNSUPPORTED, "%s: key 'apply_residual_connection_post_layernorm': true is not run by "

@@ -114,6 +114,10 @@ static const char *attention(dec_t *d, int l, const char *h) {
   q = cp_og_split_heads(g, clip(d, q), m->n_heads, m->d_head);
   const char *k = cp_og_linear(g, h, &ly->k, wname(name, d, CP_ROLE_K, l));
   k = cp_og_split_heads(g, clip(d, k), m->n_kv_heads, m->d_head);
+  if (ly->q_norm.w) { /* Qwen3: RMSNorm over each head's dh, before RoPE (the engine's head norm) */
+    q = cp_og_norm(g, q, &ly->q_norm, CP_NORM_RMS, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_Q_NORM, l));
+    k = cp_og_norm(g, k, &ly->k_norm, CP_NORM_RMS, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_K_NORM, l));
+  }
   const char *v = cp_og_linear(g, h, &ly->v, wname(name, d, CP_ROLE_V, l));
   v = cp_og_split_heads(g, clip(d, v), m->n_kv_heads, m->d_head);
   const char *q_raw = NULL, *k_raw = NULL, *kall;

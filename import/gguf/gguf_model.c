@@ -139,7 +139,8 @@ static const struct {
                {"mpt", CP_FAMILY_MPT, "mpt", NULL},
                {"gpt2", CP_FAMILY_GPT2, "gpt2", NULL},
                {"t5", CP_FAMILY_T5, "t5", NULL},
-               {"qwen2", CP_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM"}};
+               {"qwen2", CP_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM"},
+               {"qwen3", CP_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -405,7 +406,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
-    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, gptneox, bloom, mpt, gpt2, t5)",
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};

@@ -2,7 +2,7 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3 [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|mistral_hd [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -10,6 +10,9 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3 
   qwen2         the Llama body with q/k/v biases, GQA (4 heads, 2 kv heads), tied head
   llama3        the Llama body, GQA 4/2, untied head, Llama 3.1's rope_scaling (llama3: factor 8,
                 low/high 1/32 over an original 2048, so 3 of the 8 pairs are blended)
+  qwen3         the Llama body with per-head q/k RMSNorm, head_dim 32 (hidden 64 / 4 heads is 16), GQA
+                4/2, no biases, tied head, rope_theta 1e6
+  mistral_hd    qwen3 without the q/k norms, as model_type mistral (explicit head_dim, no sliding window)
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -131,6 +134,33 @@ def main():
                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 32.0, "original_max_position_embeddings": 2048},
                "tie_word_embeddings": False, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "float32"}
+    elif kind in ("qwen3", "mistral_hd"):  # modeling_qwen3.py: Llama body, per-head q/k RMSNorm, head_dim 32 (not
+        # D / H), GQA 4/2; mistral_hd: the same without the norms, as a Mistral with explicit head_dim (Mistral Nemo)
+        qk_norm = kind == "qwen3"
+        t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
+        hd = 32
+        qd, kvd = H * hd, H // 2 * hd
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm(), norm()
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(qd, D), w(kvd, D)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(kvd, D), w(D, qd)
+            if qk_norm:
+                t[q + "self_attn.q_norm.weight"] = 1 + rng.normal(0, 0.3, hd)
+                t[q + "self_attn.k_norm.weight"] = 1 + rng.normal(0, 0.3, hd)
+            t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
+            t[q + "mlp.down_proj.weight"] = w(D, 4 * D)
+        t["model.norm.weight"] = norm()
+        cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2, "head_dim": hd,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": T,
+               "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "attention_bias": False, "use_sliding_window": False,
+               "sliding_window": None, "max_window_layers": L, "tie_word_embeddings": True, "bos_token_id": 2,
+               "eos_token_id": 1, "torch_dtype": "float32"}
+        if not qk_norm:
+            cfg.update({"architectures": ["MistralForCausalLM"], "model_type": "mistral"})
+            for k in ("attention_bias", "use_sliding_window", "max_window_layers"):
+                del cfg[k]
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

@@ -78,6 +78,9 @@ def build_models():
                 rope_scaling=od(("rope_type", "yarn"), ("factor", 4.0), ("original_max_position_embeddings", 16))),
         # Qwen2: the Llama body with q/k/v biases (appended likewise)
         M.Llama("qwen2", 407, pos="rope", n_layers=2, n_heads=4, n_kv=2, train_len=32, qwen2=True, tied=True, mix=3.0),
+        # Qwen3: per-head q/k RMSNorm before RoPE, explicit head_dim 32 (hidden 64 / 4 heads would be 16)
+        M.Llama("qwen3", 408, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, head_dim=32, train_len=32,
+                qwen3=True, tied=True, mix=3.0),
     ]
 
 
@@ -85,7 +88,8 @@ def build_models():
 LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
-           "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56}
+           "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56,
+           "qwen3": 56}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 

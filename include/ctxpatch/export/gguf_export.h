@@ -2,7 +2,9 @@
  * writer under `patch --to gguf`).
  *
  * Families: llama, gpt_neox, bloom, mpt, gpt2, t5 (the family table's GGUF column: llama.cpp's
- * `llama`, `gptneox`, `bloom`, `mpt`, `gpt2`, `t5` architectures). FIRE is refused with
+ * `llama`, `gptneox`, `bloom`, `mpt`, `gpt2`, `t5` architectures; the llama family's qwen2 and
+ * qwen3 as llama.cpp's `qwen2` and `qwen3`, q/k rows unpermuted, qwen3's per-head norms as
+ * attn_q_norm / attn_k_norm). FIRE is refused with
  * CP_ECFG_FAMILY (no llama.cpp counterpart).
  *
  * From an HF folder (config.json + weights in any format the checkpoint reader opens): tensors by
@@ -13,7 +15,7 @@
  *   every arch: context_length (the training length), embedding_length, block_count,
  *     feed_forward_length, attention.head_count, attention.head_count_kv, vocab_size;
  *   llama: rope.dimension_count, attention.layer_norm_rms_epsilon, rope.freq_base
- *     (attention.key_length when heads are not d_model / H);
+ *     (attention.key_length and value_length when heads are not d_model / H);
  *   gptneox: rope.dimension_count (the rotary dims), rope.freq_base, use_parallel_residual,
  *     attention.layer_norm_epsilon;
  *   bloom: attention.layer_norm_epsilon (llama.cpp fixes BLOOM's ALiBi max bias at 8);

@@ -77,6 +77,8 @@ void cp_fire_mlp_bias_heads(double *out, const cp_fire_mlp *f, int H, double x);
 typedef struct {
   cp_norm_weights attn_norm;
   cp_linear q, k, v, o;         /* q [H*dh, D]; k, v [Hkv*dh, D]; o [D, H*dh] */
+  cp_norm_weights q_norm, k_norm; /* Qwen3: RMSNorm [dh] of each head of q and k, after the projections
+                                     and before RoPE (eps norm_eps); w NULL elsewhere */
   cp_norm_weights cross_norm;   /* T5 decoder only */
   cp_linear cq, ck, cv, co;     /* T5 decoder cross-attention; w NULL elsewhere */
   cp_norm_weights ffn_norm;

@@ -21,6 +21,7 @@ typedef struct {
   const char *prefix;
   bool gated;              /* FFN has a gate (T5 gated-ACT, Llama, FIRE) */
   bool fire_shared;
+  bool qk_norm;             /* per-head q/k norms (Qwen3) */
   bool gguf;               /* the checkpoint is a GGUF file: rows are named by their `gguf` column */
 } cp_names;
 

@@ -33,6 +33,8 @@ typedef enum {
   CP_ROLE_V,          /* [Hkv*dh, D] */
   CP_ROLE_QKV,        /* fused [H*dh + 2 Hkv*dh, D] in the family's cp_qkv_layout */
   CP_ROLE_O,          /* [D, H*dh] */
+  CP_ROLE_Q_NORM,     /* per layer [dh]: Qwen3's per-head RMSNorm of q, before RoPE */
+  CP_ROLE_K_NORM,     /* per layer [dh]: the same of k */
   CP_ROLE_CQ, CP_ROLE_CK, CP_ROLE_CV, CP_ROLE_CO, /* T5 decoder cross-attention, shapes as q k v o */
   CP_ROLE_CROSS_NORM, /* T5 decoder [D] */
   CP_ROLE_FFN_NORM,   /* [D] */
@@ -65,7 +67,7 @@ typedef enum { CP_STACK_DECODER, CP_STACK_ENCODER } cp_stack_kind; /* decoder-on
 
 /* A tensor dimension in terms of the config. */
 typedef enum { CP_DIM_NONE, CP_DIM_D, CP_DIM_Q, CP_DIM_KV, CP_DIM_QKV, CP_DIM_FF, CP_DIM_VOCAB,
-               CP_DIM_BUCKETS, CP_DIM_HEADS, CP_DIM_POSITIONS /* n_positions */ } cp_dim;
+               CP_DIM_BUCKETS, CP_DIM_HEADS, CP_DIM_POSITIONS /* n_positions */, CP_DIM_HEAD /* d_head */ } cp_dim;
 
 /* Which bias a row's module has: the config decides for the last two. */
 typedef enum {
@@ -76,8 +78,16 @@ typedef enum {
   CP_BIAS_IF_QKV_BIAS,    /* GPT-NeoX attention_bias: required when set, else none */
 } cp_bias_rule;
 
-/* When a row applies (T5's FFN is gated or not by feed_forward_proj; FIRE's MLP is shared or not). */
-typedef enum { CP_WHEN_ALWAYS, CP_WHEN_GATED, CP_WHEN_NOT_GATED, CP_WHEN_SHARED, CP_WHEN_PER_LAYER } cp_when;
+/* When a row applies (T5's FFN is gated or not by feed_forward_proj; FIRE's MLP is shared or not;
+ * q/k norms where the config has them, cp_hf_config.qk_norm). */
+typedef enum {
+  CP_WHEN_ALWAYS,
+  CP_WHEN_GATED,
+  CP_WHEN_NOT_GATED,
+  CP_WHEN_SHARED,
+  CP_WHEN_PER_LAYER,
+  CP_WHEN_QK_NORM
+} cp_when;
 
 typedef struct {
   cp_tensor_role role;

@@ -111,6 +111,7 @@ typedef struct {
   /* MPT / misc flags. */
   bool qkv_bias;
   bool no_bias;          /* MPT no_bias */
+  bool qk_norm;          /* Qwen3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE */
 
   /* A patched artifact's "ctxpatch" block (written by `ctxpatch patch`): present or not, and its
    * "rule" (the identity when absent or null), parsed as strictly as a rule file. */

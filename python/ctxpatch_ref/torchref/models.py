@@ -369,12 +369,14 @@ class Llama(Model):
 
     def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
                  train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, fire_layers=1, n_layers=3,
-                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0, rope_scaling=None, qwen2=False):
+                 n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0, rope_scaling=None, qwen2=False,
+                 qwen3=False, head_dim=None):
         self.name = name
         self.storage = storage
         self.pos = pos
         self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
-        self.dh = D // n_heads
+        # explicit head_dim (Qwen3Config.head_dim): q is [H*dh, D] and o [D, H*dh], whatever D / H is
+        self.dh = head_dim or D // n_heads
         self.eps = 1e-6
         self.theta = 10000.0
         self.rope_factor = rope_factor or 1.0
@@ -383,17 +385,23 @@ class Llama(Model):
                                            if rope_scaling else (None, 1.0))
         self.tied = tied
         self.qwen2 = qwen2   # modeling_qwen2.py: q/k/v projections with biases, o without
+        # modeling_qwen3.py (Qwen3Attention.forward): q_norm / k_norm, RMSNorm over each head's
+        # head_dim (eps rms_norm_eps), applied to the projections before apply_rotary_pos_emb
+        self.qwen3 = qwen3
         self.fire_shared = fire_shared
         self.fire_layers = fire_layers
         dtype_name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[storage]
-        cfg = [("architectures", ["Qwen2ForCausalLM" if qwen2 else
+        cfg = [("architectures", ["Qwen2ForCausalLM" if qwen2 else "Qwen3ForCausalLM" if qwen3 else
                                   "LlamaForCausalLM" if pos == "rope" else "CtxpatchFireForCausalLM"]),
-               ("attention_bias", False), ("bos_token_id", 1), ("eos_token_id", 2),
-               ("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
-               ("intermediate_size", dff), ("max_position_embeddings", train_len),
-               ("model_type", "qwen2" if qwen2 else "llama" if pos == "rope" else "ctxpatch_fire"),
-               ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
-               ("num_key_value_heads", n_kv), ("rms_norm_eps", self.eps)]
+               ("attention_bias", False), ("bos_token_id", 1), ("eos_token_id", 2)]
+        if head_dim is not None:
+            cfg += [("head_dim", head_dim)]
+        cfg += [("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
+                ("intermediate_size", dff), ("max_position_embeddings", train_len),
+                ("model_type", "qwen2" if qwen2 else "qwen3" if qwen3 else "llama" if pos == "rope" else
+                 "ctxpatch_fire"),
+                ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
+                ("num_key_value_heads", n_kv), ("rms_norm_eps", self.eps)]
         if pos == "rope":
             cfg += [("rope_scaling", rope_scaling if rope_scaling else None if rope_factor is None else
                      collections.OrderedDict([("type", "linear"), ("factor", float(rope_factor))])),
@@ -409,19 +417,22 @@ class Llama(Model):
         self.config = collections.OrderedDict(cfg)
         self.facts = R.ModelFacts(False, 0, n_layers, train_len, pos)
         g = Init(seed)
-        kvd = n_kv * self.dh
+        kvd, qd = n_kv * self.dh, n_heads * self.dh
         t = {"model.embed_tokens.weight": g.normal([V, D], 0.5)}
         for l in range(n_layers):
             p = "model.layers.%d." % l
             t[p + "input_layernorm.weight"] = g.normal([D], 0.1, 1.0)
-            t[p + "self_attn.q_proj.weight"] = g.normal([D, D], 0.3)
+            t[p + "self_attn.q_proj.weight"] = g.normal([qd, D], 0.3)
             t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.3)
             t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
             if qwen2:
-                t[p + "self_attn.q_proj.bias"] = g.normal([D], 0.3)
+                t[p + "self_attn.q_proj.bias"] = g.normal([qd], 0.3)
                 t[p + "self_attn.k_proj.bias"] = g.normal([kvd], 0.3)
                 t[p + "self_attn.v_proj.bias"] = g.normal([kvd], 0.2)
-            t[p + "self_attn.o_proj.weight"] = g.normal([D, D], 0.2 * mix)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, qd], 0.2 * mix)
+            if qwen3:   # wide gains, so that a missing or misplaced norm shows in the logits
+                t[p + "self_attn.q_norm.weight"] = g.normal([self.dh], 0.4, 1.0)
+                t[p + "self_attn.k_norm.weight"] = g.normal([self.dh], 0.4, 1.0)
             t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
             t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
             t[p + "mlp.up_proj.weight"] = g.normal([dff, D], 0.2)
@@ -478,8 +489,12 @@ class Llama(Model):
                 return linear(x, w[p + "self_attn.%s_proj.weight" % name], b) if b is not None else \
                     linear(x, w[p + "self_attn.%s_proj.weight" % name])
             q = heads(proj("q"), H)
+            k = heads(proj("k"), self.Hkv)
+            if self.qwen3:   # per head [.., T, dh], before RoPE (the scorer rotates)
+                q = rms_norm(q, w[p + "self_attn.q_norm.weight"], self.eps)
+                k = rms_norm(k, w[p + "self_attn.k_norm.weight"], self.eps)
             # repeat_kv: query head h reads kv head h // rep
-            k = heads(proj("k"), self.Hkv).repeat_interleave(rep, dim=0)
+            k = k.repeat_interleave(rep, dim=0)
             v = heads(proj("v"), self.Hkv).repeat_interleave(rep, dim=0)
             plan = R.Plan(rule, self.facts, "dec", l)
             out, P = R.attention(plan, pinfo, self.scorer(l, q, k, plan), v, T, margins)
