@@ -11,6 +11,7 @@
  *   statistics within the goldens' max|a - b| / max|b| <= 1e-4 of the golden AND of the CPU
  *   engine; greedy continuations exactly equal to both;
  * - a forward with statistics of every probe model (examples/probe-models) against the CPU engine;
+ * - shared prefixes (cp_engine_cache): cached generations equal to the unshared ones bit for bit;
  * - no shim violation, no device allocation left after each engine, and the device memory the run
  *   really held (the shim's peak) within cp_cuda_engine_bytes' estimate;
  * - the refusals: no device, and a device too small for the model (one-line errors, no engine).
@@ -28,6 +29,8 @@
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/safetensors.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/verify.h"
 #include "model/rule_json.h"
 #include "cuda_shim/cublas_v2.h"
 #include "cuda_shim/cuda_runtime_api.h"
@@ -310,6 +313,53 @@ static void refusals(const char *src) {
   cp_model_free(m);
 }
 
+/* Shared prefixes on the device (cp_engine_cache, CP_CUDA_ROW_ALIGN): passkey prompts of 700
+ * tokens in order of depth through one cache give the logits of each prompt run alone, bit for bit,
+ * under RoPE with the Lambda mask and top-k middle tokens; the rows reused are whole 256-row blocks. */
+static void prefix_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/examples/probe-models/rope-probe", src);
+  cp_model *m = NULL;
+  cp_tokenizer *tok = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  CHECK_RC(0, cp_tokenizer_open(&tok, test_path(src, "examples/probe-models/tokenizer.json")));
+  cp_rule rule;
+  cp_rule_init(&rule);
+  const char *json = "{\"lambda_mask\": {\"n_global\": 10, \"n_local\": 200}, \"top_k\": {\"k\": 5}}";
+  CHECK_RC(0, cp_rule_parse(&rule, json, strlen(json), "test rule"));
+  cp_engine *e = NULL;
+  cp_engine_cache *c = NULL;
+  if (m && tok && make(&e, m, &rule, true, false) == 0 && cp_engine_cache_create(&c, e, 700 + 3) == 0) {
+    const size_t V = (size_t)m->vocab;
+    float *want = calloc(3 * V, sizeof *want), *got = calloc(3 * V, sizeof *got);
+    int64_t ow[3], og[3], nw = 0, ng = 0, reused = 0, total = 0;
+    const double depths[] = {0.5, 0.5, 1.0};
+    for (int i = 0; i < 3 && want && got; i++) {
+      cp_probe_sample ps;
+      CHECK_RC(0, cp_probe_make(&ps, tok, CP_PROBE_PASSKEY, 700, depths[i], 11 + i));
+      int64_t r = -1;
+      CHECK_RC(0, cp_engine_generate(e, ow, &nw, want, ps.ids, (int64_t)ps.n_ids, NULL, 0, 3, false));
+      CHECK_RC(0, cp_engine_generate_cached(c, og, &ng, got, ps.ids, (int64_t)ps.n_ids, 3, false, &r));
+      CHECK_MSG(nw == ng && !memcmp(ow, og, sizeof ow) && !memcmp(want, got, 3 * V * sizeof *want),
+                "cuda prefix: prompt %d differs from its run alone (%lld rows reused)", i, (long long)r);
+      CHECK(r % CP_CUDA_ROW_ALIGN == 0);
+      reused += r;
+      cp_probe_sample_free(&ps);
+    }
+    total = reused;
+    printf("cuda prefix: %lld prompt rows reused over 3 passkey prompts of 700 tokens, bit-identical\n",
+           (long long)total);
+    CHECK(reused >= 2 * CP_CUDA_ROW_ALIGN);
+    free(want);
+    free(got);
+  }
+  cp_engine_cache_free(c);
+  cp_engine_free(e);
+  check_device_clean("prefix");
+  cp_tokenizer_free(tok);
+  cp_model_free(m);
+}
+
 /* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
  * and the checks that make it worth running the engine against (each must be caught). */
 static void shim_selftest(void) {
@@ -357,6 +407,7 @@ int main(void) {
   refusals(src);
   const char *probes[] = {"rope-probe", "alibi-probe", "fire-probe", "t5-probe"};
   for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) probe_forward(src, probes[i]);
+  prefix_case(src);
   char *text = NULL;
   size_t len = 0;
   CHECK_RC(0, cp_read_file(&text, &len, manifest, (size_t)64 << 20));
