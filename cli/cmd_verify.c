@@ -28,7 +28,7 @@ static const char verify_help[] =
     "                       [--ppl-buckets B] [--ppl-margin X] [--ppl-flat X] [--accept-no-gain]\n"
     "                       [--max-detectable-drop D] [--accept-underpowered]\n"
     "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
-    "                       [--on-top] [--train-len N] [--work-budget N]\n\n"
+    "                       [--on-top] [--train-len N] [--work-budget N] [--no-shared-prefix]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
     "through the engine (CPU, or --device cuda) with the attention rule (and, with --baseline,\n"
     "without it, on the same prompts), prints the accuracy per probe and length with its 95%\n"
@@ -67,6 +67,9 @@ static const char verify_help[] =
     "  --work-budget N      the most work the run may plan, in attention pairs: each pass over n\n"
     "                       tokens counts n(n+1)/2 (default 1e10; docs/reliability.md); a plan over\n"
     "                       it is refused before anything runs\n"
+    "  --no-shared-prefix   run every prompt alone: the prompts of one length normally continue from\n"
+    "                       the cached rows they share with the previous one (the same answers and\n"
+    "                       logits bit for bit, fewer tokens processed; for timing the saving)\n"
     "  --on-top             apply a --rule temperature although MODEL is an artifact whose weights\n"
     "                       already carry one (refused otherwise: the logits would be divided twice)\n"
     "  --train-len N        the length the model was trained at, in place of its config's (the\n"
@@ -120,7 +123,7 @@ int cmd_verify(int argc, char **argv) {
   unsigned long long train_len = 0;
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
-  bool baseline = false, stats = true, on_top = false, json = false;
+  bool baseline = false, stats = true, on_top = false, json = false, unshared = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (cli_is_help(a)) {
@@ -133,6 +136,10 @@ int cmd_verify(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-stats")) {
       stats = false;
+      continue;
+    }
+    if (!strcmp(a, "--no-shared-prefix")) {
+      unshared = true;
       continue;
     }
     if (!strcmp(a, "--on-top")) {
@@ -209,6 +216,7 @@ int cmd_verify(int argc, char **argv) {
   cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
   vp.baseline = baseline;
   vp.stats = stats;
+  vp.unshared = unshared;
   if (cli_progress_wanted()) vp.progress = cli_progress_bar;
   if (o.n_no_reg > 0 && !baseline) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");

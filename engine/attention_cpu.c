@@ -13,8 +13,10 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "engine/layer_ops.h"
 
 enum { TILE_ROWS = 32, KEY_BLOCK = 128, FIRE_SEG = 256 };
+_Static_assert(CP_OPS_ROW_ALIGN % TILE_ROWS == 0, "row tiles must align with a shared prefix");
 /* The FIRE table of rows i > L ([rows, H, n_keys] floats) is built and used a chunk of tiles at a
  * time, the chunk as many tiles as fit in this many bytes (at least one; cp_attn_call's
  * fire_table_bytes overrides it). */

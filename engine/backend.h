@@ -84,6 +84,11 @@ typedef struct {
   int (*sync)(void *be, const char *what);
   bool device;   /* the memory is not the host's: passes carry ids and logits */
   int ffn_chunk; /* FFN hidden rows held at once (cp_pass.up, gate) */
+  /* Rows a reused prefix is a multiple of (cp_engine_cache): every row-blocked operation of a
+   * pass (GEMM tiles, attention row tiles, FFN chunks) starts its blocks at multiples of it from the
+   * pass's first row, so a pass from a multiple computes each row with the operations, operands and
+   * shapes of a pass from 0. */
+  int row_align;
   /* p->x [n, D] = the embeddings of ids [n] (host, checked) at positions q_off.., through the
    * embedding norm where the model has one. */
   int (*embed)(void *be, cp_pass *p, const int64_t *ids, int64_t n, int64_t q_off);
@@ -132,5 +137,9 @@ typedef void (*cp_cuda_weight_fn)(void *ctx, const void *w, cp_dtype dtype, size
 void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx);
 /* The CUDA engine's pass sizes, one definition for the engine and cp_cuda_engine_bytes. */
 enum { CP_CUDA_FFN_CHUNK = 256 }; /* FFN hidden rows held at once (as CP_OPS_FFN_CHUNK) */
+/* Rows of one cuBLAS GEMM: a longer product runs in blocks of this many, so that a row's product has
+ * the same shape (hence the same algorithm and summation order) whichever row a pass starts from at
+ * a multiple of CP_CUDA_ROW_ALIGN (the CUDA backend's row_align; attention tiles are 16 or 32 rows). */
+enum { CP_CUDA_GEMM_ROWS = 256, CP_CUDA_ROW_ALIGN = 256 };
 
 #endif

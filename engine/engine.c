@@ -136,6 +136,7 @@ int cp_engine_set_rule(cp_engine *e, const cp_rule *rule) {
   if (rc) return rc;
   /* Every plan is derived from e->rule at each forward (cp_rule_plan), so swapping it is all. */
   e->rule = next;
+  e->rule_epoch++;
   return 0;
 }
 

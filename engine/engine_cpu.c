@@ -307,6 +307,7 @@ const cp_backend_ops cp_cpu_engine_ops = {
     .free = cpu_free,
     .device = false,
     .ffn_chunk = CP_OPS_FFN_CHUNK,
+    .row_align = CP_OPS_ROW_ALIGN,
     .embed = cpu_embed,
     .norm = cpu_norm,
     .attention = cpu_attention,

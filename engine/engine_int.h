@@ -18,7 +18,8 @@ struct cp_engine {
   float *st_pmax, *st_ent;
   float *st_lstd; /* NULL unless params.logit_stats */
   const cp_backend_ops *ops;
-  void *be; /* the backend's own state */
+  void *be;            /* the backend's own state */
+  unsigned rule_epoch; /* counts rule changes: a cp_engine_cache filled under another rule is stale */
 };
 
 #endif

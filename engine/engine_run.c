@@ -300,44 +300,31 @@ int cp_engine_forward_blocks(cp_engine *e, cp_engine_logits_fn fn, void *ctx, co
   return forward(e, NULL, fn, ctx, ids, n_ids, dec_ids, n_dec);
 }
 
-int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
-                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
+/* Greedy generation over the caches kvs (one per decoder layer, cap >= n + n_new) whose rows
+ * [0, n_done) already hold the keys and values of xids[0 .. n_done) (n_done < n): the prefill
+ * computes rows [n_done, n), then one row per step; only the last row's logits come out. */
+static int generate_rows(cp_engine *e, cp_kv *kvs, int64_t n_done, int64_t *out, int64_t *n_out, float *step_logits,
+                         const int64_t *xids, int64_t n, const cp_cross *cross, int n_new, bool stop_at_eos) {
   const cp_model *m = e->m;
   const cp_backend_ops *o = e->ops;
   const cp_stack *st = &m->decoder;
-  *n_out = 0;
-  if (n_new < 0) return cp_error_set(CP_EARG, "engine: negative number of tokens to generate");
-  int64_t start_id;
-  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, n_new);
-  if (rc) return rc;
-  if (n_new == 0) return 0;
-  const bool t5 = m->family == CP_FAMILY_T5;
-  const int64_t *xids = t5 ? dec_ids : ids;
-  const int64_t n = t5 ? n_dec : n_ids, cap = n + n_new;
-  float *enc = NULL, *logits = NULL;
-  cp_cross cross = {0};
+  float *logits = NULL;
   cp_pass p = {0};
-  cp_kv *kvs = NULL;
-  if (o->reserve && (rc = o->reserve(e->be, n_ids, t5 ? n_dec : 0, n_new))) return rc;
-  /* The loop's buffers are allocated here, for the largest step (the n-row prefill) and the full
-   * cache (n + n_new rows), so the loop itself allocates nothing per token. (The attention call
-   * below it still builds its per-call tables and scratch in the backend.) */
-  CP_CHECK_ALLOC_GOTO(kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs), "engine: generate");
-  for (int l = 0; l < st->n_layers; l++)
-    if ((rc = kv_alloc(e, &kvs[l], cap, cp_engine_rope_needs_raw(m, &e->rule, &e->rm, CP_ATTN_DECODER_SELF, l))))
-      goto done;
-  if ((rc = pass_alloc(e, &p, n, 1, any_layer_needs_raw(e, st, CP_ATTN_DECODER_SELF)))) goto done;
+  assert(n_done >= 0 && n_done < n);
+  /* The loop's buffers are allocated here, for the largest step (the prefill), so the loop itself
+   * allocates nothing per token. (The attention call below it still builds its per-call tables and
+   * scratch in the backend.) */
+  int rc = pass_alloc(e, &p, n - n_done, 1, any_layer_needs_raw(e, st, CP_ATTN_DECODER_SELF));
+  if (rc) return rc;
   if (!(logits = host_floats(1, m->vocab))) {
     rc = cp_error_code();
     goto done;
   }
-  if (t5 && (rc = encode(e, ids, n_ids, false, &enc, &cross))) goto done;
-  /* Prefill, then one row per step against the caches; only the last row's logits come out. */
   int64_t tok = 0;
   for (int step = 0; step < n_new; step++) {
-    const int64_t rows = step == 0 ? n : 1, q_off = step == 0 ? 0 : n + step - 1;
-    if ((rc = o->embed(e->be, &p, step == 0 ? xids : &tok, rows, q_off)) ||
-        (rc = run_stack(e, &p, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, t5 ? &cross : NULL, n - 1, false)) ||
+    const int64_t rows = step == 0 ? n - n_done : 1, q_off = step == 0 ? n_done : n + step - 1;
+    if ((rc = o->embed(e->be, &p, step == 0 ? xids + n_done : &tok, rows, q_off)) ||
+        (rc = run_stack(e, &p, st, CP_ATTN_DECODER_SELF, rows, q_off, kvs, false, cross, n - 1, false)) ||
         (rc = head(e, &p, rows, rows - 1, logits)))
       goto done;
     tok = argmax(logits, m->vocab);
@@ -348,11 +335,135 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
 done:
   if (o->sync) (void)o->sync(e->be, NULL);
   pass_free(e, &p);
-  if (kvs)
-    for (int l = 0; l < st->n_layers; l++) kv_free(e, &kvs[l]);
-  free(kvs);
-  e->ops->free(e->be, enc);
   free(logits);
+  return rc;
+}
+
+static void kvs_free(const cp_engine *e, cp_kv *kvs) {
+  if (kvs)
+    for (int l = 0; l < e->m->decoder.n_layers; l++) kv_free(e, &kvs[l]);
+  free(kvs);
+}
+
+/* One cache of cap rows per decoder layer, with unrotated keys where the rule needs them. */
+static int kvs_alloc(const cp_engine *e, cp_kv **out, int64_t cap) {
+  const cp_stack *st = &e->m->decoder;
+  cp_kv *kvs = calloc((size_t)st->n_layers + 1, sizeof *kvs);
+  CP_CHECK_ALLOC(kvs, "engine: KV caches");
+  int rc = 0;
+  for (int l = 0; l < st->n_layers && rc == 0; l++)
+    rc = kv_alloc(e, &kvs[l], cap, cp_engine_rope_needs_raw(e->m, &e->rule, &e->rm, CP_ATTN_DECODER_SELF, l));
+  if (rc) kvs_free(e, kvs);
+  else *out = kvs;
+  return rc;
+}
+
+int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
+                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
+  const cp_model *m = e->m;
+  const cp_backend_ops *o = e->ops;
+  *n_out = 0;
+  if (n_new < 0) return cp_error_set(CP_EARG, "engine: negative number of tokens to generate");
+  int64_t start_id;
+  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, n_new);
+  if (rc) return rc;
+  if (n_new == 0) return 0;
+  const bool t5 = m->family == CP_FAMILY_T5;
+  const int64_t n = t5 ? n_dec : n_ids;
+  float *enc = NULL;
+  cp_cross cross = {0};
+  cp_kv *kvs = NULL;
+  if (o->reserve && (rc = o->reserve(e->be, n_ids, t5 ? n_dec : 0, n_new))) return rc;
+  if ((rc = kvs_alloc(e, &kvs, n + n_new))) return rc; /* the full cache: no allocation per token */
+  if (t5 && (rc = encode(e, ids, n_ids, false, &enc, &cross))) goto done;
+  rc = generate_rows(e, kvs, 0, out, n_out, step_logits, t5 ? dec_ids : ids, n, t5 ? &cross : NULL, n_new, stop_at_eos);
+done:
+  if (o->sync) (void)o->sync(e->be, NULL);
+  kvs_free(e, kvs);
+  e->ops->free(e->be, enc);
   free_cross(e, &cross);
   return rc;
+}
+
+/* ---------------------------------------------------------------- a cache kept across prompts */
+
+struct cp_engine_cache {
+  cp_engine *e;
+  cp_kv *kvs; /* [decoder layers], cap rows each */
+  int64_t cap;
+  int64_t *ids;    /* [cap]: the tokens of the rows [0, n_valid) the caches hold */
+  int64_t n_valid; /* rows reusable as a one-shot prefill would compute them (a multiple of row_align) */
+  unsigned epoch;  /* e->rule_epoch when they were computed */
+};
+
+/* Why a prompt row of this engine depends on more than the tokens up to it, or NULL. */
+static const char *unshareable(const cp_engine *e) {
+  const cp_model *m = e->m;
+  if (m->family == CP_FAMILY_T5)
+    return "T5's prompt is the input of a bidirectional encoder: every state sees the whole prompt";
+  for (int l = 0; l < m->decoder.n_layers; l++) {
+    cp_attn_plan plan;
+    cp_rule_plan(&plan, &e->rule, &e->rm, CP_ATTN_DECODER_SELF, l);
+    if (m->pos == CP_POS_ALIBI && plan.alibi_mode == CP_ALIBI_DYNAMIC)
+      return "dynamic ALiBi divides every slope by the prompt's length over the training length";
+  }
+  return NULL;
+}
+
+int cp_engine_cache_create(cp_engine_cache **out, cp_engine *e, int64_t cap) {
+  *out = NULL;
+  const char *why = unshareable(e);
+  if (why) return cp_error_set(CP_EUNSUPPORTED, "engine: no shared prefixes: %s", why);
+  if (cap < 1 || cap > MAX_TOKENS)
+    return cp_error_set(CP_EARG, "engine: a cache of %lld tokens (1 .. %lld)", (long long)cap, (long long)MAX_TOKENS);
+  int rc = e->ops->reserve ? e->ops->reserve(e->be, cap - 1, 0, 1) : 0;
+  if (rc) return rc;
+  cp_engine_cache *c = calloc(1, sizeof *c);
+  CP_CHECK_ALLOC(c, "engine: cache");
+  c->e = e;
+  c->cap = cap;
+  c->epoch = e->rule_epoch;
+  if (!(c->ids = malloc((size_t)cap * sizeof *c->ids))) rc = cp_nomem("engine: cache of %lld tokens", (long long)cap);
+  if (rc == 0) rc = kvs_alloc(e, &c->kvs, cap);
+  if (rc) cp_engine_cache_free(c);
+  else *out = c;
+  return rc;
+}
+
+void cp_engine_cache_free(cp_engine_cache *c) {
+  if (!c) return;
+  kvs_free(c->e, c->kvs);
+  free(c->ids);
+  free(c);
+}
+
+int cp_engine_generate_cached(cp_engine_cache *c, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
+                              int64_t n_ids, int n_new, bool stop_at_eos, int64_t *reused) {
+  cp_engine *e = c->e;
+  const int64_t align = e->ops->row_align;
+  *n_out = 0;
+  if (reused) *reused = 0;
+  if (n_new < 0) return cp_error_set(CP_EARG, "engine: negative number of tokens to generate");
+  const int64_t *no_dec = NULL;
+  int64_t n_dec = 0, start_id;
+  int rc = check_inputs(e, ids, n_ids, &no_dec, &n_dec, &start_id, n_new);
+  if (rc || n_new == 0) return rc;
+  if (n_ids + n_new > c->cap)
+    return cp_error_set(CP_EARG, "engine: %lld prompt and %d new tokens exceed the cache's %lld", (long long)n_ids,
+                        n_new, (long long)c->cap);
+  if (c->epoch != e->rule_epoch) c->n_valid = 0, c->epoch = e->rule_epoch;
+  /* The longest common prefix with the cached rows, short of the prompt's last row (it must be
+   * computed for its logits), rounded down to whole row blocks. */
+  int64_t same = 0;
+  while (same < c->n_valid && same < n_ids - 1 && c->ids[same] == ids[same]) same++;
+  const int64_t from = same / align * align;
+  c->n_valid = from; /* the rows past it are overwritten now */
+  rc = generate_rows(e, c->kvs, from, out, n_out, step_logits, ids, n_ids, NULL, n_new, stop_at_eos);
+  if (rc) return rc;
+  /* Rows of whole blocks before the last prompt row were computed as a one-shot prefill computes
+   * them; the last row (top-k rows start there) and a last partial block were not. */
+  c->n_valid = (n_ids - 1) / align * align;
+  memcpy(c->ids, ids, (size_t)c->n_valid * sizeof *ids);
+  if (reused) *reused = from;
+  return 0;
 }

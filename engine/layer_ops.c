@@ -11,6 +11,7 @@
  * about an L2), so no float32 copy of a weight matrix ever exists. */
 enum { GEMM_MB = 128, GEMM_NB = 256, GEMM_KB = 512, ROW_CHUNK = 64 };
 _Static_assert(GEMM_NB * GEMM_KB <= CP_POOL_SCRATCH_FLOATS, "weight tile must fit the pool's scratch");
+_Static_assert(CP_OPS_ROW_ALIGN % GEMM_MB == 0 && CP_OPS_FFN_CHUNK % GEMM_MB == 0, "row blocks must align");
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

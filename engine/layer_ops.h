@@ -10,6 +10,9 @@
 #include "engine/pool.h"
 
 enum { CP_OPS_FFN_CHUNK = 256 }; /* rows of the FFN's hidden layer held at once */
+/* Row blocks of a pass start at multiples of this from its first row (GEMM tiles, attention row
+ * tiles, FFN chunks): the CPU's cp_backend_ops.row_align (a shared prefix is a multiple of it). */
+enum { CP_OPS_ROW_ALIGN = 128 };
 
 /* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] W^T + b. W is read in its
  * stored dtype (L->dtype: F32 directly, F16/BF16 widened and GGUF quant blocks decoded tile by

@@ -39,6 +39,19 @@ assert a["verdict"]["result"] == "none"  # no criterion given: measured, not pas
 PY
 grep -q 'class="hm-cell"' "$work/r.html" && ok || bad "report has no heatmap"
 
+# Shared prefixes change no result (docs/certificate.md): the same certificate outside the run
+# block when every prompt runs alone, and run.tokens + run.tokens_reused is that run's count.
+"$bin" verify "$model" "${common[@]}" --no-shared-prefix --certificate "$work/c3.json" >/dev/null && ok \
+  || bad "verify --no-shared-prefix"
+"$py" - "$work/c1.json" "$work/c3.json" <<'PY' && ok || bad "shared vs unshared certificates"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = a.pop("run"), b.pop("run")
+assert a == b, "results differ with and without shared prefixes"
+assert rb["tokens_reused"] == 0 and ra["tokens_reused"] > 0, (ra, rb)
+assert ra["tokens"] + ra["tokens_reused"] == rb["tokens"], (ra, rb)
+PY
+
 # A threshold that fails: exit 1, verdict fail recorded with its reason.
 echo '{"temperature": 0.05}' >"$work/harmful.json"
 "$bin" verify "$model" --probe passkey --lengths 256 --depths 0.5 --samples 2 --rule "$work/harmful.json" \

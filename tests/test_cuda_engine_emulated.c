@@ -11,6 +11,7 @@
  *   statistics within the goldens' max|a - b| / max|b| <= 1e-4 of the golden AND of the CPU
  *   engine; greedy continuations exactly equal to both;
  * - a forward with statistics of every probe model (examples/probe-models) against the CPU engine;
+ * - shared prefixes (cp_engine_cache): cached generations equal to the unshared ones bit for bit;
  * - no shim violation, no device allocation left after each engine, and the device memory the run
  *   really held (the shim's peak) within cp_cuda_engine_bytes' estimate;
  * - the refusals: no device, and a device too small for the model (one-line errors, no engine).
@@ -28,6 +29,8 @@
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/safetensors.h"
+#include "ctxpatch/tokenizers/tokenizer.h"
+#include "ctxpatch/verify/verify.h"
 #include "model/rule_json.h"
 #include "cuda_shim/cublas_v2.h"
 #include "cuda_shim/cuda_runtime_api.h"
@@ -310,6 +313,50 @@ static void refusals(const char *src) {
   cp_model_free(m);
 }
 
+/* Shared prefixes on the device (cp_engine_cache, CP_CUDA_ROW_ALIGN): two passkey prompts of 360
+ * tokens with the key at the end, the second through the cache the first filled, give the logits
+ * of each prompt run alone, bit for bit, under RoPE with the Lambda mask and top-k middle tokens;
+ * the second reuses one whole 256-row block. */
+static void prefix_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/examples/probe-models/rope-probe", src);
+  cp_model *m = NULL;
+  cp_tokenizer *tok = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  CHECK_RC(0, cp_tokenizer_open(&tok, test_path(src, "examples/probe-models/tokenizer.json")));
+  cp_rule rule;
+  cp_rule_init(&rule);
+  const char *json = "{\"lambda_mask\": {\"n_global\": 10, \"n_local\": 100}, \"top_k\": {\"k\": 5}}";
+  CHECK_RC(0, cp_rule_parse(&rule, json, strlen(json), "test rule"));
+  cp_engine *e = NULL;
+  cp_engine_cache *c = NULL;
+  if (m && tok && make(&e, m, &rule, true, false) == 0 && cp_engine_cache_create(&c, e, 360 + 2) == 0) {
+    const size_t V = (size_t)m->vocab;
+    float *want = calloc(2 * V, sizeof *want), *got = calloc(2 * V, sizeof *got);
+    int64_t ow[2], og[2], nw = 0, ng = 0, reused = 0;
+    for (int i = 0; i < 2 && want && got; i++) {
+      cp_probe_sample ps;
+      CHECK_RC(0, cp_probe_make(&ps, tok, CP_PROBE_PASSKEY, 360, 1.0, 11 + i));
+      int64_t r = -1;
+      CHECK_RC(0, cp_engine_generate(e, ow, &nw, want, ps.ids, (int64_t)ps.n_ids, NULL, 0, 2, false));
+      CHECK_RC(0, cp_engine_generate_cached(c, og, &ng, got, ps.ids, (int64_t)ps.n_ids, 2, false, &r));
+      CHECK_MSG(nw == ng && !memcmp(ow, og, sizeof ow) && !memcmp(want, got, 2 * V * sizeof *want),
+                "cuda prefix: prompt %d differs from its run alone (%lld rows reused)", i, (long long)r);
+      CHECK_MSG(r == (i == 0 ? 0 : CP_CUDA_ROW_ALIGN), "cuda prefix: prompt %d reused %lld rows", i, (long long)r);
+      reused += r;
+      cp_probe_sample_free(&ps);
+    }
+    printf("cuda prefix: %lld rows reused by the second of two passkey prompts\n", (long long)reused);
+    free(want);
+    free(got);
+  }
+  cp_engine_cache_free(c);
+  cp_engine_free(e);
+  check_device_clean("prefix");
+  cp_tokenizer_free(tok);
+  cp_model_free(m);
+}
+
 /* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
  * and the checks that make it worth running the engine against (each must be caught). */
 static void shim_selftest(void) {
@@ -357,6 +404,7 @@ int main(void) {
   refusals(src);
   const char *probes[] = {"rope-probe", "alibi-probe", "fire-probe", "t5-probe"};
   for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) probe_forward(src, probes[i]);
+  prefix_case(src);
   char *text = NULL;
   size_t len = 0;
   CHECK_RC(0, cp_read_file(&text, &len, manifest, (size_t)64 << 20));

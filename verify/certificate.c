@@ -261,6 +261,7 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
    * document's digest, so anything that varies between identical runs would make the artifact
    * irreproducible. The CLI prints the timings instead. */
   cJSON_AddNumberToObject(run, "tokens", (double)r->tokens);
+  cJSON_AddNumberToObject(run, "tokens_reused", (double)r->tokens_reused);
   *out = c;
   return 0;
 }

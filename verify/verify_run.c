@@ -208,8 +208,9 @@ static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
 }
 
 /* One prompt on every side; counts the correct answers and, with a baseline, the discordant pairs. */
-static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_tokenizer *tok,
-                      const cp_verify_params *p, int pi, int l, int d, int k, int64_t *gen, int64_t *done_count) {
+static int run_sample(cp_verify_result *r, cp_engine *const *engines, cp_engine_cache *const *caches, int sides,
+                      const cp_tokenizer *tok, const cp_verify_params *p, int pi, int l, int d, int k, int64_t *gen,
+                      int64_t *done_count) {
   cp_probe_sample sample;
   int rc = cp_probe_make(&sample, tok, p->probes[pi], p->lengths[l], p->depths[d],
                          sample_seed(p->seed, (int)p->probes[pi], p->lengths[l], d, k));
@@ -226,8 +227,13 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides,
     size_t len = 0;
     /* T5: the prompt is the encoder input and the decoder starts from its start token;
      * decoder-only: the prompt is continued. */
-    rc = cp_engine_generate(engines[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids, NULL, 0,
-                            p->max_new_tokens, true);
+    int64_t reused = 0;
+    if (caches[s]) /* the rows this prompt shares with the previous one come from its cache */
+      rc = cp_engine_generate_cached(caches[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids,
+                                     p->max_new_tokens, true, &reused);
+    else
+      rc = cp_engine_generate(engines[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids, NULL, 0,
+                              p->max_new_tokens, true);
     /* an id the tokenizer has no text for (an embedding padded past the tokenizer's vocabulary)
      * ends the answer: it cannot spell any of it */
     for (int64_t i = 0; rc == 0 && i < n_gen; i++)
@@ -235,7 +241,8 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, int sides,
     if (rc == 0) rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)gen, (size_t)n_gen, true);
     if (rc == 0) ok[s] = cp_probe_correct(p->probes[pi], text, sample.answer);
     free(text);
-    r->side_tokens[s] += (int64_t)sample.n_ids + n_gen;
+    r->side_tokens[s] += (int64_t)sample.n_ids - reused + n_gen;
+    r->side_reused[s] += reused;
     if (rc == 0 && p->progress) p->progress(p->progress_ctx, ++*done_count, total);
   }
   r->answered[a] = ok[0];
@@ -325,6 +332,36 @@ static void copy_baseline(cp_verify_result *r, const cp_verify_result *f) {
   memcpy(r->pmax[CP_SIDE_BASELINE], f->pmax[CP_SIDE_PATCHED], nl * sizeof(double));
   memcpy(r->entropy[CP_SIDE_BASELINE], f->entropy[CP_SIDE_PATCHED], nl * sizeof(double));
   r->side_tokens[CP_SIDE_BASELINE] = f->side_tokens[CP_SIDE_PATCHED];
+  r->side_reused[CP_SIDE_BASELINE] = f->side_reused[CP_SIDE_PATCHED];
+}
+
+/* One probe at one length: every depth and sample, in order of depth, so that consecutive prompts
+ * share their task line and filler up to the earlier insertion point and each side's cache
+ * (cp_engine_cache) computes those rows once. Without a cache (a rule whose rows depend on the
+ * whole prompt) each prompt runs alone; the answers are the same bit for bit either way. */
+static int run_cell_group(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_tokenizer *tok,
+                          const cp_verify_params *p, int pi, int l, int64_t *gen, int64_t *done_count) {
+  cp_engine_cache *caches[2] = {NULL, NULL};
+  int *order = malloc((size_t)p->n_depths * sizeof *order);
+  int rc = 0;
+  CP_CHECK_ALLOC(order, "verify: depth order");
+  for (int d = 0; d < p->n_depths; d++) { /* insertion sort: a handful of depths, stable */
+    int j = d;
+    for (; j > 0 && p->depths[order[j - 1]] > p->depths[d]; j--) order[j] = order[j - 1];
+    order[j] = d;
+  }
+  const int64_t cap = p->lengths[l] + p->max_new_tokens; /* a probe prompt fits its length */
+  for (int s = 0; s < (p->baseline_from ? 1 : sides) && rc == 0 && !p->unshared; s++)
+    if ((rc = cp_engine_cache_create(&caches[s], engines[s], cap)) == CP_EUNSUPPORTED) {
+      cp_error_clear();
+      rc = 0;
+    }
+  for (int i = 0; i < p->n_depths && rc == 0; i++)
+    for (int k = 0; k < p->samples && rc == 0; k++)
+      rc = run_sample(r, engines, caches, sides, tok, p, pi, l, order[i], k, gen, done_count);
+  for (int s = 0; s < 2; s++) cp_engine_cache_free(caches[s]);
+  free(order);
+  return rc;
 }
 
 int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokenizer *tok, const cp_rule *rule,
@@ -372,9 +409,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   int64_t done_count = 0;
   for (int pi = 0; pi < p->n_probes; pi++)
     for (int l = 0; l < p->n_lengths; l++)
-      for (int d = 0; d < p->n_depths; d++)
-        for (int k = 0; k < p->samples; k++)
-          if ((rc = run_sample(r, engines, sides, tok, p, pi, l, d, k, gen, &done_count)) < 0) goto done;
+      if ((rc = run_cell_group(r, engines, sides, tok, p, pi, l, gen, &done_count)) < 0) goto done;
   if (p->corpus_path && (rc = cp_ppl_corpus_load(&r->corpus, p->corpus_path, p->corpus_delimiter, tok)) < 0) goto done;
   if (p->corpus_path && (rc = run_ppl(r, engines, sides, model, p, &done_count)) < 0) goto done;
   if (p->stats)
@@ -382,6 +417,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
       rc = measure_stats(r, side_model[s], tok, s == 0 ? rule : NULL, (cp_verify_side)s, p);
   if (from && rc == 0) copy_baseline(r, from);
   r->tokens = r->side_tokens[0] + r->side_tokens[1];
+  r->tokens_reused = r->side_reused[0] + r->side_reused[1];
 done:
   r->seconds = cp_monotonic_seconds() - t0;
   for (int s = 0; s < 2; s++) cp_engine_free(engines[s]);

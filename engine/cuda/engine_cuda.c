@@ -221,15 +221,17 @@ static int map_stack(cuda_engine *d, dstack *ds, const cp_stack *st) {
  * see the GEMM layout at the top. */
 static int linear(cuda_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda, int64_t M,
                   const dlin *L, bool accumulate) {
-  if (M <= 0) return 0;
-  if (M > INT_MAX) return cp_error_set(CP_EUNSUPPORTED, "cuda engine: %lld rows in one GEMM", (long long)M);
   const float one = 1.0f, zero = 0.0f;
-  cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, L->n_out, (int)M, L->n_in, &one, L->w, CUDA_R_32F,
-                                   L->n_in, A, CUDA_R_32F, lda, accumulate ? &one : &zero, C, CUDA_R_32F, ldc,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasGemmEx");
   char why[256] = "";
-  if (L->b && cpcu_k_bias(d->stream, C, ldc, L->b, M, L->n_out, why, sizeof why)) return kern_fail(why);
+  for (int64_t r0 = 0; r0 < M; r0 += CP_CUDA_GEMM_ROWS) {
+    const int mr = (int)(M - r0 < CP_CUDA_GEMM_ROWS ? M - r0 : CP_CUDA_GEMM_ROWS);
+    float *Cr = C + (size_t)r0 * ldc;
+    cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, L->n_out, mr, L->n_in, &one, L->w, CUDA_R_32F,
+                                     L->n_in, A + (size_t)r0 * lda, CUDA_R_32F, lda, accumulate ? &one : &zero, Cr,
+                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasGemmEx");
+    if (L->b && cpcu_k_bias(d->stream, Cr, ldc, L->b, mr, L->n_out, why, sizeof why)) return kern_fail(why);
+  }
   return 0;
 }
 
@@ -599,6 +601,7 @@ const cp_backend_ops cp_cuda_engine_ops = {
     .sync = cuda_sync,
     .device = true,
     .ffn_chunk = CP_CUDA_FFN_CHUNK,
+    .row_align = CP_CUDA_ROW_ALIGN,
     .embed = cuda_embed,
     .norm = cuda_norm,
     .attention = cuda_attention,

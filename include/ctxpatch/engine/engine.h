@@ -90,6 +90,31 @@ int cp_engine_generate(cp_engine *e, int64_t *out /* [n_new] */, int64_t *n_out,
                        int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new,
                        bool stop_at_eos);
 
+/* A KV cache kept across greedy generations, so that prompts which begin alike (the probes' prompts
+ * of one length share their task line and filler up to the insertion point) compute those rows
+ * once. cp_engine_generate_cached is cp_engine_generate, except that the rows of the longest common
+ * prefix of `ids` with the prompt the cache last held are taken from the cache. Bit-identical
+ * logits and outputs to cp_engine_generate (tests/test_engine_prefix.c): the prefix reused is
+ * rounded down to a multiple of the backend's row blocks (128 rows on the CPU, 256 on CUDA) and
+ * ends before the prompt's last row, so every row, reused or recomputed, went through the very
+ * operations of a one-shot prefill (the same GEMM tiles, attention tiles and key blocks); rows
+ * of a decode step or of a pass's last partial block are never reused.
+ *
+ * Refused with CP_EUNSUPPORTED and the reason (cp_engine_cache_create) where a prompt row's
+ * result depends on more than the tokens up to it: T5 (its encoder is bidirectional; the prompt is
+ * the encoder's input) and dynamic ALiBi (the slope divisor is the pass's key count, hence the
+ * prompt's length). The cache borrows the engine, which must outlive it; a rule change
+ * (cp_engine_set_rule) empties it. cap: the most tokens (prompt + n_new) a generation through it
+ * may hold (a larger one is CP_EARG); the keys and values of cap rows are allocated at once. */
+typedef struct cp_engine_cache cp_engine_cache;
+int cp_engine_cache_create(cp_engine_cache **out, cp_engine *e, int64_t cap);
+void cp_engine_cache_free(cp_engine_cache *c);
+/* cp_engine_generate through the cache (decoder-only; no dec_ids). *reused (may be NULL): the
+ * prompt rows taken from the cache instead of computed. */
+int cp_engine_generate_cached(cp_engine_cache *c, int64_t *out /* [n_new] */, int64_t *n_out,
+                              float *step_logits /* [n_new, vocab] or NULL */, const int64_t *ids, int64_t n_ids,
+                              int n_new, bool stop_at_eos, int64_t *reused);
+
 /* Attention statistics of the last cp_engine_forward with params.stats (spec "Attention
  * statistics"; module order of docs/attention-decisions.md item 3: encoder self-attention layers,
  * decoder self-attention layers, cross-attention layers). Borrowed from the engine; valid until

@@ -77,6 +77,9 @@ typedef struct {
    * `patch --method auto` certifies every candidate against one run of the original. */
   const struct cp_verify_result *baseline_from;
   bool stats;         /* P_max / entropy per length (one extra forward per length and side) */
+  /* Run every prompt alone instead of continuing each from the rows it shares with the previous
+   * prompt of its length (cp_engine_cache; same results bit for bit, more tokens processed). */
+  bool unshared;
   int max_new_tokens; /* default 10 */
   /* The ppl probe: windows of the text file corpus_path (NULL = no ppl) split at
    * corpus_delimiter (NULL = CP_PPL_DEFAULT_DELIMITER), ppl_windows per length (default 4), NLL
@@ -138,6 +141,10 @@ typedef struct cp_verify_result {
   unsigned char *answered;
   int64_t tokens;        /* prompt + generated tokens processed (both sides) */
   int64_t side_tokens[2]; /* the same per side */
+  /* prompt tokens not processed but taken from a shared prefix's cache (cp_engine_cache: the
+   * probes of one length run in order of depth), both sides and per side; tokens + tokens_reused
+   * is what the prompts and answers hold */
+  int64_t tokens_reused, side_reused[2];
   double seconds;        /* wall time of the run */
 } cp_verify_result;
 
