@@ -50,9 +50,9 @@ cp "$o/verify.out" "$o/verify_stdout.json"
 # A hostile model path and a hostile output path, through patch, check and inspect.
 patched=$o/$(printf 'patched\033]0;t\007\xfe')
 run patch 0 "$bin" patch "$hostile_dir" "$patched" --method rope-pi --factor 2 --verify passkey --lengths 128 \
-  --samples 1 --depths 0.5
+  --samples 1 --depths 0.5 --accept-no-gain --accept-underpowered
 run patch_json 0 "$bin" patch "$hostile_dir" "$o/patched_json" --method rope-pi --factor 2 --verify passkey \
-  --lengths 128 --samples 1 --depths 0.5 --json
+  --lengths 128 --samples 1 --depths 0.5 --accept-no-gain --accept-underpowered --json
 cp "$o/patch_json.out" "$o/patch_stdout.json"
 run check 0 "$bin" check "$patched"
 run check_json 0 "$bin" check "$patched" --json
