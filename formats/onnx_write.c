@@ -364,6 +364,33 @@ int cp_onnx_tensor_begin_from(cp_onnx_writer *w, const char *name, cp_dtype dtyp
 static float widen(cp_dtype d, uint16_t h) { return d == CP_F16 ? cp_f16_to_f32(h) : cp_bf16_to_f32(h); }
 static uint16_t narrow(cp_dtype d, float f) { return d == CP_F16 ? cp_f32_to_f16(f) : cp_f32_to_bf16(f); }
 
+#define LANES(x) (0x0001000100010001ull * (uint64_t)(x)) /* x in each 16-bit lane of a word */
+
+/* 16-bit floats copied as a float32 round trip stores them: cp_f32_to_f16 makes every F16 NaN
+ * sign | 0x7e00, cp_f32_to_bf16 sets a BF16 NaN's quiet bit 0x40. Four at a time: a lane is a
+ * NaN when its magnitude passes the infinity's (0x7c00, 0x7f80), i.e. when adding 0x3ff (0x7f)
+ * to it sets bit 15 (no carry leaves the lane); words without one, nearly all, are copied. */
+static void canon_16(uint16_t *o, const uint16_t *h, size_t n, bool f16) {
+  const uint64_t add = f16 ? LANES(0x3ff) : LANES(0x7f);
+  size_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    uint64_t x;
+    memcpy(&x, h + k, 8);
+    uint64_t nan = ((x & LANES(0x7fff)) + add) & LANES(0x8000);
+    if (nan) {
+      uint64_t mask = (nan >> 15) * 0xffffu;
+      x = f16 ? (x & ~mask) | (mask & ((x & LANES(0x8000)) | LANES(0x7e00))) : x | (mask & LANES(0x40));
+    }
+    memcpy(o + k, &x, 8);
+  }
+  for (; k < n; k++) {
+    uint16_t v = h[k];
+    if (f16 && (v & 0x7fffu) > 0x7c00u) v = (uint16_t)((v & 0x8000u) | 0x7e00u);
+    if (!f16 && (v & 0x7fffu) > 0x7f80u) v = (uint16_t)(v | 0x40u);
+    o[k] = v;
+  }
+}
+
 /* n elements of `sd` at src into `dd` at dst, as a float32 round trip would store them (the
  * writer was given float32 before the model could stay in its 16-bit dtype: the bytes are the
  * same). `canon`: 16-bit to the same 16-bit, where that round trip only rewrites NaNs. */
@@ -372,10 +399,8 @@ static void convert(void *dst, cp_dtype dd, const void *src, cp_dtype sd, size_t
   uint16_t *o = dst;
   if (sd == dd && !canon) {
     memcpy(dst, src, n * cp_dtype_size(sd));
-  } else if (sd == dd && sd == CP_F16) { /* cp_f32_to_f16 makes every NaN sign | 0x7e00 */
-    for (size_t k = 0; k < n; k++) o[k] = (h[k] & 0x7fffu) > 0x7c00u ? (uint16_t)((h[k] & 0x8000u) | 0x7e00u) : h[k];
-  } else if (sd == dd) { /* BF16: cp_f32_to_bf16 sets a NaN's quiet bit */
-    for (size_t k = 0; k < n; k++) o[k] = (h[k] & 0x7fffu) > 0x7f80u ? (uint16_t)(h[k] | 0x40u) : h[k];
+  } else if (sd == dd) {
+    canon_16(o, h, n, sd == CP_F16);
   } else if (sd == CP_F32) {
     const float *f = src;
     for (size_t k = 0; k < n; k++) o[k] = narrow(dd, f[k]);
