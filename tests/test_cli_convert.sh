@@ -73,7 +73,7 @@ check "$bin" inspect --help
 check "$bin" convert --help
 
 # Streaming exports: an F16 Llama of 21M parameters (84 MB as float32, 42 MB on disk; its largest
-# tensor 4 MB as float32) converted with the heap capped at 48 MB (ulimit -d: RLIMIT_DATA counts
+# tensor, the embedding, 8 MB as float32) converted with the heap capped at 48 MB (ulimit -d: RLIMIT_DATA counts
 # malloc and anonymous mappings, not the input's read-only mapping). Loading the model as
 # float32, as convert --to onnx did before it streamed, runs out of memory; writing tensor by
 # tensor fits. One OpenBLAS thread: its pool retries a failed 128 MB mmap forever under the cap.
