@@ -40,8 +40,9 @@ static unsigned char *store_all(size_t *len, const char *dir, cp_dtype src, cp_d
   int64_t n = 65536;
   cp_onnx_writer *w = NULL;
   int rc = cp_onnx_writer_open(&w, path, &p);
-  if (rc == 0) rc = from ? cp_onnx_tensor_begin_from(w, "w", CP_F32, src, 1, &n, true)
-                         : cp_onnx_tensor_begin(w, "w", CP_F32, 1, &n, true);
+  if (rc == 0)
+    rc = from ? cp_onnx_tensor_begin_from(w, "w", CP_F32, src, 1, &n, true)
+              : cp_onnx_tensor_begin(w, "w", CP_F32, 1, &n, true);
   for (int k = 0; rc == 0 && k < 65536; k += 4096) /* in pieces, as the builder streams */
     rc = from ? cp_onnx_tensor_write(w, h + k, 4096) : cp_onnx_tensor_write(w, f + k, 4096);
   if (rc == 0) rc = cp_onnx_tensor_end(w);
