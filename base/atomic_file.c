@@ -258,6 +258,17 @@ int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len) {
   return write_all(f, data, len);
 }
 
+int cp_atomic_write_queued(cp_atomic_file *f, const void *data, size_t len, uint64_t *ticket) {
+  *ticket = 0;
+  if (len == 0) return 0;
+  *ticket = cp_hash_pipe_push(f->pipe, data, len, NULL, 0);
+  return write_all(f, data, len);
+}
+
+void cp_atomic_wait(cp_atomic_file *f, uint64_t ticket) {
+  if (ticket) cp_hash_pipe_wait(f->pipe, ticket);
+}
+
 /* Copies len bytes of src_fd from src_off to the end of the output in the kernel; the count copied
  * (maybe short of len, 0 when the kernel refuses the pair of files: then write() takes over). */
 static int copy_range(size_t *copied, cp_atomic_file *f, int src_fd, uint64_t src_off, size_t len) {

@@ -9,8 +9,11 @@
 # steadier than wall time on a loaded machine), the largest peak RSS, and t(dgst) / t.
 # Then, when BIG_GB > 0 and the disk has room, a 7B-sized BF16 safetensors input (written tensor
 # by tensor by make_big_checkpoint.py) through dgst and convert once each: RSS must stay flat.
+# BEFORE_BIN=path/to/older/ctxpatch adds its GGUF f16 and ONNX fp16 conversions as rows of the
+# same table, taking turns with the others (before and after side by side in one run).
+# The generated inputs are deleted at the end unless KEEP_INPUT=1.
 # usage: bench/bench_convert.sh [WORKDIR] [SIZE_GB]     (needs ~4x SIZE_GB of free disk)
-#   REPEATS (default 3), BIG_GB (default 14; 0 skips; needs 3x BIG_GB + 3 GB free)
+#   REPEATS (default 3), BIG_GB (default 14; 0 skips; needs 3x BIG_GB + 3 GB free), BEFORE_BIN
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/ctxpatch-bench}
@@ -69,6 +72,13 @@ descr=(
   "\`convert --to onnx --dtype fp16\` (external data)"
   "PyTorch: \`torch.load\` + write tensors + fsync"
 )
+if [ -n "${BEFORE_BIN:-}" ]; then
+  [ -x "$BEFORE_BIN" ] || { echo "bench_convert: BEFORE_BIN $BEFORE_BIN is not executable" >&2; exit 2; }
+  labels+=(before_gguf before_onnx)
+  cmds+=("$BEFORE_BIN convert $work/in $work/out.gguf --to gguf --dtype f16"
+    "$BEFORE_BIN convert $work/in $work/out --to onnx --dtype fp16")
+  descr+=("before: \`convert --to gguf --dtype f16\`" "before: \`convert --to onnx --dtype fp16\`")
+fi
 
 clean() { rm -rf "$work/out" "$work/out.bin" "$work/out.gguf"; sync; }
 # run LABEL CMD: appends "LABEL SECONDS PEAK_KB" to $work/times
@@ -127,3 +137,4 @@ if awk -v b="$big" -v f="$free_gb" 'BEGIN {exit !(b > 0 && f > 3 * b + 3)}'; the
 else
   echo "(7B-sized case skipped: BIG_GB=$big, ${free_gb} GB free)"
 fi
+[ "${KEEP_INPUT:-0}" = 1 ] || rm -rf "$work/in" "$work/torch_route.py" "$work/times" "$work/t1"

@@ -2,6 +2,7 @@
  * the header written with precomputed offsets, tensor bytes streamed in order, atomic commit. */
 #include "ctxpatch/formats/gguf_write.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,11 +324,19 @@ int cp_gguf_writer_begin(cp_gguf_writer *w) {
 
 size_t cp_gguf_writer_next(const cp_gguf_writer *w) { return w->af && w->cur < w->n_t ? w->cur : (size_t)-1; }
 
-int cp_gguf_write_data(cp_gguf_writer *w, const void *bytes, size_t len) {
+/* Appends the current tensor's next bytes (`src_fd` >= 0: from that file's mapping, as
+ * cp_gguf_write_mapped), then its padding once complete. */
+static int data_append(cp_gguf_writer *w, const void *bytes, size_t len, int src_fd, uint64_t src_off) {
   if (!w->af || w->cur >= w->n_t || len > w->t[w->cur].nbytes - w->cur_done)
     return cp_error_set(CP_EARG, "%s: %zu bytes written past the end of the tensor data%s%s", w->path, len,
                         w->cur < w->n_t ? " of tensor " : "", w->cur < w->n_t ? w->t[w->cur].name : "");
-  int rc = data_write(w, bytes, len);
+  int rc;
+  if (src_fd < 0) {
+    rc = data_write(w, bytes, len);
+  } else {
+    if (w->data_hash) cp_sha256_update(w->data_hash, bytes, len);
+    rc = cp_atomic_write_mapped(w->af, bytes, len, src_fd, src_off, 1);
+  }
   if (rc) return rc;
   w->cur_done += len;
   while (rc == 0 && w->cur < w->n_t && w->cur_done == w->t[w->cur].nbytes) {
@@ -337,6 +346,13 @@ int cp_gguf_write_data(cp_gguf_writer *w, const void *bytes, size_t len) {
     w->cur_done = 0;
   }
   return rc;
+}
+
+int cp_gguf_write_data(cp_gguf_writer *w, const void *bytes, size_t len) { return data_append(w, bytes, len, -1, 0); }
+
+int cp_gguf_write_mapped(cp_gguf_writer *w, const void *bytes, size_t len, int src_fd, uint64_t src_off) {
+  assert(src_fd >= 0);
+  return data_append(w, bytes, len, src_fd, src_off);
 }
 
 /* ggml's quantize_row_q8_0_ref for one block of 32: f16 d = max|x| / 127, then roundf(x / d). */

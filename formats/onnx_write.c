@@ -1,5 +1,6 @@
 /* ONNX model writer (include/ctxpatch/formats/onnx.h): builds the ModelProto with protobuf-c in
- * an arena, streams large initializers into the external data file as they are added, and packs
+ * an arena, streams large initializers into the external data file as they are added (converted
+ * into one of two staging buffers: the hash thread reads one while the other fills), and packs
  * the proto straight into an atomic file. */
 #include "ctxpatch/formats/onnx.h"
 
@@ -18,7 +19,9 @@
 #include "onnx.pb-c.h"
 
 #define PROTO_MAX ((size_t)INT32_MAX) /* protobuf's 2 GiB message limit */
-#define CONVERT_CHUNK 65536           /* elements converted at a time */
+/* External bytes are staged in two buffers of this size: a full one is written and queued for
+ * the hash thread while the next fills (writes under 4 MiB would be hashed on this thread). */
+#define STAGE_BYTES ((size_t)8 << 20)
 
 /* A growable array of message pointers (the repeated fields, set on the proto at commit). */
 #define PTR_LIST(T) \
@@ -32,6 +35,11 @@ struct cp_onnx_writer {
   char *path, *data_path, *data_name; /* data_name: the relative location written in the model */
   cp_onnx_params p;
   cp_atomic_file *data; /* opened on the first external tensor */
+  uint64_t data_at;     /* bytes appended to it, the staged ones included */
+  unsigned char *stage[2]; /* [STAGE_BYTES] each, allocated with `data` */
+  size_t stage_len;        /* bytes in stage[stage_k] */
+  int stage_k;
+  uint64_t stage_ticket[2]; /* cp_atomic_write_queued's ticket of each buffer's last write */
   PTR_LIST(Onnx__NodeProto) nodes;
   PTR_LIST(Onnx__TensorProto) inits;
   PTR_LIST(Onnx__ValueInfoProto) inputs;
@@ -40,10 +48,10 @@ struct cp_onnx_writer {
   /* The tensor being streamed. */
   Onnx__TensorProto *cur;
   cp_dtype cur_src, cur_dst; /* elements given as cur_src, stored as cur_dst */
+  bool cur_canon;            /* 16-bit floats of a float32 value: NaNs as a float32 round trip leaves them */
   uint64_t cur_numel, cur_done;
   bool cur_external;
   uint64_t inline_bytes; /* raw_data bytes of the inline initializers so far (<= p.inline_max) */
-  unsigned char *scratch; /* [CONVERT_CHUNK * 4] conversion buffer */
 };
 
 void cp_onnx_params_init(cp_onnx_params *p) {
@@ -112,8 +120,7 @@ int cp_onnx_writer_open(cp_onnx_writer **out, const char *path, const cp_onnx_pa
   w->path = ar_strdup(w, path);
   w->data_path = cp_arena_alloc(&w->ar, strlen(path) + 6);
   w->data_name = cp_arena_alloc(&w->ar, strlen(base) + 6);
-  w->scratch = cp_arena_alloc(&w->ar, CONVERT_CHUNK * 4);
-  CP_CHECK_ALLOC_GOTO(w->path && w->data_path && w->data_name && w->scratch, path);
+  CP_CHECK_ALLOC_GOTO(w->path && w->data_path && w->data_name, path);
   sprintf(w->data_path, "%s.data", path);
   sprintf(w->data_name, "%s.data", base);
   *out = w;
@@ -125,7 +132,8 @@ done:
 
 void cp_onnx_writer_abort(cp_onnx_writer *w) {
   if (!w) return;
-  cp_atomic_abort(w->data);
+  cp_atomic_abort(w->data); /* first: the hash thread may still read a staging buffer */
+  free(w->stage[0]), free(w->stage[1]);
   free(w->nodes.v), free(w->inits.v), free(w->inputs.v), free(w->outputs.v), free(w->meta.v);
   cp_arena_free(&w->ar);
   free(w);
@@ -252,13 +260,39 @@ int cp_onnx_add_metadata(cp_onnx_writer *w, const char *key, const char *value) 
 
 /* ---------------------------------------------------------------- initializers */
 
-/* Zero bytes up to the next multiple of CP_ONNX_DATA_ALIGN of the data file. */
+/* Writes the filled staging buffer and queues it for the hash, then switches to the other one
+ * once the hash is done with it. */
+static int stage_flush(cp_onnx_writer *w) {
+  int k = w->stage_k, rc = cp_atomic_write_queued(w->data, w->stage[k], w->stage_len, &w->stage_ticket[k]);
+  w->stage_k = k ^ 1, w->stage_len = 0;
+  cp_atomic_wait(w->data, w->stage_ticket[k ^ 1]);
+  return rc;
+}
+
+/* Room in the staging buffer: where the next bytes go and how many fit (at least 8: it is
+ * flushed when full, and every tensor starts at a multiple of CP_ONNX_DATA_ALIGN). */
+static unsigned char *stage_room(cp_onnx_writer *w, size_t *room) {
+  *room = STAGE_BYTES - w->stage_len;
+  return w->stage[w->stage_k] + w->stage_len;
+}
+
+static int stage_advance(cp_onnx_writer *w, size_t n) {
+  w->stage_len += n, w->data_at += n;
+  return w->stage_len == STAGE_BYTES ? stage_flush(w) : 0;
+}
+
+/* Zero bytes up to the next multiple of CP_ONNX_DATA_ALIGN of the data file (opened, and its
+ * staging buffers allocated, on the first call). */
 static int data_align(cp_onnx_writer *w) {
-  static const unsigned char zeros[CP_ONNX_DATA_ALIGN];
   int rc = 0;
-  if (!w->data && (rc = cp_atomic_open(&w->data, w->data_path)) < 0) return rc;
-  uint64_t at = cp_atomic_tell(w->data), pad = (CP_ONNX_DATA_ALIGN - at % CP_ONNX_DATA_ALIGN) % CP_ONNX_DATA_ALIGN;
-  return pad ? cp_atomic_write(w->data, zeros, (size_t)pad) : 0;
+  if (!w->data) {
+    CP_CHECK_ALLOC((w->stage[0] = malloc(STAGE_BYTES)) && (w->stage[1] = malloc(STAGE_BYTES)), w->path);
+    if ((rc = cp_atomic_open(&w->data, w->data_path)) < 0) return rc;
+  }
+  size_t pad = (size_t)((CP_ONNX_DATA_ALIGN - w->data_at % CP_ONNX_DATA_ALIGN) % CP_ONNX_DATA_ALIGN), room;
+  unsigned char *at = stage_room(w, &room); /* room is a multiple of the alignment: pad fits */
+  memset(at, 0, pad);
+  return stage_advance(w, pad);
 }
 
 /* Points the tensor at [offset, offset + length) of the data file. */
@@ -284,7 +318,13 @@ static int add_widen(cp_onnx_writer *w, const char *stored, const char *name) {
 
 int cp_onnx_tensor_begin(cp_onnx_writer *w, const char *name, cp_dtype dtype, int ndim, const int64_t *dims,
                          bool lowp) {
+  return cp_onnx_tensor_begin_from(w, name, dtype, dtype, ndim, dims, lowp);
+}
+
+int cp_onnx_tensor_begin_from(cp_onnx_writer *w, const char *name, cp_dtype dtype, cp_dtype src, int ndim,
+                              const int64_t *dims, bool lowp) {
   assert(!w->cur && ndim >= 0 && ndim <= CP_MAX_DIMS);
+  assert(src == dtype || (dtype == CP_F32 && (src == CP_F16 || src == CP_BF16)));
   cp_dtype dst = lowp && dtype == CP_F32 ? w->p.weight_dtype : dtype;
   uint64_t nbytes, numel;
   if (cp_shape_numel(&numel, ndim, dims) < 0 || cp_shape_nbytes(&nbytes, dst, ndim, dims) < 0 || nbytes > SIZE_MAX)
@@ -309,30 +349,67 @@ int cp_onnx_tensor_begin(cp_onnx_writer *w, const char *name, cp_dtype dtype, in
   w->cur_external = nbytes >= w->p.external_threshold || nbytes > w->p.inline_max - w->inline_bytes;
   if (!w->cur_external) w->inline_bytes += nbytes;
   if (w->cur_external) {
-    if ((rc = data_align(w)) < 0 || (rc = set_external(w, t, cp_atomic_tell(w->data), nbytes)) < 0) return rc;
+    if ((rc = data_align(w)) < 0 || (rc = set_external(w, t, w->data_at, nbytes)) < 0) return rc;
   } else {
     t->has_raw_data = 1, t->raw_data.len = (size_t)nbytes;
     CP_CHECK_ALLOC(t->raw_data.data = cp_arena_alloc(&w->ar, (size_t)nbytes + 1), w->path);
   }
   if ((rc = PUSH(w->inits, t, w->path)) < 0) return rc;
   if (dst != dtype && (rc = add_widen(w, stored, name)) < 0) return rc;
-  w->cur = t, w->cur_src = dtype, w->cur_dst = dst, w->cur_numel = numel, w->cur_done = 0;
+  w->cur = t, w->cur_src = src, w->cur_dst = dst, w->cur_numel = numel, w->cur_done = 0;
+  w->cur_canon = src != dtype;
   return 0;
 }
 
-/* Stores n elements given as w->cur_src (in `src`) as w->cur_dst at element w->cur_done. */
-static int store(cp_onnx_writer *w, const void *src, size_t n) {
-  const void *bytes = src;
-  size_t esz = cp_dtype_size(w->cur_dst);
-  if (w->cur_dst != w->cur_src) {
-    const float *f = src;
-    uint16_t *h = (uint16_t *)w->scratch;
-    for (size_t k = 0; k < n; k++) h[k] = w->cur_dst == CP_F16 ? cp_f32_to_f16(f[k]) : cp_f32_to_bf16(f[k]);
-    bytes = h;
+static float widen(cp_dtype d, uint16_t h) { return d == CP_F16 ? cp_f16_to_f32(h) : cp_bf16_to_f32(h); }
+static uint16_t narrow(cp_dtype d, float f) { return d == CP_F16 ? cp_f32_to_f16(f) : cp_f32_to_bf16(f); }
+
+#define LANES(x) (0x0001000100010001ull * (uint64_t)(x)) /* x in each 16-bit lane of a word */
+
+/* 16-bit floats copied as a float32 round trip stores them: cp_f32_to_f16 makes every F16 NaN
+ * sign | 0x7e00, cp_f32_to_bf16 sets a BF16 NaN's quiet bit 0x40. Four at a time: a lane is a
+ * NaN when its magnitude passes the infinity's (0x7c00, 0x7f80), i.e. when adding 0x3ff (0x7f)
+ * to it sets bit 15 (no carry leaves the lane); words without one, nearly all, are copied. */
+static void canon_16(uint16_t *o, const uint16_t *h, size_t n, bool f16) {
+  const uint64_t add = f16 ? LANES(0x3ff) : LANES(0x7f);
+  size_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    uint64_t x;
+    memcpy(&x, h + k, 8);
+    uint64_t nan = ((x & LANES(0x7fff)) + add) & LANES(0x8000);
+    if (nan) {
+      uint64_t mask = (nan >> 15) * 0xffffu;
+      x = f16 ? (x & ~mask) | (mask & ((x & LANES(0x8000)) | LANES(0x7e00))) : x | (mask & LANES(0x40));
+    }
+    memcpy(o + k, &x, 8);
   }
-  if (w->cur_external) return cp_atomic_write(w->data, bytes, n * esz);
-  memcpy(w->cur->raw_data.data + (size_t)w->cur_done * esz, bytes, n * esz);
-  return 0;
+  for (; k < n; k++) {
+    uint16_t v = h[k];
+    if (f16 && (v & 0x7fffu) > 0x7c00u) v = (uint16_t)((v & 0x8000u) | 0x7e00u);
+    if (!f16 && (v & 0x7fffu) > 0x7f80u) v = (uint16_t)(v | 0x40u);
+    o[k] = v;
+  }
+}
+
+/* n elements of `sd` at src into `dd` at dst, as a float32 round trip would store them (the
+ * writer was given float32 before the model could stay in its 16-bit dtype: the bytes are the
+ * same). `canon`: 16-bit to the same 16-bit, where that round trip only rewrites NaNs. */
+static void convert(void *dst, cp_dtype dd, const void *src, cp_dtype sd, size_t n, bool canon) {
+  const uint16_t *h = src;
+  uint16_t *o = dst;
+  if (sd == dd && !canon) {
+    memcpy(dst, src, n * cp_dtype_size(sd));
+  } else if (sd == dd) {
+    canon_16(o, h, n, sd == CP_F16);
+  } else if (sd == CP_F32) {
+    const float *f = src;
+    for (size_t k = 0; k < n; k++) o[k] = narrow(dd, f[k]);
+  } else if (dd == CP_F32) {
+    float *f = dst;
+    for (size_t k = 0; k < n; k++) f[k] = widen(sd, h[k]);
+  } else {
+    for (size_t k = 0; k < n; k++) o[k] = narrow(dd, widen(sd, h[k]));
+  }
 }
 
 int cp_onnx_tensor_write(cp_onnx_writer *w, const void *elems, uint64_t count) {
@@ -340,12 +417,18 @@ int cp_onnx_tensor_write(cp_onnx_writer *w, const void *elems, uint64_t count) {
   if (count > w->cur_numel - w->cur_done)
     return cp_error_set(CP_EARG, "%s: initializer '%s': more than its %" PRIu64 " elements written", w->path,
                         w->cur->name, w->cur_numel);
-  size_t esz = cp_dtype_size(w->cur_src);
-  for (uint64_t k = 0; k < count; k += CONVERT_CHUNK) {
-    size_t n = (size_t)(count - k < CONVERT_CHUNK ? count - k : CONVERT_CHUNK);
-    int rc = store(w, (const unsigned char *)elems + (size_t)k * esz, n);
+  size_t ssz = cp_dtype_size(w->cur_src), dsz = cp_dtype_size(w->cur_dst);
+  const unsigned char *src = elems;
+  while (count > 0) {
+    size_t room = (size_t)count;
+    unsigned char *dst = w->cur_external ? stage_room(w, &room) : w->cur->raw_data.data + (size_t)w->cur_done * dsz;
+    size_t n = w->cur_external ? room / dsz : room;
+    assert(n > 0);
+    if ((uint64_t)n > count) n = (size_t)count;
+    convert(dst, w->cur_dst, src, w->cur_src, n, w->cur_canon);
+    int rc = w->cur_external ? stage_advance(w, n * dsz) : 0;
     if (rc < 0) return rc;
-    w->cur_done += n;
+    src += n * ssz, count -= n, w->cur_done += n;
   }
   return 0;
 }
@@ -419,6 +502,7 @@ int cp_onnx_writer_commit(cp_onnx_writer *w, char model_hex[65], char data_hex[6
   }
   if (data_hex) data_hex[0] = 0;
   if (w->data) {
+    if (w->stage_len && (rc = stage_flush(w)) < 0) goto done;
     if (data_hex) cp_atomic_sha256(w->data, data_hex);
     rc = cp_atomic_commit(w->data);
     w->data = NULL;

@@ -581,6 +581,22 @@ void cp_model_free(cp_model *m) {
 
 const cp_hf_config *cp_model_config(const cp_model *m) { return m->cfg; }
 
+void cp_model_release(const cp_model *m, const void *data, uint64_t len) {
+  if (!m->ck || !len) return;
+  uintptr_t p = (uintptr_t)data;
+  for (size_t i = 0; i < cp_checkpoint_count(m->ck); i++) { /* only pages of the mapping: never heap memory */
+    const cp_tensor *t = cp_checkpoint_tensor(m->ck, i);
+    uintptr_t at = (uintptr_t)t->data;
+    int fd;
+    uint64_t off;
+    if (at && p >= at && len <= t->nbytes && p - at <= t->nbytes - len) {
+      /* only a view of a file mapping (cp_checkpoint_source): an ONNX or converted view may be heap */
+      if (cp_checkpoint_source(&fd, &off, m->ck, i) == 0) cp_checkpoint_release(m->ck, i, (uint64_t)(p - at), len);
+      return;
+    }
+  }
+}
+
 void cp_model_rule_model(cp_rule_model *out, const cp_model *m) {
   memset(out, 0, sizeof *out);
   out->is_encoder_decoder = m->family == CP_FAMILY_T5;

@@ -72,5 +72,49 @@ leftovers=$(ls -A "$work" | grep -c '^\.' || true)
 check "$bin" inspect --help
 check "$bin" convert --help
 
+# Streaming exports: an F16 Llama of 21M parameters (84 MB as float32, 42 MB on disk; its largest
+# tensor, the embedding, 8 MB as float32) converted with the heap capped at 48 MB (ulimit -d: RLIMIT_DATA counts
+# malloc and anonymous mappings, not the input's read-only mapping). Loading the model as
+# float32, as convert --to onnx did before it streamed, runs out of memory; writing tensor by
+# tensor fits. One OpenBLAS thread: its pool retries a failed 128 MB mmap forever under the cap.
+big=$work/big16
+"$py" - "$big" <<'PY'
+import json, os, struct, sys
+import numpy as np
+D, F, V, L = 512, 1408, 4096, 6
+os.makedirs(sys.argv[1])
+cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
+       "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": 8, "num_key_value_heads": 8,
+       "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+       "tie_word_embeddings": True, "torch_dtype": "float16"}
+json.dump(cfg, open(os.path.join(sys.argv[1], "config.json"), "w"))
+shapes = [("model.embed_tokens.weight", (V, D)), ("model.norm.weight", (D,))]
+for l in range(L):
+    p = f"model.layers.{l}."
+    shapes += [(p + n, s) for n, s in [("self_attn.q_proj.weight", (D, D)), ("self_attn.k_proj.weight", (D, D)),
+               ("self_attn.v_proj.weight", (D, D)), ("self_attn.o_proj.weight", (D, D)), ("mlp.gate_proj.weight", (F, D)),
+               ("mlp.up_proj.weight", (F, D)), ("mlp.down_proj.weight", (D, F)), ("input_layernorm.weight", (D,)),
+               ("post_attention_layernorm.weight", (D,))]]
+rng, header, off = np.random.default_rng(0), {}, 0
+for n, s in shapes:
+    header[n] = {"dtype": "F16", "shape": list(s), "data_offsets": [off, off + 2 * int(np.prod(s))]}
+    off += 2 * int(np.prod(s))
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+with open(os.path.join(sys.argv[1], "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    for n, s in shapes:
+        f.write((rng.standard_normal(int(np.prod(s)), dtype=np.float32) * 0.02).astype("<f2").tobytes())
+PY
+capped() { (ulimit -d 49152 && OPENBLAS_NUM_THREADS=1 "$bin" "$@"); }
+capped convert "$big" "$work/big.onnx" --to onnx --dtype fp16 >/dev/null 2>"$work/err" && ok ||
+  bad "convert --to onnx under a 48 MB heap cap: $(cat "$work/err")"
+(cd "$work/big.onnx" 2>/dev/null && sha256sum --quiet -c SHA256SUMS) && ok || bad "capped onnx: sha256sum -c"
+[ "$(stat -c %s "$work/big.onnx/onnx/model.onnx.data" 2>/dev/null || echo 0)" -gt 40000000 ] && ok ||
+  bad "capped onnx: external data smaller than the F16 weights"
+capped convert "$big" "$work/big.gguf" --to gguf --dtype f16 >/dev/null 2>"$work/err" && ok ||
+  bad "convert --to gguf under a 48 MB heap cap: $(cat "$work/err")"
+rm -rf "$big" "$work/big.onnx" "$work/big.gguf"
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

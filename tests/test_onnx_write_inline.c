@@ -4,9 +4,14 @@
  * small tensors can push the model proto past protobuf's 2 GiB limit (a 1B-class Llama did at a
  * 1 MiB threshold). Checked with a small inline_max; python3-onnx (Debian, an independent
  * reader) loads the files, follows the external data and gives back every value, and says which
- * initializers are external. Skips (77) without python3-onnx. */
+ * initializers are external. Skips (77) without python3-onnx.
+ * Also (without python): a float32 weight given as F16 or BF16 (cp_onnx_tensor_begin_from, how
+ * `convert --to onnx` streams a model kept in its checkpoint's dtype) is stored with exactly the
+ * bytes it has when widened to float32 first (the path it replaced), for every 16-bit pattern,
+ * NaN payloads included, in each weight dtype. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/onnx.h"
@@ -19,11 +24,67 @@ static const struct {
   int64_t n;
 } T[] = {{"a", 200}, {"b", 200}, {"c", 100}, {"d", 300}};
 
+/* The data file of one weight of all 65536 patterns of `src`, given as src elements (`from`)
+ * or widened to float32; stored as `wdt`. Returns its bytes (malloc'd) and length. */
+static unsigned char *store_all(size_t *len, const char *dir, cp_dtype src, cp_dtype wdt, bool from) {
+  cp_onnx_params p;
+  cp_onnx_params_init(&p);
+  p.weight_dtype = wdt;
+  char *path = cp_path_join(dir, "w.onnx"), *data = NULL;
+  static uint16_t h[65536];
+  static float f[65536];
+  for (int k = 0; k < 65536; k++) {
+    h[k] = (uint16_t)k;
+    f[k] = src == CP_F16 ? cp_f16_to_f32(h[k]) : cp_bf16_to_f32(h[k]);
+  }
+  int64_t n = 65536;
+  cp_onnx_writer *w = NULL;
+  int rc = cp_onnx_writer_open(&w, path, &p);
+  if (rc == 0)
+    rc = from ? cp_onnx_tensor_begin_from(w, "w", CP_F32, src, 1, &n, true)
+              : cp_onnx_tensor_begin(w, "w", CP_F32, 1, &n, true);
+  for (int k = 0; rc == 0 && k < 65536; k += 4096) /* in pieces, as the builder streams */
+    rc = from ? cp_onnx_tensor_write(w, h + k, 4096) : cp_onnx_tensor_write(w, f + k, 4096);
+  if (rc == 0) rc = cp_onnx_tensor_end(w);
+  if (rc == 0) rc = cp_onnx_writer_commit(w, NULL, NULL);
+  else cp_onnx_writer_abort(w);
+  CHECK_RC(0, rc);
+  unsigned char *bytes = NULL;
+  *len = 0;
+  if (rc == 0 && (data = cp_path_join(dir, "w.onnx.data")) != NULL)
+    CHECK_RC(0, cp_read_file((char **)&bytes, len, data, (size_t)1 << 20));
+  free(path);
+  free(data);
+  return bytes;
+}
+
+static void check_from_16bit(const char *dir) {
+  const cp_dtype srcs[] = {CP_F16, CP_BF16}, wdts[] = {CP_F32, CP_F16, CP_BF16};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) {
+      size_t na = 0, nb = 0;
+      unsigned char *a = store_all(&na, dir, srcs[i], wdts[j], true), *b = store_all(&nb, dir, srcs[i], wdts[j], false);
+      CHECK_MSG(a && b && na == nb && na == 65536 * cp_dtype_size(wdts[j]) && memcmp(a, b, na) == 0,
+                "%s given as such and as float32, stored as %s: the bytes differ", cp_dtype_name(srcs[i]),
+                cp_dtype_name(wdts[j]));
+      free(a);
+      free(b);
+    }
+}
+
 int main(void) {
   const char *py = test_env("CTXPATCH_PYTHON");
   char dir[] = "/tmp/ctxpatch_onnx_inline_XXXXXX", cmd[4096];
+  char dir16[] = "/tmp/ctxpatch_onnx_from16_XXXXXX";
+  CHECK(mkdtemp(dir16) != NULL);
+  check_from_16bit(dir16);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir16);
+  CHECK(system(cmd) == 0);
   snprintf(cmd, sizeof cmd, "'%s' -c 'import onnx' 2>/dev/null", py);
-  if (system(cmd) != 0) test_skip("python3 has no onnx module (Debian python3-onnx)");
+  if (system(cmd) != 0) {
+    if (test_finish() != 0) return 1;
+    test_skip("python3 has no onnx module (Debian python3-onnx)");
+  }
   cp_onnx_params p;
   cp_onnx_params_init(&p);
   CHECK(p.external_threshold == 1024 && p.inline_max == (uint64_t)1 << 30);

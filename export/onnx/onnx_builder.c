@@ -13,7 +13,11 @@
 #include "ctxpatch/base/strbuf.h"
 #include "ctxpatch/model/onnx_names.h"
 
-#define TRANSPOSE_BLOCK 64 /* rows of the transposed weight produced at a time */
+/* Rows of the transposed weight produced at a time, each TRANSPOSE_PAD elements longer than a row
+ * in the block: weight shapes are powers of two, and rows a power of two apart fall in the same
+ * cache sets (64 rows without padding ran about 10x slower). */
+#define TRANSPOSE_BLOCK 512
+#define TRANSPOSE_PAD 32
 
 typedef struct {
   char *key;  /* "DTYPE.NDIM:" then each element's exact bits in hex */
@@ -22,6 +26,7 @@ typedef struct {
 
 struct cp_og {
   cp_onnx_writer *w;
+  const cp_model *src; /* weights in its checkpoint's mapping are released once written */
   cp_arena ar;
   int rc;
   uint64_t counter;
@@ -37,6 +42,8 @@ int cp_og_create(cp_og **out, cp_onnx_writer *w) {
   *out = g;
   return 0;
 }
+
+void cp_og_set_source(cp_og *g, const cp_model *m) { g->src = m; }
 
 void cp_og_free(cp_og *g) {
   if (!g) return;
@@ -157,38 +164,96 @@ const char *cp_og_f32(cp_og *g, float v) { return constant(g, CP_F32, &v, 1, 0);
 const char *cp_og_f32s(cp_og *g, const float *v, int n) { return constant(g, CP_F32, v, n, 1); }
 const char *cp_og_f64s(cp_og *g, const double *v, int n) { return constant(g, CP_F64, v, n, 1); }
 
-const char *cp_og_weight(cp_og *g, const char *name, const float *data, int ndim, const int64_t *dims, bool lowp) {
+/* A block-format weight (a GGUF quant kept as stored) widened to float32 whole: what the
+ * float32 loader would have held, for this one tensor only. */
+static int widen_blocks(float **out, const void *data, cp_dtype dt, uint64_t numel, const char *name) {
+  size_t bytes;
+  *out = NULL;
+  if (numel > SIZE_MAX / sizeof **out || !cp_size_mul(&bytes, (size_t)numel, sizeof **out) ||
+      !(*out = malloc(bytes ? bytes : 1)))
+    return cp_nomem("onnx graph: weight '%s'", name);
+  return cp_convert_to_f32(*out, data, dt, numel);
+}
+
+const char *cp_og_weight_as(cp_og *g, const char *name, const void *data, cp_dtype dt, int ndim, const int64_t *dims,
+                            bool lowp) {
   if (g->rc) return NULL;
   assert(name[0] != '/');
   const char *kept = keep(g, name);
-  if (!kept || !check(g, cp_onnx_add_tensor(g->w, kept, CP_F32, ndim, dims, data, lowp))) return NULL;
-  return kept;
+  float *wide = NULL;
+  uint64_t numel = 0;
+  int rc = cp_shape_numel(&numel, ndim, dims);
+  if (!kept) return NULL;
+  if (rc < 0) rc = cp_error_set(CP_EOVERFLOW, "onnx graph: weight '%s': shape too large", name);
+  if (rc == 0 && cp_dtype_is_block(dt)) rc = widen_blocks(&wide, data, dt, numel, name);
+  const void *elems = wide ? (const void *)wide : data;
+  cp_dtype given = wide ? CP_F32 : dt;
+  if (rc == 0) rc = cp_onnx_tensor_begin_from(g->w, kept, CP_F32, given, ndim, dims, lowp);
+  if (rc == 0) rc = cp_onnx_tensor_write(g->w, elems, numel);
+  if (rc == 0) rc = cp_onnx_tensor_end(g->w);
+  if (rc == 0 && g->src) cp_model_release(g->src, data, cp_dtype_span(dt, numel));
+  free(wide);
+  return check(g, rc) ? kept : NULL;
 }
 
-const char *cp_og_weight_t(cp_og *g, const char *name, const float *w, int rows, int cols, bool lowp) {
+const char *cp_og_weight(cp_og *g, const char *name, const float *data, int ndim, const int64_t *dims, bool lowp) {
+  return cp_og_weight_as(g, name, data, CP_F32, ndim, dims, lowp);
+}
+
+/* Columns [c0, c0 + nc) of w [rows, cols] as rows of block [nc, ld]; esz 2 or 4 bytes. Reads
+ * each source row's span once, in order (the mapping is read forwards). */
+static void transpose_block(void *block, size_t ld, const void *w, size_t esz, int rows, int cols, int c0, int nc) {
+  if (esz == 2) {
+    uint16_t *b = block;
+    for (size_t r = 0; r < (size_t)rows; r++) {
+      const uint16_t *s = (const uint16_t *)w + r * (size_t)cols + (size_t)c0;
+      for (size_t c = 0; c < (size_t)nc; c++) b[c * ld + r] = s[c];
+    }
+  } else {
+    uint32_t *b = block;
+    for (size_t r = 0; r < (size_t)rows; r++) {
+      const uint32_t *s = (const uint32_t *)w + r * (size_t)cols + (size_t)c0;
+      for (size_t c = 0; c < (size_t)nc; c++) b[c * ld + r] = s[c];
+    }
+  }
+}
+
+const char *cp_og_weight_t_as(cp_og *g, const char *name, const void *w, cp_dtype dt, int rows, int cols, bool lowp) {
   if (g->rc) return NULL;
   assert(name[0] != '/' && rows > 0 && cols > 0);
   const char *kept = keep(g, name);
   int64_t dims[2] = {cols, rows};
-  float *block = NULL;
+  float *wide = NULL;
+  void *block = NULL;
   int rc = 0;
   size_t bn;
   if (!kept) return NULL;
-  if (!cp_size_mul(&bn, (size_t)rows, TRANSPOSE_BLOCK * sizeof *block) || !(block = malloc(bn))) {
+  uint64_t numel = (uint64_t)rows * (uint64_t)cols; /* two ints: no overflow */
+  if (cp_dtype_is_block(dt) && (rc = widen_blocks(&wide, w, dt, numel, name)) < 0) goto done;
+  const void *src = wide ? (const void *)wide : w;
+  cp_dtype given = wide ? CP_F32 : dt;
+  size_t esz = cp_dtype_size(given), ld = (size_t)rows + TRANSPOSE_PAD;
+  int bc = cols < TRANSPOSE_BLOCK ? cols : TRANSPOSE_BLOCK;
+  if (!cp_size_mul(&bn, ld, (size_t)bc * esz) || !(block = malloc(bn))) {
     rc = cp_nomem("onnx graph: weight '%s'", name);
     goto done;
   }
-  if ((rc = cp_onnx_tensor_begin(g->w, kept, CP_F32, 2, dims, lowp)) < 0) goto done;
-  for (int c0 = 0; c0 < cols && rc == 0; c0 += TRANSPOSE_BLOCK) {
-    int nc = cols - c0 < TRANSPOSE_BLOCK ? cols - c0 : TRANSPOSE_BLOCK;
-    for (int c = 0; c < nc; c++)
-      for (int r = 0; r < rows; r++) block[(size_t)c * rows + r] = w[(size_t)r * cols + c0 + c];
-    rc = cp_onnx_tensor_write(g->w, block, (uint64_t)nc * (uint64_t)rows);
+  if ((rc = cp_onnx_tensor_begin_from(g->w, kept, CP_F32, given, 2, dims, lowp)) < 0) goto done;
+  for (int c0 = 0; c0 < cols && rc == 0; c0 += bc) {
+    int nc = cols - c0 < bc ? cols - c0 : bc;
+    transpose_block(block, ld, src, esz, rows, cols, c0, nc);
+    for (int c = 0; c < nc && rc == 0; c++) rc = cp_onnx_tensor_write(g->w, (char *)block + (size_t)c * ld * esz, (uint64_t)rows);
   }
   if (rc == 0) rc = cp_onnx_tensor_end(g->w);
+  if (rc == 0 && g->src) cp_model_release(g->src, w, (uint64_t)rows * cp_dtype_span(dt, (uint64_t)cols));
 done:
   free(block);
+  free(wide);
   return check(g, rc) ? kept : NULL;
+}
+
+const char *cp_og_weight_t(cp_og *g, const char *name, const float *w, int rows, int cols, bool lowp) {
+  return cp_og_weight_t_as(g, name, w, CP_F32, rows, cols, lowp);
 }
 
 /* ---------------------------------------------------------------- graph inputs and outputs */
@@ -218,7 +283,8 @@ static const char *subname(char *buf, size_t cap, const char *prefix, const char
 
 const char *cp_og_linear(cp_og *g, const char *x, const cp_linear *L, const char *prefix) {
   char name[512];
-  const char *w = cp_og_weight_t(g, subname(name, sizeof name, prefix, "weight"), L->w, L->n_out, L->n_in, true);
+  const char *w =
+      cp_og_weight_t_as(g, subname(name, sizeof name, prefix, "weight"), L->w, L->dtype, L->n_out, L->n_in, true);
   const char *y = cp_og_op2(g, "MatMul", x, w);
   if (!L->b) return y;
   int64_t n = L->n_out;

@@ -192,8 +192,8 @@ static const char *head(dec_t *d, const char *x) {
                              wname(name, d, CP_ROLE_FINAL_NORM, 0));
   int64_t dims[2] = {m->vocab, m->d_model};
   const char *w = m->lm_head == m->embed ? d->embed
-                  : cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"),
-                                 m->lm_head, 2, dims, true);
+                  : cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"),
+                                    m->lm_head, m->lm_head_dtype, 2, dims, true);
   return cp_og_lm_head(g, m, h, w, d->ids);
 }
 
@@ -218,8 +218,8 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   if (m->pos == CP_POS_ROPE) rope_tables(&d);
   int64_t dims[2] = {m->vocab, m->d_model};
   char name[CP_TENSOR_NAME_MAX];
-  d.embed = cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed, 2,
-                         dims, true);
+  d.embed = cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed,
+                            m->embed_dtype, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", d.embed, d.ids); /* [B, S, D] */
   if (m->pos_embed) { /* GPT-2 wpe: the learned row of each absolute position (engine: embed) */
     int64_t pdims[2] = {m->train_len, m->d_model};

@@ -82,6 +82,7 @@ static int write_one(cp_folder_result *files, cp_onnx_export_stats *stats, const
   if ((rc = cp_onnx_writer_open(&w, path, &op)) < 0 || (rc = add_metadata(w, m, rule, p)) < 0 ||
       (rc = cp_og_create(&g, w)) < 0)
     goto done;
+  cp_og_set_source(g, m);
   if ((rc = build(g, m, rule)) < 0 || (rc = cp_og_status(g)) < 0) goto done;
   rc = cp_onnx_writer_commit(w, model_hex, data_hex);
   w = NULL;
@@ -134,7 +135,9 @@ int cp_onnx_export(cp_onnx_export_stats *stats, const char *in, const char *out,
   cp_onnx_export_stats st = {0};
   cp_rule eff;
   int rc;
-  if ((rc = cp_model_open(&m, in)) < 0 || (rc = cp_onnx_export_rule(&eff, m, rule)) < 0 ||
+  /* The model as stored (its matrices in the checkpoint's mapping): the writer converts each weight
+   * on the way out, so no float32 copy of the model is ever held (docs/perf.md, "Checkpoint conversion"). */
+  if ((rc = cp_model_open_stored(&m, in)) < 0 || (rc = cp_onnx_export_rule(&eff, m, rule)) < 0 ||
       (rc = cp_checkpoint_open(&ck, in)) < 0)
     goto done;
   if ((rc = cp_atomic_dir_open(&dir, out, params->replace)) < 0) goto done;

@@ -250,7 +250,8 @@ int cp_onnx_t5_encoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   t.visible = key_mask(g, mask); /* bidirectional: every unmasked key */
   int64_t dims[2] = {m->vocab, m->d_model};
   char name[CP_TENSOR_NAME_MAX];
-  const char *embed = cp_og_weight(g, wname(name, CP_ROLE_EMBED, CP_STACK_ENCODER, 0, ".weight"), m->embed, 2, dims, true);
+  const char *embed =
+      cp_og_weight_as(g, wname(name, CP_ROLE_EMBED, CP_STACK_ENCODER, 0, ".weight"), m->embed, m->embed_dtype, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", embed, t.ids);
   for (int l = 0; l < m->encoder.n_layers; l++) x = t5_layer(&t, l, false, x);
   x = norm(&t, x, &m->encoder.final_norm, CP_ROLE_FINAL_NORM, CP_STACK_ENCODER, 0);
@@ -309,13 +310,14 @@ int cp_onnx_t5_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   decoder_inputs(&t);
   int64_t dims[2] = {m->vocab, m->d_model};
   char wn[CP_TENSOR_NAME_MAX];
-  t.embed = cp_og_weight(g, wname(wn, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed, 2, dims, true);
+  t.embed =
+      cp_og_weight_as(g, wname(wn, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed, m->embed_dtype, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", t.embed, t.ids); /* [B, S, D] */
   for (int l = 0; l < L; l++) x = t5_layer(&t, l, true, x);
   x = norm(&t, x, &m->decoder.final_norm, CP_ROLE_FINAL_NORM, CP_STACK_DECODER, 0);
   const char *w = m->lm_head == m->embed ? t.embed
-                  : cp_og_weight(g, wname(wn, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"), m->lm_head, 2, dims,
-                                 true);
+                  : cp_og_weight_as(g, wname(wn, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"), m->lm_head,
+                                    m->lm_head_dtype, 2, dims, true);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "decoder_sequence_length"}, {m->vocab, NULL}};
   if (cp_og_output(g, "logits", cp_og_lm_head(g, m, x, w, t.ids), CP_F32, 3, out) < 0) goto done;
   cp_onnx_dim pres_d[4] = {{0, "batch_size"}, {m->n_heads, NULL}, {0, NULL}, {m->d_head, NULL}};

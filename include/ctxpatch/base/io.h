@@ -83,6 +83,13 @@ int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len);
  * kernel refuses the pair of files: EXDEV, ENOSYS, EINVAL, ...). `drop`: once hashed, the whole
  * pages of the range are madvise(MADV_DONTNEED)'d, so a streamed input's resident set stays flat. */
 int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off, int drop);
+/* Appends data[0..len) and queues it for the hash thread without waiting for it: this thread goes
+ * on (fills the next buffer) while the hash reads this one. The bytes must stay readable and
+ * unchanged until cp_atomic_wait(f, *ticket) returns (or the handle is committed, aborted or asked
+ * for its digest). Writes of any kind may be mixed: the bytes are hashed in the order written. */
+int cp_atomic_write_queued(cp_atomic_file *f, const void *data, size_t len, uint64_t *ticket);
+/* Waits until the bytes of cp_atomic_write_queued's `ticket` are hashed (0: returns at once). */
+void cp_atomic_wait(cp_atomic_file *f, uint64_t ticket);
 /* Writes data[0..len) over bytes already written at `offset` (a placeholder stamped once the
  * bytes after it are known); CP_EARG past what was written; a no-op through a character device
  * (the bytes are gone). The running digest no longer matches the file: cp_atomic_sha256 gives ""

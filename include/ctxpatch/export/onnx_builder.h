@@ -67,6 +67,17 @@ const char *cp_og_weight(cp_og *g, const char *name, const float *data, int ndim
 /* w [rows, cols] stored transposed as `name` [cols, rows] (cp_linear's [n_out, n_in] becomes
  * MatMul's [n_in, n_out]), streamed a block of rows at a time. */
 const char *cp_og_weight_t(cp_og *g, const char *name, const float *w, int rows, int cols, bool lowp);
+/* The same two for elements of `dt` as a stored-dtype model holds them (cp_linear.dtype,
+ * embed_dtype): F32, F16 or BF16 converted on the way out, a block format widened to float32 one
+ * tensor at a time; the bytes written are those of the float32 model. No copy of the model is
+ * made: peak memory is one block (one tensor for a block format) beside the writer's buffers. */
+const char *cp_og_weight_as(cp_og *g, const char *name, const void *data, cp_dtype dt, int ndim, const int64_t *dims,
+                            bool lowp);
+const char *cp_og_weight_t_as(cp_og *g, const char *name, const void *w, cp_dtype dt, int rows, int cols, bool lowp);
+/* Weights read from m's checkpoint mapping (a stored-dtype model) have their resident pages
+ * dropped once written (cp_model_release), so streaming a model keeps the resident set flat.
+ * m is borrowed; NULL (the default) drops nothing. */
+void cp_og_set_source(cp_og *g, const cp_model *m);
 
 /* Graph input `name` (returned as the value name) and graph output `name` holding `value`
  * (an Identity node when the names differ). Symbolic dims: see cp_onnx_dim. */

@@ -73,6 +73,10 @@ size_t cp_gguf_writer_next(const cp_gguf_writer *w);
 /* Stored bytes of the current tensor (len up to what it still lacks); a tensor's padding is
  * written once its last byte is. */
 int cp_gguf_write_data(cp_gguf_writer *w, const void *bytes, size_t len);
+/* The same for bytes of a read-only mapping of `src_fd` (from byte `src_off`) that stay mapped
+ * until commit or abort: the kernel copies them and the hash thread hashes them from the mapping
+ * while this thread goes on, then drops their pages (cp_atomic_write_mapped). */
+int cp_gguf_write_mapped(cp_gguf_writer *w, const void *bytes, size_t len, int src_fd, uint64_t src_off);
 /* float32 values of the current tensor encoded in its type; for Q8_0, n a multiple of 32 (whole
  * blocks; rows are whole blocks). */
 int cp_gguf_write_f32(cp_gguf_writer *w, const float *x /* [n] */, size_t n);

@@ -105,6 +105,11 @@ int cp_onnx_add_metadata(cp_onnx_writer *w, const char *key, const char *value);
  * little-endian elements of `dtype`. Only one tensor is open at a time. */
 int cp_onnx_tensor_begin(cp_onnx_writer *w, const char *name, cp_dtype dtype, int ndim, const int64_t *dims,
                          bool lowp);
+/* The same for a float32 value (`dtype` CP_F32) whose elements are given as `src` (F32, F16 or
+ * BF16: a model kept in its checkpoint's dtype): stored exactly as if each had been widened to
+ * float32 and given to cp_onnx_tensor_begin, with no float32 copy made. */
+int cp_onnx_tensor_begin_from(cp_onnx_writer *w, const char *name, cp_dtype dtype, cp_dtype src, int ndim,
+                              const int64_t *dims, bool lowp);
 int cp_onnx_tensor_write(cp_onnx_writer *w, const void *elems, uint64_t count);
 int cp_onnx_tensor_end(cp_onnx_writer *w);
 /* begin + write + end of a whole tensor. */

@@ -188,6 +188,10 @@ int cp_model_open_stored(cp_model **out, const char *path);
 void cp_model_free(cp_model *m);
 
 const cp_hf_config *cp_model_config(const cp_model *m);
+/* Drops the resident pages of data[0..len) when they lie in the mapping of a stored-dtype model's
+ * checkpoint (cp_checkpoint_release): a weight streamed once by an exporter is not kept in the
+ * resident set. Anything else (owned float32 copies, NULL) is left alone. */
+void cp_model_release(const cp_model *m, const void *data, uint64_t len);
 
 /* The training length a user states (`--train-len N`, import/train_len.c): m's train_len and its
  * config's train_len / train_len_key (`source`, e.g. CP_TRAIN_LEN_OPTION) replaced, so every rule
