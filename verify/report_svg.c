@@ -36,9 +36,13 @@ void report_esc(cp_strbuf *b, const char *s) {
     } else {
       uint32_t cp;
       size_t n = cp_utf8_decode(&cp, u, (size_t)(end - u));
-      if (n == 0) {
+      /* U+FFFD as the same entity as a bad byte: the certificate is written with each bad byte
+       * replaced by U+FFFD (base/json_print.c), so the report rendered before writing and the one
+       * `check` renders from the file read back agree. */
+      if (n == 0 || cp == 0xFFFD) {
+        if (n == 0) n = 1;
         cp_strbuf_str(b, "&#xFFFD;");
-        u++;
+        u += n;
       } else {
         cp_strbuf_put(b, (const char *)u, n);
         u += n;
