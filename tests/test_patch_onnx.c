@@ -12,6 +12,7 @@
  *    sha256, the rule the certificate names; the result's report is that of the rewrite, and no
  *    temporary folder is left. */
 #include <dirent.h>
+#include <unistd.h>
 
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/export/onnx_export.h"
@@ -131,7 +132,8 @@ static void certified(const char *graph, const char *out_dir) {
   CHECK_RC(0, cp_patch_onnx(&r, graph, out, &p));
   CHECK(r.outcome.verified && r.outcome.pass && r.outcome.written && r.certified);
   CHECK(r.rewrite.n_softmax == 3 && r.rewrite.n_nodes_added == 3);
-  CHECK(n_entries(out_dir) == before + 1);
+  CHECK(n_entries(out_dir) == before + 2); /* the graph and its report, rw.onnx.report.html */
+  CHECK(access(test_path(out_dir, "rw.onnx.report.html"), F_OK) == 0);
   char *c = meta_of(out, "ctxpatch.certified"), *s = meta_of(out, "ctxpatch.certificate_sha256"),
        *t = meta_of(out, "ctxpatch.certificate");
   CHECK(c && !strcmp(c, "true"));
