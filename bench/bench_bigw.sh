@@ -107,8 +107,11 @@ for section in "$@"; do
       IFS=: read -r label b <<<"$pair"
       rm -rf "$work/patched"
       l0=$(load)
+      # one prompt certifies nothing (inconclusive): binaries with the verdicts are told to write anyway
+      accept=()
+      case "$("$b" patch --help 2>&1)" in *--accept-underpowered*) accept=(--accept-no-gain --accept-underpowered) ;; esac
       /usr/bin/time -v "$b" patch "$work/m1b" "$work/patched" --method temperature --tau 1.2 --verify passkey \
-        --lengths "${PATCH_LEN:-128}" --depths 0.5 --samples 1 --threads 2 >"$work/pa.out" 2>"$work/pa.time" ||
+        --lengths "${PATCH_LEN:-128}" --depths 0.5 --samples 1 "${accept[@]}" --threads 2 >"$work/pa.out" 2>"$work/pa.time" ||
         { cat "$work/pa.out" "$work/pa.time" >&2; exit 1; }
       echo "| $label | ${PATCH_LEN:-128} | $(size_mib "$work/m1b/model.safetensors") | $(rss "$work/pa.time") | $(wall "$work/pa.time") | $l0 |"
     done

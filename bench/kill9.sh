@@ -20,7 +20,7 @@ t5=$src/examples/probe-models/t5-probe
 
 [ -f "$work/m/model.safetensors" ] || "$py" "$src/bench/make_random_llama.py" "$work/m" "$size" 1 || exit 1
 shard=$(( $(stat -c %s "$work/m/model.safetensors") / 4 + 1 ))
-vopts=(--verify passkey --lengths 128 --depths 0.5 --samples 1 --threads 1)
+vopts=(--verify passkey --lengths 128 --depths 0.5 --samples 1 --accept-no-gain --accept-underpowered --threads 1)
 # name|command (OUT is the last folder argument, $work/out)
 scenarios=(
   "convert|$bin convert $work/m $work/out --to safetensors"

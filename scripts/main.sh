@@ -19,8 +19,8 @@ mkdir -p "$(dirname "$out")"
 ./build/ctxpatch inspect "$model" --json >/dev/null && echo "inspected $model"
 ./build/ctxpatch calibrate "$model" --method all --lengths 512,$target,2048 --samples 4
 ./build/ctxpatch patch "$model" "$out" --method temperature --calibrate pmax --target-len $target \
-  --verify passkey --lengths 256,$target --depths 0:1:5 --samples 4 --force
-./build/ctxpatch verify "$out" --probe passkey --lengths 256,$target --depths 0:1:5 --samples 4 \
+  --verify passkey --lengths 256,$target --depths 0:1:5 --samples 8 --force
+./build/ctxpatch verify "$out" --probe passkey --lengths 256,$target --depths 0:1:5 --samples 8 \
   --certificate "$out.reverify.json"
 (cd "$out" && sha256sum -c --quiet SHA256SUMS)
 echo "main job done: $out (certificate.json, report.html inside)"
