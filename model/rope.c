@@ -113,6 +113,7 @@ static double fit_error(int *at, const cp_rope_fit *fit, const float *factors, i
     for (int a = 0; a < n; a++) mine[a] = (float)fit->factor;
   } else if (cp_rope_freq_factors(mine, &c, theta, rot_dims, "fit")) {
     cp_error_clear();
+    *at = -1;
     return INFINITY;
   }
   double worst = 0;
@@ -140,7 +141,7 @@ int cp_rope_fit_factors(cp_rope_fit *fit, const float *factors, int n, double th
   }
   if (f_max <= 1 + 1e-7) return 0; /* all 1: the default table */
   fit->factor = f_max;
-  int at = 0;
+  int at = -1;                                    /* the factor the last table tried missed most; -1: no table tried */
   if ((double)factors[0] >= f_max * (1 - 1e-7)) { /* all equal: positions divided by the factor */
     snprintf(fit->type, sizeof fit->type, "linear");
     if (fit_error(&at, fit, factors, n, theta, rot_dims) <= 2e-6) return 0;
@@ -192,8 +193,13 @@ int cp_rope_fit_factors(cp_rope_fit *fit, const float *factors, int n, double th
     }
   }
   memset(fit, 0, sizeof *fit);
+  if (at < 0)
+    return cp_error_set(CP_ECFG_POSITION,
+                        "%s: the %d RoPE frequency factors (largest %.9g) are not a llama3 or linear "
+                        "scaling table (no band of blended pairs fits them)",
+                        what, n, f_max);
   return cp_error_set(CP_ECFG_POSITION,
                       "%s: the %d RoPE frequency factors (largest %.9g) are not a llama3 or linear "
-                      "scaling table (factor %d is %.9g)",
+                      "scaling table (the nearest misses factor %d, %.9g, by more than 2e-6)",
                       what, n, f_max, at, (double)factors[at]);
 }

@@ -9,7 +9,7 @@
 #     (in config.json; the tensor is not written);
 #   - llama.cpp's logits on a 300-token prompt == the engine's within 1e-4 x max |logit|, while the
 #     same model without the scaling is far from them (the check can fail);
-#   - factors that no llama3 table gives are refused in one line naming the tensor.
+#   - factors that no llama3 table gives, and a NaN factor, are refused in one exact line naming the tensor
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -69,7 +69,7 @@ assert dp > 100 * d and dp > 1e-3 * scale, (dp, d)
 print(f"llama.cpp llama3 == engine: max |diff| {d:.2e} of {scale:.1f}; unscaled model {dp:.2e} away")
 PY
 fi
-# Factors no llama3 table gives: refused in one line, naming the tensor.
+# Factors no llama3 table gives, and a NaN factor: refused in one exact line, naming the tensor.
 "$py" - "$w" <<'PY' && ok || bad "tampered rope_freqs written"
 import sys, numpy as np, gguf_py as g
 w = sys.argv[1]
@@ -77,10 +77,17 @@ b = bytearray(open(f"{w}/l3.gguf", "rb").read())
 raw = g.read(f"{w}/l3.gguf")[3]["rope_freqs.weight"][2]
 at = b.find(raw)
 assert at > 0 and b.find(raw, at + 1) < 0
-b[at:at + len(raw)] = np.array([1, 1.1, 1.15, 3, 3.01, 3.02, 7, 8], "<f4").tobytes()
-open(f"{w}/bad.gguf", "wb").write(bytes(b))
+for name, vals in (("bad", [1, 1.1, 1.15, 3, 3.01, 3.02, 7, 8]), ("nan", [1, float("nan"), 1, 1, 1, 1, 1, 8])):
+    c = bytearray(b)
+    c[at:at + len(raw)] = np.array(vals, "<f4").tobytes()
+    open(f"{w}/{name}.gguf", "wb").write(bytes(c))
 PY
-"$bin" inspect "$w/bad.gguf" >"$w/bad.out" 2>"$w/bad.err"
-[ $? -ne 0 ] && [ "$(wc -l <"$w/bad.err")" -eq 1 ] && grep -qF "tensor 'rope_freqs.weight'" "$w/bad.err" &&
-  grep -qF "not a llama3 or linear scaling table" "$w/bad.err" && ok || bad "tampered rope_freqs: $(cat "$w/bad.err")"
+pre="tensor 'rope_freqs.weight'"
+for case in "bad|the 8 RoPE frequency factors (largest 8) are not a llama3 or linear scaling table (no band of blended pairs fits them)" \
+            "nan|factor 1 is nan: want finite factors in [1, 1e6] that do not decrease with the pair (llama3 scaling)"; do
+  name=${case%%|*}
+  "$bin" inspect "$w/$name.gguf" >/dev/null 2>"$w/$name.err"
+  [ $? -ne 0 ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error CP_ECFG_POSITION: $w/$name.gguf: $pre: ${case#*|}" ] && ok ||
+    bad "tampered rope_freqs ($name): $(cat "$w/$name.err")"
+done
 finish
