@@ -47,16 +47,6 @@ check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
 if [ "$lc" = 1 ]; then
   node "$w/run.mjs" "$w/qwen2.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp qwen2.gguf"
   "$bin" forward "$w/qwen2.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  "$py" - "$w" <<'PY' && ok || bad "llama.cpp == engine on qwen2"
-import sys, json, numpy as np
-w = sys.argv[1]
-res = json.load(open(f"{w}/lc.json"))
-lc, e = np.array(res["logits"], np.float64), np.fromfile(f"{w}/e_gguf.bin", "<f4").reshape(300, -1)
-d, scale = np.abs(lc - e).max(), np.abs(e).max()
-assert lc.shape == (300, 559) and d <= 1e-4 * scale, (d, scale)
-eng, n = [int(x) for x in open(f"{w}/g.txt").read().strip().split(",")], len(res["greedy"])
-assert n > 0 and res["greedy"] == eng[:n] and (n == 20 or eng[n] == 1), (res["greedy"], eng)
-print(f"llama.cpp qwen2 == engine: max |diff| {d:.2e} ({d / scale:.1e} of {scale:.1f}); greedy tokens equal")
-PY
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" qwen2 "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
 fi
 finish
