@@ -59,10 +59,10 @@ static void put_fraction(cp_strbuf *js, const char *field, int64_t num, int64_t 
 
 /* llama.cpp's per-pair RoPE divisors (the rope_freqs tensor its converter writes for llama3
  * scaling) as the rope_scaling that gives them (model/rope.h cp_rope_fit_factors); no scaling key
- * may come with them. `base_key` names the freq_base key (llama.cpp's default 10000). */
-static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const char *base_key, int64_t dims) {
+ * may come with them. RoPE theta is `arch`.rope.freq_base (llama.cpp's default 10000). */
+static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const char *arch, int64_t dims) {
   const cp_tensor *t = cp_gguf_tensor(g, i);
-  char what[600], key[128];
+  char what[600], key[128], base_key[128];
   float f[CP_ROPE_MAX_DIMS / 2];
   double theta = 10000;
   int rc;
@@ -70,7 +70,8 @@ static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const 
   if (t->dtype != CP_F32 || t->ndim != 1 || t->shape[0] != dims / 2 || dims / 2 > CP_ROPE_MAX_DIMS / 2)
     return cp_error_set(CP_ECFG_POSITION, "%s: want %lld float32 factors (one per rotated pair), not %s of %d dims",
                         what, (long long)(dims / 2), cp_dtype_name(t->dtype), t->ndim);
-  snprintf(key, sizeof key, "%.*s.rope.scaling.type", (int)(strlen(base_key) - strlen(".rope.freq_base")), base_key);
+  snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+  snprintf(base_key, sizeof base_key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0)
     return cp_error_set(CP_ECFG_POSITION, "%s: comes with key '%s': two RoPE scalings", what, key);
   if ((cp_gguf_find_key(g, base_key) >= 0 && (rc = cp_gguf_get_f64(&theta, g, base_key))) ||
@@ -109,7 +110,7 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
     if (strcmp(arch, "llama"))
       return cp_error_set(CP_ECFG_POSITION, "%s: tensor 'rope_freqs.weight': llama.cpp's %s does not read "
                           "per-pair RoPE frequency factors", cp_gguf_path(g), arch);
-    return put_rope_freqs(js, g, (size_t)freqs, key, dims);
+    return put_rope_freqs(js, g, (size_t)freqs, arch, dims);
   }
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   if (cp_gguf_find_key(g, key) < 0) return 0;
