@@ -8,6 +8,11 @@ usage: make_llama_bf16.py OUTDIR {1b,7b,tiny-256k} [SEED]
   7b         Llama-2-7B's shape: d_model 4096, d_ff 11008, 32 layers, 32 heads, vocab 32000:
              6.74e9 parameters, 13.5 GB
   tiny-256k  d_model 64, 2 layers, vocab 256000: the logits-buffer check (32K-256K vocabularies)
+  llama3.2-1b  Llama 3.2 1B's shape (issues 31, 32, 34): d_model 2048, d_ff 8192, 16 layers, 32 heads
+             (8 KV), vocab 128256, tied head, rope_theta 500000, llama3 RoPE scaling x32 from 8192:
+             1.24e9 parameters, 2.5 GB
+  tiny-llama3  the same config with d_model 64, d_ff 256, 2 layers, 4 heads (2 KV): the dry run of
+             the device kit's big-model step
 Tensors are written one at a time, so the script needs memory for the largest one only.
 """
 import json
@@ -21,6 +26,8 @@ SHAPES = {
     "1b": dict(D=2048, F=5632, L=22, H=32, Hkv=4, V=32000, ctx=2048),
     "7b": dict(D=4096, F=11008, L=32, H=32, Hkv=32, V=32000, ctx=4096),
     "tiny-256k": dict(D=64, F=256, L=2, H=4, Hkv=4, V=256000, ctx=32768),
+    "llama3.2-1b": dict(D=2048, F=8192, L=16, H=32, Hkv=8, V=128256, ctx=131072, llama3=True),
+    "tiny-llama3": dict(D=64, F=256, L=2, H=4, Hkv=2, V=128256, ctx=131072, llama3=True),
 }
 
 
@@ -40,7 +47,8 @@ def tensors(s):
         yield p + "mlp.up_proj.weight", (F, D), "normal"
         yield p + "mlp.down_proj.weight", (D, F), "normal"
     yield "model.norm.weight", (D,), "ones"
-    yield "lm_head.weight", (V, D), "normal"
+    if not s.get("llama3"):  # Llama 3.2's head is tied to the embedding
+        yield "lm_head.weight", (V, D), "normal"
 
 
 def bf16(x):
@@ -79,6 +87,11 @@ def main():
            "max_position_embeddings": s["ctx"], "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
            "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
            "bos_token_id": 1, "eos_token_id": 2}
+    if s.get("llama3"):  # Llama 3.2 1B's config.json values
+        cfg.update({"tie_word_embeddings": True, "rope_theta": 500000.0, "bos_token_id": 128000,
+                    "eos_token_id": 128001, "head_dim": s["D"] // s["H"],
+                    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 

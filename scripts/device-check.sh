@@ -14,7 +14,8 @@
 # Steps, in order of value: 0 environment; 1 the CUDA consistency test (CPU kernel vs device
 # kernel, every rule); 2 the engine goldens on both devices, then verify passkey on the probe
 # models (device at 4K/16K/32K, CPU at 4K); 3 Hugging Face transformers against ctxpatch on the
-# tiny models and on ctxpatch artifacts; 4 the attention benchmark against SDPA/FlexAttention.
+# tiny models and on ctxpatch artifacts; 4 the attention benchmark against SDPA/FlexAttention;
+# 5 a Llama-3.2-1B-shaped synthetic model made on the spot, verify at 16K-128K (dry run: a tiny one).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -70,7 +71,8 @@ step() {
     return
   fi
   # timeout runs programs, not shell functions: a function step runs in a child bash that gets
-  # its definition (the variables it reads are exported below).
+  # its definition (the variables it reads are exported below; step_seconds is its time box).
+  export step_seconds=$(($(left) - 20))
   if declare -F "$1" >/dev/null; then
     timeout --kill-after=5 $(($(left) - 20)) bash -c "$(declare -f "$1"); $1" >"$tmp/$name.json" 2>>"$log"
   else
@@ -226,4 +228,17 @@ attention_bench() {
   return $rc
 }
 step attention_bench 120 attention_bench
+
+# ---- 5. the 1B-shaped model (bench/make_llama_bf16.py llama3.2-1b, made here: 2.5 GB does not travel)
+big_model() {
+  local tok=$root/device/share/llama-3.2-tokenizer.json.gz preset=llama3.2-1b lens=16384,32768,65536,131072
+  [ -f "$tok" ] || tok=$root/../shared/fixtures/tokenizers/modern/llama3/llama-3.2/tokenizer.json.gz
+  [ -f "$tok" ] || { echo '{"reason": "no Llama 3.2 tokenizer.json.gz (scripts/device-pack.sh packs it)"}'; return 77; }
+  [ "$dry" = 1 ] && preset=tiny-llama3 lens=256
+  mkdir -p "$tmp/big"
+  "$py" scripts/device/big_model.py --bin "$ctx" --tokenizer "$tok" --work "$tmp/big" --device "$dev" \
+    --preset "$preset" --lengths "$lens" --deadline $((step_seconds - 10))
+}
+export root
+step big_model 90 big_model
 say "done in $((SECONDS - start)) s of $budget; report: $OUT/device-report.json"

@@ -7,6 +7,8 @@
 #                        CUDA's, with an $ORIGIN run path (lib/SOURCES says where each came from)
 #   device/bundle.tar.xz the two folders above, compressed (the tree that travels is <= 64 MiB)
 #   device/pack.json     sizes, commit, the newest glibc symbol version the binaries need
+#   device/share/        Llama 3.2's tokenizer.json.gz from ../shared/fixtures (the big-model step;
+#                        the fixtures do not travel, the ignored device/ folder does)
 # The tracked tree (scripts, goldens, probe models, bench/) travels as the working tree itself.
 #
 #   bash scripts/device-pack.sh                      # builds build-device/ (CUDA, sm_90a), packs
@@ -77,6 +79,10 @@ done
 for l in "$out"/bundle/lib/*.so*; do patchelf --set-rpath '$ORIGIN' "$l"; done
 
 bytes() { du -sb "$1" | cut -f1; }
+mkdir -p "$out/share"
+tok=../shared/fixtures/tokenizers/modern/llama3/llama-3.2/tokenizer.json.gz
+if [ -f "$tok" ]; then cp "$tok" "$out/share/llama-3.2-tokenizer.json.gz"; else
+  echo "device-pack: $tok absent: the kit's big-model step will be skipped" >&2; fi
 archive_bytes=0
 if [ "$archive" = 1 ]; then
   tar -C "$out" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - bundle |
