@@ -62,7 +62,8 @@ class MemorySampler:
 def run_verify(args, model, length, rule, work):
     cert = os.path.join(work, "cert.json")
     cmd = [args.bin, "verify", model, "--probe", "passkey", "--lengths", str(length), "--depths", "0.5",
-           "--samples", "1", "--device", args.device, "--no-stats", "--json", "--certificate", cert]
+           "--samples", "1", "--device", args.device, "--no-stats", "--json", "--certificate", cert,
+           "--work-budget", "1000000000000"]  # 128K is 1.7e10 pairs, over the default 1e10
     if rule:
         cmd += ["--rule", rule]
     t0 = time.monotonic()
