@@ -144,6 +144,7 @@ static int dim(const cp_model *m, cp_dim d) {
     case CP_DIM_KV: return m->n_kv_heads * m->d_head;
     case CP_DIM_QKV: return (m->n_heads + 2 * m->n_kv_heads) * m->d_head;
     case CP_DIM_FF: return m->d_ff;
+    case CP_DIM_FF2: return 2 * m->d_ff; /* bounded: parse_phi3 keeps d_ff <= 2^30 */
     case CP_DIM_VOCAB: return m->vocab;
     case CP_DIM_BUCKETS: return m->t5_num_buckets;
     case CP_DIM_HEADS: return m->n_heads;
@@ -240,6 +241,26 @@ static int split_qkv(cp_layer *ly, loader *L, const cp_family_tensor *row, int l
   return 0;
 }
 
+/* Splits a fused gate | up weight [2 d_ff, D] (Phi-3 gate_up_proj; GGUF phi3 ffn_up) into the gate
+ * (first d_ff rows, the half Phi3MLP activates) and up. */
+static int split_gate_up(cp_layer *ly, loader *L, const cp_family_tensor *row, int layer) {
+  cp_model *m = L->m;
+  const size_t D = (size_t)m->d_model, ff = (size_t)m->d_ff;
+  cp_linear fused;
+  int rc = load_linear_as(&fused, L, row, layer, true);
+  if (rc) return rc;
+  cp_linear *dst[2] = {&ly->gate, &ly->up};
+  for (size_t t = 0; t < 2; t++) {
+    float *w = alloc_floats(m, ff * D);
+    float *b = fused.b ? alloc_floats(m, ff) : NULL;
+    if (!w || (fused.b && !b)) return CP_ENOMEM;
+    memcpy(w, (const float *)fused.w + t * ff * D, ff * D * sizeof *w);
+    if (b) memcpy(b, fused.b + t * ff, ff * sizeof *b);
+    *dst[t] = (cp_linear){w, b, (int)ff, (int)D, CP_F32};
+  }
+  return 0;
+}
+
 /* llama.cpp's converter reorders each head's q/k rows for interleaved rotary pairs: HF row
  * i*dh/2 + j (half i, pair j) is stored at row 2j + i. Puts them back in HF order in an owned
  * copy of the same dtype: a row is whole elements or whole quant blocks, moved byte for byte. */
@@ -279,6 +300,7 @@ static int load_layer_row(cp_layer *ly, loader *L, const cp_family_tensor *row, 
     case CP_ROLE_Q_NORM: return load_norm(&ly->q_norm, L, row, layer);
     case CP_ROLE_K_NORM: return load_norm(&ly->k_norm, L, row, layer);
     case CP_ROLE_QKV: return split_qkv(ly, L, row, layer);
+    case CP_ROLE_GATE_UP: return split_gate_up(ly, L, row, layer);
     case CP_ROLE_Q: return load_rotary(&ly->q, L, row, layer, L->m->n_heads);
     case CP_ROLE_K: return load_rotary(&ly->k, L, row, layer, L->m->n_kv_heads);
     case CP_ROLE_V: return load_linear(&ly->v, L, row, layer);
@@ -334,6 +356,7 @@ static int family_settings(cp_model *m, const loader *L) {
       return rc;
     case CP_FAMILY_LLAMA:
     case CP_FAMILY_FIRE:
+    case CP_FAMILY_PHI3:
       m->norm = CP_NORM_RMS;
       return parse_act(m, "config.json hidden_act", c->activation);
     case CP_FAMILY_GPT_NEOX:

@@ -67,9 +67,10 @@ void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *c
   out->ck = ck;
   out->fire_shared = cfg->fire_shared;
   out->qk_norm = cfg->qk_norm;
-  /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs always gate. */
+  /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs (and Phi-3's) always gate. */
   out->gated = cfg->family == CP_FAMILY_T5 ? strncmp(cfg->activation, "gated-", 6) == 0
-                                           : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE;
+                                           : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE ||
+                                             cfg->family == CP_FAMILY_PHI3;
   out->prefix = out->fl->prefixes[0];
   out->gguf = cp_checkpoint_gguf(ck) != NULL;
   if (out->gguf) return;

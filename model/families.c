@@ -142,6 +142,28 @@ static const cp_family_tensor k_gpt2[] = {
     {CP_ROLE_POS_EMBED, DEC, "wpe", CP_BIAS_NONE, CP_DIM_POSITIONS, CP_DIM_D, CP_WHEN_ALWAYS, "position_embd"},
 };
 
+/* Phi-3 (transformers' modeling_phi3.py: Phi3Attention.qkv_proj holds q | k | v rows,
+ * Phi3MLP.gate_up_proj gate | up rows, chunked in that order; no biases). llama.cpp's
+ * LLM_ARCH_PHI3 keeps both fused: attn_qkv, and ffn_up holding gate | up (its swiglu takes the
+ * first half as the gate). */
+static const cp_family_tensor k_phi3[] = {
+    {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},
+    {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS,
+     "blk.%d.attn_norm"},
+    {CP_ROLE_QKV, DEC, "layers.%d.self_attn.qkv_proj", CP_BIAS_NONE, CP_DIM_QKV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_qkv"},
+    {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS,
+     "blk.%d.attn_output"},
+    {CP_ROLE_FFN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_ALWAYS, "blk.%d.ffn_norm"},
+    {CP_ROLE_GATE_UP, DEC, "layers.%d.mlp.gate_up_proj", CP_BIAS_NONE, CP_DIM_FF2, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_up"},
+    {CP_ROLE_DOWN, DEC, "layers.%d.mlp.down_proj", CP_BIAS_NONE, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_down"},
+    {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
+};
+
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
 static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5), false},
@@ -157,6 +179,7 @@ static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
                         false},
     [CP_FAMILY_GPT2] = {CP_FAMILY_GPT2, {"transformer.", ""}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_gpt2),
                         true},
+    [CP_FAMILY_PHI3] = {CP_FAMILY_PHI3, {"model.", NULL}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_phi3), false},
 };
 
 const cp_family_layout *cp_family_layout_of(cp_family family) {

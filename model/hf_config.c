@@ -47,6 +47,7 @@ static const struct {
     {"qwen2", CP_FAMILY_LLAMA}, /* the Llama body with q/k/v biases (modeling_qwen2.py) */
     {"qwen3", CP_FAMILY_LLAMA}, /* the Llama body with per-head q/k RMSNorm (modeling_qwen3.py) */
     {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
+    {"phi3", CP_FAMILY_PHI3},
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -67,6 +68,7 @@ static const struct {
     {"GPTNeoXForCausalLM", "gpt_neox"},   {"GPTNeoXModel", "gpt_neox"},
     {"CtxpatchFireForCausalLM", "ctxpatch_fire"},
     {"GPT2LMHeadModel", "gpt2"},          {"GPT2Model", "gpt2"},
+    {"Phi3ForCausalLM", "phi3"},          {"Phi3Model", "phi3"},
 };
 
 /* Model types refused with their reason rather than as unknown. */
@@ -79,7 +81,7 @@ static const struct {
 };
 
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gpt_neox, ctxpatch_fire, gpt2";
+  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gpt_neox, ctxpatch_fire, gpt2, phi3";
 }
 
 const char *cp_family_name(cp_family family) {
@@ -91,6 +93,7 @@ const char *cp_family_name(cp_family family) {
     case CP_FAMILY_GPT_NEOX: return "gpt_neox";
     case CP_FAMILY_FIRE: return "fire";
     case CP_FAMILY_GPT2: return "gpt2";
+    case CP_FAMILY_PHI3: return "phi3";
     case CP_FAMILY_COUNT: break;
   }
   return "?";
@@ -717,6 +720,53 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* Phi-3 / Phi-3.5 mini (transformers' models/phi3: configuration_phi3.py Phi3Config,
+ * modeling_phi3.py Phi3Attention and Phi3MLP): the Llama body with q | k | v fused in qkv_proj
+ * and gate | up in gate_up_proj (split at load, model/families.c), no biases, RMSNorm, SiLU,
+ * partial_rotary_factor. Phi3Config reads a rope type "su" or "yarn" as "longrope"; longrope
+ * itself is read for `inspect` and refused at load (model/rope.c). Phi3Model masks with
+ * sliding_window when it is set: a window shorter than max_position_embeddings is refused here
+ * (the engines run no sliding window yet), null or one at least that long is full attention
+ * over every length the model is run at. */
+static int parse_phi3(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ROPE;
+  TRY(parse_llama_body(cfg, c, true));
+  if (!field(r, "rms_norm_eps")) cfg->norm_eps = 1e-5; /* Phi3Config's default */
+  if (cfg->d_ff > CFG_INT_MAX / 2) /* gate_up_proj has 2 d_ff rows */
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'intermediate_size': %d is above 2^30 (gate_up_proj holds twice as "
+                        "many rows)", c->what, cfg->d_ff);
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
+  TRY(opt_num(&cfg->rotary_pct, c, r, "partial_rotary_factor", NULL, "", 1.0, 0, 1, "a number in (0, 1]"));
+  const char *name = field(r, "rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const cJSON *rs = field(r, name);
+  if (rs && cJSON_IsObject(rs)) {
+    const cJSON *t = field(rs, "type") ? field(rs, "type") : field(rs, "rope_type");
+    if (cJSON_IsString(t) && (!strcmp(t->valuestring, "su") || !strcmp(t->valuestring, "yarn")))
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.%s': '%s' is read by Phi3Config as 'longrope', which is not "
+                          "supported yet (its factors are chosen by the length of each call)", c->what, name,
+                          field(rs, "type") ? "type" : "rope_type", t->valuestring);
+  }
+  TRY(rope_scaling(cfg, c));
+  const cJSON *sw = field(r, "sliding_window");
+  if (sw && !cJSON_IsNull(sw)) {
+    int w = 0;
+    TRY(as_pos_int(&w, c, sw, "sliding_window"));
+    if (cfg->train_len <= 0 || w < cfg->train_len)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key 'sliding_window': %d is below max_position_embeddings %lld: sliding "
+                          "windows are not supported yet (null, or a window at least max_position_embeddings, is "
+                          "full attention)", c->what, w, (long long)cfg->train_len);
+  }
+  cfg->sliding_window = 0;
+  cfg->qkv_bias = false;
+  cfg->no_bias = true;
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 32000));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 32000));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
 static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
@@ -966,6 +1016,7 @@ static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
     case CP_FAMILY_GPT_NEOX: rc = parse_gpt_neox(cfg, c); break;
     case CP_FAMILY_FIRE: rc = parse_fire(cfg, c); break;
     case CP_FAMILY_GPT2: rc = parse_gpt2(cfg, c); break;
+    case CP_FAMILY_PHI3: rc = parse_phi3(cfg, c); break;
     case CP_FAMILY_COUNT: assert(0); break;
   }
   if (rc) return rc;

@@ -335,6 +335,47 @@ static void qwen3_configs(void) {
   CHECK(strstr(cp_error_message(), "'qwen3_moe' is not supported") != NULL); /* from architectures[0] */
 }
 
+/* Phi-3 (Phi3Config, modeling_phi3.py): the Llama body, fused qkv_proj / gate_up_proj, no biases,
+ * Phi3Config's defaults (rms_norm_eps 1e-5, eos and pad 32000); partial_rotary_factor; a sliding
+ * window below max_position_embeddings refused (Phi-3-mini-4k's 2047 of 4096), null or one at
+ * least as long accepted; "su" / "yarn" (read by Phi3Config as longrope) refused at parse,
+ * longrope itself read (for inspect) and refused at load (model/rope.c). */
+#define PHI3_HEAD                                                                                              \
+  "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"hidden_size\":3072,\"num_attention_heads\":32," \
+  "\"num_key_value_heads\":32,\"num_hidden_layers\":32,\"intermediate_size\":8192,\"vocab_size\":32064,"        \
+  "\"max_position_embeddings\":4096,\"original_max_position_embeddings\":4096,"
+static void phi3_configs(void) {
+  cp_hf_config *c = parse_mem(0, PHI3_HEAD "\"sliding_window\":null,\"rope_theta\":10000.0,\"rope_scaling\":null,"
+                                           "\"tie_word_embeddings\":false,\"bos_token_id\":1}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_PHI3 && !strcmp(c->model_type, "phi3") && !strcmp(cp_family_name(c->family), "phi3"));
+    CHECK(c->d_head == 96 && c->rotary_dims == 96 && c->n_kv_heads == 32 && c->pos == CP_POS_ROPE);
+    CHECK(near(c->norm_eps, 1e-5) && c->eos_token_id == 32000 && c->pad_token_id == 32000 && c->bos_token_id == 1);
+    CHECK(!c->qkv_bias && c->no_bias && c->sliding_window == 0 && !c->tie_word_embeddings && !c->qk_norm);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, PHI3_HEAD "\"sliding_window\":4096,\"partial_rotary_factor\":0.75,\"rms_norm_eps\":1e-6}");
+  if (c) {
+    CHECK(c->rotary_dims == 72 && near(c->norm_eps, 1e-6) && c->sliding_window == 0);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, PHI3_HEAD "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[2]}}");
+  if (c) {
+    CHECK(!strcmp(c->rope_scaling_type, "longrope")); /* read for inspect; loading refuses it */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"sliding_window\":2047}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'sliding_window': 2047 is below max_position_embeddings 4096: sliding "
+                                       "windows are not supported yet") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"rope_scaling\":{\"type\":\"su\",\"short_factor\":[1],\"long_factor\":[2]}}");
+  CHECK(strstr(cp_error_message(), "key 'rope_scaling.type': 'su' is read by Phi3Config as 'longrope'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0}}");
+  CHECK(strstr(cp_error_message(), "key 'rope_scaling.rope_type': 'yarn' is read by Phi3Config as 'longrope'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"phi3\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                               "\"num_hidden_layers\":2,\"intermediate_size\":1073741825,\"vocab_size\":100}");
+  CHECK(strstr(cp_error_message(), "key 'intermediate_size': 1073741825 is above 2^30") != NULL);
+}
+
 static void mistral_7b(void) {
   cp_hf_config *c = load("mistral-7b-v0.1.json");
   if (!c) return;
@@ -658,6 +699,7 @@ int main(void) {
   rope_scaling_types();
   qwen2_configs();
   qwen3_configs();
+  phi3_configs();
   mistral_7b();
   pythia_70m();
   gpt2_small();

@@ -40,6 +40,8 @@ typedef enum {
   CP_ROLE_FFN_NORM,   /* [D] */
   CP_ROLE_GATE,       /* [d_ff, D], gated FFNs only */
   CP_ROLE_UP,         /* [d_ff, D] */
+  CP_ROLE_GATE_UP,    /* fused [2 d_ff, D]: gate rows, then up rows (Phi-3 gate_up_proj); the loader
+                         splits it into GATE and UP */
   CP_ROLE_DOWN,       /* [D, d_ff] */
   CP_ROLE_FIRE,       /* base name of a FIRE MLP (parts below); per layer or shared */
   CP_ROLE_FINAL_NORM, /* [D], per stack */
@@ -66,7 +68,7 @@ static inline const char *cp_fire_out_part(int layers, bool bias) {
 typedef enum { CP_STACK_DECODER, CP_STACK_ENCODER } cp_stack_kind; /* decoder-only: DECODER */
 
 /* A tensor dimension in terms of the config. */
-typedef enum { CP_DIM_NONE, CP_DIM_D, CP_DIM_Q, CP_DIM_KV, CP_DIM_QKV, CP_DIM_FF, CP_DIM_VOCAB,
+typedef enum { CP_DIM_NONE, CP_DIM_D, CP_DIM_Q, CP_DIM_KV, CP_DIM_QKV, CP_DIM_FF, CP_DIM_FF2 /* 2 d_ff */, CP_DIM_VOCAB,
                CP_DIM_BUCKETS, CP_DIM_HEADS, CP_DIM_POSITIONS /* n_positions */, CP_DIM_HEAD /* d_head */ } cp_dim;
 
 /* Which bias a row's module has: the config decides for the last two. */
@@ -103,7 +105,7 @@ typedef struct {
 typedef enum {
   CP_QKV_SEPARATE,    /* q, k, v are their own tensors */
   CP_QKV_INTERLEAVED, /* BLOOM, GPT-NeoX: rows per head [H, 3, dh] (needs H == Hkv) */
-  CP_QKV_CONCAT,      /* MPT: q | k | v rows */
+  CP_QKV_CONCAT,      /* MPT, Phi-3: q | k | v rows */
 } cp_qkv_layout;
 
 /* Where the positional term lives as a weight, so a temperature (and for ALiBi a static factor)

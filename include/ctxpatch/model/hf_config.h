@@ -21,6 +21,7 @@ typedef enum {
   CP_FAMILY_GPT_NEOX, /* model_type gpt_neox */
   CP_FAMILY_FIRE,     /* model_type ctxpatch_fire (layout in docs/fire-layout.md) */
   CP_FAMILY_GPT2,     /* model_type gpt2 (GPT2LMHeadModel: Conv1D weights, learned wpe positions) */
+  CP_FAMILY_PHI3,     /* model_type phi3 (Phi3ForCausalLM: the Llama body with fused qkv_proj, gate_up_proj) */
   CP_FAMILY_COUNT
 } cp_family;
 
