@@ -263,6 +263,11 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
       return rc;
     return rc;
   }
+  if (cfg->family == CP_FAMILY_PHI3) /* convert_hf_to_gguf.py Phi3MiniModel: the rotated dims, not the head */
+    return (rc = put_u32(w, arch, "rope.dimension_count", cfg->rotary_dims)) ||
+                   (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps))
+               ? rc
+               : put_f32(w, arch, "rope.freq_base", cfg->rope_theta);
   if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
   if (cfg->family == CP_FAMILY_GPT_NEOX) {
     char key[128];
@@ -461,6 +466,11 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attention_bias': true, but llama.cpp's qwen3 has no attention "
                             "biases", in);
       return 0;
+    case CP_FAMILY_PHI3: /* llama.cpp's phi3: SiLU gate, no biases (both as HF's Phi3MLP, Phi3Attention) */
+      if (strcmp(act, "silu") && strcmp(act, "swish"))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_act': '%s', but llama.cpp's phi3 always runs SiLU", in,
+                            act);
+      return 0;
     case CP_FAMILY_BLOOM:
       if (!cfg->residual_post_layernorm) return 0;
       return cp_error_set(CP_EUNSUPPORTED, "%s: key 'apply_residual_connection_post_layernorm': true is not run by "
@@ -496,7 +506,7 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
                             "GELU", in, act);
       return 0;
     default:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2 and t5 models; %s has no "
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5 and phi3 models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
   }
 }

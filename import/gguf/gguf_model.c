@@ -88,9 +88,9 @@ static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const 
   return 0;
 }
 
-/* Rope keys: dimension_count (the whole head unless `partial`, else rotary_pct), freq_base, and
- * scaling "none" or "linear" with a factor. */
-static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t d_head, bool partial) {
+/* Rope keys: dimension_count (the whole head unless `partial`, the HF key of the fraction:
+ * rotary_pct, partial_rotary_factor), freq_base, and scaling "none" or "linear" with a factor. */
+static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t d_head, const char *partial) {
   char key[128];
   int64_t dims = d_head;
   int rc;
@@ -102,7 +102,7 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
                           (long long)dims, (long long)d_head,
                           partial ? "expected an even count in [2, head size]" : "partial rotary is not read for llama");
   }
-  if (partial) put_fraction(js, "rotary_pct", dims, d_head);
+  if (partial) put_fraction(js, partial, dims, d_head);
   snprintf(key, sizeof key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0 && (rc = put_num(js, g, key, "rope_theta"))) return rc;
   int64_t freqs = cp_gguf_find(g, "rope_freqs.weight");
@@ -141,7 +141,8 @@ static const struct {
                {"gpt2", CP_FAMILY_GPT2, "gpt2", NULL},
                {"t5", CP_FAMILY_T5, "t5", NULL},
                {"qwen2", CP_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM"},
-               {"qwen3", CP_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM"}};
+               {"qwen3", CP_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM"},
+               {"phi3", CP_FAMILY_PHI3, "phi3", "Phi3ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -256,7 +257,7 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
   int rc;
   cp_strbuf_printf(js, "{\"model_type\":\"%s\"", model_type);
   if ((rc = read_dims(&a, js, g, arch))) return rc;
-  snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA ? "rms_" : "");
+  snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA || family == CP_FAMILY_PHI3 ? "rms_" : "");
   switch (family) {
     case CP_FAMILY_LLAMA: {
       char key[128];
@@ -269,7 +270,31 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
           (rc = put_num(js, g, eps, "rms_norm_eps")))
         return rc;
-      return put_rope(js, g, arch, a.d_head, false);
+      return put_rope(js, g, arch, a.d_head, NULL);
+    }
+    case CP_FAMILY_PHI3: {
+      /* llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): fused attn_qkv and ffn_up, NEOX
+       * rotation of rope.dimension_count dims; longrope's per-pair factors are the
+       * rope_factors_long / rope_factors_short tensors, which the engines do not run. A
+       * sliding_window key goes into the config, where one below the context length is refused
+       * as from an HF config (llama.cpp itself ignores it for phi3). */
+      char key[128];
+      static const char *const factors[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+      for (int i = 0; i < 2; i++)
+        if (cp_gguf_find(g, factors[i]) >= 0)
+          return cp_error_set(CP_ECFG_POSITION, "%s: tensor '%s': longrope scaling is not supported yet",
+                              cp_gguf_path(g), factors[i]);
+      cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
+                       "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"intermediate_size\":%lld",
+                       hf_arch, (long long)a.d, (long long)a.heads, (long long)a.kv_heads, (long long)a.ff);
+      int64_t window = 0; /* 0 or absent: none */
+      snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+      if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&window, g, key))) return rc;
+      if (window != 0) cp_strbuf_printf(js, ",\"sliding_window\":%lld", (long long)window);
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "rms_norm_eps")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, "partial_rotary_factor");
     }
     case CP_FAMILY_GPT_NEOX: {
       /* llama.cpp's gptneox runs ggml_gelu, the tanh form, whatever the HF config said. */
@@ -286,7 +311,7 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
           (rc = put_num(js, g, eps, "layer_norm_eps")))
         return rc;
-      return put_rope(js, g, arch, a.d_head, true);
+      return put_rope(js, g, arch, a.d_head, "rotary_pct");
     }
     case CP_FAMILY_BLOOM:
       if ((rc = no_gqa(g, arch, &a))) return rc;

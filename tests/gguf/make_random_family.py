@@ -2,7 +2,7 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|mistral_hd [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|mistral_hd|phi3|phi3_tied [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -13,6 +13,9 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
   qwen3         the Llama body with per-head q/k RMSNorm, head_dim 32 (hidden 64 / 4 heads is 16), GQA
                 4/2, no biases, tied head, rope_theta 1e6
   mistral_hd    qwen3 without the q/k norms, as model_type mistral (explicit head_dim, no sliding window)
+  phi3          Phi3ForCausalLM: fused qkv_proj (GQA 4/2) and gate_up_proj, partial_rotary_factor 0.5,
+                untied head, sliding_window null
+  phi3_tied     the same with a tied head, whole-head rotary, sliding_window 256 (= max_position_embeddings)
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -161,6 +164,27 @@ def main():
             cfg.update({"architectures": ["MistralForCausalLM"], "model_type": "mistral"})
             for k in ("attention_bias", "use_sliding_window", "max_window_layers"):
                 del cfg[k]
+    elif kind in ("phi3", "phi3_tied"):  # modeling_phi3.py: qkv_proj = q | k | v rows, gate_up_proj = gate | up
+        tied = kind == "phi3_tied"
+        t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
+        dh = D // H
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm(), norm()
+            t[q + "self_attn.qkv_proj.weight"] = w((H + 2 * (H // 2)) * dh, D)
+            t[q + "self_attn.o_proj.weight"] = w(D, D)
+            t[q + "mlp.gate_up_proj.weight"], t[q + "mlp.down_proj.weight"] = w(2 * 4 * D, D), w(D, 4 * D)
+        t["model.norm.weight"] = norm()
+        if not tied:
+            t["lm_head.weight"] = w(V, D)
+        cfg = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": T,
+               "original_max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+               "rope_scaling": None, "sliding_window": T if tied else None, "tie_word_embeddings": tied,
+               "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
+        if not tied:
+            cfg["partial_rotary_factor"] = 0.5
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

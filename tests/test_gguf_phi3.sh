@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Phi-3 (issue 31): tiny random Phi3ForCausalLM folders (tests/gguf/make_random_family.py phi3: fused
+# qkv_proj with GQA 4/2 and gate_up_proj, partial_rotary_factor 0.5, untied head; phi3_tied: tied head,
+# whole-head rotary, sliding_window = max_position_embeddings) read and run by the engine, written as
+# llama.cpp's `phi3` architecture and proven in llama.cpp (node-llama-cpp 3.22.1):
+#   - names and keys as convert_hf_to_gguf.py's Phi3MiniModel writes them: attn_qkv (q | k | v rows, not
+#     permuted: llama.cpp rotates halves as HF does), ffn_up holding gate | up [2 d_ff], no ffn_gate,
+#     rope.dimension_count = the rotated dims (8 of 16), no output.weight when tied;
+#   - `ctxpatch forward` on the GGUF == on the HF folder; GGUF -> safetensors equal to the source
+#     tensors, config.json back as phi3 with partial_rotary_factor 0.5;
+#   - llama.cpp's logits == the engine's at 41 and 300 tokens (past the 256 training length), max
+#     |diff| <= 1e-4 x max |logit| (SiLU and RMSNorm in f32), greedy tokens equal on the 300;
+#   - a GGUF with longrope's rope_factors_long tensor, or a sliding window below the context
+#     length, refused with one line naming the tensor or key.
+# llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
+. "$src/tests/gguf/llamacpp_env.sh"
+# folders not named phi3: llama.cpp sets token attributes of "</s>" etc. by name on a model whose
+# general.name (the folder) contains "phi3" / "phi-3", and fails on a vocabulary without them
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/tiny" phi3
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/tinyt" phi3_tied 2
+check "$bin" convert "$w/tiny" "$w/phi3.gguf" --to gguf
+check "$bin" convert "$w/tinyt" "$w/phi3t.gguf" --to gguf
+check "$bin" convert "$w/phi3.gguf" "$w/phi3_sf" --to safetensors
+"$py" - "$w" <<'PY' && ok || bad "phi3 GGUF names, keys and rows"
+import sys, json, struct, numpy as np, gguf_py as g
+w = sys.argv[1]
+def st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
+            for k, e in hdr.items() if k != "__metadata__"}
+hf, back = st(f"{w}/tiny/model.safetensors"), st(f"{w}/phi3_sf/model.safetensors")
+_, kv, _, t, order = g.read(f"{w}/phi3.gguf")
+assert kv["general.architecture"] == "phi3", kv["general.architecture"]
+for key, v in {"phi3.block_count": 2, "phi3.embedding_length": 64, "phi3.attention.head_count": 4,
+               "phi3.attention.head_count_kv": 2, "phi3.rope.dimension_count": 8,
+               "phi3.context_length": 256, "phi3.feed_forward_length": 256}.items():
+    assert kv[key] == v, (key, kv.get(key))
+assert abs(kv["phi3.rope.freq_base"] - 1e4) < 1e-3 and abs(kv["phi3.attention.layer_norm_rms_epsilon"] - 1e-5) < 1e-12
+assert "output.weight" in t and not any(k.endswith(".bias") or "ffn_gate" in k for k in t), sorted(t)
+for l in range(2):
+    for gn, hn in (("attn_qkv", "self_attn.qkv_proj"), ("ffn_up", "mlp.gate_up_proj"), ("attn_output", "self_attn.o_proj")):
+        a = g.f32(t[f"blk.{l}.{gn}.weight"]).reshape(-1)
+        assert np.array_equal(a, hf[f"model.layers.{l}.{hn}.weight"].reshape(-1)), (l, gn)
+assert sorted(back) == sorted(hf), sorted(set(back) ^ set(hf))
+assert all(np.array_equal(back[k], hf[k]) for k in hf)
+cfg = json.load(open(f"{w}/phi3_sf/config.json"))
+assert cfg["model_type"] == "phi3" and cfg["partial_rotary_factor"] == 0.5, cfg
+_, kv, _, t, _ = g.read(f"{w}/phi3t.gguf")
+assert "output.weight" not in t and kv["phi3.rope.dimension_count"] == 16
+print("phi3 GGUF: arch keys, 8 rotated dims, fused attn_qkv and ffn_up as HF's, no gate; safetensors back equal")
+PY
+prompt=$("$py" -c "import random; r=random.Random(11); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+short=$(cut -d, -f1-41 <<<"$prompt")
+check "$bin" forward "$w/tiny" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
+check "$bin" forward "$w/phi3.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
+check "$bin" forward "$w/phi3_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
+check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
+check cmp "$w/e_hf.bin" "$w/e_sf.bin"
+check "$bin" forward "$w/phi3t.gguf" --ids "$short" --out "$w/e_t.bin" --threads 1
+# refusals: longrope's factor tensor, a window below the context length (the tied GGUF rewritten with
+# ggml's layout by tests/gguf/make_gguf_cases.py's helpers, read by gguf_py)
+"$py" - "$w" <<'PY' && ok || bad "write the refused phi3 GGUFs"
+import sys, struct, gguf_py as g, make_gguf_cases as mk
+w = sys.argv[1]
+_, kv, types, t, order = g.read(f"{w}/phi3t.gguf")
+def write(path, extra_kv=(), extra_tensors=()):
+    kvs = [mk.kv(k, types[k], (v[1], v[0]) if types[k] == mk.ARR else v) for k, v in kv.items()
+           if k != "general.alignment"] + [mk.kv(*x) for x in extra_kv]
+    ts = [(n, t[n][1], {0: "F32", 1: "F16"}[t[n][0]], t[n][2]) for n in order] + list(extra_tensors)
+    open(path, "wb").write(mk.gguf(kvs, ts))
+write(f"{w}/lr.gguf", extra_tensors=[("rope_factors_long.weight", [8], "F32", struct.pack("<8f", *[1.0] * 8))])
+write(f"{w}/sw.gguf", extra_kv=[("phi3.attention.sliding_window", mk.U32, 128)])
+write(f"{w}/same.gguf")
+PY
+check "$bin" forward "$w/same.gguf" --ids "$short" --out "$w/e_same.bin" --threads 1
+check cmp "$w/e_t.bin" "$w/e_same.bin"
+for case in "lr|CP_ECFG_POSITION: $w/lr.gguf: tensor 'rope_factors_long.weight': longrope scaling is not supported yet" \
+            "sw|CP_ECFG_FIELD: $w/sw.gguf (GGUF metadata as config.json): key 'sliding_window': 128 is below max_position_embeddings 256: sliding windows are not supported yet (null, or a window at least max_position_embeddings, is full attention)"; do
+  name=${case%%|*}
+  "$bin" forward "$w/$name.gguf" --ids "$short" --out "$w/$name.bin" >/dev/null 2>"$w/$name.err"
+  [ $? -ne 0 ] && [ ! -e "$w/$name.bin" ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error ${case#*|}" ] && ok ||
+    bad "refused phi3 GGUF ($name): $(cat "$w/$name.err")"
+done
+if [ "$lc" = 1 ]; then
+  node "$w/run.mjs" "$w/phi3.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp phi3.gguf"
+  node "$w/run.mjs" "$w/phi3t.gguf" 0 "$short" 1 >"$w/lct.json" && ok || bad "llama.cpp phi3t.gguf"
+  "$bin" forward "$w/phi3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" phi3 "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 tied, 41 tokens" "$w/lct.json" "$w/e_t.bin" 41 559
+fi
+finish
