@@ -372,6 +372,11 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
         return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi cannot compose with '%s' "
                             "scaling (one rope_scaling type per config); use a temperature or lm-infinite patch",
                             cp_checkpoint_dir(ck), m->rope_type);
+      /* configuration_phi3.py (Phi3Config.validate_rope) raises on any type but default and longrope. */
+      if (m->family == CP_FAMILY_PHI3)
+        return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi would write 'linear', which "
+                            "transformers' Phi3Config refuses (default or longrope only); use a temperature or "
+                            "lm-infinite patch", cp_checkpoint_dir(ck));
       out->fidelity = CP_FIDELITY_NATIVE_CONFIG;
       out->rope_factor = m->rope_scale * patch->rope_factor;
       if (!isfinite(out->rope_factor)) /* JSON has no infinity: it would be written as null */

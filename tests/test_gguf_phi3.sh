@@ -10,6 +10,8 @@
 #     tensors, config.json back as phi3 with partial_rotary_factor 0.5;
 #   - llama.cpp's logits == the engine's at 41 and 300 tokens (past the 256 training length), max
 #     |diff| <= 1e-4 x max |logit| (SiLU and RMSNorm in f32), greedy tokens equal on the 300;
+#   - `patch --method temperature --tau 0.8` (q rows of qkv_proj / attn_qkv divided) == the rule, in
+#     the engine and in llama.cpp; rope-pi refused (Phi3Config accepts no 'linear' rope_scaling);
 #   - a GGUF with longrope's rope_factors_long tensor, or a sliding window below the context
 #     length, refused with one line naming the tensor or key.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
@@ -84,7 +86,23 @@ for case in "lr|CP_ECFG_POSITION: $w/lr.gguf: tensor 'rope_factors_long.weight':
   [ $? -ne 0 ] && [ ! -e "$w/$name.bin" ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error ${case#*|}" ] && ok ||
     bad "refused phi3 GGUF ($name): $(cat "$w/$name.err")"
 done
+# patches: a temperature baked into the q rows of qkv_proj (folder) and of attn_qkv (GGUF) equals the
+# rule; rope-pi refused (Phi3Config raises on a 'linear' rope_scaling), nothing written
+echo '{"temperature": 0.8}' >"$w/t.json"
+check "$bin" patch "$w/tiny" "$w/pt" --method temperature --tau 0.8 --no-verify
+check "$bin" patch "$w/tiny" "$w/pt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
+check "$bin" forward "$w/tiny" --ids "$short" --rule "$w/t.json" --out "$w/e_rule.bin" --threads 1
+check "$bin" forward "$w/pt" --ids "$short" --out "$w/e_pt.bin" --threads 1
+check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --vocab 559 --label "phi3 baked tau"
+check "$bin" forward "$w/tiny" --ids "$short" --out "$w/e_id.bin" --threads 1
+"$py" "$src/tests/onnx/compare_logits.py" "$w/e_id.bin" "$w/e_rule.bin" --vocab 559 --tol 1e-2 >/dev/null &&
+  bad "tau 0.8 leaves the logits within 1e-2" || ok
+"$bin" patch "$w/tiny" "$w/pr" --method rope-pi --factor 2 --no-verify >/dev/null 2>"$w/pr.err"
+[ $? -ne 0 ] && [ ! -e "$w/pr" ] && [ "$(cat "$w/pr.err")" = "ctxpatch: error CP_EARG: $w/tiny/config.json: key 'rope_scaling.type': rope-pi would write 'linear', which transformers' Phi3Config refuses (default or longrope only); use a temperature or lm-infinite patch" ] &&
+  ok || bad "rope-pi on phi3: $(cat "$w/pr.err")"
 if [ "$lc" = 1 ]; then
+  node "$w/run.mjs" "$w/pt.gguf" 0 "$short" 1 >"$w/lcpt.json" && ok || bad "llama.cpp pt.gguf"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 tau 0.8 baked in attn_qkv" "$w/lcpt.json" "$w/e_rule.bin" 41 559
   node "$w/run.mjs" "$w/phi3.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp phi3.gguf"
   node "$w/run.mjs" "$w/phi3t.gguf" 0 "$short" 1 >"$w/lct.json" && ok || bad "llama.cpp phi3t.gguf"
   "$bin" forward "$w/phi3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
