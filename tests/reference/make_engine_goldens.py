@@ -81,6 +81,11 @@ def build_models():
         # Qwen3: per-head q/k RMSNorm before RoPE, explicit head_dim 32 (hidden 64 / 4 heads would be 16)
         M.Llama("qwen3", 408, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, head_dim=32, train_len=32,
                 qwen3=True, tied=True, mix=3.0),
+        # Phi-3: fused qkv_proj (GQA 4/2) and gate_up_proj, partial_rotary_factor 0.5 (rotary on 8 of
+        # 16 dims), untied head, forward at 41 tokens past the 32-token training length
+        M.Phi3("phi3", 409, n_layers=2, D=64, n_heads=4, n_kv=2, dff=96, train_len=32, partial=0.5, mix=3.0),
+        # tied, whole-head rotary, 300 tokens (two forward cases only: each is [300, V] logits)
+        M.Phi3("phi3_300", 412, n_layers=2, D=64, n_heads=4, n_kv=4, dff=64, train_len=64, tied=True),
     ]
 
 
@@ -89,7 +94,7 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
            "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56,
-           "qwen3": 56}
+           "qwen3": 56, "phi3": 41, "phi3_300": 300}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -131,6 +136,8 @@ def cases_for(m):
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
     if family(m) == "learned":
         return out + LEARNED_CASES
+    if m.name == "phi3_300":   # the long prompt: the identity and one temperature
+        return out[:2]
     out += [
         ("lambda", "forward", od(("lambda_mask", LAMBDA))),
         ("ceiling_6", "forward", od(("distance_ceiling", 6))),

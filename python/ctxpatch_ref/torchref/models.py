@@ -1,7 +1,7 @@
 """Tiny random models in Hugging Face layout (config.json field names, tensor names) and their
 forward passes in plain torch (float64), following HF's modeling code:
 modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
-modeling_gpt2.py;
+modeling_gpt2.py, modeling_phi3.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -503,6 +503,84 @@ class Llama(Model):
             x = rms_norm(h, w[p + "post_attention_layernorm.weight"], self.eps)
             y = silu(linear(x, w[p + "mlp.gate_proj.weight"])) * linear(x, w[p + "mlp.up_proj.weight"])
             h = h + linear(y, w[p + "mlp.down_proj.weight"])
+        h = rms_norm(h, w["model.norm.weight"], self.eps)
+        head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
+        return linear(h, head), stats
+
+
+# ---------------------------------------------------------------- Phi-3
+
+class Phi3(Model):
+    """transformers' models/phi3/modeling_phi3.py (Phi3Attention, Phi3MLP, Phi3DecoderLayer) and
+    configuration_phi3.py: qkv_proj [H*dh + 2*Hkv*dh, D] sliced q | k | v, gate_up_proj [2*dff, D]
+    chunked gate | up, no biases, RMSNorm, SiLU, rotate-half RoPE on the first
+    int(dh * partial_rotary_factor) dims of each head (Phi3RotaryEmbedding with
+    compute_default_rope_parameters; apply_rotary_pos_emb passes the rest through)."""
+
+    def __init__(self, name, seed, n_layers=2, n_heads=4, n_kv=2, D=64, dff=96, V=96, train_len=32,
+                 partial=1.0, tied=False, mix=1.0):
+        self.name = name
+        self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
+        self.dh = D // n_heads
+        self.rot = int(self.dh * partial)   # Phi3RotaryEmbedding: dim = int(head_dim * partial_rotary_factor)
+        self.eps = 1e-5                     # Phi3Config.rms_norm_eps default, written out below
+        self.theta = 10000.0
+        self.tied = tied
+        cfg = [("architectures", ["Phi3ForCausalLM"]), ("attention_bias", False), ("attention_dropout", 0.0),
+               ("bos_token_id", 1), ("embd_pdrop", 0.0), ("eos_token_id", 2), ("hidden_act", "silu"),
+               ("hidden_size", D), ("initializer_range", 0.02), ("intermediate_size", dff),
+               ("max_position_embeddings", train_len), ("model_type", "phi3"),
+               ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers), ("num_key_value_heads", n_kv),
+               ("original_max_position_embeddings", train_len), ("pad_token_id", 0)]
+        if partial != 1.0:
+            cfg += [("partial_rotary_factor", partial)]
+        cfg += [("resid_pdrop", 0.0), ("rms_norm_eps", self.eps), ("rope_scaling", None),
+                ("rope_theta", self.theta), ("sliding_window", None), ("tie_word_embeddings", tied),
+                ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)]
+        self.config = collections.OrderedDict(cfg)
+        self.facts = R.ModelFacts(False, 0, n_layers, train_len, "rope")
+        g = Init(seed)
+        qd, kvd = n_heads * self.dh, n_kv * self.dh
+        t = {"model.embed_tokens.weight": g.normal([V, D], 0.5)}
+        for l in range(n_layers):
+            p = "model.layers.%d." % l
+            t[p + "input_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            # q, k and v drawn with their own scales, then fused as HF stores them
+            t[p + "self_attn.qkv_proj.weight"] = torch.cat(
+                [g.normal([qd, D], 0.3), g.normal([kvd, D], 0.3), g.normal([kvd, D], 0.2)])
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, qd], 0.2 * mix)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.1, 1.0)
+            t[p + "mlp.gate_up_proj.weight"] = torch.cat([g.normal([dff, D], 0.3), g.normal([dff, D], 0.2)])
+            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15 * mix)
+        t["model.norm.weight"] = g.normal([D], 0.1, 1.0)
+        if not tied:
+            t["lm_head.weight"] = g.normal([V, D], 0.3)
+        self.finish(t)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["model.embed_tokens.weight"][ids]
+        stats = []
+        rep = H // self.Hkv
+        qd, kvd = H * self.dh, self.Hkv * self.dh
+        c = 1.0 / math.sqrt(self.dh)   # Phi3Attention.scaling = head_dim ** -0.5
+        for l in range(self.L):
+            p = "model.layers.%d." % l
+            x = rms_norm(h, w[p + "input_layernorm.weight"], self.eps)
+            qkv = linear(x, w[p + "self_attn.qkv_proj.weight"])
+            q = heads(qkv[:, :qd], H)
+            k = heads(qkv[:, qd:qd + kvd], self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(qkv[:, qd + kvd:], self.Hkv).repeat_interleave(rep, dim=0)
+            plan = R.Plan(rule, self.facts, "dec", l)
+            score = R.rope_scorer(q, k, c, self.rot, self.theta, 1.0)
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[p + "self_attn.o_proj.weight"])
+            x = rms_norm(h, w[p + "post_attention_layernorm.weight"], self.eps)
+            gate, up = linear(x, w[p + "mlp.gate_up_proj.weight"]).chunk(2, dim=-1)
+            h = h + linear(up * silu(gate), w[p + "mlp.down_proj.weight"])
         h = rms_norm(h, w["model.norm.weight"], self.eps)
         head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
         return linear(h, head), stats
