@@ -39,10 +39,10 @@ static void check_family(cp_family f) {
   s.n = 0;
   for (size_t i = 0; i < fl->n_tensors; i++) {
     const cp_family_tensor *row = &fl->tensors[i];
-    static const cp_tensor_role qkv[3] = {CP_ROLE_Q, CP_ROLE_K, CP_ROLE_V};
-    /* the export writes a fused q/k/v as q, k and v */
-    const cp_tensor_role *roles = row->role == CP_ROLE_QKV ? qkv : &row->role;
-    int n_roles = row->role == CP_ROLE_QKV ? 3 : 1;
+    static const cp_tensor_role qkv[3] = {CP_ROLE_Q, CP_ROLE_K, CP_ROLE_V}, gate_up[2] = {CP_ROLE_GATE, CP_ROLE_UP};
+    /* the export writes a fused q/k/v as q, k and v, Phi-3's fused gate/up as gate and up */
+    const cp_tensor_role *roles = row->role == CP_ROLE_QKV ? qkv : row->role == CP_ROLE_GATE_UP ? gate_up : &row->role;
+    int n_roles = row->role == CP_ROLE_QKV ? 3 : row->role == CP_ROLE_GATE_UP ? 2 : 1;
     bool per_layer = strstr(row->hf, "%d") != NULL;
     for (int r = 0; r < n_roles; r++)
       for (int l = 0; l < (per_layer ? LAYERS : 1); l++) {

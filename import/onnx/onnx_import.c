@@ -125,28 +125,31 @@ int cp_oi_take(cp_onnx_import *im, const char *dst, const cp_onnx_tensor *src, b
 
 /* ---------------------------------------------------------------- ctxpatch's own names */
 
-/* q, k, v of `layer` fused into the family's HF QKV tensor (families.h cp_qkv_layout): rows
- * q | k | v, or per head [H, 3, dh] when interleaved; GPT-2's Conv1D keeps [in, out] columns. */
-static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_config *c, const char *dst,
-                    int layer, const char *suffix) {
-  static const cp_tensor_role roles[3] = {CP_ROLE_Q, CP_ROLE_K, CP_ROLE_V};
+/* The exported parts (q, k, v; or Phi-3's gate, up) of `layer` fused into the family's HF tensor
+ * `dst` (families.h): rows part after part, or for q, k, v per head [H, 3, dh] when the layout is
+ * interleaved; GPT-2's Conv1D keeps [in, out] columns. */
+static int fuse_rows(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_config *c, const char *dst,
+                     int layer, const char *suffix, bool gate_up) {
+  static const cp_tensor_role qkv_roles[3] = {CP_ROLE_Q, CP_ROLE_K, CP_ROLE_V}, ffn_roles[2] = {CP_ROLE_GATE, CP_ROLE_UP};
+  const cp_tensor_role *roles = gate_up ? ffn_roles : qkv_roles;
+  const int n = gate_up ? 2 : 3;
   const cp_onnx_tensor *src[3];
   float *part[3] = {NULL, NULL, NULL}, *out = NULL;
   char name[CP_TENSOR_NAME_MAX];
   bool bias = !strcmp(suffix, ".bias");
   int rc = 0, nin = bias ? 1 : -1;
   int64_t rows[3], total = 0;
-  for (int p = 0; p < 3; p++) {
+  for (int p = 0; p < n; p++) {
     cp_onnx_name(name, fl->family, roles[p], CP_STACK_DECODER, layer, suffix);
     if (!(src[p] = find_init(im, name))) {
-      if (bias && p == 0) return 0; /* no attention biases */
+      if (bias && p == 0) return 0; /* no biases */
       rc = cp_error_set(CP_EMODEL_TENSOR, "%s: initializer '%s' is missing", im->path, name);
       goto done;
     }
     int64_t in = bias ? 1 : src[p]->ndim == 2 ? src[p]->shape[0] : -1;
     if (src[p]->ndim != (bias ? 1 : 2) || (nin >= 0 && in != nin)) {
-      rc = cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s': shape does not fuse with q's into %s", im->path,
-                        name, dst);
+      rc = cp_error_set(CP_EONNX_RECOVER, "%s: initializer '%s': shape does not fuse with %s's into %s", im->path,
+                        name, gate_up ? "the gate" : "q", dst);
       goto done;
     }
     nin = (int)in;
@@ -154,7 +157,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
     total += rows[p];
     if ((rc = cp_oi_read_f32(&part[p], im, src[p]))) goto done;
   }
-  bool interleaved = fl->qkv == CP_QKV_INTERLEAVED;
+  bool interleaved = !gate_up && fl->qkv == CP_QKV_INTERLEAVED;
   if (interleaved && (rows[0] != rows[1] || rows[0] != rows[2] || rows[0] % c->d_head)) {
     rc = cp_error_set(CP_EONNX_RECOVER, "%s: %s: q, k, v of %lld, %lld, %lld rows do not interleave per head of %d",
                       im->path, dst, (long long)rows[0], (long long)rows[1], (long long)rows[2], c->d_head);
@@ -162,7 +165,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
   }
   CP_CHECK_ALLOC_GOTO(out = malloc((size_t)(total * nin) * sizeof *out + 1), im->path);
   int64_t dh = c->d_head, at = 0;
-  for (int p = 0; p < 3; p++) {
+  for (int p = 0; p < n; p++) {
     for (int64_t r = 0; r < rows[p]; r++, at++) {
       int64_t row = interleaved ? (r / dh) * 3 * dh + p * dh + r % dh : at; /* HF output row */
       for (int64_t i = 0; i < nin; i++) {
@@ -176,7 +179,7 @@ static int fuse_qkv(cp_onnx_import *im, const cp_family_layout *fl, const cp_hf_
             : fl->conv1d ? cp_oi_add(im, dst, out, 2, nin, total) : cp_oi_add(im, dst, out, 2, total, nin);
   out = NULL;
 done:
-  for (int p = 0; p < 3; p++) free(part[p]);
+  for (int p = 0; p < n; p++) free(part[p]);
   free(out);
   return rc;
 }
@@ -235,8 +238,8 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
   }
   for (int s = 0; s < 2; s++) {
     cp_names_row(dst, nm, row, layer, suffix[s]);
-    if (row->role == CP_ROLE_QKV) {
-      int rc = fuse_qkv(im, nm->fl, c, dst, layer, suffix[s]);
+    if (row->role == CP_ROLE_QKV || row->role == CP_ROLE_GATE_UP) {
+      int rc = fuse_rows(im, nm->fl, c, dst, layer, suffix[s], row->role == CP_ROLE_GATE_UP);
       if (rc) return rc;
       continue;
     }
@@ -256,7 +259,7 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
 
 static int recover_ctxpatch(cp_onnx_import *im, const cp_hf_config *c) {
   cp_names nm = {.fl = cp_family_layout_of(c->family), .fire_shared = c->fire_shared, .qk_norm = c->qk_norm,
-                 .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE};
+                 .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE || c->family == CP_FAMILY_PHI3};
   nm.prefix = nm.fl->prefixes[0];
   bool fire_done = false;
   for (size_t i = 0; i < nm.fl->n_tensors; i++) {
