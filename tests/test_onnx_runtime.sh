@@ -150,6 +150,8 @@ for p in paths: onnx.checker.check_model(p, full_check=True)" "$c/checker-copy" 
 
 for m in "$models"/*/; do
   m=${m%/}; name=$(basename "$m")
+  # phi3_300 is phi3's 300-token engine golden; its graph is phi3's (the matrix runs that one)
+  [ "$name" = phi3_300 ] && continue
   eval "$(facts "$m")"
   for r in "${rules[@]}"; do run_case "$m" "$name" "$r"; done
 done
