@@ -9,7 +9,7 @@
 #    --stop-at-eos` on the same ids, and its accuracy equals `ctxpatch verify`'s on those cells.
 #    A family transformers.js cannot load (e.g. model_type ctxpatch_fire) is reported as a known
 #    limitation with its exact error (a skip for that model, not a pass);
-# 1b. the Qwen3 golden model exported with a temperature: transformers.js's greedy tokens equal
+# 1b. the Qwen3 and Phi-3 golden models exported with a temperature: transformers.js's greedy tokens equal
 #    `ctxpatch forward --rule --generate`'s.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 . "$src/tests/onnx/env.sh"
@@ -32,24 +32,27 @@ if ! "$bin" convert --help 2>&1 | grep >/dev/null -- "onnx"; then
   finish; exit
 fi
 
-# 1b. Qwen3 (per-head q/k RMSNorm in the graph, explicit head_dim): the golden model exported with
-#     a temperature, greedy tokens of transformers.js (its own model_type qwen3 loader) equal to
+# 1b. Qwen3 (per-head q/k RMSNorm in the graph, explicit head_dim) and Phi-3 (fused qkv_proj and
+#     gate_up_proj split at load, partial rotary 0.5, GQA): each golden model exported with a
+#     temperature, greedy tokens of transformers.js (its own model_type qwen3 / phi3 loader) equal to
 #     `ctxpatch forward --rule --generate` on prompts past its 32-token training length; the probe
 #     tokenizer files are only there for transformers.js to load (ids in, ids out)
-q3=$src/tests/goldens/engine/models/qwen3
-echo '{"temperature": 0.8}' > "$work/q3rule.json"
-if "$bin" convert "$q3" "$work/q3" --to onnx --rule "$work/q3rule.json" >/dev/null &&
-   cp "$probes/rope-probe/tokenizer.json" "$probes/rope-probe/tokenizer_config.json" "$work/q3/"; then
-  for s in 1 2; do
-    ids=$("$py" -c "import random; r=random.Random($s); print(','.join(['1']+[str(r.randrange(3,96)) for _ in range(60)]))")
-    got=$(node "$t/tjs_passkey.mjs" "$work/q3" --generate-ids "$ids" --max-new-tokens 16 2>&1)
-    want=$("$bin" forward "$q3" --ids "$ids" --rule "$work/q3rule.json" --generate 16 --stop-at-eos --threads 2)
-    echo "qwen3 prompt $s: transformers.js $got / ctxpatch $want"
-    [ "$got" = "$want" ] && ok || bad "qwen3: transformers.js greedy tokens differ from ctxpatch's"
-  done
-else
-  bad "qwen3: convert --to onnx"
-fi
+echo '{"temperature": 0.8}' > "$work/t08rule.json"
+for fam in qwen3 phi3; do
+  gm=$src/tests/goldens/engine/models/$fam
+  if "$bin" convert "$gm" "$work/$fam" --to onnx --rule "$work/t08rule.json" >/dev/null &&
+     cp "$probes/rope-probe/tokenizer.json" "$probes/rope-probe/tokenizer_config.json" "$work/$fam/"; then
+    for s in 1 2; do
+      ids=$("$py" -c "import random; r=random.Random($s); print(','.join(['1']+[str(r.randrange(3,96)) for _ in range(60)]))")
+      got=$(node "$t/tjs_passkey.mjs" "$work/$fam" --generate-ids "$ids" --max-new-tokens 16 2>&1)
+      want=$("$bin" forward "$gm" --ids "$ids" --rule "$work/t08rule.json" --generate 16 --stop-at-eos --threads 2)
+      echo "$fam prompt $s: transformers.js $got / ctxpatch $want"
+      [ "$got" = "$want" ] && ok || bad "$fam: transformers.js greedy tokens differ from ctxpatch's"
+    done
+  else
+    bad "$fam: convert --to onnx"
+  fi
+done
 [ -f "$probes/rope-probe/model.safetensors" ] || { echo "SKIP (probe models): $probes absent"; finish; exit; }
 lengths=512 depths=0,0.5,1 seed=5
 declare -A rules=(
