@@ -12,6 +12,7 @@
 #     |diff| <= 1e-4 x max |logit| (SiLU and RMSNorm in f32), greedy tokens equal on the 300;
 #   - `patch --method temperature --tau 0.8` (q rows of qkv_proj / attn_qkv divided) == the rule, in
 #     the engine and in llama.cpp; rope-pi refused (Phi3Config accepts no 'linear' rope_scaling);
+#   - a certified temperature patch (passkey probes) written and passing `check`;
 #   - a GGUF with longrope's rope_factors_long tensor, or a sliding window below the context
 #     length, refused with one line naming the tensor or key.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
@@ -100,6 +101,13 @@ check "$bin" forward "$w/tiny" --ids "$short" --out "$w/e_id.bin" --threads 1
 "$bin" patch "$w/tiny" "$w/pr" --method rope-pi --factor 2 --no-verify >/dev/null 2>"$w/pr.err"
 [ $? -ne 0 ] && [ ! -e "$w/pr" ] && [ "$(cat "$w/pr.err")" = "ctxpatch: error CP_EARG: $w/tiny/config.json: key 'rope_scaling.type': rope-pi would write 'linear', which transformers' Phi3Config refuses (default or longrope only); use a temperature or lm-infinite patch" ] &&
   ok || bad "rope-pi on phi3: $(cat "$w/pr.err")"
+# the pipeline: a certified patch (passkey at 128 and 320 tokens; random weights pass only as "no
+# drop": the run must complete and write), then check on it
+check "$bin" patch "$w/tiny" "$w/pv" --method temperature --tau 0.9 --verify passkey --lengths 128,320 --samples 2 \
+  --depths 0:1:2 --threads 1 --accept-no-gain --accept-underpowered
+check "$bin" check "$w/pv"
+"$py" -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['model']['family'] == 'phi3', c['model']" \
+  "$w/pv/certificate.json" && ok || bad "certificate family"
 if [ "$lc" = 1 ]; then
   node "$w/run.mjs" "$w/pt.gguf" 0 "$short" 1 >"$w/lcpt.json" && ok || bad "llama.cpp pt.gguf"
   check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 tau 0.8 baked in attn_qkv" "$w/lcpt.json" "$w/e_rule.bin" 41 559
