@@ -87,6 +87,18 @@ for case in "lr|CP_ECFG_POSITION: $w/lr.gguf: tensor 'rope_factors_long.weight':
   [ $? -ne 0 ] && [ ! -e "$w/$name.bin" ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error ${case#*|}" ] && ok ||
     bad "refused phi3 GGUF ($name): $(cat "$w/$name.err")"
 done
+# longrope (Phi-3-mini-128k, Phi-3.5): convert --to gguf refuses it as every route does (it said
+# "use --to onnx", which refuses it too), nothing written
+cp -r "$w/tiny" "$w/lr"
+"$py" - "$w/lr/config.json" <<'PY' && ok || bad "longrope config"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(max_position_embeddings=1024, rope_scaling={"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4})
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$bin" convert "$w/lr" "$w/lr_out.gguf" --to gguf >/dev/null 2>"$w/lrc.err"
+[ $? -ne 0 ] && [ ! -e "$w/lr_out.gguf" ] && [ "$(cat "$w/lrc.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/lr: key 'rope_scaling.type': 'longrope' is not supported: its frequencies change with the length of each forward call" ] &&
+  ok || bad "longrope --to gguf: $(cat "$w/lrc.err")"
 # patches: a temperature baked into the q rows of qkv_proj (folder) and of attn_qkv (GGUF) equals the
 # rule; rope-pi refused (Phi3Config raises on a 'linear' rope_scaling), nothing written
 echo '{"temperature": 0.8}' >"$w/t.json"

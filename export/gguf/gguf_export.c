@@ -456,6 +456,10 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
    * qwen2 does not); YaRN has its own keys, not written yet: a linear key would run other
    * frequencies. */
   bool llama3 = !strcmp(cfg->rope_scaling_type, "llama3") && !strcmp(cp_gguf_arch_of_config(cfg), "llama");
+  /* Refused by every route (model/rope.c): sending the user to --to onnx would be a dead end. */
+  if (!strcmp(cfg->rope_scaling_type, "dynamic") || !strcmp(cfg->rope_scaling_type, "longrope"))
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not supported: its frequencies change "
+                        "with the length of each forward call", in, cfg->rope_scaling_type);
   if (cfg->rope_scaling_type[0] && strcmp(cfg->rope_scaling_type, "linear") != 0 && !llama3)
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF yet for %s (llama.cpp "
                         "reads a rope_freqs tensor for llama only, and YaRN from its own keys); use --to onnx", in,
