@@ -267,6 +267,7 @@ PYEOF
       grep -qF "error CP_EVERIFY_RUNTIME: $ie/bad/model.onnx: onnxruntime computes other logits on this graph than the ctxpatch engine on the model recovered from it (max |diff| " "$work/err" &&
       grep -qE "> 0.001, at position [0-9]+ of prompt 0, [0-9]+ tokens\): the recovery misses part of what the graph computes" "$work/err" &&
       ok || bad "mask fill: patch --verify with onnxruntime (exit $s): $(cat "$work/err")"
+    [ $s = 1 ] && echo "mask fill -2: refused $(sed 's/.*(max/(max/; s/): the recovery.*/)/' "$work/err")"
     [ -z "$(find "$ie" -maxdepth 1 -name 'bad.onnx*')" ] && ok || bad "mask fill: refused patch wrote $(find "$ie" -maxdepth 1 -name 'bad.onnx*')"
     "$bin" patch "$ie/in/model.onnx" "$ie/out.onnx" "${vargs[@]}" --runtime-dir "$nm" > "$ie/p.out" 2> "$work/err" &&
       check grep -qF "input graph: onnxruntime computes on the input graph the logits the ctxpatch engine computes on the model recovered from it" "$ie/p.out" ||
