@@ -107,7 +107,8 @@ static cJSON *digested_args(int argc, char **argv) {
   return a;
 }
 
-/* Last lines of the child's own log: whether patch refused certification, and its error line. */
+/* Last lines of the child's own log: whether patch refused certification (a failed verdict, or a
+ * work plan over the budget), and its error line. */
 static bool refused_in_log(char *msg, size_t cap, const char *log) {
   FILE *f = fopen(log, "rb");
   char *buf = malloc(LOG_TAIL + 1);
@@ -121,9 +122,11 @@ static bool refused_in_log(char *msg, size_t cap, const char *log) {
   if (f) fclose(f);
   if (!buf) return false;
   buf[n] = '\0';
-  bool refused = strstr(buf, "certification failed:") && !strstr(buf, "ctxpatch: error");
   const char *line = strstr(buf, "ctxpatch: error");
-  if (refused) { /* the first reason */
+  /* a plan over the work budget is refused before any work runs, as a failed verdict after it */
+  static const char work[] = "ctxpatch: error CP_EVERIFY_WORK: ";
+  bool over = line && !strncmp(line, work, sizeof work - 1), refused = (strstr(buf, "certification failed:") && !line) || over;
+  if (refused && !over) { /* the first reason; over the budget: its error line */
     line = strstr(buf, "verdict: "); /* fail, no effect, inconclusive */
     line = line ? strchr(line, '\n') : NULL;
     if (line) line++;

@@ -1,5 +1,6 @@
 /* cli: the runtime check's options and the node script's place (cli/runtime_opts.h). */
 #include "cli/runtime_opts.h"
+#include "cli/cli.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,5 +43,10 @@ void cli_print_runtime_check(const char *certificate_json) {
   if (cJSON_IsString(st) && cJSON_IsString(ver)) printf(" [%s]", ver->valuestring);
   if (cJSON_IsString(st)) printf("\n");
   if (cJSON_IsString(why)) printf("  (%s)\n", why->valuestring);
+  /* patch IN.onnx OUT.onnx: the input graph against the recovered model, before certifying */
+  const cJSON *ie = cJSON_GetObjectItemCaseSensitive(c, "input_equivalence");
+  st = cJSON_GetObjectItemCaseSensitive(ie, "statement"), why = cJSON_GetObjectItemCaseSensitive(ie, "reason");
+  if (cJSON_IsString(st)) cli_printf(stdout, "input graph: %s\n", st->valuestring);
+  if (cJSON_IsString(st) && cJSON_IsString(why)) cli_printf(stdout, "  (%s)\n", why->valuestring);
   cJSON_Delete(c);
 }

@@ -295,6 +295,21 @@ static void graph_plan(cp_bake_plan *plan, const cp_patch *patch) {
            plan->rope_factor > 0 ? " (RoPE positions divided by the config's rope_scaling factor)" : "");
 }
 
+/* patch IN.onnx OUT.onnx's runtime_check (cp_patch_inplace): onnxruntime on the rewrite under the
+ * certified rule, written beside OUT for it and removed after; without onnxruntime "not checked"
+ * and no graph written. */
+static int runtime_check_inplace(cJSON *cert, cp_patch_outcome *out, const cp_model *run, const cp_rule *eff,
+                                 const cp_patch *patch, const cp_patch_params *params) {
+  const cp_patch_inplace *ip = params->inplace;
+  if (!cp_runtime_installed(params->runtime, CP_RUNTIME_ONNXRUNTIME))
+    return cp_patch_runtime_check(cert, out, CP_RUNTIME_ONNXRUNTIME, ip->input_graph, run, eff, params);
+  const char *graph = NULL;
+  int rc = ip->write_graph(ip->ctx, &graph, &patch->rule, run->train_len);
+  if (rc == 0) rc = cp_patch_runtime_check(cert, out, CP_RUNTIME_ONNXRUNTIME, graph, run, eff, params);
+  ip->drop_graph(ip->ctx);
+  return rc;
+}
+
 /* The --to onnx pass (patch.h): config and auxiliary files, the graph of the original weights
  * under the whole rule (refused here, before any probe runs, when the graph cannot compute it),
  * certification of that model and rule on the C engine, the digest, the manifest, the commit. */
@@ -303,7 +318,7 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   cp_checkpoint *ck = params->checkpoint; /* taken (patch.h) */
   cp_atomic_dir *ad = NULL;
   cp_folder_result files = {0};
-  cJSON *block = NULL, *cert = NULL;
+  cJSON *block = NULL, *cert = NULL, *input_eq = NULL;
   cp_rule eff;
   int rc = 0;
   out->patch = *patch;
@@ -322,6 +337,9 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   if (params->on_plan) params->on_plan(params->on_tmp_ctx, patch, &out->plan);
   CP_CHECK_ALLOC_GOTO(block = cp_patch_block(patch, &out->plan, calibration, out->effective_in, out->n_effective_in), in);
   if (params->verify) mark_certified(block);
+  /* patch IN.onnx OUT.onnx: IN in onnxruntime must compute what the recovered model computes
+   * before anything is certified on that model */
+  if (params->verify && params->inplace && (rc = cp_patch_input_equivalence(&input_eq, original, params))) goto done;
   if ((rc = cp_atomic_dir_open(&ad, out_dir, params->replace))) goto done;
   const char *tmp = cp_atomic_dir_path(ad);
   if (params->on_tmp_dir) params->on_tmp_dir(params->on_tmp_ctx, tmp);
@@ -337,8 +355,10 @@ static int patch_write_onnx(cp_patch_outcome *out, const char *in, const char *o
   out->pass = true;
   if (params->verify) {
     if ((rc = certify_model(&cert, out, tmp, in, original, &run, &eff, patch, params)) || !out->pass) goto done;
-    if ((rc = cp_patch_runtime_check(cert, out, CP_RUNTIME_ONNXRUNTIME, tmp, &run, &eff, params)) || !out->pass)
-      goto done;
+    if (input_eq) cJSON_AddItemToObject(cert, "input_equivalence", input_eq), input_eq = NULL;
+    rc = params->inplace ? runtime_check_inplace(cert, out, &run, &eff, patch, params)
+                         : cp_patch_runtime_check(cert, out, CP_RUNTIME_ONNXRUNTIME, tmp, &run, &eff, params);
+    if (rc || !out->pass) goto done;
     if ((rc = write_certificate(out, tmp, cert))) goto done;
     if ((rc = place_onnx_digest(tmp, &files, original->cfg, &out->plan, block, out->certificate_sha256))) goto done;
   }
@@ -349,6 +369,7 @@ done:
   cp_folder_result_free(&files);
   cJSON_Delete(block);
   cJSON_Delete(cert);
+  cJSON_Delete(input_eq);
   return rc;
 }
 

@@ -83,8 +83,10 @@ static int check_names(const cp_onnx_model *m, const char *out) {
  * file there of that name with the same bytes is kept; with other bytes (replaced only with
  * `force`) it stays for the old graph, IN's bytes are copied under a name made from their digest
  * (LOC.<16 hex digits>) and the edit's references moved to it, and the old file's path goes into
- * displaced[k], removed once the new graph is in place. */
-static int place_data_files(char **displaced, cp_onnx_edit *e, const cp_onnx_model *m, const char *out, bool force) {
+ * displaced[k], removed once the new graph is in place. fresh (may be NULL) gets the path of each
+ * file written here (the caller's to remove when nothing else is written). */
+static int place_data_files(char **displaced, char **fresh, cp_onnx_edit *e, const cp_onnx_model *m, const char *out,
+                            bool force) {
   char din[PO_PATH_MAX], dout[PO_PATH_MAX], digest[65] = "";
   bool other = false;
   int rc = m->n_data_files ? other_folder(&other, din, dout, m, out) : 0;
@@ -101,8 +103,10 @@ static int place_data_files(char **displaced, cp_onnx_edit *e, const cp_onnx_mod
       return cp_error_set(CP_EARG, "%s: path too long", out);
     /* Only the ranges IN's tensors use are read and written (formats/onnx_data.h): a file there
      * holding the same bytes in those ranges is kept, a missing one written. */
-    if ((rc = cp_onnx_data_place(NULL, m, k, dst, false)) != CP_EEXIST) {
+    bool written = false;
+    if ((rc = cp_onnx_data_place(&written, m, k, dst, false)) != CP_EEXIST) {
       if (rc < 0) return rc;
+      if (written && fresh && !fresh[k]) CP_CHECK_ALLOC(fresh[k] = strdup(dst), out);
       continue;
     }
     if (!force) return rc;
@@ -117,10 +121,11 @@ static int place_data_files(char **displaced, cp_onnx_edit *e, const cp_onnx_mod
     if (snprintf(named, sizeof named, "%s.%.16s", dst, digest) >= PO_PATH_MAX || (rc = cp_atomic_name_check(named)) < 0)
       return rc < 0 ? rc : cp_error_set(CP_EARG, "%s: path too long", out);
     /* one left by an earlier run cut short is reused when it holds those bytes */
-    if ((rc = cp_onnx_data_place(NULL, m, k, named, false)) < 0)
+    if ((rc = cp_onnx_data_place(&written, m, k, named, false)) < 0)
       return rc == CP_EEXIST
                  ? cp_error_set(CP_EEXIST, "%s: exists with other bytes than %s's; remove it", named, m->path)
                  : rc;
+    if (written && fresh && !fresh[k]) CP_CHECK_ALLOC(fresh[k] = strdup(named), out);
     size_t moved = 0;
     if ((rc = cp_onnx_edit_set_location(&moved, e, loc, strrchr(named, '/') + 1)) < 0) return rc;
     CP_CHECK_ALLOC(displaced[k] = strdup(dst), out);
@@ -171,7 +176,7 @@ static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out,
   const char *values[] = {cert ? "true" : "false", cert ? sha256 : "", cert && text ? text : ""};
   char **displaced = calloc(m->n_data_files + 1, sizeof *displaced);
   CP_CHECK_ALLOC(displaced, out);
-  int rc = place_data_files(displaced, e, m, out, force);
+  int rc = place_data_files(displaced, NULL, e, m, out, force);
   for (size_t k = 0; k < (cert ? 3u : 2u) && rc == 0; k++) rc = cp_onnx_edit_set_meta(e, keys[k], values[k]);
   if (rc == 0) rc = cp_patch_report_drop(out);
   if (rc == 0) rc = cp_onnx_edit_write_digested(NULL, e, out);
@@ -182,6 +187,66 @@ static int write_graph(cp_onnx_edit *e, const cp_onnx_model *m, const char *out,
   free(displaced);
   if (rc == 0 && cert && text) rc = cp_patch_report_write(out, text, strlen(text)); /* after the graph */
   return rc;
+}
+
+/* patch IN.onnx OUT.onnx's graph for onnxruntime before the certificate exists (cp_patch_inplace):
+ * the rewrite under the certified rule (kept in *e for the final write) written to
+ * OUT.ctxpatch-runtime.onnx beside OUT, so that it reads the data files OUT will read; OUT differs
+ * from it only by the certificate's metadata_props, which no runtime reads. */
+typedef struct {
+  cp_onnx_edit **e;
+  cp_onnx_rewrite_report *rep;
+  const cp_onnx_model *m;
+  const cp_rule *asked; /* the rule the options named (may be NULL) */
+  const char *out;
+  bool force;
+  bool final;             /* *e is the certified rule's edit */
+  char **fresh;           /* [m->n_data_files]: data files written beside OUT (removed if OUT is not) */
+  char path[PO_PATH_MAX]; /* the graph written ("" when none) */
+} inplace_ctx;
+
+static int inplace_write(void *ctx, const char **path, const cp_rule *rule, int64_t train_len) {
+  inplace_ctx *c = ctx;
+  bool same = false;
+  int rc = *c->e && c->asked ? same_edit(&same, c->asked, rule) : 0;
+  if (rc == 0 && !same) {
+    cp_onnx_edit_free(*c->e);
+    *c->e = NULL;
+    rc = cp_onnx_rewrite_edit(c->e, c->rep, c->m, rule, train_len);
+  }
+  if (rc < 0) return rc;
+  c->final = true;
+  char **displaced = calloc(c->m->n_data_files + 1, sizeof *displaced);
+  CP_CHECK_ALLOC(displaced, c->out);
+  if (snprintf(c->path, sizeof c->path, "%s.ctxpatch-runtime.onnx", c->out) >= (int)sizeof c->path)
+    rc = cp_error_set(CP_EARG, "%s: path too long", c->out);
+  if (rc == 0) rc = cp_input_check_output(c->path, 0);
+  /* the old OUT keeps the displaced files until the final write replaces it */
+  if (rc == 0) rc = place_data_files(displaced, c->fresh, *c->e, c->m, c->out, c->force);
+  if (rc == 0) rc = cp_onnx_edit_write_digested(NULL, *c->e, c->path);
+  for (size_t k = 0; k < c->m->n_data_files; k++) free(displaced[k]);
+  free(displaced);
+  if (rc < 0) c->path[0] = 0;
+  *path = c->path;
+  return rc;
+}
+
+static void inplace_drop(void *ctx) {
+  inplace_ctx *c = ctx;
+  if (c->path[0]) unlink(c->path);
+  c->path[0] = 0;
+}
+
+/* How the graph stores its matrices (the runtime check's tolerance): its first 2-D float initializer's type. */
+static const char *graph_weights(const cp_onnx_model *m) {
+  for (size_t i = 0; i < m->graph->n_initializers; i++) {
+    const cp_onnx_tensor *t = &m->graph->initializers[i];
+    if (t->ndim != 2) continue;
+    if (t->elem_type == 10) return "f16";  /* TensorProto.FLOAT16 */
+    if (t->elem_type == 16) return "bf16"; /* BFLOAT16 */
+    if (t->elem_type == 1) return "f32";
+  }
+  return "f32";
 }
 
 /* The refusal of a graph whose model cannot be recovered, the reason being the error just set. */
@@ -218,7 +283,7 @@ static int recover(cp_checkpoint **ck, const char *model, const cp_onnx_model *g
  * folder OUT.ctxpatch-certify (its certificate lists that artifact's files), removed afterwards
  * whatever the verdict. */
 static int certify(cp_patch_outcome *oc, const char *model, cp_checkpoint *ck, const char *out_path,
-                   const cp_patch_onnx_params *p) {
+                   const cp_patch_onnx_params *p, const cp_patch_inplace *ip) {
   char tmp_target[PO_PATH_MAX], cert_dir[PO_PATH_MAX], tok[PO_PATH_MAX];
   cp_atomic_dir *d = NULL;
   int rc = 0;
@@ -238,6 +303,7 @@ static int certify(cp_patch_outcome *oc, const char *model, cp_checkpoint *ck, c
   pp.replace = false;
   pp.onnx = &ep;
   pp.checkpoint = ck;
+  pp.inplace = ip;
   ck = NULL; /* cp_patch_run's now */
   if (!pp.tokenizer_path) pp.tokenizer_path = tokenizer_beside(tok, model);
   if ((rc = cp_patch_run(oc, model, cert_dir, p->options, &pp)) < 0 && rc == CP_ETOK_MISSING) {
@@ -259,7 +325,7 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
   cp_onnx_model *m = NULL;
   cp_checkpoint *ck = NULL;
   cp_onnx_edit *e = NULL;
-  char *cert_text = NULL;
+  char *cert_text = NULL, **fresh = NULL;
   bool verify = p->patch->verify != NULL, force = p->patch->replace;
   int rc = 0;
   if (!verify && !p->rule) return cp_error_set(CP_EARG, "%s: an uncertified rewrite needs the rule", in);
@@ -282,7 +348,10 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
     goto done;
   }
   if ((rc = recover(&ck, in, m)) < 0) goto done;
-  rc = certify(&out->outcome, in, ck, out_path, p);
+  CP_CHECK_ALLOC_GOTO(fresh = calloc(m->n_data_files + 1, sizeof *fresh), in);
+  inplace_ctx ic = {&e, &out->rewrite, m, p->rule, out_path, force, false, fresh, ""};
+  cp_patch_inplace ip = {m->path, graph_weights(m), inplace_write, inplace_drop, &ic};
+  rc = certify(&out->outcome, in, ck, out_path, p, &ip);
   ck = NULL; /* taken */
   if (rc < 0 || !out->outcome.pass) goto done;
   /* The certificate.json text the digest covers: the JSON and its newline. */
@@ -295,8 +364,8 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
   strcat(strcpy(cert_text, cj), "\n");
   const cp_rule *rule = &out->outcome.patch.rule;
   bool same = false;
-  if ((rc = check_out(out_path, force)) < 0 || (e && (rc = same_edit(&same, p->rule, rule)) < 0)) goto fail;
-  if (!same) {
+  if ((rc = check_out(out_path, force)) < 0 || (e && p->rule && (rc = same_edit(&same, p->rule, rule)) < 0)) goto fail;
+  if (!same && !ic.final) { /* else the edit onnxruntime ran is the one written */
     cp_onnx_edit_free(e);
     e = NULL;
     if ((rc = cp_onnx_rewrite_edit(&e, &out->rewrite, m, rule, cert_train_len(cj))) < 0) goto fail;
@@ -307,6 +376,11 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
 fail:
   out->outcome.pass = false;
 done:
+  for (size_t k = 0; fresh && k < m->n_data_files; k++) {
+    if (fresh[k] && !out->outcome.written) unlink(fresh[k]); /* copied for onnxruntime; OUT was not written */
+    free(fresh[k]);
+  }
+  free(fresh);
   free(cert_text);
   cp_onnx_edit_free(e);
   cp_checkpoint_free(ck);

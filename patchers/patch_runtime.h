@@ -14,6 +14,13 @@
 int cp_patch_runtime_check(cJSON *cert, cp_patch_outcome *out, cp_runtime_kind kind, const char *artifact,
                            const cp_model *m, const cp_rule *rule, const cp_patch_params *params);
 
+/* patch IN.onnx OUT.onnx, before the certification's probe runs (cp_patch_inplace): onnxruntime on
+ * params->inplace->input_graph against the engine on `m` (the recovered model) with no rule, on
+ * the prompts of params->verify (resolved: probes and lengths). *obj (the caller's) is the
+ * certificate's "input_equivalence": "equal" or "not checked" (CP_INPUT_NOT_COMPARED); a graph
+ * that differs is CP_EVERIFY_RUNTIME naming it, the difference and where. */
+int cp_patch_input_equivalence(cJSON **obj, const cp_model *m, const cp_patch_params *params);
+
 /* --to gguf: the baked folder `tmp` written as a GGUF file beside it (what llama.cpp will run: the
  * same tensors and hyperparameter keys; only ctxpatch.* keys differ from the final file), checked,
  * then removed. */

@@ -68,7 +68,8 @@ usage "shard-count with I/N" "is for --shard k8s" -- --shard 0/2 --shard-count 2
 k8s=$(for i in 0 1 2; do JOB_COMPLETION_INDEX=$i names --shard k8s --shard-count 3; done | tr ' ' '\n' | sed '/^$/d' | sort)
 [ "$k8s" = "$all" ] && ok || bad "k8s indices 0..2 of 3: union is not the recipe once"
 
-# 2. Exit status per outcome (item 19), progress lines in a task log that is a file.
+# 2. Exit status per outcome (item 19; a work-budget refusal is a refusal, item 9), progress lines in a
+# task log that is a file.
 recipe "$work/ok.json" "$work/ok" "$ROPE" "$T09, $T08" "512"                  # 2 certified
 recipe "$work/refused.json" "$work/refused" "$ROPE" "$T09, $PI2" "512"        # 1 certified, 1 refused
 recipe "$work/errors.json" "$work/errors" "$T5" "$PI2" "512"                  # 1 error (rope-pi on T5)
@@ -89,6 +90,14 @@ wait $pid
 [ "$(run_exit refused.json)" = 3 ] && ok || bad "re-run with a recorded refusal: exit not 3"
 [ "$(run_exit refused.json --accept-refused)" = 0 ] && ok || bad "--accept-refused: exit not 0"
 [ "$(run_exit errors.json)" = 4 ] && ok || bad "a job error: exit not 4"
+# a job whose plan is over verify.work_budget is refused before any work, like a failed verdict:
+# recorded "refused" (exit 3), not "error" (before: "error", exit 4)
+recipe "$work/budget.json" "$work/budget" "$ROPE" "$T09" "512"
+sed -i 's/"threads": 1,/"threads": 1, "work_budget": 1000,/' "$work/budget.json"
+[ "$(run_exit budget.json)" = 3 ] && ok || { bad "a job over the work budget: exit not 3"; cat "$work/run.err"; }
+rec=$work/budget/rope-probe-t09-512.batch-failed.json
+[ "$(field "$rec" "r['state'] + ' ' + str('CP_EVERIFY_WORK' in r['message'])")" = "refused True" ] && ok \
+  || bad "work budget record: $(cat "$rec")"
 [ "$(run_exit batcherr.json)" = 1 ] && grep -q "afile" "$work/run.err" && ok || { bad "batch-level error: exit not 1"; cat "$work/run.err"; }
 
 # 3. SIGTERM (item 19): abandon (default) or finish the job in flight, say which, exit 143.

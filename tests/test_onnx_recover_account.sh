@@ -218,4 +218,91 @@ PYEOF
     check grep -qxF "ctxpatch: error CP_EONNX_METADATA: $work/hfc/config.json: key 'n_head' gives 4 but the graph gives 2 (the config.json beside the graph describes another model)" "$work/err"
 fi
 
+# --- onnxruntime on the graph itself (issue 33 item 1, its last part; patchers/patch_runtime.c):
+# torch.onnx's GPT-2 (vocab 559, rope-probe's tokenizer beside it) with the first layer's masked-score
+# fill (the -inf Constant its Where puts above the diagonal; the recovery reads the causal mask from
+# the lower-triangular buffer, not that value) set to -2. Recovery accepts the copy and reads the
+# original's model (forward bit-equal), but onnxruntime now lets masked positions into the scores.
+# With onnxruntime, patch --verify refuses the copy before certifying: one line naming the graph, the
+# difference and where, nothing written (before: certified, its runtime_check made on ctxpatch's own
+# re-export). The original certifies with input_equivalence (onnxruntime on IN) and runtime_check
+# (onnxruntime on the written graph) both measured; check --rerun redoes the written graph's
+# comparison, and refuses once IN no longer holds the graph the model was recovered from. Without
+# onnxruntime both say they were not compared, and check passes.
+rp=$src/examples/probe-models/rope-probe
+if [ -f "$work/src/tg559.onnx" ]; then
+  ie=$work/ie
+  mkdir -p "$ie/in" "$ie/bad"
+  cp "$work/src/tg559.onnx" "$ie/in/model.onnx"
+  cp "$rp/tokenizer.json" "$ie/in/" && cp "$rp/tokenizer.json" "$ie/bad/"
+  "$py" - "$ie/in/model.onnx" "$ie/bad/model.onnx" <<'PYEOF' || bad "mask fill copy"
+import sys
+import numpy as np
+import onnx
+from onnx import numpy_helper
+m = onnx.load(sys.argv[1])
+made = {o: n for n in m.graph.node for o in n.output}
+for n in m.graph.node:
+    c = made.get(n.input[1]) if n.op_type == "Where" else None
+    if c is not None and c.op_type == "Constant" and np.isneginf(numpy_helper.to_array(c.attribute[0].t)).all():
+        c.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(-2.0, np.float32), c.attribute[0].t.name))
+        break
+else:
+    sys.exit("no Where with a -inf Constant fill")
+onnx.save(m, sys.argv[2])
+PYEOF
+  ids=3,1,4,1,5,9,2,6
+  "$bin" forward "$ie/in/model.onnx" --ids $ids --threads 2 --out "$ie/a.f32" 2> "$work/err" &&
+    "$bin" forward "$ie/bad/model.onnx" --ids $ids --threads 2 --out "$ie/b.f32" 2>> "$work/err" &&
+    check cmp -s "$ie/a.f32" "$ie/b.f32" || bad "mask fill: the recovery does not read the copy as the original: $(head -1 "$work/err")"
+  vargs=(--method temperature --tau 0.9 --verify passkey --lengths 80 --samples 2 --accept-no-gain --accept-underpowered)
+  cert() { "$py" -c "import json, sys, onnx; print(json.dumps(json.loads({p.key: p.value for p in onnx.load(sys.argv[1]).metadata_props}['ctxpatch.certificate'])))" "$1"; }
+  if [ $ort = 1 ]; then
+    ort_run "$ie/in/model.onnx" pass $ids "$ie/a.ort.f32" && ort_run "$ie/bad/model.onnx" pass $ids "$ie/b.ort.f32" &&
+      ! "$py" "$t/compare_logits.py" "$ie/b.ort.f32" "$ie/a.ort.f32" --vocab 1 --tol 1e-4 > /dev/null 2>&1 && ok ||
+      bad "mask fill: onnxruntime computes the same on the copy: not a difference the check must catch"
+    "$bin" patch "$ie/bad/model.onnx" "$ie/bad.onnx" "${vargs[@]}" --runtime-dir "$nm" > /dev/null 2> "$work/err"
+    s=$?
+    [ $s = 1 ] && [ "$(wc -l < "$work/err")" = 1 ] &&
+      grep -qF "error CP_EVERIFY_RUNTIME: $ie/bad/model.onnx: onnxruntime computes other logits on this graph than the ctxpatch engine on the model recovered from it (max |diff| " "$work/err" &&
+      grep -qE "> 0.001, at position [0-9]+ of prompt 0, [0-9]+ tokens\): the recovery misses part of what the graph computes" "$work/err" &&
+      ok || bad "mask fill: patch --verify with onnxruntime (exit $s): $(cat "$work/err")"
+    [ $s = 1 ] && echo "mask fill -2: refused $(sed 's/.*(max/(max/; s/): the recovery.*/)/' "$work/err")"
+    [ -z "$(find "$ie" -maxdepth 1 -name 'bad.onnx*')" ] && ok || bad "mask fill: refused patch wrote $(find "$ie" -maxdepth 1 -name 'bad.onnx*')"
+    "$bin" patch "$ie/in/model.onnx" "$ie/out.onnx" "${vargs[@]}" --runtime-dir "$nm" > "$ie/p.out" 2> "$work/err" &&
+      check grep -qF "input graph: onnxruntime computes on the input graph the logits the ctxpatch engine computes on the model recovered from it" "$ie/p.out" ||
+      bad "certified patch with onnxruntime: $(head -1 "$work/err")"
+    cert "$ie/out.onnx" | "$py" -c '
+import json, os, sys
+c = json.load(sys.stdin)
+ie, rc = c["input_equivalence"], c["runtime_check"]
+for o, graph in ((ie, "the input graph"), (rc, "the written graph")):
+    assert o["runtime"] == "onnxruntime" and o["version"].startswith("onnxruntime-node "), o
+    assert o["result"] == "equal" and o["graph"] == graph and o["weights"] == "f32", o
+    assert 0 <= o["max_abs_logit_diff"] <= o["tolerance"] == 1e-3 and o["positions"] >= 1, o
+    assert o["prompts_sha256"] == ie["prompts_sha256"], o
+assert ie["path"] == os.path.realpath(sys.argv[1]) and len(ie["graph_sha256"]) == 64, ie
+assert rc["statement"].startswith("certified on the ctxpatch engine; onnxruntime computes the same logits"), rc
+' "$ie/in/model.onnx" && ok || bad "certified patch with onnxruntime: certificate"
+    [ ! -e "$ie/out.onnx.ctxpatch-runtime.onnx" ] && ok || bad "the graph onnxruntime ran was left beside OUT"
+    "$bin" check "$ie/out.onnx" --rerun --runtime-dir "$nm" > "$ie/c.out" 2> "$work/err" &&
+      check grep -qF "runtime re-run: equal" "$ie/c.out" || bad "check --rerun: $(cat "$ie/c.out" "$work/err")"
+    cp "$ie/bad/model.onnx" "$ie/in/model.onnx" # IN changed after certifying: the rerun has no model to run
+    "$bin" check "$ie/out.onnx" --rerun --runtime-dir "$nm" > "$ie/c.out" 2>&1 && bad "check --rerun after IN changed passed" ||
+      check grep -qF "the input graph the model was recovered from has changed" "$ie/c.out"
+    cp "$work/src/tg559.onnx" "$ie/in/model.onnx"
+  else
+    echo "note: onnxruntime-node not installed: the input graph's comparison and its refusal not checked"
+  fi
+  env -u CTXPATCH_RUNTIMES "$bin" patch "$ie/in/model.onnx" "$ie/nort.onnx" "${vargs[@]}" > /dev/null 2> "$work/err" &&
+    cert "$ie/nort.onnx" | "$py" -c '
+import json, sys
+c = json.load(sys.stdin)
+ie, rc = c["input_equivalence"], c["runtime_check"]
+assert rc["result"] == "not checked" and rc["statement"] == "certified on the ctxpatch engine; runtime equivalence not checked", rc
+assert ie["result"] == "not checked", ie
+assert ie["statement"] == "the model recovered from the input graph was not compared with the graph in onnxruntime", ie
+' && "$bin" check "$ie/nort.onnx" > /dev/null 2>> "$work/err" && ok || bad "certified patch without onnxruntime: $(head -1 "$work/err")"
+fi
+
 finish

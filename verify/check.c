@@ -385,9 +385,10 @@ int cp_check_artifact(cp_check_report *out, const char *path, const cp_check_par
                       dir ? " as a folder" : " as one file");
     goto done;
   }
-  /* GGUF and ONNX: --rerun redoes the runtime comparison only, so it needs the runtime. */
+  /* GGUF and ONNX: --rerun redoes the runtime comparison only, so it needs the runtime (an ONNX
+   * folder, or the graph file of patch IN.onnx OUT.onnx, whose comparison was made on that file). */
   bool runtime = params && params->runtime && params->runtime->node_modules;
-  if (params && params->rerun && (!runtime || !dir) && !strcmp(fmt->name, "onnx")) { /* probes: C engine only */
+  if (params && params->rerun && !runtime && !strcmp(fmt->name, "onnx")) { /* probes: C engine only */
     rc = cp_error_set(CP_EUNSUPPORTED, "%s: --rerun: the C engine does not run ONNX graphs; check the artifact without "
                                        "--rerun, or give --runtime-dir to redo the onnxruntime comparison (docs/onnx.md)",
                       path);

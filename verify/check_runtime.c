@@ -10,6 +10,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/formats/gguf.h"
+#include "ctxpatch/formats/onnx_digest.h"
 #include "ctxpatch/import/gguf_model.h"
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
@@ -142,6 +143,43 @@ static int prompts_of(cp_runtime_prompts *pr, cp_probe_kind probes[CP_PROBE_COUN
   return 0;
 }
 
+/* patch IN.onnx OUT.onnx: the engine cannot open the rewritten third-party graph (its rule's nodes
+ * are no part of a recovered model), so it runs the model recovered from IN, the certificate's
+ * input_equivalence.path, when IN still has the recorded graph digest, under the certificate's
+ * rule at its training length. *rule (the caller's) is that rule. */
+static int engine_from_input(cp_model **m, cp_rule **rule, const char **in, const check_ctx *c) {
+  const cJSON *ie = cJSON_GetObjectItemCaseSensitive(c->cert, "input_equivalence");
+  const char *want = str_of(ie, "graph_sha256");
+  char have[65], why[400];
+  *in = str_of(ie, "path");
+  snprintf(why, sizeof why, "%s", cp_error_message());
+  if (!*in || !is_hex64(want))
+    return cp_error_set(CP_EUNSUPPORTED,
+                        "%s; and the certificate names no input graph (input_equivalence.path and "
+                        "graph_sha256) to recover the certified model from",
+                        why);
+  cp_onnx_model *g = NULL;
+  int rc = cp_onnx_file_digest(have, &g, *in);
+  cp_onnx_model_free(g);
+  if (rc < 0) return rc;
+  if (strcmp(have, want) != 0)
+    return cp_error_set(CP_EVERIFY_RUNTIME,
+                        "%s: graph digest %.12s... is not the %.12s... the certificate recorded: the "
+                        "input graph the model was recovered from has changed",
+                        *in, have, want);
+  char *text = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c->cert, "rule"));
+  const cJSON *tl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->cert, "model"), "train_len");
+  CP_CHECK_ALLOC(text, "certificate.json");
+  if (!(*rule = malloc(sizeof **rule))) rc = cp_nomem("certificate.json");
+  if (rc == 0) rc = cp_rule_parse(*rule, text, strlen(text), "certificate.json: rule");
+  free(text);
+  if (rc == 0) rc = cp_model_open_stored(m, *in);
+  if (rc == 0 && cJSON_IsNumber(tl) && tl->valuedouble >= 1 && tl->valuedouble <= (double)(1ll << 20) &&
+      (int64_t)tl->valuedouble != (*m)->train_len)
+    rc = cp_model_set_train_len(*m, (int64_t)tl->valuedouble, CP_TRAIN_LEN_OPTION);
+  return rc;
+}
+
 /* The comparison made again on the artifact as it is opened (its metadata rule applied). */
 static int rerun(check_ctx *c, const cJSON *old, cp_runtime_kind kind, const cp_check_params *p) {
   cp_check_report *r = c->report;
@@ -151,6 +189,7 @@ static int rerun(check_ctx *c, const cJSON *old, cp_runtime_kind kind, const cp_
   cp_model *m = NULL;
   cp_tokenizer *tok = NULL;
   cJSON *now = NULL;
+  cp_rule *rule = NULL; /* NULL: the artifact's metadata rule */
   bool differs = false;
   int rc = prompts_of(&pr, probes, &lengths, c->cert, p);
   if (rc < 0) goto done;
@@ -159,9 +198,14 @@ static int rerun(check_ctx *c, const cJSON *old, cp_runtime_kind kind, const cp_
                     p->runtime->node_modules);
     goto done;
   }
-  const char *weights = kind == CP_RUNTIME_ONNXRUNTIME ? str_of(old, "weights") : NULL;
-  if (cp_model_open_stored(&m, c->path) < 0 || cp_model_tokenizer_open(&tok, c->path) < 0 ||
-      cp_runtime_check(&now, &differs, p->runtime, kind, c->path, m, NULL, tok, &pr, weights) < 0) {
+  const char *weights = kind == CP_RUNTIME_ONNXRUNTIME ? str_of(old, "weights") : NULL, *in = NULL;
+  bool rewritten = kind == CP_RUNTIME_ONNXRUNTIME && cp_path_has_suffix(c->path, ".onnx");
+  if (cp_model_open_stored(&m, c->path) < 0 && (!rewritten || engine_from_input(&m, &rule, &in, c) < 0)) {
+    rc = check_fail(r, "runtime-rerun", "runtime rerun: %s", cp_error_message());
+    goto done;
+  }
+  if ((cp_model_tokenizer_open(&tok, c->path) < 0 && (!in || cp_model_tokenizer_open(&tok, in) < 0)) ||
+      cp_runtime_check(&now, &differs, p->runtime, kind, c->path, m, rule, tok, &pr, weights) < 0) {
     rc = check_fail(r, "runtime-rerun", "runtime rerun: %s", cp_error_message());
     goto done;
   }
@@ -178,15 +222,48 @@ done:
   cJSON_Delete(now);
   cp_tokenizer_free(tok);
   cp_model_free(m);
+  free(rule);
   free(lengths);
   return rc;
+}
+
+/* patch IN.onnx OUT.onnx's input_equivalence (docs/certificate.md): onnxruntime on the input graph
+ * against the recovered model before certifying; a certificate carries "equal" within its
+ * tolerance or "not checked" with its sentence. Absent: 0. */
+static int input_block(check_ctx *c, const cJSON *ie) {
+  cp_check_report *r = c->report;
+  if (!ie) return 0;
+  const char *res = str_of(ie, "result"), *st = str_of(ie, "statement"), *rt = str_of(ie, "runtime");
+  if (!cJSON_IsObject(ie) || !res || !st || !rt || strcmp(rt, "onnxruntime") != 0)
+    return check_fail(r, "cert-schema",
+                      "certificate.json: input_equivalence: an onnxruntime object with result and "
+                      "statement expected");
+  if (!strcmp(res, "not checked"))
+    return strcmp(st, CP_INPUT_NOT_COMPARED) != 0
+               ? check_fail(r, "cert-schema",
+                            "certificate.json: input_equivalence.statement: a comparison not made must say "
+                            "'" CP_INPUT_NOT_COMPARED "'")
+               : 0;
+  const cJSON *tol = cJSON_GetObjectItemCaseSensitive(ie, "tolerance");
+  const cJSON *diff = cJSON_GetObjectItemCaseSensitive(ie, "max_abs_logit_diff");
+  const char *weights = str_of(ie, "weights");
+  if (!weights || !cJSON_IsNumber(tol) || tol->valuedouble != cp_runtime_tolerance(weights))
+    return check_fail(r, "cert-schema", "certificate.json: input_equivalence: weights and their tolerance expected");
+  if (strcmp(res, "equal") != 0 || !cJSON_IsNumber(diff) || !(diff->valuedouble >= 0) ||
+      diff->valuedouble > tol->valuedouble)
+    return check_fail(r, "runtime-differs",
+                      "certificate.json: input_equivalence: result '%s': onnxruntime on the input graph was not shown "
+                      "to compute what the certified model computes",
+                      res);
+  return 0;
 }
 
 int check_runtime(check_ctx *c, const cp_check_params *p) {
   const cJSON *rc_obj = cJSON_GetObjectItemCaseSensitive(c->cert, "runtime_check");
   cp_runtime_kind kind = CP_RUNTIME_LLAMACPP;
   const char *result = NULL;
-  int rc = block(c, rc_obj, &kind, &result);
+  int rc = input_block(c, cJSON_GetObjectItemCaseSensitive(c->cert, "input_equivalence"));
+  if (rc == 0) rc = block(c, rc_obj, &kind, &result);
   /* never redone after any failed static check (this block's or an earlier one) */
   if (rc < 0 || c->report->n_failures > 0 || !p || !p->rerun || !p->runtime || !p->runtime->node_modules) return rc;
   if (!result) { /* no comparison recorded: the artifact's format names the runtime */

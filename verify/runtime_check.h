@@ -31,13 +31,15 @@ typedef struct {
   int threads; /* engine threads (0: every CPU) */
 } cp_runtime_prompts;
 
-/* The runtime check of `artifact` (the written .gguf file, or the ONNX folder) against the engine
- * running `m` under `rule` (NULL: its metadata rule): *out is the "runtime_check" object, result
- * "equal", "differs" (*differs set) or, without params->node_modules or the runtime's package in
- * it, "not checked" with the reason. A runtime that is there but fails (refuses the file, crashes,
- * passes the timeout or the output bound) is CP_EVERIFY_RUNTIME with its one-line reason; the
- * engine's errors pass through. `weights`: how the artifact stores its matrices (the tolerance);
- * NULL: a GGUF's general.file_type, else "f32". Caller owns *out. */
+/* The runtime check of `artifact` (the written .gguf file, the ONNX folder, or a .onnx graph file)
+ * against the engine running `m` under `rule` (NULL: its metadata rule): *out is the
+ * "runtime_check" object, result "equal", "differs" (*differs set; max_diff_at names the prompt
+ * and position of the largest difference) or, without params->node_modules or the runtime's
+ * package in it, or for a .onnx graph file whose output is not logits, "not checked" with the
+ * reason. A runtime that is there but fails (refuses the file, crashes, passes the timeout or the
+ * output bound) is CP_EVERIFY_RUNTIME with its one-line reason; the engine's errors pass through.
+ * `weights`: how the artifact stores its matrices (the tolerance); NULL: a GGUF's
+ * general.file_type, else "f32". Caller owns *out. */
 int cp_runtime_check(cJSON **out, bool *differs, const cp_runtime_params *params, cp_runtime_kind kind,
                      const char *artifact, const cp_model *m, const cp_rule *rule, const cp_tokenizer *tok,
                      const cp_runtime_prompts *pr, const char *weights);
@@ -47,5 +49,8 @@ bool cp_runtime_installed(const cp_runtime_params *params, cp_runtime_kind kind)
 
 /* The sentence a certificate carries when the runtime was not run. */
 #define CP_RUNTIME_NOT_CHECKED "certified on the ctxpatch engine; runtime equivalence not checked"
+/* What a certificate's input_equivalence says when onnxruntime was not run on the input graph
+ * (patch IN.onnx OUT.onnx, patchers/patch_runtime.h). */
+#define CP_INPUT_NOT_COMPARED "the model recovered from the input graph was not compared with the graph in onnxruntime"
 
 #endif

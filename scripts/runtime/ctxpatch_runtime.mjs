@@ -6,12 +6,14 @@
 //
 // NODE_MODULES  a node_modules folder holding node-llama-cpp + @node-llama-cpp/linux-x64 (llama.cpp)
 //               or onnxruntime-node (onnxruntime); nothing is downloaded or built
-// MODEL         the .gguf file, or the ONNX artifact folder (onnx/model.onnx, decoder-only)
+// MODEL         the .gguf file, the ONNX artifact folder (onnx/model.onnx, decoder-only) or a
+//               .onnx graph file (a third-party graph and its in-place rewrite)
 // REQUEST       a JSON file {"threads": T, "vocab": V, "prompts": [{"ids": [...], "positions": [...]}]}
 //
 // Output on stdout: one JSON line {"runtime", "version", "vocab", "rows"} and then, after its
 // newline, rows x vocab float32 little-endian: the logits of each prompt at each asked position,
-// prompts in order, positions in order. Errors: one line on stderr, exit 2.
+// prompts in order, positions in order. Errors: one line on stderr, exit 2; a graph with no logits
+// output: one line on stderr, exit 3.
 import {readFileSync} from "node:fs";
 import {createRequire} from "node:module";
 import {join, resolve} from "node:path";
@@ -72,24 +74,53 @@ async function llamaCpp() {
   return `node-llama-cpp ${version("node-llama-cpp")}${release ? ` (llama.cpp ${release})` : ""}`;
 }
 
+// One pass over the whole prompt, feeding what the graph's inputs declare: input_ids (int32 or
+// int64), attention_mask (ones), position_ids (0..n-1), GroupQueryAttention's seqlens_k and
+// total_sequence_length, and any other input as an empty past cache (its symbolic batch dim 1, its
+// other symbolic dims 0, in its declared float type).
+function feedsFor(ort, s, ids) {
+  const n = ids.length, feeds = {};
+  const int = (m, a, dims) => (m.type === "int32" ? new ort.Tensor("int32", Int32Array.from(a), dims)
+                                                  : new ort.Tensor("int64", BigInt64Array.from(a, BigInt), dims));
+  for (const m of s.inputMetadata) {
+    if (m.name === "input_ids") feeds[m.name] = int(m, ids, [1, n]);
+    else if (m.name === "attention_mask") feeds[m.name] = int(m, new Array(n).fill(1), [1, n]);
+    else if (m.name === "position_ids") feeds[m.name] = int(m, Array.from({length: n}, (_, i) => i), [1, n]);
+    else if (m.name === "seqlens_k") feeds[m.name] = new ort.Tensor("int32", Int32Array.from([n - 1]), [1]);
+    else if (m.name === "total_sequence_length") feeds[m.name] = new ort.Tensor("int32", Int32Array.from([n]), []);
+    else {
+      const dims = (m.shape ?? []).map((d) => (typeof d === "number" ? d : /batch/.test(d) ? 1 : 0));
+      feeds[m.name] = m.type === "float16" ? new ort.Tensor("float16", new Uint16Array(0), dims)
+                                           : new ort.Tensor("float32", new Float32Array(0), dims);
+    }
+  }
+  return feeds;
+}
+
+const halfToFloat = (h) => {
+  const sgn = h >> 15 ? -1 : 1, e = (h >> 10) & 31, f = h & 1023;
+  return e === 0 ? sgn * f * 2 ** -24 : e === 31 ? (f ? NaN : sgn * Infinity) : sgn * (1 + f / 1024) * 2 ** (e - 15);
+};
+
+// MODEL: ctxpatch's ONNX folder (onnx/model.onnx), or a .onnx graph file (patch IN.onnx OUT.onnx
+// compares onnxruntime on IN and on OUT themselves). A graph whose output ("logits", else its first)
+// is not [1, n, vocab] gives no logits to compare: exit 3 with the reason (the check is "not checked").
 async function onnxRuntime() {
   const ort = await load("onnxruntime-node");
-  const s = await ort.InferenceSession.create(join(model, "onnx", "model.onnx"),
+  const file = model.endsWith(".onnx") ? model : join(model, "onnx", "model.onnx");
+  const s = await ort.InferenceSession.create(file,
     {intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: "sequential", graphOptimizationLevel: "all"});
-  const i64 = (a, dims) => new ort.Tensor("int64", BigInt64Array.from(a, BigInt), dims);
-  const has = new Set(s.inputNames);
+  const outName = s.outputNames.includes("logits") ? "logits" : s.outputNames[0];
   for (const p of req.prompts) {
-    const n = p.ids.length, feeds = {input_ids: i64(p.ids, [1, n])};
-    for (const meta of s.inputMetadata) { // an empty cache: one pass over the whole prompt
-      const hit = meta.name.match(/^past_key_values\.\d+\.(key|value)$/);
-      if (hit) feeds[meta.name] = new ort.Tensor("float32", new Float32Array(0), [1, meta.shape[1], 0, meta.shape[3]]);
+    const n = p.ids.length;
+    const r = await s.run(feedsFor(ort, s, p.ids));
+    const t = r[outName], d = t.dims;
+    if (d.length !== 3 || d[0] !== 1 || d[1] !== n || d[2] !== vocab) {
+      process.stderr.write(`${file}: the graph's output '${outName}' is [${d.join(", ")}], not the logits [1, ${n}, ${vocab}]\n`);
+      process.exit(model.endsWith(".onnx") ? 3 : 2); // ctxpatch's own export always has logits
     }
-    if (has.has("attention_mask")) feeds.attention_mask = i64(new Array(n).fill(1), [1, n]);
-    if (has.has("position_ids")) feeds.position_ids = i64(Array.from({length: n}, (_, i) => i), [1, n]);
-    const r = await s.run(feeds);
-    const V = r.logits.dims[2];
-    if (V !== vocab) fail(`${model}: onnxruntime gives ${V} logits per position, the engine ${vocab}`);
-    for (const i of p.positions) put((v) => r.logits.data[i * V + v]);
+    const data = t.type === "float16" ? Float32Array.from(t.data, halfToFloat) : t.data;
+    for (const i of p.positions) put((v) => data[i * vocab + v]);
   }
   await s.release();
   return `onnxruntime-node ${version("onnxruntime-node")}`;

@@ -150,6 +150,27 @@ int cp_patch_options_resolve(cp_patch_options *o, const cp_model *m);
 int cp_patch_from_options(cp_patch *out, char **calibration_json, const cp_model *m, const cp_tokenizer *tok,
                           const cp_patch_options *o);
 
+/* patch IN.onnx OUT.onnx's runtime checks (patchers/patch_onnx.c; docs/certificate.md, "Runtime
+ * check"), made by the --to onnx certification in place of the check of its hidden re-export, with
+ * onnxruntime when it is installed (cp_patch_params.runtime):
+ *   - before the certification's probe runs: onnxruntime on `input_graph` (IN, untouched) against
+ *     the engine on the model recovered from it with no rule, on the runtime-check prompts: the
+ *     certificate's "input_equivalence"; beyond the tolerance, CP_EVERIFY_RUNTIME naming IN, the
+ *     difference and its position (nothing written);
+ *   - after a passing verdict: onnxruntime on the graph write_graph writes (the rewrite under the
+ *     certified rule, as OUT will hold it but for the certificate metadata) against the engine
+ *     running the recovered model under that rule: the certificate's "runtime_check" ("graph":
+ *     "the written graph"); differing fails the verdict. */
+typedef struct cp_patch_inplace {
+  const char *input_graph;
+  const char *weights; /* how the graphs store their matrices ("f32", "f16", "bf16"): the tolerance */
+  /* Writes the rewrite under `rule` (the certified one; train_len the certified model's) beside
+   * OUT and gives its path in *path (the callee's, valid until drop_graph, which removes it). */
+  int (*write_graph)(void *ctx, const char **path, const cp_rule *rule, int64_t train_len);
+  void (*drop_graph)(void *ctx);
+  void *ctx;
+} cp_patch_inplace;
+
 typedef struct {
   /* NULL: --no-verify (artifact marked uncertified). No lengths: the training length and
    * target_len (cp_patch_run). */
@@ -202,6 +223,9 @@ typedef struct {
    * metadata, which its format's runtimes ignore (cp_patch_effective_check); its block and
    * certificate say "effective_in": ["ctxpatch"]. false: such an artifact is refused. */
   bool for_ctxpatch;
+  /* With verify and onnx: patch IN.onnx OUT.onnx's checks on the graphs themselves (above);
+   * NULL for every other patch. */
+  const cp_patch_inplace *inplace;
 } cp_patch_params;
 
 /* The default probe set's floor (accuracy of the original at its training length) and the

@@ -18,7 +18,11 @@
  *      "true", ctxpatch.certificate_sha256 and ctxpatch.certificate = the certificate.json text
  *      (out->outcome.certificate_json plus its newline: the bytes the digest covers). The graph
  *      read in step 1 and its edit stay in memory through the certification (about twice the
- *      .onnx file; external data is not read): what is certified is what is rewritten.
+ *      .onnx file; external data is not read): what is certified is what is rewritten. With
+ *      onnxruntime (cp_patch_params.runtime), the certification compares it on IN before its
+ *      probes run and on the rewrite under the certified rule after the verdict (patch.h,
+ *      cp_patch_inplace): IN differing from the recovered model is CP_EVERIFY_RUNTIME, nothing
+ *      written; both comparisons go into the certificate (input_equivalence, runtime_check).
  */
 #ifndef CTXPATCH_PATCHERS_PATCH_ONNX_H
 #define CTXPATCH_PATCHERS_PATCH_ONNX_H
