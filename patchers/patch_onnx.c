@@ -202,7 +202,8 @@ typedef struct {
   bool force;
   bool final;             /* *e is the certified rule's edit */
   char **fresh;           /* [m->n_data_files]: data files written beside OUT (removed if OUT is not) */
-  char path[PO_PATH_MAX]; /* the graph written ("" when none) */
+  const cp_patch_params *pp; /* its on_tmp_dir: the CLI's watchdog removes the graph after a kill -9 */
+  char path[PO_PATH_MAX];    /* the graph written ("" when none) */
 } inplace_ctx;
 
 static int inplace_write(void *ctx, const char **path, const cp_rule *rule, int64_t train_len) {
@@ -221,6 +222,7 @@ static int inplace_write(void *ctx, const char **path, const cp_rule *rule, int6
   if (snprintf(c->path, sizeof c->path, "%s.ctxpatch-runtime.onnx", c->out) >= (int)sizeof c->path)
     rc = cp_error_set(CP_EARG, "%s: path too long", c->out);
   if (rc == 0) rc = cp_input_check_output(c->path, 0);
+  if (rc == 0 && c->pp->on_tmp_dir) c->pp->on_tmp_dir(c->pp->on_tmp_ctx, c->path);
   /* the old OUT keeps the displaced files until the final write replaces it */
   if (rc == 0) rc = place_data_files(displaced, c->fresh, *c->e, c->m, c->out, c->force);
   if (rc == 0) rc = cp_onnx_edit_write_digested(NULL, *c->e, c->path);
@@ -349,7 +351,7 @@ int cp_patch_onnx(cp_patch_onnx_result *out, const char *in, const char *out_pat
   }
   if ((rc = recover(&ck, in, m)) < 0) goto done;
   CP_CHECK_ALLOC_GOTO(fresh = calloc(m->n_data_files + 1, sizeof *fresh), in);
-  inplace_ctx ic = {&e, &out->rewrite, m, p->rule, out_path, force, false, fresh, ""};
+  inplace_ctx ic = {&e, &out->rewrite, m, p->rule, out_path, force, false, fresh, p->patch, ""};
   cp_patch_inplace ip = {m->path, graph_weights(m), inplace_write, inplace_drop, &ic};
   rc = certify(&out->outcome, in, ck, out_path, p, &ip);
   ck = NULL; /* taken */

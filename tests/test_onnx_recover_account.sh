@@ -291,6 +291,26 @@ assert rc["statement"].startswith("certified on the ctxpatch engine; onnxruntime
     "$bin" check "$ie/out.onnx" --rerun --runtime-dir "$nm" > "$ie/c.out" 2>&1 && bad "check --rerun after IN changed passed" ||
       check grep -qF "the input graph the model was recovered from has changed" "$ie/c.out"
     cp "$work/src/tg559.onnx" "$ie/in/model.onnx"
+    # kill -9 while onnxruntime runs the graph written beside OUT: the CLI's watchdog removes it
+    # (before: OUT.ctxpatch-runtime.onnx stayed until a rerun). Waits are bounded by poll counts.
+    "$py" - "$ie/kill.onnx" "$bin" patch "$ie/in/model.onnx" "$ie/kill.onnx" "${vargs[@]}" --runtime-dir "$nm" <<'PYEOF' &&
+import os, signal, subprocess, sys, time
+tmp = sys.argv[1] + ".ctxpatch-runtime.onnx"
+p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while p.poll() is None and not os.path.exists(tmp):
+    time.sleep(0.005)
+if p.poll() is not None:
+    sys.exit("the run ended before its runtime graph appeared")
+p.send_signal(signal.SIGKILL)
+p.wait()
+for _ in range(2000):  # up to ~10 s for the watchdog's rm
+    if not os.path.exists(tmp):
+        break
+    time.sleep(0.005)
+sys.exit(0 if not os.path.exists(tmp) and not os.path.exists(sys.argv[1]) else "left: " + " ".join(
+    n for n in os.listdir(os.path.dirname(tmp)) if n.startswith("kill.onnx")))
+PYEOF
+      ok || bad "kill -9 during the runtime check left its graph beside OUT"
   else
     echo "note: onnxruntime-node not installed: the input graph's comparison and its refusal not checked"
   fi
