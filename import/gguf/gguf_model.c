@@ -67,9 +67,12 @@ static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const 
   double theta = 10000;
   int rc;
   snprintf(what, sizeof what, "%s: tensor 'rope_freqs.weight'", cp_gguf_path(g));
+  uint64_t numel = 0;
+  cp_shape_numel(&numel, t->ndim, t->shape); /* checked by the reader */
   if (t->dtype != CP_F32 || t->ndim != 1 || t->shape[0] != dims / 2 || dims / 2 > CP_ROPE_MAX_DIMS / 2)
-    return cp_error_set(CP_ECFG_POSITION, "%s: want %lld float32 factors (one per rotated pair), not %s of %d dims",
-                        what, (long long)(dims / 2), cp_dtype_name(t->dtype), t->ndim);
+    return cp_error_set(CP_ECFG_POSITION, "%s: want %lld float32 factors (one per rotated pair), not %llu %s values in "
+                        "a %d-dim tensor", what, (long long)(dims / 2), (unsigned long long)numel,
+                        cp_dtype_name(t->dtype), t->ndim);
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   snprintf(base_key, sizeof base_key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0)
