@@ -93,7 +93,7 @@ for case in "bad|the 8 RoPE frequency factors (largest 8) are not a llama3 or li
 done
 # rope_freqs variants the reader refuses, each in one exact line (tests/gguf/make_gguf_cases.py
 # rewrite of l3.gguf): not float32, a wrong count, a scaling key beside it, a non-llama
-# architecture.
+# architecture; and a tensor no HF name maps (rf_extra), refused by GGUF -> safetensors.
 "$py" - "$w" <<'PY' && ok || bad "hostile rope_freqs variants"
 import sys, numpy as np, gguf_py as g, make_gguf_cases as m
 w = sys.argv[1]
@@ -108,6 +108,7 @@ cases = {"f16": (None, lambda tl: freqs(tl, "F16", vals.astype("<f2").tobytes(),
          "count": (None, lambda tl: freqs(tl, "F32", vals[:7].astype("<f4").tobytes(), [7])),
          "key": (lambda kl: kl.append(("llama.rope.scaling.type", m.STR, "linear")), None),
          "arch": (qwen2, None)}
+cases["extra"] = (None, lambda tl: tl.append(("extra.weight", [4], "F32", bytes(16))))
 for name, (ek, et) in cases.items():
     open(f"{w}/rf_{name}.gguf", "wb").write(m.rewrite(r, ek, et))
 PY
@@ -120,4 +121,9 @@ for case in "f16|want 8 float32 factors (one per rotated pair), not 8 F16 values
   [ $? -ne 0 ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error CP_ECFG_POSITION: $w/$name.gguf: $pre: ${case#*|}" ] && ok ||
     bad "hostile rope_freqs ($name): $(cat "$w/$name.err")"
 done
+# A tensor with no HF name is not written under its GGUF name (cp_gguf_hf_names_make): refused.
+"$bin" convert "$w/rf_extra.gguf" "$w/extra_sf" --to safetensors >/dev/null 2>"$w/extra.err"
+[ $? -ne 0 ] && [ ! -e "$w/extra_sf" ] && [ "$(cat "$w/extra.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/rf_extra.gguf: \
+tensor 'extra.weight': no HF name in the llama layout (refused rather than written under its GGUF name)" ] && ok ||
+  bad "GGUF tensor with no HF name: $(cat "$w/extra.err")"
 finish
