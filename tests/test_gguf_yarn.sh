@@ -7,8 +7,10 @@
 #   - GGUF -> safetensors gives the rope_scaling back; `forward` on the GGUF == on the HF folder;
 #   - llama.cpp's logits on a 364-token prompt (300 past the original 64) == the engine's within
 #     1e-4 x max |logit|, while the same weights without the scaling are far from them;
-#   - an explicit attention_factor becomes rope.scaling.attn_factor (the key llama.cpp's qwen3
-#     reads; its converter's yarn_attn_factor is not read there) and llama.cpp agrees again;
+#   - on the llama architecture (make_random_family.py llama3's weights, q/k rows permuted, yarn
+#     x8 over 64 instead of llama3), an explicit attention_factor becomes rope.scaling.attn_factor
+#     (the key llama.cpp's llama reads; its converter's yarn_attn_factor is not read there) and
+#     llama.cpp agrees again, while the default attention factor is far;
 #   - what llama.cpp cannot run is refused in one exact line: beta_fast other than 32, truncate
 #     false where it moves the ramp, dynamic NTK; a GGUF whose yarn_beta_fast key llama.cpp would
 #     ignore is refused on reading.
@@ -35,22 +37,26 @@ prompt=$("$py" -c "import random; r=random.Random(17); print(','.join(['2']+[str
 check "$bin" forward "$w/y" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
 check "$bin" forward "$w/y.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
 check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-# the same weights without the scaling, and with an explicit attention factor
+# the same weights without the scaling; a llama with yarn and an explicit attention factor
 edit() { # DIR NEW_DIR PYTHON_STATEMENT_ON_c
   mkdir -p "$2" && cp "$1/model.safetensors" "$1/tokenizer.json" "$2/"
   "$py" -c "import json,sys; c=json.load(open(sys.argv[1])); $3; json.dump(c, open(sys.argv[2],'w'))" \
     "$1/config.json" "$2/config.json"
 }
 edit "$w/y" "$w/plain" "del c['rope_scaling']"
-edit "$w/y" "$w/att" "c['rope_scaling']['attention_factor'] = 1.5"
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/l3" llama3
+edit "$w/l3" "$w/att" "c['max_position_embeddings'] = 512; c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 8.0, 'original_max_position_embeddings': 64, 'attention_factor': 1.5}"
 check "$bin" forward "$w/plain" --ids "$prompt" --out "$w/e_plain.bin" --threads 1
 check "$bin" convert "$w/att" "$w/att.gguf" --to gguf
 check "$bin" forward "$w/att" --ids "$prompt" --out "$w/e_att.bin" --threads 1
+edit "$w/att" "$w/att1" "del c['rope_scaling']['attention_factor']"
+check "$bin" forward "$w/att1" --ids "$prompt" --out "$w/e_att1.bin" --threads 1
 "$py" - "$w" <<'PY' && ok || bad "attention_factor as attn_factor"
 import sys, math, gguf_py as g
 kv = g.read(f"{sys.argv[1]}/att.gguf")[1]
 want = 1.5 / (0.1 * math.log(8) + 1)
-assert abs(kv["qwen3.rope.scaling.attn_factor"] - want) < 1e-6 * want, kv
+assert abs(kv["llama.rope.scaling.attn_factor"] - want) < 1e-6 * want, kv
+assert kv["llama.rope.scaling.type"] == "yarn" and "rope_freqs.weight" not in g.read(f"{sys.argv[1]}/att.gguf")[3]
 assert not any("yarn_" in k for k in kv), kv
 PY
 check "$bin" convert "$w/att.gguf" "$w/att_sf" --to safetensors
@@ -61,16 +67,17 @@ if [ "$lc" = 1 ]; then
   check "$py" "$src/tests/gguf/llamacpp_compare.py" yarn "$w/lc.json" "$w/e_gguf.bin" 364 559
   node "$w/run.mjs" "$w/att.gguf" 0 "$prompt" 1 >"$w/lc_att.json" && ok || bad "llama.cpp att.gguf"
   check "$py" "$src/tests/gguf/llamacpp_compare.py" yarn_attention_factor "$w/lc_att.json" "$w/e_att.bin" 364 559
-  "$py" - "$w" <<'PY' && ok || bad "llama.cpp's logits far from the unscaled model's"
+  "$py" - "$w" <<'PY' && ok || bad "llama.cpp's logits far from those without the scaling or the attention factor"
 import sys, json, numpy as np
 w = sys.argv[1]
-lc = np.array(json.load(open(f"{w}/lc.json"))["logits"], np.float64)
-e = np.fromfile(f"{w}/e_gguf.bin", "<f4").reshape(364, -1)
-for other in ("plain", "att"):
+for run, mine, other, what in (("lc", "gguf", "plain", "without the scaling"),
+                               ("lc_att", "att", "att1", "with the default attention factor")):
+    lc = np.array(json.load(open(f"{w}/{run}.json"))["logits"], np.float64)
+    e = np.fromfile(f"{w}/e_{mine}.bin", "<f4").reshape(364, -1)
     o = np.fromfile(f"{w}/e_{other}.bin", "<f4").reshape(364, -1)
     d, do = np.abs(lc - e).max(), np.abs(lc - o).max()
-    assert do > 100 * d and do > 1e-3 * np.abs(e).max(), (other, do, d)
-    print(f"the {other} model is {do:.2e} from llama.cpp's logits (the yarn model {d:.2e})")
+    assert do > 100 * d and do > 1e-3 * np.abs(e).max(), (run, do, d)
+    print(f"{run}: the model {what} is {do:.2e} from llama.cpp's logits (the one run {d:.2e})")
 PY
 fi
 # What llama.cpp cannot run: refused in one exact line, nothing written.
