@@ -12,8 +12,8 @@
 #     (the key llama.cpp's llama reads; its converter's yarn_attn_factor is not read there) and
 #     llama.cpp agrees again, while the default attention factor is far;
 #   - what llama.cpp cannot run is refused in one exact line: beta_fast other than 32, truncate
-#     false where it moves the ramp, dynamic NTK; a GGUF whose yarn_beta_fast key llama.cpp would
-#     ignore is refused on reading.
+#     false where it moves the ramp, dynamic NTK, a --train-len that moves the yarn model's length;
+#     a GGUF whose yarn_beta_fast key llama.cpp would ignore is refused on reading.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -93,6 +93,10 @@ for case in "beta|key 'rope_scaling.beta_fast': 16, but llama.cpp's qwen3 runs Y
     [ "$(cat "$w/$name.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/$name: ${case#*|}" ] && ok ||
     bad "$name refused: $(cat "$w/$name.err")"
 done
+"$bin" convert "$w/y" "$w/tl.gguf" --to gguf --train-len 1024 >/dev/null 2>"$w/tl.err"
+[ $? -ne 0 ] && [ ! -e "$w/tl.gguf" ] && [ "$(cat "$w/tl.err")" = "ctxpatch: error CP_EARG: $w/y: --train-len 1024: \
+the yarn scaling is defined over max_position_embeddings 512 (original 64); another training length would change it" ] &&
+  ok || bad "--train-len on yarn: $(cat "$w/tl.err")"
 # A GGUF with a yarn_beta_fast key, which llama.cpp's qwen3 does not read: which was meant? Refused.
 "$py" - "$w" <<'PY' && ok || bad "GGUF with yarn_beta_fast"
 import sys, gguf_py as g, make_gguf_cases as m

@@ -598,6 +598,14 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
                       "position table", in, (long long)p->train_len, (long long)cfg->train_len);
     goto done;
   }
+  /* yarn's frequencies depend on the training length (its original, or max_position_embeddings
+   * through transformers 4.x's factor check): another one would not be the same model */
+  if (p->train_len > 0 && p->train_len != cfg->train_len && !strcmp(cfg->rope_scaling_type, "yarn")) {
+    rc = cp_error_set(CP_EARG, "%s: --train-len %lld: the yarn scaling is defined over max_position_embeddings "
+                      "%lld (original %d); another training length would change it", in, (long long)p->train_len,
+                      (long long)cfg->train_len, cfg->rope_original_max_pos);
+    goto done;
+  }
   if (p->train_len > 0) cfg->train_len = p->train_len; /* context_length, rope.scaling.original_context_length */
   if (!cp_checkpoint_gguf(ck) && (rc = no_stored_slopes(ck, cfg, in))) goto done;
   rc = cp_checkpoint_gguf(ck) ? plan_gguf(&plan, ck, want) : plan_hf(&plan, ck, cfg, want);
