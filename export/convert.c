@@ -323,11 +323,11 @@ int cp_folder_write(cp_folder_result *out, const char *dir, cp_checkpoint *ck, c
   cp_gguf_hf_names names = {0};
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(descs && src, dir);
-  /* A GGUF input is written as an HF folder: HF names, rows back in HF order; llama.cpp's
-   * rope_freqs (llama3 scaling) is config.json's rope_scaling there, not a tensor. */
+  /* A GGUF input is written as an HF folder: HF names, rows back in HF order; a tensor with no
+   * HF name is config there (cp_gguf_hf_names_make refused any other), not a tensor. */
   if (cp_checkpoint_gguf(ck) && (rc = cp_gguf_hf_names_make(&names, ck))) goto done;
   for (size_t i = 0; i < n; i++) {
-    if (cp_checkpoint_gguf(ck) && !strcmp(cp_checkpoint_tensor(ck, i)->name, "rope_freqs.weight")) continue;
+    if (cp_checkpoint_gguf(ck) && !names.hf[i]) continue;
     src[kept] = i;
     descs[kept++] = desc_of(ck, i, &names);
   }

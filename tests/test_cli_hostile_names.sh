@@ -37,8 +37,10 @@ for m in st_names gguf_names.gguf onnx_node onnx_init; do
 done
 for m in st_names gguf_names.gguf; do
   run "forward_$m" 0 "$bin" forward "$h/$m" --ids 1,2,3 --out "$o/logits_$m.bin"
-  run "convert_$m" 0 "$bin" convert "$h/$m" "$o/conv_$m" --to safetensors
 done
+run convert_st_names 0 "$bin" convert "$h/st_names" "$o/conv_st_names" --to safetensors
+# a GGUF tensor with no HF name is refused by --to safetensors (export/gguf/gguf_names.c), naming it
+run convert_gguf_names.gguf 1 "$bin" convert "$h/gguf_names.gguf" "$o/conv_gguf_names" --to safetensors
 run forward_onnx_init 1 "$bin" forward "$h/onnx_init" --ids 1,2,3 --out "$o/never.bin"
 for m in st_model_type st_dtype st_utf8 gguf_arch.gguf; do
   run "inspect_$m" 1 "$bin" inspect "$h/$m"
@@ -78,10 +80,12 @@ for c in "inspect_st_model_type:unsupported model type 'llama\\\\x1b\\[31mRED" \
 done
 grep >/dev/null -F -- 'extra.\x1b[31mRED\x1b[0m\x07\x1b]0;title\x07\xc2\x9b2J\x7f' "$o/inspect_st_names.out" && ok \
   || bad "inspect: the hostile tensor name is not shown escaped"
+grep >/dev/null -F -- "tensor 'extra.\x1b[31mRED\x1b[0m\x07\x1b]0;title\x07\xc2\x9b2J\x7f': no HF name" \
+  "$o/convert_gguf_names.gguf.err" && ok || bad "convert: the hostile GGUF tensor name is not shown escaped"
 
 # Every output and every JSON file written: valid UTF-8, no control byte but tab and newline;
 # the JSON documents parse strictly.
-"$py" - "$o" "$patched" "$o/conv_st_names" "$o/conv_gguf_names.gguf" <<'PY'
+"$py" - "$o" "$patched" "$o/conv_st_names" <<'PY'
 import json, os, re, sys
 out, extra = sys.argv[1], sys.argv[2:]
 files = [os.path.join(out, f) for f in sorted(os.listdir(out)) if f.endswith((".out", ".err", ".json"))]

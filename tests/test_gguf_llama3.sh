@@ -9,7 +9,8 @@
 #     (in config.json; the tensor is not written);
 #   - llama.cpp's logits on a 300-token prompt == the engine's within 1e-4 x max |logit|, while the
 #     same model without the scaling is far from them (the check can fail);
-#   - factors that no llama3 table gives, and a NaN factor, are refused in one exact line naming the tensor
+#   - factors that no llama3 table gives, and a NaN factor, are refused in one exact line naming the tensor,
+#     as are a rope_freqs not float32, of the wrong count, beside a scaling key, or on qwen2
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -90,4 +91,39 @@ for case in "bad|the 8 RoPE frequency factors (largest 8) are not a llama3 or li
   [ $? -ne 0 ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error CP_ECFG_POSITION: $w/$name.gguf: $pre: ${case#*|}" ] && ok ||
     bad "tampered rope_freqs ($name): $(cat "$w/$name.err")"
 done
+# rope_freqs variants the reader refuses, each in one exact line (tests/gguf/make_gguf_cases.py
+# rewrite of l3.gguf): not float32, a wrong count, a scaling key beside it, a non-llama
+# architecture; and a tensor no HF name maps (rf_extra), refused by GGUF -> safetensors.
+"$py" - "$w" <<'PY' && ok || bad "hostile rope_freqs variants"
+import sys, numpy as np, gguf_py as g, make_gguf_cases as m
+w = sys.argv[1]
+r = g.read(f"{w}/l3.gguf")
+def freqs(tl, tname, raw, ne):
+    i = [t[0] for t in tl].index("rope_freqs.weight")
+    tl[i] = ("rope_freqs.weight", ne, tname, raw)
+vals = g.f32(r[3]["rope_freqs.weight"])
+def qwen2(kl):
+    kl[:] = [(k.replace("llama.", "qwen2.", 1), t, "qwen2" if k == "general.architecture" else v) for k, t, v in kl]
+cases = {"f16": (None, lambda tl: freqs(tl, "F16", vals.astype("<f2").tobytes(), [8])),
+         "count": (None, lambda tl: freqs(tl, "F32", vals[:7].astype("<f4").tobytes(), [7])),
+         "key": (lambda kl: kl.append(("llama.rope.scaling.type", m.STR, "linear")), None),
+         "arch": (qwen2, None)}
+cases["extra"] = (None, lambda tl: tl.append(("extra.weight", [4], "F32", bytes(16))))
+for name, (ek, et) in cases.items():
+    open(f"{w}/rf_{name}.gguf", "wb").write(m.rewrite(r, ek, et))
+PY
+for case in "f16|want 8 float32 factors (one per rotated pair), not 8 F16 values in a 1-dim tensor" \
+            "count|want 8 float32 factors (one per rotated pair), not 7 F32 values in a 1-dim tensor" \
+            "key|comes with key 'llama.rope.scaling.type': two RoPE scalings" \
+            "arch|llama.cpp's qwen2 does not read per-pair RoPE frequency factors"; do
+  name=rf_${case%%|*}
+  "$bin" inspect "$w/$name.gguf" >/dev/null 2>"$w/$name.err"
+  [ $? -ne 0 ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error CP_ECFG_POSITION: $w/$name.gguf: $pre: ${case#*|}" ] && ok ||
+    bad "hostile rope_freqs ($name): $(cat "$w/$name.err")"
+done
+# A tensor with no HF name is not written under its GGUF name (cp_gguf_hf_names_make): refused.
+"$bin" convert "$w/rf_extra.gguf" "$w/extra_sf" --to safetensors >/dev/null 2>"$w/extra.err"
+[ $? -ne 0 ] && [ ! -e "$w/extra_sf" ] && [ "$(cat "$w/extra.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/rf_extra.gguf: \
+tensor 'extra.weight': no HF name in the llama layout (refused rather than written under its GGUF name)" ] && ok ||
+  bad "GGUF tensor with no HF name: $(cat "$w/extra.err")"
 finish

@@ -322,6 +322,26 @@ static int put_rope_scaling(cp_gguf_writer *w, const char *arch, double factor, 
   return rc;
 }
 
+/* YaRN as llama.cpp reads it on llama, qwen2 and qwen3 (src/llama-model.cpp load_hparams: type,
+ * factor, original_context_length, attn_factor; src/llama-context.cpp: ext_factor 1, beta_fast 32,
+ * beta_slow 1, and ggml's rope multiplies cos and sin by 0.1 ln(factor) + 1 times attn_factor).
+ * The converter writes HF's attention_factor as yarn_attn_factor, which those architectures do not
+ * read; here it becomes attn_factor = attention_factor / (0.1 ln(factor) + 1), which they do, and
+ * only when it is not 1 (cp_gguf_export_check refuses the betas and truncate they cannot run). */
+static int put_yarn(cp_gguf_writer *w, const char *arch, const cp_hf_config *cfg) {
+  static const char yarn[] = "yarn";
+  char key[128];
+  snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+  const double f = cfg->rope_scaling_factor, m = f > 1 ? 0.1 * log(f) + 1.0 : 1.0;
+  const int64_t original = cfg->rope_original_max_pos > 0 ? cfg->rope_original_max_pos : cfg->train_len;
+  int rc = cp_gguf_put_str(w, key, yarn, sizeof yarn - 1);
+  if (rc == 0) rc = put_f32(w, arch, "rope.scaling.factor", f);
+  if (rc == 0 && original > 0) rc = put_u32(w, arch, "rope.scaling.original_context_length", original);
+  if (rc == 0 && cfg->rope_attention_factor > 0 && fabs(cfg->rope_attention_factor / m - 1.0) > 1e-7)
+    rc = put_f32(w, arch, "rope.scaling.attn_factor", cfg->rope_attention_factor / m);
+  return rc;
+}
+
 static const char *base_name(const char *path) {
   size_t n = strlen(path);
   while (n > 1 && path[n - 1] == '/') n--;
@@ -359,6 +379,7 @@ static int put_meta(cp_gguf_writer *w, const cp_checkpoint *ck, const cp_hf_conf
       if (!strncmp(cp_gguf_kv_key(p->tokenizer_gguf, i), "tokenizer.", 10)) rc = copy_kv(w, p->tokenizer_gguf, i);
     if (rc == 0 && !rope && !strcmp(cfg->rope_scaling_type, "linear") && cfg->rope_scaling_factor != 1.0)
       rc = put_rope_scaling(w, arch, cfg->rope_scaling_factor, cfg->train_len);
+    if (rc == 0 && !strcmp(cfg->rope_scaling_type, "yarn")) rc = put_yarn(w, arch, cfg);
   }
   if (rc == 0 && rope) rc = put_rope_scaling(w, arch, p->rope_factor, cfg->train_len);
   const char *src = base_name(in);
@@ -450,20 +471,50 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
   return rc;
 }
 
+/* What llama.cpp's YaRN cannot run (see put_yarn): other betas, and HF's truncate false where it
+ * moves the correction range (ggml always floors and ceils it). The engine follows transformers. */
+static int yarn_check(const cp_hf_config *cfg, const char *in, const char *arch) {
+  const char *name = cfg->rope_parameters_layout ? "rope_parameters" : "rope_scaling";
+  if (cfg->rope_beta_fast != 32 || cfg->rope_beta_slow != 1)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s.%s': %g, but llama.cpp's %s runs YaRN with beta_fast 32 and "
+                        "beta_slow 1 (it reads no yarn_beta key)", in, name,
+                        cfg->rope_beta_fast != 32 ? "beta_fast" : "beta_slow",
+                        cfg->rope_beta_fast != 32 ? cfg->rope_beta_fast : cfg->rope_beta_slow, arch);
+  if (cfg->rope_truncate) return 0;
+  cp_hf_config truncated = *cfg;
+  truncated.rope_truncate = true;
+  cp_rope_table mine, its;
+  int rot = cfg->rotary_dims > 0 ? cfg->rotary_dims : cfg->d_head, rc;
+  if ((rc = cp_rope_table_init(&mine, cfg, cfg->rope_theta, rot, in)) ||
+      (rc = cp_rope_table_init(&its, &truncated, cfg->rope_theta, rot, in)))
+    return rc;
+  for (int a = 0; a < mine.n; a++)
+    if (fabs(its.inv[a] / mine.inv[a] - 1.0) > 1e-6)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s.truncate': false, but llama.cpp always truncates YaRN's "
+                          "correction range, which moves pair %d's frequency by %.3g of it", in, name, a,
+                          fabs(its.inv[a] / mine.inv[a] - 1.0));
+  return 0;
+}
+
 int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
-  const char *act = cfg->activation;
+  const char *act = cfg->activation, *type = cfg->rope_scaling_type, *arch = cp_gguf_arch_of_config(cfg);
   /* llama3 scaling is llama.cpp's rope_freqs tensor, which its llama architecture reads (its
-   * qwen2 does not); YaRN has its own keys, not written yet: a linear key would run other
-   * frequencies. */
-  bool llama3 = !strcmp(cfg->rope_scaling_type, "llama3") && !strcmp(cp_gguf_arch_of_config(cfg), "llama");
+   * qwen2 does not); YaRN is its own keys, on the llama body (llama, qwen2, qwen3). */
+  bool llama3 = !strcmp(type, "llama3") && arch && !strcmp(arch, "llama");
+  bool yarn = !strcmp(type, "yarn") && cfg->family == CP_FAMILY_LLAMA;
+  if (!strcmp(type, "dynamic"))
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': 'dynamic' has no GGUF form (llama.cpp has no "
+                        "dynamic NTK scaling)", in);
   /* Refused by every route (model/rope.c): sending the user to --to onnx would be a dead end. */
-  if (!strcmp(cfg->rope_scaling_type, "dynamic") || !strcmp(cfg->rope_scaling_type, "longrope"))
+  if (!strcmp(type, "longrope"))
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not supported: its frequencies change "
-                        "with the length of each forward call", in, cfg->rope_scaling_type);
-  if (cfg->rope_scaling_type[0] && strcmp(cfg->rope_scaling_type, "linear") != 0 && !llama3)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF yet for %s (llama.cpp "
-                        "reads a rope_freqs tensor for llama only, and YaRN from its own keys); use --to onnx", in,
-                        cfg->rope_scaling_type, cp_family_name(cfg->family));
+                        "with the length of each forward call", in, type);
+  if (type[0] && strcmp(type, "linear") != 0 && !llama3 && !yarn)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF for %s (llama.cpp "
+                        "reads a rope_freqs tensor for llama only, and YaRN keys on the llama body); use --to onnx",
+                        in, type, cp_family_name(cfg->family));
+  int rc;
+  if (yarn && (rc = yarn_check(cfg, in, arch))) return rc;
   switch (cfg->family) {
     case CP_FAMILY_LLAMA:
       if (cfg->qk_norm && cfg->qkv_bias) /* src/llama-model.cpp LLM_ARCH_QWEN3 loads no bias tensor */
@@ -559,6 +610,14 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   if (p->train_len > 0 && cfg->family == CP_FAMILY_GPT2 && p->train_len != cfg->train_len) {
     rc = cp_error_set(CP_EARG, "%s: --train-len %lld: gpt2's context_length is n_positions (%lld), the rows of its "
                       "position table", in, (long long)p->train_len, (long long)cfg->train_len);
+    goto done;
+  }
+  /* yarn's frequencies depend on the training length (its original, or max_position_embeddings
+   * through transformers 4.x's factor check): another one would not be the same model */
+  if (p->train_len > 0 && p->train_len != cfg->train_len && !strcmp(cfg->rope_scaling_type, "yarn")) {
+    rc = cp_error_set(CP_EARG, "%s: --train-len %lld: the yarn scaling is defined over max_position_embeddings "
+                      "%lld (original %d); another training length would change it", in, (long long)p->train_len,
+                      (long long)cfg->train_len, cfg->rope_original_max_pos);
     goto done;
   }
   if (p->train_len > 0) cfg->train_len = p->train_len; /* context_length, rope.scaling.original_context_length */

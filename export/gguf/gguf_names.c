@@ -7,6 +7,7 @@
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
+#include "ctxpatch/formats/gguf.h"
 #include "ctxpatch/import/names.h"
 #include "ctxpatch/export/gguf_export.h"
 #include "ctxpatch/import/gguf_model.h"
@@ -66,6 +67,15 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
           goto done;
         }
       }
+  }
+  /* rope_freqs was read as the config's rope_scaling (import/gguf/gguf_model.c) */
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const char *name = cp_checkpoint_tensor(ck, i)->name;
+    if (!out->hf[i] && strcmp(name, "rope_freqs.weight") != 0)
+      rc = cp_error_set(CP_EUNSUPPORTED,
+                        "%s: tensor '%s': no HF name in the %s layout (refused rather than written "
+                        "under its GGUF name)",
+                        cp_gguf_path(cp_checkpoint_gguf(ck)), name, cp_family_name(cfg->family));
   }
 done:
   cp_hf_config_free(cfg);

@@ -10,7 +10,8 @@
 #include "ctxpatch/import/checkpoint.h"
 #include "ctxpatch/export/gguf_export.h"
 
-/* Per checkpoint tensor: its HF name (NULL: a tensor the family table does not name, kept as is),
+/* Per checkpoint tensor: its HF name (NULL only for a tensor that is config in HF's layout:
+ * llama.cpp's rope_freqs, which is config.json's rope_scaling there, and is not written),
  * llama.cpp's row order (llama rotary q/k, BLOOM / GPT-NeoX fused q/k/v), which goes back to
  * HF order: HF row s is GGUF row cp_gguf_row_to_gguf(&rows[i], s), and whether HF stores it
  * transposed (GPT-2's Conv1D matrices: GGUF [n_out, n_in], HF [n_in, n_out]). */
@@ -22,7 +23,9 @@ typedef struct {
 } cp_gguf_hf_names;
 
 /* The map of GGUF checkpoint `ck` (its config read from the metadata); CP_ECFG_FAMILY etc.
- * from the config. Free with cp_gguf_hf_names_free (also after an error). */
+ * from the config, CP_EUNSUPPORTED naming the first tensor that has no HF name and is not
+ * config (under its GGUF name no HF loader would read it). Free with cp_gguf_hf_names_free
+ * (also after an error). */
 int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck);
 void cp_gguf_hf_names_free(cp_gguf_hf_names *m);
 

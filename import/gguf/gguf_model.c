@@ -67,9 +67,12 @@ static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const 
   double theta = 10000;
   int rc;
   snprintf(what, sizeof what, "%s: tensor 'rope_freqs.weight'", cp_gguf_path(g));
+  uint64_t numel = 0;
+  cp_shape_numel(&numel, t->ndim, t->shape); /* checked by the reader */
   if (t->dtype != CP_F32 || t->ndim != 1 || t->shape[0] != dims / 2 || dims / 2 > CP_ROPE_MAX_DIMS / 2)
-    return cp_error_set(CP_ECFG_POSITION, "%s: want %lld float32 factors (one per rotated pair), not %s of %d dims",
-                        what, (long long)(dims / 2), cp_dtype_name(t->dtype), t->ndim);
+    return cp_error_set(CP_ECFG_POSITION, "%s: want %lld float32 factors (one per rotated pair), not %llu %s values in "
+                        "a %d-dim tensor", what, (long long)(dims / 2), (unsigned long long)numel,
+                        cp_dtype_name(t->dtype), t->ndim);
   snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
   snprintf(base_key, sizeof base_key, "%s.rope.freq_base", arch);
   if (cp_gguf_find_key(g, key) >= 0)
@@ -85,6 +88,51 @@ static int put_rope_freqs(cp_strbuf *js, const cp_gguf_file *g, size_t i, const 
     cp_strbuf_printf(js, ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":%.17g,\"low_freq_factor\":%.17g,"
                      "\"high_freq_factor\":%.17g,\"original_max_position_embeddings\":%d}", fit.factor,
                      fit.low_freq_factor, fit.high_freq_factor, fit.original_max_pos);
+  return 0;
+}
+
+/* llama.cpp's YaRN (src/llama-model.cpp load_hparams; src/llama-context.cpp): factor,
+ * original_context_length (absent: context_length, as HF's max_position_embeddings) and
+ * attn_factor, which multiplies the 0.1 ln(factor) + 1 that ggml's rope applies, so HF's
+ * attention_factor is their product. The yarn_* keys are read only by other architectures than
+ * llama, qwen2 and qwen3, which run beta_fast 32, beta_slow 1, ext_factor 1, no log multiplier and
+ * their own attention factor: such a key with another value is refused (which one was meant?). */
+static int put_yarn(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
+  char key[128];
+  double factor, attn = 1;
+  int rc;
+  snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+  if ((rc = cp_gguf_get_f64(&factor, g, key))) return rc;
+  if (!(factor >= 1 && factor <= 1e6))
+    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is %g: want a YaRN factor in [1, 1e6]", cp_gguf_path(g), key,
+                        factor);
+  const double m = factor > 1 ? 0.1 * log(factor) + 1.0 : 1.0;
+  snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", arch);
+  bool has_attn = cp_gguf_find_key(g, key) >= 0;
+  if (has_attn && (rc = cp_gguf_get_f64(&attn, g, key))) return rc;
+  if (!(attn > 0 && attn <= 1e6))
+    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is %g: want a positive factor", cp_gguf_path(g), key, attn);
+  const struct {
+    const char *suffix;
+    double runs;
+  } unread[] = {{"yarn_beta_fast", 32}, {"yarn_beta_slow", 1}, {"yarn_ext_factor", 1}, {"yarn_log_multiplier", 0},
+                {"yarn_attn_factor", attn * m}};
+  for (size_t k = 0; k < sizeof unread / sizeof *unread; k++) {
+    double v;
+    snprintf(key, sizeof key, "%s.rope.scaling.%s", arch, unread[k].suffix);
+    if (cp_gguf_find_key(g, key) < 0) continue;
+    if ((rc = cp_gguf_get_f64(&v, g, key))) return rc;
+    if (!(fabs(v - unread[k].runs) <= 1e-6 * fabs(unread[k].runs)))
+      return cp_error_set(CP_ECFG_POSITION, "%s: key '%s' is %g, but llama.cpp's %s does not read it and runs %g",
+                          cp_gguf_path(g), key, v, arch, unread[k].runs);
+  }
+  cp_strbuf_printf(js, ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":%.17g", factor);
+  snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = put_int(js, g, arch, "rope.scaling.original_context_length",
+                                                      "original_max_position_embeddings", true)))
+    return rc;
+  if (has_attn) cp_strbuf_printf(js, ",\"attention_factor\":%.17g", attn * m);
+  cp_strbuf_putc(js, '}');
   return 0;
 }
 
@@ -118,8 +166,9 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
   size_t len;
   if ((rc = cp_gguf_get_str(&type, &len, g, key))) return rc;
   if (len == 4 && !memcmp(type, "none", 4)) return 0;
+  if (len == 4 && !memcmp(type, "yarn", 4)) return put_yarn(js, g, arch);
   if (!(len == 6 && !memcmp(type, "linear", 6)))
-    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s': rope scaling '%.*s' is not supported (none, linear)",
+    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s': rope scaling '%.*s' is not supported (none, linear, yarn)",
                         cp_gguf_path(g), key, (int)(len < 32 ? len : 32), type);
   cp_strbuf_str(js, ",\"rope_scaling\":{\"type\":\"linear\"");
   snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);

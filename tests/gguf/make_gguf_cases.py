@@ -7,6 +7,8 @@ value type, F32/F16/BF16/Q8_0/Q4_0/Q4_K/IQ2_XXS tensors with hand-chosen values;
 checks the decoded values), valid_v2.gguf (version 2). Hostile files: each CVE class of ggml's
 GGUF reader (counts and lengths past the file, n_dims, shape and size overflow, duplicate keys and
 names, alignment, offsets, nesting, unknown types) and truncation at every header field.
+rewrite() builds a file again from tests/gguf/gguf_py.py's reading of one, edited (the GGUF tests'
+hostile variants of written models).
 
 Usage: make_gguf_cases.py OUT
 """
@@ -60,6 +62,22 @@ def gguf(kvs, tensors, align=32, version=3):
         infos += tinfo(name, ne, GGML[tname][0], len(data))
         data += raw
     return pad(header(len(tensors), len(kvs), version) + b"".join(kvs) + infos, align) + data
+
+
+def rewrite(read, edit_kv=None, edit_tensors=None):
+    """A GGUF file again from gguf_py.read's (version, kv, types, tensors, order), after edit_kv(kvs)
+    and edit_tensors(tensors) change the lists in place: kvs [(key, type, value)], tensors
+    [(name, ne, ggml type name, bytes)]. The tests' way to build a hostile variant of a written file."""
+    version, kvs, types, tensors, order = read
+    ids = {v[0]: k for k, v in GGML.items()}
+    kl = [(k, types[k], (v[1], v[0]) if types[k] == ARR else v) for k, v in kvs.items()]
+    tl = [(n, tensors[n][1], ids[tensors[n][0]], tensors[n][2]) for n in order]
+    if edit_kv:
+        edit_kv(kl)
+    if edit_tensors:
+        edit_tensors(tl)
+    align = kvs.get("general.alignment", 32)
+    return gguf([kv(k, t, v) for k, t, v in kl], tl, align, version)
 
 
 def f16(x):

@@ -2,7 +2,7 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|mistral_hd|phi3|phi3_tied [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -12,6 +12,8 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
                 low/high 1/32 over an original 2048, so 3 of the 8 pairs are blended)
   qwen3         the Llama body with per-head q/k RMSNorm, head_dim 32 (hidden 64 / 4 heads is 16), GQA
                 4/2, no biases, tied head, rope_theta 1e6
+  qwen3_yarn    qwen3 with rope_theta 1e4 and rope_scaling yarn (factor 8 over an original 64,
+                max_position_embeddings 512: pairs 0-5 of 16 on the ramp, the rest interpolated)
   mistral_hd    qwen3 without the q/k norms, as model_type mistral (explicit head_dim, no sliding window)
   phi3          Phi3ForCausalLM: fused qkv_proj (GQA 4/2) and gate_up_proj, partial_rotary_factor 0.5,
                 untied head, sliding_window null
@@ -137,9 +139,9 @@ def main():
                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 32.0, "original_max_position_embeddings": 2048},
                "tie_word_embeddings": False, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "float32"}
-    elif kind in ("qwen3", "mistral_hd"):  # modeling_qwen3.py: Llama body, per-head q/k RMSNorm, head_dim 32 (not
+    elif kind in ("qwen3", "qwen3_yarn", "mistral_hd"):  # modeling_qwen3.py: Llama body, per-head q/k RMSNorm, head_dim 32 (not
         # D / H), GQA 4/2; mistral_hd: the same without the norms, as a Mistral with explicit head_dim (Mistral Nemo)
-        qk_norm = kind == "qwen3"
+        qk_norm = kind in ("qwen3", "qwen3_yarn")
         t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
         hd = 32
         qd, kvd = H * hd, H // 2 * hd
@@ -160,6 +162,9 @@ def main():
                "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "attention_bias": False, "use_sliding_window": False,
                "sliding_window": None, "max_window_layers": L, "tie_word_embeddings": True, "bos_token_id": 2,
                "eos_token_id": 1, "torch_dtype": "float32"}
+        if kind == "qwen3_yarn":  # modeling_rope_utils _compute_yarn_parameters
+            cfg.update({"rope_theta": 10000.0, "max_position_embeddings": 512,
+                        "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}})
         if not qk_norm:
             cfg.update({"architectures": ["MistralForCausalLM"], "model_type": "mistral"})
             for k in ("attention_bias", "use_sliding_window", "max_window_layers"):
