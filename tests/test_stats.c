@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 #include "test.h"
@@ -178,6 +179,88 @@ static void verdicts(void) {
         !strcmp(cp_verdict_name(CP_VERDICT_INCONCLUSIVE), "inconclusive"));
 }
 
+/* verify/sequential.c against tests/goldens/stats/sequential.json (tests/reference/
+ * make_sequential_golden.py: python/ctxpatch_ref/seqdesign.py, written apart from the C code):
+ * levels, boundaries in counts, curtailment, the gain boundary, power and detectable drop. */
+static int first_b(const cp_seq_design *d, int j, int64_t c, bool fail) {
+  int64_t nj = cp_seq_look_prompts(d, j), found = -1;
+  for (int64_t b = 0; b + c <= nj; b++) {
+    if (fail && cp_seq_fails(d, j, b, c)) return (int)b;
+    if (!fail && cp_seq_futile(d, j, b, c)) found = b;
+  }
+  return (int)found;
+}
+
+static void sequential(const char *src) {
+  char path[4096], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/tests/goldens/stats/sequential.json", src);
+  CHECK_RC(0, cp_read_file(&text, &len, path, 1 << 24));
+  cJSON *g = text ? cJSON_Parse(text) : NULL;
+  CHECK(g != NULL);
+  CHECK(num(g, "interim_share") == CP_SEQ_INTERIM_SHARE && num(g, "futility_beta") == CP_SEQ_FUTILITY_BETA);
+  const cJSON *e, *lk, *kv;
+  int n_designs = 0, n_bounds = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(g, "designs")) {
+    cp_seq_design d;
+    CHECK_RC(0, cp_seq_design_init(&d, (int64_t)num(e, "prompts"), (int64_t)num(e, "every"), num(e, "alpha"),
+                                   num(e, "margin"), num(e, "futility_drop"), (int)num(e, "gain_cells")));
+    CHECK(d.n_looks == cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(e, "looks")));
+    CHECK(fabs(cp_seq_gain_final_alpha(&d) - num(e, "gain_final_alpha")) < 1e-15);
+    int j = 0;
+    cJSON_ArrayForEach(lk, cJSON_GetObjectItemCaseSensitive(e, "looks")) {
+      CHECK(cp_seq_look_prompts(&d, j) == (int64_t)num(lk, "prompts"));
+      CHECK(fabs(cp_seq_fail_level(&d, j) - num(lk, "fail_level")) < 1e-15);
+      CHECK(fabs(cp_seq_futility_level(&d, j) - num(lk, "futility_level")) < 1e-15);
+      CHECK(fabs(cp_seq_gain_level(&d, j) - num(lk, "gain_level")) < 1e-15);
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "fail_min_b")) {
+        int got = first_b(&d, j, atoi(kv->string), true);
+        CHECK_MSG(got == (int)kv->valuedouble, "n=%g look %d c=%s: fails from b=%d, want %g", num(e, "prompts"), j,
+                  kv->string, got, kv->valuedouble);
+        n_bounds++;
+      }
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "futility_max_b")) {
+        int got = first_b(&d, j, atoi(kv->string), false);
+        CHECK_MSG(got == (int)kv->valuedouble, "n=%g look %d c=%s: futile up to b=%d, want %g", num(e, "prompts"), j,
+                  kv->string, got, kv->valuedouble);
+        n_bounds++;
+      }
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "gain_min_c")) {
+        int64_t b = atoi(kv->string), nj = cp_seq_look_prompts(&d, j), c = 0;
+        while (c + b <= nj && !cp_seq_gain_crossed(&d, j, b, c)) c++;
+        CHECK_MSG((c + b > nj ? -1 : c) == (int64_t)kv->valuedouble, "n=%g look %d b=%s: gain from c=%lld",
+                  num(e, "prompts"), j, kv->string, (long long)c);
+      }
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "cannot_fail")) {
+        int64_t b = (int64_t)cJSON_GetArrayItem(kv, 0)->valuedouble,
+                c = (int64_t)cJSON_GetArrayItem(kv, 1)->valuedouble;
+        CHECK(cp_seq_cannot_fail(&d, j, b, c) == cJSON_IsTrue(cJSON_GetArrayItem(kv, 2)));
+      }
+      j++;
+    }
+    cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(e, "power")) {
+      double q = cJSON_GetArrayItem(kv, 0)->valuedouble, want = cJSON_GetArrayItem(kv, 1)->valuedouble;
+      CHECK_MSG(fabs(cp_seq_power(&d, q) - want) < 1e-10, "n=%g power(%g) %.12g want %.12g", num(e, "prompts"), q,
+                cp_seq_power(&d, q), want);
+    }
+    double want = num(e, "detectable_drop"), drop = cp_seq_detectable_drop(&d, 0.8);
+    CHECK_MSG(isnan(want) ? isnan(drop) : fabs(drop - want) < 1e-8, "n=%g detectable %.10g want %.10g",
+              num(e, "prompts"), drop, want);
+    n_designs++;
+  }
+  CHECK(n_designs >= 7 && n_bounds > 100);
+  /* one look is the fixed design: alpha at the end, no interim stop, the fixed detectable drop */
+  cp_seq_design one;
+  CHECK_RC(0, cp_seq_design_init(&one, 40, 40, 0.05, 0.05, 0.2, 1));
+  CHECK(cp_seq_fail_level(&one, 0) == 0.05 && cp_seq_gain_final_alpha(&one) == 0.05);
+  CHECK(fabs(cp_seq_detectable_drop(&one, 0.8) - cp_tango_detectable_drop(40, 0.05, 0.05, 0.8)) < 1e-8);
+  /* out-of-range designs are refused with a message, not asserted */
+  CHECK_RC(CP_EARG, cp_seq_design_init(&one, CP_SEQ_MAX_PROMPTS + 1, 8, 0.05, 0.05, 0.2, 1));
+  CHECK_RC(CP_EARG, cp_seq_design_init(&one, 40, 0, 0.05, 0.05, 0.2, 1));
+  cJSON_Delete(g);
+  free(text);
+}
+
 int main(void) {
   const char *src = test_env("CTXPATCH_SOURCE_DIR");
   char path[4096], *text = NULL;
@@ -230,5 +313,6 @@ int main(void) {
   published();
   identities();
   verdicts();
+  sequential(src);
   return test_finish();
 }
