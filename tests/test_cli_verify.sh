@@ -95,8 +95,10 @@ PY
 seq=(--probe passkey --lengths 256 --baseline --no-regression-at 256 --depths 0:1:5 --samples 8 --seed 3 --threads 2
   --no-stats --accept-no-gain)
 "$bin" verify "$model" "${seq[@]}" --certificate "$work/fx.json" >/dev/null && ok || bad "fixed design, model beside itself"
-"$bin" verify "$model" "${seq[@]}" --sequential --certificate "$work/sq.json" >"$work/sq.txt" && ok \
+"$bin" verify "$model" "${seq[@]}" --sequential --certificate "$work/sq.json" --report "$work/sq.html" >"$work/sq.txt" && ok \
   || bad "sequential design, model beside itself: $(tail -3 "$work/sq.txt")"
+# the report's heatmap divides by the prompts each depth ran (4 of 4, not 4 of 8)
+grep -q "patched, length 256, depth 0.000: 4 of 4 correct" "$work/sq.html" && ok || bad "sequential heatmap denominators"
 "$bin" verify "$model" "${seq[@]}" --rule "$work/harmful.json" --certificate "$work/fxh.json" >/dev/null
 [ $? = 1 ] && ok || bad "fixed design: the harmful rule did not fail"
 "$bin" verify "$model" "${seq[@]}" --rule "$work/harmful.json" --sequential --looks 8 --certificate "$work/sqh.json" >/dev/null
@@ -110,6 +112,7 @@ assert "sequential" not in fx["statistics"] and "looks" not in fx["results"]["co
 c, p = sq["results"]["comparison"]["passkey"][0], sq["results"]["patched"]["passkey"][0]
 assert fx["results"]["comparison"]["passkey"][0]["pairs"] == 40 and c["pairs"] == 16 and p["prompts"] == 16, (c, p)
 assert c["stop"] == "futility" and c["looks"] == [[8, 0, 0], [16, 0, 0]], c
+assert p["prompts_by_depth"] == [4, 3, 3, 3, 3] and p["correct_by_depth"] == [4, 3, 3, 3, 3], p
 q = sq["statistics"]["sequential"]
 assert q["looks_every"] == 8 and q["looks"] == 5 and q["prompts_max"] == 40 and q["prompts_used"] == 16, q
 assert q["fail_levels"] == [0.00125] * 4 + [0.045], q

@@ -102,6 +102,11 @@ static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
       cJSON *by = cJSON_AddArrayToObject(c, "correct_by_depth");
       for (int d = 0; d < r->n_depths; d++)
         cJSON_AddItemToArray(by, cJSON_CreateNumber(r->correct[side][((size_t)p * r->n_lengths + l) * r->n_depths + d]));
+      if (r->looks_every > 0) { /* a sequential cell's prompts per depth: the heatmap's denominators */
+        cJSON *pd = cJSON_AddArrayToObject(c, "prompts_by_depth");
+        for (int d = 0; d < r->n_depths; d++)
+          cJSON_AddItemToArray(pd, cJSON_CreateNumber((double)cp_verify_prompts_at_depth(r, p, l, d)));
+      }
       cJSON_AddItemToArray(probe, c);
     }
   }

@@ -140,6 +140,20 @@ static void side_block(sv *s, const cJSON *side, const char *name, const cJSON *
       if (pr && !is_int_in(pr, 1, n)) bad(s, path, "prompts is not an integer in [1, samples x depths]");
       else if (pr) n = pr->valuedouble;
       if (ok > n) bad(s, path, "more correct answers than prompts");
+      const cJSON *pd = cJSON_GetObjectItemCaseSensitive(cell, "prompts_by_depth"), *x;
+      double ran = 0;
+      int k = 0;
+      if (pd && (!pr || !cJSON_IsArray(pd) || cJSON_GetArraySize(pd) != n_depths))
+        bad(s, path, "prompts_by_depth needs the cell's prompts and one count per depth");
+      else if (pd) {
+        cJSON_ArrayForEach(x, pd) {
+          const cJSON *cd = cJSON_GetArrayItem(by, k++);
+          if (!is_int_in(x, 0, samples) || (cd && cJSON_IsNumber(cd) && cd->valuedouble > x->valuedouble))
+            bad(s, path, "prompts_by_depth entry not an integer in [0, samples] at or above correct_by_depth");
+          else ran += x->valuedouble;
+        }
+        if (ran != n) bad(s, path, "prompts_by_depth does not add up to prompts");
+      }
       if (by && cJSON_GetArraySize(by) != n_depths) bad(s, path, "correct_by_depth needs one count per depth");
       /* written at CP_NUM_JSON_DIGITS (base/num.h); certificates before that hold the exact ratio */
       else if (acc && samples > 0 && acc->valuedouble != ok / n && acc->valuedouble != cp_num_round(ok / n, CP_NUM_JSON_DIGITS))

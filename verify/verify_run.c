@@ -96,6 +96,15 @@ int64_t cp_verify_prompts_in(const cp_verify_result *r, int probe, int length) {
   return r->used ? r->used[(size_t)probe * (size_t)r->n_lengths + (size_t)length] : cp_verify_prompts_at(r);
 }
 
+int64_t cp_verify_prompts_at_depth(const cp_verify_result *r, int probe, int length, int depth) {
+  if (!r->used) return r->samples;
+  int rank = 0; /* place of `depth` in the rounds' order (run_cell_group's stable sort) */
+  for (int d = 0; d < r->n_depths; d++)
+    rank += r->depths[d] < r->depths[depth] || (r->depths[d] == r->depths[depth] && d < depth);
+  int64_t n = cp_verify_prompts_in(r, probe, length);
+  return n / r->n_depths + (rank < n % r->n_depths);
+}
+
 double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int probe, int length) {
   if (!r->correct[side]) return NAN;
   int64_t n = cp_verify_prompts_in(r, probe, length);

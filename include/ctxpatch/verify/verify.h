@@ -184,8 +184,11 @@ double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int
  * prompts of the design (samples x depths). */
 int64_t cp_verify_correct_at(const cp_verify_result *r, cp_verify_side side, int probe, int length);
 int64_t cp_verify_prompts_at(const cp_verify_result *r);
-/* Prompts run at (probe, length): cp_verify_prompts_at, or fewer where a sequential cell stopped. */
+/* Prompts run at (probe, length): cp_verify_prompts_at, or fewer where a sequential cell stopped;
+ * and of those, the prompts at depth index `depth` (samples, or a sequential cell's share of its
+ * rounds: the depths in increasing order, samples-major). */
 int64_t cp_verify_prompts_in(const cp_verify_result *r, int probe, int length);
+int64_t cp_verify_prompts_at_depth(const cp_verify_result *r, int probe, int length, int depth);
 /* The paired comparison at (probe, length), with a baseline: the prompts run there, `lost` answered by the
  * baseline only, `gained` by the patched model only; its one-sided p-value of a drop beyond
  * `margin` (cp_tango_p_value). */
