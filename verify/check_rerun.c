@@ -36,7 +36,7 @@ static int sequential_from_cert(cp_verify_params *vp, rerun_arrays *a, const cJS
     for (int l = 0; l < vp->n_lengths; l++) {
       const cJSON *cells = cJSON_GetObjectItemCaseSensitive(patched, cp_probe_name(vp->probes[p]));
       const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cells, l), "prompts");
-      if (!cJSON_IsNumber(n) || !cJSON_IsNumber(every))
+      if (!cJSON_IsNumber(n) || !cJSON_IsNumber(every) || !(every->valuedouble >= 1 && every->valuedouble <= 1e6))
         return cp_error_set(CP_EARG, "certificate.json: results.patched.%s[%d].prompts: missing in a sequential run",
                             cp_probe_name(vp->probes[p]), l);
       a->replay[(size_t)p * (size_t)vp->n_lengths + (size_t)l] = (int)n->valuedouble;
