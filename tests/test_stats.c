@@ -61,6 +61,8 @@ typedef struct {
   int64_t lengths[2];
   double depth, ppl[2][2];
   int correct[2][2], only[2][2];
+  int used[2], looks_taken[2]; /* a sequential run (seq_fake) */
+  unsigned char stop[2], gain_crossed[2];
 } fake_run;
 
 static void fake(fake_run *f, int n, const int lost[2], const int gained[2]) {
@@ -103,6 +105,58 @@ static cp_verdict judge(const fake_run *f, const cp_verify_thresholds *t, const 
   for (int i = 0; i < n; i++) free(reasons[i]);
   free(reasons);
   return v;
+}
+
+/* Makes f a sequential run of a 40-prompt design looking every 8 whose two cells stopped after
+ * used[l] prompts (fake() gave their pairs over that many). */
+static void seq_fake(fake_run *f, int used0, int used1) {
+  f->r.samples = 40;
+  f->r.looks_every = 8;
+  f->r.n_looks = 5;
+  f->used[0] = used0, f->used[1] = used1;
+  f->looks_taken[0] = used0 / 8, f->looks_taken[1] = used1 / 8;
+  f->r.used = f->used;
+  f->r.looks_taken = f->looks_taken;
+  f->r.stop = f->stop;
+  f->r.gain_crossed = f->gain_crossed;
+}
+
+/* Sequential verdicts (docs/certificate.md, "Sequential verdicts"): a regression at the level of the
+ * look the cell stopped at; the gain by a cell's own boundary or the pooled test at 0.045; the
+ * power of the sequential design (0.193 at 40 prompts, looks every 8). */
+static void sequential_verdicts(const cp_verify_thresholds *t) {
+  fake_run f;
+  /* 11 of 16 lost: Tango p below the second look's 0.00125 */
+  fake(&f, 16, (int[]){11, 0}, (int[]){0, 0});
+  seq_fake(&f, 16, 16);
+  CHECK(judge(&f, t, "passkey at 256: regression") == CP_VERDICT_FAIL);
+  /* 10 of 16 lost: a regression for the fixed test at 0.05, not at the look's level */
+  fake(&f, 16, (int[]){10, 0}, (int[]){0, 0});
+  CHECK(cp_verify_pair_test(&f.r, 0, 0, 0.05, &(int64_t){0}, &(int64_t){0}) < 0.05);
+  seq_fake(&f, 16, 16);
+  CHECK(judge(&f, t, "no effect:") == CP_VERDICT_NO_EFFECT);
+  /* 10 gained of 16 at 512 crossed the cell's own boundary: a pass although the cell stopped */
+  fake(&f, 16, (int[]){0, 0}, (int[]){0, 10});
+  seq_fake(&f, 16, 16);
+  f.gain_crossed[1] = 1;
+  CHECK(judge(&f, t, NULL) == CP_VERDICT_PASS);
+  /* the pooled test at the 0.045 left: 5 gained (1/32) is a gain, 4 (1/16) is not */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 5});
+  seq_fake(&f, 16, 40);
+  CHECK(judge(&f, t, NULL) == CP_VERDICT_PASS);
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 4});
+  seq_fake(&f, 16, 40);
+  CHECK(judge(&f, t,
+              "no effect: past the training length 256 the patch shows no gain: 4 prompts gained and 0 lost "
+              "(sign test p = 0.062, not < 0.045)") == CP_VERDICT_NO_EFFECT);
+  /* the design's detectable drop: 0.193 passes 0.2 but not 0.19, which the fixed 40 (0.162) would */
+  cp_verify_thresholds strict = *t;
+  strict.max_detectable_drop = 0.19;
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 8});
+  CHECK(judge(&f, &strict, NULL) == CP_VERDICT_PASS);
+  seq_fake(&f, 16, 40);
+  CHECK(judge(&f, &strict, "inconclusive:") == CP_VERDICT_INCONCLUSIVE);
+  CHECK(fabs(cp_verify_detectable_drop(&f.r, t) - 0.192822) < 1e-6);
 }
 
 /* The default criterion: no regression, a gain past the training length, and the power to see a
@@ -177,6 +231,7 @@ static void verdicts(void) {
   CHECK(judge(&f, &none, NULL) == CP_VERDICT_NONE);
   CHECK(!strcmp(cp_verdict_name(CP_VERDICT_NO_EFFECT), "no effect") &&
         !strcmp(cp_verdict_name(CP_VERDICT_INCONCLUSIVE), "inconclusive"));
+  sequential_verdicts(&t);
 }
 
 /* verify/sequential.c against tests/goldens/stats/sequential.json (tests/reference/
