@@ -138,6 +138,15 @@ p = c["results"]["patched"]["passkey"][0]
 assert p["prompts"] == 16 and p["correct_by_depth"] == [4, 3, 3, 3, 3], p
 assert c["results"]["comparison"]["passkey"][0]["stop"] == "futility", c["results"]["comparison"]
 PY
+# Once a cell has failed the verdict is fail: a later cell stops at its first look (curtailed).
+"$bin" verify "$model" "${seq[@]:0:3}" 256,288 --baseline --no-regression-at 256,288 "${seq[@]:7}" \
+  --rule "$work/harmful.json" --sequential --certificate "$work/sqh2.json" >/dev/null
+[ $? = 1 ] && ok || bad "sequential design, two lengths: the harmful rule did not fail"
+"$py" - "$work/sqh2.json" <<'PY' && ok || bad "a cell after a failed one"
+import json, sys
+c = json.load(open(sys.argv[1]))["results"]["comparison"]["passkey"]
+assert [(x["length"], x["pairs"], x["stop"]) for x in c] == [(256, 16, "regression"), (288, 8, "curtailed")], c
+PY
 # A stop the recorded pairs do not give (an edited certificate) fails check's schema.
 cp -r "$work/sqart" "$work/sqforged" && sed -i 's/"stop":[[:space:]]*"futility"/"stop": "last look"/' "$work/sqforged/certificate.json"
 "$bin" check "$work/sqforged" >"$work/sqf.txt"; [ $? = 1 ] \

@@ -362,10 +362,6 @@ static void copy_baseline(cp_verify_result *r, const cp_verify_result *f) {
   r->side_reused[CP_SIDE_BASELINE] = f->side_reused[CP_SIDE_PATCHED];
 }
 
-/* One probe at one length: every depth and sample, in order of depth, so that consecutive prompts
- * share their task line and filler up to the earlier insertion point and each side's cache
- * (cp_engine_cache) computes those rows once. Without a cache (a rule whose rows depend on the
- * whole prompt) each prompt runs alone; the answers are the same bit for bit either way. */
 static int64_t only_at(const cp_verify_result *r, cp_verify_side side, int pi, int l) {
   int64_t n = 0;
   for (int d = 0; r->only[side] && d < r->n_depths; d++) n += r->only[side][cell(r, pi, l, d)];
@@ -395,6 +391,11 @@ static int run_cell_rounds(cp_verify_result *r, cp_engine *const *engines, cp_en
   return rc;
 }
 
+/* One probe at one length: every depth and sample, in order of depth, so that consecutive prompts
+ * share their task line and filler up to the earlier insertion point and each side's cache
+ * (cp_engine_cache) computes those rows once. Without a cache (a rule whose rows depend on the
+ * whole prompt) each prompt runs alone; the answers are the same bit for bit either way. A
+ * sequential run takes them in rounds instead (run_cell_rounds). */
 static int run_cell_group(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_tokenizer *tok,
                           const cp_verify_params *p, int pi, int l, int64_t *gen, int64_t *done_count,
                           verify_seq_state *st) {

@@ -1,6 +1,7 @@
 /* A sequential run's decisions at each look (docs/certificate.md, "Sequential verdicts"): a cell
  * stops on a declared regression, or once no regression is established (futility boundary or
- * curtailment) and its accuracy threshold and the pooled gain are decided. */
+ * curtailment) and its accuracy threshold and the pooled gain are decided, or at its first look
+ * once an earlier cell has failed. */
 #include <stdlib.h>
 
 #include "ctxpatch/base/alloc.h"
@@ -94,10 +95,15 @@ bool verify_seq_look(verify_seq_state *st, cp_verify_result *r, const cp_verify_
   bool compared = compared_length(r, t, l), gain_cell = r->has_baseline && cp_verify_gain_length(r, t, l);
   if (compared && cp_seq_fails(d, j, b, c)) {
     r->stop[cl] = CP_SEQ_REGRESSION;
+    st->failed = true;
     return true;
   }
   if (j >= d->n_looks - 1) {
     r->stop[cl] = CP_SEQ_LAST_LOOK;
+    return true;
+  }
+  if (st->failed) { /* an earlier cell failed: nothing this one gives changes the verdict */
+    r->stop[cl] = CP_SEQ_CURTAILED;
     return true;
   }
   if (gain_cell && cp_seq_gain_crossed(d, j, b, c)) r->gain_crossed[cl] = 1, st->gain_declared = true;
@@ -105,6 +111,11 @@ bool verify_seq_look(verify_seq_state *st, cp_verify_result *r, const cp_verify_
   if (t->min_accuracy >= 0) { /* decided either way whatever the remaining prompts give */
     double need = t->min_accuracy * (double)N;
     if (!((double)k_ok >= need || (double)(k_ok + N - n) < need)) return false;
+    if ((double)(k_ok + N - n) < need) { /* --min-accuracy is missed whatever the rest gives */
+      st->failed = true;
+      r->stop[cl] = CP_SEQ_CURTAILED;
+      return true;
+    }
   }
   cp_seq_stop why = CP_SEQ_CURTAILED;
   if (compared && !cp_seq_cannot_fail(d, j, b, c)) {
