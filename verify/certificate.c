@@ -164,7 +164,9 @@ static void sequential_design(cJSON *s, const cp_verify_result *r, const cp_veri
   cJSON_AddItemToObject(o, "fail_levels", cJSON_CreateDoubleArray(lv, d.n_looks));
   cJSON_AddNumberToObject(o, "futility_drop", d.futility_drop);
   cJSON_AddItemToObject(o, "futility_levels", cJSON_CreateDoubleArray(lv + d.n_looks, d.n_looks));
-  cJSON_AddNumberToObject(o, "gain_cells", d.gain_cells);
+  int gain_cells = 0; /* the design counts at least one; this is how many the gain test pools */
+  for (int l = 0; l < r->n_lengths; l++) gain_cells += r->has_baseline && cp_verify_gain_length(r, t, l);
+  cJSON_AddNumberToObject(o, "gain_cells", gain_cells * r->n_probes);
   cJSON_AddItemToObject(o, "gain_levels", cJSON_CreateDoubleArray(lv + 2 * d.n_looks, d.n_looks));
   cJSON_AddNumberToObject(o, "gain_final_alpha", num(cp_seq_gain_final_alpha(&d)));
   free(lv);
