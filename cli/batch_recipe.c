@@ -109,7 +109,7 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
     const char *key, *flag;
   } map[] = {{"probes", "--verify"}, {"lengths", "--lengths"}, {"depths", "--depths"}, {"samples", "--samples"},
              {"seed", "--seed"}, {"min_accuracy", "--min-accuracy"}, {"no_regression_at", "--no-regression-at"},
-             {"work_budget", "--work-budget"}};
+             {"work_budget", "--work-budget"}, {"looks", "--looks"}};
   const cJSON *e;
   int rc = 0;
   if (v && !cJSON_IsObject(v)) return cp_error_set(CP_EARG, "%s: verify: expected an object", r->path);
@@ -123,16 +123,17 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
         return cp_error_set(CP_EARG, "%s: expected an integer in [1, 1024]", where);
       r->threads = (int)e->valuedouble;
     } else if (!strcmp(e->string, "no_verify") || !strcmp(e->string, "accept_no_gain") ||
-               !strcmp(e->string, "accept_underpowered")) {
+               !strcmp(e->string, "accept_underpowered") || !strcmp(e->string, "sequential")) {
       if (!cJSON_IsBool(e)) return cp_error_set(CP_EARG, "%s: expected true or false", where);
       const char *flag = !strcmp(e->string, "no_verify")        ? "--no-verify"
                          : !strcmp(e->string, "accept_no_gain") ? "--accept-no-gain"
+                         : !strcmp(e->string, "sequential")     ? "--sequential"
                                                                 : "--accept-underpowered";
       if (cJSON_IsTrue(e) && (rc = push(&r->verify_args, &r->n_verify_args, flag)) < 0) return rc;
     } else if (k == sizeof map / sizeof *map) {
       return cp_error_set(CP_EARG, "%s: unknown key (probes, lengths, depths, samples, seed, min_accuracy, "
                                    "no_regression_at, work_budget, threads, no_verify, accept_no_gain, "
-                                   "accept_underpowered)",
+                                   "accept_underpowered, sequential, looks)",
                           where);
     } else {
       cp_strbuf b = {0};

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 
 void cli_verify_opts_init(cli_verify_opts *o, const char *default_depths) {
@@ -52,6 +53,7 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   else if (!strcmp(a, "--depths")) o->depths_text = v;
   else if (!strcmp(a, "--no-regression-at")) o->no_reg_text = v;
   else if (!strcmp(a, "--samples")) return cli_parse_u64_in(cmd, a, v, 1, 100000, &o->samples) ? 1 : -1;
+  else if (!strcmp(a, "--looks")) return cli_parse_u64_in(cmd, a, v, 1, CP_SEQ_MAX_PROMPTS, &o->looks) ? 1 : -1;
   else if (!strcmp(a, "--seed")) return cli_parse_u64(cmd, a, v, &o->seed) ? 1 : -1;
   else if (!strcmp(a, "--threads")) return cli_parse_u64_in(cmd, a, v, 0, 1024, &o->threads) ? 1 : -1;
   else if (!strcmp(a, "--device")) return cli_parse_device(cmd, v, &o->device) ? 1 : -1;
@@ -84,6 +86,7 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
 bool cli_verify_flag(cli_verify_opts *o, const char *a) {
   if (!strcmp(a, "--accept-no-gain")) o->accept_no_gain = true;
   else if (!strcmp(a, "--accept-underpowered")) o->accept_underpowered = true;
+  else if (!strcmp(a, "--sequential")) o->sequential = true;
   else return false;
   return true;
 }
@@ -93,10 +96,15 @@ bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd) {
   if (o->corpus_delimiter_text && !(o->corpus_delimiter = unescape(o->corpus_delimiter_text)))
     return cli_usage_error(cmd, "out of memory"), false;
   if (o->corpus_delimiter_text && !o->corpus) return cli_usage_error(cmd, "--corpus-delimiter needs --corpus"), false;
+  if (o->looks && !o->sequential) return cli_usage_error(cmd, "--looks needs --sequential"), false;
   if (o->lengths_text && !cli_parse_lengths(cmd, o->lengths_text, &o->lengths, &o->n_lengths)) return false;
   if (o->no_reg_text && !cli_parse_lengths(cmd, o->no_reg_text, &o->no_reg, &o->n_no_reg)) return false;
   if (cli_parse_depths(&o->depths, &o->n_depths, o->depths_text) < 0)
     return cli_usage_error(cmd, "--depths expects A:B:N or a list of numbers in [0, 1], got '%s'", o->depths_text),
+           false;
+  if (o->sequential && o->samples * (unsigned long long)o->n_depths > CP_SEQ_MAX_PROMPTS)
+    return cli_usage_error(cmd, "--sequential: %llu prompts a probe and length (--samples x depths), more than the %d a "
+                                "sequential design takes", o->samples * (unsigned long long)o->n_depths, CP_SEQ_MAX_PROMPTS),
            false;
   return true;
 }
@@ -127,6 +135,8 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   vp->ppl_windows = (int)o->ppl_windows;
   vp->ppl_buckets = (int)o->ppl_buckets;
   vp->work_budget = o->work_budget;
+  vp->looks = o->sequential ? (o->looks ? (int)o->looks : CP_SEQ_DEFAULT_EVERY) : 0;
+  vp->judge = th; /* a command that judges by other thresholds points it there (patch) */
 }
 
 void cli_verify_opts_free(cli_verify_opts *o) {

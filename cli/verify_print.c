@@ -8,7 +8,7 @@
 #include "ctxpatch/verify/stats.h"
 
 static void acc_ci(const cp_verify_result *r, cp_verify_side side, int p, int l) {
-  int64_t k = cp_verify_correct_at(r, side, p, l), n = cp_verify_prompts_at(r);
+  int64_t k = cp_verify_correct_at(r, side, p, l), n = cp_verify_prompts_in(r, p, l);
   double lo, hi;
   cp_wilson_interval(&lo, &hi, k, n, CP_STATS_Z95);
   printf("  %5.3f [%4.2f, %4.2f]", (double)k / (double)n, lo, hi);
@@ -41,21 +41,26 @@ void cli_print_verify_result(const cp_verify_result *r, const cp_verify_threshol
         int64_t lost, gained;
         double pv = cp_verify_pair_test(r, p, l, th->margin, &lost, &gained);
         acc_ci(r, CP_SIDE_BASELINE, p, l);
-        printf(" %+7.3f %9.2g", (double)(lost - gained) / (double)cp_verify_prompts_at(r), pv);
+        printf(" %+7.3f %9.2g", (double)(lost - gained) / (double)cp_verify_prompts_in(r, p, l), pv);
+        if (r->looks_every > 0) /* where and why the sequential cell stopped */
+          printf("  %lld prompts, %s", (long long)cp_verify_prompts_in(r, p, l),
+                 cp_seq_stop_name((cp_seq_stop)r->stop[(size_t)p * (size_t)r->n_lengths + (size_t)l]));
       }
       printf("\n");
     }
   if (r->has_ppl) print_ppl(r);
   if (r->n_probes == 0) return;
   int64_t n = cp_verify_prompts_at(r);
-  double drop = cp_tango_detectable_drop(n, th->margin, th->alpha, CP_STATS_POWER);
-  printf("intervals: Wilson score, 95%%; %lld prompts per probe and length", (long long)n);
+  double drop = cp_verify_detectable_drop(r, th);
+  printf("intervals: Wilson score, 95%%; %lld prompts per probe and length%s", (long long)n,
+         r->looks_every > 0 ? " at most (sequential)" : "");
   if (!r->has_baseline) {
     printf("\n");
     return;
   }
   printf(", the same on both sides\npaired test: Tango's score test of a drop beyond the margin %.3g (one-sided, "
          "alpha %.3g); ", th->margin, th->alpha);
+  if (r->looks_every > 0) printf("sequential design: a look every %d prompts; ", r->looks_every);
   if (isnan(drop)) printf("too few prompts to detect any drop (use more --samples)\n");
   else printf("it detects a drop of %.3f with %.0f%% power\n", drop, CP_STATS_POWER * 100);
 }

@@ -117,6 +117,7 @@ static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tm
   cp_verify_params vp = *params->verify;
   vp.baseline = true;
   vp.baseline_model = original;
+  vp.judge = params->thresholds; /* a sequential run stops by the thresholds it is judged by */
   if ((rc = cp_verify_run(&out->result, run, params->tok, rule, &vp))) goto done;
   out->verified = true;
   if ((rc = cp_verify_judge(&out->verdict, &out->reasons, &out->n_reasons, out->result, params->thresholds))) goto done;
@@ -527,6 +528,7 @@ static void screen_params(cp_verify_params *sp, cp_probe_kind all[CP_PROBE_COUNT
   sp->baseline = false;
   sp->baseline_model = NULL;
   sp->baseline_from = NULL;
+  sp->looks = 0; /* the screening runs no comparison: every prompt */
   sp->stats = false;
   sp->corpus_path = NULL;
 }

@@ -344,6 +344,7 @@ static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *i
   op.baseline = false;
   op.baseline_model = NULL;
   op.baseline_from = NULL;
+  op.looks = 0; /* every prompt: each candidate's sequential run takes the answers it reaches */
   if ((rc = cp_verify_run(&x->original_run, x->model, x->tok, NULL, &op))) return rc;
   score(&out->original_accuracy, &out->original_nll, x->original_run, x->L);
   out->original_scored = true;

@@ -87,6 +87,76 @@ assert old["verdict"] == {"result": "pass", "reasons": []}, old["verdict"]
 assert old["thresholds"]["require_gain"] is False and old["thresholds"]["max_detectable_drop"] is None
 PY
 
+# Sequential verdicts (docs/certificate.md, "Sequential verdicts"): the same verdict as the fixed
+# design on fewer prompts, counted. The model beside itself at its training length (40 prompts a
+# cell, --accept-no-gain: no length past 256 to gain at): both designs pass, the sequential one
+# after 16 prompts (futility: no lost pair, so no regression). A harmful rule: both fail, the
+# sequential one at the second look (16 prompts, every one lost).
+seq=(--probe passkey --lengths 256 --baseline --no-regression-at 256 --depths 0:1:5 --samples 8 --seed 3 --threads 2
+  --no-stats --accept-no-gain)
+"$bin" verify "$model" "${seq[@]}" --certificate "$work/fx.json" >/dev/null && ok || bad "fixed design, model beside itself"
+"$bin" verify "$model" "${seq[@]}" --sequential --certificate "$work/sq.json" --report "$work/sq.html" >"$work/sq.txt" && ok \
+  || bad "sequential design, model beside itself: $(tail -3 "$work/sq.txt")"
+# the report's heatmap divides by the prompts each depth ran (4 of 4, not 4 of 8)
+grep -q "patched, length 256, depth 0.000: 4 of 4 correct" "$work/sq.html" && ok || bad "sequential heatmap denominators"
+"$bin" verify "$model" "${seq[@]}" --rule "$work/harmful.json" --certificate "$work/fxh.json" >/dev/null
+[ $? = 1 ] && ok || bad "fixed design: the harmful rule did not fail"
+"$bin" verify "$model" "${seq[@]}" --rule "$work/harmful.json" --sequential --looks 8 --certificate "$work/sqh.json" >/dev/null
+[ $? = 1 ] && ok || bad "sequential design: the harmful rule did not fail"
+"$py" - "$work"/fx.json "$work"/sq.json "$work"/fxh.json "$work"/sqh.json <<'PY' && ok || bad "sequential certificates"
+import json, sys
+fx, sq, fxh, sqh = (json.load(open(p)) for p in sys.argv[1:])
+assert fx["verdict"]["result"] == sq["verdict"]["result"] == "pass", (fx["verdict"], sq["verdict"])
+assert fxh["verdict"]["result"] == sqh["verdict"]["result"] == "fail", (fxh["verdict"], sqh["verdict"])
+assert "sequential" not in fx["statistics"] and "looks" not in fx["results"]["comparison"]["passkey"][0]
+c, p = sq["results"]["comparison"]["passkey"][0], sq["results"]["patched"]["passkey"][0]
+assert fx["results"]["comparison"]["passkey"][0]["pairs"] == 40 and c["pairs"] == 16 and p["prompts"] == 16, (c, p)
+assert c["stop"] == "futility" and c["looks"] == [[8, 0, 0], [16, 0, 0]], c
+assert p["prompts_by_depth"] == [4, 3, 3, 3, 3] and p["correct_by_depth"] == [4, 3, 3, 3, 3], p
+q = sq["statistics"]["sequential"]
+assert q["looks_every"] == 8 and q["looks"] == 5 and q["prompts_max"] == 40 and q["prompts_used"] == 16, q
+assert q["fail_levels"] == [0.00125] * 4 + [0.045], q
+# the power criterion judges the design: 0.193 (the fixed 40 prompts: 0.162), both within 0.2
+assert sq["statistics"]["detectable_drop"] == 0.192822 and fx["statistics"]["detectable_drop"] == 0.162328
+# 16 of 40 prompts; the rounds over the depths share less of each prompt with the one before
+tot = lambda c: c["run"]["tokens"] + c["run"]["tokens_reused"]
+assert tot(sq) < 0.45 * tot(fx) and sq["run"]["tokens"] < 0.55 * fx["run"]["tokens"], (sq["run"], fx["run"])
+h = sqh["results"]["comparison"]["passkey"][0]
+assert h["stop"] == "regression" and h["pairs"] == 16 and h["lost"] == 16, h
+assert fxh["results"]["comparison"]["passkey"][0]["pairs"] == 40
+PY
+# `patch --sequential` certifies the same way, and `check --rerun` takes each cell's recorded prompts
+# in the same order (the 16 of the futility stop: correct_by_depth 4,3,3,3,3, not 8 a depth).
+"$bin" patch "$model" "$work/sqart" --method temperature --tau 0.9 --lengths 256 --depths 0:1:5 --threads 2 \
+  --accept-no-gain --sequential >"$work/sqp.txt" 2>&1 && ok || bad "patch --sequential: $(tail -3 "$work/sqp.txt")"
+"$bin" check "$work/sqart" --rerun >"$work/sqc.txt" 2>&1 && grep -q "re-run: 1 cells equal" "$work/sqc.txt" && ok \
+  || bad "check --rerun of a sequential artifact: $(cat "$work/sqc.txt")"
+"$py" - "$work/sqart/certificate.json" <<'PY' && ok || bad "the sequential artifact's certificate"
+import json, sys
+c = json.load(open(sys.argv[1]))
+p = c["results"]["patched"]["passkey"][0]
+assert p["prompts"] == 16 and p["correct_by_depth"] == [4, 3, 3, 3, 3], p
+assert c["results"]["comparison"]["passkey"][0]["stop"] == "futility", c["results"]["comparison"]
+PY
+# Once a cell has failed the verdict is fail: a later cell stops at its first look (curtailed).
+"$bin" verify "$model" "${seq[@]:0:3}" 256,288 --baseline --no-regression-at 256,288 "${seq[@]:7}" \
+  --rule "$work/harmful.json" --sequential --certificate "$work/sqh2.json" >/dev/null
+[ $? = 1 ] && ok || bad "sequential design, two lengths: the harmful rule did not fail"
+"$py" - "$work/sqh2.json" <<'PY' && ok || bad "a cell after a failed one"
+import json, sys
+c = json.load(open(sys.argv[1]))["results"]["comparison"]["passkey"]
+assert [(x["length"], x["pairs"], x["stop"]) for x in c] == [(256, 16, "regression"), (288, 8, "curtailed")], c
+PY
+# A stop the recorded pairs do not give (an edited certificate) fails check's schema.
+cp -r "$work/sqart" "$work/sqforged" && sed -i 's/"stop":[[:space:]]*"futility"/"stop": "last look"/' "$work/sqforged/certificate.json"
+"$bin" check "$work/sqforged" >"$work/sqf.txt"; [ $? = 1 ] \
+  && grep -q "cert-schema: .*stop is not what the design decides on the last look's pairs" "$work/sqf.txt" && ok \
+  || bad "an edited stop: $(cat "$work/sqf.txt")"
+"$bin" verify "$model" "${seq[@]}" --looks 8 2>"$work/err"; [ $? = 2 ] && ok || bad "--looks without --sequential accepted"
+"$bin" verify "$model" "${seq[@]:0:7}" --depths 0:1:5 --samples 500 --sequential 2>"$work/err"; [ $? = 2 ] \
+  && grep -q "2000" "$work/err" \
+  && ok || bad "a design past 2000 prompts a cell: $(cat "$work/err")"
+
 # Refusals
 refused CP_EVERIFY_PROBE "$bin" verify "$model" --probe passkeys --lengths 256 --certificate "$work/never.json"
 refused CP_EVERIFY_LENGTH "$bin" verify "$model" --probe passkey --lengths 40 --certificate "$work/never.json"

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 #include "test.h"
@@ -60,6 +61,8 @@ typedef struct {
   int64_t lengths[2];
   double depth, ppl[2][2];
   int correct[2][2], only[2][2];
+  int used[2], looks_taken[2]; /* a sequential run (seq_fake) */
+  unsigned char stop[2], gain_crossed[2];
 } fake_run;
 
 static void fake(fake_run *f, int n, const int lost[2], const int gained[2]) {
@@ -102,6 +105,58 @@ static cp_verdict judge(const fake_run *f, const cp_verify_thresholds *t, const 
   for (int i = 0; i < n; i++) free(reasons[i]);
   free(reasons);
   return v;
+}
+
+/* Makes f a sequential run of a 40-prompt design looking every 8 whose two cells stopped after
+ * used[l] prompts (fake() gave their pairs over that many). */
+static void seq_fake(fake_run *f, int used0, int used1) {
+  f->r.samples = 40;
+  f->r.looks_every = 8;
+  f->r.n_looks = 5;
+  f->used[0] = used0, f->used[1] = used1;
+  f->looks_taken[0] = used0 / 8, f->looks_taken[1] = used1 / 8;
+  f->r.used = f->used;
+  f->r.looks_taken = f->looks_taken;
+  f->r.stop = f->stop;
+  f->r.gain_crossed = f->gain_crossed;
+}
+
+/* Sequential verdicts (docs/certificate.md, "Sequential verdicts"): a regression at the level of the
+ * look the cell stopped at; the gain by a cell's own boundary or the pooled test at 0.045; the
+ * power of the sequential design (0.193 at 40 prompts, looks every 8). */
+static void sequential_verdicts(const cp_verify_thresholds *t) {
+  fake_run f;
+  /* 11 of 16 lost: Tango p below the second look's 0.00125 */
+  fake(&f, 16, (int[]){11, 0}, (int[]){0, 0});
+  seq_fake(&f, 16, 16);
+  CHECK(judge(&f, t, "passkey at 256: regression") == CP_VERDICT_FAIL);
+  /* 10 of 16 lost: a regression for the fixed test at 0.05, not at the look's level */
+  fake(&f, 16, (int[]){10, 0}, (int[]){0, 0});
+  CHECK(cp_verify_pair_test(&f.r, 0, 0, 0.05, &(int64_t){0}, &(int64_t){0}) < 0.05);
+  seq_fake(&f, 16, 16);
+  CHECK(judge(&f, t, "no effect:") == CP_VERDICT_NO_EFFECT);
+  /* 10 gained of 16 at 512 crossed the cell's own boundary: a pass although the cell stopped */
+  fake(&f, 16, (int[]){0, 0}, (int[]){0, 10});
+  seq_fake(&f, 16, 16);
+  f.gain_crossed[1] = 1;
+  CHECK(judge(&f, t, NULL) == CP_VERDICT_PASS);
+  /* the pooled test at the 0.045 left: 5 gained (1/32) is a gain, 4 (1/16) is not */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 5});
+  seq_fake(&f, 16, 40);
+  CHECK(judge(&f, t, NULL) == CP_VERDICT_PASS);
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 4});
+  seq_fake(&f, 16, 40);
+  CHECK(judge(&f, t,
+              "no effect: past the training length 256 the patch shows no gain: 4 prompts gained and 0 lost "
+              "(sign test p = 0.062, not < 0.045)") == CP_VERDICT_NO_EFFECT);
+  /* the design's detectable drop: 0.193 passes 0.2 but not 0.19, which the fixed 40 (0.162) would */
+  cp_verify_thresholds strict = *t;
+  strict.max_detectable_drop = 0.19;
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 8});
+  CHECK(judge(&f, &strict, NULL) == CP_VERDICT_PASS);
+  seq_fake(&f, 16, 40);
+  CHECK(judge(&f, &strict, "inconclusive:") == CP_VERDICT_INCONCLUSIVE);
+  CHECK(fabs(cp_verify_detectable_drop(&f.r, t) - 0.192822) < 1e-6);
 }
 
 /* The default criterion: no regression, a gain past the training length, and the power to see a
@@ -176,6 +231,89 @@ static void verdicts(void) {
   CHECK(judge(&f, &none, NULL) == CP_VERDICT_NONE);
   CHECK(!strcmp(cp_verdict_name(CP_VERDICT_NO_EFFECT), "no effect") &&
         !strcmp(cp_verdict_name(CP_VERDICT_INCONCLUSIVE), "inconclusive"));
+  sequential_verdicts(&t);
+}
+
+/* verify/sequential.c against tests/goldens/stats/sequential.json (tests/reference/
+ * make_sequential_golden.py: python/ctxpatch_ref/seqdesign.py, written apart from the C code):
+ * levels, boundaries in counts, curtailment, the gain boundary, power and detectable drop. */
+static int first_b(const cp_seq_design *d, int j, int64_t c, bool fail) {
+  int64_t nj = cp_seq_look_prompts(d, j), found = -1;
+  for (int64_t b = 0; b + c <= nj; b++) {
+    if (fail && cp_seq_fails(d, j, b, c)) return (int)b;
+    if (!fail && cp_seq_futile(d, j, b, c)) found = b;
+  }
+  return (int)found;
+}
+
+static void sequential(const char *src) {
+  char path[4096], *text = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/tests/goldens/stats/sequential.json", src);
+  CHECK_RC(0, cp_read_file(&text, &len, path, 1 << 24));
+  cJSON *g = text ? cJSON_Parse(text) : NULL;
+  CHECK(g != NULL);
+  CHECK(num(g, "interim_share") == CP_SEQ_INTERIM_SHARE && num(g, "futility_beta") == CP_SEQ_FUTILITY_BETA);
+  const cJSON *e, *lk, *kv;
+  int n_designs = 0, n_bounds = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(g, "designs")) {
+    cp_seq_design d;
+    CHECK_RC(0, cp_seq_design_init(&d, (int64_t)num(e, "prompts"), (int64_t)num(e, "every"), num(e, "alpha"),
+                                   num(e, "margin"), num(e, "futility_drop"), (int)num(e, "gain_cells")));
+    CHECK(d.n_looks == cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(e, "looks")));
+    CHECK(fabs(cp_seq_gain_final_alpha(&d) - num(e, "gain_final_alpha")) < 1e-15);
+    int j = 0;
+    cJSON_ArrayForEach(lk, cJSON_GetObjectItemCaseSensitive(e, "looks")) {
+      CHECK(cp_seq_look_prompts(&d, j) == (int64_t)num(lk, "prompts"));
+      CHECK(fabs(cp_seq_fail_level(&d, j) - num(lk, "fail_level")) < 1e-15);
+      CHECK(fabs(cp_seq_futility_level(&d, j) - num(lk, "futility_level")) < 1e-15);
+      CHECK(fabs(cp_seq_gain_level(&d, j) - num(lk, "gain_level")) < 1e-15);
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "fail_min_b")) {
+        int got = first_b(&d, j, atoi(kv->string), true);
+        CHECK_MSG(got == (int)kv->valuedouble, "n=%g look %d c=%s: fails from b=%d, want %g", num(e, "prompts"), j,
+                  kv->string, got, kv->valuedouble);
+        n_bounds++;
+      }
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "futility_max_b")) {
+        int got = first_b(&d, j, atoi(kv->string), false);
+        CHECK_MSG(got == (int)kv->valuedouble, "n=%g look %d c=%s: futile up to b=%d, want %g", num(e, "prompts"), j,
+                  kv->string, got, kv->valuedouble);
+        n_bounds++;
+      }
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "gain_min_c")) {
+        int64_t b = atoi(kv->string), nj = cp_seq_look_prompts(&d, j), c = 0;
+        while (c + b <= nj && !cp_seq_gain_crossed(&d, j, b, c)) c++;
+        CHECK_MSG((c + b > nj ? -1 : c) == (int64_t)kv->valuedouble, "n=%g look %d b=%s: gain from c=%lld",
+                  num(e, "prompts"), j, kv->string, (long long)c);
+      }
+      cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(lk, "cannot_fail")) {
+        int64_t b = (int64_t)cJSON_GetArrayItem(kv, 0)->valuedouble,
+                c = (int64_t)cJSON_GetArrayItem(kv, 1)->valuedouble;
+        CHECK(cp_seq_cannot_fail(&d, j, b, c) == cJSON_IsTrue(cJSON_GetArrayItem(kv, 2)));
+      }
+      j++;
+    }
+    cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(e, "power")) {
+      double q = cJSON_GetArrayItem(kv, 0)->valuedouble, want = cJSON_GetArrayItem(kv, 1)->valuedouble;
+      CHECK_MSG(fabs(cp_seq_power(&d, q) - want) < 1e-10, "n=%g power(%g) %.12g want %.12g", num(e, "prompts"), q,
+                cp_seq_power(&d, q), want);
+    }
+    double want = num(e, "detectable_drop"), drop = cp_seq_detectable_drop(&d, 0.8);
+    CHECK_MSG(isnan(want) ? isnan(drop) : fabs(drop - want) < 1e-8, "n=%g detectable %.10g want %.10g",
+              num(e, "prompts"), drop, want);
+    n_designs++;
+  }
+  CHECK(n_designs >= 7 && n_bounds > 100);
+  /* one look is the fixed design: alpha at the end, no interim stop, the fixed detectable drop */
+  cp_seq_design one;
+  CHECK_RC(0, cp_seq_design_init(&one, 40, 40, 0.05, 0.05, 0.2, 1));
+  CHECK(cp_seq_fail_level(&one, 0) == 0.05 && cp_seq_gain_final_alpha(&one) == 0.05);
+  CHECK(fabs(cp_seq_detectable_drop(&one, 0.8) - cp_tango_detectable_drop(40, 0.05, 0.05, 0.8)) < 1e-8);
+  /* out-of-range designs are refused with a message, not asserted */
+  CHECK_RC(CP_EARG, cp_seq_design_init(&one, CP_SEQ_MAX_PROMPTS + 1, 8, 0.05, 0.05, 0.2, 1));
+  CHECK_RC(CP_EARG, cp_seq_design_init(&one, 40, 0, 0.05, 0.05, 0.2, 1));
+  cJSON_Delete(g);
+  free(text);
 }
 
 int main(void) {
@@ -230,5 +368,6 @@ int main(void) {
   published();
   identities();
   verdicts();
+  sequential(src);
   return test_finish();
 }

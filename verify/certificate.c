@@ -11,6 +11,7 @@
 #include "ctxpatch/model/hf_config.h"
 #include "ctxpatch/base/io.h"
 #include "ctxpatch/base/num.h"
+#include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 #include "model/rule_json.h"
@@ -93,13 +94,19 @@ static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
     cJSON *probe = cJSON_AddArrayToObject(obj, cp_probe_name(r->probes[p]));
     for (int l = 0; l < r->n_lengths; l++) {
       cJSON *c = cJSON_CreateObject();
-      int64_t k = cp_verify_correct_at(r, side, p, l), n = cp_verify_prompts_at(r);
+      int64_t k = cp_verify_correct_at(r, side, p, l), n = cp_verify_prompts_in(r, p, l);
       cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
+      if (r->looks_every > 0) cJSON_AddNumberToObject(c, "prompts", (double)n); /* a sequential cell may stop early */
       cJSON_AddNumberToObject(c, "accuracy", num(cp_verify_accuracy_at(r, side, p, l)));
       cJSON_AddItemToObject(c, "accuracy_ci95", ci_array(k, n));
       cJSON *by = cJSON_AddArrayToObject(c, "correct_by_depth");
       for (int d = 0; d < r->n_depths; d++)
         cJSON_AddItemToArray(by, cJSON_CreateNumber(r->correct[side][((size_t)p * r->n_lengths + l) * r->n_depths + d]));
+      if (r->looks_every > 0) { /* a sequential cell's prompts per depth: the heatmap's denominators */
+        cJSON *pd = cJSON_AddArrayToObject(c, "prompts_by_depth");
+        for (int d = 0; d < r->n_depths; d++)
+          cJSON_AddItemToArray(pd, cJSON_CreateNumber((double)cp_verify_prompts_at_depth(r, p, l, d)));
+      }
       cJSON_AddItemToArray(probe, c);
     }
   }
@@ -117,6 +124,59 @@ static cJSON *side_results(const cp_verify_result *r, cp_verify_side side) {
   return obj;
 }
 
+/* A sequential cell's looks ([prompts, lost, gained] at each), why it stopped, and whether its own
+ * gain boundary was crossed. */
+static void sequential_cell(cJSON *c, const cp_verify_result *r, int p, int l) {
+  size_t cl = (size_t)p * (size_t)r->n_lengths + (size_t)l;
+  cJSON *looks = cJSON_AddArrayToObject(c, "looks");
+  for (int j = 0; j < r->looks_taken[cl]; j++) {
+    int64_t n = ((int64_t)j + 1) * r->looks_every;
+    double v[3] = {(double)(n < cp_verify_prompts_at(r) ? n : cp_verify_prompts_at(r)),
+                   r->look_pairs[(cl * (size_t)r->n_looks + (size_t)j) * 2],
+                   r->look_pairs[(cl * (size_t)r->n_looks + (size_t)j) * 2 + 1]};
+    cJSON_AddItemToArray(looks, cJSON_CreateDoubleArray(v, 3));
+  }
+  cJSON_AddStringToObject(c, "stop", cp_seq_stop_name((cp_seq_stop)r->stop[cl]));
+  cJSON_AddBoolToObject(c, "gain_boundary", r->gain_crossed[cl] != 0);
+}
+
+/* statistics.sequential: the design, its levels per look and what it guarantees. */
+static void sequential_design(cJSON *s, const cp_verify_result *r, const cp_verify_thresholds *t) {
+  cp_seq_design d;
+  if (cp_verify_seq_design(&d, r, t) < 0) {
+    cp_error_clear();
+    return;
+  }
+  cJSON *o = cJSON_AddObjectToObject(s, "sequential");
+  cJSON_AddStringToObject(o, "design", "group-sequential-bonferroni");
+  cJSON_AddStringToObject(o, "spending", "haybittle-peto: the interim looks share 10% of alpha equally, the last look keeps 90%");
+  cJSON_AddNumberToObject(o, "looks_every", (double)d.every);
+  cJSON_AddNumberToObject(o, "looks", d.n_looks);
+  cJSON_AddNumberToObject(o, "prompts_max", (double)d.n_max);
+  cJSON_AddNumberToObject(o, "alpha", d.alpha);
+  double *lv = malloc((size_t)d.n_looks * 3 * sizeof *lv);
+  if (!lv) return; /* the levels are derived from the rest; cJSON's own failures are as silent */
+  for (int j = 0; j < d.n_looks; j++) {
+    lv[j] = num(cp_seq_fail_level(&d, j));
+    lv[d.n_looks + j] = num(cp_seq_futility_level(&d, j));
+    lv[2 * d.n_looks + j] = num(cp_seq_gain_level(&d, j));
+  }
+  cJSON_AddItemToObject(o, "fail_levels", cJSON_CreateDoubleArray(lv, d.n_looks));
+  cJSON_AddNumberToObject(o, "futility_drop", d.futility_drop);
+  cJSON_AddItemToObject(o, "futility_levels", cJSON_CreateDoubleArray(lv + d.n_looks, d.n_looks));
+  int gain_cells = 0; /* the design counts at least one; this is how many the gain test pools */
+  for (int l = 0; l < r->n_lengths; l++) gain_cells += r->has_baseline && cp_verify_gain_length(r, t, l);
+  cJSON_AddNumberToObject(o, "gain_cells", gain_cells * r->n_probes);
+  cJSON_AddItemToObject(o, "gain_levels", cJSON_CreateDoubleArray(lv + 2 * d.n_looks, d.n_looks));
+  cJSON_AddNumberToObject(o, "gain_final_alpha", num(cp_seq_gain_final_alpha(&d)));
+  free(lv);
+  int64_t used = 0, planned = 0;
+  for (int p = 0; p < r->n_probes; p++)
+    for (int l = 0; l < r->n_lengths; l++) used += cp_verify_prompts_in(r, p, l), planned += d.n_max;
+  cJSON_AddNumberToObject(o, "prompts_used", (double)used);
+  cJSON_AddNumberToObject(o, "prompts_planned", (double)planned);
+}
+
 /* results.comparison: the paired test per probe and length (with a baseline). */
 static cJSON *comparison(const cp_verify_result *r, const cp_verify_thresholds *t) {
   cJSON *obj = cJSON_CreateObject();
@@ -127,11 +187,13 @@ static cJSON *comparison(const cp_verify_result *r, const cp_verify_thresholds *
       double pv = cp_verify_pair_test(r, p, l, t->margin, &lost, &gained);
       cJSON *c = cJSON_CreateObject();
       cJSON_AddNumberToObject(c, "length", (double)r->lengths[l]);
-      cJSON_AddNumberToObject(c, "pairs", (double)cp_verify_prompts_at(r));
+      int64_t n = cp_verify_prompts_in(r, p, l);
+      cJSON_AddNumberToObject(c, "pairs", (double)n);
       cJSON_AddNumberToObject(c, "lost", (double)lost);
       cJSON_AddNumberToObject(c, "gained", (double)gained);
-      cJSON_AddNumberToObject(c, "drop", num((double)(lost - gained) / (double)cp_verify_prompts_at(r)));
+      cJSON_AddNumberToObject(c, "drop", num(n ? (double)(lost - gained) / (double)n : 0));
       cJSON_AddNumberToObject(c, "p_value", num(pv));
+      if (r->looks_every > 0) sequential_cell(c, r, p, l);
       cJSON_AddItemToArray(probe, c);
     }
   }
@@ -142,7 +204,7 @@ static cJSON *comparison(const cp_verify_result *r, const cp_verify_thresholds *
 static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *t) {
   cJSON *s = cJSON_CreateObject();
   int64_t n = cp_verify_prompts_at(r);
-  double drop = cp_tango_detectable_drop(n, t->margin, t->alpha, CP_STATS_POWER);
+  double drop = cp_verify_detectable_drop(r, t);
   cJSON_AddStringToObject(s, "interval", "wilson-score");
   cJSON_AddNumberToObject(s, "confidence", 0.95);
   cJSON_AddStringToObject(s, "test", "tango-score-paired-noninferiority");
@@ -166,8 +228,13 @@ static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *
     cJSON_AddNumberToObject(o, "gained", (double)g.gained);
     cJSON_AddNumberToObject(o, "p_value", num(g.p_value));
     if (r->has_ppl) cJSON_AddNumberToObject(o, "ppl_nll_saved", num(g.ppl_saved));
+    if (r->looks_every > 0) { /* the pooled test's level, and whether a cell's own boundary showed it */
+      cJSON_AddNumberToObject(o, "level", num(g.level));
+      cJSON_AddBoolToObject(o, "boundary", g.boundary);
+    }
     cJSON_AddBoolToObject(o, "found", g.found);
   }
+  if (r->looks_every > 0) sequential_design(s, r, t);
   return s;
 }
 

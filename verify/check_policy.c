@@ -13,7 +13,8 @@ static const char *str_of(const cJSON *o, const char *key) {
 }
 
 /* --min-prompts N: every compared (probe, length) cell had at least N pairs, and the pairs are the
- * prompts the probes record (samples x depths: an edited count is not believed). */
+ * prompts the probes record (samples x depths, or the prompts a sequential cell records it ran:
+ * an edited count is not believed). */
 static int min_prompts(check_ctx *c, int64_t n) {
   const cJSON *cmp = at(at(c->cert, "results"), "comparison"), *probe, *cell;
   const cJSON *samples = at(at(c->cert, "probes"), "samples"), *depths = at(at(c->cert, "probes"), "depths");
@@ -26,13 +27,20 @@ static int min_prompts(check_ctx *c, int64_t n) {
                       "with the original (results.comparison)",
                       (long long)n);
   cJSON_ArrayForEach(probe, cmp) {
+    int l = 0;
     cJSON_ArrayForEach(cell, probe) {
       const cJSON *pairs = at(cell, "pairs"), *len = at(cell, "length");
+      const cJSON *ran =
+          at(cJSON_GetArrayItem(at(at(at(c->cert, "results"), "patched"), probe->string), l++), "prompts");
+      if (cJSON_IsNumber(ran)) prompts = ran->valuedouble; /* a sequential cell (the schema bounds it) */
+      else
+        prompts =
+            cJSON_IsNumber(samples) && cJSON_IsArray(depths) ? samples->valuedouble * cJSON_GetArraySize(depths) : NAN;
       cells++;
       if (cJSON_IsNumber(pairs) && pairs->valuedouble != prompts)
         return check_fail(c->report, "policy-prompts",
                           "--min-prompts %lld: %s at %.0f: %.0f pairs, but the probes ran "
-                          "%.0f prompts (probes.samples x depths)",
+                          "%.0f prompts (probes.samples x depths, or the cell's prompts)",
                           (long long)n, probe->string ? probe->string : "?",
                           cJSON_IsNumber(len) ? len->valuedouble : NAN, pairs->valuedouble, prompts);
       if (cJSON_IsNumber(pairs) && pairs->valuedouble >= (double)n) continue;

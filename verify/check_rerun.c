@@ -1,5 +1,5 @@
 /* `ctxpatch check --rerun`: the certificate's probes (names, lengths, depths, samples, seed,
- * decoding budget) run again on the artifact as it is opened (its metadata rule applied, as when
+ * decoding budget; a sequential run's prompts per cell, in its order) run again on the artifact as it is opened (its metadata rule applied, as when
  * it was certified), patched side only: the baseline was the original checkpoint, which is not
  * part of the artifact. Counts and accuracies must be equal bit for bit; P_max and entropy within
  * the stated tolerance. */
@@ -19,7 +19,32 @@ typedef struct {
   cp_probe_kind *probes;
   int64_t *lengths;
   double *depths;
+  int *replay; /* a sequential run: prompts per cell */
 } rerun_arrays;
+
+/* A sequential certificate (statistics.sequential): its looks and each cell's prompts, so the
+ * rerun takes the same prompts in the same order (the baseline side that decided the stops is not
+ * part of the artifact; the schema checked the stops against the recorded pairs). */
+static int sequential_from_cert(cp_verify_params *vp, rerun_arrays *a, const cJSON *cert) {
+  const cJSON *q = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cert, "statistics"), "sequential");
+  if (!q) return 0;
+  const cJSON *every = cJSON_GetObjectItemCaseSensitive(q, "looks_every");
+  const cJSON *patched = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cert, "results"), "patched");
+  CP_CHECK_ALLOC(a->replay = calloc((size_t)vp->n_probes * (size_t)vp->n_lengths + 1, sizeof *a->replay),
+                 "certificate.json");
+  for (int p = 0; p < vp->n_probes; p++)
+    for (int l = 0; l < vp->n_lengths; l++) {
+      const cJSON *cells = cJSON_GetObjectItemCaseSensitive(patched, cp_probe_name(vp->probes[p]));
+      const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cells, l), "prompts");
+      if (!cJSON_IsNumber(n) || !cJSON_IsNumber(every) || !(every->valuedouble >= 1 && every->valuedouble <= 1e6))
+        return cp_error_set(CP_EARG, "certificate.json: results.patched.%s[%d].prompts: missing in a sequential run",
+                            cp_probe_name(vp->probes[p]), l);
+      a->replay[(size_t)p * (size_t)vp->n_lengths + (size_t)l] = (int)n->valuedouble;
+    }
+  vp->looks = (int)every->valuedouble;
+  vp->replay = a->replay;
+  return 0;
+}
 
 /* cp_verify_params from the certificate (its schema already checked). */
 static int params_from_cert(cp_verify_params *vp, rerun_arrays *a, const cJSON *cert, const cp_check_params *p) {
@@ -55,7 +80,7 @@ static int params_from_cert(cp_verify_params *vp, rerun_arrays *a, const cJSON *
   vp->work_budget = p->work_budget;
   vp->progress = p->progress;
   vp->progress_ctx = p->progress_ctx;
-  return 0;
+  return sequential_from_cert(vp, a, cert);
 }
 
 /* Re-run numbers against the certificate's: counts exactly, attention within the tolerance. */
@@ -121,5 +146,6 @@ done:
   free(a.probes);
   free(a.lengths);
   free(a.depths);
+  free(a.replay);
   return rc;
 }

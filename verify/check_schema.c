@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ctxpatch/base/error.h"
 #include "ctxpatch/base/num.h"
+#include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/verify.h"
 #include "verify/check_int.h"
 
@@ -110,7 +112,8 @@ static void probes_block(sv *s, const cJSON *c, int *n_lengths, int *n_depths, d
   if (depths) *n_depths = cJSON_GetArraySize(depths);
 }
 
-/* results.<side>.<probe>: one entry per length, accuracy = correct / (samples x depths). */
+/* results.<side>.<probe>: one entry per length, accuracy = correct / (samples x depths), or
+ * correct / prompts where a sequential cell records the prompts it ran (fewer, when it stopped). */
 static void side_block(sv *s, const cJSON *side, const char *name, const cJSON *probes, int n_lengths, int n_depths,
                        double samples) {
   const cJSON *pn, *lengths = cJSON_GetObjectItemCaseSensitive(probes, "lengths");
@@ -132,11 +135,29 @@ static void side_block(sv *s, const cJSON *side, const char *name, const cJSON *
         if (!is_int_in(d, 0, samples)) bad(s, path, "correct_by_depth entry not an integer in [0, samples]");
         else ok += d->valuedouble;
       }
+      const cJSON *pr = cJSON_GetObjectItemCaseSensitive(cell, "prompts");
+      double n = samples * n_depths;
+      if (pr && !is_int_in(pr, 1, n)) bad(s, path, "prompts is not an integer in [1, samples x depths]");
+      else if (pr) n = pr->valuedouble;
+      if (ok > n) bad(s, path, "more correct answers than prompts");
+      const cJSON *pd = cJSON_GetObjectItemCaseSensitive(cell, "prompts_by_depth"), *x;
+      double ran = 0;
+      int k = 0;
+      if (pd && (!pr || !cJSON_IsArray(pd) || cJSON_GetArraySize(pd) != n_depths))
+        bad(s, path, "prompts_by_depth needs the cell's prompts and one count per depth");
+      else if (pd) {
+        cJSON_ArrayForEach(x, pd) {
+          const cJSON *cd = cJSON_GetArrayItem(by, k++);
+          if (!is_int_in(x, 0, samples) || (cd && cJSON_IsNumber(cd) && cd->valuedouble > x->valuedouble))
+            bad(s, path, "prompts_by_depth entry not an integer in [0, samples] at or above correct_by_depth");
+          else ran += x->valuedouble;
+        }
+        if (ran != n) bad(s, path, "prompts_by_depth does not add up to prompts");
+      }
       if (by && cJSON_GetArraySize(by) != n_depths) bad(s, path, "correct_by_depth needs one count per depth");
       /* written at CP_NUM_JSON_DIGITS (base/num.h); certificates before that hold the exact ratio */
-      else if (acc && samples > 0 && acc->valuedouble != ok / (samples * n_depths) &&
-               acc->valuedouble != cp_num_round(ok / (samples * n_depths), CP_NUM_JSON_DIGITS))
-        bad(s, path, "accuracy is not correct_by_depth / (samples x depths)");
+      else if (acc && samples > 0 && acc->valuedouble != ok / n && acc->valuedouble != cp_num_round(ok / n, CP_NUM_JSON_DIGITS))
+        bad(s, path, "accuracy is not correct_by_depth / (samples x depths, or the cell's prompts)");
       const cJSON *ci = cJSON_GetObjectItemCaseSensitive(cell, "accuracy_ci95"); /* absent before statistics */
       if (ci && !(cJSON_GetArraySize(ci) == 2 && cJSON_IsNumber(ci->child) && cJSON_IsNumber(ci->child->next) &&
                   ci->child->valuedouble >= 0 && ci->child->next->valuedouble <= 1 && acc &&
@@ -154,6 +175,86 @@ static void results_block(sv *s, const cJSON *c, int n_lengths, int n_depths, do
   const cJSON *base = cJSON_GetObjectItemCaseSensitive(res, "baseline");
   if (base && !cJSON_IsObject(base)) bad(s, "results.baseline", "expected an object");
   else if (base) side_block(s, base, "baseline", probes, n_lengths, n_depths, samples);
+}
+
+/* One comparison cell of a sequential run: its looks [prompts, lost, gained] end at its pairs,
+ * lost and gained, and its stop is what the design decides on the last look's counts. */
+static void sequential_cell(sv *s, const cp_seq_design *d, const cJSON *cell, const char *path) {
+  const cJSON *looks = need(s, cell, path, "looks", cJSON_Array), *stop = need(s, cell, path, "stop", cJSON_String), *lk;
+  const cJSON *gb = need(s, cell, path, "gain_boundary", cJSON_True | cJSON_False);
+  (void)gb;
+  int j = 0;
+  double last[3] = {0, 0, 0};
+  cJSON_ArrayForEach(lk, looks) {
+    bool ok = cJSON_GetArraySize(lk) == 3 && j < d->n_looks;
+    for (int i = 0; ok && i < 3; i++) ok = is_int_in(cJSON_GetArrayItem(lk, i), 0, 1e9);
+    if (ok) {
+      for (int i = 0; i < 3; i++) last[i] = cJSON_GetArrayItem(lk, i)->valuedouble;
+      ok = last[0] == (double)cp_seq_look_prompts(d, j) && last[1] + last[2] <= last[0];
+    }
+    if (!ok) {
+      bad(s, path, "looks[] is not [prompts, lost, gained] at the design's looks");
+      return;
+    }
+    j++;
+  }
+  const cJSON *pairs = cJSON_GetObjectItemCaseSensitive(cell, "pairs"), *lost = cJSON_GetObjectItemCaseSensitive(cell, "lost");
+  const cJSON *gained = cJSON_GetObjectItemCaseSensitive(cell, "gained");
+  if (!j || !cJSON_IsNumber(pairs) || !cJSON_IsNumber(lost) || !cJSON_IsNumber(gained) || pairs->valuedouble != last[0] ||
+      lost->valuedouble != last[1] || gained->valuedouble != last[2])
+    {
+      bad(s, path, "the last look is not the cell's pairs, lost and gained");
+      return;
+    }
+  if (!stop) return;
+  int64_t b = (int64_t)last[1], c = (int64_t)last[2];
+  const char *why = stop->valuestring;
+  bool fails = cp_seq_fails(d, j - 1, b, c), consistent = false;
+  if (!strcmp(why, "regression")) consistent = fails;
+  else if (!strcmp(why, "last look")) consistent = !fails && j == d->n_looks;
+  else if (!strcmp(why, "futility")) consistent = !fails && cp_seq_futile(d, j - 1, b, c);
+  else if (!strcmp(why, "curtailed")) consistent = !fails && j < d->n_looks;
+  else {
+      bad(s, path, "stop is not 'last look', 'regression', 'futility' or 'curtailed'");
+      return;
+    }
+  if (!consistent) bad(s, path, "stop is not what the design decides on the last look's pairs");
+}
+
+/* statistics.sequential (a sequential run; docs/certificate.md, "Sequential verdicts"): the design
+ * read back, and every comparison cell's looks and stop against it. */
+static void sequential_block(sv *s, const cJSON *c, const cJSON *st) {
+  const cJSON *q = cJSON_GetObjectItemCaseSensitive(st, "sequential"), *probe, *cell;
+  if (!q) return;
+  if (!cJSON_IsObject(q)) {
+      bad(s, "statistics.sequential", "expected an object");
+      return;
+    }
+  need(s, q, "statistics.sequential", "design", cJSON_String);
+  double every = need_int(s, q, "statistics.sequential", "looks_every", 1, CP_SEQ_MAX_PROMPTS);
+  double n_max = need_int(s, q, "statistics.sequential", "prompts_max", 1, CP_SEQ_MAX_PROMPTS);
+  double cells = need_int(s, q, "statistics.sequential", "gain_cells", 0, 1e6);
+  const cJSON *fd = need(s, q, "statistics.sequential", "futility_drop", cJSON_Number);
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(st, "alpha"), *m = cJSON_GetObjectItemCaseSensitive(st, "margin");
+  const cJSON *pairs = cJSON_GetObjectItemCaseSensitive(st, "pairs");
+  if (every < 1 || n_max < 1 || cells < 0 || !fd || !cJSON_IsNumber(a) || !cJSON_IsNumber(m)) return;
+  if (!cJSON_IsNumber(pairs) || pairs->valuedouble != n_max) {
+      bad(s, "statistics.sequential.prompts_max", "not statistics.pairs");
+      return;
+    }
+  cp_seq_design d;
+  if (cp_seq_design_init(&d, (int64_t)n_max, (int64_t)every, a->valuedouble, m->valuedouble, fd->valuedouble, (int)cells) < 0) {
+    cp_error_clear();
+    {
+      bad(s, "statistics.sequential", "not a design this tool makes");
+      return;
+    }
+  }
+  char path[96];
+  cJSON_ArrayForEach(probe, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), "comparison")) {
+    snprintf(path, sizeof path, "results.comparison.%s[]", probe->string ? probe->string : "?");
+    cJSON_ArrayForEach(cell, probe) sequential_cell(s, &d, cell, path);
+  }
 }
 
 static void tail_blocks(sv *s, const cJSON *c) {
@@ -188,6 +289,7 @@ static void tail_blocks(sv *s, const cJSON *c) {
     if (a && !(a->valuedouble > 0 && a->valuedouble < 1)) bad(s, "statistics.alpha", "not in (0, 1)");
     need_int(s, st, "statistics", "pairs", 1, 1e12);
     need(s, st, "statistics", "detectable_drop", cJSON_Number | cJSON_NULL);
+    sequential_block(s, c, st);
   }
   const cJSON *run = need(s, c, "", "run", cJSON_Object);
   if (run) {

@@ -24,6 +24,7 @@ void report_data_free(report_data *d) {
       for (int p = 0; p < d->n_probes; p++) {
         free(d->side[s][p].acc);
         free(d->side[s][p].cell);
+        free(d->side[s][p].ran);
       }
       free(d->side[s]);
     }
@@ -83,6 +84,7 @@ static int parse_probe_side(side_probe *sp, const report_data *d, const cJSON *a
   int rc;
   if ((rc = alloc_doubles(&sp->acc, (size_t)d->n_lengths)) < 0) return rc;
   if ((rc = alloc_doubles(&sp->cell, (size_t)d->n_lengths * (size_t)d->n_depths)) < 0) return rc;
+  if ((rc = alloc_doubles(&sp->ran, (size_t)d->n_lengths * (size_t)d->n_depths)) < 0) return rc;
   sp->present = true;
   int l = 0;
   const cJSON *e;
@@ -105,13 +107,31 @@ static int parse_probe_side(side_probe *sp, const report_data *d, const cJSON *a
     if (cJSON_GetArraySize(by) != d->n_depths)
       return bad_key(key, "%d entries, probes.depths has %d", cJSON_GetArraySize(by), d->n_depths);
     int k = 0;
-    const cJSON *c;
+    const cJSON *c, *ran = cJSON_GetObjectItemCaseSensitive(e, "prompts_by_depth"); /* a sequential cell */
+    if (ran && (!cJSON_IsArray(ran) || cJSON_GetArraySize(ran) != d->n_depths)) {
+      snprintf(key, sizeof key, "results.%s.%s[%d].prompts_by_depth", SIDE_NAME[side], name, l);
+      return bad_key(key, "expected one count per probes.depths");
+    }
     cJSON_ArrayForEach(c, by) {
+      const cJSON *rk = ran ? cJSON_GetArrayItem(ran, k) : NULL;
+      double n = rk && cJSON_IsNumber(rk) && is_int(rk->valuedouble) && rk->valuedouble >= 0 &&
+                         rk->valuedouble <= d->samples
+                     ? rk->valuedouble
+                     : ran ? -1 : d->samples;
+      if (n < 0) {
+        snprintf(key, sizeof key, "results.%s.%s[%d].prompts_by_depth[%d]", SIDE_NAME[side], name, l, k);
+        return bad_key(key, "expected an integer in [0, probes.samples = %.0f]", d->samples);
+      }
       if (!cJSON_IsNumber(c) || !is_int(c->valuedouble) || c->valuedouble < 0 || c->valuedouble > d->samples) {
         snprintf(key, sizeof key, "results.%s.%s[%d].correct_by_depth[%d]", SIDE_NAME[side], name, l, k);
         return bad_key(key, "expected an integer in [0, probes.samples = %.0f]", d->samples);
       }
-      sp->cell[(size_t)l * d->n_depths + k] = c->valuedouble / d->samples;
+      if (c->valuedouble > n) {
+        snprintf(key, sizeof key, "results.%s.%s[%d].correct_by_depth[%d]", SIDE_NAME[side], name, l, k);
+        return bad_key(key, "more than the %.0f prompts run at that depth", n);
+      }
+      sp->ran[(size_t)l * d->n_depths + k] = n;
+      sp->cell[(size_t)l * d->n_depths + k] = n > 0 ? c->valuedouble / n : NAN; /* no prompt: no colour */
       k++;
     }
     l++;

@@ -10,7 +10,8 @@
 typedef struct {
   bool present;
   double *acc;  /* [n_lengths] accuracy over depths (NaN = null) */
-  double *cell; /* [n_lengths * n_depths] correct_by_depth / samples */
+  double *cell; /* [n_lengths * n_depths] correct_by_depth / samples (or / prompts_by_depth) */
+  double *ran;  /* [n_lengths * n_depths] the prompts behind each cell: samples, or prompts_by_depth */
 } side_probe;
 
 typedef struct {

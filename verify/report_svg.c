@@ -126,12 +126,15 @@ void report_svg_heatmap(cp_strbuf *b, const report_data *d, int side, int p) {
       char col[8];
       acc_colour(col, a);
       int x = HM_LABEL_W + l * HM_CELL_W;
+      double ran = sp->ran[(size_t)l * d->n_depths + k];
       cp_strbuf_printf(b, "<g class=\"hm-cell\"><title>%s, length %.0f, depth %.3f: %.0f of %.0f correct</title>",
-                SIDE_NAME[side], d->lengths[l], d->depths[k], a * d->samples, d->samples);
+                SIDE_NAME[side], d->lengths[l], d->depths[k], isnan(a) ? 0.0 : a * ran, ran);
       cp_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#ffffff\" stroke-width=\"1.5\"/>",
                 x, y, HM_CELL_W, HM_CELL_H, col);
-      cp_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"%s\" text-anchor=\"middle\">%.2f</text></g>",
-                x + HM_CELL_W / 2, y + HM_CELL_H / 2 + 4, acc_text_colour(a), a);
+      char val[16] = "-"; /* a sequential cell may have run no prompt at this depth */
+      if (!isnan(a)) snprintf(val, sizeof val, "%.2f", a);
+      cp_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"%s\" text-anchor=\"middle\">%s</text></g>",
+                x + HM_CELL_W / 2, y + HM_CELL_H / 2 + 4, acc_text_colour(a), val);
     }
   }
   cp_strbuf_str(b, "</svg></figure>");

@@ -12,8 +12,10 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/memory.h"
 #include "ctxpatch/engine/profile.h"
+#include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
+#include "verify/verify_seq.h"
 
 void cp_verify_params_init(cp_verify_params *p) {
   memset(p, 0, sizeof *p);
@@ -64,6 +66,11 @@ void cp_verify_result_free(cp_verify_result *r) {
     free(r->entropy[s]);
   }
   free(r->answered);
+  free(r->used);
+  free(r->looks_taken);
+  free(r->look_pairs);
+  free(r->stop);
+  free(r->gain_crossed);
   cp_ppl_corpus_free(&r->corpus);
   free(r);
 }
@@ -85,9 +92,23 @@ int64_t cp_verify_correct_at(const cp_verify_result *r, cp_verify_side side, int
 
 int64_t cp_verify_prompts_at(const cp_verify_result *r) { return (int64_t)r->samples * r->n_depths; }
 
+int64_t cp_verify_prompts_in(const cp_verify_result *r, int probe, int length) {
+  return r->used ? r->used[(size_t)probe * (size_t)r->n_lengths + (size_t)length] : cp_verify_prompts_at(r);
+}
+
+int64_t cp_verify_prompts_at_depth(const cp_verify_result *r, int probe, int length, int depth) {
+  if (!r->used) return r->samples;
+  int rank = 0; /* place of `depth` in the rounds' order (run_cell_group's stable sort) */
+  for (int d = 0; d < r->n_depths; d++)
+    rank += r->depths[d] < r->depths[depth] || (r->depths[d] == r->depths[depth] && d < depth);
+  int64_t n = cp_verify_prompts_in(r, probe, length);
+  return n / r->n_depths + (rank < n % r->n_depths);
+}
+
 double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int probe, int length) {
   if (!r->correct[side]) return NAN;
-  return (double)cp_verify_correct_at(r, side, probe, length) / (double)cp_verify_prompts_at(r);
+  int64_t n = cp_verify_prompts_in(r, probe, length);
+  return n ? (double)cp_verify_correct_at(r, side, probe, length) / (double)n : NAN;
 }
 
 double cp_verify_pair_test(const cp_verify_result *r, int probe, int length, double margin, int64_t *lost,
@@ -98,7 +119,8 @@ double cp_verify_pair_test(const cp_verify_result *r, int probe, int length, dou
     *lost += r->only[CP_SIDE_BASELINE][cell(r, probe, length, d)];
     *gained += r->only[CP_SIDE_PATCHED][cell(r, probe, length, d)];
   }
-  return cp_tango_p_value(cp_verify_prompts_at(r), *lost, *gained, margin);
+  int64_t n = cp_verify_prompts_in(r, probe, length);
+  return n ? cp_tango_p_value(n, *lost, *gained, margin) : 1.0;
 }
 
 /* One seed per sample, independent of the order cells are visited in. */
@@ -147,6 +169,11 @@ static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   if (!ok) {
     cp_verify_result_free(r);
     return cp_nomem("verify: result");
+  }
+  int rc = p->looks > 0 ? verify_seq_alloc(r, p) : 0;
+  if (rc < 0) {
+    cp_verify_result_free(r);
+    return rc;
   }
   memcpy(r->probes, p->probes, (size_t)p->n_probes * sizeof *r->probes);
   memcpy(r->lengths, p->lengths, (size_t)p->n_lengths * sizeof *r->lengths);
@@ -335,12 +362,43 @@ static void copy_baseline(cp_verify_result *r, const cp_verify_result *f) {
   r->side_reused[CP_SIDE_BASELINE] = f->side_reused[CP_SIDE_PATCHED];
 }
 
+static int64_t only_at(const cp_verify_result *r, cp_verify_side side, int pi, int l) {
+  int64_t n = 0;
+  for (int d = 0; r->only[side] && d < r->n_depths; d++) n += r->only[side][cell(r, pi, l, d)];
+  return n;
+}
+
+/* A sequential cell: rounds of every depth (in increasing order) once per sample, so that a look
+ * every p->looks prompts sees a prefix spread over the depths; after each look the cell stops when
+ * its part of the verdict is decided (verify_seq_look), or after p->replay's count. */
+static int run_cell_rounds(cp_verify_result *r, cp_engine *const *engines, cp_engine_cache *const *caches, int sides,
+                           const cp_tokenizer *tok, const cp_verify_params *p, int pi, int l, const int *order,
+                           int64_t *gen, int64_t *done_count, verify_seq_state *st) {
+  size_t cl = (size_t)pi * (size_t)r->n_lengths + (size_t)l;
+  int64_t limit = p->replay ? p->replay[cl] : cp_verify_prompts_at(r), n = 0;
+  int rc = 0, j = 0;
+  bool stop = false;
+  for (int k = 0; k < p->samples && rc == 0 && !stop; k++)
+    for (int i = 0; i < p->n_depths && rc == 0 && !stop && n < limit; i++) {
+      rc = run_sample(r, engines, caches, sides, tok, p, pi, l, order[i], k, gen, done_count);
+      if (rc < 0 || ++n != cp_seq_look_prompts(&st->design, j) || p->replay) continue;
+      stop = verify_seq_look(st, r, p->judge, pi, l, j++, only_at(r, CP_SIDE_BASELINE, pi, l),
+                             only_at(r, CP_SIDE_PATCHED, pi, l), cp_verify_correct_at(r, CP_SIDE_PATCHED, pi, l));
+    }
+  r->used[cl] = (int)n;
+  if (!p->replay)
+    verify_seq_cell_done(st, r, p->judge, l, only_at(r, CP_SIDE_BASELINE, pi, l), only_at(r, CP_SIDE_PATCHED, pi, l));
+  return rc;
+}
+
 /* One probe at one length: every depth and sample, in order of depth, so that consecutive prompts
  * share their task line and filler up to the earlier insertion point and each side's cache
  * (cp_engine_cache) computes those rows once. Without a cache (a rule whose rows depend on the
- * whole prompt) each prompt runs alone; the answers are the same bit for bit either way. */
+ * whole prompt) each prompt runs alone; the answers are the same bit for bit either way. A
+ * sequential run takes them in rounds instead (run_cell_rounds). */
 static int run_cell_group(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_tokenizer *tok,
-                          const cp_verify_params *p, int pi, int l, int64_t *gen, int64_t *done_count) {
+                          const cp_verify_params *p, int pi, int l, int64_t *gen, int64_t *done_count,
+                          verify_seq_state *st) {
   cp_engine_cache *caches[2] = {NULL, NULL};
   int *order = malloc((size_t)p->n_depths * sizeof *order);
   int rc = 0;
@@ -356,7 +414,9 @@ static int run_cell_group(cp_verify_result *r, cp_engine *const *engines, int si
       cp_error_clear();
       rc = 0;
     }
-  for (int i = 0; i < p->n_depths && rc == 0; i++)
+  if (p->looks > 0 && rc == 0)
+    rc = run_cell_rounds(r, engines, caches, sides, tok, p, pi, l, order, gen, done_count, st);
+  for (int i = 0; i < p->n_depths && rc == 0 && p->looks <= 0; i++)
     for (int k = 0; k < p->samples && rc == 0; k++)
       rc = run_sample(r, engines, caches, sides, tok, p, pi, l, order[i], k, gen, done_count);
   for (int s = 0; s < 2; s++) cp_engine_cache_free(caches[s]);
@@ -373,6 +433,8 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
     return cp_error_set(CP_EARG, "verify needs at least one probe, length, depth and sample");
   if (p->corpus_path && (p->ppl_windows <= 0 || p->ppl_buckets <= 0))
     return cp_error_set(CP_EARG, "ppl needs at least one window and one bucket");
+  if (p->looks < 0 || (p->looks > 0 && !p->judge && !p->replay))
+    return cp_error_set(CP_EARG, "verify: a sequential run needs the thresholds it stops by");
   for (int l = 0; p->corpus_path && l < p->n_lengths; l++)
     if (p->lengths[l] < p->ppl_buckets + 1)
       return cp_error_set(CP_EVERIFY_LENGTH, "ppl: length %lld is shorter than its %d buckets", (long long)p->lengths[l],
@@ -388,6 +450,12 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   int64_t *gen = NULL;
   rc = alloc_result(&r, p);
   if (rc < 0) return rc;
+  verify_seq_state st = {0};
+  if (p->looks > 0 && !p->replay && (rc = verify_seq_start(&st, r, p)) < 0) {
+    cp_verify_result_free(r);
+    return rc;
+  }
+  if (p->looks > 0 && p->replay) st.design.every = p->looks, st.design.n_max = cp_verify_prompts_at(r);
   double t0 = cp_monotonic_seconds();
   cp_engine_params ep;
   cp_engine_params_init(&ep);
@@ -409,7 +477,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   int64_t done_count = 0;
   for (int pi = 0; pi < p->n_probes; pi++)
     for (int l = 0; l < p->n_lengths; l++)
-      if ((rc = run_cell_group(r, engines, sides, tok, p, pi, l, gen, &done_count)) < 0) goto done;
+      if ((rc = run_cell_group(r, engines, sides, tok, p, pi, l, gen, &done_count, &st)) < 0) goto done;
   if (p->corpus_path && (rc = cp_ppl_corpus_load(&r->corpus, p->corpus_path, p->corpus_delimiter, tok)) < 0) goto done;
   if (p->corpus_path && (rc = run_ppl(r, engines, sides, model, p, &done_count)) < 0) goto done;
   if (p->stats)
@@ -516,7 +584,16 @@ void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_
   }
   g->p_value = cp_sign_test_p_value(g->lost, g->gained);
   g->ppl_saved = r->has_ppl && g->n_lengths ? saved / g->n_lengths : NAN;
-  g->found = g->n_lengths > 0 && ((r->n_probes > 0 && g->p_value < t->alpha) || g->ppl_saved > t->ppl_margin);
+  g->level = t->alpha;
+  cp_seq_design d; /* sequential: a cell's own boundary, or the pooled test at the level left for it */
+  if (r->looks_every > 0 && cp_verify_seq_design(&d, r, t) == 0) {
+    g->level = cp_seq_gain_final_alpha(&d);
+    for (int p = 0; p < r->n_probes; p++)
+      for (int l = 0; l < r->n_lengths; l++)
+        g->boundary |= cp_verify_gain_length(r, t, l) && r->gain_crossed[(size_t)p * (size_t)r->n_lengths + (size_t)l];
+  }
+  g->found = g->n_lengths > 0 &&
+             ((r->n_probes > 0 && (g->boundary || g->p_value < g->level)) || g->ppl_saved > t->ppl_margin);
 }
 
 /* The power criterion's reason, with the samples per cell that would meet it (searched up to 400
@@ -525,8 +602,9 @@ static int power_reason(char ***reasons, int *n_reasons, const cp_verify_result 
                         double drop) {
   int64_t n = cp_verify_prompts_at(r), need = 0;
   for (int64_t s = r->samples + 1; s * r->n_depths <= 400 && !need; s++) {
-    double d = cp_tango_detectable_drop(s * r->n_depths, t->margin, t->alpha, CP_STATS_POWER);
-    if (d <= t->max_detectable_drop) need = s;
+    cp_verify_result at = *r; /* the same design with s samples */
+    at.samples = (int)s;
+    if (cp_verify_detectable_drop(&at, t) <= t->max_detectable_drop) need = s;
   }
   char detect[96], hint[96];
   if (isnan(drop)) snprintf(detect, sizeof detect, "detect no drop at all");
@@ -551,7 +629,7 @@ static int gain_reason(char ***reasons, int *n_reasons, const cp_verify_result *
   char pairs[160] = "";
   if (r->n_probes)
     snprintf(pairs, sizeof pairs, "%lld prompts gained and %lld lost (sign test p = %.2g, not < %.3g)",
-             (long long)g->gained, (long long)g->lost, g->p_value, t->alpha);
+             (long long)g->gained, (long long)g->lost, g->p_value, g->level);
   char where[64] = "at the compared lengths (no training length known)";
   if (t->gain_after > 0) snprintf(where, sizeof where, "past the training length %lld", (long long)t->gain_after);
   return add_reason(reasons, n_reasons, "no effect: %s the patch shows no gain: %s%s (--accept-no-gain certifies a "
@@ -572,8 +650,8 @@ int cp_verify_judge(cp_verdict *verdict, char ***reasons, int *n_reasons, const 
     for (int l = 0; l < r->n_lengths && rc == 0; l++) {
       const char *name = cp_probe_name(r->probes[p]);
       long long len = (long long)r->lengths[l];
-      int64_t n = cp_verify_prompts_at(r), k = cp_verify_correct_at(r, CP_SIDE_PATCHED, p, l);
-      double acc = (double)k / (double)n, lo, hi;
+      int64_t n = cp_verify_prompts_in(r, p, l), k = cp_verify_correct_at(r, CP_SIDE_PATCHED, p, l);
+      double acc = n ? (double)k / (double)n : 0, lo, hi;
       cp_wilson_interval(&lo, &hi, k, n, CP_STATS_Z95);
       if (t->min_accuracy >= 0 && acc < t->min_accuracy)
         rc = add_reason(reasons, n_reasons, "%s at %lld: accuracy %.3f (95%% CI %.3f-%.3f) below --min-accuracy %.3f",
@@ -581,19 +659,24 @@ int cp_verify_judge(cp_verdict *verdict, char ***reasons, int *n_reasons, const 
       for (int i = 0; i < t->n_no_regression && rc == 0; i++) {
         if (r->lengths[l] != t->no_regression_at[i]) continue;
         int64_t lost, gained;
-        double pv = cp_verify_pair_test(r, p, l, t->margin, &lost, &gained);
-        if (pv < t->alpha)
+        double pv = cp_verify_pair_test(r, p, l, t->margin, &lost, &gained), level = t->alpha;
+        cp_seq_design d; /* sequential: the level of the look the cell stopped at */
+        if (r->looks_every > 0 && (rc = cp_verify_seq_design(&d, r, t)) == 0)
+          level = cp_seq_fail_level(&d, r->looks_taken[(size_t)p * (size_t)r->n_lengths + (size_t)l] - 1 < 0
+                                            ? d.n_looks - 1
+                                            : r->looks_taken[(size_t)p * (size_t)r->n_lengths + (size_t)l] - 1);
+        if (rc == 0 && pv < level)
           rc = add_reason(reasons, n_reasons, "%s at %lld: regression: patched %.3f vs original %.3f on the same %lld "
                           "prompts (%lld lost, %lld gained); drop beyond the margin %.3f, Tango p = %.2g < %.3g",
                           name, len, acc, cp_verify_accuracy_at(r, CP_SIDE_BASELINE, p, l), (long long)n,
-                          (long long)lost, (long long)gained, t->margin, pv, t->alpha);
+                          (long long)lost, (long long)gained, t->margin, pv, level);
       }
     }
   if (rc == 0) rc = judge_ppl(reasons, n_reasons, r, t);
   int failed = *n_reasons;
   bool underpowered = false, no_gain = false;
   if (rc == 0 && cp_verify_power_judged(r, t)) {
-    double drop = cp_tango_detectable_drop(cp_verify_prompts_at(r), t->margin, t->alpha, CP_STATS_POWER);
+    double drop = cp_verify_detectable_drop(r, t);
     if ((underpowered = !(drop <= t->max_detectable_drop))) rc = power_reason(reasons, n_reasons, r, t, drop);
   }
   if (rc == 0 && cp_verify_gain_judged(r, t)) {

@@ -92,6 +92,15 @@ typedef struct {
   /* The most work the run may plan, in attention pairs (cp_work_pass); 0 = CP_WORK_DEFAULT_BUDGET.
    * A plan over it is refused before anything runs (CP_EVERIFY_WORK). */
   uint64_t work_budget;
+  /* Sequential verdicts (docs/certificate.md, "Sequential verdicts"; ctxpatch/verify/sequential.h):
+   * looks > 0 runs each (probe, length) in rounds (every depth once per sample, depths in
+   * increasing order), looks at its pairs every `looks` prompts and stops the cell once its part of
+   * the verdict under `judge` (borrowed; required) is decided. 0 = the fixed design: every prompt.
+   * With `replay` (borrowed, [n_probes * n_lengths]; `check --rerun`) each cell runs exactly that
+   * many prompts in the same order and nothing is decided (judge may be NULL). */
+  int looks;
+  const struct cp_verify_thresholds *judge;
+  const int *replay;
 } cp_verify_params;
 
 void cp_verify_params_init(cp_verify_params *p);
@@ -146,7 +155,21 @@ typedef struct cp_verify_result {
    * is what the prompts and answers hold */
   int64_t tokens_reused, side_reused[2];
   double seconds;        /* wall time of the run */
+  /* Sequential design (params.looks > 0; else 0 and NULL): prompts between looks, looks of a full
+   * cell, and per (probe, length) cell [p * n_lengths + l]: prompts run, looks taken, why it
+   * stopped (cp_seq_stop), whether its own gain boundary was crossed, and the lost and gained pairs
+   * at each look taken, look_pairs[(cell * n_looks + j) * 2 + {0, 1}]. */
+  int looks_every, n_looks;
+  int *used, *looks_taken, *look_pairs;
+  unsigned char *stop, *gain_crossed;
 } cp_verify_result;
+
+/* Why a cell of a sequential run stopped: its last look; a regression declared; no regression
+ * established by the futility boundary; or nothing the remaining prompts could give would change
+ * its part of the verdict (curtailment). */
+typedef enum { CP_SEQ_LAST_LOOK, CP_SEQ_REGRESSION, CP_SEQ_FUTILITY, CP_SEQ_CURTAILED, CP_SEQ_STOP_COUNT } cp_seq_stop;
+/* "last look", "regression", "futility", "curtailed" */
+const char *cp_seq_stop_name(cp_seq_stop s);
 
 /* Runs every probe x length x depth x sample through the engine with `rule` (patched side)
  * and, with params->baseline, with the identity rule. Caller frees *out. */
@@ -158,16 +181,21 @@ void cp_verify_result_free(cp_verify_result *r);
 double cp_verify_accuracy(const cp_verify_result *r, cp_verify_side side, int probe, int length, int depth);
 double cp_verify_accuracy_at(const cp_verify_result *r, cp_verify_side side, int probe, int length);
 /* Correct answers of one side at (probe, length) over depths and samples, and the number of
- * prompts (samples x depths). */
+ * prompts of the design (samples x depths). */
 int64_t cp_verify_correct_at(const cp_verify_result *r, cp_verify_side side, int probe, int length);
 int64_t cp_verify_prompts_at(const cp_verify_result *r);
-/* The paired comparison at (probe, length), with a baseline: n prompts, `lost` answered by the
+/* Prompts run at (probe, length): cp_verify_prompts_at, or fewer where a sequential cell stopped;
+ * and of those, the prompts at depth index `depth` (samples, or a sequential cell's share of its
+ * rounds: the depths in increasing order, samples-major). */
+int64_t cp_verify_prompts_in(const cp_verify_result *r, int probe, int length);
+int64_t cp_verify_prompts_at_depth(const cp_verify_result *r, int probe, int length, int depth);
+/* The paired comparison at (probe, length), with a baseline: the prompts run there, `lost` answered by the
  * baseline only, `gained` by the patched model only; its one-sided p-value of a drop beyond
  * `margin` (cp_tango_p_value). */
 double cp_verify_pair_test(const cp_verify_result *r, int probe, int length, double margin, int64_t *lost,
                            int64_t *gained);
 
-typedef struct {
+typedef struct cp_verify_thresholds {
   double min_accuracy;      /* each (probe, length) patched accuracy >= this; < 0 = none */
   /* Lengths where no probe may regress: for accuracy, Tango's test must not declare a drop
    * beyond `margin` at level `alpha` (defaults CP_STATS_MARGIN, CP_STATS_ALPHA); for ppl, the
@@ -210,10 +238,21 @@ typedef struct {
   int64_t lost, gained;
   double p_value, ppl_saved;
   bool found;
+  /* the level the pooled sign test was judged at (alpha; less in a sequential design), and whether
+   * a sequential cell crossed its own gain boundary (which shows the gain by itself) */
+  double level;
+  bool boundary;
 } cp_verify_gain_test;
 void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_verify_thresholds *t);
 /* Whether r->lengths[l] is one of the gain test's lengths (its first occurrence). */
 bool cp_verify_gain_length(const cp_verify_result *r, const cp_verify_thresholds *t, int l);
+/* The sequential design of a sequential result `r` judged under `t` (ctxpatch/verify/sequential.h);
+ * CP_EARG when r is not sequential or the design is out of range. */
+struct cp_seq_design;
+int cp_verify_seq_design(struct cp_seq_design *d, const cp_verify_result *r, const cp_verify_thresholds *t);
+/* The detectable drop the verdict's power criterion judges: the fixed design's
+ * (cp_tango_detectable_drop) or the sequential design's (cp_seq_detectable_drop). */
+double cp_verify_detectable_drop(const cp_verify_result *r, const cp_verify_thresholds *t);
 
 /* Verdicts, strongest first: a failed threshold; an underpowered design; no gain; pass. */
 typedef enum {
