@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
   }
   const cp_attn_pos pos = RULES[ri].pos;
   cp_rule rule;
-  cp_rule_model rm = {false, 0, 1, 4096, pos == CP_ATTN_POS_ALIBI, pos == CP_ATTN_POS_FIRE, false, NULL};
+  cp_rule_model rm = {false, 0, 1, 4096, pos == CP_ATTN_POS_ALIBI, pos == CP_ATTN_POS_FIRE, false, NULL, NULL, 0};
   if (cp_rule_parse(&rule, RULES[ri].json, strlen(RULES[ri].json), rule_name) ||
       cp_rule_check_model(&rule, &rm, rule_name)) {
     fprintf(stderr, "bench_attention_cuda: %s\n", cp_error_message());

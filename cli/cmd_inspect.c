@@ -158,6 +158,18 @@ static void print_text(const cJSON *d, const char *path) {
            num(h, "d_head"), num(h, "d_ff"), str(h, "activation"), num(h, "norm_eps"),
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "tie_word_embeddings")) ? ", tied embeddings" : "",
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "qk_norm")) ? ", per-head q/k norm" : "");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(h, "gemma");
+    if (g) {
+      printf("gemma:         embedding x %g, RMSNorm (1 + w), gelu tanh", num(g, "embedding_scale"));
+      if (num(g, "query_pre_attn_scalar") > 0) printf(", query_pre_attn_scalar %g", num(g, "query_pre_attn_scalar"));
+      if (num(g, "attn_logit_softcapping") > 0) printf(", attention soft-cap %g", num(g, "attn_logit_softcapping"));
+      if (num(g, "final_logit_softcapping") > 0) printf(", final soft-cap %g", num(g, "final_logit_softcapping"));
+      if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "post_norms"))) printf(", post-attention/FFN norms");
+      const cJSON *sl = cJSON_GetObjectItemCaseSensitive(g, "sliding_layers");
+      if (cJSON_GetArraySize(sl) > 0)
+        printf(", window %g on %d of %.0f layers", num(g, "sliding_window"), cJSON_GetArraySize(sl), num(h, "n_layers"));
+      printf("\n");
+    }
   } else {
     printf("architecture:  unknown (no config.json beside the weights)\n");
   }

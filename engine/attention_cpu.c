@@ -144,8 +144,13 @@ static float online_update(float *m, double *l, double *t, const float *s, float
   return alpha;
 }
 
+/* Gemma 2's soft-cap of logits [k0, k1): c tanh(x / c) (eager_attention_forward). */
+static void softcap_span(float *S, int k0, int k1, float cap) {
+  for (int k = k0; k < k1; k++) S[k] = cap * tanhf(S[k] / cap);
+}
+
 /* Final logits (c q.k + positional term) / tau of row r (query i) for block keys
- * kb + [k0, k1), in place in Sr (which holds q.k). */
+ * kb + [k0, k1), in place in Sr (which holds q.k), soft-capped where the model caps them. */
 static void row_logits(const job *jb, const scratch *s, int h, int r, int64_t i, int64_t kb, int k0, int k1,
                        bool far, float *Sr) {
   const cp_attn_call *c = jb->c;
@@ -163,6 +168,7 @@ static void row_logits(const job *jb, const scratch *s, int h, int r, int64_t i,
       } else {
         for (int k = k0; k < k1; k++) Sr[k] = sc * Sr[k] * it;
       }
+      if (c->softcap > 0) softcap_span(Sr, k0, k1, c->softcap);
       return;
     case CP_ATTN_POS_ALIBI: {
       const float sl = (float)s->slope[r];
@@ -330,6 +336,7 @@ static void topk_row(const cp_attn_call *c, scratch *s, const tile_t *t, int r) 
   }
   const float it = cp_attn_row_inv_tau(c, row);
   for (int a = 0; a < n; a++) s->topv[a] = s->hv[a] * it;
+  if (c->softcap > 0) softcap_span(s->topv, 0, n, c->softcap);
   int z = 0;
   if (c->row_lstd) logit_moments(s, r, s->topv, &z, &n, 1);
   float *p = s->topp, *acc = s->acc + (size_t)r * dh;

@@ -163,6 +163,7 @@ int cp_attn_call_for_model(cp_attn_call *c, const cp_model *m, const cp_stack *s
   c->H = m->n_heads, c->Hkv = m->n_kv_heads, c->dh = m->d_head;
   c->q_off = q_off, c->n_q = n_q, c->n_keys = n_keys, c->last_prompt_row = last_prompt_row;
   c->scale = cp_model_attn_scale(m, plan->layer);
+  c->softcap = plan->kind == CP_ATTN_CROSS ? 0.0f : m->attn_softcap;
   model_pos(c, m, st, plan);
   return cp_attn_tables_build(c);
 }

@@ -89,18 +89,19 @@ typedef struct {
    * pass's first row, so a pass from a multiple computes each row with the operations, operands and
    * shapes of a pass from 0. */
   int row_align;
-  /* p->x [n, D] = the embeddings of ids [n] (host, checked) at positions q_off.., through the
-   * embedding norm where the model has one. */
+  /* p->x [n, D] = the embeddings of ids [n] (host, checked) at positions q_off.., times the model's
+   * embed_scale (Gemma), through the embedding norm where the model has one. */
   int (*embed)(void *be, cp_pass *p, const int64_t *ids, int64_t n, int64_t q_off);
   /* The pieces of one layer, which engine_run.c runs in the model's residual layout
    * (cp_layer_run) over a pass's x, h and tmp ([n, D] each): layer `layer` of st's norm `which`
    * of x into y (y may be x); one attention module of hin into out; y = a + b and dst = src over
-   * `count` floats; dst += the layer's FFN of h, through p->up and p->gate. */
+   * `count` floats; dst += the layer's FFN of h (dst = it without `accumulate`), through p->up and p->gate. */
   int (*norm)(void *be, const cp_stack *st, int layer, cp_layer_norm which, const float *x, float *y, int64_t n);
   int (*attention)(void *be, const cp_module_call *c, const float *hin, float *out);
   int (*add)(void *be, float *y, const float *a, const float *b, int64_t count);
   int (*copy)(void *be, float *dst, const float *src, int64_t count);
-  int (*ffn_add)(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n);
+  int (*ffn_add)(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n,
+                 bool accumulate);
   /* dst [n, D] (backend memory) = st's final norm of p->x. */
   int (*final_norm)(void *be, cp_pass *p, const cp_stack *st, float *dst, int64_t n);
   /* logits [n - r0, V] (host) = the output head of st's final norm of rows [r0, n) of p->x. */

@@ -370,7 +370,7 @@ static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_
   a.causal = c->plan->causal;
   a.bf16 = bf16;
   a.pos = c->pos;
-  a.scale = c->scale, a.inv_tau = c->plan->inv_tau;
+  a.scale = c->scale, a.inv_tau = c->plan->inv_tau, a.softcap = c->softcap;
   assert(CP_CUDA_ROW_ALIGN % be->tile_rows(c->dh) == 0); /* a shared prefix starts on a tile (cp_engine_cache) */
   if ((rc = tile_plan_build(&tp, c, be->tile_rows(c->dh)))) return rc;
   if (!(rc = upload_tensors(&dl, &a, c, bf16, resident)) && !(rc = upload_ranges(&dl, &a, c, &tp)) &&

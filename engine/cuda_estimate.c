@@ -31,6 +31,8 @@ static void stack(const cp_stack *st, size_t D, size_t dh, cp_cuda_weight_fn fn,
     norm(&ly->attn_norm, D, fn, ctx);
     norm(&ly->cross_norm, D, fn, ctx);
     norm(&ly->ffn_norm, D, fn, ctx);
+    norm(&ly->post_attn_norm, D, fn, ctx);
+    norm(&ly->post_ffn_norm, D, fn, ctx);
     norm(&ly->q_norm, dh, fn, ctx);
     norm(&ly->k_norm, dh, fn, ctx);
     const cp_linear *L[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->cq, &ly->ck, &ly->cv, &ly->co, &ly->gate, &ly->up, &ly->down};

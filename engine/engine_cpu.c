@@ -194,7 +194,14 @@ done:
 /* ---------------------------------------------------------------- layers */
 
 static const cp_norm_weights *layer_norm(const cp_layer *ly, cp_layer_norm which) {
-  return which == CP_LAYER_NORM_ATTN ? &ly->attn_norm : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm : &ly->ffn_norm;
+  switch (which) {
+    case CP_LAYER_NORM_ATTN: return &ly->attn_norm;
+    case CP_LAYER_NORM_CROSS: return &ly->cross_norm;
+    case CP_LAYER_NORM_FFN: return &ly->ffn_norm;
+    case CP_LAYER_NORM_POST_ATTN: return &ly->post_attn_norm;
+    case CP_LAYER_NORM_POST_FFN: return &ly->post_ffn_norm;
+  }
+  return &ly->ffn_norm;
 }
 
 static int cpu_norm(void *be, const cp_stack *st, int layer, cp_layer_norm which, const float *x, float *y, int64_t n) {
@@ -215,15 +222,16 @@ static int cpu_copy(void *be, float *dst, const float *src, int64_t count) {
   return 0;
 }
 
-static int cpu_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n) {
+static int cpu_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n,
+                       bool accumulate) {
   const cpu_backend *c = be;
-  cp_ops_ffn(c->pool, c->m, &st->layers[layer], h, dst, n, p->up, p->gate);
+  cp_ops_ffn(c->pool, c->m, &st->layers[layer], h, dst, n, p->up, p->gate, accumulate);
   return 0;
 }
 
-/* p->x [n, D] = the embeddings of ids [n], plus the learned position rows q_off .. q_off+n-1 when
- * the model has a position table (GPT-2 wpe; the input checks keep them inside it), then BLOOM's
- * embedding norm. */
+/* p->x [n, D] = the embeddings of ids [n] (times Gemma's embed_scale), plus the learned position
+ * rows q_off .. q_off+n-1 when the model has a position table (GPT-2 wpe; the input checks keep
+ * them inside it), then BLOOM's embedding norm. */
 static int cpu_embed(void *be, cp_pass *p, const int64_t *ids, int64_t n, int64_t q_off) {
   const cpu_backend *c = be;
   const cp_model *m = c->m;
@@ -235,6 +243,8 @@ static int cpu_embed(void *be, cp_pass *p, const int64_t *ids, int64_t n, int64_
     /* F32, or F16/BF16 / GGUF quant blocks as stored (a row is whole blocks): widens */
     const size_t row_bytes = (size_t)cp_dtype_span(m->embed_dtype, (uint64_t)D);
     (void)cp_convert_to_f32(row, (const unsigned char *)m->embed + (size_t)ids[r] * row_bytes, m->embed_dtype, D);
+    if (m->embed_scale != 1.0f)
+      for (size_t i = 0; i < D; i++) row[i] *= m->embed_scale;
     if (wpe)
       for (size_t i = 0; i < D; i++) row[i] += wpe[(size_t)(q_off + r) * D + i];
   }

@@ -3,6 +3,7 @@
  * rows), the KV-cached greedy generation. What runs on which device is the backend's; the order of
  * the work, the buffers and caches each pass holds and the checks on the logits are here. */
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,9 +125,15 @@ static int op_copy(void *ctx, cp_slot dst, cp_slot src) {
 }
 static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   const layer_ctx *c = ctx;
-  return c->e->ops->ffn_add(c->e->be, c->call.p, c->call.st, c->call.layer, slot(c, src), slot(c, dst), c->call.n);
+  return c->e->ops->ffn_add(c->e->be, c->call.p, c->call.st, c->call.layer, slot(c, src), slot(c, dst), c->call.n,
+                            true);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add};
+static int op_ffn(void *ctx, cp_slot dst, cp_slot src) {
+  const layer_ctx *c = ctx;
+  return c->e->ops->ffn_add(c->e->be, c->call.p, c->call.st, c->call.layer, slot(c, src), slot(c, dst), c->call.n,
+                            false);
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add, op_ffn};
 
 /* Runs the layers of `st` over p->x [n, D] in place. kvs: one cache per layer, or (shared_kv) one
  * scratch cache reused by every layer; cross: T5's decoder, else NULL. */
@@ -219,12 +226,17 @@ static int encode(cp_engine *e, const int64_t *ids, int64_t n_ids, bool collect,
   return rc ? rc : alloc_cross(e, cross, *enc, n_ids);
 }
 
-/* Final norm and output head for rows [r0, n) of p->x into logits [n - r0, V] (host). The
- * attention kernels turn a NaN score row into zeros, so a non-finite logit must fail the run
- * (CP_EMODEL_NONFINITE); one sum per row (NaN or Inf makes it non-finite) keeps the check cheap. */
+/* Final norm and output head for rows [r0, n) of p->x into logits [n - r0, V] (host), soft-capped
+ * where the model caps them (Gemma2ForCausalLM: c tanh(l / c), on the host so that every backend
+ * shares it). The attention kernels turn a NaN score row into zeros, so a non-finite logit must
+ * fail the run (CP_EMODEL_NONFINITE); one sum per row (NaN or Inf makes it non-finite) keeps the
+ * check cheap. */
 static int head(cp_engine *e, cp_pass *p, int64_t n, int64_t r0, float *logits /* [n - r0, V] */) {
   const int V = e->m->vocab;
   int rc = e->ops->head(e->be, p, &e->m->decoder, n, r0, logits);
+  const float cap = e->m->final_softcap;
+  if (rc == 0 && cap > 0)
+    for (size_t i = 0; i < (size_t)(n - r0) * V; i++) logits[i] = cap * tanhf(logits[i] / cap);
   for (int64_t r = 0; rc == 0 && r < n - r0; r++) {
     float s = 0;
     for (int i = 0; i < V; i++) s += logits[(size_t)r * V + i] * 0.0f; /* 0 for finite, NaN for NaN or Inf */

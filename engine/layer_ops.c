@@ -141,7 +141,7 @@ static void act_item(void *ctx, size_t item, int worker) {
 }
 
 void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const float *h, float *dst, int64_t n,
-                float *up, float *gate) {
+                float *up, float *gate, bool accumulate) {
   const int D = m->d_model, F = m->d_ff;
   for (int64_t r0 = 0; r0 < n; r0 += CP_OPS_FFN_CHUNK) {
     int64_t nr = min64(CP_OPS_FFN_CHUNK, n - r0);
@@ -149,7 +149,7 @@ void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const floa
     if (m->gated_ffn) cp_ops_linear(pool, gate, F, h + (size_t)r0 * D, D, nr, &ly->gate, false);
     act_job aj = {m->act, up, m->gated_ffn ? gate : NULL, nr * F};
     cp_pool_run(pool, (size_t)((aj.n + 4095) / 4096), act_item, &aj);
-    cp_ops_linear(pool, dst + (size_t)r0 * D, D, up, F, nr, &ly->down, true);
+    cp_ops_linear(pool, dst + (size_t)r0 * D, D, up, F, nr, &ly->down, accumulate);
   }
 }
 

@@ -26,10 +26,10 @@ void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w
  * norm_eps): Qwen3's q_norm / k_norm, rows packed (stride n_heads * d_head). */
 void cp_ops_head_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w,
                            float *x /* [n, n_heads * d_head] */, int n_heads, int64_t n);
-/* dst[n, D] += FFN(h[n, D]), CP_OPS_FFN_CHUNK rows at a time through up and gate
- * ([CP_OPS_FFN_CHUNK, d_ff] each; gate unused unless the FFN is gated). */
+/* dst[n, D] += FFN(h[n, D]) (dst = it without `accumulate`), CP_OPS_FFN_CHUNK rows at a time
+ * through up and gate ([CP_OPS_FFN_CHUNK, d_ff] each; gate unused unless the FFN is gated). */
 void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const float *h, float *dst, int64_t n,
-                float *up, float *gate);
+                float *up, float *gate, bool accumulate);
 /* Rotates the first rope_dims of each of n_heads heads of rows x[r] (stride ld) by pos0 + r, or every
  * row by pos0 when `fixed` (a relative rotation of queries scored against unrotated keys: cos and
  * sin carry the model's rope.mscale squared, once for each side). */

@@ -1,6 +1,7 @@
 /* ctxpatch inspect's description of a checkpoint as a cJSON tree (import/describe.h). */
 #include "import/describe.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,18 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   cJSON_AddStringToObject(h, "activation", c->activation);
   cJSON_AddBoolToObject(h, "tie_word_embeddings", c->tie_word_embeddings);
   if (c->qk_norm) cJSON_AddBoolToObject(h, "qk_norm", true); /* Qwen3's per-head q/k RMSNorm */
+  if (c->family == CP_FAMILY_GEMMA) { /* what Gemma's layers do besides Llama's (0: none) */
+    cJSON *g = cJSON_AddObjectToObject(h, "gemma");
+    cJSON_AddNumberToObject(g, "embedding_scale", sqrt((double)c->d_model));
+    cJSON_AddNumberToObject(g, "query_pre_attn_scalar", c->query_pre_attn_scalar);
+    cJSON_AddNumberToObject(g, "attn_logit_softcapping", c->attn_softcap);
+    cJSON_AddNumberToObject(g, "final_logit_softcapping", c->final_softcap);
+    cJSON_AddBoolToObject(g, "post_norms", c->sandwich_norms);
+    cJSON_AddNumberToObject(g, "sliding_window", c->sliding_window);
+    cJSON *sl = cJSON_AddArrayToObject(g, "sliding_layers");
+    for (int l = 0; c->sliding_window > 0 && l < c->n_layers && l < CP_RULE_MAX_LAYERS; l++)
+      if (c->layer_sliding[l]) cJSON_AddItemToArray(sl, cJSON_CreateNumber(l));
+  }
   return h;
 }
 

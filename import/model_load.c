@@ -207,10 +207,17 @@ static int load_linear(cp_linear *out, loader *L, const cp_family_tensor *row, i
   return load_linear_as(out, L, row, layer, false);
 }
 
+/* Gemma's RMSNorm multiplies by (1 + w) (GemmaRMSNorm.forward, in float32): the 1 is added here,
+ * once, so every engine runs the usual x / rms(x) * w'. A GGUF already stores 1 + w (llama.cpp's
+ * converter adds it). */
 static int load_norm(cp_norm_weights *out, loader *L, const cp_family_tensor *row, int layer) {
   const void *w = NULL;
   int rc = load_row(&w, NULL, &out->b, L, row, layer);
   out->w = w;
+  if (rc == 0 && L->m->family == CP_FAMILY_GEMMA && !L->nm.gguf) {
+    float *own = (float *)w; /* a float32 copy the model owns (norms always are) */
+    for (int i = 0; i < dim(L->m, row->rows); i++) own[i] += 1.0f;
+  }
   return rc;
 }
 
@@ -299,6 +306,8 @@ static int load_layer_row(cp_layer *ly, loader *L, const cp_family_tensor *row, 
     case CP_ROLE_FFN_NORM: return load_norm(&ly->ffn_norm, L, row, layer);
     case CP_ROLE_Q_NORM: return load_norm(&ly->q_norm, L, row, layer);
     case CP_ROLE_K_NORM: return load_norm(&ly->k_norm, L, row, layer);
+    case CP_ROLE_POST_ATTN_NORM: return load_norm(&ly->post_attn_norm, L, row, layer);
+    case CP_ROLE_POST_FFN_NORM: return load_norm(&ly->post_ffn_norm, L, row, layer);
     case CP_ROLE_QKV: return split_qkv(ly, L, row, layer);
     case CP_ROLE_GATE_UP: return split_gate_up(ly, L, row, layer);
     case CP_ROLE_Q: return load_rotary(&ly->q, L, row, layer, L->m->n_heads);
@@ -363,6 +372,16 @@ static int family_settings(cp_model *m, const loader *L) {
       m->norm = CP_NORM_LAYER;
       m->parallel_residual = c->use_parallel_residual;
       return parse_act(m, "config.json hidden_act", c->activation);
+    case CP_FAMILY_GEMMA:
+      /* GemmaModel.forward scales the embedding by sqrt(hidden_size) cast to the activations' dtype
+       * (float32 here); Gemma2Attention scales by query_pre_attn_scalar^-1/2. */
+      m->norm = CP_NORM_RMS;
+      m->embed_scale = (float)sqrt((double)c->d_model);
+      if (c->query_pre_attn_scalar > 0) m->attn_scale = (float)(1.0 / sqrt(c->query_pre_attn_scalar));
+      m->attn_softcap = (float)c->attn_softcap;
+      m->final_softcap = (float)c->final_softcap;
+      m->sandwich_norms = c->sandwich_norms;
+      return parse_act(m, "config.json hidden_activation", c->activation);
     case CP_FAMILY_GPT2:
       m->norm = CP_NORM_LAYER;
       if (!c->scale_attn_weights) m->attn_scale = 1.0f;
@@ -557,6 +576,7 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
   m->norm_eps = (float)c->norm_eps;
   m->attn_scale = (float)(1.0 / sqrt((double)c->d_head));
   m->lm_head_scale = 1.0f;
+  m->embed_scale = 1.0f;
   m->t5_num_buckets = c->t5_num_buckets;
   m->t5_max_distance = c->t5_max_distance;
   m->rope_theta = c->rope_theta;
@@ -630,6 +650,10 @@ void cp_model_rule_model(cp_rule_model *out, const cp_model *m) {
   out->has_fire = m->pos == CP_POS_FIRE;
   out->learned_pos = m->pos == CP_POS_LEARNED;
   out->family = cp_family_name(m->family);
+  if (m->cfg->sliding_window > 0 && m->family == CP_FAMILY_GEMMA) {
+    out->sliding_window = m->cfg->sliding_window;
+    out->layer_sliding = m->cfg->layer_sliding;
+  }
 }
 
 float cp_model_attn_scale(const cp_model *m, int layer) {

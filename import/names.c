@@ -44,6 +44,8 @@ bool cp_names_row_applies(const cp_names *nm, const cp_family_tensor *row) {
     case CP_WHEN_SHARED: return nm->fire_shared;
     case CP_WHEN_PER_LAYER: return !nm->fire_shared;
     case CP_WHEN_QK_NORM: return nm->qk_norm;
+    case CP_WHEN_SANDWICH: return nm->sandwich;
+    case CP_WHEN_NOT_SANDWICH: return !nm->sandwich;
   }
   return false;
 }
@@ -67,10 +69,11 @@ void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *c
   out->ck = ck;
   out->fire_shared = cfg->fire_shared;
   out->qk_norm = cfg->qk_norm;
-  /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs (and Phi-3's) always gate. */
+  /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs (Phi-3's, Gemma's) always gate. */
   out->gated = cfg->family == CP_FAMILY_T5 ? strncmp(cfg->activation, "gated-", 6) == 0
                                            : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE ||
-                                             cfg->family == CP_FAMILY_PHI3;
+                                             cfg->family == CP_FAMILY_PHI3 || cfg->family == CP_FAMILY_GEMMA;
+  out->sandwich = cfg->sandwich_norms;
   out->prefix = out->fl->prefixes[0];
   out->gguf = cp_checkpoint_gguf(ck) != NULL;
   if (out->gguf) return;

@@ -164,6 +164,41 @@ static const cp_family_tensor k_phi3[] = {
     {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
 };
 
+/* Gemma and Gemma 2 (modeling_gemma.py, modeling_gemma2.py): Llama's names, tied head; Gemma 2's
+ * post_attention_layernorm normalises the attention output, so its FFN norm is
+ * pre_feedforward_layernorm (Gemma 1's FFN norm is post_attention_layernorm, as Llama's). The
+ * norms hold w of RMSNorm's (1 + w): the loader adds the 1 (import/model_load.c). GGUF names:
+ * llama.cpp's LLM_ARCH_GEMMA2 (src/llama-arch.cpp: post_attention_norm, post_ffw_norm), whose
+ * converter stores the norms with the 1 added (convert_hf_to_gguf.py Gemma2Model). */
+static const cp_family_tensor k_gemma[] = {
+    {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},
+    {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS,
+     "blk.%d.attn_norm"},
+    {CP_ROLE_Q, DEC, "layers.%d.self_attn.q_proj", CP_BIAS_OPTIONAL, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_q"},
+    {CP_ROLE_K, DEC, "layers.%d.self_attn.k_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_k"},
+    {CP_ROLE_V, DEC, "layers.%d.self_attn.v_proj", CP_BIAS_OPTIONAL, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_v"},
+    {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS,
+     "blk.%d.attn_output"},
+    {CP_ROLE_POST_ATTN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_SANDWICH, "blk.%d.post_attention_norm"},
+    {CP_ROLE_FFN_NORM, DEC, "layers.%d.pre_feedforward_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_SANDWICH, "blk.%d.ffn_norm"},
+    {CP_ROLE_FFN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_NOT_SANDWICH, "blk.%d.ffn_norm"},
+    {CP_ROLE_GATE, DEC, "layers.%d.mlp.gate_proj", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_gate"},
+    {CP_ROLE_UP, DEC, "layers.%d.mlp.up_proj", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.ffn_up"},
+    {CP_ROLE_DOWN, DEC, "layers.%d.mlp.down_proj", CP_BIAS_NONE, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_down"},
+    {CP_ROLE_POST_FFN_NORM, DEC, "layers.%d.post_feedforward_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_SANDWICH, "blk.%d.post_ffw_norm"},
+    {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
+};
+
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
 static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5), false},
@@ -180,6 +215,8 @@ static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_GPT2] = {CP_FAMILY_GPT2, {"transformer.", ""}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_gpt2),
                         true},
     [CP_FAMILY_PHI3] = {CP_FAMILY_PHI3, {"model.", NULL}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_phi3), false},
+    [CP_FAMILY_GEMMA] = {CP_FAMILY_GEMMA, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_gemma),
+                         false},
 };
 
 const cp_family_layout *cp_family_layout_of(cp_family family) {

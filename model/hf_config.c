@@ -48,6 +48,7 @@ static const struct {
     {"qwen3", CP_FAMILY_LLAMA}, /* the Llama body with per-head q/k RMSNorm (modeling_qwen3.py) */
     {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
     {"phi3", CP_FAMILY_PHI3},
+    {"gemma", CP_FAMILY_GEMMA},  {"gemma2", CP_FAMILY_GEMMA},
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -69,6 +70,8 @@ static const struct {
     {"CtxpatchFireForCausalLM", "ctxpatch_fire"},
     {"GPT2LMHeadModel", "gpt2"},          {"GPT2Model", "gpt2"},
     {"Phi3ForCausalLM", "phi3"},          {"Phi3Model", "phi3"},
+    {"GemmaForCausalLM", "gemma"},        {"GemmaModel", "gemma"},
+    {"Gemma2ForCausalLM", "gemma2"},      {"Gemma2Model", "gemma2"},
 };
 
 /* Model types refused with their reason rather than as unknown. */
@@ -81,7 +84,7 @@ static const struct {
 };
 
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gpt_neox, ctxpatch_fire, gpt2, phi3";
+  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gemma, gemma2, gpt_neox, ctxpatch_fire, gpt2, phi3";
 }
 
 const char *cp_family_name(cp_family family) {
@@ -94,6 +97,7 @@ const char *cp_family_name(cp_family family) {
     case CP_FAMILY_FIRE: return "fire";
     case CP_FAMILY_GPT2: return "gpt2";
     case CP_FAMILY_PHI3: return "phi3";
+    case CP_FAMILY_GEMMA: return "gemma";
     case CP_FAMILY_COUNT: break;
   }
   return "?";
@@ -767,6 +771,84 @@ static int parse_phi3(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* A soft-capping key of Gemma2Config: absent -> def, null -> 0 (none), else a positive number. */
+static int softcap(double *out, const ctx_t *c, const char *key, double def) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, key);
+  if (v && cJSON_IsNull(v)) {
+    *out = 0;
+    return 0;
+  }
+  return opt_num(out, c, c->root, key, NULL, "", def, 0, 1e6, "a number in (0, 1e6] or null");
+}
+
+/* Gemma 2's sliding layers: layer_types when given (transformers 5 and recent 4.x), else
+ * Gemma2DecoderLayer's is_sliding = not bool(layer_idx % 2), every even layer. A null or absent
+ * sliding_window slides no layer. */
+static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
+  cfg->sliding_window = 4096; /* Gemma2Config's default */
+  if (sw && cJSON_IsNull(sw)) cfg->sliding_window = 0;
+  else if (sw) TRY(as_pos_int(&cfg->sliding_window, c, sw, "sliding_window"));
+  const cJSON *types = field(r, "layer_types");
+  if (types) {
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != cfg->n_layers) {
+      char e[64];
+      snprintf(e, sizeof e, "a list of %d layer types", cfg->n_layers);
+      return bad(c, "layer_types", e, types);
+    }
+  }
+  if (cfg->sliding_window > 0 && cfg->n_layers > CP_RULE_MAX_LAYERS)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'num_hidden_layers': %d layers with sliding windows (at most %d)",
+                        c->what, cfg->n_layers, CP_RULE_MAX_LAYERS);
+  int i = 0;
+  for (const cJSON *t = types ? types->child : NULL; t; t = t->next, i++) {
+    char label[48];
+    snprintf(label, sizeof label, "layer_types[%d]", i);
+    if (!cJSON_IsString(t) ||
+        (strcmp(t->valuestring, "sliding_attention") != 0 && strcmp(t->valuestring, "full_attention") != 0))
+      return bad(c, label, "\"sliding_attention\" or \"full_attention\"", t);
+    if (cfg->sliding_window > 0) cfg->layer_sliding[i] = !strcmp(t->valuestring, "sliding_attention");
+  }
+  if (!types && cfg->sliding_window > 0)
+    for (i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = i % 2 == 0;
+  return 0;
+}
+
+/* Gemma and Gemma 2 (GemmaConfig, Gemma2Config; modeling_gemma.py, modeling_gemma2.py): the Llama
+ * body with head_dim 256 unless given, tied embeddings unless untied, and the activation of
+ * hidden_activation (GemmaMLP: gelu_pytorch_tanh when it is null or absent, whatever hidden_act
+ * says). Gemma 2 adds query_pre_attn_scalar, the soft-caps, the sandwich norms and the sliding
+ * layers. */
+static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  const bool g2 = strcmp(cfg->model_type, "gemma2") == 0;
+  cfg->pos = CP_POS_ROPE;
+  TRY(parse_llama_body(cfg, c, true));
+  if (!field(r, "head_dim")) cfg->d_head = 256;
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_activation", NULL, "gelu_pytorch_tanh"));
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
+  TRY(rope_scaling(cfg, c));
+  bool attention_bias = false;
+  TRY(opt_bool(&attention_bias, c, r, "attention_bias", NULL, false));
+  cfg->qkv_bias = attention_bias;
+  cfg->no_bias = !attention_bias;
+  if (g2) {
+    cfg->sandwich_norms = true;
+    TRY(opt_num(&cfg->query_pre_attn_scalar, c, r, "query_pre_attn_scalar", NULL, "", 256, 0, 1e12,
+                "a positive number"));
+    TRY(softcap(&cfg->attn_softcap, c, "attn_logit_softcapping", 50.0));
+    TRY(softcap(&cfg->final_softcap, c, "final_logit_softcapping", 30.0));
+    TRY(gemma2_layers(cfg, c));
+  }
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 2));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 1));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 0));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
 static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
@@ -1017,6 +1099,7 @@ static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
     case CP_FAMILY_FIRE: rc = parse_fire(cfg, c); break;
     case CP_FAMILY_GPT2: rc = parse_gpt2(cfg, c); break;
     case CP_FAMILY_PHI3: rc = parse_phi3(cfg, c); break;
+    case CP_FAMILY_GEMMA: rc = parse_gemma(cfg, c); break;
     case CP_FAMILY_COUNT: assert(0); break;
   }
   if (rc) return rc;

@@ -2,6 +2,8 @@
  * order in which the engines and the ONNX builders norm, attend, add and feed forward. */
 #include "ctxpatch/model/layer_layout.h"
 
+#include <assert.h>
+
 int cp_layer_run(const cp_layer_ops *ops, void *ctx, cp_residual layout, bool cross) {
   int rc;
   if ((rc = ops->norm(ctx, CP_LAYER_NORM_ATTN, CP_SLOT_H, CP_SLOT_X)) ||
@@ -18,6 +20,15 @@ int cp_layer_run(const cp_layer_ops *ops, void *ctx, cp_residual layout, bool cr
           (rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) || (rc = ops->copy(ctx, CP_SLOT_X, CP_SLOT_H)))
         return rc;
       return ops->ffn_add(ctx, CP_SLOT_X, CP_SLOT_H);
+    case CP_RESIDUAL_SANDWICH:
+      assert(ops->ffn);
+      if ((rc = ops->norm(ctx, CP_LAYER_NORM_POST_ATTN, CP_SLOT_T, CP_SLOT_T)) ||
+          (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T)) ||
+          (rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) ||
+          (rc = ops->ffn(ctx, CP_SLOT_T, CP_SLOT_H)) ||
+          (rc = ops->norm(ctx, CP_LAYER_NORM_POST_FFN, CP_SLOT_T, CP_SLOT_T)))
+        return rc;
+      return ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T);
     case CP_RESIDUAL_PRE_NORM: break;
   }
   if ((rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T))) return rc;

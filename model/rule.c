@@ -177,6 +177,11 @@ void cp_rule_plan(cp_attn_plan *out, const cp_rule *r, const cp_rule_model *m, c
   if (r->n_schedule > 0 && temperature_in_scope(r, m, kind)) plan_schedule(&out->sched, r, layer);
 
   out->causal = kind == CP_ATTN_DECODER_SELF;
+  /* The model's own sliding window (Gemma 2's sliding layers) stays whatever the rule: the rule's
+   * masks are intersected with it (decision 17). */
+  if (out->causal && m->layer_sliding && m->sliding_window > 0 && layer < CP_RULE_MAX_LAYERS &&
+      m->layer_sliding[layer])
+    out->window = m->sliding_window;
   /* Lambda only for causal attention (spec; decision 4). */
   out->lambda = r->has_lambda && out->causal;
   if (out->lambda) {
@@ -238,12 +243,13 @@ float cp_plan_row_inv_tau(const cp_attn_plan *p, int64_t i, int64_t n_keys) {
 
 bool cp_plan_visible(const cp_attn_plan *p, int64_t i, int64_t j) {
   if (p->causal && j > i) return false;
+  if (p->window > 0 && i - j >= p->window) return false;
   if (p->lambda) return j < p->n_global || i - j < p->n_local;
   return true;
 }
 
 bool cp_plan_lambda_hidden(const cp_attn_plan *p, int64_t i, int64_t j) {
-  return p->lambda && j <= i && j >= p->n_global && i - j >= p->n_local;
+  return p->lambda && j <= i && j >= p->n_global && i - j >= p->n_local && (p->window <= 0 || i - j < p->window);
 }
 
 bool cp_plan_topk_row(const cp_attn_plan *p, int64_t i, int64_t last_prompt_row) {

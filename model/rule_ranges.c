@@ -9,9 +9,8 @@
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-int cp_plan_visible_ranges(const cp_attn_plan *p, int64_t i, int64_t n_keys, int64_t lo[2],
-                           int64_t hi[2]) {
-  assert(i >= 0 && n_keys >= 0);
+/* The ranges of the causal and Lambda masks, before the window. */
+static int lambda_ranges(const cp_attn_plan *p, int64_t i, int64_t n_keys, int64_t lo[2], int64_t hi[2]) {
   int64_t end = p->causal ? min64(i + 1, n_keys) : n_keys;
   int n = 0;
   if (!p->lambda) {
@@ -32,13 +31,29 @@ int cp_plan_visible_ranges(const cp_attn_plan *p, int64_t i, int64_t n_keys, int
   return n;
 }
 
+int cp_plan_visible_ranges(const cp_attn_plan *p, int64_t i, int64_t n_keys, int64_t lo[2],
+                           int64_t hi[2]) {
+  assert(i >= 0 && n_keys >= 0);
+  int n = lambda_ranges(p, i, n_keys, lo, hi);
+  if (p->window <= 0) return n;
+  /* The layer's window keeps j > i - window: cut every range at that start. */
+  const int64_t w0 = i - p->window + 1;
+  int m = 0;
+  for (int r = 0; r < n; r++) {
+    int64_t a = max64(lo[r], w0), b = hi[r];
+    if (a < b) lo[m] = a, hi[m++] = b;
+  }
+  return m;
+}
+
 void cp_plan_hidden_range(const cp_attn_plan *p, int64_t i, int64_t n_keys, int64_t *lo,
                           int64_t *hi) {
   assert(i >= 0 && n_keys >= 0);
   *lo = *hi = 0;
   if (!p->lambda) return;
-  /* j <= i, j >= n_global, i - j >= n_local. */
+  /* j <= i, j >= n_global, i - j >= n_local, and inside the window. */
   *lo = max64(p->n_global, 0);
+  if (p->window > 0) *lo = max64(*lo, i - p->window + 1);
   *hi = min64(min64(i + 1, n_keys), i - p->n_local + 1);
   if (*hi < *lo) *hi = *lo;
 }

@@ -63,61 +63,69 @@ typedef struct {
   const char *rule;     /* JSON */
   cp_attn_kind kind;
   bool t5_model;        /* encoder-decoder rule model */
+  int window;           /* the model's sliding window on the planned layer (Gemma 2), 0: none */
+  float softcap;        /* attention logit soft-cap (Gemma 2), 0: none */
 } rule_case;
 
 static const rule_case CASES[] = {
-    {"rope identity", CP_ATTN_POS_ROPE, "{}", CP_ATTN_DECODER_SELF, false},
-    {"rope temperature", CP_ATTN_POS_ROPE, "{\"temperature\": 0.8}", CP_ATTN_DECODER_SELF, false},
+    {"rope identity", CP_ATTN_POS_ROPE, "{}", CP_ATTN_DECODER_SELF, false, 0, 0},
+    {"rope temperature", CP_ATTN_POS_ROPE, "{\"temperature\": 0.8}", CP_ATTN_DECODER_SELF, false, 0, 0},
     {"rope lambda (implied ceiling)", CP_ATTN_POS_ROPE, "{\"lambda_mask\": {\"n_global\": 4, \"n_local\": 40}}",
-     CP_ATTN_DECODER_SELF, false},
-    {"rope ceiling", CP_ATTN_POS_ROPE, "{\"distance_ceiling\": 50}", CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
+    {"rope ceiling", CP_ATTN_POS_ROPE, "{\"distance_ceiling\": 50}", CP_ATTN_DECODER_SELF, false, 0, 0},
     {"rope top_k decode", CP_ATTN_POS_ROPE,
      "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 16}, \"top_k\": {\"k\": 3, \"rows\": \"decode\"}}",
-     CP_ATTN_DECODER_SELF, false},
-    {"alibi identity", CP_ATTN_POS_ALIBI, "{}", CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
+    {"alibi identity", CP_ATTN_POS_ALIBI, "{}", CP_ATTN_DECODER_SELF, false, 0, 0},
     {"alibi static", CP_ATTN_POS_ALIBI, "{\"alibi_scale\": {\"mode\": \"static\", \"factor\": 2.0}}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"alibi dynamic", CP_ATTN_POS_ALIBI, "{\"alibi_scale\": {\"mode\": \"dynamic\"}, \"train_len\": 48}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"alibi progressive", CP_ATTN_POS_ALIBI, "{\"alibi_scale\": {\"mode\": \"progressive\"}, \"train_len\": 48}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"alibi lambda + ceiling + tau", CP_ATTN_POS_ALIBI,
      "{\"lambda_mask\": {\"n_global\": 3, \"n_local\": 70}, \"distance_ceiling\": 30, \"temperature\": 0.9}",
-     CP_ATTN_DECODER_SELF, false},
-    {"fire identity", CP_ATTN_POS_FIRE, "{}", CP_ATTN_DECODER_SELF, false},
-    {"fire threshold", CP_ATTN_POS_FIRE, "{\"fire_threshold\": 100}", CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
+    {"fire identity", CP_ATTN_POS_FIRE, "{}", CP_ATTN_DECODER_SELF, false, 0, 0},
+    {"fire threshold", CP_ATTN_POS_FIRE, "{\"fire_threshold\": 100}", CP_ATTN_DECODER_SELF, false, 0, 0},
     {"fire lambda", CP_ATTN_POS_FIRE, "{\"lambda_mask\": {\"n_global\": 1, \"n_local\": 33}}", CP_ATTN_DECODER_SELF,
-     false},
+     false, 0, 0},
     {"t5 decoder lambda", CP_ATTN_POS_T5, "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 20}, \"temperature_scope\": \"self\", \"temperature\": 0.7}",
-     CP_ATTN_DECODER_SELF, true},
-    {"t5 encoder", CP_ATTN_POS_T5, "{\"temperature\": 0.75}", CP_ATTN_ENCODER_SELF, true},
-    {"t5 encoder ceiling", CP_ATTN_POS_T5, "{\"distance_ceiling\": 20}", CP_ATTN_ENCODER_SELF, true},
+     CP_ATTN_DECODER_SELF, true, 0, 0},
+    {"t5 encoder", CP_ATTN_POS_T5, "{\"temperature\": 0.75}", CP_ATTN_ENCODER_SELF, true, 0, 0},
+    {"t5 encoder ceiling", CP_ATTN_POS_T5, "{\"distance_ceiling\": 20}", CP_ATTN_ENCODER_SELF, true, 0, 0},
     {"rope top_k all rows", CP_ATTN_POS_ROPE,
      "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 16}, \"top_k\": {\"k\": 3, \"rows\": \"all\"}}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"alibi top_k", CP_ATTN_POS_ALIBI,
      "{\"lambda_mask\": {\"n_global\": 3, \"n_local\": 20}, \"top_k\": {\"k\": 5, \"rows\": \"all\", \"distance\": 12}}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"fire top_k", CP_ATTN_POS_FIRE,
      "{\"lambda_mask\": {\"n_global\": 1, \"n_local\": 24}, \"top_k\": {\"k\": 4, \"rows\": \"all\"}}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"t5 top_k decode", CP_ATTN_POS_T5,
      "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 10}, \"top_k\": {\"k\": 2}}",
-     CP_ATTN_DECODER_SELF, true},
-    {"cross", CP_ATTN_POS_NONE, "{\"temperature\": 0.8, \"temperature_scope\": \"all\"}", CP_ATTN_CROSS, true},
+     CP_ATTN_DECODER_SELF, true, 0, 0},
+    {"cross", CP_ATTN_POS_NONE, "{\"temperature\": 0.8, \"temperature_scope\": \"all\"}", CP_ATTN_CROSS, true, 0, 0},
     /* temperature_schedule: each row its own 1/tau (causal T = i + 1 spans the segments; layer 1
      * of a per-layer schedule; the top-k candidates of a row share its tau; T = keys elsewhere). */
     {"rope schedule", CP_ATTN_POS_ROPE, "{\"temperature_schedule\": {\"points\": [[8, 1.0], [40, 0.6], [90, 0.8]]}}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"alibi schedule top_k layers", CP_ATTN_POS_ALIBI,
      "{\"temperature_schedule\": {\"points\": [[4, [1.0, 0.9]], [64, [0.7, 0.5]]]}, "
      "\"lambda_mask\": {\"n_global\": 3, \"n_local\": 20}, \"top_k\": {\"k\": 4, \"rows\": \"all\"}}",
-     CP_ATTN_DECODER_SELF, false},
+     CP_ATTN_DECODER_SELF, false, 0, 0},
     {"t5 encoder schedule", CP_ATTN_POS_T5, "{\"temperature_schedule\": {\"points\": [[16, 1.0], [64, 0.6]]}}",
-     CP_ATTN_ENCODER_SELF, true},
+     CP_ATTN_ENCODER_SELF, true, 0, 0},
     {"cross schedule", CP_ATTN_POS_NONE,
      "{\"temperature_schedule\": {\"points\": [[8, 0.9], [128, 0.5]]}, \"temperature_scope\": \"all\"}",
-     CP_ATTN_CROSS, true},
+     CP_ATTN_CROSS, true, 0, 0},
+    /* Gemma 2: the layer's sliding window intersected with the rule's masks, logits soft-capped
+     * after the temperature (decision 17). */
+    {"gemma2 window softcap", CP_ATTN_POS_ROPE, "{\"temperature\": 0.8}", CP_ATTN_DECODER_SELF, false, 24, 0.5f},
+    {"gemma2 window lambda top_k", CP_ATTN_POS_ROPE,
+     "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 16}, \"top_k\": {\"k\": 3, \"rows\": \"all\"}}",
+     CP_ATTN_DECODER_SELF, false, 40, 0.5f},
 };
 
 typedef struct {
@@ -147,6 +155,7 @@ static int case_call(cp_attn_call *c, const cp_attn_plan *plan, const rule_case 
   c->q_off = sh.q_off, c->n_q = sh.n_q, c->n_keys = sh.n_keys, c->last_prompt_row = sh.q_off + sh.n_q - 1;
   c->scale = rc->pos == CP_ATTN_POS_T5 ? 1.0f : 1.0f / sqrtf((float)dh);
   c->pos = rc->pos;
+  c->softcap = rc->softcap;
   c->q = rand_buf(qn, amp, bf16), c->k = rand_buf(kn, amp, bf16), c->v = rand_buf(kn, 1.0f, bf16);
   const bool two = case_fire_layers == 2;
   *fire = (cp_fire_mlp){.w1 = fw->w1, .b1 = fw->b1, .wm = two ? fw->wm : NULL, .bm = two ? fw->bm : NULL,
@@ -179,7 +188,9 @@ static void call_free(cp_attn_call *c) {
 static void run_case(cp_pool *pool, const rule_case *rc, shape sh, int dh, bool bf16) {
   const int H = case_heads;
   cp_rule rule;
-  cp_rule_model rm = {rc->t5_model, rc->t5_model ? 2 : 0, 2, 64, rc->pos == CP_ATTN_POS_ALIBI, rc->pos == CP_ATTN_POS_FIRE, false, NULL};
+  static const bool sliding[2] = {false, true}; /* the planned layer 1 slides when the case has a window */
+  cp_rule_model rm = {rc->t5_model, rc->t5_model ? 2 : 0, 2, 64, rc->pos == CP_ATTN_POS_ALIBI, rc->pos == CP_ATTN_POS_FIRE,
+                      false, NULL, rc->window > 0 ? sliding : NULL, rc->window};
   if (cp_rule_parse(&rule, rc->rule, strlen(rc->rule), rc->name) ||
       cp_rule_check_model(&rule, &rm, rc->name)) {
     CHECK_MSG(0, "%s: rule refused: %s", rc->name, cp_error_message());

@@ -32,8 +32,10 @@ static float urand(void) { /* uniform in [-1, 1) */
 /* ---------------------------------------------------------------- 1. ranges */
 
 static void test_ranges(void) {
-  cp_rule_model rm = {false, 0, 3, 100, true, true, false, NULL};
+  static const bool sliding[1] = {true};
+  cp_rule_model rm = {false, 0, 3, 100, true, true, false, NULL, NULL, 0};
   int bad = 0, checked = 0;
+  for (int win = 0; win < 9; win += 4) /* a sliding layer's window (Gemma 2) of 4 and 8, or none */
   for (int lam = 0; lam < 2; lam++)
     for (int g = 0; g < 4; g++)
       for (int loc = 1; loc < 7; loc++)
@@ -44,6 +46,7 @@ static void test_ranges(void) {
           r.n_global = g;
           r.n_local = loc;
           cp_attn_plan p;
+          rm.layer_sliding = win ? sliding : NULL, rm.sliding_window = win;
           cp_rule_plan(&p, &r, &rm, (cp_attn_kind)kind, 0);
           for (int64_t nk = 0; nk < 16; nk++)
             for (int64_t i = 0; i < 16; i++) {
@@ -159,7 +162,7 @@ static void dense(const att_data *d, const cp_attn_plan *p, cp_attn_pos pos, int
  * fire_table_bytes (FIRE cases also run with the default and must give the same bits). */
 static void kernel_case_bytes(cp_pool *pool, const att_data *d, const char *name, const cp_rule *rule,
                               cp_attn_pos pos, int64_t q_off, int64_t n_q, size_t fire_bytes) {
-  cp_rule_model rm = {false, 0, 1, 100, pos == CP_ATTN_POS_ALIBI, pos == CP_ATTN_POS_FIRE, false, NULL};
+  cp_rule_model rm = {false, 0, 1, 100, pos == CP_ATTN_POS_ALIBI, pos == CP_ATTN_POS_FIRE, false, NULL, NULL, 0};
   cp_attn_plan p;
   CHECK_RC(0, cp_rule_check_model(rule, &rm, name));
   cp_rule_plan(&p, rule, &rm, CP_ATTN_DECODER_SELF, 0);

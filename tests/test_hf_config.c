@@ -684,6 +684,55 @@ static void splice(void) {
   cJSON_Delete(o);
 }
 
+/* Gemma and Gemma 2 (GemmaConfig, Gemma2Config): HF's defaults (head_dim 256, tied, gelu tanh
+ * whatever hidden_act says, query_pre_attn_scalar 256, soft-caps 50 and 30, window 4096 on the
+ * even layers), null soft-caps and window, layer_types, and the refusals. */
+#define GEMMA2_HEAD                                                                                                 \
+  "{\"architectures\":[\"Gemma2ForCausalLM\"],\"model_type\":\"gemma2\",\"hidden_size\":64,\"num_attention_heads\":4," \
+  "\"num_key_value_heads\":2,\"num_hidden_layers\":3,\"intermediate_size\":128,\"vocab_size\":100,"
+static void gemma_configs(void) {
+  cp_hf_config *c = parse_mem(0, GEMMA2_HEAD "\"max_position_embeddings\":8192}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_GEMMA && !strcmp(c->model_type, "gemma2") && c->sandwich_norms);
+    CHECK(c->d_head == 256 && c->tie_word_embeddings && !strcmp(c->activation, "gelu_pytorch_tanh"));
+    CHECK(near(c->query_pre_attn_scalar, 256) && near(c->attn_softcap, 50) && near(c->final_softcap, 30));
+    CHECK(c->sliding_window == 4096 && c->layer_sliding[0] && !c->layer_sliding[1] && c->layer_sliding[2]);
+    CHECK(c->bos_token_id == 2 && c->eos_token_id == 1 && c->pad_token_id == 0 && c->rotary_dims == 256);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, GEMMA2_HEAD "\"head_dim\":16,\"attn_logit_softcapping\":null,\"final_logit_softcapping\":null,"
+                               "\"sliding_window\":null,\"query_pre_attn_scalar\":144,\"tie_word_embeddings\":false}");
+  if (c) {
+    CHECK(c->attn_softcap == 0 && c->final_softcap == 0 && c->sliding_window == 0 && !c->layer_sliding[0]);
+    CHECK(near(c->query_pre_attn_scalar, 144) && c->d_head == 16 && !c->tie_word_embeddings);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, GEMMA2_HEAD "\"sliding_window\":8,\"layer_types\":[\"full_attention\",\"sliding_attention\","
+                               "\"full_attention\"]}");
+  if (c) {
+    CHECK(c->sliding_window == 8 && !c->layer_sliding[0] && c->layer_sliding[1] && !c->layer_sliding[2]);
+    cp_hf_config_free(c);
+  }
+  /* Gemma 1: hidden_act gelu (the original checkpoints) still runs the tanh form, no Gemma 2 pieces */
+  c = parse_mem(0, "{\"model_type\":\"gemma\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                   "\"intermediate_size\":128,\"vocab_size\":100,\"hidden_act\":\"gelu\",\"hidden_activation\":null}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_GEMMA && !c->sandwich_norms && c->sliding_window == 0 && c->attn_softcap == 0);
+    CHECK(c->query_pre_attn_scalar == 0 && !strcmp(c->activation, "gelu_pytorch_tanh") && c->d_head == 256);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, GEMMA2_HEAD "\"layer_types\":[\"full_attention\",\"sliding_attention\"]}");
+  CHECK(strstr(cp_error_message(), "key 'layer_types': expected a list of 3 layer types") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA2_HEAD "\"layer_types\":[\"full_attention\",\"chunked_attention\",\"full_attention\"]}");
+  CHECK(strstr(cp_error_message(), "key 'layer_types[1]'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA2_HEAD "\"attn_logit_softcapping\":-1}");
+  CHECK(strstr(cp_error_message(), "key 'attn_logit_softcapping'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA2_HEAD "\"query_pre_attn_scalar\":0}");
+  CHECK(strstr(cp_error_message(), "key 'query_pre_attn_scalar'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA2_HEAD "\"sliding_window\":0}");
+  CHECK(strstr(cp_error_message(), "key 'sliding_window'") != NULL);
+}
+
 int main(void) {
   const char *src = test_env("CTXPATCH_SOURCE_DIR");
   static char dir[4096];
@@ -700,6 +749,7 @@ int main(void) {
   qwen2_configs();
   qwen3_configs();
   phi3_configs();
+  gemma_configs();
   mistral_7b();
   pythia_70m();
   gpt2_small();

@@ -251,6 +251,7 @@ CPCU_UNROLL
             case CP_ATTN_POS_ROPE:
               if (far && a.dprime[i - j] != i - j) p = pf;
               z = sc * p * it;
+              if (a.softcap > 0.0f) z = a.softcap * tanhf(z / a.softcap);
               break;
             case CP_ATTN_POS_ALIBI:
               z = (sc * p - slope * (float)a.dprime[i - j]) * it;
@@ -343,13 +344,14 @@ CPCU_UNROLL
     if (n > 0) {
       float mb = -INFINITY;
       for (int x = 0; x < n; x++) {
-        const float z = rv[x] * it;
+        const float z = a.softcap > 0.0f ? a.softcap * tanhf(rv[x] * it / a.softcap) : rv[x] * it;
         mb = fmaxf(mb, z);
         if (stats_lstd) ls += z, lq += (double)z * z, ln++;
       }
       softmax_rescale(sm, mb, acc);
       for (int y = 0; y < n; y++) {
-        const float pk = softmax_add(sm, rv[y] * it);
+        const float pk =
+            softmax_add(sm, a.softcap > 0.0f ? a.softcap * tanhf(rv[y] * it / a.softcap) : rv[y] * it);
         const size_t vo = (size_t)rj[y] * ldk + (size_t)g * dh;
         CPCU_UNROLL
         for (int x = 0; x < SL; x++) {

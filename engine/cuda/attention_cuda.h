@@ -39,6 +39,7 @@ typedef struct {
   int bf16;    /* q, q_far, k, v, k_raw hold bfloat16 (uint16 bit patterns), else float */
   int pos;     /* cp_attn_pos */
   float scale; /* c of the spec */
+  float softcap; /* Gemma 2: logits softcap tanh(z / softcap) (cp_attn_call.softcap); 0: none */
   float inv_tau;     /* 1/tau of every row, unless row_inv_tau is set */
   const float *row_inv_tau; /* temperature_schedule: [n_q] tab.inv_tau, each row's 1/tau; or NULL */
 

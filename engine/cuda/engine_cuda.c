@@ -56,7 +56,8 @@ typedef struct {
 
 typedef struct {
   dnorm attn_norm, cross_norm, ffn_norm;
-  dnorm q_norm, k_norm; /* [dh] (Qwen3), or w NULL */
+  dnorm post_attn_norm, post_ffn_norm; /* Gemma 2, or w NULL */
+  dnorm q_norm, k_norm;                /* [dh] (Qwen3), or w NULL */
   dlin q, k, v, o, cq, ck, cv, co, gate, up, down;
 } dlayer;
 
@@ -205,6 +206,7 @@ static int map_stack(cuda_engine *d, dstack *ds, const cp_stack *st) {
     dlayer *o = &ds->layers[l];
     o->attn_norm = dnorm_of(d, &ly->attn_norm), o->cross_norm = dnorm_of(d, &ly->cross_norm);
     o->ffn_norm = dnorm_of(d, &ly->ffn_norm);
+    o->post_attn_norm = dnorm_of(d, &ly->post_attn_norm), o->post_ffn_norm = dnorm_of(d, &ly->post_ffn_norm);
     o->q_norm = dnorm_of(d, &ly->q_norm), o->k_norm = dnorm_of(d, &ly->k_norm);
     o->q = dlin_of(d, &ly->q), o->k = dlin_of(d, &ly->k), o->v = dlin_of(d, &ly->v), o->o = dlin_of(d, &ly->o);
     o->cq = dlin_of(d, &ly->cq), o->ck = dlin_of(d, &ly->ck), o->cv = dlin_of(d, &ly->cv);
@@ -258,8 +260,8 @@ static int add(cuda_engine *d, float *y, const float *a, const float *b, int64_t
   return cpcu_k_add(d->stream, y, a, b, n, why, sizeof why) ? kern_fail(why) : 0;
 }
 
-/* dst[n, D] += FFN(h[n, D]), CP_CUDA_FFN_CHUNK rows at a time, as cp_ops_ffn. */
-static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int64_t n, cp_pass *b) {
+/* dst[n, D] += FFN(h[n, D]) (dst = it without accumulate), CP_CUDA_FFN_CHUNK rows at a time, as cp_ops_ffn. */
+static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int64_t n, cp_pass *b, bool accumulate) {
   const cp_model *m = d->m;
   const int D = m->d_model, F = m->d_ff;
   char why[256] = "";
@@ -270,7 +272,7 @@ static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int
     if (m->gated_ffn && (rc = linear(d, b->gate, F, h + (size_t)r0 * D, D, nr, &ly->gate, false))) return rc;
     if (cpcu_k_act(d->stream, b->up, m->gated_ffn ? b->gate : NULL, nr * F, (int)m->act, why, sizeof why))
       return kern_fail(why);
-    if ((rc = linear(d, dst + (size_t)r0 * D, D, b->up, F, nr, &ly->down, true))) return rc;
+    if ((rc = linear(d, dst + (size_t)r0 * D, D, b->up, F, nr, &ly->down, accumulate))) return rc;
   }
   return 0;
 }
@@ -405,9 +407,11 @@ static int cuda_norm(void *be, const cp_stack *st, int layer, cp_layer_norm whic
                      int64_t n) {
   cuda_engine *d = be;
   const dlayer *ly = &dstack_of(d, st)->layers[layer];
-  const dnorm *w = which == CP_LAYER_NORM_ATTN    ? &ly->attn_norm
-                   : which == CP_LAYER_NORM_CROSS ? &ly->cross_norm
-                                                  : &ly->ffn_norm;
+  const dnorm *w = which == CP_LAYER_NORM_ATTN        ? &ly->attn_norm
+                   : which == CP_LAYER_NORM_CROSS     ? &ly->cross_norm
+                   : which == CP_LAYER_NORM_POST_ATTN ? &ly->post_attn_norm
+                   : which == CP_LAYER_NORM_POST_FFN  ? &ly->post_ffn_norm
+                                                      : &ly->ffn_norm;
   return norm_rows(d, w, x, y, n);
 }
 
@@ -419,9 +423,10 @@ static int cuda_copy(void *be, float *dst, const float *src, int64_t count) {
   return dcopy(be, dst, src, (size_t)count * sizeof *dst);
 }
 
-static int cuda_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n) {
+static int cuda_ffn_add(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n,
+                        bool accumulate) {
   cuda_engine *d = be;
-  return ffn(d, &dstack_of(d, st)->layers[layer], h, dst, n, p);
+  return ffn(d, &dstack_of(d, st)->layers[layer], h, dst, n, p, accumulate);
 }
 
 /* b->x [n, D] = embeddings of ids [n] (host, checked by the owner) at positions q_off.. */
@@ -432,6 +437,10 @@ static int cuda_embed(void *be, cp_pass *b, const int64_t *ids, int64_t n, int64
   int rc = upload(d, b->ids, ids, (size_t)n * sizeof *ids);
   if (rc) return rc;
   if (cpcu_k_embed(d->stream, b->x, d->embed, b->ids, d->pos_embed, q_off, n, m->d_model, why, sizeof why))
+    return kern_fail(why);
+  /* Gemma's sqrt(D) (a model with a scale has no position table, so scaling the sum is the CPU's order) */
+  assert(m->embed_scale == 1.0f || !m->pos_embed);
+  if (m->embed_scale != 1.0f && cpcu_k_scale(d->stream, b->x, n * m->d_model, m->embed_scale, why, sizeof why))
     return kern_fail(why);
   if (m->embed_norm.w) return norm_rows(d, &d->embed_norm, b->x, b->x, n);
   return 0;

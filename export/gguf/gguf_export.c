@@ -560,6 +560,9 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'activation_function': '%s', but llama.cpp's gpt2 always runs "
                             "GELU", in, act);
       return 0;
+    case CP_FAMILY_GEMMA: /* llama.cpp's gemma / gemma2 need the norms stored as 1 + w, not written yet */
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf does not write family gemma (model_type %s) yet", in,
+                          cfg->model_type);
     default:
       return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5 and phi3 models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));

@@ -173,7 +173,7 @@ static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   return cp_og_layer_ffn_add(&c->og, dst, src, CP_STACK_DECODER, c->l);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add};
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add, NULL};
 
 /* One layer over x [B, S, D] in the model's residual layout, as the engines run it. */
 static const char *layer(dec_t *d, int l, const char *x) {

@@ -86,6 +86,12 @@ def build_models():
         M.Phi3("phi3", 409, n_layers=2, D=64, n_heads=4, n_kv=2, dff=96, train_len=32, partial=0.5, mix=3.0),
         # tied, whole-head rotary, 300 tokens (two forward cases only: each is [300, V] logits)
         M.Phi3("phi3_300", 412, n_layers=2, D=64, n_heads=4, n_kv=4, dff=64, train_len=64, tied=True),
+        # Gemma (41-token prompts) and Gemma 2: a window of 16 on the even layers (layer_types on
+        # gemma2_types: the odd one), prompts of 300 and 41 tokens, past the window and past the
+        # training length 32 (appended likewise)
+        M.Gemma("gemma", 409, gemma2=False, n_layers=2),
+        M.Gemma("gemma2", 410, n_layers=2, window=16),
+        M.Gemma("gemma2_types", 411, n_layers=2, window=12, layer_types=["full_attention", "sliding_attention"]),
     ]
 
 
@@ -94,7 +100,7 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
            "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56,
-           "qwen3": 56, "phi3": 41, "phi3_300": 300}
+           "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -180,6 +186,10 @@ def cases_for(m):
                     od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))))
     # appended last: a case's seed depends on its index, so the older cases keep their inputs
     out += SCHEDULE_CASES.get(m.name, [])
+    if m.name == "gemma2":
+        # 300 tokens: top-k on every row is a choice in each of hundreds of rows, which no draw
+        # keeps TOPK_MIN_GAP clear of a tie (gemma2_types covers it at 41)
+        out = [c for c in out if c[2].get("top_k", {}).get("rows", "decode") != "all"]
     return out
 
 

@@ -364,7 +364,7 @@ int cp_onnx_rewrite_edit(cp_onnx_edit **out, cp_onnx_rewrite_report *rep, const 
     }
   /* The sites are the layers of one decoder-only stack: per-layer lists must have their count. */
   /* the model's training length (the caller's, when it knows one); the rule's overrides it */
-  cp_rule_model rm = {false, 0, (int)n, train_len > 0 ? train_len : 0, any_slopes, false, !any_slopes, NULL};
+  cp_rule_model rm = {false, 0, (int)n, train_len > 0 ? train_len : 0, any_slopes, false, !any_slopes, NULL, NULL, 0};
   if (n > CP_RULE_MAX_LAYERS) {
     rc = cp_error_set(CP_EONNX_SITE, "%s: %zu attention sites (at most %d layers)", m->path, n, CP_RULE_MAX_LAYERS);
     goto done;

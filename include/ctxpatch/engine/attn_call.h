@@ -41,6 +41,8 @@ typedef struct {
   int64_t q_off, n_q, n_keys;
   int64_t last_prompt_row;  /* for cp_plan_topk_row */
   float scale;              /* c of the spec */
+  float softcap;            /* Gemma 2's attn_logit_softcapping: each logit (c q.k / tau) becomes
+                               softcap tanh(logit / softcap) before the mask (decision 17); 0: none */
 
   /* The model's positional term, what the tables are built from. */
   cp_attn_pos pos;

@@ -5,6 +5,7 @@
  * mapping (cp_weight_dtype says which).
  *
  * Each family's HF tensors are normalised on load:
+ *   - Gemma's norm weights w are stored as the 1 + w its RMSNorm multiplies by;
  *   - fused QKV projections (BLOOM and GPT-NeoX per-head interleaved [H, 3, dh]; MPT
  *     concatenated q|k|v) are split into separate q, k, v matrices;
  *   - every linear layer is `y = x W^T + b` with W [n_out, n_in] as HF stores it (GPT-2's Conv1D
@@ -82,6 +83,8 @@ typedef struct {
   cp_norm_weights cross_norm;   /* T5 decoder only */
   cp_linear cq, ck, cv, co;     /* T5 decoder cross-attention; w NULL elsewhere */
   cp_norm_weights ffn_norm;
+  cp_norm_weights post_attn_norm, post_ffn_norm; /* Gemma 2: norms of the attention and FFN outputs
+                                                    before their residual sums; w NULL elsewhere */
   cp_linear gate, up, down;     /* gate.w NULL unless gated; up [d_ff, D]; down [D, d_ff] */
   const cp_fire_mlp *fire;      /* FIRE: this layer's MLP (shared or its own); else NULL */
 } cp_layer;
@@ -112,6 +115,10 @@ typedef struct cp_model {
                                    GPT-2 1 without scale_attn_weights; per layer: cp_model_attn_scale */
   bool attn_scale_inverse_layer; /* GPT-2 scale_attn_by_inverse_layer_idx: layer l divides c by l + 1 */
   float clip_qkv;               /* MPT attn_config.clip_qkv; 0 when none */
+  float embed_scale;            /* Gemma: the embedding rows are multiplied by sqrt(D) (float); else 1 */
+  float attn_softcap;           /* Gemma 2: scores c tanh(s / c) before the mask; 0 when none */
+  float final_softcap;          /* Gemma 2: logits c tanh(l / c); 0 when none */
+  bool sandwich_norms;          /* Gemma 2: post-attention and post-FFN norms (CP_RESIDUAL_SANDWICH) */
 
   const void *embed;            /* [V, D] elements of embed_dtype */
   cp_dtype embed_dtype;         /* CP_F32, or as stored (stored_dtype) */
@@ -154,7 +161,10 @@ typedef struct cp_model {
 
 /* The model's residual layout (ctxpatch/model/layer_layout.h). */
 static inline cp_residual cp_model_residual(const cp_model *m) {
-  return m->parallel_residual ? CP_RESIDUAL_PARALLEL : m->residual_from_norm ? CP_RESIDUAL_FROM_NORM : CP_RESIDUAL_PRE_NORM;
+  return m->parallel_residual    ? CP_RESIDUAL_PARALLEL
+         : m->residual_from_norm ? CP_RESIDUAL_FROM_NORM
+         : m->sandwich_norms     ? CP_RESIDUAL_SANDWICH
+                                 : CP_RESIDUAL_PRE_NORM;
 }
 
 /* Opens a checkpoint folder (or a weights file with config.json beside it) and loads the whole

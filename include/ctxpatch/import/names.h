@@ -22,6 +22,7 @@ typedef struct {
   bool gated;              /* FFN has a gate (T5 gated-ACT, Llama, FIRE) */
   bool fire_shared;
   bool qk_norm;             /* per-head q/k norms (Qwen3) */
+  bool sandwich;            /* post-attention and post-FFN norms (Gemma 2) */
   bool gguf;               /* the checkpoint is a GGUF file: rows are named by their `gguf` column */
 } cp_names;
 

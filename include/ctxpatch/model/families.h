@@ -47,6 +47,8 @@ typedef enum {
   CP_ROLE_FINAL_NORM, /* [D], per stack */
   CP_ROLE_LM_HEAD,    /* [V, D], absent when tied */
   CP_ROLE_POS_EMBED,  /* [n_positions, D] learned absolute positions (GPT-2 wpe) */
+  CP_ROLE_POST_ATTN_NORM, /* per layer [D]: Gemma 2's norm of the attention output before the residual sum */
+  CP_ROLE_POST_FFN_NORM,  /* per layer [D]: the same of the FFN output */
   CP_ROLE_COUNT
 } cp_tensor_role;
 
@@ -88,7 +90,9 @@ typedef enum {
   CP_WHEN_NOT_GATED,
   CP_WHEN_SHARED,
   CP_WHEN_PER_LAYER,
-  CP_WHEN_QK_NORM
+  CP_WHEN_QK_NORM,
+  CP_WHEN_SANDWICH,    /* Gemma 2: post-attention and post-feed-forward norms (cp_hf_config.sandwich_norms) */
+  CP_WHEN_NOT_SANDWICH
 } cp_when;
 
 typedef struct {

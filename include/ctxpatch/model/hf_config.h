@@ -22,6 +22,7 @@ typedef enum {
   CP_FAMILY_FIRE,     /* model_type ctxpatch_fire (layout in docs/fire-layout.md) */
   CP_FAMILY_GPT2,     /* model_type gpt2 (GPT2LMHeadModel: Conv1D weights, learned wpe positions) */
   CP_FAMILY_PHI3,     /* model_type phi3 (Phi3ForCausalLM: the Llama body with fused qkv_proj, gate_up_proj) */
+  CP_FAMILY_GEMMA,    /* model_type gemma or gemma2 (modeling_gemma.py, modeling_gemma2.py) */
   CP_FAMILY_COUNT
 } cp_family;
 
@@ -93,7 +94,8 @@ typedef struct {
   bool rope_truncate;          /* yarn: floor/ceil the correction range (true when absent) */
   bool rope_parameters_layout; /* the scaling came as transformers 5's "rope_parameters" (with
                                   rope_theta inside): a rewrite keeps that layout */
-  int sliding_window;          /* Mistral sliding_window; 0 when none */
+  int sliding_window;          /* Mistral, Gemma 2 sliding_window; 0 when none (Mistral's is not run:
+                                  only Gemma 2's layer_sliding layers use it) */
 
   /* FIRE. */
   int fire_mlp_width;    /* hidden width of the FIRE MLP (32 in the paper), 1..CP_FIRE_MAX_WIDTH */
@@ -113,6 +115,16 @@ typedef struct {
   bool qkv_bias;
   bool no_bias;          /* MPT no_bias */
   bool qk_norm;          /* Qwen3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE */
+
+  /* Gemma 2 (Gemma2Config; 0 / false for Gemma 1 and every other family): the attention scale is
+   * query_pre_attn_scalar^-1/2; attention scores and final logits are soft-capped, x -> c tanh(x / c)
+   * (c 0: none, a null key); post-attention and post-feed-forward norms (sandwich_norms); layer l
+   * attends to the last sliding_window keys only when layer_sliding[l] (even layers, or layer_types'
+   * "sliding_attention" entries). */
+  double query_pre_attn_scalar;
+  double attn_softcap, final_softcap;
+  bool sandwich_norms;
+  bool layer_sliding[CP_RULE_MAX_LAYERS]; /* [n_layers]: sliding layers need n_layers <= CP_RULE_MAX_LAYERS */
 
   /* A patched artifact's "ctxpatch" block (written by `ctxpatch patch`): present or not, and its
    * "rule" (the identity when absent or null), parsed as strictly as a rule file. */
@@ -142,7 +154,7 @@ int cp_hf_config_load(cp_hf_config **out, const char *path);
 int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const char *what);
 void cp_hf_config_free(cp_hf_config *cfg);
 
-const char *cp_family_name(cp_family family);     /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2" */
+const char *cp_family_name(cp_family family);     /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2", "gemma" */
 const char *cp_pos_scheme_name(cp_pos_scheme pos); /* "t5-buckets", "alibi", "rope", "fire", "learned" */
 /* Comma-separated list of supported model_type values, for error messages. */
 const char *cp_supported_families(void);

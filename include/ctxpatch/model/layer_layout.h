@@ -14,12 +14,19 @@
 
 /* Three values a layer works on: the residual stream, a normed input, a module's output. */
 typedef enum { CP_SLOT_X, CP_SLOT_H, CP_SLOT_T } cp_slot;
-typedef enum { CP_LAYER_NORM_ATTN, CP_LAYER_NORM_CROSS, CP_LAYER_NORM_FFN } cp_layer_norm;
+typedef enum {
+  CP_LAYER_NORM_ATTN,
+  CP_LAYER_NORM_CROSS,
+  CP_LAYER_NORM_FFN,
+  CP_LAYER_NORM_POST_ATTN, /* Gemma 2's norms of the module outputs */
+  CP_LAYER_NORM_POST_FFN,
+} cp_layer_norm;
 
 typedef enum {
   CP_RESIDUAL_PRE_NORM,  /* x += attn(ln1(x)); [x += cross(lnc(x))]; x += ffn(ln2(x)) */
   CP_RESIDUAL_PARALLEL,  /* GPT-NeoX: x + attn(ln1(x)) + ffn(ln2(x)) */
   CP_RESIDUAL_FROM_NORM, /* BLOOM apply_residual_connection_post_layernorm: the residuals are the normed inputs */
+  CP_RESIDUAL_SANDWICH,  /* Gemma 2: x += lnpa(attn(ln1(x))); x += lnpf(ffn(ln2(x))) */
 } cp_residual;
 
 /* Each op returns 0 or a negative CP_E* code (set by the op); the program stops at the first. */
@@ -29,6 +36,8 @@ typedef struct {
   int (*add)(void *ctx, cp_slot dst, cp_slot a, cp_slot b);     /* dst = a + b */
   int (*copy)(void *ctx, cp_slot dst, cp_slot src);
   int (*ffn_add)(void *ctx, cp_slot dst, cp_slot src); /* dst += ffn(src) */
+  int (*ffn)(void *ctx, cp_slot dst, cp_slot src);     /* dst = ffn(src); only the sandwich layout uses
+                                                          it (NULL where a builder refuses that layout) */
 } cp_layer_ops;
 
 /* Runs one layer in `layout` (with a cross-attention after the self-attention when `cross`; only

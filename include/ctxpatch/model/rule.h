@@ -95,6 +95,10 @@ typedef struct {
                               no distance term, so distance_ceiling and top_k.distance cannot apply
                               and the ceiling that lambda_mask implies is none */
   const char *family;      /* family name for messages (cp_family_name), or NULL */
+  /* Gemma 2: decoder self-attention layer l sees only keys i - j < sliding_window when
+   * layer_sliding[l] (borrowed from the config); NULL / 0: no layer slides. */
+  const bool *layer_sliding;
+  int64_t sliding_window;
 } cp_rule_model;
 
 /* The piecewise form of one layer's temperature schedule, as every engine and the ONNX exporter
@@ -133,6 +137,8 @@ typedef struct {
   double alibi_factor;      /* static factor, or 1 */
   int64_t train_len;        /* effective L_train for dynamic / progressive */
   double fire_threshold;    /* 0: use the model's L */
+  int64_t window;           /* the model's sliding window on this layer (keys i - j < window), 0: none;
+                               intersected with the causal and Lambda masks (decision 17) */
 } cp_attn_plan;
 
 /* Checks the rule fits the model (per-layer list lengths of temperature and of each schedule
@@ -157,10 +163,10 @@ int64_t cp_plan_tau_length(const cp_attn_plan *plan, int64_t i, int64_t n_keys);
  * (float)(1 / cp_plan_tau_at(T)) with a schedule, plan->inv_tau without. */
 float cp_plan_row_inv_tau(const cp_attn_plan *plan, int64_t i, int64_t n_keys);
 
-/* Key j visible to query i (causal and Lambda), before top-k additions. */
+/* Key j visible to query i (causal, Lambda and the layer's window), before top-k additions. */
 bool cp_plan_visible(const cp_attn_plan *plan, int64_t i, int64_t j);
 /* Key j is hidden only by the Lambda mask (a top-k candidate): j <= i, j >= n_global,
- * i - j >= n_local. */
+ * i - j >= n_local, and inside the layer's window when it has one. */
 bool cp_plan_lambda_hidden(const cp_attn_plan *plan, int64_t i, int64_t j);
 /* Whether row i (of a pass whose last prompt row is last_prompt_row) gets top-k additions. */
 bool cp_plan_topk_row(const cp_attn_plan *plan, int64_t i, int64_t last_prompt_row);

@@ -1,7 +1,7 @@
 """Tiny random models in Hugging Face layout (config.json field names, tensor names) and their
 forward passes in plain torch (float64), following HF's modeling code:
 modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
-modeling_gpt2.py, modeling_phi3.py;
+modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -584,6 +584,126 @@ class Phi3(Model):
         h = rms_norm(h, w["model.norm.weight"], self.eps)
         head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
         return linear(h, head), stats
+
+
+# ---------------------------------------------------------------- Gemma, Gemma 2
+
+class Gemma(Model):
+    """GemmaForCausalLM (transformers src/transformers/models/gemma/modeling_gemma.py) and
+    Gemma2ForCausalLM (models/gemma2/modeling_gemma2.py), read with the search tool:
+      - Gemma2RMSNorm.forward: x * rsqrt(mean(x^2) + eps) in float32, times (1.0 + weight);
+      - Gemma2Model.forward: the embedding times normalizer = tensor(hidden_size ** 0.5, dtype of
+        the activations) (float64 here; sqrt(64) = 8 is exact in every dtype);
+      - Gemma2MLP.forward: down(act(gate(x)) * up(x)), act = ACT2FN[hidden_activation],
+        gelu_pytorch_tanh;
+      - Gemma2Attention.__init__: scaling = query_pre_attn_scalar ** -0.5, sliding_window on layers
+        with not bool(layer_idx % 2) (layer_types when given); eager_attention_forward: scores
+        / softcap, tanh, * softcap, then the mask (Gemma2DecoderLayer.forward: key j hidden when
+        j <= i - sliding_window, torch.tril(..., diagonal=-sliding_window));
+      - Gemma2DecoderLayer.forward: h + post_attention_layernorm(attn(input_layernorm(h))), then
+        h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+      - Gemma2ForCausalLM.forward: logits / final_logit_softcapping, tanh, * final_logit_softcapping.
+    Gemma 1 has none of the Gemma 2 items (its FFN norm is post_attention_layernorm, as Llama's).
+    Rules (decision 17): the temperature divides c q.k before the soft-cap; the Lambda mask and
+    top-k candidates are intersected with a sliding layer's window."""
+
+    def __init__(self, name, seed, gemma2=True, n_layers=3, n_heads=4, n_kv=2, D=64, head_dim=32, dff=128,
+                 V=96, train_len=32, window=16, qpas=24.0, attn_cap=4.0, final_cap=3.0, layer_types=None):
+        self.name = name
+        self.storage = torch.float32
+        self.V, self.D, self.H, self.Hkv, self.L, self.dh = V, D, n_heads, n_kv, n_layers, head_dim
+        self.eps = 1e-6
+        self.theta = 10000.0
+        self.gemma2 = gemma2
+        self.c = qpas ** -0.5 if gemma2 else head_dim ** -0.5
+        self.attn_cap = attn_cap if gemma2 else None
+        self.final_cap = final_cap if gemma2 else None
+        if gemma2:
+            types = layer_types or ["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)]
+            self.windows = [window if t == "sliding_attention" else None for t in types]
+        else:
+            self.windows = [None] * n_layers
+        cfg = [("architectures", ["Gemma2ForCausalLM" if gemma2 else "GemmaForCausalLM"])]
+        if gemma2:
+            cfg += [("attn_logit_softcapping", attn_cap)]
+        cfg += [("attention_bias", False), ("bos_token_id", 2), ("eos_token_id", 1)]
+        if gemma2:
+            cfg += [("final_logit_softcapping", final_cap)]
+        cfg += [("head_dim", head_dim), ("hidden_act", "gelu_pytorch_tanh"),
+                ("hidden_activation", "gelu_pytorch_tanh"), ("hidden_size", D), ("initializer_range", 0.02),
+                ("intermediate_size", dff)]
+        if gemma2 and layer_types:
+            cfg += [("layer_types", layer_types)]
+        cfg += [("max_position_embeddings", train_len), ("model_type", "gemma2" if gemma2 else "gemma"),
+                ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers), ("num_key_value_heads", n_kv),
+                ("pad_token_id", 0)]
+        if gemma2:
+            cfg += [("query_pre_attn_scalar", qpas)]
+        cfg += [("rms_norm_eps", self.eps), ("rope_theta", self.theta)]
+        if gemma2:
+            cfg += [("sliding_window", window)]
+        cfg += [("tie_word_embeddings", True), ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)]
+        self.config = collections.OrderedDict(cfg)
+        self.facts = R.ModelFacts(False, 0, n_layers, train_len, "rope")
+        g = Init(seed)
+        kvd, qd = n_kv * head_dim, n_heads * head_dim
+        # norms are stored as w of (1 + w): small values around 0, wide enough that a missing 1
+        # (or a 1 added twice) shows in the logits
+        t = {"model.embed_tokens.weight": g.normal([V, D], 0.1)}
+        for l in range(n_layers):
+            p = "model.layers.%d." % l
+            t[p + "input_layernorm.weight"] = g.normal([D], 0.3)
+            t[p + "self_attn.q_proj.weight"] = g.normal([qd, D], 0.2)
+            t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.2)
+            t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, qd], 0.2)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.3)
+            if gemma2:
+                t[p + "pre_feedforward_layernorm.weight"] = g.normal([D], 0.3)
+                t[p + "post_feedforward_layernorm.weight"] = g.normal([D], 0.3)
+            t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.up_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15)
+        t["model.norm.weight"] = g.normal([D], 0.3)
+        self.finish(t)
+
+    def norm(self, x, name):
+        return rms_norm(x, 1.0 + self.w[name], self.eps)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        emb = w["model.embed_tokens.weight"]
+        h = emb[ids] * math.sqrt(self.D)
+        stats = []
+        rep = self.H // self.Hkv
+        for l in range(self.L):
+            p = "model.layers.%d." % l
+            x = self.norm(h, p + "input_layernorm.weight")
+            q = heads(linear(x, w[p + "self_attn.q_proj.weight"]), H)
+            k = heads(linear(x, w[p + "self_attn.k_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(linear(x, w[p + "self_attn.v_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            plan = R.Plan(rule, self.facts, "dec", l)
+            plan.window = self.windows[l]
+            plan.softcap = self.attn_cap
+            out, P = R.attention(plan, pinfo, R.rope_scorer(q, k, self.c, self.dh, self.theta, 1.0), v, T, margins)
+            stats.append(R.head_stats(P))
+            a = linear(merge(out), w[p + "self_attn.o_proj.weight"])
+            if self.gemma2:
+                a = self.norm(a, p + "post_attention_layernorm.weight")
+            h = h + a
+            x = self.norm(h, p + ("pre_feedforward_layernorm.weight" if self.gemma2 else
+                                  "post_attention_layernorm.weight"))
+            y = linear(gelu_tanh(linear(x, w[p + "mlp.gate_proj.weight"])) * linear(x, w[p + "mlp.up_proj.weight"]),
+                       w[p + "mlp.down_proj.weight"])
+            if self.gemma2:
+                y = self.norm(y, p + "post_feedforward_layernorm.weight")
+            h = h + y
+        logits = linear(self.norm(h, "model.norm.weight"), emb)
+        if self.final_cap:
+            logits = self.final_cap * torch.tanh(logits / self.final_cap)
+        return logits, stats
 
 
 # ---------------------------------------------------------------- GPT-NeoX

@@ -478,9 +478,15 @@ def attention(plan, pinfo, score, v, nq, margins=None):
             vis2 &= j <= i
         if plan.lam:
             vis2 &= (j < plan.n_global) | (i - j < plan.n_local)
+        # a sliding layer's own window (Gemma 2): intersected with the rule's masks (decision 17)
+        window = getattr(plan, "window", None)
+        if window:
+            vis2 &= i - j < window
         vis = vis2[None].expand(H, nq, nk).clone()
         if plan.topk:
             hidden = (j <= i) & (j >= plan.n_global) & (i - j >= plan.n_local)
+            if window:
+                hidden &= i - j < window
             St = score(torch.full((nq, nk), -plan.topk_distance, dtype=torch.long))
             for row in range(nq):
                 if plan.topk_rows == "decode" and not pinfo.is_decode_row(row):
@@ -505,9 +511,17 @@ def attention(plan, pinfo, score, v, nq, margins=None):
                             margins.topk_gap = min(margins.topk_gap, gap)
                     S[h, row, sel] = St[h, row, sel]
                     vis[h, row, sel] = True
-    S = torch.where(vis, S, torch.full_like(S, float("-inf")))
-    row_tau = plan.row_tau(nq, nk, S.dtype)
-    S = S / plan.tau if row_tau is None else S / row_tau
+    softcap = getattr(plan, "softcap", None)
+    if softcap:
+        # Gemma 2 (decision 17): the temperature divides c q.k, then cap tanh(x / cap), then the mask
+        row_tau = plan.row_tau(nq, nk, S.dtype)
+        S = S / plan.tau if row_tau is None else S / row_tau
+        S = softcap * torch.tanh(S / softcap)
+        S = torch.where(vis, S, torch.full_like(S, float("-inf")))
+    else:
+        S = torch.where(vis, S, torch.full_like(S, float("-inf")))
+        row_tau = plan.row_tau(nq, nk, S.dtype)
+        S = S / plan.tau if row_tau is None else S / row_tau
     P = torch.softmax(S, dim=-1)
     return P @ v, P
 
