@@ -200,8 +200,8 @@ typedef struct {
   const cp_rule *asked; /* the rule the options named (may be NULL) */
   const char *out;
   bool force;
-  bool final;             /* *e is the certified rule's edit */
-  char **fresh;           /* [m->n_data_files]: data files written beside OUT (removed if OUT is not) */
+  bool final;                /* *e is the certified rule's edit */
+  char **fresh;              /* [m->n_data_files]: data files written beside OUT (removed if OUT is not) */
   const cp_patch_params *pp; /* its on_tmp_dir: the CLI's watchdog removes the graph after a kill -9 */
   char path[PO_PATH_MAX];    /* the graph written ("" when none) */
 } inplace_ctx;
