@@ -18,6 +18,13 @@
 #           (passkey, 1 depth, 1 sample) at QUANT_LEN tokens (default 512) against the GGUF's size
 #           and the weights' float32 size; with OLD_BIN (a build that dequantises GGUF quants to
 #           float32 at open) the same. Memory only (no wall column)
+#   kern16  issue 34's 16-bit kernels: the "mid" model (1B's matrices, 4 layers; bench/make_llama_bf16.py)
+#           as BF16 and as F16: prefill and decode tokens/s and peak RSS of `forward --generate`
+#           (2 threads, PROMPT tokens (default 128), NEW new (default 17); as `speed`) with the
+#           16-bit kernels and with CTXPATCH_WEIGHTS=f32 (every product through widened float32
+#           tiles, as before), ROUNDS rounds (default 3) of the two interleaved, medians; rates from
+#           wall and from CPU time (user + sys, steadier on a shared machine); then llama.cpp (its
+#           own wall timing) on the model converted to GGUF of the same dtype
 #   logits  d_model 64, vocab 256000: peak RSS of `verify --probe ppl` at LOGITS_LEN tokens
 #           (default 32768, one window); with OLD_BIN also the old build at OLD_LOGITS_LEN (4096)
 # Every row also gives the load average when it started (the machine is shared).
@@ -42,9 +49,10 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 # rss FILE: peak RSS in MiB from a `time -v` report; wall FILE: elapsed seconds
 rss() { "$py" -c "import re,sys; print('%.0f' % (int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', open(sys.argv[1]).read()).group(1)) / 1024))" "$1"; }
 wall() { "$py" -c "import re,sys; t=re.search(r'Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)', open(sys.argv[1]).read()).group(1).split(':'); print('%.1f' % sum(float(x) * 60 ** i for i, x in enumerate(reversed(t))))" "$1"; }
+cpu() { "$py" -c "import re,sys; s=open(sys.argv[1]).read(); print('%.2f' % sum(float(re.search(k + r' time \(seconds\): (\S+)', s).group(1)) for k in ('User', 'System')))" "$1"; }
 size_mib() { "$py" -c "import os,sys; print('%.0f' % (os.path.getsize(sys.argv[1]) / 2**20))" "$1"; }
-model() { # model PRESET DIR: the checkpoint, made once, with the tokenizer beside it
-  [ -f "$2/model.safetensors" ] || "$py" "$here/make_llama_bf16.py" "$2" "$1"
+model() { # model PRESET DIR [DTYPE]: the checkpoint, made once, with the tokenizer beside it
+  [ -f "$2/model.safetensors" ] || "$py" "$here/make_llama_bf16.py" "$2" "$1" 0 "${3:-bf16}"
   cp "$tok" "$2/tokenizer.model"
 }
 ids() { "$py" -c "import random; random.seed($2); print(','.join(str(random.randrange(3, 32000)) for _ in range($1)))"; }
@@ -98,6 +106,52 @@ for section in "$@"; do
       /usr/bin/time -v node "$work/js/run.mjs" "$work/m1b.gguf" 2 "$work/ids" "$N" >"$work/l.json" 2>"$work/l.time"
       "$py" -c "import json; r=json.load(open('$work/l.json')); print('| llama.cpp (node-llama-cpp, GGUF bf16) | 2 | %d | %.1f | %.2f | $(rss "$work/l.time") | $l0 |' % (r['prompt'], r['prompt']/r['prefill_s'], (r['new']-1)/r['decode_s']))"
     fi
+    ;;
+  kern16)
+    P=${PROMPT:-128} N=${NEW:-17} R=${ROUNDS:-3}
+    ids "$P" 11 >"$work/ids"
+    ids 1 11 >"$work/ids1"
+    echo "| model | products | threads | prompt | prefill tokens/s | decode tokens/s | prefill tokens/CPU-s | decode tokens/CPU-s | peak RSS MiB | load |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for dt in bf16 f16; do
+      model mid "$work/mid_$dt" "$dt"
+      : >"$work/k16.times"
+      l0=$(load)
+      for round in $(seq "$R"); do
+        for run in "ids1 1" "ids 1" "ids $N"; do
+          set -- $run
+          for w in f32 16; do
+            CTXPATCH_WEIGHTS=$w /usr/bin/time -v "$bin" forward "$work/mid_$dt" --ids @"$work/$1" --generate "$2" \
+              --threads 2 >"$work/f.out" 2>"$work/f.time" || { cat "$work/f.time" >&2; exit 1; }
+            echo "$w $1 $2 $(wall "$work/f.time") $(cpu "$work/f.time") $(rss "$work/f.time")" >>"$work/k16.times"
+          done
+        done
+      done
+      # medians over the rounds; prefill = P / (t(P, 1) - t(1, 1)), decode = (N-1) / (t(P, N) - t(P, 1))
+      "$py" - "$work/k16.times" "$P" "$N" "$dt" "$l0" "$(load)" <<'PY'
+import statistics, sys
+rows, P, N, dt, l0, l1 = open(sys.argv[1]).read().split("\n"), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+t = {}
+for r in rows:
+    if r:
+        w, f, n, wall, cpu, rss = r.split()
+        t.setdefault((w, f, n), []).append((float(wall), float(cpu), int(rss)))
+for w, label in (("f32", "widened tiles (CTXPATCH_WEIGHTS=f32)"), ("16", "16-bit kernels")):
+    med = lambda key, i: statistics.median(x[i] for x in t[(w,) + key])
+    a, b, c = ("ids1", "1"), ("ids", "1"), ("ids", str(N))
+    rate = lambda i: (P / (med(b, i) - med(a, i)), (N - 1) / (med(c, i) - med(b, i)))
+    (pw, dw), (pc, dc) = rate(0), rate(1)
+    rss = max(x[2] for k, v in t.items() if k[0] == w for x in v)
+    print("| mid %s | %s | 2 | %d | %.1f | %.2f | %.1f | %.2f | %d | %s-%s |" % (dt, label, P, pw, dw, pc, dc, rss, l0, l1))
+PY
+      if [ -d "$nm/node-llama-cpp" ]; then
+        [ -f "$work/mid_$dt.gguf" ] || "$bin" convert "$work/mid_$dt" "$work/mid_$dt.gguf" --to gguf --dtype "$dt" >/dev/null
+        mkdir -p "$work/js" && cp "$here/bigw_llamacpp.mjs" "$work/js/run.mjs" && ln -sfn "$nm" "$work/js/node_modules"
+        l0=$(load)
+        /usr/bin/time -v node "$work/js/run.mjs" "$work/mid_$dt.gguf" 2 "$work/ids" "$N" >"$work/l.json" 2>"$work/l.time"
+        "$py" -c "import json; r=json.load(open('$work/l.json')); print('| mid $dt | llama.cpp (node-llama-cpp, GGUF $dt) | 2 | %d | %.1f | %.2f | - | - | $(rss "$work/l.time") | $l0 |' % (r['prompt'], r['prompt']/r['prefill_s'], (r['new']-1)/r['decode_s']))"
+      fi
+    done
     ;;
   patch)
     model 1b "$work/m1b"

@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""Writes a synthetic Llama-shaped BF16 checkpoint (config.json + model.safetensors, random normal
-weights of standard deviation 0.02, RMSNorm weights 1) for bench/bench_bigw.sh, with numpy only.
+"""Writes a synthetic Llama-shaped BF16 (or F16) checkpoint (config.json + model.safetensors, random
+normal weights of standard deviation 0.02, RMSNorm weights 1) for bench/bench_bigw.sh, with numpy
+only.
 
-usage: make_llama_bf16.py OUTDIR {1b,7b,tiny-256k} [SEED]
+usage: make_llama_bf16.py OUTDIR {1b,7b,mid,tiny-256k,llama3.2-1b,tiny-llama3} [SEED [bf16|f16]]
   1b         TinyLlama-1.1B's shape: d_model 2048, d_ff 5632, 22 layers, 32 heads (4 KV), vocab
              32000: 1.10e9 parameters, 2.2 GB
   7b         Llama-2-7B's shape: d_model 4096, d_ff 11008, 32 layers, 32 heads, vocab 32000:
              6.74e9 parameters, 13.5 GB
+  mid        d_model 2048, d_ff 5632, 4 layers, 32 heads (4 KV), vocab 32000: 3.1e8 parameters,
+             0.6 GB (the 16-bit kernels' bench: 1B's matrices, fewer of them)
   tiny-256k  d_model 64, 2 layers, vocab 256000: the logits-buffer check (32K-256K vocabularies)
   llama3.2-1b  Llama 3.2 1B's shape (issues 31, 32, 34): d_model 2048, d_ff 8192, 16 layers, 32 heads
              (8 KV), vocab 128256, tied head, rope_theta 500000, llama3 RoPE scaling x32 from 8192:
@@ -25,6 +28,7 @@ import numpy as np
 SHAPES = {
     "1b": dict(D=2048, F=5632, L=22, H=32, Hkv=4, V=32000, ctx=2048),
     "7b": dict(D=4096, F=11008, L=32, H=32, Hkv=32, V=32000, ctx=4096),
+    "mid": dict(D=2048, F=5632, L=4, H=32, Hkv=4, V=32000, ctx=2048),
     "tiny-256k": dict(D=64, F=256, L=2, H=4, Hkv=4, V=256000, ctx=32768),
     "llama3.2-1b": dict(D=2048, F=8192, L=16, H=32, Hkv=8, V=128256, ctx=131072, llama3=True),
     "tiny-llama3": dict(D=64, F=256, L=2, H=4, Hkv=2, V=128256, ctx=131072, llama3=True),
@@ -57,14 +61,20 @@ def bf16(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
 
 
+def f16(x):
+    return x.astype("<f2").view("<u2")
+
+
 def main():
     out, preset = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
+    enc = {"bf16": bf16, "f16": f16}[dtype]
     s = SHAPES[preset]
     header, off = {}, 0
     for name, shape, _ in tensors(s):
         n = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
+        header[name] = {"dtype": dtype.upper(), "shape": list(shape), "data_offsets": [off, off + n]}
         off += n
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
@@ -75,17 +85,17 @@ def main():
         for name, shape, kind in tensors(s):
             n = int(np.prod(shape))
             if kind == "ones":
-                f.write(bf16(np.ones(n, np.float32)).tobytes())
+                f.write(enc(np.ones(n, np.float32)).tobytes())
                 continue
             for at in range(0, n, 1 << 26):  # 64M elements at a time
                 m = min(n - at, 1 << 26)
-                f.write(bf16(rng.standard_normal(m, dtype=np.float32) * 0.02).tobytes())
+                f.write(enc(rng.standard_normal(m, dtype=np.float32) * 0.02).tobytes())
     os.replace(path + ".tmp", path)
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": s["V"],
            "hidden_size": s["D"], "intermediate_size": s["F"], "num_hidden_layers": s["L"],
            "num_attention_heads": s["H"], "num_key_value_heads": s["Hkv"],
            "max_position_embeddings": s["ctx"], "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": {"bf16": "bfloat16", "f16": "float16"}[dtype],
            "bos_token_id": 1, "eos_token_id": 2}
     if s.get("llama3"):  # Llama 3.2 1B's config.json values
         cfg.update({"tie_word_embeddings": True, "rope_theta": 500000.0, "bos_token_id": 128000,

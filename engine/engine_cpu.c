@@ -17,6 +17,7 @@
 #include "ctxpatch/formats/tensor.h"
 #include "engine/attention_cpu.h"
 #include "engine/backend.h"
+#include "engine/kern16.h"
 #include "engine/layer_ops.h"
 #include "engine/pool.h"
 
@@ -285,6 +286,8 @@ static void cpu_destroy(void *be) {
 static int cpu_create(void **out, cp_engine *owner, const cp_model *m, const cp_rule *rule, const cp_rule_model *rm,
                       int threads) {
   *out = NULL;
+  int rc = cp_k16_read_env(); /* CTXPATCH_WEIGHTS: 16-bit kernels or widened tiles */
+  if (rc) return rc;
   cpu_backend *c = calloc(1, sizeof *c);
   CP_CHECK_ALLOC(c, "engine");
   c->owner = owner, c->m = m, c->rule = rule, c->rm = rm;
@@ -294,7 +297,7 @@ static int cpu_create(void **out, cp_engine *owner, const cp_model *m, const cp_
   }
   /* Our pool splits every product; OpenBLAS's own threads would compete with it. */
   openblas_set_num_threads(1);
-  int rc = cp_pool_create(&c->pool, threads);
+  rc = cp_pool_create(&c->pool, threads);
   if (rc) {
     cpu_destroy(c);
     return rc;

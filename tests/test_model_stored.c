@@ -3,7 +3,11 @@
  * of one matrix changed, opened with share_from, uses the original's memory for every other
  * matrix and its own for the changed one, and gives the same logits as the copy opened on its
  * own (so nothing was shared that differs); cp_engine_forward_blocks hands out the logits of
- * cp_engine_forward in blocks, and stops on the callback's error. */
+ * cp_engine_forward in blocks, and stops on the callback's error. The BF16 matrices take half the
+ * bytes of the float32 ones, and greedy decoding on them (one row per step: the 16-bit GEMV of
+ * engine/kern16.h) gives logits within the goldens' tolerance of the float32 model's, the same bits
+ * from the AVX2 and the portable kernels, and other bits than the widened-tile path that
+ * CTXPATCH_WEIGHTS=f32 forces (so the direct kernels did run). */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,10 +21,11 @@
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/safetensors.h"
+#include "engine/kern16.h"
 #include "test.h"
 
 #define Q0 "model.layers.0.self_attn.q_proj.weight"
-enum { N_IDS = 70 };
+enum { N_IDS = 70, N_NEW = 6, N_PROMPT = 9 };
 
 /* Bytes of every matrix of m (embedding, untied head, each layer's linears). */
 static uint64_t matrix_bytes(const cp_model *m) {
@@ -63,6 +68,56 @@ static float *logits_of(const cp_model *m, const int64_t *ids) {
   if (e && out) CHECK_RC(0, cp_engine_forward(e, out, ids, N_IDS, NULL, 0));
   cp_engine_free(e);
   return out;
+}
+
+/* The logits of N_NEW greedy steps after a N_PROMPT-token prompt, with the 16-bit kernels of
+ * version isa (0: the CPU's) and CTXPATCH_WEIGHTS=weights (NULL: unset); caller frees. */
+static float *steps_of(const cp_model *m, const int64_t *ids, cp_k16_isa isa, const char *weights) {
+  cp_engine *e = NULL;
+  float *out = calloc((size_t)N_NEW * (size_t)m->vocab, sizeof *out);
+  int64_t gen[N_NEW], n_out = 0;
+  if (weights) setenv("CTXPATCH_WEIGHTS", weights, 1);
+  CHECK(cp_k16_force_isa(isa) == 0);
+  CHECK_RC(0, cp_engine_create(&e, m, NULL, NULL));
+  if (e && out) CHECK_RC(0, cp_engine_generate(e, gen, &n_out, out, ids, N_PROMPT, NULL, 0, N_NEW, false));
+  CHECK(n_out == N_NEW);
+  cp_engine_free(e);
+  unsetenv("CTXPATCH_WEIGHTS");
+  cp_k16_force_isa(0);
+  return out;
+}
+
+/* max |a - b| / max(1, |b|) over n */
+static double rel_diff(const float *a, const float *b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+  return worst;
+}
+
+static void check_decode(const cp_model *a, const cp_model *a32, const int64_t *ids) {
+  /* the resident matrices: BF16 is half of float32 */
+  CHECK_MSG(2 * matrix_bytes(a) == matrix_bytes(a32), "BF16 matrices %llu bytes, float32 %llu",
+            (unsigned long long)matrix_bytes(a), (unsigned long long)matrix_bytes(a32));
+  const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
+  cp_k16_force_isa(0);
+  float *f32 = steps_of(a32, ids, 0, NULL), *direct = steps_of(a, ids, CP_K16_PORTABLE, NULL);
+  float *tiles = steps_of(a, ids, 0, "f32"), *vec = have_avx2 ? steps_of(a, ids, CP_K16_AVX2, NULL) : NULL;
+  const size_t n = (size_t)N_NEW * (size_t)a->vocab;
+  if (f32 && direct && tiles) {
+    double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);
+    printf("decode logits vs the float32 model: 16-bit kernels %.3g, widened tiles %.3g\n", d, t);
+    CHECK_MSG(d <= 1e-4, "16-bit kernels' decode logits differ from float32 by %g", d);
+    CHECK_MSG(t <= 1e-4, "widened tiles' decode logits differ from float32 by %g", t);
+    CHECK_MSG(memcmp(direct, tiles, n * sizeof *direct) != 0, "CTXPATCH_WEIGHTS=f32 changed nothing");
+  }
+  if (vec && direct) CHECK_MSG(memcmp(vec, direct, n * sizeof *vec) == 0, "AVX2 and portable decode logits differ");
+  free(f32), free(direct), free(tiles), free(vec);
+
+  cp_engine *e = NULL;
+  setenv("CTXPATCH_WEIGHTS", "bf16", 1);
+  CHECK_RC(CP_EARG, cp_engine_create(&e, a, NULL, NULL));
+  CHECK(e == NULL);
+  unsetenv("CTXPATCH_WEIGHTS");
 }
 
 typedef struct {
@@ -142,6 +197,7 @@ int main(void) {
     cp_engine_free(e);
   }
   free(la_l), free(lb_l), free(lc_l), free(l32);
+  check_decode(a, a32, ids);
 done:
   cp_model_free(b); /* before a, whose mapping it borrows */
   cp_model_free(a);

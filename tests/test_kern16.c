@@ -1,0 +1,134 @@
+/* The 16-bit weight kernels (engine/kern16.h), each version forced in turn: dot products of F16
+ * and BF16 rows with float32 vectors against a float64 reference on sizes that are not multiples
+ * of 8 (and rows at an odd byte offset), within the float32 error bound of a K-term sum; the AVX2
+ * and portable versions give the same bits; widening is exact for every 16-bit pattern. The
+ * reference decodes the 16-bit patterns itself (ldexp), not through formats/. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxpatch/formats/tensor.h"
+#include "engine/kern16.h"
+#include "test.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next32(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (uint32_t)(rng >> 11);
+}
+static double uniform(void) { return (next32() & 0xffffff) / 16777216.0 * 2 - 1; } /* [-1, 1) */
+
+/* The value of a 16-bit pattern, in double; NaN for NaN patterns. */
+static double ref16(uint16_t h, cp_dtype dt) {
+  int sign = h >> 15;
+  double v;
+  if (dt == CP_BF16) {
+    int e = (h >> 7) & 0xff, m = h & 0x7f;
+    if (e == 0xff) return m ? NAN : (sign ? -INFINITY : INFINITY);
+    v = e ? ldexp(128 + m, e - 127 - 7) : ldexp(m, -126 - 7);
+  } else {
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) return m ? NAN : (sign ? -INFINITY : INFINITY);
+    v = e ? ldexp(1024 + m, e - 15 - 10) : ldexp(m, -14 - 10);
+  }
+  return sign ? -v : v;
+}
+
+/* A random finite pattern of magnitude up to about 4 (F16 sometimes subnormal). */
+static uint16_t rand16(cp_dtype dt) {
+  double v = uniform() * 4;
+  if (dt == CP_F16 && next32() % 8 == 0) v *= 1e-6; /* subnormal F16 */
+  float f = (float)v;
+  if (dt == CP_F16) return cp_f32_to_f16(f);
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+
+static const char *isa_name(cp_k16_isa isa) { return isa == CP_K16_AVX2 ? "avx2" : "portable"; }
+
+/* y = W x for one (dtype, n, K) on the forced version; returns y [n] (caller frees). */
+static float *run_gemv(cp_k16_isa isa, const unsigned char *W, cp_dtype dt, int n, int K, const float *x,
+                       const float *y0) {
+  float *y = malloc((size_t)n * sizeof *y);
+  if (!y) return NULL;
+  memcpy(y, y0, (size_t)n * sizeof *y);
+  CHECK(cp_k16_force_isa(isa) == 0);
+  cp_k16_gemv(y, W, dt, (size_t)K + 3, n, K, x, y0[0] != 0); /* rows padded by 3 elements */
+  return y;
+}
+
+static void check_gemv(cp_dtype dt, int n, int K, int have_avx2) {
+  const size_t ld = (size_t)K + 3;
+  unsigned char *buf = malloc(2 * ld * (size_t)n + 1), *W = buf + 1; /* an odd byte offset */
+  float *x = malloc((size_t)K * sizeof *x), y0[2][64];
+  for (size_t i = 0; i < ld * (size_t)n; i++) {
+    uint16_t h = rand16(dt);
+    memcpy(W + 2 * i, &h, 2);
+  }
+  for (int k = 0; k < K; k++) x[k] = (float)uniform();
+  for (int r = 0; r < n; r++) y0[0][r] = 0, y0[1][r] = (float)uniform() + 2; /* plain, then accumulate */
+  for (int acc = 0; acc < 2; acc++) {
+    float *got[2] = {NULL, NULL};
+    for (int v = 0; v < 1 + have_avx2; v++) {
+      cp_k16_isa isa = v ? CP_K16_AVX2 : CP_K16_PORTABLE;
+      float *y = got[v] = run_gemv(isa, W, dt, n, K, x, y0[acc]);
+      for (int r = 0; r < n && y; r++) {
+        double want = acc ? y0[acc][r] : 0, mag = fabs(want);
+        for (int k = 0; k < K; k++) {
+          uint16_t h;
+          memcpy(&h, W + 2 * ((size_t)r * ld + (size_t)k), 2);
+          want += ref16(h, dt) * x[k], mag += fabs(ref16(h, dt) * x[k]);
+        }
+        /* a K-term float32 sum (plus the accumulate's add): |error| <= (K + 2) u sum|terms| */
+        double bound = (K + 2) * ldexp(1, -24) * mag + 1e-30;
+        CHECK_MSG(fabs(y[r] - want) <= bound, "%s %s n %d K %d acc %d row %d: %.9g vs %.9g (bound %g)", isa_name(isa),
+                  cp_dtype_name(dt), n, K, acc, r, y[r], want, bound);
+      }
+    }
+    if (got[0] && got[1])
+      CHECK_MSG(memcmp(got[0], got[1], (size_t)n * sizeof(float)) == 0, "%s n %d K %d: avx2 and portable differ",
+                cp_dtype_name(dt), n, K);
+    free(got[0]), free(got[1]);
+  }
+  free(buf), free(x);
+}
+
+/* Every 16-bit pattern widens exactly (NaN to NaN), from an odd byte offset, in every version. */
+static void check_widen(cp_dtype dt, int have_avx2) {
+  unsigned char *src = malloc(2 * 65536 + 1);
+  float *dst = malloc(65536 * sizeof *dst);
+  for (uint32_t i = 0; i < 65536; i++) {
+    uint16_t h = (uint16_t)i;
+    memcpy(src + 1 + 2 * i, &h, 2);
+  }
+  for (int v = 0; v < 1 + have_avx2; v++) {
+    CHECK(cp_k16_force_isa(v ? CP_K16_AVX2 : CP_K16_PORTABLE) == 0);
+    cp_k16_widen(dst, src + 1, dt, 65535); /* an odd count: the vector loop's tail */
+    int bad = 0;
+    for (uint32_t i = 0; i < 65535; i++) {
+      double want = ref16((uint16_t)i, dt);
+      if (isnan(want) ? !isnan(dst[i]) : (double)dst[i] != want || !signbit(dst[i]) != !signbit(want)) bad++;
+    }
+    CHECK_MSG(bad == 0, "%s widen %s: %d patterns wrong", isa_name(v ? CP_K16_AVX2 : CP_K16_PORTABLE),
+              cp_dtype_name(dt), bad);
+  }
+  free(src), free(dst);
+}
+
+int main(void) {
+  const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
+  printf("AVX2 + FMA + F16C: %s\n", have_avx2 ? "yes (both versions tested)" : "no (portable only)");
+  const int Ks[] = {1, 7, 31, 33, 63, 67, 257, 1001};
+  const int ns[] = {1, 13, 37};
+  const cp_dtype dts[] = {CP_F16, CP_BF16};
+  for (int d = 0; d < 2; d++) {
+    for (size_t i = 0; i < sizeof Ks / sizeof *Ks; i++)
+      for (size_t j = 0; j < sizeof ns / sizeof *ns; j++) check_gemv(dts[d], ns[j], Ks[i], have_avx2);
+    check_widen(dts[d], have_avx2);
+  }
+  cp_k16_force_isa(0);
+  return test_finish();
+}
