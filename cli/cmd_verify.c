@@ -29,7 +29,8 @@ static const char verify_help[] =
     "                       [--max-detectable-drop D] [--accept-underpowered]\n"
     "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
     "                       [--on-top] [--train-len N] [--work-budget N] [--no-shared-prefix]\n"
-    "                       [--sequential [--looks K]]\n\n"
+    "                       [--sequential [--looks K]]\n"
+    "                       [--context-shift N_CTX [--shift-keep N] [--shift-batch B]]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
     "through the engine (CPU, or --device cuda) with the attention rule (and, with --baseline,\n"
     "without it, on the same prompts), prints the accuracy per probe and length with its 95%\n"
@@ -78,6 +79,12 @@ static const char verify_help[] =
     "                       already carry one (refused otherwise: the logits would be divided twice)\n"
     "  --train-len N        the length the model was trained at, in place of its config's (the\n"
     "                       certificate records it as model.train_len, source \"option --train-len\")\n"
+    "  --context-shift N_CTX run the model (not the baseline side) as llama.cpp runs it past its\n"
+    "                       context: a KV cache of N_CTX cells that, when full, keeps the first\n"
+    "                       --shift-keep tokens (default 1: the BOS; llama-cli's --keep N is N + 1),\n"
+    "                       drops half of the rest and shifts the others down (docs/gguf.md); tokens\n"
+    "                       are fed --shift-batch at a time (default 1, as llama-cli generates).\n"
+    "                       A measurement: no certificate, report, --json or statistics\n"
     "A patched artifact's own rule (config.json ctxpatch.rule) applies when no --rule is given; the\n"
     "certificate's \"rule\" records it and its \"artifact\" object the artifact's ctxpatch block.\n"
     "A progress bar is drawn on a terminal; otherwise the command is quiet until the table.\n";
@@ -128,6 +135,7 @@ int cmd_verify(int argc, char **argv) {
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
   bool baseline = false, stats = true, on_top = false, json = false, unshared = false;
+  unsigned long long shift_ctx = 0, shift_keep = 1, shift_batch = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (cli_is_help(a)) {
@@ -164,7 +172,13 @@ int cmd_verify(int argc, char **argv) {
       if (!strcmp(a, "--rule")) rule_path = v;
       else if (!strcmp(a, "--certificate")) cert_path = v;
       else if (!strcmp(a, "--report")) report_path = v;
-      else if (!strcmp(a, "--train-len")) {
+      else if (!strcmp(a, "--context-shift") || !strcmp(a, "--shift-keep") || !strcmp(a, "--shift-batch")) {
+        unsigned long long *dst = a[2] == 'c' ? &shift_ctx : a[8] == 'k' ? &shift_keep : &shift_batch;
+        if (!cli_parse_u64_in("verify", a, v, a[8] == 'k' ? 0 : 1, CLI_MAX_TOKENS, dst)) {
+          cli_verify_opts_free(&o);
+          return CLI_USAGE;
+        }
+      } else if (!strcmp(a, "--train-len")) {
         if (!cli_parse_u64_in("verify", a, v, 1, CLI_MAX_TOKENS, &train_len)) {
           cli_verify_opts_free(&o);
           return CLI_USAGE;
@@ -181,6 +195,11 @@ int cmd_verify(int argc, char **argv) {
   if (!cli_verify_opts_parse(&o, "verify")) {
     cli_verify_opts_free(&o);
     return CLI_USAGE;
+  }
+  if (shift_ctx && (cert_path || report_path || json)) {
+    cli_verify_opts_free(&o);
+    return cli_usage_error("verify", "--context-shift measures a runtime option: it writes no certificate, report "
+                                     "or --json");
   }
 
   int n_probes = 0;
@@ -219,8 +238,9 @@ int cmd_verify(int argc, char **argv) {
   cp_verify_thresholds_init(&th);
   cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
   vp.baseline = baseline;
-  vp.stats = stats;
+  vp.stats = stats && !shift_ctx;
   vp.unshared = unshared;
+  vp.shift = (cp_engine_shift){(int64_t)shift_ctx, (int64_t)shift_keep, (int64_t)shift_batch};
   if (cli_progress_wanted()) vp.progress = cli_progress_bar;
   if (o.n_no_reg > 0 && !baseline) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
@@ -246,6 +266,9 @@ int cmd_verify(int argc, char **argv) {
   }
   print_rule(model, applied, baseline);
   print_verdict(result, &th, verdict, reasons, n_reasons);
+  for (int l = 0; shift_ctx && result->has_ppl && l < result->n_lengths; l++) /* the full figure, for comparisons */
+    printf("context shift: n_ctx %llu, keep %llu, batch %llu: ppl NLL at %lld = %.9f\n", shift_ctx, shift_keep,
+           shift_batch, (long long)result->lengths[l], result->ppl_mean[CP_SIDE_PATCHED][l]);
   status = verdict == CP_VERDICT_PASS || verdict == CP_VERDICT_NONE ? CLI_OK : CLI_FAIL;
 report:
   if (rc < 0) status = cli_report(rc);

@@ -106,6 +106,9 @@ typedef struct {
   int (*final_norm)(void *be, cp_pass *p, const cp_stack *st, float *dst, int64_t n);
   /* logits [n - r0, V] (host) = the output head of st's final norm of rows [r0, n) of p->x. */
   int (*head)(void *be, cp_pass *p, const cp_stack *st, int64_t n, int64_t r0, float *logits);
+  /* llama.cpp's context shift on one layer's cache (cp_engine_shift): rows [keep + discard, n_past)
+   * move to keep.., their RoPE keys rotated by -discard. NULL where the backend has none. */
+  int (*kv_shift)(void *be, cp_kv *kv, int64_t keep, int64_t discard, int64_t n_past);
 } cp_backend_ops;
 
 /* The CPU backend (engine/engine_cpu.c). */

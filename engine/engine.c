@@ -155,6 +155,31 @@ int cp_engine_create(cp_engine **out, const cp_model *model, const cp_rule *rule
   return cp_engine_create_on(out, model, rule, params, backend);
 }
 
+/* What llama.cpp's context shift (cp_engine_shift) can be emulated on: a cache of rotated keys that
+ * a second rotation moves (RoPE without yarn's scaled cos and sin), one stack, no unrotated keys. */
+static int check_shift(const cp_engine *e) {
+  const cp_engine_shift *s = &e->p.shift;
+  const cp_model *m = e->m;
+  if (s->n_ctx == 0) return 0;
+  if (s->n_ctx < 2 || s->n_ctx > ((int64_t)1 << 28) || s->n_keep < 0 || s->batch < 1 ||
+      s->n_keep + s->batch >= s->n_ctx)
+    return cp_error_set(CP_EARG,
+                        "engine: context shift needs 0 <= keep, 1 <= batch and keep + batch < n_ctx "
+                        "(keep %lld, batch %lld, n_ctx %lld)",
+                        (long long)s->n_keep, (long long)s->batch, (long long)s->n_ctx);
+  if (m->family == CP_FAMILY_T5 || m->pos != CP_POS_ROPE || m->rope.mscale != 1.0)
+    return cp_error_set(CP_EUNSUPPORTED,
+                        "engine: llama.cpp's context shift is emulated for decoder-only RoPE "
+                        "models without yarn's scaled rotation (this is %s)",
+                        cp_family_name(m->family));
+  if (!e->ops->kv_shift)
+    return cp_error_set(CP_EUNSUPPORTED, "engine: llama.cpp's context shift runs on the CPU engine only");
+  for (int l = 0; l < m->decoder.n_layers; l++)
+    if (cp_engine_rope_needs_raw(m, &e->rule, &e->rm, CP_ATTN_DECODER_SELF, l))
+      return cp_error_set(CP_EUNSUPPORTED, "engine: context shift under a rule with a distance ceiling or top-k");
+  return 0;
+}
+
 int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *rule, const cp_engine_params *params,
                         const cp_backend_ops *backend) {
   assert(out && model);
@@ -169,6 +194,7 @@ int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *r
   if ((rc = cp_engine_set_rule(e, rule))) goto done;
   if ((rc = alloc_stats(e))) goto done;
   e->ops = backend ? backend : &cp_cpu_engine_ops;
+  if ((rc = check_shift(e))) goto done;
   if ((rc = e->ops->create(&e->be, e, model, &e->rule, &e->rm, e->p.threads))) goto done;
   *out = e;
   e = NULL;

@@ -312,6 +312,20 @@ static const char *cpu_describe(const void *be) {
 }
 
 /* No reserve (host memory) and no sync (nothing is queued). */
+/* llama.cpp's K-shift (llama_memory_seq_add -> the cache's shift graph): the kept keys are
+ * rotated once more by the position delta, not recomputed from unrotated keys. */
+static int cpu_kv_shift(void *be, cp_kv *kv, int64_t keep, int64_t discard, int64_t n_past) {
+  cpu_backend *c = be;
+  const cp_model *m = c->m;
+  const size_t w = (size_t)m->n_kv_heads * m->d_head;
+  const int64_t n = n_past - keep - discard;
+  assert(keep >= 0 && discard >= 0 && n >= 0 && n_past <= kv->cap && !kv->k_raw);
+  memmove(kv->k + (size_t)keep * w, kv->k + (size_t)(keep + discard) * w, (size_t)n * w * sizeof *kv->k);
+  memmove(kv->v + (size_t)keep * w, kv->v + (size_t)(keep + discard) * w, (size_t)n * w * sizeof *kv->v);
+  cp_ops_rope_rows(c->pool, m, kv->k + (size_t)keep * w, (int)w, m->n_kv_heads, n, -discard, true);
+  return 0;
+}
+
 const cp_backend_ops cp_cpu_engine_ops = {
     .create = cpu_create,
     .destroy = cpu_destroy,
@@ -324,6 +338,7 @@ const cp_backend_ops cp_cpu_engine_ops = {
     .embed = cpu_embed,
     .norm = cpu_norm,
     .attention = cpu_attention,
+    .kv_shift = cpu_kv_shift,
     .add = cpu_add,
     .copy = cpu_copy,
     .ffn_add = cpu_ffn_add,

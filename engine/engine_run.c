@@ -301,15 +301,26 @@ done:
   return rc;
 }
 
+static int shift_forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ctx, const int64_t *ids, int64_t n);
+
+/* forward, or its run through llama.cpp's context shift (checked by cp_engine_create). */
+static int forward_any(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ctx, const int64_t *ids,
+                       int64_t n_ids, const int64_t *dec_ids, int64_t n_dec) {
+  if (e->p.shift.n_ctx == 0) return forward(e, logits, fn, ctx, ids, n_ids, dec_ids, n_dec);
+  int64_t start_id;
+  int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, 0);
+  return rc ? rc : shift_forward(e, logits, fn, ctx, ids, n_ids);
+}
+
 int cp_engine_forward(cp_engine *e, float *logits, const int64_t *ids, int64_t n_ids, const int64_t *dec_ids,
                       int64_t n_dec) {
-  return forward(e, logits, NULL, NULL, ids, n_ids, dec_ids, n_dec);
+  return forward_any(e, logits, NULL, NULL, ids, n_ids, dec_ids, n_dec);
 }
 
 int cp_engine_forward_blocks(cp_engine *e, cp_engine_logits_fn fn, void *ctx, const int64_t *ids, int64_t n_ids,
                              const int64_t *dec_ids, int64_t n_dec) {
   assert(fn);
-  return forward(e, NULL, fn, ctx, ids, n_ids, dec_ids, n_dec);
+  return forward_any(e, NULL, fn, ctx, ids, n_ids, dec_ids, n_dec);
 }
 
 /* Greedy generation over the caches kvs (one per decoder layer, cap >= n + n_new) whose rows
@@ -370,6 +381,122 @@ static int kvs_alloc(const cp_engine *e, cp_kv **out, int64_t cap) {
   return rc;
 }
 
+/* ---------------------------------------------------------------- llama.cpp's context shift */
+
+/* A stream through llama.cpp's context shift (cp_engine_shift): one cache of n_ctx cells per
+ * layer, n_past of them filled, and a pass of at most `batch` rows. */
+typedef struct {
+  cp_engine *e;
+  cp_kv *kvs;
+  cp_pass p;
+  int64_t n_past;
+} shift_run;
+
+static void shift_free(shift_run *r) {
+  if (r->e->ops->sync) (void)r->e->ops->sync(r->e->be, NULL);
+  pass_free(r->e, &r->p);
+  kvs_free(r->e, r->kvs);
+  memset(r, 0, sizeof *r);
+}
+
+static int shift_open(shift_run *r, cp_engine *e, int64_t head_rows) {
+  memset(r, 0, sizeof *r);
+  r->e = e;
+  int rc = kvs_alloc(e, &r->kvs, e->p.shift.n_ctx);
+  if (rc == 0) rc = pass_alloc(e, &r->p, e->p.shift.batch, head_rows, false);
+  if (rc) shift_free(r);
+  return rc;
+}
+
+/* Feeds ids [n] (n <= batch) as one batch, shifting first where it would fill the cache: llama.cpp's
+ * tools/main/main.cpp, "if (n_past + (int) embd.size() >= n_ctx)": n_left = n_past - n_keep,
+ * n_discard = n_left / 2, llama_memory_seq_rm(n_keep, n_keep + n_discard), llama_memory_seq_add(
+ * n_keep + n_discard, n_past, -n_discard), n_past -= n_discard. The rows stay in r->p for the head. */
+static int shift_feed(shift_run *r, const int64_t *ids, int64_t n) {
+  cp_engine *e = r->e;
+  const cp_engine_shift *s = &e->p.shift;
+  const cp_stack *st = &e->m->decoder;
+  int rc = 0;
+  if (r->n_past + n >= s->n_ctx) {
+    const int64_t discard = (r->n_past - s->n_keep) / 2;
+    for (int l = 0; l < st->n_layers && rc == 0; l++)
+      rc = e->ops->kv_shift(e->be, &r->kvs[l], s->n_keep, discard, r->n_past);
+    if (rc) return rc;
+    r->n_past -= discard;
+    if (r->n_past + n >= s->n_ctx)
+      return cp_error_set(CP_EARG,
+                          "engine: context shift: %lld cells after keeping %lld leave no room for a batch "
+                          "of %lld in %lld",
+                          (long long)r->n_past, (long long)s->n_keep, (long long)n, (long long)s->n_ctx);
+  }
+  if ((rc = e->ops->embed(e->be, &r->p, ids, n, r->n_past)) ||
+      (rc = run_stack(e, &r->p, st, CP_ATTN_DECODER_SELF, n, r->n_past, r->kvs, false, NULL, r->n_past + n - 1, false)))
+    return rc;
+  r->n_past += n;
+  return 0;
+}
+
+/* fn's rows of one batch, renumbered from the batch's first token in the stream. */
+typedef struct {
+  cp_engine_logits_fn fn;
+  void *ctx;
+  int64_t row0;
+} shift_rows;
+
+static int shift_rows_fn(void *ctx, const float *logits, int64_t row0, int64_t n_rows) {
+  const shift_rows *b = ctx;
+  return b->fn(b->ctx, logits, b->row0 + row0, n_rows);
+}
+
+/* forward under the context shift: the stream in batches, every row's logits. */
+static int shift_forward(cp_engine *e, float *logits, cp_engine_logits_fn fn, void *ctx, const int64_t *ids,
+                         int64_t n) {
+  const int64_t B = e->p.shift.batch, V = e->m->vocab;
+  shift_run r;
+  int rc = shift_open(&r, e, logits ? B : min64(B, CP_ENGINE_LOGIT_BLOCK));
+  if (rc) return rc;
+  for (int64_t s0 = 0; s0 < n && rc == 0; s0 += B) {
+    const int64_t b = min64(B, n - s0);
+    shift_rows sr = {fn, ctx, s0};
+    if ((rc = shift_feed(&r, ids + s0, b))) break;
+    if (logits) rc = head(e, &r.p, b, 0, logits + (size_t)s0 * V);
+    else rc = head_blocks(e, &r.p, b, shift_rows_fn, &sr);
+  }
+  shift_free(&r);
+  return rc;
+}
+
+/* Greedy generation under the context shift: the prompt in batches, then one token a step (as
+ * llama-cli generates), the logits of each batch's last row. */
+static int shift_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids, int64_t n,
+                          int n_new, bool stop_at_eos) {
+  const cp_model *m = e->m;
+  const int64_t B = e->p.shift.batch;
+  float *logits = host_floats(1, m->vocab);
+  shift_run r;
+  int rc = logits ? shift_open(&r, e, 1) : cp_error_code();
+  if (rc) {
+    free(logits);
+    return rc;
+  }
+  for (int64_t s0 = 0; s0 < n && rc == 0; s0 += B) rc = shift_feed(&r, ids + s0, min64(B, n - s0));
+  int64_t last = (n - 1) % B + 1; /* rows of the prompt's last batch */
+  for (int step = 0; step < n_new && rc == 0; step++) {
+    if ((rc = head(e, &r.p, last, last - 1, logits))) break;
+    int64_t tok = argmax(logits, m->vocab);
+    if (step_logits) memcpy(step_logits + (size_t)*n_out * m->vocab, logits, (size_t)m->vocab * sizeof *logits);
+    out[(*n_out)++] = tok;
+    if (stop_at_eos && m->cfg->eos_token_id >= 0 && tok == m->cfg->eos_token_id) break;
+    if (step + 1 < n_new) {
+      rc = shift_feed(&r, &tok, 1);
+      last = 1;
+    }
+  }
+  shift_free(&r);
+  free(logits);
+  return rc;
+}
+
 int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_logits, const int64_t *ids,
                        int64_t n_ids, const int64_t *dec_ids, int64_t n_dec, int n_new, bool stop_at_eos) {
   const cp_model *m = e->m;
@@ -380,6 +507,7 @@ int cp_engine_generate(cp_engine *e, int64_t *out, int64_t *n_out, float *step_l
   int rc = check_inputs(e, ids, n_ids, &dec_ids, &n_dec, &start_id, n_new);
   if (rc) return rc;
   if (n_new == 0) return 0;
+  if (e->p.shift.n_ctx) return shift_generate(e, out, n_out, step_logits, ids, n_ids, n_new, stop_at_eos);
   const bool t5 = m->family == CP_FAMILY_T5;
   const int64_t n = t5 ? n_dec : n_ids;
   float *enc = NULL;
@@ -413,6 +541,7 @@ static const char *unshareable(const cp_engine *e) {
   const cp_model *m = e->m;
   if (m->family == CP_FAMILY_T5)
     return "T5's prompt is the input of a bidirectional encoder: every state sees the whole prompt";
+  if (e->p.shift.n_ctx) return "under llama.cpp's context shift a row's keys depend on the shifts before it";
   for (int l = 0; l < m->decoder.n_layers; l++) {
     cp_attn_plan plan;
     cp_rule_plan(&plan, &e->rule, &e->rm, CP_ATTN_DECODER_SELF, l);

@@ -8,7 +8,8 @@
 # baked temperature, rope-pi) lists the runtimes. stories260K (trained at 512, its GGUF says
 # 2048): lm-infinite --to gguf is refused naming --to onnx, and --train-len 512 gives a certified
 # temperature GGUF whose context_length and certificate say 512 and where it came from, and whose
-# NLL in llama.cpp itself equals the engine's (node-llama-cpp; skipped without it).
+# NLL in llama.cpp itself equals the engine's (node-llama-cpp; skipped without it), as does the
+# NLL under llama.cpp's context shift (verify --context-shift against eraseContextTokenRanges).
 # --train-len on verify, calibrate, convert and batch (a recipe's method option); auto takes it.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
@@ -172,7 +173,45 @@ for a, b in zip(lc, cp):
 assert lc[1] != lc[0] and (lc[1] - lc[0] > 0) == (cp[1] - cp[0] > 0), (lc, cp)
 print("llama.cpp NLL at 1024: original %.5f, patched %.5f; engine %.5f, %.5f" % (lc[0], lc[1], cp[0], cp[1]))
 EOF
+    # llama.cpp's context shift, emulated (verify --context-shift; docs/gguf.md): window 0 at 1024
+    # through a context of 256 cells, 4 tokens kept, 8 a batch, in llama.cpp itself (the cells
+    # removed and shifted by eraseContextTokenRanges, tests/gguf/llamacpp_shift_nll.mjs) and in
+    # the engine: the same NLL, and far from the unshifted run (so the shifts were not a no-op).
+    cp "$src/tests/gguf/llamacpp_shift_nll.mjs" "$work/shift.mjs"
+    node "$work/shift.mjs" "$stories" "$corpus" 1024 0 2 256 4 8 >"$work/lc_shift.json" || bad "llama.cpp's shift NLL"
+    "$bin" verify "$stories" --probe ppl --corpus "$corpus" --lengths 1024 --ppl-windows 1 --threads 2 \
+      --context-shift 256 --shift-keep 4 --shift-batch 8 >"$work/cp_shift.txt" 2>&1 || bad "engine shift NLL"
+    "$py" - "$work" <<'EOF' && ok || bad "llama.cpp's context shift vs the engine's: $(cat "$work/cp_shift.txt")"
+import json, re, sys
+w = sys.argv[1]
+lc = json.load(open(f"{w}/lc_shift.json"))
+m = re.search(r"^context shift: n_ctx 256, keep 4, batch 8: ppl NLL at 1024 = ([0-9.]+)$", open(f"{w}/cp_shift.txt").read(), re.M)
+assert m, "no shift NLL line"
+cp = float(m.group(1))
+plain = json.load(open(f"{w}/lc_nll0.json"))["nll"]
+assert lc["shifts"] >= 3, lc
+assert abs(lc["nll"] - cp) < 1e-4, ("llama.cpp", lc["nll"], "engine", cp)
+assert abs(plain - cp) > 0.02, ("unshifted", plain, "shifted", cp)
+print("context shift at 1024 (n_ctx 256, keep 4, batch 8): llama.cpp %.6f, engine %.6f (%d shifts); unshifted %.5f"
+      % (lc["nll"], cp, lc["shifts"], plain))
+EOF
   fi
+  # A context that never fills shifts nothing: the emulation's batches and cache give the one-shot
+  # pass's NLL (to float rounding); an ALiBi model has no RoPE keys to shift: one line, exit 1
+  "$bin" verify "$stories" --probe ppl --corpus "$corpus" --lengths 1024 --ppl-windows 1 --threads 2 --json \
+    >"$work/cp_plain.json" 2>/dev/null || bad "engine NLL, unshifted"
+  "$bin" verify "$stories" --probe ppl --corpus "$corpus" --lengths 1024 --ppl-windows 1 --threads 2 \
+    --context-shift 1100 --shift-batch 64 >"$work/cp_big.txt" 2>&1 || bad "engine NLL, a context of 1100"
+  "$py" - "$work" <<'EOF' && ok || bad "a context that never fills: $(cat "$work/cp_big.txt")"
+import json, re, sys
+w = sys.argv[1]
+plain = json.load(open(f"{w}/cp_plain.json"))["results"]["patched"]["ppl"][0]["nll"]
+m = re.search(r"^context shift: n_ctx 1100, keep 1, batch 64: ppl NLL at 1024 = ([0-9.]+)$", open(f"{w}/cp_big.txt").read(), re.M)
+assert m and abs(float(m.group(1)) - plain) < 1e-5, (m and m.group(1), plain)
+EOF
+  "$bin" verify "$alibi" --probe passkey --lengths 256 --samples 1 --depths 0.5 --context-shift 128 >/dev/null 2>"$work/al.err"
+  [ $? -eq 1 ] && [ "$(wc -l <"$work/al.err")" -eq 1 ] && grep -q "context shift is emulated for decoder-only RoPE" "$work/al.err" &&
+    ok || bad "context shift on ALiBi: $(cat "$work/al.err")"
   # a GGUF input's context_length replaced, not duplicated
   "$bin" convert "$stories" "$work/s512.gguf" --to gguf --train-len 512 >/dev/null 2>&1 &&
     "$bin" inspect "$work/s512.gguf" >"$work/s512.txt" &&

@@ -470,8 +470,10 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   plain.has_metadata_rule = false;
   cp_rule_init(&plain.metadata_rule);
   const cp_model *side_model[2] = {model, p->baseline_model ? p->baseline_model : &plain};
-  for (int s = 0; s < (from ? 1 : sides) && rc == 0; s++)
+  for (int s = 0; s < (from ? 1 : sides) && rc == 0; s++) {
+    ep.shift = s == 0 ? p->shift : (cp_engine_shift){0, 0, 0};
     rc = cp_engine_create(&engines[s], side_model[s], s == 0 ? rule : NULL, &ep);
+  }
   if (rc < 0) goto done;
   CP_CHECK_ALLOC_GOTO(gen = malloc((size_t)p->max_new_tokens * sizeof *gen), "verify");
   int64_t done_count = 0;

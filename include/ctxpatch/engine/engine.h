@@ -31,11 +31,28 @@
  * without a device with CP_ECUDA). Both give the same results within the goldens' tolerance. */
 typedef enum { CP_DEVICE_CPU = 0, CP_DEVICE_CUDA = 1 } cp_device;
 
+/* llama.cpp's context shift, emulated (docs/gguf.md "llama.cpp's own options, side by side"):
+ * with n_ctx > 0 every pass runs through a KV cache of n_ctx cells, the tokens fed in batches of
+ * `batch`; before a batch that would fill it (n_past + batch >= n_ctx, llama.cpp's
+ * tools/main/main.cpp) the first n_keep cells stay, the n_discard = (n_past - n_keep) / 2 after
+ * them are removed and the rest move down n_discard positions, their cached keys re-rotated by
+ * -n_discard (llama_memory_seq_rm, then llama_memory_seq_add). Each row's logits are those of the
+ * cache as it stood when its batch ran. Decoder-only RoPE models on the CPU engine, under a rule
+ * that keeps no unrotated keys (no ceiling, no top-k); otherwise cp_engine_create refuses with
+ * CP_EUNSUPPORTED. n_keep counts every kept token: llama-cli's --keep N keeps N after its BOS. */
+typedef struct {
+  int64_t n_ctx;  /* 0: off (default) */
+  int64_t n_keep; /* 0 <= n_keep; n_keep + batch must leave room after a shift (checked per shift) */
+  int64_t batch;  /* tokens per evaluation, >= 1 */
+} cp_engine_shift;
+
 typedef struct {
   cp_device device; /* CP_DEVICE_CPU (default) */
   int threads; /* worker threads; 0 = every online CPU (default) */
   bool stats;  /* collect attention statistics in cp_engine_forward (default false) */
   bool logit_stats; /* with stats: also the logit standard deviation (calibration's closed forms) */
+  cp_engine_shift shift; /* llama.cpp's context shift (off by default); forward, forward_blocks and
+                            generate run through it, and cp_engine_cache_create refuses */
 } cp_engine_params;
 
 void cp_engine_params_init(cp_engine_params *p);

@@ -101,6 +101,10 @@ typedef struct {
   int looks;
   const struct cp_verify_thresholds *judge;
   const int *replay;
+  /* The patched side's engine runs through llama.cpp's context shift (cp_engine_shift; n_ctx 0:
+   * off): a runtime option measured as a row beside the candidates (`patch --method auto --to
+   * gguf`, `verify --context-shift`). The baseline side never shifts. */
+  cp_engine_shift shift;
 } cp_verify_params;
 
 void cp_verify_params_init(cp_verify_params *p);
