@@ -118,6 +118,15 @@ double cp_engine_stats_mean(const cp_engine_stats *st, cp_attn_kind kind, int wa
 
 /* ---------------------------------------------------------------- the object */
 
+/* Under llama.cpp's context shift the cache holds rotated keys only: a rule that keeps unrotated ones
+ * (a ceiling, top-k) has none to read there. */
+static int shift_rule_check(const cp_engine *e, const cp_rule *rule) {
+  for (int l = 0; e->p.shift.n_ctx && l < e->m->decoder.n_layers; l++)
+    if (cp_engine_rope_needs_raw(e->m, rule, &e->rm, CP_ATTN_DECODER_SELF, l))
+      return cp_error_set(CP_EUNSUPPORTED, "engine: context shift under a rule with a distance ceiling or top-k");
+  return 0;
+}
+
 int cp_engine_set_rule(cp_engine *e, const cp_rule *rule) {
   assert(e);
   const cp_model *model = e->m;
@@ -133,7 +142,7 @@ int cp_engine_set_rule(cp_engine *e, const cp_rule *rule) {
   else if (model->has_metadata_rule) next = model->metadata_rule;
   else cp_rule_init(&next);
   int rc = cp_rule_check_model(&next, &e->rm, "rule");
-  if (rc) return rc;
+  if (rc || (rc = shift_rule_check(e, &next))) return rc;
   /* Every plan is derived from e->rule at each forward (cp_rule_plan), so swapping it is all. */
   e->rule = next;
   e->rule_epoch++;
@@ -174,9 +183,6 @@ static int check_shift(const cp_engine *e) {
                         cp_family_name(m->family));
   if (!e->ops->kv_shift)
     return cp_error_set(CP_EUNSUPPORTED, "engine: llama.cpp's context shift runs on the CPU engine only");
-  for (int l = 0; l < m->decoder.n_layers; l++)
-    if (cp_engine_rope_needs_raw(m, &e->rule, &e->rm, CP_ATTN_DECODER_SELF, l))
-      return cp_error_set(CP_EUNSUPPORTED, "engine: context shift under a rule with a distance ceiling or top-k");
   return 0;
 }
 
