@@ -55,6 +55,20 @@ static void print_table(const cp_auto_outcome *a) {
     if (c->reason[0]) printf(": %s", c->reason);
     printf("\n");
   }
+  for (int i = 0; i < a->n_runtime_rows; i++) {
+    const cp_auto_runtime_row *r = &a->runtime_rows[i];
+    printf("  r%d  %s\n      %-*s", i + 1, r->name, w, "");
+    print_num(r->ran ? r->accuracy : NAN, " %8.4f");
+    print_num(r->ran ? r->nll : NAN, " %8.4f");
+    printf(" %5s  %s [llama.cpp flags: %s]", !r->ran || r->verdict != CP_VERDICT_PASS ? "-" : r->helps ? "yes" : "no",
+           r->ran ? cp_verdict_name(r->verdict) : "not run", r->flags);
+    if (r->reason[0]) printf(": %s", r->reason);
+    printf("\n");
+  }
+  for (int i = 0; i < a->n_runtime_rows; i++)
+    if (a->runtime_rows[i].as_good)
+      printf("auto: llama.cpp's own %s does as well as every writable candidate: ship the original and pass these "
+             "flags\n", a->runtime_rows[i].flags);
   if (a->ship_original)
     printf("auto: no candidate helps over the original: ship the original (the winner is written, as certified, "
            "for comparison)\n");

@@ -185,6 +185,23 @@ static cJSON *auto_block(const cp_auto_outcome *a) {
     add_num_or_null(e, "ppl_nll", c->ran ? c->nll : NAN);
     cJSON_AddBoolToObject(e, "helps", c->helps);
   }
+  if (a->n_runtime_rows == 0) return b;
+  cJSON *rs = cJSON_AddArrayToObject(b, "runtime_options");
+  for (int i = 0; i < a->n_runtime_rows; i++) {
+    const cp_auto_runtime_row *r = &a->runtime_rows[i];
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToArray(rs, e);
+    cJSON_AddStringToObject(e, "name", r->name);
+    cJSON_AddStringToObject(e, "flags", r->flags);
+    if (r->ran) cJSON_AddStringToObject(e, "verdict", cp_verdict_name(r->verdict));
+    else cJSON_AddNullToObject(e, "verdict");
+    if (r->reason[0]) cJSON_AddStringToObject(e, "reason", r->reason);
+    else cJSON_AddNullToObject(e, "reason");
+    add_num_or_null(e, "mean_accuracy", r->ran ? r->accuracy : NAN);
+    add_num_or_null(e, "ppl_nll", r->ran ? r->nll : NAN);
+    cJSON_AddBoolToObject(e, "helps", r->helps);
+    cJSON_AddBoolToObject(e, "as_good", r->as_good);
+  }
   return b;
 }
 
@@ -358,6 +375,95 @@ static int auto_open(auto_ctx *x, cp_auto_outcome *out, bool *bad, const char *i
   return 0;
 }
 
+/* ---- llama.cpp's own options (cp_auto_runtime_row) ---- */
+
+/* Row r's verdict and figures from a run whose patched side is the runtime option. */
+static int judge_row(cp_auto_runtime_row *r, const cp_verify_result *res, const auto_ctx *x,
+                     const cp_auto_outcome *out) {
+  char **reasons = NULL;
+  int n = 0, rc = cp_verify_judge(&r->verdict, &reasons, &n, res, &x->vs.th);
+  if (rc == 0) {
+    r->ran = true;
+    score(&r->accuracy, &r->nll, res, x->L);
+    if (r->verdict != CP_VERDICT_PASS && n > 0) snprintf(r->reason, sizeof r->reason, "%s", reasons[0]);
+    r->helps = r->verdict == CP_VERDICT_PASS && beats(r->accuracy, r->nll, out->original_accuracy, out->original_nll);
+  }
+  for (int i = 0; i < n; i++) free(reasons[i]);
+  free(reasons);
+  return rc;
+}
+
+/* llama.cpp's context shift (cp_engine_shift) with a context of the training length, the original
+ * model run by the engine on the candidates' probes; its baseline side is the original's run. */
+static int shift_row(cp_auto_runtime_row *r, auto_ctx *x, const cp_auto_outcome *out, uint64_t work_budget) {
+  const int64_t L = x->L, batch = L / 4 < CP_AUTO_SHIFT_BATCH ? (L / 4 > 0 ? L / 4 : 1) : CP_AUTO_SHIFT_BATCH;
+  snprintf(r->name, sizeof r->name, "llama.cpp context shift --keep %d (runtime option, no file change)",
+           CP_AUTO_SHIFT_KEEP - 1);
+  snprintf(r->flags, sizeof r->flags, "-c %lld --keep %d", (long long)L, CP_AUTO_SHIFT_KEEP - 1);
+  cp_verify_params vp = x->vs.vp;
+  vp.baseline = true; /* its side: x->original_run (baseline_from) */
+  vp.baseline_model = NULL;
+  vp.shift = (cp_engine_shift){L, CP_AUTO_SHIFT_KEEP, batch};
+  vp.stats = false; /* statistics are the unshifted engine's; the criterion does not use them */
+  uint64_t work = cp_verify_plan_work(&vp, x->model), b = cp_work_budget(work_budget);
+  uint64_t left = b > x->spent ? b - x->spent : 0;
+  if (work > left) { /* like the original's run, one side that --budget does not skip */
+    snprintf(r->reason, sizeof r->reason, "skipped: planned work %llu attention pairs, over the %llu left of the "
+             "work budget (--work-budget)", (unsigned long long)work, (unsigned long long)left);
+    return 0;
+  }
+  x->spent = cp_work_add(x->spent, work);
+  cp_verify_result *res = NULL;
+  int rc = cp_verify_run(&res, x->model, x->tok, NULL, &vp);
+  if (rc == CP_EUNSUPPORTED || rc == CP_EARG) { /* not emulated for this model: the reason says why */
+    snprintf(r->reason, sizeof r->reason, "%s", cp_error_message());
+    cp_error_clear();
+    return 0;
+  }
+  if (rc == 0) rc = judge_row(r, res, x, out);
+  cp_verify_result_free(res);
+  return rc;
+}
+
+/* llama.cpp's --rope-scaling linear --rope-scale T/L: the arithmetic of the rope-pi candidate
+ * (positions divided by the factor, as the engine runs it), so its figures are that candidate's. */
+static void rope_flag_row(cp_auto_runtime_row *r, const cp_auto_outcome *out, int64_t L, int64_t T) {
+  const double f = (double)T / (double)L;
+  const cp_auto_candidate *c = &out->candidates[CP_AUTO_MAX_CANDIDATES - 1];
+  snprintf(r->name, sizeof r->name, "llama.cpp --rope-scaling linear --rope-scale %.6g (runtime option, no file "
+           "change)", f);
+  snprintf(r->flags, sizeof r->flags, "--rope-scaling linear --rope-scale %.17g", f);
+  if (c->method != CP_PATCH_ROPE_PI || !c->ran) {
+    snprintf(r->reason, sizeof r->reason, "candidate %d (%.60s) was %s", CP_AUTO_MAX_CANDIDATES, c->options,
+             cp_auto_status_name(c->status));
+    return;
+  }
+  r->ran = true;
+  r->verdict = c->verdict;
+  r->accuracy = c->accuracy, r->nll = c->nll, r->helps = c->helps;
+  snprintf(r->reason, sizeof r->reason, "the figures of candidate %d (%.60s): the same arithmetic%s%.200s",
+           CP_AUTO_MAX_CANDIDATES, c->options, c->reason[0] ? "; " : "", c->reason);
+}
+
+/* With --to gguf on a RoPE model: the runtime rows, and which of them no passing candidate beats. */
+static int runtime_rows(cp_auto_outcome *out, auto_ctx *x, const cp_patch_params *p, uint64_t work_budget) {
+  if (cp_patch_format(p) != CP_ARTIFACT_GGUF || x->model->pos != CP_POS_ROPE) return 0;
+  out->n_runtime_rows = CP_AUTO_MAX_RUNTIME_ROWS;
+  for (int i = 0; i < CP_AUTO_MAX_RUNTIME_ROWS; i++) out->runtime_rows[i].accuracy = out->runtime_rows[i].nll = NAN;
+  int rc = shift_row(&out->runtime_rows[CP_AUTO_ROW_SHIFT], x, out, work_budget);
+  if (rc) return rc;
+  rope_flag_row(&out->runtime_rows[CP_AUTO_ROW_ROPE_FLAG], out, x->L, x->T);
+  for (int i = 0; i < CP_AUTO_MAX_RUNTIME_ROWS; i++) {
+    cp_auto_runtime_row *r = &out->runtime_rows[i];
+    r->as_good = r->helps; /* a row that does not help: the original alone does as well */
+    for (int k = 0; k < out->n_candidates && r->as_good; k++) {
+      const cp_auto_candidate *c = &out->candidates[k];
+      if (c->status == CP_AUTO_PASS && beats(c->accuracy, c->nll, r->accuracy, r->nll)) r->as_good = false;
+    }
+  }
+  return 0;
+}
+
 int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir, const cp_patch_options *opts,
                       const cp_patch_params *params, double budget,
                       void (*on_candidate)(void *ctx, int index, const cp_auto_candidate *c)) {
@@ -416,6 +522,7 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
     c->seconds = cp_monotonic_seconds() - t;
     if (on_candidate) on_candidate(params->on_tmp_ctx, i, c);
   }
+  if ((rc = runtime_rows(out, &x, &x.p, base.work_budget))) goto done;
   out->ship_original = out->best >= 0 && !out->candidates[out->best].helps;
   cJSON *block = auto_block(out);
   CP_CHECK_ALLOC_GOTO(block, in);

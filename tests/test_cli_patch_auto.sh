@@ -191,6 +191,29 @@ done
 ship=$("$py" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["auto"]["ship_original"]))' "$work/b.json")
 [ "$(grep -c '^auto: no candidate helps over the original: ship the original' "$work/g.log")" = "$ship" ] && ok ||
   bad "--to gguf: ship the original (block: $ship): $(cat "$work/g.log")"
+# llama.cpp's own options as rows (docs/gguf.md): the context shift run on the probes whatever
+# --budget (a verdict, the flags to pass), the RoPE flag with rope-pi's figures (here skipped by
+# the budget, so not measured); in the embedded "auto" block too; never for a safetensors target
+grep -q '^  r1  llama.cpp context shift --keep 3 (runtime option, no file change)$' "$work/g.log" &&
+  grep -Eq '^ +[0-9.]+ +- +(yes|no|-) +(pass|fail|no effect|inconclusive) \[llama.cpp flags: -c 256 --keep 3\]' "$work/g.log" &&
+  grep -q '^  r2  llama.cpp --rope-scaling linear --rope-scale 2 (runtime option, no file change)$' "$work/g.log" &&
+  grep -q 'not run \[llama.cpp flags: --rope-scaling linear --rope-scale 2\]: candidate 10 (--method rope-pi --factor 2) was skipped: budget' "$work/g.log" &&
+  [ "$(grep -o '<tr class="runtime">' "$work/w.gguf.report.html" | wc -l)" -eq 2 ] &&
+  ok || bad "--to gguf: llama.cpp's options as rows: $(cat "$work/g.log")"
+"$py" - "$work/w.gguf" "$work/b.json" <<'EOF2' && ok || bad "runtime_options in the auto blocks"
+import json, re, sys
+data = open(sys.argv[1], "rb").read()
+m = re.search(rb'"runtime_options":\s*(\[.*?\])\s*[,}]', data, re.S)
+assert m, "no runtime_options in the GGUF's certificate"
+rows = json.loads(m.group(1))
+assert [r["flags"] for r in rows] == ["-c 256 --keep 3", "--rope-scaling linear --rope-scale 2"], rows
+assert rows[0]["verdict"] in ("pass", "fail", "no effect", "inconclusive") and rows[1]["verdict"] is None, rows
+assert not rows[0]["helps"] or rows[0]["verdict"] == "pass", rows
+assert rows[0]["as_good"] == (rows[0]["helps"] and rows[0]["mean_accuracy"] >= max(
+    [c["mean_accuracy"] for c in json.loads(re.search(rb'"candidates":\s*(\[.*?\])\s*,\s*"runtime_options"', data, re.S).group(1))
+     if c["status"] == "pass"] or [0])), rows
+assert "runtime_options" not in json.load(open(sys.argv[2]))["auto"], "a safetensors target got llama.cpp rows"
+EOF2
 
 # 4. no candidate passes: the table, exit 1, nothing written (an accuracy floor none reaches)
 "$bin" patch "$rope" "$work/none" --method auto --lengths 256,512 --min-accuracy 1 $small >"$work/n.log" 2>&1

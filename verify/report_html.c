@@ -476,6 +476,35 @@ static void put_auto_nums(cp_strbuf *b, const cJSON *e) {
   cp_strbuf_printf(b, "<td class=\"n\">%s</td><td class=\"n\">%s</td>", acc, nll);
 }
 
+/* `--to gguf`: llama.cpp's own options (context shift, RoPE scaling flags) as rows after the
+ * candidates, never written; "ship the original and pass these flags" where one does as well. */
+static void put_runtime_options(cp_strbuf *b, const cJSON *a, bool helps) {
+  const cJSON *rows = cJSON_GetObjectItemCaseSensitive(a, "runtime_options"), *e;
+  int i = 0;
+  cJSON_ArrayForEach(e, rows) {
+    const char *v = get_str(e, "verdict");
+    cp_strbuf_printf(b, "<tr class=\"runtime\"><td>r%d</td><td>", ++i);
+    report_esc(b, get_str(e, "name"));
+    cp_strbuf_str(b, "</td>");
+    put_auto_nums(b, e);
+    if (helps)
+      cp_strbuf_printf(b, "<td>%s</td>", !v || strcmp(v, "pass")                              ? "&ndash;"
+                                         : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "helps")) ? "yes"
+                                                                                                       : "no");
+    cp_strbuf_str(b, "<td>");
+    report_esc(b, v ? v : "not run");
+    if (get_str(e, "reason")) {
+      cp_strbuf_str(b, ": ");
+      report_esc(b, get_str(e, "reason"));
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "as_good")))
+      cp_strbuf_str(b, "; <strong>does as well: ship the original and pass these flags</strong>");
+    cp_strbuf_str(b, "</td><td class=\"mono\">");
+    report_esc(b, get_str(e, "flags"));
+    cp_strbuf_str(b, "</td></tr>");
+  }
+}
+
 /* `patch --method auto`: the original's row (when the block has it), every candidate in the fixed
  * order, the winner marked, and "ship the original" when no candidate helps (docs/patching.md). */
 static void put_auto(cp_strbuf *b, const cJSON *c) {
@@ -532,6 +561,7 @@ static void put_auto(cp_strbuf *b, const cJSON *c) {
     else if (cJSON_IsObject(rule)) put_rule_json(b, rule);
     cp_strbuf_str(b, "</td></tr>");
   }
+  put_runtime_options(b, a, helps != NULL);
   cp_strbuf_str(b, "</table></section>\n");
 }
 

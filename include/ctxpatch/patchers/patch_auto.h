@@ -21,7 +21,10 @@
  * written (outcome pass false).
  * Budget: the first candidate that fits always runs; a later one starts only while the seconds
  * since the start are below the budget, else it is "skipped: budget" (a budget of 0 runs exactly
- * one). The original model is run once on the probe grid and every certification takes its
+ * one). With --to gguf the table also has llama.cpp's own options as rows (cp_auto_runtime_row:
+ * its context shift, and --rope-scaling linear --rope-scale T/L), measured by the engine on the
+ * same probes with the same verdict rules, never written: the original file with those flags.
+ * The original model is run once on the probe grid and every certification takes its
  * baseline side from that run (cp_verify_params.baseline_from): the same numbers as running it.
  */
 #ifndef CTXPATCH_PATCH_AUTO_H
@@ -75,6 +78,27 @@ typedef struct {
   bool helps;            /* passes and beats the original (CP_AUTO_HELPS) */
 } cp_auto_candidate;
 
+/* llama.cpp's own options beside the candidates (`--to gguf`; docs/gguf.md): no file carries them,
+ * so the row is never the artifact; it is "as good" when it helps (passes and beats the original)
+ * and no passing candidate beats it by the criterion (then the table says to ship the original
+ * with these flags). */
+enum { CP_AUTO_ROW_SHIFT, CP_AUTO_ROW_ROPE_FLAG, CP_AUTO_MAX_RUNTIME_ROWS };
+/* The context shift row keeps the first CP_AUTO_SHIFT_KEEP tokens (llama-cli --keep one fewer,
+ * after its BOS) of a context of the training length, fed CP_AUTO_SHIFT_BATCH tokens at a time
+ * (at most a quarter of the context). */
+#define CP_AUTO_SHIFT_KEEP 4
+#define CP_AUTO_SHIFT_BATCH 32
+typedef struct {
+  char name[160];        /* "llama.cpp context shift --keep 3 (runtime option, no file change)" */
+  char flags[128];       /* what to pass llama.cpp, e.g. "-c 512 --keep 3" */
+  bool ran;
+  cp_verdict verdict;    /* with ran */
+  char reason[320];      /* not run: why; fail, no effect, inconclusive: the first reason */
+  double accuracy, nll;  /* as cp_auto_candidate's (NaN: not measured) */
+  bool helps;            /* passes and beats the original */
+  bool as_good;          /* helps, and no passing candidate beats it */
+} cp_auto_runtime_row;
+
 /* Large (each candidate holds a cp_rule): allocate it on the heap. */
 typedef struct {
   cp_auto_candidate candidates[CP_AUTO_MAX_CANDIDATES];
@@ -90,6 +114,8 @@ typedef struct {
   /* The winner's outcome (written, certificate, table), or with no winner the screening only. */
   cp_patch_outcome outcome;
   char *auto_json;              /* owned: the "auto" block as compact JSON (also with no winner) */
+  cp_auto_runtime_row runtime_rows[CP_AUTO_MAX_RUNTIME_ROWS];
+  int n_runtime_rows;           /* 0 unless --to gguf */
 } cp_auto_outcome;
 
 /* Runs `patch --method auto` on IN (o: the base options; method options are refused, only
