@@ -129,16 +129,26 @@ int cp_engine_create_on(cp_engine **out, const cp_model *model, const cp_rule *r
 int cp_engine_stats_rows(const cp_engine *owner, cp_attn_call *a);
 void cp_engine_record_stats(cp_engine *owner, const cp_attn_call *a);
 
+/* CP_EMODEL_NONFINITE naming the first row and head of q, k or v (`what`) with a NaN or Inf: the
+ * one refusal both backends give (engine_cpu.c). */
+int cp_engine_nonfinite_error(int layer, int head, int64_t row, const char *what);
+
 /* Whether a RoPE layer's keys must also be kept unrotated (a ceiling or top-k in its plan). */
 bool cp_engine_rope_needs_raw(const cp_model *m, const cp_rule *rule, const cp_rule_model *rm, cp_attn_kind kind,
                               int layer);
 
 /* Every weight array the CUDA engine uploads, in upload order: fn(ctx, host array, its dtype,
- * elements). Matrices may be F16/BF16 as stored (cp_model_open_stored); the engine widens them to
- * F32 on upload. A tensor shared by two uses (tied embeddings) is passed each time; callers keep
- * it once. */
+ * elements). Matrices may be F16/BF16 or GGUF blocks as stored (cp_model_open_stored). A tensor
+ * shared by two uses (tied embeddings) is passed each time; callers keep it once. */
 typedef void (*cp_cuda_weight_fn)(void *ctx, const void *w, cp_dtype dtype, size_t count);
 void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx);
+/* The dtype a weight stored as `stored` has on the device: F16 and BF16 stay, the rest is F32. */
+cp_dtype cp_cuda_device_dtype(cp_dtype stored);
+/* Floats of the scratch a 16-bit matrix's rows are widened into before their GEMM (0 when the
+ * device holds no 16-bit matrix): the largest 16-bit layer matrix, and for a 16-bit LM head at least
+ * its D and at most CP_CUDA_WIDEN_HEAD floats of it (the head runs in blocks of rows that fit). */
+uint64_t cp_cuda_widen_floats(const cp_model *m);
+enum { CP_CUDA_WIDEN_HEAD = 1 << 22 };
 /* The CUDA engine's pass sizes, one definition for the engine and cp_cuda_engine_bytes. */
 enum { CP_CUDA_FFN_CHUNK = 256 }; /* FFN hidden rows held at once (as CP_OPS_FFN_CHUNK) */
 /* Rows of one cuBLAS GEMM: a longer product runs in blocks of this many, so that a row's product has

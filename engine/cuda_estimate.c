@@ -1,5 +1,6 @@
 /* Device memory of the CUDA engine, before it allocates (cp_cuda_engine_bytes,
  * include/ctxpatch/engine/cuda.h), and the list of weights it uploads (engine/backend.h).
+ * F16/BF16 matrices count at their stored size plus one widening scratch (cp_cuda_widen_floats).
  * In every build: the CLI checks a run against the device's free memory and the tests check the
  * estimate against what the emulated engine really allocates. The pass sizes here are those of
  * engine/engine_run.c for a device backend (pass_alloc, kv_alloc; an upper bound: RoPE's three
@@ -51,16 +52,44 @@ void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx)
   stack(&m->decoder, D, (size_t)m->d_head, fn, ctx);
 }
 
+cp_dtype cp_cuda_device_dtype(cp_dtype stored) { return stored == CP_F16 || stored == CP_BF16 ? stored : CP_F32; }
+
+static bool is16(cp_dtype t) { return cp_cuda_device_dtype(t) != CP_F32; }
+
+static uint64_t widen_stack(const cp_stack *st) {
+  uint64_t most = 0;
+  for (int l = 0; l < st->n_layers; l++) {
+    const cp_layer *ly = &st->layers[l];
+    const cp_linear *L[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->cq, &ly->ck, &ly->cv, &ly->co, &ly->gate, &ly->up, &ly->down};
+    for (size_t i = 0; i < sizeof L / sizeof *L; i++)
+      if (L[i]->w && is16(L[i]->dtype) && (uint64_t)L[i]->n_out * (uint64_t)L[i]->n_in > most)
+        most = (uint64_t)L[i]->n_out * (uint64_t)L[i]->n_in;
+  }
+  return most;
+}
+
+uint64_t cp_cuda_widen_floats(const cp_model *m) {
+  uint64_t n = widen_stack(&m->encoder), dec = widen_stack(&m->decoder);
+  if (dec > n) n = dec;
+  if (m->lm_head && is16(m->lm_head_dtype)) {
+    const uint64_t D = (uint64_t)m->d_model, head = (uint64_t)m->vocab * D;
+    const uint64_t want = head < CP_CUDA_WIDEN_HEAD ? head : CP_CUDA_WIDEN_HEAD;
+    if (want > n) n = want;
+    if (D > n) n = D;
+  }
+  return n;
+}
+
 typedef struct {
-  const void **seen; /* uploaded as F32 whatever their stored dtype */
+  const void **seen;
   size_t n, cap;
-  uint64_t floats;
+  uint64_t bytes; /* F16/BF16 as stored, everything else as F32 */
   bool overflow, nomem;
 } weight_sum;
 
 static void add_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
-  (void)dtype;
   weight_sum *s = ctx;
+  uint64_t b;
   for (size_t i = 0; i < s->n; i++)
     if (s->seen[i] == w) return;
   if (CP_ARRAY_RESERVE(s->seen, s->cap, s->n + 1, "cuda: memory estimate") < 0) {
@@ -68,7 +97,9 @@ static void add_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
     return;
   }
   s->seen[s->n++] = w;
-  if (!cp_add_u64(&s->floats, s->floats, (uint64_t)count)) s->overflow = true;
+  if (!cp_mul_u64(&b, (uint64_t)count, cp_dtype_size(cp_cuda_device_dtype(dtype))) ||
+      !cp_add_u64(&s->bytes, s->bytes, b))
+    s->overflow = true;
 }
 
 /* a * b * c + acc, false on overflow. */
@@ -120,7 +151,9 @@ int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, in
   cp_cuda_for_each_weight(m, add_weight, &s);
   free(s.seen);
   if (s.nomem) return cp_nomem("cuda: memory estimate");
-  if (s.overflow || !cp_mul_u64(weights, s.floats, 4))
+  /* the weights, the scratch a 16-bit matrix is widened into for its GEMM, the non-finite flag */
+  if (s.overflow || !mac(weights, cp_cuda_widen_floats(m), 4, 1) || !cp_add_u64(weights, *weights, s.bytes) ||
+      !mac(weights, 1, 8, 1))
     return cp_error_set(CP_EOVERFLOW, "cuda: memory estimate: the weights overflow 64 bits");
   const bool t5 = m->family == CP_FAMILY_T5, rope = m->pos == CP_POS_ROPE;
   const uint64_t ne = (uint64_t)n_ids, n = t5 ? (uint64_t)(n_dec > 0 ? n_dec : 1) : ne;

@@ -63,13 +63,16 @@ static int check_finite(const float *x /* [rows, ld] */, int64_t rows, int heads
       const float *p = x + (size_t)r * (size_t)ld + (size_t)h * (size_t)dh;
       float s = 0;
       for (int i = 0; i < dh; i++) s += p[i] * 0.0f; /* 0 for finite, NaN for NaN or Inf */
-      if (s != 0)
-        return cp_error_set(CP_EMODEL_NONFINITE,
-                            "engine: layer %d head %d row %lld: non-finite %s (NaN or Inf "
-                            "weights? see inspect --check-values)",
-                            layer, h, (long long)(row0 + r), what);
+      if (s != 0) return cp_engine_nonfinite_error(layer, h, row0 + r, what);
     }
   return 0;
+}
+
+int cp_engine_nonfinite_error(int layer, int head, int64_t row, const char *what) {
+  return cp_error_set(
+      CP_EMODEL_NONFINITE,
+      "engine: layer %d head %d row %lld: non-finite %s (NaN or Inf weights? see inspect --check-values)", layer, head,
+      (long long)row, what);
 }
 
 /* Projects hin [n, D] into p->q and finds the keys and values the module attends to:

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <cmath>
+#include <cstring>
 
 #define __global__
 #define __device__
@@ -18,6 +19,17 @@ struct emu_dim3 {
   unsigned x, y, z;
 };
 emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+/* The device intrinsics the kernels use; launches run one thread at a time, so atomics are plain. */
+inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {
+  const unsigned long long old = *a;
+  if (v < old) *a = v;
+  return old;
+}
 } // namespace
 
 #define CPCU_LAUNCH(kernel, blocks, threads, stream, ...)               \

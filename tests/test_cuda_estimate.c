@@ -1,7 +1,7 @@
 /* cp_cuda_engine_bytes (include/ctxpatch/engine/cuda.h), the CUDA engine's memory estimate, in
  * every build: the weights of each probe model against the float count of its safetensors file
- * (every tensor the engine uploads, the tied LM head once; T5's relative-bias table stays on the
- * host), the growth of a run per token against the cache and activation sizes computed here from
+ * plus the engine's non-finite flag (every tensor the engine uploads, the tied LM head once; T5's
+ * relative-bias table stays on the host), the growth of a run per token against the cache and activation sizes computed here from
  * the model's shape, and the refusals (negative or overflowing lengths). The estimate against
  * what the engine really allocates is test_cuda_engine_emulated's. */
 #include <stdint.h>
@@ -34,7 +34,8 @@ static void one(const char *src, const char *name) {
   uint64_t w = 0, r1 = 0, r2 = 0;
   CHECK_RC(0, cp_cuda_engine_bytes(&w, &r1, m, 100, 10, 0));
   printf("%-12s weights %llu bytes (file: %llu floats)\n", name, (unsigned long long)w, (unsigned long long)floats);
-  CHECK_MSG(w == 4 * floats, "%s: weights %llu bytes, the file holds %llu floats", name, (unsigned long long)w,
+  /* + the engine's 8-byte non-finite flag (float32 files: no widening scratch) */
+  CHECK_MSG(w == 4 * floats + 8, "%s: weights %llu bytes, the file holds %llu floats", name, (unsigned long long)w,
             (unsigned long long)floats);
   /* One more generated token adds one position to every decoder layer's cache (keys, values and,
    * for RoPE, unrotated keys) and 12 bytes to the attention call's per-key tables (T5: the

@@ -15,10 +15,11 @@
  * stride), so Y = op_T(W) * X is cublasGemmEx(T, N, m = N, n = M, k = K, W, lda = K, X, ldb,
  * Y, ldc) with fp32 data and CUBLAS_COMPUTE_32F (no TF32: the CPU engine is the oracle).
  *
- * Not (yet) on the device, and said so: the non-finite checks of q, k and v (only the logits are
- * checked, on the host); overlapping streams for the two sides of a certification; weights in their
- * stored dtype (the host model keeps F16/BF16 and GGUF quant blocks as stored; upload_widened widens
- * them to float32 on the way up, so the device holds float32 for the fp32 GEMMs). */
+ * Weights keep their stored dtype where cuBLAS's fp32 GEMM can use them exactly: F16/BF16 matrices
+ * stay 16-bit on the device and are widened into one scratch just before each GEMM (linear); GGUF
+ * quant blocks are widened on the host at upload (upload_widened) and held as F32.
+ *
+ * Not (yet) on the device, and said so: overlapping streams for the two sides of a certification. */
 #include <assert.h>
 #include <limits.h>
 #include <stdio.h>
@@ -46,8 +47,9 @@ const cpcu_backend *cpcu_shim_backend(void); /* tests/cuda_shim/shim_backend.c *
 #endif
 
 typedef struct {
-  float *w, *b; /* [n_out, n_in], [n_out] or NULL */
-  int n_out, n_in;
+  const void *w; /* [n_out, n_in] of wtype (CPCU_W_*: F16/BF16 as stored, else F32) */
+  float *b;      /* [n_out] or NULL */
+  int n_out, n_in, wtype;
 } dlin;
 
 typedef struct {
@@ -67,6 +69,19 @@ typedef struct {
 } dstack;
 
 typedef struct {
+  const void *host;
+  void *dev;
+  int type; /* CPCU_W_* */
+} dweight;
+
+/* One queued non-finite check of q, k or v (see check_finite). */
+typedef struct {
+  int layer, heads;
+  int64_t row0;
+  const char *what;
+} fcheck;
+
+typedef struct {
   cp_engine *owner;
   const cp_model *m;
   const cp_rule *rule;     /* the owner's, live */
@@ -74,15 +89,22 @@ typedef struct {
   const cpcu_backend *be;
   cudaStream_t stream;
   cublasHandle_t blas;
-  /* Uploaded weights: host array (any stored dtype) -> device copy (F32). */
-  const void **w_host;
-  float **w_dev;
+  /* Uploaded weights: host array (any stored dtype) -> device copy (F16/BF16 as stored, else F32). */
+  dweight *w;
   size_t n_w, cap_w;
-  float *embed, *pos_embed, *lm_head; /* [V, D], [train_len, D] or NULL, [V, D] */
-  double *rope_inv;                   /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
+  const void *embed, *lm_head; /* [V, D] of embed_type, lm_head_type */
+  int embed_type, lm_head_type;
+  float *pos_embed; /* [train_len, D] or NULL */
+  float *wide;      /* [wide_n]: a 16-bit matrix's rows widened for one GEMM, or NULL */
+  uint64_t wide_n;
+  double *rope_inv; /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
   dnorm embed_norm;
   dstack enc, dec;
   cp_arena work; /* the attention call's host tables, reset per call */
+  /* Non-finite checks queued since the last wait: the device word holds the smallest failing code. */
+  unsigned long long *first_bad; /* [1] device: FCHECK_NONE or (check index << FCHECK_SHIFT) + row * heads + head */
+  fcheck *checks;
+  size_t n_checks, cap_checks;
   char desc[512];
 } cuda_engine;
 
@@ -135,6 +157,56 @@ static int dcopy(cuda_engine *d, void *dst, const void *src, size_t bytes) {
   return err == cudaSuccess ? 0 : cu_fail(err, "copy on the device");
 }
 
+/* ---------------------------------------------------------------- non-finite q, k, v */
+
+/* The CPU engine refuses NaN or Inf in q, k and v right after the projections (check_finite of
+ * engine_cpu.c): the attention kernel turns a NaN score row into zeros, so the logits could stay
+ * finite. The device runs the same per-row-and-head test without waiting: each check is queued
+ * with an index, the kernel keeps the smallest failing code in first_bad, and the host reads it at
+ * the next wait (the head's copy, the encoder's end), so the error names the first failure in the
+ * CPU's order: the same layer, head, row and tensor. */
+#define FCHECK_NONE (~0ULL)
+enum { FCHECK_SHIFT = 40, FCHECK_MAX = 1 << 16 };
+
+static int finite_reset(cuda_engine *d) {
+  d->n_checks = 0;
+  cudaError_t err = cudaMemsetAsync(d->first_bad, 0xff, sizeof *d->first_bad, d->stream);
+  return err == cudaSuccess ? 0 : cu_fail(err, "cudaMemsetAsync");
+}
+
+/* Waits for the queued work and reports the first non-finite q, k or v, if any. */
+static int finite_flush(cuda_engine *d) {
+  unsigned long long code = FCHECK_NONE;
+  if (!d->n_checks) return 0;
+  cudaError_t err = cudaMemcpyAsync(&code, d->first_bad, sizeof code, cudaMemcpyDeviceToHost, d->stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(d->stream);
+  if (err != cudaSuccess) return cu_fail(err, "copy to the host");
+  const size_t at = (size_t)(code >> FCHECK_SHIFT);
+  int rc = finite_reset(d);
+  if (code == FCHECK_NONE || rc) return rc;
+  assert(at < FCHECK_MAX);
+  const fcheck *c = &d->checks[at];
+  const uint64_t i = code & ((1ULL << FCHECK_SHIFT) - 1);
+  return cp_engine_nonfinite_error(c->layer, (int)(i % (uint64_t)c->heads), c->row0 + (int64_t)(i / (uint64_t)c->heads),
+                                   c->what);
+}
+
+/* Queues the check of x [n, ld] (heads of d_head values each) for rows row0.. */
+static int check_finite(cuda_engine *d, const float *x, int64_t n, int heads, int ld, int layer, const char *what,
+                        int64_t row0) {
+  char why[256] = "";
+  int rc;
+  if (n <= 0) return 0;
+  assert((uint64_t)n * (uint64_t)heads < (1ULL << FCHECK_SHIFT));
+  if (d->n_checks == FCHECK_MAX && (rc = finite_flush(d))) return rc;
+  if ((rc = CP_ARRAY_RESERVE(d->checks, d->cap_checks, d->n_checks + 1, "cuda engine: checks")) < 0) return rc;
+  const unsigned long long tag = (unsigned long long)d->n_checks << FCHECK_SHIFT;
+  d->checks[d->n_checks++] = (fcheck){layer, heads, row0, what};
+  if (cpcu_k_nonfinite(d->stream, d->first_bad, x, n, heads, d->m->d_head, ld, tag, why, sizeof why))
+    return kern_fail(why);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- weights */
 
 typedef struct {
@@ -142,15 +214,25 @@ typedef struct {
   int rc;
 } upload_ctx;
 
-static float *weight_of(const cuda_engine *d, const void *host) {
+static const dweight *weight_entry(const cuda_engine *d, const void *host) {
   if (!host) return NULL;
   for (size_t i = 0; i < d->n_w; i++)
-    if (d->w_host[i] == host) return d->w_dev[i];
+    if (d->w[i].host == host) return &d->w[i];
   return NULL;
 }
 
-/* An F16/BF16 or GGUF quant-block matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk
- * copied before the buffer is reused: the device holds F32 (cuBLAS's SGEMM path). */
+static void *weight_of(const cuda_engine *d, const void *host) {
+  const dweight *e = weight_entry(d, host);
+  return e ? e->dev : NULL;
+}
+
+static int weight_type(const cuda_engine *d, const void *host) {
+  const dweight *e = weight_entry(d, host);
+  return e ? e->type : CPCU_W_F32;
+}
+
+/* A GGUF quant-block matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk copied
+ * before the buffer is reused: the device holds F32 (F16/BF16 stay 16-bit, widened per GEMM: see linear). */
 static int upload_widened(cuda_engine *d, float *dev, const void *w, cp_dtype dtype, size_t count) {
   enum { CHUNK = 1 << 20 };
   float *tmp = malloc((count < CHUNK ? count : CHUNK) * sizeof *tmp);
@@ -172,24 +254,22 @@ static void upload_weight(void *ctx, const void *w, cp_dtype dtype, size_t count
   upload_ctx *u = ctx;
   cuda_engine *d = u->d;
   if (u->rc || weight_of(d, w)) return;
-  if (d->n_w == d->cap_w) { /* two arrays of one capacity: both grow from the same count */
-    size_t cap_h = d->cap_w, cap_p = d->cap_w;
-    if ((u->rc = CP_ARRAY_RESERVE(d->w_host, cap_h, d->n_w + 1, "cuda engine: weight table")) < 0 ||
-        (u->rc = CP_ARRAY_RESERVE(d->w_dev, cap_p, d->n_w + 1, "cuda engine: weight table")) < 0)
-      return;
-    d->cap_w = cap_h;
-  }
-  float *dev = dalloc((int64_t)count, 1, sizeof(float));
+  if ((u->rc = CP_ARRAY_RESERVE(d->w, d->cap_w, d->n_w + 1, "cuda engine: weight table")) < 0) return;
+  /* F16/BF16 stay as stored (half the device memory); F32 and quant blocks are F32 on the device. */
+  const cp_dtype dev_dtype = cp_cuda_device_dtype(dtype);
+  void *dev = dalloc((int64_t)count, 1, cp_dtype_size(dev_dtype));
   if (!dev) {
     u->rc = cp_error_code();
     return;
   }
-  d->w_host[d->n_w] = w, d->w_dev[d->n_w++] = dev;
-  u->rc = dtype == CP_F32 ? upload(d, dev, w, count * sizeof(float)) : upload_widened(d, dev, w, dtype, count);
+  const int type = dev_dtype == CP_F16 ? CPCU_W_F16 : dev_dtype == CP_BF16 ? CPCU_W_BF16 : CPCU_W_F32;
+  d->w[d->n_w++] = (dweight){w, dev, type};
+  u->rc =
+      dev_dtype == dtype ? upload(d, dev, w, count * cp_dtype_size(dtype)) : upload_widened(d, dev, w, dtype, count);
 }
 
 static dlin dlin_of(const cuda_engine *d, const cp_linear *L) {
-  dlin o = {weight_of(d, L->w), weight_of(d, L->b), L->n_out, L->n_in};
+  dlin o = {weight_of(d, L->w), weight_of(d, L->b), L->n_out, L->n_in, weight_type(d, L->w)};
   return o;
 }
 
@@ -219,21 +299,43 @@ static int map_stack(cuda_engine *d, dstack *ds, const cp_stack *st) {
 
 /* ---------------------------------------------------------------- row operations */
 
-/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] (row stride lda) W^T + b:
- * see the GEMM layout at the top. */
-static int linear(cuda_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda, int64_t M,
-                  const dlin *L, bool accumulate) {
+/* C[M, nb] (row stride ldc) = (accumulate ? C : 0) + A[M, K] (row stride lda) W[nb, K]^T, fp32 W: see the GEMM
+ * layout at the top; CP_CUDA_GEMM_ROWS rows of A at a time. */
+static int gemm_rows(cuda_engine *d, float *C, int ldc, const float *A, int lda, int64_t M, const float *W, int nb,
+                     int K, bool accumulate) {
   const float one = 1.0f, zero = 0.0f;
-  char why[256] = "";
   for (int64_t r0 = 0; r0 < M; r0 += CP_CUDA_GEMM_ROWS) {
     const int mr = (int)(M - r0 < CP_CUDA_GEMM_ROWS ? M - r0 : CP_CUDA_GEMM_ROWS);
-    float *Cr = C + (size_t)r0 * ldc;
-    cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, L->n_out, mr, L->n_in, &one, L->w, CUDA_R_32F,
-                                     L->n_in, A + (size_t)r0 * lda, CUDA_R_32F, lda, accumulate ? &one : &zero, Cr,
-                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t st = cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, nb, mr, K, &one, W, CUDA_R_32F, K,
+                                     A + (size_t)r0 * lda, CUDA_R_32F, lda, accumulate ? &one : &zero,
+                                     C + (size_t)r0 * ldc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasGemmEx");
-    if (L->b && cpcu_k_bias(d->stream, Cr, ldc, L->b, mr, L->n_out, why, sizeof why)) return kern_fail(why);
   }
+  return 0;
+}
+
+/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] (row stride lda) W^T + b. A 16-bit W is
+ * widened exactly into d->wide, as many of its rows at a time as fit (cp_cuda_widen_floats), just before
+ * their GEMM: cublasGemmEx takes A and B of one type, and narrowing the activations to 16 bits would change
+ * the numerics, so the product stays the fp32 one the CPU engine computes. */
+static int linear(cuda_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda, int64_t M,
+                  const dlin *L, bool accumulate) {
+  const int K = L->n_in;
+  char why[256] = "";
+  int rc;
+  if (L->wtype == CPCU_W_F32) {
+    if ((rc = gemm_rows(d, C, ldc, A, lda, M, L->w, L->n_out, K, accumulate))) return rc;
+  } else {
+    assert(d->wide && d->wide_n >= (uint64_t)K);
+    const int per = (int)(d->wide_n / (uint64_t)K < (uint64_t)L->n_out ? d->wide_n / (uint64_t)K : (uint64_t)L->n_out);
+    for (int n0 = 0; n0 < L->n_out; n0 += per) {
+      const int nb = L->n_out - n0 < per ? L->n_out - n0 : per;
+      const void *rows = (const char *)L->w + (size_t)n0 * K * 2; /* 2 bytes an element */
+      if (cpcu_k_widen(d->stream, d->wide, rows, L->wtype, (int64_t)nb * K, why, sizeof why)) return kern_fail(why);
+      if ((rc = gemm_rows(d, C + n0, ldc, A, lda, M, d->wide, nb, K, accumulate))) return rc;
+    }
+  }
+  if (L->b && cpcu_k_bias(d->stream, C, ldc, L->b, M, L->n_out, why, sizeof why)) return kern_fail(why);
   return 0;
 }
 
@@ -298,24 +400,32 @@ static int project_qkv(cuda_engine *d, const dlayer *ly, const cp_module_call *m
   const int64_t n = mc->n, q_off = mc->q_off;
   cp_kv *kv = mc->kv;
   cp_pass *b = mc->p;
+  const int H = m->n_heads, Hkv = m->n_kv_heads, layer = mc->layer;
   int rc;
   if (mc->kind == CP_ATTN_CROSS) {
     if ((rc = linear(d, b->q, qd, hin, D, n, &ly->cq, false))) return rc;
-    cp_kv *ckv = &cross->kv[mc->layer];
+    cp_kv *ckv = &cross->kv[layer];
     if (!ckv->ready) {
       if ((rc = linear(d, ckv->k, kvd, cross->enc, D, cross->n_enc, &ly->ck, false)) ||
-          (rc = linear(d, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false)))
+          (rc = linear(d, ckv->v, kvd, cross->enc, D, cross->n_enc, &ly->cv, false)) ||
+          (rc = check_finite(d, ckv->k, cross->n_enc, Hkv, kvd, layer, "cross-attention key", 0)) ||
+          (rc = check_finite(d, ckv->v, cross->n_enc, Hkv, kvd, layer, "cross-attention value", 0)))
         return rc;
       ckv->ready = true;
     }
     *n_keys = cross->n_enc;
     *K = ckv->k, *V = ckv->v;
-    return 0;
+    return check_finite(d, b->q, n, H, qd, layer, "cross-attention query", q_off);
   }
   assert(q_off + n <= kv->cap);
   float *kc = kv->k + (size_t)q_off * kvd, *vc = kv->v + (size_t)q_off * kvd;
   if ((rc = linear(d, b->q, qd, hin, D, n, &ly->q, false)) || (rc = linear(d, kc, kvd, hin, D, n, &ly->k, false)) ||
       (rc = linear(d, vc, kvd, hin, D, n, &ly->v, false)))
+    return rc;
+  /* Before MPT's clamp, which maps NaN to a bound. */
+  if ((rc = check_finite(d, b->q, n, H, qd, layer, "attention query", q_off)) ||
+      (rc = check_finite(d, kc, n, Hkv, kvd, layer, "attention key", q_off)) ||
+      (rc = check_finite(d, vc, n, Hkv, kvd, layer, "attention value", q_off)))
     return rc;
   if (ly->q_norm.w && ((rc = head_norm_rows(d, &ly->q_norm, b->q, m->n_heads, n)) ||
                        (rc = head_norm_rows(d, &ly->k_norm, kc, m->n_kv_heads, n))))
@@ -436,7 +546,8 @@ static int cuda_embed(void *be, cp_pass *b, const int64_t *ids, int64_t n, int64
   char why[256] = "";
   int rc = upload(d, b->ids, ids, (size_t)n * sizeof *ids);
   if (rc) return rc;
-  if (cpcu_k_embed(d->stream, b->x, d->embed, b->ids, d->pos_embed, q_off, n, m->d_model, why, sizeof why))
+  if (cpcu_k_embed(d->stream, b->x, d->embed, d->embed_type, b->ids, d->pos_embed, q_off, n, m->d_model, why,
+                   sizeof why))
     return kern_fail(why);
   /* Gemma's sqrt(D) (a model with a scale has no position table, so scaling the sum is the CPU's order) */
   assert(m->embed_scale == 1.0f || !m->pos_embed);
@@ -466,9 +577,11 @@ static int cuda_head(void *be, cp_pass *b, const cp_stack *st, int64_t n, int64_
   if ((rc = norm_rows(d, &ds->final_norm, b->x + (size_t)r0 * D, b->h, rows))) return rc;
   if (m->lm_head_scale != 1.0f && cpcu_k_scale(d->stream, b->h, rows * D, m->lm_head_scale, why, sizeof why))
     return kern_fail(why);
-  dlin L = {d->lm_head, NULL, V, D};
-  if ((rc = linear(d, dl, V, b->h, D, rows, &L, false))) return rc;
-  return download(d, logits, dl, (size_t)rows * V * sizeof *logits);
+  dlin L = {d->lm_head, NULL, V, D, d->lm_head_type};
+  if ((rc = linear(d, dl, V, b->h, D, rows, &L, false)) ||
+      (rc = download(d, logits, dl, (size_t)rows * V * sizeof *logits)))
+    return rc;
+  return finite_flush(d);
 }
 
 /* ---------------------------------------------------------------- device checks */
@@ -519,19 +632,28 @@ static void cuda_free(void *be, void *p) {
   dfree(p);
 }
 
+/* With `what`: waits and reports any failure, a non-finite q, k or v included. Without (the end of a
+ * run, failed or not): waits and forgets the checks queued, so that the next run starts clean. */
 static int cuda_sync(void *be, const char *what) {
   cuda_engine *d = be;
   cudaError_t err = d->stream ? cudaStreamSynchronize(d->stream) : cudaSuccess;
-  return err == cudaSuccess || !what ? 0 : cu_fail(err, what);
+  if (!what) {
+    if (d->first_bad && err == cudaSuccess) (void)finite_reset(d);
+    return 0;
+  }
+  return err != cudaSuccess ? cu_fail(err, what) : finite_flush(d);
 }
 
 static void cuda_destroy(void *be) {
   cuda_engine *d = be;
   if (!d) return;
   if (d->stream) cudaStreamSynchronize(d->stream);
-  for (size_t i = 0; i < d->n_w; i++) dfree(d->w_dev[i]);
+  for (size_t i = 0; i < d->n_w; i++) dfree(d->w[i].dev);
   dfree(d->rope_inv);
-  free(d->w_host), free(d->w_dev);
+  dfree(d->wide);
+  dfree(d->first_bad);
+  free(d->checks);
+  free(d->w);
   free(d->enc.layers), free(d->dec.layers);
   if (d->blas) cublasDestroy(d->blas);
   if (d->stream) cudaStreamDestroy(d->stream);
@@ -574,10 +696,20 @@ static int cuda_create(void **out, cp_engine *owner, const cp_model *m, const cp
     rc = blas_fail(st, "cublasSetStream");
     goto done;
   }
+  if (!(d->first_bad = dalloc(1, 1, sizeof *d->first_bad))) {
+    rc = cp_error_code();
+    goto done;
+  }
+  if ((rc = finite_reset(d))) goto done;
   upload_ctx u = {d, 0};
   cp_cuda_for_each_weight(m, upload_weight, &u);
   if ((rc = u.rc)) goto done;
   d->embed = weight_of(d, m->embed), d->pos_embed = weight_of(d, m->pos_embed), d->lm_head = weight_of(d, m->lm_head);
+  d->embed_type = weight_type(d, m->embed), d->lm_head_type = weight_type(d, m->lm_head);
+  if ((d->wide_n = cp_cuda_widen_floats(m)) > 0 && !(d->wide = dalloc((int64_t)d->wide_n, 1, sizeof(float)))) {
+    rc = cp_error_code();
+    goto done;
+  }
   d->embed_norm = dnorm_of(d, &m->embed_norm);
   if ((rc = map_stack(d, &d->enc, &m->encoder)) || (rc = map_stack(d, &d->dec, &m->decoder))) goto done;
   /* The RoPE frequency table, as the CPU engine rotates with it (not recomputed on the device). */

@@ -27,13 +27,43 @@ inline unsigned blocks_for(int64_t n) {
 #define CPCU_FOR(i, n) \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
-__global__ void k_embed(float *x, const float *embed, const int64_t *ids, const float *pe, int64_t pos0, int64_t n,
-                        int D) {
+/* Element i of a weight of type t (CPCU_W_*), widened exactly as formats/dtype.c does on the host. */
+__device__ inline float weight_at(const void *w, int t, size_t i) {
+  if (t == CPCU_W_F32) return ((const float *)w)[i];
+  const unsigned h = ((const unsigned short *)w)[i];
+  if (t == CPCU_W_BF16) return __uint_as_float(h << 16);
+  const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (e == 0) { /* zero or subnormal: man * 2^-24, exact in float */
+    const float v = (float)man * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  if (e == 31) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+  return __uint_as_float(sign | ((e + 112u) << 23) | (man << 13));
+}
+
+__global__ void k_embed(float *x, const void *embed, int t, const int64_t *ids, const float *pe, int64_t pos0,
+                        int64_t n, int D) {
   CPCU_FOR(i, n * D) {
     const int64_t r = i / D, d = i % D;
-    float v = embed[(size_t)ids[r] * D + d];
+    float v = weight_at(embed, t, (size_t)ids[r] * D + d);
     if (pe) v += pe[(size_t)(pos0 + r) * D + d];
     x[i] = v;
+  }
+}
+
+__global__ void k_widen(float *dst, const void *src, int t, int64_t n) {
+  CPCU_FOR(i, n) dst[i] = weight_at(src, t, (size_t)i);
+}
+
+/* One thread per (row, head): the sum of x * 0 is 0 for finite values, NaN for a NaN or Inf, as
+ * check_finite of engine_cpu.c. */
+__global__ void k_nonfinite(unsigned long long *first, const float *x, int64_t n, int heads, int dh, int ld,
+                            unsigned long long tag) {
+  CPCU_FOR(i, n * heads) {
+    const float *p = x + (size_t)(i / heads) * ld + (size_t)(i % heads) * dh;
+    float s = 0;
+    for (int d = 0; d < dh; d++) s += p[d] * 0.0f;
+    if (s != 0) atomicMin(first, tag + (unsigned long long)i);
   }
 }
 
@@ -120,11 +150,24 @@ int launched(const char *what, char *why, size_t wn) {
 
 } // namespace
 
-extern "C" int cpcu_k_embed(void *s, float *x, const float *embed, const int64_t *ids, const float *pe, int64_t pos0,
-                            int64_t n, int D, char *why, size_t wn) {
+extern "C" int cpcu_k_embed(void *s, float *x, const void *embed, int t, const int64_t *ids, const float *pe,
+                            int64_t pos0, int64_t n, int D, char *why, size_t wn) {
   if (n <= 0) return 0;
-  CPCU_LAUNCH(k_embed, blocks_for(n * D), NT, s, x, embed, ids, pe, pos0, n, D);
+  CPCU_LAUNCH(k_embed, blocks_for(n * D), NT, s, x, embed, t, ids, pe, pos0, n, D);
   return launched("embedding", why, wn);
+}
+
+extern "C" int cpcu_k_widen(void *s, float *dst, const void *src, int t, int64_t n, char *why, size_t wn) {
+  if (n <= 0) return 0;
+  CPCU_LAUNCH(k_widen, blocks_for(n), NT, s, dst, src, t, n);
+  return launched("widen", why, wn);
+}
+
+extern "C" int cpcu_k_nonfinite(void *s, unsigned long long *first, const float *x, int64_t n, int heads, int dh,
+                                int ld, unsigned long long tag, char *why, size_t wn) {
+  if (n <= 0 || heads <= 0) return 0;
+  CPCU_LAUNCH(k_nonfinite, blocks_for(n * heads), NT, s, first, x, n, heads, dh, ld, tag);
+  return launched("non-finite check", why, wn);
 }
 
 extern "C" int cpcu_k_norm(void *s, float *y, const float *x, const float *w, const float *b, int64_t n, int D,

@@ -17,10 +17,23 @@
 extern "C" {
 #endif
 
-/* x[r] = embed[ids[r]] (+ pos_embed[pos0 + r] unless NULL); ids already checked on the host. */
-int cpcu_k_embed(void *stream, float *x /* [n, D] */, const float *embed /* [V, D] */,
+/* Element types of a weight kept on the device as stored (engine_cuda.c's upload). */
+enum { CPCU_W_F32 = 0, CPCU_W_F16 = 1, CPCU_W_BF16 = 2 };
+
+/* x[r] = embed[ids[r]] widened from `wtype` (+ pos_embed[pos0 + r] unless NULL); ids already
+ * checked on the host. */
+int cpcu_k_embed(void *stream, float *x /* [n, D] */, const void *embed /* [V, D] of wtype */, int wtype,
                  const int64_t *ids /* [n] device */, const float *pos_embed /* [*, D] or NULL */,
                  int64_t pos0, int64_t n, int D, char *why, size_t wn);
+/* dst = src widened exactly from F16 or BF16 (wtype), as cp_convert_to_f32. */
+int cpcu_k_widen(void *stream, float *dst /* [n] */, const void *src /* [n] of wtype */, int wtype, int64_t n,
+                 char *why, size_t wn);
+/* The CPU engine's refusal of non-finite q, k, v (engine_cpu.c check_finite), without a sync: for
+ * each row r < n and head h of x, if the sum of x * 0 over the head's dh values is not 0 (a NaN or
+ * Inf), *first = min(*first, tag + r * heads + h). The host reads *first back later and decodes
+ * the tag, so the smallest code names the first failure in the CPU's order. */
+int cpcu_k_nonfinite(void *stream, unsigned long long *first /* device */, const float *x /* [n, ld] */, int64_t n,
+                     int heads, int dh, int ld, unsigned long long tag, char *why, size_t wn);
 /* y = norm(x) per row: LayerNorm (layer != 0, w, b) or RMSNorm (b NULL); y may alias x. */
 int cpcu_k_norm(void *stream, float *y /* [n, D] */, const float *x /* [n, D] */, const float *w /* [D] */,
                 const float *b /* [D] or NULL */, int64_t n, int D, int layer, float eps, char *why, size_t wn);
