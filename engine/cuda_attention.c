@@ -77,7 +77,8 @@ bool cp_cuda_available(char *why, size_t n) {
 
 typedef struct {
   const cpcu_backend *be;
-  void *p[32]; /* every device buffer of one call (28 at most) */
+  void *stream; /* the copies' and the kernel's (cudaStream_t; NULL: the legacy default stream) */
+  void *p[32];  /* every device buffer of one call (28 at most) */
   int n;
 } dev_list;
 
@@ -110,7 +111,7 @@ static int dev_put(dev_list *dl, const void **out, const void *src, size_t bytes
   }
   int rc = 0;
   assert(dl->n < (int)(sizeof dl->p / sizeof *dl->p));
-  if (dl->be->alloc(&d, bytes, why, sizeof why) || dl->be->upload(d, from, bytes, why, sizeof why)) {
+  if (dl->be->alloc(&d, bytes, why, sizeof why) || dl->be->upload(d, from, bytes, dl->stream, why, sizeof why)) {
     dl->be->release(d);
     rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
   } else {
@@ -349,19 +350,21 @@ static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, co
     return rc;
   if (be->attention(a, o ? o->bench_reps : 0, o ? o->bench_ms : NULL, why, sizeof why))
     return cp_error_set(CP_ECUDA, "cuda: %s", why);
-  if ((!resident && be->download(c->out, a->out, qn * sizeof(float), why, sizeof why)) ||
-      (c->row_pmax && be->download(c->row_pmax, a->row_pmax, sn * sizeof(float), why, sizeof why)) ||
-      (c->row_ent && be->download(c->row_ent, a->row_ent, sn * sizeof(float), why, sizeof why)) ||
-      (c->row_lstd && be->download(c->row_lstd, a->row_lstd, sn * sizeof(float), why, sizeof why)))
+  void *s = dl->stream;
+  if ((!resident && be->download(c->out, a->out, qn * sizeof(float), s, why, sizeof why)) ||
+      (c->row_pmax && be->download(c->row_pmax, a->row_pmax, sn * sizeof(float), s, why, sizeof why)) ||
+      (c->row_ent && be->download(c->row_ent, a->row_ent, sn * sizeof(float), s, why, sizeof why)) ||
+      (c->row_lstd && be->download(c->row_lstd, a->row_lstd, sn * sizeof(float), s, why, sizeof why)))
     return cp_error_set(CP_ECUDA, "cuda: %s", why);
   return 0;
 }
 
-static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts, bool resident) {
+static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts, bool resident,
+                        void *stream) {
   int rc = check_call(c);
   if (rc || c->n_q == 0) return rc;
   const bool bf16 = !resident && opts && opts->bf16;
-  dev_list dl = {be, {0}, 0};
+  dev_list dl = {be, stream, {0}, 0};
   tile_plan tp;
   cpcu_attn_args a;
   memset(&a, 0, sizeof a);
@@ -371,6 +374,7 @@ static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_
   a.bf16 = bf16;
   a.pos = c->pos;
   a.scale = c->scale, a.inv_tau = c->plan->inv_tau, a.softcap = c->softcap;
+  a.stream = stream;
   assert(CP_CUDA_ROW_ALIGN % be->tile_rows(c->dh) == 0); /* a shared prefix starts on a tile (cp_engine_cache) */
   if ((rc = tile_plan_build(&tp, c, be->tile_rows(c->dh)))) return rc;
   if (!(rc = upload_tensors(&dl, &a, c, bf16, resident)) && !(rc = upload_ranges(&dl, &a, c, &tp)) &&
@@ -382,9 +386,9 @@ static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_
 }
 
 int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts) {
-  return attention_on(be, c, opts, false);
+  return attention_on(be, c, opts, false, NULL);
 }
 
-int cp_cuda_attention_resident(const cpcu_backend *be, const cp_attn_call *c) {
-  return attention_on(be, c, NULL, true);
+int cp_cuda_attention_resident(const cpcu_backend *be, const cp_attn_call *c, void *stream) {
+  return attention_on(be, c, NULL, true, stream);
 }

@@ -162,7 +162,7 @@ int emu_alloc(void **p, size_t bytes, char *why, size_t n) {
   return *p ? 0 : -1;
 }
 void emu_release(void *p) { free(p); }
-int emu_copy(void *dst, const void *src, size_t bytes, char *, size_t) {
+int emu_copy(void *dst, const void *src, size_t bytes, void *, char *, size_t) {
   if (bytes) memcpy(dst, src, bytes);
   return 0;
 }

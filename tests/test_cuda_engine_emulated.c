@@ -14,9 +14,13 @@
  * - shared prefixes (cp_engine_cache): cached generations equal to the unshared ones bit for bit;
  * - no shim violation, no device allocation left after each engine, and the device memory the run
  *   really held (the shim's peak) within cp_cuda_engine_bytes' estimate;
- * - the refusals: no device, and a device too small for the model (one-line errors, no engine).
+ * - the refusals: no device, and a device too small for the model (one-line errors, no engine);
+ * - issue 32: F16/BF16 weights kept 16-bit on the device (same logits as the F32 upload, lower
+ *   peak), the CPU engine's refusal of non-finite q, k, v word for word, and each engine's work on
+ *   its own stream.
  *
- * The shim runs everything synchronously on the host, so stream ordering is not exercised. */
+ * The shim runs everything synchronously on the host, so stream ordering is not exercised (only
+ * which stream each piece of work was queued on). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -456,6 +460,52 @@ static void nonfinite_case(const char *src, const char *name, bool encoder, int 
   cp_model_free(m);
 }
 
+/* Each engine's work on its own stream (issue 32): with two engines alive, every kernel launch,
+ * GEMM, copy, memset and attention call (its tables' copies included) of a forward or a generation
+ * goes on that engine's stream, none on the legacy default stream (which would serialise them), and
+ * the two engines' streams differ. */
+static void streams_case(const char *src) {
+  const char *names[2] = {"llama", "t5_relu"};
+  cp_model *m[2] = {NULL, NULL};
+  cp_engine *e[2] = {NULL, NULL};
+  cudaStream_t seen[2] = {NULL, NULL};
+  cp_rule rule;
+  cp_rule_init(&rule);
+  const char *json = "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 3}, \"top_k\": {\"k\": 2}}";
+  CHECK_RC(0, cp_rule_parse(&rule, json, strlen(json), "test rule"));
+  for (int i = 0; i < 2; i++) {
+    char path[2048];
+    snprintf(path, sizeof path, "%.1900s/tests/goldens/engine/models/%s", src, names[i]);
+    CHECK_RC(0, cp_model_open(&m[i], path));
+    if (m[i]) CHECK_RC(0, make(&e[i], m[i], i == 0 ? &rule : NULL, true, false));
+  }
+  int64_t ids[9] = {5, 9, 2, 7, 1, 3, 8, 4, 6}, dec[2] = {0, 4}, out[4], n_out = 0;
+  float *lg = malloc((size_t)9 * 96 * sizeof *lg);
+  for (int step = 0; step < 4 && e[0] && e[1] && lg; step++) {
+    const int i = step % 2;
+    const bool t5 = i == 1;
+    cudaStream_t only = NULL;
+    long on_null = 0;
+    int mixed = 0;
+    cpcu_shim_streams_reset();
+    if (step < 2) CHECK_RC(0, cp_engine_forward(e[i], lg, ids, 9, t5 ? dec : NULL, t5 ? 2 : 0));
+    else CHECK_RC(0, cp_engine_generate(e[i], out, &n_out, NULL, ids, 9, t5 ? dec : NULL, t5 ? 1 : 0, 3, false));
+    const long n = cpcu_shim_streams(&only, &on_null, &mixed);
+    printf("streams: %s %s: %ld pieces of device work, %ld on the legacy stream, %s\n", names[i],
+           step < 2 ? "forward" : "generate", n, on_null, mixed ? "several streams" : "one stream");
+    CHECK_MSG(n > 0 && on_null == 0 && !mixed && only, "%s: work left the engine's stream", names[i]);
+    if (!seen[i]) seen[i] = only;
+    CHECK_MSG(only == seen[i], "%s: the engine changed streams", names[i]);
+  }
+  CHECK_MSG(seen[0] && seen[1] && seen[0] != seen[1], "the two engines share a stream");
+  free(lg);
+  for (int i = 0; i < 2; i++) {
+    cp_engine_free(e[i]);
+    cp_model_free(m[i]);
+  }
+  check_device_clean("streams");
+}
+
 /* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
  * and the checks that make it worth running the engine against (each must be caught). */
 static void shim_selftest(void) {
@@ -504,6 +554,7 @@ int main(void) {
   const char *probes[] = {"rope-probe", "alibi-probe", "fire-probe", "t5-probe"};
   for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) probe_forward(src, probes[i]);
   prefix_case(src);
+  streams_case(src);
   stored_dtype_case(src, "llama_rope2", CP_BF16);
   stored_dtype_case(src, "t5_gated", CP_F16);
   /* q of layer 1, all of head 1 (dh = 8); one Inf in a value row of head 1; T5's cross-attention

@@ -400,9 +400,10 @@ int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
                                          (int)L.total);
   if (err != cudaSuccess) return fail(err, "cuda attention: shared memory limit", why, n);
   const dim3 grid((unsigned)((a->n_q + BM - 1) / BM), (unsigned)a->H);
-  attn_kernel<T, MAXD, TPR><<<grid, NT, L.total>>>(*a);
+  const cudaStream_t s = (cudaStream_t)a->stream;
+  attn_kernel<T, MAXD, TPR><<<grid, NT, L.total, s>>>(*a);
   if ((err = cudaGetLastError()) != cudaSuccess) return fail(err, "cuda attention: launch", why, n);
-  if ((err = cudaDeviceSynchronize()) != cudaSuccess) return fail(err, "cuda attention: kernel", why, n);
+  if ((err = cudaStreamSynchronize(s)) != cudaSuccess) return fail(err, "cuda attention: kernel", why, n);
   if (reps > 0 && ms) {
     cudaEvent_t e0, e1;
     if ((err = cudaEventCreate(&e0)) != cudaSuccess) return fail(err, "cuda attention: event", why, n);
@@ -410,9 +411,9 @@ int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
       cudaEventDestroy(e0);
       return fail(err, "cuda attention: event", why, n);
     }
-    cudaEventRecord(e0);
-    for (int x = 0; x < reps; x++) attn_kernel<T, MAXD, TPR><<<grid, NT, L.total>>>(*a);
-    cudaEventRecord(e1);
+    cudaEventRecord(e0, s);
+    for (int x = 0; x < reps; x++) attn_kernel<T, MAXD, TPR><<<grid, NT, L.total, s>>>(*a);
+    cudaEventRecord(e1, s);
     err = cudaEventSynchronize(e1);
     float t = 0.0f;
     if (err == cudaSuccess) err = cudaEventElapsedTime(&t, e0, e1);
@@ -479,16 +480,19 @@ extern "C" void cpcu_free(void *p) {
   if (p) cudaFree(p);
 }
 
-extern "C" int cpcu_upload(void *dst, const void *src, size_t bytes, char *why, size_t n) {
+/* From pageable host memory, cudaMemcpyAsync returns once the bytes are staged, so the caller may
+ * free its buffer at once. */
+extern "C" int cpcu_upload(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n) {
   if (!bytes) return 0;
-  cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-  return err == cudaSuccess ? 0 : fail(err, "cudaMemcpy to device", why, n);
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+  return err == cudaSuccess ? 0 : fail(err, "cudaMemcpyAsync to device", why, n);
 }
 
-extern "C" int cpcu_download(void *dst, const void *src, size_t bytes, char *why, size_t n) {
+extern "C" int cpcu_download(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n) {
   if (!bytes) return 0;
-  cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
-  return err == cudaSuccess ? 0 : fail(err, "cudaMemcpy to host", why, n);
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
+  return err == cudaSuccess ? 0 : fail(err, "cudaMemcpyAsync to host", why, n);
 }
 
 #endif /* CPCU_EMULATE */

@@ -76,6 +76,8 @@ typedef struct {
 
   float *out;                          /* [n_q, H*dh] */
   float *row_pmax, *row_ent, *row_lstd; /* [H, n_q] each, or NULL */
+
+  void *stream; /* cudaStream_t the kernel runs on and waits for; NULL: the legacy default stream */
 } cpcu_attn_args;
 
 /* Number of CUDA devices; -1 with the runtime's reason when the driver or runtime fails. */
@@ -86,14 +88,16 @@ int cpcu_device_name(char *name, size_t name_n, int *cc_major, int *cc_minor, ch
 int cpcu_versions(int *driver, int *runtime, char *why, size_t n);
 /* Query rows per thread block for head dim dh (the tile the host's tile_ranges must use). */
 int cpcu_tile_rows(int dh);
-/* Runs the fused kernel and waits for it. With reps > 0 it runs reps more times afterwards and
+/* Runs the fused kernel on a->stream and waits for that stream. With reps > 0 it runs reps more times afterwards and
  * writes the mean kernel time in milliseconds to *ms (CUDA events; benchmarks only). */
 int cpcu_attention(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n);
 
 int cpcu_malloc(void **p, size_t bytes, char *why, size_t n);
 void cpcu_free(void *p); /* NULL is fine */
-int cpcu_upload(void *dst, const void *src, size_t bytes, char *why, size_t n);
-int cpcu_download(void *dst, const void *src, size_t bytes, char *why, size_t n);
+/* Copies on `stream` (a cudaStream_t; NULL: the legacy default stream): an upload returns once the
+ * host bytes are taken, a download once they have arrived. */
+int cpcu_upload(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
+int cpcu_download(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
 
 /* Where cp_cuda_attention's host side sends the resolved call: the CUDA runtime above, or
  * tests/cuda_emulate.cpp, which runs the same kernel source on host threads so that CI without a
@@ -103,8 +107,8 @@ typedef struct {
   int (*attention)(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n);
   int (*alloc)(void **p, size_t bytes, char *why, size_t n);
   void (*release)(void *p);
-  int (*upload)(void *dst, const void *src, size_t bytes, char *why, size_t n);
-  int (*download)(void *dst, const void *src, size_t bytes, char *why, size_t n);
+  int (*upload)(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
+  int (*download)(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
 } cpcu_backend;
 
 #ifdef __cplusplus

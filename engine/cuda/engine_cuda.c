@@ -19,7 +19,8 @@
  * stay 16-bit on the device and are widened into one scratch just before each GEMM (linear); GGUF
  * quant blocks are widened on the host at upload (upload_widened) and held as F32.
  *
- * Not (yet) on the device, and said so: overlapping streams for the two sides of a certification. */
+ * Every copy, GEMM, kernel and attention call of an engine goes on the engine's own stream, so two
+ * engines never meet on the legacy default stream (what still serialises them: docs/cuda.md). */
 #include <assert.h>
 #include <limits.h>
 #include <stdio.h>
@@ -502,8 +503,8 @@ static int cuda_attention(void *be, const cp_module_call *mc, const float *hin, 
   c.q = b->q, c.k = K, c.v = V, c.out = b->att;
   if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, mc->kv, b))) goto done;
   if (mc->collect && (rc = cp_engine_stats_rows(d->owner, &c))) goto done;
-  /* The attention kernel runs on the legacy default stream, which waits for this blocking stream. */
-  if ((rc = cp_cuda_attention_resident(d->be, &c))) goto done;
+  /* On this engine's stream, after the projections queued there. */
+  if ((rc = cp_cuda_attention_resident(d->be, &c, d->stream))) goto done;
   if (mc->collect) cp_engine_record_stats(d->owner, &c);
   rc = linear(d, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:

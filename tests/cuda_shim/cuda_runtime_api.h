@@ -81,6 +81,15 @@ void cpcu_shim_set_device(int count, size_t total_bytes);
 int cpcu_shim_is_device(const void *p, size_t bytes);
 /* Records a violation found outside the shim (the emulated launchers): prints and counts it. */
 void cpcu_shim_violation(const char *fmt, ...);
+/* The stream of each piece of device work (kernel launch, GEMM, copy, memset, attention call):
+ * the emulated launchers and the attention backend report theirs with cpcu_shim_note_stream (void *:
+ * the emulated kernels see no CUDA types); copies, memsets and GEMMs are noted by the shim itself,
+ * cudaMemcpy as the legacy default stream (NULL). cpcu_shim_streams returns the work noted since
+ * cpcu_shim_streams_reset, sets *on_null to how much of it ran on the legacy default stream and
+ * *only to the one other stream all the rest ran on (NULL if none, or if two or more: *mixed). */
+void cpcu_shim_note_stream(void *stream, const char *what);
+void cpcu_shim_streams_reset(void);
+long cpcu_shim_streams(cudaStream_t *only, long *on_null, int *mixed);
 
 #ifdef __cplusplus
 }

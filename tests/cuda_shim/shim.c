@@ -21,6 +21,9 @@ static int g_violations, g_devices = 1;
 static size_t g_total = (size_t)80 << 30;
 static long g_gemms;
 static cudaError_t g_last = cudaSuccess;
+static long g_work, g_work_null;
+static void *g_work_stream;
+static int g_work_mixed;
 
 struct CUstream_st {
   int magic;
@@ -39,6 +42,27 @@ void cpcu_shim_violation(const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   g_violations++;
+}
+
+void cpcu_shim_note_stream(void *stream, const char *what) {
+  (void)what;
+  g_work++;
+  if (!stream) g_work_null++;
+  else if (!g_work_stream) g_work_stream = stream;
+  else if (g_work_stream != stream) g_work_mixed = 1;
+}
+
+void cpcu_shim_streams_reset(void) {
+  g_work = g_work_null = 0;
+  g_work_stream = NULL;
+  g_work_mixed = 0;
+}
+
+long cpcu_shim_streams(cudaStream_t *only, long *on_null, int *mixed) {
+  *only = g_work_mixed ? NULL : g_work_stream;
+  *on_null = g_work_null;
+  *mixed = g_work_mixed;
+  return g_work;
 }
 
 static cudaError_t fail(cudaError_t e) {
@@ -158,7 +182,14 @@ static int check_side(const void *p, size_t bytes, int device, const char *call,
   return 0;
 }
 
+static cudaError_t copy_checked(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  cpcu_shim_note_stream(NULL, "cudaMemcpy");
+  return copy_checked(dst, src, bytes, kind);
+}
+
+static cudaError_t copy_checked(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
   int dd, sd;
   switch (kind) {
     case cudaMemcpyHostToDevice: dd = 1, sd = 0; break;
@@ -184,11 +215,13 @@ static int check_stream(cudaStream_t s, const char *call) {
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s) {
   if (check_stream(s, "cudaMemcpyAsync")) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemcpy(dst, src, bytes, kind);
+  cpcu_shim_note_stream(s, "cudaMemcpyAsync");
+  return copy_checked(dst, src, bytes, kind);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
   if (check_stream(s, "cudaMemsetAsync")) return fail(cudaErrorInvalidResourceHandle);
+  cpcu_shim_note_stream(s, "cudaMemsetAsync");
   if (check_side(p, bytes, 1, "cudaMemsetAsync", "ptr")) return fail(cudaErrorInvalidValue);
   if (bytes) memset(p, value, bytes);
   return cudaSuccess;
@@ -303,6 +336,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
       check_matrix(C, m, n, ldc, "C"))
     return CUBLAS_STATUS_INVALID_VALUE;
   g_gemms++;
+  cpcu_shim_note_stream(h->stream, "cublasGemmEx");
   const float al = *(const float *)alpha, be = *(const float *)beta;
   const float *a = A, *b = B;
   float *c = C;

@@ -1,8 +1,8 @@
 /* The attention backend the emulated CUDA engine uses (tests/test_cuda_engine_emulated.c): the
  * fused kernel run on host threads (tests/cuda_emulate.cpp), with its buffers allocated, filled
- * and read back through the shim's cudaMalloc / cudaMemcpy (so the attention host code's uploads
- * are bounds-checked as the engine's are), and every tensor the engine hands the kernel checked to
- * be device memory of the call's extent. */
+ * and read back through the shim's cudaMalloc / cudaMemcpyAsync on the call's stream (so the
+ * attention host code's uploads are bounds-checked as the engine's are, and their stream noted),
+ * and every tensor the engine hands the kernel checked to be device memory of the call's extent. */
 #include <stdio.h>
 
 #include "cuda_runtime_api.h"
@@ -24,14 +24,15 @@ static void sb_release(void *p) {
   if (p) cudaFree(p);
 }
 
-static int sb_upload(void *dst, const void *src, size_t bytes, char *why, size_t n) {
-  cudaError_t e = bytes ? cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
-  return e == cudaSuccess ? 0 : sb_fail(e, "cudaMemcpy to device", why, n);
+static int sb_upload(void *dst, const void *src, size_t bytes, void *s, char *why, size_t n) {
+  cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s) : cudaSuccess;
+  return e == cudaSuccess ? 0 : sb_fail(e, "cudaMemcpyAsync to device", why, n);
 }
 
-static int sb_download(void *dst, const void *src, size_t bytes, char *why, size_t n) {
-  cudaError_t e = bytes ? cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) : cudaSuccess;
-  return e == cudaSuccess ? 0 : sb_fail(e, "cudaMemcpy to host", why, n);
+static int sb_download(void *dst, const void *src, size_t bytes, void *s, char *why, size_t n) {
+  cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s) : cudaSuccess;
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? 0 : sb_fail(e, "cudaMemcpyAsync to host", why, n);
 }
 
 static int check(const void *p, size_t rows, size_t width, const char *what, char *why, size_t n) {
@@ -52,6 +53,7 @@ static int sb_attention(const cpcu_attn_args *a, int reps, double *ms, char *why
       check(a->v, nk, kw, "v", why, n) || check(a->k_raw, nk, kw, "k_raw", why, n) ||
       check(a->out, nq, qw, "out", why, n))
     return -1;
+  cpcu_shim_note_stream(a->stream, "attention");
   return cpcu_emulated_backend()->attention(a, reps, ms, why, n);
 }
 
