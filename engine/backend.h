@@ -145,8 +145,9 @@ void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx)
 /* The dtype a weight stored as `stored` has on the device: F16 and BF16 stay, the rest is F32. */
 cp_dtype cp_cuda_device_dtype(cp_dtype stored);
 /* Floats of the scratch a 16-bit matrix's rows are widened into before their GEMM (0 when the
- * device holds no 16-bit matrix): the largest 16-bit layer matrix, and for a 16-bit LM head at least
- * its D and at most CP_CUDA_WIDEN_HEAD floats of it (the head runs in blocks of rows that fit). */
+ * device holds no 16-bit matrix): the largest 16-bit layer matrix (or, with none, at most
+ * CP_CUDA_WIDEN_HEAD floats of a 16-bit LM head), at least D; a larger head runs in blocks of rows
+ * that fit. */
 uint64_t cp_cuda_widen_floats(const cp_model *m);
 enum { CP_CUDA_WIDEN_HEAD = 1 << 22 };
 /* The CUDA engine's pass sizes, one definition for the engine and cp_cuda_engine_bytes. */

@@ -71,10 +71,9 @@ static uint64_t widen_stack(const cp_stack *st) {
 uint64_t cp_cuda_widen_floats(const cp_model *m) {
   uint64_t n = widen_stack(&m->encoder), dec = widen_stack(&m->decoder);
   if (dec > n) n = dec;
-  if (m->lm_head && is16(m->lm_head_dtype)) {
+  if (m->lm_head && is16(m->lm_head_dtype)) { /* the head runs in blocks of rows that fit */
     const uint64_t D = (uint64_t)m->d_model, head = (uint64_t)m->vocab * D;
-    const uint64_t want = head < CP_CUDA_WIDEN_HEAD ? head : CP_CUDA_WIDEN_HEAD;
-    if (want > n) n = want;
+    if (n == 0) n = head < CP_CUDA_WIDEN_HEAD ? head : CP_CUDA_WIDEN_HEAD;
     if (D > n) n = D;
   }
   return n;

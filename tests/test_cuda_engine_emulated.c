@@ -376,6 +376,11 @@ static void stored_dtype_case(const char *src, const char *name, cp_dtype want) 
   if (!ms || !mf) goto done;
   const cp_stack *st = ms->decoder.n_layers ? &ms->decoder : &ms->encoder;
   CHECK_MSG(st->layers[0].q.dtype == want && ms->lm_head_dtype == want, "%s: not opened as stored", name);
+  /* The head is larger than the widening scratch, so it runs in blocks of rows (the path of real
+   * vocabularies; llama_rope2: 64 and 32 of 96 rows, t5_gated: 48 and 48). */
+  const uint64_t wide = cp_cuda_widen_floats(ms), head = (uint64_t)ms->vocab * ms->d_model;
+  CHECK_MSG(wide < head, "%s: scratch of %llu floats for a head of %llu: one block", name, (unsigned long long)wide,
+            (unsigned long long)head);
   const bool t5 = ms->family == CP_FAMILY_T5;
   int64_t ids[20], dec[6];
   for (int i = 0; i < 20; i++) ids[i] = (i * 29 + 3) % ms->vocab;
