@@ -119,6 +119,11 @@ static void seq_fake(fake_run *f, int used0, int used1) {
   f->r.looks_taken = f->looks_taken;
   f->r.stop = f->stop;
   f->r.gain_crossed = f->gain_crossed;
+  /* a cell that stopped ran only its used prompts: fake()'s concordant correct ones beyond them
+   * were never run (cp_verify_judge's Wilson interval asserts correct <= prompts) */
+  for (int l = 0; l < 2; l++)
+    for (int s = 0; s < 2; s++)
+      if (f->correct[s][l] > f->used[l]) f->correct[s][l] = f->used[l];
 }
 
 /* Sequential verdicts (docs/certificate.md, "Sequential verdicts"): a regression at the level of the
