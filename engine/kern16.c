@@ -13,6 +13,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define K16_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -27,8 +28,10 @@ static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static void detect_cpu(void) {
 #ifdef K16_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    cpu_isa = CP_K16_AVX2;
+  /* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports knows no "f16c" */
+  unsigned a, b, c, d;
+  bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) cpu_isa = CP_K16_AVX2;
 #endif
 }
 
