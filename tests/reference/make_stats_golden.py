@@ -23,6 +23,10 @@ import sys
 from fractions import Fraction
 from statistics import NormalDist
 
+# the one golden-section restricted MLE (python/ctxpatch_ref/seqdesign.py, standard library only);
+# the C code solves a quadratic instead
+from ctxpatch_ref.seqdesign import restricted_mle
+
 N = NormalDist()
 Z95 = N.inv_cdf(0.975)
 
@@ -36,40 +40,6 @@ def wilson(k, n, z=Z95):
     lo = 0.0 if k == 0 else max(0.0, centre - half)
     hi = 1.0 if k == n else min(1.0, centre + half)
     return lo, hi
-
-
-def restricted_mle(n, b, c, d):
-    """argmax over p in [0, (1-d)/2] of b log(p+d) + c log p + (n-b-c) log(1-2p-d)."""
-    rest = n - b - c
-
-    def ll(p):
-        s = 0.0
-        for cnt, prob in ((b, p + d), (c, p), (rest, 1 - 2 * p - d)):
-            if cnt:
-                if prob <= 0:
-                    return -math.inf
-                s += cnt * math.log(prob)
-        return s
-
-    lo, hi = 0.0, (1 - d) / 2
-    g = (math.sqrt(5) - 1) / 2
-    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
-    f1, f2 = ll(x1), ll(x2)
-    for _ in range(200):
-        if f1 < f2:
-            lo, x1, f1 = x1, x2, f2
-            x2 = lo + g * (hi - lo)
-            f2 = ll(x2)
-        else:
-            hi, x2, f2 = x2, x1, f1
-            x1 = hi - g * (hi - lo)
-            f1 = ll(x1)
-    p = (lo + hi) / 2
-    # the maximum may sit on an end of the interval
-    for edge in (0.0, (1 - d) / 2):
-        if ll(edge) > ll(p):
-            p = edge
-    return p
 
 
 def tango(n, b, c, d):
