@@ -2,7 +2,7 @@
 """Golden values for verify/stats.c, computed independently of the C code with the standard
 library only (math, statistics, fractions):
 
-    /usr/bin/python3 tests/reference/make_stats_golden.py   # writes tests/goldens/stats/stats.json
+    scripts/py tests/reference/make_stats_golden.py   # writes tests/goldens/stats/stats.json
 
 - Wilson score interval: the closed form (Wilson 1927) with z = NormalDist().inv_cdf(0.975).
 - Tango's paired non-inferiority score test: the restricted MLE of p_c (pairs only the patched
