@@ -143,6 +143,7 @@ def main():
             w = os.path.join(td, "lc")
             os.makedirs(w)
             shutil.copy(os.path.join(HERE, "..", "tests", "gguf", "llamacpp_nll.mjs"), os.path.join(w, "run.mjs"))
+            shutil.copy(os.path.join(HERE, "..", "tests", "gguf", "llamacpp_window.mjs"), w)  # run.mjs imports it
             os.symlink(os.path.abspath(a.llamacpp), os.path.join(w, "node_modules"))
             out = json.loads(run(["node", os.path.join(w, "run.mjs"), os.path.abspath(a.model),
                                   os.path.abspath(a.corpus), str(Ltr), "0", "1"]))

@@ -155,7 +155,7 @@ EOF
   # file equals the engine's, and the patch moves it the same way in both.
   . "$src/tests/gguf/llamacpp_env.sh"
   if [ "$lc" = 1 ]; then
-    cp "$src/tests/gguf/llamacpp_nll.mjs" "$work/nll.mjs"
+    cp "$src/tests/gguf/llamacpp_nll.mjs" "$work/nll.mjs" && cp "$src/tests/gguf/llamacpp_window.mjs" "$work/"
     i=0
     for m in "$stories" "$work/s_t.gguf"; do
       node "$work/nll.mjs" "$m" "$corpus" 1024 0 2 >"$work/lc_nll$i.json" || bad "llama.cpp NLL of $m"

@@ -4,32 +4,16 @@
 // (splitmix64 of seed + length * 1000003 + w, modulo n_ids - length + 1), then the mean NLL per
 // token of tokens 1..length-1 from llama.cpp's logits (F32 K/V cache, no flash attention).
 // argv: MODEL CORPUS LENGTH SEED THREADS   prints {"n_ids", "start", "nll"}
-import fs from "node:fs";
 import {getLlama} from "node-llama-cpp";
+
+import {corpusWindow} from "./llamacpp_window.mjs";
 
 const [model_path, corpus_path, length_arg, seed_arg, threads_arg] = process.argv.slice(2);
 const L = Number(length_arg), seed = BigInt(seed_arg), threads = Number(threads_arg);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error", progressLogs: false});
 const model = await llama.loadModel({modelPath: model_path});
 
-const ids = [];
-const bos = model.tokens.bos;
-for (const doc of fs.readFileSync(corpus_path, "utf8").split("<|endoftext|>")) {
-  const t = doc.replace(/^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g, "");
-  if (!t.length) continue;
-  if (bos != null) ids.push(bos);
-  for (const x of model.tokenize(t, false)) ids.push(x);
-}
-
-const M = (1n << 64n) - 1n;
-let s = (seed + BigInt(L) * 1000003n + 0n) & M; // window w = 0
-s = (s + 0x9e3779b97f4a7c15n) & M;
-let z = s;
-z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
-z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
-z = z ^ (z >> 31n);
-const start = Number(z % BigInt(ids.length - L + 1));
-const win = ids.slice(start, start + L);
+const {ids, start, win} = corpusWindow(model, corpus_path, L, seed);
 
 const ctx = await model.createContext({contextSize: L, threads, batchSize: L, flashAttention: false,
                                        experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
