@@ -1,24 +1,36 @@
 /* Host emulation of the CUDA attention kernel, for tests/test_cuda_emulated.c: compiles the
- * kernel source of engine/cuda/attention.cu with g++ and runs each thread block as NT host
- * threads, so that CI without a GPU (or without nvcc) still checks the kernel's indexing, masks,
- * positional terms and online softmax against the CPU engine.
+ * kernel source of engine/cuda/attention.cu with g++ and runs each thread block as NT fibers
+ * (ucontext) on the calling thread, so that CI without a GPU (or without nvcc) still checks the
+ * kernel's indexing, masks, positional terms and online softmax against the CPU engine.
  *
  * What it models: blockIdx/threadIdx, dynamic shared memory (one buffer per block),
- * __syncthreads (a barrier of the block's threads) and __shfl_xor_sync (an exchange through a
- * per-block array and a barrier, so every thread must reach every shuffle, as the hardware
- * requires of a full-mask shuffle). What it does not: warp scheduling, memory
- * coalescing, timing, the real bfloat16 and exp/log instructions (host libm is used). */
+ * __syncthreads (a barrier: each fiber runs until it reaches the barrier, in thread order, and
+ * the next round starts once all NT have; a block whose threads do not all reach the same
+ * barriers is reported and aborts) and __shfl_xor_sync (an exchange through a per-block array and
+ * a barrier, so every thread must reach every shuffle, as the hardware requires of a full-mask
+ * shuffle). What it does not: warp scheduling, memory coalescing, timing, the real bfloat16 and
+ * exp/log instructions (host libm is used). Fibers rather than host threads: a barrier of 128
+ * threads costs futex wake-ups, which made this emulation most of the CI's time (the engine test
+ * spent 90% of its CPU in the kernel's futexes); a fiber switch is a function call. The order is
+ * deterministic: a read of shared memory that a missing barrier leaves unordered sees whatever the
+ * fixed thread order gives, which the host threads also did not always catch. */
 #define CPCU_EMULATE 1
 
-#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 
 #include <cmath>
 #include <functional>
-#include <thread>
-#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
 
 #define __global__
 #define __device__
@@ -30,20 +42,22 @@ namespace {
 struct emu_dim3 {
   unsigned x, y, z;
 };
+/* Per host thread (two engines may launch from two threads): the running fiber's indices, set by
+ * the scheduler before each resume, and its block's shared state. */
 thread_local emu_dim3 threadIdx, blockIdx;
 thread_local unsigned char *emu_smem;
-pthread_barrier_t *emu_bar;
-float emu_slot[2][1024];
+thread_local float emu_slot[2][1024];
+thread_local unsigned emu_parity; /* the running fiber's, saved and restored by the scheduler */
 
-inline void __syncthreads() { pthread_barrier_wait(emu_bar); }
+void emu_barrier();
+inline void __syncthreads() { emu_barrier(); }
 /* Two slot arrays used in turn need one barrier per shuffle: a thread writes a slot array again
  * only after the next shuffle's barrier, which every thread reaches after its last read of it. */
-thread_local unsigned emu_parity;
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   const unsigned t = threadIdx.x, p = emu_parity;
   emu_parity ^= 1u;
   emu_slot[p][t] = v;
-  pthread_barrier_wait(emu_bar);
+  emu_barrier();
   return emu_slot[p][t ^ (unsigned)o];
 }
 struct __nv_bfloat16 {
@@ -56,7 +70,7 @@ inline float __bfloat162float(__nv_bfloat16 b) {
   return f;
 }
 inline int min(int a, int b) { return a < b ? a : b; }
-} // namespace
+}  // namespace
 
 #define CPCU_SMEM_DECL unsigned char *smem = emu_smem;
 #define CPCU_UNROLL
@@ -65,80 +79,129 @@ inline int min(int a, int b) { return a < b ? a : b; }
 
 namespace {
 
-/* NT host threads kept for the whole process (thread creation per launch made the engine test
- * spend most of its time in the kernel): a launch hands them a job and meets them at `go` and
- * `done`; the kernel's own barrier (emu_bar) is separate. Joined at exit. */
-struct emu_pool {
-  std::vector<std::thread> th;
-  pthread_barrier_t go, done;
-  std::function<void(unsigned)> job;
-  bool quit = false;
+/* A block's NT fibers, per host thread: stacks allocated on the thread's first launch and freed
+ * when it exits; a block makes each fiber afresh. */
+enum { EMU_STACK = 256 << 10 }; /* the kernel's frames are small; the sanitizer build's are larger */
+struct emu_fiber {
+  ucontext_t ctx;
+  unsigned char *stack = nullptr;
+  unsigned parity = 0;
+  bool done = false;
+  void *fake_stack = nullptr; /* the sanitizer's bookkeeping of a fiber it switches away from */
 };
-emu_pool *pool_get() {
-  static emu_pool *p = [] {
-    emu_pool *q = new emu_pool;
-    pthread_barrier_init(&q->go, nullptr, NT + 1);
-    pthread_barrier_init(&q->done, nullptr, NT + 1);
-    for (unsigned t = 0; t < (unsigned)NT; t++)
-      q->th.emplace_back([q, t] {
-        for (;;) {
-          pthread_barrier_wait(&q->go);
-          if (q->quit) return;
-          q->job(t);
-          pthread_barrier_wait(&q->done);
-        }
-      });
-    atexit([] {
-      emu_pool *r = pool_get();
-      r->quit = true;
-      pthread_barrier_wait(&r->go);
-      for (auto &x : r->th) x.join();
-      pthread_barrier_destroy(&r->go);
-      pthread_barrier_destroy(&r->done);
-      delete r;
-    });
-    return q;
-  }();
-  return p;
+struct emu_fiber_set {
+  emu_fiber f[NT];
+  ~emu_fiber_set() {
+    for (emu_fiber &x : f) free(x.stack);
+  }
+};
+thread_local emu_fiber_set emu_set;
+thread_local emu_fiber *emu_fibers = emu_set.f;
+thread_local ucontext_t emu_main;
+thread_local unsigned emu_cur;
+thread_local const std::function<void()> *emu_job;
+#if EMU_ASAN
+thread_local const void *emu_main_bottom; /* the scheduler's stack, as the sanitizer reports it */
+thread_local size_t emu_main_size;
+#endif
+
+[[noreturn]] void emu_abort(const char *why) {
+  fprintf(stderr, "cuda_emulate: %s\n", why);
+  abort();
 }
 
-/* Runs job(t) on every pool thread t and waits for all of them. */
-void pool_run(std::function<void(unsigned)> job) {
-  emu_pool *p = pool_get();
-  p->job = std::move(job);
-  pthread_barrier_wait(&p->go);
-  pthread_barrier_wait(&p->done);
-  p->job = nullptr;
+/* Switches from fiber emu_cur to the scheduler (`final`: the fiber has finished and is not resumed). */
+void emu_to_main(bool final) {
+  emu_fiber *f = &emu_fibers[emu_cur];
+#if EMU_ASAN
+  __sanitizer_start_switch_fiber(final ? nullptr : &f->fake_stack, emu_main_bottom, emu_main_size);
+#endif
+  if (final) {
+    setcontext(&emu_main);
+    emu_abort("setcontext failed");
+  }
+  if (swapcontext(&f->ctx, &emu_main)) emu_abort("swapcontext failed");
+#if EMU_ASAN
+  __sanitizer_finish_switch_fiber(f->fake_stack, &emu_main_bottom, &emu_main_size);
+#endif
+}
+
+void emu_barrier() { emu_to_main(false); }
+
+void emu_fiber_entry() {
+#if EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &emu_main_bottom, &emu_main_size);
+#endif
+  (*emu_job)();
+  emu_fibers[emu_cur].done = true;
+  emu_to_main(true);
+}
+
+/* Resumes fiber t until its next barrier or its end; true when it has ended. Its own function:
+ * locals live across swapcontext, which returns twice as far as the compiler knows. */
+__attribute__((noinline)) bool emu_resume(unsigned t) {
+  emu_fiber *f = &emu_fibers[t];
+  emu_cur = t;
+  threadIdx = {t, 0, 0};
+  emu_parity = f->parity;
+  void *fake = nullptr;
+#if EMU_ASAN
+  __sanitizer_start_switch_fiber(&fake, f->stack, EMU_STACK);
+#endif
+  if (swapcontext(&emu_main, &f->ctx)) emu_abort("swapcontext failed");
+#if EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  (void)fake;
+  f = &emu_fibers[emu_cur]; /* emu_cur is still t; t itself may not survive the switch */
+  f->parity = emu_parity;
+  return f->done;
+}
+
+/* Sets fiber f to start the block's job (a function of its own: getcontext returns twice). */
+__attribute__((noinline)) void emu_make(emu_fiber *f) {
+  if (!f->stack && !(f->stack = static_cast<unsigned char *>(malloc(EMU_STACK))))
+    emu_abort("no memory for a fiber stack");
+  if (getcontext(&f->ctx)) emu_abort("getcontext failed");
+  f->ctx.uc_stack.ss_sp = f->stack;
+  f->ctx.uc_stack.ss_size = EMU_STACK;
+  f->ctx.uc_link = nullptr;
+  makecontext(&f->ctx, emu_fiber_entry, 0);
+  f->parity = 0;
+  f->done = false;
+}
+
+/* Runs one block: every fiber from the start of `job` to its first barrier in thread order, then
+ * to the next, and so on; all must finish in the same round (no thread left waiting at a barrier
+ * that the others never reach, which hangs or corrupts a real block). */
+void emu_run_block(const std::function<void()> &job) {
+  emu_job = &job;
+  for (unsigned t = 0; t < (unsigned)NT; t++) emu_make(&emu_fibers[t]);
+  for (unsigned finished = 0; finished < (unsigned)NT;) {
+    unsigned now = 0;
+    for (unsigned t = 0; t < (unsigned)NT; t++) now += emu_resume(t);
+    if (now && now != (unsigned)NT) emu_abort("a block's threads do not all reach the same barriers");
+    finished += now;
+  }
 }
 
 template <typename T, int MAXD, int TPR>
 int emu_launch(const cpcu_attn_args *a) {
   constexpr int BM = NT / TPR;
-  const smem_layout L = make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CP_ATTN_POS_T5 ? a->t5_nb : 0,
-                                    a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->fire_layers == 2 ? 2 : 1,
-                                    a->topk_k);
+  const smem_layout L =
+      make_layout(MAXD, BM, a->q_far != nullptr, a->pos == CP_ATTN_POS_T5 ? a->t5_nb : 0,
+                  a->pos == CP_ATTN_POS_FIRE ? a->fire_width : 0, a->fire_layers == 2 ? 2 : 1, a->topk_k);
   unsigned char *buf = static_cast<unsigned char *>(aligned_alloc(16, (L.total + 15) / 16 * 16));
   if (!buf) return -1;
-  pthread_barrier_t bar;
-  pthread_barrier_init(&bar, nullptr, NT);
-  emu_bar = &bar;
   const unsigned tiles = (unsigned)((a->n_q + BM - 1) / BM);
-  /* The pool's NT threads run the blocks one after another; a barrier before and after each
-   * block's fresh shared memory keeps every thread on the same block. */
-  pool_run([=, &bar](unsigned t) {
-      for (unsigned by = 0; by < (unsigned)a->H; by++)
-        for (unsigned bx = 0; bx < tiles; bx++) {
-          pthread_barrier_wait(&bar); /* every thread has left the previous block */
-          if (t == 0) memset(buf, 0xff, L.total); /* garbage, as fresh shared memory would be */
-          pthread_barrier_wait(&bar);
-          threadIdx = {t, 0, 0};
-          blockIdx = {bx, by, 0};
-          emu_smem = buf;
-          emu_parity = 0;
-          attn_kernel<T, MAXD, TPR>(*a);
-        }
-    });
-  pthread_barrier_destroy(&bar);
+  const std::function<void()> job = [a] { attn_kernel<T, MAXD, TPR>(*a); };
+  for (unsigned by = 0; by < (unsigned)a->H; by++)
+    for (unsigned bx = 0; bx < tiles; bx++) {
+      memset(buf, 0xff, L.total); /* garbage, as fresh shared memory would be */
+      blockIdx = {bx, by, 0};
+      emu_smem = buf;
+      emu_run_block(job);
+    }
   free(buf);
   return 0;
 }
@@ -169,6 +232,6 @@ int emu_copy(void *dst, const void *src, size_t bytes, void *, char *, size_t) {
 
 const cpcu_backend EMULATED = {tile_rows_for, emu_attention, emu_alloc, emu_release, emu_copy, emu_copy};
 
-} // namespace
+}  // namespace
 
 extern "C" const cpcu_backend *cpcu_emulated_backend(void) { return &EMULATED; }
