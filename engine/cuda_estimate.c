@@ -125,8 +125,9 @@ static bool kv_bytes(uint64_t *acc, const cp_model *m, uint64_t layers, uint64_t
 
 /* What one attention call of n_q rows over n_keys keys uploads and gets back
  * (engine/cuda_attention.c in resident mode): row and tile ranges, distances, per-row tables,
- * top-k tables, the positional term's tables, three statistics per head and row; 1 byte for
- * each of at most 24 empty buffers. */
+ * top-k tables, the positional term's tables, three statistics per head and row; each of at most
+ * 28 slices rounded up to 256 bytes; twice all that, as the engine's buffer for them grows by
+ * doubling (cp_cuda_attn_bufs). */
 static bool call_bytes(uint64_t *acc, const cp_model *m, uint64_t n_q, uint64_t n_keys) {
   const uint64_t H = (uint64_t)m->n_heads;
   uint64_t fire = 0;
@@ -135,9 +136,10 @@ static bool call_bytes(uint64_t *acc, const cp_model *m, uint64_t n_q, uint64_t 
     uint64_t w = W * (3 + H) + H + (m->fire[i].layers == 2 ? W * (W + 1) : 0); /* + the W x W middle layer */
     if (w > fire) fire = w;
   }
-  return mac(acc, n_q, 96 + 16 * H, 1) && mac(acc, n_keys, 12, 1) &&
-         mac(acc, (uint64_t)(m->t5_num_buckets > 0 ? m->t5_num_buckets : 0), H, 4) && mac(acc, H, 8, 1) &&
-         mac(acc, fire, 4, 1) && mac(acc, 24, 1, 1);
+  uint64_t one = 0;
+  return mac(&one, n_q, 96 + 16 * H, 1) && mac(&one, n_keys, 12, 1) &&
+         mac(&one, (uint64_t)(m->t5_num_buckets > 0 ? m->t5_num_buckets : 0), H, 4) && mac(&one, H, 8, 1) &&
+         mac(&one, fire, 4, 1) && mac(&one, 28, 256, 1) && mac(acc, one, 2, 1);
 }
 
 int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, int64_t n_ids, int64_t n_dec,

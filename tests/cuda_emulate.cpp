@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -150,8 +151,13 @@ int emu_dispatch(const cpcu_attn_args *a) {
   return emu_launch<T, 256, 8>(a);
 }
 
+/* One launch at a time: the pool, its barrier and the shuffle slots are shared, and two engines
+ * may launch from two host threads. */
+std::mutex emu_launch_mu;
+
 int emu_attention(const cpcu_attn_args *a, int, double *, char *why, size_t n) {
   if (a->n_q == 0) return 0;
+  std::lock_guard<std::mutex> hold(emu_launch_mu);
   int rc = a->bf16 ? emu_dispatch<__nv_bfloat16>(a) : emu_dispatch<float>(a);
   if (rc && why && n) snprintf(why, n, "emulated kernel: out of memory");
   return rc;
@@ -167,7 +173,10 @@ int emu_copy(void *dst, const void *src, size_t bytes, void *, char *, size_t) {
   return 0;
 }
 
-const cpcu_backend EMULATED = {tile_rows_for, emu_attention, emu_alloc, emu_release, emu_copy, emu_copy};
+int emu_sync(void *, char *, size_t) { return 0; }
+
+const cpcu_backend EMULATED = {tile_rows_for, emu_attention, emu_alloc,   emu_release, emu_copy,
+                               emu_copy,      emu_alloc,     emu_release, emu_copy,    emu_sync};
 
 } // namespace
 

@@ -20,7 +20,7 @@ namespace {
 struct emu_dim3 {
   unsigned x, y, z;
 };
-emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+thread_local emu_dim3 threadIdx, blockIdx, blockDim, gridDim; /* two engines may launch from two threads */
 /* The device intrinsics the kernels use; launches run one thread at a time, so atomics are plain. */
 inline float __uint_as_float(unsigned u) {
   float f;

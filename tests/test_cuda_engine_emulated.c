@@ -17,11 +17,14 @@
  * - the refusals: no device, and a device too small for the model (one-line errors, no engine);
  * - issue 32: F16/BF16 weights kept 16-bit on the device (same logits as the F32 upload, lower
  *   peak), the CPU engine's refusal of non-finite q, k, v word for word, and each engine's work on
- *   its own stream.
+ *   its own stream; attention tables kept across calls and statistics through pinned memory (the
+ *   shim counts allocations, waits and copies), two engines on two threads giving the sequential
+ *   bytes.
  *
  * The shim runs everything synchronously on the host, so stream ordering is not exercised (only
  * which stream each piece of work was queued on). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -511,6 +514,147 @@ static void streams_case(const char *src) {
   check_device_clean("streams");
 }
 
+/* Device memory the attention host code allocated (tests/cuda_shim/shim_backend.c: its cudaMalloc
+ * and cudaMallocHost calls; the engine's own buffers go through dalloc, not this backend). */
+long cpcu_shim_attn_allocs(void);
+
+static cp_engine *make_stats(const cp_model *m, const cp_rule *rule, bool stats) {
+  cp_engine_params p;
+  cp_engine *e = NULL;
+  cp_engine_params_init(&p);
+  p.threads = 2;
+  p.stats = stats;
+  CHECK_RC(0, cp_engine_create_on(&e, m, rule, &p, &cp_cuda_engine_ops));
+  return e;
+}
+
+/* Issue 32: the attention calls' device tables and pinned statistics are kept by the engine. A
+ * second forward allocates nothing for them (before: each call's ~15 tables cudaMalloc'd and
+ * cudaFree'd, and cudaFree waits for the whole device), a generation after it regrows them at most
+ * a few times (they double); the statistics come back with copies into pinned memory and one wait
+ * per call (before: a wait per statistic), and a call without statistics does not wait at all. */
+static void bufs_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/tests/goldens/engine/models/llama", src);
+  cp_model *m = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  if (!m) return;
+  cp_engine *with = make_stats(m, NULL, true), *without = make_stats(m, NULL, false);
+  int64_t ids[12], gen[6], n_gen = 0;
+  for (int i = 0; i < 12; i++) ids[i] = (i * 7 + 3) % m->vocab;
+  float *lg = malloc((size_t)12 * m->vocab * sizeof *lg);
+  cpcu_shim_counts c0, c1, c2, c3;
+  if (with && without && lg) {
+    CHECK_RC(0, cp_engine_forward(with, lg, ids, 12, NULL, 0));
+    CHECK_RC(0, cp_engine_forward(without, lg, ids, 12, NULL, 0));
+    const long a0 = cpcu_shim_attn_allocs();
+    cpcu_shim_get_counts(&c0);
+    CHECK_RC(0, cp_engine_forward(with, lg, ids, 12, NULL, 0));
+    cpcu_shim_get_counts(&c1);
+    const long a1 = cpcu_shim_attn_allocs();
+    CHECK_RC(0, cp_engine_forward(without, lg, ids, 12, NULL, 0));
+    cpcu_shim_get_counts(&c2);
+    CHECK_RC(0, cp_engine_generate(with, gen, &n_gen, NULL, ids, 12, NULL, 0, 6, false));
+    cpcu_shim_get_counts(&c3);
+    const long a3 = cpcu_shim_attn_allocs(), calls = c1.attn_calls - c0.attn_calls;
+    const long syncs_with = c1.syncs - c0.syncs, syncs_without = c2.syncs - c1.syncs;
+    printf("attention buffers: second forward %ld attention allocations (%ld calls; cudaMalloc %ld, cudaFree %ld: "
+           "the pass's own), generation %ld; waits %ld with statistics, %ld without; statistics copies %ld pinned, "
+           "%ld without statistics\n",
+           a1 - a0, calls, c1.mallocs - c0.mallocs, c1.frees - c0.frees, a3 - a1, syncs_with, syncs_without,
+           c1.d2h_pinned - c0.d2h_pinned, c2.d2h_pinned - c1.d2h_pinned);
+    CHECK_MSG(calls == 3 && c2.attn_calls - c1.attn_calls == 3, "llama: %ld attention calls", calls);
+    CHECK_MSG(a1 == a0, "a repeated forward allocated %ld attention buffers", a1 - a0);
+    CHECK_MSG(a3 - a1 <= 4, "a 6-step generation allocated %ld attention buffers", a3 - a1);
+    CHECK_MSG(c1.mallocs - c0.mallocs == c2.mallocs - c1.mallocs, "the forward with statistics allocated more");
+    CHECK_MSG(syncs_with - syncs_without == calls, "%ld waits with statistics, %ld without, %ld calls", syncs_with,
+              syncs_without, calls);
+    CHECK_MSG(c1.d2h_pinned - c0.d2h_pinned == 2 * calls && c2.d2h_pinned == c1.d2h_pinned,
+              "statistics copies into pinned memory: %ld", c1.d2h_pinned - c0.d2h_pinned);
+  }
+  free(lg);
+  cp_engine_free(with);
+  cp_engine_free(without);
+  cpcu_shim_get_counts(&c0);
+  CHECK_MSG(c0.pinned_live == 0 && c0.host_allocs == c0.host_frees, "pinned memory left: %ld blocks",
+            c0.pinned_live);
+  check_device_clean("attention buffers");
+  cp_model_free(m);
+}
+
+/* One side of a certification as a thread runs it: a forward with statistics and a generation. */
+typedef struct {
+  cp_engine *e;
+  int64_t ids[10], gen[4], n_gen;
+  float logits[10 * 96], gen_logits[5 * 96], pmax[64], ent[64];
+  int rc;
+} side_run;
+
+static void *side_main(void *arg) {
+  side_run *s = arg;
+  cp_engine_stats st;
+  s->rc = cp_engine_forward(s->e, s->logits, s->ids, 10, NULL, 0);
+  cp_engine_get_stats(&st, s->e);
+  if (!s->rc && (size_t)st.n_modules * st.n_heads <= 64) {
+    memcpy(s->pmax, st.pmax, (size_t)st.n_modules * st.n_heads * sizeof *s->pmax);
+    memcpy(s->ent, st.entropy, (size_t)st.n_modules * st.n_heads * sizeof *s->ent);
+  }
+  if (!s->rc) s->rc = cp_engine_generate(s->e, s->gen, &s->n_gen, s->gen_logits, s->ids, 10, NULL, 0, 4, false);
+  return NULL;
+}
+
+/* Issue 32: the two sides of a certification (the patched model under a Lambda mask with top-k,
+ * the same model without a rule), each an engine on its own stream, driven from two host threads
+ * give the bytes of the two run one after the other (the shim and the emulated kernels serialise
+ * what they share; the overlap itself only a GPU shows). */
+static void threads_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/tests/goldens/engine/models/llama", src);
+  cp_model *m = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  cp_rule rule;
+  cp_rule_init(&rule);
+  const char *json = "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 3}, \"top_k\": {\"k\": 2}}";
+  CHECK_RC(0, cp_rule_parse(&rule, json, strlen(json), "test rule"));
+  if (!m || m->vocab != 96) { /* side_run's arrays are sized for it */
+    CHECK_MSG(m == NULL, "llama golden model: vocabulary not 96");
+    cp_model_free(m);
+    return;
+  }
+  cp_engine *e[2] = {make_stats(m, &rule, true), make_stats(m, NULL, true)};
+  static side_run seq[2], par[2];
+  memset(seq, 0, sizeof seq), memset(par, 0, sizeof par);
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < 10; i++) seq[s].ids[i] = par[s].ids[i] = (i * 11 + 5 + s) % 96;
+  if (e[0] && e[1]) {
+    for (int s = 0; s < 2; s++) {
+      seq[s].e = par[s].e = e[s];
+      side_main(&seq[s]);
+    }
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, side_main, &par[1]) == 0);
+    side_main(&par[0]);
+    pthread_join(th, NULL);
+    bool same = true;
+    for (int s = 0; s < 2; s++) {
+      CHECK_RC(0, seq[s].rc);
+      CHECK_RC(0, par[s].rc);
+      same = same && !memcmp(seq[s].logits, par[s].logits, sizeof seq[s].logits) &&
+             !memcmp(seq[s].gen_logits, par[s].gen_logits, sizeof seq[s].gen_logits) &&
+             !memcmp(seq[s].pmax, par[s].pmax, sizeof seq[s].pmax) && !memcmp(seq[s].ent, par[s].ent, sizeof seq[s].ent) &&
+             seq[s].n_gen == par[s].n_gen && !memcmp(seq[s].gen, par[s].gen, sizeof seq[s].gen);
+    }
+    printf("two engines on two threads: %s the sequential run's logits, statistics and ids\n",
+           same ? "equal to" : "DIFFERENT from");
+    CHECK_MSG(same, "two threads change the sides' results");
+    CHECK_MSG(memcmp(seq[0].logits, seq[1].logits, sizeof seq[0].logits), "the rule changed nothing: a weak case");
+  }
+  cp_engine_free(e[0]);
+  cp_engine_free(e[1]);
+  check_device_clean("threads");
+  cp_model_free(m);
+}
+
 /* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
  * and the checks that make it worth running the engine against (each must be caught). */
 static void shim_selftest(void) {
@@ -562,6 +706,8 @@ int main(void) {
   streams_case(src);
   stored_dtype_case(src, "llama_rope2", CP_BF16);
   stored_dtype_case(src, "t5_gated", CP_F16);
+  bufs_case(src);
+  threads_case(src);
   /* q of layer 1, all of head 1 (dh = 8); one Inf in a value row of head 1; T5's cross-attention
    * value of decoder layer 0 (its encoder keys and values are checked on first use) */
   nonfinite_case(src, "llama", false, 1, 0, 8, 8, NAN, "layer 1 head 1 row 0: non-finite attention query");

@@ -101,7 +101,8 @@ typedef struct {
   double *rope_inv; /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
   dnorm embed_norm;
   dstack enc, dec;
-  cp_arena work; /* the attention call's host tables, reset per call */
+  cp_arena work;          /* the attention call's host tables, reset per call */
+  cp_cuda_attn_bufs attn; /* the attention calls' device tables and pinned statistics, kept across calls */
   /* Non-finite checks queued since the last wait: the device word holds the smallest failing code. */
   unsigned long long *first_bad; /* [1] device: FCHECK_NONE or (check index << FCHECK_SHIFT) + row * heads + head */
   fcheck *checks;
@@ -504,7 +505,7 @@ static int cuda_attention(void *be, const cp_module_call *mc, const float *hin, 
   if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, mc->kv, b))) goto done;
   if (mc->collect && (rc = cp_engine_stats_rows(d->owner, &c))) goto done;
   /* On this engine's stream, after the projections queued there. */
-  if ((rc = cp_cuda_attention_resident(d->be, &c, d->stream))) goto done;
+  if ((rc = cp_cuda_attention_resident(d->be, &c, d->stream, &d->attn))) goto done;
   if (mc->collect) cp_engine_record_stats(d->owner, &c);
   rc = linear(d, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
@@ -653,6 +654,7 @@ static void cuda_destroy(void *be) {
   dfree(d->rope_inv);
   dfree(d->wide);
   dfree(d->first_bad);
+  cp_cuda_attn_bufs_free(d->be, &d->attn);
   free(d->checks);
   free(d->w);
   free(d->enc.layers), free(d->dec.layers);
