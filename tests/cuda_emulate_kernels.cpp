@@ -27,6 +27,8 @@ inline float __uint_as_float(unsigned u) {
   memcpy(&f, &u, sizeof f);
   return f;
 }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {
   const unsigned long long old = *a;
   if (v < old) *a = v;

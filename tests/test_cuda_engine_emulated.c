@@ -19,7 +19,7 @@
  *   peak), the CPU engine's refusal of non-finite q, k, v word for word, and each engine's work on
  *   its own stream; attention tables kept across calls and statistics through pinned memory (the
  *   shim counts allocations, waits and copies), two engines on two threads giving the sequential
- *   bytes.
+ *   bytes, GGUF Q8_0/Q4_0/Q4_K blocks widened on the device.
  *
  * The shim runs everything synchronously on the host, so stream ordering is not exercised (only
  * which stream each piece of work was queued on). */
@@ -655,6 +655,136 @@ static void threads_case(const char *src) {
   cp_model_free(m);
 }
 
+/* GGUF blocks for the quant case: Q8_0 and Q4_0 quantised from the matrix (ggml's reference rule:
+ * d = max|x| / 127, or d = the signed extreme / -8), Q4_K filled from a fixed stream (any bytes are a
+ * valid block; small scales keep the model tame). Returns the blocks, or NULL. */
+static void *make_blocks(const float *x, size_t count, cp_dtype t) {
+  const size_t bs = cp_dtype_block(t), nb = count / bs, bb = (size_t)cp_dtype_span(t, bs);
+  unsigned char *out = calloc(nb, bb);
+  uint64_t z = 0x9e3779b97f4a7c15ULL;
+  for (size_t b = 0; out && b < nb; b++) {
+    const float *v = x + b * bs;
+    unsigned char *o = out + b * bb;
+    if (t == CP_Q4_K) {
+      o[0] = 0x00, o[1] = 0x0c, o[2] = 0x00, o[3] = 0x0c; /* d = dmin = 2^-12 */
+      for (size_t j = 4; j < bb; j++) {
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        o[j] = (unsigned char)(z >> 56);
+      }
+      continue;
+    }
+    float amax = 0, ext = 0;
+    for (size_t j = 0; j < bs; j++)
+      if (fabsf(v[j]) > amax) amax = fabsf(v[j]), ext = v[j];
+    const float d = t == CP_Q8_0 ? amax / 127.0f : ext / -8.0f, id = d ? 1.0f / d : 0.0f;
+    const uint16_t h = cp_f32_to_f16(d);
+    o[0] = (unsigned char)(h & 0xff), o[1] = (unsigned char)(h >> 8);
+    for (size_t j = 0; j < bs; j++) {
+      if (t == CP_Q8_0) {
+        o[2 + j] = (unsigned char)(signed char)roundf(v[j] * id);
+      } else {
+        int q = (int)(v[j] * id + 8.5f);
+        q = q < 0 ? 0 : q > 15 ? 15 : q;
+        o[2 + j % 16] |= (unsigned char)(j < 16 ? q : q << 4);
+      }
+    }
+  }
+  return out;
+}
+
+/* Issue 32: GGUF Q8_0, Q4_0 and Q4_K matrices stay as stored on the device and are widened there
+ * per GEMM. rope-probe (llama, D 64, d_ff 256) with the embedding in Q8_0 (read by the embedding
+ * kernel), the head in Q4_0 (larger than the scratch: blocks of rows), each layer's q and up in
+ * Q8_0, k, v, o and gate in Q4_0 and down in Q4_K: the device's logits equal, bit for
+ * bit, those of the same blocks widened on the host (cp_convert_to_f32, formats/gguf_quant.c)
+ * and uploaded as F32, and the CPU engine's on the blocks within TOL; the device held less. */
+static void quant_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/examples/probe-models/rope-probe", src);
+  cp_model *mq = NULL, *mf = NULL;
+  CHECK_RC(0, cp_model_open(&mq, path));
+  CHECK_RC(0, cp_model_open(&mf, path));
+  enum { N_LIN = 7, MAX_LAYERS = 4 };
+  /* the models' own arrays, put back before cp_model_free; ours freed here */
+  const void *orig_q[MAX_LAYERS][N_LIN], *orig_f[MAX_LAYERS][N_LIN], *orig_embed[2], *orig_head[2];
+  void *mine[2 * MAX_LAYERS * N_LIN + 4];
+  int n_mine = 0;
+  const bool ok = mq && mf && mq->decoder.n_layers <= MAX_LAYERS && mq->lm_head != mq->embed &&
+                  mq->embed_dtype == CP_F32 && mq->lm_head_dtype == CP_F32;
+  CHECK_MSG(ok, "rope-probe: not the model this case was written for");
+  if (!ok) goto out;
+  for (int l = 0; l < mq->decoder.n_layers; l++) {
+    cp_layer *ly = &mq->decoder.layers[l], *lf = &mf->decoder.layers[l];
+    cp_linear *L[N_LIN] = {&ly->q, &ly->up, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->down};
+    cp_linear *F[N_LIN] = {&lf->q, &lf->up, &lf->k, &lf->v, &lf->o, &lf->gate, &lf->down};
+    const cp_dtype T[N_LIN] = {CP_Q8_0, CP_Q8_0, CP_Q4_0, CP_Q4_0, CP_Q4_0, CP_Q4_0, CP_Q4_K};
+    for (int i = 0; i < N_LIN; i++) {
+      const size_t count = (size_t)L[i]->n_out * L[i]->n_in;
+      CHECK_MSG(L[i]->dtype == CP_F32 && L[i]->n_in % cp_dtype_block(T[i]) == 0, "layer %d matrix %d", l, i);
+      void *b = make_blocks(L[i]->w, count, T[i]);
+      float *w = malloc(count * sizeof *w);
+      mine[n_mine++] = b, mine[n_mine++] = w;
+      if (b && w) CHECK_RC(0, cp_convert_to_f32(w, b, T[i], count));
+      orig_q[l][i] = L[i]->w, orig_f[l][i] = F[i]->w;
+      L[i]->w = b, L[i]->dtype = T[i], F[i]->w = w;
+    }
+  }
+  const size_t count = (size_t)mq->vocab * mq->d_model;
+  void *eb = make_blocks(mq->embed, count, CP_Q8_0), *hb = make_blocks(mq->lm_head, count, CP_Q4_0);
+  float *ew = malloc(count * sizeof *ew), *hw = malloc(count * sizeof *hw);
+  mine[n_mine++] = eb, mine[n_mine++] = ew, mine[n_mine++] = hb, mine[n_mine++] = hw;
+  if (eb && ew && hb && hw) {
+    CHECK_RC(0, cp_convert_to_f32(ew, eb, CP_Q8_0, count));
+    CHECK_RC(0, cp_convert_to_f32(hw, hb, CP_Q4_0, count));
+  }
+  orig_embed[0] = mq->embed, orig_embed[1] = mf->embed, orig_head[0] = mq->lm_head, orig_head[1] = mf->lm_head;
+  mq->embed = eb, mq->embed_dtype = CP_Q8_0, mq->lm_head = hb, mq->lm_head_dtype = CP_Q4_0;
+  mf->embed = ew, mf->lm_head = hw;
+  int64_t ids[16];
+  for (int i = 0; i < 16; i++) ids[i] = (i * 41 + 9) % mq->vocab;
+  const size_t nl = (size_t)16 * mq->vocab;
+  float *ref = malloc(nl * sizeof *ref), *a = malloc(nl * sizeof *a), *b = malloc(nl * sizeof *b);
+  cp_engine *cpu = NULL, *gq = NULL, *gf = NULL;
+  CHECK_RC(0, make(&cpu, mq, NULL, false, false));
+  if (cpu) CHECK_RC(0, cp_engine_forward(cpu, ref, ids, 16, NULL, 0));
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gq, mq, NULL, true, false));
+  if (gq) CHECK_RC(0, cp_engine_forward(gq, a, ids, 16, NULL, 0));
+  const size_t peak_q = cpcu_shim_peak_bytes();
+  check_estimate("quant", mq, 16, 0, 0);
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gf, mf, NULL, true, false));
+  if (gf) CHECK_RC(0, cp_engine_forward(gf, b, ids, 16, NULL, 0));
+  const size_t peak_f = cpcu_shim_peak_bytes();
+  if (cpu && gq && gf) {
+    const double e = test_rel_err(a, ref, nl);
+    const bool same = !memcmp(a, b, nl * sizeof *a);
+    printf("quant Q8_0/Q4_0/Q4_K on the device: logits vs cpu %.1e, %s the host-widened upload's; peak device bytes "
+           "%zu (F32 upload %zu, %.2fx)\n",
+           e, same ? "equal to" : "DIFFERENT from", peak_q, peak_f, (double)peak_q / (double)peak_f);
+    CHECK_MSG(same, "quant: widening on the device changes the logits");
+    CHECK_MSG(e <= TOL, "quant: logits error %.3g against the CPU", e);
+    CHECK_MSG(peak_q < peak_f, "quant: block upload held %zu device bytes, the F32 one %zu", peak_q, peak_f);
+  }
+  cp_engine_free(gq);
+  cp_engine_free(gf);
+  cp_engine_free(cpu);
+  free(ref), free(a), free(b);
+  check_device_clean("quant");
+  for (int l = 0; l < mq->decoder.n_layers; l++) {
+    cp_layer *ly = &mq->decoder.layers[l], *lf = &mf->decoder.layers[l];
+    cp_linear *L[N_LIN] = {&ly->q, &ly->up, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->down};
+    cp_linear *F[N_LIN] = {&lf->q, &lf->up, &lf->k, &lf->v, &lf->o, &lf->gate, &lf->down};
+    for (int i = 0; i < N_LIN; i++) L[i]->w = orig_q[l][i], L[i]->dtype = CP_F32, F[i]->w = orig_f[l][i];
+  }
+  mq->embed = orig_embed[0], mq->lm_head = orig_head[0], mq->embed_dtype = mq->lm_head_dtype = CP_F32;
+  mf->embed = orig_embed[1], mf->lm_head = orig_head[1];
+out:
+  cp_model_free(mq);
+  cp_model_free(mf);
+  for (int i = 0; i < n_mine; i++) free(mine[i]);
+}
+
 /* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
  * and the checks that make it worth running the engine against (each must be caught). */
 static void shim_selftest(void) {
@@ -708,6 +838,7 @@ int main(void) {
   stored_dtype_case(src, "t5_gated", CP_F16);
   bufs_case(src);
   threads_case(src);
+  quant_case(src);
   /* q of layer 1, all of head 1 (dh = 8); one Inf in a value row of head 1; T5's cross-attention
    * value of decoder layer 0 (its encoder keys and values are checked on first use) */
   nonfinite_case(src, "llama", false, 1, 0, 8, 8, NAN, "layer 1 head 1 row 0: non-finite attention query");
