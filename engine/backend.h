@@ -142,11 +142,12 @@ bool cp_engine_rope_needs_raw(const cp_model *m, const cp_rule *rule, const cp_r
  * shared by two uses (tied embeddings) is passed each time; callers keep it once. */
 typedef void (*cp_cuda_weight_fn)(void *ctx, const void *w, cp_dtype dtype, size_t count);
 void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx);
-/* The dtype a weight stored as `stored` has on the device: F16 and BF16 stay, the rest is F32. */
+/* The dtype a weight stored as `stored` has on the device: F16, BF16 and the GGUF blocks (Q8_0,
+ * Q4_0, Q4_K) stay as stored (widened on the device per GEMM), the rest is F32. */
 cp_dtype cp_cuda_device_dtype(cp_dtype stored);
-/* Floats of the scratch a 16-bit matrix's rows are widened into before their GEMM (0 when the
- * device holds no 16-bit matrix): the largest 16-bit layer matrix (or, with none, at most
- * CP_CUDA_WIDEN_HEAD floats of a 16-bit LM head), at least D; a larger head runs in blocks of rows
+/* Floats of the scratch a 16-bit or block matrix's rows are widened into before their GEMM (0 when
+ * the device holds none): the largest such layer matrix (or, with none, at most
+ * CP_CUDA_WIDEN_HEAD floats of such an LM head), at least D; a larger head runs in blocks of rows
  * that fit. */
 uint64_t cp_cuda_widen_floats(const cp_model *m);
 enum { CP_CUDA_WIDEN_HEAD = 1 << 22 };

@@ -7,6 +7,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +39,9 @@ int cp_cuda_attention(const cp_attn_call *c, const cp_cuda_opts *opts) {
 
 #else
 
-static const cpcu_backend CUDA_RUNTIME = {cpcu_tile_rows, cpcu_attention, cpcu_malloc,
-                                          cpcu_free,      cpcu_upload,    cpcu_download};
+static const cpcu_backend CUDA_RUNTIME = {cpcu_tile_rows,  cpcu_attention, cpcu_malloc,         cpcu_free,
+                                          cpcu_upload,     cpcu_download,  cpcu_host_alloc,     cpcu_host_free,
+                                          cpcu_download_async, cpcu_sync};
 
 int cp_cuda_attention(const cp_attn_call *c, const cp_cuda_opts *opts) {
   return cp_cuda_attention_on(&CUDA_RUNTIME, c, opts);
@@ -78,7 +80,13 @@ bool cp_cuda_available(char *why, size_t n) {
 typedef struct {
   const cpcu_backend *be;
   void *stream; /* the copies' and the kernel's (cudaStream_t; NULL: the legacy default stream) */
-  void *p[32];  /* every device buffer of one call (28 at most) */
+  /* NULL: each buffer its own allocation, freed after the call. Else every buffer is a slice of
+   * bufs->dev, `used` bytes so far; with `measure`, nothing is copied and the slices are only
+   * counted (the first of attention_on's two passes). */
+  cp_cuda_attn_bufs *bufs;
+  bool measure;
+  size_t used;
+  void *p[32]; /* without bufs: every device buffer of one call (28 at most) */
   int n;
 } dev_list;
 
@@ -88,50 +96,66 @@ typedef enum {
   PUT_I32,  /* int64 as int (check_call bounds every index and distance) */
 } put_as;
 
-/* Copies bytes from host memory into a new device buffer *out, recorded in `dl` for freeing,
- * converted on the way as `as` says (bytes counts the source). NULL src: *out = NULL. */
+enum { SLICE_ALIGN = 256 }; /* cudaMalloc's own alignment, for every slice of bufs->dev */
+
+static size_t slice_bytes(size_t bytes) { return (bytes + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN; }
+
+/* A device buffer of `bytes` into *d: a new allocation, a slice of bufs->dev, or (measuring) a
+ * placeholder that is never dereferenced. */
+static int dev_take(dev_list *dl, void **d, size_t bytes) {
+  char why[256] = "";
+  *d = NULL;
+  if (dl->bufs) {
+    *d = dl->measure ? (void *)(uintptr_t)SLICE_ALIGN : (char *)dl->bufs->dev + dl->used;
+    dl->used += slice_bytes(bytes ? bytes : 1);
+    assert(dl->measure || dl->used <= dl->bufs->dev_cap);
+    return 0;
+  }
+  assert(dl->n < (int)(sizeof dl->p / sizeof *dl->p));
+  if (dl->be->alloc(d, bytes, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  dl->p[dl->n++] = *d;
+  return 0;
+}
+
+/* Copies bytes from host memory into a new device buffer *out, converted on the way as `as` says
+ * (bytes counts the source). NULL src: *out = NULL. */
 static int dev_put(dev_list *dl, const void **out, const void *src, size_t bytes, put_as as) {
   char why[256] = "";
   void *d = NULL, *tmp = NULL;
   const void *from = src;
   *out = NULL;
   if (!src) return 0;
+  const size_t count = as == PUT_BF16 ? bytes / sizeof(float) : as == PUT_I32 ? bytes / sizeof(int64_t) : bytes;
+  const size_t dbytes = as == PUT_BF16 ? count * sizeof(uint16_t) : as == PUT_I32 ? count * sizeof(int) : bytes;
+  int rc = dev_take(dl, &d, dbytes);
+  if (rc || dl->measure) {
+    *out = d;
+    return rc;
+  }
   if (as == PUT_BF16) {
-    size_t count = bytes / sizeof(float);
     uint16_t *b = malloc(count ? count * sizeof *b : 1);
     CP_CHECK_ALLOC(b, "cuda: converting to bfloat16");
     for (size_t x = 0; x < count; x++) b[x] = cp_f32_to_bf16(((const float *)src)[x]); /* as the bake rounds */
-    tmp = b, from = b, bytes = count * sizeof *b;
+    tmp = b, from = b;
   } else if (as == PUT_I32) {
-    size_t count = bytes / sizeof(int64_t);
     int *w = malloc(count ? count * sizeof *w : 1);
     CP_CHECK_ALLOC(w, "cuda: int tables");
     for (size_t x = 0; x < count; x++) w[x] = (int)((const int64_t *)src)[x];
-    tmp = w, from = w, bytes = count * sizeof *w;
+    tmp = w, from = w;
   }
-  int rc = 0;
-  assert(dl->n < (int)(sizeof dl->p / sizeof *dl->p));
-  if (dl->be->alloc(&d, bytes, why, sizeof why) || dl->be->upload(d, from, bytes, dl->stream, why, sizeof why)) {
-    dl->be->release(d);
-    rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
-  } else {
-    dl->p[dl->n++] = d;
-    *out = d;
-  }
+  if (dl->be->upload(d, from, dbytes, dl->stream, why, sizeof why)) rc = cp_error_set(CP_ECUDA, "cuda: %s", why);
+  else *out = d;
   free(tmp);
   return rc;
 }
 
 static int dev_out(dev_list *dl, float **out, const float *want, size_t bytes) {
-  char why[256] = "";
   void *d = NULL;
   *out = NULL;
   if (!want) return 0;
-  assert(dl->n < (int)(sizeof dl->p / sizeof *dl->p));
-  if (dl->be->alloc(&d, bytes, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
-  dl->p[dl->n++] = d;
-  *out = d;
-  return 0;
+  int rc = dev_take(dl, &d, bytes);
+  if (!rc) *out = d;
+  return rc;
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -335,12 +359,10 @@ static int upload_pos(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c) {
   return 0;
 }
 
-/* Runs the kernel on the uploaded call and copies the outputs back into c's host arrays (with
- * `resident`, c->out is a device pointer the kernel writes; the statistics still come back). */
-static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const cp_cuda_opts *o, bool resident) {
-  const cpcu_backend *be = dl->be;
+/* The outputs' device buffers: out (unless resident: c->out is the engine's device array) and the
+ * row statistics the call asks for. */
+static int take_outputs(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, bool resident) {
   const size_t qn = (size_t)c->n_q * c->H * c->dh, sn = (size_t)c->H * c->n_q;
-  char why[256] = "";
   int rc;
   if (resident) a->out = c->out;
   if ((!resident && (rc = dev_out(dl, &a->out, c->out, qn * sizeof(float)))) ||
@@ -348,10 +370,19 @@ static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, co
       (rc = dev_out(dl, &a->row_ent, c->row_ent, sn * sizeof(float))) ||
       (rc = dev_out(dl, &a->row_lstd, c->row_lstd, sn * sizeof(float))))
     return rc;
+  return 0;
+}
+
+/* Runs the kernel on the uploaded call and copies the outputs back into c's host arrays, each
+ * download waiting for the stream (the per-call path of cp_cuda_attention). */
+static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const cp_cuda_opts *o) {
+  const cpcu_backend *be = dl->be;
+  const size_t qn = (size_t)c->n_q * c->H * c->dh, sn = (size_t)c->H * c->n_q;
+  char why[256] = "";
   if (be->attention(a, o ? o->bench_reps : 0, o ? o->bench_ms : NULL, why, sizeof why))
     return cp_error_set(CP_ECUDA, "cuda: %s", why);
   void *s = dl->stream;
-  if ((!resident && be->download(c->out, a->out, qn * sizeof(float), s, why, sizeof why)) ||
+  if (be->download(c->out, a->out, qn * sizeof(float), s, why, sizeof why) ||
       (c->row_pmax && be->download(c->row_pmax, a->row_pmax, sn * sizeof(float), s, why, sizeof why)) ||
       (c->row_ent && be->download(c->row_ent, a->row_ent, sn * sizeof(float), s, why, sizeof why)) ||
       (c->row_lstd && be->download(c->row_lstd, a->row_lstd, sn * sizeof(float), s, why, sizeof why)))
@@ -359,12 +390,75 @@ static int run_kernel(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, co
   return 0;
 }
 
+/* The resident call's kernel, queued; the statistics it asks for come back through bufs' pinned
+ * host memory with copies queued behind it and one wait, and no wait at all without statistics
+ * (the engine's next wait reports a failure). */
+static int run_resident(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c) {
+  const cpcu_backend *be = dl->be;
+  const size_t sn = (size_t)c->H * c->n_q;
+  float *const dst[3] = {c->row_pmax, c->row_ent, c->row_lstd};
+  const float *const src[3] = {a->row_pmax, a->row_ent, a->row_lstd};
+  float *pinned = dl->bufs->host;
+  char why[256] = "";
+  int n = 0;
+  if (be->attention(a, 0, NULL, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  for (int x = 0; x < 3; x++)
+    if (dst[x] && be->download_async(pinned + (size_t)n++ * sn, src[x], sn * sizeof(float), dl->stream, why, sizeof why))
+      return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  if (n == 0) return 0;
+  if (be->sync(dl->stream, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  for (int x = 0, k = 0; x < 3; x++)
+    if (dst[x]) memcpy(dst[x], pinned + (size_t)k++ * sn, sn * sizeof(float));
+  return 0;
+}
+
+/* Device and pinned host buffers of at least `dev` and `host` bytes; a buffer that grows at least
+ * doubles, so a generation (one key more each step) regrows it a logarithmic number of times. The
+ * old buffer is freed first: its last user is on this stream, and cudaFree waits for the device. */
+static int bufs_reserve(const cpcu_backend *be, cp_cuda_attn_bufs *b, size_t dev, size_t host) {
+  char why[256] = "";
+  if (dev > b->dev_cap) {
+    const size_t want = dev > 2 * b->dev_cap ? dev : 2 * b->dev_cap;
+    be->release(b->dev);
+    b->dev = NULL, b->dev_cap = 0;
+    if (be->alloc(&b->dev, want, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+    b->dev_cap = want;
+    b->grows++;
+  }
+  if (host > b->host_cap) {
+    const size_t want = host > 2 * b->host_cap ? host : 2 * b->host_cap;
+    be->host_release(b->host);
+    b->host = NULL, b->host_cap = 0;
+    if (be->host_alloc(&b->host, want, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+    b->host_cap = want;
+    b->grows++;
+  }
+  return 0;
+}
+
+void cp_cuda_attn_bufs_free(const cpcu_backend *be, cp_cuda_attn_bufs *b) {
+  if (!b) return;
+  be->release(b->dev);
+  be->host_release(b->host);
+  memset(b, 0, sizeof *b);
+}
+
+/* Every device buffer of the call (uploads, outputs) through dl. */
+static int place_call(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c, const tile_plan *tp, bool bf16,
+                      bool resident) {
+  int rc;
+  if ((rc = upload_tensors(dl, a, c, bf16, resident)) || (rc = upload_ranges(dl, a, c, tp)) ||
+      (rc = upload_pos(dl, a, c)) || (rc = take_outputs(dl, a, c, resident)))
+    return rc;
+  return 0;
+}
+
 static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts, bool resident,
-                        void *stream) {
+                        void *stream, cp_cuda_attn_bufs *bufs) {
   int rc = check_call(c);
   if (rc || c->n_q == 0) return rc;
   const bool bf16 = !resident && opts && opts->bf16;
-  dev_list dl = {be, stream, {0}, 0};
+  dev_list dl = {be, stream, bufs, bufs != NULL, 0, {0}, 0};
   tile_plan tp;
   cpcu_attn_args a;
   memset(&a, 0, sizeof a);
@@ -377,18 +471,26 @@ static int attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_
   a.stream = stream;
   assert(CP_CUDA_ROW_ALIGN % be->tile_rows(c->dh) == 0); /* a shared prefix starts on a tile (cp_engine_cache) */
   if ((rc = tile_plan_build(&tp, c, be->tile_rows(c->dh)))) return rc;
-  if (!(rc = upload_tensors(&dl, &a, c, bf16, resident)) && !(rc = upload_ranges(&dl, &a, c, &tp)) &&
-      !(rc = upload_pos(&dl, &a, c)))
-    rc = run_kernel(&dl, &a, c, opts, resident);
+  if (bufs) { /* measure, make room, then place the call for real */
+    const size_t stats = (size_t)3 * c->H * c->n_q * sizeof(float);
+    if (!(rc = place_call(&dl, &a, c, &tp, bf16, resident)) &&
+        !(rc = bufs_reserve(be, bufs, dl.used, c->row_pmax || c->row_ent || c->row_lstd ? stats : 0))) {
+      dl.measure = false, dl.used = 0;
+      if (!(rc = place_call(&dl, &a, c, &tp, bf16, resident))) rc = run_resident(&dl, &a, c);
+    }
+  } else if (!(rc = place_call(&dl, &a, c, &tp, bf16, resident))) {
+    rc = run_kernel(&dl, &a, c, opts);
+  }
   for (int x = 0; x < dl.n; x++) be->release(dl.p[x]);
   tile_plan_free(&tp);
   return rc;
 }
 
 int cp_cuda_attention_on(const cpcu_backend *be, const cp_attn_call *c, const cp_cuda_opts *opts) {
-  return attention_on(be, c, opts, false, NULL);
+  return attention_on(be, c, opts, false, NULL, NULL);
 }
 
-int cp_cuda_attention_resident(const cpcu_backend *be, const cp_attn_call *c, void *stream) {
-  return attention_on(be, c, NULL, true, stream);
+int cp_cuda_attention_resident(const cpcu_backend *be, const cp_attn_call *c, void *stream,
+                               cp_cuda_attn_bufs *bufs) {
+  return attention_on(be, c, NULL, true, stream, bufs);
 }

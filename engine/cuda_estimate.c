@@ -1,6 +1,7 @@
 /* Device memory of the CUDA engine, before it allocates (cp_cuda_engine_bytes,
  * include/ctxpatch/engine/cuda.h), and the list of weights it uploads (engine/backend.h).
- * F16/BF16 matrices count at their stored size plus one widening scratch (cp_cuda_widen_floats).
+ * F16/BF16 and GGUF block matrices count at their stored size plus one widening scratch
+ * (cp_cuda_widen_floats).
  * In every build: the CLI checks a run against the device's free memory and the tests check the
  * estimate against what the emulated engine really allocates. The pass sizes here are those of
  * engine/engine_run.c for a device backend (pass_alloc, kv_alloc; an upper bound: RoPE's three
@@ -52,9 +53,12 @@ void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx)
   stack(&m->decoder, D, (size_t)m->d_head, fn, ctx);
 }
 
-cp_dtype cp_cuda_device_dtype(cp_dtype stored) { return stored == CP_F16 || stored == CP_BF16 ? stored : CP_F32; }
+cp_dtype cp_cuda_device_dtype(cp_dtype stored) {
+  return stored == CP_F16 || stored == CP_BF16 || cp_dtype_is_block(stored) ? stored : CP_F32;
+}
 
-static bool is16(cp_dtype t) { return cp_cuda_device_dtype(t) != CP_F32; }
+/* Kept as stored on the device and widened into the scratch for each GEMM. */
+static bool widened(cp_dtype t) { return cp_cuda_device_dtype(t) != CP_F32; }
 
 static uint64_t widen_stack(const cp_stack *st) {
   uint64_t most = 0;
@@ -62,7 +66,7 @@ static uint64_t widen_stack(const cp_stack *st) {
     const cp_layer *ly = &st->layers[l];
     const cp_linear *L[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->cq, &ly->ck, &ly->cv, &ly->co, &ly->gate, &ly->up, &ly->down};
     for (size_t i = 0; i < sizeof L / sizeof *L; i++)
-      if (L[i]->w && is16(L[i]->dtype) && (uint64_t)L[i]->n_out * (uint64_t)L[i]->n_in > most)
+      if (L[i]->w && widened(L[i]->dtype) && (uint64_t)L[i]->n_out * (uint64_t)L[i]->n_in > most)
         most = (uint64_t)L[i]->n_out * (uint64_t)L[i]->n_in;
   }
   return most;
@@ -71,7 +75,7 @@ static uint64_t widen_stack(const cp_stack *st) {
 uint64_t cp_cuda_widen_floats(const cp_model *m) {
   uint64_t n = widen_stack(&m->encoder), dec = widen_stack(&m->decoder);
   if (dec > n) n = dec;
-  if (m->lm_head && is16(m->lm_head_dtype)) { /* the head runs in blocks of rows that fit */
+  if (m->lm_head && widened(m->lm_head_dtype)) { /* the head runs in blocks of rows that fit */
     const uint64_t D = (uint64_t)m->d_model, head = (uint64_t)m->vocab * D;
     if (n == 0) n = head < CP_CUDA_WIDEN_HEAD ? head : CP_CUDA_WIDEN_HEAD;
     if (D > n) n = D;
@@ -82,7 +86,7 @@ uint64_t cp_cuda_widen_floats(const cp_model *m) {
 typedef struct {
   const void **seen;
   size_t n, cap;
-  uint64_t bytes; /* F16/BF16 as stored, everything else as F32 */
+  uint64_t bytes; /* F16/BF16 and blocks as stored, everything else as F32 */
   bool overflow, nomem;
 } weight_sum;
 
@@ -96,8 +100,10 @@ static void add_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
     return;
   }
   s->seen[s->n++] = w;
-  if (!cp_mul_u64(&b, (uint64_t)count, cp_dtype_size(cp_cuda_device_dtype(dtype))) ||
-      !cp_add_u64(&s->bytes, s->bytes, b))
+  const cp_dtype dev = cp_cuda_device_dtype(dtype);
+  if (cp_dtype_is_block(dev)) b = cp_dtype_span(dev, (uint64_t)count); /* bounded by the tensor's size */
+  else if (!cp_mul_u64(&b, (uint64_t)count, cp_dtype_size(dev))) s->overflow = true;
+  if (s->overflow || !cp_add_u64(&s->bytes, s->bytes, b))
     s->overflow = true;
 }
 
@@ -125,8 +131,9 @@ static bool kv_bytes(uint64_t *acc, const cp_model *m, uint64_t layers, uint64_t
 
 /* What one attention call of n_q rows over n_keys keys uploads and gets back
  * (engine/cuda_attention.c in resident mode): row and tile ranges, distances, per-row tables,
- * top-k tables, the positional term's tables, three statistics per head and row; 1 byte for
- * each of at most 24 empty buffers. */
+ * top-k tables, the positional term's tables, three statistics per head and row; each of at most
+ * 28 slices rounded up to 256 bytes; twice all that, as the engine's buffer for them grows by
+ * doubling (cp_cuda_attn_bufs). */
 static bool call_bytes(uint64_t *acc, const cp_model *m, uint64_t n_q, uint64_t n_keys) {
   const uint64_t H = (uint64_t)m->n_heads;
   uint64_t fire = 0;
@@ -135,9 +142,10 @@ static bool call_bytes(uint64_t *acc, const cp_model *m, uint64_t n_q, uint64_t 
     uint64_t w = W * (3 + H) + H + (m->fire[i].layers == 2 ? W * (W + 1) : 0); /* + the W x W middle layer */
     if (w > fire) fire = w;
   }
-  return mac(acc, n_q, 96 + 16 * H, 1) && mac(acc, n_keys, 12, 1) &&
-         mac(acc, (uint64_t)(m->t5_num_buckets > 0 ? m->t5_num_buckets : 0), H, 4) && mac(acc, H, 8, 1) &&
-         mac(acc, fire, 4, 1) && mac(acc, 24, 1, 1);
+  uint64_t one = 0;
+  return mac(&one, n_q, 96 + 16 * H, 1) && mac(&one, n_keys, 12, 1) &&
+         mac(&one, (uint64_t)(m->t5_num_buckets > 0 ? m->t5_num_buckets : 0), H, 4) && mac(&one, H, 8, 1) &&
+         mac(&one, fire, 4, 1) && mac(&one, 28, 256, 1) && mac(acc, one, 2, 1);
 }
 
 int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, int64_t n_ids, int64_t n_dec,
@@ -150,7 +158,7 @@ int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, in
   cp_cuda_for_each_weight(m, add_weight, &s);
   free(s.seen);
   if (s.nomem) return cp_nomem("cuda: memory estimate");
-  /* the weights, the scratch a 16-bit matrix is widened into for its GEMM, the non-finite flag */
+  /* the weights, the scratch a 16-bit or block matrix is widened into for its GEMM, the non-finite flag */
   if (s.overflow || !mac(weights, cp_cuda_widen_floats(m), 4, 1) || !cp_add_u64(weights, *weights, s.bytes) ||
       !mac(weights, 1, 8, 1))
     return cp_error_set(CP_EOVERFLOW, "cuda: memory estimate: the weights overflow 64 bits");

@@ -230,7 +230,10 @@ int emu_copy(void *dst, const void *src, size_t bytes, void *, char *, size_t) {
   return 0;
 }
 
-const cpcu_backend EMULATED = {tile_rows_for, emu_attention, emu_alloc, emu_release, emu_copy, emu_copy};
+int emu_sync(void *, char *, size_t) { return 0; }
+
+const cpcu_backend EMULATED = {tile_rows_for, emu_attention, emu_alloc,   emu_release, emu_copy,
+                               emu_copy,      emu_alloc,     emu_release, emu_copy,    emu_sync};
 
 }  // namespace
 

@@ -20,13 +20,15 @@ namespace {
 struct emu_dim3 {
   unsigned x, y, z;
 };
-emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+thread_local emu_dim3 threadIdx, blockIdx, blockDim, gridDim; /* two engines may launch from two threads */
 /* The device intrinsics the kernels use; launches run one thread at a time, so atomics are plain. */
 inline float __uint_as_float(unsigned u) {
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
 }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {
   const unsigned long long old = *a;
   if (v < old) *a = v;

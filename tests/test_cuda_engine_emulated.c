@@ -17,11 +17,14 @@
  * - the refusals: no device, and a device too small for the model (one-line errors, no engine);
  * - issue 32: F16/BF16 weights kept 16-bit on the device (same logits as the F32 upload, lower
  *   peak), the CPU engine's refusal of non-finite q, k, v word for word, and each engine's work on
- *   its own stream.
+ *   its own stream; attention tables kept across calls and statistics through pinned memory (the
+ *   shim counts allocations, waits and copies), two engines on two threads giving the sequential
+ *   bytes, GGUF Q8_0/Q4_0/Q4_K blocks widened on the device.
  *
  * The shim runs everything synchronously on the host, so stream ordering is not exercised (only
  * which stream each piece of work was queued on). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -511,6 +514,278 @@ static void streams_case(const char *src) {
   check_device_clean("streams");
 }
 
+/* Device memory the attention host code allocated (tests/cuda_shim/shim_backend.c: its cudaMalloc
+ * and cudaMallocHost calls; the engine's own buffers go through dalloc, not this backend). */
+long cpcu_shim_attn_allocs(void);
+
+static cp_engine *make_stats(const cp_model *m, const cp_rule *rule, bool stats) {
+  cp_engine_params p;
+  cp_engine *e = NULL;
+  cp_engine_params_init(&p);
+  p.threads = 2;
+  p.stats = stats;
+  CHECK_RC(0, cp_engine_create_on(&e, m, rule, &p, &cp_cuda_engine_ops));
+  return e;
+}
+
+/* Issue 32: the attention calls' device tables and pinned statistics are kept by the engine. On
+ * qwen2 (2 layers: few emulated launches), a second forward allocates nothing for them (before: each call's ~15 tables cudaMalloc'd and
+ * cudaFree'd, and cudaFree waits for the whole device), a generation after it regrows them at most
+ * a few times (they double); the statistics come back with copies into pinned memory and one wait
+ * per call (before: a wait per statistic), and a call without statistics does not wait at all. */
+static void bufs_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/tests/goldens/engine/models/qwen2", src);
+  cp_model *m = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  if (!m) return;
+  cp_engine *with = make_stats(m, NULL, true), *without = make_stats(m, NULL, false);
+  int64_t ids[12], gen[3], n_gen = 0;
+  for (int i = 0; i < 12; i++) ids[i] = (i * 7 + 3) % m->vocab;
+  float *lg = malloc((size_t)12 * m->vocab * sizeof *lg);
+  cpcu_shim_counts c0, c1, c2, c3;
+  if (with && without && lg) {
+    CHECK_RC(0, cp_engine_forward(with, lg, ids, 12, NULL, 0));
+    CHECK_RC(0, cp_engine_forward(without, lg, ids, 12, NULL, 0));
+    const long a0 = cpcu_shim_attn_allocs();
+    cpcu_shim_get_counts(&c0);
+    CHECK_RC(0, cp_engine_forward(with, lg, ids, 12, NULL, 0));
+    cpcu_shim_get_counts(&c1);
+    const long a1 = cpcu_shim_attn_allocs();
+    CHECK_RC(0, cp_engine_forward(without, lg, ids, 12, NULL, 0));
+    cpcu_shim_get_counts(&c2);
+    CHECK_RC(0, cp_engine_generate(with, gen, &n_gen, NULL, ids, 12, NULL, 0, 3, false));
+    cpcu_shim_get_counts(&c3);
+    const long a3 = cpcu_shim_attn_allocs(), calls = c1.attn_calls - c0.attn_calls;
+    const long syncs_with = c1.syncs - c0.syncs, syncs_without = c2.syncs - c1.syncs;
+    printf("attention buffers: second forward %ld attention allocations (%ld calls; cudaMalloc %ld, cudaFree %ld: "
+           "the pass's own), generation %ld; waits %ld with statistics, %ld without; statistics copies %ld pinned, "
+           "%ld without statistics\n",
+           a1 - a0, calls, c1.mallocs - c0.mallocs, c1.frees - c0.frees, a3 - a1, syncs_with, syncs_without,
+           c1.d2h_pinned - c0.d2h_pinned, c2.d2h_pinned - c1.d2h_pinned);
+    CHECK_MSG(calls == m->decoder.n_layers && c2.attn_calls - c1.attn_calls == calls, "qwen2: %ld attention calls",
+              calls);
+    CHECK_MSG(a1 == a0, "a repeated forward allocated %ld attention buffers", a1 - a0);
+    CHECK_MSG(a3 - a1 <= 4, "a 3-step generation allocated %ld attention buffers", a3 - a1);
+    CHECK_MSG(c1.mallocs - c0.mallocs == c2.mallocs - c1.mallocs, "the forward with statistics allocated more");
+    CHECK_MSG(syncs_with - syncs_without == calls, "%ld waits with statistics, %ld without, %ld calls", syncs_with,
+              syncs_without, calls);
+    CHECK_MSG(c1.d2h_pinned - c0.d2h_pinned == 2 * calls && c2.d2h_pinned == c1.d2h_pinned,
+              "statistics copies into pinned memory: %ld", c1.d2h_pinned - c0.d2h_pinned);
+  }
+  free(lg);
+  cp_engine_free(with);
+  cp_engine_free(without);
+  cpcu_shim_get_counts(&c0);
+  CHECK_MSG(c0.pinned_live == 0 && c0.host_allocs == c0.host_frees, "pinned memory left: %ld blocks",
+            c0.pinned_live);
+  check_device_clean("attention buffers");
+  cp_model_free(m);
+}
+
+/* One side of a certification as a thread runs it: a forward with statistics and a generation. */
+typedef struct {
+  cp_engine *e;
+  int64_t ids[10], gen[2], n_gen;
+  float logits[10 * 96], gen_logits[3 * 96], pmax[64], ent[64];
+  int rc;
+} side_run;
+
+static void *side_main(void *arg) {
+  side_run *s = arg;
+  cp_engine_stats st;
+  s->rc = cp_engine_forward(s->e, s->logits, s->ids, 10, NULL, 0);
+  cp_engine_get_stats(&st, s->e);
+  if (!s->rc && (size_t)st.n_modules * st.n_heads <= 64) {
+    memcpy(s->pmax, st.pmax, (size_t)st.n_modules * st.n_heads * sizeof *s->pmax);
+    memcpy(s->ent, st.entropy, (size_t)st.n_modules * st.n_heads * sizeof *s->ent);
+  }
+  if (!s->rc) s->rc = cp_engine_generate(s->e, s->gen, &s->n_gen, s->gen_logits, s->ids, 10, NULL, 0, 2, false);
+  return NULL;
+}
+
+/* Issue 32: the two sides of a certification (qwen2 under a Lambda mask with top-k, the same
+ * model without a rule), each an engine on its own stream, driven from two host threads
+ * give the bytes of the two run one after the other (the shim and the emulated kernels serialise
+ * what they share; the overlap itself only a GPU shows). */
+static void threads_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/tests/goldens/engine/models/qwen2", src);
+  cp_model *m = NULL;
+  CHECK_RC(0, cp_model_open(&m, path));
+  cp_rule rule;
+  cp_rule_init(&rule);
+  const char *json = "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 3}, \"top_k\": {\"k\": 2}}";
+  CHECK_RC(0, cp_rule_parse(&rule, json, strlen(json), "test rule"));
+  if (!m || m->vocab != 96) { /* side_run's arrays are sized for it */
+    CHECK_MSG(m == NULL, "qwen2 golden model: vocabulary not 96");
+    cp_model_free(m);
+    return;
+  }
+  cp_engine *e[2] = {make_stats(m, &rule, true), make_stats(m, NULL, true)};
+  static side_run seq[2], par[2];
+  memset(seq, 0, sizeof seq), memset(par, 0, sizeof par);
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < 10; i++) seq[s].ids[i] = par[s].ids[i] = (i * 11 + 5 + s) % 96;
+  if (e[0] && e[1]) {
+    for (int s = 0; s < 2; s++) {
+      seq[s].e = par[s].e = e[s];
+      side_main(&seq[s]);
+    }
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, side_main, &par[1]) == 0);
+    side_main(&par[0]);
+    pthread_join(th, NULL);
+    bool same = true;
+    for (int s = 0; s < 2; s++) {
+      CHECK_RC(0, seq[s].rc);
+      CHECK_RC(0, par[s].rc);
+      same = same && !memcmp(seq[s].logits, par[s].logits, sizeof seq[s].logits) &&
+             !memcmp(seq[s].gen_logits, par[s].gen_logits, sizeof seq[s].gen_logits) &&
+             !memcmp(seq[s].pmax, par[s].pmax, sizeof seq[s].pmax) && !memcmp(seq[s].ent, par[s].ent, sizeof seq[s].ent) &&
+             seq[s].n_gen == par[s].n_gen && !memcmp(seq[s].gen, par[s].gen, sizeof seq[s].gen);
+    }
+    printf("two engines on two threads: %s the sequential run's logits, statistics and ids\n",
+           same ? "equal to" : "DIFFERENT from");
+    CHECK_MSG(same, "two threads change the sides' results");
+    CHECK_MSG(memcmp(seq[0].logits, seq[1].logits, sizeof seq[0].logits), "the rule changed nothing: a weak case");
+  }
+  cp_engine_free(e[0]);
+  cp_engine_free(e[1]);
+  check_device_clean("threads");
+  cp_model_free(m);
+}
+
+/* GGUF blocks for the quant case: Q8_0 and Q4_0 quantised from the matrix (ggml's reference rule:
+ * d = max|x| / 127, or d = the signed extreme / -8), Q4_K filled from a fixed stream (any bytes are a
+ * valid block; small scales keep the model tame). Returns the blocks, or NULL. */
+static void *make_blocks(const float *x, size_t count, cp_dtype t) {
+  const size_t bs = cp_dtype_block(t), nb = count / bs, bb = (size_t)cp_dtype_span(t, bs);
+  unsigned char *out = calloc(nb, bb);
+  uint64_t z = 0x9e3779b97f4a7c15ULL;
+  for (size_t b = 0; out && b < nb; b++) {
+    const float *v = x + b * bs;
+    unsigned char *o = out + b * bb;
+    if (t == CP_Q4_K) {
+      o[0] = 0x00, o[1] = 0x0c, o[2] = 0x00, o[3] = 0x0c; /* d = dmin = 2^-12 */
+      for (size_t j = 4; j < bb; j++) {
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        o[j] = (unsigned char)(z >> 56);
+      }
+      continue;
+    }
+    float amax = 0, ext = 0;
+    for (size_t j = 0; j < bs; j++)
+      if (fabsf(v[j]) > amax) amax = fabsf(v[j]), ext = v[j];
+    const float d = t == CP_Q8_0 ? amax / 127.0f : ext / -8.0f, id = d ? 1.0f / d : 0.0f;
+    const uint16_t h = cp_f32_to_f16(d);
+    o[0] = (unsigned char)(h & 0xff), o[1] = (unsigned char)(h >> 8);
+    for (size_t j = 0; j < bs; j++) {
+      if (t == CP_Q8_0) {
+        o[2 + j] = (unsigned char)(signed char)roundf(v[j] * id);
+      } else {
+        int q = (int)(v[j] * id + 8.5f);
+        q = q < 0 ? 0 : q > 15 ? 15 : q;
+        o[2 + j % 16] |= (unsigned char)(j < 16 ? q : q << 4);
+      }
+    }
+  }
+  return out;
+}
+
+/* Issue 32: GGUF Q8_0, Q4_0 and Q4_K matrices stay as stored on the device and are widened there
+ * per GEMM. rope-probe (llama, D 64, d_ff 256) with the embedding in Q8_0 (read by the embedding
+ * kernel), the head in Q4_0 (larger than the scratch: blocks of rows), each layer's q and up in
+ * Q8_0, k, v, o and gate in Q4_0 and down in Q4_K: the device's logits equal, bit for
+ * bit, those of the same blocks widened on the host (cp_convert_to_f32, formats/gguf_quant.c)
+ * and uploaded as F32, and the CPU engine's on the blocks within TOL; the device held less. */
+static void quant_case(const char *src) {
+  char path[2048];
+  snprintf(path, sizeof path, "%.1900s/examples/probe-models/rope-probe", src);
+  cp_model *mq = NULL, *mf = NULL;
+  CHECK_RC(0, cp_model_open(&mq, path));
+  CHECK_RC(0, cp_model_open(&mf, path));
+  enum { N_LIN = 7, MAX_LAYERS = 4 };
+  /* the models' own arrays, put back before cp_model_free; ours freed here */
+  const void *orig_q[MAX_LAYERS][N_LIN], *orig_f[MAX_LAYERS][N_LIN], *orig_embed[2], *orig_head[2];
+  void *mine[2 * MAX_LAYERS * N_LIN + 4];
+  int n_mine = 0;
+  const bool ok = mq && mf && mq->decoder.n_layers <= MAX_LAYERS && mq->lm_head != mq->embed &&
+                  mq->embed_dtype == CP_F32 && mq->lm_head_dtype == CP_F32;
+  CHECK_MSG(ok, "rope-probe: not the model this case was written for");
+  if (!ok) goto out;
+  for (int l = 0; l < mq->decoder.n_layers; l++) {
+    cp_layer *ly = &mq->decoder.layers[l], *lf = &mf->decoder.layers[l];
+    cp_linear *L[N_LIN] = {&ly->q, &ly->up, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->down};
+    cp_linear *F[N_LIN] = {&lf->q, &lf->up, &lf->k, &lf->v, &lf->o, &lf->gate, &lf->down};
+    const cp_dtype T[N_LIN] = {CP_Q8_0, CP_Q8_0, CP_Q4_0, CP_Q4_0, CP_Q4_0, CP_Q4_0, CP_Q4_K};
+    for (int i = 0; i < N_LIN; i++) {
+      const size_t count = (size_t)L[i]->n_out * L[i]->n_in;
+      CHECK_MSG(L[i]->dtype == CP_F32 && L[i]->n_in % cp_dtype_block(T[i]) == 0, "layer %d matrix %d", l, i);
+      void *b = make_blocks(L[i]->w, count, T[i]);
+      float *w = malloc(count * sizeof *w);
+      mine[n_mine++] = b, mine[n_mine++] = w;
+      if (b && w) CHECK_RC(0, cp_convert_to_f32(w, b, T[i], count));
+      orig_q[l][i] = L[i]->w, orig_f[l][i] = F[i]->w;
+      L[i]->w = b, L[i]->dtype = T[i], F[i]->w = w;
+    }
+  }
+  const size_t count = (size_t)mq->vocab * mq->d_model;
+  void *eb = make_blocks(mq->embed, count, CP_Q8_0), *hb = make_blocks(mq->lm_head, count, CP_Q4_0);
+  float *ew = malloc(count * sizeof *ew), *hw = malloc(count * sizeof *hw);
+  mine[n_mine++] = eb, mine[n_mine++] = ew, mine[n_mine++] = hb, mine[n_mine++] = hw;
+  if (eb && ew && hb && hw) {
+    CHECK_RC(0, cp_convert_to_f32(ew, eb, CP_Q8_0, count));
+    CHECK_RC(0, cp_convert_to_f32(hw, hb, CP_Q4_0, count));
+  }
+  orig_embed[0] = mq->embed, orig_embed[1] = mf->embed, orig_head[0] = mq->lm_head, orig_head[1] = mf->lm_head;
+  mq->embed = eb, mq->embed_dtype = CP_Q8_0, mq->lm_head = hb, mq->lm_head_dtype = CP_Q4_0;
+  mf->embed = ew, mf->lm_head = hw;
+  int64_t ids[16];
+  for (int i = 0; i < 16; i++) ids[i] = (i * 41 + 9) % mq->vocab;
+  const size_t nl = (size_t)16 * mq->vocab;
+  float *ref = malloc(nl * sizeof *ref), *a = malloc(nl * sizeof *a), *b = malloc(nl * sizeof *b);
+  cp_engine *cpu = NULL, *gq = NULL, *gf = NULL;
+  CHECK_RC(0, make(&cpu, mq, NULL, false, false));
+  if (cpu) CHECK_RC(0, cp_engine_forward(cpu, ref, ids, 16, NULL, 0));
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gq, mq, NULL, true, false));
+  if (gq) CHECK_RC(0, cp_engine_forward(gq, a, ids, 16, NULL, 0));
+  const size_t peak_q = cpcu_shim_peak_bytes();
+  check_estimate("quant", mq, 16, 0, 0);
+  cpcu_shim_reset_peak();
+  CHECK_RC(0, make(&gf, mf, NULL, true, false));
+  if (gf) CHECK_RC(0, cp_engine_forward(gf, b, ids, 16, NULL, 0));
+  const size_t peak_f = cpcu_shim_peak_bytes();
+  if (cpu && gq && gf) {
+    const double e = test_rel_err(a, ref, nl);
+    const bool same = !memcmp(a, b, nl * sizeof *a);
+    printf("quant Q8_0/Q4_0/Q4_K on the device: logits vs cpu %.1e, %s the host-widened upload's; peak device bytes "
+           "%zu (F32 upload %zu, %.2fx)\n",
+           e, same ? "equal to" : "DIFFERENT from", peak_q, peak_f, (double)peak_q / (double)peak_f);
+    CHECK_MSG(same, "quant: widening on the device changes the logits");
+    CHECK_MSG(e <= TOL, "quant: logits error %.3g against the CPU", e);
+    CHECK_MSG(peak_q < peak_f, "quant: block upload held %zu device bytes, the F32 one %zu", peak_q, peak_f);
+  }
+  cp_engine_free(gq);
+  cp_engine_free(gf);
+  cp_engine_free(cpu);
+  free(ref), free(a), free(b);
+  check_device_clean("quant");
+  for (int l = 0; l < mq->decoder.n_layers; l++) {
+    cp_layer *ly = &mq->decoder.layers[l], *lf = &mf->decoder.layers[l];
+    cp_linear *L[N_LIN] = {&ly->q, &ly->up, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->down};
+    cp_linear *F[N_LIN] = {&lf->q, &lf->up, &lf->k, &lf->v, &lf->o, &lf->gate, &lf->down};
+    for (int i = 0; i < N_LIN; i++) L[i]->w = orig_q[l][i], L[i]->dtype = CP_F32, F[i]->w = orig_f[l][i];
+  }
+  mq->embed = orig_embed[0], mq->lm_head = orig_head[0], mq->embed_dtype = mq->lm_head_dtype = CP_F32;
+  mf->embed = orig_embed[1], mf->lm_head = orig_head[1];
+out:
+  cp_model_free(mq);
+  cp_model_free(mf);
+  for (int i = 0; i < n_mine; i++) free(mine[i]);
+}
+
 /* The shim itself: cuBLAS's column-major semantics on a small product for every transpose pair,
  * and the checks that make it worth running the engine against (each must be caught). */
 static void shim_selftest(void) {
@@ -562,6 +837,9 @@ int main(void) {
   streams_case(src);
   stored_dtype_case(src, "llama_rope2", CP_BF16);
   stored_dtype_case(src, "t5_gated", CP_F16);
+  bufs_case(src);
+  threads_case(src);
+  quant_case(src);
   /* q of layer 1, all of head 1 (dh = 8); one Inf in a value row of head 1; T5's cross-attention
    * value of decoder layer 0 (its encoder keys and values are checked on first use) */
   nonfinite_case(src, "llama", false, 1, 0, 8, 8, NAN, "layer 1 head 1 row 0: non-finite attention query");

@@ -6,11 +6,15 @@
  * really come from the cache (the rows reused are those of the common prefix with the previous
  * prompt, in whole 128-row blocks short of either's last row, computed here from the ids).
  * The same on a CUDA device when one is present. The refusals: T5 and dynamic ALiBi (CP_EUNSUPPORTED, saying why), a
- * prompt past the cache's size (CP_EARG); a rule change empties the cache. */
+ * prompt past the cache's size (CP_EARG); a rule change empties the cache.
+ * cp_verify_run with a baseline (issue 32): the two sides on two host threads (side_threads 2, the
+ * CUDA default) give every count, answer, token total and ppl figure of the sides run one after
+ * the other (side_threads 1, the CPU default), each side's cache on its own thread. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctxpatch/engine/cuda.h"
 #include "ctxpatch/engine/engine.h"
@@ -145,6 +149,51 @@ static void refusals(const char *src, const cp_tokenizer *tok) {
   cp_model_free(alibi);
 }
 
+/* verify with a baseline: sequential sides and two threads give the same result, field by field. */
+static void sides_case(const char *src, const cp_tokenizer *tok) {
+  cp_model *m = open_probe(src, "rope-probe");
+  cp_rule rule;
+  cp_rule_init(&rule);
+  CHECK_RC(0, parse(&rule, "{\"lambda_mask\": {\"n_global\": 4, \"n_local\": 96}, \"top_k\": {\"k\": 3}}"));
+  const char *fx = getenv("CTXPATCH_FIXTURES");
+  char corpus[2048];
+  snprintf(corpus, sizeof corpus, "%.1900s/third_party/text/tinystories_val_1000_eot.txt",
+           fx ? fx : test_path(src, "../shared/fixtures"));
+  const bool ppl = access(corpus, R_OK) == 0;
+  const cp_probe_kind probes[] = {CP_PROBE_PASSKEY, CP_PROBE_LINES};
+  const int64_t lengths[] = {160, 300};
+  const double depths[] = {0.2, 0.8};
+  cp_verify_result *r[2] = {NULL, NULL};
+  for (int t = 0; t < 2 && m; t++) {
+    cp_verify_params p;
+    cp_verify_params_init(&p);
+    p.probes = probes, p.n_probes = 2, p.lengths = lengths, p.n_lengths = 2, p.depths = depths, p.n_depths = 2;
+    p.samples = 2, p.threads = 0, p.baseline = true, p.max_new_tokens = 4, p.side_threads = t == 0 ? 1 : 2;
+    p.corpus_path = ppl ? corpus : NULL, p.ppl_windows = 2, p.ppl_buckets = 4;
+    CHECK_RC(0, cp_verify_run(&r[t], m, tok, &rule, &p));
+  }
+  if (r[0] && r[1]) {
+    const size_t cells = 2 * 2 * 2, nb = 2 * 4;
+    bool same = r[0]->side_tokens[0] == r[1]->side_tokens[0] && r[0]->side_tokens[1] == r[1]->side_tokens[1] &&
+                r[0]->side_reused[0] == r[1]->side_reused[0] && r[0]->side_reused[1] == r[1]->side_reused[1] &&
+                !memcmp(r[0]->answered, r[1]->answered, cells * 2);
+    for (int s = 0; s < 2; s++) {
+      same = same && !memcmp(r[0]->correct[s], r[1]->correct[s], cells * sizeof(int)) &&
+             !memcmp(r[0]->only[s], r[1]->only[s], cells * sizeof(int));
+      if (ppl)
+        same = same && !memcmp(r[0]->ppl_nll[s], r[1]->ppl_nll[s], nb * sizeof(double)) &&
+               !memcmp(r[0]->ppl_mean[s], r[1]->ppl_mean[s], 2 * sizeof(double));
+    }
+    printf("verify sides: one thread %.2f s, two threads %.2f s (%lld tokens, ppl %s): %s\n", r[0]->seconds,
+           r[1]->seconds, (long long)r[0]->tokens, ppl ? "run" : "skipped, no fixtures",
+           same ? "same results" : "DIFFERENT results");
+    CHECK_MSG(same, "verify: two side threads change the result");
+    CHECK(r[0]->side_tokens[1] > 0);
+  }
+  for (int t = 0; t < 2; t++) cp_verify_result_free(r[t]);
+  cp_model_free(m);
+}
+
 int main(void) {
   const char *src = test_env("CTXPATCH_SOURCE_DIR");
   cp_tokenizer *tok = NULL;
@@ -193,6 +242,7 @@ int main(void) {
     printf("cuda: not checked here (%s); tests/test_cuda_engine_emulated checks the CUDA backend's host code\n", why);
   }
   refusals(src, tok);
+  sides_case(src, tok);
   cp_tokenizer_free(tok);
   return test_finish();
 }

@@ -15,6 +15,7 @@
 #include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
+#include "verify/sides.h"
 #include "verify/verify_seq.h"
 
 void cp_verify_params_init(cp_verify_params *p) {
@@ -234,7 +235,35 @@ static int check_lengths_fit(const cp_model *model, const cp_verify_params *p) {
   return 0;
 }
 
-/* One prompt on every side; counts the correct answers and, with a baseline, the discordant pairs. */
+/* Whether the two sides run on two host threads (cp_verify_params.side_threads). */
+static bool two_threads(const cp_verify_params *p) {
+  return p->side_threads == 2 || (p->side_threads == 0 && p->device == CP_DEVICE_CUDA);
+}
+
+/* One prompt's generation on each side, into the side's own slots. */
+typedef struct {
+  cp_engine *const *engines;
+  cp_engine_cache *const *caches;
+  const cp_probe_sample *sample;
+  const cp_verify_params *p;
+  int64_t *gen[2];
+  int64_t n_gen[2], reused[2];
+} sample_sides;
+
+static int sample_side(void *ctx, int s) {
+  sample_sides *x = ctx;
+  const cp_probe_sample *sm = x->sample;
+  /* T5: the prompt is the encoder input and the decoder starts from its start token;
+   * decoder-only: the prompt is continued. */
+  if (x->caches[s]) /* the rows this prompt shares with the previous one come from its cache */
+    return cp_engine_generate_cached(x->caches[s], x->gen[s], &x->n_gen[s], NULL, sm->ids, (int64_t)sm->n_ids,
+                                     x->p->max_new_tokens, true, &x->reused[s]);
+  return cp_engine_generate(x->engines[s], x->gen[s], &x->n_gen[s], NULL, sm->ids, (int64_t)sm->n_ids, NULL, 0,
+                            x->p->max_new_tokens, true);
+}
+
+/* One prompt on every side; counts the correct answers and, with a baseline, the discordant pairs.
+ * gen: [2, max_new_tokens], a row per side. */
 static int run_sample(cp_verify_result *r, cp_engine *const *engines, cp_engine_cache *const *caches, int sides,
                       const cp_tokenizer *tok, const cp_verify_params *p, int pi, int l, int d, int k, int64_t *gen,
                       int64_t *done_count) {
@@ -248,28 +277,22 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, cp_engine_
   bool ok[2] = {false, false};
   size_t c = cell(r, pi, l, d), a = c * (size_t)r->samples + (size_t)k;
   if (sides == 2 && p->baseline_from) ok[1] = p->baseline_from->answered[a]; /* the original's run, recorded */
+  sample_sides x = {engines, caches, &sample, p, {gen, gen + p->max_new_tokens}, {0, 0}, {0, 0}};
+  rc = verify_sides_run(run_sides, two_threads(p), sample_side, &x);
+  /* each side's answer, in side order whichever finished first */
   for (int s = 0; s < run_sides && rc == 0; s++) {
-    int64_t n_gen = 0;
+    int64_t n_gen = x.n_gen[s];
     char *text = NULL;
     size_t len = 0;
-    /* T5: the prompt is the encoder input and the decoder starts from its start token;
-     * decoder-only: the prompt is continued. */
-    int64_t reused = 0;
-    if (caches[s]) /* the rows this prompt shares with the previous one come from its cache */
-      rc = cp_engine_generate_cached(caches[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids,
-                                     p->max_new_tokens, true, &reused);
-    else
-      rc = cp_engine_generate(engines[s], gen, &n_gen, NULL, sample.ids, (int64_t)sample.n_ids, NULL, 0,
-                              p->max_new_tokens, true);
     /* an id the tokenizer has no text for (an embedding padded past the tokenizer's vocabulary)
      * ends the answer: it cannot spell any of it */
-    for (int64_t i = 0; rc == 0 && i < n_gen; i++)
-      if (gen[i] < 0 || (uint64_t)gen[i] >= (uint64_t)cp_tokenizer_vocab_size(tok)) n_gen = i;
-    if (rc == 0) rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)gen, (size_t)n_gen, true);
+    for (int64_t i = 0; i < n_gen; i++)
+      if (x.gen[s][i] < 0 || (uint64_t)x.gen[s][i] >= (uint64_t)cp_tokenizer_vocab_size(tok)) n_gen = i;
+    rc = cp_tokenizer_decode(tok, &text, &len, (const int64_t *)x.gen[s], (size_t)n_gen, true);
     if (rc == 0) ok[s] = cp_probe_correct(p->probes[pi], text, sample.answer);
     free(text);
-    r->side_tokens[s] += (int64_t)sample.n_ids - reused + n_gen;
-    r->side_reused[s] += reused;
+    r->side_tokens[s] += (int64_t)sample.n_ids - x.reused[s] + n_gen;
+    r->side_reused[s] += x.reused[s];
     if (rc == 0 && p->progress) p->progress(p->progress_ctx, ++*done_count, total);
   }
   r->answered[a] = ok[0];
@@ -295,6 +318,34 @@ static int score_block(void *ctx, const float *logits /* [n_rows, vocab] */, int
   return 0;
 }
 
+/* One length of the ppl probe on each side, into the side's own sums and counts ([2, buckets]). */
+typedef struct {
+  cp_verify_result *r;
+  cp_engine *const *engines;
+  const cp_model *model;
+  const cp_verify_params *p;
+  int l;
+  double *sum;
+  int64_t *count;
+} ppl_sides;
+
+static int ppl_side(void *ctx, int s) {
+  ppl_sides *x = ctx;
+  const cp_verify_params *p = x->p;
+  const size_t nb = (size_t)p->ppl_buckets;
+  const int64_t length = p->lengths[x->l];
+  int rc;
+  for (int w = 0; w < p->ppl_windows; w++) {
+    int64_t start = 0;
+    if ((rc = cp_ppl_window_start(&start, &x->r->corpus, length, w, p->seed)) < 0) return rc;
+    const int64_t *ids = x->r->corpus.ids + start;
+    ppl_blocks pb = {x->sum + (size_t)s * nb, x->count + (size_t)s * nb, ids, length, x->model->vocab,
+                     p->ppl_buckets};
+    if ((rc = cp_engine_forward_blocks(x->engines[s], score_block, &pb, ids, length, NULL, 0)) < 0) return rc;
+  }
+  return 0;
+}
+
 /* The ppl probe: every window at every length through every side, NLL by position bucket. The
  * logits are scored block by block (cp_engine_forward_blocks), never held for the window. */
 static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, const cp_model *model,
@@ -305,32 +356,30 @@ static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, co
   int run_sides = p->baseline_from ? 1 : sides; /* baseline_from: copied by the caller */
   int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + p->ppl_windows) * p->n_lengths * run_sides;
   size_t nb = (size_t)p->ppl_buckets;
-  double *sum = calloc(nb, sizeof *sum);
-  int64_t *count = calloc(nb, sizeof *count);
+  double *sum = calloc(2 * nb, sizeof *sum);
+  int64_t *count = calloc(2 * nb, sizeof *count);
   int rc = 0;
   CP_CHECK_ALLOC_GOTO(sum && count, "ppl");
-  for (int l = 0; l < p->n_lengths; l++)
-    for (int s = 0; s < run_sides; s++) {
-      memset(sum, 0, nb * sizeof *sum);
-      memset(count, 0, nb * sizeof *count);
-      for (int w = 0; w < p->ppl_windows; w++) {
-        int64_t start = 0;
-        if ((rc = cp_ppl_window_start(&start, &r->corpus, p->lengths[l], w, p->seed)) < 0) goto done;
-        const int64_t *ids = r->corpus.ids + start;
-        ppl_blocks pb = {sum, count, ids, p->lengths[l], model->vocab, p->ppl_buckets};
-        if ((rc = cp_engine_forward_blocks(engines[s], score_block, &pb, ids, p->lengths[l], NULL, 0)) < 0) goto done;
-        r->side_tokens[s] += p->lengths[l];
-        if (p->progress) p->progress(p->progress_ctx, ++*done_count, total);
-      }
+  for (int l = 0; l < p->n_lengths; l++) {
+    memset(sum, 0, 2 * nb * sizeof *sum);
+    memset(count, 0, 2 * nb * sizeof *count);
+    ppl_sides x = {r, engines, model, p, l, sum, count};
+    if ((rc = verify_sides_run(run_sides, two_threads(p), ppl_side, &x)) < 0) goto done;
+    for (int s = 0; s < run_sides; s++) { /* in side order, whichever finished first */
+      const double *ss = sum + (size_t)s * nb;
+      const int64_t *cs = count + (size_t)s * nb;
+      r->side_tokens[s] += p->lengths[l] * p->ppl_windows;
+      for (int w = 0; w < p->ppl_windows && p->progress; w++) p->progress(p->progress_ctx, ++*done_count, total);
       double all = 0;
       int64_t n = 0;
       for (size_t b = 0; b < nb; b++) {
-        r->ppl_nll[s][(size_t)l * nb + b] = count[b] ? sum[b] / (double)count[b] : NAN;
-        all += sum[b];
-        n += count[b];
+        r->ppl_nll[s][(size_t)l * nb + b] = cs[b] ? ss[b] / (double)cs[b] : NAN;
+        all += ss[b];
+        n += cs[b];
       }
       r->ppl_mean[s][l] = all / (double)n;
     }
+  }
 done:
   free(sum);
   free(count);
@@ -475,7 +524,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
     rc = cp_engine_create(&engines[s], side_model[s], s == 0 ? rule : NULL, &ep);
   }
   if (rc < 0) goto done;
-  CP_CHECK_ALLOC_GOTO(gen = malloc((size_t)p->max_new_tokens * sizeof *gen), "verify");
+  CP_CHECK_ALLOC_GOTO(gen = malloc((size_t)2 * p->max_new_tokens * sizeof *gen), "verify"); /* a row per side */
   int64_t done_count = 0;
   for (int pi = 0; pi < p->n_probes; pi++)
     for (int l = 0; l < p->n_lengths; l++)

@@ -403,7 +403,6 @@ int launch(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n) {
   const cudaStream_t s = (cudaStream_t)a->stream;
   attn_kernel<T, MAXD, TPR><<<grid, NT, L.total, s>>>(*a);
   if ((err = cudaGetLastError()) != cudaSuccess) return fail(err, "cuda attention: launch", why, n);
-  if ((err = cudaStreamSynchronize(s)) != cudaSuccess) return fail(err, "cuda attention: kernel", why, n);
   if (reps > 0 && ms) {
     cudaEvent_t e0, e1;
     if ((err = cudaEventCreate(&e0)) != cudaSuccess) return fail(err, "cuda attention: event", why, n);
@@ -493,6 +492,32 @@ extern "C" int cpcu_download(void *dst, const void *src, size_t bytes, void *str
   cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize((cudaStream_t)stream);
   return err == cudaSuccess ? 0 : fail(err, "cudaMemcpyAsync to host", why, n);
+}
+
+/* Page-locked, so that a copy into it runs on the stream while the host goes on. */
+extern "C" int cpcu_host_alloc(void **p, size_t bytes, char *why, size_t n) {
+  *p = nullptr;
+  cudaError_t err = cudaMallocHost(p, bytes ? bytes : 1);
+  if (err != cudaSuccess) {
+    *p = nullptr;
+    return fail(err, "cudaMallocHost", why, n);
+  }
+  return 0;
+}
+
+extern "C" void cpcu_host_free(void *p) {
+  if (p) cudaFreeHost(p);
+}
+
+extern "C" int cpcu_download_async(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n) {
+  if (!bytes) return 0;
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+  return err == cudaSuccess ? 0 : fail(err, "cudaMemcpyAsync to host", why, n);
+}
+
+extern "C" int cpcu_sync(void *stream, char *why, size_t n) {
+  cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+  return err == cudaSuccess ? 0 : fail(err, "cuda attention: kernel", why, n);
 }
 
 #endif /* CPCU_EMULATE */

@@ -88,8 +88,9 @@ int cpcu_device_name(char *name, size_t name_n, int *cc_major, int *cc_minor, ch
 int cpcu_versions(int *driver, int *runtime, char *why, size_t n);
 /* Query rows per thread block for head dim dh (the tile the host's tile_ranges must use). */
 int cpcu_tile_rows(int dh);
-/* Runs the fused kernel on a->stream and waits for that stream. With reps > 0 it runs reps more times afterwards and
- * writes the mean kernel time in milliseconds to *ms (CUDA events; benchmarks only). */
+/* Queues the fused kernel on a->stream (it does not wait: a later download or sync on that stream
+ * reports a failure). With reps > 0 it runs reps more times afterwards and writes the mean kernel
+ * time in milliseconds to *ms (CUDA events; benchmarks only). */
 int cpcu_attention(const cpcu_attn_args *a, int reps, double *ms, char *why, size_t n);
 
 int cpcu_malloc(void **p, size_t bytes, char *why, size_t n);
@@ -98,6 +99,14 @@ void cpcu_free(void *p); /* NULL is fine */
  * host bytes are taken, a download once they have arrived. */
 int cpcu_upload(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
 int cpcu_download(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
+/* Pinned (page-locked) host memory, which a download on a stream can fill without the host
+ * waiting (cudaMallocHost / cudaFreeHost). */
+int cpcu_host_alloc(void **p, size_t bytes, char *why, size_t n);
+void cpcu_host_free(void *p); /* NULL is fine */
+/* A download into pinned memory that returns at once: the bytes are there after cpcu_sync. */
+int cpcu_download_async(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
+/* Waits for everything queued on `stream`. */
+int cpcu_sync(void *stream, char *why, size_t n);
 
 /* Where cp_cuda_attention's host side sends the resolved call: the CUDA runtime above, or
  * tests/cuda_emulate.cpp, which runs the same kernel source on host threads so that CI without a
@@ -109,6 +118,10 @@ typedef struct {
   void (*release)(void *p);
   int (*upload)(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
   int (*download)(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
+  int (*host_alloc)(void **p, size_t bytes, char *why, size_t n);
+  void (*host_release)(void *p);
+  int (*download_async)(void *dst, const void *src, size_t bytes, void *stream, char *why, size_t n);
+  int (*sync)(void *stream, char *why, size_t n);
 } cpcu_backend;
 
 #ifdef __cplusplus

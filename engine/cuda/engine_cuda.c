@@ -16,8 +16,8 @@
  * Y, ldc) with fp32 data and CUBLAS_COMPUTE_32F (no TF32: the CPU engine is the oracle).
  *
  * Weights keep their stored dtype where cuBLAS's fp32 GEMM can use them exactly: F16/BF16 matrices
- * stay 16-bit on the device and are widened into one scratch just before each GEMM (linear); GGUF
- * quant blocks are widened on the host at upload (upload_widened) and held as F32.
+ * and GGUF Q8_0/Q4_0/Q4_K blocks stay as stored on the device and are widened into one scratch just
+ * before each GEMM (linear); any other stored dtype is widened on the host at upload (upload_widened).
  *
  * Every copy, GEMM, kernel and attention call of an engine goes on the engine's own stream, so two
  * engines never meet on the legacy default stream (what still serialises them: docs/cuda.md). */
@@ -48,7 +48,7 @@ const cpcu_backend *cpcu_shim_backend(void); /* tests/cuda_shim/shim_backend.c *
 #endif
 
 typedef struct {
-  const void *w; /* [n_out, n_in] of wtype (CPCU_W_*: F16/BF16 as stored, else F32) */
+  const void *w; /* [n_out, n_in] of wtype (CPCU_W_*: F16/BF16/GGUF blocks as stored, else F32) */
   float *b;      /* [n_out] or NULL */
   int n_out, n_in, wtype;
 } dlin;
@@ -90,7 +90,7 @@ typedef struct {
   const cpcu_backend *be;
   cudaStream_t stream;
   cublasHandle_t blas;
-  /* Uploaded weights: host array (any stored dtype) -> device copy (F16/BF16 as stored, else F32). */
+  /* Uploaded weights: host array (any stored dtype) -> device copy (F16/BF16/blocks as stored, else F32). */
   dweight *w;
   size_t n_w, cap_w;
   const void *embed, *lm_head; /* [V, D] of embed_type, lm_head_type */
@@ -101,7 +101,8 @@ typedef struct {
   double *rope_inv; /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
   dnorm embed_norm;
   dstack enc, dec;
-  cp_arena work; /* the attention call's host tables, reset per call */
+  cp_arena work;          /* the attention call's host tables, reset per call */
+  cp_cuda_attn_bufs attn; /* the attention calls' device tables and pinned statistics, kept across calls */
   /* Non-finite checks queued since the last wait: the device word holds the smallest failing code. */
   unsigned long long *first_bad; /* [1] device: FCHECK_NONE or (check index << FCHECK_SHIFT) + row * heads + head */
   fcheck *checks;
@@ -232,8 +233,9 @@ static int weight_type(const cuda_engine *d, const void *host) {
   return e ? e->type : CPCU_W_F32;
 }
 
-/* A GGUF quant-block matrix (cp_model_open_stored) is widened on the host a chunk at a time and each chunk copied
- * before the buffer is reused: the device holds F32 (F16/BF16 stay 16-bit, widened per GEMM: see linear). */
+/* A weight of a dtype the device has no widening kernel for is widened on the host a chunk at a time and each
+ * chunk copied before the buffer is reused: the device holds F32 (F16/BF16 and GGUF blocks stay as stored,
+ * widened per GEMM: see linear). */
 static int upload_widened(cuda_engine *d, float *dev, const void *w, cp_dtype dtype, size_t count) {
   enum { CHUNK = 1 << 20 };
   float *tmp = malloc((count < CHUNK ? count : CHUNK) * sizeof *tmp);
@@ -251,22 +253,44 @@ static int upload_widened(cuda_engine *d, float *dev, const void *w, cp_dtype dt
   return rc;
 }
 
+/* CPCU_W_* of a device dtype (cp_cuda_device_dtype), and back. */
+static const struct {
+  cp_dtype dtype;
+  int wtype;
+} WTYPES[] = {{CP_F32, CPCU_W_F32},   {CP_F16, CPCU_W_F16},   {CP_BF16, CPCU_W_BF16},
+              {CP_Q8_0, CPCU_W_Q8_0}, {CP_Q4_0, CPCU_W_Q4_0}, {CP_Q4_K, CPCU_W_Q4_K}};
+
+static int wtype_of(cp_dtype t) {
+  for (size_t i = 0; i < sizeof WTYPES / sizeof *WTYPES; i++)
+    if (WTYPES[i].dtype == t) return WTYPES[i].wtype;
+  assert(0 && "cp_cuda_device_dtype gave a dtype the device has no kernel for");
+  return CPCU_W_F32;
+}
+
+static cp_dtype dtype_of(int wtype) {
+  for (size_t i = 0; i < sizeof WTYPES / sizeof *WTYPES; i++)
+    if (WTYPES[i].wtype == wtype) return WTYPES[i].dtype;
+  return CP_F32;
+}
+
 static void upload_weight(void *ctx, const void *w, cp_dtype dtype, size_t count) {
   upload_ctx *u = ctx;
   cuda_engine *d = u->d;
   if (u->rc || weight_of(d, w)) return;
   if ((u->rc = CP_ARRAY_RESERVE(d->w, d->cap_w, d->n_w + 1, "cuda engine: weight table")) < 0) return;
-  /* F16/BF16 stay as stored (half the device memory); F32 and quant blocks are F32 on the device. */
+  /* F16/BF16 and GGUF blocks stay as stored (half the device memory, or less); the rest is F32. */
   const cp_dtype dev_dtype = cp_cuda_device_dtype(dtype);
-  void *dev = dalloc((int64_t)count, 1, cp_dtype_size(dev_dtype));
+  const bool block = cp_dtype_is_block(dev_dtype);
+  /* a block tensor's bytes were bounded when it was read */
+  void *dev = block ? dalloc((int64_t)cp_dtype_span(dev_dtype, count), 1, 1)
+                    : dalloc((int64_t)count, 1, cp_dtype_size(dev_dtype));
   if (!dev) {
     u->rc = cp_error_code();
     return;
   }
-  const int type = dev_dtype == CP_F16 ? CPCU_W_F16 : dev_dtype == CP_BF16 ? CPCU_W_BF16 : CPCU_W_F32;
-  d->w[d->n_w++] = (dweight){w, dev, type};
-  u->rc =
-      dev_dtype == dtype ? upload(d, dev, w, count * cp_dtype_size(dtype)) : upload_widened(d, dev, w, dtype, count);
+  d->w[d->n_w++] = (dweight){w, dev, wtype_of(dev_dtype)};
+  if (dev_dtype != dtype) u->rc = upload_widened(d, dev, w, dtype, count);
+  else u->rc = upload(d, dev, w, block ? (size_t)cp_dtype_span(dtype, count) : count * cp_dtype_size(dtype));
 }
 
 static dlin dlin_of(const cuda_engine *d, const cp_linear *L) {
@@ -315,10 +339,10 @@ static int gemm_rows(cuda_engine *d, float *C, int ldc, const float *A, int lda,
   return 0;
 }
 
-/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] (row stride lda) W^T + b. A 16-bit W is
- * widened exactly into d->wide, as many of its rows at a time as fit (cp_cuda_widen_floats), just before
- * their GEMM: cublasGemmEx takes A and B of one type, and narrowing the activations to 16 bits would change
- * the numerics, so the product stays the fp32 one the CPU engine computes. */
+/* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] (row stride lda) W^T + b. A 16-bit or
+ * GGUF block W is widened exactly into d->wide, as many of its rows at a time as fit (cp_cuda_widen_floats;
+ * a row is whole blocks), just before their GEMM: cublasGemmEx takes A and B of one type, and narrowing the
+ * activations would change the numerics, so the product stays the fp32 one the CPU engine computes. */
 static int linear(cuda_engine *d, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda, int64_t M,
                   const dlin *L, bool accumulate) {
   const int K = L->n_in;
@@ -331,7 +355,7 @@ static int linear(cuda_engine *d, float *C /* [M, ldc] */, int ldc, const float 
     const int per = (int)(d->wide_n / (uint64_t)K < (uint64_t)L->n_out ? d->wide_n / (uint64_t)K : (uint64_t)L->n_out);
     for (int n0 = 0; n0 < L->n_out; n0 += per) {
       const int nb = L->n_out - n0 < per ? L->n_out - n0 : per;
-      const void *rows = (const char *)L->w + (size_t)n0 * K * 2; /* 2 bytes an element */
+      const void *rows = (const char *)L->w + (size_t)n0 * cp_dtype_span(dtype_of(L->wtype), (uint64_t)K);
       if (cpcu_k_widen(d->stream, d->wide, rows, L->wtype, (int64_t)nb * K, why, sizeof why)) return kern_fail(why);
       if ((rc = gemm_rows(d, C + n0, ldc, A, lda, M, d->wide, nb, K, accumulate))) return rc;
     }
@@ -504,7 +528,7 @@ static int cuda_attention(void *be, const cp_module_call *mc, const float *hin, 
   if (c.pos == CP_ATTN_POS_ROPE && (rc = rope_call(d, &c, mc->kv, b))) goto done;
   if (mc->collect && (rc = cp_engine_stats_rows(d->owner, &c))) goto done;
   /* On this engine's stream, after the projections queued there. */
-  if ((rc = cp_cuda_attention_resident(d->be, &c, d->stream))) goto done;
+  if ((rc = cp_cuda_attention_resident(d->be, &c, d->stream, &d->attn))) goto done;
   if (mc->collect) cp_engine_record_stats(d->owner, &c);
   rc = linear(d, out, m->d_model, b->att, m->n_heads * m->d_head, n, kind == CP_ATTN_CROSS ? &ly->co : &ly->o, false);
 done:
@@ -653,6 +677,7 @@ static void cuda_destroy(void *be) {
   dfree(d->rope_inv);
   dfree(d->wide);
   dfree(d->first_bad);
+  cp_cuda_attn_bufs_free(d->be, &d->attn);
   free(d->checks);
   free(d->w);
   free(d->enc.layers), free(d->dec.layers);

@@ -27,11 +27,8 @@ inline unsigned blocks_for(int64_t n) {
 #define CPCU_FOR(i, n) \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
-/* Element i of a weight of type t (CPCU_W_*), widened exactly as formats/dtype.c does on the host. */
-__device__ inline float weight_at(const void *w, int t, size_t i) {
-  if (t == CPCU_W_F32) return ((const float *)w)[i];
-  const unsigned h = ((const unsigned short *)w)[i];
-  if (t == CPCU_W_BF16) return __uint_as_float(h << 16);
+/* IEEE half bits to float, exactly as formats/dtype.c (subnormals included). */
+__device__ inline float half_bits(unsigned h) {
   const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   if (e == 0) { /* zero or subnormal: man * 2^-24, exact in float */
     const float v = (float)man * (1.0f / 16777216.0f);
@@ -39,6 +36,44 @@ __device__ inline float weight_at(const void *w, int t, size_t i) {
   }
   if (e == 31) return __uint_as_float(sign | 0x7f800000u | (man << 13));
   return __uint_as_float(sign | ((e + 112u) << 23) | (man << 13));
+}
+
+/* A little-endian half at p (block fields are not 2-byte aligned in general). */
+__device__ inline float half_at(const unsigned char *p) { return half_bits((unsigned)p[0] | ((unsigned)p[1] << 8)); }
+
+/* Element j of a GGUF block at b, as formats/gguf_quant.c's dequantisers compute it (the same float
+ * operations, each rounded: __fmul_rn / __fsub_rn keep nvcc from fusing Q4_K's d1 * q - m1). */
+__device__ inline float block_at(const unsigned char *b, int t, unsigned j) {
+  if (t == CPCU_W_Q8_0) return half_at(b) * (float)(signed char)b[2 + j]; /* 34 bytes: d, 32 x int8 */
+  if (t == CPCU_W_Q4_0) { /* 18 bytes: d, 16 bytes of nibbles (low: 0..15, high: 16..31) */
+    const int q = j < 16 ? b[2 + j] & 0x0f : b[2 + j - 16] >> 4;
+    return half_at(b) * (float)(q - 8);
+  }
+  /* Q4_K, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles; each 64
+   * elements are 32 bytes of nibbles, low then high, with sub-blocks is and is + 1 */
+  const unsigned c = j / 64, w = j % 64, is = 2 * c + (w >= 32);
+  const unsigned char *sc6 = b + 4, qb = b[16 + 32 * c + w % 32];
+  unsigned sc, m;
+  if (is < 4) {
+    sc = sc6[is] & 63u, m = sc6[is + 4] & 63u;
+  } else {
+    sc = (sc6[is + 4] & 0x0fu) | ((unsigned)(sc6[is - 4] >> 6) << 4);
+    m = (sc6[is + 4] >> 4) | ((unsigned)(sc6[is] >> 6) << 4);
+  }
+  const float d1 = __fmul_rn(half_at(b), (float)sc), m1 = __fmul_rn(half_at(b + 2), (float)m);
+  return __fsub_rn(__fmul_rn(d1, (float)(w < 32 ? qb & 0x0f : qb >> 4)), m1);
+}
+
+/* Element i of a weight of type t (CPCU_W_*), widened exactly as formats/dtype.c and
+ * formats/gguf_quant.c do on the host. */
+__device__ inline float weight_at(const void *w, int t, size_t i) {
+  if (t == CPCU_W_F32) return ((const float *)w)[i];
+  if (t == CPCU_W_Q8_0 || t == CPCU_W_Q4_0)
+    return block_at((const unsigned char *)w + i / 32 * (t == CPCU_W_Q8_0 ? 34 : 18), t, (unsigned)(i % 32));
+  if (t == CPCU_W_Q4_K) return block_at((const unsigned char *)w + i / 256 * 144, t, (unsigned)(i % 256));
+  const unsigned h = ((const unsigned short *)w)[i];
+  if (t == CPCU_W_BF16) return __uint_as_float(h << 16);
+  return half_bits(h);
 }
 
 __global__ void k_embed(float *x, const void *embed, int t, const int64_t *ids, const float *pe, int64_t pos0,

@@ -17,15 +17,17 @@
 extern "C" {
 #endif
 
-/* Element types of a weight kept on the device as stored (engine_cuda.c's upload). */
-enum { CPCU_W_F32 = 0, CPCU_W_F16 = 1, CPCU_W_BF16 = 2 };
+/* Element types of a weight kept on the device as stored (engine_cuda.c's upload); the GGUF block
+ * types' layouts are those of include/ctxpatch/formats/gguf.h (rows are whole blocks). */
+enum { CPCU_W_F32 = 0, CPCU_W_F16 = 1, CPCU_W_BF16 = 2, CPCU_W_Q8_0 = 3, CPCU_W_Q4_0 = 4, CPCU_W_Q4_K = 5 };
 
 /* x[r] = embed[ids[r]] widened from `wtype` (+ pos_embed[pos0 + r] unless NULL); ids already
  * checked on the host. */
 int cpcu_k_embed(void *stream, float *x /* [n, D] */, const void *embed /* [V, D] of wtype */, int wtype,
                  const int64_t *ids /* [n] device */, const float *pos_embed /* [*, D] or NULL */,
                  int64_t pos0, int64_t n, int D, char *why, size_t wn);
-/* dst = src widened exactly from F16 or BF16 (wtype), as cp_convert_to_f32. */
+/* dst = src widened exactly from F16, BF16 or a GGUF block type (wtype), as cp_convert_to_f32 (the
+ * blocks as formats/gguf_quant.c's dequantisers); src starts on a block. */
 int cpcu_k_widen(void *stream, float *dst /* [n] */, const void *src /* [n] of wtype */, int wtype, int64_t n,
                  char *why, size_t wn);
 /* The CPU engine's refusal of non-finite q, k, v (engine_cpu.c check_finite), without a sync: for

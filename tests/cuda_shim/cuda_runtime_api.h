@@ -9,6 +9,9 @@
  * not the start of a live allocation is refused. A violation returns an error code as the runtime
  * would and is counted (cpcu_shim_violations) and printed, so the test fails even when the host
  * code ignores the code. Streams are handles that do nothing (every call is synchronous).
+ * cudaMallocHost's pinned blocks are host memory the shim also records, so that a test can tell a
+ * download into pinned memory (which the real runtime overlaps) from one into pageable memory.
+ * Every entry point holds one lock: two engines may run on two host threads.
  * Values and names follow the real runtime. */
 #ifndef CPCU_SHIM_CUDA_RUNTIME_API_H
 #define CPCU_SHIM_CUDA_RUNTIME_API_H
@@ -56,6 +59,8 @@ cudaError_t cudaRuntimeGetVersion(int *version);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
@@ -88,6 +93,13 @@ void cpcu_shim_violation(const char *fmt, ...);
  * cpcu_shim_streams_reset, sets *on_null to how much of it ran on the legacy default stream and
  * *only to the one other stream all the rest ran on (NULL if none, or if two or more: *mixed). */
 void cpcu_shim_note_stream(void *stream, const char *what);
+/* Calls counted since the start: cudaMalloc / cudaFree, cudaMallocHost / cudaFreeHost,
+ * cudaStreamSynchronize, device-to-host cudaMemcpyAsync into pinned or pageable memory, attention
+ * calls (noted with what "attention"); and the pinned blocks live now. */
+typedef struct {
+  long mallocs, frees, host_allocs, host_frees, syncs, d2h_pinned, d2h_pageable, attn_calls, pinned_live;
+} cpcu_shim_counts;
+void cpcu_shim_get_counts(cpcu_shim_counts *c);
 void cpcu_shim_streams_reset(void);
 long cpcu_shim_streams(cudaStream_t *only, long *on_null, int *mixed);
 

@@ -1,6 +1,8 @@
 /* Host implementation of the test-only CUDA runtime and cuBLAS subset declared in
  * tests/cuda_shim/cuda_runtime_api.h and cublas_v2.h: allocations in a table checked by every
  * copy, memset, free and GEMM; a column-major GEMM with cuBLAS's argument semantics. */
+#define _GNU_SOURCE 1 /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,12 +17,25 @@ typedef struct {
   size_t bytes;
 } shim_alloc;
 
+/* Two engines may run on two host threads (the two sides of a certification): every entry point
+ * holds one recursive lock (entry points call each other), released on return. */
+static pthread_mutex_t g_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static void shim_unlock(pthread_mutex_t **m) { pthread_mutex_unlock(*m); }
+static pthread_mutex_t *shim_lock(void) {
+  pthread_mutex_lock(&g_mu);
+  return &g_mu;
+}
+#define SHIM_LOCK() pthread_mutex_t *shim_held_ __attribute__((cleanup(shim_unlock), unused)) = shim_lock()
+
 static shim_alloc *g_allocs;
 static size_t g_n, g_cap, g_live_bytes, g_peak_bytes;
 static int g_violations, g_devices = 1;
 static size_t g_total = (size_t)80 << 30;
 static long g_gemms;
-static cudaError_t g_last = cudaSuccess;
+static _Thread_local cudaError_t g_last = cudaSuccess; /* per host thread, as the runtime's */
+static shim_alloc *g_pinned; /* cudaMallocHost's blocks (host memory) */
+static size_t g_n_pinned, g_cap_pinned;
+static cpcu_shim_counts g_counts;
 static long g_work, g_work_null;
 static void *g_work_stream;
 static int g_work_mixed;
@@ -35,6 +50,7 @@ struct cublasContext {
 enum { STREAM_MAGIC = 0x5713, HANDLE_MAGIC = 0xb1a5 };
 
 void cpcu_shim_violation(const char *fmt, ...) {
+  SHIM_LOCK();
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "cuda shim: ");
@@ -45,20 +61,23 @@ void cpcu_shim_violation(const char *fmt, ...) {
 }
 
 void cpcu_shim_note_stream(void *stream, const char *what) {
-  (void)what;
+  SHIM_LOCK();
   g_work++;
+  if (what && !strcmp(what, "attention")) g_counts.attn_calls++;
   if (!stream) g_work_null++;
   else if (!g_work_stream) g_work_stream = stream;
   else if (g_work_stream != stream) g_work_mixed = 1;
 }
 
 void cpcu_shim_streams_reset(void) {
+  SHIM_LOCK();
   g_work = g_work_null = 0;
   g_work_stream = NULL;
   g_work_mixed = 0;
 }
 
 long cpcu_shim_streams(cudaStream_t *only, long *on_null, int *mixed) {
+  SHIM_LOCK();
   *only = g_work_mixed ? NULL : g_work_stream;
   *on_null = g_work_null;
   *mixed = g_work_mixed;
@@ -87,25 +106,30 @@ int cpcu_shim_is_device(const void *p, size_t bytes) { return p && find(p, bytes
 
 int cpcu_shim_violations(void) { return g_violations; }
 size_t cpcu_shim_live(size_t *bytes) {
+  SHIM_LOCK();
   if (bytes) *bytes = g_live_bytes;
   return g_n;
 }
 size_t cpcu_shim_peak_bytes(void) { return g_peak_bytes; }
 void cpcu_shim_reset_peak(void) { g_peak_bytes = g_live_bytes; }
 void cpcu_shim_set_device(int count, size_t total_bytes) {
+  SHIM_LOCK();
   g_devices = count;
   g_total = total_bytes;
 }
 long cpcu_shim_gemm_calls(void) { return g_gemms; }
 
 cudaError_t cudaGetDeviceCount(int *count) {
+  SHIM_LOCK();
   *count = g_devices;
   return g_devices ? cudaSuccess : fail(cudaErrorNoDevice);
 }
 cudaError_t cudaSetDevice(int device) {
+  SHIM_LOCK();
   return device >= 0 && device < g_devices ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+  SHIM_LOCK();
   if (device < 0 || device >= g_devices) return fail(cudaErrorInvalidValue);
   memset(prop, 0, sizeof *prop);
   snprintf(prop->name, sizeof prop->name, "host emulation (tests/cuda_shim)");
@@ -114,14 +138,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaDriverGetVersion(int *v) {
+  SHIM_LOCK();
   *v = 0; /* no driver */
   return cudaSuccess;
 }
 cudaError_t cudaRuntimeGetVersion(int *v) {
+  SHIM_LOCK();
   *v = 0;
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  SHIM_LOCK();
   if (!g_devices) return fail(cudaErrorNoDevice);
   *total_bytes = g_total;
   *free_bytes = g_total > g_live_bytes ? g_total - g_live_bytes : 0;
@@ -129,6 +156,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
+  SHIM_LOCK();
   *p = NULL;
   if (!g_devices) return fail(cudaErrorNoDevice);
   if (bytes > g_total - (g_live_bytes < g_total ? g_live_bytes : g_total)) return fail(cudaErrorMemoryAllocation);
@@ -143,6 +171,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
   if (!m) return fail(cudaErrorMemoryAllocation);
   memset(m, 0xa5, bytes);
   g_allocs[g_n++] = (shim_alloc){m, bytes};
+  g_counts.mallocs++;
   g_live_bytes += bytes;
   if (g_live_bytes > g_peak_bytes) g_peak_bytes = g_live_bytes;
   *p = m;
@@ -150,16 +179,66 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void *p) {
+  SHIM_LOCK();
   if (!p) return cudaSuccess;
   for (size_t i = 0; i < g_n; i++)
     if (g_allocs[i].p == p) {
       g_live_bytes -= g_allocs[i].bytes;
       free(p);
       g_allocs[i] = g_allocs[--g_n];
+      g_counts.frees++;
       return cudaSuccess;
     }
   cpcu_shim_violation("cudaFree(%p): not the start of a live allocation", p);
   return fail(cudaErrorInvalidDevicePointer);
+}
+
+/* Index of the pinned block holding [p, p + bytes), or -1. */
+static long pinned_find(const void *p, size_t bytes) {
+  const uintptr_t q = (uintptr_t)p;
+  for (size_t i = 0; i < g_n_pinned; i++) {
+    const uintptr_t lo = (uintptr_t)g_pinned[i].p;
+    if (q >= lo && q - lo + bytes <= g_pinned[i].bytes) return (long)i;
+  }
+  return -1;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+  SHIM_LOCK();
+  *p = NULL;
+  if (g_n_pinned == g_cap_pinned) {
+    size_t cap = g_cap_pinned ? 2 * g_cap_pinned : 16;
+    shim_alloc *a = realloc(g_pinned, cap * sizeof *a);
+    if (!a) return fail(cudaErrorMemoryAllocation);
+    g_pinned = a, g_cap_pinned = cap;
+  }
+  unsigned char *m = malloc(bytes ? bytes : 1);
+  if (!m) return fail(cudaErrorMemoryAllocation);
+  memset(m, 0x5a, bytes);
+  g_pinned[g_n_pinned++] = (shim_alloc){m, bytes};
+  g_counts.host_allocs++;
+  *p = m;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  SHIM_LOCK();
+  if (!p) return cudaSuccess;
+  for (size_t i = 0; i < g_n_pinned; i++)
+    if (g_pinned[i].p == p) {
+      free(p);
+      g_pinned[i] = g_pinned[--g_n_pinned];
+      g_counts.host_frees++;
+      return cudaSuccess;
+    }
+  cpcu_shim_violation("cudaFreeHost(%p): not a block of cudaMallocHost", p);
+  return fail(cudaErrorInvalidValue);
+}
+
+void cpcu_shim_get_counts(cpcu_shim_counts *c) {
+  SHIM_LOCK();
+  *c = g_counts;
+  c->pinned_live = (long)g_n_pinned;
 }
 
 /* A device range must lie in one allocation; a host range must not touch device memory. */
@@ -185,6 +264,7 @@ static int check_side(const void *p, size_t bytes, int device, const char *call,
 static cudaError_t copy_checked(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  SHIM_LOCK();
   cpcu_shim_note_stream(NULL, "cudaMemcpy");
   return copy_checked(dst, src, bytes, kind);
 }
@@ -214,12 +294,18 @@ static int check_stream(cudaStream_t s, const char *call) {
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s) {
+  SHIM_LOCK();
   if (check_stream(s, "cudaMemcpyAsync")) return fail(cudaErrorInvalidResourceHandle);
   cpcu_shim_note_stream(s, "cudaMemcpyAsync");
+  if (kind == cudaMemcpyDeviceToHost) { /* the host waits for a copy into pageable memory (the runtime stages it) */
+    if (pinned_find(dst, bytes) >= 0) g_counts.d2h_pinned++;
+    else g_counts.d2h_pageable++;
+  }
   return copy_checked(dst, src, bytes, kind);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
+  SHIM_LOCK();
   if (check_stream(s, "cudaMemsetAsync")) return fail(cudaErrorInvalidResourceHandle);
   cpcu_shim_note_stream(s, "cudaMemsetAsync");
   if (check_side(p, bytes, 1, "cudaMemsetAsync", "ptr")) return fail(cudaErrorInvalidValue);
@@ -228,18 +314,22 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  SHIM_LOCK();
   *s = malloc(sizeof **s);
   if (!*s) return fail(cudaErrorMemoryAllocation);
   (*s)->magic = STREAM_MAGIC;
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  SHIM_LOCK();
   if (!s || check_stream(s, "cudaStreamDestroy")) return fail(cudaErrorInvalidResourceHandle);
   s->magic = 0;
   free(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  SHIM_LOCK();
+  g_counts.syncs++;
   return check_stream(s, "cudaStreamSynchronize") ? fail(cudaErrorInvalidResourceHandle) : cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) {
@@ -273,6 +363,7 @@ const char *cudaGetErrorString(cudaError_t e) {
 /* ---------------------------------------------------------------- cuBLAS */
 
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
+  SHIM_LOCK();
   if (!g_devices) return CUBLAS_STATUS_NOT_INITIALIZED;
   *h = calloc(1, sizeof **h);
   if (!*h) return CUBLAS_STATUS_ALLOC_FAILED;
@@ -287,12 +378,14 @@ static int check_handle(cublasHandle_t h, const char *call) {
   return 0;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t h) {
+  SHIM_LOCK();
   if (check_handle(h, "cublasDestroy")) return CUBLAS_STATUS_NOT_INITIALIZED;
   h->magic = 0;
   free(h);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+  SHIM_LOCK();
   if (check_handle(h, "cublasSetStream") || check_stream(s, "cublasSetStream")) return CUBLAS_STATUS_INVALID_VALUE;
   h->stream = s;
   return CUBLAS_STATUS_SUCCESS;
@@ -315,6 +408,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  SHIM_LOCK();
   (void)algo;
   if (check_handle(h, "cublasGemmEx")) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)

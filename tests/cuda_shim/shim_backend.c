@@ -3,6 +3,7 @@
  * and read back through the shim's cudaMalloc / cudaMemcpyAsync on the call's stream (so the
  * attention host code's uploads are bounds-checked as the engine's are, and their stream noted),
  * and every tensor the engine hands the kernel checked to be device memory of the call's extent. */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "cuda_runtime_api.h"
@@ -15,7 +16,24 @@ static int sb_fail(cudaError_t e, const char *what, char *why, size_t n) {
   return -1;
 }
 
+static long g_attn_allocs; /* two engines on two threads may both allocate */
+static pthread_mutex_t g_attn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void count_alloc(void) {
+  pthread_mutex_lock(&g_attn_mu);
+  g_attn_allocs++;
+  pthread_mutex_unlock(&g_attn_mu);
+}
+
+long cpcu_shim_attn_allocs(void) {
+  pthread_mutex_lock(&g_attn_mu);
+  long n = g_attn_allocs;
+  pthread_mutex_unlock(&g_attn_mu);
+  return n;
+}
+
 static int sb_alloc(void **p, size_t bytes, char *why, size_t n) {
+  count_alloc();
   cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
   return e == cudaSuccess ? 0 : sb_fail(e, "cudaMalloc", why, n);
 }
@@ -33,6 +51,26 @@ static int sb_download(void *dst, const void *src, size_t bytes, void *s, char *
   cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s) : cudaSuccess;
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   return e == cudaSuccess ? 0 : sb_fail(e, "cudaMemcpyAsync to host", why, n);
+}
+
+static int sb_host_alloc(void **p, size_t bytes, char *why, size_t n) {
+  count_alloc();
+  cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+  return e == cudaSuccess ? 0 : sb_fail(e, "cudaMallocHost", why, n);
+}
+
+static void sb_host_release(void *p) {
+  if (p) cudaFreeHost(p);
+}
+
+static int sb_download_async(void *dst, const void *src, size_t bytes, void *s, char *why, size_t n) {
+  cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s) : cudaSuccess;
+  return e == cudaSuccess ? 0 : sb_fail(e, "cudaMemcpyAsync to host", why, n);
+}
+
+static int sb_sync(void *s, char *why, size_t n) {
+  cudaError_t e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? 0 : sb_fail(e, "cudaStreamSynchronize", why, n);
 }
 
 static int check(const void *p, size_t rows, size_t width, const char *what, char *why, size_t n) {
@@ -59,6 +97,7 @@ static int sb_attention(const cpcu_attn_args *a, int reps, double *ms, char *why
 
 static int sb_tile_rows(int dh) { return cpcu_emulated_backend()->tile_rows(dh); }
 
-static const cpcu_backend SHIM = {sb_tile_rows, sb_attention, sb_alloc, sb_release, sb_upload, sb_download};
+static const cpcu_backend SHIM = {sb_tile_rows, sb_attention,    sb_alloc,          sb_release, sb_upload,
+                                  sb_download,  sb_host_alloc,   sb_host_release,   sb_download_async, sb_sync};
 
 const cpcu_backend *cpcu_shim_backend(void) { return &SHIM; }

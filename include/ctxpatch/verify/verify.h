@@ -66,6 +66,11 @@ typedef struct {
   uint64_t seed;      /* default 0 */
   int threads;        /* engine threads; 0 = every CPU */
   cp_device device;   /* where the engines run (default CP_DEVICE_CPU; --device cuda) */
+  /* How the two sides (patched, baseline) run each prompt: 0 = on two host threads with CUDA
+   * (each engine on its own stream, so the GPU overlaps them) and one after the other on the CPU
+   * (whose engine already uses every core; docs/cuda.md); 1 = one after the other; 2 = two threads.
+   * The results are the same bytes either way (collected by side, not by finishing order). */
+  int side_threads;
   bool baseline;      /* also run the unpatched model */
   /* Baseline side's model (borrowed; NULL = the same model with the identity rule). `ctxpatch
    * patch` certifies the baked artifact against the original checkpoint this way. */
