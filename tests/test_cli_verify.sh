@@ -50,6 +50,12 @@ ra, rb = a.pop("run"), b.pop("run")
 assert a == b, "results differ with and without shared prefixes"
 assert rb["tokens_reused"] == 0 and ra["tokens_reused"] > 0, (ra, rb)
 assert ra["tokens"] + ra["tokens_reused"] == rb["tokens"], (ra, rb)
+# run.by_length: the same counts per length, summing to the run's
+for r in (ra, rb):
+    assert [e["length"] for e in r["by_length"]] == a["probes"]["lengths"], r
+    assert sum(e["tokens"] for e in r["by_length"]) == r["tokens"], r
+    assert sum(e["tokens_reused"] for e in r["by_length"]) == r["tokens_reused"], r
+assert all(e["tokens"] > 0 for e in ra["by_length"]), ra
 PY
 
 # A threshold that fails: exit 1, verdict fail recorded with its reason.
