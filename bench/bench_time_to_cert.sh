@@ -14,7 +14,8 @@
 #    1 head: the same tokenizer, lengths and prompts) give the verdicts, prompts, and tokens
 #    computed and reused per length (certificate run.by_length). Its random weights answer like
 #    the 1B's (nothing right on either side), so the sequential stops are the same; a trained
-#    model's answers stop elsewhere. Unshared runs are not needed: a prompt set's tokens + reused
+#    model's answers stop elsewhere. One thread: the counts do not depend on it, and a loaded
+#    machine makes two threads wait on each other at every product. Unshared runs are not needed: a prompt set's tokens + reused
 #    rows is what every prompt alone computes (tests/test_cli_verify.sh checks that identity).
 #  - cost: CPU seconds per token of one whole prompt and its 10-token answer (`verify --probe
 #    passkey --depths 0.5 --samples 1 --no-shared-prefix --no-stats`) on the 1B at 2K, and on
@@ -93,10 +94,10 @@ if [[ $parts == *" counts "* ]]; then
     [ -f "$work/run.$mi.$lv.done" ] || rm -rf "$out"
     # shellcheck disable=SC2086
     timed "run.$mi.$lv" "$bin" patch "$work/micro" "$out" --method ${methods[$mi]} --target-len "$long" \
-      --verify "$probes" --threads "$threads" --work-budget 100000000000 --json "${extra[@]}"
+      --verify "$probes" --threads 1 --work-budget 100000000000 --json "${extra[@]}"
   done
   timed screen "$bin" verify "$work/micro" --probe "$probes" --lengths $L --depths 0:1:5 --samples 2 --no-stats \
-    --threads "$threads" --certificate "$work/screen.json"
+    --threads 1 --certificate "$work/screen.json"
 fi
 
 [[ $parts == *" table "* ]] || exit 0
