@@ -330,7 +330,7 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   cJSON_AddNumberToObject(run, "tokens", (double)r->tokens);
   cJSON_AddNumberToObject(run, "tokens_reused", (double)r->tokens_reused);
   cJSON *by = cJSON_AddArrayToObject(run, "by_length");
-  for (int l = 0; by && l < r->n_lengths; l++) {
+  for (int l = 0; by && r->length_tokens && r->length_reused && l < r->n_lengths; l++) {
     cJSON *e = cJSON_CreateObject();
     cJSON_AddItemToArray(by, e);
     cJSON_AddNumberToObject(e, "length", (double)r->lengths[l]);
