@@ -3,7 +3,8 @@
 normal weights of standard deviation 0.02, RMSNorm weights 1) for bench/bench_bigw.sh, with numpy
 only.
 
-usage: make_llama_bf16.py OUTDIR {1b,7b,mid,tiny-256k,llama3.2-1b,tiny-llama3} [SEED [bf16|f16]]
+usage: make_llama_bf16.py OUTDIR {1b,7b,mid,tiny-256k,llama3.2-1b,tiny-llama3,llama3.2-1b-2k,...}
+                          [SEED [bf16|f16]]
   1b         TinyLlama-1.1B's shape: d_model 2048, d_ff 5632, 22 layers, 32 heads (4 KV), vocab
              32000: 1.10e9 parameters, 2.2 GB
   7b         Llama-2-7B's shape: d_model 4096, d_ff 11008, 32 layers, 32 heads, vocab 32000:
@@ -16,6 +17,12 @@ usage: make_llama_bf16.py OUTDIR {1b,7b,mid,tiny-256k,llama3.2-1b,tiny-llama3} [
              1.24e9 parameters, 2.5 GB
   tiny-llama3  the same config with d_model 64, d_ff 256, 2 layers, 4 heads (2 KV): the dry run of
              the device kit's big-model step
+  llama3.2-1b-2k  Llama 3.2 1B's shape trained at 2K (issue 34's time to certificate): as
+             llama3.2-1b with max_position_embeddings 2048 and no rope_scaling
+  llama3.2-1b-2k-1l  one layer of it (and its embedding, the tied head): a layer's cost per token
+  micro-llama3-2k  d_model 32, d_ff 64, 1 layer, 1 head, the same vocabulary, at 2K: the same
+             tokenizer, lengths and prompts as llama3.2-1b-2k at almost no cost, so the same work
+             counts when the verdicts stop alike
 Tensors are written one at a time, so the script needs memory for the largest one only.
 """
 import json
@@ -32,6 +39,9 @@ SHAPES = {
     "tiny-256k": dict(D=64, F=256, L=2, H=4, Hkv=4, V=256000, ctx=32768),
     "llama3.2-1b": dict(D=2048, F=8192, L=16, H=32, Hkv=8, V=128256, ctx=131072, llama3=True),
     "tiny-llama3": dict(D=64, F=256, L=2, H=4, Hkv=2, V=128256, ctx=131072, llama3=True),
+    "llama3.2-1b-2k": dict(D=2048, F=8192, L=16, H=32, Hkv=8, V=128256, ctx=2048, llama3=True, scaling=False),
+    "llama3.2-1b-2k-1l": dict(D=2048, F=8192, L=1, H=32, Hkv=8, V=128256, ctx=2048, llama3=True, scaling=False),
+    "micro-llama3-2k": dict(D=32, F=64, L=1, H=1, Hkv=1, V=128256, ctx=2048, llama3=True, scaling=False),
 }
 
 
@@ -99,9 +109,10 @@ def main():
            "bos_token_id": 1, "eos_token_id": 2}
     if s.get("llama3"):  # Llama 3.2 1B's config.json values
         cfg.update({"tie_word_embeddings": True, "rope_theta": 500000.0, "bos_token_id": 128000,
-                    "eos_token_id": 128001, "head_dim": s["D"] // s["H"],
-                    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+                    "eos_token_id": 128001, "head_dim": s["D"] // s["H"]})
+        if s.get("scaling", True):  # the 2K presets stand for a model trained at 2K: no extension
+            cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 

@@ -148,6 +148,21 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
   return 0;
 }
 
+/* A method option that "verify" gives too (`sequential`, `looks`, `accept-no-gain`, ...) would reach
+ * patch twice, which refuses it: refused here, when the recipe is loaded, not as every job's error.
+ * A method may set such an option when verify does not: two methods differing only in their
+ * sequential design are two jobs, each with its design in its arguments and so in its digest. */
+static int check_twice(const batch_recipe *r) {
+  for (int i = 0; i < r->n_methods; i++)
+    for (int a = 0; a < r->methods[i].n_args; a++) {
+      const char *flag = r->methods[i].args[a];
+      for (int v = 0; flag[0] == '-' && flag[1] == '-' && v < r->n_verify_args; v++)
+        if (!strcmp(flag, r->verify_args[v]))
+          return cp_error_set(CP_EARG, "%s: methods[%d].options.%s: verify sets it for every job", r->path, i, flag + 2);
+    }
+  return 0;
+}
+
 /* A recipe path: absolute, or relative to the recipe's folder. */
 static char *resolve(const batch_recipe *r, const char *p) { return p[0] == '/' ? strdup(p) : cp_path_join(r->dir, p); }
 
@@ -440,6 +455,7 @@ static int parse_doc(batch_recipe *r, const cJSON *doc) {
       return cp_error_set(CP_EARG, "%s: methods[%d].name: '%s' used twice", r->path, i - 1, r->methods[i - 1].name);
   }
   if ((rc = parse_verify(r, cJSON_GetObjectItemCaseSensitive(doc, "verify"))) < 0) return rc;
+  if ((rc = check_twice(r)) < 0) return rc;
   const cJSON *out = cJSON_GetObjectItemCaseSensitive(doc, "output");
   const cJSON *dir = cJSON_GetObjectItemCaseSensitive(out, "dir"), *name = cJSON_GetObjectItemCaseSensitive(out, "name");
   if (!cJSON_IsString(dir) || !*dir->valuestring) return cp_error_set(CP_EARG, "%s: output.dir: expected a folder path", r->path);

@@ -100,6 +100,7 @@ typedef struct {
   double max_detectable_drop;          /* --max-detectable-drop */
   bool accept_no_gain, accept_underpowered;
   bool sequential;          /* --sequential: sequential verdicts (docs/certificate.md) */
+  bool unshared;            /* --no-shared-prefix: every prompt alone (the same answers; for timing) */
   unsigned long long looks; /* --looks K: prompts between looks (0: CP_SEQ_DEFAULT_EVERY) */
   const char *corpus, *corpus_delimiter_text;
   char *corpus_delimiter; /* the text with \n, \t, \\ unescaped; owned */
@@ -117,7 +118,7 @@ typedef struct {
 void cli_verify_opts_init(cli_verify_opts *o, const char *default_depths);
 /* Option `a` with value `v`: 1 taken, 0 not one of these, -1 bad value (usage error printed). */
 int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const char *v);
-/* Flag `a` (no value: --accept-no-gain, --accept-underpowered, --sequential): true when taken. */
+/* Flag `a` (no value: --accept-no-gain, --accept-underpowered, --sequential, --no-shared-prefix): true when taken. */
 bool cli_verify_flag(cli_verify_opts *o, const char *a);
 /* Range checks, then parses the texts; false after printing a usage error. */
 bool cli_verify_opts_parse(cli_verify_opts *o, const char *cmd);

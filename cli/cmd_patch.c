@@ -83,6 +83,7 @@ static const char patch_help[] =
     "  --max-detectable-drop D, --accept-underpowered; docs/certificate.md \"Verdicts\").\n"
     "  --sequential [--looks K]: each probe and length stops drawing prompts once its verdict is\n"
     "  decided, looking every K prompts (default 8; docs/certificate.md \"Sequential verdicts\").\n"
+    "  --no-shared-prefix: every prompt alone (the same certificate but its run block; for timing).\n"
     "  Without --verify the default probe set certifies: every retrieval probe the ORIGINAL model\n"
     "  answers with accuracy above 0.5 at its training length (screened first on 10 prompts each),\n"
     "  plus ppl when --corpus is given; the probes used and skipped are printed and recorded in the\n"

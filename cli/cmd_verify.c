@@ -134,7 +134,7 @@ int cmd_verify(int argc, char **argv) {
   unsigned long long train_len = 0;
   cli_verify_opts o;
   cli_verify_opts_init(&o, "0:1:10");
-  bool baseline = false, stats = true, on_top = false, json = false, unshared = false;
+  bool baseline = false, stats = true, on_top = false, json = false;
   unsigned long long shift_ctx = 0, shift_keep = 1, shift_batch = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -148,10 +148,6 @@ int cmd_verify(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-stats")) {
       stats = false;
-      continue;
-    }
-    if (!strcmp(a, "--no-shared-prefix")) {
-      unshared = true;
       continue;
     }
     if (!strcmp(a, "--on-top")) {
@@ -239,7 +235,6 @@ int cmd_verify(int argc, char **argv) {
   cli_verify_opts_apply(&o, probes, n_probes, &vp, &th);
   vp.baseline = baseline;
   vp.stats = stats && !shift_ctx;
-  vp.unshared = unshared;
   vp.shift = (cp_engine_shift){(int64_t)shift_ctx, (int64_t)shift_keep, (int64_t)shift_batch};
   if (cli_progress_wanted()) vp.progress = cli_progress_bar;
   if (o.n_no_reg > 0 && !baseline) {

@@ -87,6 +87,7 @@ bool cli_verify_flag(cli_verify_opts *o, const char *a) {
   if (!strcmp(a, "--accept-no-gain")) o->accept_no_gain = true;
   else if (!strcmp(a, "--accept-underpowered")) o->accept_underpowered = true;
   else if (!strcmp(a, "--sequential")) o->sequential = true;
+  else if (!strcmp(a, "--no-shared-prefix")) o->unshared = true;
   else return false;
   return true;
 }
@@ -136,6 +137,7 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   vp->ppl_buckets = (int)o->ppl_buckets;
   vp->work_budget = o->work_budget;
   vp->looks = o->sequential ? (o->looks ? (int)o->looks : CP_SEQ_DEFAULT_EVERY) : 0;
+  vp->unshared = o->unshared;
   vp->judge = th; /* a command that judges by other thresholds points it there (patch) */
 }
 

@@ -3,7 +3,8 @@
 # counted apart, kill -9 mid-batch then a re-run that redoes nothing finished, a re-run that skips
 # every done job, --status from the outputs alone (done, refused, error, stale, pending), and
 # three shards as separate processes whose union is the whole recipe with no job twice, and an
-# "onnx" job (patch --to onnx) whose artifact passes `ctxpatch check`.
+# "onnx" job (patch --to onnx) whose artifact passes `ctxpatch check`, and the sequential design
+# (verify.sequential or a method's) in the jobs' digests.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 
 pm=$src/examples/probe-models
@@ -167,4 +168,47 @@ od=$work/onnx-out/rope-probe-pi-512-onnx
 [ "$(field "$work/o.json" "[j['state'] for j in r['jobs']]")" = "['done']" ] && [ -f "$od/onnx/model.onnx" ] \
   && [ ! -e "$od/model.safetensors" ] && ok || { bad "onnx job: $(cat "$work/o.json")"; ls -R "$od"; }
 "$bin" check "$od" >"$work/oc.out" && grep -q "pass (onnx" "$work/oc.out" && ok || { bad "onnx batch artifact fails check"; cat "$work/oc.out"; }
+# 7. The sequential design is part of a job's digest (docs/batch.md): two methods differing only in
+# it are two jobs with two digests, the sequential one's certificate records its design and
+# `check --rerun` reproduces it; the recipe switched to `verify.sequential` finds both artifacts
+# stale (the fixed one was made with another design, the sequential one with --looks 4, not the
+# default); `sequential` given by both verify and a method is refused when the recipe is loaded.
+seqrecipe() { # seqrecipe FILE VERIFY-EXTRA METHOD-OPTIONS
+  cat >"$1" <<EOF
+{
+  "recipe_version": 1,
+  "methods": [{"name": "t09", "method": "temperature", "options": {"tau": 0.9}},
+              {"name": "t09s", "method": "temperature", "options": {"tau": 0.9 $3}}],
+  "jobs": [{"input": "$pm/rope-probe", "method": "t09", "target_length": 512},
+           {"input": "$pm/rope-probe", "method": "t09s", "target_length": 512}],
+  "verify": {"probes": "passkey", "lengths": [256], "depths": "0:1:4", "samples": 4, "threads": 1,
+             "accept_no_gain": true, "accept_underpowered": true $2},
+  "output": {"dir": "$work/seq-out"}
+}
+EOF
+}
+seqrecipe "$work/seq.json" "" ', "sequential": true, "looks": 4'
+"$bin" batch "$work/seq.json" --validate --json >"$work/sv.json" && ok || bad "sequential recipe: --validate"
+[ "$(field "$work/sv.json" "len(set(j['digest'] for j in r['jobs']))")" = 2 ] && ok || bad "the designs share a digest"
+"$bin" batch "$work/seq.json" --json >"$work/sr.json" && ok || bad "sequential recipe: run: $(cat "$work/sr.json")"
+sd=$work/seq-out/rope-probe-t09s-512-safetensors
+"$py" - "$sd/certificate.json" "$work/seq-out/rope-probe-t09-512-safetensors/certificate.json" <<'EOF' && ok \
+  || bad "batch certificates' designs"
+import json, sys
+s, f = (json.load(open(p)) for p in sys.argv[1:])
+q = s["statistics"]["sequential"]
+assert q["looks_every"] == 4 and q["prompts_max"] == 16 and q["prompts_used"] <= 16, q
+assert "sequential" not in f["statistics"] and f["results"]["comparison"]["passkey"][0]["pairs"] == 16
+EOF
+"$bin" check "$sd" --rerun >"$work/src.txt" 2>&1 && grep -q "re-run: 1 cells equal" "$work/src.txt" && ok \
+  || bad "check --rerun of a batch's sequential artifact: $(cat "$work/src.txt")"
+seqrecipe "$work/seq2.json" ', "sequential": true' ''
+"$bin" batch "$work/seq2.json" --status --json >"$work/ss.json"
+[ "$(field "$work/ss.json" "sorted((j['name'], j['state']) for j in r['jobs'])")" = \
+  "[('rope-probe-t09-512-safetensors', 'stale'), ('rope-probe-t09s-512-safetensors', 'stale')]" ] && ok \
+  || bad "switching the design: $(field "$work/ss.json" "r['jobs']")"
+seqrecipe "$work/seq3.json" ', "sequential": true' ', "sequential": true'
+"$bin" batch "$work/seq3.json" --validate >/dev/null 2>"$work/s3.err"; s=$?
+[ $s -eq 125 ] && grep -q "methods\[1\].options.sequential: .*verify" "$work/s3.err" && ok \
+  || bad "sequential twice: exit $s $(cat "$work/s3.err")"
 finish

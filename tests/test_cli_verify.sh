@@ -50,6 +50,12 @@ ra, rb = a.pop("run"), b.pop("run")
 assert a == b, "results differ with and without shared prefixes"
 assert rb["tokens_reused"] == 0 and ra["tokens_reused"] > 0, (ra, rb)
 assert ra["tokens"] + ra["tokens_reused"] == rb["tokens"], (ra, rb)
+# run.by_length: the same counts per length, summing to the run's
+for r in (ra, rb):
+    assert [e["length"] for e in r["by_length"]] == a["probes"]["lengths"], r
+    assert sum(e["tokens"] for e in r["by_length"]) == r["tokens"], r
+    assert sum(e["tokens_reused"] for e in r["by_length"]) == r["tokens_reused"], r
+assert all(e["tokens"] > 0 for e in ra["by_length"]), ra
 PY
 
 # A threshold that fails: exit 1, verdict fail recorded with its reason.
@@ -137,6 +143,17 @@ c = json.load(open(sys.argv[1]))
 p = c["results"]["patched"]["passkey"][0]
 assert p["prompts"] == 16 and p["correct_by_depth"] == [4, 3, 3, 3, 3], p
 assert c["results"]["comparison"]["passkey"][0]["stop"] == "futility", c["results"]["comparison"]
+PY
+# patch takes --no-shared-prefix as verify does (it was refused: timing the saving on a patch needed
+# verify): the same certificate outside the run block, every row computed.
+"$bin" patch "$model" "$work/sqart1" --method temperature --tau 0.9 --lengths 256 --depths 0:1:5 --threads 2 \
+  --accept-no-gain --sequential --no-shared-prefix >"$work/sqp1.txt" 2>&1 && ok || bad "patch --no-shared-prefix: $(tail -3 "$work/sqp1.txt")"
+"$py" - "$work/sqart/certificate.json" "$work/sqart1/certificate.json" <<'PY' && ok || bad "patch --no-shared-prefix's certificate"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = a.pop("run"), b.pop("run")
+assert a == b, [k for k in a if a[k] != b.get(k)]
+assert rb["tokens_reused"] == 0 < ra["tokens_reused"] and ra["tokens"] + ra["tokens_reused"] == rb["tokens"], (ra, rb)
 PY
 # Once a cell has failed the verdict is fail: a later cell stops at its first look (curtailed).
 "$bin" verify "$model" "${seq[@]:0:3}" 256,288 --baseline --no-regression-at 256,288 "${seq[@]:7}" \

@@ -329,6 +329,14 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
    * irreproducible. The CLI prints the timings instead. */
   cJSON_AddNumberToObject(run, "tokens", (double)r->tokens);
   cJSON_AddNumberToObject(run, "tokens_reused", (double)r->tokens_reused);
+  cJSON *by = cJSON_AddArrayToObject(run, "by_length");
+  for (int l = 0; by && r->length_tokens && r->length_reused && l < r->n_lengths; l++) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToArray(by, e);
+    cJSON_AddNumberToObject(e, "length", (double)r->lengths[l]);
+    cJSON_AddNumberToObject(e, "tokens", (double)r->length_tokens[l]);
+    cJSON_AddNumberToObject(e, "tokens_reused", (double)r->length_reused[l]);
+  }
   *out = c;
   return 0;
 }

@@ -67,6 +67,8 @@ void cp_verify_result_free(cp_verify_result *r) {
     free(r->entropy[s]);
   }
   free(r->answered);
+  free(r->length_tokens);
+  free(r->length_reused);
   free(r->used);
   free(r->looks_taken);
   free(r->look_pairs);
@@ -153,7 +155,9 @@ static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   r->depths = malloc((size_t)p->n_depths * sizeof *r->depths);
   size_t n_answers = 0;
   if (cp_size_mul(&n_answers, cells, (size_t)p->samples)) r->answered = calloc(n_answers + 1, 1);
-  bool ok = r->probes && r->lengths && r->depths && r->answered;
+  r->length_tokens = calloc((size_t)p->n_lengths + 1, sizeof *r->length_tokens);
+  r->length_reused = calloc((size_t)p->n_lengths + 1, sizeof *r->length_reused);
+  bool ok = r->probes && r->lengths && r->depths && r->answered && r->length_tokens && r->length_reused;
   for (int s = 0; s < (p->baseline ? 2 : 1) && ok; s++) {
     r->correct[s] = calloc(cells ? cells : 1, sizeof *r->correct[s]);
     r->pmax[s] = malloc((size_t)p->n_lengths * sizeof *r->pmax[s]);
@@ -293,6 +297,8 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, cp_engine_
     free(text);
     r->side_tokens[s] += (int64_t)sample.n_ids - x.reused[s] + n_gen;
     r->side_reused[s] += x.reused[s];
+    r->length_tokens[l] += (int64_t)sample.n_ids - x.reused[s] + n_gen;
+    r->length_reused[l] += x.reused[s];
     if (rc == 0 && p->progress) p->progress(p->progress_ctx, ++*done_count, total);
   }
   r->answered[a] = ok[0];
@@ -369,6 +375,7 @@ static int run_ppl(cp_verify_result *r, cp_engine *const *engines, int sides, co
       const double *ss = sum + (size_t)s * nb;
       const int64_t *cs = count + (size_t)s * nb;
       r->side_tokens[s] += p->lengths[l] * p->ppl_windows;
+      r->length_tokens[l] += p->lengths[l] * p->ppl_windows;
       for (int w = 0; w < p->ppl_windows && p->progress; w++) p->progress(p->progress_ctx, ++*done_count, total);
       double all = 0;
       int64_t n = 0;
@@ -409,6 +416,10 @@ static void copy_baseline(cp_verify_result *r, const cp_verify_result *f) {
   memcpy(r->entropy[CP_SIDE_BASELINE], f->entropy[CP_SIDE_PATCHED], nl * sizeof(double));
   r->side_tokens[CP_SIDE_BASELINE] = f->side_tokens[CP_SIDE_PATCHED];
   r->side_reused[CP_SIDE_BASELINE] = f->side_reused[CP_SIDE_PATCHED];
+  for (size_t l = 0; l < nl; l++) { /* f ran the original alone: its counts are that side's */
+    r->length_tokens[l] += f->length_tokens[l];
+    r->length_reused[l] += f->length_reused[l];
+  }
 }
 
 static int64_t only_at(const cp_verify_result *r, cp_verify_side side, int pi, int l) {

@@ -163,6 +163,8 @@ typedef struct cp_verify_result {
    * probes of one length run in order of depth), both sides and per side; tokens + tokens_reused
    * is what the prompts and answers hold */
   int64_t tokens_reused, side_reused[2];
+  /* the same two counts per length, both sides summed, [n_lengths]: what each length costs */
+  int64_t *length_tokens, *length_reused;
   double seconds;        /* wall time of the run */
   /* Sequential design (params.looks > 0; else 0 and NULL): prompts between looks, looks of a full
    * cell, and per (probe, length) cell [p * n_lengths + l]: prompts run, looks taken, why it
