@@ -181,6 +181,9 @@ static int check_shift(const cp_engine *e) {
                         "engine: llama.cpp's context shift is emulated for decoder-only RoPE "
                         "models without yarn's scaled rotation (this is %s)",
                         cp_family_name(m->family));
+  if (m->rope_by_length) /* a shift re-rotates cached keys by one table; these change it per call */
+    return cp_error_set(CP_EUNSUPPORTED, "engine: llama.cpp's context shift is not emulated under %s RoPE scaling",
+                        m->rope_type);
   if (!e->ops->kv_shift)
     return cp_error_set(CP_EUNSUPPORTED, "engine: llama.cpp's context shift runs on the CPU engine only");
   return 0;

@@ -87,8 +87,8 @@ for case in "lr|CP_ECFG_POSITION: $w/lr.gguf: tensor 'rope_factors_long.weight':
   [ $? -ne 0 ] && [ ! -e "$w/$name.bin" ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error ${case#*|}" ] && ok ||
     bad "refused phi3 GGUF ($name): $(cat "$w/$name.err")"
 done
-# longrope (Phi-3-mini-128k, Phi-3.5): convert --to gguf refuses it as every route does (it said
-# "use --to onnx", which refuses it too), nothing written
+# longrope (Phi-3-mini-128k, Phi-3.5): convert --to gguf refuses it (llama.cpp picks the list by
+# n_ctx, transformers by the sequence: docs/gguf.md), nothing written
 cp -r "$w/tiny" "$w/lr"
 "$py" - "$w/lr/config.json" <<'PY' && ok || bad "longrope config"
 import json, sys
@@ -97,8 +97,14 @@ c.update(max_position_embeddings=1024, rope_scaling={"type": "longrope", "short_
 json.dump(c, open(sys.argv[1], "w"))
 PY
 "$bin" convert "$w/lr" "$w/lr_out.gguf" --to gguf >/dev/null 2>"$w/lrc.err"
-[ $? -ne 0 ] && [ ! -e "$w/lr_out.gguf" ] && [ "$(cat "$w/lrc.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/lr: key 'rope_scaling.type': 'longrope' is not supported: its frequencies change with the length of each forward call" ] &&
+[ $? -ne 0 ] && [ ! -e "$w/lr_out.gguf" ] && [ "$(cat "$w/lrc.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/lr: key 'rope_scaling.type': 'longrope' is not written to GGUF yet (llama.cpp's rope_factors_long / rope_factors_short are not written; ONNX refuses it too)" ] &&
   ok || bad "longrope --to gguf: $(cat "$w/lrc.err")"
+# the engine runs it (the table of each call's length; tests/goldens/engine phi3_longrope*); ONNX
+# refuses it with one line (the graph holds one table), nothing written
+check "$bin" forward "$w/lr" --ids "$short" --out "$w/e_lr.bin" --threads 1
+"$bin" convert "$w/lr" "$w/lr_onnx" --to onnx >/dev/null 2>"$w/lro.err"
+[ $? -ne 0 ] && [ ! -e "$w/lr_onnx" ] && [ "$(cat "$w/lro.err")" = "ctxpatch: error CP_EUNSUPPORTED: onnx export: key 'rope_scaling.type': 'longrope' is not written as ONNX (its RoPE frequencies change with the sequence length of each call; the graph holds one table)" ] &&
+  ok || bad "longrope --to onnx: $(cat "$w/lro.err")"
 # patches: a temperature baked into the q rows of qkv_proj (folder) and of attn_qkv (GGUF) equals the
 # rule; rope-pi refused (Phi3Config raises on a 'linear' rope_scaling), nothing written
 echo '{"temperature": 0.8}' >"$w/t.json"

@@ -505,10 +505,11 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
   if (!strcmp(type, "dynamic"))
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': 'dynamic' has no GGUF form (llama.cpp has no "
                         "dynamic NTK scaling)", in);
-  /* Refused by every route (model/rope.c): sending the user to --to onnx would be a dead end. */
+  /* llama.cpp picks longrope's list once per context (n_ctx), transformers per call (docs/gguf.md). */
   if (!strcmp(type, "longrope"))
-    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not supported: its frequencies change "
-                        "with the length of each forward call", in, type);
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': 'longrope' is not written to GGUF yet "
+                        "(llama.cpp's rope_factors_long / rope_factors_short are not written; ONNX refuses it too)",
+                        in);
   if (type[0] && strcmp(type, "linear") != 0 && !llama3 && !yarn)
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF for %s (llama.cpp "
                         "reads a rope_freqs tensor for llama only, and YaRN keys on the llama body); use --to onnx",

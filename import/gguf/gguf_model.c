@@ -324,7 +324,8 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
     case CP_FAMILY_PHI3: {
       /* llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): fused attn_qkv and ffn_up, NEOX
        * rotation of rope.dimension_count dims; longrope's per-pair factors are the
-       * rope_factors_long / rope_factors_short tensors, which the engines do not run. A
+       * rope_factors_long / rope_factors_short tensors, not read yet (llama.cpp picks one by its
+       * context size, transformers by each call's length: docs/gguf.md). A
        * sliding_window key goes into the config, where one below the context length is refused
        * as from an HF config (llama.cpp itself ignores it for phi3). */
       char key[128];
