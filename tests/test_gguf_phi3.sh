@@ -106,6 +106,10 @@ check "$bin" forward "$w/lr" --ids "$prompt" --out "$w/e_lr300.bin" --threads 1
 "$bin" convert "$w/lr" "$w/lr_onnx" --to onnx >/dev/null 2>"$w/lro.err"
 [ $? -ne 0 ] && [ ! -e "$w/lr_onnx" ] && [ "$(cat "$w/lro.err")" = "ctxpatch: error CP_EUNSUPPORTED: onnx export: key 'rope_scaling.type': 'longrope' is not written as ONNX (its RoPE frequencies change with the sequence length of each call; the graph holds one table)" ] &&
   ok || bad "longrope --to onnx: $(cat "$w/lro.err")"
+# llama.cpp's context shift re-rotates cached keys with one table: not emulated under longrope
+"$bin" verify "$w/lr" --probe passkey --lengths 128 --samples 1 --depths 0.5 --context-shift 96 >/dev/null 2>"$w/lrs.err"
+[ $? -eq 1 ] && [ "$(wc -l <"$w/lrs.err")" -eq 1 ] && [ "$(cat "$w/lrs.err")" = "ctxpatch: error CP_EUNSUPPORTED: engine: llama.cpp's context shift is not emulated under longrope RoPE scaling" ] &&
+  ok || bad "context shift under longrope: $(cat "$w/lrs.err")"
 check "$bin" convert "$w/lr" "$w/lr.gguf" --to gguf
 check "$bin" convert "$w/lr.gguf" "$w/lr_sf" --to safetensors
 check "$bin" forward "$w/lr.gguf" --ids "$short" --out "$w/e_lrg.bin" --threads 1
