@@ -6,7 +6,7 @@
  *
  * - the cases of the engine goldens (tests/goldens/engine, PyTorch) named identity and combo for
  *   every model (only the 41-token identity of the dynamic and longrope RoPE models), and
- *   gen_lambda_topk_decode for one model per positional scheme (32 cases;
+ *   gen_lambda_topk_decode for one model per positional scheme (48 cases;
  *   CTXPATCH_CUDA_EMU_ALL=1: all 165, ~8 minutes on 2 loaded cores, as each attention block is
  *   128 host threads meeting at barriers): logits and attention
  *   statistics within the goldens' max|a - b| / max|b| <= 1e-4 of the golden AND of the CPU
