@@ -176,6 +176,9 @@ static int check_shift(const cp_engine *e) {
                         "engine: context shift needs 0 <= keep, 1 <= batch and keep + batch < n_ctx "
                         "(keep %lld, batch %lld, n_ctx %lld)",
                         (long long)s->n_keep, (long long)s->batch, (long long)s->n_ctx);
+  if (m->rope_by_length) /* a shift re-rotates cached keys by one table; these change it per call */
+    return cp_error_set(CP_EUNSUPPORTED, "engine: llama.cpp's context shift is not emulated under %s RoPE scaling",
+                        m->rope_type);
   if (m->family == CP_FAMILY_T5 || m->pos != CP_POS_ROPE || m->rope.mscale != 1.0)
     return cp_error_set(CP_EUNSUPPORTED,
                         "engine: llama.cpp's context shift is emulated for decoder-only RoPE "

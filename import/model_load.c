@@ -587,6 +587,7 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
     if (!strcmp(c->rope_scaling_type, "linear")) m->rope_scale = c->rope_scaling_factor;
     snprintf(m->rope_type, sizeof m->rope_type, "%s", c->rope_scaling_type);
     TRY(cp_rope_table_init(&m->rope, c, c->rope_theta, c->rotary_dims, cfg_path));
+    m->rope_by_length = cp_rope_by_length(c);
   }
 
   loader L = {m, ck, cp_checkpoint_dir(ck), {0}, op.stored_dtype};
@@ -658,6 +659,15 @@ void cp_model_rule_model(cp_rule_model *out, const cp_model *m) {
 
 float cp_model_attn_scale(const cp_model *m, int layer) {
   return m->attn_scale_inverse_layer ? m->attn_scale / (float)(layer + 1) : m->attn_scale;
+}
+
+const cp_rope_table *cp_model_rope_at(const cp_model *m, int64_t seq_len, cp_rope_table *scratch) {
+  if (!m->rope_by_length) return &m->rope;
+  /* the load computed the same config's table: only seq_len differs, which cannot fail */
+  int rc = cp_rope_table_at(scratch, m->cfg, m->rope_theta, m->rope_dims, seq_len, "model");
+  assert(rc == 0);
+  (void)rc;
+  return scratch;
 }
 
 int cp_model_check_positions(const cp_model *m, int64_t n, const char *what) {

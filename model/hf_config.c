@@ -334,12 +334,83 @@ static int rope_keys(const ctx_t *c, const cJSON *rs, const char *name, const ch
   return 0;
 }
 
+/* One of longrope's factor lists: finite numbers in (0, 1e6], at most CP_HF_ROPE_MAX_PAIRS of them
+ * (their count against the rotary dims is checked once those are known, parse_fields). */
+static int rope_factor_list(double *dst, int *n_out, const ctx_t *c, const cJSON *rs, const char *name,
+                            const char *key) {
+  char lbl[80];
+  snprintf(lbl, sizeof lbl, "%s.%s", name, key);
+  const cJSON *a = field(rs, key);
+  if (!a) return missing(c, lbl);
+  if (!cJSON_IsArray(a)) return bad(c, lbl, "a list of numbers", a);
+  int n = 0;
+  for (const cJSON *it = a->child; it; it = it->next, n++) {
+    if (n >= CP_HF_ROPE_MAX_PAIRS)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': more than %d factors", c->what, lbl, CP_HF_ROPE_MAX_PAIRS);
+    char at[96];
+    snprintf(at, sizeof at, "%s[%d]", lbl, n);
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || !(it->valuedouble > 0) || it->valuedouble > 1e6)
+      return bad(c, at, "a number in (0, 1e6]", it);
+    dst[n] = it->valuedouble;
+  }
+  *n_out = n;
+  return 0;
+}
+
+/* longrope (transformers' _compute_longrope_parameters; the list picked per call by
+ * dynamic_rope_update, model/rope.c). The original length is the top-level
+ * original_max_position_embeddings (Phi3Config) or rope_scaling's (transformers 5); both given
+ * must agree, and none is refused (Phi3Config would default it to 4096 unseen). With it, the
+ * factor is max_position_embeddings / original (a rope_scaling.factor that differs is refused as
+ * ambiguous, as yarn's); without it, the original is max_position_embeddings and the factor is
+ * rope_scaling.factor (needed unless attention_factor is given). */
+static int rope_longrope(cp_hf_config *cfg, const ctx_t *c, const cJSON *rs, const char *name) {
+  char lbl[80];
+  int n_long = 0, top_orig = 0, in_orig = 0, rc;
+  if ((rc = rope_factor_list(cfg->rope_short_factor, &cfg->rope_n_factors, c, rs, name, "short_factor")) ||
+      (rc = rope_factor_list(cfg->rope_long_factor, &n_long, c, rs, name, "long_factor")))
+    return rc;
+  if (n_long != cfg->rope_n_factors)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.long_factor': %d factors, but short_factor has %d", c->what, name,
+                        n_long, cfg->rope_n_factors);
+  const cJSON *top = field(c->root, "original_max_position_embeddings");
+  const cJSON *in = field(rs, "original_max_position_embeddings");
+  snprintf(lbl, sizeof lbl, "%s.original_max_position_embeddings", name);
+  if ((top && (rc = as_pos_int(&top_orig, c, top, "original_max_position_embeddings"))) ||
+      (in && (rc = as_pos_int(&in_orig, c, in, lbl))))
+    return rc;
+  if (top && in && top_orig != in_orig)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': %d disagrees with 'original_max_position_embeddings' %d",
+                        c->what, lbl, in_orig, top_orig);
+  if ((rc = rope_num(&cfg->rope_attention_factor, c, rs, name, "attention_factor", 0, 0, 1e6, "a positive number")))
+    return rc;
+  if (cfg->train_len <= 0) return missing(c, "max_position_embeddings");
+  const bool given = field(rs, "factor") != NULL;
+  if (given && (rc = rope_num(&cfg->rope_scaling_factor, c, rs, name, "factor", 1.0, 0, 1e6, "a number in (0, 1e6]")))
+    return rc;
+  if (!top && !in) {
+    if (cfg->family == CP_FAMILY_PHI3) return missing(c, "original_max_position_embeddings");
+    if (!given && cfg->rope_attention_factor == 0) return missing(c, "rope_scaling.factor");
+    cfg->rope_original_max_pos = (int)cfg->train_len;
+    return 0;
+  }
+  cfg->rope_original_max_pos = top ? top_orig : in_orig;
+  const double ratio = (double)cfg->train_len / (double)cfg->rope_original_max_pos;
+  if (given && fabs(ratio - cfg->rope_scaling_factor) > 1e-9 * ratio)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.factor': %.17g, but max_position_embeddings / "
+                        "original_max_position_embeddings is %.17g (transformers uses the ratio: refused as ambiguous)",
+                        c->what, name, cfg->rope_scaling_factor, ratio);
+  cfg->rope_scaling_factor = ratio;
+  return 0;
+}
+
 /* rope_scaling (transformers' modeling_rope_utils, _compute_*_parameters and their
  * validation): linear {factor}; llama3 {factor, low_freq_factor, high_freq_factor,
  * original_max_position_embeddings}; yarn {factor, attention_factor?, beta_fast?, beta_slow?,
- * original_max_position_embeddings?, truncate?}. dynamic and longrope (read, not checked key by
- * key) choose their frequencies by the length of each call: loading such a model is refused
- * (model/rope.c; docs/attention-decisions.md, "RoPE scaling").
+ * original_max_position_embeddings?, truncate?}; dynamic {factor, original_max_position_embeddings?};
+ * longrope {short_factor, long_factor, factor?, attention_factor?, original_max_position_embeddings?}.
+ * dynamic and longrope choose their frequencies by the length of each call (model/rope.c
+ * cp_rope_table_at; docs/attention-decisions.md, "RoPE scaling").
  * Runs after train_len (yarn checks its factor against max_position_embeddings). */
 static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
   /* transformers 5 saves the same keys, with rope_theta, as "rope_parameters". */
@@ -383,23 +454,22 @@ static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
     cfg->rope_scaling_type[0] = '\0';
     return 0;
   }
-  /* dynamic and longrope are read for `inspect`; loading a model refuses them (model/rope.c). */
-  if (!strcmp(type, "longrope")) return 0;
-  if (!strcmp(type, "dynamic")) {
-    if (!field(rs, "factor")) return missing(c, !strcmp(name, "rope_scaling") ? "rope_scaling.factor" : "rope_parameters.factor");
-    return rope_num(&cfg->rope_scaling_factor, c, rs, name, "factor", 1.0, 0, INFINITY, "a positive number");
-  }
   static const char *const linear[] = {"factor", NULL};
   static const char *const llama3[] = {"factor", "low_freq_factor", "high_freq_factor",
                                        "original_max_position_embeddings", NULL};
   static const char *const yarn[] = {"factor", "attention_factor", "beta_fast", "beta_slow",
                                      "original_max_position_embeddings", "truncate", NULL};
+  static const char *const dynamic[] = {"factor", "original_max_position_embeddings", NULL};
+  static const char *const longrope[] = {"short_factor", "long_factor", "factor", "attention_factor",
+                                         "original_max_position_embeddings", NULL};
   const char *const *known = !strcmp(type, "linear") ? linear : !strcmp(type, "llama3") ? llama3
-                             : !strcmp(type, "yarn") ? yarn : NULL;
+                             : !strcmp(type, "yarn") ? yarn : !strcmp(type, "dynamic") ? dynamic
+                             : !strcmp(type, "longrope") ? longrope : NULL;
   if (!known)
     return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': unknown RoPE scaling type '%s' (supported: linear, llama3, "
-                        "yarn)", c->what, label, type);
+                        "yarn, dynamic, longrope)", c->what, label, type);
   if ((rc = rope_keys(c, rs, name, type, known))) return rc;
+  if (!strcmp(type, "longrope")) return rope_longrope(cfg, c, rs, name);
   char lbl[80];
 #define LBL(k) (snprintf(lbl, sizeof lbl, "%s.%s", name, k), lbl)
   if (!field(rs, "factor")) return missing(c, LBL("factor"));
@@ -411,6 +481,18 @@ static int rope_scaling(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *orig = field(rs, "original_max_position_embeddings");
   if (orig && (rc = as_pos_int(&cfg->rope_original_max_pos, c, orig, LBL("original_max_position_embeddings"))))
     return rc;
+  if (strcmp(type, "dynamic") == 0) {
+    /* _compute_dynamic_ntk_parameters (transformers 4.x) scales from max_position_embeddings and
+     * ignores rope_scaling's original (a TODO there): one given must be the same length. */
+    if (cfg->train_len <= 0) return missing(c, "max_position_embeddings");
+    if (orig && cfg->rope_original_max_pos != cfg->train_len)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': %d, but dynamic NTK scales from max_position_embeddings %lld "
+                          "(transformers reads only that one: refused rather than ignored)", c->what,
+                          LBL("original_max_position_embeddings"), cfg->rope_original_max_pos,
+                          (long long)cfg->train_len);
+    cfg->rope_original_max_pos = (int)cfg->train_len;
+    return 0;
+  }
   if (strcmp(type, "llama3") == 0) {
     if (!field(rs, "low_freq_factor")) return missing(c, LBL("low_freq_factor"));
     if (!field(rs, "high_freq_factor")) return missing(c, LBL("high_freq_factor"));
@@ -727,8 +809,8 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
 /* Phi-3 / Phi-3.5 mini (transformers' models/phi3: configuration_phi3.py Phi3Config,
  * modeling_phi3.py Phi3Attention and Phi3MLP): the Llama body with q | k | v fused in qkv_proj
  * and gate | up in gate_up_proj (split at load, model/families.c), no biases, RMSNorm, SiLU,
- * partial_rotary_factor. Phi3Config reads a rope type "su" or "yarn" as "longrope"; longrope
- * itself is read for `inspect` and refused at load (model/rope.c). Phi3Model masks with
+ * partial_rotary_factor. Phi3Config reads a rope type "su" or "yarn" as "longrope" (refused here:
+ * spelled out as longrope, it is run, model/rope.c). Phi3Model masks with
  * sliding_window when it is set: a window shorter than max_position_embeddings is refused here
  * (the engines run no sliding window yet), null or one at least that long is full attention
  * over every length the model is run at. */
@@ -747,8 +829,8 @@ static int parse_phi3(cp_hf_config *cfg, const ctx_t *c) {
   if (rs && cJSON_IsObject(rs)) {
     const cJSON *t = field(rs, "type") ? field(rs, "type") : field(rs, "rope_type");
     if (cJSON_IsString(t) && (!strcmp(t->valuestring, "su") || !strcmp(t->valuestring, "yarn")))
-      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.%s': '%s' is read by Phi3Config as 'longrope', which is not "
-                          "supported yet (its factors are chosen by the length of each call)", c->what, name,
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.%s': '%s' is read by Phi3Config as 'longrope' (a legacy "
+                          "name: refused rather than renamed; write 'longrope')", c->what, name,
                           field(rs, "type") ? "type" : "rope_type", t->valuestring);
   }
   TRY(rope_scaling(cfg, c));
@@ -1114,6 +1196,10 @@ static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
                           "number >= 2)",
                           c->what, cfg->family == CP_FAMILY_GPT_NEOX ? "rotary_pct" : "partial_rotary_factor",
                           cfg->rotary_pct, cfg->d_head, cfg->rotary_dims);
+    if (!strcmp(cfg->rope_scaling_type, "longrope") && cfg->rope_n_factors != cfg->rotary_dims / 2)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.short_factor': %d factors for %d rotary dims (want %d, one per "
+                          "pair)", c->what, cfg->rope_parameters_layout ? "rope_parameters" : "rope_scaling",
+                          cfg->rope_n_factors, cfg->rotary_dims, cfg->rotary_dims / 2);
   }
   return ctxpatch_block(cfg, c);
 }

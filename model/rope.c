@@ -1,7 +1,8 @@
 /* RoPE frequency tables (include/ctxpatch/model/rope.h), written from transformers'
  * src/transformers/modeling_rope_utils.py: _compute_default_rope_parameters,
- * _compute_linear_scaling_rope_parameters, _compute_llama3_parameters and
- * _compute_yarn_parameters (read with the search tool; not copied). transformers computes the
+ * _compute_linear_scaling_rope_parameters, _compute_llama3_parameters, _compute_yarn_parameters,
+ * _compute_dynamic_ntk_parameters, _compute_longrope_parameters and dynamic_rope_update (read with
+ * the search tool; not copied). transformers computes the
  * tables in float32; here they are double, as the float64 PyTorch reference
  * (python/ctxpatch_ref/torchref/rules.py, rope_scaled_inv_freq) computes them. */
 #include "ctxpatch/model/rope.h"
@@ -61,7 +62,37 @@ static void yarn(cp_rope_table *t, const cp_hf_config *c, double theta, int dim)
   t->mscale = c->rope_attention_factor > 0 ? c->rope_attention_factor : 0.1 * log(factor) + 1.0;
 }
 
+/* dynamic (_compute_dynamic_ntk_parameters): theta x (factor L / max_pos - (factor - 1))^(d / (d - 2))
+ * with L = max(seq_len, max_pos), max_pos the config's max_position_embeddings. */
+static void dynamic_ntk(cp_rope_table *t, const cp_hf_config *c, double theta, int dim, int64_t seq_len) {
+  const double max_pos = (double)c->rope_original_max_pos, factor = c->rope_scaling_factor;
+  const double len = (double)seq_len > max_pos ? (double)seq_len : max_pos;
+  const double base = theta * pow(factor * len / max_pos - (factor - 1), (double)dim / (double)(dim - 2));
+  for (int a = 0; a < t->n; a++) t->inv[a] = 1.0 / pow(base, (double)(2 * a) / (double)dim);
+}
+
+/* longrope (_compute_longrope_parameters, with the list dynamic_rope_update's longrope branch
+ * picks): pair a divided by long_factor[a] once seq_len passes the original length, else by
+ * short_factor[a]; cos and sin times the attention factor. */
+static void longrope(cp_rope_table *t, const cp_hf_config *c, int64_t seq_len) {
+  const double *ext = seq_len > c->rope_original_max_pos ? c->rope_long_factor : c->rope_short_factor;
+  for (int a = 0; a < t->n; a++) t->inv[a] /= ext[a];
+  const double f = c->rope_scaling_factor;
+  t->mscale = c->rope_attention_factor > 0 ? c->rope_attention_factor
+              : f <= 1.0                   ? 1.0
+                                           : sqrt(1 + log(f) / log((double)c->rope_original_max_pos));
+}
+
+bool cp_rope_by_length(const cp_hf_config *cfg) {
+  return !strcmp(cfg->rope_scaling_type, "dynamic") || !strcmp(cfg->rope_scaling_type, "longrope");
+}
+
 int cp_rope_table_init(cp_rope_table *t, const cp_hf_config *cfg, double theta, int rot_dims, const char *what) {
+  return cp_rope_table_at(t, cfg, theta, rot_dims, 0, what);
+}
+
+int cp_rope_table_at(cp_rope_table *t, const cp_hf_config *cfg, double theta, int rot_dims, int64_t seq_len,
+                     const char *what) {
   memset(t, 0, sizeof *t);
   if (rot_dims < 2 || rot_dims > CP_ROPE_MAX_DIMS || rot_dims % 2)
     return cp_error_set(CP_ECFG_FIELD, "%s: %d rotary dims (want an even number in 2..%d)", what, rot_dims,
@@ -80,13 +111,25 @@ int cp_rope_table_init(cp_rope_table *t, const cp_hf_config *cfg, double theta, 
     yarn(t, cfg, theta, rot_dims);
     return 0;
   }
-  if (!strcmp(type, "dynamic") || !strcmp(type, "longrope"))
-    return cp_error_set(CP_ECFG_FIELD,
-                        "%s: key 'rope_scaling.type': '%s' is not supported: its frequencies change "
-                        "with the length of each forward call (supported: linear, llama3, yarn)",
-                        what, type);
-  return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_scaling.type': '%s' is not supported (linear, llama3, yarn)", what,
-                      type);
+  if (!strcmp(type, "dynamic")) {
+    if (rot_dims < 4 || cfg->rope_original_max_pos <= 0 || !(cfg->rope_scaling_factor >= 1))
+      return cp_error_set(CP_ECFG_FIELD,
+                          "%s: dynamic RoPE scaling needs 4 or more rotary dims, "
+                          "max_position_embeddings and a factor >= 1",
+                          what);
+    dynamic_ntk(t, cfg, theta, rot_dims, seq_len);
+    return 0;
+  }
+  if (!strcmp(type, "longrope")) {
+    if (cfg->rope_n_factors != t->n || cfg->rope_original_max_pos <= 0)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_scaling.short_factor': %d factors for %d rotary dims (want %d)",
+                          what, cfg->rope_n_factors, rot_dims, t->n);
+    longrope(t, cfg, seq_len);
+    return 0;
+  }
+  return cp_error_set(CP_ECFG_FIELD,
+                      "%s: key 'rope_scaling.type': '%s' is not supported (linear, llama3, yarn, dynamic, longrope)",
+                      what, type);
 }
 
 int cp_rope_freq_factors(float *factors, const cp_hf_config *cfg, double theta, int rot_dims, const char *what) {

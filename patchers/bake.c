@@ -365,8 +365,8 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
                r->has_top_k ? " and top-k" : "");
       return 0;
     case CP_PATCH_ROPE_PI:
-      /* Position interpolation on top of llama3 or yarn frequencies has no rope_scaling that
-       * transformers would read (one type per config): refused, not composed
+      /* Position interpolation on top of llama3, yarn, dynamic or longrope frequencies has no
+       * rope_scaling that transformers would read (one type per config): refused, not composed
        * (docs/attention-decisions.md, "RoPE scaling"). */
       if (m->rope_type[0] && strcmp(m->rope_type, "linear") != 0)
         return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi cannot compose with '%s' "

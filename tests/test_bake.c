@@ -260,6 +260,27 @@ int main(void) {
     CHECK(stat(out, &st) != 0);
     cp_model_free(m);
   }
+  { /* rope-pi on a dynamic NTK model: refused (one rope_scaling type per config), nothing written;
+     * a temperature bakes into its weights as on Llama (the same logits as the rule) */
+    bake_case("llama_dynamic", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.8}", 0, EXACT);
+    cp_model *m = NULL;
+    CHECK_RC(0, cp_model_open(&m, test_path(models, "llama_dynamic")));
+    cp_patch p;
+    memset(&p, 0, sizeof p);
+    cp_rule_init(&p.rule);
+    p.method = CP_PATCH_ROPE_PI;
+    p.rope_factor = 2;
+    cp_patch_params pp;
+    cp_patch_params_init(&pp);
+    cp_patch_outcome oc;
+    const char *out = test_path(tmpdir, "refused_pi");
+    if (m) CHECK_RC(CP_EARG, cp_patch_write(&oc, test_path(models, "llama_dynamic"), out, m, &p, &pp));
+    CHECK_MSG(strstr(cp_error_message(), "rope-pi cannot compose with 'dynamic' scaling") != NULL, "message: %s",
+              cp_error_message());
+    cp_patch_outcome_free(&oc);
+    CHECK(stat(out, &st) != 0);
+    cp_model_free(m);
+  }
   { /* ALiBi PI on Qwen3 (RoPE): refused as on Llama. */
     cp_model *m = NULL;
     CHECK_RC(0, cp_model_open(&m, test_path(models, "qwen3")));

@@ -13,8 +13,10 @@
 #   - `patch --method temperature --tau 0.8` (q rows of qkv_proj / attn_qkv divided) == the rule, in
 #     the engine and in llama.cpp; rope-pi refused (Phi3Config accepts no 'linear' rope_scaling);
 #   - a certified temperature patch (passkey probes) written and passing `check`;
-#   - a GGUF with longrope's rope_factors_long tensor, or a sliding window below the context
-#     length, refused with one line naming the tensor or key.
+#   - longrope written as llama.cpp's rope_factors_long / rope_factors_short (+ attn_factor, original
+#     length), read back, and equal to llama.cpp where its n_ctx picks the list the sequence picks;
+#   - a GGUF with only one longrope tensor, or a sliding window below the context length, refused
+#     with one line naming the tensor or key.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -74,31 +76,65 @@ def write(path, extra_kv=(), extra_tensors=()):
            if k != "general.alignment"] + [mk.kv(*x) for x in extra_kv]
     ts = [(n, t[n][1], {0: "F32", 1: "F16"}[t[n][0]], t[n][2]) for n in order] + list(extra_tensors)
     open(path, "wb").write(mk.gguf(kvs, ts))
-write(f"{w}/lr.gguf", extra_tensors=[("rope_factors_long.weight", [8], "F32", struct.pack("<8f", *[1.0] * 8))])
+write(f"{w}/lr1.gguf", extra_tensors=[("rope_factors_long.weight", [8], "F32", struct.pack("<8f", *[1.0] * 8))])
 write(f"{w}/sw.gguf", extra_kv=[("phi3.attention.sliding_window", mk.U32, 128)])
 write(f"{w}/same.gguf")
 PY
 check "$bin" forward "$w/same.gguf" --ids "$short" --out "$w/e_same.bin" --threads 1
 check cmp "$w/e_t.bin" "$w/e_same.bin"
-for case in "lr|CP_ECFG_POSITION: $w/lr.gguf: tensor 'rope_factors_long.weight': longrope scaling is not supported yet" \
+for case in "lr1|CP_ECFG_POSITION: $w/lr1.gguf: tensor 'rope_factors_long.weight' without 'rope_factors_short.weight'" \
             "sw|CP_ECFG_FIELD: $w/sw.gguf (GGUF metadata as config.json): key 'sliding_window': 128 is below max_position_embeddings 256: sliding windows are not supported yet (null, or a window at least max_position_embeddings, is full attention)"; do
   name=${case%%|*}
   "$bin" forward "$w/$name.gguf" --ids "$short" --out "$w/$name.bin" >/dev/null 2>"$w/$name.err"
   [ $? -ne 0 ] && [ ! -e "$w/$name.bin" ] && [ "$(cat "$w/$name.err")" = "ctxpatch: error ${case#*|}" ] && ok ||
     bad "refused phi3 GGUF ($name): $(cat "$w/$name.err")"
 done
-# longrope (Phi-3-mini-128k, Phi-3.5): convert --to gguf refuses it as every route does (it said
-# "use --to onnx", which refuses it too), nothing written
+# longrope (Phi-3-mini-128k, Phi-3.5): max 1024 over the original 256 (factor 4, attention factor
+# sqrt(1 + ln 4 / ln 256)); the engine runs it with the table of each call's length
+# (tests/goldens/engine phi3_longrope*), ONNX refuses it with one line (the graph holds one table),
+# GGUF carries it as llama.cpp's rope_factors_long / rope_factors_short and reads it back
 cp -r "$w/tiny" "$w/lr"
 "$py" - "$w/lr/config.json" <<'PY' && ok || bad "longrope config"
 import json, sys
 c = json.load(open(sys.argv[1]))
-c.update(max_position_embeddings=1024, rope_scaling={"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4})
+c.update(max_position_embeddings=1024, rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6],
+                                                     "long_factor": [1.0, 2.5, 6.0, 12.0]})
 json.dump(c, open(sys.argv[1], "w"))
 PY
-"$bin" convert "$w/lr" "$w/lr_out.gguf" --to gguf >/dev/null 2>"$w/lrc.err"
-[ $? -ne 0 ] && [ ! -e "$w/lr_out.gguf" ] && [ "$(cat "$w/lrc.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/lr: key 'rope_scaling.type': 'longrope' is not supported: its frequencies change with the length of each forward call" ] &&
-  ok || bad "longrope --to gguf: $(cat "$w/lrc.err")"
+check "$bin" forward "$w/lr" --ids "$short" --out "$w/e_lr.bin" --threads 1
+check "$bin" forward "$w/lr" --ids "$prompt" --out "$w/e_lr300.bin" --threads 1
+"$bin" convert "$w/lr" "$w/lr_onnx" --to onnx >/dev/null 2>"$w/lro.err"
+[ $? -ne 0 ] && [ ! -e "$w/lr_onnx" ] && [ "$(cat "$w/lro.err")" = "ctxpatch: error CP_EUNSUPPORTED: onnx export: key 'rope_scaling.type': 'longrope' is not written as ONNX (its RoPE frequencies change with the sequence length of each call; the graph holds one table)" ] &&
+  ok || bad "longrope --to onnx: $(cat "$w/lro.err")"
+# llama.cpp's context shift re-rotates cached keys with one table: not emulated under longrope
+"$bin" verify "$w/lr" --probe passkey --lengths 128 --samples 1 --depths 0.5 --context-shift 96 >/dev/null 2>"$w/lrs.err"
+[ $? -eq 1 ] && [ "$(wc -l <"$w/lrs.err")" -eq 1 ] && [ "$(cat "$w/lrs.err")" = "ctxpatch: error CP_EUNSUPPORTED: engine: llama.cpp's context shift is not emulated under longrope RoPE scaling" ] &&
+  ok || bad "context shift under longrope: $(cat "$w/lrs.err")"
+check "$bin" convert "$w/lr" "$w/lr.gguf" --to gguf
+check "$bin" convert "$w/lr.gguf" "$w/lr_sf" --to safetensors
+check "$bin" forward "$w/lr.gguf" --ids "$short" --out "$w/e_lrg.bin" --threads 1
+check "$bin" forward "$w/lr.gguf" --ids "$prompt" --out "$w/e_lrg300.bin" --threads 1
+check "$bin" forward "$w/lr_sf" --ids "$prompt" --out "$w/e_lrsf300.bin" --threads 1
+# float32 factors and attention factor in the GGUF: within 1e-6 of the config's doubles
+check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_lrg.bin" "$w/e_lr.bin" --vocab 559 --tol 1e-6 --label "longrope GGUF 41"
+check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_lrg300.bin" "$w/e_lr300.bin" --vocab 559 --tol 1e-6 --label "longrope GGUF 300"
+check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_lrsf300.bin" "$w/e_lr300.bin" --vocab 559 --tol 1e-6 --label "longrope GGUF -> sf"
+# the lists matter: the unscaled model is far (so llama.cpp's match below is the longrope one)
+"$py" "$src/tests/onnx/compare_logits.py" "$w/e_lr300.bin" "$w/e_hf.bin" --vocab 559 --tol 1e-2 >/dev/null &&
+  bad "longrope leaves the 300-token logits within 1e-2 of the unscaled model" || ok
+"$py" - "$w" <<'PY' && ok || bad "longrope GGUF tensors and keys"
+import sys, json, math, numpy as np, gguf_py as g
+w = sys.argv[1]
+_, kv, _, t, _ = g.read(f"{w}/lr.gguf")
+assert list(g.f32(t["rope_factors_long.weight"])) == [1.0, 2.5, 6.0, 12.0], g.f32(t["rope_factors_long.weight"])
+assert np.allclose(g.f32(t["rope_factors_short.weight"]), [1.0, 1.1, 1.3, 1.6], rtol=1e-7)
+assert kv["phi3.rope.scaling.original_context_length"] == 256 and kv["phi3.context_length"] == 1024, kv
+assert abs(kv["phi3.rope.scaling.attn_factor"] - math.sqrt(1 + math.log(4) / math.log(256))) < 1e-7
+c = json.load(open(f"{w}/lr_sf/config.json"))
+assert c["rope_scaling"]["type"] == "longrope" and c["original_max_position_embeddings"] == 256, c
+print("longrope GGUF: rope_factors_long/short, attn_factor %.7f, original 256; read back as longrope"
+      % kv["phi3.rope.scaling.attn_factor"])
+PY
 # patches: a temperature baked into the q rows of qkv_proj (folder) and of attn_qkv (GGUF) equals the
 # rule; rope-pi refused (Phi3Config raises on a 'linear' rope_scaling), nothing written
 echo '{"temperature": 0.8}' >"$w/t.json"
@@ -128,5 +164,18 @@ if [ "$lc" = 1 ]; then
   "$bin" forward "$w/phi3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
   check "$py" "$src/tests/gguf/llamacpp_compare.py" phi3 "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
   check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 tied, 41 tokens" "$w/lct.json" "$w/e_t.bin" 41 559
+  # longrope: llama.cpp picks the list by its context size (n_ctx_seq > original 256: long), transformers
+  # and the engine by the sequence (> 256: long). Equal where both pick the same list: 300 tokens in a
+  # context of 512 (long), 41 in a context of 256 (short); 41 in 512 is llama.cpp's long list against
+  # the engine's short one, which must differ (docs/gguf.md states it)
+  node "$w/run.mjs" "$w/lr.gguf" 0 "$prompt" 1 >"$w/lclr300.json" && ok || bad "llama.cpp lr.gguf 300"
+  LLAMACPP_CTX=256 node "$w/run.mjs" "$w/lr.gguf" 0 "$short" 1 >"$w/lclr41.json" && ok || bad "llama.cpp lr.gguf 41"
+  node "$w/run.mjs" "$w/lr.gguf" 0 "$short" 1 >"$w/lclr41x.json" && ok || bad "llama.cpp lr.gguf 41 in 512"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 longrope, 300 tokens, n_ctx 512 (long)" "$w/lclr300.json" \
+    "$w/e_lrg300.bin" 300 559
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 longrope, 41 tokens, n_ctx 256 (short)" "$w/lclr41.json" \
+    "$w/e_lrg.bin" 41 559
+  "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 longrope, 41 tokens, n_ctx 512" "$w/lclr41x.json" "$w/e_lrg.bin" \
+    41 559 >/dev/null 2>&1 && bad "llama.cpp's long list at n_ctx 512 matches the engine's short one at 41" || ok
 fi
 finish

@@ -222,9 +222,19 @@ static void rope_scaling_types(void) {
     CHECK(c->rope_scaling_type[0] == '\0' && near(c->rope_theta, 1e6));
     cp_hf_config_free(c);
   }
-  c = parse_mem(0, LLAMA_HEAD "\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[2]}}");
+  /* longrope without an original length: max_position_embeddings is the original, the factor is
+   * rope_scaling's (head 16: 8 pairs per list) */
+  c = parse_mem(0, LLAMA_HEAD "\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":4.0,"
+                              "\"short_factor\":[1,1,1,1,1,1,1,1.5],\"long_factor\":[1,2,3,4,5,6,7,8]}}");
   if (c) {
-    CHECK(!strcmp(c->rope_scaling_type, "longrope"));
+    CHECK(!strcmp(c->rope_scaling_type, "longrope") && c->rope_n_factors == 8 && c->rope_original_max_pos == 131072);
+    CHECK(near(c->rope_scaling_factor, 4) && near(c->rope_short_factor[7], 1.5) && near(c->rope_long_factor[7], 8));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, LLAMA_HEAD "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2.0}}");
+  if (c) {
+    CHECK(!strcmp(c->rope_scaling_type, "dynamic") && near(c->rope_scaling_factor, 2));
+    CHECK(c->rope_original_max_pos == 131072); /* max_position_embeddings: the length NTK scales from */
     cp_hf_config_free(c);
   }
   static const struct {
@@ -253,6 +263,37 @@ static void rope_scaling_types(void) {
       {"\"rope_theta\":10000,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500000}}",
        "'rope_parameters.rope_theta': 500000 disagrees with 'rope_theta' 10000"},
       {"\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":2,\"beta_fast\":-1}}", "'rope_parameters.beta_fast'"},
+      /* dynamic and longrope (issue 31) */
+      {"\"rope_scaling\":{\"rope_type\":\"dynamic\"}}", "'rope_scaling.factor': missing"},
+      {"\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":-2}}", "'rope_scaling.factor': expected a number in [1"},
+      {"\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2,\"original_max_position_embeddings\":4096}}",
+       "'rope_scaling.original_max_position_embeddings': 4096, but dynamic NTK scales from max_position_embeddings"},
+      {"\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2,\"attention_factor\":2}}",
+       "'rope_scaling.attention_factor': not a key ctxpatch reads for type 'dynamic'"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"long_factor\":[1,1,1,1,1,1,1,1]}}",
+       "'rope_scaling.short_factor': missing"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1,1,1,1,1,1]}}",
+       "'rope_scaling.long_factor': missing"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+       "\"long_factor\":[1,1,1,1,1,1,1,1]}}", "'rope_scaling.factor': missing"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1],\"long_factor\":[1,1,1]}}",
+       "'rope_scaling.short_factor': 3 factors for 16 rotary dims (want 8"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1,1,1,1,1,1],"
+       "\"long_factor\":[1,1,1,1,1,1,1]}}", "'rope_scaling.long_factor': 7 factors, but short_factor has 8"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1,-1,1,1,1,1],"
+       "\"long_factor\":[1,1,1,1,1,1,1,1]}}", "'rope_scaling.short_factor[3]': expected a number in (0, 1e6]"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1,1,1,1,1,1],"
+       "\"long_factor\":[1,1,1,1,1,1,1,\"x\"]}}", "'rope_scaling.long_factor[7]': expected a number in (0, 1e6]"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":7,"
+       "\"long_factor\":[1,1,1,1,1,1,1,1]}}", "'rope_scaling.short_factor': expected a list of numbers"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1,1,1,1,1,1],"
+       "\"long_factor\":[1,1,1,1,1,1,1,1],\"original_max_position_embeddings\":4096}}",
+       "'rope_scaling.factor': 2, but max_position_embeddings / original_max_position_embeddings is 32"},
+      {"\"original_max_position_embeddings\":4096,\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":"
+       "[1,1,1,1,1,1,1,1],\"long_factor\":[1,1,1,1,1,1,1,1],\"original_max_position_embeddings\":8192}}",
+       "'rope_scaling.original_max_position_embeddings': 8192 disagrees with 'original_max_position_embeddings' 4096"},
+      {"\"rope_scaling\":{\"rope_type\":\"longrope\",\"factor\":2,\"short_factor\":[1,1,1,1,1,1,1,1],"
+       "\"long_factor\":[1,1,1,1,1,1,1,1],\"attention_factor\":0}}", "'rope_scaling.attention_factor'"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[1024];
@@ -359,11 +400,32 @@ static void phi3_configs(void) {
     CHECK(c->rotary_dims == 72 && near(c->norm_eps, 1e-6) && c->sliding_window == 0);
     cp_hf_config_free(c);
   }
-  c = parse_mem(0, PHI3_HEAD "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[2]}}");
-  if (c) {
-    CHECK(!strcmp(c->rope_scaling_type, "longrope")); /* read for inspect; loading refuses it */
-    cp_hf_config_free(c);
+  /* Phi-3-mini-128k's layout: the factor is max / original (32), the attention factor is left to
+   * the default (rope.c); head 96, 48 pairs */
+  {
+    char text[4096];
+    int at = snprintf(text, sizeof text, "%s", "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\","
+                      "\"hidden_size\":3072,\"num_attention_heads\":32,\"num_hidden_layers\":32,\"intermediate_size\":8192,"
+                      "\"vocab_size\":32064,\"max_position_embeddings\":131072,\"original_max_position_embeddings\":4096,"
+                      "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[");
+    for (int k = 0; k < 2; k++) {
+      for (int a = 0; a < 48; a++) at += snprintf(text + at, sizeof text - at, "%s%g", a ? "," : "", k ? 1.0 + a : 1.0);
+      at += snprintf(text + at, sizeof text - at, "%s", k ? "]}}" : "],\"long_factor\":[");
+    }
+    c = parse_mem(0, text);
+    if (c) {
+      CHECK(!strcmp(c->rope_scaling_type, "longrope") && c->rope_n_factors == 48 && c->rope_original_max_pos == 4096);
+      CHECK(near(c->rope_scaling_factor, 32) && c->rope_attention_factor == 0 && near(c->rope_long_factor[47], 48));
+      cp_hf_config_free(c);
+    }
   }
+  /* Phi3Config would default a missing original to 4096: refused, not guessed */
+  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"phi3\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                               "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                               "\"max_position_embeddings\":256,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":"
+                               "[1,1,1,1,1,1,1,1],\"long_factor\":[1,1,1,1,1,1,1,1]}}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'original_max_position_embeddings': missing") != NULL, "message: %s",
+            cp_error_message());
   c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"sliding_window\":2047}");
   CHECK_MSG(strstr(cp_error_message(), "key 'sliding_window': 2047 is below max_position_embeddings 4096: sliding "
                                        "windows are not supported yet") != NULL, "message: %s", cp_error_message());
@@ -532,7 +594,7 @@ static void in_memory(void) {
       "{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_attention_heads\":4,"
       "\"num_key_value_heads\":null,\"num_hidden_layers\":2,\"intermediate_size\":128,"
       "\"vocab_size\":100,\"sliding_window\":null,\"eos_token_id\":[7,9],\"pad_token_id\":null,"
-      "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}");
+      "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2}}");
   if (c) {
     CHECK(c->n_kv_heads == 4);      /* null -> num_attention_heads */
     CHECK(c->sliding_window == 0);  /* explicit null: no window */
@@ -541,9 +603,15 @@ static void in_memory(void) {
     CHECK(c->bos_token_id == 1);    /* MistralConfig default */
     CHECK(c->train_len == 0);
     CHECK(near(c->norm_eps, 1e-6)); /* MistralConfig default */
-    CHECK(strcmp(c->rope_scaling_type, "dynamic") == 0 && near(c->rope_scaling_factor, 2.0));
+    CHECK(strcmp(c->rope_scaling_type, "linear") == 0 && near(c->rope_scaling_factor, 2.0));
     cp_hf_config_free(c);
   }
+  /* dynamic NTK scales from max_position_embeddings: a config without it is refused */
+  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                               "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                               "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'max_position_embeddings': missing") != NULL, "message: %s",
+            cp_error_message());
   c = parse_mem(0, "{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_attention_heads\":4,"
                    "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100}");
   if (c) {

@@ -1,7 +1,8 @@
 /* RoPE frequency tables (model/rope.c) against the float64 PyTorch reference
  * (python/ctxpatch_ref/torchref/rules.py rope_scaled_inv_freq, written from transformers'
  * modeling_rope_utils): Llama 3.1 8B's llama3 scaling (theta 500000, factor 8, head dim 128) and
- * YaRN at factor 4 from 4096 (head dim 64), with and without truncation. The reference values
+ * YaRN at factor 4 from 4096 (head dim 64), with and without truncation; dynamic NTK and longrope
+ * at sequence lengths on both sides of their original lengths. The reference values
  * were printed by the reference and pasted here; the engine goldens (llama3_scaled, llama_yarn)
  * check the same tables through whole models. */
 #include <math.h>
@@ -95,6 +96,63 @@ static void rope_freqs(void) {
   CHECK(strstr(cp_error_message(), "not a llama3 or linear scaling table") != NULL);
 }
 
+/* Tables chosen by the call's sequence length (rope_scaled_inv_freq with seq_len, values printed
+ * by the reference): dynamic NTK x2 over 2048 (head 64) is the default table up to 2048 and
+ * rescales the base past it; longrope (8 pairs, original 4096 of 131072: Phi-3-mini-128k's ratio
+ * 32, whose default attention factor is sqrt(1 + ln 32 / ln 4096)) takes its long list from 4097. */
+static void dynamic_and_longrope(void) {
+  cp_rope_table t;
+  cp_hf_config c = base("dynamic", 2);
+  c.rope_original_max_pos = 2048;
+  static const int di[] = {0, 1, 10, 31};
+  static const struct {
+    int64_t len;
+    double inv[4];
+  } dyn[] = {{0, {1.0, 0.7498942093324559, 0.056234132519034905, 0.0001333521432163324}},
+             {2048, {1.0, 0.7498942093324559, 0.056234132519034905, 0.0001333521432163324}},
+             {3000, {1.0, 0.7341600401787418, 0.045489108402982786, 6.910556409591315e-05}},
+             {8193, {1.0, 0.7042661560299381, 0.03001706225100595, 1.9047648856677974e-05}}};
+  CHECK(cp_rope_by_length(&c));
+  for (size_t k = 0; k < sizeof dyn / sizeof *dyn; k++) {
+    CHECK_RC(0, cp_rope_table_at(&t, &c, 10000.0, 64, dyn[k].len, "c"));
+    CHECK(t.mscale == 1.0);
+    for (int i = 0; i < 4; i++)
+      CHECK_MSG(near(t.inv[di[i]], dyn[k].inv[i]), "dynamic at %lld, pair %d: %.17g vs %.17g", (long long)dyn[k].len,
+                di[i], t.inv[di[i]], dyn[k].inv[i]);
+  }
+  static const double sf[] = {1.0, 1.05, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0},
+                      lf[] = {1.0, 1.5, 3.0, 6.0, 12.0, 20.0, 30.0, 40.0};
+  static const double s_inv[] = {1.0,   0.3011693009684171,    0.08333333333333334,   0.021081851067789193,
+                                 0.005, 0.0012649110640673515, 0.0003333333333333333, 7.905694150420948e-05};
+  static const double l_inv[] = {1.0,
+                                 0.21081851067789195,
+                                 0.03333333333333333,
+                                 0.005270462766947298,
+                                 0.0008333333333333334,
+                                 0.00015811388300841894,
+                                 3.3333333333333335e-05,
+                                 7.905694150420949e-06};
+  c = base("longrope", 32);
+  c.rope_original_max_pos = 4096, c.rope_n_factors = 8;
+  memcpy(c.rope_short_factor, sf, sizeof sf);
+  memcpy(c.rope_long_factor, lf, sizeof lf);
+  CHECK(cp_rope_by_length(&c));
+  const int64_t lens[] = {0, 4096, 4097};
+  for (int k = 0; k < 3; k++) {
+    CHECK_RC(0, cp_rope_table_at(&t, &c, 10000.0, 16, lens[k], "c"));
+    const double *want = k < 2 ? s_inv : l_inv;
+    for (int a = 0; a < 8; a++)
+      CHECK_MSG(near(t.inv[a], want[a]), "longrope at %lld, pair %d: %.17g vs %.17g", (long long)lens[k], a, t.inv[a],
+                want[a]);
+    CHECK_MSG(near(t.mscale, 1.1902380714238083), "longrope mscale %.17g", t.mscale);
+  }
+  c.rope_attention_factor = 1.25; /* given: taken as is */
+  CHECK_RC(0, cp_rope_table_at(&t, &c, 10000.0, 16, 5000, "c"));
+  CHECK(t.mscale == 1.25 && near(t.inv[7], l_inv[7]));
+  c = base("llama3", 8);
+  CHECK(!cp_rope_by_length(&c));
+}
+
 int main(void) {
   rope_freqs();
   cp_rope_table t;
@@ -143,11 +201,16 @@ int main(void) {
   CHECK_RC(0, cp_rope_table_init(&u, &c, 10000.0, 6, "c"));
   CHECK(memcmp(t.inv, u.inv, sizeof t.inv) == 0 && u.mscale == 1.0);
 
+  dynamic_and_longrope();
+
   /* Refusals name the file and the key. */
-  c = base("dynamic", 2);
+  c = base("dynamic", 2); /* no max_position_embeddings */
   CHECK_RC(CP_ECFG_FIELD, cp_rope_table_init(&t, &c, 10000.0, 64, "m/config.json"));
-  CHECK(strstr(cp_error_message(), "m/config.json: key 'rope_scaling.type': 'dynamic' is not supported") != NULL);
-  c = base("longrope", 2);
+  CHECK(strstr(cp_error_message(), "m/config.json: dynamic RoPE scaling needs") != NULL);
+  c = base("longrope", 2); /* no factor lists */
+  CHECK_RC(CP_ECFG_FIELD, cp_rope_table_init(&t, &c, 10000.0, 64, "m/config.json"));
+  CHECK(strstr(cp_error_message(), "m/config.json: key 'rope_scaling.short_factor': 0 factors") != NULL);
+  c = base("ntk", 2);
   CHECK_RC(CP_ECFG_FIELD, cp_rope_table_init(&t, &c, 10000.0, 64, "m/config.json"));
   c = base("", 1);
   CHECK_RC(CP_ECFG_FIELD, cp_rope_table_init(&t, &c, 10000.0, 2 * CP_ROPE_MAX_DIMS, "m/config.json"));

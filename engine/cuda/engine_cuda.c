@@ -98,7 +98,11 @@ typedef struct {
   float *pos_embed; /* [train_len, D] or NULL */
   float *wide;      /* [wide_n]: a 16-bit matrix's rows widened for one GEMM, or NULL */
   uint64_t wide_n;
-  double *rope_inv; /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
+  double *rope_inv; /* [rope_dims / 2]: the RoPE table of rope_len (model/rope.c), or NULL */
+  /* dynamic / longrope: the call's table (cp_model_rope_at) on the host, uploaded when a call's
+   * sequence length differs from the last one's (the layers of a pass share it); 0: m->rope. */
+  cp_rope_table rope_now;
+  int64_t rope_len;
   dnorm embed_norm;
   dstack enc, dec;
   cp_arena work;          /* the attention call's host tables, reset per call */
@@ -404,10 +408,20 @@ static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int
   return 0;
 }
 
+/* The table of a call of sequence length seq_len into d->rope_inv (dynamic / longrope only; a
+ * pageable source is staged before cudaMemcpyAsync returns, so rope_now may change after). */
+static int rope_table(cuda_engine *d, int64_t seq_len) {
+  if (!d->m->rope_by_length || seq_len == d->rope_len) return 0;
+  cp_model_rope_at(d->m, seq_len, &d->rope_now);
+  d->rope_len = seq_len;
+  return upload(d, d->rope_inv, d->rope_now.inv, (size_t)(d->m->rope_dims / 2) * sizeof(double));
+}
+
 static int rope_rows(cuda_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
   const cp_model *m = d->m;
   char why[256] = "";
-  const double ms = fixed ? m->rope.mscale * m->rope.mscale : m->rope.mscale; /* as cp_ops_rope_rows */
+  const double ms0 = m->rope_by_length ? d->rope_now.mscale : m->rope.mscale;
+  const double ms = fixed ? ms0 * ms0 : ms0; /* as cp_ops_rope_rows */
   if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, d->rope_inv, m->rope_scale, ms, n, pos0, fixed,
                   why, sizeof why))
     return kern_fail(why);
@@ -475,7 +489,8 @@ static int rope_call(cuda_engine *d, cp_attn_call *c, cp_kv *kv, cp_pass *b) {
   const size_t qbytes = (size_t)n * qd * sizeof(float);
   const bool raw = cp_engine_rope_needs_raw(m, d->rule, d->rm, c->plan->kind, c->plan->layer);
   float *kc = kv->k + (size_t)q_off * kvd;
-  int rc;
+  int rc = rope_table(d, q_off + n);
+  if (rc) return rc;
   if (raw) {
     assert(kv->k_raw);
     if ((rc = dcopy(d, kv->k_raw + (size_t)q_off * kvd, kc, (size_t)n * kvd * sizeof(float))) ||

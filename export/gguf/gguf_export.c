@@ -263,11 +263,20 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
       return rc;
     return rc;
   }
-  if (cfg->family == CP_FAMILY_PHI3) /* convert_hf_to_gguf.py Phi3MiniModel: the rotated dims, not the head */
-    return (rc = put_u32(w, arch, "rope.dimension_count", cfg->rotary_dims)) ||
-                   (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps))
-               ? rc
-               : put_f32(w, arch, "rope.freq_base", cfg->rope_theta);
+  if (cfg->family == CP_FAMILY_PHI3) { /* convert_hf_to_gguf.py Phi3MiniModel: the rotated dims, not the head */
+    if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->rotary_dims)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
+        (rc = put_f32(w, arch, "rope.freq_base", cfg->rope_theta)) || strcmp(cfg->rope_scaling_type, "longrope") != 0)
+      return rc;
+    /* longrope: the lists are the rope_factors_* tensors; llama.cpp multiplies cos and sin by
+     * attn_factor (llama-context.cpp: yarn_attn_factor *= hparams.rope_attn_factor) and picks the
+     * long list when its context passes original_context_length */
+    cp_rope_table t;
+    if ((rc = cp_rope_table_init(&t, cfg, cfg->rope_theta, cfg->rotary_dims, "gguf export")) ||
+        (rc = put_f32(w, arch, "rope.scaling.attn_factor", t.mscale)))
+      return rc;
+    return put_u32(w, arch, "rope.scaling.original_context_length", cfg->rope_original_max_pos);
+  }
   if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
   if (cfg->family == CP_FAMILY_GPT_NEOX) {
     char key[128];
@@ -505,11 +514,14 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
   if (!strcmp(type, "dynamic"))
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': 'dynamic' has no GGUF form (llama.cpp has no "
                         "dynamic NTK scaling)", in);
-  /* Refused by every route (model/rope.c): sending the user to --to onnx would be a dead end. */
-  if (!strcmp(type, "longrope"))
-    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not supported: its frequencies change "
-                        "with the length of each forward call", in, type);
-  if (type[0] && strcmp(type, "linear") != 0 && !llama3 && !yarn)
+  /* longrope: llama.cpp's phi3 reads rope_factors_long / rope_factors_short, but picks the list
+   * once per context (n_ctx), where transformers picks it per call (docs/gguf.md) */
+  bool longrope = !strcmp(type, "longrope") && cfg->family == CP_FAMILY_PHI3;
+  if (!strcmp(type, "longrope") && !longrope)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': 'longrope' is written to GGUF for phi3 only "
+                        "(llama.cpp's phi3 reads rope_factors_long / rope_factors_short; this is %s)", in,
+                        cp_family_name(cfg->family));
+  if (type[0] && strcmp(type, "linear") != 0 && !llama3 && !yarn && !longrope)
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_scaling.type': '%s' is not written to GGUF for %s (llama.cpp "
                         "reads a rope_freqs tensor for llama only, and YaRN keys on the llama body); use --to onnx",
                         in, type, cp_family_name(cfg->family));
@@ -598,6 +610,8 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   tensor_plan plan = {0};
   float freqs[CP_ROPE_MAX_DIMS / 2]; /* llama3's rope_freqs */
   int64_t n_freqs = 0;
+  float lr[2][CP_ROPE_MAX_DIMS / 2]; /* longrope's rope_factors_long, rope_factors_short */
+  int64_t n_lr = 0;
   float *vals = malloc(CHUNK_FLOATS * sizeof *vals);
   unsigned char *raw = malloc(CHUNK_FLOATS * 8);
   int rc = 0;
@@ -643,6 +657,14 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
         (rc = cp_gguf_add_tensor(w, "rope_freqs.weight", CP_GGML_F32, 1, &n_freqs)))
       goto done;
   }
+  /* longrope's lists likewise (Phi3MiniModel writes them before the blocks), as float32 */
+  if (!cp_checkpoint_gguf(ck) && !strcmp(cfg->rope_scaling_type, "longrope")) {
+    n_lr = cfg->rope_n_factors;
+    for (int a = 0; a < n_lr; a++) lr[0][a] = (float)cfg->rope_long_factor[a], lr[1][a] = (float)cfg->rope_short_factor[a];
+    if ((rc = cp_gguf_add_tensor(w, "rope_factors_long.weight", CP_GGML_F32, 1, &n_lr)) ||
+        (rc = cp_gguf_add_tensor(w, "rope_factors_short.weight", CP_GGML_F32, 1, &n_lr)))
+      goto done;
+  }
   for (size_t i = 0; i < plan.n && rc == 0; i++) {
     const cp_tensor *t = cp_checkpoint_tensor(ck, plan.v[i].src);
     int64_t shape[CP_GGUF_MAX_DIMS] = {0};
@@ -651,9 +673,11 @@ int cp_gguf_export(cp_gguf_export_stats *stats, const char *in, const char *out,
   }
   if (rc || (rc = cp_gguf_writer_begin(w))) goto done;
   if (n_freqs > 0 && (rc = cp_gguf_write_f32(w, freqs, (size_t)n_freqs))) goto done;
+  if (n_lr > 0 && ((rc = cp_gguf_write_f32(w, lr[0], (size_t)n_lr)) || (rc = cp_gguf_write_f32(w, lr[1], (size_t)n_lr))))
+    goto done;
   for (size_t i = 0; i < plan.n && rc == 0; i++) rc = write_tensor(w, ck, &plan.v[i], vals, raw);
   if (rc) goto done;
-  cp_gguf_export_stats st = {plan.n + (n_freqs > 0), ""};
+  cp_gguf_export_stats st = {plan.n + (n_freqs > 0) + 2 * (n_lr > 0), ""};
   rc = cp_gguf_writer_commit(w, st.sha256);
   w = NULL;
   if (rc == 0 && stats) *stats = st;

@@ -68,10 +68,11 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
         }
       }
   }
-  /* rope_freqs was read as the config's rope_scaling (import/gguf/gguf_model.c) */
+  /* rope_freqs and rope_factors_* were read as the config's rope_scaling (import/gguf/gguf_model.c) */
   for (size_t i = 0; i < n && rc == 0; i++) {
     const char *name = cp_checkpoint_tensor(ck, i)->name;
-    if (!out->hf[i] && strcmp(name, "rope_freqs.weight") != 0)
+    if (!out->hf[i] && strcmp(name, "rope_freqs.weight") != 0 && strcmp(name, "rope_factors_long.weight") != 0 &&
+        strcmp(name, "rope_factors_short.weight") != 0)
       rc = cp_error_set(CP_EUNSUPPORTED,
                         "%s: tensor '%s': no HF name in the %s layout (refused rather than written "
                         "under its GGUF name)",

@@ -177,6 +177,65 @@ static int put_rope(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int6
   return 0;
 }
 
+/* One of llama.cpp's longrope lists: float32, one finite positive factor per rotated pair. */
+static int read_factors(cp_strbuf *js, const cp_gguf_file *g, int64_t i, const char *name, int64_t pairs) {
+  const cp_tensor *t = cp_gguf_tensor(g, (size_t)i);
+  float f[CP_ROPE_MAX_DIMS / 2];
+  int rc;
+  if (t->dtype != CP_F32 || t->ndim != 1 || t->shape[0] != pairs || pairs > CP_ROPE_MAX_DIMS / 2)
+    return cp_error_set(CP_ECFG_POSITION, "%s: tensor '%s': want %lld float32 factors (one per rotated pair)",
+                        cp_gguf_path(g), name, (long long)pairs);
+  if ((rc = cp_gguf_read(g, (size_t)i, 0, f, (size_t)pairs * sizeof *f))) return rc;
+  for (int64_t a = 0; a < pairs; a++) {
+    if (!isfinite(f[a]) || !(f[a] > 0) || f[a] > 1e6)
+      return cp_error_set(CP_ECFG_POSITION, "%s: tensor '%s': factor %lld is %.9g (want a number in (0, 1e6])",
+                          cp_gguf_path(g), name, (long long)a, (double)f[a]);
+    cp_strbuf_printf(js, "%s%.9g", a ? "," : "", (double)f[a]);
+  }
+  return 0;
+}
+
+/* Phi-3's longrope as llama.cpp reads it (convert_hf_to_gguf.py Phi3MiniModel): the
+ * rope_factors_long / rope_factors_short tensors, rope.scaling.original_context_length (absent:
+ * context_length, llama.cpp's n_ctx_orig_yarn) and rope.scaling.attn_factor (absent: 1, which
+ * llama.cpp multiplies into cos and sin), written back as transformers' longrope with an explicit
+ * attention_factor. Both tensors or neither. */
+static int put_longrope(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
+  const int64_t il = cp_gguf_find(g, "rope_factors_long.weight"), is = cp_gguf_find(g, "rope_factors_short.weight");
+  if (il < 0 && is < 0) return 0;
+  if (il < 0 || is < 0)
+    return cp_error_set(CP_ECFG_POSITION, "%s: tensor '%s' without '%s'", cp_gguf_path(g),
+                        il >= 0 ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                        il >= 0 ? "rope_factors_short.weight" : "rope_factors_long.weight");
+  char key[128];
+  int64_t dims = 0, orig = 0;
+  double attn = 1.0;
+  int rc;
+  snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+  if ((rc = cp_gguf_get_int(&dims, g, key))) return rc;
+  snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&orig, g, key))) return rc;
+  if (cp_gguf_find_key(g, key) < 0) {
+    snprintf(key, sizeof key, "%s.context_length", arch);
+    if ((rc = cp_gguf_get_int(&orig, g, key))) return rc;
+  }
+  if (orig < 1 || orig > INT32_MAX)
+    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s': %lld is not a context length", cp_gguf_path(g), key,
+                        (long long)orig);
+  snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_f64(&attn, g, key))) return rc;
+  if (!isfinite(attn) || !(attn > 0) || attn > 1e6)
+    return cp_error_set(CP_ECFG_POSITION, "%s: key '%s': %.9g (want a number in (0, 1e6])", cp_gguf_path(g), key,
+                        attn);
+  cp_strbuf_printf(js, ",\"original_max_position_embeddings\":%lld,\"rope_scaling\":{\"type\":\"longrope\","
+                   "\"attention_factor\":%.9g,\"long_factor\":[", (long long)orig, attn);
+  if ((rc = read_factors(js, g, il, "rope_factors_long.weight", dims / 2))) return rc;
+  cp_strbuf_str(js, "],\"short_factor\":[");
+  if ((rc = read_factors(js, g, is, "rope_factors_short.weight", dims / 2))) return rc;
+  cp_strbuf_str(js, "]}");
+  return 0;
+}
+
 /* llama.cpp's architecture names of the families it shares with ctxpatch. */
 static const struct {
   const char *arch;
@@ -324,15 +383,11 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
     case CP_FAMILY_PHI3: {
       /* llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): fused attn_qkv and ffn_up, NEOX
        * rotation of rope.dimension_count dims; longrope's per-pair factors are the
-       * rope_factors_long / rope_factors_short tensors, which the engines do not run. A
+       * rope_factors_long / rope_factors_short tensors, not read yet (llama.cpp picks one by its
+       * context size, transformers by each call's length: docs/gguf.md). A
        * sliding_window key goes into the config, where one below the context length is refused
        * as from an HF config (llama.cpp itself ignores it for phi3). */
       char key[128];
-      static const char *const factors[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
-      for (int i = 0; i < 2; i++)
-        if (cp_gguf_find(g, factors[i]) >= 0)
-          return cp_error_set(CP_ECFG_POSITION, "%s: tensor '%s': longrope scaling is not supported yet",
-                              cp_gguf_path(g), factors[i]);
       cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
                        "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"intermediate_size\":%lld",
                        hf_arch, (long long)a.d, (long long)a.heads, (long long)a.kv_heads, (long long)a.ff);
@@ -341,9 +396,9 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&window, g, key))) return rc;
       if (window != 0) cp_strbuf_printf(js, ",\"sliding_window\":%lld", (long long)window);
       if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
-          (rc = put_num(js, g, eps, "rms_norm_eps")))
+          (rc = put_num(js, g, eps, "rms_norm_eps")) || (rc = put_rope(js, g, arch, a.d_head, "partial_rotary_factor")))
         return rc;
-      return put_rope(js, g, arch, a.d_head, "partial_rotary_factor");
+      return put_longrope(js, g, arch);
     }
     case CP_FAMILY_GPT_NEOX: {
       /* llama.cpp's gptneox runs ggml_gelu, the tanh form, whatever the HF config said. */

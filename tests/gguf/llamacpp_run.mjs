@@ -15,7 +15,8 @@ const model = await llama.loadModel({modelPath: model_path});
 const out = {greedy: [], logits: [], tokenize: {}};
 
 // F32 K/V cache and no flash attention, so llama.cpp computes in float32 like the engine.
-const ctx_opts = {contextSize: 512, threads, batchSize: 512, flashAttention: false,
+// LLAMACPP_CTX: another context size (llama.cpp's phi3 picks longrope's list by it).
+const ctx_opts = {contextSize: Number(process.env.LLAMACPP_CTX ?? 512), threads, batchSize: 512, flashAttention: false,
                   experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"};
 let ctx = await model.createContext(ctx_opts);
 let seq = ctx.getSequence();

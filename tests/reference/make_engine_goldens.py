@@ -92,15 +92,36 @@ def build_models():
         M.Gemma("gemma", 409, gemma2=False, n_layers=2),
         M.Gemma("gemma2", 410, n_layers=2, window=16),
         M.Gemma("gemma2_types", 411, n_layers=2, window=12, layer_types=["full_attention", "sliding_attention"]),
+        # RoPE tables chosen by the length of the forward (appended likewise): dynamic NTK over
+        # max_position_embeddings 32 (41 and 300 tokens both rescale the base, by different
+        # amounts), and Phi-3's longrope over an original 64 of 128 (41 tokens take the short
+        # factors, 300 the long; attention factor sqrt(1 + ln 2 / ln 64)), partial rotary 0.5
+        M.Llama("llama_dynamic", 413, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32,
+                rope_scaling=od(("rope_type", "dynamic"), ("factor", 2.0))),
+        M.Llama("llama_dynamic_300", 414, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32,
+                rope_scaling=od(("rope_type", "dynamic"), ("factor", 3.0)), tied=True),
+        M.Phi3("phi3_longrope", 415, n_layers=2, D=64, n_heads=4, n_kv=2, dff=96, train_len=128, original=64,
+               partial=0.5, mix=3.0, rope_scaling=LONGROPE),
+        M.Phi3("phi3_longrope_300", 416, n_layers=2, D=64, n_heads=4, n_kv=2, dff=64, train_len=128, original=64,
+               partial=0.5, tied=True, rope_scaling=LONGROPE),
     ]
 
+
+# longrope's lists for 8 rotated dims (4 pairs): the long ones stretch the low frequencies far more
+LONGROPE = collections.OrderedDict([("rope_type", "longrope"), ("short_factor", [1.0, 1.1, 1.3, 1.6]),
+                                    ("long_factor", [1.0, 2.5, 6.0, 12.0])])
+# models whose RoPE table depends on the forward's length: no generate cases (the reference re-runs
+# the growing sequence, so every key would take the last step's table, where a KV cache keeps each
+# key's own, as transformers' does: docs/attention-decisions.md 15)
+BY_LENGTH = ("llama_dynamic", "llama_dynamic_300", "phi3_longrope", "phi3_longrope_300")
 
 # forward prompt length (decoder-only) or (encoder, decoder) lengths (T5)
 LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "llama": 64,
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
            "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56,
-           "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41}
+           "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41,
+           "llama_dynamic": 41, "llama_dynamic_300": 300, "phi3_longrope": 41, "phi3_longrope_300": 300}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -142,7 +163,7 @@ def cases_for(m):
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
     if family(m) == "learned":
         return out + LEARNED_CASES
-    if m.name == "phi3_300":   # the long prompt: the identity and one temperature
+    if m.name in ("phi3_300", "llama_dynamic_300", "phi3_longrope_300"):   # the long prompt: two cases
         return out[:2]
     out += [
         ("lambda", "forward", od(("lambda_mask", LAMBDA))),
@@ -186,6 +207,8 @@ def cases_for(m):
                     od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))))
     # appended last: a case's seed depends on its index, so the older cases keep their inputs
     out += SCHEDULE_CASES.get(m.name, [])
+    if m.name in BY_LENGTH:
+        out = [c for c in out if c[1] != "generate"]
     if m.name == "gemma2":
         # 300 tokens: top-k on every row is a choice in each of hundreds of rows, which no draw
         # keeps TOPK_MIN_GAP clear of a tie (gemma2_types covers it at 41)
@@ -569,7 +592,11 @@ def check_model_identities(ck, m):
             pre, _ = run_forward(m, rule, ids, dec[:cut])
         else:
             pre, _ = run_forward(m, rule, ids[:cut], dec)
-        ck.close(full[:cut], pre, 1e-12, "%s: causal prefix %s" % (m.name, rule_text(rule)))
+        if R.rope_scaling_kind(getattr(m, "rope_scaling", None)) == "dynamic" and cut > m.train_len:
+            # dynamic NTK: a forward's table is its length's, so a shorter prefix rotates at another base
+            ck.ok(rel_diff(full[:cut], pre) > MIN_EFFECT, "%s: dynamic prefix differs" % m.name)
+        else:
+            ck.close(full[:cut], pre, 1e-12, "%s: causal prefix %s" % (m.name, rule_text(rule)))
     # KV-cache semantics: with n_prompt = cut, the prompt rows equal a prefill of the prompt
     if family(m) == "alibi":
         rule = od(("alibi_scale", od(("mode", "dynamic"))), ("train_len", 16))

@@ -137,8 +137,10 @@ typedef struct cp_model {
   double rope_theta;
   int rope_dims;                /* rotated dims per head (GPT-NeoX partial rotary) */
   double rope_scale;            /* linear rope_scaling factor (positions are divided by it), 1 when none */
-  char rope_type[32];           /* rope_scaling type: "", "linear", "llama3", "yarn" */
-  cp_rope_table rope;           /* the rotary frequencies and yarn's cos/sin scale (model/rope.h) */
+  char rope_type[32];           /* rope_scaling type: "", "linear", "llama3", "yarn", "dynamic", "longrope" */
+  cp_rope_table rope;           /* the rotary frequencies and yarn's cos/sin scale (model/rope.h); under
+                                   dynamic / longrope the init-time table: callers take cp_model_rope_at */
+  bool rope_by_length;          /* dynamic / longrope: the table depends on the call's sequence length */
   int t5_num_buckets, t5_max_distance;
   cp_fire_mlp *fire;            /* [n_fire] */
   int n_fire;
@@ -230,5 +232,9 @@ float cp_model_attn_scale(const cp_model *m, int layer);
 /* CP_EMODEL_INPUT when positions [0, n) need a row that m's learned position table lacks (only
  * models with pos_embed have such a limit); `what` names the input in the message. */
 int cp_model_check_positions(const cp_model *m, int64_t n, const char *what);
+/* The RoPE table of a call whose sequence length (largest position + 1, model/rope.h
+ * cp_rope_table_at) is seq_len: &m->rope unless m->rope_by_length, else computed into *scratch
+ * (which the result then points to). The engines and the exporters rotate with this. */
+const cp_rope_table *cp_model_rope_at(const cp_model *m, int64_t seq_len, cp_rope_table *scratch);
 
 #endif

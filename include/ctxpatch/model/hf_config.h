@@ -37,6 +37,8 @@ typedef enum {
 
 /* Widest FIRE MLP read (the paper's is 32): bounds the engines' per-evaluation scratch. */
 #define CP_FIRE_MAX_WIDTH 1024
+/* RoPE pairs (rotary dims / 2) a longrope factor list may hold (model/rope.h CP_ROPE_MAX_DIMS / 2). */
+#define CP_HF_ROPE_MAX_PAIRS 512
 
 typedef struct {
   cp_family family;
@@ -92,6 +94,14 @@ typedef struct {
   double rope_attention_factor; /* yarn: 0 when absent (then 0.1 ln(factor) + 1) */
   double rope_beta_fast, rope_beta_slow; /* yarn: 32 and 1 when absent */
   bool rope_truncate;          /* yarn: floor/ceil the correction range (true when absent) */
+  /* longrope: per-pair frequency divisors (rope_scaling.short_factor / long_factor, rotary_dims / 2
+   * of each, finite and positive), the long ones for a call whose sequence passes
+   * rope_original_max_pos. rope_scaling_factor is max_position_embeddings / original when the
+   * original is given (transformers' _compute_longrope_parameters), rope_attention_factor the
+   * given attention_factor (0: sqrt(1 + ln(factor) / ln(original)), 1 when factor <= 1).
+   * dynamic: rope_original_max_pos is max_position_embeddings, the length the NTK base scales from. */
+  int rope_n_factors;
+  double rope_short_factor[CP_HF_ROPE_MAX_PAIRS], rope_long_factor[CP_HF_ROPE_MAX_PAIRS];
   bool rope_parameters_layout; /* the scaling came as transformers 5's "rope_parameters" (with
                                   rope_theta inside): a rewrite keeps that layout */
   int sliding_window;          /* Mistral, Gemma 2 sliding_window; 0 when none (Mistral's is not run:

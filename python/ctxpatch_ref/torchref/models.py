@@ -383,6 +383,8 @@ class Llama(Model):
         # a llama3 / yarn rope_scaling (rope_factor is the linear one): its table and cos/sin factor
         self.rope_inv, self.rope_mscale = (R.rope_scaled_inv_freq(self.dh, self.theta, rope_scaling, train_len)
                                            if rope_scaling else (None, 1.0))
+        # dynamic / longrope: the table of each forward, by its length (forward sets it)
+        self.rope_scaling, self.train_len = rope_scaling, train_len
         self.tied = tied
         self.qwen2 = qwen2   # modeling_qwen2.py: q/k/v projections with biases, o without
         # modeling_qwen3.py (Qwen3Attention.forward): q_norm / k_norm, RMSNorm over each head's
@@ -481,6 +483,9 @@ class Llama(Model):
         h = w["model.embed_tokens.weight"][ids]
         stats = []
         rep = self.H // self.Hkv
+        if R.rope_scaling_kind(self.rope_scaling) in R.ROPE_BY_LENGTH:
+            self.rope_inv, self.rope_mscale = R.rope_scaled_inv_freq(self.dh, self.theta, self.rope_scaling,
+                                                                     self.train_len, seq_len=T)
         for l in range(self.L):
             p = "model.layers.%d." % l
             x = rms_norm(h, w[p + "input_layernorm.weight"], self.eps)
@@ -518,8 +523,11 @@ class Phi3(Model):
     compute_default_rope_parameters; apply_rotary_pos_emb passes the rest through)."""
 
     def __init__(self, name, seed, n_layers=2, n_heads=4, n_kv=2, D=64, dff=96, V=96, train_len=32,
-                 partial=1.0, tied=False, mix=1.0):
+                 partial=1.0, tied=False, mix=1.0, rope_scaling=None, original=None):
         self.name = name
+        # rope_scaling (longrope): its table per forward, by the length (original: the top-level
+        # original_max_position_embeddings, train_len when None)
+        self.rope_scaling, self.train_len, self.original = rope_scaling, train_len, original or train_len
         self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
         self.dh = D // n_heads
         self.rot = int(self.dh * partial)   # Phi3RotaryEmbedding: dim = int(head_dim * partial_rotary_factor)
@@ -531,10 +539,10 @@ class Phi3(Model):
                ("hidden_size", D), ("initializer_range", 0.02), ("intermediate_size", dff),
                ("max_position_embeddings", train_len), ("model_type", "phi3"),
                ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers), ("num_key_value_heads", n_kv),
-               ("original_max_position_embeddings", train_len), ("pad_token_id", 0)]
+               ("original_max_position_embeddings", self.original), ("pad_token_id", 0)]
         if partial != 1.0:
             cfg += [("partial_rotary_factor", partial)]
-        cfg += [("resid_pdrop", 0.0), ("rms_norm_eps", self.eps), ("rope_scaling", None),
+        cfg += [("resid_pdrop", 0.0), ("rms_norm_eps", self.eps), ("rope_scaling", rope_scaling),
                 ("rope_theta", self.theta), ("sliding_window", None), ("tie_word_embeddings", tied),
                 ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)]
         self.config = collections.OrderedDict(cfg)
@@ -566,6 +574,10 @@ class Phi3(Model):
         rep = H // self.Hkv
         qd, kvd = H * self.dh, self.Hkv * self.dh
         c = 1.0 / math.sqrt(self.dh)   # Phi3Attention.scaling = head_dim ** -0.5
+        inv, mscale = (R.rope_scaled_inv_freq(self.rot, self.theta, self.rope_scaling, self.train_len, seq_len=T,
+                                              original=self.original) if self.rope_scaling else (None, 1.0))
+        if inv is not None:
+            inv = inv.to(w["model.norm.weight"].dtype)   # the fp32 replay too
         for l in range(self.L):
             p = "model.layers.%d." % l
             x = rms_norm(h, w[p + "input_layernorm.weight"], self.eps)
@@ -574,7 +586,7 @@ class Phi3(Model):
             k = heads(qkv[:, qd:qd + kvd], self.Hkv).repeat_interleave(rep, dim=0)
             v = heads(qkv[:, qd + kvd:], self.Hkv).repeat_interleave(rep, dim=0)
             plan = R.Plan(rule, self.facts, "dec", l)
-            score = R.rope_scorer(q, k, c, self.rot, self.theta, 1.0)
+            score = R.rope_scorer(q, k, c, self.rot, self.theta, 1.0, inv, mscale)
             out, P = R.attention(plan, pinfo, score, v, T, margins)
             stats.append(R.head_stats(P))
             h = h + linear(merge(out), w[p + "self_attn.o_proj.weight"])

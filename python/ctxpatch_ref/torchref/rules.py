@@ -303,17 +303,44 @@ def rope_inv_freq(rot_dims, theta, dtype=DTYPE):
     return 1.0 / (theta ** (torch.arange(0, rot_dims, 2, dtype=dtype) / rot_dims))
 
 
-def rope_scaled_inv_freq(rot_dims, theta, scaling, max_position_embeddings, dtype=DTYPE):
+ROPE_BY_LENGTH = ("dynamic", "longrope")
+
+
+def rope_scaling_kind(scaling):
+    return (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+
+
+def rope_scaled_inv_freq(rot_dims, theta, scaling, max_position_embeddings, dtype=DTYPE, seq_len=None,
+                         original=None):
     """(inv_freq [rot/2], attention_factor) of a rope_scaling dict, in float64, as transformers'
     src/transformers/modeling_rope_utils.py computes them (_compute_default_rope_parameters,
-    _compute_llama3_parameters, _compute_yarn_parameters; transformers 5 semantics: yarn reads
-    rope_scaling.factor, and original_max_position_embeddings from rope_scaling when given).
-    "linear" is not here: it divides positions (rope_scorer's factor)."""
+    _compute_llama3_parameters, _compute_yarn_parameters, _compute_dynamic_ntk_parameters,
+    _compute_longrope_parameters; transformers 5 semantics: yarn reads rope_scaling.factor, and
+    original_max_position_embeddings from rope_scaling when given).
+    "linear" is not here: it divides positions (rope_scorer's factor).
+    dynamic and longrope depend on seq_len, which dynamic_rope_update takes as max(position_ids) + 1
+    (a forward over T tokens: T); original: the config's top-level original_max_position_embeddings
+    (Phi3Config), which longrope reads before rope_scaling's."""
     inv = rope_inv_freq(rot_dims, theta, dtype)
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    kind = rope_scaling_kind(scaling)
     if kind in ("default", "linear"):
         return inv, 1.0
+    if kind == "longrope":
+        orig = original or scaling.get("original_max_position_embeddings")
+        if orig:   # Phi3: the factor is the ratio of the lengths, not rope_scaling.factor
+            factor = max_position_embeddings / orig
+        else:
+            orig, factor = max_position_embeddings, float(scaling["factor"])
+        attention = scaling.get("attention_factor")
+        if attention is None:
+            attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        ext = scaling["long_factor"] if seq_len and seq_len > orig else scaling["short_factor"]
+        return inv / torch.tensor(ext, dtype=dtype), float(attention)
     factor = float(scaling["factor"])
+    if kind == "dynamic":   # the NTK base grows with the sequence once it passes max_position_embeddings
+        length = max(seq_len or 0, max_position_embeddings)
+        base = theta * ((factor * length / max_position_embeddings) - (factor - 1)) ** (rot_dims / (rot_dims - 2))
+        return rope_inv_freq(rot_dims, base, dtype), 1.0
     if kind == "llama3":
         lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
         old = float(scaling["original_max_position_embeddings"])
