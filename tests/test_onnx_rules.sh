@@ -30,7 +30,10 @@ layers() {
     "$models/$1/config.json"
 }
 
-# one MODEL NAME RULE_JSON [nosplit]
+# one MODEL NAME RULE_JSON [nosplit]: the engine's side now (export, reference logits, greedy
+# tokens); onnxruntime runs every case's graph afterwards in one process (ort_run.mjs --jobs), and
+# one compare_logits.py --pairs reads them all (node's and numpy's start paid once, not per case).
+cases=()
 one() {
   local model=$1 name=$2 rule=$3 mode=${4:-}
   local dir=$work/$model.$name ref=$work/$model.$name.ref
@@ -39,16 +42,33 @@ one() {
     bad "$model $name: export"; return
   fi
   "$bin" forward "$models/$model" --ids "$ids" --rule "$dir.json" --out "$ref" >/dev/null || { bad "$model $name: forward"; return; }
-  local want got line1 line2="split: skipped (see the top)"
-  want=$("$bin" forward "$models/$model" --ids "$ids" --rule "$dir.json" --generate 32) || { bad "$model $name: generate"; return; }
-  got=$(node "$ort" "$dir" --ids "$ids" --out "$dir.ort" --generate 32) || { bad "$model $name: ort_run"; return; }
-  line1=$("$py" "$cmp" "$dir.ort" "$ref" --vocab 96 --label "one-pass") && ok || bad "$model $name: $line1"
-  if [ "$mode" != nosplit ]; then
-    node "$ort" "$dir" --ids "$ids" --split $split --out "$dir.split" || { bad "$model $name: ort_run --split"; return; }
-    line2=$("$py" "$cmp" "$dir.split" "$ref" --vocab 96 --label "split $split") && ok || bad "$model $name: $line2"
-  fi
-  [ "$got" = "$want" ] && ok || bad "$model $name: greedy tokens: onnxruntime $got, engine $want"
-  echo "$model $name: ${line1%% (*} | ${line2%% (*} | generate 32 $([ "$got" = "$want" ] && echo equal || echo DIFFER)"
+  "$bin" forward "$models/$model" --ids "$ids" --rule "$dir.json" --generate 32 > "$dir.want" || { bad "$model $name: generate"; return; }
+  local split_args=""
+  [ "$mode" = nosplit ] || split_args="--split $split --split-out $dir.split"
+  echo "$dir --ids $ids --out $dir.ort $split_args --generate 32 --generate-out $dir.got" >> "$work/jobs"
+  echo "$dir.ort $ref 96 $model $name one-pass" >> "$work/pairs"
+  [ "$mode" = nosplit ] || echo "$dir.split $ref 96 $model $name split $split" >> "$work/pairs"
+  cases+=("$model $name $mode")
+}
+
+# judge: every case's onnxruntime logits and tokens against the engine's
+judge() {
+  node "$ort" --jobs "$work/jobs" 2> "$work/jobs.err" || bad "ort_run --jobs: $(head -3 "$work/jobs.err" | tr '\n' ' ')"
+  "$py" "$cmp" --pairs "$work/pairs" > "$work/pairs.out"
+  local c model name mode line1 line2 got want
+  for c in "${cases[@]}"; do
+    read -r model name mode <<< "$c"
+    line1=$(awk -v p="$model $name one-pass: " 'index($0, p) == 1' "$work/pairs.out")
+    case "$line1" in *") ok "*) ok ;; *) bad "$model $name: ${line1:-no one-pass result}" ;; esac
+    line2="split: skipped (see the top)"
+    if [ "$mode" != nosplit ]; then
+      line2=$(awk -v p="$model $name split $split: " 'index($0, p) == 1' "$work/pairs.out")
+      case "$line2" in *") ok "*) ok ;; *) bad "$model $name: ${line2:-no split result}" ;; esac
+    fi
+    want=$(cat "$work/$model.$name.want"); got=$(cat "$work/$model.$name.got" 2>/dev/null)
+    [ "$got" = "$want" ] && ok || bad "$model $name: greedy tokens: onnxruntime $got, engine $want"
+    echo "$model $name: ${line1%% (*} | ${line2%% (*} | generate 32 $([ "$got" = "$want" ] && echo equal || echo DIFFER)"
+  done
 }
 
 # rules every family takes
@@ -84,6 +104,8 @@ for model in fire fire_shared fire2 fire2_shared; do
   one "$model" fire_threshold '{"fire_threshold": 12}'
   one "$model" fire_threshold_lambda_topk '{"fire_threshold": 40, "lambda_mask": {"n_global": 2, "n_local": 8}, "top_k": {"k": 3, "rows": "all"}}'
 done
+
+judge
 
 # the metadata names what the cache holds
 "$py" - "$work/llama.identity/onnx/model.onnx" "$work/llama.top_k/onnx/model.onnx" <<'EOF' && ok || bad "ctxpatch.kv_cache metadata"

@@ -108,46 +108,76 @@ PY
     fi
     return 0
   fi
-  local fails=0 rels=() out
-  # python3-onnx's checker on every exported graph (path form: external data is followed), in
-  # the background while the runtimes run, on a copy: onnx 1.12's full_check on a path writes
-  # the inferred shapes back into the file, which raced onnxruntime loading it (a random case
-  # failed now and then with onnxruntime's crash)
+  # python3-onnx's checker runs on a copy (onnx 1.12's full_check on a path writes the inferred
+  # shapes back into the file, which raced onnxruntime loading it), all cases in one process
+  # afterwards, beside onnxruntime's one process for every case (ort_run.mjs --jobs) and one
+  # compare_logits.py --pairs: node's, onnxruntime's and numpy's start paid once, not per case.
   cp -r "$c/onnx-out" "$c/checker-copy"
-  "$py" -c "
-import glob, onnx, sys
-paths = sorted(glob.glob(sys.argv[1] + '/onnx/*.onnx'))
-assert paths, 'no .onnx files in ' + sys.argv[1] + '/onnx'
-for p in paths: onnx.checker.check_model(p, full_check=True)" "$c/checker-copy" > "$c/checker.log" 2>&1 &
-  local checker=$!
-  local n=$(( 2 * ltrain < 96 ? 2 * ltrain : 96 )) ids dec=() split
+  local n=$(( 2 * ltrain < 96 ? 2 * ltrain : 96 )) ids dec="" split
   # a learned position table has no row past ltrain: the prompt and 32 generated tokens fit in it
   [ "$pos" = learned ] && n=$(( ltrain - 31 ))
   ids=$(seq 0 $((n - 1)) | awk -v v="$vocab" '{printf "%s%d", (NR>1?",":""), 4 + ($1 * 37 + 11) % (v - 4)}')
   if [ "$kind" = t5 ]; then   # the encoder reads the long input; the decoder 16 tokens after its start
-    dec=(--decoder-ids "$start,$(seq 1 15 | awk -v v="$vocab" '{printf "%s%d", (NR>1?",":""), 4 + ($1 * 13 + 5) % (v - 4)}')")
+    dec="--decoder-ids $start,$(seq 1 15 | awk -v v="$vocab" '{printf "%s%d", (NR>1?",":""), 4 + ($1 * 13 + 5) % (v - 4)}')"
     split=8
   else
     split=$((n / 2))
   fi
-  local want got
-  want=$("$bin" forward "$m" --ids "$ids" "${dec[@]}" --rule "$c/rule.json" --threads 2 --out "$c/engine.f32" \
-    --generate 32 2> "$c/forward.log") || { bad "$name $r: forward: $(head -1 "$c/forward.log")"; row "$name" "$r" FAIL forward; wait $checker; return 0; }
-  got=$(node "$t/ort_run.mjs" "$c/onnx-out" --ids "$ids" "${dec[@]}" --out "$c/ort.f32" --split "$split" \
-    --split-out "$c/ort_split.f32" --generate 32 2> "$c/ort.log") ||
-    { bad "$name $r: onnxruntime: $(tail -2 "$c/ort.log")"; row "$name" "$r" FAIL "onnxruntime: $(tail -1 "$c/ort.log")"; wait $checker; return 0; }
-  local caveat also=(--also "$c/ort_split.f32")
-  caveat=$(split_caveat "$r")
-  [ -z "$caveat" ] || also=()
-  out=$("$py" "$t/compare_logits.py" "$c/ort.f32" "$c/engine.f32" "${also[@]}" --vocab "$vocab" \
-    --tol "$tol" --label "$name $r" 2>&1)
-  [ $? = 0 ] && ok || { bad "$out"; fails=$((fails+1)); }
-  mapfile -t rels < <(sed -n 's/.*rel_err=\([^ ]*\).*/\1/p' <<<"$out")
-  [ "$got" = "$want" ] && ok || { bad "$name $r: greedy tokens: onnxruntime $got, engine $want"; fails=$((fails+1)); }
-  wait $checker && ok || { bad "$name $r: onnx checker: $(tail -1 "$c/checker.log")"; fails=$((fails+1)); }
-  row "$name" "$r" "$([ $fails = 0 ] && echo pass || echo FAIL)" "rel ${rels[0]:-?} / cache ${rels[1]:-skipped ($caveat)}; n=$n"
+  # shellcheck disable=SC2086 # $dec is empty or two words
+  "$bin" forward "$m" --ids "$ids" $dec --rule "$c/rule.json" --threads 2 --out "$c/engine.f32" \
+    --generate 32 > "$c/want" 2> "$c/forward.log" || { bad "$name $r: forward: $(head -1 "$c/forward.log")"; row "$name" "$r" FAIL forward; return 0; }
+  echo "$c/onnx-out --ids $ids $dec --out $c/ort.f32 --split $split --split-out $c/ort_split.f32 --generate 32 --generate-out $c/got" >> "$work/jobs"
+  echo "$c/ort.f32 $c/engine.f32 $vocab $name $r" >> "$work/pairs"
+  [ -n "$(split_caveat "$r")" ] || echo "$c/ort_split.f32 $c/engine.f32 $vocab $name $r cache" >> "$work/pairs"
+  cases+=("$name $r $n")
 }
 
+# judge: every case's checker verdict, logits (one pass, and through the cache) and greedy tokens
+judge() {
+  [ ${#cases[@]} -gt 0 ] || return 0
+  "$py" - "$work" "${cases[@]}" > "$work/checker.out" 2>&1 <<'PY' &
+import glob, onnx, sys
+work = sys.argv[1]
+for case in sys.argv[2:]:
+    name, rule, _ = case.split(" ")
+    copy = f"{work}/{name}.{rule}/checker-copy"
+    try:
+        paths = sorted(glob.glob(copy + "/onnx/*.onnx"))
+        assert paths, "no .onnx files in " + copy + "/onnx"
+        for p in paths:
+            onnx.checker.check_model(p, full_check=True)
+        print(f"{name} {rule}: checker ok")
+    except Exception as e:  # one case's refusal must not hide the others'
+        print(f"{name} {rule}: checker FAIL {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+PY
+  local checker=$!
+  node "$t/ort_run.mjs" --jobs "$work/jobs" 2> "$work/ort.log" || true
+  "$py" "$t/compare_logits.py" --pairs "$work/pairs" --tol "$tol" > "$work/pairs.out" 2>&1
+  wait $checker || bad "onnx checker: $(tail -1 "$work/checker.out")"
+  local case name r n fails line cache caveat got want
+  for case in "${cases[@]}"; do
+    read -r name r n <<< "$case"
+    local c=$work/$name.$r
+    fails=0
+    line=$(awk -v p="$name $r: " 'index($0, p) == 1' "$work/pairs.out")
+    case "$line" in *") ok "*) ok ;; *) bad "${line:-$name $r: no result from onnxruntime: $(grep -F "$c/" "$work/ort.log" | head -1)}"; fails=$((fails+1)) ;; esac
+    caveat=$(split_caveat "$r")
+    cache="skipped ($caveat)"
+    if [ -z "$caveat" ]; then
+      cache=$(awk -v p="$name $r cache: " 'index($0, p) == 1' "$work/pairs.out")
+      case "$cache" in *") ok "*) ok ;; *) bad "${cache:-$name $r cache: no result}"; fails=$((fails+1)) ;; esac
+      cache=$(sed -n 's/.*rel_err=\([^ ]*\).*/\1/p' <<<"$cache")
+    fi
+    want=$(cat "$c/want"); got=$(cat "$c/got" 2>/dev/null)
+    [ "$got" = "$want" ] && ok || { bad "$name $r: greedy tokens: onnxruntime $got, engine $want"; fails=$((fails+1)); }
+    if grep -qxF "$name $r: checker ok" "$work/checker.out"; then ok; else
+      bad "$name $r: onnx checker: $(grep -F "$name $r: checker" "$work/checker.out" | head -1)"; fails=$((fails+1))
+    fi
+    row "$name" "$r" "$([ $fails = 0 ] && echo pass || echo FAIL)" "rel $(sed -n 's/.*rel_err=\([^ ]*\).*/\1/p' <<<"$line" | head -1) / cache ${cache:-?}; n=$n"
+  done
+}
+
+cases=()
 for m in "$models"/*/; do
   m=${m%/}; name=$(basename "$m")
   # phi3_300 is phi3's 300-token engine golden; its graph is phi3's (the matrix runs that one)
@@ -161,9 +191,10 @@ for m in "$models"/*/; do
   eval "$(facts "$m")"
   for r in "${rules[@]}"; do run_case "$m" "$name" "$r"; done
 done
+judge
 
 echo
 printf '%-12s %-18s %-5s %s\n' model rule result "max|a-b|/max|b| one pass / through the cache"
-cat "$table"
+sort -s -k1,1 "$table"   # skips were written during the loop, the rest by judge
 echo "matrix: $((SECONDS - start)) s, tolerance $tol, greedy 32 tokens"
 finish

@@ -4,6 +4,7 @@
 //   node ort_run.mjs FOLDER --ids 1,2,3 [--decoder-ids 0,5] [--out F] [--split N [--split-out F2]]
 //                   [--generate N]
 //   node ort_run.mjs FOLDER --bench --lengths 64,256 [--repeat R]
+//   node ort_run.mjs --jobs FILE
 //
 // --out F       logits of every position (the decoder's for T5) as float32 LE [positions x vocab],
 //               from one pass with an empty cache; with --split N the first N tokens go in as a
@@ -16,6 +17,10 @@
 // --bench       prefill tokens/s of one pass at each length (ids i*7+3 mod vocab; T5: the encoder
 //               pass plus the decoder's first step), best of R after a warm-up.
 // --threads T   onnxruntime intra-op threads (default 2).
+// --generate-out F  writes the --generate tokens to F instead of stdout.
+// --jobs FILE   runs each non-empty line of FILE (the arguments of one run, split at spaces) in this
+//               one process, so a test of many graphs pays node's and onnxruntime's start once; a
+//               failing job prints `ort_run: job N: ...` and the others still run (exit 2 at the end).
 // Decoder-only: onnx/model.onnx (input_ids, attention_mask, position_ids,
 // past_key_values.{i}.key/value [b, Hkv, past, dh] -> logits, present.{i}.key/value).
 // T5: onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx (Optimum's merged layout:
@@ -27,14 +32,15 @@ import {load} from "../runtimes/load.mjs";
 
 const ort = await load("onnxruntime-node");
 
+class RunError extends Error {}
+
 function fail(msg) {
-  console.error(`ort_run: ${msg}`);
-  process.exit(2);
+  throw new RunError(msg);
 }
 
 function parseArgs(argv) {
   const a = {folder: null, ids: null, decoderIds: null, out: null, splitOut: null, split: 0, generate: 0, bench: false,
-             lengths: [64], repeat: 3, threads: 2};
+             lengths: [64], repeat: 3, threads: 2, generateOut: null};
   const list = (s) => s.split(",").filter((t) => t !== "").map((t) => {
     if (!/^\d+$/.test(t)) fail(`not a token id: '${t}'`);
     return Number(t);
@@ -51,6 +57,7 @@ function parseArgs(argv) {
     else if (k === "--split") a.split = int(v, k), i++;
     else if (k === "--split-out") a.splitOut = v, i++;
     else if (k === "--generate") a.generate = int(v, k), i++;
+    else if (k === "--generate-out") a.generateOut = v, i++;
     else if (k === "--bench") a.bench = true;
     else if (k === "--lengths") a.lengths = list(v), i++;
     else if (k === "--repeat") a.repeat = Math.max(1, int(v, k)), i++;
@@ -186,10 +193,10 @@ async function generate(model, prompt, n) {
   return out;
 }
 
-function writeAtomic(path, f32) {
+function writeAtomic(path, data) {
   const tmp = `${path}.tmp-${process.pid}`;
   try {
-    writeFileSync(tmp, Buffer.from(f32.buffer, f32.byteOffset, f32.byteLength));
+    writeFileSync(tmp, typeof data === "string" ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength));
     renameSync(tmp, path);
   } catch (e) {
     rmSync(tmp, {force: true});
@@ -218,15 +225,50 @@ async function bench(a) {
   }
 }
 
-const a = parseArgs(process.argv.slice(2));
-if (a.bench) {
-  await bench(a);
-} else {
+async function runOne(argv) {
+  const a = parseArgs(argv);
+  if (a.bench) return bench(a);
   const model = await openModel(a.folder, a.threads);
-  if (model.kind === "t5") await model.encode(a.ids);
-  const positions = model.kind === "t5" ? (a.decoderIds ?? model.startIds) : a.ids;
-  if (a.out) writeAtomic(a.out, await allLogits(model, positions, a.splitOut ? 0 : a.split));
-  if (a.splitOut) writeAtomic(a.splitOut, await allLogits(model, positions, a.split));
-  if (a.generate) console.log((await generate(model, positions, a.generate)).join(","));
-  await model.release();
+  try {
+    if (model.kind === "t5") await model.encode(a.ids);
+    const positions = model.kind === "t5" ? (a.decoderIds ?? model.startIds) : a.ids;
+    if (a.out) writeAtomic(a.out, await allLogits(model, positions, a.splitOut ? 0 : a.split));
+    if (a.splitOut) writeAtomic(a.splitOut, await allLogits(model, positions, a.split));
+    if (a.generate) {
+      const tokens = (await generate(model, positions, a.generate)).join(",");
+      if (a.generateOut) writeAtomic(a.generateOut, tokens + "\n");
+      else console.log(tokens);
+    }
+  } finally {
+    await model.release();
+  }
+}
+
+// An error of ours (RunError) is one line; anything else (onnxruntime's) keeps its message too.
+const message = (e) => (e instanceof RunError ? e.message : `${e?.message ?? e}`.split("\n")[0]);
+
+const argv = process.argv.slice(2);
+if (argv[0] === "--jobs") {
+  if (argv.length !== 2) {
+    console.error("ort_run: usage: ort_run.mjs --jobs FILE");
+    process.exit(2);
+  }
+  let failed = 0;
+  const lines = readFileSync(argv[1], "utf8").split("\n").filter((l) => l.trim() !== "");
+  for (const [n, line] of lines.entries()) {
+    try {
+      await runOne(line.trim().split(/\s+/));
+    } catch (e) {
+      console.error(`ort_run: job ${n + 1}: ${message(e)}`);
+      failed++;
+    }
+  }
+  process.exit(failed ? 2 : 0);
+} else {
+  try {
+    await runOne(argv);
+  } catch (e) {
+    console.error(`ort_run: ${message(e)}`);
+    process.exit(2);
+  }
 }
