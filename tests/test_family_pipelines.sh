@@ -5,6 +5,7 @@
 # LM-Infinite and a RoPE scaling (rope-pi), each certified on short passkey probes (random
 # weights: the verdict may fail, but the run must complete, exit 0 or 1, and say its verdict;
 # rope-pi on llama3 scaling and on phi3 is refused in one line), `check` on what was written,
+# `calibrate` by P_max and entropy (a tau in the grid for each),
 # `patch --method auto` (its first candidate the P_max-calibrated temperature) saying its choice or
 # why none, each candidate that does not fit the family with its reason, and one `batch` of a
 # temperature patch over every family, its outputs checked.
@@ -58,7 +59,13 @@ PY
         bad "$f $name: check: $(tail -1 "$work/$f-$name.check")"
     fi
   done
-  # 4. patch --method auto: its choice (or why none), every candidate with a status and, when it
+  # 4. calibrate: P_max and entropy at 512, a tau in the grid for each
+  "$bin" calibrate "$work/$f" --method pmax,entropy --lengths 512 --samples 1 --threads 1 --json \
+    >"$work/$f-cal.json" 2>"$work/$f-cal.err"
+  taus=$(field "$work/$f-cal.json" "' '.join('%s %s' % (e['method'], e['tau']) for e in r['entries'] if 0.5 <= e['tau'] <= 1)")
+  [[ $taus == "pmax "*" entropy "* ]] && ok || bad "$f calibrate: '$taus' $(tail -1 "$work/$f-cal.err")"
+  echo "$f calibrate at 512: $taus"
+  # 5. patch --method auto: its choice (or why none), every candidate with a status and, when it
   # did not run, the reason
   "$bin" patch "$work/$f" "$work/$f-auto" --method auto --target-len 512 --calibration-samples 1 --budget 0 \
     "${vopts[@]}" --json >"$work/$f-auto.json" 2>"$work/$f-auto.err"
@@ -73,7 +80,7 @@ PY
   echo "$f auto: $summary"
 done
 
-# 5. batch: one temperature job per family
+# 6. batch: one temperature job per family
 inputs=$(printf '"%s",' "${fams[@]/#/$work/}")
 cat >"$work/recipe.json" <<EOR
 {
