@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 #include "model/hf_config_json.h"
 #include "model/rule_json.h"
@@ -83,8 +84,23 @@ static const struct {
                   "which the engines do not run; dense qwen3 is supported"},
 };
 
+/* Built once from k_model_types, so a family added there is listed (and checked against the
+ * docs by tests/test_family_docs.sh) with no second list to keep in step. */
+static char g_supported[512];
+static once_flag g_supported_once = ONCE_FLAG_INIT;
+
+static void build_supported(void) {
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof k_model_types / sizeof k_model_types[0]; i++) {
+    int w = snprintf(g_supported + n, sizeof g_supported - n, "%s%s", i ? ", " : "", k_model_types[i].model_type);
+    assert(w > 0 && (size_t)w < sizeof g_supported - n); /* the buffer holds the table */
+    n += (size_t)w;
+  }
+}
+
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gemma, gemma2, gpt_neox, ctxpatch_fire, gpt2, phi3";
+  call_once(&g_supported_once, build_supported);
+  return g_supported;
 }
 
 const char *cp_family_name(cp_family family) {
