@@ -38,6 +38,14 @@ cJSON *cp_describe_ctxpatch(const cp_hf_config *cfg) {
   return NULL;
 }
 
+/* The window and the indices of the layers it applies to. */
+static void add_window(cJSON *obj, const cp_hf_config *c) {
+  cJSON_AddNumberToObject(obj, "sliding_window", c->sliding_window);
+  cJSON *sl = cJSON_AddArrayToObject(obj, "sliding_layers");
+  for (int l = 0; c->sliding_window > 0 && l < c->n_layers && l < CP_RULE_MAX_LAYERS; l++)
+    if (c->layer_sliding[l]) cJSON_AddItemToArray(sl, cJSON_CreateNumber(l));
+}
+
 static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   cJSON *h = cJSON_AddObjectToObject(obj, "hyperparameters");
   cJSON_AddNumberToObject(h, "vocab_size", c->vocab_size);
@@ -59,10 +67,9 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
     cJSON_AddNumberToObject(g, "attn_logit_softcapping", c->attn_softcap);
     cJSON_AddNumberToObject(g, "final_logit_softcapping", c->final_softcap);
     cJSON_AddBoolToObject(g, "post_norms", c->sandwich_norms);
-    cJSON_AddNumberToObject(g, "sliding_window", c->sliding_window);
-    cJSON *sl = cJSON_AddArrayToObject(g, "sliding_layers");
-    for (int l = 0; c->sliding_window > 0 && l < c->n_layers && l < CP_RULE_MAX_LAYERS; l++)
-      if (c->layer_sliding[l]) cJSON_AddItemToArray(sl, cJSON_CreateNumber(l));
+    add_window(g, c);
+  } else if (c->sliding_window > 0) { /* Mistral, Qwen2/3, Phi-3: the same two keys */
+    add_window(h, c);
   }
   return h;
 }

@@ -651,7 +651,7 @@ void cp_model_rule_model(cp_rule_model *out, const cp_model *m) {
   out->has_fire = m->pos == CP_POS_FIRE;
   out->learned_pos = m->pos == CP_POS_LEARNED;
   out->family = cp_family_name(m->family);
-  if (m->cfg->sliding_window > 0 && m->family == CP_FAMILY_GEMMA) {
+  if (m->cfg->sliding_window > 0) {
     out->sliding_window = m->cfg->sliding_window;
     out->layer_sliding = m->cfg->layer_sliding;
   }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 #include "model/hf_config_json.h"
 #include "model/rule_json.h"
@@ -83,8 +84,23 @@ static const struct {
                   "which the engines do not run; dense qwen3 is supported"},
 };
 
+/* Built once from k_model_types, so a family added there is listed (and checked against the
+ * docs by tests/test_family_docs.sh) with no second list to keep in step. */
+static char g_supported[512];
+static once_flag g_supported_once = ONCE_FLAG_INIT;
+
+static void build_supported(void) {
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof k_model_types / sizeof k_model_types[0]; i++) {
+    int w = snprintf(g_supported + n, sizeof g_supported - n, "%s%s", i ? ", " : "", k_model_types[i].model_type);
+    assert(w > 0 && (size_t)w < sizeof g_supported - n); /* the buffer holds the table */
+    n += (size_t)w;
+  }
+}
+
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gemma, gemma2, gpt_neox, ctxpatch_fire, gpt2, phi3";
+  call_once(&g_supported_once, build_supported);
+  return g_supported;
 }
 
 const char *cp_family_name(cp_family family) {
@@ -732,36 +748,69 @@ static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_d
   return train_len(cfg, c, "max_position_embeddings");
 }
 
-/* Qwen2 and Qwen3 (modeling_qwen2.py, modeling_qwen3.py): the sliding window applies only with
- * use_sliding_window (transformers 5: "sliding_attention" entries of layer_types), which is
- * refused: the window per layer is not run yet. */
-static int refuse_sliding_layers(const ctx_t *c) {
-  const cJSON *r = c->root;
-  bool sliding = false;
-  TRY(opt_bool(&sliding, c, r, "use_sliding_window", NULL, false));
-  if (sliding)
-    return cp_error_set(CP_ECFG_FIELD, "%s: key 'use_sliding_window': true is not supported (a sliding window on "
-                        "some layers is not run yet)", c->what);
-  const cJSON *types = field(r, "layer_types");
-  if (types) {
-    if (!cJSON_IsArray(types)) return bad(c, "layer_types", "a list", types);
-    int i = 0;
-    for (const cJSON *t = types->child; t; t = t->next, i++)
-      if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
-        char label[48];
-        snprintf(label, sizeof label, "layer_types[%d]", i);
-        return bad(c, label, "\"full_attention\" (sliding layers are not run yet)", t);
-      }
-  }
+/* A sliding_window key: absent -> def, null -> 0 (none), else a positive integer. */
+static int window_key(int *out, const ctx_t *c, int def) {
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window");
+  *out = def;
+  if (sw && cJSON_IsNull(sw)) *out = 0;
+  else if (sw) TRY(as_pos_int(out, c, sw, "sliding_window"));
   return 0;
+}
+
+/* Which layers attend to the last cfg->sliding_window keys only (0: none, no layer slides):
+ * layer_types' "sliding_attention" entries when the list is given (transformers 5 and recent 4.x
+ * write it for every family with windows), else the family's default, layers from `first` on
+ * every `step`-th. A sliding entry with no window is refused: transformers' masking_utils
+ * (create_sliding_window_causal_mask) raises on it. */
+static int sliding_layers(cp_hf_config *cfg, const ctx_t *c, int first, int step) {
+  const cJSON *types = field(c->root, "layer_types");
+  if (types && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != cfg->n_layers)) {
+    char e[64];
+    snprintf(e, sizeof e, "a list of %d layer types", cfg->n_layers);
+    return bad(c, "layer_types", e, types);
+  }
+  if (cfg->sliding_window > 0 && cfg->n_layers > CP_RULE_MAX_LAYERS)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'num_hidden_layers': %d layers with sliding windows (at most %d)",
+                        c->what, cfg->n_layers, CP_RULE_MAX_LAYERS);
+  int i = 0;
+  for (const cJSON *t = types ? types->child : NULL; t; t = t->next, i++) {
+    char label[48];
+    snprintf(label, sizeof label, "layer_types[%d]", i);
+    if (!cJSON_IsString(t) ||
+        (strcmp(t->valuestring, "sliding_attention") != 0 && strcmp(t->valuestring, "full_attention") != 0))
+      return bad(c, label, "\"sliding_attention\" or \"full_attention\"", t);
+    bool slides = !strcmp(t->valuestring, "sliding_attention");
+    if (slides && cfg->sliding_window <= 0)
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': \"sliding_attention\" but the config sets no sliding window",
+                          c->what, label);
+    cfg->layer_sliding[i] = slides;
+  }
+  if (!types && cfg->sliding_window > 0)
+    for (i = first; i < cfg->n_layers; i += step) cfg->layer_sliding[i] = true;
+  return 0;
+}
+
+/* Qwen2 and Qwen3 (configuration_qwen2.py Qwen2Config.__init__, Qwen3Config the same): the window
+ * is sliding_window (4096 when absent) only with use_sliding_window, and it applies to the layers
+ * from max_window_layers (28 when absent) on, unless layer_types says otherwise. */
+static int qwen_sliding(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  bool use = false;
+  TRY(opt_bool(&use, c, r, "use_sliding_window", NULL, false));
+  TRY(window_key(&cfg->sliding_window, c, 4096));
+  if (!use) cfg->sliding_window = 0;
+  const cJSON *mwl = field(r, "max_window_layers");
+  int first = 28;
+  if (mwl && !is_integer(mwl, 0, CFG_INT_MAX)) return bad(c, "max_window_layers", "an integer >= 0", mwl);
+  if (mwl) first = (int)mwl->valuedouble;
+  return sliding_layers(cfg, c, first, 1);
 }
 
 /* Qwen2: q, k and v carry biases (o does not), whatever attention_bias says. */
 static int parse_qwen2(cp_hf_config *cfg, const ctx_t *c) {
-  TRY(refuse_sliding_layers(c));
   cfg->qkv_bias = true;
   cfg->no_bias = false;
-  return 0;
+  return qwen_sliding(cfg, c);
 }
 
 /* Qwen3 (Qwen3Attention): q and k are RMS-normalised per head (q_norm, k_norm, eps rms_norm_eps)
@@ -769,9 +818,8 @@ static int parse_qwen2(cp_hf_config *cfg, const ctx_t *c) {
  * head_dim is required: Qwen3Config's default (128) is one model's number, not hidden / heads. */
 static int parse_qwen3(cp_hf_config *cfg, const ctx_t *c) {
   if (!field(c->root, "head_dim")) return missing(c, "head_dim");
-  TRY(refuse_sliding_layers(c));
   cfg->qk_norm = true;
-  return 0;
+  return qwen_sliding(cfg, c);
 }
 
 static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
@@ -794,10 +842,10 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   if (qwen2) TRY(parse_qwen2(cfg, c));
   if (qwen3) TRY(parse_qwen3(cfg, c));
   if (mistral) {
-    /* MistralConfig defaults to a 4096 window; an explicit null disables it. */
-    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
-    if (!sw) cfg->sliding_window = 4096;
-    else if (!cJSON_IsNull(sw)) TRY(as_pos_int(&cfg->sliding_window, c, sw, "sliding_window"));
+    /* MistralConfig defaults to a 4096 window, an explicit null disables it; MistralModel masks
+     * every layer with it (create_sliding_window_causal_mask when config.sliding_window is set). */
+    TRY(window_key(&cfg->sliding_window, c, 4096));
+    TRY(sliding_layers(cfg, c, 0, 1));
   }
   TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
   TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
@@ -810,10 +858,8 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
  * modeling_phi3.py Phi3Attention and Phi3MLP): the Llama body with q | k | v fused in qkv_proj
  * and gate | up in gate_up_proj (split at load, model/families.c), no biases, RMSNorm, SiLU,
  * partial_rotary_factor. Phi3Config reads a rope type "su" or "yarn" as "longrope" (refused here:
- * spelled out as longrope, it is run, model/rope.c). Phi3Model masks with
- * sliding_window when it is set: a window shorter than max_position_embeddings is refused here
- * (the engines run no sliding window yet), null or one at least that long is full attention
- * over every length the model is run at. */
+ * spelled out as longrope, it is run, model/rope.c). Phi3Model masks every layer with
+ * sliding_window when it is set (the engines run it: cp_hf_sliding_layers). */
 static int parse_phi3(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
@@ -834,16 +880,9 @@ static int parse_phi3(cp_hf_config *cfg, const ctx_t *c) {
                           field(rs, "type") ? "type" : "rope_type", t->valuestring);
   }
   TRY(rope_scaling(cfg, c));
-  const cJSON *sw = field(r, "sliding_window");
-  if (sw && !cJSON_IsNull(sw)) {
-    int w = 0;
-    TRY(as_pos_int(&w, c, sw, "sliding_window"));
-    if (cfg->train_len <= 0 || w < cfg->train_len)
-      return cp_error_set(CP_ECFG_FIELD, "%s: key 'sliding_window': %d is below max_position_embeddings %lld: sliding "
-                          "windows are not supported yet (null, or a window at least max_position_embeddings, is "
-                          "full attention)", c->what, w, (long long)cfg->train_len);
-  }
-  cfg->sliding_window = 0;
+  /* Phi3Model masks every layer with sliding_window when it is set (None by default). */
+  TRY(window_key(&cfg->sliding_window, c, 0));
+  TRY(sliding_layers(cfg, c, 0, 1));
   cfg->qkv_bias = false;
   cfg->no_bias = true;
   TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
@@ -863,38 +902,11 @@ static int softcap(double *out, const ctx_t *c, const char *key, double def) {
   return opt_num(out, c, c->root, key, NULL, "", def, 0, 1e6, "a number in (0, 1e6] or null");
 }
 
-/* Gemma 2's sliding layers: layer_types when given (transformers 5 and recent 4.x), else
- * Gemma2DecoderLayer's is_sliding = not bool(layer_idx % 2), every even layer. A null or absent
- * sliding_window slides no layer. */
+/* Gemma 2's sliding layers: Gemma2DecoderLayer's is_sliding = not bool(layer_idx % 2), every even
+ * layer, unless layer_types is given; the window is 4096 when absent (Gemma2Config's default). */
 static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
-  const cJSON *r = c->root;
-  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
-  cfg->sliding_window = 4096; /* Gemma2Config's default */
-  if (sw && cJSON_IsNull(sw)) cfg->sliding_window = 0;
-  else if (sw) TRY(as_pos_int(&cfg->sliding_window, c, sw, "sliding_window"));
-  const cJSON *types = field(r, "layer_types");
-  if (types) {
-    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != cfg->n_layers) {
-      char e[64];
-      snprintf(e, sizeof e, "a list of %d layer types", cfg->n_layers);
-      return bad(c, "layer_types", e, types);
-    }
-  }
-  if (cfg->sliding_window > 0 && cfg->n_layers > CP_RULE_MAX_LAYERS)
-    return cp_error_set(CP_ECFG_FIELD, "%s: key 'num_hidden_layers': %d layers with sliding windows (at most %d)",
-                        c->what, cfg->n_layers, CP_RULE_MAX_LAYERS);
-  int i = 0;
-  for (const cJSON *t = types ? types->child : NULL; t; t = t->next, i++) {
-    char label[48];
-    snprintf(label, sizeof label, "layer_types[%d]", i);
-    if (!cJSON_IsString(t) ||
-        (strcmp(t->valuestring, "sliding_attention") != 0 && strcmp(t->valuestring, "full_attention") != 0))
-      return bad(c, label, "\"sliding_attention\" or \"full_attention\"", t);
-    if (cfg->sliding_window > 0) cfg->layer_sliding[i] = !strcmp(t->valuestring, "sliding_attention");
-  }
-  if (!types && cfg->sliding_window > 0)
-    for (i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = i % 2 == 0;
-  return 0;
+  TRY(window_key(&cfg->sliding_window, c, 4096));
+  return sliding_layers(cfg, c, 0, 2);
 }
 
 /* Gemma and Gemma 2 (GemmaConfig, Gemma2Config; modeling_gemma.py, modeling_gemma2.py): the Llama

@@ -81,6 +81,22 @@ int cp_patch_method_fits(const cp_model *m, cp_patch_method method) {
   return 0;
 }
 
+int cp_patch_rope_pi_fits(const cp_model *m, const char *dir) {
+  /* Position interpolation on top of llama3, yarn, dynamic or longrope frequencies has no rope_scaling that
+   * transformers would read (one type per config): refused, not composed
+   * (docs/attention-decisions.md, "RoPE scaling"). */
+  if (m->rope_type[0] && strcmp(m->rope_type, "linear") != 0)
+    return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi cannot compose with '%s' "
+                        "scaling (one rope_scaling type per config); use a temperature or lm-infinite patch",
+                        dir, m->rope_type);
+  /* configuration_phi3.py (Phi3Config.validate_rope) raises on any type but default and longrope. */
+  if (m->family == CP_FAMILY_PHI3)
+    return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi would write 'linear', which "
+                        "transformers' Phi3Config refuses (default or longrope only); use a temperature or "
+                        "lm-infinite patch", dir);
+  return 0;
+}
+
 /* cp_patch_check with `what` naming the rule's place (the input folder when known). */
 static int patch_check_at(const cp_model *m, const cp_patch *patch, const char *what) {
   int rc = cp_patch_method_fits(m, patch->method);
@@ -365,18 +381,7 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
                r->has_top_k ? " and top-k" : "");
       return 0;
     case CP_PATCH_ROPE_PI:
-      /* Position interpolation on top of llama3, yarn, dynamic or longrope frequencies has no
-       * rope_scaling that transformers would read (one type per config): refused, not composed
-       * (docs/attention-decisions.md, "RoPE scaling"). */
-      if (m->rope_type[0] && strcmp(m->rope_type, "linear") != 0)
-        return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi cannot compose with '%s' "
-                            "scaling (one rope_scaling type per config); use a temperature or lm-infinite patch",
-                            cp_checkpoint_dir(ck), m->rope_type);
-      /* configuration_phi3.py (Phi3Config.validate_rope) raises on any type but default and longrope. */
-      if (m->family == CP_FAMILY_PHI3)
-        return cp_error_set(CP_EARG, "%s/config.json: key 'rope_scaling.type': rope-pi would write 'linear', which "
-                            "transformers' Phi3Config refuses (default or longrope only); use a temperature or "
-                            "lm-infinite patch", cp_checkpoint_dir(ck));
+      if ((rc = cp_patch_rope_pi_fits(m, cp_checkpoint_dir(ck)))) return rc;
       out->fidelity = CP_FIDELITY_NATIVE_CONFIG;
       out->rope_factor = m->rope_scale * patch->rope_factor;
       if (!isfinite(out->rope_factor)) /* JSON has no infinity: it would be written as null */

@@ -491,7 +491,8 @@ int cp_patch_auto_run(cp_auto_outcome *out, const char *in, const char *out_dir,
     candidate_options(&co, c, i, &base, x.L, x.T);
     c->accuracy = c->nll = NAN;
     double t = cp_monotonic_seconds();
-    if (cp_patch_method_fits(x.model, c->method)) {
+    if (cp_patch_method_fits(x.model, c->method) ||
+        (c->method == CP_PATCH_ROPE_PI && cp_patch_rope_pi_fits(x.model, in))) {
       c->status = CP_AUTO_NOT_FIT;
       snprintf(c->reason, sizeof c->reason, "%s", cp_error_message());
     } else if (x.ck && runtime_skip(c, &co, &x, in, &x.p)) {

@@ -305,8 +305,8 @@ static void rope_scaling_types(void) {
   }
 }
 
-/* Qwen2: the Llama body with q/k/v biases (whatever attention_bias says); use_sliding_window and
- * sliding layer_types are refused (the per-layer window is not run yet). */
+/* Qwen2: the Llama body with q/k/v biases (whatever attention_bias says); use_sliding_window slides
+ * the layers from max_window_layers on, or layer_types' sliding entries. */
 static void qwen2_configs(void) {
   cp_hf_config *c = parse_mem(0, "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"hidden_size\":64,"
                                  "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_hidden_layers\":2,"
@@ -324,19 +324,41 @@ static void qwen2_configs(void) {
     CHECK(!strcmp(c->model_type, "qwen2")); /* from architectures[0] */
     cp_hf_config_free(c);
   }
-  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,"
-                               "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
-                               "\"use_sliding_window\":true}");
-  CHECK(strstr(cp_error_message(), "key 'use_sliding_window': true is not supported") != NULL);
+  /* use_sliding_window: layers from max_window_layers on slide (Qwen2Config's layer_types) */
+  c = parse_mem(0, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":3,"
+                   "\"intermediate_size\":128,\"vocab_size\":100,\"use_sliding_window\":true,\"sliding_window\":16,"
+                   "\"max_window_layers\":1}");
+  if (c) {
+    CHECK(c->sliding_window == 16 && !c->layer_sliding[0] && c->layer_sliding[1] && c->layer_sliding[2]);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                   "\"intermediate_size\":128,\"vocab_size\":100,\"use_sliding_window\":true}");
+  if (c) { /* defaults: a 4096 window from layer 28 on, so none of 2 layers slides */
+    CHECK(c->sliding_window == 4096 && !c->layer_sliding[0] && !c->layer_sliding[1]);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                   "\"intermediate_size\":128,\"vocab_size\":100,\"use_sliding_window\":true,\"sliding_window\":8,"
+                   "\"layer_types\":[\"sliding_attention\",\"full_attention\"]}");
+  if (c) {
+    CHECK(c->sliding_window == 8 && c->layer_sliding[0] && !c->layer_sliding[1]);
+    cp_hf_config_free(c);
+  }
+  /* a sliding layer with no window (use_sliding_window false): transformers raises on it */
   c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,"
                                "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
                                "\"layer_types\":[\"full_attention\",\"sliding_attention\"]}");
-  CHECK(strstr(cp_error_message(), "key 'layer_types[1]'") != NULL);
+  CHECK_MSG(strstr(cp_error_message(), "key 'layer_types[1]': \"sliding_attention\" but the config sets no sliding "
+                                       "window") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                               "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"
+                               "\"use_sliding_window\":true,\"max_window_layers\":-1}");
+  CHECK(strstr(cp_error_message(), "key 'max_window_layers': expected an integer >= 0") != NULL);
 }
 
 /* Qwen3 (Qwen3Config, modeling_qwen3.py): the Llama body with per-head q/k RMSNorm, head_dim
- * required and free of hidden / heads, biases by attention_bias; sliding layers refused as for
- * qwen2; qwen3_moe refused with its reason. */
+ * required and free of hidden / heads, biases by attention_bias; sliding layers as for qwen2; qwen3_moe refused with its reason. */
 #define QWEN3_HEAD                                                                                              \
   "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"hidden_size\":64,\"num_attention_heads\":4," \
   "\"num_key_value_heads\":2,\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,"             \
@@ -364,8 +386,11 @@ static void qwen3_configs(void) {
   }
   c = parse_mem(CP_ECFG_FIELD, QWEN3_HEAD "\"rope_theta\":1000000}");
   CHECK(strstr(cp_error_message(), "key 'head_dim': missing (required for model_type qwen3)") != NULL);
-  c = parse_mem(CP_ECFG_FIELD, QWEN3_HEAD "\"head_dim\":32,\"use_sliding_window\":true}");
-  CHECK(strstr(cp_error_message(), "key 'use_sliding_window': true is not supported") != NULL);
+  c = parse_mem(0, QWEN3_HEAD "\"head_dim\":32,\"use_sliding_window\":true,\"sliding_window\":64,\"max_window_layers\":0}");
+  if (c) {
+    CHECK(c->sliding_window == 64 && c->layer_sliding[0] && c->layer_sliding[1]);
+    cp_hf_config_free(c);
+  }
   c = parse_mem(CP_ECFG_FIELD, QWEN3_HEAD "\"head_dim\":32,\"layer_types\":[\"full_attention\",\"sliding_attention\"]}");
   CHECK(strstr(cp_error_message(), "key 'layer_types[1]'") != NULL);
   c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\","
@@ -378,8 +403,7 @@ static void qwen3_configs(void) {
 
 /* Phi-3 (Phi3Config, modeling_phi3.py): the Llama body, fused qkv_proj / gate_up_proj, no biases,
  * Phi3Config's defaults (rms_norm_eps 1e-5, eos and pad 32000); partial_rotary_factor; a sliding
- * window below max_position_embeddings refused (Phi-3-mini-4k's 2047 of 4096), null or one at
- * least as long accepted; "su" / "yarn" (read by Phi3Config as longrope) refused at parse,
+ * window on every layer (Phi-3-mini-4k's 2047 of 4096); "su" / "yarn" (read by Phi3Config as longrope) refused at parse,
  * longrope itself read (for inspect) and refused at load (model/rope.c). */
 #define PHI3_HEAD                                                                                              \
   "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"hidden_size\":3072,\"num_attention_heads\":32," \
@@ -397,7 +421,13 @@ static void phi3_configs(void) {
   }
   c = parse_mem(0, PHI3_HEAD "\"sliding_window\":4096,\"partial_rotary_factor\":0.75,\"rms_norm_eps\":1e-6}");
   if (c) {
-    CHECK(c->rotary_dims == 72 && near(c->norm_eps, 1e-6) && c->sliding_window == 0);
+    CHECK(c->rotary_dims == 72 && near(c->norm_eps, 1e-6) && c->sliding_window == 4096);
+    CHECK(c->layer_sliding[0] && c->layer_sliding[31]); /* Phi3Model: every layer */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, PHI3_HEAD "\"sliding_window\":2047}"); /* Phi-3-mini-4k's */
+  if (c) {
+    CHECK(c->sliding_window == 2047 && c->layer_sliding[0] && c->layer_sliding[31]);
     cp_hf_config_free(c);
   }
   /* Phi-3-mini-128k's layout: the factor is max / original (32), the attention factor is left to
@@ -426,9 +456,6 @@ static void phi3_configs(void) {
                                "[1,1,1,1,1,1,1,1],\"long_factor\":[1,1,1,1,1,1,1,1]}}");
   CHECK_MSG(strstr(cp_error_message(), "key 'original_max_position_embeddings': missing") != NULL, "message: %s",
             cp_error_message());
-  c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"sliding_window\":2047}");
-  CHECK_MSG(strstr(cp_error_message(), "key 'sliding_window': 2047 is below max_position_embeddings 4096: sliding "
-                                       "windows are not supported yet") != NULL, "message: %s", cp_error_message());
   c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"rope_scaling\":{\"type\":\"su\",\"short_factor\":[1],\"long_factor\":[2]}}");
   CHECK(strstr(cp_error_message(), "key 'rope_scaling.type': 'su' is read by Phi3Config as 'longrope'") != NULL);
   c = parse_mem(CP_ECFG_FIELD, PHI3_HEAD "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0}}");

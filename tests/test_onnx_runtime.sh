@@ -189,7 +189,12 @@ for m in "$models"/*/; do
     continue ;;
   esac
   eval "$(facts "$m")"
-  for r in "${rules[@]}"; do run_case "$m" "$name" "$r"; done
+  rs=("${rules[@]}")
+  # the sliding-window goldens (Mistral, Qwen2, Phi-3): the window as mask nodes, alone and
+  # intersected with the Lambda mask and its top-k candidates on every row (the other rules are the
+  # family's)
+  case $name in *_swa) rs=(identity top_k_all) ;; esac
+  for r in "${rs[@]}"; do run_case "$m" "$name" "$r"; done
 done
 judge
 

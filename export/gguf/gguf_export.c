@@ -527,6 +527,14 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
                         in, type, cp_family_name(cfg->family));
   int rc;
   if (yarn && (rc = yarn_check(cfg, in, arch))) return rc;
+  /* llama.cpp's llama and qwen2/qwen3 read no window key, its phi3 reads one and drops it
+   * (llama-model.cpp: "Phi SWA is currently disabled"): all attend to every key. That is the HF
+   * model up to the window only, so a window below the context length written is refused. */
+  if ((cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_PHI3) && cfg->sliding_window > 0 &&
+      cfg->sliding_window < cfg->train_len)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'sliding_window': %d is below the context length %lld, but "
+                        "llama.cpp's %s runs no sliding window (it would attend to keys beyond it); use --to onnx",
+                        in, cfg->sliding_window, (long long)cfg->train_len, arch ? arch : cp_family_name(cfg->family));
   switch (cfg->family) {
     case CP_FAMILY_LLAMA:
       if (cfg->qk_norm && cfg->qkv_bias) /* src/llama-model.cpp LLM_ARCH_QWEN3 loads no bias tensor */

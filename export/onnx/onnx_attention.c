@@ -302,18 +302,30 @@ static const char *times(cp_og *g, const char *x, const char *by) { return by ? 
 
 /* ---------------------------------------------------------------- visibility */
 
-/* [B, 1, S, T] bool: the caller's visibility and, with the Lambda mask, j < n_global or
- * i - j < n_local (cp_plan_visible). */
+/* [B, 1, S, T] bool: the caller's visibility, within the layer's sliding window i - j < window
+ * when it has one, and with the Lambda mask j < n_global or i - j < n_local (cp_plan_visible).
+ * The model has one window, so "sliding or not" is all the memo tags need to tell apart. */
+static const char *in_window(cp_onnx_attn_ctx *c, const char *v) {
+  cp_og *g = c->g;
+  return c->plan->window > 0
+             ? cp_og_op2(g, "And", v, cp_og_op2(g, "Less", raw_distance(c), cp_og_i64(g, c->plan->window)))
+             : v;
+}
+
 static const char *visible(cp_onnx_attn_ctx *c) {
   const cp_attn_plan *p = c->plan;
-  if (!p->lambda) return c->visible;
-  const char *v = memo_find(c, "lambda.visible", c->visible, true);
+  if (!p->lambda && p->window <= 0) return c->visible;
+  const char *tag = p->lambda ? (p->window > 0 ? "lambda.visible.w" : "lambda.visible") : "visible.w";
+  const char *v = memo_find(c, tag, c->visible, true);
   if (v) return v;
   cp_og *g = c->g;
-  const char *glob = cp_og_op2(g, "Less", c->kpos, cp_og_i64(g, p->n_global));
-  const char *loc = cp_og_op2(g, "Less", raw_distance(c), cp_og_i64(g, p->n_local));
-  v = cp_og_op2(g, "And", c->visible, cp_og_op2(g, "Or", glob, loc));
-  return memo_keep(c, "lambda.visible", c->visible, true, v);
+  v = c->visible;
+  if (p->lambda) {
+    const char *glob = cp_og_op2(g, "Less", c->kpos, cp_og_i64(g, p->n_global));
+    const char *loc = cp_og_op2(g, "Less", raw_distance(c), cp_og_i64(g, p->n_local));
+    v = cp_og_op2(g, "And", v, cp_og_op2(g, "Or", glob, loc));
+  }
+  return memo_keep(c, tag, c->visible, true, in_window(c, v));
 }
 
 /* Top-k candidates [B, 1, S, T] bool: keys the Lambda mask alone hides (cp_plan_lambda_hidden,
@@ -323,13 +335,15 @@ static const char *visible(cp_onnx_attn_ctx *c) {
  * last_prompt_row gives them (engine_run.c: forward n - 1, generate n - 1 with rows n + step - 1). */
 static const char *topk_candidates(cp_onnx_attn_ctx *c) {
   const cp_attn_plan *p = c->plan;
-  const char *tag = p->top_k_rows == CP_TOPK_ROWS_ALL ? "topk.all" : "topk.decode";
+  const char *tag = p->top_k_rows == CP_TOPK_ROWS_ALL ? (p->window > 0 ? "topk.all.w" : "topk.all")
+                    : p->window > 0                  ? "topk.decode.w"
+                                                     : "topk.decode";
   const char *v = memo_find(c, tag, c->visible, true);
   if (v) return v;
   cp_og *g = c->g;
   const char *glob = cp_og_op2(g, "GreaterOrEqual", c->kpos, cp_og_i64(g, p->n_global));
   const char *far = cp_og_op2(g, "GreaterOrEqual", raw_distance(c), cp_og_i64(g, p->n_local));
-  v = cp_og_op2(g, "And", c->visible, cp_og_op2(g, "And", glob, far));
+  v = in_window(c, cp_og_op2(g, "And", c->visible, cp_og_op2(g, "And", glob, far)));
   if (p->top_k_rows == CP_TOPK_ROWS_DECODE) {
     /* row s of the pass is the last one: s == S - 1, S from qpos [B, 1, S, 1] */
     const char *S = cp_og_op2(g, "Gather", cp_og_op1(g, "Shape", c->qpos), cp_og_i64(g, 2));

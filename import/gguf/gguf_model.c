@@ -383,10 +383,12 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
     case CP_FAMILY_PHI3: {
       /* llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): fused attn_qkv and ffn_up, NEOX
        * rotation of rope.dimension_count dims; longrope's per-pair factors are the
-       * rope_factors_long / rope_factors_short tensors, not read yet (llama.cpp picks one by its
-       * context size, transformers by each call's length: docs/gguf.md). A
-       * sliding_window key goes into the config, where one below the context length is refused
-       * as from an HF config (llama.cpp itself ignores it for phi3). */
+       * rope_factors_long / rope_factors_short tensors (put_longrope; llama.cpp picks one by its
+       * context size, transformers by each call's length: docs/gguf.md).
+       * llama.cpp drops phi3's sliding_window key (llama-model.cpp: "Phi SWA is currently
+       * disabled") and runs full attention, which is the model that HF's window describes only up
+       * to that window: one below the context length is refused (which model the file means is
+       * unclear), one at least as long is dropped as llama.cpp drops it. */
       char key[128];
       cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_act\":\"silu\",\"hidden_size\":%lld,"
                        "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"intermediate_size\":%lld",
@@ -394,7 +396,13 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       int64_t window = 0; /* 0 or absent: none */
       snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
       if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&window, g, key))) return rc;
-      if (window != 0) cp_strbuf_printf(js, ",\"sliding_window\":%lld", (long long)window);
+      int64_t ctx = 0;
+      snprintf(key, sizeof key, "%s.context_length", arch);
+      if (window != 0 && cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&ctx, g, key))) return rc;
+      if (window != 0 && window < ctx)
+        return cp_error_set(CP_ECFG_FIELD, "%s: key '%s.attention.sliding_window': %lld is below the context length "
+                            "%lld: llama.cpp's phi3 ignores it where transformers slides (which model the file means "
+                            "is unclear)", cp_gguf_path(g), arch, (long long)window, (long long)ctx);
       if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
           (rc = put_num(js, g, eps, "rms_norm_eps")) || (rc = put_rope(js, g, arch, a.d_head, "partial_rotary_factor")))
         return rc;

@@ -104,6 +104,14 @@ def build_models():
                partial=0.5, mix=3.0, rope_scaling=LONGROPE),
         M.Phi3("phi3_longrope_300", 416, n_layers=2, D=64, n_heads=4, n_kv=2, dff=64, train_len=128, original=64,
                partial=0.5, tied=True, rope_scaling=LONGROPE),
+        # sliding windows at 300 tokens (appended likewise): Mistral on every layer, Qwen2 from
+        # max_window_layers 1 on (layer 1 of 2), Phi-3 on every layer
+        M.Llama("mistral_swa", 413, pos="rope", n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32, mistral=True,
+                window=16, mix=3.0),
+        M.Llama("qwen2_swa", 414, pos="rope", n_layers=2, n_heads=4, n_kv=2, train_len=32, qwen2=True, tied=True,
+                mix=3.0, window=12, max_window_layers=1),
+        M.Phi3("phi3_swa", 415, n_layers=2, D=64, n_heads=4, n_kv=2, dff=64, train_len=32, partial=0.5, mix=3.0,
+               window=16),
     ]
 
 
@@ -121,7 +129,8 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
            "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56,
            "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41,
-           "llama_dynamic": 41, "llama_dynamic_300": 300, "phi3_longrope": 41, "phi3_longrope_300": 300}
+           "llama_dynamic": 41, "llama_dynamic_300": 300, "phi3_longrope": 41, "phi3_longrope_300": 300,
+           "mistral_swa": 300, "qwen2_swa": 300, "phi3_swa": 300}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -165,6 +174,8 @@ def cases_for(m):
         return out + LEARNED_CASES
     if m.name in ("phi3_300", "llama_dynamic_300", "phi3_longrope_300"):   # the long prompt: two cases
         return out[:2]
+    if m.name.endswith("_swa"):   # 300 tokens: the window alone, and intersected with the Lambda mask
+        return out[:2] + [("lambda", "forward", od(("lambda_mask", LAMBDA)))]
     out += [
         ("lambda", "forward", od(("lambda_mask", LAMBDA))),
         ("ceiling_6", "forward", od(("distance_ceiling", 6))),
@@ -666,6 +677,19 @@ def check_fp32_replay(ck, models, computed):
     return worst
 
 
+def check_window_effect(ck, m, info):
+    """The window must move the logits, or the golden could not tell it from an ignored one."""
+    saved = (getattr(m, "windows", None), getattr(m, "window", None))
+    if saved[0] is not None:
+        m.windows = [None] * m.L
+    m.window = None
+    full, _ = run_forward(m, od(), info["ids"], info["dec"])
+    m.windows, m.window = saved
+    d = rel_diff(info["logits"], full)
+    ck.ok(d > MIN_EFFECT, "%s: the sliding window changes the logits (%.3g)" % (m.name, d))
+    print("%-12s the window moves the identity's logits by %.3g" % (m.name, d))
+
+
 def check_written(ck, out, manifest):
     for entry in manifest["cases"]:
         meta, t = stio.read_safetensors(os.path.join(out, entry["file"]))
@@ -681,11 +705,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--skip-checks", action="store_true", help="debugging only")
+    ap.add_argument("--only", help="comma-separated model names: compute only these, keep the other models' files "
+                                   "and manifest entries as they are in --out (appending a model costs minutes, not "
+                                   "the whole set's hour on a loaded 2-core machine)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
     models = build_models()
+    only = set(args.only.split(",")) if args.only else None
+    if only:
+        unknown = only - {m.name for m in models}
+        if unknown:
+            sys.exit("--only: no model named %s" % ", ".join(sorted(unknown)))
+        models = [m for m in models if m.name in only]
     ck = Checks()
     if not args.skip_checks:
         check_t5_bucket(ck)
@@ -711,6 +744,8 @@ def main():
         for ci, (name, kind, rule) in enumerate(cases_for(m)):
             tensors, info = compute_case(m, ci, name, kind, rule)
             effect = ""
+            if m.name.endswith("_swa") and name == "identity" and not args.skip_checks:
+                check_window_effect(ck, m, info)
             if kind == "forward":
                 if name != "identity":
                     base, _ = run_forward(m, od(), info["ids"], info["dec"])
@@ -740,6 +775,11 @@ def main():
         print("fp32 replay: worst relative difference %.3g (tolerance %g), generations equal"
               % (worst, FP32_REPLAY_TOL))
 
+    if only:   # the other models' entries kept, every model's in build_models' order
+        old = json.load(open(os.path.join(args.out, "MANIFEST.json")))
+        rank = {m.name: i for i, m in enumerate(build_models())}
+        kept = [e for e in old["cases"] if e["model"] not in only]
+        manifest_cases = sorted(kept + manifest_cases, key=lambda e: rank[e["model"]])   # stable
     manifest = collections.OrderedDict([
         ("format_version", FORMAT_VERSION), ("cases", manifest_cases),
         ("generator", GENERATOR), ("torch", torch.__version__)])
@@ -747,7 +787,16 @@ def main():
 
     # replace the whole folder's content: stale cases from an older case list must not survive
     for sub in ("models", "cases"):
-        if os.path.isdir(os.path.join(args.out, sub)):
+        if only:
+            for name in only:
+                for stale in ([os.path.join(args.out, "models", name)] if sub == "models" else
+                              [os.path.join(args.out, "cases", f) for f in os.listdir(os.path.join(args.out, "cases"))
+                               if f.startswith(name + "__")]):
+                    if os.path.isdir(stale):
+                        shutil.rmtree(stale)
+                    elif os.path.exists(stale):
+                        os.remove(stale)
+        elif os.path.isdir(os.path.join(args.out, sub)):
             shutil.rmtree(os.path.join(args.out, sub))
     total = 0
     for rel, data in files.items():

@@ -104,8 +104,7 @@ typedef struct {
   double rope_short_factor[CP_HF_ROPE_MAX_PAIRS], rope_long_factor[CP_HF_ROPE_MAX_PAIRS];
   bool rope_parameters_layout; /* the scaling came as transformers 5's "rope_parameters" (with
                                   rope_theta inside): a rewrite keeps that layout */
-  int sliding_window;          /* Mistral, Gemma 2 sliding_window; 0 when none (Mistral's is not run:
-                                  only Gemma 2's layer_sliding layers use it) */
+  int sliding_window;          /* the window of the layer_sliding layers (Mistral, Qwen2/3, Phi-3, Gemma 2); 0: none */
 
   /* FIRE. */
   int fire_mlp_width;    /* hidden width of the FIRE MLP (32 in the paper), 1..CP_FIRE_MAX_WIDTH */
@@ -128,9 +127,10 @@ typedef struct {
 
   /* Gemma 2 (Gemma2Config; 0 / false for Gemma 1 and every other family): the attention scale is
    * query_pre_attn_scalar^-1/2; attention scores and final logits are soft-capped, x -> c tanh(x / c)
-   * (c 0: none, a null key); post-attention and post-feed-forward norms (sandwich_norms); layer l
-   * attends to the last sliding_window keys only when layer_sliding[l] (even layers, or layer_types'
-   * "sliding_attention" entries). */
+   * (c 0: none, a null key); post-attention and post-feed-forward norms (sandwich_norms). Every
+   * family with a window: layer l attends to the last sliding_window keys only when
+   * layer_sliding[l] (layer_types' "sliding_attention" entries, else the family's default: Gemma 2
+   * even layers, Qwen2/3 from max_window_layers on, Mistral and Phi-3 all). */
   double query_pre_attn_scalar;
   double attn_softcap, final_softcap;
   bool sandwich_norms;

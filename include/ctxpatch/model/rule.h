@@ -95,7 +95,7 @@ typedef struct {
                               no distance term, so distance_ceiling and top_k.distance cannot apply
                               and the ceiling that lambda_mask implies is none */
   const char *family;      /* family name for messages (cp_family_name), or NULL */
-  /* Gemma 2: decoder self-attention layer l sees only keys i - j < sliding_window when
+  /* Decoder self-attention layer l sees only keys i - j < sliding_window when
    * layer_sliding[l] (borrowed from the config); NULL / 0: no layer slides. */
   const bool *layer_sliding;
   int64_t sliding_window;

@@ -80,6 +80,9 @@ typedef struct {
 /* Refuses (CP_EPATCH_FAMILY, one line naming the family and the scheme) a method that does not
  * fit the model: alibi-pi without ALiBi, rope-pi without RoPE, fire-threshold without FIRE. */
 int cp_patch_method_fits(const cp_model *m, cp_patch_method method);
+/* Refuses (CP_EARG, one line naming `dir`/config.json's key) rope-pi on a model whose config cannot
+ * carry a linear rope_scaling: another scaling type already there (llama3, yarn), or Phi-3. */
+int cp_patch_rope_pi_fits(const cp_model *m, const char *dir);
 /* cp_patch_method_fits, then checks the rule against the model (cp_rule_check_model). */
 int cp_patch_check(const cp_model *m, const cp_patch *patch);
 

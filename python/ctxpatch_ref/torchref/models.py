@@ -370,7 +370,7 @@ class Llama(Model):
     def __init__(self, name, seed, pos="rope", rope_factor=None, storage=torch.float32,
                  train_len=24, fire_shared=False, fire_c=0.5, fire_L=20.0, fire_layers=1, n_layers=3,
                  n_heads=4, n_kv=2, D=32, dff=64, V=96, tied=False, mix=1.0, rope_scaling=None, qwen2=False,
-                 qwen3=False, head_dim=None):
+                 qwen3=False, head_dim=None, mistral=False, window=None, max_window_layers=None):
         self.name = name
         self.storage = storage
         self.pos = pos
@@ -392,16 +392,27 @@ class Llama(Model):
         self.qwen3 = qwen3
         self.fire_shared = fire_shared
         self.fire_layers = fire_layers
+        # sliding windows (transformers' masking_utils.sliding_window_overlay: key j visible to
+        # query i when i - j < window): MistralModel on every layer when config.sliding_window is
+        # set; Qwen2Config (Qwen3Config alike) only with use_sliding_window, on the layers from
+        # max_window_layers on (its default layer_types)
+        if mistral:
+            self.windows = [window] * n_layers
+        elif window:
+            self.windows = [window if l >= max_window_layers else None for l in range(n_layers)]
+        else:
+            self.windows = [None] * n_layers
         dtype_name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[storage]
         cfg = [("architectures", ["Qwen2ForCausalLM" if qwen2 else "Qwen3ForCausalLM" if qwen3 else
+                                  "MistralForCausalLM" if mistral else
                                   "LlamaForCausalLM" if pos == "rope" else "CtxpatchFireForCausalLM"]),
                ("attention_bias", False), ("bos_token_id", 1), ("eos_token_id", 2)]
         if head_dim is not None:
             cfg += [("head_dim", head_dim)]
         cfg += [("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
                 ("intermediate_size", dff), ("max_position_embeddings", train_len),
-                ("model_type", "qwen2" if qwen2 else "qwen3" if qwen3 else "llama" if pos == "rope" else
-                 "ctxpatch_fire"),
+                ("model_type", "qwen2" if qwen2 else "qwen3" if qwen3 else "mistral" if mistral else
+                 "llama" if pos == "rope" else "ctxpatch_fire"),
                 ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
                 ("num_key_value_heads", n_kv), ("rms_norm_eps", self.eps)]
         if pos == "rope":
@@ -414,6 +425,10 @@ class Llama(Model):
                 cfg += [("fire_mlp_layers", fire_layers)]
             cfg += [("fire_mlp_width", 32), ("fire_shared", fire_shared),
                     ("fire_threshold", float(train_len))]
+        if mistral:
+            cfg += [("sliding_window", window)]
+        elif window:
+            cfg += [("use_sliding_window", True), ("sliding_window", window), ("max_window_layers", max_window_layers)]
         cfg += [("tie_word_embeddings", tied), ("torch_dtype", dtype_name), ("use_cache", True),
                 ("vocab_size", V)]
         self.config = collections.OrderedDict(cfg)
@@ -502,6 +517,7 @@ class Llama(Model):
             k = k.repeat_interleave(rep, dim=0)
             v = heads(proj("v"), self.Hkv).repeat_interleave(rep, dim=0)
             plan = R.Plan(rule, self.facts, "dec", l)
+            plan.window = self.windows[l]
             out, P = R.attention(plan, pinfo, self.scorer(l, q, k, plan), v, T, margins)
             stats.append(R.head_stats(P))
             h = h + linear(merge(out), w[p + "self_attn.o_proj.weight"])
@@ -523,11 +539,12 @@ class Phi3(Model):
     compute_default_rope_parameters; apply_rotary_pos_emb passes the rest through)."""
 
     def __init__(self, name, seed, n_layers=2, n_heads=4, n_kv=2, D=64, dff=96, V=96, train_len=32,
-                 partial=1.0, tied=False, mix=1.0, rope_scaling=None, original=None):
+                 partial=1.0, tied=False, mix=1.0, rope_scaling=None, original=None, window=None):
         self.name = name
         # rope_scaling (longrope): its table per forward, by the length (original: the top-level
         # original_max_position_embeddings, train_len when None)
         self.rope_scaling, self.train_len, self.original = rope_scaling, train_len, original or train_len
+        self.window = window   # Phi3Model: every layer masked with config.sliding_window when set
         self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
         self.dh = D // n_heads
         self.rot = int(self.dh * partial)   # Phi3RotaryEmbedding: dim = int(head_dim * partial_rotary_factor)
@@ -543,7 +560,7 @@ class Phi3(Model):
         if partial != 1.0:
             cfg += [("partial_rotary_factor", partial)]
         cfg += [("resid_pdrop", 0.0), ("rms_norm_eps", self.eps), ("rope_scaling", rope_scaling),
-                ("rope_theta", self.theta), ("sliding_window", None), ("tie_word_embeddings", tied),
+                ("rope_theta", self.theta), ("sliding_window", window), ("tie_word_embeddings", tied),
                 ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)]
         self.config = collections.OrderedDict(cfg)
         self.facts = R.ModelFacts(False, 0, n_layers, train_len, "rope")
@@ -586,6 +603,7 @@ class Phi3(Model):
             k = heads(qkv[:, qd:qd + kvd], self.Hkv).repeat_interleave(rep, dim=0)
             v = heads(qkv[:, qd + kvd:], self.Hkv).repeat_interleave(rep, dim=0)
             plan = R.Plan(rule, self.facts, "dec", l)
+            plan.window = self.window
             score = R.rope_scorer(q, k, c, self.rot, self.theta, 1.0, inv, mscale)
             out, P = R.attention(plan, pinfo, score, v, T, margins)
             stats.append(R.head_stats(P))
