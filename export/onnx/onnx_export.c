@@ -25,11 +25,6 @@ void cp_onnx_export_params_init(cp_onnx_export_params *p) {
 
 int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule) {
   bool caller = rule && !cp_rule_is_identity(rule);
-  /* Before anything is written: the graph builders have no Gemma pieces (embedding scale,
-   * soft-caps, sandwich norms, sliding layers) yet. */
-  if (m->family == CP_FAMILY_GEMMA)
-    return cp_error_set(CP_EUNSUPPORTED, "onnx export: family gemma (model_type %s) is not written as ONNX yet",
-                        m->cfg->model_type);
   if (caller && m->has_metadata_rule)
     return cp_error_set(CP_ERULE_MODEL, "rule: the model is a patched artifact whose config.json 'ctxpatch.rule' "
                                         "already applies a rule; refusing to combine it with another one");
