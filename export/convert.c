@@ -75,11 +75,12 @@ static int write_transposed(cp_st_writer *w, const unsigned char *data, uint64_t
   return rc;
 }
 
-/* A tensor the hook replaces (hook NULL: none), or a GGUF matrix HF stores transposed
- * (`transpose`, GPT-2's Conv1D): its stored bytes read whole, transformed, written (rows put back
- * in HF order when `order` is given: a GGUF tensor in llama.cpp's row order). */
+/* A tensor the hook replaces (hook NULL: none), a GGUF matrix HF stores transposed (`transpose`,
+ * GPT-2's Conv1D) or a GGUF Gemma norm holding 1 + w (`minus_one`: float32, cp_gguf_hf_names): its
+ * stored bytes read whole, transformed, written (rows put back in HF order when `order` is given:
+ * a GGUF tensor in llama.cpp's row order). */
 static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, const cp_tensor_hook *hook,
-                             const cp_gguf_rows *order, bool transpose) {
+                             const cp_gguf_rows *order, bool transpose, bool minus_one) {
   const cp_tensor *t = cp_checkpoint_tensor(ck, src);
   size_t n = (size_t)t->nbytes;
   unsigned char *in = NULL, *out = hook ? malloc(n ? n : 1) : NULL, *row_buf = NULL;
@@ -90,7 +91,13 @@ static int write_transformed(cp_st_writer *w, cp_checkpoint *ck, size_t src, con
     if ((rc = cp_checkpoint_read(ck, src, 0, in, n)) < 0) goto done;
   }
   if (hook && (rc = hook->transform(hook->ctx, t, t->data ? t->data : in, out)) < 0) goto done;
-  const unsigned char *res = hook ? out : in;
+  unsigned char *res = hook ? out : in;
+  for (size_t k = 0; minus_one && k < n / sizeof(float); k++) {
+    float v;
+    memcpy(&v, res + k * sizeof v, sizeof v);
+    v -= 1.0f;
+    memcpy(res + k * sizeof v, &v, sizeof v);
+  }
   if (transpose) { /* 2-D, [rows, cols] as stored (cp_gguf_hf_names_make checked) */
     uint64_t rows = (uint64_t)t->shape[0], cols = (uint64_t)t->shape[1];
     size_t es = rows && cols ? (size_t)(n / (rows * cols)) : 1;
@@ -170,8 +177,9 @@ static int write_shard(char out_hex[65], uint64_t *mark_at, cp_checkpoint *ck, c
     const cp_tensor *t = cp_checkpoint_tensor(ck, src);
     const cp_gguf_rows *order = names->rows && names->rows[src].order != CP_GGUF_ROWS_SAME ? &names->rows[src] : NULL;
     bool hooked = p->hook && p->hook->wants(p->hook->ctx, t);
-    bool transpose = names->transpose && names->transpose[src];
-    if (hooked || transpose) rc = write_transformed(w, ck, src, hooked ? p->hook : NULL, order, transpose);
+    bool transpose = names->transpose && names->transpose[src], minus_one = names->plus_one && names->plus_one[src];
+    if (hooked || transpose || minus_one)
+      rc = write_transformed(w, ck, src, hooked ? p->hook : NULL, order, transpose, minus_one);
     else rc = write_streamed(w, ck, src, chunk, buf, order);
     if (rc < 0) goto done;
     if (p->progress) p->progress(p->progress_ctx, ++*done_tensors, total);

@@ -34,7 +34,7 @@ static const onnx_row k_decoder[] = {
     {CP_ROLE_Q_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.q_norm"},
     {CP_ROLE_K_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.attn.k_norm"},
     {CP_ROLE_FFN_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.ffn_norm"},
-    {CP_ROLE_POST_ATTN_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.post_attn_norm"}, /* Gemma 2 (no graph yet) */
+    {CP_ROLE_POST_ATTN_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.post_attn_norm"}, /* Gemma 2 */
     {CP_ROLE_POST_FFN_NORM, DEC, CP_WHEN_ALWAYS, "model.layers.%d.post_ffn_norm"},
     {CP_ROLE_GATE, DEC, CP_WHEN_ALWAYS, "model.layers.%d.mlp.gate"},
     {CP_ROLE_UP, DEC, CP_WHEN_ALWAYS, "model.layers.%d.mlp.up"},

@@ -50,6 +50,7 @@ typedef struct {
   cp_gguf_rows rows;  /* llama.cpp's row order (GGUF row r is HF row cp_gguf_row_to_hf(r)) */
   bool transpose;     /* a GPT-2 Conv1D matrix: stored [n_in, n_out], written [n_out, n_in] */
   float scale;        /* values multiplied by it (1: as stored; T5's tied head: d_model^-0.5) */
+  float offset;       /* then added (0; Gemma's norms: 1, cp_family_norm_plus_one) */
 } plan_entry;
 
 typedef struct {
@@ -58,7 +59,7 @@ typedef struct {
 } tensor_plan;
 
 static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, const char *name, uint32_t want,
-                    cp_gguf_rows rows, bool transpose, float scale) {
+                    cp_gguf_rows rows, bool transpose, float scale, float offset) {
   const cp_tensor *t = cp_checkpoint_find(ck, src);
   if (!t) return 0;
   size_t idx = 0;
@@ -82,6 +83,7 @@ static int plan_add(tensor_plan *p, const cp_checkpoint *ck, const char *src, co
   e->rows = rows;
   e->transpose = transpose;
   e->scale = scale;
+  e->offset = offset;
   return 0;
 }
 
@@ -120,7 +122,8 @@ static int plan_hf(tensor_plan *p, const cp_checkpoint *ck, const cp_hf_config *
                             cfg->family == CP_FAMILY_T5);
           if (tied_head) cp_names_get(src, &hf, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight");
           float scale = tied_head && cfg->family == CP_FAMILY_T5 ? (float)(1.0 / sqrt((double)cfg->d_model)) : 1.0f;
-          rc = plan_add(p, ck, src, dst, want, rows, s == 0 && cp_names_conv1d(&hf, row), scale);
+          float offset = s == 0 && cp_family_norm_plus_one(cfg->family, row->role) ? 1.0f : 0.0f;
+          rc = plan_add(p, ck, src, dst, want, rows, s == 0 && cp_names_conv1d(&hf, row), scale, offset);
         }
       }
   }
@@ -132,7 +135,7 @@ static int plan_gguf(tensor_plan *p, const cp_checkpoint *ck, uint32_t want) {
   int rc = 0;
   for (size_t i = 0; i < cp_checkpoint_count(ck) && rc == 0; i++) {
     const char *name = cp_checkpoint_tensor(ck, i)->name;
-    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0}, false, 1.0f);
+    rc = plan_add(p, ck, name, name, want, (cp_gguf_rows){CP_GGUF_ROWS_SAME, 0, 0}, false, 1.0f, 0.0f);
   }
   return rc;
 }
@@ -229,6 +232,23 @@ static int put_f32(cp_gguf_writer *w, const char *arch, const char *suffix, doub
   return cp_gguf_put_f32(w, key, (float)v);
 }
 
+/* convert_hf_to_gguf.py GemmaModel / Gemma2Model: head_dim as key_length and value_length (Gemma's
+ * 256 is not D/H), and for gemma2 the two soft-caps and the window (cp_gguf_export_check has refused
+ * what llama.cpp would run otherwise: no cap, another scale, other sliding layers). */
+static int put_gemma(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch) {
+  int rc;
+  if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->d_head)) ||
+      (rc = put_f32(w, arch, "rope.freq_base", cfg->rope_theta)) ||
+      (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps)) ||
+      (rc = put_u32(w, arch, "attention.key_length", cfg->d_head)) ||
+      (rc = put_u32(w, arch, "attention.value_length", cfg->d_head)) || !cfg->sandwich_norms)
+    return rc;
+  if ((rc = put_f32(w, arch, "attn_logit_softcapping", cfg->attn_softcap)) ||
+      (rc = put_f32(w, arch, "final_logit_softcapping", cfg->final_softcap)))
+    return rc;
+  return put_u32(w, arch, "attention.sliding_window", cfg->sliding_window);
+}
+
 /* The {arch}.* keys of an HF config (see the header for which architecture gets which). */
 static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch) {
   int rc = 0;
@@ -277,6 +297,7 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
       return rc;
     return put_u32(w, arch, "rope.scaling.original_context_length", cfg->rope_original_max_pos);
   }
+  if (cfg->family == CP_FAMILY_GEMMA) return put_gemma(w, cfg, arch);
   if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
   if (cfg->family == CP_FAMILY_GPT_NEOX) {
     char key[128];
@@ -434,7 +455,7 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
   uint64_t cols = t->ndim >= 2 ? (uint64_t)t->shape[e->transpose ? 0 : t->ndim - 1] : 1, rows = cols ? numel / cols : 0;
   size_t es = cp_dtype_size(t->dtype);
   bool in_order = e->rows.order == CP_GGUF_ROWS_SAME && !e->transpose;
-  bool same = in_order && e->scale == 1.0f && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
+  bool same = in_order && e->scale == 1.0f && e->offset == 0.0f && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
                                     (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
                                     (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
   int rc = cp_gguf_rows_check(&e->rows, rows, cp_checkpoint_dir(ck), t->name);
@@ -473,6 +494,7 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
     if (same) rc = cp_gguf_write_data(w, raw, (size_t)nr * row_bytes);
     else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0) {
       for (size_t k = 0; e->scale != 1.0f && k < (size_t)(nr * cols); k++) vals[k] *= e->scale;
+      for (size_t k = 0; e->offset != 0.0f && k < (size_t)(nr * cols); k++) vals[k] += e->offset;
       rc = cp_gguf_write_f32(w, vals, (size_t)(nr * cols));
     }
     cp_checkpoint_release(ck, e->src, r0 * row_bytes, (uint64_t)nr * row_bytes);
@@ -502,6 +524,41 @@ static int yarn_check(const cp_hf_config *cfg, const char *in, const char *arch)
       return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s.truncate': false, but llama.cpp always truncates YaRN's "
                           "correction range, which moves pair %d's frequency by %.3g of it", in, name, a,
                           fabs(its.inv[a] / mine.inv[a] - 1.0));
+  return 0;
+}
+
+/* What llama.cpp's gemma and gemma2 run (src/models/gemma.cpp, gemma2.cpp): the embedding as the
+ * head, no biases, ggml_gelu (the tanh form); gemma2 always soft-caps both (50 and 30 without a
+ * key), scales q by f_attention_scale, 1/sqrt(head_dim) unless the model has 46 layers (its "27B",
+ * then 1/sqrt(n_embd / n_head)), and slides the even layers (set_swa_pattern(2): il % 2 < 1). */
+static int gemma_check(const cp_hf_config *cfg, const char *in) {
+  const char *act = cfg->activation;
+  if (!cfg->tie_word_embeddings)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'tie_word_embeddings': false, but llama.cpp's %s runs the embedding "
+                        "as its head", in, cfg->model_type);
+  if (cfg->qkv_bias)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'attention_bias': true, but llama.cpp's %s has no attention biases",
+                        in, cfg->model_type);
+  if (strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_new") && strcmp(act, "gelu_fast"))
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_activation': '%s', but llama.cpp's %s runs GELU in its tanh "
+                        "form", in, act, cfg->model_type);
+  if (!cfg->sandwich_norms) return 0;
+  double scalar = cfg->n_layers == 46 ? (double)(cfg->d_model / cfg->n_heads) : (double)cfg->d_head;
+  if (fabs(cfg->query_pre_attn_scalar - scalar) > 1e-9 * scalar)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'query_pre_attn_scalar': %g, but llama.cpp's gemma2 scales by "
+                        "1/sqrt(%g) (%s)", in, cfg->query_pre_attn_scalar, scalar,
+                        cfg->n_layers == 46 ? "hidden_size / num_attention_heads at 46 layers" : "head_dim");
+  if (cfg->attn_softcap <= 0 || cfg->final_softcap <= 0)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s': null, but llama.cpp's gemma2 always soft-caps (50 and 30 "
+                        "without a key)", in, cfg->attn_softcap <= 0 ? "attn_logit_softcapping"
+                                                                     : "final_logit_softcapping");
+  if (cfg->sliding_window <= 0)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'sliding_window': null, but llama.cpp's gemma2 slides its even "
+                        "layers (4096 without a key)", in);
+  for (int l = 0; l < cfg->n_layers; l++)
+    if (cfg->layer_sliding[l] != (l % 2 == 0))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: key 'layer_types[%d]': '%s', but llama.cpp's gemma2 slides the even "
+                          "layers only", in, l, cfg->layer_sliding[l] ? "sliding_attention" : "full_attention");
   return 0;
 }
 
@@ -580,11 +637,9 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'activation_function': '%s', but llama.cpp's gpt2 always runs "
                             "GELU", in, act);
       return 0;
-    case CP_FAMILY_GEMMA: /* llama.cpp's gemma / gemma2 need the norms stored as 1 + w, not written yet */
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf does not write family gemma (model_type %s) yet", in,
-                          cfg->model_type);
+    case CP_FAMILY_GEMMA: return gemma_check(cfg, in);
     default:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5 and phi3 models; %s has no "
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5, phi3 and gemma models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
   }
 }

@@ -18,6 +18,7 @@ void cp_gguf_hf_names_free(cp_gguf_hf_names *m) {
   free(m->hf);
   free(m->rows);
   free(m->transpose);
+  free(m->plus_one);
   memset(m, 0, sizeof *m);
 }
 
@@ -39,7 +40,8 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
   out->hf = calloc(n ? n : 1, sizeof *out->hf);
   out->rows = calloc(n ? n : 1, sizeof *out->rows); /* zeroed: CP_GGUF_ROWS_SAME */
   out->transpose = calloc(n ? n : 1, sizeof *out->transpose);
-  CP_CHECK_ALLOC_GOTO(out->hf && out->rows && out->transpose, cp_checkpoint_dir(ck));
+  out->plus_one = calloc(n ? n : 1, sizeof *out->plus_one);
+  CP_CHECK_ALLOC_GOTO(out->hf && out->rows && out->transpose && out->plus_one, cp_checkpoint_dir(ck));
   cp_names gg, hf;
   cp_names_init(&gg, ck, cfg);
   hf = gg;
@@ -61,6 +63,12 @@ int cp_gguf_hf_names_make(cp_gguf_hf_names *out, const cp_checkpoint *ck) {
         if ((rc = cp_gguf_rows_check(&rows, t->ndim ? (uint64_t)t->shape[0] : 1, cp_checkpoint_dir(ck), g))) goto done;
         out->rows[i] = rows;
         out->transpose[i] = s == 0 && cp_names_conv1d(&hf, row);
+        out->plus_one[i] = s == 0 && cp_family_norm_plus_one(cfg->family, row->role);
+        if (out->plus_one[i] && t->dtype != CP_F32) {
+          rc = cp_error_set(CP_EUNSUPPORTED, "%s: tensor '%s': a Gemma norm (1 + w) stored as %s, not float32",
+                            cp_checkpoint_dir(ck), g, cp_dtype_name(t->dtype));
+          goto done;
+        }
         if (out->transpose[i] && t->ndim != 2) {
           rc = cp_error_set(CP_EMODEL_TENSOR, "%s: tensor '%s': %d dimensions, expected a 2-D matrix",
                             cp_checkpoint_dir(ck), g, t->ndim);

@@ -14,11 +14,16 @@
  * llama.cpp's rope_freqs, which is config.json's rope_scaling there, and is not written),
  * llama.cpp's row order (llama rotary q/k, BLOOM / GPT-NeoX fused q/k/v), which goes back to
  * HF order: HF row s is GGUF row cp_gguf_row_to_gguf(&rows[i], s), and whether HF stores it
- * transposed (GPT-2's Conv1D matrices: GGUF [n_out, n_in], HF [n_in, n_out]). */
+ * transposed (GPT-2's Conv1D matrices: GGUF [n_out, n_in], HF [n_in, n_out]), and whether it holds
+ * 1 + w of HF's w (Gemma's norms, cp_family_norm_plus_one; float32, checked): written as the stored
+ * value minus 1. That subtraction is exact where 1 + w lies in [0.5, 2] (Sterbenz), so a loader
+ * adding 1 again gets the stored value back bit for bit; HF's own w is met up to the rounding of
+ * w + 1 (half a float32 ulp of 1, 6e-8). */
 typedef struct {
   char **hf;          /* [n] owned */
   cp_gguf_rows *rows; /* [n] CP_GGUF_ROWS_SAME: rows in place */
   bool *transpose;    /* [n] */
+  bool *plus_one;     /* [n] */
   size_t n;
 } cp_gguf_hf_names;
 

@@ -300,6 +300,15 @@ static const char *inv_tau(cp_onnx_attn_ctx *c) {
 
 static const char *times(cp_og *g, const char *x, const char *by) { return by ? cp_og_op2(g, "Mul", x, by) : x; }
 
+/* Gemma 2's soft-cap of the logits after their temperature, cap tanh(x / cap) (decision 17; engine:
+ * softcap_span), on self-attention only; x itself where the model has none. */
+static const char *capped(cp_onnx_attn_ctx *c, const char *x) {
+  float cap = c->kind == CP_ATTN_CROSS ? 0.0f : c->m->attn_softcap;
+  if (cap <= 0) return x;
+  cp_og *g = c->g;
+  return cp_og_op2(g, "Mul", cp_og_op1(g, "Tanh", cp_og_op2(g, "Div", x, cp_og_f32(g, cap))), cp_og_f32(g, cap));
+}
+
 /* ---------------------------------------------------------------- visibility */
 
 /* [B, 1, S, T] bool: the caller's visibility, within the layer's sliding window i - j < window
@@ -373,7 +382,7 @@ static const char *topk_logits(cp_onnx_attn_ctx *c, const char *qk, const char *
                                   : positional(c, NULL, cp_og_f32(g, (float)p->top_k_distance));
     s = b ? cp_og_op2(g, "Add", qk, b) : qk;
   }
-  s = cp_og_op3(g, "Where", topk_candidates(c), times(g, s, it), fill); /* [B, H, S, T] */
+  s = cp_og_op3(g, "Where", topk_candidates(c), capped(c, times(g, s, it)), fill); /* [B, H, S, T] */
   int64_t ax0 = 0;
   const char *K = cp_og_unsqueeze(g, cp_og_op2(g, "Min", cp_og_i64(g, p->k), c->n_keys), &ax0, 1);
   const char *in[] = {s, K}, *out[2];
@@ -403,7 +412,7 @@ const char *cp_onnx_attention_probs(cp_onnx_attn_ctx *c) {
   const char *bias = positional_full(c);
   if (bias) s = cp_og_op2(g, "Add", s, bias);
   const char *it = inv_tau(c);
-  s = times(g, s, it);
+  s = capped(c, times(g, s, it));
   /* Masked keys are replaced (Where), not offset, by the lowest float rather than -inf: a row
    * with every key masked (a padding row) then softmaxes to uniform weights instead of NaN, and
    * any row with a visible key gives its masked keys exp(lowest - max) = 0 exactly. */

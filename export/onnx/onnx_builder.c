@@ -292,6 +292,16 @@ const char *cp_og_linear(cp_og *g, const char *x, const cp_linear *L, const char
   return cp_og_op2(g, "Add", y, b);
 }
 
+/* x / sqrt(mean(x^2) + eps) over the last axis (layer_ops.c norm_item with mean 0). */
+static const char *rms_scaled(cp_og *g, const char *x, float eps) {
+  int64_t axis = -1;
+  cp_onnx_attr at[] = {cp_og_attr_ints("axes", &axis, 1), cp_og_attr_i("keepdims", 1)};
+  const char *sq = cp_og_op2(g, "Pow", x, cp_og_f32(g, 2.0f));
+  const char *ms = cp_og_node(g, "ReduceMean", &sq, 1, at, 2);
+  const char *den = cp_og_op1(g, "Sqrt", cp_og_op2(g, "Add", ms, cp_og_f32(g, eps)));
+  return cp_og_op2(g, "Div", x, den);
+}
+
 const char *cp_og_norm(cp_og *g, const char *x, const cp_norm_weights *nw, cp_norm_kind kind, float eps, int n,
                        const char *prefix) {
   char name[512];
@@ -303,17 +313,24 @@ const char *cp_og_norm(cp_og *g, const char *x, const cp_norm_weights *nw, cp_no
     cp_onnx_attr at[] = {cp_og_attr_i("axis", -1), cp_og_attr_f("epsilon", eps)};
     return cp_og_node(g, "LayerNormalization", in, b ? 3 : 2, at, 2);
   }
-  /* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w (layer_ops.c norm_item with mean 0). */
-  int64_t axis = -1;
-  cp_onnx_attr at[] = {cp_og_attr_ints("axes", &axis, 1), cp_og_attr_i("keepdims", 1)};
-  const char *sq = cp_og_op2(g, "Pow", x, cp_og_f32(g, 2.0f));
-  const char *ms = cp_og_node(g, "ReduceMean", &sq, 1, at, 2);
-  const char *den = cp_og_op1(g, "Sqrt", cp_og_op2(g, "Add", ms, cp_og_f32(g, eps)));
-  const char *y = cp_og_op2(g, "Div", x, den);
+  const char *y = rms_scaled(g, x, eps);
   if (nw->b) y = cp_og_op2(g, "Add", cp_og_op2(g, "Mul", y, w),
                            cp_og_weight(g, subname(name, sizeof name, prefix, "bias"), nw->b, 1, &dim, false));
   else y = cp_og_op2(g, "Mul", y, w);
   return y;
+}
+
+const char *cp_og_norm_plus_one(cp_og *g, const char *x, const cp_norm_weights *nw, float eps, int n,
+                                const char *prefix) {
+  if (g->rc) return NULL;
+  char name[512];
+  int64_t dim = n;
+  float *hf = malloc((size_t)n * sizeof *hf);
+  if (!hf) return cp_og_fail(g, cp_nomem("onnx graph: norm '%s'", prefix)), NULL;
+  for (int i = 0; i < n; i++) hf[i] = nw->w[i] - 1.0f;
+  const char *w = cp_og_weight(g, subname(name, sizeof name, prefix, "weight"), hf, 1, &dim, false);
+  free(hf);
+  return cp_og_op2(g, "Mul", rms_scaled(g, x, eps), cp_og_op2(g, "Add", w, cp_og_f32(g, 1.0f)));
 }
 
 const char *cp_og_act(cp_og *g, const char *x, cp_act act) {

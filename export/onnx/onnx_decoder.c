@@ -1,5 +1,5 @@
-/* The decoder-only ONNX graph (export/onnx/onnx_decoder.h): Llama/Mistral, GPT-NeoX, BLOOM, MPT,
- * FIRE and GPT-2, computing what the engine computes (engine/engine_run.c run_stack, engine_cpu.c
+/* The decoder-only ONNX graph (export/onnx/onnx_decoder.h): Llama/Mistral/Qwen/Phi-3, Gemma and
+ * Gemma 2, GPT-NeoX, BLOOM, MPT, FIRE and GPT-2, computing what the engine computes (engine/engine_run.c run_stack, engine_cpu.c
  * cpu_attention and cpu_head) with the attention probabilities from export/onnx/onnx_attention.c. */
 #include "export/onnx/onnx_decoder.h"
 #include "export/onnx/onnx_layer.h"
@@ -23,6 +23,7 @@ typedef struct {
   const char *cos, *sin;        /* RoPE: [B, 1, S, rope_dims] */
   const char *kcos, *ksin;      /* RoPE with an unrotated cache: [1, 1, T, rope_dims] (key_tables) */
   const char *embed;            /* the embedding initializer [V, D] */
+  const char *visible_window;   /* visible and inside the model's sliding window (made once) */
   cp_onnx_attn_memo memo;
 } dec_t;
 
@@ -102,6 +103,30 @@ static const char *wname(char buf[CP_TENSOR_NAME_MAX], const dec_t *d, cp_tensor
   return cp_onnx_name(buf, d->m->family, role, CP_STACK_DECODER, l, "");
 }
 
+/* The model's norm of `role` over the last axis of x (Gemma's (1 + w) with the 1 as a node). */
+static const char *norm(dec_t *d, const char *x, const cp_norm_weights *nw, cp_tensor_role role, int l) {
+  const cp_model *m = d->m;
+  char name[CP_TENSOR_NAME_MAX];
+  if (cp_family_norm_plus_one(m->family, role))
+    return cp_og_norm_plus_one(d->g, x, nw, m->norm_eps, m->d_model, wname(name, d, role, l));
+  return cp_og_norm(d->g, x, nw, m->norm, m->norm_eps, m->d_model, wname(name, d, role, l));
+}
+
+/* x -> cap tanh(x / cap) (Gemma 2's soft-caps; engine: softcap_span, engine_run.c's final logits). */
+static const char *softcap(cp_og *g, const char *x, float cap) {
+  return cp_og_op2(g, "Mul", cp_og_op1(g, "Tanh", cp_og_op2(g, "Div", x, cp_og_f32(g, cap))), cp_og_f32(g, cap));
+}
+
+/* What a sliding layer's queries see: visible and qpos - kpos < window (Gemma 2; decision 17). */
+static const char *window_visible(dec_t *d) {
+  if (!d->visible_window) {
+    const char *dist = cp_og_op2(d->g, "Sub", d->qpos, d->kpos);
+    const char *in = cp_og_op2(d->g, "Less", dist, cp_og_i64(d->g, d->rm.sliding_window));
+    d->visible_window = cp_og_op2(d->g, "And", d->visible, in);
+  }
+  return d->visible_window;
+}
+
 /* Self-attention of layer l on h [B, S, D]: returns the output projection [B, S, D]. */
 static const char *attention(dec_t *d, int l, const char *h) {
   const cp_model *m = d->m;
@@ -138,7 +163,8 @@ static const char *attention(dec_t *d, int l, const char *h) {
   const char *vall = expand_kv(d, cache(d, l, "value", v));
   cp_onnx_attn_ctx c = {.g = g, .m = m, .plan = &plan, .kind = CP_ATTN_DECODER_SELF, .layer = l,
                         .fire = ly->fire, .q = q, .k = kall, .q_raw = q_raw, .k_raw = k_raw,
-                        .qpos = d->qpos, .kpos = d->kpos, .n_keys = d->n_keys, .visible = d->visible,
+                        .qpos = d->qpos, .kpos = d->kpos, .n_keys = d->n_keys,
+                        .visible = plan.window > 0 ? window_visible(d) : d->visible,
                         .memo = &d->memo};
   const char *ctxv = cp_og_op2(g, "MatMul", cp_onnx_attention_probs(&c), vall); /* [B, H, S, dh] */
   const char *merged = cp_og_merge_heads(g, ctxv, m->n_heads, m->d_head);
@@ -156,11 +182,13 @@ typedef struct {
 
 static int op_norm(void *ctx, cp_layer_norm which, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
-  const cp_model *m = c->d->m;
-  char name[CP_TENSOR_NAME_MAX];
-  bool attn = which == CP_LAYER_NORM_ATTN;
-  c->og.v[dst] = cp_og_norm(c->og.g, c->og.v[src], attn ? &c->og.ly->attn_norm : &c->og.ly->ffn_norm, m->norm,
-                            m->norm_eps, m->d_model, wname(name, c->d, attn ? CP_ROLE_ATTN_NORM : CP_ROLE_FFN_NORM, c->l));
+  const cp_layer *ly = c->og.ly;
+  const cp_norm_weights *nw = &ly->ffn_norm;
+  cp_tensor_role role = CP_ROLE_FFN_NORM;
+  if (which == CP_LAYER_NORM_ATTN) nw = &ly->attn_norm, role = CP_ROLE_ATTN_NORM;
+  else if (which == CP_LAYER_NORM_POST_ATTN) nw = &ly->post_attn_norm, role = CP_ROLE_POST_ATTN_NORM;
+  else if (which == CP_LAYER_NORM_POST_FFN) nw = &ly->post_ffn_norm, role = CP_ROLE_POST_FFN_NORM;
+  c->og.v[dst] = norm(c->d, c->og.v[src], nw, role, c->l);
   return 0;
 }
 static int op_attn(void *ctx, bool cross, cp_slot dst, cp_slot src) {
@@ -173,7 +201,12 @@ static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   return cp_og_layer_ffn_add(&c->og, dst, src, CP_STACK_DECODER, c->l);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add, NULL};
+static int op_ffn(void *ctx, cp_slot dst, cp_slot src) { /* Gemma 2's sandwich: the FFN's output alone */
+  layer_ctx *c = ctx;
+  c->og.v[dst] = cp_og_ffn(c->og.g, c->og.m, c->og.ly, c->og.v[src], CP_STACK_DECODER, c->l);
+  return 0;
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add, op_ffn};
 
 /* One layer over x [B, S, D] in the model's residual layout, as the engines run it. */
 static const char *layer(dec_t *d, int l, const char *x) {
@@ -188,13 +221,13 @@ static const char *head(dec_t *d, const char *x) {
   const cp_model *m = d->m;
   cp_og *g = d->g;
   char name[CP_TENSOR_NAME_MAX];
-  const char *h = cp_og_norm(g, x, &m->decoder.final_norm, m->norm, m->norm_eps, m->d_model,
-                             wname(name, d, CP_ROLE_FINAL_NORM, 0));
+  const char *h = norm(d, x, &m->decoder.final_norm, CP_ROLE_FINAL_NORM, 0);
   int64_t dims[2] = {m->vocab, m->d_model};
   const char *w = m->lm_head == m->embed ? d->embed
                   : cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight"),
                                     m->lm_head, m->lm_head_dtype, 2, dims, true);
-  return cp_og_lm_head(g, m, h, w, d->ids);
+  const char *logits = cp_og_lm_head(g, m, h, w, d->ids);
+  return m->final_softcap > 0 ? softcap(g, logits, m->final_softcap) : logits;
 }
 
 const char *cp_onnx_decoder_kv_cache(const cp_model *m, const cp_rule *rule) {
@@ -221,14 +254,14 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   d.embed = cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed,
                             m->embed_dtype, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", d.embed, d.ids); /* [B, S, D] */
+  if (m->embed_scale != 1.0f) x = cp_og_op2(g, "Mul", x, cp_og_f32(g, m->embed_scale)); /* Gemma: x sqrt(D) */
   if (m->pos_embed) { /* GPT-2 wpe: the learned row of each absolute position (engine: embed) */
     int64_t pdims[2] = {m->train_len, m->d_model};
     const char *wpe = cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_POS_EMBED, CP_STACK_DECODER, 0, ".weight"),
                                    m->pos_embed, 2, pdims, true);
     x = cp_og_op2(g, "Add", x, cp_og_op2(g, "Gather", wpe, d.pos));
   }
-  if (m->embed_norm.w)
-    x = cp_og_norm(g, x, &m->embed_norm, m->norm, m->norm_eps, m->d_model, wname(name, &d, CP_ROLE_EMBED_NORM, 0));
+  if (m->embed_norm.w) x = norm(&d, x, &m->embed_norm, CP_ROLE_EMBED_NORM, 0);
   for (int l = 0; l < m->decoder.n_layers; l++) x = layer(&d, l, x);
   cp_onnx_dim out[3] = {{0, "batch_size"}, {0, "sequence_length"}, {m->vocab, NULL}};
   return cp_og_output(g, "logits", head(&d, x), CP_F32, 3, out);

@@ -25,11 +25,6 @@ void cp_onnx_export_params_init(cp_onnx_export_params *p) {
 
 int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule) {
   bool caller = rule && !cp_rule_is_identity(rule);
-  /* Before anything is written: the graph builders have no Gemma pieces (embedding scale,
-   * soft-caps, sandwich norms, sliding layers) yet. */
-  if (m->family == CP_FAMILY_GEMMA)
-    return cp_error_set(CP_EUNSUPPORTED, "onnx export: family gemma (model_type %s) is not written as ONNX yet",
-                        m->cfg->model_type);
   /* The graph holds one frequency table; these pick theirs by the length of each call. */
   if (m->rope_by_length)
     return cp_error_set(CP_EUNSUPPORTED, "onnx export: key 'rope_scaling.type': '%s' is not written as ONNX (its RoPE "

@@ -250,7 +250,9 @@ static const struct {
                {"t5", CP_FAMILY_T5, "t5", NULL},
                {"qwen2", CP_FAMILY_LLAMA, "qwen2", "Qwen2ForCausalLM"},
                {"qwen3", CP_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM"},
-               {"phi3", CP_FAMILY_PHI3, "phi3", "Phi3ForCausalLM"}};
+               {"phi3", CP_FAMILY_PHI3, "phi3", "Phi3ForCausalLM"},
+               {"gemma", CP_FAMILY_GEMMA, "gemma", "GemmaForCausalLM"},
+               {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -355,6 +357,67 @@ static int t5_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const
       (rc = put_int(js, g, arch, "attention.relative_buckets_count", "relative_attention_num_buckets", true)))
     return rc;
   return put_num(js, g, key, "layer_norm_epsilon");
+}
+
+/* An f32 key `{arch}.<suffix>` as a JSON field, llama.cpp's default `def` when absent. */
+static int put_num_or(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const char *suffix, const char *field,
+                      double def) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  if (cp_gguf_find_key(g, key) >= 0) return put_num(js, g, key, field);
+  cp_strbuf_printf(js, ",\"%s\":%.17g", field, def);
+  return 0;
+}
+
+/* GemmaConfig / Gemma2Config of llama.cpp's gemma and gemma2 (src/models/gemma.cpp, gemma2.cpp):
+ * head size key_length, GELU (tanh form), the embedding as the head (an output.weight would be a
+ * tensor llama.cpp does not load: refused); norms stored as 1 + w, which the loader keeps
+ * (import/model_load.c). gemma2: soft-caps and window from their keys or llama.cpp's defaults (50,
+ * 30, 4096), the even layers sliding (llama.cpp's pattern 2: another pattern, or another RoPE base
+ * on the sliding layers, is refused), and query_pre_attn_scalar what llama.cpp scales by: head_dim,
+ * or hidden / heads at 46 layers (its "27B"). */
+static int gemma_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, const char *hf_arch, arch_dims *a) {
+  char key[128];
+  int64_t dv, layers;
+  int rc;
+  const bool g2 = !strcmp(arch, "gemma2");
+  if (cp_gguf_find(g, "output.weight") >= 0)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: tensor 'output.weight': llama.cpp's %s runs the embedding as its head "
+                        "and does not load it", cp_gguf_path(g), arch);
+  snprintf(key, sizeof key, "%s.attention.key_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a->d_head, g, key))) return rc;
+  dv = a->d_head;
+  snprintf(key, sizeof key, "%s.attention.value_length", arch);
+  if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&dv, g, key))) return rc;
+  if (dv != a->d_head || a->d_head <= 0 || a->d_head > 65536)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s' is %lld: want the key length %lld", cp_gguf_path(g), key,
+                        (long long)dv, (long long)a->d_head);
+  snprintf(key, sizeof key, "%s.block_count", arch);
+  if ((rc = cp_gguf_get_int(&layers, g, key))) return rc;
+  cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":%lld,"
+                   "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld,"
+                   "\"intermediate_size\":%lld,\"num_hidden_layers\":%lld", hf_arch, (long long)a->d,
+                   (long long)a->heads, (long long)a->kv_heads, (long long)a->d_head, (long long)a->ff, (long long)layers);
+  snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+  if ((rc = put_num(js, g, key, "rms_norm_eps"))) return rc;
+  if (g2) {
+    static const char *const unread[] = {"attention.sliding_window_pattern", "rope.freq_base_swa"};
+    for (size_t i = 0; i < sizeof unread / sizeof *unread; i++) {
+      snprintf(key, sizeof key, "%s.%s", arch, unread[i]);
+      if (cp_gguf_find_key(g, key) >= 0)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s' is not read (gemma2's even layers slide, with the one "
+                            "RoPE base)", cp_gguf_path(g), key);
+    }
+    int64_t window = 4096;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&window, g, key))) return rc;
+    cp_strbuf_printf(js, ",\"sliding_window\":%lld,\"query_pre_attn_scalar\":%lld", (long long)window,
+                     (long long)(layers == 46 ? a->d / a->heads : a->d_head));
+    if ((rc = put_num_or(js, g, arch, "attn_logit_softcapping", "attn_logit_softcapping", 50)) ||
+        (rc = put_num_or(js, g, arch, "final_logit_softcapping", "final_logit_softcapping", 30)))
+      return rc;
+  }
+  return put_rope(js, g, arch, a->d_head, NULL);
 }
 
 /* The synthetic config.json of each architecture: the fields its HF config names. */
@@ -472,6 +535,7 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       return put_num(js, g, eps, "layer_norm_epsilon");
     }
     case CP_FAMILY_T5: return t5_json(js, g, arch, &a);
+    case CP_FAMILY_GEMMA: return gemma_json(js, g, arch, hf_arch, &a);
     default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
   }
 }
@@ -544,7 +608,8 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
   while (k < sizeof k_archs / sizeof *k_archs && (strlen(k_archs[k].arch) != len || memcmp(arch, k_archs[k].arch, len)))
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
-    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, gptneox, bloom, mpt, gpt2, t5)",
+    return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, phi3, gemma, gemma2, "
+                        "gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};

@@ -259,7 +259,9 @@ static int take_row(cp_onnx_import *im, const cp_names *nm, const cp_family_tens
 
 static int recover_ctxpatch(cp_onnx_import *im, const cp_hf_config *c) {
   cp_names nm = {.fl = cp_family_layout_of(c->family), .fire_shared = c->fire_shared, .qk_norm = c->qk_norm,
-                 .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE || c->family == CP_FAMILY_PHI3};
+                 .sandwich = c->sandwich_norms,
+                 .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE || c->family == CP_FAMILY_PHI3 ||
+                          c->family == CP_FAMILY_GEMMA};
   nm.prefix = nm.fl->prefixes[0];
   bool fire_done = false;
   for (size_t i = 0; i < nm.fl->n_tensors; i++) {

@@ -19,8 +19,11 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
   phi3          Phi3ForCausalLM: fused qkv_proj (GQA 4/2) and gate_up_proj, partial_rotary_factor 0.5,
                 untied head, sliding_window null
   phi3_tied     the same with a tied head, whole-head rotary, sliding_window 256 (= max_position_embeddings)
-  gemma         GemmaForCausalLM: (1 + w) RMSNorm, embedding x sqrt(hidden), GeGLU, head_dim 16, GQA 4/2, tied
-  gemma2        the same plus Gemma 2's sandwich norms, soft-caps and a window of 64 on the even layers
+  gemma         GemmaForCausalLM: norms stored as w of (1 + w), head_dim 32 (not D / H = 16), GQA 4/2, GeGLU
+                (gelu_pytorch_tanh), tied head, rope_theta 10000
+  gemma2        Gemma2ForCausalLM, 3 layers (0 and 2 slide): the same with the post-attention and post-FFN
+                norms, query_pre_attn_scalar = head_dim (llama.cpp's scale), soft-caps 1.5 (attention) and 10
+                (final logits) so both act on these weights, sliding_window 32
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -193,30 +196,30 @@ def main():
                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
         if not tied:
             cfg["partial_rotary_factor"] = 0.5
-    elif kind in ("gemma", "gemma2"):  # modeling_gemma.py / modeling_gemma2.py: (1 + w) norms, tied head
+    elif kind in ("gemma", "gemma2"):  # modeling_gemma.py / modeling_gemma2.py (GemmaRMSNorm: x * (1 + w))
         g2 = kind == "gemma2"
+        layers, hd = (3 if g2 else L), 32
         t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
-        hd, kvd = 16, H // 2 * 16
-        for i in range(L):
+        for i in range(layers):
             q = f"model.layers.{i}."
-            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm() - 1, norm() - 1
-            if g2:
-                t[q + "pre_feedforward_layernorm.weight"] = norm() - 1
-                t[q + "post_feedforward_layernorm.weight"] = norm() - 1
-            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(H * hd, D), w(kvd, D)
-            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(kvd, D), w(D, H * hd)
+            norms = ["input_layernorm", "post_attention_layernorm"]
+            norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"] if g2 else []
+            for n in norms:
+                t[q + n + ".weight"] = rng.normal(0, 0.1, D)
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(H * hd, D), w(H // 2 * hd, D)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(H // 2 * hd, D), w(D, H * hd)
             t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
             t[q + "mlp.down_proj.weight"] = w(D, 4 * D)
-        t["model.norm.weight"] = norm() - 1
+        t["model.norm.weight"] = rng.normal(0, 0.1, D)
         cfg = {"architectures": ["Gemma2ForCausalLM" if g2 else "GemmaForCausalLM"], "model_type": kind,
-               "vocab_size": V, "hidden_size": D, "num_hidden_layers": L, "num_attention_heads": H,
+               "vocab_size": V, "hidden_size": D, "num_hidden_layers": layers, "num_attention_heads": H,
                "num_key_value_heads": H // 2, "head_dim": hd, "intermediate_size": 4 * D,
                "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": T, "rms_norm_eps": 1e-6,
-               "rope_theta": 10000.0, "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1,
-               "pad_token_id": 0, "torch_dtype": "float32"}
-        if g2:  # a window of 64 on the even layers (Gemma2DecoderLayer), soft-caps on
-            cfg.update({"query_pre_attn_scalar": hd, "attn_logit_softcapping": 50.0,
-                        "final_logit_softcapping": 30.0, "sliding_window": 64})
+               "rope_theta": 10000.0, "attention_bias": False, "tie_word_embeddings": True, "bos_token_id": 2,
+               "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
+        if g2:
+            cfg.update({"query_pre_attn_scalar": hd, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 10.0,
+                        "sliding_window": 32})
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

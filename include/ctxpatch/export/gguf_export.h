@@ -4,7 +4,8 @@
  * Families: llama, gpt_neox, bloom, mpt, gpt2, t5 (the family table's GGUF column: llama.cpp's
  * `llama`, `gptneox`, `bloom`, `mpt`, `gpt2`, `t5` architectures; the llama family's qwen2 and
  * qwen3 as llama.cpp's `qwen2` and `qwen3`, q/k rows unpermuted, qwen3's per-head norms as
- * attn_q_norm / attn_k_norm). FIRE is refused with
+ * attn_q_norm / attn_k_norm; phi3; gemma / gemma2 as llama.cpp's `gemma` / `gemma2`, norms stored as
+ * 1 + w, q/k rows unpermuted). FIRE is refused with
  * CP_ECFG_FAMILY (no llama.cpp counterpart).
  *
  * From an HF folder (config.json + weights in any format the checkpoint reader opens): tensors by
@@ -24,6 +25,9 @@
  *   t5: decoder_block_count, attention.key_length / value_length (d_kv),
  *     attention.layer_norm_epsilon and layer_norm_rms_epsilon, attention.relative_buckets_count,
  *     decoder_start_token_id (conversion/t5.py's keys);
+ *   gemma, gemma2: rope.dimension_count, rope.freq_base, attention.layer_norm_rms_epsilon,
+ *     attention.key_length / value_length (head_dim); gemma2 also attn_logit_softcapping,
+ *     final_logit_softcapping, attention.sliding_window;
  *   with a linear rope_scaling (llama, gptneox): rope.scaling.type "linear", rope.scaling.factor
  *   and rope.scaling.original_context_length (the training length).
  * BLOOM and GPT-NeoX with tied embeddings get output.weight = the embedding (llama.cpp requires
@@ -33,7 +37,9 @@
  * activation, MPT with a softmax_scale other than 1/sqrt(dh), GPT-2 with scale_attn_weights false,
  * scale_attn_by_inverse_layer_idx or a non-GELU activation, T5 with relative_attention_max_distance
  * other than 128
- * (llama.cpp's constant) or an FFN other than relu / gated-gelu, stored ALiBi slopes.
+ * (llama.cpp's constant) or an FFN other than relu / gated-gelu, Gemma with an untied head, biases
+ * or a non-tanh GELU, Gemma 2 with a query_pre_attn_scalar, soft-caps, window or sliding layers
+ * llama.cpp would not run (gemma_check), stored ALiBi slopes.
  * Tokenizer of an HF folder: a byte-level BPE tokenizer.json becomes llama.cpp's "gpt2" vocabulary
  * (export/gguf/gguf_vocab.h); SentencePiece tokenizer.model and other tokenizer.json kinds are not
  * converted (the tokenizers floor exposes no vocabulary of them) and get tokenizer.ggml.model

@@ -93,6 +93,11 @@ const char *cp_og_linear(cp_og *g, const char *x, const cp_linear *L, const char
  * (and "PREFIX.bias"), or RMSNorm as engine/layer_ops.c: x / Sqrt(ReduceMean(x^2) + eps) * w. */
 const char *cp_og_norm(cp_og *g, const char *x, const cp_norm_weights *w, cp_norm_kind kind, float eps, int n,
                        const char *prefix);
+/* Gemma's RMSNorm x / rms(x) * (1 + w) of the model's 1 + w (nw->w [n], no bias): the initializer
+ * PREFIX.weight holds HF's w (nw->w - 1, so the graph reads back as HF's tensor), the 1 is an Add
+ * node; ((1 + w) - 1) + 1 is the model's value exactly where it lies in [0.5, 2] (Sterbenz). */
+const char *cp_og_norm_plus_one(cp_og *g, const char *x, const cp_norm_weights *nw, float eps, int n,
+                                const char *prefix);
 /* relu, gelu (erf form), gelu_tanh, silu = x * Sigmoid(x), as engine/layer_ops.c's act(). */
 const char *cp_og_act(cp_og *g, const char *x, cp_act act);
 /* The layer's FFN as engine/layer_ops.c cp_ops_ffn: down(act(up(h))), or down(act(gate(h)) * up(h))

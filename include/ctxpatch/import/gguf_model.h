@@ -1,11 +1,12 @@
 /* Floor: import. A single GGUF file as a model: its `{arch}.*` metadata as the model
  * config (in place of config.json) and its `tokenizer.ggml.*` metadata as the tokenizer.
  *
- * Config: general.architecture "llama", "qwen2", "qwen3", "gptneox", "bloom", "mpt", "gpt2" or "t5"
- * (llama.cpp's names; families llama (model_type llama, qwen2, qwen3), gpt_neox, bloom, mpt, gpt2,
- * t5). The keys become the config.json fields the family's HF config names, and go through the
- * same parser (cp_hf_config_parse), so every range check applies; cfg->text is that synthetic
- * config.json. Every architecture:
+ * Config: general.architecture "llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gptneox",
+ * "bloom", "mpt", "gpt2" or "t5" (llama.cpp's names; families llama (model_type llama, qwen2, qwen3),
+ * phi3, gemma (model_type gemma, gemma2), gpt_neox, bloom, mpt, gpt2, t5). The keys become the
+ * config.json fields the family's HF config names, and go through the same parser
+ * (cp_hf_config_parse), so every range check applies; cfg->text is that synthetic config.json.
+ * Every architecture:
  *   {arch}.embedding_length -> hidden_size (MPT d_model)
  *   {arch}.block_count -> num_hidden_layers (BLOOM n_layer, MPT n_layers)
  *   {arch}.attention.head_count -> num_attention_heads (BLOOM n_head, MPT n_heads)
@@ -24,6 +25,12 @@
  *   llama.cpp's converter permutes the q and k rows of each head for its interleaved rotary pairs;
  *   the model loader (import/model_load.c) undoes it, so the engines see HF's layout. qwen2 and
  *   qwen3 rotate halves as HF does: rows as stored; qwen3 has blk.N.attn_q_norm / attn_k_norm.
+ * gemma, gemma2: as llama (rows as stored: NEOX rotation), key_length -> head_dim, activation
+ *   gelu_pytorch_tanh, norms stored as 1 + w (the loader keeps them); output.weight refused (llama.cpp
+ *   runs the embedding as its head). gemma2: attn_logit_softcapping, final_logit_softcapping,
+ *   attention.sliding_window (llama.cpp's defaults 50, 30, 4096 when absent), the even layers
+ *   sliding, query_pre_attn_scalar = head_dim (hidden / heads at 46 layers: llama.cpp's scale);
+ *   sliding_window_pattern and rope.freq_base_swa refused.
  * gptneox: rope.dimension_count -> rotary_pct (partial NEOX-style rotary, no row permutation),
  *   rope.freq_base, rope.scaling as llama, use_parallel_residual (default true),
  *   attention.layer_norm_epsilon -> layer_norm_eps, attention_bias when blk.0.attn_qkv.bias exists.
@@ -68,7 +75,7 @@
  * the family has no GGUF mapping (T5, FIRE). */
 const char *cp_gguf_arch_of(cp_family family);
 /* llama.cpp's architecture for a config: by model_type where the family has several (llama /
- * mistral -> "llama", qwen2 -> "qwen2", qwen3 -> "qwen3"), else as cp_gguf_arch_of. */
+ * mistral -> "llama", qwen2 -> "qwen2", qwen3 -> "qwen3", gemma2 -> "gemma2"), else as cp_gguf_arch_of. */
 const char *cp_gguf_arch_of_config(const cp_hf_config *cfg);
 
 /* The config of GGUF file `g` (CP_ECFG_FAMILY for an architecture other than those above,

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Gemma and Gemma 2 (issue 31): tiny random folders (tests/gguf/make_random_family.py gemma: 2 layers,
+# head_dim 32 on hidden 64, GQA 4/2, tied; gemma2: 3 layers, layers 0 and 2 slide with window 32,
+# soft-caps 1.5 / 10, query_pre_attn_scalar = head_dim) written as llama.cpp's `gemma` / `gemma2`
+# architectures and proven in llama.cpp (node-llama-cpp 3.22.1):
+#   - names and keys as convert_hf_to_gguf.py's GemmaModel / Gemma2Model write them: every norm
+#     stored as 1 + w (float32), Gemma 2's post_attention_norm / ffn_norm (pre_feedforward) /
+#     post_ffw_norm, key_length / value_length 32, the soft-caps and the window; no output.weight;
+#   - `ctxpatch forward` on the GGUF == on the folder == on GGUF -> safetensors (norms back as the
+#     stored value - 1: w up to the rounding of w + 1, 1 + it the stored value exactly; config.json back with the window, the caps and query_pre_attn_scalar), bit for bit;
+#   - llama.cpp's logits == the engine's at 300 tokens (gemma2: past the window, which moves the
+#     engine's logits by 7.2 when removed) and 41 (gemma), max |diff| <= 1e-3 x max |logit|: ggml's
+#     GELU is an f16 lookup table (measured 2.5e-4 and 3.2e-5; lab/gemma_gelu_table.py: the PyTorch
+#     reference with that table is 4x and 18x closer to llama.cpp), greedy tokens equal;
+#   - `patch --method temperature --tau 0.8 --to gguf` (q_proj / attn_q divided, before the soft-cap
+#     as decision 17 puts tau) == the rule, in the engine and in llama.cpp;
+#   - refused with one line naming the key, nothing written: what llama.cpp would run otherwise
+#     (another query_pre_attn_scalar, other sliding layers, no attention soft-cap, an untied head),
+#     and reading a gemma2 GGUF with a sliding_window_pattern key.
+# llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
+. "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
+"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
+. "$src/tests/gguf/llamacpp_env.sh"
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/g2" gemma2
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/g1" gemma 2
+check "$bin" convert "$w/g2" "$w/g2.gguf" --to gguf
+check "$bin" convert "$w/g1" "$w/g1.gguf" --to gguf
+check "$bin" convert "$w/g2.gguf" "$w/g2_sf" --to safetensors
+"$py" - "$w" <<'PY' && ok || bad "gemma GGUF names, keys and norms"
+import sys, json, struct, numpy as np, gguf_py as g
+w = sys.argv[1]
+def st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
+            for k, e in hdr.items() if k != "__metadata__"}
+for kind, layers in (("g2", 3), ("g1", 2)):
+    hf = st(f"{w}/{kind}/model.safetensors")
+    _, kv, _, t, _ = g.read(f"{w}/{kind}.gguf")
+    arch = "gemma2" if kind == "g2" else "gemma"
+    assert kv["general.architecture"] == arch, kv["general.architecture"]
+    want = {"block_count": layers, "embedding_length": 64, "attention.head_count": 4, "attention.head_count_kv": 2,
+            "attention.key_length": 32, "attention.value_length": 32, "rope.dimension_count": 32,
+            "context_length": 256, "feed_forward_length": 256}
+    if kind == "g2":
+        want.update({"attention.sliding_window": 32, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 10.0})
+    for key, v in want.items():
+        assert kv[f"{arch}.{key}"] == v, (key, kv.get(f"{arch}.{key}"))
+    assert "output.weight" not in t and not any(k.endswith(".bias") for k in t), sorted(t)
+    norms = {"attn_norm": "input_layernorm"}
+    norms.update({"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+                  "post_ffw_norm": "post_feedforward_layernorm"} if kind == "g2" else {"ffn_norm": "post_attention_layernorm"})
+    one = np.float32(1)
+    for l in range(layers):
+        for gn, hn in norms.items():
+            assert np.array_equal(g.f32(t[f"blk.{l}.{gn}.weight"]), hf[f"model.layers.{l}.{hn}.weight"] + one), (l, gn)
+        assert np.array_equal(g.f32(t[f"blk.{l}.attn_q.weight"]).reshape(-1), hf[f"model.layers.{l}.self_attn.q_proj.weight"].reshape(-1))
+    assert np.array_equal(g.f32(t["output_norm.weight"]), hf["model.norm.weight"] + one)
+back = st(f"{w}/g2_sf/model.safetensors")
+hf = st(f"{w}/g2/model.safetensors")
+# norms back as (1 + w) - 1: exact from the stored value (Sterbenz), w up to the rounding of w + 1
+assert sorted(back) == sorted(hf) and all(np.array_equal(back[k], hf[k]) for k in hf if back[k].ndim == 2)
+assert all(np.array_equal(back[k] + one, hf[k] + one) and np.abs(back[k] - hf[k]).max() <= 2 ** -24
+           for k in hf if back[k].ndim == 1), "norms back"
+cfg = json.load(open(f"{w}/g2_sf/config.json"))
+assert (cfg["model_type"], cfg["sliding_window"], cfg["query_pre_attn_scalar"], cfg["attn_logit_softcapping"],
+        cfg["final_logit_softcapping"]) == ("gemma2", 32, 32, 1.5, 10), cfg
+print("gemma/gemma2 GGUF: arch keys, norms 1 + w, post norms, no output; safetensors back equal")
+PY
+prompt=$("$py" -c "import random; r=random.Random(11); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+short=$(cut -d, -f1-41 <<<"$prompt")
+check "$bin" forward "$w/g2" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
+check "$bin" forward "$w/g2.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
+check "$bin" forward "$w/g2_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
+check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
+check cmp "$w/e_hf.bin" "$w/e_sf.bin"
+check "$bin" forward "$w/g1" --ids "$short" --out "$w/e_g1hf.bin" --threads 1
+check "$bin" forward "$w/g1.gguf" --ids "$short" --out "$w/e_g1.bin" --threads 1
+check cmp "$w/e_g1hf.bin" "$w/e_g1.bin"
+# refusals before anything is written: what llama.cpp's gemma2 would run differently
+for case in "qpas|{\"query_pre_attn_scalar\": 64}|key 'query_pre_attn_scalar': 64, but llama.cpp's gemma2 scales by 1/sqrt(32) (head_dim)" \
+            "types|{\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\"]}|key 'layer_types[0]': 'full_attention', but llama.cpp's gemma2 slides the even layers only" \
+            "cap|{\"attn_logit_softcapping\": null}|key 'attn_logit_softcapping': null, but llama.cpp's gemma2 always soft-caps (50 and 30 without a key)" \
+            "tied|{\"tie_word_embeddings\": false}|key 'tie_word_embeddings': false, but llama.cpp's gemma2 runs the embedding as its head"; do
+  IFS='|' read -r name upd msg <<<"$case"
+  cp -r "$w/g2" "$w/r_$name"
+  "$py" -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c.update(json.loads(sys.argv[2])); json.dump(c, open(p, 'w'))" \
+    "$w/r_$name/config.json" "$upd"
+  "$bin" convert "$w/r_$name" "$w/r_$name.gguf" --to gguf >/dev/null 2>"$w/r_$name.err"
+  [ $? -ne 0 ] && [ ! -e "$w/r_$name.gguf" ] && [ "$(cat "$w/r_$name.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/r_$name: $msg" ] &&
+    ok || bad "refused gemma2 ($name): $(cat "$w/r_$name.err")"
+done
+"$py" - "$w" <<'PY' && ok || bad "write the pattern GGUF"
+import sys, gguf_py as g, make_gguf_cases as mk
+w = sys.argv[1]
+_, kv, types, t, order = g.read(f"{w}/g2.gguf")
+kvs = [mk.kv(k, types[k], (v[1], v[0]) if types[k] == mk.ARR else v) for k, v in kv.items() if k != "general.alignment"]
+kvs.append(mk.kv("gemma2.attention.sliding_window_pattern", mk.U32, 3))
+ts = [(n, t[n][1], {0: "F32", 1: "F16"}[t[n][0]], t[n][2]) for n in order]
+open(f"{w}/pat.gguf", "wb").write(mk.gguf(kvs, ts))
+PY
+"$bin" forward "$w/pat.gguf" --ids "$short" --out "$w/pat.bin" >/dev/null 2>"$w/pat.err"
+[ $? -ne 0 ] && [ ! -e "$w/pat.bin" ] && [ "$(cat "$w/pat.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/pat.gguf: key 'gemma2.attention.sliding_window_pattern' is not read (gemma2's even layers slide, with the one RoPE base)" ] &&
+  ok || bad "pattern GGUF: $(cat "$w/pat.err")"
+# a temperature baked into q_proj (attn_q), before the soft-cap as the rule puts it
+echo '{"temperature": 0.8}' >"$w/t.json"
+check "$bin" patch "$w/g2" "$w/pt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
+check "$bin" forward "$w/g2" --ids "$short" --rule "$w/t.json" --out "$w/e_rule.bin" --threads 1
+check "$bin" forward "$w/pt.gguf" --ids "$short" --out "$w/e_pt.bin" --threads 1
+check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --vocab 559 --label "gemma2 baked tau"
+if [ "$lc" = 1 ]; then
+  node "$w/run.mjs" "$w/g2.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp g2.gguf"
+  node "$w/run.mjs" "$w/g1.gguf" 0 "$short" 1 >"$w/lc1.json" && ok || bad "llama.cpp g1.gguf"
+  node "$w/run.mjs" "$w/pt.gguf" 0 "$short" 1 >"$w/lcpt.json" && ok || bad "llama.cpp pt.gguf"
+  "$bin" forward "$w/g2.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma2, 300 tokens" "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma, 41 tokens" "$w/lc1.json" "$w/e_g1.bin" 41 559
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma2 tau 0.8 in attn_q" "$w/lcpt.json" "$w/e_rule.bin" 41 559
+fi
+finish
