@@ -64,6 +64,13 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
     for (int l = 0; c->sliding_window > 0 && l < c->n_layers && l < CP_RULE_MAX_LAYERS; l++)
       if (c->layer_sliding[l]) cJSON_AddItemToArray(sl, cJSON_CreateNumber(l));
   }
+  if (c->granite) { /* GraniteConfig's multipliers (1: none) */
+    cJSON *g = cJSON_AddObjectToObject(h, "granite");
+    cJSON_AddNumberToObject(g, "embedding_multiplier", c->embedding_multiplier);
+    cJSON_AddNumberToObject(g, "residual_multiplier", c->residual_multiplier);
+    cJSON_AddNumberToObject(g, "attention_multiplier", c->attention_multiplier);
+    cJSON_AddNumberToObject(g, "logits_scaling", c->logits_scaling);
+  }
   return h;
 }
 

@@ -2,7 +2,7 @@
 """Writes a tiny random HF checkpoint folder of a fused-QKV family (config.json, model.safetensors in
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
-usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied [SEED]
+usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied|granite [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -18,6 +18,8 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
   phi3          Phi3ForCausalLM: fused qkv_proj (GQA 4/2) and gate_up_proj, partial_rotary_factor 0.5,
                 untied head, sliding_window null
   phi3_tied     the same with a tied head, whole-head rotary, sliding_window 256 (= max_position_embeddings)
+  granite       GraniteForCausalLM: the Llama body (GQA 4/2, tied head) with embedding_multiplier 6,
+                residual_multiplier 0.25, attention_multiplier 0.375 (not 16^-1/2) and logits_scaling 3
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -190,6 +192,24 @@ def main():
                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
         if not tied:
             cfg["partial_rotary_factor"] = 0.5
+    elif kind == "granite":  # modeling_granite.py: Llama's names; the multipliers are config keys only
+        t["model.embed_tokens.weight"] = rng.normal(0, 0.3, (V, D))
+        kvd = D // 2
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm(), norm()
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(D, D), w(kvd, D)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(kvd, D), 4 * w(D, D)
+            t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
+            t[q + "mlp.down_proj.weight"] = 4 * w(D, 4 * D)
+        t["model.norm.weight"] = norm()
+        cfg = {"architectures": ["GraniteForCausalLM"], "model_type": "granite", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": T,
+               "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
+               "mlp_bias": False, "embedding_multiplier": 6.0, "residual_multiplier": 0.25,
+               "attention_multiplier": 0.375, "logits_scaling": 3.0, "tie_word_embeddings": True,
+               "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)
