@@ -92,6 +92,12 @@ def build_models():
         M.Gemma("gemma", 409, gemma2=False, n_layers=2),
         M.Gemma("gemma2", 410, n_layers=2, window=16),
         M.Gemma("gemma2_types", 411, n_layers=2, window=12, layer_types=["full_attention", "sliding_attention"]),
+        # Granite: the Llama body with its four multipliers (embedding 2, attention 0.35 in place of
+        # 16^-1/2, residual 0.5, logits divided by 2), GQA 4/2, tied; 41 tokens past the 32-token
+        # training length with every RoPE rule, and granite_300 (untied, 300 tokens, two cases)
+        M.Granite("granite", 413, n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32, tied=True, mix=3.0),
+        M.Granite("granite_300", 414, n_layers=2, D=64, n_heads=4, n_kv=4, train_len=64, emb_mult=3.0,
+                  resid_mult=0.25, attn_mult=0.2, logits_scaling=0.5),
     ]
 
 
@@ -100,7 +106,8 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "llama_rope2": 48, "gpt_neox": 40, "fire": 64, "fire_shared": 48,
            "gpt2": 56, "gpt2_bin": 48,   # gpt2_bin: exactly its n_positions
            "fire2": 56, "fire2_shared": 40, "llama3_scaled": 72, "llama_yarn": 72, "qwen2": 56,
-           "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41}
+           "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41,
+           "granite": 41, "granite_300": 300}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -142,7 +149,7 @@ def cases_for(m):
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
     if family(m) == "learned":
         return out + LEARNED_CASES
-    if m.name == "phi3_300":   # the long prompt: the identity and one temperature
+    if m.name in ("phi3_300", "granite_300"):   # the long prompt: the identity and one temperature
         return out[:2]
     out += [
         ("lambda", "forward", od(("lambda_mask", LAMBDA))),
