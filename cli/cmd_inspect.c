@@ -158,6 +158,11 @@ static void print_text(const cJSON *d, const char *path) {
            num(h, "d_head"), num(h, "d_ff"), str(h, "activation"), num(h, "norm_eps"),
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "tie_word_embeddings")) ? ", tied embeddings" : "",
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "qk_norm")) ? ", per-head q/k norm" : "");
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(h, "granite");
+    if (gr)
+      printf("granite:       embedding x %g, residual x %g, attention scale %g, logits / %g\n",
+             num(gr, "embedding_multiplier"), num(gr, "residual_multiplier"), num(gr, "attention_multiplier"),
+             num(gr, "logits_scaling"));
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(h, "gemma");
     if (g) {
       printf("gemma:         embedding x %g, RMSNorm (1 + w), gelu tanh", num(g, "embedding_scale"));

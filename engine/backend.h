@@ -102,6 +102,8 @@ typedef struct {
   int (*copy)(void *be, float *dst, const float *src, int64_t count);
   int (*ffn_add)(void *be, cp_pass *p, const cp_stack *st, int layer, const float *h, float *dst, int64_t n,
                  bool accumulate);
+  /* x[count] *= f (Granite's residual multiplier on a module's output). */
+  int (*scale)(void *be, float *x, int64_t count, float f);
   /* dst [n, D] (backend memory) = st's final norm of p->x. */
   int (*final_norm)(void *be, cp_pass *p, const cp_stack *st, float *dst, int64_t n);
   /* logits [n - r0, V] (host) = the output head of st's final norm of rows [r0, n) of p->x. */

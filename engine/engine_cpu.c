@@ -222,6 +222,12 @@ static int cpu_add(void *be, float *y, const float *a, const float *b, int64_t c
   return 0;
 }
 
+static int cpu_scale(void *be, float *x, int64_t count, float f) {
+  (void)be;
+  for (size_t i = 0; i < (size_t)count; i++) x[i] *= f;
+  return 0;
+}
+
 static int cpu_copy(void *be, float *dst, const float *src, int64_t count) {
   (void)be;
   memcpy(dst, src, (size_t)count * sizeof *dst);
@@ -347,6 +353,7 @@ const cp_backend_ops cp_cpu_engine_ops = {
     .add = cpu_add,
     .copy = cpu_copy,
     .ffn_add = cpu_ffn_add,
+    .scale = cpu_scale,
     .final_norm = cpu_final_norm,
     .head = cpu_head,
 };

@@ -133,7 +133,11 @@ static int op_ffn(void *ctx, cp_slot dst, cp_slot src) {
   return c->e->ops->ffn_add(c->e->be, c->call.p, c->call.st, c->call.layer, slot(c, src), slot(c, dst), c->call.n,
                             false);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add, op_ffn};
+static int op_scale(void *ctx, cp_slot s) {
+  const layer_ctx *c = ctx;
+  return c->e->ops->scale(c->e->be, slot(c, s), c->call.n * c->e->m->d_model, c->e->m->residual_scale);
+}
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, op_add, op_copy, op_ffn_add, op_ffn, op_scale};
 
 /* Runs the layers of `st` over p->x [n, D] in place. kvs: one cache per layer, or (shared_kv) one
  * scratch cache reused by every layer; cross: T5's decoder, else NULL. */

@@ -71,6 +71,13 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   } else if (c->sliding_window > 0) { /* Mistral, Qwen2/3, Phi-3: the same two keys */
     add_window(h, c);
   }
+  if (c->granite) { /* GraniteConfig's multipliers (1: none) */
+    cJSON *g = cJSON_AddObjectToObject(h, "granite");
+    cJSON_AddNumberToObject(g, "embedding_multiplier", c->embedding_multiplier);
+    cJSON_AddNumberToObject(g, "residual_multiplier", c->residual_multiplier);
+    cJSON_AddNumberToObject(g, "attention_multiplier", c->attention_multiplier);
+    cJSON_AddNumberToObject(g, "logits_scaling", c->logits_scaling);
+  }
   return h;
 }
 

@@ -367,6 +367,13 @@ static int family_settings(cp_model *m, const loader *L) {
     case CP_FAMILY_FIRE:
     case CP_FAMILY_PHI3:
       m->norm = CP_NORM_RMS;
+      /* modeling_granite.py: GraniteModel, GraniteAttention, GraniteDecoderLayer (the multipliers
+       * as float, what a GGUF stores, so a folder and its GGUF run the same numbers) */
+      if (c->granite) {
+        m->embed_scale = (float)c->embedding_multiplier;
+        m->attn_scale = (float)c->attention_multiplier;
+        m->residual_scale = (float)c->residual_multiplier;
+      }
       return parse_act(m, "config.json hidden_act", c->activation);
     case CP_FAMILY_GPT_NEOX:
       m->norm = CP_NORM_LAYER;
@@ -485,6 +492,9 @@ static int load_tensors(loader *L) {
     cp_names_get(n, &L->nm, CP_ROLE_LM_HEAD, CP_STACK_DECODER, 0, ".weight");
     TRY(load_matrix(&m->lm_head, &m->lm_head_dtype, L, n, m->vocab, m->d_model));
   }
+  /* GraniteForCausalLM divides the logits by logits_scaling: the head is linear without a bias,
+   * so the final-normed states are divided instead (1 for every other family). */
+  if (m->cfg->logits_scaling != 1.0) m->lm_head_scale = (float)(1.0 / (double)(float)m->cfg->logits_scaling);
 done:
   return rc;
 }
@@ -577,6 +587,7 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
   m->attn_scale = (float)(1.0 / sqrt((double)c->d_head));
   m->lm_head_scale = 1.0f;
   m->embed_scale = 1.0f;
+  m->residual_scale = 1.0f;
   m->t5_num_buckets = c->t5_num_buckets;
   m->t5_max_distance = c->t5_max_distance;
   m->rope_theta = c->rope_theta;

@@ -50,6 +50,7 @@ static const struct {
     {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
     {"phi3", CP_FAMILY_PHI3},
     {"gemma", CP_FAMILY_GEMMA},  {"gemma2", CP_FAMILY_GEMMA},
+    {"granite", CP_FAMILY_LLAMA}, /* the Llama body with four multipliers (modeling_granite.py) */
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -73,6 +74,8 @@ static const struct {
     {"Phi3ForCausalLM", "phi3"},          {"Phi3Model", "phi3"},
     {"GemmaForCausalLM", "gemma"},        {"GemmaModel", "gemma"},
     {"Gemma2ForCausalLM", "gemma2"},      {"Gemma2Model", "gemma2"},
+    {"GraniteForCausalLM", "granite"},    {"GraniteModel", "granite"},
+    {"GraniteMoeForCausalLM", "granitemoe"}, {"GraniteMoeHybridForCausalLM", "granitemoehybrid"},
 };
 
 /* Model types refused with their reason rather than as unknown. */
@@ -82,6 +85,10 @@ static const struct {
 } k_refused[] = {
     {"qwen3_moe", "a mixture of experts (Qwen3MoeForCausalLM routes each token to a few of its expert FFNs), "
                   "which the engines do not run; dense qwen3 is supported"},
+    {"granitemoe", "a mixture of experts (GraniteMoeForCausalLM), which the engines do not run; dense granite is "
+                   "supported"},
+    {"granitemoehybrid", "Mamba-2 layers beside attention (GraniteMoeHybridForCausalLM), which the engines do not "
+                         "run; dense granite is supported"},
 };
 
 /* Built once from k_model_types, so a family added there is listed (and checked against the
@@ -822,12 +829,43 @@ static int parse_qwen3(cp_hf_config *cfg, const ctx_t *c) {
   return qwen_sliding(cfg, c);
 }
 
+/* Granite (transformers' models/granite: configuration_granite.py GraniteConfig, modeling_granite.py):
+ * the Llama body with four multipliers, each 1.0 when absent: GraniteModel.forward multiplies the
+ * embeddings by embedding_multiplier; GraniteAttention.scaling is attention_multiplier (in place
+ * of head_dim^-1/2); GraniteDecoderLayer.forward adds each module's output times
+ * residual_multiplier; GraniteForCausalLM.forward divides the logits by logits_scaling.
+ * GraniteAttention's head width is hidden_size / num_attention_heads: a head_dim key that says
+ * otherwise is refused (transformers would ignore it, other runtimes might not), as are the keys of
+ * the sliding-window and mixture-of-experts variants that GraniteConfig does not have. */
+static int parse_granite(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  static const char *const foreign[] = {"num_local_experts", "num_experts_per_tok", "shared_intermediate_size",
+                                        "layer_types", "sliding_window", "use_sliding_window", "mamba_n_heads",
+                                        "position_embedding_type", "qk_layernorm"};
+  for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) {
+    const cJSON *v = field(r, foreign[i]);
+    if (v && !cJSON_IsNull(v))
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': not a GraniteConfig key (it changes the architecture, "
+                          "which model_type granite does not describe)", c->what, foreign[i]);
+  }
+  const cJSON *hd = field(r, "head_dim");
+  if (hd && !cJSON_IsNull(hd) && !(cJSON_IsNumber(hd) && hd->valuedouble == (double)cfg->d_head))
+    return bad(c, "head_dim", "hidden_size / num_attention_heads (GraniteAttention's head width)", hd);
+  TRY(opt_num(&cfg->embedding_multiplier, c, r, "embedding_multiplier", NULL, "", 1.0, 0, 1e6, "a positive number"));
+  TRY(opt_num(&cfg->residual_multiplier, c, r, "residual_multiplier", NULL, "", 1.0, 0, 1e6, "a positive number"));
+  TRY(opt_num(&cfg->attention_multiplier, c, r, "attention_multiplier", NULL, "", 1.0, 0, 1e6, "a positive number"));
+  TRY(opt_num(&cfg->logits_scaling, c, r, "logits_scaling", NULL, "", 1.0, 1e-6, 1e6, "a number in (1e-6, 1e6]"));
+  cfg->granite = true;
+  return 0;
+}
+
 static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   bool mistral = strcmp(cfg->model_type, "mistral") == 0, qwen2 = strcmp(cfg->model_type, "qwen2") == 0,
-       qwen3 = strcmp(cfg->model_type, "qwen3") == 0;
+       qwen3 = strcmp(cfg->model_type, "qwen3") == 0, granite = strcmp(cfg->model_type, "granite") == 0;
   cfg->pos = CP_POS_ROPE;
-  TRY(parse_llama_body(cfg, c, true));
+  TRY(parse_llama_body(cfg, c, !granite));
+  if (granite) TRY(parse_granite(cfg, c));
   TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY,
               "a positive number"));
   TRY(opt_num(&cfg->rotary_pct, c, r, "partial_rotary_factor", NULL, "", 1.0, 0, 1,
@@ -1243,6 +1281,7 @@ int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const c
   /* Fields a family does not use keep these neutral values. */
   cfg->rotary_pct = 1.0;
   cfg->rope_scaling_factor = 1.0;
+  cfg->embedding_multiplier = cfg->residual_multiplier = cfg->attention_multiplier = cfg->logits_scaling = 1.0;
   cfg->bos_token_id = cfg->eos_token_id = cfg->pad_token_id = cfg->decoder_start_token_id = -1;
   ctx_t c = {what, "", root};
   if ((rc = parse_fields(cfg, &c))) goto done;

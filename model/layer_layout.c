@@ -29,6 +29,13 @@ int cp_layer_run(const cp_layer_ops *ops, void *ctx, cp_residual layout, bool cr
           (rc = ops->norm(ctx, CP_LAYER_NORM_POST_FFN, CP_SLOT_T, CP_SLOT_T)))
         return rc;
       return ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T);
+    case CP_RESIDUAL_SCALED: /* GraniteDecoderLayer.forward: residual + out * residual_multiplier */
+      assert(ops->ffn && ops->scale);
+      if ((rc = ops->scale(ctx, CP_SLOT_T)) || (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T)) ||
+          (rc = ops->norm(ctx, CP_LAYER_NORM_FFN, CP_SLOT_H, CP_SLOT_X)) ||
+          (rc = ops->ffn(ctx, CP_SLOT_T, CP_SLOT_H)) || (rc = ops->scale(ctx, CP_SLOT_T)))
+        return rc;
+      return ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T);
     case CP_RESIDUAL_PRE_NORM: break;
   }
   if ((rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T))) return rc;

@@ -409,6 +409,54 @@ static void qwen3_configs(void) {
   "{\"architectures\":[\"Phi3ForCausalLM\"],\"model_type\":\"phi3\",\"hidden_size\":3072,\"num_attention_heads\":32," \
   "\"num_key_value_heads\":32,\"num_hidden_layers\":32,\"intermediate_size\":8192,\"vocab_size\":32064,"        \
   "\"max_position_embeddings\":4096,\"original_max_position_embeddings\":4096,"
+/* Granite (GraniteConfig, modeling_granite.py): the Llama body with its four multipliers (1.0 when
+ * absent); granite-3.0-2b's numbers; head_dim other than hidden / heads refused, as are the keys of
+ * the MoE / hybrid / sliding variants; granitemoe and granitemoehybrid refused with their reason. */
+#define GRANITE_HEAD                                                                                               \
+  "{\"architectures\":[\"GraniteForCausalLM\"],\"model_type\":\"granite\",\"hidden_size\":2048,"                 \
+  "\"num_attention_heads\":32,\"num_key_value_heads\":8,\"num_hidden_layers\":40,\"intermediate_size\":8192,"    \
+  "\"vocab_size\":49155,\"max_position_embeddings\":4096,"
+static void granite_configs(void) {
+  cp_hf_config *c = parse_mem(0, GRANITE_HEAD "\"embedding_multiplier\":12.0,\"residual_multiplier\":0.22,"
+                                              "\"attention_multiplier\":0.015625,\"logits_scaling\":8.0,"
+                                              "\"rope_theta\":10000.0,\"tie_word_embeddings\":true}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_LLAMA && !strcmp(c->model_type, "granite") && c->granite);
+    CHECK(c->d_head == 64 && c->n_kv_heads == 8 && c->tie_word_embeddings && c->pos == CP_POS_ROPE);
+    CHECK(near(c->embedding_multiplier, 12.0) && near(c->residual_multiplier, 0.22) &&
+          near(c->attention_multiplier, 0.015625) && near(c->logits_scaling, 8.0));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, GRANITE_HEAD "\"head_dim\":64}");
+  if (c) {
+    CHECK(c->granite && near(c->embedding_multiplier, 1.0) && near(c->residual_multiplier, 1.0) &&
+          near(c->attention_multiplier, 1.0) && near(c->logits_scaling, 1.0));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_attention_heads\":4,"
+                   "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100}");
+  if (c) {
+    CHECK(!c->granite && near(c->residual_multiplier, 1.0) && near(c->logits_scaling, 1.0));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, GRANITE_HEAD "\"head_dim\":128}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'head_dim'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, GRANITE_HEAD "\"residual_multiplier\":0}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'residual_multiplier'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, GRANITE_HEAD "\"logits_scaling\":\"8\"}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'logits_scaling'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, GRANITE_HEAD "\"num_local_experts\":40}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'num_local_experts': not a GraniteConfig key") != NULL, "message: %s",
+            cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, GRANITE_HEAD "\"sliding_window\":1024}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'sliding_window': not a GraniteConfig key") != NULL, "message: %s",
+            cp_error_message());
+  c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"GraniteMoeForCausalLM\"],\"hidden_size\":64}");
+  CHECK(strstr(cp_error_message(), "'granitemoe' is not supported: a mixture of experts") != NULL);
+  c = parse_mem(CP_ECFG_FAMILY, "{\"model_type\":\"granitemoehybrid\",\"hidden_size\":64}");
+  CHECK(strstr(cp_error_message(), "'granitemoehybrid' is not supported: Mamba-2 layers") != NULL);
+}
+
 static void phi3_configs(void) {
   cp_hf_config *c = parse_mem(0, PHI3_HEAD "\"sliding_window\":null,\"rope_theta\":10000.0,\"rope_scaling\":null,"
                                            "\"tie_word_embeddings\":false,\"bos_token_id\":1}");
@@ -844,6 +892,7 @@ int main(void) {
   qwen2_configs();
   qwen3_configs();
   phi3_configs();
+  granite_configs();
   gemma_configs();
   mistral_7b();
   pythia_70m();

@@ -191,6 +191,10 @@ for m in "$models"/*/; do
   # layer_types' other pattern (gemma2_types)
   case $name in
     *_swa) mrules=(identity top_k_all) ;;
+    granite_300) continue ;; # likewise granite's
+    # granite's graph is llama's plus its multipliers (Mul nodes): the identity and a temperature
+    # show them; every rule's nodes are the llama golden's, which the matrix runs
+    granite) mrules=(identity temperature) ;;
     gemma) mrules=(identity) ;;
     gemma2) mrules=(temperature top_k_all) ;;
     gemma2_types) mrules=(lambda) ;;

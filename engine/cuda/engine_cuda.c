@@ -569,6 +569,12 @@ static int cuda_add(void *be, float *y, const float *a, const float *b, int64_t 
   return add(be, y, a, b, count);
 }
 
+static int cuda_scale(void *be, float *x, int64_t count, float f) {
+  cuda_engine *d = be;
+  char why[256] = "";
+  return cpcu_k_scale(d->stream, x, count, f, why, sizeof why) ? kern_fail(why) : 0;
+}
+
 static int cuda_copy(void *be, float *dst, const float *src, int64_t count) {
   return dcopy(be, dst, src, (size_t)count * sizeof *dst);
 }
@@ -790,6 +796,7 @@ const cp_backend_ops cp_cuda_engine_ops = {
     .add = cuda_add,
     .copy = cuda_copy,
     .ffn_add = cuda_ffn_add,
+    .scale = cuda_scale,
     .final_norm = cuda_final_norm,
     .head = cuda_head,
 };

@@ -281,6 +281,14 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
         ((rc = put_u32(w, arch, "attention.key_length", cfg->d_head)) ||
          (rc = put_u32(w, arch, "attention.value_length", cfg->d_head))))
       return rc;
+    /* llama.cpp's granite (convert_hf_to_gguf.py GraniteModel): the four multipliers as its keys;
+     * llm_build_granite divides the logits by logit_scale, as GraniteForCausalLM. */
+    if (cfg->granite &&
+        ((rc = put_f32(w, arch, "embedding_scale", cfg->embedding_multiplier)) ||
+         (rc = put_f32(w, arch, "residual_scale", cfg->residual_multiplier)) ||
+         (rc = put_f32(w, arch, "attention.scale", cfg->attention_multiplier)) ||
+         (rc = put_f32(w, arch, "logit_scale", cfg->logits_scaling))))
+      return rc;
     return rc;
   }
   if (cfg->family == CP_FAMILY_PHI3) { /* convert_hf_to_gguf.py Phi3MiniModel: the rotated dims, not the head */

@@ -206,7 +206,14 @@ static int op_ffn(void *ctx, cp_slot dst, cp_slot src) { /* Gemma 2's sandwich: 
   c->og.v[dst] = cp_og_ffn(c->og.g, c->og.m, c->og.ly, c->og.v[src], CP_STACK_DECODER, c->l);
   return 0;
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add, op_ffn};
+/* Granite's residual multiplier on a module's output (engine: the backend's scale). */
+static int op_scale(void *ctx, cp_slot s) {
+  layer_ctx *c = ctx;
+  c->og.v[s] = cp_og_op2(c->og.g, "Mul", c->og.v[s], cp_og_f32(c->og.g, c->d->m->residual_scale));
+  return 0;
+}
+static const cp_layer_ops k_layer_ops = {op_norm,    op_attn, cp_og_layer_add, cp_og_layer_copy,
+                                         op_ffn_add, op_ffn,  op_scale};
 
 /* One layer over x [B, S, D] in the model's residual layout, as the engines run it. */
 static const char *layer(dec_t *d, int l, const char *x) {
@@ -254,7 +261,7 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   d.embed = cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed,
                             m->embed_dtype, 2, dims, true);
   const char *x = cp_og_op2(g, "Gather", d.embed, d.ids); /* [B, S, D] */
-  if (m->embed_scale != 1.0f) x = cp_og_op2(g, "Mul", x, cp_og_f32(g, m->embed_scale)); /* Gemma: x sqrt(D) */
+  if (m->embed_scale != 1.0f) x = cp_og_op2(g, "Mul", x, cp_og_f32(g, m->embed_scale)); /* Gemma: x sqrt(D); Granite */
   if (m->pos_embed) { /* GPT-2 wpe: the learned row of each absolute position (engine: embed) */
     int64_t pdims[2] = {m->train_len, m->d_model};
     const char *wpe = cp_og_weight(g, cp_onnx_name(name, m->family, CP_ROLE_POS_EMBED, CP_STACK_DECODER, 0, ".weight"),

@@ -226,7 +226,7 @@ static int op_ffn_add(void *ctx, cp_slot dst, cp_slot src) {
   layer_ctx *c = ctx;
   return cp_og_layer_ffn_add(&c->og, dst, src, c->stack, c->l);
 }
-static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add, NULL};
+static const cp_layer_ops k_layer_ops = {op_norm, op_attn, cp_og_layer_add, cp_og_layer_copy, op_ffn_add, NULL, NULL};
 
 /* Layer l of the encoder or decoder stack over x, pre-norm (the decoder's with cross-attention). */
 static const char *t5_layer(t5_t *t, int l, bool decoder, const char *x) {

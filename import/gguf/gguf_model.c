@@ -252,7 +252,8 @@ static const struct {
                {"qwen3", CP_FAMILY_LLAMA, "qwen3", "Qwen3ForCausalLM"},
                {"phi3", CP_FAMILY_PHI3, "phi3", "Phi3ForCausalLM"},
                {"gemma", CP_FAMILY_GEMMA, "gemma", "GemmaForCausalLM"},
-               {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"}};
+               {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"},
+               {"granite", CP_FAMILY_LLAMA, "granite", "GraniteForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -420,6 +421,27 @@ static int gemma_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, co
   return put_rope(js, g, arch, a->d_head, NULL);
 }
 
+/* llama.cpp's granite keys as GraniteConfig's multipliers (absent: llama.cpp's and GraniteConfig's
+ * 1, written out so that the config says granite's four); nothing for other architectures. */
+static int put_granite(cp_strbuf *js, const cp_gguf_file *g, const char *arch) {
+  static const char *const keys[4][2] = {{"embedding_scale", "embedding_multiplier"},
+                                         {"residual_scale", "residual_multiplier"},
+                                         {"attention.scale", "attention_multiplier"},
+                                         {"logit_scale", "logits_scaling"}};
+  if (strcmp(arch, "granite")) return 0;
+  for (int i = 0; i < 4; i++) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, keys[i][0]);
+    if (cp_gguf_find_key(g, key) < 0) {
+      cp_strbuf_printf(js, ",\"%s\":1.0", keys[i][1]);
+      continue;
+    }
+    int rc = put_num(js, g, key, keys[i][1]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 /* The synthetic config.json of each architecture: the fields its HF config names. */
 static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_family family, const char *model_type,
                      const char *hf_arch) {
@@ -439,7 +461,7 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
                        "\"intermediate_size\":%lld", hf_arch, (long long)a.d, (long long)a.heads, (long long)a.kv_heads,
                        (long long)a.d_head, (long long)a.ff);
       if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
-          (rc = put_num(js, g, eps, "rms_norm_eps")))
+          (rc = put_num(js, g, eps, "rms_norm_eps")) || (rc = put_granite(js, g, arch)))
         return rc;
       return put_rope(js, g, arch, a.d_head, NULL);
     }
@@ -609,7 +631,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
     return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, phi3, gemma, gemma2, "
-                        "gptneox, bloom, mpt, gpt2, t5)",
+                        "granite, gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};

@@ -3,7 +3,7 @@
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
 usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied|
-                              gemma|gemma2 [SEED]
+                              gemma|gemma2|granite [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -24,6 +24,8 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
   gemma2        Gemma2ForCausalLM, 3 layers (0 and 2 slide): the same with the post-attention and post-FFN
                 norms, query_pre_attn_scalar = head_dim (llama.cpp's scale), soft-caps 1.5 (attention) and 10
                 (final logits) so both act on these weights, sliding_window 32
+  granite       GraniteForCausalLM: the Llama body (GQA 4/2, tied head) with embedding_multiplier 6,
+                residual_multiplier 0.25, attention_multiplier 0.375 (not 16^-1/2) and logits_scaling 3
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -220,6 +222,24 @@ def main():
         if g2:
             cfg.update({"query_pre_attn_scalar": hd, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 10.0,
                         "sliding_window": 32})
+    elif kind == "granite":  # modeling_granite.py: Llama's names; the multipliers are config keys only
+        t["model.embed_tokens.weight"] = rng.normal(0, 0.3, (V, D))
+        kvd = D // 2
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "input_layernorm.weight"], t[q + "post_attention_layernorm.weight"] = norm(), norm()
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(D, D), w(kvd, D)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(kvd, D), 4 * w(D, D)
+            t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
+            t[q + "mlp.down_proj.weight"] = 4 * w(D, 4 * D)
+        t["model.norm.weight"] = norm()
+        cfg = {"architectures": ["GraniteForCausalLM"], "model_type": "granite", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": T,
+               "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
+               "mlp_bias": False, "embedding_multiplier": 6.0, "residual_multiplier": 0.25,
+               "attention_multiplier": 0.375, "logits_scaling": 3.0, "tie_word_embeddings": True,
+               "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

@@ -119,6 +119,8 @@ typedef struct cp_model {
   float attn_softcap;           /* Gemma 2: scores c tanh(s / c) before the mask; 0 when none */
   float final_softcap;          /* Gemma 2: logits c tanh(l / c); 0 when none */
   bool sandwich_norms;          /* Gemma 2: post-attention and post-FFN norms (CP_RESIDUAL_SANDWICH) */
+  float residual_scale;         /* Granite residual_multiplier: each module's output times it before
+                                   its residual sum (CP_RESIDUAL_SCALED when not 1); else 1 */
 
   const void *embed;            /* [V, D] elements of embed_dtype */
   cp_dtype embed_dtype;         /* CP_F32, or as stored (stored_dtype) */
@@ -166,6 +168,7 @@ static inline cp_residual cp_model_residual(const cp_model *m) {
   return m->parallel_residual    ? CP_RESIDUAL_PARALLEL
          : m->residual_from_norm ? CP_RESIDUAL_FROM_NORM
          : m->sandwich_norms     ? CP_RESIDUAL_SANDWICH
+         : m->residual_scale != 1.0f ? CP_RESIDUAL_SCALED
                                  : CP_RESIDUAL_PRE_NORM;
 }
 

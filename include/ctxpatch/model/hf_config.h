@@ -17,7 +17,7 @@ typedef enum {
   CP_FAMILY_T5,       /* model_type t5 (also mt5, umt5 layouts are not claimed) */
   CP_FAMILY_BLOOM,    /* model_type bloom */
   CP_FAMILY_MPT,      /* model_type mpt */
-  CP_FAMILY_LLAMA,    /* model_type llama or mistral */
+  CP_FAMILY_LLAMA,    /* model_type llama, mistral, qwen2, qwen3 or granite */
   CP_FAMILY_GPT_NEOX, /* model_type gpt_neox */
   CP_FAMILY_FIRE,     /* model_type ctxpatch_fire (layout in docs/fire-layout.md) */
   CP_FAMILY_GPT2,     /* model_type gpt2 (GPT2LMHeadModel: Conv1D weights, learned wpe positions) */
@@ -135,6 +135,12 @@ typedef struct {
   double attn_softcap, final_softcap;
   bool sandwich_norms;
   bool layer_sliding[CP_RULE_MAX_LAYERS]; /* [n_layers]: sliding layers need n_layers <= CP_RULE_MAX_LAYERS */
+
+  /* Granite (GraniteConfig; 1.0 and false for every other family): embeddings times
+   * embedding_multiplier, attention scale attention_multiplier (not head_dim^-1/2), each module's
+   * output times residual_multiplier before its residual sum, logits divided by logits_scaling. */
+  bool granite;
+  double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling;
 
   /* A patched artifact's "ctxpatch" block (written by `ctxpatch patch`): present or not, and its
    * "rule" (the identity when absent or null), parsed as strictly as a rule file. */

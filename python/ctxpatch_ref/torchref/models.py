@@ -1,7 +1,7 @@
 """Tiny random models in Hugging Face layout (config.json field names, tensor names) and their
 forward passes in plain torch (float64), following HF's modeling code:
 modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
-modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py;
+modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py, modeling_granite.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -527,6 +527,63 @@ class Llama(Model):
         h = rms_norm(h, w["model.norm.weight"], self.eps)
         head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
         return linear(h, head), stats
+
+
+# ---------------------------------------------------------------- Granite
+
+class Granite(Llama):
+    """transformers' models/granite/modeling_granite.py (read with the search tool) and
+    configuration_granite.py: Llama's weights and names (drawn by Llama.__init__), and four
+    multipliers: GraniteModel.forward embeds as embed_tokens(ids) * embedding_multiplier;
+    GraniteAttention.scaling = attention_multiplier (head_dim = hidden_size // num_heads, no
+    head_dim key); GraniteDecoderLayer.forward: residual + hidden_states * residual_multiplier,
+    after the attention and after the MLP; GraniteForCausalLM.forward: logits / logits_scaling."""
+
+    def __init__(self, name, seed, emb_mult=2.0, resid_mult=0.5, attn_mult=0.35, logits_scaling=2.0, **kw):
+        super().__init__(name, seed, pos="rope", **kw)
+        self.emb_mult, self.resid_mult, self.attn_mult, self.logits_scaling = \
+            emb_mult, resid_mult, attn_mult, logits_scaling
+        cfg = collections.OrderedDict()
+        for k, v in self.config.items():
+            if k == "architectures":
+                v = ["GraniteForCausalLM"]
+            elif k == "model_type":
+                v = "granite"
+            cfg[k] = v
+            if k == "attention_bias":
+                cfg["attention_multiplier"] = attn_mult
+            elif k == "bos_token_id":
+                cfg["embedding_multiplier"] = emb_mult
+            elif k == "intermediate_size":
+                cfg["logits_scaling"] = logits_scaling
+            elif k == "num_key_value_heads":
+                cfg["residual_multiplier"] = resid_mult
+        self.config = cfg
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["model.embed_tokens.weight"][ids] * self.emb_mult
+        stats = []
+        rep = self.H // self.Hkv
+        for l in range(self.L):
+            p = "model.layers.%d." % l
+            x = rms_norm(h, w[p + "input_layernorm.weight"], self.eps)
+            q = heads(linear(x, w[p + "self_attn.q_proj.weight"]), H)
+            k = heads(linear(x, w[p + "self_attn.k_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(linear(x, w[p + "self_attn.v_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            plan = R.Plan(rule, self.facts, "dec", l)
+            score = R.rope_scorer(q, k, self.attn_mult, self.dh, self.theta, 1.0)
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[p + "self_attn.o_proj.weight"]) * self.resid_mult
+            x = rms_norm(h, w[p + "post_attention_layernorm.weight"], self.eps)
+            y = silu(linear(x, w[p + "mlp.gate_proj.weight"])) * linear(x, w[p + "mlp.up_proj.weight"])
+            h = h + linear(y, w[p + "mlp.down_proj.weight"]) * self.resid_mult
+        h = rms_norm(h, w["model.norm.weight"], self.eps)
+        head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
+        return linear(h, head) / self.logits_scaling, stats
 
 
 # ---------------------------------------------------------------- Phi-3
