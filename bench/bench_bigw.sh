@@ -35,7 +35,9 @@
 #           timed the same way as whole processes: prefill = P / (c(P, 1) - c(1, 1)), decode
 #           = (N-1) / (c(P, N) - c(P, 1)) with c the CPU time (user + sys) of the process; llama.cpp's
 #           own wall timing of its forward is printed too, labelled (its threads spin while they
-#           wait, so its CPU time counts that). Load average at the start and end of each row. ENGINES
+#           wait, so its CPU time counts that), and ctxpatch's rates from whole-process wall times
+#           (noisy: one round gave a negative decode rate). Load average at the start and end of
+#           each row. ENGINES
 #           (default "16 f32 llama.cpp") picks the engines
 #   logits  d_model 64, vocab 256000: peak RSS of `verify --probe ppl` at LOGITS_LEN tokens
 #           (default 32768, one window); with OLD_BIN also the old build at OLD_LOGITS_LEN (4096)
@@ -218,7 +220,7 @@ PY
             else
               CTXPATCH_WEIGHTS=$eng /usr/bin/time -v "$bin" forward "$g" --ids @"$work/$1" --generate "$2" \
                 --threads 2 >"$work/f.out" 2>"$work/f.time" || { cat "$work/f.time" >&2; exit 1; }
-              own="- -"
+              own="$(wall "$work/f.time") -"
             fi
             echo "$eng $1 $2 $(cpu "$work/f.time") $(rss "$work/f.time") $own" >>"$work/g.times"
           done
@@ -241,6 +243,10 @@ for e, label in labels:
     a, b, c = med("ids1", "1"), med("ids", "1"), med("ids", str(N))
     rss = max(x[1] for k, v in t.items() if k[0] == e for x in v)
     print("| %s | %s | 2 | %d | %.1f | %.2f | %.2f | %.2f | %d | %s-%s |" % (dt, label, P, P / (b - a), (N - 1) / (c - b), b, a, rss, l0, l1))
+    if e != "llama.cpp":  # whole-process wall times, the same differences
+        wm = lambda f, n: statistics.median(float(x[2]) for x in t[(e, f, n)])
+        wa, wb, wc = wm("ids1", "1"), wm("ids", "1"), wm("ids", str(N))
+        print("| %s | %s, wall | 2 | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, label, P, P / (wb - wa), (N - 1) / (wc - wb), l0, l1))
     if e == "llama.cpp":  # its own timing of the forward: time to the first token, then N-1 steps
         pre = statistics.median(float(x[2]) for x in t[(e, "ids", str(N))])
         dec = statistics.median(float(x[3]) for x in t[(e, "ids", str(N))])
