@@ -25,6 +25,20 @@
 #           tiles, as before), ROUNDS rounds (default 3) of the two interleaved, medians; rates from
 #           wall and from CPU time (user + sys, steadier on a shared machine); then llama.cpp (its
 #           own wall timing) on the model converted to GGUF of the same dtype
+#   gguf1b  issue 34 at 1B: the llama3.2-1b model (bench/make_llama_bf16.py) as GGUF bf16 and q8_0
+#           (DTYPES, default "bf16 q8_0"), with GPT-2's byte-level BPE tokenizer.json padded to its
+#           vocabulary (Llama 3's tokenizer.json is written as no_vocab, which llama.cpp cannot run;
+#           the prompt is token ids either way); on each GGUF, ctxpatch `forward --generate`
+#           (2 threads, PROMPT tokens (default 64), NEW new (default 9)) with the direct kernels and
+#           with CTXPATCH_WEIGHTS=f32 (widened tiles), and llama.cpp (bench/bigw_llamacpp.mjs) on the
+#           same GGUF, ids and threads, ROUNDS rounds (default 2) interleaved, medians. Every engine is
+#           timed the same way as whole processes: prefill = P / (c(P, 1) - c(1, 1)), decode
+#           = (N-1) / (c(P, N) - c(P, 1)) with c the CPU time (user + sys) of the process; llama.cpp's
+#           own wall timing of its forward is printed too, labelled (its threads spin while they
+#           wait, so its CPU time counts that), and ctxpatch's rates from whole-process wall times
+#           (noisy: one round gave a negative decode rate). Load average at the start and end of
+#           each row. ENGINES
+#           (default "16 f32 llama.cpp") picks the engines
 #   logits  d_model 64, vocab 256000: peak RSS of `verify --probe ppl` at LOGITS_LEN tokens
 #           (default 32768, one window); with OLD_BIN also the old build at OLD_LOGITS_LEN (4096)
 # Every row also gives the load average when it started (the machine is shared).
@@ -178,6 +192,67 @@ PY
     echo "|---|---:|---:|---:|---:|---:|"
     verify_row "stored BF16, 7B shape" "$bin" "$work/m7b" "${BIG_LEN:-256}"
     rm -rf "$work/m7b"
+    ;;
+  gguf1b)
+    P=${PROMPT:-64} N=${NEW:-9} R=${ROUNDS:-2}
+    m=$work/l32
+    [ -f "$m/model.safetensors" ] || "$py" "$here/make_llama_bf16.py" "$m" llama3.2-1b 0 bf16
+    cp "$src/../shared/fixtures/tokenizers/gpt2/tokenizer.json" "$m/tokenizer.json"
+    "$py" -c "import random; random.seed(11); print(','.join(str(random.randrange(3, 128000)) for _ in range($P)))" >"$work/ids"
+    echo 128000 >"$work/ids1"
+    mkdir -p "$work/js" && cp "$here/bigw_llamacpp.mjs" "$work/js/run.mjs" && ln -sfn "$nm" "$work/js/node_modules"
+    echo "| model | engine | threads | prompt | prefill tokens/CPU-s | decode tokens/CPU-s | CPU s: P tokens, 1 new | CPU s: 1 token, 1 new | peak RSS MiB | load |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for dt in ${DTYPES:-bf16 q8_0}; do
+      g=$work/l32.$dt.gguf
+      [ -f "$g" ] || "$bin" convert "$m" "$g" --to gguf --dtype "$dt" >/dev/null
+      : >"$work/g.times"
+      l0=$(load)
+      for round in $(seq "$R"); do
+        for run in "ids1 1" "ids 1" "ids $N"; do
+          set -- $run
+          for eng in ${ENGINES:-16 f32 llama.cpp}; do
+            if [ "$eng" = llama.cpp ]; then
+              [ -d "$nm/node-llama-cpp" ] || continue
+              /usr/bin/time -v node "$work/js/run.mjs" "$g" 2 "$work/$1" "$2" >"$work/l.json" 2>"$work/f.time" ||
+                { cat "$work/f.time" >&2; exit 1; }
+              own=$("$py" -c "import json; r=json.load(open('$work/l.json')); print(r['prefill_s'], r['decode_s'])")
+            else
+              CTXPATCH_WEIGHTS=$eng /usr/bin/time -v "$bin" forward "$g" --ids @"$work/$1" --generate "$2" \
+                --threads 2 >"$work/f.out" 2>"$work/f.time" || { cat "$work/f.time" >&2; exit 1; }
+              own="$(wall "$work/f.time") -"
+            fi
+            echo "$eng $1 $2 $(cpu "$work/f.time") $(rss "$work/f.time") $own" >>"$work/g.times"
+          done
+        done
+      done
+      "$py" - "$work/g.times" "$P" "$N" "$dt" "$l0" "$(load)" <<'PY'
+import statistics, sys
+rows, P, N, dt, l0, l1 = open(sys.argv[1]).read().split("\n"), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+t = {}
+for r in rows:
+    if r:
+        e, f, n, cpu, rss, pre, dec = r.split()
+        t.setdefault((e, f, n), []).append((float(cpu), int(rss), pre, dec))
+labels = (("16", "ctxpatch, direct kernels"), ("f32", "ctxpatch, widened tiles (CTXPATCH_WEIGHTS=f32)"),
+          ("llama.cpp", "llama.cpp (node-llama-cpp)"))
+for e, label in labels:
+    if (e, "ids", "1") not in t:
+        continue
+    med = lambda f, n: statistics.median(x[0] for x in t[(e, f, n)])
+    a, b, c = med("ids1", "1"), med("ids", "1"), med("ids", str(N))
+    rss = max(x[1] for k, v in t.items() if k[0] == e for x in v)
+    print("| %s | %s | 2 | %d | %.1f | %.2f | %.2f | %.2f | %d | %s-%s |" % (dt, label, P, P / (b - a), (N - 1) / (c - b), b, a, rss, l0, l1))
+    if e != "llama.cpp":  # whole-process wall times, the same differences
+        wm = lambda f, n: statistics.median(float(x[2]) for x in t[(e, f, n)])
+        wa, wb, wc = wm("ids1", "1"), wm("ids", "1"), wm("ids", str(N))
+        print("| %s | %s, wall | 2 | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, label, P, P / (wb - wa), (N - 1) / (wc - wb), l0, l1))
+    if e == "llama.cpp":  # its own timing of the forward: time to the first token, then N-1 steps
+        pre = statistics.median(float(x[2]) for x in t[(e, "ids", str(N))])
+        dec = statistics.median(float(x[3]) for x in t[(e, "ids", str(N))])
+        print("| %s | llama.cpp, its own wall timing | 2 | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, P, P / pre, (N - 1) / dec, l0, l1))
+PY
+    done
     ;;
   logits)
     model tiny-256k "$work/m256k"

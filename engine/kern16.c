@@ -78,12 +78,6 @@ static void widen_portable(float *dst, const unsigned char *src, cp_dtype dtype,
   }
 }
 
-/* The lanes' fixed summation tree (kern16.h). */
-static float reduce8(const float *t /* [8] */) {
-  float u0 = t[0] + t[4], u1 = t[1] + t[5], u2 = t[2] + t[6], u3 = t[3] + t[7];
-  return (u0 + u2) + (u1 + u3);
-}
-
 static float dot_portable(const unsigned char *w /* [K] 16-bit */, cp_dtype dtype, int K, const float *x /* [K] */) {
   float acc[LANES] = {0}, wf[LANES], xt[LANES];
   int k = 0;
@@ -100,7 +94,7 @@ static float dot_portable(const unsigned char *w /* [K] 16-bit */, cp_dtype dtyp
   }
   float t[8];
   for (int j = 0; j < 8; j++) t[j] = (acc[j] + acc[j + 16]) + (acc[j + 8] + acc[j + 24]);
-  return reduce8(t);
+  return cp_k16_reduce8(t);
 }
 
 /* ---------------------------------------------------------------- AVX2 + FMA + F16C */
@@ -135,7 +129,7 @@ K16_TARGET static float dot_avx2(const unsigned char *w /* [K] 16-bit */, int bf
   }
   float t[8];
   _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
-  return reduce8(t);
+  return cp_k16_reduce8(t);
 }
 
 K16_TARGET static void widen_avx2(float *dst, const unsigned char *src, cp_dtype dtype, size_t count) {

@@ -41,4 +41,10 @@ void cp_k16_gemv(float *y /* [n] */, const void *W /* [n, ldw] */, cp_dtype dtyp
 /* dst[i] = src[i] widened to float32 (exact) for i in [0, count); dtype F16 or BF16. */
 void cp_k16_widen(float *dst /* [count] */, const void *src /* [count] */, cp_dtype dtype, size_t count);
 
+/* The fixed tree that ends every dot product here and in engine/kernq8.h: the sum of 8 lanes. */
+static inline float cp_k16_reduce8(const float *t /* [8] */) {
+  float u0 = t[0] + t[4], u1 = t[1] + t[5], u2 = t[2] + t[6], u3 = t[3] + t[7];
+  return (u0 + u2) + (u1 + u3);
+}
+
 #endif

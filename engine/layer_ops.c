@@ -6,15 +6,16 @@
 
 #include "ctxpatch/formats/tensor.h"
 #include "engine/kern16.h"
+#include "engine/kernq8.h"
 
 /* GEMM tiles: C in [GEMM_MB, GEMM_NB] blocks, one per pool item; an F16/BF16/quant weight block is
  * widened GEMM_KB columns at a time into the worker's scratch ([GEMM_NB, GEMM_KB] floats, 512 KiB:
  * about an L2), so no float32 copy of a weight matrix ever exists. */
 enum { GEMM_MB = 128, GEMM_NB = 256, GEMM_KB = 512, ROW_CHUNK = 64 };
-/* A tile of at most this many rows (decode's one row, a short last tile) multiplies F16/BF16
- * weights directly (cp_k16_gemv, engine/kern16.h): a widened tile would be used too few times to
- * pay for the widening. The choice depends on the tile's rows only, which do not depend on where
- * a pass starts (row_align), so a row's result does not either. */
+/* A tile of at most this many rows (decode's one row, a short last tile) multiplies F16/BF16 and
+ * Q8_0 weights directly (cp_k16_gemv, engine/kern16.h; cp_q8_gemv, engine/kernq8.h): a widened
+ * tile would be used too few times to pay for the widening. The choice depends on the tile's rows
+ * only, which do not depend on where a pass starts (row_align), so a row's result does not either. */
 enum { GEMV_MAX_ROWS = 4 };
 _Static_assert(GEMM_NB * GEMM_KB <= CP_POOL_SCRATCH_FLOATS, "weight tile must fit the pool's scratch");
 _Static_assert(CP_OPS_ROW_ALIGN % GEMM_MB == 0 && CP_OPS_FFN_CHUNK % GEMM_MB == 0, "row blocks must align");
@@ -43,8 +44,11 @@ static void gemm_item(void *ctx, size_t item, int worker) {
   int mc = (int)min64(GEMM_MB, g->M - m0), nc = g->N - n0 < GEMM_NB ? g->N - n0 : GEMM_NB;
   float *C = g->C + (size_t)m0 * g->ldc + n0;
   const float *A = g->A + (size_t)m0 * g->lda;
-  const bool w16 = g->wtype == CP_F16 || g->wtype == CP_BF16;
-  if (w16 && mc <= GEMV_MAX_ROWS && cp_k16_direct()) {
+  const bool w16 = g->wtype == CP_F16 || g->wtype == CP_BF16, q8 = g->wtype == CP_Q8_0;
+  if (q8 && mc <= GEMV_MAX_ROWS && cp_k16_direct()) {
+    cp_q8_gemv(C, g->ldc, (const unsigned char *)g->W + (size_t)n0 * cp_dtype_span(CP_Q8_0, (uint64_t)g->K),
+               nc, g->K, A, g->lda, mc, g->accumulate);
+  } else if (w16 && mc <= GEMV_MAX_ROWS && cp_k16_direct()) {
     const size_t row_bytes = 2 * (size_t)g->K;
     for (int r = 0; r < mc; r++)
       cp_k16_gemv(C + (size_t)r * g->ldc, (const unsigned char *)g->W + (size_t)n0 * row_bytes, g->wtype,
@@ -66,6 +70,8 @@ static void gemm_item(void *ctx, size_t item, int worker) {
       for (int r = 0; r < nc; r++) /* F16/BF16 and whole blocks always widen: cannot fail */
         if (w16 && cp_k16_direct()) /* exact either way; the vector widening is faster */
           cp_k16_widen(tile + (size_t)r * kc, W + (size_t)r * row_bytes + at, g->wtype, (size_t)kc);
+        else if (q8 && cp_k16_direct())
+          cp_q8_widen(tile + (size_t)r * kc, W + (size_t)r * row_bytes + at, (size_t)kc / CP_Q8_BLOCK);
         else
           (void)cp_convert_to_f32(tile + (size_t)r * kc, W + (size_t)r * row_bytes + at, g->wtype, (uint64_t)kc);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, kc, 1.0f, A + k0, g->lda, tile, kc,

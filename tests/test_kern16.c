@@ -2,7 +2,11 @@
  * and BF16 rows with float32 vectors against a float64 reference on sizes that are not multiples
  * of 8 (and rows at an odd byte offset), within the float32 error bound of a K-term sum; the AVX2
  * and portable versions give the same bits; widening is exact for every 16-bit pattern. The
- * reference decodes the 16-bit patterns itself (ldexp), not through formats/. */
+ * reference decodes the 16-bit patterns itself (ldexp), not through formats/.
+ * The Q8_0 kernels (engine/kernq8.h) likewise: the GEMV of 1-4 activation rows (a short tile)
+ * against a float64 dot with the blocks' weights, on odd numbers of blocks and rows (a last
+ * partial tile) from an odd byte offset, within the float32 bound; both versions the same bits;
+ * block decoding exact for every F16 scale. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +15,7 @@
 
 #include "ctxpatch/formats/tensor.h"
 #include "engine/kern16.h"
+#include "engine/kernq8.h"
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -118,6 +123,97 @@ static void check_widen(cp_dtype dt, int have_avx2) {
   free(src), free(dst);
 }
 
+/* ---------------------------------------------------------------- Q8_0 */
+
+/* n random Q8_0 rows of nb blocks at W: F16 scales of magnitude 1e-4 .. 1 (some negative), every
+ * int8 value including -128. */
+static void rand_q8(unsigned char *W, int n, int nb) {
+  for (int i = 0; i < n * nb; i++) {
+    unsigned char *b = W + (size_t)i * CP_Q8_BLOCK_BYTES;
+    uint16_t h = cp_f32_to_f16((float)(uniform() * pow(10, -4 * fabs(uniform()))));
+    b[0] = (unsigned char)h, b[1] = (unsigned char)(h >> 8);
+    for (int j = 0; j < CP_Q8_BLOCK; j++) b[2 + j] = (unsigned char)next32();
+  }
+}
+
+/* Weight j of block b (little-endian scale, decoded by ref16). */
+static double ref_q8(const unsigned char *blk, int j) {
+  return ref16((uint16_t)(blk[0] | blk[1] << 8), CP_F16) * (signed char)blk[2 + j];
+}
+
+/* Runs cp_q8_gemv on the forced version: C [m, n] (ldc n + 1) starting from C0; caller frees. */
+static float *run_q8(cp_k16_isa isa, const unsigned char *W, int n, int K, const float *x, int ldx, int m,
+                     const float *C0, int acc) {
+  float *C = malloc((size_t)m * (size_t)(n + 1) * sizeof *C);
+  if (!C) return NULL;
+  memcpy(C, C0, (size_t)m * (size_t)(n + 1) * sizeof *C);
+  CHECK(cp_k16_force_isa(isa) == 0);
+  cp_q8_gemv(C, n + 1, W, n, K, x, ldx, m, acc);
+  return C;
+}
+
+static void check_q8_gemv(int n, int nb, int m, int have_avx2) {
+  const int K = nb * CP_Q8_BLOCK, ldx = K + 5;
+  unsigned char *buf = malloc((size_t)n * (size_t)nb * CP_Q8_BLOCK_BYTES + 1), *W = buf + 1;
+  float *x = malloc((size_t)m * (size_t)ldx * sizeof *x), *C0 = malloc((size_t)m * (size_t)(n + 1) * sizeof *C0);
+  rand_q8(W, n, nb);
+  for (int i = 0; i < m * ldx; i++) x[i] = (float)uniform();
+  for (int i = 0; i < m * (n + 1); i++) C0[i] = (float)uniform();
+  for (int acc = 0; acc < 2; acc++) {
+    float *got[2] = {NULL, NULL};
+    for (int v = 0; v < 1 + have_avx2; v++) {
+      cp_k16_isa isa = v ? CP_K16_AVX2 : CP_K16_PORTABLE;
+      float *C = got[v] = run_q8(isa, W, n, K, x, ldx, m, C0, acc);
+      for (int r = 0; r < m && C; r++)
+        for (int i = 0; i < n; i++) {
+          double want = acc ? C0[(size_t)r * (n + 1) + i] : 0, mag = fabs(want);
+          for (int k = 0; k < K; k++) {
+            double t = ref_q8(W + ((size_t)i * nb + k / CP_Q8_BLOCK) * CP_Q8_BLOCK_BYTES, k % CP_Q8_BLOCK) *
+                       x[(size_t)r * ldx + k];
+            want += t, mag += fabs(t);
+          }
+          /* a K-term float32 sum of exact products (plus the accumulate's add) */
+          double bound = (K + 2) * ldexp(1, -24) * mag + 1e-30;
+          CHECK_MSG(fabs(C[(size_t)r * (n + 1) + i] - want) <= bound,
+                    "q8 %s n %d nb %d m %d acc %d [%d, %d]: %.9g vs %.9g (bound %g)", isa_name(isa), n, nb, m, acc, r,
+                    i, C[(size_t)r * (n + 1) + i], want, bound);
+        }
+      /* the column after each row of C is not written */
+      for (int r = 0; r < m && C; r++) CHECK(C[(size_t)r * (n + 1) + n] == C0[(size_t)r * (n + 1) + n]);
+    }
+    if (got[0] && got[1])
+      CHECK_MSG(memcmp(got[0], got[1], (size_t)m * (size_t)(n + 1) * sizeof(float)) == 0,
+                "q8 n %d nb %d m %d: avx2 and portable differ", n, nb, m);
+    free(got[0]), free(got[1]);
+  }
+  free(buf), free(x), free(C0);
+}
+
+/* Every F16 scale with int8 values -128, -1, 1, 127 and a random one decodes exactly (NaN to NaN),
+ * from an odd byte offset, in every version. */
+static void check_q8_widen(int have_avx2) {
+  const size_t nblocks = 65536;
+  unsigned char *src = malloc(nblocks * CP_Q8_BLOCK_BYTES + 1), *s = src + 1;
+  float *dst = malloc(nblocks * CP_Q8_BLOCK * sizeof *dst);
+  for (size_t i = 0; i < nblocks; i++) {
+    unsigned char *b = s + i * CP_Q8_BLOCK_BYTES;
+    b[0] = (unsigned char)i, b[1] = (unsigned char)(i >> 8);
+    for (int j = 0; j < CP_Q8_BLOCK; j++)
+      b[2 + j] = (unsigned char)(j < 4 ? (uint32_t)(int[]){-128, -1, 1, 127}[j] : next32());
+  }
+  for (int v = 0; v < 1 + have_avx2; v++) {
+    CHECK(cp_k16_force_isa(v ? CP_K16_AVX2 : CP_K16_PORTABLE) == 0);
+    cp_q8_widen(dst, s, nblocks);
+    size_t bad = 0;
+    for (size_t i = 0; i < nblocks * CP_Q8_BLOCK; i++) {
+      double want = ref_q8(s + i / CP_Q8_BLOCK * CP_Q8_BLOCK_BYTES, (int)(i % CP_Q8_BLOCK));
+      if (isnan(want) ? !isnan(dst[i]) : (double)dst[i] != want) bad++;
+    }
+    CHECK_MSG(bad == 0, "%s q8 widen: %zu values wrong", isa_name(v ? CP_K16_AVX2 : CP_K16_PORTABLE), bad);
+  }
+  free(src), free(dst);
+}
+
 int main(void) {
   const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
   printf("AVX2 + FMA + F16C: %s\n", have_avx2 ? "yes (both versions tested)" : "no (portable only)");
@@ -129,6 +225,11 @@ int main(void) {
       for (size_t j = 0; j < sizeof ns / sizeof *ns; j++) check_gemv(dts[d], ns[j], Ks[i], have_avx2);
     check_widen(dts[d], have_avx2);
   }
+  const int nbs[] = {1, 3, 5, 64, 67}, q8_ns[] = {1, 13, 37}, ms[] = {1, 3, 4};
+  for (size_t i = 0; i < sizeof nbs / sizeof *nbs; i++)
+    for (size_t j = 0; j < sizeof q8_ns / sizeof *q8_ns; j++)
+      for (size_t k = 0; k < sizeof ms / sizeof *ms; k++) check_q8_gemv(q8_ns[j], nbs[i], ms[k], have_avx2);
+  check_q8_widen(have_avx2);
   cp_k16_force_isa(0);
   return test_finish();
 }

@@ -10,7 +10,13 @@
  *     and every K here is at most one GEMM_KB tile (512), so each product is the same single
  *     SGEMM call on the same floats (past 512 columns the K blocks are summed in a different
  *     order than one SGEMM over K and the logits would agree only to rounding);
- *   - a GGUF whose matrices are all F32 keeps none as a block type. */
+ *   - a GGUF whose matrices are all F32 keeps none as a block type.
+ * And for the Q8_0 file: its matrices take 34/128 of the float32 bytes, and greedy decoding on them
+ * (one row per step: the Q8_0 GEMV of engine/kernq8.h, int16 activations) gives logits within the
+ * goldens' tolerance of the dequantised model's, the same bits from the AVX2 and the portable
+ * kernels, and other bits than the widened-tile path that CTXPATCH_WEIGHTS=f32 forces (so the
+ * direct kernel ran). */
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +30,10 @@
 #include "ctxpatch/import/model.h"
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/gguf.h"
+#include "engine/kern16.h"
 #include "test.h"
 
-enum { N_IDS = 40 };
+enum { N_IDS = 40, N_NEW = 6, N_PROMPT = 9 };
 
 typedef struct {
   const char *lo, *hi; /* the file's mapping [lo, hi) */
@@ -51,6 +58,75 @@ static float *logits_of(const cp_model *m, const int64_t *ids) {
   if (e && out) CHECK_RC(0, cp_engine_forward(e, out, ids, N_IDS, NULL, 0));
   cp_engine_free(e);
   return out;
+}
+
+/* Bytes of every matrix of m as it is held (embedding, untied head, each layer's linears). */
+static uint64_t matrix_bytes(const cp_model *m) {
+  uint64_t n = (uint64_t)m->vocab * cp_dtype_span(m->embed_dtype, (uint64_t)m->d_model);
+  if (m->lm_head != m->embed) n += (uint64_t)m->vocab * cp_dtype_span(m->lm_head_dtype, (uint64_t)m->d_model);
+  for (int l = 0; l < m->decoder.n_layers; l++) {
+    const cp_layer *ly = &m->decoder.layers[l];
+    const cp_linear *lin[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+    for (int i = 0; i < 7; i++)
+      if (lin[i]->w) n += (uint64_t)lin[i]->n_out * cp_dtype_span(lin[i]->dtype, (uint64_t)lin[i]->n_in);
+  }
+  return n;
+}
+
+/* The logits of N_NEW greedy steps after a N_PROMPT-token prompt with the kernels of version isa
+ * (0: the CPU's) and CTXPATCH_WEIGHTS=weights (NULL: unset); caller frees. */
+static float *steps_of(const cp_model *m, const int64_t *ids, cp_k16_isa isa, const char *weights) {
+  cp_engine *e = NULL;
+  float *out = calloc((size_t)N_NEW * (size_t)m->vocab, sizeof *out);
+  int64_t gen[N_NEW], n_out = 0;
+  if (weights) setenv("CTXPATCH_WEIGHTS", weights, 1);
+  CHECK(cp_k16_force_isa(isa) == 0);
+  CHECK_RC(0, cp_engine_create(&e, m, NULL, NULL));
+  if (e && out) CHECK_RC(0, cp_engine_generate(e, gen, &n_out, out, ids, N_PROMPT, NULL, 0, N_NEW, false));
+  CHECK(n_out == N_NEW);
+  cp_engine_free(e);
+  unsetenv("CTXPATCH_WEIGHTS");
+  cp_k16_force_isa(0);
+  return out;
+}
+
+/* max |a - b| / max(1, |b|) over n */
+static double rel_diff(const float *a, const float *b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+  return worst;
+}
+
+/* Decoding on the Q8_0 file (see the top). */
+static void check_decode_q8(const char *path) {
+  cp_model *s = NULL, *f = NULL;
+  cp_model_open_params op;
+  cp_model_open_params_init(&op);
+  op.stored_dtype = true;
+  CHECK_RC(0, cp_model_open_ex(&s, path, &op));
+  CHECK_RC(0, cp_model_open(&f, path));
+  if (!s || !f) goto done;
+  CHECK_MSG(matrix_bytes(s) * 128 == matrix_bytes(f) * 34, "Q8_0 matrices %llu bytes, float32 %llu",
+            (unsigned long long)matrix_bytes(s), (unsigned long long)matrix_bytes(f));
+  int64_t ids[N_PROMPT];
+  for (int i = 0; i < N_PROMPT; i++) ids[i] = (i * 37 + 5) % s->vocab;
+  const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
+  cp_k16_force_isa(0);
+  float *f32 = steps_of(f, ids, 0, NULL), *direct = steps_of(s, ids, CP_K16_PORTABLE, NULL);
+  float *tiles = steps_of(s, ids, 0, "f32"), *vec = have_avx2 ? steps_of(s, ids, CP_K16_AVX2, NULL) : NULL;
+  const size_t n = (size_t)N_NEW * (size_t)s->vocab;
+  if (f32 && direct && tiles) {
+    double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);
+    printf("q8_0 decode logits vs the dequantised model: Q8_0 GEMV %.3g, widened tiles %.3g\n", d, t);
+    CHECK_MSG(d <= 1e-4, "Q8_0 GEMV's decode logits differ from the dequantised model's by %g", d);
+    CHECK_MSG(t <= 1e-4, "widened tiles' decode logits differ from the dequantised model's by %g", t);
+    CHECK_MSG(memcmp(direct, tiles, n * sizeof *direct) != 0, "CTXPATCH_WEIGHTS=f32 changed nothing");
+  }
+  if (vec && direct) CHECK_MSG(memcmp(vec, direct, n * sizeof *vec) == 0, "AVX2 and portable decode logits differ");
+  free(f32), free(direct), free(tiles), free(vec);
+done:
+  cp_model_free(s);
+  cp_model_free(f);
 }
 
 /* Opens `path` stored and fully dequantised and checks the points above; returns the number of
@@ -82,8 +158,8 @@ static int check_file(const char *path) {
     const cp_linear *lin[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
     for (int i = 0; i < 7; i++)
       check_matrix(&c, lin[i]->w, lin[i]->dtype, lin[i]->n_out, lin[i]->n_in, s->family == CP_FAMILY_LLAMA && i < 2);
-    const cp_linear *fl[7] = {&f->decoder.layers[l].q, &f->decoder.layers[l].k, &f->decoder.layers[l].v,
-                              &f->decoder.layers[l].o, &f->decoder.layers[l].gate, &f->decoder.layers[l].up,
+    const cp_linear *fl[7] = {&f->decoder.layers[l].q,   &f->decoder.layers[l].k,    &f->decoder.layers[l].v,
+                              &f->decoder.layers[l].o,   &f->decoder.layers[l].gate, &f->decoder.layers[l].up,
                               &f->decoder.layers[l].down};
     for (int i = 0; i < 7; i++) CHECK(!fl[i]->w || fl[i]->dtype == CP_F32);
   }
@@ -138,6 +214,7 @@ int main(int argc, char **argv) {
     }
     cp_model_free(m);
   }
+  check_decode_q8(q8);
   CHECK_MSG(check_file(f32) == 0, "an F32 GGUF kept a block matrix");
   for (int i = 1; i < argc; i++) {
     int k = check_file(argv[i]);
