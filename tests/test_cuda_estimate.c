@@ -38,12 +38,13 @@ static void one(const char *src, const char *name) {
   CHECK_MSG(w == 4 * floats + 8, "%s: weights %llu bytes, the file holds %llu floats", name, (unsigned long long)w,
             (unsigned long long)floats);
   /* One more generated token adds one position to every decoder layer's cache (keys, values and,
-   * for RoPE, unrotated keys) and 12 bytes to the attention call's per-key tables (T5: the
-   * 100-key cross-attention call stays the largest). */
+   * for RoPE, unrotated keys) and 12 bytes to the attention call's per-key tables, counted twice
+   * since the engine's table buffer grows by doubling (cp_cuda_attn_bufs; T5: the 100-key
+   * cross-attention call stays the largest). */
   CHECK_RC(0, cp_cuda_engine_bytes(&w, &r1, m, 100, 10, 7));
   CHECK_RC(0, cp_cuda_engine_bytes(&w, &r2, m, 100, 10, 8));
   const uint64_t kvd = (uint64_t)m->n_kv_heads * m->d_head, per = m->pos == CP_POS_ROPE ? 3 : 2;
-  const uint64_t want = (uint64_t)m->decoder.n_layers * per * kvd * 4 + (m->family == CP_FAMILY_T5 ? 0 : 12);
+  const uint64_t want = (uint64_t)m->decoder.n_layers * per * kvd * 4 + (m->family == CP_FAMILY_T5 ? 0 : 2 * 12);
   CHECK_MSG(r2 - r1 == want, "%s: a token adds %llu bytes, want %llu", name, (unsigned long long)(r2 - r1),
             (unsigned long long)want);
   /* A forward holds the logits of every row: ten more rows add at least their logits. */
