@@ -22,23 +22,11 @@
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/safetensors.h"
 #include "engine/kern16.h"
+#include "stored_steps.h"
 #include "test.h"
 
 #define Q0 "model.layers.0.self_attn.q_proj.weight"
 enum { N_IDS = 70, N_NEW = 6, N_PROMPT = 9 };
-
-/* Bytes of every matrix of m (embedding, untied head, each layer's linears). */
-static uint64_t matrix_bytes(const cp_model *m) {
-  uint64_t n = (uint64_t)m->vocab * (uint64_t)m->d_model * cp_dtype_size(m->embed_dtype);
-  if (m->lm_head != m->embed) n += (uint64_t)m->vocab * (uint64_t)m->d_model * cp_dtype_size(m->lm_head_dtype);
-  for (int l = 0; l < m->decoder.n_layers; l++) {
-    const cp_layer *ly = &m->decoder.layers[l];
-    const cp_linear *lin[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-    for (int i = 0; i < 7; i++)
-      if (lin[i]->w) n += (uint64_t)lin[i]->n_out * (uint64_t)lin[i]->n_in * cp_dtype_size(lin[i]->dtype);
-  }
-  return n;
-}
 
 /* A copy of src/{config.json, model.safetensors} in dir with the low byte of tensor Q0's first
  * element flipped. */
@@ -70,38 +58,14 @@ static float *logits_of(const cp_model *m, const int64_t *ids) {
   return out;
 }
 
-/* The logits of N_NEW greedy steps after a N_PROMPT-token prompt, with the 16-bit kernels of
- * version isa (0: the CPU's) and CTXPATCH_WEIGHTS=weights (NULL: unset); caller frees. */
-static float *steps_of(const cp_model *m, const int64_t *ids, cp_k16_isa isa, const char *weights) {
-  cp_engine *e = NULL;
-  float *out = calloc((size_t)N_NEW * (size_t)m->vocab, sizeof *out);
-  int64_t gen[N_NEW], n_out = 0;
-  if (weights) setenv("CTXPATCH_WEIGHTS", weights, 1);
-  CHECK(cp_k16_force_isa(isa) == 0);
-  CHECK_RC(0, cp_engine_create(&e, m, NULL, NULL));
-  if (e && out) CHECK_RC(0, cp_engine_generate(e, gen, &n_out, out, ids, N_PROMPT, NULL, 0, N_NEW, false));
-  CHECK(n_out == N_NEW);
-  cp_engine_free(e);
-  unsetenv("CTXPATCH_WEIGHTS");
-  cp_k16_force_isa(0);
-  return out;
-}
-
-/* max |a - b| / max(1, |b|) over n */
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double worst = 0;
-  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])));
-  return worst;
-}
-
 static void check_decode(const cp_model *a, const cp_model *a32, const int64_t *ids) {
   /* the resident matrices: BF16 is half of float32 */
   CHECK_MSG(2 * matrix_bytes(a) == matrix_bytes(a32), "BF16 matrices %llu bytes, float32 %llu",
             (unsigned long long)matrix_bytes(a), (unsigned long long)matrix_bytes(a32));
   const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
   cp_k16_force_isa(0);
-  float *f32 = steps_of(a32, ids, 0, NULL), *direct = steps_of(a, ids, CP_K16_PORTABLE, NULL);
-  float *tiles = steps_of(a, ids, 0, "f32"), *vec = have_avx2 ? steps_of(a, ids, CP_K16_AVX2, NULL) : NULL;
+  float *f32 = steps_of(a32, ids, N_PROMPT, N_NEW, 0, NULL), *direct = steps_of(a, ids, N_PROMPT, N_NEW, CP_K16_PORTABLE, NULL);
+  float *tiles = steps_of(a, ids, N_PROMPT, N_NEW, 0, "f32"), *vec = have_avx2 ? steps_of(a, ids, N_PROMPT, N_NEW, CP_K16_AVX2, NULL) : NULL;
   const size_t n = (size_t)N_NEW * (size_t)a->vocab;
   if (f32 && direct && tiles) {
     double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);

@@ -31,6 +31,7 @@
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/formats/gguf.h"
 #include "engine/kern16.h"
+#include "stored_steps.h"
 #include "test.h"
 
 enum { N_IDS = 40, N_NEW = 6, N_PROMPT = 9 };
@@ -60,43 +61,6 @@ static float *logits_of(const cp_model *m, const int64_t *ids) {
   return out;
 }
 
-/* Bytes of every matrix of m as it is held (embedding, untied head, each layer's linears). */
-static uint64_t matrix_bytes(const cp_model *m) {
-  uint64_t n = (uint64_t)m->vocab * cp_dtype_span(m->embed_dtype, (uint64_t)m->d_model);
-  if (m->lm_head != m->embed) n += (uint64_t)m->vocab * cp_dtype_span(m->lm_head_dtype, (uint64_t)m->d_model);
-  for (int l = 0; l < m->decoder.n_layers; l++) {
-    const cp_layer *ly = &m->decoder.layers[l];
-    const cp_linear *lin[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-    for (int i = 0; i < 7; i++)
-      if (lin[i]->w) n += (uint64_t)lin[i]->n_out * cp_dtype_span(lin[i]->dtype, (uint64_t)lin[i]->n_in);
-  }
-  return n;
-}
-
-/* The logits of N_NEW greedy steps after a N_PROMPT-token prompt with the kernels of version isa
- * (0: the CPU's) and CTXPATCH_WEIGHTS=weights (NULL: unset); caller frees. */
-static float *steps_of(const cp_model *m, const int64_t *ids, cp_k16_isa isa, const char *weights) {
-  cp_engine *e = NULL;
-  float *out = calloc((size_t)N_NEW * (size_t)m->vocab, sizeof *out);
-  int64_t gen[N_NEW], n_out = 0;
-  if (weights) setenv("CTXPATCH_WEIGHTS", weights, 1);
-  CHECK(cp_k16_force_isa(isa) == 0);
-  CHECK_RC(0, cp_engine_create(&e, m, NULL, NULL));
-  if (e && out) CHECK_RC(0, cp_engine_generate(e, gen, &n_out, out, ids, N_PROMPT, NULL, 0, N_NEW, false));
-  CHECK(n_out == N_NEW);
-  cp_engine_free(e);
-  unsetenv("CTXPATCH_WEIGHTS");
-  cp_k16_force_isa(0);
-  return out;
-}
-
-/* max |a - b| / max(1, |b|) over n */
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double worst = 0;
-  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])));
-  return worst;
-}
-
 /* Decoding on the Q8_0 file (see the top). */
 static void check_decode_q8(const char *path) {
   cp_model *s = NULL, *f = NULL;
@@ -112,8 +76,8 @@ static void check_decode_q8(const char *path) {
   for (int i = 0; i < N_PROMPT; i++) ids[i] = (i * 37 + 5) % s->vocab;
   const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
   cp_k16_force_isa(0);
-  float *f32 = steps_of(f, ids, 0, NULL), *direct = steps_of(s, ids, CP_K16_PORTABLE, NULL);
-  float *tiles = steps_of(s, ids, 0, "f32"), *vec = have_avx2 ? steps_of(s, ids, CP_K16_AVX2, NULL) : NULL;
+  float *f32 = steps_of(f, ids, N_PROMPT, N_NEW, 0, NULL), *direct = steps_of(s, ids, N_PROMPT, N_NEW, CP_K16_PORTABLE, NULL);
+  float *tiles = steps_of(s, ids, N_PROMPT, N_NEW, 0, "f32"), *vec = have_avx2 ? steps_of(s, ids, N_PROMPT, N_NEW, CP_K16_AVX2, NULL) : NULL;
   const size_t n = (size_t)N_NEW * (size_t)s->vocab;
   if (f32 && direct && tiles) {
     double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);
