@@ -412,28 +412,26 @@ static int run_resident(dev_list *dl, cpcu_attn_args *a, const cp_attn_call *c) 
   return 0;
 }
 
-/* Device and pinned host buffers of at least `dev` and `host` bytes; a buffer that grows at least
- * doubles, so a generation (one key more each step) regrows it a logarithmic number of times. The
- * old buffer is freed first: its last user is on this stream, and cudaFree waits for the device. */
-static int bufs_reserve(const cpcu_backend *be, cp_cuda_attn_bufs *b, size_t dev, size_t host) {
+/* Grows one buffer to at least `need` bytes; a buffer that grows at least doubles, so a generation
+ * (one key more each step) regrows it a logarithmic number of times. The old buffer is freed
+ * first: its last user is on this stream, and cudaFree waits for the device. */
+static int buf_reserve(void **p, size_t *cap, long *grows, size_t need, int (*alloc)(void **, size_t, char *, size_t),
+                       void (*release)(void *)) {
   char why[256] = "";
-  if (dev > b->dev_cap) {
-    const size_t want = dev > 2 * b->dev_cap ? dev : 2 * b->dev_cap;
-    be->release(b->dev);
-    b->dev = NULL, b->dev_cap = 0;
-    if (be->alloc(&b->dev, want, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
-    b->dev_cap = want;
-    b->grows++;
-  }
-  if (host > b->host_cap) {
-    const size_t want = host > 2 * b->host_cap ? host : 2 * b->host_cap;
-    be->host_release(b->host);
-    b->host = NULL, b->host_cap = 0;
-    if (be->host_alloc(&b->host, want, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
-    b->host_cap = want;
-    b->grows++;
-  }
+  if (need <= *cap) return 0;
+  const size_t want = need > 2 * *cap ? need : 2 * *cap;
+  release(*p);
+  *p = NULL, *cap = 0;
+  if (alloc(p, want, why, sizeof why)) return cp_error_set(CP_ECUDA, "cuda: %s", why);
+  *cap = want;
+  (*grows)++;
   return 0;
+}
+
+/* Device and pinned host buffers of at least `dev` and `host` bytes. */
+static int bufs_reserve(const cpcu_backend *be, cp_cuda_attn_bufs *b, size_t dev, size_t host) {
+  int rc = buf_reserve(&b->dev, &b->dev_cap, &b->grows, dev, be->alloc, be->release);
+  return rc ? rc : buf_reserve(&b->host, &b->host_cap, &b->grows, host, be->host_alloc, be->host_release);
 }
 
 void cp_cuda_attn_bufs_free(const cpcu_backend *be, cp_cuda_attn_bufs *b) {
