@@ -6,7 +6,9 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ctxpatch/engine/engine.h"
 #include "ctxpatch/import/model.h"
@@ -50,6 +52,31 @@ static double rel_diff(const float *a, const float *b, size_t n) {
   double worst = 0;
   for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])));
   return worst;
+}
+
+/* Greedy decode of `stored` (matrices as stored) against `widened` (the same weights in float32),
+ * n_new steps after the n_prompt ids: the direct kernels (portable), the widened tiles
+ * (CTXPATCH_WEIGHTS=f32) both within 1e-4 of float32 and not equal to each other (so the switch
+ * acts), and the AVX2 kernels equal to the portable ones bit for bit where the CPU has them.
+ * `kernels` names the direct kernels and `reference` the float32 model in the messages. */
+static void check_decode_kernels(const cp_model *stored, const cp_model *widened, const int64_t *ids, int64_t n_prompt,
+                                 int64_t n_new, const char *kernels, const char *reference) {
+  const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
+  cp_k16_force_isa(0);
+  float *f32 = steps_of(widened, ids, n_prompt, n_new, 0, NULL);
+  float *direct = steps_of(stored, ids, n_prompt, n_new, CP_K16_PORTABLE, NULL);
+  float *tiles = steps_of(stored, ids, n_prompt, n_new, 0, "f32");
+  float *vec = have_avx2 ? steps_of(stored, ids, n_prompt, n_new, CP_K16_AVX2, NULL) : NULL;
+  const size_t n = (size_t)n_new * (size_t)stored->vocab;
+  if (f32 && direct && tiles) {
+    double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);
+    printf("decode logits vs %s: %s %.3g, widened tiles %.3g\n", reference, kernels, d, t);
+    CHECK_MSG(d <= 1e-4, "%s: decode logits differ from %s by %g", kernels, reference, d);
+    CHECK_MSG(t <= 1e-4, "widened tiles: decode logits differ from %s by %g", reference, t);
+    CHECK_MSG(memcmp(direct, tiles, n * sizeof *direct) != 0, "CTXPATCH_WEIGHTS=f32 changed nothing");
+  }
+  if (vec && direct) CHECK_MSG(memcmp(vec, direct, n * sizeof *vec) == 0, "AVX2 and portable decode logits differ");
+  free(f32), free(direct), free(tiles), free(vec);
 }
 
 #endif

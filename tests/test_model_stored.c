@@ -62,20 +62,7 @@ static void check_decode(const cp_model *a, const cp_model *a32, const int64_t *
   /* the resident matrices: BF16 is half of float32 */
   CHECK_MSG(2 * matrix_bytes(a) == matrix_bytes(a32), "BF16 matrices %llu bytes, float32 %llu",
             (unsigned long long)matrix_bytes(a), (unsigned long long)matrix_bytes(a32));
-  const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
-  cp_k16_force_isa(0);
-  float *f32 = steps_of(a32, ids, N_PROMPT, N_NEW, 0, NULL), *direct = steps_of(a, ids, N_PROMPT, N_NEW, CP_K16_PORTABLE, NULL);
-  float *tiles = steps_of(a, ids, N_PROMPT, N_NEW, 0, "f32"), *vec = have_avx2 ? steps_of(a, ids, N_PROMPT, N_NEW, CP_K16_AVX2, NULL) : NULL;
-  const size_t n = (size_t)N_NEW * (size_t)a->vocab;
-  if (f32 && direct && tiles) {
-    double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);
-    printf("decode logits vs the float32 model: 16-bit kernels %.3g, widened tiles %.3g\n", d, t);
-    CHECK_MSG(d <= 1e-4, "16-bit kernels' decode logits differ from float32 by %g", d);
-    CHECK_MSG(t <= 1e-4, "widened tiles' decode logits differ from float32 by %g", t);
-    CHECK_MSG(memcmp(direct, tiles, n * sizeof *direct) != 0, "CTXPATCH_WEIGHTS=f32 changed nothing");
-  }
-  if (vec && direct) CHECK_MSG(memcmp(vec, direct, n * sizeof *vec) == 0, "AVX2 and portable decode logits differ");
-  free(f32), free(direct), free(tiles), free(vec);
+  check_decode_kernels(a, a32, ids, N_PROMPT, N_NEW, "16-bit kernels", "the float32 model");
 
   cp_engine *e = NULL;
   setenv("CTXPATCH_WEIGHTS", "bf16", 1);

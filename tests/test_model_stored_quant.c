@@ -74,20 +74,7 @@ static void check_decode_q8(const char *path) {
             (unsigned long long)matrix_bytes(s), (unsigned long long)matrix_bytes(f));
   int64_t ids[N_PROMPT];
   for (int i = 0; i < N_PROMPT; i++) ids[i] = (i * 37 + 5) % s->vocab;
-  const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
-  cp_k16_force_isa(0);
-  float *f32 = steps_of(f, ids, N_PROMPT, N_NEW, 0, NULL), *direct = steps_of(s, ids, N_PROMPT, N_NEW, CP_K16_PORTABLE, NULL);
-  float *tiles = steps_of(s, ids, N_PROMPT, N_NEW, 0, "f32"), *vec = have_avx2 ? steps_of(s, ids, N_PROMPT, N_NEW, CP_K16_AVX2, NULL) : NULL;
-  const size_t n = (size_t)N_NEW * (size_t)s->vocab;
-  if (f32 && direct && tiles) {
-    double d = rel_diff(direct, f32, n), t = rel_diff(tiles, f32, n);
-    printf("q8_0 decode logits vs the dequantised model: Q8_0 GEMV %.3g, widened tiles %.3g\n", d, t);
-    CHECK_MSG(d <= 1e-4, "Q8_0 GEMV's decode logits differ from the dequantised model's by %g", d);
-    CHECK_MSG(t <= 1e-4, "widened tiles' decode logits differ from the dequantised model's by %g", t);
-    CHECK_MSG(memcmp(direct, tiles, n * sizeof *direct) != 0, "CTXPATCH_WEIGHTS=f32 changed nothing");
-  }
-  if (vec && direct) CHECK_MSG(memcmp(vec, direct, n * sizeof *vec) == 0, "AVX2 and portable decode logits differ");
-  free(f32), free(direct), free(tiles), free(vec);
+  check_decode_kernels(s, f, ids, N_PROMPT, N_NEW, "Q8_0 GEMV", "the dequantised model");
 done:
   cp_model_free(s);
   cp_model_free(f);
