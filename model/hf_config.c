@@ -49,6 +49,7 @@ static const struct {
     {"ctxpatch_fire", CP_FAMILY_FIRE}, {"gpt2", CP_FAMILY_GPT2},
     {"phi3", CP_FAMILY_PHI3},
     {"gemma", CP_FAMILY_GEMMA},  {"gemma2", CP_FAMILY_GEMMA},
+    {"gemma3_text", CP_FAMILY_GEMMA}, /* Gemma3ForCausalLM: Gemma 2's body, q/k norms, two RoPE bases */
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -72,6 +73,8 @@ static const struct {
     {"Phi3ForCausalLM", "phi3"},          {"Phi3Model", "phi3"},
     {"GemmaForCausalLM", "gemma"},        {"GemmaModel", "gemma"},
     {"Gemma2ForCausalLM", "gemma2"},      {"Gemma2Model", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3_text"}, {"Gemma3TextModel", "gemma3_text"},
+    {"Gemma3ForConditionalGeneration", "gemma3"},
 };
 
 /* Model types refused with their reason rather than as unknown. */
@@ -81,10 +84,16 @@ static const struct {
 } k_refused[] = {
     {"qwen3_moe", "a mixture of experts (Qwen3MoeForCausalLM routes each token to a few of its expert FFNs), "
                   "which the engines do not run; dense qwen3 is supported"},
+    /* configuration_gemma3.py Gemma3Config builds a SiglipVisionConfig even when vision_config is
+     * null or absent, and Gemma3ForConditionalGeneration's text weights sit beside the tower under
+     * language_model.*: a text_config-only folder is the same multimodal model. */
+    {"gemma3", "Gemma3ForConditionalGeneration carries a SigLIP vision tower (vision_config, "
+               "vision_tower.* weights) that the engines do not run; a text-only gemma3_text checkpoint "
+               "(Gemma3ForCausalLM) is supported"},
 };
 
 const char *cp_supported_families(void) {
-  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gemma, gemma2, gpt_neox, ctxpatch_fire, gpt2, phi3";
+  return "t5, bloom, mpt, llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gpt_neox, ctxpatch_fire, gpt2, phi3";
 }
 
 const char *cp_family_name(cp_family family) {
@@ -781,13 +790,15 @@ static int softcap(double *out, const ctx_t *c, const char *key, double def) {
   return opt_num(out, c, c->root, key, NULL, "", def, 0, 1e6, "a number in (0, 1e6] or null");
 }
 
-/* Gemma 2's sliding layers: layer_types when given (transformers 5 and recent 4.x), else
- * Gemma2DecoderLayer's is_sliding = not bool(layer_idx % 2), every even layer. A null or absent
- * sliding_window slides no layer. */
-static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
+/* Gemma 2's and Gemma 3's sliding layers: layer_types when given (transformers 5 and recent 4.x),
+ * else every layer l with (l + 1) % pattern != 0: Gemma2DecoderLayer's is_sliding = not
+ * bool(layer_idx % 2) is pattern 2, Gemma3TextConfig's sliding_window_pattern (default 6) gives
+ * five sliding layers to one full. A null sliding_window slides no layer (Gemma 2 only: the
+ * caller refuses it for Gemma 3, whose sliding layers also change their RoPE base). */
+static int gemma_layers(cp_hf_config *cfg, const ctx_t *c, int pattern) {
   const cJSON *r = c->root;
   const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
-  cfg->sliding_window = 4096; /* Gemma2Config's default */
+  cfg->sliding_window = 4096; /* Gemma2Config's and Gemma3TextConfig's default */
   if (sw && cJSON_IsNull(sw)) cfg->sliding_window = 0;
   else if (sw) TRY(as_pos_int(&cfg->sliding_window, c, sw, "sliding_window"));
   const cJSON *types = field(r, "layer_types");
@@ -811,7 +822,41 @@ static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
     if (cfg->sliding_window > 0) cfg->layer_sliding[i] = !strcmp(t->valuestring, "sliding_attention");
   }
   if (!types && cfg->sliding_window > 0)
-    for (i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = i % 2 == 0;
+    for (i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
+  return 0;
+}
+
+/* Gemma 3 text (configuration_gemma3.py Gemma3TextConfig; modeling_gemma3.py): Gemma 2's body with
+ * Gemma3Attention's q_norm / k_norm, rope_theta (default 1e6) with rope_scaling on the full layers
+ * and rope_local_base_freq (default 1e4), unscaled, on the sliding ones (Gemma3TextModel.__init__'s
+ * rotary_emb_local, chosen by Gemma3DecoderLayer.forward), no soft-capping unless set. */
+static int parse_gemma3(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  const cJSON *rp = field(r, "rope_parameters");
+  if (rp && cJSON_IsObject(rp) && (field(rp, "full_attention") || field(rp, "sliding_attention")))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_parameters': RoPE parameters per layer type (transformers 5) "
+                        "are not read yet; write rope_theta, rope_local_base_freq and rope_scaling", c->what);
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 1e6, 0, INFINITY, "a positive number"));
+  TRY(opt_num(&cfg->rope_local_theta, c, r, "rope_local_base_freq", NULL, "", 1e4, 0, INFINITY,
+              "a positive number"));
+  /* Gemma3Attention.forward hands eager_attention_forward no softcap: transformers reads the key and
+   * never applies it, so a set value has no one meaning to reproduce. */
+  const cJSON *cap = field(r, "attn_logit_softcapping");
+  if (cap && !cJSON_IsNull(cap))
+    return bad(c, "attn_logit_softcapping", "null (Gemma3Attention does not apply it)", cap);
+  bool bidir = false;
+  TRY(opt_bool(&bidir, c, r, "use_bidirectional_attention", NULL, false));
+  if (bidir)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'use_bidirectional_attention': true is not supported (a "
+                        "bidirectional encoder, not a causal language model)", c->what);
+  int pattern = 6;
+  TRY(opt_int(&pattern, c, r, "sliding_window_pattern", NULL, 6));
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
+  if (sw && cJSON_IsNull(sw))
+    return bad(c, "sliding_window", "a positive integer (the sliding layers are those with rope_local_base_freq)",
+               sw);
+  TRY(gemma_layers(cfg, c, pattern));
+  cfg->qk_norm = true;
   return 0;
 }
 
@@ -822,13 +867,14 @@ static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
  * layers. */
 static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
-  const bool g2 = strcmp(cfg->model_type, "gemma2") == 0;
+  const bool g3 = strcmp(cfg->model_type, "gemma3_text") == 0, g2 = g3 || strcmp(cfg->model_type, "gemma2") == 0;
   cfg->pos = CP_POS_ROPE;
   TRY(parse_llama_body(cfg, c, true));
   if (!field(r, "head_dim")) cfg->d_head = 256;
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
   TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_activation", NULL, "gelu_pytorch_tanh"));
-  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
+  if (g3) TRY(parse_gemma3(cfg, c));
+  else TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
   TRY(rope_scaling(cfg, c));
   bool attention_bias = false;
   TRY(opt_bool(&attention_bias, c, r, "attention_bias", NULL, false));
@@ -838,9 +884,10 @@ static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
     cfg->sandwich_norms = true;
     TRY(opt_num(&cfg->query_pre_attn_scalar, c, r, "query_pre_attn_scalar", NULL, "", 256, 0, 1e12,
                 "a positive number"));
-    TRY(softcap(&cfg->attn_softcap, c, "attn_logit_softcapping", 50.0));
-    TRY(softcap(&cfg->final_softcap, c, "final_logit_softcapping", 30.0));
-    TRY(gemma2_layers(cfg, c));
+    /* Gemma3TextConfig's caps default to null (its attention cap refused above). */
+    TRY(softcap(&cfg->attn_softcap, c, "attn_logit_softcapping", g3 ? 0 : 50.0));
+    TRY(softcap(&cfg->final_softcap, c, "final_logit_softcapping", g3 ? 0 : 30.0));
+    if (!g3) TRY(gemma_layers(cfg, c, 2));
   }
   TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 2));
   TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 1));
