@@ -176,6 +176,10 @@ static int check_shift(const cp_engine *e) {
                         "engine: context shift needs 0 <= keep, 1 <= batch and keep + batch < n_ctx "
                         "(keep %lld, batch %lld, n_ctx %lld)",
                         (long long)s->n_keep, (long long)s->batch, (long long)s->n_ctx);
+  if (m->rope_local.n > 0)
+    return cp_error_set(CP_EUNSUPPORTED,
+                        "engine: llama.cpp's context shift is not emulated on a model with two "
+                        "RoPE bases (Gemma 3's sliding and full layers)");
   if (m->family == CP_FAMILY_T5 || m->pos != CP_POS_ROPE || m->rope.mscale != 1.0)
     return cp_error_set(CP_EUNSUPPORTED,
                         "engine: llama.cpp's context shift is emulated for decoder-only RoPE "

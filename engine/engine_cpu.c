@@ -145,18 +145,18 @@ static void rope_call(cpu_backend *c, cp_attn_call *a, cp_kv *kv, cp_pass *p) {
     memcpy(p->qraw, p->q, (size_t)n * qd * sizeof *p->q);
     a->k_raw = kv->k_raw;
   }
-  cp_ops_rope_rows(c->pool, m, p->q, qd, H, n, q_off, false);
-  cp_ops_rope_rows(c->pool, m, kc, kvd, m->n_kv_heads, n, q_off, false);
+  cp_ops_rope_rows(c->pool, m, a->plan->layer, p->q, qd, H, n, q_off, false);
+  cp_ops_rope_rows(c->pool, m, a->plan->layer, kc, kvd, m->n_kv_heads, n, q_off, false);
   if (a->tab.rope_far >= 0) {
     assert(raw);
     memcpy(p->qfar, p->qraw, (size_t)n * qd * sizeof *p->q);
-    cp_ops_rope_rows(c->pool, m, p->qfar, qd, H, n, a->tab.rope_far, true);
+    cp_ops_rope_rows(c->pool, m, a->plan->layer, p->qfar, qd, H, n, a->tab.rope_far, true);
     a->q_far = p->qfar;
   }
   if (a->plan->top_k) {
     assert(raw);
     memcpy(p->qtopk, p->qraw, (size_t)n * qd * sizeof *p->q);
-    cp_ops_rope_rows(c->pool, m, p->qtopk, qd, H, n, a->plan->top_k_distance, true);
+    cp_ops_rope_rows(c->pool, m, a->plan->layer, p->qtopk, qd, H, n, a->plan->top_k_distance, true);
     a->q_topk = p->qtopk;
   }
 }
@@ -325,7 +325,8 @@ static int cpu_kv_shift(void *be, cp_kv *kv, int64_t keep, int64_t discard, int6
   assert(keep >= 0 && discard >= 0 && n >= 0 && n_past <= kv->cap && !kv->k_raw);
   memmove(kv->k + (size_t)keep * w, kv->k + (size_t)(keep + discard) * w, (size_t)n * w * sizeof *kv->k);
   memmove(kv->v + (size_t)keep * w, kv->v + (size_t)(keep + discard) * w, (size_t)n * w * sizeof *kv->v);
-  cp_ops_rope_rows(c->pool, m, kv->k + (size_t)keep * w, (int)w, m->n_kv_heads, n, -discard, true);
+  /* one table for every layer: check_shift refuses Gemma 3's two */
+  cp_ops_rope_rows(c->pool, m, 0, kv->k + (size_t)keep * w, (int)w, m->n_kv_heads, n, -discard, true);
   return 0;
 }
 

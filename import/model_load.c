@@ -587,6 +587,9 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
     if (!strcmp(c->rope_scaling_type, "linear")) m->rope_scale = c->rope_scaling_factor;
     snprintf(m->rope_type, sizeof m->rope_type, "%s", c->rope_scaling_type);
     TRY(cp_rope_table_init(&m->rope, c, c->rope_theta, c->rotary_dims, cfg_path));
+    /* Gemma3TextModel.__init__: rotary_emb_local is a copy of the config with rope_theta =
+     * rope_local_base_freq and rope_scaling {"rope_type": "default"}. */
+    if (c->rope_local_theta > 0) TRY(cp_rope_table_init(&m->rope_local, NULL, c->rope_local_theta, c->rotary_dims, cfg_path));
   }
 
   loader L = {m, ck, cp_checkpoint_dir(ck), {0}, op.stored_dtype};

@@ -98,7 +98,8 @@ typedef struct {
   float *pos_embed; /* [train_len, D] or NULL */
   float *wide;      /* [wide_n]: a 16-bit matrix's rows widened for one GEMM, or NULL */
   uint64_t wide_n;
-  double *rope_inv; /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
+  double *rope_inv;       /* [rope_dims / 2]: m->rope.inv (model/rope.c), or NULL */
+  double *rope_local_inv; /* [rope_dims / 2]: Gemma 3's sliding layers' m->rope_local.inv, or NULL */
   dnorm embed_norm;
   dstack enc, dec;
   cp_arena work;          /* the attention call's host tables, reset per call */
@@ -404,12 +405,14 @@ static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int
   return 0;
 }
 
-static int rope_rows(cuda_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
+static int rope_rows(cuda_engine *d, int layer, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
   const cp_model *m = d->m;
   char why[256] = "";
-  const double ms = fixed ? m->rope.mscale * m->rope.mscale : m->rope.mscale; /* as cp_ops_rope_rows */
-  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, d->rope_inv, m->rope_scale, ms, n, pos0, fixed,
-                  why, sizeof why))
+  double div;
+  const cp_rope_table *tab = cp_model_rope_at(m, layer, &div); /* as cp_ops_rope_rows */
+  const double ms = fixed ? tab->mscale * tab->mscale : tab->mscale;
+  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, tab == &m->rope ? d->rope_inv : d->rope_local_inv,
+                  div, ms, n, pos0, fixed, why, sizeof why))
     return kern_fail(why);
   return 0;
 }
@@ -483,18 +486,20 @@ static int rope_call(cuda_engine *d, cp_attn_call *c, cp_kv *kv, cp_pass *b) {
       return rc;
     c->k_raw = kv->k_raw;
   }
-  if ((rc = rope_rows(d, b->q, qd, H, n, q_off, false)) || (rc = rope_rows(d, kc, kvd, m->n_kv_heads, n, q_off, false)))
+  if ((rc = rope_rows(d, c->plan->layer, b->q, qd, H, n, q_off, false)) ||
+      (rc = rope_rows(d, c->plan->layer, kc, kvd, m->n_kv_heads, n, q_off, false)))
     return rc;
   if (c->tab.rope_far >= 0) {
     assert(raw);
-    if ((rc = dcopy(d, b->qfar, b->qraw, qbytes)) || (rc = rope_rows(d, b->qfar, qd, H, n, c->tab.rope_far, true)))
+    if ((rc = dcopy(d, b->qfar, b->qraw, qbytes)) ||
+        (rc = rope_rows(d, c->plan->layer, b->qfar, qd, H, n, c->tab.rope_far, true)))
       return rc;
     c->q_far = b->qfar;
   }
   if (c->plan->top_k) {
     assert(raw);
     if ((rc = dcopy(d, b->qtopk, b->qraw, qbytes)) ||
-        (rc = rope_rows(d, b->qtopk, qd, H, n, c->plan->top_k_distance, true)))
+        (rc = rope_rows(d, c->plan->layer, b->qtopk, qd, H, n, c->plan->top_k_distance, true)))
       return rc;
     c->q_topk = b->qtopk;
   }
@@ -675,6 +680,7 @@ static void cuda_destroy(void *be) {
   if (d->stream) cudaStreamSynchronize(d->stream);
   for (size_t i = 0; i < d->n_w; i++) dfree(d->w[i].dev);
   dfree(d->rope_inv);
+  dfree(d->rope_local_inv);
   dfree(d->wide);
   dfree(d->first_bad);
   cp_cuda_attn_bufs_free(d->be, &d->attn);
@@ -742,6 +748,12 @@ static int cuda_create(void **out, cp_engine *owner, const cp_model *m, const cp
   if (m->pos == CP_POS_ROPE && m->rope_dims >= 2 &&
       (!(d->rope_inv = dalloc(m->rope_dims / 2, 1, sizeof(double))) ||
        (rc = upload(d, d->rope_inv, m->rope.inv, (size_t)(m->rope_dims / 2) * sizeof(double))))) {
+    if (!rc) rc = cp_error_code();
+    goto done;
+  }
+  if (m->rope_local.n > 0 &&
+      (!(d->rope_local_inv = dalloc(m->rope_dims / 2, 1, sizeof(double))) ||
+       (rc = upload(d, d->rope_local_inv, m->rope_local.inv, (size_t)(m->rope_dims / 2) * sizeof(double))))) {
     if (!rc) rc = cp_error_code();
     goto done;
   }

@@ -139,6 +139,8 @@ typedef struct cp_model {
   double rope_scale;            /* linear rope_scaling factor (positions are divided by it), 1 when none */
   char rope_type[32];           /* rope_scaling type: "", "linear", "llama3", "yarn" */
   cp_rope_table rope;           /* the rotary frequencies and yarn's cos/sin scale (model/rope.h) */
+  cp_rope_table rope_local;     /* Gemma 3: the sliding layers' table (rope_local_base_freq, no scaling,
+                                   positions undivided); n 0 elsewhere. Read through cp_model_rope_at */
   int t5_num_buckets, t5_max_distance;
   cp_fire_mlp *fire;            /* [n_fire] */
   int n_fire;
@@ -165,6 +167,15 @@ static inline cp_residual cp_model_residual(const cp_model *m) {
          : m->residual_from_norm ? CP_RESIDUAL_FROM_NORM
          : m->sandwich_norms     ? CP_RESIDUAL_SANDWICH
                                  : CP_RESIDUAL_PRE_NORM;
+}
+
+/* The rotary table decoder layer `layer` rotates with, and the divisor of its positions: Gemma 3's
+ * sliding layers use rope_local, undivided (Gemma3DecoderLayer.forward's position_embeddings_local);
+ * every other layer rope and rope_scale. */
+static inline const cp_rope_table *cp_model_rope_at(const cp_model *m, int layer, double *pos_div) {
+  const bool local = m->rope_local.n > 0 && layer >= 0 && layer < CP_RULE_MAX_LAYERS && m->cfg->layer_sliding[layer];
+  *pos_div = local ? 1.0 : m->rope_scale;
+  return local ? &m->rope_local : &m->rope;
 }
 
 /* Opens a checkpoint folder (or a weights file with config.json beside it) and loads the whole

@@ -17,7 +17,8 @@ typedef struct {
 } cp_rope_table;
 
 /* Fills `t` for `rot_dims` rotated dims (even, 2..CP_ROPE_MAX_DIMS) of a config with RoPE
- * theta `theta` and rope_scaling fields of `cfg` (type "" / "linear" / "llama3" / "yarn").
+ * theta `theta` and rope_scaling fields of `cfg` (type "" / "linear" / "llama3" / "yarn"; a NULL
+ * `cfg` is no scaling, as Gemma 3's sliding layers).
  * Pair a's default inverse frequency is 1 / theta^(2a / rot_dims), computed as the CPU engine
  * always has (so unscaled and linear models rotate bit for bit as before). The linear factor is
  * not in the table: it divides positions (cp_model.rope_scale), as it always has. 0, or
