@@ -59,6 +59,7 @@ static void print_positional(const cJSON *p) {
     printf(" (theta %g, rotary dims %g", num(p, "theta"), num(p, "rotary_dims"));
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(p, "scaling");
     if (sc) printf(", scaling %s x%g", str(sc, "type"), num(sc, "factor"));
+    if (num(p, "local_theta") > 0) printf("; sliding layers theta %g, unscaled", num(p, "local_theta"));
     printf(")");
   } else if (!strcmp(scheme, "fire")) {
     printf(" (MLP %g hidden layer%s of width %g%s)", num(p, "mlp_layers"), num(p, "mlp_layers") == 1 ? "" : "s",

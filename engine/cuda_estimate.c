@@ -158,9 +158,11 @@ int cp_cuda_engine_bytes(uint64_t *weights, uint64_t *run, const cp_model *m, in
   cp_cuda_for_each_weight(m, add_weight, &s);
   free(s.seen);
   if (s.nomem) return cp_nomem("cuda: memory estimate");
-  /* the weights, the scratch a 16-bit or block matrix is widened into for its GEMM, the non-finite flag */
+  /* the weights, the scratch a 16-bit or block matrix is widened into for its GEMM, the non-finite flag,
+   * the RoPE tables (Gemma 3 has a second one for its sliding layers) */
+  const uint64_t rope_pairs = m->pos == CP_POS_ROPE ? (uint64_t)(m->rope_dims / 2) * (m->rope_local.n > 0 ? 2 : 1) : 0;
   if (s.overflow || !mac(weights, cp_cuda_widen_floats(m), 4, 1) || !cp_add_u64(weights, *weights, s.bytes) ||
-      !mac(weights, 1, 8, 1))
+      !mac(weights, 1, 8, 1) || !mac(weights, rope_pairs, 8, 1))
     return cp_error_set(CP_EOVERFLOW, "cuda: memory estimate: the weights overflow 64 bits");
   const bool t5 = m->family == CP_FAMILY_T5, rope = m->pos == CP_POS_ROPE;
   const uint64_t ne = (uint64_t)n_ids, n = t5 ? (uint64_t)(n_dec > 0 ? n_dec : 1) : ne;

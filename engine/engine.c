@@ -179,6 +179,10 @@ static int check_shift(const cp_engine *e) {
   if (m->rope_by_length) /* a shift re-rotates cached keys by one table; these change it per call */
     return cp_error_set(CP_EUNSUPPORTED, "engine: llama.cpp's context shift is not emulated under %s RoPE scaling",
                         m->rope_type);
+  if (m->rope_local.n > 0)
+    return cp_error_set(CP_EUNSUPPORTED,
+                        "engine: llama.cpp's context shift is not emulated on a model with two "
+                        "RoPE bases (Gemma 3's sliding and full layers)");
   if (m->family == CP_FAMILY_T5 || m->pos != CP_POS_ROPE || m->rope.mscale != 1.0)
     return cp_error_set(CP_EUNSUPPORTED,
                         "engine: llama.cpp's context shift is emulated for decoder-only RoPE "

@@ -140,25 +140,27 @@ static void rope_call(cpu_backend *c, cp_attn_call *a, cp_kv *kv, cp_pass *p) {
   const bool raw = cp_engine_rope_needs_raw(m, c->rule, c->rm, a->plan->kind, a->plan->layer);
   float *kc = kv->k + (size_t)q_off * kvd;
   cp_rope_table scratch;
-  const cp_rope_table *tab = cp_model_rope_at(m, q_off + n, &scratch); /* dynamic / longrope: by the call's length */
+  double div;
+  /* the layer's table (Gemma 3's sliding layers have their own), by the call's length (dynamic / longrope) */
+  const cp_rope_table *tab = cp_model_rope_at(m, a->plan->layer, q_off + n, &scratch, &div);
   if (raw) {
     assert(kv->k_raw);
     memcpy(kv->k_raw + (size_t)q_off * kvd, kc, (size_t)n * kvd * sizeof *kc);
     memcpy(p->qraw, p->q, (size_t)n * qd * sizeof *p->q);
     a->k_raw = kv->k_raw;
   }
-  cp_ops_rope_rows(c->pool, m, tab, p->q, qd, H, n, q_off, false);
-  cp_ops_rope_rows(c->pool, m, tab, kc, kvd, m->n_kv_heads, n, q_off, false);
+  cp_ops_rope_rows(c->pool, m, tab, div, p->q, qd, H, n, q_off, false);
+  cp_ops_rope_rows(c->pool, m, tab, div, kc, kvd, m->n_kv_heads, n, q_off, false);
   if (a->tab.rope_far >= 0) {
     assert(raw);
     memcpy(p->qfar, p->qraw, (size_t)n * qd * sizeof *p->q);
-    cp_ops_rope_rows(c->pool, m, tab, p->qfar, qd, H, n, a->tab.rope_far, true);
+    cp_ops_rope_rows(c->pool, m, tab, div, p->qfar, qd, H, n, a->tab.rope_far, true);
     a->q_far = p->qfar;
   }
   if (a->plan->top_k) {
     assert(raw);
     memcpy(p->qtopk, p->qraw, (size_t)n * qd * sizeof *p->q);
-    cp_ops_rope_rows(c->pool, m, tab, p->qtopk, qd, H, n, a->plan->top_k_distance, true);
+    cp_ops_rope_rows(c->pool, m, tab, div, p->qtopk, qd, H, n, a->plan->top_k_distance, true);
     a->q_topk = p->qtopk;
   }
 }
@@ -333,7 +335,9 @@ static int cpu_kv_shift(void *be, cp_kv *kv, int64_t keep, int64_t discard, int6
   assert(keep >= 0 && discard >= 0 && n >= 0 && n_past <= kv->cap && !kv->k_raw && !m->rope_by_length);
   memmove(kv->k + (size_t)keep * w, kv->k + (size_t)(keep + discard) * w, (size_t)n * w * sizeof *kv->k);
   memmove(kv->v + (size_t)keep * w, kv->v + (size_t)(keep + discard) * w, (size_t)n * w * sizeof *kv->v);
-  cp_ops_rope_rows(c->pool, m, &m->rope, kv->k + (size_t)keep * w, (int)w, m->n_kv_heads, n, -discard, true);
+  /* one table for every layer and call: check_shift refuses Gemma 3's two and the by-length ones */
+  cp_ops_rope_rows(c->pool, m, &m->rope, m->rope_scale, kv->k + (size_t)keep * w, (int)w, m->n_kv_heads, n, -discard,
+                   true);
   return 0;
 }
 

@@ -180,9 +180,10 @@ void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const floa
  * `pos` positions (divided by the linear scaling factor) at the model's frequencies
  * (tab: the call's table, model/rope.h; yarn and longrope also scale cos and sin), rotate-half layout as HF.
  * Angles in double like the PyTorch reference. */
-static void rope_rotate(const cp_model *m, const cp_rope_table *tab, float *x, int n_heads, double pos, double ms) {
+static void rope_rotate(const cp_model *m, const cp_rope_table *tab, double div, float *x, int n_heads, double pos,
+                        double ms) {
   const int half = m->rope_dims / 2, dh = m->d_head;
-  const double t = pos / m->rope_scale;
+  const double t = pos / div;
   for (int a = 0; a < half; a++) {
     double ang = t * tab->inv[a], c = cos(ang) * ms, s = sin(ang) * ms;
     for (int hh = 0; hh < n_heads; hh++) {
@@ -196,7 +197,8 @@ static void rope_rotate(const cp_model *m, const cp_rope_table *tab, float *x, i
 
 typedef struct {
   const cp_model *m;
-  const cp_rope_table *tab;
+  const cp_rope_table *tab; /* the layer's and the call's (cp_model_rope_at) */
+  double div;               /* its position divisor */
   float *x;
   int ld, n_heads;
   int64_t n;
@@ -212,11 +214,12 @@ static void rope_item(void *ctx, size_t item, int worker) {
    * cos/sin factor (yarn: mscale^2, as q R(i)^T R(j) k scaled on each side). */
   const double ms = j->fixed ? j->tab->mscale * j->tab->mscale : j->tab->mscale;
   for (int64_t r = r0; r < r1; r++)
-    rope_rotate(j->m, j->tab, j->x + (size_t)r * j->ld, j->n_heads, (double)(j->fixed ? j->pos0 : j->pos0 + r), ms);
+    rope_rotate(j->m, j->tab, j->div, j->x + (size_t)r * j->ld, j->n_heads,
+                (double)(j->fixed ? j->pos0 : j->pos0 + r), ms);
 }
 
-void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, const cp_rope_table *tab, float *x, int ld, int n_heads,
-                      int64_t n, int64_t pos0, bool fixed) {
-  rope_job j = {m, tab, x, ld, n_heads, n, pos0, fixed};
+void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, const cp_rope_table *tab, double div, float *x, int ld,
+                      int n_heads, int64_t n, int64_t pos0, bool fixed) {
+  rope_job j = {m, tab, div, x, ld, n_heads, n, pos0, fixed};
   cp_pool_run(pool, (size_t)((n + ROW_CHUNK - 1) / ROW_CHUNK), rope_item, &j);
 }

@@ -33,9 +33,9 @@ void cp_ops_ffn(cp_pool *pool, const cp_model *m, const cp_layer *ly, const floa
                 float *up, float *gate, bool accumulate);
 /* Rotates the first rope_dims of each of n_heads heads of rows x[r] (stride ld) by pos0 + r, or every
  * row by pos0 when `fixed` (a relative rotation of queries scored against unrotated keys: cos and
- * sin carry the table's mscale squared, once for each side), at the frequencies of `tab` (the call's:
- * cp_model_rope_at). */
-void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, const cp_rope_table *tab, float *x, int ld, int n_heads,
-                      int64_t n, int64_t pos0, bool fixed);
+ * sin carry the table's mscale squared, once for each side), at the frequencies of `tab` with positions
+ * divided by `div` (the layer's and the call's: cp_model_rope_at). */
+void cp_ops_rope_rows(cp_pool *pool, const cp_model *m, const cp_rope_table *tab, double div, float *x, int ld,
+                      int n_heads, int64_t n, int64_t pos0, bool fixed);
 
 #endif

@@ -108,6 +108,8 @@ static cJSON *add_positional(cJSON *obj, const cp_hf_config *c) {
       cJSON_AddStringToObject(s, "type", c->rope_scaling_type);
       cJSON_AddNumberToObject(s, "factor", c->rope_scaling_factor);
     }
+    /* Gemma 3: the sliding layers' own base, unscaled (theta and scaling are the full layers') */
+    if (c->rope_local_theta > 0) cJSON_AddNumberToObject(p, "local_theta", c->rope_local_theta);
     break;
   case CP_POS_FIRE:
     cJSON_AddNumberToObject(p, "mlp_width", c->fire_mlp_width);

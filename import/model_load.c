@@ -599,6 +599,9 @@ int cp_model_open_ex(cp_model **out, const char *path, const cp_model_open_param
     snprintf(m->rope_type, sizeof m->rope_type, "%s", c->rope_scaling_type);
     TRY(cp_rope_table_init(&m->rope, c, c->rope_theta, c->rotary_dims, cfg_path));
     m->rope_by_length = cp_rope_by_length(c);
+    /* Gemma3TextModel.__init__: rotary_emb_local is a copy of the config with rope_theta =
+     * rope_local_base_freq and rope_scaling {"rope_type": "default"}. */
+    if (c->rope_local_theta > 0) TRY(cp_rope_table_init(&m->rope_local, NULL, c->rope_local_theta, c->rotary_dims, cfg_path));
   }
 
   loader L = {m, ck, cp_checkpoint_dir(ck), {0}, op.stored_dtype};
@@ -672,7 +675,13 @@ float cp_model_attn_scale(const cp_model *m, int layer) {
   return m->attn_scale_inverse_layer ? m->attn_scale / (float)(layer + 1) : m->attn_scale;
 }
 
-const cp_rope_table *cp_model_rope_at(const cp_model *m, int64_t seq_len, cp_rope_table *scratch) {
+const cp_rope_table *cp_model_rope_at(const cp_model *m, int layer, int64_t seq_len, cp_rope_table *scratch,
+                                      double *pos_div) {
+  if (m->rope_local.n > 0 && layer >= 0 && layer < CP_RULE_MAX_LAYERS && m->cfg->layer_sliding[layer]) {
+    *pos_div = 1.0;
+    return &m->rope_local;
+  }
+  *pos_div = m->rope_scale;
   if (!m->rope_by_length) return &m->rope;
   /* the load computed the same config's table: only seq_len differs, which cannot fail */
   int rc = cp_rope_table_at(scratch, m->cfg, m->rope_theta, m->rope_dims, seq_len, "model");

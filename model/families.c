@@ -164,7 +164,8 @@ static const cp_family_tensor k_phi3[] = {
     {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
 };
 
-/* Gemma and Gemma 2 (modeling_gemma.py, modeling_gemma2.py): Llama's names, tied head; Gemma 2's
+/* Gemma, Gemma 2 and Gemma 3 text (modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py): Llama's
+ * names, tied head; Gemma 3 adds the per-head q_norm / k_norm to Gemma 2's layout; Gemma 2's
  * post_attention_layernorm normalises the attention output, so its FFN norm is
  * pre_feedforward_layernorm (Gemma 1's FFN norm is post_attention_layernorm, as Llama's). The
  * norms hold w of RMSNorm's (1 + w): the loader adds the 1 (import/model_load.c). GGUF names:
@@ -182,6 +183,11 @@ static const cp_family_tensor k_gemma[] = {
      "blk.%d.attn_v"},
     {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_OPTIONAL, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS,
      "blk.%d.attn_output"},
+    /* Gemma 3 (Gemma3Attention): RMSNorm (1 + w) of each head of q and k; llama.cpp's gemma3 names */
+    {CP_ROLE_Q_NORM, DEC, "layers.%d.self_attn.q_norm", CP_BIAS_NONE, CP_DIM_HEAD, CP_DIM_NONE, CP_WHEN_QK_NORM,
+     "blk.%d.attn_q_norm"},
+    {CP_ROLE_K_NORM, DEC, "layers.%d.self_attn.k_norm", CP_BIAS_NONE, CP_DIM_HEAD, CP_DIM_NONE, CP_WHEN_QK_NORM,
+     "blk.%d.attn_k_norm"},
     {CP_ROLE_POST_ATTN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
      CP_WHEN_SANDWICH, "blk.%d.post_attention_norm"},
     {CP_ROLE_FFN_NORM, DEC, "layers.%d.pre_feedforward_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,

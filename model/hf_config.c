@@ -51,6 +51,7 @@ static const struct {
     {"phi3", CP_FAMILY_PHI3},
     {"gemma", CP_FAMILY_GEMMA},  {"gemma2", CP_FAMILY_GEMMA},
     {"granite", CP_FAMILY_LLAMA}, /* the Llama body with four multipliers (modeling_granite.py) */
+    {"gemma3_text", CP_FAMILY_GEMMA}, /* Gemma3ForCausalLM: Gemma 2's body, q/k norms, two RoPE bases */
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -76,6 +77,8 @@ static const struct {
     {"Gemma2ForCausalLM", "gemma2"},      {"Gemma2Model", "gemma2"},
     {"GraniteForCausalLM", "granite"},    {"GraniteModel", "granite"},
     {"GraniteMoeForCausalLM", "granitemoe"}, {"GraniteMoeHybridForCausalLM", "granitemoehybrid"},
+    {"Gemma3ForCausalLM", "gemma3_text"}, {"Gemma3TextModel", "gemma3_text"},
+    {"Gemma3ForConditionalGeneration", "gemma3"},
 };
 
 /* Model types refused with their reason rather than as unknown. */
@@ -89,6 +92,12 @@ static const struct {
                    "supported"},
     {"granitemoehybrid", "Mamba-2 layers beside attention (GraniteMoeHybridForCausalLM), which the engines do not "
                          "run; dense granite is supported"},
+    /* configuration_gemma3.py Gemma3Config builds a SiglipVisionConfig even when vision_config is
+     * null or absent, and Gemma3ForConditionalGeneration's text weights sit beside the tower under
+     * language_model.*: a text_config-only folder is the same multimodal model. */
+    {"gemma3", "Gemma3ForConditionalGeneration carries a SigLIP vision tower (vision_config, "
+               "vision_tower.* weights) that the engines do not run; a text-only gemma3_text checkpoint "
+               "(Gemma3ForCausalLM) is supported"},
 };
 
 /* Built once from k_model_types, so a family added there is listed (and checked against the
@@ -947,6 +956,45 @@ static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
   return sliding_layers(cfg, c, 0, 2);
 }
 
+/* Gemma 3 text (configuration_gemma3.py Gemma3TextConfig; modeling_gemma3.py): Gemma 2's body with
+ * Gemma3Attention's q_norm / k_norm, rope_theta (default 1e6) with rope_scaling on the full layers
+ * and rope_local_base_freq (default 1e4), unscaled, on the sliding ones (Gemma3TextModel.__init__'s
+ * rotary_emb_local, chosen by Gemma3DecoderLayer.forward), no soft-capping unless set. Without
+ * layer_types, layer l slides unless (l + 1) % sliding_window_pattern == 0 (default 6: five
+ * sliding layers to one full). */
+static int parse_gemma3(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  const cJSON *rp = field(r, "rope_parameters");
+  if (rp && cJSON_IsObject(rp) && (field(rp, "full_attention") || field(rp, "sliding_attention")))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_parameters': RoPE parameters per layer type (transformers 5) "
+                        "are not read yet; write rope_theta, rope_local_base_freq and rope_scaling", c->what);
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 1e6, 0, INFINITY, "a positive number"));
+  TRY(opt_num(&cfg->rope_local_theta, c, r, "rope_local_base_freq", NULL, "", 1e4, 0, INFINITY,
+              "a positive number"));
+  /* Gemma3Attention.forward hands eager_attention_forward no softcap: transformers reads the key and
+   * never applies it, so a set value has no one meaning to reproduce. */
+  const cJSON *cap = field(r, "attn_logit_softcapping");
+  if (cap && !cJSON_IsNull(cap))
+    return bad(c, "attn_logit_softcapping", "null (Gemma3Attention does not apply it)", cap);
+  bool bidir = false;
+  TRY(opt_bool(&bidir, c, r, "use_bidirectional_attention", NULL, false));
+  if (bidir)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'use_bidirectional_attention': true is not supported (a "
+                        "bidirectional encoder, not a causal language model)", c->what);
+  int pattern = 6;
+  TRY(opt_int(&pattern, c, r, "sliding_window_pattern", NULL, 6));
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(r, "sliding_window");
+  if (sw && cJSON_IsNull(sw))
+    return bad(c, "sliding_window", "a positive integer (the sliding layers are those with rope_local_base_freq)",
+               sw);
+  TRY(window_key(&cfg->sliding_window, c, 4096));
+  TRY(sliding_layers(cfg, c, 0, 1));
+  if (!field(r, "layer_types"))
+    for (int i = pattern - 1; i < cfg->n_layers; i += pattern) cfg->layer_sliding[i] = false;
+  cfg->qk_norm = true;
+  return 0;
+}
+
 /* Gemma and Gemma 2 (GemmaConfig, Gemma2Config; modeling_gemma.py, modeling_gemma2.py): the Llama
  * body with head_dim 256 unless given, tied embeddings unless untied, and the activation of
  * hidden_activation (GemmaMLP: gelu_pytorch_tanh when it is null or absent, whatever hidden_act
@@ -954,14 +1002,20 @@ static int gemma2_layers(cp_hf_config *cfg, const ctx_t *c) {
  * layers. */
 static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
-  const bool g2 = strcmp(cfg->model_type, "gemma2") == 0;
+  const bool g3 = strcmp(cfg->model_type, "gemma3_text") == 0, g2 = g3 || strcmp(cfg->model_type, "gemma2") == 0;
   cfg->pos = CP_POS_ROPE;
   TRY(parse_llama_body(cfg, c, true));
   if (!field(r, "head_dim")) cfg->d_head = 256;
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
   TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_activation", NULL, "gelu_pytorch_tanh"));
-  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
+  if (g3) TRY(parse_gemma3(cfg, c));
+  else TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
   TRY(rope_scaling(cfg, c));
+  /* Gemma 3's sliding layers keep their own unscaled table (model_load.c); a table per call length
+   * on the full layers beside it is not built. */
+  if (g3 && (!strcmp(cfg->rope_scaling_type, "dynamic") || !strcmp(cfg->rope_scaling_type, "longrope")))
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'rope_scaling': type '%s' is not supported on gemma3_text "
+                        "(two RoPE bases with a table per call length)", c->what, cfg->rope_scaling_type);
   bool attention_bias = false;
   TRY(opt_bool(&attention_bias, c, r, "attention_bias", NULL, false));
   cfg->qkv_bias = attention_bias;
@@ -970,9 +1024,10 @@ static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
     cfg->sandwich_norms = true;
     TRY(opt_num(&cfg->query_pre_attn_scalar, c, r, "query_pre_attn_scalar", NULL, "", 256, 0, 1e12,
                 "a positive number"));
-    TRY(softcap(&cfg->attn_softcap, c, "attn_logit_softcapping", 50.0));
-    TRY(softcap(&cfg->final_softcap, c, "final_logit_softcapping", 30.0));
-    TRY(gemma2_layers(cfg, c));
+    /* Gemma3TextConfig's caps default to null (its attention cap refused above). */
+    TRY(softcap(&cfg->attn_softcap, c, "attn_logit_softcapping", g3 ? 0 : 50.0));
+    TRY(softcap(&cfg->final_softcap, c, "final_logit_softcapping", g3 ? 0 : 30.0));
+    if (!g3) TRY(gemma2_layers(cfg, c));
   }
   TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 2));
   TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 1));

@@ -100,7 +100,7 @@ int cp_rope_table_at(cp_rope_table *t, const cp_hf_config *cfg, double theta, in
   t->n = rot_dims / 2;
   t->mscale = 1.0;
   for (int a = 0; a < t->n; a++) t->inv[a] = 1.0 / pow(theta, (double)(2 * a) / (double)rot_dims);
-  const char *type = cfg->rope_scaling_type;
+  const char *type = cfg ? cfg->rope_scaling_type : "";
   if (!type[0]) return 0;
   if (!strcmp(type, "linear")) return 0; /* a position divisor: cp_model.rope_scale */
   if (!strcmp(type, "llama3")) {

@@ -114,6 +114,7 @@ int cp_patch_check(const cp_model *m, const cp_patch *patch) { return patch_chec
 
 typedef enum {
   XF_SCALE_ALL,   /* every element times mult */
+  XF_SCALE_ONE_PLUS, /* every element w of a Gemma norm, which multiplies by 1 + w: 1 + w times mult */
   XF_SCALE_ROWS,  /* rows given by q_rows() times their mult (fused or plain q projections) */
   XF_SET,         /* a scalar set to value */
 } xf_kind;
@@ -169,7 +170,10 @@ static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer
   char w[CP_TENSOR_NAME_MAX], b[CP_TENSOR_NAME_MAX];
   if (nm->qk_norm && kind != CP_ATTN_CROSS) {
     cp_names_get(w, nm, CP_ROLE_Q_NORM, CP_STACK_DECODER, layer, ".weight");
-    return xf_add(l, nm->ck, w, scale_all(mult), true);
+    /* Gemma 3's q_norm multiplies by 1 + w (a GGUF stores the 1 + w itself) */
+    const bool one_plus = nm->fl->family == CP_FAMILY_GEMMA && !nm->gguf;
+    return xf_add(l, nm->ck, w, one_plus ? (xform){NULL, XF_SCALE_ONE_PLUS, mult, 0, QL_PLAIN} : scale_all(mult),
+                  true);
   }
   cp_qkv_layout fused = kind == CP_ATTN_CROSS ? CP_QKV_SEPARATE : nm->fl->qkv;
   cp_tensor_role role = kind == CP_ATTN_CROSS ? CP_ROLE_CQ : fused == CP_QKV_SEPARATE ? CP_ROLE_Q : CP_ROLE_QKV;
@@ -439,6 +443,10 @@ static int apply_xform(float *v, const cp_tensor *t, const xform *x, const cp_mo
   }
   if (x->kind == XF_SCALE_ALL) {
     for (uint64_t i = 0; i < numel; i++) v[i] = (float)(v[i] * x->mult);
+    return 0;
+  }
+  if (x->kind == XF_SCALE_ONE_PLUS) {
+    for (uint64_t i = 0; i < numel; i++) v[i] = (float)((1.0 + v[i]) * x->mult - 1.0);
     return 0;
   }
   uint64_t rows = t->ndim > 0 ? (uint64_t)t->shape[0] : 1, width = rows ? numel / rows : 0;

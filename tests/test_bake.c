@@ -215,6 +215,10 @@ int main(void) {
   bake_case("qwen3", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6]}", 0, EXACT);
   bake_case("qwen3", CP_PATCH_LM_INFINITE, "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 4}}", 0, META);
   bake_case("qwen3", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
+  /* Gemma 3: tau scales q_norm's 1 + w (the stored w becomes (1 + w) / tau - 1); rope-pi multiplies
+   * the full layers' linear factor 8. */
+  bake_case("gemma3_41", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.8, 0.6]}", 0, EXACT);
+  bake_case("gemma3_41", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
   stored_slopes_cases();
 
   /* Refusals. */

@@ -34,9 +34,11 @@ static void one(const char *src, const char *name) {
   uint64_t w = 0, r1 = 0, r2 = 0;
   CHECK_RC(0, cp_cuda_engine_bytes(&w, &r1, m, 100, 10, 0));
   printf("%-12s weights %llu bytes (file: %llu floats)\n", name, (unsigned long long)w, (unsigned long long)floats);
-  /* + the engine's 8-byte non-finite flag (float32 files: no widening scratch) */
-  CHECK_MSG(w == 4 * floats + 8, "%s: weights %llu bytes, the file holds %llu floats", name, (unsigned long long)w,
-            (unsigned long long)floats);
+  /* + the engine's 8-byte non-finite flag (float32 files: no widening scratch) and the RoPE table
+   * (a double per rotated pair) */
+  const uint64_t rope = m->pos == CP_POS_ROPE ? (uint64_t)(m->rope_dims / 2) * 8 : 0;
+  CHECK_MSG(w == 4 * floats + 8 + rope, "%s: weights %llu bytes, the file holds %llu floats", name,
+            (unsigned long long)w, (unsigned long long)floats);
   /* One more generated token adds one position to every decoder layer's cache (keys, values and,
    * for RoPE, unrotated keys) and 12 bytes to the attention call's per-key tables, counted twice
    * since the engine's table buffer grows by doubling (cp_cuda_attn_bufs; T5: the 100-key

@@ -876,6 +876,58 @@ static void gemma_configs(void) {
   CHECK(strstr(cp_error_message(), "key 'sliding_window'") != NULL);
 }
 
+/* Gemma 3 text (Gemma3TextConfig): its defaults (rope_theta 1e6, rope_local_base_freq 1e4, window
+ * 4096 on five layers of six, no soft-caps, q/k norms), sliding_window_pattern and layer_types,
+ * rope_scaling on the full layers, and the refusals: a multimodal gemma3 (by model_type or by
+ * architecture), an attention soft-cap, a null window, bidirectional attention, rope_parameters per
+ * layer type. */
+#define GEMMA3_HEAD                                                                                                 \
+  "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"hidden_size\":64,"                   \
+  "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_hidden_layers\":7,\"intermediate_size\":128,"         \
+  "\"vocab_size\":100,"
+static void gemma3_configs(void) {
+  cp_hf_config *c = parse_mem(0, GEMMA3_HEAD "\"max_position_embeddings\":32768}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_GEMMA && !strcmp(c->model_type, "gemma3_text") && c->sandwich_norms && c->qk_norm);
+    CHECK(near(c->rope_theta, 1e6) && near(c->rope_local_theta, 1e4) && !c->rope_scaling_type[0]);
+    CHECK(c->attn_softcap == 0 && c->final_softcap == 0 && near(c->query_pre_attn_scalar, 256) && c->d_head == 256);
+    CHECK(c->sliding_window == 4096 && c->tie_word_embeddings);
+    for (int l = 0; l < 7; l++) CHECK_MSG(c->layer_sliding[l] == (l != 5), "layer %d", l); /* (l + 1) % 6 */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, GEMMA3_HEAD "\"sliding_window\":512,\"sliding_window_pattern\":2,\"rope_theta\":5e5,"
+                               "\"rope_local_base_freq\":2e4,\"final_logit_softcapping\":30,"
+                               "\"rope_scaling\":{\"factor\":8.0,\"rope_type\":\"linear\"}}");
+  if (c) {
+    CHECK(c->sliding_window == 512 && c->layer_sliding[0] && !c->layer_sliding[1] && c->layer_sliding[6]);
+    CHECK(near(c->rope_theta, 5e5) && near(c->rope_local_theta, 2e4) && near(c->final_softcap, 30));
+    CHECK(!strcmp(c->rope_scaling_type, "linear") && near(c->rope_scaling_factor, 8));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, GEMMA3_HEAD "\"sliding_window_pattern\":2,\"layer_types\":[\"full_attention\","
+                               "\"sliding_attention\",\"full_attention\",\"full_attention\",\"full_attention\","
+                               "\"full_attention\",\"sliding_attention\"]}");
+  if (c) { /* layer_types wins over the pattern, as Gemma3TextConfig computes it only when absent */
+    CHECK(!c->layer_sliding[0] && c->layer_sliding[1] && !c->layer_sliding[2] && c->layer_sliding[6]);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\","
+                                "\"text_config\":{\"model_type\":\"gemma3_text\"},\"vision_config\":{}}");
+  CHECK(strstr(cp_error_message(), "'gemma3' is not supported") && strstr(cp_error_message(), "vision tower"));
+  c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"text_config\":{}}");
+  CHECK(strstr(cp_error_message(), "vision tower") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA3_HEAD "\"attn_logit_softcapping\":50}");
+  CHECK(strstr(cp_error_message(), "key 'attn_logit_softcapping'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA3_HEAD "\"sliding_window\":null}");
+  CHECK(strstr(cp_error_message(), "key 'sliding_window'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA3_HEAD "\"use_bidirectional_attention\":true}");
+  CHECK(strstr(cp_error_message(), "key 'use_bidirectional_attention'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA3_HEAD "\"sliding_window_pattern\":0}");
+  CHECK(strstr(cp_error_message(), "key 'sliding_window_pattern'") != NULL);
+  c = parse_mem(CP_ECFG_FIELD, GEMMA3_HEAD "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"}}}");
+  CHECK(strstr(cp_error_message(), "key 'rope_parameters'") != NULL);
+}
+
 int main(void) {
   const char *src = test_env("CTXPATCH_SOURCE_DIR");
   static char dir[4096];
@@ -894,6 +946,7 @@ int main(void) {
   phi3_configs();
   granite_configs();
   gemma_configs();
+  gemma3_configs();
   mistral_7b();
   pythia_70m();
   gpt2_small();

@@ -103,6 +103,7 @@ typedef struct {
    * sequence length differs from the last one's (the layers of a pass share it); 0: m->rope. */
   cp_rope_table rope_now;
   int64_t rope_len;
+  double *rope_local_inv; /* [rope_dims / 2]: Gemma 3's sliding layers' m->rope_local.inv, or NULL */
   dnorm embed_norm;
   dstack enc, dec;
   cp_arena work;          /* the attention call's host tables, reset per call */
@@ -412,18 +413,22 @@ static int ffn(cuda_engine *d, const dlayer *ly, const float *h, float *dst, int
  * pageable source is staged before cudaMemcpyAsync returns, so rope_now may change after). */
 static int rope_table(cuda_engine *d, int64_t seq_len) {
   if (!d->m->rope_by_length || seq_len == d->rope_len) return 0;
-  cp_model_rope_at(d->m, seq_len, &d->rope_now);
+  double div;
+  cp_model_rope_at(d->m, -1, seq_len, &d->rope_now, &div);
   d->rope_len = seq_len;
   return upload(d, d->rope_inv, d->rope_now.inv, (size_t)(d->m->rope_dims / 2) * sizeof(double));
 }
 
-static int rope_rows(cuda_engine *d, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
+/* As cp_ops_rope_rows at layer `layer`'s table (cp_model_rope_at): Gemma 3's sliding layers rotate
+ * with rope_local_inv, every other layer with rope_inv (the call's, rope_table). */
+static int rope_rows(cuda_engine *d, int layer, float *x, int ld, int n_heads, int64_t n, int64_t pos0, bool fixed) {
   const cp_model *m = d->m;
   char why[256] = "";
-  const double ms0 = m->rope_by_length ? d->rope_now.mscale : m->rope.mscale;
-  const double ms = fixed ? ms0 * ms0 : ms0; /* as cp_ops_rope_rows */
-  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims, d->rope_inv, m->rope_scale, ms, n, pos0, fixed,
-                  why, sizeof why))
+  double div;
+  const cp_rope_table *tab = cp_model_rope_at(m, layer, d->rope_len, &d->rope_now, &div);
+  const double ms = fixed ? tab->mscale * tab->mscale : tab->mscale; /* as cp_ops_rope_rows */
+  if (cpcu_k_rope(d->stream, x, ld, n_heads, m->d_head, m->rope_dims,
+                  tab == &m->rope_local ? d->rope_local_inv : d->rope_inv, div, ms, n, pos0, fixed, why, sizeof why))
     return kern_fail(why);
   return 0;
 }
@@ -498,18 +503,20 @@ static int rope_call(cuda_engine *d, cp_attn_call *c, cp_kv *kv, cp_pass *b) {
       return rc;
     c->k_raw = kv->k_raw;
   }
-  if ((rc = rope_rows(d, b->q, qd, H, n, q_off, false)) || (rc = rope_rows(d, kc, kvd, m->n_kv_heads, n, q_off, false)))
+  if ((rc = rope_rows(d, c->plan->layer, b->q, qd, H, n, q_off, false)) ||
+      (rc = rope_rows(d, c->plan->layer, kc, kvd, m->n_kv_heads, n, q_off, false)))
     return rc;
   if (c->tab.rope_far >= 0) {
     assert(raw);
-    if ((rc = dcopy(d, b->qfar, b->qraw, qbytes)) || (rc = rope_rows(d, b->qfar, qd, H, n, c->tab.rope_far, true)))
+    if ((rc = dcopy(d, b->qfar, b->qraw, qbytes)) ||
+        (rc = rope_rows(d, c->plan->layer, b->qfar, qd, H, n, c->tab.rope_far, true)))
       return rc;
     c->q_far = b->qfar;
   }
   if (c->plan->top_k) {
     assert(raw);
     if ((rc = dcopy(d, b->qtopk, b->qraw, qbytes)) ||
-        (rc = rope_rows(d, b->qtopk, qd, H, n, c->plan->top_k_distance, true)))
+        (rc = rope_rows(d, c->plan->layer, b->qtopk, qd, H, n, c->plan->top_k_distance, true)))
       return rc;
     c->q_topk = b->qtopk;
   }
@@ -696,6 +703,7 @@ static void cuda_destroy(void *be) {
   if (d->stream) cudaStreamSynchronize(d->stream);
   for (size_t i = 0; i < d->n_w; i++) dfree(d->w[i].dev);
   dfree(d->rope_inv);
+  dfree(d->rope_local_inv);
   dfree(d->wide);
   dfree(d->first_bad);
   cp_cuda_attn_bufs_free(d->be, &d->attn);
@@ -763,6 +771,12 @@ static int cuda_create(void **out, cp_engine *owner, const cp_model *m, const cp
   if (m->pos == CP_POS_ROPE && m->rope_dims >= 2 &&
       (!(d->rope_inv = dalloc(m->rope_dims / 2, 1, sizeof(double))) ||
        (rc = upload(d, d->rope_inv, m->rope.inv, (size_t)(m->rope_dims / 2) * sizeof(double))))) {
+    if (!rc) rc = cp_error_code();
+    goto done;
+  }
+  if (m->rope_local.n > 0 &&
+      (!(d->rope_local_inv = dalloc(m->rope_dims / 2, 1, sizeof(double))) ||
+       (rc = upload(d, d->rope_local_inv, m->rope_local.inv, (size_t)(m->rope_dims / 2) * sizeof(double))))) {
     if (!rc) rc = cp_error_code();
     goto done;
   }

@@ -118,6 +118,13 @@ def build_models():
         M.Granite("granite", 413, n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32, tied=True, mix=3.0),
         M.Granite("granite_300", 414, n_layers=2, D=64, n_heads=4, n_kv=4, train_len=64, emb_mult=3.0,
                   resid_mult=0.25, attn_mult=0.2, logits_scaling=0.5),
+        # Gemma 3 text: per-head q/k norms, rope_theta 1e6 with a linear factor 8 on the full layers,
+        # rope_local_base_freq 1e4 unscaled on the sliding ones; gemma3: sliding_window_pattern 3
+        # (layers 0, 1 slide, 2 is full), window 16, 300 tokens; gemma3_41: layer_types, window 12,
+        # a final soft-cap, 41 tokens; both past the training length 32 (appended likewise)
+        M.Gemma3("gemma3", 413, n_layers=3, window=16, pattern=3),
+        M.Gemma3("gemma3_41", 414, n_layers=2, window=12, layer_types=["sliding_attention", "full_attention"],
+                 final_cap=3.0),
     ]
 
 
@@ -137,7 +144,7 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41,
            "llama_dynamic": 41, "llama_dynamic_300": 300, "phi3_longrope": 41, "phi3_longrope_300": 300,
            "mistral_swa": 300, "qwen2_swa": 300, "phi3_swa": 300,
-           "granite": 41, "granite_300": 300}
+           "granite": 41, "granite_300": 300, "gemma3": 300, "gemma3_41": 41}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -227,7 +234,7 @@ def cases_for(m):
     out += SCHEDULE_CASES.get(m.name, [])
     if m.name in BY_LENGTH:
         out = [c for c in out if c[1] != "generate"]
-    if m.name == "gemma2":
+    if m.name in ("gemma2", "gemma3"):
         # 300 tokens: top-k on every row is a choice in each of hundreds of rows, which no draw
         # keeps TOPK_MIN_GAP clear of a tie (gemma2_types covers it at 41)
         out = [c for c in out if c[2].get("top_k", {}).get("rows", "decode") != "all"]
@@ -623,6 +630,17 @@ def check_model_identities(ck, m):
         ck.close(full[:cut], pre, 1e-12, "%s: dynamic prompt rows = prefill" % m.name)
         whole, _ = m.forward(ids, rule)
         ck.ok(rel_diff(full[cut:], whole[cut:]) > MIN_EFFECT, "%s: dynamic decode rows differ" % m.name)
+    # Gemma 3: the goldens tell the sliding layers' base and the full layers' factor apart (an engine
+    # that rotated every layer alike, or scaled the local base, would miss them by more than 1e-4)
+    if isinstance(m, M.Gemma3):
+        saved = (m.theta_local, m.rope_factor)
+        m.theta_local = m.theta
+        one_base, _ = run_forward(m, od(), ids, dec)
+        m.theta_local, m.rope_factor = saved[0], 1.0
+        unscaled, _ = run_forward(m, od(), ids, dec)
+        m.theta_local, m.rope_factor = saved
+        ck.ok(rel_diff(one_base, base) > MIN_EFFECT, "%s: rope_local_base_freq moves the logits" % m.name)
+        ck.ok(rel_diff(unscaled, base) > MIN_EFFECT, "%s: the full layers' linear factor moves the logits" % m.name)
     # fused QKV layouts
     if isinstance(m, M.GPT2):
         p, wq, wk, wv = m.check_split

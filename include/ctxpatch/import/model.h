@@ -143,6 +143,8 @@ typedef struct cp_model {
   cp_rope_table rope;           /* the rotary frequencies and yarn's cos/sin scale (model/rope.h); under
                                    dynamic / longrope the init-time table: callers take cp_model_rope_at */
   bool rope_by_length;          /* dynamic / longrope: the table depends on the call's sequence length */
+  cp_rope_table rope_local;     /* Gemma 3: the sliding layers' table (rope_local_base_freq, no scaling,
+                                   positions undivided); n 0 elsewhere. Read through cp_model_rope_at */
   int t5_num_buckets, t5_max_distance;
   cp_fire_mlp *fire;            /* [n_fire] */
   int n_fire;
@@ -235,9 +237,14 @@ float cp_model_attn_scale(const cp_model *m, int layer);
 /* CP_EMODEL_INPUT when positions [0, n) need a row that m's learned position table lacks (only
  * models with pos_embed have such a limit); `what` names the input in the message. */
 int cp_model_check_positions(const cp_model *m, int64_t n, const char *what);
-/* The RoPE table of a call whose sequence length (largest position + 1, model/rope.h
- * cp_rope_table_at) is seq_len: &m->rope unless m->rope_by_length, else computed into *scratch
- * (which the result then points to). The engines and the exporters rotate with this. */
-const cp_rope_table *cp_model_rope_at(const cp_model *m, int64_t seq_len, cp_rope_table *scratch);
+/* The RoPE table decoder layer `layer` rotates with in a call whose sequence length (largest
+ * position + 1, model/rope.h cp_rope_table_at) is seq_len, and in *pos_div the divisor of its
+ * positions. Gemma 3's sliding layers: &m->rope_local, undivided (Gemma3DecoderLayer.forward's
+ * position_embeddings_local). Every other layer: &m->rope unless m->rope_by_length, else the
+ * call's table computed into *scratch (which the result then points to), divided by rope_scale.
+ * The load refuses a model with both (Gemma 3 under dynamic / longrope). The engines and the
+ * exporters rotate with this. */
+const cp_rope_table *cp_model_rope_at(const cp_model *m, int layer, int64_t seq_len, cp_rope_table *scratch,
+                                      double *pos_div);
 
 #endif

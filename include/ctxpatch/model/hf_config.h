@@ -22,7 +22,8 @@ typedef enum {
   CP_FAMILY_FIRE,     /* model_type ctxpatch_fire (layout in docs/fire-layout.md) */
   CP_FAMILY_GPT2,     /* model_type gpt2 (GPT2LMHeadModel: Conv1D weights, learned wpe positions) */
   CP_FAMILY_PHI3,     /* model_type phi3 (Phi3ForCausalLM: the Llama body with fused qkv_proj, gate_up_proj) */
-  CP_FAMILY_GEMMA,    /* model_type gemma or gemma2 (modeling_gemma.py, modeling_gemma2.py) */
+  CP_FAMILY_GEMMA,    /* model_type gemma, gemma2 or gemma3_text (modeling_gemma.py, modeling_gemma2.py,
+                         modeling_gemma3.py's Gemma3ForCausalLM) */
   CP_FAMILY_COUNT
 } cp_family;
 
@@ -134,6 +135,10 @@ typedef struct {
   double query_pre_attn_scalar;
   double attn_softcap, final_softcap;
   bool sandwich_norms;
+  /* Gemma 3 (Gemma3TextConfig): the sliding layers rotate with this base (rope_local_base_freq) and
+   * no rope_scaling, the full layers with rope_theta and rope_scaling; 0 for every other model.
+   * qk_norm is set too (Gemma3Attention's q_norm / k_norm, (1 + w) as every Gemma norm). */
+  double rope_local_theta;
   bool layer_sliding[CP_RULE_MAX_LAYERS]; /* [n_layers]: sliding layers need n_layers <= CP_RULE_MAX_LAYERS */
 
   /* Granite (GraniteConfig; 1.0 and false for every other family): embeddings times

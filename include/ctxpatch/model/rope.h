@@ -27,14 +27,15 @@ bool cp_rope_by_length(const cp_hf_config *cfg);
 
 /* Fills `t` for `rot_dims` rotated dims (even, 2..CP_ROPE_MAX_DIMS) of a config with RoPE
  * theta `theta` and rope_scaling fields of `cfg` (type "" / "linear" / "llama3" / "yarn" /
- * "dynamic" / "longrope"), for a call whose sequence length is `seq_len`: transformers'
- * dynamic_rope_update takes max(position_ids) + 1, so a forward over T tokens is T and a decode
- * step at position p is p + 1 (0: the table transformers builds at init: dynamic's default
- * frequencies, longrope's short factors). Only dynamic and longrope read seq_len: dynamic
- * rescales theta once seq_len passes max_position_embeddings, longrope takes its long factors
- * once it passes original_max_position_embeddings. Pair a's default inverse frequency is
- * 1 / theta^(2a / rot_dims), computed as the CPU engine always has (so unscaled and linear models
- * rotate bit for bit as before). The linear factor is not in the table: it divides positions
+ * "dynamic" / "longrope"; a NULL `cfg` is no scaling, as Gemma 3's sliding layers), for a call
+ * whose sequence length is `seq_len`: transformers' dynamic_rope_update takes max(position_ids)
+ * + 1, so a forward over T tokens is T and a decode step at position p is p + 1 (0: the table
+ * transformers builds at init: dynamic's default frequencies, longrope's short factors). Only
+ * dynamic and longrope read seq_len: dynamic rescales theta once seq_len passes
+ * max_position_embeddings, longrope takes its long factors once it passes
+ * original_max_position_embeddings. Pair a's default inverse frequency is 1 / theta^(2a /
+ * rot_dims), computed as the CPU engine always has (so unscaled and linear models rotate bit for
+ * bit as before). The linear factor is not in the table: it divides positions
  * (cp_model.rope_scale), as it always has. 0, or CP_ECFG_FIELD naming `what` for a type or size it
  * cannot compute. */
 int cp_rope_table_at(cp_rope_table *t, const cp_hf_config *cfg, double theta, int rot_dims, int64_t seq_len,

@@ -1,7 +1,8 @@
 """Tiny random models in Hugging Face layout (config.json field names, tensor names) and their
 forward passes in plain torch (float64), following HF's modeling code:
 modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
-modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py, modeling_granite.py;
+modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py,
+modeling_granite.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -754,8 +755,14 @@ class Gemma(Model):
         t["model.norm.weight"] = g.normal([D], 0.3)
         self.finish(t)
 
+    qk_norm = False
+
     def norm(self, x, name):
         return rms_norm(x, 1.0 + self.w[name], self.eps)
+
+    def rope_of(self, l):
+        """(theta, linear factor) of layer l's rotation."""
+        return self.theta, 1.0
 
     def forward(self, ids, rule, n_prompt=None, margins=None):
         w, H, T = self.w, self.H, len(ids)
@@ -769,12 +776,17 @@ class Gemma(Model):
             p = "model.layers.%d." % l
             x = self.norm(h, p + "input_layernorm.weight")
             q = heads(linear(x, w[p + "self_attn.q_proj.weight"]), H)
-            k = heads(linear(x, w[p + "self_attn.k_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            k = heads(linear(x, w[p + "self_attn.k_proj.weight"]), self.Hkv)
+            if self.qk_norm:   # Gemma3Attention.forward: q_norm / k_norm per head, before RoPE
+                q = self.norm(q, p + "self_attn.q_norm.weight")
+                k = self.norm(k, p + "self_attn.k_norm.weight")
+            k = k.repeat_interleave(rep, dim=0)
             v = heads(linear(x, w[p + "self_attn.v_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
             plan = R.Plan(rule, self.facts, "dec", l)
             plan.window = self.windows[l]
             plan.softcap = self.attn_cap
-            out, P = R.attention(plan, pinfo, R.rope_scorer(q, k, self.c, self.dh, self.theta, 1.0), v, T, margins)
+            theta, factor = self.rope_of(l)
+            out, P = R.attention(plan, pinfo, R.rope_scorer(q, k, self.c, self.dh, theta, factor), v, T, margins)
             stats.append(R.head_stats(P))
             a = linear(merge(out), w[p + "self_attn.o_proj.weight"])
             if self.gemma2:
@@ -791,6 +803,83 @@ class Gemma(Model):
         if self.final_cap:
             logits = self.final_cap * torch.tanh(logits / self.final_cap)
         return logits, stats
+
+
+class Gemma3(Gemma):
+    """Gemma3ForCausalLM, model_type gemma3_text (transformers src/transformers/models/gemma3/
+    modeling_gemma3.py and configuration_gemma3.py, read with the search tool): Gemma 2's body
+    (Gemma3RMSNorm (1 + weight), Gemma3TextScaledWordEmbedding x hidden_size ** 0.5, Gemma3MLP,
+    the sandwich norms of Gemma3DecoderLayer.forward, scaling = query_pre_attn_scalar ** -0.5) plus:
+      - Gemma3Attention.forward: q_norm / k_norm (Gemma3RMSNorm over head_dim) on each head of
+        q and k after the projections, before apply_rotary_pos_emb;
+      - Gemma3TextModel.__init__: rotary_emb with rope_theta and rope_scaling (a linear factor
+        here) for the full layers, rotary_emb_local with rope_local_base_freq and no scaling for
+        the sliding ones (Gemma3DecoderLayer.forward picks position_embeddings_local when
+        self_attn.is_sliding);
+      - sliding layers: layer_types, else Gemma3TextConfig's (l + 1) % sliding_window_pattern != 0;
+        create_sliding_window_causal_mask hides key j when i - j >= sliding_window, as Gemma 2;
+      - no attention soft-cap (Gemma3Attention.forward passes none to the attention function);
+        Gemma3ForCausalLM.forward's final soft-cap when final_logit_softcapping is set."""
+
+    qk_norm = True
+
+    def __init__(self, name, seed, n_layers=3, n_heads=4, n_kv=2, D=64, head_dim=32, dff=128, V=96,
+                 train_len=32, window=16, qpas=24.0, final_cap=None, pattern=3, layer_types=None,
+                 theta=1e6, theta_local=1e4, rope_factor=8.0):
+        self.name = name
+        self.storage = torch.float32
+        self.V, self.D, self.H, self.Hkv, self.L, self.dh = V, D, n_heads, n_kv, n_layers, head_dim
+        self.eps = 1e-6
+        self.theta, self.theta_local, self.rope_factor = theta, theta_local, rope_factor or 1.0
+        self.gemma2 = True   # the sandwich norms and the window of Gemma 2
+        self.c = qpas ** -0.5
+        self.attn_cap = None
+        self.final_cap = final_cap
+        types = layer_types or ["sliding_attention" if (l + 1) % pattern else "full_attention" for l in range(n_layers)]
+        self.sliding = [t == "sliding_attention" for t in types]
+        self.windows = [window if s else None for s in self.sliding]
+        cfg = [("architectures", ["Gemma3ForCausalLM"]), ("attention_bias", False), ("attn_logit_softcapping", None),
+               ("bos_token_id", 2), ("eos_token_id", 1), ("final_logit_softcapping", final_cap),
+               ("head_dim", head_dim), ("hidden_activation", "gelu_pytorch_tanh"), ("hidden_size", D),
+               ("initializer_range", 0.02), ("intermediate_size", dff)]
+        if layer_types:
+            cfg += [("layer_types", layer_types)]
+        cfg += [("max_position_embeddings", train_len), ("model_type", "gemma3_text"),
+                ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers), ("num_key_value_heads", n_kv),
+                ("pad_token_id", 0), ("query_pre_attn_scalar", qpas), ("rms_norm_eps", self.eps),
+                ("rope_local_base_freq", theta_local),
+                ("rope_scaling", collections.OrderedDict([("factor", float(rope_factor)), ("rope_type", "linear")])
+                 if rope_factor else None),
+                ("rope_theta", theta), ("sliding_window", window)]
+        if not layer_types:
+            cfg += [("sliding_window_pattern", pattern)]
+        cfg += [("tie_word_embeddings", True), ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)]
+        self.config = collections.OrderedDict(cfg)
+        self.facts = R.ModelFacts(False, 0, n_layers, train_len, "rope")
+        g = Init(seed)
+        kvd, qd = n_kv * head_dim, n_heads * head_dim
+        t = {"model.embed_tokens.weight": g.normal([V, D], 0.1)}
+        for l in range(n_layers):
+            p = "model.layers.%d." % l
+            t[p + "input_layernorm.weight"] = g.normal([D], 0.3)
+            t[p + "self_attn.q_proj.weight"] = g.normal([qd, D], 0.2)
+            t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.2)
+            t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, qd], 0.2)
+            # wide gains around 0 of (1 + w): a missing or doubled 1, or a missing norm, shows
+            t[p + "self_attn.q_norm.weight"] = g.normal([head_dim], 0.4)
+            t[p + "self_attn.k_norm.weight"] = g.normal([head_dim], 0.4)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.3)
+            t[p + "pre_feedforward_layernorm.weight"] = g.normal([D], 0.3)
+            t[p + "post_feedforward_layernorm.weight"] = g.normal([D], 0.3)
+            t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.up_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15)
+        t["model.norm.weight"] = g.normal([D], 0.3)
+        self.finish(t)
+
+    def rope_of(self, l):
+        return (self.theta_local, 1.0) if self.sliding[l] else (self.theta, self.rope_factor)
 
 
 # ---------------------------------------------------------------- GPT-NeoX
