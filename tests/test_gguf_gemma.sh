@@ -17,6 +17,19 @@
 #   - refused with one line naming the key, nothing written: what llama.cpp would run otherwise
 #     (another query_pre_attn_scalar, other sliding layers, no attention soft-cap, an untied head),
 #     and reading a gemma2 GGUF with a sliding_window_pattern key.
+# Gemma 3 (gemma3_text as llama.cpp's `gemma3`; make_random_family.py gemma3: 6 layers, 0-4 sliding
+# with window 32 at base 10000, layer 5 full at rope_theta 1e5 with linear scaling 8, q/k norms):
+#   - attn_q_norm / attn_k_norm stored as 1 + w too (Gemma3Model adds 1 to every norm), rope.freq_base_swa,
+#     rope.scaling linear 8, no soft-cap keys; forward on the GGUF == the folder (300 tokens) == GGUF ->
+#     safetensors (41);
+#   - llama.cpp's logits within 1e-3 of the engine's max |logit| at 300 tokens (past the 256 training
+#     length and the window) and 41, and with a temperature baked into q_norm (measured 5.4e-5, 4.9e-5,
+#     4.7e-5: the GELU table as above). Each piece moves the engine's logits by far more than that at
+#     300 tokens (max |logit| 76): the linear scaling of layer 5 by 3.5, the window by 11.9, a local
+#     base of 1e5 in place of 1e4 by 5.7;
+#   - refused naming the key: layer_types llama.cpp's pattern 6 does not give, another
+#     rope_local_base_freq, a final soft-cap, another query_pre_attn_scalar; reading a gemma3 GGUF
+#     with a sliding_window_pattern key.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -108,6 +121,77 @@ check "$bin" patch "$w/g2" "$w/pt.gguf" --method temperature --tau 0.8 --no-veri
 check "$bin" forward "$w/g2" --ids "$short" --rule "$w/t.json" --out "$w/e_rule.bin" --threads 1
 check "$bin" forward "$w/pt.gguf" --ids "$short" --out "$w/e_pt.bin" --threads 1
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --vocab 559 --label "gemma2 baked tau"
+# Gemma 3
+check "$py" "$src/tests/gguf/make_random_family.py" "$w/g3" gemma3
+check "$bin" convert "$w/g3" "$w/g3.gguf" --to gguf
+check "$bin" convert "$w/g3.gguf" "$w/g3_sf" --to safetensors
+"$py" - "$w" <<'PY' && ok || bad "gemma3 GGUF names, keys and norms"
+import sys, json, struct, numpy as np, gguf_py as g
+w = sys.argv[1]
+raw = open(f"{w}/g3/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
+hf = {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
+      for k, e in hdr.items() if k != "__metadata__"}
+_, kv, _, t, _ = g.read(f"{w}/g3.gguf")
+assert kv["general.architecture"] == "gemma3", kv["general.architecture"]
+want = {"block_count": 6, "attention.key_length": 32, "attention.sliding_window": 32, "rope.freq_base": 100000.0,
+        "rope.freq_base_swa": 10000.0, "rope.scaling.type": "linear", "rope.scaling.factor": 8.0}
+for key, v in want.items():
+    assert kv[f"gemma3.{key}"] == v, (key, kv.get(f"gemma3.{key}"))
+assert not any("softcapping" in k or "sliding_window_pattern" in k for k in kv), sorted(kv)
+one = np.float32(1)
+for l in range(6):
+    for gn, hn in (("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"),
+                   ("post_ffw_norm", "post_feedforward_layernorm")):
+        assert np.array_equal(g.f32(t[f"blk.{l}.{gn}.weight"]), hf[f"model.layers.{l}.{hn}.weight"] + one), (l, gn)
+cfg = json.load(open(f"{w}/g3_sf/config.json"))
+assert (cfg["model_type"], cfg["sliding_window"], cfg["sliding_window_pattern"], cfg["rope_local_base_freq"],
+        cfg["rope_scaling"]["factor"]) == ("gemma3_text", 32, 6, 10000, 8), cfg
+print("gemma3 GGUF: arch keys, q/k norms 1 + w, no soft-cap keys; config back")
+PY
+check "$bin" forward "$w/g3" --ids "$prompt" --out "$w/e3_hf.bin" --threads 1
+check "$bin" forward "$w/g3.gguf" --ids "$prompt" --out "$w/e3_gguf.bin" --threads 1
+check cmp "$w/e3_hf.bin" "$w/e3_gguf.bin"
+check "$bin" forward "$w/g3.gguf" --ids "$short" --out "$w/e3_short.bin" --threads 1
+check "$bin" forward "$w/g3_sf" --ids "$short" --out "$w/e3_sf.bin" --threads 1
+check cmp "$w/e3_short.bin" "$w/e3_sf.bin"
+check "$bin" patch "$w/g3" "$w/pt3.gguf" --method temperature --tau 0.8 --no-verify --to gguf
+check "$bin" forward "$w/g3" --ids "$short" --rule "$w/t.json" --out "$w/e3_rule.bin" --threads 1
+check "$bin" forward "$w/pt3.gguf" --ids "$short" --out "$w/e3_pt.bin" --threads 1
+check "$py" "$src/tests/onnx/compare_logits.py" "$w/e3_pt.bin" "$w/e3_rule.bin" --vocab 559 --label "gemma3 baked tau"
+for case in "types|{\"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"full_attention\"]}|key 'layer_types[1]': 'full_attention', but llama.cpp's gemma3 slides layer il when il % 6 < 5 (sliding_window_pattern 6)" \
+            "base|{\"rope_local_base_freq\": 20000.0}|key 'rope_local_base_freq': 20000, but llama.cpp's gemma3 rotates its sliding layers at base 10000" \
+            "cap|{\"final_logit_softcapping\": 30.0}|key 'final_logit_softcapping': 30, but llama.cpp's gemma3 applies it in some versions only (Gemma3TextConfig's default is null)" \
+            "qpas|{\"query_pre_attn_scalar\": 64}|key 'query_pre_attn_scalar': 64, but llama.cpp's gemma3 scales by 1/sqrt(32) (head_dim)"; do
+  IFS='|' read -r name upd msg <<<"$case"
+  cp -r "$w/g3" "$w/r3_$name"
+  "$py" -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c.update(json.loads(sys.argv[2])); json.dump(c, open(p, 'w'))" \
+    "$w/r3_$name/config.json" "$upd"
+  "$bin" convert "$w/r3_$name" "$w/r3_$name.gguf" --to gguf >/dev/null 2>"$w/r3_$name.err"
+  [ $? -ne 0 ] && [ ! -e "$w/r3_$name.gguf" ] && [ "$(cat "$w/r3_$name.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/r3_$name: $msg" ] &&
+    ok || bad "refused gemma3 ($name): $(cat "$w/r3_$name.err")"
+done
+"$py" - "$w" <<'PY' && ok || bad "write the gemma3 pattern GGUF"
+import sys, gguf_py as g, make_gguf_cases as mk
+w = sys.argv[1]
+_, kv, types, t, order = g.read(f"{w}/g3.gguf")
+kvs = [mk.kv(k, types[k], (v[1], v[0]) if types[k] == mk.ARR else v) for k, v in kv.items() if k != "general.alignment"]
+kvs.append(mk.kv("gemma3.attention.sliding_window_pattern", mk.U32, 3))
+ts = [(n, t[n][1], {0: "F32", 1: "F16"}[t[n][0]], t[n][2]) for n in order]
+open(f"{w}/pat3.gguf", "wb").write(mk.gguf(kvs, ts))
+PY
+"$bin" forward "$w/pat3.gguf" --ids "$short" --out "$w/pat3.bin" >/dev/null 2>"$w/pat3.err"
+[ $? -ne 0 ] && [ ! -e "$w/pat3.bin" ] && [ "$(cat "$w/pat3.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/pat3.gguf: key 'gemma3.attention.sliding_window_pattern' is not read (gemma3: every sixth layer full, no soft-cap)" ] &&
+  ok || bad "gemma3 pattern GGUF: $(cat "$w/pat3.err")"
+if [ "$lc" = 1 ]; then
+  node "$w/run.mjs" "$w/g3.gguf" 20 "$prompt" 1 >"$w/lc3.json" && ok || bad "llama.cpp g3.gguf"
+  node "$w/run.mjs" "$w/g3.gguf" 0 "$short" 1 >"$w/lc3s.json" && ok || bad "llama.cpp g3.gguf 41"
+  node "$w/run.mjs" "$w/pt3.gguf" 0 "$short" 1 >"$w/lc3pt.json" && ok || bad "llama.cpp pt3.gguf"
+  "$bin" forward "$w/g3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g3.txt" && ok || bad "generate g3"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma3, 300 tokens" "$w/lc3.json" "$w/e3_gguf.bin" 300 559 "$w/g3.txt"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma3, 41 tokens" "$w/lc3s.json" "$w/e3_short.bin" 41 559
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma3 tau 0.8 in attn_q_norm" "$w/lc3pt.json" "$w/e3_rule.bin" 41 559
+fi
 if [ "$lc" = 1 ]; then
   node "$w/run.mjs" "$w/g2.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp g2.gguf"
   node "$w/run.mjs" "$w/g1.gguf" 0 "$short" 1 >"$w/lc1.json" && ok || bad "llama.cpp g1.gguf"

@@ -243,6 +243,13 @@ static int put_gemma(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arc
       (rc = put_u32(w, arch, "attention.key_length", cfg->d_head)) ||
       (rc = put_u32(w, arch, "attention.value_length", cfg->d_head)) || !cfg->sandwich_norms)
     return rc;
+  /* gemma3 (convert_hf_to_gguf.py Gemma3Model): no soft-cap keys, the sliding layers' base as
+   * rope.freq_base_swa (10000, the only one gemma_check lets through: what llama.cpp's gemma3 runs
+   * whether or not it reads the key) */
+  if (cfg->rope_local_theta > 0)
+    return (rc = put_f32(w, arch, "rope.freq_base_swa", cfg->rope_local_theta))
+               ? rc
+               : put_u32(w, arch, "attention.sliding_window", cfg->sliding_window);
   if ((rc = put_f32(w, arch, "attn_logit_softcapping", cfg->attn_softcap)) ||
       (rc = put_f32(w, arch, "final_logit_softcapping", cfg->final_softcap)))
     return rc;
@@ -535,6 +542,27 @@ static int yarn_check(const cp_hf_config *cfg, const char *in, const char *arch)
   return 0;
 }
 
+/* What llama.cpp's gemma3 runs beyond gemma2's checks (src/models/gemma3.cpp, llama-model.cpp
+ * LLM_ARCH_GEMMA3): set_swa_pattern(6), layer il sliding when il % 6 < 5 (HF's
+ * sliding_window_pattern 6, or layer_types saying the same); the sliding layers at base 10000,
+ * scale 1 (rope_freq_base_train_swa / rope_freq_scale_train_swa: HF's rope_local_base_freq,
+ * unscaled); the linear rope.scaling.* on the full layers only (get_rope_freq_scale per layer), as
+ * transformers; a final soft-cap only in some llama.cpp versions (the iswa graph skipped it). */
+static int gemma3_check(const cp_hf_config *cfg, const char *in) {
+  if (cfg->rope_local_theta != 10000.0)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'rope_local_base_freq': %g, but llama.cpp's gemma3 rotates its "
+                        "sliding layers at base 10000", in, cfg->rope_local_theta);
+  if (cfg->final_softcap > 0)
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'final_logit_softcapping': %g, but llama.cpp's gemma3 applies it "
+                        "in some versions only (Gemma3TextConfig's default is null)", in, cfg->final_softcap);
+  for (int l = 0; l < cfg->n_layers; l++)
+    if (cfg->layer_sliding[l] != (l % 6 < 5))
+      return cp_error_set(CP_EUNSUPPORTED, "%s: key 'layer_types[%d]': '%s', but llama.cpp's gemma3 slides layer il "
+                          "when il %% 6 < 5 (sliding_window_pattern 6)", in, l,
+                          cfg->layer_sliding[l] ? "sliding_attention" : "full_attention");
+  return 0;
+}
+
 /* What llama.cpp's gemma and gemma2 run (src/models/gemma.cpp, gemma2.cpp): the embedding as the
  * head, no biases, ggml_gelu (the tanh form); gemma2 always soft-caps both (50 and 30 without a
  * key), scales q by f_attention_scale, 1/sqrt(head_dim) unless the model has 46 layers (its "27B",
@@ -551,11 +579,14 @@ static int gemma_check(const cp_hf_config *cfg, const char *in) {
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_activation': '%s', but llama.cpp's %s runs GELU in its tanh "
                         "form", in, act, cfg->model_type);
   if (!cfg->sandwich_norms) return 0;
-  double scalar = cfg->n_layers == 46 ? (double)(cfg->d_model / cfg->n_heads) : (double)cfg->d_head;
+  const bool g3 = cfg->rope_local_theta > 0;
+  const int big = g3 ? 62 : 46; /* the layer count llama.cpp takes for its "27B" */
+  double scalar = cfg->n_layers == big ? (double)(cfg->d_model / cfg->n_heads) : (double)cfg->d_head;
   if (fabs(cfg->query_pre_attn_scalar - scalar) > 1e-9 * scalar)
-    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'query_pre_attn_scalar': %g, but llama.cpp's gemma2 scales by "
-                        "1/sqrt(%g) (%s)", in, cfg->query_pre_attn_scalar, scalar,
-                        cfg->n_layers == 46 ? "hidden_size / num_attention_heads at 46 layers" : "head_dim");
+    return cp_error_set(CP_EUNSUPPORTED, "%s: key 'query_pre_attn_scalar': %g, but llama.cpp's %s scales by "
+                        "1/sqrt(%g) (%s)", in, cfg->query_pre_attn_scalar, g3 ? "gemma3" : "gemma2", scalar,
+                        cfg->n_layers == big ? "hidden_size / num_attention_heads at its 27B layer count" : "head_dim");
+  if (g3) return gemma3_check(cfg, in);
   if (cfg->attn_softcap <= 0 || cfg->final_softcap <= 0)
     return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s': null, but llama.cpp's gemma2 always soft-caps (50 and 30 "
                         "without a key)", in, cfg->attn_softcap <= 0 ? "attn_logit_softcapping"
@@ -572,11 +603,6 @@ static int gemma_check(const cp_hf_config *cfg, const char *in) {
 
 int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
   const char *act = cfg->activation, *type = cfg->rope_scaling_type, *arch = cp_gguf_arch_of_config(cfg);
-  /* llama.cpp's gemma3 (its local base, window pattern and norms) is not written yet: refused before
-   * the family's own case, whatever that case learns to write for gemma / gemma2. */
-  if (cfg->rope_local_theta > 0)
-    return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf does not write model_type %s (llama.cpp arch gemma3) yet", in,
-                        cfg->model_type);
   /* llama3 scaling is llama.cpp's rope_freqs tensor, which its llama architecture reads (its
    * qwen2 does not); YaRN is its own keys, on the llama body (llama, qwen2, qwen3). */
   bool llama3 = !strcmp(type, "llama3") && arch && !strcmp(arch, "llama");

@@ -253,6 +253,7 @@ static const struct {
                {"phi3", CP_FAMILY_PHI3, "phi3", "Phi3ForCausalLM"},
                {"gemma", CP_FAMILY_GEMMA, "gemma", "GemmaForCausalLM"},
                {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"},
+               {"gemma3", CP_FAMILY_GEMMA, "gemma3_text", "Gemma3ForCausalLM"},
                {"granite", CP_FAMILY_LLAMA, "granite", "GraniteForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
@@ -370,6 +371,47 @@ static int put_num_or(cp_strbuf *js, const cp_gguf_file *g, const char *arch, co
   return 0;
 }
 
+/* Gemma3TextConfig of llama.cpp's gemma3 (src/models/gemma3.cpp; llama-model.cpp LLM_ARCH_GEMMA3):
+ * the window from attention.sliding_window (required, as llama.cpp reads it), layer il sliding when
+ * il % 6 < 5 (set_swa_pattern(6): HF's default sliding_window_pattern 6), the sliding layers at
+ * base 10000 unscaled (rope_freq_base_train_swa, rope_freq_scale_train_swa), the full ones at
+ * rope.freq_base (llama.cpp's default 10000 when absent, not Gemma3TextConfig's 1e6) with the
+ * linear scaling keys; q scaled by 1/sqrt(head_dim), or 1/sqrt(hidden / heads) at 62 layers (its
+ * "27B"). A pattern key, another local base or a final soft-cap (which llama.cpp's gemma3 applies
+ * in some versions only) are refused naming the key. */
+static int gemma3_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, int64_t layers, const arch_dims *a) {
+  char key[128];
+  int64_t window;
+  int rc;
+  static const char *const unread[] = {"attention.sliding_window_pattern", "final_logit_softcapping",
+                                       "attn_logit_softcapping"};
+  for (size_t i = 0; i < sizeof unread / sizeof *unread; i++) {
+    snprintf(key, sizeof key, "%s.%s", arch, unread[i]);
+    if (cp_gguf_find_key(g, key) >= 0)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s' is not read (gemma3: every sixth layer full, no soft-cap)",
+                          cp_gguf_path(g), key);
+  }
+  snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
+  if (cp_gguf_find_key(g, key) >= 0) {
+    double base;
+    if ((rc = cp_gguf_get_f64(&base, g, key))) return rc;
+    if (base != 10000.0)
+      return cp_error_set(CP_EUNSUPPORTED, "%s: key '%s' is %g: llama.cpp's gemma3 rotates its sliding layers at base "
+                          "10000", cp_gguf_path(g), key, base);
+  }
+  snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+  if ((rc = cp_gguf_get_int(&window, g, key))) return rc;
+  if (window <= 0 || window > INT32_MAX)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key '%s' is %lld: want a positive window", cp_gguf_path(g), key,
+                        (long long)window);
+  cp_strbuf_printf(js, ",\"sliding_window\":%lld,\"sliding_window_pattern\":6,\"rope_local_base_freq\":10000,"
+                   "\"query_pre_attn_scalar\":%lld,\"final_logit_softcapping\":null", (long long)window,
+                   (long long)(layers == 62 ? a->d / a->heads : a->d_head));
+  snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+  if (cp_gguf_find_key(g, key) < 0) cp_strbuf_str(js, ",\"rope_theta\":10000");
+  return 0;
+}
+
 /* GemmaConfig / Gemma2Config of llama.cpp's gemma and gemma2 (src/models/gemma.cpp, gemma2.cpp):
  * head size key_length, GELU (tanh form), the embedding as the head (an output.weight would be a
  * tensor llama.cpp does not load: refused); norms stored as 1 + w, which the loader keeps
@@ -418,6 +460,7 @@ static int gemma_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, co
         (rc = put_num_or(js, g, arch, "final_logit_softcapping", "final_logit_softcapping", 30)))
       return rc;
   }
+  if (!strcmp(arch, "gemma3") && (rc = gemma3_json(js, g, arch, layers, a))) return rc;
   return put_rope(js, g, arch, a->d_head, NULL);
 }
 
@@ -631,7 +674,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
     return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, phi3, gemma, gemma2, "
-                        "granite, gptneox, bloom, mpt, gpt2, t5)",
+                        "gemma3, granite, gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};

@@ -3,7 +3,7 @@
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
 usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied|
-                              gemma|gemma2|granite [SEED]
+                              gemma|gemma2|gemma3|granite [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -24,6 +24,10 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
   gemma2        Gemma2ForCausalLM, 3 layers (0 and 2 slide): the same with the post-attention and post-FFN
                 norms, query_pre_attn_scalar = head_dim (llama.cpp's scale), soft-caps 1.5 (attention) and 10
                 (final logits) so both act on these weights, sliding_window 32
+  gemma3        Gemma3ForCausalLM (model_type gemma3_text), 6 layers: gemma2's body without soft-caps, per-head
+                q_norm / k_norm (stored as w of (1 + w)), sliding_window 32 on layers 0-4 (the default
+                sliding_window_pattern 6; layer 5 full), rope_local_base_freq 10000 on them, rope_theta 1e5
+                with rope_scaling linear 8 on layer 5
   granite       GraniteForCausalLM: the Llama body (GQA 4/2, tied head) with embedding_multiplier 6,
                 residual_multiplier 0.25, attention_multiplier 0.375 (not 16^-1/2) and logits_scaling 3
 numpy only (Debian's /usr/bin/python3)."""
@@ -198,9 +202,10 @@ def main():
                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
         if not tied:
             cfg["partial_rotary_factor"] = 0.5
-    elif kind in ("gemma", "gemma2"):  # modeling_gemma.py / modeling_gemma2.py (GemmaRMSNorm: x * (1 + w))
-        g2 = kind == "gemma2"
-        layers, hd = (3 if g2 else L), 32
+    elif kind in ("gemma", "gemma2", "gemma3"):  # modeling_gemma{,2,3}.py (GemmaRMSNorm: x * (1 + w))
+        g3 = kind == "gemma3"
+        g2 = g3 or kind == "gemma2"
+        layers, hd = (6 if g3 else 3 if g2 else L), 32
         t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
         for i in range(layers):
             q = f"model.layers.{i}."
@@ -212,14 +217,22 @@ def main():
             t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(H // 2 * hd, D), w(D, H * hd)
             t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
             t[q + "mlp.down_proj.weight"] = w(D, 4 * D)
+            if g3:
+                t[q + "self_attn.q_norm.weight"] = rng.normal(0, 0.1, hd)
+                t[q + "self_attn.k_norm.weight"] = rng.normal(0, 0.1, hd)
         t["model.norm.weight"] = rng.normal(0, 0.1, D)
-        cfg = {"architectures": ["Gemma2ForCausalLM" if g2 else "GemmaForCausalLM"], "model_type": kind,
+        arch = "Gemma3ForCausalLM" if g3 else "Gemma2ForCausalLM" if g2 else "GemmaForCausalLM"
+        cfg = {"architectures": [arch], "model_type": "gemma3_text" if g3 else kind,
                "vocab_size": V, "hidden_size": D, "num_hidden_layers": layers, "num_attention_heads": H,
                "num_key_value_heads": H // 2, "head_dim": hd, "intermediate_size": 4 * D,
                "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": T, "rms_norm_eps": 1e-6,
                "rope_theta": 10000.0, "attention_bias": False, "tie_word_embeddings": True, "bos_token_id": 2,
                "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
-        if g2:
+        if g3:
+            cfg.update({"query_pre_attn_scalar": hd, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                        "sliding_window": 32, "sliding_window_pattern": 6, "rope_local_base_freq": 10000.0,
+                        "rope_theta": 100000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+        elif g2:
             cfg.update({"query_pre_attn_scalar": hd, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 10.0,
                         "sliding_window": 32})
     elif kind == "granite":  # modeling_granite.py: Llama's names; the multipliers are config keys only

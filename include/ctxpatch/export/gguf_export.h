@@ -27,7 +27,8 @@
  *     decoder_start_token_id (conversion/t5.py's keys);
  *   gemma, gemma2: rope.dimension_count, rope.freq_base, attention.layer_norm_rms_epsilon,
  *     attention.key_length / value_length (head_dim); gemma2 also attn_logit_softcapping,
- *     final_logit_softcapping, attention.sliding_window;
+ *     final_logit_softcapping, attention.sliding_window; gemma3 (model_type gemma3_text)
+ *     attention.sliding_window and rope.freq_base_swa, no soft-cap keys, q/k norms as 1 + w;
  *   with a linear rope_scaling (llama, gptneox): rope.scaling.type "linear", rope.scaling.factor
  *   and rope.scaling.original_context_length (the training length).
  * BLOOM and GPT-NeoX with tied embeddings get output.weight = the embedding (llama.cpp requires

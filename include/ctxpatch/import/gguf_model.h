@@ -1,12 +1,12 @@
 /* Floor: import. A single GGUF file as a model: its `{arch}.*` metadata as the model
  * config (in place of config.json) and its `tokenizer.ggml.*` metadata as the tokenizer.
  *
- * Config: general.architecture "llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gptneox",
- * "bloom", "mpt", "gpt2" or "t5" (llama.cpp's names; families llama (model_type llama, qwen2, qwen3),
- * phi3, gemma (model_type gemma, gemma2), gpt_neox, bloom, mpt, gpt2, t5). The keys become the
- * config.json fields the family's HF config names, and go through the same parser
- * (cp_hf_config_parse), so every range check applies; cfg->text is that synthetic config.json.
- * Every architecture:
+ * Config: general.architecture "llama", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3",
+ * "gptneox", "bloom", "mpt", "gpt2" or "t5" (llama.cpp's names; families llama (model_type llama,
+ * qwen2, qwen3), phi3, gemma (model_type gemma, gemma2, gemma3_text), gpt_neox, bloom, mpt, gpt2,
+ * t5). The keys become the config.json fields the family's HF config names, and go through the
+ * same parser (cp_hf_config_parse), so every range check applies; cfg->text is that synthetic
+ * config.json. Every architecture:
  *   {arch}.embedding_length -> hidden_size (MPT d_model)
  *   {arch}.block_count -> num_hidden_layers (BLOOM n_layer, MPT n_layers)
  *   {arch}.attention.head_count -> num_attention_heads (BLOOM n_head, MPT n_heads)
@@ -30,7 +30,10 @@
  *   runs the embedding as its head). gemma2: attn_logit_softcapping, final_logit_softcapping,
  *   attention.sliding_window (llama.cpp's defaults 50, 30, 4096 when absent), the even layers
  *   sliding, query_pre_attn_scalar = head_dim (hidden / heads at 46 layers: llama.cpp's scale);
- *   sliding_window_pattern and rope.freq_base_swa refused.
+ *   sliding_window_pattern and rope.freq_base_swa refused. gemma3: attention.sliding_window
+ *   (required), layer il sliding when il % 6 < 5, rope_local_base_freq 10000 (rope.freq_base_swa
+ *   must say 10000 if present), query_pre_attn_scalar as gemma2 (hidden / heads at 62 layers), no
+ *   soft-caps; sliding_window_pattern and soft-cap keys refused.
  * gptneox: rope.dimension_count -> rotary_pct (partial NEOX-style rotary, no row permutation),
  *   rope.freq_base, rope.scaling as llama, use_parallel_residual (default true),
  *   attention.layer_norm_epsilon -> layer_norm_eps, attention_bias when blk.0.attn_qkv.bias exists.

@@ -137,11 +137,13 @@ typedef struct {
 const cp_family_layout *cp_family_layout_of(cp_family family);
 
 /* Whether `role`'s weight is the w of Gemma's RMSNorm (1 + w) (GemmaRMSNorm): HF stores w, the
- * engines and llama.cpp's GGUF (convert_hf_to_gguf.py GemmaModel / Gemma2Model) hold 1 + w. */
+ * engines and llama.cpp's GGUF (convert_hf_to_gguf.py GemmaModel / Gemma2Model / Gemma3Model, which
+ * adds 1 to every "norm.weight", Gemma 3's q_norm / k_norm included) hold 1 + w. */
 static inline bool cp_family_norm_plus_one(cp_family family, cp_tensor_role role) {
   return family == CP_FAMILY_GEMMA &&
          (role == CP_ROLE_ATTN_NORM || role == CP_ROLE_FFN_NORM || role == CP_ROLE_POST_ATTN_NORM ||
-          role == CP_ROLE_POST_FFN_NORM || role == CP_ROLE_FINAL_NORM);
+          role == CP_ROLE_POST_FFN_NORM || role == CP_ROLE_FINAL_NORM || role == CP_ROLE_Q_NORM ||
+          role == CP_ROLE_K_NORM);
 }
 
 #endif
