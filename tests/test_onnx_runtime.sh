@@ -198,6 +198,11 @@ for m in "$models"/*/; do
     gemma) mrules=(identity) ;;
     gemma2) mrules=(temperature top_k_all) ;;
     gemma2_types) mrules=(lambda) ;;
+    # Gemma 3: q/k norms (1 + w) and two RoPE tables (the sliding layers' at rope_local_base_freq,
+    # the full layer's at rope_theta with linear 8), under a temperature and Lambda + ceiling
+    # (gemma3: layers 0, 1 slide with window 16); layer_types and the final soft-cap (gemma3_41)
+    gemma3) mrules=(temperature lambda) ;;
+    gemma3_41) mrules=(identity) ;;
     *) mrules=("${rules[@]}") ;;
   esac
   for r in "${mrules[@]}"; do run_case "$m" "$name" "$r"; done

@@ -75,20 +75,22 @@ static const char *distance_f(cp_onnx_attn_ctx *c) {
 
 /* ---------------------------------------------------------------- RoPE */
 
-void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, bool relative, const char **cos,
+void cp_onnx_rope_tables(cp_og *g, const cp_model *m, int layer, const char *pos, bool relative, const char **cos,
                          const char **sin) {
   const int rot = m->rope_dims, half = rot / 2;
-  double inv[1024];
+  double inv[1024], div;
+  cp_rope_table scratch; /* unused: cp_onnx_export_rule refuses tables by call length */
+  const cp_rope_table *tab = cp_model_rope_at(m, layer, 0, &scratch, &div);
   *cos = *sin = NULL;
   if (rot > 1024) {
     cp_og_fail(g, cp_error_set(CP_EONNX_EXPORT, "onnx export: rope_dims %d is over 1024", rot));
     return;
   }
-  for (int a = 0; a < half; a++) inv[a] = inv[a + half] = m->rope.inv[a] / m->rope_scale;
+  for (int a = 0; a < half; a++) inv[a] = inv[a + half] = tab->inv[a] / div;
   const char *ang = cp_og_op2(g, "Mul", cp_og_cast(g, pos, CP_OG_DOUBLE), cp_og_f64s(g, inv, rot)); /* [..., rot] */
   const char *c = cp_og_op1(g, "Cos", ang), *s = cp_og_op1(g, "Sin", ang);
-  if (m->rope.mscale != 1.0) { /* yarn's attention factor, as the engine's rope_rotate (squared: relative) */
-    const double f = relative ? m->rope.mscale * m->rope.mscale : m->rope.mscale;
+  if (tab->mscale != 1.0) { /* yarn's attention factor, as the engine's rope_rotate (squared: relative) */
+    const double f = relative ? tab->mscale * tab->mscale : tab->mscale;
     const char *ms = cp_og_f64s(g, &f, 1);
     c = cp_og_op2(g, "Mul", c, ms);
     s = cp_og_op2(g, "Mul", s, ms);
@@ -118,7 +120,7 @@ const char *cp_onnx_rope(cp_og *g, const cp_model *m, const char *x, const char 
 static const char *rope_fixed_scores(cp_onnx_attn_ctx *c, int64_t pos) {
   cp_og *g = c->g;
   const char *cs, *sn;
-  cp_onnx_rope_tables(g, c->m, cp_og_i64s(g, &pos, 1), true, &cs, &sn);
+  cp_onnx_rope_tables(g, c->m, c->layer, cp_og_i64s(g, &pos, 1), true, &cs, &sn);
   const char *qf = cp_onnx_rope(g, c->m, c->q_raw, cs, sn);
   return cp_og_op2(g, "Mul", cp_og_op2(g, "MatMul", qf, cp_og_transpose(g, c->k_raw, PERM_LAST2, 4)), cp_og_f32(g, cp_model_attn_scale(c->m, c->layer)));
 }

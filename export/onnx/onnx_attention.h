@@ -104,11 +104,12 @@ typedef struct {
  * shape; the result has its shape). The plan must be one of the two modes. */
 const char *cp_onnx_alibi_divisor(const cp_onnx_emit *e, const cp_attn_plan *plan, const char *n_keys, const char *qpos);
 
-/* RoPE tables of int64 positions pos [..., 1]: *cos, *sin [..., rope_dims] float, angles in
- * double as the engine's rope_rotate: pos * rope.inv[a] / rope_scale, cos and sin times
- * rope.mscale (squared when `relative`: a query rotation scored against unrotated keys), the
- * first half repeated for the second (rotate-half layout). A scalar-like pos [1] gives [rope_dims]. */
-void cp_onnx_rope_tables(cp_og *g, const cp_model *m, const char *pos, bool relative, const char **cos,
+/* RoPE tables of decoder layer `layer` at int64 positions pos [..., 1]: *cos, *sin [..., rope_dims]
+ * float, angles in double as the engine's rope_rotate: pos * inv[a] / div of the layer's table
+ * (cp_model_rope_at: Gemma 3's sliding layers have their own), cos and sin times its mscale (squared
+ * when `relative`: a query rotation scored against unrotated keys), the first half repeated for the
+ * second (rotate-half layout). A scalar-like pos [1] gives [rope_dims]. */
+void cp_onnx_rope_tables(cp_og *g, const cp_model *m, int layer, const char *pos, bool relative, const char **cos,
                          const char **sin);
 /* x [B, h, n, dh] with its first rope_dims of each head rotated by the tables (broadcast over
  * [B, h, n, rope_dims]): x1 cos - x2 sin | x2 cos + x1 sin. */

@@ -20,8 +20,9 @@ typedef struct {
   cp_rule_model rm;
   const char *ids, *mask, *pos; /* graph inputs */
   const char *qpos, *kpos, *n_keys, *visible;
-  const char *cos, *sin;        /* RoPE: [B, 1, S, rope_dims] */
-  const char *kcos, *ksin;      /* RoPE with an unrotated cache: [1, 1, T, rope_dims] (key_tables) */
+  /* RoPE tables, [1]: Gemma 3's sliding layers' (rope_local; NULL elsewhere) */
+  const char *cos[2], *sin[2];   /* [B, 1, S, rope_dims] */
+  const char *kcos[2], *ksin[2]; /* with an unrotated cache: [1, 1, T, rope_dims] (key_tables) */
   const char *embed;            /* the embedding initializer [V, D] */
   const char *visible_window;   /* visible and inside the model's sliding window (made once) */
   cp_onnx_attn_memo memo;
@@ -54,16 +55,27 @@ static void positions(dec_t *d) {
   d->visible = cp_og_op2(g, "And", causal, keep);
 }
 
-/* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions. */
-static void rope_tables(dec_t *d) { cp_onnx_rope_tables(d->g, d->m, d->qpos, false, &d->cos, &d->sin); }
+/* Which table layer l rotates with: 1 for Gemma 3's sliding layers (cp_model_rope_at), else 0. */
+static int table_of(const dec_t *d, int l) {
+  double div;
+  cp_rope_table scratch; /* unused: cp_onnx_export_rule refuses tables by call length */
+  return cp_model_rope_at(d->m, l, 0, &scratch, &div) == &d->m->rope_local;
+}
 
-/* The tables of the key positions 0 .. T-1, [1, 1, T, rope_dims], made once: a cache of
+/* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions, made once per table. */
+static void rope_tables(dec_t *d, int l) {
+  const int t = table_of(d, l);
+  if (!d->cos[t]) cp_onnx_rope_tables(d->g, d->m, l, d->qpos, false, &d->cos[t], &d->sin[t]);
+}
+
+/* The tables of the key positions 0 .. T-1, [1, 1, T, rope_dims], made once per table: a cache of
  * unrotated keys is rotated in the graph at every step. */
-static void key_tables(dec_t *d) {
-  if (d->kcos) return;
+static void key_tables(dec_t *d, int l) {
+  const int t = table_of(d, l);
+  if (d->kcos[t]) return;
   static const int64_t ax013[] = {0, 1, 3};
   const char *range = cp_og_op3(d->g, "Range", cp_og_i64(d->g, 0), d->n_keys, cp_og_i64(d->g, 1));
-  cp_onnx_rope_tables(d->g, d->m, cp_og_unsqueeze(d->g, range, ax013, 3), false, &d->kcos, &d->ksin);
+  cp_onnx_rope_tables(d->g, d->m, l, cp_og_unsqueeze(d->g, range, ax013, 3), false, &d->kcos[t], &d->ksin[t]);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -139,7 +151,10 @@ static const char *attention(dec_t *d, int l, const char *h) {
   q = cp_og_split_heads(g, clip(d, q), m->n_heads, m->d_head);
   const char *k = cp_og_linear(g, h, &ly->k, wname(name, d, CP_ROLE_K, l));
   k = cp_og_split_heads(g, clip(d, k), m->n_kv_heads, m->d_head);
-  if (ly->q_norm.w) { /* Qwen3: RMSNorm over each head's dh, before RoPE (the engine's head norm) */
+  if (ly->q_norm.w && cp_family_norm_plus_one(m->family, CP_ROLE_Q_NORM)) { /* Gemma 3: (1 + w) per head */
+    q = cp_og_norm_plus_one(g, q, &ly->q_norm, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_Q_NORM, l));
+    k = cp_og_norm_plus_one(g, k, &ly->k_norm, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_K_NORM, l));
+  } else if (ly->q_norm.w) { /* Qwen3: RMSNorm over each head's dh, before RoPE (the engine's head norm) */
     q = cp_og_norm(g, q, &ly->q_norm, CP_NORM_RMS, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_Q_NORM, l));
     k = cp_og_norm(g, k, &ly->k_norm, CP_NORM_RMS, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_K_NORM, l));
   }
@@ -147,15 +162,17 @@ static const char *attention(dec_t *d, int l, const char *h) {
   v = cp_og_split_heads(g, clip(d, v), m->n_kv_heads, m->d_head);
   const char *q_raw = NULL, *k_raw = NULL, *kall;
   if (m->pos == CP_POS_ROPE) {
-    q_raw = q, q = cp_onnx_rope(g, m, q, d->cos, d->sin);
+    const int t = table_of(d, l);
+    rope_tables(d, l);
+    q_raw = q, q = cp_onnx_rope(g, m, q, d->cos[t], d->sin[t]);
     if (cp_onnx_attn_needs_raw_keys(m, &plan)) {
       /* the cache holds unrotated keys (ctxpatch.kv_cache = "unrotated"), rotated here each step */
       const char *raw_all = cache(d, l, "key", k);
-      key_tables(d);
+      key_tables(d, l);
       k_raw = expand_kv(d, raw_all);
-      kall = expand_kv(d, cp_onnx_rope(g, m, raw_all, d->kcos, d->ksin));
+      kall = expand_kv(d, cp_onnx_rope(g, m, raw_all, d->kcos[t], d->ksin[t]));
     } else {
-      kall = expand_kv(d, cache(d, l, "key", cp_onnx_rope(g, m, k, d->cos, d->sin)));
+      kall = expand_kv(d, cache(d, l, "key", cp_onnx_rope(g, m, k, d->cos[t], d->sin[t])));
     }
   } else {
     kall = expand_kv(d, cache(d, l, "key", k));
@@ -255,7 +272,8 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   cp_model_rule_model(&d.rm, m);
   add_inputs(&d);
   positions(&d);
-  if (m->pos == CP_POS_ROPE) rope_tables(&d);
+  /* the full layers' table first, as before Gemma 3 (layer -1: m->rope), the sliding layers' on first use */
+  if (m->pos == CP_POS_ROPE) cp_onnx_rope_tables(g, m, -1, d.qpos, false, &d.cos[0], &d.sin[0]);
   int64_t dims[2] = {m->vocab, m->d_model};
   char name[CP_TENSOR_NAME_MAX];
   d.embed = cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed,

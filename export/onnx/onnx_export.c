@@ -30,9 +30,6 @@ int cp_onnx_export_rule(cp_rule *out, const cp_model *m, const cp_rule *rule) {
     return cp_error_set(CP_EUNSUPPORTED, "onnx export: key 'rope_scaling.type': '%s' is not written as ONNX (its RoPE "
                         "frequencies change with the sequence length of each call; the graph holds one table)",
                         m->rope_type);
-  if (m->rope_local.n > 0) /* Gemma 3's second RoPE table: the graph builders rotate with one */
-    return cp_error_set(CP_EUNSUPPORTED, "onnx export: model_type %s (two RoPE bases) is not written as ONNX yet",
-                        m->cfg->model_type);
   if (caller && m->has_metadata_rule)
     return cp_error_set(CP_ERULE_MODEL, "rule: the model is a patched artifact whose config.json 'ctxpatch.rule' "
                                         "already applies a rule; refusing to combine it with another one");
