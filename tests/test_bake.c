@@ -215,6 +215,10 @@ int main(void) {
   bake_case("qwen3", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6]}", 0, EXACT);
   bake_case("qwen3", CP_PATCH_LM_INFINITE, "{\"lambda_mask\": {\"n_global\": 2, \"n_local\": 4}}", 0, META);
   bake_case("qwen3", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
+  /* OLMo 2: tau into its whole-row q_norm (docs/attention-decisions.md 16), per layer too. */
+  bake_case("olmo2", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.7}", 0, EXACT);
+  bake_case("olmo2", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6]}", 0, EXACT);
+  bake_case("olmo2", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
   stored_slopes_cases();
 
   /* Refusals. */
