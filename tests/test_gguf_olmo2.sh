@@ -10,6 +10,8 @@
 #     max |diff| <= 1e-4 x max |logit| (SiLU and RMSNorm in f32), greedy tokens equal;
 #   - `patch --method temperature --tau 0.8 --to gguf` (tau baked into the q_norm weights) run by
 #     llama.cpp == `forward --rule {"temperature": 0.8}` on the folder, within the same tolerance;
+#   - rope_scaling linear (factor 2, as Llama's) written as olmo2.rope.scaling.* and run by llama.cpp
+#     at 300 tokens == the engine on the folder, within the same tolerance;
 #   - a head width other than hidden / heads refused for GGUF with one line, nothing written;
 #   - `inspect` says olmo2 and its norms.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
@@ -58,6 +60,14 @@ check "$bin" forward "$w/ol.gguf" --ids "$short" --out "$w/e41.bin" --threads 1
 check "$bin" patch "$w/ol" "$w/olt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
 echo '{"temperature": 0.8}' >"$w/t.json"
 check "$bin" forward "$w/ol" --ids "$short" --rule "$w/t.json" --out "$w/e_t.bin" --threads 1
+# linear rope_scaling (Olmo2RotaryEmbedding through ROPE_INIT_FUNCTIONS, as Llama's)
+mkdir -p "$w/lin" && ln -sf "$w/ol/model.safetensors" "$w/lin/model.safetensors" && cp "$w/ol/tokenizer.json" "$w/lin/"
+"$py" -c "import json,sys; c=json.load(open(sys.argv[1])); c['rope_scaling']={'type':'linear','factor':2.0}; json.dump(c, open(sys.argv[2],'w'))" \
+  "$w/ol/config.json" "$w/lin/config.json"
+check "$bin" convert "$w/lin" "$w/lin.gguf" --to gguf
+check "$bin" forward "$w/lin" --ids "$prompt" --out "$w/e_lin.bin" --threads 1
+"$py" -c "import sys, numpy as np; a, b = (np.fromfile(f, '<f4') for f in sys.argv[1:]); assert np.abs(a - b).max() > 1e-2 * np.abs(b).max()" \
+  "$w/e_lin.bin" "$w/e_hf.bin" && ok || bad "linear rope_scaling does not move the engine's logits"
 if [ "$lc" = 1 ]; then
   node "$w/run.mjs" "$w/ol.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp ol.gguf"
   node "$w/run.mjs" "$w/ol.gguf" 0 "$short" 1 >"$w/lc41.json" && ok || bad "llama.cpp ol.gguf 41"
@@ -66,5 +76,7 @@ if [ "$lc" = 1 ]; then
   check "$py" "$src/tests/gguf/llamacpp_compare.py" "olmo2 41" "$w/lc41.json" "$w/e41.bin" 41 559
   node "$w/run.mjs" "$w/olt.gguf" 0 "$short" 1 >"$w/lct.json" && ok || bad "llama.cpp olt.gguf"
   check "$py" "$src/tests/gguf/llamacpp_compare.py" "olmo2 tau 0.8" "$w/lct.json" "$w/e_t.bin" 41 559
+  node "$w/run.mjs" "$w/lin.gguf" 0 "$prompt" 1 >"$w/lclin.json" && ok || bad "llama.cpp lin.gguf"
+  check "$py" "$src/tests/gguf/llamacpp_compare.py" "olmo2 linear x2" "$w/lclin.json" "$w/e_lin.bin" 300 559
 fi
 finish
