@@ -13,6 +13,7 @@
 #   - rope_scaling linear (factor 2, as Llama's) written as olmo2.rope.scaling.* and run by llama.cpp
 #     at 300 tokens == the engine on the folder, within the same tolerance;
 #   - a head width other than hidden / heads refused for GGUF with one line, nothing written;
+#   - a per-head (Qwen3-shaped) q_norm [dh] refused at load, naming the tensor and both shapes;
 #   - `inspect` says olmo2 and its norms.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
@@ -48,6 +49,22 @@ mkdir -p "$w/hd" && ln -sf "$w/ol/model.safetensors" "$w/hd/model.safetensors"
 out=$("$bin" convert "$w/hd" "$w/hd.gguf" --to gguf 2>&1)
 [ $? != 0 ] && [ ! -e "$w/hd.gguf" ] && [[ $out == *"llama.cpp's olmo2 takes the head width as hidden_size / num_attention_heads"* ]] &&
   ok || bad "head_dim 32 to gguf: $out"
+# a Qwen3-shaped q_norm (one head's width) in an olmo2 folder: refused naming the tensor
+mkdir -p "$w/ph" && cp "$w/ol/config.json" "$w/ph/"
+"$py" - "$w/ol/model.safetensors" "$w/ph/model.safetensors" <<'PY' || bad "per-head q_norm folder"
+import json, struct, sys, numpy as np, make_random_family as M
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), b[8 + n:]
+t = {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], "<f4").reshape(v["shape"])
+     for k, v in h.items() if k != "__metadata__"}
+t["model.layers.1.self_attn.q_norm.weight"] = t["model.layers.1.self_attn.q_norm.weight"][:16]
+M.write_safetensors(sys.argv[2], t)
+PY
+out=$("$bin" forward "$w/ph" --ids 2,3,4 --out "$w/ph.bin" 2>&1)
+[ $? != 0 ] && [ ! -e "$w/ph.bin" ] &&
+  [[ $out == *"tensor 'model.layers.1.self_attn.q_norm.weight' has shape [16], expected [64]" ]] && ok ||
+  bad "per-head q_norm: $out"
 prompt=$("$py" -c "import random; r=random.Random(17); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
 short=$(cut -d, -f1-41 <<<"$prompt")
 check "$bin" forward "$w/ol" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
