@@ -158,7 +158,11 @@ static void print_text(const cJSON *d, const char *path) {
     printf(", heads %.0f (kv %.0f), d_head %.0f, d_ff %.0f, %s, eps %g%s%s\n", num(h, "n_heads"), num(h, "n_kv_heads"),
            num(h, "d_head"), num(h, "d_ff"), str(h, "activation"), num(h, "norm_eps"),
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "tie_word_embeddings")) ? ", tied embeddings" : "",
-           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "qk_norm")) ? ", per-head q/k norm" : "");
+           !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "qk_norm")) ? ""
+           : cJSON_GetObjectItemCaseSensitive(h, "olmo2")               ? ", q/k norm over the whole projection"
+                                                                          : ", per-head q/k norm");
+    if (cJSON_GetObjectItemCaseSensitive(h, "olmo2"))
+      printf("olmo2:         no pre-norms; attention and FFN outputs RMS-normed before their residual sums\n");
     const cJSON *gr = cJSON_GetObjectItemCaseSensitive(h, "granite");
     if (gr)
       printf("granite:       embedding x %g, residual x %g, attention scale %g, logits / %g\n",

@@ -27,7 +27,8 @@ static void norm(const cp_norm_weights *w, size_t D, cp_cuda_weight_fn fn, void 
   if (w->b) fn(ctx, w->b, CP_F32, D);
 }
 
-static void stack(const cp_stack *st, size_t D, size_t dh, cp_cuda_weight_fn fn, void *ctx) {
+/* qn, kn: the widths of q_norm and k_norm (d_head, or OLMo 2's whole H*dh and Hkv*dh). */
+static void stack(const cp_stack *st, size_t D, size_t qn, size_t kn, cp_cuda_weight_fn fn, void *ctx) {
   for (int l = 0; l < st->n_layers; l++) {
     const cp_layer *ly = &st->layers[l];
     norm(&ly->attn_norm, D, fn, ctx);
@@ -35,8 +36,8 @@ static void stack(const cp_stack *st, size_t D, size_t dh, cp_cuda_weight_fn fn,
     norm(&ly->ffn_norm, D, fn, ctx);
     norm(&ly->post_attn_norm, D, fn, ctx);
     norm(&ly->post_ffn_norm, D, fn, ctx);
-    norm(&ly->q_norm, dh, fn, ctx);
-    norm(&ly->k_norm, dh, fn, ctx);
+    norm(&ly->q_norm, qn, fn, ctx);
+    norm(&ly->k_norm, kn, fn, ctx);
     const cp_linear *L[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->cq, &ly->ck, &ly->cv, &ly->co, &ly->gate, &ly->up, &ly->down};
     for (size_t i = 0; i < sizeof L / sizeof *L; i++) lin(L[i], fn, ctx);
   }
@@ -49,8 +50,10 @@ void cp_cuda_for_each_weight(const cp_model *m, cp_cuda_weight_fn fn, void *ctx)
   if (m->pos_embed) fn(ctx, m->pos_embed, CP_F32, (size_t)m->train_len * D);
   norm(&m->embed_norm, D, fn, ctx);
   fn(ctx, m->lm_head, m->lm_head_dtype, V * D);
-  stack(&m->encoder, D, (size_t)m->d_head, fn, ctx);
-  stack(&m->decoder, D, (size_t)m->d_head, fn, ctx);
+  const size_t dh = (size_t)m->d_head, qn = m->qk_norm_whole ? (size_t)m->n_heads * dh : dh,
+               kn = m->qk_norm_whole ? (size_t)m->n_kv_heads * dh : dh;
+  stack(&m->encoder, D, qn, kn, fn, ctx);
+  stack(&m->decoder, D, qn, kn, fn, ctx);
 }
 
 cp_dtype cp_cuda_device_dtype(cp_dtype stored) {

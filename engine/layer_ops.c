@@ -132,8 +132,10 @@ void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w
 
 void cp_ops_head_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w, float *x, int n_heads,
                            int64_t n) {
-  /* Rows of heads are contiguous: n rows of n_heads heads are n * n_heads rows of d_head. */
-  norm_job j = {w, x, x, n * n_heads, m->d_head, false, m->norm_eps};
+  /* Rows of heads are contiguous: n rows of n_heads heads are n * n_heads rows of d_head. OLMo 2
+   * norms the whole row (Olmo2Attention.forward: q_norm(q_proj(x)) before the head split). */
+  norm_job j = m->qk_norm_whole ? (norm_job){w, x, x, n, n_heads * m->d_head, false, m->norm_eps}
+                                : (norm_job){w, x, x, n * n_heads, m->d_head, false, m->norm_eps};
   cp_pool_run(pool, (size_t)((j.n + ROW_CHUNK - 1) / ROW_CHUNK), norm_item, &j);
 }
 

@@ -24,7 +24,8 @@ void cp_ops_linear(cp_pool *pool, float *C /* [M, ldc] */, int ldc, const float 
 void cp_ops_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w, const float *x /* [n, D] */,
                       float *y /* [n, D] */, int64_t n);
 /* x = RMSNorm(x) of each of the n_heads heads of n rows of x (d_head wide, weight w [d_head], eps
- * norm_eps): Qwen3's q_norm / k_norm, rows packed (stride n_heads * d_head). */
+ * norm_eps): Qwen3's q_norm / k_norm, rows packed (stride n_heads * d_head). With m->qk_norm_whole
+ * (OLMo 2) each whole row instead (weight w [n_heads * d_head]). */
 void cp_ops_head_norm_rows(cp_pool *pool, const cp_model *m, const cp_norm_weights *w,
                            float *x /* [n, n_heads * d_head] */, int n_heads, int64_t n);
 /* dst[n, D] += FFN(h[n, D]) (dst = it without `accumulate`), CP_OPS_FFN_CHUNK rows at a time

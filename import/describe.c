@@ -60,6 +60,11 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
   cJSON_AddStringToObject(h, "activation", c->activation);
   cJSON_AddBoolToObject(h, "tie_word_embeddings", c->tie_word_embeddings);
   if (c->qk_norm) cJSON_AddBoolToObject(h, "qk_norm", true); /* Qwen3's per-head q/k RMSNorm */
+  if (c->family == CP_FAMILY_OLMO2) { /* modeling_olmo2.py: whole-row q/k norms, norms after the modules */
+    cJSON *o = cJSON_AddObjectToObject(h, "olmo2");
+    cJSON_AddBoolToObject(o, "qk_norm_whole", c->qk_norm_whole);
+    cJSON_AddBoolToObject(o, "post_norms", c->post_norms);
+  }
   if (c->family == CP_FAMILY_GEMMA) { /* what Gemma's layers do besides Llama's (0: none) */
     cJSON *g = cJSON_AddObjectToObject(h, "gemma");
     cJSON_AddNumberToObject(g, "embedding_scale", sqrt((double)c->d_model));

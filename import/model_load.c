@@ -389,6 +389,11 @@ static int family_settings(cp_model *m, const loader *L) {
       m->final_softcap = (float)c->final_softcap;
       m->sandwich_norms = c->sandwich_norms;
       return parse_act(m, "config.json hidden_activation", c->activation);
+    case CP_FAMILY_OLMO2: /* modeling_olmo2.py: Olmo2RMSNorm, Olmo2DecoderLayer, Olmo2Attention */
+      m->norm = CP_NORM_RMS;
+      m->post_norms = c->post_norms;
+      m->qk_norm_whole = c->qk_norm_whole;
+      return parse_act(m, "config.json hidden_act", c->activation);
     case CP_FAMILY_GPT2:
       m->norm = CP_NORM_LAYER;
       if (!c->scale_attn_weights) m->attn_scale = 1.0f;

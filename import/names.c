@@ -72,7 +72,8 @@ void cp_names_init(cp_names *out, const cp_checkpoint *ck, const cp_hf_config *c
   /* T5's feed_forward_proj is "ACT" or "gated-ACT"; Llama-named FFNs (Phi-3's, Gemma's) always gate. */
   out->gated = cfg->family == CP_FAMILY_T5 ? strncmp(cfg->activation, "gated-", 6) == 0
                                            : cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_FIRE ||
-                                             cfg->family == CP_FAMILY_PHI3 || cfg->family == CP_FAMILY_GEMMA;
+                                             cfg->family == CP_FAMILY_PHI3 || cfg->family == CP_FAMILY_GEMMA ||
+                                             cfg->family == CP_FAMILY_OLMO2;
   out->sandwich = cfg->sandwich_norms;
   out->prefix = out->fl->prefixes[0];
   out->gguf = cp_checkpoint_gguf(ck) != NULL;

@@ -205,6 +205,34 @@ static const cp_family_tensor k_gemma[] = {
     {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
 };
 
+/* OLMo 2 (modeling_olmo2.py Olmo2DecoderLayer, Olmo2Attention): no pre-norms; post_attention_layernorm
+ * and post_feedforward_layernorm norm each module's output; q_norm / k_norm span the whole q and k
+ * projections ([H*dh], [Hkv*dh]). GGUF names: llama.cpp's LLM_ARCH_OLMO2 (src/llama-arch.cpp:
+ * attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm). */
+static const cp_family_tensor k_olmo2[] = {
+    {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},
+    {CP_ROLE_Q, DEC, "layers.%d.self_attn.q_proj", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_q"},
+    {CP_ROLE_K, DEC, "layers.%d.self_attn.k_proj", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_k"},
+    {CP_ROLE_V, DEC, "layers.%d.self_attn.v_proj", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.attn_v"},
+    {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_NONE, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS,
+     "blk.%d.attn_output"},
+    {CP_ROLE_Q_NORM, DEC, "layers.%d.self_attn.q_norm", CP_BIAS_NONE, CP_DIM_Q, CP_DIM_NONE, CP_WHEN_ALWAYS,
+     "blk.%d.attn_q_norm"},
+    {CP_ROLE_K_NORM, DEC, "layers.%d.self_attn.k_norm", CP_BIAS_NONE, CP_DIM_KV, CP_DIM_NONE, CP_WHEN_ALWAYS,
+     "blk.%d.attn_k_norm"},
+    {CP_ROLE_POST_ATTN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_ALWAYS, "blk.%d.post_attention_norm"},
+    {CP_ROLE_GATE, DEC, "layers.%d.mlp.gate_proj", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_gate"},
+    {CP_ROLE_UP, DEC, "layers.%d.mlp.up_proj", CP_BIAS_NONE, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.ffn_up"},
+    {CP_ROLE_DOWN, DEC, "layers.%d.mlp.down_proj", CP_BIAS_NONE, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_down"},
+    {CP_ROLE_POST_FFN_NORM, DEC, "layers.%d.post_feedforward_layernorm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_ALWAYS, "blk.%d.post_ffw_norm"},
+    {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_NONE, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
+};
+
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
 static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5), false},
@@ -222,6 +250,8 @@ static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
                         true},
     [CP_FAMILY_PHI3] = {CP_FAMILY_PHI3, {"model.", NULL}, CP_QKV_CONCAT, CP_TAU_NOWHERE, NULL, ROWS(k_phi3), false},
     [CP_FAMILY_GEMMA] = {CP_FAMILY_GEMMA, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_gemma),
+                         false},
+    [CP_FAMILY_OLMO2] = {CP_FAMILY_OLMO2, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_olmo2),
                          false},
 };
 

@@ -52,6 +52,7 @@ static const struct {
     {"gemma", CP_FAMILY_GEMMA},  {"gemma2", CP_FAMILY_GEMMA},
     {"granite", CP_FAMILY_LLAMA}, /* the Llama body with four multipliers (modeling_granite.py) */
     {"gemma3_text", CP_FAMILY_GEMMA}, /* Gemma3ForCausalLM: Gemma 2's body, q/k norms, two RoPE bases */
+    {"olmo2", CP_FAMILY_OLMO2},
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -79,6 +80,9 @@ static const struct {
     {"GraniteMoeForCausalLM", "granitemoe"}, {"GraniteMoeHybridForCausalLM", "granitemoehybrid"},
     {"Gemma3ForCausalLM", "gemma3_text"}, {"Gemma3TextModel", "gemma3_text"},
     {"Gemma3ForConditionalGeneration", "gemma3"},
+    {"Olmo2ForCausalLM", "olmo2"},        {"Olmo2Model", "olmo2"},
+    {"OlmoForCausalLM", "olmo"},          {"OlmoeForCausalLM", "olmoe"},
+    {"Olmo3ForCausalLM", "olmo3"},
 };
 
 /* Model types refused with their reason rather than as unknown. */
@@ -98,6 +102,10 @@ static const struct {
     {"gemma3", "Gemma3ForConditionalGeneration carries a SigLIP vision tower (vision_config, "
                "vision_tower.* weights) that the engines do not run; a text-only gemma3_text checkpoint "
                "(Gemma3ForCausalLM) is supported"},
+    {"olmo", "OLMo 1's non-parametric LayerNorm before each module (OlmoLayerNorm), which no family table row "
+             "describes; olmo2 is supported"},
+    {"olmoe", "a mixture of experts (OlmoeForCausalLM), which the engines do not run; dense olmo2 is supported"},
+    {"olmo3", "Olmo3Config's sliding-window layers are not read for this family; olmo2 is supported"},
 };
 
 /* Built once from k_model_types, so a family added there is listed (and checked against the
@@ -130,6 +138,7 @@ const char *cp_family_name(cp_family family) {
     case CP_FAMILY_GPT2: return "gpt2";
     case CP_FAMILY_PHI3: return "phi3";
     case CP_FAMILY_GEMMA: return "gemma";
+    case CP_FAMILY_OLMO2: return "olmo2";
     case CP_FAMILY_COUNT: break;
   }
   return "?";
@@ -1036,6 +1045,43 @@ static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* OLMo 2 (transformers' models/olmo2: configuration_olmo2.py Olmo2Config, modeling_olmo2.py): the
+ * Llama names and MLP without the pre-norms. Olmo2DecoderLayer.forward adds
+ * post_attention_layernorm(attn(x)) and then post_feedforward_layernorm(mlp(x)) to the residual;
+ * Olmo2Attention.forward norms the whole q_proj and k_proj outputs (q_norm [H*dh], k_norm
+ * [Hkv*dh], eps rms_norm_eps) before the head split and RoPE. Olmo2Config has no MLP bias, no
+ * window and no partial rotary factor: such keys are refused rather than ignored, and so is
+ * attention_bias true (every runtime ctxpatch exports to loads OLMo 2 without biases). */
+static int parse_olmo2(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  static const char *const foreign[] = {"sliding_window", "use_sliding_window", "layer_types", "mlp_bias",
+                                        "partial_rotary_factor", "num_experts", "clip_qkv"};
+  for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) {
+    const cJSON *v = field(r, foreign[i]);
+    if (v && !cJSON_IsNull(v))
+      return cp_error_set(CP_ECFG_FIELD, "%s: key '%s': not an Olmo2Config key (it changes the architecture, "
+                          "which model_type olmo2 does not describe)", c->what, foreign[i]);
+  }
+  cfg->pos = CP_POS_ROPE;
+  TRY(parse_llama_body(cfg, c, true)); /* Olmo2Attention: getattr(config, "head_dim", hidden / heads) */
+  if (!field(r, "rms_norm_eps")) cfg->norm_eps = 1e-5; /* Olmo2Config's default */
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
+  TRY(rope_scaling(cfg, c));
+  bool attention_bias = false;
+  TRY(opt_bool(&attention_bias, c, r, "attention_bias", NULL, false));
+  if (attention_bias)
+    return cp_error_set(CP_ECFG_FIELD, "%s: key 'attention_bias': true is not supported for olmo2 (q/k/v/o biases "
+                        "beside the whole q/k norms)", c->what);
+  cfg->qkv_bias = false;
+  cfg->no_bias = true;
+  cfg->qk_norm = cfg->qk_norm_whole = cfg->post_norms = true;
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50279));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
 static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
@@ -1287,6 +1333,7 @@ static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
     case CP_FAMILY_GPT2: rc = parse_gpt2(cfg, c); break;
     case CP_FAMILY_PHI3: rc = parse_phi3(cfg, c); break;
     case CP_FAMILY_GEMMA: rc = parse_gemma(cfg, c); break;
+    case CP_FAMILY_OLMO2: rc = parse_olmo2(cfg, c); break;
     case CP_FAMILY_COUNT: assert(0); break;
   }
   if (rc) return rc;

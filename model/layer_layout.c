@@ -6,6 +6,15 @@
 
 int cp_layer_run(const cp_layer_ops *ops, void *ctx, cp_residual layout, bool cross) {
   int rc;
+  if (layout == CP_RESIDUAL_POST_NORM) { /* modeling_olmo2.py Olmo2DecoderLayer.forward: the modules read x */
+    assert(ops->ffn);
+    if ((rc = ops->attn(ctx, false, CP_SLOT_T, CP_SLOT_X)) ||
+        (rc = ops->norm(ctx, CP_LAYER_NORM_POST_ATTN, CP_SLOT_T, CP_SLOT_T)) ||
+        (rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T)) || (rc = ops->ffn(ctx, CP_SLOT_T, CP_SLOT_X)) ||
+        (rc = ops->norm(ctx, CP_LAYER_NORM_POST_FFN, CP_SLOT_T, CP_SLOT_T)))
+      return rc;
+    return ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T);
+  }
   if ((rc = ops->norm(ctx, CP_LAYER_NORM_ATTN, CP_SLOT_H, CP_SLOT_X)) ||
       (rc = ops->attn(ctx, false, CP_SLOT_T, CP_SLOT_H)))
     return rc;
@@ -36,7 +45,8 @@ int cp_layer_run(const cp_layer_ops *ops, void *ctx, cp_residual layout, bool cr
           (rc = ops->ffn(ctx, CP_SLOT_T, CP_SLOT_H)) || (rc = ops->scale(ctx, CP_SLOT_T)))
         return rc;
       return ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T);
-    case CP_RESIDUAL_PRE_NORM: break;
+    case CP_RESIDUAL_PRE_NORM:
+    case CP_RESIDUAL_POST_NORM: break;
   }
   if ((rc = ops->add(ctx, CP_SLOT_X, CP_SLOT_X, CP_SLOT_T))) return rc;
   if (cross &&

@@ -163,7 +163,7 @@ static xform scale_all(double mult) { return (xform){NULL, XF_SCALE_ALL, mult, 0
 static xform scale_q(double mult, q_layout layout) { return (xform){NULL, XF_SCALE_ROWS, mult, 0, layout}; }
 
 /* Weight and (when present) bias of the query projection read by one attention call: the fused
- * QKV tensor's q rows where the family fuses them. A model with per-head q norms (Qwen3) scales
+ * QKV tensor's q rows where the family fuses them. A model with q norms (Qwen3 per head, OLMo 2 whole) scales
  * the norm's weight instead: RMSNorm would undo a scaled projection (RMSNorm(q / tau) = RMSNorm(q)
  * up to eps), while w / tau scales its output, the query RoPE then rotates, exactly. */
 static int add_q(xform_list *l, const cp_names *nm, cp_attn_kind kind, int layer, double mult) {
@@ -347,7 +347,9 @@ int cp_bake_plan_make(cp_bake_plan *out, const cp_model *m, const cp_checkpoint 
         out->fidelity = CP_FIDELITY_EXACT_WEIGHTS;
         out->baked = *r;
         snprintf(out->note, sizeof out->note, "%s%s divided by tau",
-                 m->cfg->qk_norm ? "per-head query norms (q_norm, after which RoPE rotates)" : "query projections",
+                 m->cfg->qk_norm_whole ? "query norms (OLMo 2's q_norm over the whole q, after which RoPE rotates)"
+                 : m->cfg->qk_norm     ? "per-head query norms (q_norm, after which RoPE rotates)"
+                                       : "query projections",
                  m->pos == CP_POS_T5_BUCKETS ? " and relative-bias tables"
                  : m->pos == CP_POS_FIRE    ? " and FIRE MLP output layers"
                  : m->pos == CP_POS_ALIBI   ? " and stored ALiBi slopes"

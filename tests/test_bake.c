@@ -219,6 +219,10 @@ int main(void) {
    * the full layers' linear factor 8. */
   bake_case("gemma3_41", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.8, 0.6]}", 0, EXACT);
   bake_case("gemma3_41", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
+  /* OLMo 2: tau into its whole-row q_norm (docs/attention-decisions.md 16), per layer too. */
+  bake_case("olmo2", CP_PATCH_TEMPERATURE, "{\"temperature\": 0.7}", 0, EXACT);
+  bake_case("olmo2", CP_PATCH_TEMPERATURE, "{\"temperature\": [0.9, 0.6]}", 0, EXACT);
+  bake_case("olmo2", CP_PATCH_ROPE_PI, "{}", 2.0, CP_FIDELITY_NATIVE_CONFIG);
   stored_slopes_cases();
 
   /* Refusals. */

@@ -457,6 +457,55 @@ static void granite_configs(void) {
   CHECK(strstr(cp_error_message(), "'granitemoehybrid' is not supported: Mamba-2 layers") != NULL);
 }
 
+/* OLMo 2 (Olmo2Config, modeling_olmo2.py): OLMo-2-1124-7B's numbers; a family of its own (no
+ * pre-norms, whole-row q/k norms, Olmo2Config's rms_norm_eps 1e-5 and ids); llama3 rope_scaling read
+ * as Llama's; attention_bias true and keys Olmo2Config does not have refused; olmo, olmoe and olmo3
+ * refused with their reason. */
+#define OLMO2_HEAD                                                                                              \
+  "{\"architectures\":[\"Olmo2ForCausalLM\"],\"model_type\":\"olmo2\",\"hidden_size\":4096,"                  \
+  "\"num_attention_heads\":32,\"num_key_value_heads\":32,\"num_hidden_layers\":32,\"intermediate_size\":11008," \
+  "\"vocab_size\":100352,\"max_position_embeddings\":4096,"
+static void olmo2_configs(void) {
+  cp_hf_config *c = parse_mem(0, OLMO2_HEAD "\"rope_theta\":500000,\"rope_scaling\":null,\"tie_word_embeddings\":false,"
+                                            "\"attention_bias\":false,\"hidden_act\":\"silu\"}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_OLMO2 && !strcmp(c->model_type, "olmo2") && !strcmp(cp_family_name(c->family), "olmo2"));
+    CHECK(c->d_head == 128 && c->pos == CP_POS_ROPE && near(c->rope_theta, 500000) && !c->tie_word_embeddings);
+    CHECK(c->qk_norm && c->qk_norm_whole && c->post_norms && !c->sandwich_norms && !c->qkv_bias && c->no_bias);
+    CHECK(near(c->norm_eps, 1e-5) && c->eos_token_id == 50279 && c->pad_token_id == 1 && c->bos_token_id == -1);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"architectures\":[\"Olmo2ForCausalLM\"],\"hidden_size\":64,\"num_attention_heads\":4,"
+                   "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100,\"head_dim\":32,"
+                   "\"max_position_embeddings\":128,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,"
+                   "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64}}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_OLMO2 && c->d_head == 32 && !strcmp(c->rope_scaling_type, "llama3"));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"num_attention_heads\":4,\"head_dim\":16,"
+                   "\"num_hidden_layers\":2,\"intermediate_size\":128,\"vocab_size\":100}");
+  if (c) {
+    CHECK(c->qk_norm && !c->qk_norm_whole && !c->post_norms); /* Qwen3's norms are per head */
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, OLMO2_HEAD "\"attention_bias\":true}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'attention_bias': true is not supported for olmo2") != NULL, "message: %s",
+            cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, OLMO2_HEAD "\"sliding_window\":4096}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'sliding_window': not an Olmo2Config key") != NULL, "message: %s",
+            cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, OLMO2_HEAD "\"partial_rotary_factor\":0.5}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'partial_rotary_factor': not an Olmo2Config key") != NULL, "message: %s",
+            cp_error_message());
+  c = parse_mem(CP_ECFG_FAMILY, "{\"architectures\":[\"OlmoeForCausalLM\"],\"hidden_size\":64}");
+  CHECK(strstr(cp_error_message(), "'olmoe' is not supported: a mixture of experts") != NULL);
+  c = parse_mem(CP_ECFG_FAMILY, "{\"model_type\":\"olmo\",\"hidden_size\":64}");
+  CHECK(strstr(cp_error_message(), "'olmo' is not supported: OLMo 1's non-parametric LayerNorm") != NULL);
+  c = parse_mem(CP_ECFG_FAMILY, "{\"model_type\":\"olmo3\",\"hidden_size\":64}");
+  CHECK(strstr(cp_error_message(), "'olmo3' is not supported") != NULL);
+}
+
 static void phi3_configs(void) {
   cp_hf_config *c = parse_mem(0, PHI3_HEAD "\"sliding_window\":null,\"rope_theta\":10000.0,\"rope_scaling\":null,"
                                            "\"tie_word_embeddings\":false,\"bos_token_id\":1}");
@@ -945,6 +994,7 @@ int main(void) {
   qwen3_configs();
   phi3_configs();
   granite_configs();
+  olmo2_configs();
   gemma_configs();
   gemma3_configs();
   mistral_7b();

@@ -2,7 +2,8 @@
 # Reading a model back from an ONNX graph (issue 14, "Recover the model description";
 # ctxpatch/import/onnx_import.h). For every golden model (tests/goldens/engine/models, decoder-only:
 # llama, gpt_neox, bloom, mpt, fire, fire_shared, fire2, fire2_shared (FIRE with two hidden
-# layers), gpt2, llama_rope2, phi3 (fused qkv_proj and gate_up_proj, fused again on reading back)) exported with
+# layers), gpt2, llama_rope2, phi3 (fused qkv_proj and gate_up_proj, fused again on reading back), olmo2
+# (post norms only, whole-row q/k norms)) exported with
 # `ctxpatch convert X OUT --to onnx`:
 #   - `ctxpatch forward OUT/onnx/model.onnx` gives logits bit-equal to `ctxpatch forward X` (the
 #     engine on the recovered description = the engine on the original folder), also for the
@@ -22,7 +23,7 @@ models=$src/tests/goldens/engine/models
 ids=3,17,5,40,2,61,9,33,80,12,7,55,21,4,90,30,18,66,1,44
 n_ids=20
 
-for name in llama gpt_neox bloom mpt fire fire_shared fire2 fire2_shared gpt2 llama_rope2 phi3; do
+for name in llama gpt_neox bloom mpt fire fire_shared fire2 fire2_shared gpt2 llama_rope2 phi3 olmo2; do
   m=$models/$name c=$work/$name
   vocab=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$m/config.json")
   if ! "$bin" convert "$m" "$c" --to onnx > "$work/$name.convert.log" 2>&1; then

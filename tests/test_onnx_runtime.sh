@@ -195,6 +195,10 @@ for m in "$models"/*/; do
     # granite's graph is llama's plus its multipliers (Mul nodes): the identity and a temperature
     # show them; every rule's nodes are the llama golden's, which the matrix runs
     granite) mrules=(identity temperature) ;;
+    olmo2_300) continue ;; # olmo2's graph at 300 tokens: the olmo2 cases show its nodes
+    # olmo2's graph is llama's without pre-norms, with RMSNorm nodes on the whole q and k rows and on
+    # each module's output: the identity and a temperature (divided after the q norm) show them
+    olmo2) mrules=(identity temperature) ;;
     gemma) mrules=(identity) ;;
     gemma2) mrules=(temperature top_k_all) ;;
     gemma2_types) mrules=(lambda) ;;

@@ -9,8 +9,8 @@
 #    --stop-at-eos` on the same ids, and its accuracy equals `ctxpatch verify`'s on those cells.
 #    A family transformers.js cannot load (e.g. model_type ctxpatch_fire) is reported as a known
 #    limitation with its exact error (a skip for that model, not a pass);
-# 1b. the Qwen3, Phi-3 and Gemma 2 golden models exported with a temperature: transformers.js's greedy
-#    tokens equal `ctxpatch forward --rule --generate`'s.
+# 1b. the Qwen3, Phi-3, Gemma 2 and OLMo 2 golden models exported with a temperature: transformers.js's
+#    greedy tokens equal `ctxpatch forward --rule --generate`'s.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 . "$src/tests/onnx/env.sh"
 onnx_env @huggingface/transformers
@@ -34,13 +34,14 @@ fi
 
 # 1b. Qwen3 (per-head q/k RMSNorm in the graph, explicit head_dim), Phi-3 (fused qkv_proj and
 #     gate_up_proj split at load, partial rotary 0.5, GQA) and Gemma 2 (sliding window 16 on the even
-#     layers, soft-caps, post norms, (1 + w) norms and the embedding scale as graph nodes): each golden
+#     layers, soft-caps, post norms, (1 + w) norms and the embedding scale as graph nodes) and OLMo 2 (no
+#     pre-norms, whole-row q/k norms, post norms; transformers.js 4.3.1's olmo2 loader): each golden
 #     model exported with a temperature, greedy tokens of transformers.js (its own model_type qwen3 /
-#     phi3 / gemma2 loader) equal to
+#     phi3 / gemma2 / olmo2 loader) equal to
 #     `ctxpatch forward --rule --generate` on prompts past its 32-token training length; the probe
 #     tokenizer files are only there for transformers.js to load (ids in, ids out)
 echo '{"temperature": 0.8}' > "$work/t08rule.json"
-for fam in qwen3 phi3 gemma2; do
+for fam in qwen3 phi3 gemma2 olmo2; do
   gm=$src/tests/goldens/engine/models/$fam
   if "$bin" convert "$gm" "$work/$fam" --to onnx --rule "$work/t08rule.json" >/dev/null &&
      cp "$probes/rope-probe/tokenizer.json" "$probes/rope-probe/tokenizer_config.json" "$work/$fam/"; then

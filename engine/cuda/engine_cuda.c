@@ -378,11 +378,13 @@ static int norm_rows(cuda_engine *d, const dnorm *w, const float *x /* [n, D] */
 }
 
 /* As cp_ops_head_norm_rows: RMSNorm of each of the n_heads heads of n rows of x, in place (the
- * row kernel over n * n_heads rows of d_head). */
+ * row kernel over n * n_heads rows of d_head), or of each whole row with qk_norm_whole (OLMo 2). */
 static int head_norm_rows(cuda_engine *d, const dnorm *w, float *x /* [n, n_heads * dh] */, int n_heads, int64_t n) {
   const cp_model *m = d->m;
+  const bool whole = m->qk_norm_whole;
   char why[256] = "";
-  if (cpcu_k_norm(d->stream, x, x, w->w, NULL, n * n_heads, m->d_head, 0, m->norm_eps, why, sizeof why))
+  if (cpcu_k_norm(d->stream, x, x, w->w, NULL, whole ? n : n * n_heads, whole ? n_heads * m->d_head : m->d_head, 0,
+                  m->norm_eps, why, sizeof why))
     return kern_fail(why);
   return 0;
 }

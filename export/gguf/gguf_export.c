@@ -313,6 +313,11 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
     return put_u32(w, arch, "rope.scaling.original_context_length", cfg->rope_original_max_pos);
   }
   if (cfg->family == CP_FAMILY_GEMMA) return put_gemma(w, cfg, arch);
+  if (cfg->family == CP_FAMILY_OLMO2) /* convert_hf_to_gguf.py Olmo2Model: TextModel's keys */
+    return (rc = put_u32(w, arch, "rope.dimension_count", cfg->d_head)) ||
+                   (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps))
+               ? rc
+               : put_f32(w, arch, "rope.freq_base", cfg->rope_theta);
   if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
   if (cfg->family == CP_FAMILY_GPT_NEOX) {
     char key[128];
@@ -677,8 +682,17 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
                             "GELU", in, act);
       return 0;
     case CP_FAMILY_GEMMA: return gemma_check(cfg, in);
+    case CP_FAMILY_OLMO2: /* src/llama-model.cpp LLM_ARCH_OLMO2: n_embd_head = n_embd / n_head; SiLU gate */
+      if (cfg->d_head * cfg->n_heads != cfg->d_model)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'head_dim': %d x %d heads is not hidden_size %d, but llama.cpp's "
+                            "olmo2 takes the head width as hidden_size / num_attention_heads", in, cfg->d_head,
+                            cfg->n_heads, cfg->d_model);
+      if (strcmp(act, "silu") && strcmp(act, "swish"))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_act': '%s', but llama.cpp's olmo2 always runs SiLU", in,
+                            act);
+      return 0;
     default:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5, phi3 and gemma models; %s has no "
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5, phi3, gemma and olmo2 models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
   }
 }

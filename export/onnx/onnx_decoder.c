@@ -148,13 +148,20 @@ static const char *attention(dec_t *d, int l, const char *h) {
   cp_attn_plan plan;
   cp_rule_plan(&plan, d->rule, &d->rm, CP_ATTN_DECODER_SELF, l);
   const char *q = cp_og_linear(g, h, &ly->q, wname(name, d, CP_ROLE_Q, l));
-  q = cp_og_split_heads(g, clip(d, q), m->n_heads, m->d_head);
   const char *k = cp_og_linear(g, h, &ly->k, wname(name, d, CP_ROLE_K, l));
+  if (m->qk_norm_whole) { /* OLMo 2: RMSNorm over the whole q and k rows, before the head split */
+    q = cp_og_norm(g, q, &ly->q_norm, CP_NORM_RMS, m->norm_eps, m->n_heads * m->d_head,
+                   wname(name, d, CP_ROLE_Q_NORM, l));
+    k = cp_og_norm(g, k, &ly->k_norm, CP_NORM_RMS, m->norm_eps, m->n_kv_heads * m->d_head,
+                   wname(name, d, CP_ROLE_K_NORM, l));
+  }
+  q = cp_og_split_heads(g, clip(d, q), m->n_heads, m->d_head);
   k = cp_og_split_heads(g, clip(d, k), m->n_kv_heads, m->d_head);
-  if (ly->q_norm.w && cp_family_norm_plus_one(m->family, CP_ROLE_Q_NORM)) { /* Gemma 3: (1 + w) per head */
+  if (ly->q_norm.w && !m->qk_norm_whole && cp_family_norm_plus_one(m->family, CP_ROLE_Q_NORM)) {
+    /* Gemma 3: (1 + w) per head */
     q = cp_og_norm_plus_one(g, q, &ly->q_norm, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_Q_NORM, l));
     k = cp_og_norm_plus_one(g, k, &ly->k_norm, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_K_NORM, l));
-  } else if (ly->q_norm.w) { /* Qwen3: RMSNorm over each head's dh, before RoPE (the engine's head norm) */
+  } else if (ly->q_norm.w && !m->qk_norm_whole) { /* Qwen3: RMSNorm over each head's dh, before RoPE (the engine's head norm) */
     q = cp_og_norm(g, q, &ly->q_norm, CP_NORM_RMS, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_Q_NORM, l));
     k = cp_og_norm(g, k, &ly->k_norm, CP_NORM_RMS, m->norm_eps, m->d_head, wname(name, d, CP_ROLE_K_NORM, l));
   }

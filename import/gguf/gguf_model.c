@@ -254,7 +254,8 @@ static const struct {
                {"gemma", CP_FAMILY_GEMMA, "gemma", "GemmaForCausalLM"},
                {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"},
                {"gemma3", CP_FAMILY_GEMMA, "gemma3_text", "Gemma3ForCausalLM"},
-               {"granite", CP_FAMILY_LLAMA, "granite", "GraniteForCausalLM"}};
+               {"granite", CP_FAMILY_LLAMA, "granite", "GraniteForCausalLM"},
+               {"olmo2", CP_FAMILY_OLMO2, "olmo2", "Olmo2ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -493,9 +494,10 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
   int rc;
   cp_strbuf_printf(js, "{\"model_type\":\"%s\"", model_type);
   if ((rc = read_dims(&a, js, g, arch))) return rc;
-  snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA || family == CP_FAMILY_PHI3 ? "rms_" : "");
+  snprintf(eps, sizeof eps, "%s.attention.layer_norm_%sepsilon", arch, family == CP_FAMILY_LLAMA || family == CP_FAMILY_PHI3 || family == CP_FAMILY_OLMO2 ? "rms_" : "");
   switch (family) {
-    case CP_FAMILY_LLAMA: {
+    case CP_FAMILY_LLAMA:
+    case CP_FAMILY_OLMO2: { /* llama.cpp's olmo2: the llama keys, its own tensors (model/families.c) */
       char key[128];
       snprintf(key, sizeof key, "%s.attention.key_length", arch);
       if (cp_gguf_find_key(g, key) >= 0 && (rc = cp_gguf_get_int(&a.d_head, g, key))) return rc;
@@ -674,7 +676,7 @@ int cp_gguf_config(cp_hf_config **out, const cp_gguf_file *g) {
     k++;
   if (k == sizeof k_archs / sizeof *k_archs)
     return cp_error_set(CP_ECFG_FAMILY, "%s: general.architecture '%.*s' is not supported (llama, qwen2, qwen3, phi3, gemma, gemma2, "
-                        "gemma3, granite, gptneox, bloom, mpt, gpt2, t5)",
+                        "gemma3, granite, olmo2, gptneox, bloom, mpt, gpt2, t5)",
                         cp_gguf_path(g), (int)(len < 64 ? len : 64), arch);
   arch = k_archs[k].arch;
   cp_strbuf js = {0};

@@ -261,7 +261,7 @@ static int recover_ctxpatch(cp_onnx_import *im, const cp_hf_config *c) {
   cp_names nm = {.fl = cp_family_layout_of(c->family), .fire_shared = c->fire_shared, .qk_norm = c->qk_norm,
                  .sandwich = c->sandwich_norms,
                  .gated = c->family == CP_FAMILY_LLAMA || c->family == CP_FAMILY_FIRE || c->family == CP_FAMILY_PHI3 ||
-                          c->family == CP_FAMILY_GEMMA};
+                          c->family == CP_FAMILY_GEMMA || c->family == CP_FAMILY_OLMO2};
   nm.prefix = nm.fl->prefixes[0];
   bool fire_done = false;
   for (size_t i = 0; i < nm.fl->n_tensors; i++) {

@@ -3,7 +3,7 @@
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
 usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied|
-                              gemma|gemma2|gemma3|granite [SEED]
+                              gemma|gemma2|gemma3|granite|olmo2 [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -30,6 +30,9 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
                 with rope_scaling linear 8 on layer 5
   granite       GraniteForCausalLM: the Llama body (GQA 4/2, tied head) with embedding_multiplier 6,
                 residual_multiplier 0.25, attention_multiplier 0.375 (not 16^-1/2) and logits_scaling 3
+  olmo2         Olmo2ForCausalLM: no pre-norms, post_attention_layernorm and post_feedforward_layernorm on
+                the module outputs, q_norm [64] / k_norm [32] over the whole projections (wide gains), GQA
+                4/2, untied head, rope_theta 10000
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -253,6 +256,27 @@ def main():
                "mlp_bias": False, "embedding_multiplier": 6.0, "residual_multiplier": 0.25,
                "attention_multiplier": 0.375, "logits_scaling": 3.0, "tie_word_embeddings": True,
                "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "torch_dtype": "float32"}
+    elif kind == "olmo2":  # modeling_olmo2.py: Llama's projections and MLP, norms after the modules
+        t["model.embed_tokens.weight"] = rng.normal(0, 0.3, (V, D))
+        kvd = D // 2
+        for i in range(L):
+            q = f"model.layers.{i}."
+            t[q + "post_attention_layernorm.weight"] = 1 + rng.normal(0, 0.3, D)
+            t[q + "post_feedforward_layernorm.weight"] = 1 + rng.normal(0, 0.3, D)
+            t[q + "self_attn.q_norm.weight"] = 1 + rng.normal(0, 0.4, D)
+            t[q + "self_attn.k_norm.weight"] = 1 + rng.normal(0, 0.4, kvd)
+            t[q + "self_attn.q_proj.weight"], t[q + "self_attn.k_proj.weight"] = w(D, D), w(kvd, D)
+            t[q + "self_attn.v_proj.weight"], t[q + "self_attn.o_proj.weight"] = w(kvd, D), 4 * w(D, D)
+            t[q + "mlp.gate_proj.weight"], t[q + "mlp.up_proj.weight"] = w(4 * D, D), w(4 * D, D)
+            t[q + "mlp.down_proj.weight"] = 4 * w(D, 4 * D)
+        t["model.norm.weight"] = norm()
+        t["lm_head.weight"] = rng.normal(0, 0.3, (V, D))
+        cfg = {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": V, "hidden_size": D,
+               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "silu", "max_position_embeddings": T,
+               "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
+               "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": 1, "pad_token_id": 0,
+               "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

@@ -125,6 +125,10 @@ def build_models():
         M.Gemma3("gemma3", 413, n_layers=3, window=16, pattern=3),
         M.Gemma3("gemma3_41", 414, n_layers=2, window=12, layer_types=["sliding_attention", "full_attention"],
                  final_cap=3.0),
+        # OLMo 2: norms after the modules only, q/k norms over the whole projection, untied, GQA 4/2;
+        # 41 tokens past the 32-token training length with every RoPE rule, and olmo2_300 (two cases)
+        M.Olmo2("olmo2", 416, n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32, mix=3.0),
+        M.Olmo2("olmo2_300", 417, n_layers=2, D=64, n_heads=4, n_kv=2, train_len=64),
     ]
 
 
@@ -144,7 +148,7 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41,
            "llama_dynamic": 41, "llama_dynamic_300": 300, "phi3_longrope": 41, "phi3_longrope_300": 300,
            "mistral_swa": 300, "qwen2_swa": 300, "phi3_swa": 300,
-           "granite": 41, "granite_300": 300, "gemma3": 300, "gemma3_41": 41}
+           "granite": 41, "granite_300": 300, "gemma3": 300, "gemma3_41": 41, "olmo2": 41, "olmo2_300": 300}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 
@@ -186,7 +190,7 @@ def cases_for(m):
         out.append(("temp_scope_encoder", "forward", od(("temperature", 0.8), ("temperature_scope", "encoder"))))
     if family(m) == "learned":
         return out + LEARNED_CASES
-    if m.name in ("phi3_300", "llama_dynamic_300", "phi3_longrope_300", "granite_300"):   # the long prompt: two cases
+    if m.name in ("phi3_300", "llama_dynamic_300", "phi3_longrope_300", "granite_300", "olmo2_300"):   # the long prompt: two cases
         return out[:2]
     if m.name.endswith("_swa"):   # 300 tokens: the window alone, and intersected with the Lambda mask
         return out[:2] + [("lambda", "forward", od(("lambda_mask", LAMBDA)))]

@@ -5,7 +5,9 @@
  * `llama`, `gptneox`, `bloom`, `mpt`, `gpt2`, `t5` architectures; the llama family's qwen2 and
  * qwen3 as llama.cpp's `qwen2` and `qwen3`, q/k rows unpermuted, qwen3's per-head norms as
  * attn_q_norm / attn_k_norm; phi3; gemma / gemma2 as llama.cpp's `gemma` / `gemma2`, norms stored as
- * 1 + w, q/k rows unpermuted). FIRE is refused with
+ * 1 + w, q/k rows unpermuted; olmo2 as llama.cpp's `olmo2` (q/k rows unpermuted, whole-row q/k
+ * norms as attn_q_norm / attn_k_norm, post_attention_norm, post_ffw_norm; head width D / H only)).
+ * FIRE is refused with
  * CP_ECFG_FAMILY (no llama.cpp counterpart).
  *
  * From an HF folder (config.json + weights in any format the checkpoint reader opens): tensors by

@@ -79,11 +79,12 @@ typedef struct {
   cp_norm_weights attn_norm;
   cp_linear q, k, v, o;         /* q [H*dh, D]; k, v [Hkv*dh, D]; o [D, H*dh] */
   cp_norm_weights q_norm, k_norm; /* Qwen3: RMSNorm [dh] of each head of q and k, after the projections
-                                     and before RoPE (eps norm_eps); w NULL elsewhere */
+                                     and before RoPE (eps norm_eps); OLMo 2 (qk_norm_whole): RMSNorm
+                                     [H*dh] / [Hkv*dh] of the whole row; w NULL elsewhere */
   cp_norm_weights cross_norm;   /* T5 decoder only */
   cp_linear cq, ck, cv, co;     /* T5 decoder cross-attention; w NULL elsewhere */
   cp_norm_weights ffn_norm;
-  cp_norm_weights post_attn_norm, post_ffn_norm; /* Gemma 2: norms of the attention and FFN outputs
+  cp_norm_weights post_attn_norm, post_ffn_norm; /* Gemma 2, OLMo 2: norms of the attention and FFN outputs
                                                     before their residual sums; w NULL elsewhere */
   cp_linear gate, up, down;     /* gate.w NULL unless gated; up [d_ff, D]; down [D, d_ff] */
   const cp_fire_mlp *fire;      /* FIRE: this layer's MLP (shared or its own); else NULL */
@@ -119,6 +120,8 @@ typedef struct cp_model {
   float attn_softcap;           /* Gemma 2: scores c tanh(s / c) before the mask; 0 when none */
   float final_softcap;          /* Gemma 2: logits c tanh(l / c); 0 when none */
   bool sandwich_norms;          /* Gemma 2: post-attention and post-FFN norms (CP_RESIDUAL_SANDWICH) */
+  bool post_norms;              /* OLMo 2: no pre-norms, the post norms only (CP_RESIDUAL_POST_NORM) */
+  bool qk_norm_whole;           /* OLMo 2: q_norm / k_norm over the whole projected row, not per head */
   float residual_scale;         /* Granite residual_multiplier: each module's output times it before
                                    its residual sum (CP_RESIDUAL_SCALED when not 1); else 1 */
 
@@ -170,6 +173,7 @@ static inline cp_residual cp_model_residual(const cp_model *m) {
   return m->parallel_residual    ? CP_RESIDUAL_PARALLEL
          : m->residual_from_norm ? CP_RESIDUAL_FROM_NORM
          : m->sandwich_norms     ? CP_RESIDUAL_SANDWICH
+         : m->post_norms         ? CP_RESIDUAL_POST_NORM
          : m->residual_scale != 1.0f ? CP_RESIDUAL_SCALED
                                  : CP_RESIDUAL_PRE_NORM;
 }

@@ -33,8 +33,8 @@ typedef enum {
   CP_ROLE_V,          /* [Hkv*dh, D] */
   CP_ROLE_QKV,        /* fused [H*dh + 2 Hkv*dh, D] in the family's cp_qkv_layout */
   CP_ROLE_O,          /* [D, H*dh] */
-  CP_ROLE_Q_NORM,     /* per layer [dh]: Qwen3's per-head RMSNorm of q, before RoPE */
-  CP_ROLE_K_NORM,     /* per layer [dh]: the same of k */
+  CP_ROLE_Q_NORM,     /* per layer [dh]: Qwen3's per-head RMSNorm of q, before RoPE; [H*dh]: OLMo 2's whole q */
+  CP_ROLE_K_NORM,     /* per layer [dh]: the same of k; [Hkv*dh]: OLMo 2's */
   CP_ROLE_CQ, CP_ROLE_CK, CP_ROLE_CV, CP_ROLE_CO, /* T5 decoder cross-attention, shapes as q k v o */
   CP_ROLE_CROSS_NORM, /* T5 decoder [D] */
   CP_ROLE_FFN_NORM,   /* [D] */
@@ -47,7 +47,7 @@ typedef enum {
   CP_ROLE_FINAL_NORM, /* [D], per stack */
   CP_ROLE_LM_HEAD,    /* [V, D], absent when tied */
   CP_ROLE_POS_EMBED,  /* [n_positions, D] learned absolute positions (GPT-2 wpe) */
-  CP_ROLE_POST_ATTN_NORM, /* per layer [D]: Gemma 2's norm of the attention output before the residual sum */
+  CP_ROLE_POST_ATTN_NORM, /* per layer [D]: Gemma 2's and OLMo 2's norm of the attention output before the residual sum */
   CP_ROLE_POST_FFN_NORM,  /* per layer [D]: the same of the FFN output */
   CP_ROLE_COUNT
 } cp_tensor_role;

@@ -24,6 +24,7 @@ typedef enum {
   CP_FAMILY_PHI3,     /* model_type phi3 (Phi3ForCausalLM: the Llama body with fused qkv_proj, gate_up_proj) */
   CP_FAMILY_GEMMA,    /* model_type gemma, gemma2 or gemma3_text (modeling_gemma.py, modeling_gemma2.py,
                          modeling_gemma3.py's Gemma3ForCausalLM) */
+  CP_FAMILY_OLMO2,    /* model_type olmo2 (modeling_olmo2.py: norms after the modules, whole q/k norms) */
   CP_FAMILY_COUNT
 } cp_family;
 
@@ -125,6 +126,9 @@ typedef struct {
   bool qkv_bias;
   bool no_bias;          /* MPT no_bias */
   bool qk_norm;          /* Qwen3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE */
+  bool qk_norm_whole;    /* OLMo 2: q_norm / k_norm span the whole projection (weights [H*dh], [Hkv*dh]),
+                            before the head split and RoPE (with qk_norm) */
+  bool post_norms;       /* OLMo 2: no pre-norms; each module's output is normed before its residual sum */
 
   /* Gemma 2 (Gemma2Config; 0 / false for Gemma 1 and every other family): the attention scale is
    * query_pre_attn_scalar^-1/2; attention scores and final logits are soft-capped, x -> c tanh(x / c)

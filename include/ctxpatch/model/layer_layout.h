@@ -28,6 +28,7 @@ typedef enum {
   CP_RESIDUAL_FROM_NORM, /* BLOOM apply_residual_connection_post_layernorm: the residuals are the normed inputs */
   CP_RESIDUAL_SANDWICH,  /* Gemma 2: x += lnpa(attn(ln1(x))); x += lnpf(ffn(ln2(x))) */
   CP_RESIDUAL_SCALED,    /* Granite: x += r attn(ln1(x)); x += r ffn(ln2(x)), r the residual multiplier */
+  CP_RESIDUAL_POST_NORM, /* OLMo 2: x += lnpa(attn(x)); x += lnpf(ffn(x)) (no pre-norms) */
 } cp_residual;
 
 /* Each op returns 0 or a negative CP_E* code (set by the op); the program stops at the first. */
@@ -37,8 +38,8 @@ typedef struct {
   int (*add)(void *ctx, cp_slot dst, cp_slot a, cp_slot b);     /* dst = a + b */
   int (*copy)(void *ctx, cp_slot dst, cp_slot src);
   int (*ffn_add)(void *ctx, cp_slot dst, cp_slot src); /* dst += ffn(src) */
-  int (*ffn)(void *ctx, cp_slot dst, cp_slot src);     /* dst = ffn(src); only the sandwich and scaled
-                                                          layouts use it (NULL where a builder refuses them) */
+  int (*ffn)(void *ctx, cp_slot dst, cp_slot src);     /* dst = ffn(src); only the sandwich, scaled and
+                                                          post-norm layouts use it (NULL where a builder refuses them) */
   int (*scale)(void *ctx, cp_slot s);                  /* s *= the residual multiplier; scaled layout only */
 } cp_layer_ops;
 

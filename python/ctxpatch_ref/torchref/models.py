@@ -2,7 +2,7 @@
 forward passes in plain torch (float64), following HF's modeling code:
 modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
 modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py,
-modeling_granite.py;
+modeling_granite.py, modeling_olmo2.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -585,6 +585,83 @@ class Granite(Llama):
         h = rms_norm(h, w["model.norm.weight"], self.eps)
         head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
         return linear(h, head) / self.logits_scaling, stats
+
+
+# ---------------------------------------------------------------- OLMo 2
+
+class Olmo2(Model):
+    """transformers' models/olmo2/modeling_olmo2.py (read with the search tool) and
+    configuration_olmo2.py. Olmo2DecoderLayer.forward has no pre-norms:
+    h = h + post_attention_layernorm(self_attn(h)); h = h + post_feedforward_layernorm(mlp(h)).
+    Olmo2Attention.forward: query_states = q_norm(q_proj(h)), key_states = k_norm(k_proj(h)), RMSNorms
+    over the whole projection (q_norm [H*dh], k_norm [Hkv*dh], eps rms_norm_eps) before the view
+    into heads and apply_rotary_pos_emb (rotate-half); scaling head_dim^-0.5; no biases
+    (attention_bias false); Olmo2MLP is Llama's SiLU gate; untied lm_head."""
+
+    def __init__(self, name, seed, n_layers=2, n_heads=4, n_kv=2, D=64, dff=96, V=96, train_len=32, tied=False,
+                 mix=1.0):
+        self.name = name
+        self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
+        self.dh = D // n_heads
+        self.eps = 1e-6
+        self.theta = 10000.0
+        self.tied = tied
+        self.config = collections.OrderedDict([
+            ("architectures", ["Olmo2ForCausalLM"]), ("attention_bias", False), ("attention_dropout", 0.0),
+            ("eos_token_id", 2), ("hidden_act", "silu"), ("hidden_size", D), ("initializer_range", 0.02),
+            ("intermediate_size", dff), ("max_position_embeddings", train_len), ("model_type", "olmo2"),
+            ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers), ("num_key_value_heads", n_kv),
+            ("pad_token_id", 1), ("rms_norm_eps", self.eps), ("rope_scaling", None), ("rope_theta", self.theta),
+            ("tie_word_embeddings", tied), ("torch_dtype", "float32"), ("use_cache", True), ("vocab_size", V)])
+        self.facts = R.ModelFacts(False, 0, n_layers, train_len, "rope")
+        g = Init(seed)
+        kvd, qd = n_kv * self.dh, n_heads * self.dh
+        t = {"model.embed_tokens.weight": g.normal([V, D], 0.5)}
+        for l in range(n_layers):
+            p = "model.layers.%d." % l
+            t[p + "self_attn.q_proj.weight"] = g.normal([qd, D], 0.3)
+            t[p + "self_attn.k_proj.weight"] = g.normal([kvd, D], 0.3)
+            t[p + "self_attn.v_proj.weight"] = g.normal([kvd, D], 0.2)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, qd], 0.2 * mix)
+            # wide gains, so that a per-head (Qwen3's) or a missing norm shows in the logits
+            t[p + "self_attn.q_norm.weight"] = g.normal([qd], 0.4, 1.0)
+            t[p + "self_attn.k_norm.weight"] = g.normal([kvd], 0.4, 1.0)
+            t[p + "post_attention_layernorm.weight"] = g.normal([D], 0.3, 1.0)
+            t[p + "mlp.gate_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.up_proj.weight"] = g.normal([dff, D], 0.2)
+            t[p + "mlp.down_proj.weight"] = g.normal([D, dff], 0.15 * mix)
+            t[p + "post_feedforward_layernorm.weight"] = g.normal([D], 0.3, 1.0)
+        t["model.norm.weight"] = g.normal([D], 0.1, 1.0)
+        if not tied:
+            t["lm_head.weight"] = g.normal([V, D], 0.3)
+        self.finish(t)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["model.embed_tokens.weight"][ids]
+        stats = []
+        rep = self.H // self.Hkv
+        for l in range(self.L):
+            p = "model.layers.%d." % l
+            q = rms_norm(linear(h, w[p + "self_attn.q_proj.weight"]), w[p + "self_attn.q_norm.weight"], self.eps)
+            k = rms_norm(linear(h, w[p + "self_attn.k_proj.weight"]), w[p + "self_attn.k_norm.weight"], self.eps)
+            q = heads(q, H)
+            k = heads(k, self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(linear(h, w[p + "self_attn.v_proj.weight"]), self.Hkv).repeat_interleave(rep, dim=0)
+            plan = R.Plan(rule, self.facts, "dec", l)
+            score = R.rope_scorer(q, k, 1.0 / math.sqrt(self.dh), self.dh, self.theta, 1.0)
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            a = linear(merge(out), w[p + "self_attn.o_proj.weight"])
+            h = h + rms_norm(a, w[p + "post_attention_layernorm.weight"], self.eps)
+            y = silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
+            y = linear(y, w[p + "mlp.down_proj.weight"])
+            h = h + rms_norm(y, w[p + "post_feedforward_layernorm.weight"], self.eps)
+        h = rms_norm(h, w["model.norm.weight"], self.eps)
+        head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
+        return linear(h, head), stats
 
 
 # ---------------------------------------------------------------- Phi-3
