@@ -18,6 +18,7 @@
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/error.h"
 #include "tokenizers/bpe_pre.h"
+#include "tokenizers/strmap.h"
 
 static const cJSON *member(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
@@ -119,44 +120,30 @@ int cp_gguf_spm_json_types(int32_t *type, int *unk, const cp_gguf_spm_json *s, c
   return 0;
 }
 
-typedef struct {
-  const char *s;
-  size_t len;
-  size_t id;
-} keyed;
-
-static int keyed_cmp(const void *a, const void *b) {
-  const keyed *x = a, *y = b;
-  int c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
-  return c ? c : (x->len > y->len) - (x->len < y->len);
-}
-
 int cp_gguf_spm_json_scores(float *score, const cp_gguf_spm_json *s, const char *path) {
-  keyed *idx = calloc(s->n + 1, sizeof *idx);
+  tk_map ids = {0};
   char *buf = malloc(CP_BPE_MAX_TOKEN_BYTES * 2 + 1);
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(idx && buf, path);
+  CP_CHECK_ALLOC_GOTO(buf, path);
   for (size_t i = 0; i < s->n; i++) {
-    idx[i] = (keyed){s->tok[i], s->len[i], i};
+    CP_CHECK_ALLOC_GOTO(tk_map_put(&ids, s->tok[i], s->len[i], (int32_t)i) >= 0, path);
     score[i] = -(float)(s->n_merges + 1);
   }
-  qsort(idx, s->n, sizeof *idx, keyed_cmp);
   for (size_t k = s->n_merges; k-- > 0;) { /* backwards: the first merge producing a token wins */
     const cp_str_span *m = &s->merges[k];
     size_t l = s->left[k];
+    int32_t id;
     if (l >= m->len || m->len - 1 > CP_BPE_MAX_TOKEN_BYTES * 2) continue; /* checked: cp_bpe_vocab_check */
     memcpy(buf, m->s, l);
     memcpy(buf + l, m->s + l + 1, m->len - l - 1);
-    keyed key = {buf, m->len - 1, 0};
-    const keyed *hit = bsearch(&key, idx, s->n, sizeof *idx, keyed_cmp);
-    if (!hit) {
+    if (!tk_map_get(&ids, buf, m->len - 1, &id)) {
       rc = cp_error_set(CP_ETOK_MODEL, "%s: model.merges[%zu]: the concatenation is not a token", path, k);
       goto done;
     }
-    score[hit->id] = -(float)k;
+    score[id] = -(float)k;
   }
 done:
-  free(idx);
+  tk_map_free(&ids);
   free(buf);
   return rc;
 }
