@@ -19,21 +19,14 @@
 #     and reading a gemma2 GGUF with a sliding_window_pattern key.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/g2" gemma2
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/g1" gemma 2
-check "$bin" convert "$w/g2" "$w/g2.gguf" --to gguf
-check "$bin" convert "$w/g1" "$w/g1.gguf" --to gguf
-check "$bin" convert "$w/g2.gguf" "$w/g2_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/g2" gemma2
+family_gguf "$w/g1" gemma 2
+back_to_safetensors "$w/g2.gguf" "$w/g2_sf"
 "$py" - "$w" <<'PY' && ok || bad "gemma GGUF names, keys and norms"
 import sys, json, struct, numpy as np, gguf_py as g
 w = sys.argv[1]
-def st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
-            for k, e in hdr.items() if k != "__metadata__"}
+st = g.st_f32
 for kind, layers in (("g2", 3), ("g1", 2)):
     hf = st(f"{w}/{kind}/model.safetensors")
     _, kv, _, t, _ = g.read(f"{w}/{kind}.gguf")
@@ -67,16 +60,10 @@ assert (cfg["model_type"], cfg["sliding_window"], cfg["query_pre_attn_scalar"], 
         cfg["final_logit_softcapping"]) == ("gemma2", 32, 32, 1.5, 10), cfg
 print("gemma/gemma2 GGUF: arch keys, norms 1 + w, post norms, no output; safetensors back equal")
 PY
-prompt=$("$py" -c "import random; r=random.Random(11); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+prompt=$(random_ids 11 300)
 short=$(cut -d, -f1-41 <<<"$prompt")
-check "$bin" forward "$w/g2" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/g2.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check "$bin" forward "$w/g2_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-check cmp "$w/e_hf.bin" "$w/e_sf.bin"
-check "$bin" forward "$w/g1" --ids "$short" --out "$w/e_g1hf.bin" --threads 1
-check "$bin" forward "$w/g1.gguf" --ids "$short" --out "$w/e_g1.bin" --threads 1
-check cmp "$w/e_g1hf.bin" "$w/e_g1.bin"
+same_logits "$prompt" "$w/e_hf.bin" "$w/g2" "$w/e_gguf.bin" "$w/g2.gguf" "$w/e_sf.bin" "$w/g2_sf"
+same_logits "$short" "$w/e_g1hf.bin" "$w/g1" "$w/e_g1.bin" "$w/g1.gguf"
 # refusals before anything is written: what llama.cpp's gemma2 would run differently
 for case in "qpas|{\"query_pre_attn_scalar\": 64}|key 'query_pre_attn_scalar': 64, but llama.cpp's gemma2 scales by 1/sqrt(32) (head_dim)" \
             "types|{\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\"]}|key 'layer_types[0]': 'full_attention', but llama.cpp's gemma2 slides the even layers only" \
@@ -105,16 +92,10 @@ PY
 # a temperature baked into q_proj (attn_q), before the soft-cap as the rule puts it
 echo '{"temperature": 0.8}' >"$w/t.json"
 check "$bin" patch "$w/g2" "$w/pt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
-check "$bin" forward "$w/g2" --ids "$short" --rule "$w/t.json" --out "$w/e_rule.bin" --threads 1
-check "$bin" forward "$w/pt.gguf" --ids "$short" --out "$w/e_pt.bin" --threads 1
+engine_logits "$w/e_rule.bin" "$w/g2" "$short" --rule "$w/t.json"
+engine_logits "$w/e_pt.bin" "$w/pt.gguf" "$short"
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --vocab 559 --label "gemma2 baked tau"
-if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/g2.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp g2.gguf"
-  node "$w/run.mjs" "$w/g1.gguf" 0 "$short" 1 >"$w/lc1.json" && ok || bad "llama.cpp g1.gguf"
-  node "$w/run.mjs" "$w/pt.gguf" 0 "$short" 1 >"$w/lcpt.json" && ok || bad "llama.cpp pt.gguf"
-  "$bin" forward "$w/g2.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma2, 300 tokens" "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma, 41 tokens" "$w/lc1.json" "$w/e_g1.bin" 41 559
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma2 tau 0.8 in attn_q" "$w/lcpt.json" "$w/e_rule.bin" 41 559
-fi
+llamacpp_vs_engine "gemma2, 300 tokens" "$w/g2.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-3 20
+llamacpp_vs_engine "gemma, 41 tokens" "$w/g1.gguf" "$short" "$w/e_g1.bin" "$w/lc1.json" 1e-3
+llamacpp_vs_engine "gemma2 tau 0.8 in attn_q" "$w/pt.gguf" "$short" "$w/e_rule.bin" "$w/lcpt.json" 1e-3
 finish
