@@ -98,4 +98,21 @@ check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --
 llamacpp_vs_engine "gemma2, 300 tokens" "$w/g2.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-3 20
 llamacpp_vs_engine "gemma, 41 tokens" "$w/g1.gguf" "$short" "$w/e_g1.bin" "$w/lc1.json" 1e-3
 llamacpp_vs_engine "gemma2 tau 0.8 in attn_q" "$w/pt.gguf" "$short" "$w/e_rule.bin" "$w/lcpt.json" 1e-3
+# rope-pi (linear, factor 2) as gemma2.rope.scaling.* keys, which llama.cpp's gemma2 applies as it
+# applies them to llama: llama.cpp on the patched GGUF == the engine on it at 300 tokens (past the
+# window), and far from the unpatched model's logits
+check "$bin" patch "$w/g2" "$w/pi.gguf" --method rope-pi --factor 2 --no-verify --to gguf
+engine_logits "$w/e_pi.bin" "$w/pi.gguf" "$prompt"
+llamacpp_vs_engine "gemma2 rope-pi x2, 300 tokens" "$w/pi.gguf" "$prompt" "$w/e_pi.bin" "$w/lcpi.json" 1e-3
+if [ "$lc" = 1 ]; then
+  "$py" - "$w" <<'PY' && ok || bad "rope-pi: llama.cpp's logits far from the unpatched model's"
+import sys, json, numpy as np
+w = sys.argv[1]
+lc = np.array(json.load(open(f"{w}/lcpi.json"))["logits"], np.float64)
+e, plain = (np.fromfile(f"{w}/{n}.bin", "<f4").reshape(300, -1) for n in ("e_pi", "e_gguf"))
+d, dp = np.abs(lc - e).max(), np.abs(lc - plain).max()
+assert dp > 100 * d, (dp, d)
+print(f"gemma2 rope-pi: llama.cpp {d:.2e} from the engine on the patched file, {dp:.2e} from the unpatched model")
+PY
+fi
 finish
