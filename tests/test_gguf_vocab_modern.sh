@@ -6,7 +6,8 @@
 # (tests/gguf/vocab_modern.py: a vocabulary-sized tied embedding, D 8), converted, then every text
 # through llama.cpp in one node process (tests/gguf/llamacpp_tokenize.mjs) and compared with the
 # llama.cpp `.out` ids (HF's, made upstream) and the hf-goldens rows; tokenizer.ggml.model / pre
-# checked. The texts where llama.cpp itself differs from HF are listed
+# checked, and add_bos_token / bos_token_id against the token HF's add_special_tokens=True puts
+# in front of a text. The texts where llama.cpp itself differs from HF are listed
 # with the reason in vocab_modern.py (NFC not applied; tekken's \p{M}) and asserted to differ.
 # Default set (CI time: llama.cpp loads each vocabulary in ~2.3 s of CPU here): llama-3.2 (gpt2 /
 # llama-bpe) and gemma-2 (llama: scores from the merges, no space prefix); CTXPATCH_TOKENIZERS

@@ -134,27 +134,25 @@ def refusals(out, gpt2):
 
 
 def tokenizer_keys(path):
-    """tokenizer.ggml.model and .pre of a GGUF (None: absent), from its key/value section read as
-    ggml's docs/gguf.md lays it out, skipping the values of the other keys (gguf_py.read parses
-    every array, seconds for these vocabularies)."""
+    """The scalar tokenizer.ggml.* keys of a GGUF ({key: value}), from its key/value section read
+    as ggml's docs/gguf.md lays it out, skipping the arrays (gguf_py.read parses every array:
+    seconds for these vocabularies)."""
     b = open(path, "rb").read()
     assert b[:4] == b"GGUF", path
     n_kv = struct.unpack_from("<Q", b, 16)[0]
     at, found = 24, {}
-    size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    fmt = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
     def skip(t, at):
         if t == 8:
             return at + 8 + struct.unpack_from("<Q", b, at)[0]
-        return at + size[t]
+        return at + struct.calcsize(fmt[t])
 
     for _ in range(n_kv):
         n = struct.unpack_from("<Q", b, at)[0]
         key = b[at + 8:at + 8 + n].decode()
         t = struct.unpack_from("<I", b, at + 8 + n)[0]
         at += 12 + n
-        if t == 8 and key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
-            found[key] = b[at + 8:skip(8, at)].decode()
         if t == 9:
             et, count = struct.unpack_from("<IQ", b, at)
             at += 12
@@ -162,10 +160,12 @@ def tokenizer_keys(path):
                 for _ in range(count):
                     at = skip(8, at)
             else:
-                at += count * size[et]
-        else:
-            at = skip(t, at)
-    return found.get("tokenizer.ggml.model"), found.get("tokenizer.ggml.pre")
+                at += count * struct.calcsize(fmt[et])
+            continue
+        if key.startswith("tokenizer.ggml."):
+            found[key] = b[at + 8:skip(8, at)].decode() if t == 8 else struct.unpack_from(fmt[t], b, at)[0]
+        at = skip(t, at)
+    return found
 
 
 def compare(out, fx, names):
@@ -174,10 +174,23 @@ def compare(out, fx, names):
     failed = 0
     for name, ids in zip(names, got):
         _, _, V, model, pre = KINDS[name]
-        keys = tokenizer_keys(f"{out}/{name}.gguf")
+        kv = tokenizer_keys(f"{out}/{name}.gguf")
+        keys = (kv.get("tokenizer.ggml.model"), kv.get("tokenizer.ggml.pre"))
         if keys != (model, pre):
             failed += 1
             print(f"FAIL: {name}: tokenizer.ggml.model/pre {keys}, want {(model, pre)}")
+        # add_bos_token / bos id against what HF's add_special_tokens=True adds in front of a text
+        hf = {}
+        for line in open(f"{fx}/{KINDS[name][0]}/hf-goldens.jsonl", encoding="utf-8"):
+            r = json.loads(line)
+            hf.setdefault(r["case"], {})[r["add_special_tokens"]] = r["ids"]
+        plain, special = hf["llama.cpp-test-5"][False], hf["llama.cpp-test-5"][True]
+        lead = special[:len(special) - len(plain)] if special[-len(plain):] == plain else special[:1]
+        want_bos = (True, lead[0]) if lead else (False, kv.get("tokenizer.ggml.bos_token_id"))
+        have_bos = (kv.get("tokenizer.ggml.add_bos_token"), kv.get("tokenizer.ggml.bos_token_id"))
+        if have_bos != want_bos:
+            failed += 1
+            print(f"FAIL: {name}: add_bos_token / bos_token_id {have_bos}, HF adds {lead}")
         rows = goldens(fx, name)
         equal = differ = 0
         for (case, text, want, special), have in zip(rows, ids):
@@ -189,7 +202,8 @@ def compare(out, fx, names):
                 failed += 1
                 print(f"FAIL: {name} {case} ({'special parsed' if special else 'plain'}) {text[:40]!r}: "
                       f"llama.cpp {have[:16]}, HF {want[:16]}" + (f" (expected to differ: {why})" if why else ""))
-        print(f"{name}: {model}/{pre}: {equal} of {len(rows)} texts equal to the HF ids, {differ} differ as stated")
+        print(f"{name}: {model}/{pre}, add_bos {have_bos}: {equal} of {len(rows)} texts equal to the HF ids, "
+              f"{differ} differ as stated")
     return failed
 
 
@@ -200,6 +214,6 @@ if __name__ == "__main__":
     elif cmd == "refusals":
         refusals(out, fx)
     elif cmd == "pre":
-        print(tokenizer_keys(out)[1])
+        print(tokenizer_keys(out).get("tokenizer.ggml.pre"))
     else:
         sys.exit(1 if compare(out, fx, names) else 0)
