@@ -6,6 +6,7 @@ ids on the GGUFs `convert --to gguf` wrote from them compared with the real toke
   vocab_modern.py compare OUT FIXTURES NAME... reads OUT/ids.json (tests/gguf/llamacpp_tokenize.mjs)
   vocab_modern.py refusals OUT GPT2_JSON       folders of tokenizers llama.cpp cannot express
   vocab_modern.py pre GGUF                     prints its tokenizer.ggml.pre
+  vocab_modern.py ours OUT FIXTURES NAME CTXPATCH   `ctxpatch tokenize` on OUT/NAME.gguf, 3 texts
 
 Goldens: the llama.cpp `.inp` texts with their `.out` ids (HF AutoTokenizer's, made upstream) where
 the family has them (llama-bpe, qwen2, command-r), the `llama.cpp-test-N` rows of hf-goldens.jsonl
@@ -207,12 +208,35 @@ def compare(out, fx, names):
     return failed
 
 
+def ours(out, fx, name, ctxpatch):
+    """`ctxpatch tokenize` (the GGUF reader, tokenizers/) on the GGUF of `name` for three of its
+    texts (a tab, a character outside the BMP, the first .inp text): the HF ids. Gemma's
+    tokenizer.json lacks the byte piece <0x09> (its tab is a piece), which SentencePiece's byte
+    fallback needs (import/gguf/gguf_model.c adds it past the vocabulary)."""
+    import subprocess
+    rows = goldens(fx, name)
+    pick = [next(r for r in rows if "\t" in r[1]), next(r for r in rows if any(ord(c) > 0xFFFF for c in r[1])), rows[0]]
+    failed = 0
+    for case, text, want, _ in pick:
+        open(f"{out}/text.txt", "w", encoding="utf-8").write(text)
+        res = subprocess.run([ctxpatch, "tokenize", f"{out}/{name}.gguf", "--text-file", f"{out}/text.txt",
+                              "--no-special"], capture_output=True, text=True)
+        have = [int(x) for x in res.stdout.strip().split(",") if x] if res.returncode == 0 else res.stderr.strip()
+        if have != want:
+            failed += 1
+            print(f"FAIL: ctxpatch tokenize {name} {case} {text[:30]!r}: {str(have)[:200]}, HF {want[:16]}")
+    print(f"{name}: ctxpatch tokenize on the GGUF equals HF on {len(pick) - failed} of {len(pick)} texts")
+    return failed
+
+
 if __name__ == "__main__":
     cmd, out, fx, names = sys.argv[1], sys.argv[2], sys.argv[3:4] and sys.argv[3], sys.argv[4:]
     if cmd == "make":
         make(out, fx, names)
     elif cmd == "refusals":
         refusals(out, fx)
+    elif cmd == "ours":
+        sys.exit(1 if ours(out, fx, names[0], names[1]) else 0)
     elif cmd == "pre":
         print(tokenizer_keys(out).get("tokenizer.ggml.pre"))
     else:
