@@ -254,7 +254,8 @@ static const struct {
                {"gemma", CP_FAMILY_GEMMA, "gemma", "GemmaForCausalLM"},
                {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"},
                {"granite", CP_FAMILY_LLAMA, "granite", "GraniteForCausalLM"},
-               {"olmo2", CP_FAMILY_OLMO2, "olmo2", "Olmo2ForCausalLM"}};
+               {"olmo2", CP_FAMILY_OLMO2, "olmo2", "Olmo2ForCausalLM"},
+               {"starcoder2", CP_FAMILY_STARCODER2, "starcoder2", "Starcoder2ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -559,6 +560,20 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       return put_num(js, g, eps, "layer_norm_epsilon");
     }
     case CP_FAMILY_T5: return t5_json(js, g, arch, &a);
+    case CP_FAMILY_STARCODER2: {
+      /* llama.cpp's starcoder2 (src/models/starcoder2.cpp): LayerNorms with bias, biased q/k/v/o and
+       * ffn_up / ffn_down, ggml_gelu (the tanh form), NEOX rotation of the whole head of D / H dims,
+       * no sliding window key read. */
+      cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_act\":\"gelu_pytorch_tanh\",\"hidden_size\":%lld,"
+                       "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld,"
+                       "\"intermediate_size\":%lld,\"use_bias\":%s", hf_arch, (long long)a.d, (long long)a.heads,
+                       (long long)a.kv_heads, (long long)a.d_head, (long long)a.ff,
+                       cp_gguf_find(g, "blk.0.attn_q.bias") >= 0 ? "true" : "false");
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "norm_epsilon")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, NULL);
+    }
     case CP_FAMILY_GEMMA: return gemma_json(js, g, arch, hf_arch, &a);
     default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
   }
