@@ -13,7 +13,7 @@
 #   - refused in one line, nothing written: a window below the context length (llama.cpp's
 #     starcoder2 reads no window key and would attend past it), use_bias false (its biases are
 #     required tensors, src/models/starcoder2.cpp), heads other than D / H, exact GELU;
-#   - `inspect` says starcoder2.
+#   - `inspect` says starcoder2, and the window (64 on both layers) of a folder that has one.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
@@ -53,6 +53,9 @@ refuse win sliding_window 64 "key 'sliding_window': 64 is below the context leng
 refuse nobias use_bias false "key 'use_bias': false"
 refuse exact hidden_act '"gelu"' "key 'hidden_act': 'gelu'"
 refuse hd head_dim 32 "key 'head_dim': 32 x 4 heads is not the width 64"
+# inspect states the window of the folder that GGUF refused (every layer, Starcoder2Model)
+"$bin" inspect "$w/win" >"$w/inspect_win.txt" 2>&1 && [[ $(cat "$w/inspect_win.txt") == *"window:        64 keys on 2 of 2 layers"* ]] &&
+  ok || bad "inspect win: $(cat "$w/inspect_win.txt")"
 prompt=$("$py" -c "import random; r=random.Random(17); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
 short=$(cut -d, -f1-41 <<<"$prompt")
 check "$bin" forward "$w/sc" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
