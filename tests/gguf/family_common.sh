@@ -1,4 +1,4 @@
-# Sourced by the GGUF family tests (test_gguf_gemma, _granite, _olmo2, _phi3, _qwen3, _llama3,
+# Sourced by the GGUF family tests (test_gguf_gemma, _granite, _olmo2, _phi3, _qwen3, _llama3, _starcoder2,
 # _yarn) after tests/harness.sh: the set-up each of them wrote out.
 #   - skips (77) without numpy (Debian python3); tests/gguf/llamacpp_env.sh (lc, run.mjs,
 #     PYTHONPATH with gguf_py, w=$work);
