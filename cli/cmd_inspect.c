@@ -163,6 +163,11 @@ static void print_text(const cJSON *d, const char *path) {
                                                                           : ", per-head q/k norm");
     if (cJSON_GetObjectItemCaseSensitive(h, "olmo2"))
       printf("olmo2:         no pre-norms; attention and FFN outputs RMS-normed before their residual sums\n");
+    /* Mistral, Qwen2/3, Phi-3, StarCoder2: the window's keys sit in hyperparameters (Gemma's below) */
+    const cJSON *swl = cJSON_GetObjectItemCaseSensitive(h, "sliding_layers");
+    if (cJSON_GetArraySize(swl) > 0)
+      printf("window:        %g keys on %d of %.0f layers\n", num(h, "sliding_window"), cJSON_GetArraySize(swl),
+             num(h, "n_layers"));
     const cJSON *gr = cJSON_GetObjectItemCaseSensitive(h, "granite");
     if (gr)
       printf("granite:       embedding x %g, residual x %g, attention scale %g, logits / %g\n",

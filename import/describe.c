@@ -73,7 +73,7 @@ static cJSON *add_hyperparameters(cJSON *obj, const cp_hf_config *c) {
     cJSON_AddNumberToObject(g, "final_logit_softcapping", c->final_softcap);
     cJSON_AddBoolToObject(g, "post_norms", c->sandwich_norms);
     add_window(g, c);
-  } else if (c->sliding_window > 0) { /* Mistral, Qwen2/3, Phi-3: the same two keys */
+  } else if (c->sliding_window > 0) { /* Mistral, Qwen2/3, Phi-3, StarCoder2: the same two keys */
     add_window(h, c);
   }
   if (c->granite) { /* GraniteConfig's multipliers (1: none) */

@@ -375,6 +375,9 @@ static int family_settings(cp_model *m, const loader *L) {
         m->residual_scale = (float)c->residual_multiplier;
       }
       return parse_act(m, "config.json hidden_act", c->activation);
+    case CP_FAMILY_STARCODER2: /* Starcoder2DecoderLayer: nn.LayerNorm, pre-norm residuals */
+      m->norm = CP_NORM_LAYER;
+      return parse_act(m, "config.json hidden_act", c->activation);
     case CP_FAMILY_GPT_NEOX:
       m->norm = CP_NORM_LAYER;
       m->parallel_residual = c->use_parallel_residual;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""How much of llama.cpp's distance from the engine on a Gemma GGUF is ggml's f16 GELU table
+"""How much of llama.cpp's distance from the engine on a Gemma or StarCoder2 GGUF is ggml's f16 GELU table
 (ggml-cpu/vec.h ggml_vec_geglu_f32 under GGML_GELU_FP16: gelu(x) looked up at fp16(x), the entry
 stored as fp16; 0 at x <= -10, x at x >= 10). Runs the PyTorch reference (float64) of a Gemma /
-Gemma 2 folder twice, with the tanh GELU and with the table, and prints both against llama.cpp's
+Gemma 2 / StarCoder2 folder (no window) twice, with the tanh GELU and with the table, and prints both against llama.cpp's
 logits (tests/gguf/llamacpp_run.mjs JSON) and the engine's (ctxpatch forward --out).
 usage: scripts/py lab/gemma_gelu_table.py FOLDER LLAMACPP_JSON ENGINE_BIN PROMPT_IDS(comma)"""
 import json
@@ -31,6 +31,8 @@ def load(folder):
     hdr = json.loads(raw[8:8 + n])
     w = {k: torch.from_numpy(np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4")
                              .reshape(e["shape"]).astype(np.float64)) for k, e in hdr.items() if k != "__metadata__"}
+    if cfg["model_type"] == "starcoder2":
+        return load_starcoder2(cfg, w)
     m = M.Gemma.__new__(M.Gemma)
     g2 = cfg["model_type"] == "gemma2"
     m.w, m.gemma2, m.eps, m.theta = w, g2, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
@@ -41,6 +43,17 @@ def load(folder):
     m.attn_cap = cfg.get("attn_logit_softcapping") if g2 else None
     m.final_cap = cfg.get("final_logit_softcapping") if g2 else None
     m.windows = [cfg["sliding_window"] if g2 and l % 2 == 0 else None for l in range(m.L)]
+    m.facts = R.ModelFacts(False, 0, m.L, cfg["max_position_embeddings"], "rope")
+    return m
+
+
+def load_starcoder2(cfg, w):
+    """torchref's Starcoder2 on the folder's weights (use_bias true, no sliding_window)."""
+    m = M.Starcoder2.__new__(M.Starcoder2)
+    m.w, m.window, m.eps, m.theta = w, cfg.get("sliding_window"), cfg["norm_epsilon"], cfg.get("rope_theta", 10000.0)
+    m.V, m.D, m.H, m.Hkv, m.L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_attention_heads"], \
+        cfg["num_key_value_heads"], cfg["num_hidden_layers"]
+    m.dh, m.tied = m.D // m.H, cfg.get("tie_word_embeddings", True)
     m.facts = R.ModelFacts(False, 0, m.L, cfg["max_position_embeddings"], "rope")
     return m
 

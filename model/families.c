@@ -233,6 +233,31 @@ static const cp_family_tensor k_olmo2[] = {
     {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
 };
 
+/* StarCoder2 (modeling_starcoder2.py: Starcoder2DecoderLayer's nn.LayerNorm input_layernorm and
+ * post_attention_layernorm, always with bias; Starcoder2Attention q/k/v/o_proj and Starcoder2MLP
+ * c_fc / c_proj, biased when use_bias, the config's qkv_bias here). GGUF names: llama.cpp's
+ * LLM_ARCH_STARCODER2 (src/llama-arch.cpp), whose converter keeps HF's row order (NEOX rotation). */
+static const cp_family_tensor k_starcoder2[] = {
+    {CP_ROLE_EMBED, DEC, "embed_tokens", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "token_embd"},
+    {CP_ROLE_ATTN_NORM, DEC, "layers.%d.input_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS,
+     "blk.%d.attn_norm"},
+    {CP_ROLE_Q, DEC, "layers.%d.self_attn.q_proj", CP_BIAS_IF_QKV_BIAS, CP_DIM_Q, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_q"},
+    {CP_ROLE_K, DEC, "layers.%d.self_attn.k_proj", CP_BIAS_IF_QKV_BIAS, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_k"},
+    {CP_ROLE_V, DEC, "layers.%d.self_attn.v_proj", CP_BIAS_IF_QKV_BIAS, CP_DIM_KV, CP_DIM_D, CP_WHEN_ALWAYS,
+     "blk.%d.attn_v"},
+    {CP_ROLE_O, DEC, "layers.%d.self_attn.o_proj", CP_BIAS_IF_QKV_BIAS, CP_DIM_D, CP_DIM_Q, CP_WHEN_ALWAYS,
+     "blk.%d.attn_output"},
+    {CP_ROLE_FFN_NORM, DEC, "layers.%d.post_attention_layernorm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE,
+     CP_WHEN_ALWAYS, "blk.%d.ffn_norm"},
+    {CP_ROLE_UP, DEC, "layers.%d.mlp.c_fc", CP_BIAS_IF_QKV_BIAS, CP_DIM_FF, CP_DIM_D, CP_WHEN_ALWAYS, "blk.%d.ffn_up"},
+    {CP_ROLE_DOWN, DEC, "layers.%d.mlp.c_proj", CP_BIAS_IF_QKV_BIAS, CP_DIM_D, CP_DIM_FF, CP_WHEN_ALWAYS,
+     "blk.%d.ffn_down"},
+    {CP_ROLE_FINAL_NORM, DEC, "norm", CP_BIAS_REQUIRED, CP_DIM_D, CP_DIM_NONE, CP_WHEN_ALWAYS, "output_norm"},
+    {CP_ROLE_LM_HEAD, DEC, "lm_head", CP_BIAS_NONE, CP_DIM_VOCAB, CP_DIM_D, CP_WHEN_ALWAYS, "output"},
+};
+
 /* Indexed by cp_family. Hub BLOOMs and MPTs store their body without the "transformer." prefix. */
 static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
     [CP_FAMILY_T5] = {CP_FAMILY_T5, {"", NULL}, CP_QKV_SEPARATE, CP_TAU_REL_BIAS, NULL, ROWS(k_t5), false},
@@ -253,6 +278,8 @@ static const cp_family_layout k_layouts[CP_FAMILY_COUNT] = {
                          false},
     [CP_FAMILY_OLMO2] = {CP_FAMILY_OLMO2, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL, ROWS(k_olmo2),
                          false},
+    [CP_FAMILY_STARCODER2] = {CP_FAMILY_STARCODER2, {"model.", NULL}, CP_QKV_SEPARATE, CP_TAU_NOWHERE, NULL,
+                              ROWS(k_starcoder2), false},
 };
 
 const cp_family_layout *cp_family_layout_of(cp_family family) {

@@ -53,6 +53,7 @@ static const struct {
     {"granite", CP_FAMILY_LLAMA}, /* the Llama body with four multipliers (modeling_granite.py) */
     {"gemma3_text", CP_FAMILY_GEMMA}, /* Gemma3ForCausalLM: Gemma 2's body, q/k norms, two RoPE bases */
     {"olmo2", CP_FAMILY_OLMO2},
+    {"starcoder2", CP_FAMILY_STARCODER2},
 };
 
 /* architectures[0] -> model_type, used only when model_type is absent. */
@@ -77,6 +78,7 @@ static const struct {
     {"GemmaForCausalLM", "gemma"},        {"GemmaModel", "gemma"},
     {"Gemma2ForCausalLM", "gemma2"},      {"Gemma2Model", "gemma2"},
     {"GraniteForCausalLM", "granite"},    {"GraniteModel", "granite"},
+    {"Starcoder2ForCausalLM", "starcoder2"}, {"Starcoder2Model", "starcoder2"},
     {"GraniteMoeForCausalLM", "granitemoe"}, {"GraniteMoeHybridForCausalLM", "granitemoehybrid"},
     {"Gemma3ForCausalLM", "gemma3_text"}, {"Gemma3TextModel", "gemma3_text"},
     {"Gemma3ForConditionalGeneration", "gemma3"},
@@ -139,6 +141,7 @@ const char *cp_family_name(cp_family family) {
     case CP_FAMILY_PHI3: return "phi3";
     case CP_FAMILY_GEMMA: return "gemma";
     case CP_FAMILY_OLMO2: return "olmo2";
+    case CP_FAMILY_STARCODER2: return "starcoder2";
     case CP_FAMILY_COUNT: break;
   }
   return "?";
@@ -1082,6 +1085,48 @@ static int parse_olmo2(cp_hf_config *cfg, const ctx_t *c) {
   return 0;
 }
 
+/* StarCoder2 (transformers' models/starcoder2: configuration_starcoder2.py Starcoder2Config,
+ * modeling_starcoder2.py): Starcoder2DecoderLayer is pre-norm with nn.LayerNorm (weight and bias,
+ * eps norm_epsilon, 1e-5), Starcoder2Attention's q/k/v/o and Starcoder2MLP's c_fc -> hidden_act
+ * (gelu_pytorch_tanh) -> c_proj carry biases when use_bias (true), num_key_value_heads defaults to
+ * 2, head_dim is getattr(config, "head_dim") or hidden / heads, the head is tied unless
+ * tie_word_embeddings says otherwise (PretrainedConfig's default). Starcoder2Model masks every layer
+ * with sliding_window when it is set (None by default). partial_rotary_factor is refused:
+ * compute_default_rope_parameters would read it, but apply_rotary_pos_emb rotates the whole head. */
+static int parse_starcoder2(cp_hf_config *cfg, const ctx_t *c) {
+  const cJSON *r = c->root;
+  cfg->pos = CP_POS_ROPE;
+  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
+  TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
+  TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
+  TRY(req_int(&cfg->n_heads, c, r, "num_attention_heads", NULL));
+  TRY(req_int(&cfg->d_ff, c, r, "intermediate_size", NULL));
+  TRY(opt_int(&cfg->n_kv_heads, c, r, "num_key_value_heads", NULL, 2));
+  if (field(r, "head_dim")) TRY(as_pos_int(&cfg->d_head, c, field(r, "head_dim"), "head_dim"));
+  else TRY(split_heads(cfg, c, "num_attention_heads"));
+  const cJSON *prf = field(r, "partial_rotary_factor");
+  if (prf && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
+    return bad(c, "partial_rotary_factor", "1 (Starcoder2Attention rotates the whole head)", prf);
+  cfg->rotary_pct = 1.0;
+  TRY(positive_eps(&cfg->norm_eps, c, r, "norm_epsilon", 1e-5));
+  TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_act", NULL, "gelu_pytorch_tanh"));
+  TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
+  TRY(train_len(cfg, c, "max_position_embeddings"));
+  TRY(opt_num(&cfg->rope_theta, c, r, "rope_theta", NULL, "", 10000.0, 0, INFINITY, "a positive number"));
+  TRY(rope_scaling(cfg, c));
+  TRY(window_key(&cfg->sliding_window, c, 0));
+  TRY(sliding_layers(cfg, c, 0, 1));
+  bool use_bias = true;
+  TRY(opt_bool(&use_bias, c, r, "use_bias", NULL, true));
+  cfg->qkv_bias = use_bias;
+  cfg->no_bias = !use_bias; /* the LayerNorms keep theirs */
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 50256));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50256));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
+  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  return 0;
+}
+
 static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
@@ -1334,6 +1379,7 @@ static int parse_fields(cp_hf_config *cfg, ctx_t *c) {
     case CP_FAMILY_PHI3: rc = parse_phi3(cfg, c); break;
     case CP_FAMILY_GEMMA: rc = parse_gemma(cfg, c); break;
     case CP_FAMILY_OLMO2: rc = parse_olmo2(cfg, c); break;
+    case CP_FAMILY_STARCODER2: rc = parse_starcoder2(cfg, c); break;
     case CP_FAMILY_COUNT: assert(0); break;
   }
   if (rc) return rc;

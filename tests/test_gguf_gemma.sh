@@ -32,21 +32,14 @@
 #     with a sliding_window_pattern key.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/g2" gemma2
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/g1" gemma 2
-check "$bin" convert "$w/g2" "$w/g2.gguf" --to gguf
-check "$bin" convert "$w/g1" "$w/g1.gguf" --to gguf
-check "$bin" convert "$w/g2.gguf" "$w/g2_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/g2" gemma2
+family_gguf "$w/g1" gemma 2
+back_to_safetensors "$w/g2.gguf" "$w/g2_sf"
 "$py" - "$w" <<'PY' && ok || bad "gemma GGUF names, keys and norms"
 import sys, json, struct, numpy as np, gguf_py as g
 w = sys.argv[1]
-def st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
-            for k, e in hdr.items() if k != "__metadata__"}
+st = g.st_f32
 for kind, layers in (("g2", 3), ("g1", 2)):
     hf = st(f"{w}/{kind}/model.safetensors")
     _, kv, _, t, _ = g.read(f"{w}/{kind}.gguf")
@@ -80,16 +73,10 @@ assert (cfg["model_type"], cfg["sliding_window"], cfg["query_pre_attn_scalar"], 
         cfg["final_logit_softcapping"]) == ("gemma2", 32, 32, 1.5, 10), cfg
 print("gemma/gemma2 GGUF: arch keys, norms 1 + w, post norms, no output; safetensors back equal")
 PY
-prompt=$("$py" -c "import random; r=random.Random(11); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+prompt=$(random_ids 11 300)
 short=$(cut -d, -f1-41 <<<"$prompt")
-check "$bin" forward "$w/g2" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/g2.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check "$bin" forward "$w/g2_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-check cmp "$w/e_hf.bin" "$w/e_sf.bin"
-check "$bin" forward "$w/g1" --ids "$short" --out "$w/e_g1hf.bin" --threads 1
-check "$bin" forward "$w/g1.gguf" --ids "$short" --out "$w/e_g1.bin" --threads 1
-check cmp "$w/e_g1hf.bin" "$w/e_g1.bin"
+same_logits "$prompt" "$w/e_hf.bin" "$w/g2" "$w/e_gguf.bin" "$w/g2.gguf" "$w/e_sf.bin" "$w/g2_sf"
+same_logits "$short" "$w/e_g1hf.bin" "$w/g1" "$w/e_g1.bin" "$w/g1.gguf"
 # refusals before anything is written: what llama.cpp's gemma2 would run differently
 for case in "qpas|{\"query_pre_attn_scalar\": 64}|key 'query_pre_attn_scalar': 64, but llama.cpp's gemma2 scales by 1/sqrt(32) (head_dim)" \
             "types|{\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\"]}|key 'layer_types[0]': 'full_attention', but llama.cpp's gemma2 slides the even layers only" \
@@ -118,13 +105,12 @@ PY
 # a temperature baked into q_proj (attn_q), before the soft-cap as the rule puts it
 echo '{"temperature": 0.8}' >"$w/t.json"
 check "$bin" patch "$w/g2" "$w/pt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
-check "$bin" forward "$w/g2" --ids "$short" --rule "$w/t.json" --out "$w/e_rule.bin" --threads 1
-check "$bin" forward "$w/pt.gguf" --ids "$short" --out "$w/e_pt.bin" --threads 1
+engine_logits "$w/e_rule.bin" "$w/g2" "$short" --rule "$w/t.json"
+engine_logits "$w/e_pt.bin" "$w/pt.gguf" "$short"
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --vocab 559 --label "gemma2 baked tau"
 # Gemma 3
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/g3" gemma3
-check "$bin" convert "$w/g3" "$w/g3.gguf" --to gguf
-check "$bin" convert "$w/g3.gguf" "$w/g3_sf" --to safetensors
+family_gguf "$w/g3" gemma3
+back_to_safetensors "$w/g3.gguf" "$w/g3_sf"
 "$py" - "$w" <<'PY' && ok || bad "gemma3 GGUF names, keys and norms"
 import sys, json, struct, numpy as np, gguf_py as g
 w = sys.argv[1]
@@ -149,15 +135,15 @@ assert (cfg["model_type"], cfg["sliding_window"], cfg["sliding_window_pattern"],
         cfg["rope_scaling"]["factor"]) == ("gemma3_text", 32, 6, 10000, 8), cfg
 print("gemma3 GGUF: arch keys, q/k norms 1 + w, no soft-cap keys; config back")
 PY
-check "$bin" forward "$w/g3" --ids "$prompt" --out "$w/e3_hf.bin" --threads 1
-check "$bin" forward "$w/g3.gguf" --ids "$prompt" --out "$w/e3_gguf.bin" --threads 1
+engine_logits "$w/e3_hf.bin" "$w/g3" "$prompt"
+engine_logits "$w/e3_gguf.bin" "$w/g3.gguf" "$prompt"
 check cmp "$w/e3_hf.bin" "$w/e3_gguf.bin"
-check "$bin" forward "$w/g3.gguf" --ids "$short" --out "$w/e3_short.bin" --threads 1
-check "$bin" forward "$w/g3_sf" --ids "$short" --out "$w/e3_sf.bin" --threads 1
+engine_logits "$w/e3_short.bin" "$w/g3.gguf" "$short"
+engine_logits "$w/e3_sf.bin" "$w/g3_sf" "$short"
 check cmp "$w/e3_short.bin" "$w/e3_sf.bin"
 check "$bin" patch "$w/g3" "$w/pt3.gguf" --method temperature --tau 0.8 --no-verify --to gguf
-check "$bin" forward "$w/g3" --ids "$short" --rule "$w/t.json" --out "$w/e3_rule.bin" --threads 1
-check "$bin" forward "$w/pt3.gguf" --ids "$short" --out "$w/e3_pt.bin" --threads 1
+engine_logits "$w/e3_rule.bin" "$w/g3" "$short" --rule "$w/t.json"
+engine_logits "$w/e3_pt.bin" "$w/pt3.gguf" "$short"
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e3_pt.bin" "$w/e3_rule.bin" --vocab 559 --label "gemma3 baked tau"
 for case in "types|{\"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"full_attention\"]}|key 'layer_types[1]': 'full_attention', but llama.cpp's gemma3 slides layer il when il % 6 < 5 (sliding_window_pattern 6)" \
             "base|{\"rope_local_base_freq\": 20000.0}|key 'rope_local_base_freq': 20000, but llama.cpp's gemma3 rotates its sliding layers at base 10000" \
@@ -183,22 +169,27 @@ PY
 "$bin" forward "$w/pat3.gguf" --ids "$short" --out "$w/pat3.bin" >/dev/null 2>"$w/pat3.err"
 [ $? -ne 0 ] && [ ! -e "$w/pat3.bin" ] && [ "$(cat "$w/pat3.err")" = "ctxpatch: error CP_EUNSUPPORTED: $w/pat3.gguf: key 'gemma3.attention.sliding_window_pattern' is not read (gemma3: every sixth layer full, no soft-cap)" ] &&
   ok || bad "gemma3 pattern GGUF: $(cat "$w/pat3.err")"
+llamacpp_vs_engine "gemma3, 300 tokens" "$w/g3.gguf" "$prompt" "$w/e3_gguf.bin" "$w/lc3.json" 1e-3 20
+llamacpp_vs_engine "gemma3, 41 tokens" "$w/g3.gguf" "$short" "$w/e3_short.bin" "$w/lc3s.json" 1e-3
+llamacpp_vs_engine "gemma3 tau 0.8 in attn_q_norm" "$w/pt3.gguf" "$short" "$w/e3_rule.bin" "$w/lc3pt.json" 1e-3
+llamacpp_vs_engine "gemma2, 300 tokens" "$w/g2.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-3 20
+llamacpp_vs_engine "gemma, 41 tokens" "$w/g1.gguf" "$short" "$w/e_g1.bin" "$w/lc1.json" 1e-3
+llamacpp_vs_engine "gemma2 tau 0.8 in attn_q" "$w/pt.gguf" "$short" "$w/e_rule.bin" "$w/lcpt.json" 1e-3
+# rope-pi (linear, factor 2) as gemma2.rope.scaling.* keys, which llama.cpp's gemma2 applies as it
+# applies them to llama: llama.cpp on the patched GGUF == the engine on it at 300 tokens (past the
+# window), and far from the unpatched model's logits
+check "$bin" patch "$w/g2" "$w/pi.gguf" --method rope-pi --factor 2 --no-verify --to gguf
+engine_logits "$w/e_pi.bin" "$w/pi.gguf" "$prompt"
+llamacpp_vs_engine "gemma2 rope-pi x2, 300 tokens" "$w/pi.gguf" "$prompt" "$w/e_pi.bin" "$w/lcpi.json" 1e-3
 if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/g3.gguf" 20 "$prompt" 1 >"$w/lc3.json" && ok || bad "llama.cpp g3.gguf"
-  node "$w/run.mjs" "$w/g3.gguf" 0 "$short" 1 >"$w/lc3s.json" && ok || bad "llama.cpp g3.gguf 41"
-  node "$w/run.mjs" "$w/pt3.gguf" 0 "$short" 1 >"$w/lc3pt.json" && ok || bad "llama.cpp pt3.gguf"
-  "$bin" forward "$w/g3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g3.txt" && ok || bad "generate g3"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma3, 300 tokens" "$w/lc3.json" "$w/e3_gguf.bin" 300 559 "$w/g3.txt"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma3, 41 tokens" "$w/lc3s.json" "$w/e3_short.bin" 41 559
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma3 tau 0.8 in attn_q_norm" "$w/lc3pt.json" "$w/e3_rule.bin" 41 559
-fi
-if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/g2.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp g2.gguf"
-  node "$w/run.mjs" "$w/g1.gguf" 0 "$short" 1 >"$w/lc1.json" && ok || bad "llama.cpp g1.gguf"
-  node "$w/run.mjs" "$w/pt.gguf" 0 "$short" 1 >"$w/lcpt.json" && ok || bad "llama.cpp pt.gguf"
-  "$bin" forward "$w/g2.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma2, 300 tokens" "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma, 41 tokens" "$w/lc1.json" "$w/e_g1.bin" 41 559
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" --tol 1e-3 "gemma2 tau 0.8 in attn_q" "$w/lcpt.json" "$w/e_rule.bin" 41 559
+  "$py" - "$w" <<'PY' && ok || bad "rope-pi: llama.cpp's logits far from the unpatched model's"
+import sys, json, numpy as np
+w = sys.argv[1]
+lc = np.array(json.load(open(f"{w}/lcpi.json"))["logits"], np.float64)
+e, plain = (np.fromfile(f"{w}/{n}.bin", "<f4").reshape(300, -1) for n in ("e_pi", "e_gguf"))
+d, dp = np.abs(lc - e).max(), np.abs(lc - plain).max()
+assert dp > 100 * d, (dp, d)
+print(f"gemma2 rope-pi: llama.cpp {d:.2e} from the engine on the patched file, {dp:.2e} from the unpatched model")
+PY
 fi
 finish

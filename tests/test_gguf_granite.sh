@@ -15,11 +15,9 @@
 #   - `inspect` says granite and the multipliers.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/gr" granite
-check "$bin" convert "$w/gr" "$w/gr.gguf" --to gguf
-check "$bin" convert "$w/gr.gguf" "$w/gr_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/gr" granite
+back_to_safetensors "$w/gr.gguf" "$w/gr_sf"
 "$py" - "$w" <<'PY' && ok || bad "granite GGUF keys and config back"
 import sys, json, gguf_py as g
 w = sys.argv[1]
@@ -37,24 +35,20 @@ PY
 grep -q "model_type granite, GraniteForCausalLM" "$w/inspect.txt" &&
   grep -q "granite:       embedding x 6, residual x 0.25, attention scale 0.375, logits / 3" "$w/inspect.txt" && ok ||
   bad "inspect: $(cat "$w/inspect.txt")"
-prompt=$("$py" -c "import random; r=random.Random(13); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+prompt=$(random_ids 13 300)
 short=$(cut -d, -f1-41 <<<"$prompt")
-check "$bin" forward "$w/gr" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/gr.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check "$bin" forward "$w/gr_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-check cmp "$w/e_hf.bin" "$w/e_sf.bin"
-check "$bin" forward "$w/gr.gguf" --ids "$short" --out "$w/e41.bin" --threads 1
+same_logits "$prompt" "$w/e_hf.bin" "$w/gr" "$w/e_gguf.bin" "$w/gr.gguf" "$w/e_sf.bin" "$w/gr_sf"
+engine_logits "$w/e41.bin" "$w/gr.gguf" "$short"
 # a temperature baked into q_proj (docs/patching.md), written as GGUF: llama.cpp runs it unchanged
 check "$bin" patch "$w/gr" "$w/grt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
 echo '{"temperature": 0.8}' >"$w/t.json"
-check "$bin" forward "$w/gr" --ids "$short" --rule "$w/t.json" --out "$w/e_t.bin" --threads 1
+engine_logits "$w/e_t.bin" "$w/gr" "$short" --rule "$w/t.json"
 # each multiplier reset to 1 in turn moves the logits (so none of them is silently ignored)
 for k in embedding_multiplier residual_multiplier attention_multiplier logits_scaling; do
   mkdir -p "$w/no_$k" && ln -sf "$w/gr/model.safetensors" "$w/no_$k/model.safetensors"
   "$py" -c "import json,sys; c=json.load(open(sys.argv[1])); c[sys.argv[3]]=1.0; json.dump(c, open(sys.argv[2],'w'))" \
     "$w/gr/config.json" "$w/no_$k/config.json" "$k"
-  check "$bin" forward "$w/no_$k" --ids "$short" --out "$w/e_no_$k.bin" --threads 1
+  engine_logits "$w/e_no_$k.bin" "$w/no_$k" "$short"
 done
 "$py" - "$w" <<'PY' && ok || bad "each granite multiplier changes the logits"
 import sys, numpy as np
@@ -64,13 +58,7 @@ for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier",
     d = np.abs(np.fromfile(f"{w}/e_no_{k}.bin", "<f4") - e).max()
     assert d > 1e-2 * np.abs(e).max(), (k, d)
 PY
-if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/gr.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp gr.gguf"
-  node "$w/run.mjs" "$w/gr.gguf" 0 "$short" 1 >"$w/lc41.json" && ok || bad "llama.cpp gr.gguf 41"
-  "$bin" forward "$w/gr.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" granite "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "granite 41" "$w/lc41.json" "$w/e41.bin" 41 559
-  node "$w/run.mjs" "$w/grt.gguf" 0 "$short" 1 >"$w/lct.json" && ok || bad "llama.cpp grt.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "granite tau 0.8" "$w/lct.json" "$w/e_t.bin" 41 559
-fi
+llamacpp_vs_engine granite "$w/gr.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-4 20
+llamacpp_vs_engine "granite 41" "$w/gr.gguf" "$short" "$w/e41.bin" "$w/lc41.json"
+llamacpp_vs_engine "granite tau 0.8" "$w/grt.gguf" "$short" "$w/e_t.bin" "$w/lct.json"
 finish

@@ -13,11 +13,9 @@
 #     as are a rope_freqs not float32, of the wrong count, beside a scaling key, or on qwen2
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/l3" llama3
-check "$bin" convert "$w/l3" "$w/l3.gguf" --to gguf
-check "$bin" convert "$w/l3.gguf" "$w/l3_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/l3" llama3
+back_to_safetensors "$w/l3.gguf" "$w/l3_sf"
 "$py" - "$w" <<'PY' && ok || bad "llama3 GGUF: rope_freqs and keys"
 import sys, json, math, numpy as np, gguf_py as g
 w = sys.argv[1]
@@ -47,18 +45,15 @@ names = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
 assert "rope_freqs.weight" not in names and len(names) - ("__metadata__" in names) == 21, sorted(names)
 print("llama3 GGUF: rope_freqs", np.round(got, 6).tolist(), "= llama.cpp's converter; scaling read back")
 PY
-prompt=$("$py" -c "import random; r=random.Random(13); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
-check "$bin" forward "$w/l3" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/l3.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
+prompt=$(random_ids 13 300)
+same_logits "$prompt" "$w/e_hf.bin" "$w/l3" "$w/e_gguf.bin" "$w/l3.gguf"
 # the same weights without the scaling: what llama.cpp would compute if it ignored rope_freqs
 mkdir -p "$w/plain" && cp "$w/l3/model.safetensors" "$w/l3/tokenizer.json" "$w/plain/"
 "$py" -c "import json,sys; c=json.load(open(sys.argv[1])); del c['rope_scaling']; json.dump(c, open(sys.argv[2],'w'))" \
   "$w/l3/config.json" "$w/plain/config.json"
-check "$bin" forward "$w/plain" --ids "$prompt" --out "$w/e_plain.bin" --threads 1
+engine_logits "$w/e_plain.bin" "$w/plain" "$prompt"
+llamacpp_vs_engine llama3 "$w/l3.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json"
 if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/l3.gguf" 0 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp l3.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" llama3 "$w/lc.json" "$w/e_gguf.bin" 300 559
   "$py" - "$w" <<'PY' && ok || bad "llama.cpp's logits far from the unscaled model's"
 import sys, json, numpy as np
 w = sys.argv[1]

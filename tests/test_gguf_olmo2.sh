@@ -17,11 +17,9 @@
 #   - `inspect` says olmo2 and its norms.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/ol" olmo2
-check "$bin" convert "$w/ol" "$w/ol.gguf" --to gguf
-check "$bin" convert "$w/ol.gguf" "$w/ol_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/ol" olmo2
+back_to_safetensors "$w/ol.gguf" "$w/ol_sf"
 "$py" - "$w" <<'PY' && ok || bad "olmo2 GGUF tensors and config back"
 import sys, json, gguf_py as g
 w = sys.argv[1]
@@ -65,35 +63,24 @@ out=$("$bin" forward "$w/ph" --ids 2,3,4 --out "$w/ph.bin" 2>&1)
 [ $? != 0 ] && [ ! -e "$w/ph.bin" ] &&
   [[ $out == *"tensor 'model.layers.1.self_attn.q_norm.weight' has shape [16], expected [64]" ]] && ok ||
   bad "per-head q_norm: $out"
-prompt=$("$py" -c "import random; r=random.Random(17); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+prompt=$(random_ids 17 300)
 short=$(cut -d, -f1-41 <<<"$prompt")
-check "$bin" forward "$w/ol" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/ol.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check "$bin" forward "$w/ol_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-check cmp "$w/e_hf.bin" "$w/e_sf.bin"
-check "$bin" forward "$w/ol.gguf" --ids "$short" --out "$w/e41.bin" --threads 1
+same_logits "$prompt" "$w/e_hf.bin" "$w/ol" "$w/e_gguf.bin" "$w/ol.gguf" "$w/e_sf.bin" "$w/ol_sf"
+engine_logits "$w/e41.bin" "$w/ol.gguf" "$short"
 # a temperature baked into the q norms (docs/patching.md), written as GGUF: llama.cpp runs it unchanged
 check "$bin" patch "$w/ol" "$w/olt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
 echo '{"temperature": 0.8}' >"$w/t.json"
-check "$bin" forward "$w/ol" --ids "$short" --rule "$w/t.json" --out "$w/e_t.bin" --threads 1
+engine_logits "$w/e_t.bin" "$w/ol" "$short" --rule "$w/t.json"
 # linear rope_scaling (Olmo2RotaryEmbedding through ROPE_INIT_FUNCTIONS, as Llama's)
 mkdir -p "$w/lin" && ln -sf "$w/ol/model.safetensors" "$w/lin/model.safetensors" && cp "$w/ol/tokenizer.json" "$w/lin/"
 "$py" -c "import json,sys; c=json.load(open(sys.argv[1])); c['rope_scaling']={'type':'linear','factor':2.0}; json.dump(c, open(sys.argv[2],'w'))" \
   "$w/ol/config.json" "$w/lin/config.json"
 check "$bin" convert "$w/lin" "$w/lin.gguf" --to gguf
-check "$bin" forward "$w/lin" --ids "$prompt" --out "$w/e_lin.bin" --threads 1
+engine_logits "$w/e_lin.bin" "$w/lin" "$prompt"
 "$py" -c "import sys, numpy as np; a, b = (np.fromfile(f, '<f4') for f in sys.argv[1:]); assert np.abs(a - b).max() > 1e-2 * np.abs(b).max()" \
   "$w/e_lin.bin" "$w/e_hf.bin" && ok || bad "linear rope_scaling does not move the engine's logits"
-if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/ol.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp ol.gguf"
-  node "$w/run.mjs" "$w/ol.gguf" 0 "$short" 1 >"$w/lc41.json" && ok || bad "llama.cpp ol.gguf 41"
-  "$bin" forward "$w/ol.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" olmo2 "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "olmo2 41" "$w/lc41.json" "$w/e41.bin" 41 559
-  node "$w/run.mjs" "$w/olt.gguf" 0 "$short" 1 >"$w/lct.json" && ok || bad "llama.cpp olt.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "olmo2 tau 0.8" "$w/lct.json" "$w/e_t.bin" 41 559
-  node "$w/run.mjs" "$w/lin.gguf" 0 "$prompt" 1 >"$w/lclin.json" && ok || bad "llama.cpp lin.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "olmo2 linear x2" "$w/lclin.json" "$w/e_lin.bin" 300 559
-fi
+llamacpp_vs_engine olmo2 "$w/ol.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-4 20
+llamacpp_vs_engine "olmo2 41" "$w/ol.gguf" "$short" "$w/e41.bin" "$w/lc41.json"
+llamacpp_vs_engine "olmo2 tau 0.8" "$w/olt.gguf" "$short" "$w/e_t.bin" "$w/lct.json"
+llamacpp_vs_engine "olmo2 linear x2" "$w/lin.gguf" "$prompt" "$w/e_lin.bin" "$w/lclin.json"
 finish

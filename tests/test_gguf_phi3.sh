@@ -21,23 +21,18 @@
 #     phi3 runs none).
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
+. "$src/tests/gguf/family_common.sh"
 # folders not named phi3: llama.cpp sets token attributes of "</s>" etc. by name on a model whose
 # general.name (the folder) contains "phi3" / "phi-3", and fails on a vocabulary without them
 check "$py" "$src/tests/gguf/make_random_family.py" "$w/tiny" phi3
 check "$py" "$src/tests/gguf/make_random_family.py" "$w/tinyt" phi3_tied 2
 check "$bin" convert "$w/tiny" "$w/phi3.gguf" --to gguf
 check "$bin" convert "$w/tinyt" "$w/phi3t.gguf" --to gguf
-check "$bin" convert "$w/phi3.gguf" "$w/phi3_sf" --to safetensors
+back_to_safetensors "$w/phi3.gguf" "$w/phi3_sf"
 "$py" - "$w" <<'PY' && ok || bad "phi3 GGUF names, keys and rows"
 import sys, json, struct, numpy as np, gguf_py as g
 w = sys.argv[1]
-def st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
-            for k, e in hdr.items() if k != "__metadata__"}
+st = g.st_f32
 hf, back = st(f"{w}/tiny/model.safetensors"), st(f"{w}/phi3_sf/model.safetensors")
 _, kv, _, t, order = g.read(f"{w}/phi3.gguf")
 assert kv["general.architecture"] == "phi3", kv["general.architecture"]
@@ -59,14 +54,10 @@ _, kv, _, t, _ = g.read(f"{w}/phi3t.gguf")
 assert "output.weight" not in t and kv["phi3.rope.dimension_count"] == 16
 print("phi3 GGUF: arch keys, 8 rotated dims, fused attn_qkv and ffn_up as HF's, no gate; safetensors back equal")
 PY
-prompt=$("$py" -c "import random; r=random.Random(11); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
+prompt=$(random_ids 11 300)
 short=$(cut -d, -f1-41 <<<"$prompt")
-check "$bin" forward "$w/tiny" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/phi3.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check "$bin" forward "$w/phi3_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-check cmp "$w/e_hf.bin" "$w/e_sf.bin"
-check "$bin" forward "$w/phi3t.gguf" --ids "$short" --out "$w/e_t.bin" --threads 1
+same_logits "$prompt" "$w/e_hf.bin" "$w/tiny" "$w/e_gguf.bin" "$w/phi3.gguf" "$w/e_sf.bin" "$w/phi3_sf"
+engine_logits "$w/e_t.bin" "$w/phi3t.gguf" "$short"
 # refusals: longrope's factor tensor, a window below the context length (the tied GGUF rewritten with
 # ggml's layout by tests/gguf/make_gguf_cases.py's helpers, read by gguf_py)
 "$py" - "$w" <<'PY' && ok || bad "write the refused phi3 GGUFs"
@@ -82,7 +73,7 @@ write(f"{w}/lr1.gguf", extra_tensors=[("rope_factors_long.weight", [8], "F32", s
 write(f"{w}/sw.gguf", extra_kv=[("phi3.attention.sliding_window", mk.U32, 128)])
 write(f"{w}/same.gguf")
 PY
-check "$bin" forward "$w/same.gguf" --ids "$short" --out "$w/e_same.bin" --threads 1
+engine_logits "$w/e_same.bin" "$w/same.gguf" "$short"
 check cmp "$w/e_t.bin" "$w/e_same.bin"
 for case in "lr1|CP_ECFG_POSITION: $w/lr1.gguf: tensor 'rope_factors_long.weight' without 'rope_factors_short.weight'" \
             "sw|CP_ECFG_FIELD: $w/sw.gguf: key 'phi3.attention.sliding_window': 128 is below the context length 256: llama.cpp's phi3 ignores it where transformers slides (which model the file means is unclear)"; do
@@ -103,8 +94,8 @@ c.update(max_position_embeddings=1024, rope_scaling={"type": "longrope", "short_
                                                      "long_factor": [1.0, 2.5, 6.0, 12.0]})
 json.dump(c, open(sys.argv[1], "w"))
 PY
-check "$bin" forward "$w/lr" --ids "$short" --out "$w/e_lr.bin" --threads 1
-check "$bin" forward "$w/lr" --ids "$prompt" --out "$w/e_lr300.bin" --threads 1
+engine_logits "$w/e_lr.bin" "$w/lr" "$short"
+engine_logits "$w/e_lr300.bin" "$w/lr" "$prompt"
 "$bin" convert "$w/lr" "$w/lr_onnx" --to onnx >/dev/null 2>"$w/lro.err"
 [ $? -ne 0 ] && [ ! -e "$w/lr_onnx" ] && [ "$(cat "$w/lro.err")" = "ctxpatch: error CP_EUNSUPPORTED: onnx export: key 'rope_scaling.type': 'longrope' is not written as ONNX (its RoPE frequencies change with the sequence length of each call; the graph holds one table)" ] &&
   ok || bad "longrope --to onnx: $(cat "$w/lro.err")"
@@ -113,10 +104,10 @@ check "$bin" forward "$w/lr" --ids "$prompt" --out "$w/e_lr300.bin" --threads 1
 [ $? -eq 1 ] && [ "$(wc -l <"$w/lrs.err")" -eq 1 ] && [ "$(cat "$w/lrs.err")" = "ctxpatch: error CP_EUNSUPPORTED: engine: llama.cpp's context shift is not emulated under longrope RoPE scaling" ] &&
   ok || bad "context shift under longrope: $(cat "$w/lrs.err")"
 check "$bin" convert "$w/lr" "$w/lr.gguf" --to gguf
-check "$bin" convert "$w/lr.gguf" "$w/lr_sf" --to safetensors
-check "$bin" forward "$w/lr.gguf" --ids "$short" --out "$w/e_lrg.bin" --threads 1
-check "$bin" forward "$w/lr.gguf" --ids "$prompt" --out "$w/e_lrg300.bin" --threads 1
-check "$bin" forward "$w/lr_sf" --ids "$prompt" --out "$w/e_lrsf300.bin" --threads 1
+back_to_safetensors "$w/lr.gguf" "$w/lr_sf"
+engine_logits "$w/e_lrg.bin" "$w/lr.gguf" "$short"
+engine_logits "$w/e_lrg300.bin" "$w/lr.gguf" "$prompt"
+engine_logits "$w/e_lrsf300.bin" "$w/lr_sf" "$prompt"
 # float32 factors and attention factor in the GGUF: within 1e-6 of the config's doubles
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_lrg.bin" "$w/e_lr.bin" --vocab 559 --tol 1e-6 --label "longrope GGUF 41"
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_lrg300.bin" "$w/e_lr300.bin" --vocab 559 --tol 1e-6 --label "longrope GGUF 300"
@@ -149,10 +140,10 @@ sed -i 's/"sliding_window": null/"sliding_window": 128/' "$w/swin/config.json"
 echo '{"temperature": 0.8}' >"$w/t.json"
 check "$bin" patch "$w/tiny" "$w/pt" --method temperature --tau 0.8 --no-verify
 check "$bin" patch "$w/tiny" "$w/pt.gguf" --method temperature --tau 0.8 --no-verify --to gguf
-check "$bin" forward "$w/tiny" --ids "$short" --rule "$w/t.json" --out "$w/e_rule.bin" --threads 1
-check "$bin" forward "$w/pt" --ids "$short" --out "$w/e_pt.bin" --threads 1
+engine_logits "$w/e_rule.bin" "$w/tiny" "$short" --rule "$w/t.json"
+engine_logits "$w/e_pt.bin" "$w/pt" "$short"
 check "$py" "$src/tests/onnx/compare_logits.py" "$w/e_pt.bin" "$w/e_rule.bin" --vocab 559 --label "phi3 baked tau"
-check "$bin" forward "$w/tiny" --ids "$short" --out "$w/e_id.bin" --threads 1
+engine_logits "$w/e_id.bin" "$w/tiny" "$short"
 "$py" "$src/tests/onnx/compare_logits.py" "$w/e_id.bin" "$w/e_rule.bin" --vocab 559 --tol 1e-2 >/dev/null &&
   bad "tau 0.8 leaves the logits within 1e-2" || ok
 "$bin" patch "$w/tiny" "$w/pr" --method rope-pi --factor 2 --no-verify >/dev/null 2>"$w/pr.err"
@@ -165,25 +156,19 @@ check "$bin" patch "$w/tiny" "$w/pv" --method temperature --tau 0.9 --verify pas
 check "$bin" check "$w/pv"
 "$py" -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['model']['family'] == 'phi3', c['model']" \
   "$w/pv/certificate.json" && ok || bad "certificate family"
+llamacpp_vs_engine "phi3 tau 0.8 baked in attn_qkv" "$w/pt.gguf" "$short" "$w/e_rule.bin" "$w/lcpt.json"
+llamacpp_vs_engine phi3 "$w/phi3.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-4 20
+llamacpp_vs_engine "phi3 tied, 41 tokens" "$w/phi3t.gguf" "$short" "$w/e_t.bin" "$w/lct.json"
 if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/pt.gguf" 0 "$short" 1 >"$w/lcpt.json" && ok || bad "llama.cpp pt.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 tau 0.8 baked in attn_qkv" "$w/lcpt.json" "$w/e_rule.bin" 41 559
-  node "$w/run.mjs" "$w/phi3.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp phi3.gguf"
-  node "$w/run.mjs" "$w/phi3t.gguf" 0 "$short" 1 >"$w/lct.json" && ok || bad "llama.cpp phi3t.gguf"
-  "$bin" forward "$w/phi3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" phi3 "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 tied, 41 tokens" "$w/lct.json" "$w/e_t.bin" 41 559
   # longrope: llama.cpp picks the list by its context size (n_ctx_seq > original 256: long), transformers
   # and the engine by the sequence (> 256: long). Equal where both pick the same list: 300 tokens in a
   # context of 512 (long), 41 in a context of 256 (short); 41 in 512 is llama.cpp's long list against
   # the engine's short one, which must differ (docs/gguf.md states it)
-  node "$w/run.mjs" "$w/lr.gguf" 0 "$prompt" 1 >"$w/lclr300.json" && ok || bad "llama.cpp lr.gguf 300"
-  LLAMACPP_CTX=256 node "$w/run.mjs" "$w/lr.gguf" 0 "$short" 1 >"$w/lclr41.json" && ok || bad "llama.cpp lr.gguf 41"
+  llamacpp_vs_engine "phi3 longrope, 300 tokens, n_ctx 512 (long)" "$w/lr.gguf" "$prompt" "$w/e_lrg300.bin" \
+    "$w/lclr300.json"
+  LLAMACPP_CTX=256 llamacpp_vs_engine "phi3 longrope, 41 tokens, n_ctx 256 (short)" "$w/lr.gguf" "$short" \
+    "$w/e_lrg.bin" "$w/lclr41.json"
   node "$w/run.mjs" "$w/lr.gguf" 0 "$short" 1 >"$w/lclr41x.json" && ok || bad "llama.cpp lr.gguf 41 in 512"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 longrope, 300 tokens, n_ctx 512 (long)" "$w/lclr300.json" \
-    "$w/e_lrg300.bin" 300 559
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 longrope, 41 tokens, n_ctx 256 (short)" "$w/lclr41.json" \
-    "$w/e_lrg.bin" 41 559
   "$py" "$src/tests/gguf/llamacpp_compare.py" "phi3 longrope, 41 tokens, n_ctx 512" "$w/lclr41x.json" "$w/e_lrg.bin" \
     41 559 >/dev/null 2>&1 && bad "llama.cpp's long list at n_ctx 512 matches the engine's short one at 41" || ok
 fi

@@ -17,19 +17,13 @@
 #   - a Mistral with explicit head_dim (make_random_family.py mistral_hd) runs in llama.cpp.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/qwen3" qwen3
-check "$bin" convert "$w/qwen3" "$w/qwen3.gguf" --to gguf
-check "$bin" convert "$w/qwen3.gguf" "$w/qwen3_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/qwen3" qwen3
+back_to_safetensors "$w/qwen3.gguf" "$w/qwen3_sf"
 "$py" - "$w" <<'PY' && ok || bad "qwen3 GGUF names, keys and rows"
 import sys, json, struct, numpy as np, gguf_py as g
 w = sys.argv[1]
-def st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
-            for k, e in hdr.items() if k != "__metadata__"}
+st = g.st_f32
 hf, back = st(f"{w}/qwen3/model.safetensors"), st(f"{w}/qwen3_sf/model.safetensors")
 _, kv, _, t, order = g.read(f"{w}/qwen3.gguf")
 assert kv["general.architecture"] == "qwen3", kv["general.architecture"]
@@ -60,20 +54,13 @@ grep -q "model_type qwen3, Qwen3ForCausalLM" "$w/inspect.txt" && grep -q "d_head
 # a temperature baked into q_norm (docs/patching.md), written as GGUF: llama.cpp runs it unchanged
 check "$bin" patch "$w/qwen3" "$w/q3t.gguf" --method temperature --tau 0.8 --no-verify --to gguf
 echo '{"temperature": 0.8}' >"$w/t.json"
-prompt=$("$py" -c "import random; r=random.Random(11); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(299)]))")
-check "$bin" forward "$w/qwen3" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/qwen3.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check "$bin" forward "$w/qwen3_sf" --ids "$prompt" --out "$w/e_sf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
-check cmp "$w/e_hf.bin" "$w/e_sf.bin"
-check "$bin" forward "$w/qwen3" --ids "$prompt" --rule "$w/t.json" --out "$w/e_t.bin" --threads 1
+prompt=$(random_ids 11 300)
+same_logits "$prompt" "$w/e_hf.bin" "$w/qwen3" "$w/e_gguf.bin" "$w/qwen3.gguf" "$w/e_sf.bin" "$w/qwen3_sf"
+engine_logits "$w/e_t.bin" "$w/qwen3" "$prompt" --rule "$w/t.json"
+llamacpp_vs_engine qwen3 "$w/qwen3.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json" 1e-4 20
+# the baked temperature: llama.cpp on the patched GGUF == the engine with the rule, != without it
+llamacpp_vs_engine "qwen3 tau 0.8" "$w/q3t.gguf" "$prompt" "$w/e_t.bin" "$w/lct.json"
 if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/qwen3.gguf" 20 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp qwen3.gguf"
-  node "$w/run.mjs" "$w/q3t.gguf" 0 "$prompt" 1 >"$w/lct.json" && ok || bad "llama.cpp q3t.gguf"
-  "$bin" forward "$w/qwen3.gguf" --ids "$prompt" --generate 20 --threads 1 >"$w/g.txt" && ok || bad "generate"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" qwen3 "$w/lc.json" "$w/e_gguf.bin" 300 559 "$w/g.txt"
-  # the baked temperature: llama.cpp on the patched GGUF == the engine with the rule, != without it
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" "qwen3 tau 0.8" "$w/lct.json" "$w/e_t.bin" 300 559
   "$py" - "$w" <<'PY' && ok || bad "the tau 0.8 rule changes the engine's logits"
 import sys, numpy as np
 w = sys.argv[1]
@@ -83,19 +70,9 @@ assert np.abs(et - e).max() > 1e-2 * np.abs(e).max(), np.abs(et - e).max()
 PY
   # Mistral with an explicit head_dim (32, hidden 64 / 4 heads): llama.cpp needs value_length as
   # well as key_length (without it: "tensor 'blk.0.attn_v.weight' has wrong shape")
-  check "$py" "$src/tests/gguf/make_random_family.py" "$w/mis" mistral_hd
-  check "$bin" convert "$w/mis" "$w/mis.gguf" --to gguf
+  family_gguf "$w/mis" mistral_hd
   short=$(cut -d, -f1-100 <<<"$prompt")
-  check "$bin" forward "$w/mis" --ids "$short" --out "$w/e_mis.bin" --threads 1
-  node "$w/run.mjs" "$w/mis.gguf" 0 "$short" 1 >"$w/lcm.json" && ok || bad "llama.cpp mis.gguf"
-  "$py" - "$w" <<'PY' && ok || bad "llama.cpp == engine on mistral with head_dim"
-import sys, json, numpy as np
-w = sys.argv[1]
-lc = np.array(json.load(open(f"{w}/lcm.json"))["logits"], np.float64)
-e = np.fromfile(f"{w}/e_mis.bin", "<f4").reshape(lc.shape[0], -1)
-d = np.abs(lc - e).max()
-assert d <= 1e-4 * np.abs(e).max(), d
-print(f"llama.cpp mistral head_dim 32 == engine: max |diff| {d:.2e} over {lc.shape[0]} tokens")
-PY
+  engine_logits "$w/e_mis.bin" "$w/mis" "$short"
+  llamacpp_vs_engine "mistral head_dim 32" "$w/mis.gguf" "$short" "$w/e_mis.bin" "$w/lcm.json"
 fi
 finish

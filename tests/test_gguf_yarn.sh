@@ -16,11 +16,9 @@
 #     a GGUF whose yarn_beta_fast key llama.cpp would ignore is refused on reading.
 # llama.cpp parts skip (the rest runs) without node-llama-cpp; needs numpy (Debian python3).
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
-"$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
-. "$src/tests/gguf/llamacpp_env.sh"
-check "$py" "$src/tests/gguf/make_random_family.py" "$w/y" qwen3_yarn
-check "$bin" convert "$w/y" "$w/y.gguf" --to gguf
-check "$bin" convert "$w/y.gguf" "$w/y_sf" --to safetensors
+. "$src/tests/gguf/family_common.sh"
+family_gguf "$w/y" qwen3_yarn
+back_to_safetensors "$w/y.gguf" "$w/y_sf"
 "$py" - "$w" <<'PY' && ok || bad "yarn GGUF keys"
 import sys, json, gguf_py as g
 w = sys.argv[1]
@@ -33,10 +31,8 @@ back = json.load(open(f"{w}/y_sf/config.json"))["rope_scaling"]
 assert back == {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}, back
 print("yarn GGUF keys written and read back:", back)
 PY
-prompt=$("$py" -c "import random; r=random.Random(17); print(','.join(['2']+[str(r.randrange(3,559)) for _ in range(363)]))")
-check "$bin" forward "$w/y" --ids "$prompt" --out "$w/e_hf.bin" --threads 1
-check "$bin" forward "$w/y.gguf" --ids "$prompt" --out "$w/e_gguf.bin" --threads 1
-check cmp "$w/e_hf.bin" "$w/e_gguf.bin"
+prompt=$(random_ids 17 364)
+same_logits "$prompt" "$w/e_hf.bin" "$w/y" "$w/e_gguf.bin" "$w/y.gguf"
 # the same weights without the scaling; a llama with yarn and an explicit attention factor
 edit() { # DIR NEW_DIR PYTHON_STATEMENT_ON_c
   mkdir -p "$2" && cp "$1/model.safetensors" "$1/tokenizer.json" "$2/"
@@ -46,11 +42,11 @@ edit() { # DIR NEW_DIR PYTHON_STATEMENT_ON_c
 edit "$w/y" "$w/plain" "del c['rope_scaling']"
 check "$py" "$src/tests/gguf/make_random_family.py" "$w/l3" llama3
 edit "$w/l3" "$w/att" "c['max_position_embeddings'] = 512; c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 8.0, 'original_max_position_embeddings': 64, 'attention_factor': 1.5}"
-check "$bin" forward "$w/plain" --ids "$prompt" --out "$w/e_plain.bin" --threads 1
+engine_logits "$w/e_plain.bin" "$w/plain" "$prompt"
 check "$bin" convert "$w/att" "$w/att.gguf" --to gguf
-check "$bin" forward "$w/att" --ids "$prompt" --out "$w/e_att.bin" --threads 1
+engine_logits "$w/e_att.bin" "$w/att" "$prompt"
 edit "$w/att" "$w/att1" "del c['rope_scaling']['attention_factor']"
-check "$bin" forward "$w/att1" --ids "$prompt" --out "$w/e_att1.bin" --threads 1
+engine_logits "$w/e_att1.bin" "$w/att1" "$prompt"
 "$py" - "$w" <<'PY' && ok || bad "attention_factor as attn_factor"
 import sys, math, gguf_py as g
 kv = g.read(f"{sys.argv[1]}/att.gguf")[1]
@@ -59,14 +55,12 @@ assert abs(kv["llama.rope.scaling.attn_factor"] - want) < 1e-6 * want, kv
 assert kv["llama.rope.scaling.type"] == "yarn" and "rope_freqs.weight" not in g.read(f"{sys.argv[1]}/att.gguf")[3]
 assert not any("yarn_" in k for k in kv), kv
 PY
-check "$bin" convert "$w/att.gguf" "$w/att_sf" --to safetensors
+back_to_safetensors "$w/att.gguf" "$w/att_sf"
 "$py" -c "import json,sys; s=json.load(open(sys.argv[1]))['rope_scaling']; assert abs(s.pop('attention_factor') - 1.5) < 1e-6 and s == {'rope_type': 'yarn', 'factor': 8, 'original_max_position_embeddings': 64}, s" \
   "$w/att_sf/config.json" && ok || bad "attention_factor read back"
+llamacpp_vs_engine yarn "$w/y.gguf" "$prompt" "$w/e_gguf.bin" "$w/lc.json"
+llamacpp_vs_engine yarn_attention_factor "$w/att.gguf" "$prompt" "$w/e_att.bin" "$w/lc_att.json"
 if [ "$lc" = 1 ]; then
-  node "$w/run.mjs" "$w/y.gguf" 0 "$prompt" 1 >"$w/lc.json" && ok || bad "llama.cpp y.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" yarn "$w/lc.json" "$w/e_gguf.bin" 364 559
-  node "$w/run.mjs" "$w/att.gguf" 0 "$prompt" 1 >"$w/lc_att.json" && ok || bad "llama.cpp att.gguf"
-  check "$py" "$src/tests/gguf/llamacpp_compare.py" yarn_attention_factor "$w/lc_att.json" "$w/e_att.bin" 364 559
   "$py" - "$w" <<'PY' && ok || bad "llama.cpp's logits far from those without the scaling or the attention factor"
 import sys, json, numpy as np
 w = sys.argv[1]

@@ -506,6 +506,49 @@ static void olmo2_configs(void) {
   CHECK(strstr(cp_error_message(), "'olmo3' is not supported") != NULL);
 }
 
+/* StarCoder2 (configuration_starcoder2.py Starcoder2Config; starcoder2-3b's config.json numbers): LayerNorm eps
+ * norm_epsilon, GELU tanh, biases by use_bias, num_key_value_heads 2 by default, tied head by default,
+ * sliding_window on every layer when set. */
+#define SC2_HEAD                                                                                          \
+  "{\"architectures\":[\"Starcoder2ForCausalLM\"],\"model_type\":\"starcoder2\",\"hidden_size\":3072,"    \
+  "\"intermediate_size\":12288,\"num_attention_heads\":24,\"num_hidden_layers\":30,\"vocab_size\":49152," \
+  "\"max_position_embeddings\":16384,"
+
+static void starcoder2_configs(void) {
+  cp_hf_config *c = parse_mem(0, SC2_HEAD
+                              "\"num_key_value_heads\":2,\"norm_epsilon\":1e-05,\"rope_theta\":999999.4420358813,"
+                              "\"sliding_window\":4096,\"use_bias\":true,\"hidden_act\":\"gelu_pytorch_tanh\"}");
+  if (c) {
+    CHECK(c->family == CP_FAMILY_STARCODER2 && !strcmp(cp_family_name(c->family), "starcoder2"));
+    CHECK(c->d_head == 128 && c->rotary_dims == 128 && c->n_kv_heads == 2 && c->pos == CP_POS_ROPE);
+    CHECK(near(c->norm_eps, 1e-5) && near(c->rope_theta, 999999.4420358813) && c->train_len == 16384);
+    CHECK(c->qkv_bias && !c->no_bias && c->tie_word_embeddings && c->bos_token_id == 50256);
+    CHECK(c->sliding_window == 4096 && c->layer_sliding[0] && c->layer_sliding[29]);
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(0, SC2_HEAD
+                "\"use_bias\":false,\"sliding_window\":null,\"tie_word_embeddings\":false,"
+                "\"norm_epsilon\":1e-6,\"head_dim\":64}");
+  if (c) {
+    CHECK(!c->qkv_bias && c->no_bias && c->sliding_window == 0 && !c->layer_sliding[0] && !c->tie_word_embeddings);
+    CHECK(c->n_kv_heads == 2 && c->d_head == 64 && near(c->norm_eps, 1e-6) &&
+          !strcmp(c->activation, "gelu_pytorch_tanh"));
+    cp_hf_config_free(c);
+  }
+  c = parse_mem(CP_ECFG_FIELD, SC2_HEAD "\"use_bias\":1}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'use_bias'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, SC2_HEAD "\"norm_epsilon\":0}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'norm_epsilon'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, SC2_HEAD "\"sliding_window\":0}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'sliding_window'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, SC2_HEAD "\"partial_rotary_factor\":0.5}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'partial_rotary_factor'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FIELD, SC2_HEAD "\"num_key_value_heads\":5}");
+  CHECK_MSG(strstr(cp_error_message(), "key 'num_key_value_heads'") != NULL, "message: %s", cp_error_message());
+  c = parse_mem(CP_ECFG_FAMILY, "{\"model_type\":\"starcoder2\",\"architectures\":[\"LlamaForCausalLM\"]}");
+  CHECK_MSG(strstr(cp_error_message(), "disagrees with architectures[0]") != NULL, "message: %s", cp_error_message());
+}
+
 static void phi3_configs(void) {
   cp_hf_config *c = parse_mem(0, PHI3_HEAD "\"sliding_window\":null,\"rope_theta\":10000.0,\"rope_scaling\":null,"
                                            "\"tie_word_embeddings\":false,\"bos_token_id\":1}");
@@ -995,6 +1038,7 @@ int main(void) {
   phi3_configs();
   granite_configs();
   olmo2_configs();
+  starcoder2_configs();
   gemma_configs();
   gemma3_configs();
   mistral_7b();

@@ -8,7 +8,7 @@
 models=$src/tests/goldens/engine/models
 
 # 1. every decoder-only family: checker (full_check runs shape inference too) and metadata
-for m in llama gpt_neox bloom mpt fire fire_shared fire2 llama_rope2 phi3 granite olmo2; do
+for m in llama gpt_neox bloom mpt fire fire_shared fire2 llama_rope2 phi3 granite olmo2 starcoder2; do
   "$bin" convert "$models/$m" "$work/$m" --to onnx --external-threshold 4K >/dev/null || { bad "$m: convert"; continue; }
   "$py" - "$work/$m/onnx/model.onnx" <<'EOF' && ok || bad "$m: checker / layout"
 import onnx, sys

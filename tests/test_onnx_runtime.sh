@@ -190,6 +190,11 @@ for m in "$models"/*/; do
   # under Lambda + top-k, whose masks meet the window (gemma2, window 16 of 64 tokens);
   # layer_types' other pattern (gemma2_types)
   case $name in
+    starcoder2_swa) continue ;; # starcoder2's graph at 300 tokens: the 41-token golden below runs it
+    # starcoder2: LayerNorms with bias, biased q/k/v/o and the GELU MLP, every layer sliding (window
+    # 16 of 41 tokens): the window alone and intersected with the Lambda mask (the other rules'
+    # nodes are the llama golden's)
+    starcoder2) mrules=(identity lambda) ;;
     *_swa) mrules=(identity top_k_all) ;;
     granite_300) continue ;; # likewise granite's
     # granite's graph is llama's plus its multipliers (Mul nodes): the identity and a temperature

@@ -9,8 +9,9 @@
 #    --stop-at-eos` on the same ids, and its accuracy equals `ctxpatch verify`'s on those cells.
 #    A family transformers.js cannot load (e.g. model_type ctxpatch_fire) is reported as a known
 #    limitation with its exact error (a skip for that model, not a pass);
-# 1b. the Qwen3, Phi-3, Gemma 2 and OLMo 2 golden models exported with a temperature: transformers.js's
-#    greedy tokens equal `ctxpatch forward --rule --generate`'s.
+# 1b. the Qwen3, Phi-3, Gemma 2, OLMo 2 and StarCoder2 golden models, and Mistral / Qwen2 with a
+#    sliding window, exported with a temperature: transformers.js's greedy tokens equal `ctxpatch
+#    forward --rule --generate`'s.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 . "$src/tests/onnx/env.sh"
 onnx_env @huggingface/transformers
@@ -34,14 +35,20 @@ fi
 
 # 1b. Qwen3 (per-head q/k RMSNorm in the graph, explicit head_dim), Phi-3 (fused qkv_proj and
 #     gate_up_proj split at load, partial rotary 0.5, GQA) and Gemma 2 (sliding window 16 on the even
-#     layers, soft-caps, post norms, (1 + w) norms and the embedding scale as graph nodes) and OLMo 2 (no
-#     pre-norms, whole-row q/k norms, post norms; transformers.js 4.3.1's olmo2 loader): each golden
-#     model exported with a temperature, greedy tokens of transformers.js (its own model_type qwen3 /
-#     phi3 / gemma2 / olmo2 loader) equal to
+#     layers, soft-caps, post norms, (1 + w) norms and the embedding scale as graph nodes), OLMo 2 (no
+#     pre-norms, whole-row q/k norms, post norms; transformers.js 4.3.1's olmo2 loader) and StarCoder2
+#     (LayerNorms with bias, biased projections, GELU MLP, GQA 4/2, window 16 on every layer): each
+#     golden model exported with a temperature, greedy tokens of transformers.js (its own model_type
+#     qwen3 / phi3 / gemma2 / olmo2 / starcoder2 loader) equal to
 #     `ctxpatch forward --rule --generate` on prompts past its 32-token training length; the probe
-#     tokenizer files are only there for transformers.js to load (ids in, ids out)
+#     tokenizer files are only there for transformers.js to load (ids in, ids out). Then the
+#     sliding-window cases of model_type mistral (window 16 on every layer) and qwen2 (window 12
+#     below max_window_layers 1, use_sliding_window), and starcoder2's window of 16 on every layer
+#     (the golden above), whose window the graph holds as mask nodes
+#     (transformers.js passes an all-ones attention_mask): the 61-token prompts run past it, and the
+#     engine's tokens without the window differ on every prompt (asserted), so equal tokens prove it
 echo '{"temperature": 0.8}' > "$work/t08rule.json"
-for fam in qwen3 phi3 gemma2 olmo2; do
+for fam in qwen3 phi3 gemma2 olmo2 starcoder2 mistral_swa qwen2_swa; do
   gm=$src/tests/goldens/engine/models/$fam
   if "$bin" convert "$gm" "$work/$fam" --to onnx --rule "$work/t08rule.json" >/dev/null &&
      cp "$probes/rope-probe/tokenizer.json" "$probes/rope-probe/tokenizer_config.json" "$work/$fam/"; then
@@ -51,6 +58,13 @@ for fam in qwen3 phi3 gemma2 olmo2; do
       want=$("$bin" forward "$gm" --ids "$ids" --rule "$work/t08rule.json" --generate 16 --stop-at-eos --threads 2)
       echo "$fam prompt $s: transformers.js $got / ctxpatch $want"
       [ "$got" = "$want" ] && ok || bad "$fam: transformers.js greedy tokens differ from ctxpatch's"
+      if [ "${fam%_swa}" != "$fam" ] || [ "$fam" = starcoder2 ]; then
+        [ -d "$work/${fam}_nw" ] || { cp -r "$gm" "$work/${fam}_nw" && "$py" -c "import json, sys; p = sys.argv[1]
+c = json.load(open(p)); c['sliding_window'] = None; c.pop('use_sliding_window', None); json.dump(c, open(p, 'w'))" \
+          "$work/${fam}_nw/config.json"; }
+        nw=$("$bin" forward "$work/${fam}_nw" --ids "$ids" --rule "$work/t08rule.json" --generate 16 --stop-at-eos --threads 2)
+        [ -n "$nw" ] && [ "$nw" != "$want" ] && ok || bad "$fam prompt $s: the window does not change the tokens ($nw)"
+      fi
     done
   else
     bad "$fam: convert --to onnx"

@@ -146,3 +146,81 @@ int tk_bpe_pre(cJSON **out, bool *ignore_merges, const char *name, size_t len, c
   if (!(*out = build(k))) return cp_nomem("%s", what);
   return 0;
 }
+
+/* ---------------------------------------- a tokenizer.json pre_tokenizer named, the other way */
+
+/* The shape a pre_kind describes, read from a tokenizer.json node: Isolated, non-inverted regex
+ * Splits, then optionally Digits(individual_digits), then ByteLevel without a prefix space. */
+typedef struct {
+  const char *re[6];
+  int n_re;
+  bool digits, byte_regex;
+} pre_shape;
+
+static bool shape_item(pre_shape *s, const cJSON *n, bool last) {
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(n, "type");
+  if (!cJSON_IsString(type)) return false;
+  if (!strcmp(type->valuestring, "ByteLevel")) {
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(n, "use_regex");
+    s->byte_regex = !cJSON_IsFalse(re); /* tokenizers' default is true */
+    return last && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(n, "add_prefix_space"));
+  }
+  if (last) return false;
+  if (!strcmp(type->valuestring, "Digits")) {
+    if (s->digits || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(n, "individual_digits"))) return false;
+    return s->digits = true;
+  }
+  const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+  const cJSON *re = pat ? cJSON_GetObjectItemCaseSensitive(pat, "Regex") : NULL;
+  const cJSON *beh = cJSON_GetObjectItemCaseSensitive(n, "behavior");
+  if (strcmp(type->valuestring, "Split") || s->digits || s->n_re == 6 || !cJSON_IsString(re) || !cJSON_IsString(beh) ||
+      strcmp(beh->valuestring, "Isolated") || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(n, "invert")))
+    return false;
+  s->re[s->n_re++] = re->valuestring;
+  return true;
+}
+
+static bool shape_of(pre_shape *s, const cJSON *pre) {
+  *s = (pre_shape){.n_re = 0};
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
+  if (!cJSON_IsString(type)) return false;
+  if (strcmp(type->valuestring, "Sequence")) return shape_item(s, pre, true);
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers"), *n;
+  int count = cJSON_GetArraySize(list), i = 0;
+  if (!cJSON_IsArray(list) || count == 0) return false;
+  cJSON_ArrayForEach(n, list) {
+    if (!shape_item(s, n, ++i == count)) return false;
+  }
+  return true;
+}
+
+static bool shape_is(const pre_shape *s, const pre_kind *k) {
+  int n = 0;
+  while (n < 6 && k->re[n]) n++;
+  if (n != s->n_re || s->digits != k->digits || s->byte_regex != k->byte_regex) return false;
+  for (int i = 0; i < n; i++)
+    if (strcmp(s->re[i], k->re[i])) return false;
+  return true;
+}
+
+int tk_bpe_pre_name(const char **name, const cJSON *pre, bool ignore_merges, const char *what) {
+  *name = NULL;
+  pre_shape s;
+  const pre_kind *other = NULL;
+  if (shape_of(&s, pre))
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      if (!shape_is(&s, &kinds[k])) continue;
+      if (kinds[k].ignore_merges != ignore_merges) {
+        other = &kinds[k];
+        continue;
+      }
+      *name = kinds[k].names;
+      return 0;
+    }
+  if (other)
+    return cp_error_set(CP_ETOK_UNSUPPORTED, "%s: model.ignore_merges %s: llama.cpp runs pre-tokenizer '%s' with it %s",
+                        what, ignore_merges ? "true" : "false", other->names, other->ignore_merges ? "on" : "off");
+  return cp_error_set(CP_ETOK_UNSUPPORTED,
+                      "%s: pre_tokenizer: not one llama.cpp has a name (tokenizer.ggml.pre) for among %s", what,
+                      tk_bpe_pre_known());
+}

@@ -318,6 +318,12 @@ static int put_arch(cp_gguf_writer *w, const cp_hf_config *cfg, const char *arch
                    (rc = put_f32(w, arch, "attention.layer_norm_rms_epsilon", cfg->norm_eps))
                ? rc
                : put_f32(w, arch, "rope.freq_base", cfg->rope_theta);
+  if (cfg->family == CP_FAMILY_STARCODER2) { /* convert_hf_to_gguf.py StarCoder2Model (TextModel's keys) */
+    if ((rc = put_u32(w, arch, "rope.dimension_count", cfg->d_head)) ||
+        (rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps)))
+      return rc;
+    return put_f32(w, arch, "rope.freq_base", cfg->rope_theta);
+  }
   if ((rc = put_f32(w, arch, "attention.layer_norm_epsilon", cfg->norm_eps))) return rc;
   if (cfg->family == CP_FAMILY_GPT_NEOX) {
     char key[128];
@@ -629,9 +635,11 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
   int rc;
   if (yarn && (rc = yarn_check(cfg, in, arch))) return rc;
   /* llama.cpp's llama and qwen2/qwen3 read no window key, its phi3 reads one and drops it
-   * (llama-model.cpp: "Phi SWA is currently disabled"): all attend to every key. That is the HF
+   * (llama-model.cpp: "Phi SWA is currently disabled"), its starcoder2 reads none either
+   * (LLM_ARCH_STARCODER2 loads only the LayerNorm epsilon): all attend to every key. That is the HF
    * model up to the window only, so a window below the context length written is refused. */
-  if ((cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_PHI3) && cfg->sliding_window > 0 &&
+  if ((cfg->family == CP_FAMILY_LLAMA || cfg->family == CP_FAMILY_PHI3 || cfg->family == CP_FAMILY_STARCODER2) &&
+      cfg->sliding_window > 0 &&
       cfg->sliding_window < cfg->train_len)
     return cp_error_set(CP_EUNSUPPORTED, "%s: key 'sliding_window': %d is below the context length %lld, but "
                         "llama.cpp's %s runs no sliding window (it would attend to keys beyond it); use --to onnx",
@@ -691,8 +699,19 @@ int cp_gguf_export_check(const cp_hf_config *cfg, const char *in) {
         return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_act': '%s', but llama.cpp's olmo2 always runs SiLU", in,
                             act);
       return 0;
+    case CP_FAMILY_STARCODER2: /* src/models/starcoder2.cpp: required biases, attn_output [D, D], LLM_FFN_GELU */
+      if (cfg->d_head * cfg->n_heads != cfg->d_model)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'head_dim': %d x %d heads is not the width %d, which llama.cpp's "
+                            "starcoder2 requires of its heads", in, cfg->d_head, cfg->n_heads, cfg->d_model);
+      if (!cfg->qkv_bias)
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'use_bias': false, but llama.cpp's starcoder2 requires the "
+                            "q/k/v/o and FFN biases", in);
+      if (strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_new") && strcmp(act, "gelu_fast"))
+        return cp_error_set(CP_EUNSUPPORTED, "%s: key 'hidden_act': '%s', but llama.cpp's starcoder2 always runs GELU "
+                            "in its tanh form", in, act);
+      return 0;
     default:
-      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5, phi3, gemma and olmo2 models; %s has no "
+      return cp_error_set(CP_ECFG_FAMILY, "%s: --to gguf writes llama, gpt_neox, bloom, mpt, gpt2, t5, phi3, gemma, olmo2 and starcoder2 models; %s has no "
                           "llama.cpp architecture", in, cp_family_name(cfg->family));
   }
 }

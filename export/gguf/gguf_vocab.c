@@ -1,5 +1,7 @@
-/* A byte-level BPE tokenizer.json as llama.cpp's "gpt2" vocabulary keys (export/gguf/gguf_vocab.h). */
+/* A tokenizer.json as llama.cpp's "gpt2" (byte-level BPE) or "llama" (SentencePiece-derived BPE)
+ * vocabulary keys, and a SentencePiece .model as "llama" (export/gguf/gguf_vocab.h). */
 #include "export/gguf/gguf_vocab.h"
+#include "export/gguf/gguf_vocab_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,17 +20,9 @@ static const cJSON *member(const cJSON *o, const char *k) { return cJSON_GetObje
 
 static bool is_true(const cJSON *o, const char *k) { return cJSON_IsTrue(member(o, k)); }
 
-/* ByteLevel BPE as GPT-2 runs it: what llama.cpp's gpt2 model with pre "gpt-2" does. */
-static bool byte_level_bpe(const cJSON *root) {
-  const cJSON *m = member(root, "model"), *pre = member(root, "pre_tokenizer"), *norm = member(root, "normalizer");
-  const cJSON *type = m ? member(m, "type") : NULL, *pt = pre ? member(pre, "type") : NULL;
-  return cJSON_IsString(type) && !strcmp(type->valuestring, "BPE") && cJSON_IsString(pt) &&
-         !strcmp(pt->valuestring, "ByteLevel") && !is_true(pre, "add_prefix_space") &&
-         !cJSON_IsFalse(member(pre, "use_regex")) && (!norm || cJSON_IsNull(norm)) &&
-         cJSON_IsObject(member(m, "vocab")) && cJSON_IsArray(member(m, "merges"));
-}
-
-/* tokens[id] from model.vocab and added_tokens; type 3 for special added tokens. */
+/* tokens[id] from model.vocab and added_tokens; added tokens are control (3) when special, else
+ * user-defined (4), as llama.cpp's converter types them (both are matched in the text before the
+ * model runs, as tokenizers matches added tokens). */
 static int fill_tokens(const char **tok, int32_t *type, int64_t n, const cJSON *root, const char *path) {
   const cJSON *e;
   cJSON_ArrayForEach(e, member(member(root, "model"), "vocab")) {
@@ -38,30 +32,36 @@ static int fill_tokens(const char **tok, int32_t *type, int64_t n, const cJSON *
   }
   cJSON_ArrayForEach(e, member(root, "added_tokens")) {
     const cJSON *id = member(e, "id"), *content = member(e, "content");
-    if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || id->valuedouble < 0 || id->valuedouble >= (double)n)
+    if (!cJSON_IsNumber(id) || !cJSON_IsString(content) || id->valuedouble < 0 || id->valuedouble >= (double)n ||
+        id->valuedouble != (int64_t)id->valuedouble)
       return cp_error_set(CP_ETOK_MODEL, "%s: added_tokens: entry without an id in 0..%lld and a content", path,
                           (long long)n - 1);
     tok[(int64_t)id->valuedouble] = content->valuestring;
-    if (is_true(e, "special")) type[(int64_t)id->valuedouble] = 3;
+    type[(int64_t)id->valuedouble] = is_true(e, "special") ? 3 : 4;
   }
   return 0;
 }
 
 /* model.merges as "a b" strings (the older string form or the [a, b] pair form), into `all` with
- * a span per merge (*out, n of them; the caller frees both). */
-static int collect_merges(cp_str_span **out, cp_strbuf *all, const cJSON *merges, const char *path) {
+ * a span per merge (*out, n of them) and the length of its left part (*left; the string form
+ * splits at its first space); the caller frees all three. */
+static int collect_merges(cp_str_span **out, size_t **left, cp_strbuf *all, const cJSON *merges, const char *path) {
   int n = cJSON_GetArraySize(merges), i = 0;
   size_t *at = calloc((size_t)n + 1, sizeof *at);
   *out = calloc((size_t)n + 1, sizeof **out);
+  *left = calloc((size_t)n + 1, sizeof **left);
   int rc = 0;
-  CP_CHECK_ALLOC_GOTO(at && *out, path);
+  CP_CHECK_ALLOC_GOTO(at && *out && *left, path);
   const cJSON *e;
   cJSON_ArrayForEach(e, merges) {
     at[i] = all->len;
     if (cJSON_IsString(e)) {
+      const char *sp = strchr(e->valuestring, ' ');
+      (*left)[i] = sp ? (size_t)(sp - e->valuestring) : 0;
       cp_strbuf_str(all, e->valuestring);
     } else if (cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
                cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+      (*left)[i] = strlen(cJSON_GetArrayItem(e, 0)->valuestring);
       cp_strbuf_printf(all, "%s %s", cJSON_GetArrayItem(e, 0)->valuestring, cJSON_GetArrayItem(e, 1)->valuestring);
     } else {
       rc = cp_error_set(CP_ETOK_MODEL, "%s: model.merges[%d]: not a string or a pair of strings", path, i);
@@ -121,36 +121,127 @@ static int put_id(cp_gguf_writer *w, const char *key, int id) {
   return id >= 0 ? cp_gguf_put_u32(w, key, (uint32_t)id) : 0;
 }
 
+/* The vocabulary as written, shared by the two kinds. */
+typedef struct {
+  const char *path;
+  size_t n;
+  const char **tok;
+  size_t *len;
+  int32_t *type;
+  float *score;      /* "llama" only */
+  char (*pads)[32];  /* "[PAD" + 20 digits of a size_t + "]" */
+  cp_str_span *merges;
+  size_t *left, n_merges;
+  cp_strbuf merges_text;
+  int bos, eos, unk, pad;
+  bool add_bos, add_eos, space_prefix;
+  const char *pre; /* "gpt2" only */
+} hf_vocab;
+
+static void hf_vocab_free(hf_vocab *v) {
+  free(v->tok);
+  free(v->len);
+  free(v->type);
+  free(v->score);
+  free(v->pads);
+  free(v->merges);
+  free(v->left);
+  cp_strbuf_free(&v->merges_text);
+}
+
+/* Tokens, types and merges of `root`, padded to n_vocab with "[PAD<id>]" pieces of type unused
+ * (llama.cpp's converter pads a short vocabulary so), checked with the reader's bounds
+ * (tokenizers/hf_vocab.c) so nothing is written that it refuses. */
+static int hf_vocab_fill(hf_vocab *v, const cJSON *root, int64_t n_vocab) {
+  const char *path = v->path;
+  if (n_vocab <= 0 || n_vocab > MAX_VOCAB)
+    return cp_error_set(CP_ETOK_MODEL, "%s: vocabulary of %lld tokens", path, (long long)n_vocab);
+  size_t n = v->n = (size_t)n_vocab;
+  v->tok = calloc(n, sizeof *v->tok);
+  v->len = calloc(n, sizeof *v->len);
+  v->type = calloc(n, sizeof *v->type);
+  v->score = calloc(n, sizeof *v->score);
+  v->pads = calloc(n, sizeof *v->pads);
+  cp_spm_piece *pieces = calloc(n, sizeof *pieces);
+  int rc = 0;
+  CP_CHECK_ALLOC_GOTO(v->tok && v->len && v->type && v->score && v->pads && pieces, path);
+  for (size_t i = 0; i < n; i++) v->type[i] = 1;
+  if ((rc = fill_tokens(v->tok, v->type, n_vocab, root, path))) goto done;
+  for (size_t i = 0; i < n; i++) {
+    if (!v->tok[i]) {
+      snprintf(v->pads[i], sizeof v->pads[i], "[PAD%zu]", i);
+      v->tok[i] = v->pads[i];
+      v->type[i] = 5;
+    }
+    v->len[i] = strlen(v->tok[i]);
+    pieces[i] = (cp_spm_piece){.piece = v->tok[i], .len = v->len[i], .type = v->type[i]};
+  }
+  const cJSON *merges = member(member(root, "model"), "merges");
+  if ((rc = collect_merges(&v->merges, &v->left, &v->merges_text, merges, path))) goto done;
+  v->n_merges = (size_t)cJSON_GetArraySize(merges);
+  /* bos/eos are left out: the reader drops ids past the tokens */
+  cp_bpe_vocab b = {.tokens = pieces, .n = n, .merges = v->merges, .n_merges = v->n_merges, .bos_id = -1,
+                    .eos_id = -1};
+  rc = cp_bpe_vocab_check(&b, path);
+done:
+  free(pieces);
+  return rc;
+}
+
+/* What the post-processor's TemplateProcessing adds around a single sequence (HF
+ * add_special_tokens): a leading special token is add_bos (its id the bos when config.json names
+ * none), a trailing one add_eos (likewise). */
+static void template_adds(hf_vocab *v, const cJSON *post) {
+  const cJSON *type = member(post, "type"), *p;
+  if (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence")) {
+    cJSON_ArrayForEach(p, member(post, "processors")) template_adds(v, p);
+    return;
+  }
+  if (!cJSON_IsString(type) || strcmp(type->valuestring, "TemplateProcessing")) return;
+  const cJSON *single = member(post, "single");
+  int n = cJSON_GetArraySize(single);
+  for (int end = 0; end < 2 && n > 0; end++) {
+    const cJSON *sp = member(cJSON_GetArrayItem(single, end ? n - 1 : 0), "SpecialToken");
+    const cJSON *name = sp ? member(sp, "id") : NULL;
+    if (!cJSON_IsString(name)) continue;
+    const cJSON *ids = member(member(member(post, "special_tokens"), name->valuestring), "ids");
+    const cJSON *id = cJSON_GetArraySize(ids) == 1 ? cJSON_GetArrayItem(ids, 0) : NULL;
+    int *want = end ? &v->eos : &v->bos;
+    if (cJSON_IsNumber(id) && *want < 0 && id->valuedouble >= 0 && id->valuedouble < (double)v->n)
+      *want = (int)id->valuedouble;
+    if (cJSON_IsNumber(id) && id->valueint == *want) *(end ? &v->add_eos : &v->add_bos) = true;
+  }
+}
+
+static int put_common(cp_gguf_writer *w, const hf_vocab *v) {
+  int rc;
+  if ((rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.tokens", v->tok, v->len, v->n)) ||
+      (v->score && (rc = cp_gguf_put_arr(w, "tokenizer.ggml.scores", CP_GGUF_F32, v->score, v->n))) ||
+      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.token_type", CP_GGUF_I32, v->type, v->n)) ||
+      (rc = put_id(w, "tokenizer.ggml.bos_token_id", v->bos)) ||
+      (rc = put_id(w, "tokenizer.ggml.eos_token_id", v->eos)) ||
+      (rc = put_id(w, "tokenizer.ggml.unknown_token_id", v->unk)) ||
+      (rc = put_id(w, "tokenizer.ggml.padding_token_id", v->pad)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos)) ||
+      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos)))
+    return rc;
+  return 0;
+}
+
 int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int64_t n_vocab, int bos, int eos,
                          int pad) {
   *written = false;
   char *text = NULL;
   size_t text_len = 0;
   cJSON *root = NULL;
-  const char **tok = NULL;
-  size_t *len = NULL;
-  int32_t *type = NULL;
-  char (*pads)[32] /* "[PAD" + 20 digits of a size_t + "]" */ = NULL;
-  cp_spm_piece *pieces = NULL;
-  cp_str_span *merges = NULL;
-  cp_strbuf merges_text = {0};
+  hf_vocab v = {.path = path, .bos = bos, .eos = eos, .unk = -1, .pad = pad};
   int rc = cp_read_file(&text, &text_len, path, MAX_TOKENIZER_JSON);
   if (rc == 0) cp_input_note(path);
   if (rc || (rc = cp_json_parse_strict(&root, text, text_len, path, 64, CP_ETOK_JSON, CP_ETOK_JSON, CP_ETOK_JSON,
                                        CP_ETOK_JSON)))
     goto done;
-  if (!byte_level_bpe(root)) goto done;
-  if (n_vocab <= 0 || n_vocab > MAX_VOCAB) {
-    rc = cp_error_set(CP_ETOK_MODEL, "%s: vocabulary of %lld tokens", path, (long long)n_vocab);
-    goto done;
-  }
-  size_t n = (size_t)n_vocab;
-  tok = calloc(n, sizeof *tok);
-  len = calloc(n, sizeof *len);
-  type = calloc(n, sizeof *type);
-  pads = calloc(n, sizeof *pads);
-  CP_CHECK_ALLOC_GOTO(tok && len && type && pads, path);
-  for (size_t i = 0; i < n; i++) type[i] = 1;
+  cp_gguf_hf_kind kind;
+  if ((rc = cp_gguf_hf_kind_of(&kind, &v.pre, &v.space_prefix, root, path)) || kind == CP_GGUF_HF_NONE) goto done;
   size_t nul_at;
   long long nul_id;
   if (nul_escape(&nul_at, &nul_id, text, text_len)) {
@@ -160,45 +251,31 @@ int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int
                                     "GGUF's reader refuses in a token", path, nul_at);
     goto done;
   }
-  if ((rc = fill_tokens(tok, type, n_vocab, root, path))) goto done;
-  CP_CHECK_ALLOC_GOTO(pieces = calloc(n, sizeof *pieces), path);
-  for (size_t i = 0; i < n; i++) {
-    if (!tok[i]) { /* llama.cpp's converter pads a short vocabulary the same way */
-      snprintf(pads[i], sizeof pads[i], "[PAD%zu]", i);
-      tok[i] = pads[i];
-      type[i] = 5;
-    }
-    len[i] = strlen(tok[i]);
-    pieces[i] = (cp_spm_piece){.piece = tok[i], .len = len[i], .type = type[i]};
+  if ((rc = hf_vocab_fill(&v, root, n_vocab))) goto done;
+  template_adds(&v, member(root, "post_processor"));
+  if (kind == CP_GGUF_HF_GPT2) {
+    static const char model[] = "gpt2";
+    free(v.score);
+    v.score = NULL;
+    if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) ||
+        (rc = cp_gguf_put_str(w, "tokenizer.ggml.pre", v.pre, strlen(v.pre))) || (rc = put_common(w, &v)) ||
+        (rc = put_merges(w, v.merges, v.n_merges, path)))
+      goto done;
+  } else {
+    static const char model[] = "llama";
+    cp_gguf_spm_json s = {.tok = v.tok, .len = v.len, .n = v.n, .merges = v.merges, .left = v.left,
+                          .n_merges = v.n_merges};
+    if ((rc = cp_gguf_spm_json_types(v.type, &v.unk, &s, root, path)) ||
+        (rc = cp_gguf_spm_json_scores(v.score, &s, path)) ||
+        (rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) || (rc = put_common(w, &v)) ||
+        (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_space_prefix", v.space_prefix)))
+      goto done;
   }
-  /* The reader's bounds (tokenizers/hf_vocab.c), so nothing is written that it refuses; bos/eos
-   * are left out: the reader drops ids past the tokens. */
-  if ((rc = collect_merges(&merges, &merges_text, member(member(root, "model"), "merges"), path))) goto done;
-  cp_bpe_vocab v = {.tokens = pieces, .n = n, .merges = merges,
-                    .n_merges = (size_t)cJSON_GetArraySize(member(member(root, "model"), "merges")), .bos_id = -1,
-                    .eos_id = -1};
-  if ((rc = cp_bpe_vocab_check(&v, path))) goto done;
-  static const char model[] = "gpt2", pre[] = "gpt-2";
-  if ((rc = cp_gguf_put_str(w, "tokenizer.ggml.model", model, sizeof model - 1)) ||
-      (rc = cp_gguf_put_str(w, "tokenizer.ggml.pre", pre, sizeof pre - 1)) ||
-      (rc = cp_gguf_put_arr_str(w, "tokenizer.ggml.tokens", tok, len, n)) ||
-      (rc = cp_gguf_put_arr(w, "tokenizer.ggml.token_type", CP_GGUF_I32, type, n)) ||
-      (rc = put_merges(w, merges, v.n_merges, path)) ||
-      (rc = put_id(w, "tokenizer.ggml.bos_token_id", bos)) || (rc = put_id(w, "tokenizer.ggml.eos_token_id", eos)) ||
-      (rc = put_id(w, "tokenizer.ggml.padding_token_id", pad)) ||
-      (rc = cp_gguf_put_bool(w, "tokenizer.ggml.add_bos_token", false)))
-    goto done;
   *written = true;
 done:
   cJSON_Delete(root);
   free(text);
-  free(tok);
-  free(len);
-  free(type);
-  free(pads);
-  free(pieces);
-  free(merges);
-  cp_strbuf_free(&merges_text);
+  hf_vocab_free(&v);
   return rc;
 }
 

@@ -11,12 +11,18 @@
 #include "ctxpatch/formats/gguf_write.h"
 #include "ctxpatch/tokenizers/tokenizer.h"
 
-/* When `path` is a byte-level BPE tokenizer.json (model BPE, ByteLevel pre-tokenizer with GPT-2's
- * regex and no prefix space, no normalizer), writes tokenizer.ggml.model "gpt2", .pre "gpt-2",
- * .tokens (by id, padded to n_vocab with "[PAD<id>]" pieces of type unused, as llama.cpp's
- * converter pads), .token_type (3 for special added tokens, 1 else), .merges, bos/eos/padding
- * ids (-1: none) and sets *written. Another tokenizer.json leaves *written false and writes
- * nothing. Errors: CP_ETOK_JSON / CP_ETOK_MODEL naming the file. */
+/* Writes the tokenizer.json at `path` as llama.cpp's convert_hf_to_gguf.py does and sets *written:
+ * a byte-level BPE as tokenizer.ggml.model "gpt2" with .pre (llama.cpp's name of its
+ * pre-tokenizer: "gpt-2", "llama-bpe", "qwen2", "tekken", ...) and .merges; a BPE with byte
+ * fallback made from a SentencePiece model (Gemma, Llama 2, Phi-3) as "llama" with .scores and
+ * .add_space_prefix. Both with .tokens by id (padded to n_vocab with "[PAD<id>]" pieces of type
+ * unused, as llama.cpp's converter pads), .token_type (3 special added tokens, 4 other added
+ * tokens, 6 byte pieces, 2 the unknown token, 1 else), bos/eos/unknown/padding ids (-1: none; bos
+ * and eos from the post-processor when config.json names none) and add_bos/add_eos_token (what
+ * the post-processor's template adds). Another tokenizer.json (not BPE, or BPE without ByteLevel
+ * or byte fallback) leaves *written false and writes nothing. A BPE one llama.cpp cannot express
+ * (a pre-tokenizer it has no name for, a normalizer): CP_ETOK_UNSUPPORTED naming the file and
+ * the key; bad entries: CP_ETOK_JSON / CP_ETOK_MODEL naming the file. */
 int cp_gguf_put_hf_vocab(bool *written, cp_gguf_writer *w, const char *path, int64_t n_vocab, int bos, int eos,
                          int pad);
 

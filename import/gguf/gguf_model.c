@@ -255,7 +255,8 @@ static const struct {
                {"gemma2", CP_FAMILY_GEMMA, "gemma2", "Gemma2ForCausalLM"},
                {"gemma3", CP_FAMILY_GEMMA, "gemma3_text", "Gemma3ForCausalLM"},
                {"granite", CP_FAMILY_LLAMA, "granite", "GraniteForCausalLM"},
-               {"olmo2", CP_FAMILY_OLMO2, "olmo2", "Olmo2ForCausalLM"}};
+               {"olmo2", CP_FAMILY_OLMO2, "olmo2", "Olmo2ForCausalLM"},
+               {"starcoder2", CP_FAMILY_STARCODER2, "starcoder2", "Starcoder2ForCausalLM"}};
 
 const char *cp_gguf_arch_of(cp_family family) {
   for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
@@ -602,6 +603,20 @@ static int arch_json(cp_strbuf *js, const cp_gguf_file *g, const char *arch, cp_
       return put_num(js, g, eps, "layer_norm_epsilon");
     }
     case CP_FAMILY_T5: return t5_json(js, g, arch, &a);
+    case CP_FAMILY_STARCODER2: {
+      /* llama.cpp's starcoder2 (src/models/starcoder2.cpp): LayerNorms with bias, biased q/k/v/o and
+       * ffn_up / ffn_down, ggml_gelu (the tanh form), NEOX rotation of the whole head of D / H dims,
+       * no sliding window key read. */
+      cp_strbuf_printf(js, ",\"architectures\":[\"%s\"],\"hidden_act\":\"gelu_pytorch_tanh\",\"hidden_size\":%lld,"
+                       "\"num_attention_heads\":%lld,\"num_key_value_heads\":%lld,\"head_dim\":%lld,"
+                       "\"intermediate_size\":%lld,\"use_bias\":%s", hf_arch, (long long)a.d, (long long)a.heads,
+                       (long long)a.kv_heads, (long long)a.d_head, (long long)a.ff,
+                       cp_gguf_find(g, "blk.0.attn_q.bias") >= 0 ? "true" : "false");
+      if ((rc = put_int(js, g, arch, "block_count", "num_hidden_layers", true)) ||
+          (rc = put_num(js, g, eps, "norm_epsilon")))
+        return rc;
+      return put_rope(js, g, arch, a.d_head, NULL);
+    }
     case CP_FAMILY_GEMMA: return gemma_json(js, g, arch, hf_arch, &a);
     default: return cp_error_set(CP_ECFG_FAMILY, "%s: no GGUF reading for %s", cp_gguf_path(g), arch);
   }
@@ -729,7 +744,7 @@ static int read_pieces(cp_spm_piece **out, size_t *n, const cp_gguf_file *g) {
     return cp_error_set(CP_ETOK_MODEL, "%s: tokenizer.ggml.tokens has %llu entries but scores %llu and token_type %llu",
                         cp_gguf_path(g), (unsigned long long)count, (unsigned long long)n_scores,
                         (unsigned long long)n_types);
-  cp_spm_piece *p = calloc((size_t)(count ? count : 1), sizeof *p);
+  cp_spm_piece *p = calloc((size_t)count + 256, sizeof *p); /* room for missing byte pieces (below) */
   CP_CHECK_ALLOC(p, cp_gguf_path(g));
   for (uint64_t i = 0; i < count && rc == 0; i++) {
     double s = 0;
@@ -780,9 +795,26 @@ int cp_gguf_tokenizer(cp_tokenizer **out, const cp_gguf_file *g) {
     return rc;
   }
   v.pieces = pieces;
-  size_t n_bytes = 0;
-  for (size_t i = 0; i < v.n; i++) n_bytes += pieces[i].type == 6;
-  v.byte_fallback = n_bytes == 256;
+  /* SentencePiece's byte fallback wants all 256 <0xXX> pieces; Gemma's tokenizer.json (so a GGUF
+   * written from it, export/gguf/gguf_vocab_json.c) lacks <0x09>, its tab being a piece of its own.
+   * The missing ones go after the vocabulary, where the text only reaches them for a byte the
+   * vocabulary cannot spell otherwise (never for Gemma; llama.cpp would fail there). */
+  bool have[256] = {false};
+  char names[256][8];
+  size_t n_bytes = 0, n = v.n;
+  for (size_t i = 0; i < n; i++) {
+    unsigned b;
+    char end;
+    if (pieces[i].type != 6) continue;
+    n_bytes++;
+    if (pieces[i].len == 6 && sscanf(pieces[i].piece, "<0x%2X%c", &b, &end) == 2 && end == '>') have[b] = true;
+  }
+  for (unsigned b = 0; b < 256 && n_bytes > 0 && n_bytes < 256; b++)
+    if (!have[b]) {
+      snprintf(names[b], sizeof names[b], "<0x%02X>", b);
+      pieces[v.n++] = (cp_spm_piece){names[b], 6, 0.0f, 6};
+    }
+  v.byte_fallback = n_bytes > 0;
   int *dst[4] = {&v.unk_id, &v.bos_id, &v.eos_id, &v.pad_id};
   for (int k = 0; k < 4; k++) *dst[k] = ids[k] < (int64_t)v.n ? (int)ids[k] : -1;
   /* SentencePiece allows one UNKNOWN piece; llama.cpp takes the unknown id from its key and never

@@ -88,3 +88,14 @@ def q8_0(x):
     out[:, :2] = d.astype("<f2").view(np.uint8)
     out[:, 2:] = q.view(np.uint8)
     return out.tobytes()
+
+
+def st_f32(path):
+    """An F32 safetensors file (the family tests' folders and their GGUF -> safetensors copies) as
+    {name: array}."""
+    import json
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]], "<f4").reshape(e["shape"])
+            for k, e in hdr.items() if k != "__metadata__"}

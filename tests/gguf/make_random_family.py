@@ -3,7 +3,7 @@
 float32, the probe models' byte-level BPE tokenizer.json) for the GGUF family tests, since the probe
 models hold no GPT-NeoX and no MPT. No reference is computed here: llama.cpp is the reference.
 usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|qwen3|qwen3_yarn|mistral_hd|phi3|phi3_tied|
-                              gemma|gemma2|gemma3|granite|olmo2 [SEED]
+                              gemma|gemma2|gemma3|granite|olmo2|starcoder2 [SEED]
   gpt_neox      parallel residual, rotary_pct 0.25 (4 of 16 dims), rope_theta 10000
   gpt_neox_seq  sequential residual, rotary_pct 0.5, rope_theta 500
   mpt           ALiBi (max bias 8), no biases, clip_qkv 0.5 (the clamp acts on most rows)
@@ -33,6 +33,8 @@ usage: make_random_family.py OUTDIR gpt_neox|gpt_neox_seq|mpt|gpt2|qwen2|llama3|
   olmo2         Olmo2ForCausalLM: no pre-norms, post_attention_layernorm and post_feedforward_layernorm on
                 the module outputs, q_norm [64] / k_norm [32] over the whole projections (wide gains), GQA
                 4/2, untied head, rope_theta 10000
+  starcoder2    Starcoder2ForCausalLM: LayerNorms with bias, biased q/k/v/o, c_fc -> gelu tanh -> c_proj with
+                biases, GQA 4/2, tied head, rope_theta 100000, sliding_window null
 numpy only (Debian's /usr/bin/python3)."""
 import json
 import os
@@ -277,6 +279,24 @@ def main():
                "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
                "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": 1, "pad_token_id": 0,
                "torch_dtype": "float32"}
+    elif kind == "starcoder2":  # modeling_starcoder2.py: nn.LayerNorm, use_bias, Starcoder2MLP c_fc / c_proj
+        t["model.embed_tokens.weight"] = rng.normal(0, 1, (V, D))
+        kvd = D // 2
+        for i in range(L):
+            q = f"model.layers.{i}."
+            for n in ("input_layernorm", "post_attention_layernorm"):
+                t[q + n + ".weight"], t[q + n + ".bias"] = norm(), bias(D)
+            for n, rows in (("q_proj", D), ("k_proj", kvd), ("v_proj", kvd)):
+                t[q + "self_attn." + n + ".weight"], t[q + "self_attn." + n + ".bias"] = w(rows, D), bias(rows)
+            t[q + "self_attn.o_proj.weight"], t[q + "self_attn.o_proj.bias"] = w(D, D), bias(D)
+            t[q + "mlp.c_fc.weight"], t[q + "mlp.c_fc.bias"] = w(4 * D, D), bias(4 * D)
+            t[q + "mlp.c_proj.weight"], t[q + "mlp.c_proj.bias"] = w(D, 4 * D), bias(D)
+        t["model.norm.weight"], t["model.norm.bias"] = norm(), bias(D)
+        cfg = {"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2", "vocab_size": V,
+               "hidden_size": D, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": H // 2,
+               "intermediate_size": 4 * D, "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": T,
+               "norm_epsilon": 1e-5, "rope_theta": 100000.0, "sliding_window": None, "use_bias": True,
+               "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "float32"}
     else:
         sys.exit(f"unknown kind {kind}")
     os.makedirs(out, exist_ok=True)

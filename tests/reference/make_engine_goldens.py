@@ -129,6 +129,14 @@ def build_models():
         # 41 tokens past the 32-token training length with every RoPE rule, and olmo2_300 (two cases)
         M.Olmo2("olmo2", 416, n_layers=2, D=64, n_heads=4, n_kv=2, train_len=32, mix=3.0),
         M.Olmo2("olmo2_300", 417, n_layers=2, D=64, n_heads=4, n_kv=2, train_len=64),
+        # StarCoder2: LayerNorms with bias, biased q/k/v/o and c_fc -> gelu tanh -> c_proj, GQA 4/2,
+        # tied, every layer sliding (window 16) at 41 tokens past the 32-token training length with
+        # every RoPE rule (the Lambda mask intersected with the window); starcoder2_swa: untied,
+        # window 24, 300 tokens (the window alone, a temperature, the Lambda mask)
+        M.Starcoder2("starcoder2", 417, n_layers=2, D=64, n_heads=4, n_kv=2, dff=128, train_len=32, tied=True,
+                     mix=3.0, window=16),
+        M.Starcoder2("starcoder2_swa", 418, n_layers=2, D=64, n_heads=4, n_kv=2, dff=96, train_len=64, tied=False,
+                     mix=3.0, window=24, theta=50000.0),
     ]
 
 
@@ -148,7 +156,8 @@ LENGTHS = {"t5_relu": (48, 24), "t5_gated": (48, 24), "bloom": 48, "mpt": 56, "l
            "qwen3": 56, "phi3": 41, "phi3_300": 300, "gemma": 41, "gemma2": 300, "gemma2_types": 41,
            "llama_dynamic": 41, "llama_dynamic_300": 300, "phi3_longrope": 41, "phi3_longrope_300": 300,
            "mistral_swa": 300, "qwen2_swa": 300, "phi3_swa": 300,
-           "granite": 41, "granite_300": 300, "gemma3": 300, "gemma3_41": 41, "olmo2": 41, "olmo2_300": 300}
+           "granite": 41, "granite_300": 300, "gemma3": 300, "gemma3_41": 41, "olmo2": 41, "olmo2_300": 300,
+           "starcoder2": 41, "starcoder2_swa": 300}
 GEN_LENGTHS = {"t5_relu": (48, 16), "t5_gated": (48, 16)}   # others: prompt of 40
 GEN_PROMPT = 40
 

@@ -25,6 +25,8 @@ typedef enum {
   CP_FAMILY_GEMMA,    /* model_type gemma, gemma2 or gemma3_text (modeling_gemma.py, modeling_gemma2.py,
                          modeling_gemma3.py's Gemma3ForCausalLM) */
   CP_FAMILY_OLMO2,    /* model_type olmo2 (modeling_olmo2.py: norms after the modules, whole q/k norms) */
+  CP_FAMILY_STARCODER2, /* model_type starcoder2 (modeling_starcoder2.py: LayerNorms with bias, GELU MLP c_fc ->
+                           c_proj, biased q/k/v/o, GQA, RoPE) */
   CP_FAMILY_COUNT
 } cp_family;
 
@@ -179,7 +181,8 @@ int cp_hf_config_load(cp_hf_config **out, const char *path);
 int cp_hf_config_parse(cp_hf_config **out, const char *text, size_t len, const char *what);
 void cp_hf_config_free(cp_hf_config *cfg);
 
-const char *cp_family_name(cp_family family);     /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2", "gemma" */
+const char *cp_family_name(cp_family family); /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2", "phi3",
+                                                 "gemma", "starcoder2" */
 const char *cp_pos_scheme_name(cp_pos_scheme pos); /* "t5-buckets", "alibi", "rope", "fire", "learned" */
 /* Comma-separated list of supported model_type values, for error messages. */
 const char *cp_supported_families(void);

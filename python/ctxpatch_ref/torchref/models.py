@@ -2,7 +2,7 @@
 forward passes in plain torch (float64), following HF's modeling code:
 modeling_t5.py, modeling_bloom.py, modeling_mpt.py, modeling_llama.py, modeling_gpt_neox.py,
 modeling_gpt2.py, modeling_phi3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py,
-modeling_granite.py, modeling_olmo2.py;
+modeling_granite.py, modeling_olmo2.py, modeling_starcoder2.py;
 FIRE follows docs/fire-layout.md (a Llama body without rotary plus a FIRE bias).
 
 Every forward takes a rule (spec JSON as a dict) and returns (logits [rows, V], stats), where
@@ -1135,3 +1135,90 @@ class GPT2(Model):
             h = h + y @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
         h = layer_norm(h, w[P + "ln_f.weight"], w[P + "ln_f.bias"], self.eps)
         return linear(h, w[P + "wte.weight"]), stats
+
+
+# ---------------------------------------------------------------- StarCoder2
+
+class Starcoder2(Model):
+    """Starcoder2ForCausalLM (transformers src/transformers/models/starcoder2/modeling_starcoder2.py and
+    configuration_starcoder2.py, read with the search tool): Starcoder2DecoderLayer.forward is
+    pre-norm with nn.LayerNorm (weight and bias, eps norm_epsilon) before attention
+    (input_layernorm) and before the MLP (post_attention_layernorm); Starcoder2Attention projects
+    q/k/v with biases (use_bias), rotates the whole head with rotate_half (apply_rotary_pos_emb),
+    scales by head_dim**-0.5, repeats k/v for GQA (repeat_kv) and projects out with o_proj's bias;
+    Starcoder2MLP is c_fc -> ACT2FN[hidden_act] (gelu_pytorch_tanh) -> c_proj, both biased;
+    Starcoder2Model masks every layer with config.sliding_window when set
+    (create_sliding_window_causal_mask) and ends with the LayerNorm `norm`; the head is lm_head,
+    tied to embed_tokens unless tie_word_embeddings is false."""
+
+    def __init__(self, name, seed, n_layers=2, n_heads=4, n_kv=2, D=64, dff=128, V=96, train_len=32,
+                 tied=True, mix=1.0, window=None, theta=10000.0):
+        self.name = name
+        self.window = window
+        self.train_len = train_len
+        self.V, self.D, self.H, self.Hkv, self.L = V, D, n_heads, n_kv, n_layers
+        self.dh = D // n_heads
+        self.eps = 1e-5                     # Starcoder2Config.norm_epsilon default, written out below
+        self.theta = theta
+        self.tied = tied
+        self.config = collections.OrderedDict([
+            ("architectures", ["Starcoder2ForCausalLM"]), ("attention_dropout", 0.0), ("bos_token_id", 0),
+            ("embedding_dropout", 0.0), ("eos_token_id", 0), ("hidden_act", "gelu_pytorch_tanh"),
+            ("hidden_size", D), ("initializer_range", 0.02), ("intermediate_size", dff),
+            ("max_position_embeddings", train_len), ("model_type", "starcoder2"), ("norm_epsilon", self.eps),
+            ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers), ("num_key_value_heads", n_kv),
+            ("residual_dropout", 0.0), ("rope_theta", theta), ("sliding_window", window),
+            ("tie_word_embeddings", tied), ("torch_dtype", "float32"), ("use_bias", True), ("use_cache", True),
+            ("vocab_size", V)])
+        self.facts = R.ModelFacts(False, 0, n_layers, train_len, "rope")
+        g = Init(seed)
+        qd, kvd = n_heads * self.dh, n_kv * self.dh
+        t = {"model.embed_tokens.weight": g.normal([V, D], 0.5)}
+        for l in range(n_layers):
+            p = "model.layers.%d." % l
+            for ln in ("input_layernorm", "post_attention_layernorm"):
+                t[p + ln + ".weight"] = g.normal([D], 0.1, 1.0)
+                t[p + ln + ".bias"] = g.normal([D], 0.1)
+            for proj, rows, std in (("q_proj", qd, 0.3), ("k_proj", kvd, 0.3), ("v_proj", kvd, 0.2)):
+                t[p + "self_attn." + proj + ".weight"] = g.normal([rows, D], std)
+                t[p + "self_attn." + proj + ".bias"] = g.normal([rows], 0.2)
+            t[p + "self_attn.o_proj.weight"] = g.normal([D, qd], 0.2 * mix)
+            t[p + "self_attn.o_proj.bias"] = g.normal([D], 0.1)
+            t[p + "mlp.c_fc.weight"] = g.normal([dff, D], 0.3)
+            t[p + "mlp.c_fc.bias"] = g.normal([dff], 0.2)
+            t[p + "mlp.c_proj.weight"] = g.normal([D, dff], 0.15 * mix)
+            t[p + "mlp.c_proj.bias"] = g.normal([D], 0.1)
+        t["model.norm.weight"] = g.normal([D], 0.1, 1.0)
+        t["model.norm.bias"] = g.normal([D], 0.1)
+        if not tied:
+            t["lm_head.weight"] = g.normal([V, D], 0.3)
+        self.finish(t)
+
+    def forward(self, ids, rule, n_prompt=None, margins=None):
+        w, H, T = self.w, self.H, len(ids)
+        R.check_rule(rule, self.facts)
+        pinfo = R.PassInfo(T if n_prompt is None else n_prompt)
+        h = w["model.embed_tokens.weight"][ids]
+        stats = []
+        rep = H // self.Hkv
+        c = 1.0 / math.sqrt(self.dh)   # Starcoder2Attention.scaling = head_dim ** -0.5
+        for l in range(self.L):
+            p = "model.layers.%d." % l
+            a = p + "self_attn."
+            x = layer_norm(h, w[p + "input_layernorm.weight"], w[p + "input_layernorm.bias"], self.eps)
+            q = heads(linear(x, w[a + "q_proj.weight"], w[a + "q_proj.bias"]), H)
+            k = heads(linear(x, w[a + "k_proj.weight"], w[a + "k_proj.bias"]), self.Hkv).repeat_interleave(rep, dim=0)
+            v = heads(linear(x, w[a + "v_proj.weight"], w[a + "v_proj.bias"]), self.Hkv).repeat_interleave(rep, dim=0)
+            plan = R.Plan(rule, self.facts, "dec", l)
+            plan.window = self.window
+            score = R.rope_scorer(q, k, c, self.dh, self.theta, 1.0)
+            out, P = R.attention(plan, pinfo, score, v, T, margins)
+            stats.append(R.head_stats(P))
+            h = h + linear(merge(out), w[a + "o_proj.weight"], w[a + "o_proj.bias"])
+            x = layer_norm(h, w[p + "post_attention_layernorm.weight"], w[p + "post_attention_layernorm.bias"],
+                           self.eps)
+            up = gelu_tanh(linear(x, w[p + "mlp.c_fc.weight"], w[p + "mlp.c_fc.bias"]))
+            h = h + linear(up, w[p + "mlp.c_proj.weight"], w[p + "mlp.c_proj.bias"])
+        h = layer_norm(h, w["model.norm.weight"], w["model.norm.bias"], self.eps)
+        head = w["model.embed_tokens.weight"] if self.tied else w["lm_head.weight"]
+        return linear(h, head), stats
