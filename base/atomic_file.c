@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -212,16 +213,19 @@ done:
  * one write per buffer costs nothing next to filling it. */
 #define STAGE_BYTES ((size_t)8 << 20)
 #define STAGE_ALIGN ((size_t)4096)
+#define HUGE_PAGE ((size_t)2 << 20)
 
 int cp_atomic_open_staged(cp_atomic_file **out, const char *path) {
   int rc = cp_atomic_open(out, path);
   if (rc < 0) return rc;
   cp_atomic_file *f = *out;
   for (int k = 0; k < 2; k++)
-    if (!(f->stage[k] = aligned_alloc(STAGE_ALIGN, STAGE_BYTES))) {
+    if (!(f->stage[k] = aligned_alloc(HUGE_PAGE, STAGE_BYTES))) {
       cp_atomic_abort(f);
       *out = NULL;
       return cp_nomem("%s: staging buffers", path);
+    } else { /* huge pages where the kernel has them: fewer TLB misses, and O_DIRECT pins 4 pages, not 2048 */
+      (void)madvise(f->stage[k], STAGE_BYTES, MADV_HUGEPAGE);
     }
   /* Where the filesystem takes O_DIRECT (ext4, xfs; tmpfs since 6.6), full buffers skip the page
    * cache: no copy into it, no writeback to start and drop. Elsewhere the buffers are written. */
@@ -316,16 +320,20 @@ int cp_atomic_advance(cp_atomic_file *f, size_t n) {
   return f->stage_len == STAGE_BYTES ? stage_flush(f) : 0;
 }
 
-/* Copies data[0..len) into the staging buffers. */
-static int stage_copy(cp_atomic_file *f, const void *data, size_t len) {
+/* Copies data[0..len) into the staging buffers; with src_fd >= 0 (the same bytes at src_off of that
+ * file) read() takes them from the page cache instead: no faults on the mapping, no pages to drop
+ * (memcpy from the mapping where the descriptor cannot be read at an offset, or reads short). */
+static int stage_copy(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off) {
   const unsigned char *p = data;
   int rc = 0;
   while (rc == 0 && len > 0) {
     size_t room, n;
     unsigned char *at = cp_atomic_room(f, &room);
     n = len < room ? len : room;
-    memcpy(at, p, n);
-    p += n, len -= n;
+    ssize_t got = src_fd >= 0 ? pread(src_fd, at, n, (off_t)src_off) : -1;
+    if (got < 0 || (size_t)got > n) got = 0;
+    if ((size_t)got < n) memcpy(at + got, p + got, n - (size_t)got);
+    p += n, len -= n, src_off += n;
     rc = cp_atomic_advance(f, n);
   }
   return rc;
@@ -348,7 +356,7 @@ static int stage_finish(cp_atomic_file *f) {
 
 int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len) {
   if (len == 0) return 0;
-  if (f->stage[0]) return stage_copy(f, data, len);
+  if (f->stage[0]) return stage_copy(f, data, len, -1, 0);
   if (len >= PARALLEL_HASH_MIN) {
     uint64_t k = cp_hash_pipe_push(f->pipe, data, len, NULL, 0);
     int rc = write_all(f, data, len);
@@ -369,7 +377,7 @@ int cp_atomic_write(cp_atomic_file *f, const void *data, size_t len) {
 int cp_atomic_write_queued(cp_atomic_file *f, const void *data, size_t len, uint64_t *ticket) {
   *ticket = 0;
   if (len == 0) return 0;
-  if (f->stage[0]) return stage_copy(f, data, len); /* copied: the caller's buffer is free at once */
+  if (f->stage[0]) return stage_copy(f, data, len, -1, 0); /* copied: the caller's buffer is free at once */
   *ticket = cp_hash_pipe_push(f->pipe, data, len, NULL, 0);
   return write_all(f, data, len);
 }
@@ -402,8 +410,8 @@ static int copy_range(size_t *copied, cp_atomic_file *f, int src_fd, uint64_t sr
 
 int cp_atomic_write_mapped(cp_atomic_file *f, const void *data, size_t len, int src_fd, uint64_t src_off, int drop) {
   if (len == 0) return 0;
-  if (f->stage[0]) { /* copied into the stage, which the hash reads: the pages can go at once */
-    int rc = stage_copy(f, data, len);
+  if (f->stage[0]) { /* copied into the stage, which the hash reads: any pages touched can go at once */
+    int rc = stage_copy(f, data, len, src_fd, src_off);
     if (drop) cp_drop_pages(data, len);
     return rc;
   }

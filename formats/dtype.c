@@ -5,6 +5,9 @@
 
 #include <assert.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "formats/gguf_quant.h"
 
@@ -144,6 +147,20 @@ uint16_t cp_f32_to_f16(float f) {
 void cp_half_canon(uint16_t *o, const uint16_t *h, size_t n, bool f16) {
   const uint64_t add = f16 ? LANES(0x3ff) : LANES(0x7f);
   size_t k = 0;
+#ifdef __SSE2__
+  /* eight at a time: the magnitudes (0..0x7fff) compare as signed 16-bit values */
+  const __m128i mag = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(f16 ? 0x7c00 : 0x7f80);
+  const __m128i sign = _mm_set1_epi16((short)0x8000), quiet = _mm_set1_epi16(f16 ? 0x7e00 : 0x40);
+  for (; k + 8 <= n; k += 8) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(h + k));
+    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(x, mag), inf);
+    if (_mm_movemask_epi8(nan)) {
+      __m128i fixed = f16 ? _mm_or_si128(_mm_and_si128(x, sign), quiet) : _mm_or_si128(x, quiet);
+      x = _mm_or_si128(_mm_and_si128(nan, fixed), _mm_andnot_si128(nan, x));
+    }
+    _mm_storeu_si128((__m128i *)(void *)(o + k), x);
+  }
+#endif
   for (; k + 4 <= n; k += 4) {
     uint64_t x;
     memcpy(&x, h + k, 8);
