@@ -13,7 +13,8 @@
 # same table, taking turns with the others (before and after side by side in one run).
 # The generated inputs are deleted at the end unless KEEP_INPUT=1.
 # usage: bench/bench_convert.sh [WORKDIR] [SIZE_GB]     (needs ~4x SIZE_GB of free disk)
-#   REPEATS (default 3), BIG_GB (default 14; 0 skips; needs 3x BIG_GB + 3 GB free), BEFORE_BIN
+#   REPEATS (default 3), BIG_GB (default 14; 0 skips; needs 3x BIG_GB + 3 GB free), BEFORE_BIN,
+#   ONLY (labels to run, e.g. "convert_gguf convert_onnx before_gguf before_onnx"; dgst always runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/ctxpatch-bench}
@@ -80,6 +81,15 @@ if [ -n "${BEFORE_BIN:-}" ]; then
   descr+=("before: \`convert --to gguf --dtype f16\`" "before: \`convert --to onnx --dtype fp16\`")
 fi
 
+# ONLY="dgst convert_gguf ...": run only the rows with these labels (the limit, dgst, always).
+if [ -n "${ONLY:-}" ]; then
+  keep_l=() keep_c=() keep_d=()
+  for i in "${!labels[@]}"; do
+    case " dgst $ONLY " in *" ${labels[$i]} "*) keep_l+=("${labels[$i]}") keep_c+=("${cmds[$i]}") keep_d+=("${descr[$i]}") ;; esac
+  done
+  labels=("${keep_l[@]}") cmds=("${keep_c[@]}") descr=("${keep_d[@]}")
+fi
+
 clean() { rm -rf "$work/out" "$work/out.bin" "$work/out.gguf"; sync; }
 # run LABEL CMD: appends "LABEL SECONDS PEAK_KB" to $work/times
 run() {
@@ -97,6 +107,7 @@ for ((r = 0; r < repeats; r++)); do
   for i in "${!labels[@]}"; do run "${labels[$i]}" "${cmds[$i]}"; done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+clean
 "$bin" convert "$work/in" "$work/out" --to safetensors --shard-size $shard --json | grep -o '"shards":[0-9]*'
 clean
 

@@ -5,6 +5,9 @@
 
 #include <assert.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "formats/gguf_quant.h"
 
@@ -133,6 +136,47 @@ uint16_t cp_f32_to_f16(float f) {
   uint32_t r = abs - 0x38000000u; /* rebias exponent 127 -> 15 */
   r += 0xfffu + ((r >> 13) & 1u);
   return (uint16_t)(sign | (r >> 13));
+}
+
+#define LANES(x) (0x0001000100010001ull * (uint64_t)(x)) /* x in each 16-bit lane of a word */
+
+/* cp_f32_to_f16 makes every F16 NaN sign | 0x7e00, cp_f32_to_bf16 sets a BF16 NaN's quiet bit
+ * 0x40. Four at a time: a lane is a NaN when its magnitude passes the infinity's (0x7c00,
+ * 0x7f80), i.e. when adding 0x3ff (0x7f) to it sets bit 15 (no carry leaves the lane); words
+ * without one, nearly all, are copied. */
+void cp_half_canon(uint16_t *o, const uint16_t *h, size_t n, bool f16) {
+  const uint64_t add = f16 ? LANES(0x3ff) : LANES(0x7f);
+  size_t k = 0;
+#ifdef __SSE2__
+  /* eight at a time: the magnitudes (0..0x7fff) compare as signed 16-bit values */
+  const __m128i mag = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(f16 ? 0x7c00 : 0x7f80);
+  const __m128i sign = _mm_set1_epi16((short)0x8000), quiet = _mm_set1_epi16(f16 ? 0x7e00 : 0x40);
+  for (; k + 8 <= n; k += 8) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(h + k));
+    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(x, mag), inf);
+    if (_mm_movemask_epi8(nan)) {
+      __m128i fixed = f16 ? _mm_or_si128(_mm_and_si128(x, sign), quiet) : _mm_or_si128(x, quiet);
+      x = _mm_or_si128(_mm_and_si128(nan, fixed), _mm_andnot_si128(nan, x));
+    }
+    _mm_storeu_si128((__m128i *)(void *)(o + k), x);
+  }
+#endif
+  for (; k + 4 <= n; k += 4) {
+    uint64_t x;
+    memcpy(&x, h + k, 8);
+    uint64_t nan = ((x & LANES(0x7fff)) + add) & LANES(0x8000);
+    if (nan) {
+      uint64_t mask = (nan >> 15) * 0xffffu;
+      x = f16 ? (x & ~mask) | (mask & ((x & LANES(0x8000)) | LANES(0x7e00))) : x | (mask & LANES(0x40));
+    }
+    memcpy(o + k, &x, 8);
+  }
+  for (; k < n; k++) {
+    uint16_t v = h[k];
+    if (f16 && (v & 0x7fffu) > 0x7c00u) v = (uint16_t)((v & 0x8000u) | 0x7e00u);
+    if (!f16 && (v & 0x7fffu) > 0x7f80u) v = (uint16_t)(v | 0x40u);
+    o[k] = v;
+  }
 }
 
 int cp_convert_to_f32(float *dst, const void *src, cp_dtype dtype, uint64_t count) {

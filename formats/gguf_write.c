@@ -314,7 +314,7 @@ int cp_gguf_writer_begin(cp_gguf_writer *w) {
   cp_strbuf_put(&h, (const char *)k_zeros, (size_t)(pad_to(h.len, CP_GGUF_DEFAULT_ALIGNMENT) - h.len));
   if (h.oom) rc = cp_nomem("%s: building the header", w->path);
   if (rc == 0 && w->data_hash) digest_header(w, h.s + infos_at, infos_end - infos_at);
-  if (rc == 0) rc = cp_atomic_open(&w->af, w->path);
+  if (rc == 0) rc = cp_atomic_open_staged(&w->af, w->path);
   if (rc == 0) rc = cp_atomic_write(w->af, h.s, h.len);
   w->digest_at = HEADER_FIXED + w->digest_kv_at;
   cp_strbuf_free(&h);

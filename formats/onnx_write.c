@@ -1,7 +1,7 @@
 /* ONNX model writer (include/ctxpatch/formats/onnx.h): builds the ModelProto with protobuf-c in
  * an arena, streams large initializers into the external data file as they are added (converted
- * into one of two staging buffers: the hash thread reads one while the other fills), and packs
- * the proto straight into an atomic file. */
+ * straight into the staged atomic file's buffers: the hash thread reads one while the other
+ * fills), and packs the proto straight into an atomic file. */
 #include "ctxpatch/formats/onnx.h"
 
 #include <assert.h>
@@ -19,9 +19,6 @@
 #include "onnx.pb-c.h"
 
 #define PROTO_MAX ((size_t)INT32_MAX) /* protobuf's 2 GiB message limit */
-/* External bytes are staged in two buffers of this size: a full one is written and queued for
- * the hash thread while the next fills (writes under 4 MiB would be hashed on this thread). */
-#define STAGE_BYTES ((size_t)8 << 20)
 
 /* A growable array of message pointers (the repeated fields, set on the proto at commit). */
 #define PTR_LIST(T) \
@@ -34,12 +31,8 @@ struct cp_onnx_writer {
   cp_arena ar;
   char *path, *data_path, *data_name; /* data_name: the relative location written in the model */
   cp_onnx_params p;
-  cp_atomic_file *data; /* opened on the first external tensor */
-  uint64_t data_at;     /* bytes appended to it, the staged ones included */
-  unsigned char *stage[2]; /* [STAGE_BYTES] each, allocated with `data` */
-  size_t stage_len;        /* bytes in stage[stage_k] */
-  int stage_k;
-  uint64_t stage_ticket[2]; /* cp_atomic_write_queued's ticket of each buffer's last write */
+  cp_atomic_file *data; /* staged; opened on the first external tensor */
+  uint64_t data_at;     /* bytes appended to it */
   PTR_LIST(Onnx__NodeProto) nodes;
   PTR_LIST(Onnx__TensorProto) inits;
   PTR_LIST(Onnx__ValueInfoProto) inputs;
@@ -132,8 +125,7 @@ done:
 
 void cp_onnx_writer_abort(cp_onnx_writer *w) {
   if (!w) return;
-  cp_atomic_abort(w->data); /* first: the hash thread may still read a staging buffer */
-  free(w->stage[0]), free(w->stage[1]);
+  cp_atomic_abort(w->data);
   free(w->nodes.v), free(w->inits.v), free(w->inputs.v), free(w->outputs.v), free(w->meta.v);
   cp_arena_free(&w->ar);
   free(w);
@@ -260,39 +252,15 @@ int cp_onnx_add_metadata(cp_onnx_writer *w, const char *key, const char *value) 
 
 /* ---------------------------------------------------------------- initializers */
 
-/* Writes the filled staging buffer and queues it for the hash, then switches to the other one
- * once the hash is done with it. */
-static int stage_flush(cp_onnx_writer *w) {
-  int k = w->stage_k, rc = cp_atomic_write_queued(w->data, w->stage[k], w->stage_len, &w->stage_ticket[k]);
-  w->stage_k = k ^ 1, w->stage_len = 0;
-  cp_atomic_wait(w->data, w->stage_ticket[k ^ 1]);
-  return rc;
-}
-
-/* Room in the staging buffer: where the next bytes go and how many fit (at least 8: it is
- * flushed when full, and every tensor starts at a multiple of CP_ONNX_DATA_ALIGN). */
-static unsigned char *stage_room(cp_onnx_writer *w, size_t *room) {
-  *room = STAGE_BYTES - w->stage_len;
-  return w->stage[w->stage_k] + w->stage_len;
-}
-
-static int stage_advance(cp_onnx_writer *w, size_t n) {
-  w->stage_len += n, w->data_at += n;
-  return w->stage_len == STAGE_BYTES ? stage_flush(w) : 0;
-}
-
-/* Zero bytes up to the next multiple of CP_ONNX_DATA_ALIGN of the data file (opened, and its
- * staging buffers allocated, on the first call). */
+/* Zero bytes up to the next multiple of CP_ONNX_DATA_ALIGN of the data file (opened on the first
+ * call). */
 static int data_align(cp_onnx_writer *w) {
+  static const unsigned char zeros[CP_ONNX_DATA_ALIGN];
   int rc = 0;
-  if (!w->data) {
-    CP_CHECK_ALLOC((w->stage[0] = malloc(STAGE_BYTES)) && (w->stage[1] = malloc(STAGE_BYTES)), w->path);
-    if ((rc = cp_atomic_open(&w->data, w->data_path)) < 0) return rc;
-  }
-  size_t pad = (size_t)((CP_ONNX_DATA_ALIGN - w->data_at % CP_ONNX_DATA_ALIGN) % CP_ONNX_DATA_ALIGN), room;
-  unsigned char *at = stage_room(w, &room); /* room is a multiple of the alignment: pad fits */
-  memset(at, 0, pad);
-  return stage_advance(w, pad);
+  if (!w->data && (rc = cp_atomic_open_staged(&w->data, w->data_path)) < 0) return rc;
+  size_t pad = (size_t)((CP_ONNX_DATA_ALIGN - w->data_at % CP_ONNX_DATA_ALIGN) % CP_ONNX_DATA_ALIGN);
+  w->data_at += pad;
+  return cp_atomic_write(w->data, zeros, pad);
 }
 
 /* Points the tensor at [offset, offset + length) of the data file. */
@@ -364,33 +332,6 @@ int cp_onnx_tensor_begin_from(cp_onnx_writer *w, const char *name, cp_dtype dtyp
 static float widen(cp_dtype d, uint16_t h) { return d == CP_F16 ? cp_f16_to_f32(h) : cp_bf16_to_f32(h); }
 static uint16_t narrow(cp_dtype d, float f) { return d == CP_F16 ? cp_f32_to_f16(f) : cp_f32_to_bf16(f); }
 
-#define LANES(x) (0x0001000100010001ull * (uint64_t)(x)) /* x in each 16-bit lane of a word */
-
-/* 16-bit floats copied as a float32 round trip stores them: cp_f32_to_f16 makes every F16 NaN
- * sign | 0x7e00, cp_f32_to_bf16 sets a BF16 NaN's quiet bit 0x40. Four at a time: a lane is a
- * NaN when its magnitude passes the infinity's (0x7c00, 0x7f80), i.e. when adding 0x3ff (0x7f)
- * to it sets bit 15 (no carry leaves the lane); words without one, nearly all, are copied. */
-static void canon_16(uint16_t *o, const uint16_t *h, size_t n, bool f16) {
-  const uint64_t add = f16 ? LANES(0x3ff) : LANES(0x7f);
-  size_t k = 0;
-  for (; k + 4 <= n; k += 4) {
-    uint64_t x;
-    memcpy(&x, h + k, 8);
-    uint64_t nan = ((x & LANES(0x7fff)) + add) & LANES(0x8000);
-    if (nan) {
-      uint64_t mask = (nan >> 15) * 0xffffu;
-      x = f16 ? (x & ~mask) | (mask & ((x & LANES(0x8000)) | LANES(0x7e00))) : x | (mask & LANES(0x40));
-    }
-    memcpy(o + k, &x, 8);
-  }
-  for (; k < n; k++) {
-    uint16_t v = h[k];
-    if (f16 && (v & 0x7fffu) > 0x7c00u) v = (uint16_t)((v & 0x8000u) | 0x7e00u);
-    if (!f16 && (v & 0x7fffu) > 0x7f80u) v = (uint16_t)(v | 0x40u);
-    o[k] = v;
-  }
-}
-
 /* n elements of `sd` at src into `dd` at dst, as a float32 round trip would store them (the
  * writer was given float32 before the model could stay in its 16-bit dtype: the bytes are the
  * same). `canon`: 16-bit to the same 16-bit, where that round trip only rewrites NaNs. */
@@ -400,7 +341,7 @@ static void convert(void *dst, cp_dtype dd, const void *src, cp_dtype sd, size_t
   if (sd == dd && !canon) {
     memcpy(dst, src, n * cp_dtype_size(sd));
   } else if (sd == dd) {
-    canon_16(o, h, n, sd == CP_F16);
+    cp_half_canon(o, h, n, sd == CP_F16);
   } else if (sd == CP_F32) {
     const float *f = src;
     for (size_t k = 0; k < n; k++) o[k] = narrow(dd, f[k]);
@@ -421,12 +362,14 @@ int cp_onnx_tensor_write(cp_onnx_writer *w, const void *elems, uint64_t count) {
   const unsigned char *src = elems;
   while (count > 0) {
     size_t room = (size_t)count;
-    unsigned char *dst = w->cur_external ? stage_room(w, &room) : w->cur->raw_data.data + (size_t)w->cur_done * dsz;
+    /* the staged room is a multiple of dsz: the buffers are, and every tensor starts aligned */
+    unsigned char *dst = w->cur_external ? cp_atomic_room(w->data, &room) : w->cur->raw_data.data + (size_t)w->cur_done * dsz;
     size_t n = w->cur_external ? room / dsz : room;
     assert(n > 0);
     if ((uint64_t)n > count) n = (size_t)count;
     convert(dst, w->cur_dst, src, w->cur_src, n, w->cur_canon);
-    int rc = w->cur_external ? stage_advance(w, n * dsz) : 0;
+    if (w->cur_external) w->data_at += n * dsz;
+    int rc = w->cur_external ? cp_atomic_advance(w->data, n * dsz) : 0;
     if (rc < 0) return rc;
     src += n * ssz, count -= n, w->cur_done += n;
   }
@@ -502,7 +445,6 @@ int cp_onnx_writer_commit(cp_onnx_writer *w, char model_hex[65], char data_hex[6
   }
   if (data_hex) data_hex[0] = 0;
   if (w->data) {
-    if (w->stage_len && (rc = stage_flush(w)) < 0) goto done;
     if (data_hex) cp_atomic_sha256(w->data, data_hex);
     rc = cp_atomic_commit(w->data);
     w->data = NULL;

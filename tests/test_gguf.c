@@ -9,6 +9,7 @@
 
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/formats/gguf.h"
+#include "ctxpatch/formats/tensor.h"
 #include "test.h"
 
 static char dir[4096];
@@ -217,7 +218,27 @@ static void test_big_arrays(void) {
   remove(path);
 }
 
+/* cp_half_canon, which the GGUF export applies to llama q/k rows it reorders in their stored 16-bit
+ * type, against the widened path it replaced (cp_f16_to_f32 then cp_f32_to_f16, and the BF16
+ * pair) on all 65536 patterns, in place and into another buffer, at an odd length (the tail). */
+static void test_half_canon(void) {
+  static uint16_t h[65536], o[65536], in_place[65536];
+  for (int f16 = 0; f16 < 2; f16++) {
+    for (int k = 0; k < 65536; k++) h[k] = in_place[k] = (uint16_t)k;
+    cp_half_canon(o, h, 65535, f16);
+    o[65535] = h[65535];
+    cp_half_canon(in_place, in_place, 65536, f16);
+    int bad = 0;
+    for (int k = 0; k < 65536; k++) {
+      uint16_t want = f16 ? cp_f32_to_f16(cp_f16_to_f32(h[k])) : cp_f32_to_bf16(cp_bf16_to_f32(h[k]));
+      if ((k < 65535 && o[k] != want) || in_place[k] != want) bad++;
+    }
+    CHECK_MSG(bad == 0, "%s: %d patterns differ from the float32 round trip", f16 ? "F16" : "BF16", bad);
+  }
+}
+
 int main(void) {
+  test_half_canon();
   const char *py = test_env("CTXPATCH_PYTHON"), *src = test_env("CTXPATCH_SOURCE_DIR");
   snprintf(dir, sizeof dir, "%s/gguf_cases", test_env("CTXPATCH_BUILD_DIR"));
   char cmd[9000];

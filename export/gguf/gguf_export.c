@@ -481,9 +481,11 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
   uint64_t cols = t->ndim >= 2 ? (uint64_t)t->shape[e->transpose ? 0 : t->ndim - 1] : 1, rows = cols ? numel / cols : 0;
   size_t es = cp_dtype_size(t->dtype);
   bool in_order = e->rows.order == CP_GGUF_ROWS_SAME && !e->transpose;
-  bool same = in_order && e->scale == 1.0f && e->offset == 0.0f && ((t->dtype == CP_F32 && e->type == CP_GGML_F32) ||
-                                    (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
-                                    (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
+  /* stored in the output type, values unchanged: rows move as bytes (llama q/k reordered included) */
+  bool as_stored = !e->transpose && e->scale == 1.0f && e->offset == 0.0f &&
+                   ((t->dtype == CP_F32 && e->type == CP_GGML_F32) || (t->dtype == CP_F16 && e->type == CP_GGML_F16) ||
+                    (t->dtype == CP_BF16 && e->type == CP_GGML_BF16));
+  bool same = in_order && as_stored;
   int rc = cp_gguf_rows_check(&e->rows, rows, cp_checkpoint_dir(ck), t->name);
   if (rc) return rc;
   if (cols > CHUNK_FLOATS)
@@ -517,7 +519,10 @@ static int write_tensor(cp_gguf_writer *w, cp_checkpoint *ck, const plan_entry *
       rc = cp_checkpoint_read(ck, e->src, r0 * row_bytes, raw, (size_t)nr * row_bytes);
     }
     if (rc) break;
-    if (same) rc = cp_gguf_write_data(w, raw, (size_t)nr * row_bytes);
+    if (as_stored && !same && es == 2) /* the NaNs as the widened path wrote them (bytes unchanged) */
+      cp_half_canon((uint16_t *)(void *)raw, (const uint16_t *)(const void *)raw, (size_t)(nr * cols),
+                    t->dtype == CP_F16);
+    if (as_stored) rc = cp_gguf_write_data(w, raw, (size_t)nr * row_bytes);
     else if ((rc = cp_convert_to_f32(vals, raw, t->dtype, nr * cols)) == 0) {
       for (size_t k = 0; e->scale != 1.0f && k < (size_t)(nr * cols); k++) vals[k] *= e->scale;
       for (size_t k = 0; e->offset != 0.0f && k < (size_t)(nr * cols); k++) vals[k] += e->offset;

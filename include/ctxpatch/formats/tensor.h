@@ -81,6 +81,11 @@ float cp_f16_to_f32(uint16_t h);
 float cp_bf16_to_f32(uint16_t b);
 uint16_t cp_f32_to_f16(float f);   /* round to nearest even */
 uint16_t cp_f32_to_bf16(float f);  /* round to nearest even */
+/* n F16 (`f16`) or BF16 values h as a float32 round trip leaves them (cp_f16_to_f32 then
+ * cp_f32_to_f16, or the BF16 pair): the same bits but for NaNs, made quiet (BF16) or canonical
+ * (F16, sign kept), into o (may be h): a reorder of 16-bit weights writes the bytes a widened
+ * path would, without widening. */
+void cp_half_canon(uint16_t *o /* [n] */, const uint16_t *h /* [n] */, size_t n, bool f16);
 
 /* Widens `count` elements of a float dtype (F64/F32/F16/BF16) to float32, or decodes whole
  * blocks of a block format (count a multiple of the block; CP_EARG otherwise) exactly as the GGUF
