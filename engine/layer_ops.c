@@ -7,6 +7,7 @@
 #include "ctxpatch/formats/tensor.h"
 #include "engine/kern16.h"
 #include "engine/kernq8.h"
+#include "engine/kerntile.h"
 
 /* GEMM tiles: C in [GEMM_MB, GEMM_NB] blocks, one per pool item; an F16/BF16/quant weight block is
  * widened GEMM_KB columns at a time into the worker's scratch ([GEMM_NB, GEMM_KB] floats, 512 KiB:
@@ -53,6 +54,13 @@ static void gemm_item(void *ctx, size_t item, int worker) {
     for (int r = 0; r < mc; r++)
       cp_k16_gemv(C + (size_t)r * g->ldc, (const unsigned char *)g->W + (size_t)n0 * row_bytes, g->wtype,
                   (size_t)g->K, nc, g->K, A + (size_t)r * g->lda, g->accumulate);
+  } else if (g->wtype == CP_F32 && cp_k16_direct()) {
+    /* the tile kernel in the same K blocks as the widened path below, so a stored matrix and its
+     * float32 copy give the same bits */
+    const float *W = (const float *)g->W + (size_t)n0 * g->K;
+    for (int k0 = 0; k0 < g->K; k0 += GEMM_KB)
+      cp_tile_gemm(C, g->ldc, A + k0, g->lda, mc, W + k0, g->K, nc, (int)min64(GEMM_KB, g->K - k0),
+                   k0 > 0 || g->accumulate);
   } else if (g->wtype == CP_F32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, g->K, 1.0f, A, g->lda,
                 (const float *)g->W + (size_t)n0 * g->K, g->K, g->accumulate ? 1.0f : 0.0f, C, g->ldc);
@@ -74,8 +82,11 @@ static void gemm_item(void *ctx, size_t item, int worker) {
           cp_q8_widen(tile + (size_t)r * kc, W + (size_t)r * row_bytes + at, (size_t)kc / CP_Q8_BLOCK);
         else
           (void)cp_convert_to_f32(tile + (size_t)r * kc, W + (size_t)r * row_bytes + at, g->wtype, (uint64_t)kc);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, kc, 1.0f, A + k0, g->lda, tile, kc,
-                  k0 > 0 || g->accumulate ? 1.0f : 0.0f, C, g->ldc);
+      if (cp_k16_direct()) /* engine/kerntile.h; CTXPATCH_WEIGHTS=f32: sgemm, as before */
+        cp_tile_gemm(C, g->ldc, A + k0, g->lda, mc, tile, kc, nc, kc, k0 > 0 || g->accumulate);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mc, nc, kc, 1.0f, A + k0, g->lda, tile, kc,
+                    k0 > 0 || g->accumulate ? 1.0f : 0.0f, C, g->ldc);
     }
   }
   if (g->b)

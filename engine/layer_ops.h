@@ -17,7 +17,8 @@ enum { CP_OPS_ROW_ALIGN = 128 };
 /* C[M, n_out] (row stride ldc) = (accumulate ? C : 0) + A[M, n_in] W^T + b. W is read in its
  * stored dtype (L->dtype: F32 directly, F16/BF16 widened and GGUF quant blocks decoded tile by
  * tile inside the product; F16/BF16 and Q8_0 tiles of at most 4 rows multiplied directly by the
- * kernels of engine/kern16.h and engine/kernq8.h unless CTXPATCH_WEIGHTS=f32). */
+ * kernels of engine/kern16.h and engine/kernq8.h, longer tiles by engine/kerntile.h's, F32 weights
+ * too, unless CTXPATCH_WEIGHTS=f32: then OpenBLAS sgemm on widened tiles, as before issue 34). */
 void cp_ops_linear(cp_pool *pool, float *C /* [M, ldc] */, int ldc, const float *A /* [M, lda] */, int lda,
                    int64_t M, const cp_linear *L, bool accumulate);
 /* y = norm(x) row by row (the model's LayerNorm or RMSNorm); y may alias x. */

@@ -6,7 +6,12 @@
  * The Q8_0 kernels (engine/kernq8.h) likewise: the GEMV of 1-4 activation rows (a short tile)
  * against a float64 dot with the blocks' weights, on odd numbers of blocks and rows (a last
  * partial tile) from an odd byte offset, within the float32 bound; both versions the same bits;
- * block decoding exact for every F16 scale. */
+ * block decoding exact for every F16 scale.
+ * The prefill tile product (engine/kerntile.h) on tiles of 1-9 rows by 1-7 weight rows, kc not a
+ * multiple of 8, padded strides: within the float32 bound of a float64 dot and of the plain float
+ * path (OpenBLAS sgemm, which multiplied these tiles before); both versions the same bits; a row
+ * the same bits whether it is multiplied alone or inside a tile (no dependence on its block). */
+#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +21,7 @@
 #include "ctxpatch/formats/tensor.h"
 #include "engine/kern16.h"
 #include "engine/kernq8.h"
+#include "engine/kerntile.h"
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -214,6 +220,77 @@ static void check_q8_widen(int have_avx2) {
   free(src), free(dst);
 }
 
+/* ---------------------------------------------------------------- prefill tiles */
+
+/* C [m, n] (ldc n + 2) from C0 = (acc ? C0 : 0) + A W^T on the forced version; caller frees. */
+static float *run_tile(cp_k16_isa isa, const float *A, int lda, int m, const float *W, int ldw, int n, int kc,
+                       const float *C0, int acc) {
+  const size_t count = (size_t)m * (size_t)(n + 2);
+  float *C = malloc(count * sizeof *C);
+  if (!C) return NULL;
+  memcpy(C, C0, count * sizeof *C);
+  CHECK(cp_k16_force_isa(isa) == 0);
+  cp_tile_gemm(C, n + 2, A, lda, m, W, ldw, n, kc, acc);
+  return C;
+}
+
+static void check_tile(int m, int n, int kc, int have_avx2) {
+  const int lda = kc + 3, ldw = kc + 5, ldc = n + 2;
+  float *A = malloc((size_t)m * (size_t)lda * sizeof *A), *W = malloc((size_t)n * (size_t)ldw * sizeof *W);
+  float *C0 = malloc((size_t)m * (size_t)ldc * sizeof *C0);
+  for (int i = 0; i < m * lda; i++) A[i] = (float)uniform();
+  for (int i = 0; i < n * ldw; i++) W[i] = (float)(uniform() * 3);
+  for (int i = 0; i < m * ldc; i++) C0[i] = (float)uniform();
+  for (int acc = 0; acc < 2; acc++) {
+    float *got[2] = {NULL, NULL};
+    for (int v = 0; v < 1 + have_avx2; v++) {
+      cp_k16_isa isa = v ? CP_K16_AVX2 : CP_K16_PORTABLE;
+      float *C = got[v] = run_tile(isa, A, lda, m, W, ldw, n, kc, C0, acc);
+      for (int r = 0; r < m && C; r++) {
+        for (int i = 0; i < n; i++) {
+          double want = acc ? C0[(size_t)r * ldc + i] : 0, mag = fabs(want);
+          for (int k = 0; k < kc; k++) {
+            double t = (double)A[(size_t)r * lda + k] * W[(size_t)i * ldw + k];
+            want += t, mag += fabs(t);
+          }
+          double bound = (kc + 2) * ldexp(1, -24) * mag + 1e-30;
+          CHECK_MSG(fabs(C[(size_t)r * ldc + i] - want) <= bound,
+                    "tile %s m %d n %d kc %d acc %d [%d, %d]: %.9g vs %.9g (bound %g)", isa_name(isa), m, n, kc, acc, r,
+                    i, C[(size_t)r * ldc + i], want, bound);
+        }
+        for (int i = n; i < ldc; i++) CHECK(C[(size_t)r * ldc + i] == C0[(size_t)r * ldc + i]); /* not written */
+      }
+    }
+    if (got[0] && got[1])
+      CHECK_MSG(memcmp(got[0], got[1], (size_t)m * ldc * sizeof(float)) == 0,
+                "tile m %d n %d kc %d: avx2 and portable differ", m, n, kc);
+    /* the plain float path: sgemm, within the bound of each (both are K-term float32 sums) */
+    float *blas = malloc((size_t)m * ldc * sizeof *blas);
+    memcpy(blas, C0, (size_t)m * ldc * sizeof *blas);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kc, 1.0f, A, lda, W, ldw, acc ? 1.0f : 0.0f, blas, ldc);
+    for (int r = 0; r < m && got[0]; r++)
+      for (int i = 0; i < n; i++) {
+        double mag = acc ? fabs(C0[(size_t)r * ldc + i]) : 0;
+        for (int k = 0; k < kc; k++) mag += fabs((double)A[(size_t)r * lda + k] * W[(size_t)i * ldw + k]);
+        double bound = 2 * (kc + 2) * ldexp(1, -24) * mag + 1e-30;
+        CHECK_MSG(fabs((double)got[0][(size_t)r * ldc + i] - blas[(size_t)r * ldc + i]) <= bound,
+                  "tile m %d n %d kc %d [%d, %d]: %.9g vs sgemm %.9g", m, n, kc, r, i, got[0][(size_t)r * ldc + i],
+                  blas[(size_t)r * ldc + i]);
+      }
+    free(blas);
+    /* AVX2: row r alone (a 1-row tile, or rows r.. to the end) gives the bits it had in the tile */
+    for (int r = 0; r < m && have_avx2 && got[1]; r += 2) {
+      float *one = run_tile(CP_K16_AVX2, A + (size_t)r * lda, lda, m - r, W, ldw, n, kc, C0 + (size_t)r * ldc, acc);
+      if (one)
+        CHECK_MSG(memcmp(one, got[1] + (size_t)r * ldc, (size_t)(m - r) * ldc * sizeof(float)) == 0,
+                  "tile m %d n %d kc %d: rows from %d differ with the tile's start", m, n, kc, r);
+      free(one);
+    }
+    free(got[0]), free(got[1]);
+  }
+  free(A), free(W), free(C0);
+}
+
 int main(void) {
   const int have_avx2 = cp_k16_force_isa(CP_K16_AVX2) == 0;
   printf("AVX2 + FMA + F16C: %s\n", have_avx2 ? "yes (both versions tested)" : "no (portable only)");
@@ -230,6 +307,10 @@ int main(void) {
     for (size_t j = 0; j < sizeof q8_ns / sizeof *q8_ns; j++)
       for (size_t k = 0; k < sizeof ms / sizeof *ms; k++) check_q8_gemv(q8_ns[j], nbs[i], ms[k], have_avx2);
   check_q8_widen(have_avx2);
+  const int tile_ms[] = {1, 4, 5, 9}, tile_ns[] = {1, 3, 7}, kcs[] = {1, 8, 13, 64, 517};
+  for (size_t i = 0; i < sizeof tile_ms / sizeof *tile_ms; i++)
+    for (size_t j = 0; j < sizeof tile_ns / sizeof *tile_ns; j++)
+      for (size_t k = 0; k < sizeof kcs / sizeof *kcs; k++) check_tile(tile_ms[i], tile_ns[j], kcs[k], have_avx2);
   cp_k16_force_isa(0);
   return test_finish();
 }

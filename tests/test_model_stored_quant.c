@@ -6,10 +6,9 @@
  *     a float32 copy, but llama's q/k: their rows are reordered on load, into an owned copy that
  *     keeps the block dtype (whole rows of blocks moved);
  *   - the logits equal those of the same file opened with full dequantisation (cp_model_open)
- *     bit for bit: the engine decodes tiles with the reader's dequantiser (formats/gguf_quant.c)
- *     and every K here is at most one GEMM_KB tile (512), so each product is the same single
- *     SGEMM call on the same floats (past 512 columns the K blocks are summed in a different
- *     order than one SGEMM over K and the logits would agree only to rounding);
+ *     bit for bit: the engine decodes tiles exactly and multiplies float32 matrices with the same
+ *     tile kernel in the same K blocks (engine/kerntile.h), so each product sees the same floats
+ *     in the same order;
  *   - a GGUF whose matrices are all F32 keeps none as a block type.
  * And for the Q8_0 file: its matrices take 34/128 of the float32 bytes, and greedy decoding on them
  * (one row per step: the Q8_0 GEMV of engine/kernq8.h, int16 activations) gives logits within the
