@@ -37,8 +37,9 @@
 #           own wall timing of its forward is printed too, labelled (its threads spin while they
 #           wait, so its CPU time counts that), and ctxpatch's rates from whole-process wall times
 #           (noisy: one round gave a negative decode rate). Load average at the start and end of
-#           each row. ENGINES
-#           (default "16 f32 llama.cpp") picks the engines
+#           each row. ENGINES (default "16 f32 llama.cpp") picks the engines; "old" is OLD_BIN (a
+#           build before a change) with the direct kernels. THREADS (default "2"; issue 34's prefill
+#           bench: "1 2") the thread counts, each its own rows, every engine at the same count
 #   logits  d_model 64, vocab 256000: peak RSS of `verify --probe ppl` at LOGITS_LEN tokens
 #           (default 32768, one window); with OLD_BIN also the old build at OLD_LOGITS_LEN (4096)
 # Every row also gives the load average when it started (the machine is shared).
@@ -206,6 +207,7 @@ PY
     for dt in ${DTYPES:-bf16 q8_0}; do
       g=$work/l32.$dt.gguf
       [ -f "$g" ] || "$bin" convert "$m" "$g" --to gguf --dtype "$dt" >/dev/null
+      for T in ${THREADS:-2}; do
       : >"$work/g.times"
       l0=$(load)
       for round in $(seq "$R"); do
@@ -214,44 +216,47 @@ PY
           for eng in ${ENGINES:-16 f32 llama.cpp}; do
             if [ "$eng" = llama.cpp ]; then
               [ -d "$nm/node-llama-cpp" ] || continue
-              /usr/bin/time -v node "$work/js/run.mjs" "$g" 2 "$work/$1" "$2" >"$work/l.json" 2>"$work/f.time" ||
+              /usr/bin/time -v node "$work/js/run.mjs" "$g" "$T" "$work/$1" "$2" >"$work/l.json" 2>"$work/f.time" ||
                 { cat "$work/f.time" >&2; exit 1; }
               own=$("$py" -c "import json; r=json.load(open('$work/l.json')); print(r['prefill_s'], r['decode_s'])")
             else
-              CTXPATCH_WEIGHTS=$eng /usr/bin/time -v "$bin" forward "$g" --ids @"$work/$1" --generate "$2" \
-                --threads 2 >"$work/f.out" 2>"$work/f.time" || { cat "$work/f.time" >&2; exit 1; }
+              b=$bin w=$eng
+              [ "$eng" != old ] || { b=${OLD_BIN:?ENGINES=old needs OLD_BIN}; w=16; }
+              CTXPATCH_WEIGHTS=$w /usr/bin/time -v "$b" forward "$g" --ids @"$work/$1" --generate "$2" \
+                --threads "$T" >"$work/f.out" 2>"$work/f.time" || { cat "$work/f.time" >&2; exit 1; }
               own="$(wall "$work/f.time") -"
             fi
             echo "$eng $1 $2 $(cpu "$work/f.time") $(rss "$work/f.time") $own" >>"$work/g.times"
           done
         done
       done
-      "$py" - "$work/g.times" "$P" "$N" "$dt" "$l0" "$(load)" <<'PY'
+      "$py" - "$work/g.times" "$P" "$N" "$dt" "$l0" "$(load)" "$T" <<'PY'
 import statistics, sys
-rows, P, N, dt, l0, l1 = open(sys.argv[1]).read().split("\n"), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+rows, P, N, dt, l0, l1, T = open(sys.argv[1]).read().split("\n"), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
 t = {}
 for r in rows:
     if r:
         e, f, n, cpu, rss, pre, dec = r.split()
         t.setdefault((e, f, n), []).append((float(cpu), int(rss), pre, dec))
-labels = (("16", "ctxpatch, direct kernels"), ("f32", "ctxpatch, widened tiles (CTXPATCH_WEIGHTS=f32)"),
-          ("llama.cpp", "llama.cpp (node-llama-cpp)"))
+labels = (("16", "ctxpatch, direct kernels"), ("old", "ctxpatch before (OLD_BIN)"),
+          ("f32", "ctxpatch, widened tiles (CTXPATCH_WEIGHTS=f32)"), ("llama.cpp", "llama.cpp (node-llama-cpp)"))
 for e, label in labels:
     if (e, "ids", "1") not in t:
         continue
     med = lambda f, n: statistics.median(x[0] for x in t[(e, f, n)])
     a, b, c = med("ids1", "1"), med("ids", "1"), med("ids", str(N))
     rss = max(x[1] for k, v in t.items() if k[0] == e for x in v)
-    print("| %s | %s | 2 | %d | %.1f | %.2f | %.2f | %.2f | %d | %s-%s |" % (dt, label, P, P / (b - a), (N - 1) / (c - b), b, a, rss, l0, l1))
+    print("| %s | %s | %s | %d | %.1f | %.2f | %.2f | %.2f | %d | %s-%s |" % (dt, label, T, P, P / (b - a), (N - 1) / (c - b), b, a, rss, l0, l1))
     if e != "llama.cpp":  # whole-process wall times, the same differences
         wm = lambda f, n: statistics.median(float(x[2]) for x in t[(e, f, n)])
         wa, wb, wc = wm("ids1", "1"), wm("ids", "1"), wm("ids", str(N))
-        print("| %s | %s, wall | 2 | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, label, P, P / (wb - wa), (N - 1) / (wc - wb), l0, l1))
+        print("| %s | %s, wall | %s | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, label, T, P, P / (wb - wa), (N - 1) / (wc - wb), l0, l1))
     if e == "llama.cpp":  # its own timing of the forward: time to the first token, then N-1 steps
         pre = statistics.median(float(x[2]) for x in t[(e, "ids", str(N))])
         dec = statistics.median(float(x[3]) for x in t[(e, "ids", str(N))])
-        print("| %s | llama.cpp, its own wall timing | 2 | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, P, P / pre, (N - 1) / dec, l0, l1))
+        print("| %s | llama.cpp, its own wall timing | %s | %d | %.1f tokens/s | %.2f tokens/s | - | - | - | %s-%s |" % (dt, T, P, P / pre, (N - 1) / dec, l0, l1))
 PY
+      done
     done
     ;;
   logits)
