@@ -1,6 +1,6 @@
 /* Kernels on 16-bit (F16, BF16) weights for the CPU engine, private to engine/: dot products of
  * weight rows with float32 vectors (the decode GEMV) and the widening of weight rows to float32
- * (the prefill GEMM's tiles, multiplied by OpenBLAS sgemm). Each has an AVX2 + FMA + F16C version,
+ * (the prefill GEMM's tiles, multiplied by engine/kerntile.h). Each has an AVX2 + FMA + F16C version,
  * chosen at run time by cpuid, and a portable C version.
  *
  * Accumulation order (both versions, so they give the same bits): a dot product of K elements
@@ -27,8 +27,9 @@ cp_k16_isa cp_k16_isa_in_use(void);
  * runs. */
 int cp_k16_force_isa(cp_k16_isa isa);
 
-/* Whether the engine multiplies 16-bit weights directly (the default) or, as before issue 34,
- * always widens them into float32 tiles for sgemm (CTXPATCH_WEIGHTS=f32, for comparison).
+/* Whether the engine multiplies 16-bit weights directly (the default; prefill tiles and float32
+ * weights by engine/kerntile.h) or, as before issue 34, always widens them into float32 tiles for
+ * OpenBLAS sgemm, float32 weights too (CTXPATCH_WEIGHTS=f32, for comparison).
  * cp_k16_read_env reads the variable (unset or "16": direct; "f32": widened tiles) and returns 0,
  * or CP_EARG with the error set for any other value. Called by the CPU engine's create. */
 int cp_k16_read_env(void);

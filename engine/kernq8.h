@@ -1,6 +1,6 @@
 /* Kernels on GGUF Q8_0 weights for the CPU engine, private to engine/: the decode GEMV straight on
- * the blocks, and their decoding to float32 (the prefill GEMM's tiles, multiplied by OpenBLAS
- * sgemm). Each has an AVX2 + FMA + F16C version and a portable C version, chosen as engine/kern16.h
+ * the blocks, and their decoding to float32 (the prefill GEMM's tiles, multiplied by
+ * engine/kerntile.h). Each has an AVX2 + FMA + F16C version and a portable C version, chosen as engine/kern16.h
  * chooses (cp_k16_isa_in_use), with the same bits.
  *
  * A Q8_0 block is 34 bytes: an F16 scale d, then 32 int8 q; weight j is d * q[j], exact in float32
