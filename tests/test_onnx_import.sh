@@ -115,7 +115,7 @@ for n in m.graph.node: n.input[:] = [old.get(i, i) for i in n.input]
 onnx.save(m, sys.argv[2])
 EOF
 "$bin" forward "$work/anon/foreign.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/foreign.err" && bad "foreign graph accepted" ||
-  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $work/anon/foreign.onnx: node 'Neg #33' (Neg): not Concat(-t[..., h:], t[..., :h]) on the last axis (rotate-half; interleaved is not supported)" "$work/foreign.err"
+  check grep -qxF "ctxpatch: error CP_EONNX_RECOVER: $work/anon/foreign.onnx: node 'Neg #38' (Neg): not Concat(-t[..., h:], t[..., :h]) on the last axis (rotate-half; interleaved is not supported)" "$work/foreign.err"
 "$bin" inspect "$work/anon/foreign.onnx" > "$work/foreign.txt" 2>&1 && check grep -q "^recovered:     none: .*(rotate-half; interleaved is not supported)" "$work/foreign.txt" || bad "inspect of a foreign graph failed"
 
 # Hugging Face names kept by the exporter: the llama graph's initializers renamed to HF's, in HF
@@ -155,7 +155,7 @@ del m.graph.node[:]
 m.graph.node.extend(nodes)
 onnx.save(m, dst)
 EOF
-hf_refusal="ctxpatch: error CP_EONNX_RECOVER: $work/hf/model.onnx: a graph with Hugging Face initializer names is read only when its nodes are recovered (the names say what each weight is, not what the graph computes), and no recovery explains this one (node 'Pow #37' (Pow): its RMSNorm feeds neither three projections (q, k, v) nor one (the head))"
+hf_refusal="ctxpatch: error CP_EONNX_RECOVER: $work/hf/model.onnx: a graph with Hugging Face initializer names is read only when its nodes are recovered (the names say what each weight is, not what the graph computes), and no recovery explains this one (node 'Pow #42' (Pow): its RMSNorm feeds neither three projections (q, k, v) nor one (the head))"
 "$bin" forward "$work/hf/model.onnx" --ids 1,2 --out "$work/x.f32" 2> "$work/hf.err" && bad "hf names read by their names" ||
   check grep -qxF "$hf_refusal" "$work/hf.err"
 [ -e "$work/x.f32" ] && bad "hf names: x.f32 written" || ok

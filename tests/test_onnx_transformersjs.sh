@@ -9,7 +9,7 @@
 #    --stop-at-eos` on the same ids, and its accuracy equals `ctxpatch verify`'s on those cells.
 #    A family transformers.js cannot load (e.g. model_type ctxpatch_fire) is reported as a known
 #    limitation with its exact error (a skip for that model, not a pass);
-# 1b. the Qwen3, Phi-3, Gemma 2, OLMo 2 and StarCoder2 golden models, and Mistral / Qwen2 with a
+# 1b. the Qwen3, Phi-3, Gemma 2, Gemma 3, OLMo 2 and StarCoder2 golden models, and Mistral / Qwen2 with a
 #    sliding window, exported with a temperature: transformers.js's greedy tokens equal `ctxpatch
 #    forward --rule --generate`'s.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
@@ -39,7 +39,8 @@ fi
 #     pre-norms, whole-row q/k norms, post norms; transformers.js 4.3.1's olmo2 loader) and StarCoder2
 #     (LayerNorms with bias, biased projections, GELU MLP, GQA 4/2, window 16 on every layer): each
 #     golden model exported with a temperature, greedy tokens of transformers.js (its own model_type
-#     qwen3 / phi3 / gemma2 / olmo2 / starcoder2 loader) equal to
+#     qwen3 / phi3 / gemma2 / gemma3_text / olmo2 / starcoder2 loader; gemma3_text counts
+#     position_ids from 1, transformers from 0: the masks place queries by cache index) equal to
 #     `ctxpatch forward --rule --generate` on prompts past its 32-token training length; the probe
 #     tokenizer files are only there for transformers.js to load (ids in, ids out). Then the
 #     sliding-window cases of model_type mistral (window 16 on every layer) and qwen2 (window 12
@@ -48,7 +49,7 @@ fi
 #     (transformers.js passes an all-ones attention_mask): the 61-token prompts run past it, and the
 #     engine's tokens without the window differ on every prompt (asserted), so equal tokens prove it
 echo '{"temperature": 0.8}' > "$work/t08rule.json"
-for fam in qwen3 phi3 gemma2 olmo2 starcoder2 mistral_swa qwen2_swa; do
+for fam in qwen3 phi3 gemma2 gemma3 olmo2 starcoder2 mistral_swa qwen2_swa; do
   gm=$src/tests/goldens/engine/models/$fam
   if "$bin" convert "$gm" "$work/$fam" --to onnx --rule "$work/t08rule.json" >/dev/null &&
      cp "$probes/rope-probe/tokenizer.json" "$probes/rope-probe/tokenizer_config.json" "$work/$fam/"; then

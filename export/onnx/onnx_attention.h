@@ -61,7 +61,7 @@ struct cp_onnx_attn_ctx {
   const char *q_raw;   /* [B, H, S, dh] RoPE: q before rotation; NULL otherwise */
   const char *k_raw;   /* [B, H, T, dh] RoPE when cp_onnx_attn_needs_raw_keys: the unrotated keys
                           (the exporter keeps them, cache included); NULL otherwise */
-  const char *qpos;    /* [B, 1, S, 1] int64 absolute query positions (position_ids) */
+  const char *qpos;    /* [1, 1, S, 1] int64 query positions in the cache (the decoder: T - S + row) */
   const char *kpos;    /* [1, 1, 1, T] int64 key positions 0 .. T-1 */
   const char *n_keys;  /* [] int64 T */
   const char *visible; /* [B, 1, S, T] bool: causal (kpos <= qpos where causal) and attention_mask */

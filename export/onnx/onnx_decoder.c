@@ -19,6 +19,7 @@ typedef struct {
   const cp_rule *rule;
   cp_rule_model rm;
   const char *ids, *mask, *pos; /* graph inputs */
+  const char *rope_pos;         /* [B, 1, S, 1] position_ids: what RoPE rotates by */
   const char *qpos, *kpos, *n_keys, *visible;
   /* RoPE tables, [1]: Gemma 3's sliding layers' (rope_local; NULL elsewhere) */
   const char *cos[2], *sin[2];   /* [B, 1, S, rope_dims] */
@@ -40,17 +41,24 @@ static void add_inputs(dec_t *d) {
   d->pos = cp_og_input(g, "position_ids", CP_I64, 2, bs);
 }
 
-/* Query positions [B, 1, S, 1], key positions [1, 1, 1, T] and what each query sees. */
+/* Query positions [1, 1, S, 1], key positions [1, 1, 1, T] and what each query sees. A query's
+ * place is its index in the cache, T - S + row, as the keys' are 0 .. T-1: masks, windows and rule
+ * distances compare the two in one frame whatever position_ids counts from (transformers.js 4.3.1
+ * gives gemma3_text position_ids from 1, transformers' Gemma3ForCausalLM from 0). RoPE rotates by
+ * position_ids (rope_pos), which a shared offset leaves each query-key score unchanged. */
 static void positions(dec_t *d) {
   cp_og *g = d->g;
-  static const int64_t ax13[] = {1, 3}, ax012[] = {0, 1, 2}, ax12[] = {1, 2};
-  int64_t one = 1;
-  d->qpos = cp_og_unsqueeze(g, d->pos, ax13, 2);
+  static const int64_t ax13[] = {1, 3}, ax013[] = {0, 1, 3}, ax012[] = {0, 1, 2}, ax12[] = {1, 2};
+  const char *one = cp_og_i64(g, 1);
+  d->rope_pos = cp_og_unsqueeze(g, d->pos, ax13, 2);
   const char *shape = cp_og_op1(g, "Shape", d->mask);
-  d->n_keys = cp_og_op2(g, "Gather", shape, cp_og_i64(g, 1)); /* T, a scalar */
-  const char *range = cp_og_op3(g, "Range", cp_og_i64(g, 0), d->n_keys, cp_og_i64(g, one));
+  d->n_keys = cp_og_op2(g, "Gather", shape, one); /* T, a scalar */
+  const char *n_q = cp_og_op2(g, "Gather", cp_og_op1(g, "Shape", d->ids), one); /* S */
+  const char *start = cp_og_op2(g, "Sub", d->n_keys, n_q);
+  d->qpos = cp_og_unsqueeze(g, cp_og_op3(g, "Range", start, d->n_keys, one), ax013, 3);
+  const char *range = cp_og_op3(g, "Range", cp_og_i64(g, 0), d->n_keys, one);
   d->kpos = cp_og_unsqueeze(g, range, ax012, 3);
-  const char *causal = cp_og_op2(g, "GreaterOrEqual", d->qpos, d->kpos);  /* [B, 1, S, T] */
+  const char *causal = cp_og_op2(g, "GreaterOrEqual", d->qpos, d->kpos);  /* [1, 1, S, T] */
   const char *keep = cp_og_cast(g, cp_og_unsqueeze(g, d->mask, ax12, 2), CP_OG_BOOL); /* [B, 1, 1, T] */
   d->visible = cp_og_op2(g, "And", causal, keep);
 }
@@ -65,7 +73,7 @@ static int table_of(const dec_t *d, int l) {
 /* RoPE tables cos, sin [B, 1, S, rope_dims] of the query positions, made once per table. */
 static void rope_tables(dec_t *d, int l) {
   const int t = table_of(d, l);
-  if (!d->cos[t]) cp_onnx_rope_tables(d->g, d->m, l, d->qpos, false, &d->cos[t], &d->sin[t]);
+  if (!d->cos[t]) cp_onnx_rope_tables(d->g, d->m, l, d->rope_pos, false, &d->cos[t], &d->sin[t]);
 }
 
 /* The tables of the key positions 0 .. T-1, [1, 1, T, rope_dims], made once per table: a cache of
@@ -280,7 +288,7 @@ int cp_onnx_decoder_graph(cp_og *g, const cp_model *m, const cp_rule *rule) {
   add_inputs(&d);
   positions(&d);
   /* the full layers' table first, as before Gemma 3 (layer -1: m->rope), the sliding layers' on first use */
-  if (m->pos == CP_POS_ROPE) cp_onnx_rope_tables(g, m, -1, d.qpos, false, &d.cos[0], &d.sin[0]);
+  if (m->pos == CP_POS_ROPE) cp_onnx_rope_tables(g, m, -1, d.rope_pos, false, &d.cos[0], &d.sin[0]);
   int64_t dims[2] = {m->vocab, m->d_model};
   char name[CP_TENSOR_NAME_MAX];
   d.embed = cp_og_weight_as(g, cp_onnx_name(name, m->family, CP_ROLE_EMBED, CP_STACK_DECODER, 0, ".weight"), m->embed,

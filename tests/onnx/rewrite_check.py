@@ -288,7 +288,7 @@ def alibi_variant(kind, src, dst):
     prod = {o: n for n in g.node for o in n.output}
     if kind == "affine":
         cast = next(n for n in g.node if n.op_type == "Cast" and n.input[0] in prod
-                    and prod[n.input[0]].op_type == "Reshape" and prod[n.input[0]].input[0] == "const/8")
+                    and prod[n.input[0]].op_type == "Reshape" and prod[n.input[0]].input[0] == "const/9")
         user = next(n for n in g.node if cast.output[0] in n.input)
         g.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "affine/zero"))
         add = helper.make_node("Add", [cast.output[0], "affine/zero"], ["affine/sum"], name="affine/add")
