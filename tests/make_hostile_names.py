@@ -21,6 +21,7 @@ Written under OUT:
 """
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -152,12 +153,14 @@ def main():
     if len(sys.argv) > 4:
         # Same-length replacements keep every protobuf length prefix valid: a node output renamed
         # everywhere (the graph still holds together), and an initializer (recovery refuses it).
-        for name, old in (("onnx_node", b"/Range_3"), ("onnx_init", b"model.layers.0.attn.q.weight")):
+        for name, old in (("onnx_node", rb"/Range_[0-9]+"), ("onnx_init", rb"model\.layers\.0\.attn\.q\.weight")):
             d = os.path.join(out, name)
             shutil.copytree(sys.argv[4], d)
             graph = os.path.join(d, "onnx", "model.onnx")
             blob = open(graph, "rb").read()
-            assert old in blob, old
+            found = re.search(old, blob)  # the first Range node's output, whatever its number
+            assert found, old
+            old = found.group(0)
             open(graph, "wb").write(blob.replace(old, (BAD + ESC.encode() + b"." * len(old))[:len(old)]))
     print("hostile names written to", out)
 
