@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every modern family through the whole pipeline (issue 31, "Pipelines end to end"): on a tiny
 # random model of each (tests/gguf/make_random_family.py: llama with Llama 3.1's llama3 scaling,
-# qwen2, qwen3, gemma, gemma2 with its window of 64, phi3, mistral with a window of 128, olmo2, starcoder2
+# qwen2, qwen3, gemma, gemma2 with its window of 64, gemma3 (sliding and full layers), phi3, mistral with a window of 128, olmo2, starcoder2
 # with a window of 128), `convert`, then `patch` with
 # LM-Infinite and a RoPE scaling (rope-pi), each certified on short passkey probes (random
 # weights: the verdict may fail, but the run must complete, exit 0 or 1, and say its verdict;
@@ -13,7 +13,7 @@
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: numpy not importable by $py"; exit 77; }
 
-fams=(${CTXPATCH_FAMILIES:-llama3 qwen2 qwen3 gemma gemma2 phi3 mistral_hd olmo2 starcoder2})
+fams=(${CTXPATCH_FAMILIES:-llama3 qwen2 qwen3 gemma gemma2 gemma3 phi3 mistral_hd olmo2 starcoder2})
 vopts=(--verify passkey --lengths 256,512 --depths 0:1:2 --samples 1 --threads 1 --accept-no-gain --accept-underpowered)
 # field FILE.json EXPR: a Python expression over the document `r`
 field() { "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
