@@ -192,4 +192,21 @@ assert dp > 100 * d, (dp, d)
 print(f"gemma2 rope-pi: llama.cpp {d:.2e} from the engine on the patched file, {dp:.2e} from the unpatched model")
 PY
 fi
+# rope-pi on Gemma 3 (decision 19: the full layers' linear factor, 8 here, times 2; the sliding
+# layers' local base untouched), written as gemma3.rope.scaling.* which llama.cpp's gemma3 applies
+# to its full layers only: llama.cpp == the engine at 300 tokens, and moved from the unpatched model
+check "$bin" patch "$w/g3" "$w/pi3.gguf" --method rope-pi --factor 2 --no-verify --to gguf
+engine_logits "$w/e3_pi.bin" "$w/pi3.gguf" "$prompt"
+llamacpp_vs_engine "gemma3 rope-pi x2, 300 tokens" "$w/pi3.gguf" "$prompt" "$w/e3_pi.bin" "$w/lc3pi.json" 1e-3
+if [ "$lc" = 1 ]; then
+  "$py" - "$w" <<'PY' && ok || bad "gemma3 rope-pi: llama.cpp's logits not moved from the unpatched model's"
+import sys, json, numpy as np
+w = sys.argv[1]
+lc = np.array(json.load(open(f"{w}/lc3pi.json"))["logits"], np.float64)
+e, plain = (np.fromfile(f"{w}/{n}.bin", "<f4").reshape(300, -1) for n in ("e3_pi", "e3_gguf"))
+d, dp = np.abs(lc - e).max(), np.abs(lc - plain).max()
+assert dp > 100 * d, (dp, d)
+print(f"gemma3 rope-pi: llama.cpp {d:.2e} from the engine on the patched file, {dp:.2e} from the unpatched model")
+PY
+fi
 finish
