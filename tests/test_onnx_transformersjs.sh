@@ -9,7 +9,8 @@
 #    --stop-at-eos` on the same ids, and its accuracy equals `ctxpatch verify`'s on those cells.
 #    A family transformers.js cannot load (e.g. model_type ctxpatch_fire) is reported as a known
 #    limitation with its exact error (a skip for that model, not a pass);
-# 1b. the Qwen3, Phi-3, Gemma 2, Gemma 3, OLMo 2 and StarCoder2 golden models, and Mistral / Qwen2 with a
+# 1b. the Llama 3 (llama3 and yarn rope_scaling), Qwen2, Qwen3, Phi-3, Gemma, Gemma 2, Gemma 3, Granite,
+#    OLMo 2 and StarCoder2 golden models, and Mistral / Qwen2 with a
 #    sliding window, exported with a temperature: transformers.js's greedy tokens equal `ctxpatch
 #    forward --rule --generate`'s.
 . "$CTXPATCH_SOURCE_DIR/tests/harness.sh"
@@ -49,7 +50,7 @@ fi
 #     (transformers.js passes an all-ones attention_mask): the 61-token prompts run past it, and the
 #     engine's tokens without the window differ on every prompt (asserted), so equal tokens prove it
 echo '{"temperature": 0.8}' > "$work/t08rule.json"
-for fam in qwen3 phi3 gemma2 gemma3 olmo2 starcoder2 mistral_swa qwen2_swa; do
+for fam in llama3_scaled llama_yarn qwen2 qwen3 phi3 gemma gemma2 gemma3 granite olmo2 starcoder2 mistral_swa qwen2_swa; do
   gm=$src/tests/goldens/engine/models/$fam
   if "$bin" convert "$gm" "$work/$fam" --to onnx --rule "$work/t08rule.json" >/dev/null &&
      cp "$probes/rope-probe/tokenizer.json" "$probes/rope-probe/tokenizer_config.json" "$work/$fam/"; then
