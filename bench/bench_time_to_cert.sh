@@ -26,7 +26,7 @@
 #    one-layer model at 2K. f32 tiles: the 1B at 2K plus the one-layer model's difference at 4x.
 #  - table: configuration CPU = sum over lengths of tokens x cost per token (the patched side of
 #    lm-infinite at the LM-Infinite rule's cost), plus the screening; minutes at 2 threads = CPU /
-#    1.88 / 60 (2 threads ran 1.88x one on the 1B, docs/perf.md). All labelled computed.
+#    (CPU / wall of the 2-thread 1B cost run) / 60. All labelled computed. No rates from elsewhere.
 #
 # usage: bench/bench_time_to_cert.sh WORK        (WORK: a folder with room for 3 GB)
 #   CTXPATCH_BIN  ctxpatch binary (default build/ctxpatch)
@@ -134,22 +134,12 @@ if all(k in c for k in ("1b.k16.%d" % L, "1l.k16.%d" % L, "1l.k16.%d" % long)):
         cost["f32", L] = c["1b.f32.%d" % L]
         cost["f32", long] = cost["k16", long] + (c["1l.f32.%d" % long] - c["1l.k16.%d" % long]) * 16
     print("\ncomputed CPU s / token of the 1B: " + ", ".join("%s at %d: %.5f" % (k[0], k[1], v) for k, v in sorted(cost.items())))
-# The idle VM's rates (docs/perf.md, "Speed beside PyTorch and llama.cpp" and "16-bit kernels"),
-# for when the cost runs above could not run on an idle machine: TinyLlama-1.1B's prefill at one
-# thread, 54.5 tokens/CPU-s at 512 tokens (its 968M parameters outside the embedding and head are
-# the 1B's 973M), plus causal attention, 2 n 2048 flops a token per layer over a prompt of n, at
-# the products' rate (n 2048 16 / 973e6 of the products' 2 x 973M flops); decode of the answer: the BF16 "mid" model's 19.05 (16-bit) and 2.71 (f32
-# tiles) tokens/CPU-s for 0.6 GB of weights, scaled to the 1B's 2.5 GB (head included).
-def idle(w, n):
-    prefill = (n - 10) / 54.5 * (1 + n * 2048 * 16 / 973e6)
-    decode = 10 / ({"k16": 19.05, "f32": 2.71}[w] * 0.6 / 2.47)
-    return (prefill + decode) / n
-idle_cost = {(w, n): idle(w, n) for w in ("k16", "f32") for n in (L, long)}
-print("computed CPU s / token of the 1B from the idle rates: " +
-      ", ".join("%s at %d: %.5f" % (k[0], k[1], v) for k, v in sorted(idle_cost.items())))
 if not cost:
-    cost = idle_cost
-    print("(the table's CPU columns use the idle rates: the cost runs are missing)")
+    print("(no CPU columns: the cost runs are missing; rates from another machine are not used)")
+# the 2-thread runs' own CPU / wall ratio: what 2 threads give on this machine
+par = cpu("cost.1b.k16.%d" % L)[0] / cpu("cost.1b.k16.%d" % L)[1] if "1b.k16.%d" % L in c else None
+if par:
+    print("CPU s per wall s of the 2-thread 1B run: %.2f" % par)
 scr = json.load(open(os.path.join(work, "screen.json")))["run"] if have("screen.json") else None
 if scr:
     print("screening (micro, the original alone, 40 prompts at %d): %d tokens computed, %d reused" % (L, scr["tokens"], scr["tokens_reused"]))
@@ -165,7 +155,7 @@ for mi, mname in ((0, "temperature 0.9"), (1, "lm-infinite")):
         cert = o["certificate"]
         runb = {e["length"]: e for e in cert["run"]["by_length"]}
         prompts = 2 * sum(e.get("prompts", cert["probes"]["samples"] * len(cert["probes"]["depths"]))
-                          for cells in cert["results"]["patched"].values() for e in cells)
+                          for name, cells in cert["results"]["patched"].items() if name != "attention" for e in cells)
         for shared in (False, True):
             toks = {ln: runb[ln]["tokens"] + (0 if shared else runb[ln]["tokens_reused"]) for ln in (L, long)}
             s_t = (scr["tokens"] + (0 if shared else scr["tokens_reused"])) if scr else 0
@@ -179,9 +169,9 @@ for mi, mname in ((0, "temperature 0.9"), (1, "lm-infinite")):
                 side4 = toks[long] / 2
                 c4 = side4 * cost[w, long] + side4 * (at4 if at4 else cost[w, long])
                 return toks[L] * cost[w, L] + c4 + s_t * cost[w, L]
-            if ("k16", long) in cost:
+            if ("k16", long) in cost and par:
                 k = total("k16")
                 f = total("f32") if ("f32", long) in cost else float("nan")
-                row += " %.0f | %.0f | %.0f |" % (k, f, k / 1.88 / 60)
+                row += " %.0f | %.0f | %.0f |" % (k, f, k / par / 60)
             print(row)
 PY

@@ -144,6 +144,20 @@ p = c["results"]["patched"]["passkey"][0]
 assert p["prompts"] == 16 and p["correct_by_depth"] == [4, 3, 3, 3, 3], p
 assert c["results"]["comparison"]["passkey"][0]["stop"] == "futility", c["results"]["comparison"]
 PY
+# Within a look the prompts run by depth (the look judges counts only): the 16 prompts' rows reused
+# are those of the two looks' depth lists run as fixed designs, one prompt a depth (the ranks 0-4
+# of rounds 0,1,2,3,4,0,1,2 and 3,4,0,1,2,3,4,0; no prefix carries across the looks, the second
+# starting at depth 0). Rounds order reused 768 rows here, by depth 1280.
+for d in 0,0,0.25,0.25,0.5,0.5,0.75,1 0,0,0.25,0.5,0.75,0.75,1,1; do
+  "$bin" verify "$model" --probe passkey --lengths 256 --depths "$d" --samples 1 --baseline --threads 2 --no-stats \
+    --certificate "$work/look$d.json" >/dev/null 2>&1
+done
+"$py" - "$work/sqart/certificate.json" "$work"/look0,0,0.25,0.25*.json "$work"/look0,0,0.25,0.5*.json <<'PY' && ok \
+  || bad "a sequential look's prompts run by depth"
+import json, sys
+reused = [json.load(open(p))["run"]["tokens_reused"] for p in sys.argv[1:4]]
+assert reused[0] == reused[1] + reused[2] > 0, reused
+PY
 # patch takes --no-shared-prefix as verify does (it was refused: timing the saving on a patch needed
 # verify): the same certificate outside the run block, every row computed.
 "$bin" patch "$model" "$work/sqart1" --method temperature --tau 0.9 --lengths 256 --depths 0:1:5 --threads 2 \

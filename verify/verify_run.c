@@ -430,21 +430,30 @@ static int64_t only_at(const cp_verify_result *r, cp_verify_side side, int pi, i
 
 /* A sequential cell: rounds of every depth (in increasing order) once per sample, so that a look
  * every p->looks prompts sees a prefix spread over the depths; after each look the cell stops when
- * its part of the verdict is decided (verify_seq_look), or after p->replay's count. */
+ * its part of the verdict is decided (verify_seq_look), or after p->replay's count. Within a look
+ * the prompts run by depth (then sample): a look judges only the counts, and consecutive prompts
+ * of close depths share more of their prefix in the cache. */
 static int run_cell_rounds(cp_verify_result *r, cp_engine *const *engines, cp_engine_cache *const *caches, int sides,
                            const cp_tokenizer *tok, const cp_verify_params *p, int pi, int l, const int *order,
                            int64_t *gen, int64_t *done_count, verify_seq_state *st) {
   size_t cl = (size_t)pi * (size_t)r->n_lengths + (size_t)l;
-  int64_t limit = p->replay ? p->replay[cl] : cp_verify_prompts_at(r), n = 0;
-  int rc = 0, j = 0;
+  const int64_t D = p->n_depths, all = cp_verify_prompts_at(r);
+  int64_t limit = p->replay ? p->replay[cl] : all, n = 0;
+  if (limit > all) limit = all;
+  int rc = 0;
   bool stop = false;
-  for (int k = 0; k < p->samples && rc == 0 && !stop; k++)
-    for (int i = 0; i < p->n_depths && rc == 0 && !stop && n < limit; i++) {
-      rc = run_sample(r, engines, caches, sides, tok, p, pi, l, order[i], k, gen, done_count);
-      if (rc < 0 || ++n != cp_seq_look_prompts(&st->design, j) || p->replay) continue;
-      stop = verify_seq_look(st, r, p->judge, pi, l, j++, only_at(r, CP_SIDE_BASELINE, pi, l),
-                             only_at(r, CP_SIDE_PATCHED, pi, l), cp_verify_correct_at(r, CP_SIDE_PATCHED, pi, l));
-    }
+  for (int j = 0; n < limit && rc == 0 && !stop; j++) {
+    int64_t end = ((int64_t)j + 1) * p->looks; /* the look's prompts: [n, end) of the rounds' order */
+    if (end > limit) end = limit;
+    /* prompt m of the rounds is sample m / D at depth rank m % D: by rank, then sample */
+    for (int64_t i = 0; i < D && rc == 0; i++)
+      for (int64_t m = n + ((i - n % D) % D + D) % D; m < end && rc == 0; m += D)
+        rc = run_sample(r, engines, caches, sides, tok, p, pi, l, order[i], (int)(m / D), gen, done_count);
+    n = end;
+    if (rc < 0 || p->replay || n != cp_seq_look_prompts(&st->design, j)) continue;
+    stop = verify_seq_look(st, r, p->judge, pi, l, j, only_at(r, CP_SIDE_BASELINE, pi, l),
+                           only_at(r, CP_SIDE_PATCHED, pi, l), cp_verify_correct_at(r, CP_SIDE_PATCHED, pi, l));
+  }
   r->used[cl] = (int)n;
   if (!p->replay)
     verify_seq_cell_done(st, r, p->judge, l, only_at(r, CP_SIDE_BASELINE, pi, l), only_at(r, CP_SIDE_PATCHED, pi, l));
