@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "base/sanitizer.h"
 #include "ctxpatch/formats/tensor.h"
 #include "engine/kern16.h"
 #include "engine/kernq8.h"
@@ -40,19 +41,7 @@ typedef struct {
 /* The tile kernel (engine/kerntile.h) for prefill tiles, or OpenBLAS sgemm. Sanitizer builds take
  * sgemm: the instrumented kernel made their test tier 1.8x slower (855 -> 1529 s in CI), while
  * test_kern16 still runs the kernel itself under the sanitizers. */
-static bool use_tiles(void) {
-#if defined(__SANITIZE_ADDRESS__)
-  return false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return false;
-#else
-  return cp_k16_direct();
-#endif
-#else
-  return cp_k16_direct();
-#endif
-}
+static bool use_tiles(void) { return !CP_ASAN && cp_k16_direct(); }
 
 static void gemm_item(void *ctx, size_t item, int worker) {
   const gemm_job *g = ctx;

@@ -25,11 +25,9 @@
 #include <cmath>
 #include <functional>
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "base/sanitizer.h"
+#if CP_ASAN
 #include <sanitizer/common_interface_defs.h>
-#define EMU_ASAN 1
-#else
-#define EMU_ASAN 0
 #endif
 
 #define __global__
@@ -83,7 +81,7 @@ namespace {
  * when it exits; a block makes each fiber afresh. */
 /* The kernel's frames are small. The sanitizer intercepts swapcontext and clears the shadow of
  * the whole target stack on every switch, so its fibers get a smaller one (the tests pass with it). */
-enum { EMU_STACK = (EMU_ASAN ? 64 : 256) << 10 };
+enum { EMU_STACK = (CP_ASAN ? 64 : 256) << 10 };
 struct emu_fiber {
   ucontext_t ctx;
   unsigned char *stack = nullptr;
@@ -102,7 +100,7 @@ thread_local emu_fiber *emu_fibers = emu_set.f;
 thread_local ucontext_t emu_main;
 thread_local unsigned emu_cur;
 thread_local const std::function<void()> *emu_job;
-#if EMU_ASAN
+#if CP_ASAN
 thread_local const void *emu_main_bottom; /* the scheduler's stack, as the sanitizer reports it */
 thread_local size_t emu_main_size;
 #endif
@@ -115,7 +113,7 @@ thread_local size_t emu_main_size;
 /* Switches from fiber emu_cur to the scheduler (`final`: the fiber has finished and is not resumed). */
 void emu_to_main(bool final) {
   emu_fiber *f = &emu_fibers[emu_cur];
-#if EMU_ASAN
+#if CP_ASAN
   __sanitizer_start_switch_fiber(final ? nullptr : &f->fake_stack, emu_main_bottom, emu_main_size);
 #endif
   if (final) {
@@ -123,7 +121,7 @@ void emu_to_main(bool final) {
     emu_abort("setcontext failed");
   }
   if (swapcontext(&f->ctx, &emu_main)) emu_abort("swapcontext failed");
-#if EMU_ASAN
+#if CP_ASAN
   __sanitizer_finish_switch_fiber(f->fake_stack, &emu_main_bottom, &emu_main_size);
 #endif
 }
@@ -131,7 +129,7 @@ void emu_to_main(bool final) {
 void emu_barrier() { emu_to_main(false); }
 
 void emu_fiber_entry() {
-#if EMU_ASAN
+#if CP_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &emu_main_bottom, &emu_main_size);
 #endif
   (*emu_job)();
@@ -147,11 +145,11 @@ __attribute__((noinline)) bool emu_resume(unsigned t) {
   threadIdx = {t, 0, 0};
   emu_parity = f->parity;
   void *fake = nullptr;
-#if EMU_ASAN
+#if CP_ASAN
   __sanitizer_start_switch_fiber(&fake, f->stack, EMU_STACK);
 #endif
   if (swapcontext(&emu_main, &f->ctx)) emu_abort("swapcontext failed");
-#if EMU_ASAN
+#if CP_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   (void)fake;

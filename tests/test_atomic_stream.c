@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* O_DIRECT */
 #include "test.h"
 
+#include "base/sanitizer.h"
 #include "ctxpatch/base/io.h"
 
 #include <fcntl.h>
@@ -16,18 +17,6 @@
 #include <unistd.h>
 
 #define SRC_BYTES ((size_t)40 << 20)
-
-/* ThreadSanitizer maps shadow memory for what write() reads: the resident set is not ours to judge. */
-#if defined(__SANITIZE_THREAD__)
-#define RSS_SHADOWED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RSS_SHADOWED 1
-#endif
-#endif
-#ifndef RSS_SHADOWED
-#define RSS_SHADOWED 0
-#endif
 
 static void fill(unsigned char *p, size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; i++) {
@@ -265,7 +254,7 @@ int main(void) {
     char h2[65];
     cp_atomic_sha256(f, h2);
     long grown = (resident_pages() - before) * sysconf(_SC_PAGESIZE);
-    if (!RSS_SHADOWED)
+    if (!CP_TSAN) /* ThreadSanitizer maps shadow memory for what write() reads: not ours to judge */
       CHECK_MSG(grown < (12l << 20), "%s: resident set grew by %ld bytes",
                 through_write ? "write()" : "copy_file_range", grown);
     CHECK(strcmp(h2, whole_src) == 0);
