@@ -56,6 +56,13 @@ static const struct {
     {"starcoder2", CP_FAMILY_STARCODER2},
 };
 
+/* The name a message calls a model by ("this gemma3 model") where it is not its model_type:
+ * Gemma 3 as llama.cpp and Google name it (HF's gemma3_text is its text model's class), and the
+ * FIRE family as the docs do. */
+static const struct {
+  const char *model_type, *name;
+} k_display_names[] = {{"gemma3_text", "gemma3"}, {"ctxpatch_fire", "fire"}};
+
 /* architectures[0] -> model_type, used only when model_type is absent. */
 static const struct {
   const char *arch;
@@ -145,6 +152,12 @@ const char *cp_family_name(cp_family family) {
     case CP_FAMILY_COUNT: break;
   }
   return "?";
+}
+
+const char *cp_hf_config_name(const cp_hf_config *cfg) {
+  for (size_t i = 0; i < sizeof k_display_names / sizeof k_display_names[0]; i++)
+    if (!strcmp(cfg->model_type, k_display_names[i].model_type)) return k_display_names[i].name;
+  return cfg->model_type[0] ? cfg->model_type : cp_family_name(cfg->family);
 }
 
 const char *cp_pos_scheme_name(cp_pos_scheme pos) {

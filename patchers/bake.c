@@ -77,7 +77,7 @@ int cp_patch_method_fits(const cp_model *m, cp_patch_method method) {
   if (method == CP_PATCH_FIRE_THRESHOLD) need = CP_POS_FIRE;
   if (m->pos != need)
     return cp_error_set(CP_EPATCH_FAMILY, "--method %s needs %s positions; this %s model uses %s",
-                        cp_patch_method_name(method), pos_name(need), cp_family_name(m->family), pos_name(m->pos));
+                        cp_patch_method_name(method), pos_name(need), cp_hf_config_name(m->cfg), pos_name(m->pos));
   return 0;
 }
 

@@ -422,7 +422,7 @@ int cp_patch_stage(cp_patch_pending **pending, cp_patch_outcome *out, const char
   if ((rc = cp_checkpoint_open(&ck, in)) || (rc = cp_bake_plan_make(&out->plan, original, ck, patch))) goto done;
   if (params->require_exact && out->plan.fidelity != CP_FIDELITY_EXACT_WEIGHTS) {
     rc = cp_error_set(CP_EPATCH_FIDELITY, "%s: --require exact: %s on this %s model is %s (%s)", in,
-                      cp_patch_method_name(patch->method), cp_family_name(original->family),
+                      cp_patch_method_name(patch->method), cp_hf_config_name(original->cfg),
                       cp_fidelity_name(out->plan.fidelity), out->plan.note);
     goto done;
   }

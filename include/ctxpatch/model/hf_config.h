@@ -183,6 +183,10 @@ void cp_hf_config_free(cp_hf_config *cfg);
 
 const char *cp_family_name(cp_family family); /* "t5", "bloom", "mpt", "llama", "gpt_neox", "fire", "gpt2", "phi3",
                                                  "gemma", "starcoder2" */
+/* The name messages call the model by: its model_type ("qwen3", "granite", "mistral"), not its
+ * family's ("llama"), but "gemma3" for gemma3_text and "fire" for ctxpatch_fire. Static, or
+ * borrowed from cfg. */
+const char *cp_hf_config_name(const cp_hf_config *cfg);
 const char *cp_pos_scheme_name(cp_pos_scheme pos); /* "t5-buckets", "alibi", "rope", "fire", "learned" */
 /* Comma-separated list of supported model_type values, for error messages. */
 const char *cp_supported_families(void);
