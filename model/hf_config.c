@@ -597,6 +597,16 @@ static int positive_eps(double *out, const ctx_t *c, const cJSON *obj, const cha
   return opt_num(out, c, obj, key, NULL, "", def, FLT_MIN, 1, "a number in (1.2e-38, 1] (a normal float)");
 }
 
+/* The special ids: the family's HF class defaults when absent (-1: none), -1 when null. No class
+ * read here gives decoder_start_token_id a default. */
+static int special_ids(cp_hf_config *cfg, const ctx_t *c, int bos, int eos, int pad) {
+  const cJSON *r = c->root;
+  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", bos));
+  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", eos));
+  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", pad));
+  return opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1);
+}
+
 /* d_head = d_model / n_heads, which HF requires to divide exactly. */
 static int split_heads(cp_hf_config *cfg, const ctx_t *c, const char *heads_key) {
   if (cfg->d_model % cfg->n_heads != 0)
@@ -640,10 +650,7 @@ static int parse_t5(cp_hf_config *cfg, const ctx_t *c) {
                         c->what, cfg->activation);
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, true));
   TRY(train_len(cfg, c, "n_positions"));
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 1));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 0));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, -1, 1, 0));
   cfg->qkv_bias = false;
   cfg->no_bias = true; /* T5 has no biases anywhere */
   return 0;
@@ -680,10 +687,7 @@ static int parse_bloom(cp_hf_config *cfg, const ctx_t *c) {
   /* Read leniently, as the loader always has: anything but true counts as false. */
   cfg->residual_post_layernorm =
       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "apply_residual_connection_post_layernorm"));
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 1, 2, -1));
   cfg->qkv_bias = true;
   cfg->no_bias = false;
   return 0;
@@ -763,26 +767,34 @@ static int parse_mpt(cp_hf_config *cfg, const ctx_t *c) {
   TRY(train_len(cfg, c, "max_seq_len"));
   TRY(opt_bool(&cfg->no_bias, c, r, "no_bias", NULL, true));
   cfg->qkv_bias = !cfg->no_bias;
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", -1));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, -1, -1, -1));
   return 0;
 }
 
-/* Llama-named body shared by llama, mistral and ctxpatch_fire. */
-static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_dim) {
+/* The sizes decoders spell as LlamaConfig does (vocab_size, hidden_size, num_hidden_layers,
+ * num_attention_heads, intermediate_size), all required. */
+static int decoder_sizes(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
   TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
   TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
   TRY(req_int(&cfg->n_heads, c, r, "num_attention_heads", NULL));
-  TRY(req_int(&cfg->d_ff, c, r, "intermediate_size", NULL));
+  return req_int(&cfg->d_ff, c, r, "intermediate_size", NULL);
+}
+
+/* head_dim where the family's attention reads it (reads_head_dim) and the key is given, else
+ * hidden_size / num_attention_heads. */
+static int head_width(cp_hf_config *cfg, const ctx_t *c, bool reads_head_dim) {
+  const cJSON *hd = reads_head_dim ? field(c->root, "head_dim") : NULL;
+  return hd ? as_pos_int(&cfg->d_head, c, hd, "head_dim") : split_heads(cfg, c, "num_attention_heads");
+}
+
+/* Llama-named body shared by llama, mistral and ctxpatch_fire. */
+static int parse_llama_body(cp_hf_config *cfg, const ctx_t *c, bool allow_head_dim) {
+  const cJSON *r = c->root;
+  TRY(decoder_sizes(cfg, c));
   TRY(opt_int(&cfg->n_kv_heads, c, r, "num_key_value_heads", NULL, cfg->n_heads));
-  if (allow_head_dim && field(r, "head_dim"))
-    TRY(as_pos_int(&cfg->d_head, c, field(r, "head_dim"), "head_dim"));
-  else
-    TRY(split_heads(cfg, c, "num_attention_heads"));
+  TRY(head_width(cfg, c, allow_head_dim));
   TRY(positive_eps(&cfg->norm_eps, c, r, "rms_norm_eps", 1e-6));
   TRY(opt_str(cfg->activation, sizeof cfg->activation, c, r, "hidden_act", NULL, "silu"));
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, false));
@@ -919,10 +931,7 @@ static int parse_llama(cp_hf_config *cfg, const ctx_t *c) {
     TRY(window_key(&cfg->sliding_window, c, 4096));
     TRY(sliding_layers(cfg, c, 0, 1));
   }
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 1, 2, -1));
   return 0;
 }
 
@@ -957,10 +966,7 @@ static int parse_phi3(cp_hf_config *cfg, const ctx_t *c) {
   TRY(sliding_layers(cfg, c, 0, 1));
   cfg->qkv_bias = false;
   cfg->no_bias = true;
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 32000));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 32000));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 1, 32000, 32000));
   return 0;
 }
 
@@ -1054,10 +1060,7 @@ static int parse_gemma(cp_hf_config *cfg, const ctx_t *c) {
     TRY(softcap(&cfg->final_softcap, c, "final_logit_softcapping", g3 ? 0 : 30.0));
     if (!g3) TRY(gemma2_layers(cfg, c));
   }
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 2));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 1));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 0));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 2, 1, 0));
   return 0;
 }
 
@@ -1091,10 +1094,7 @@ static int parse_olmo2(cp_hf_config *cfg, const ctx_t *c) {
   cfg->qkv_bias = false;
   cfg->no_bias = true;
   cfg->qk_norm = cfg->qk_norm_whole = cfg->post_norms = true;
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50279));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", 1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, -1, 50279, 1));
   return 0;
 }
 
@@ -1109,14 +1109,9 @@ static int parse_olmo2(cp_hf_config *cfg, const ctx_t *c) {
 static int parse_starcoder2(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
-  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
-  TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
-  TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
-  TRY(req_int(&cfg->n_heads, c, r, "num_attention_heads", NULL));
-  TRY(req_int(&cfg->d_ff, c, r, "intermediate_size", NULL));
+  TRY(decoder_sizes(cfg, c));
   TRY(opt_int(&cfg->n_kv_heads, c, r, "num_key_value_heads", NULL, 2));
-  if (field(r, "head_dim")) TRY(as_pos_int(&cfg->d_head, c, field(r, "head_dim"), "head_dim"));
-  else TRY(split_heads(cfg, c, "num_attention_heads"));
+  TRY(head_width(cfg, c, true));
   const cJSON *prf = field(r, "partial_rotary_factor");
   if (prf && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
     return bad(c, "partial_rotary_factor", "1 (Starcoder2Attention rotates the whole head)", prf);
@@ -1133,21 +1128,14 @@ static int parse_starcoder2(cp_hf_config *cfg, const ctx_t *c) {
   TRY(opt_bool(&use_bias, c, r, "use_bias", NULL, true));
   cfg->qkv_bias = use_bias;
   cfg->no_bias = !use_bias; /* the LayerNorms keep theirs */
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 50256));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50256));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 50256, 50256, -1));
   return 0;
 }
 
 static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
   const cJSON *r = c->root;
   cfg->pos = CP_POS_ROPE;
-  TRY(req_int(&cfg->vocab_size, c, r, "vocab_size", NULL));
-  TRY(req_int(&cfg->d_model, c, r, "hidden_size", NULL));
-  TRY(req_int(&cfg->n_layers, c, r, "num_hidden_layers", NULL));
-  TRY(req_int(&cfg->n_heads, c, r, "num_attention_heads", NULL));
-  TRY(req_int(&cfg->d_ff, c, r, "intermediate_size", NULL));
+  TRY(decoder_sizes(cfg, c));
   cfg->n_kv_heads = cfg->n_heads;
   TRY(split_heads(cfg, c, "num_attention_heads"));
   /* Newer transformers spell these partial_rotary_factor and rope_theta. */
@@ -1163,10 +1151,7 @@ static int parse_gpt_neox(cp_hf_config *cfg, const ctx_t *c) {
   TRY(opt_bool(&cfg->tie_word_embeddings, c, r, "tie_word_embeddings", NULL, false));
   TRY(opt_bool(&cfg->qkv_bias, c, r, "attention_bias", NULL, true));
   cfg->no_bias = false; /* LayerNorms and the MLP always carry biases */
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 0));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 2));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 0, 2, -1));
   return 0;
 }
 
@@ -1192,10 +1177,7 @@ static int parse_fire(cp_hf_config *cfg, const ctx_t *c) {
               INFINITY, "a positive number"));
   cfg->qkv_bias = false;
   cfg->no_bias = true;
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", -1));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", -1));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, -1, -1, -1));
   return 0;
 }
 
@@ -1224,10 +1206,7 @@ static int parse_gpt2(cp_hf_config *cfg, const ctx_t *c) {
                         "cross-attention is an encoder-decoder's decoder)", c->what);
   cfg->qkv_bias = true;
   cfg->no_bias = false; /* Conv1D layers and LayerNorms all carry biases */
-  TRY(opt_id(&cfg->bos_token_id, c, r, "bos_token_id", 50256));
-  TRY(opt_id(&cfg->eos_token_id, c, r, "eos_token_id", 50256));
-  TRY(opt_id(&cfg->pad_token_id, c, r, "pad_token_id", -1));
-  TRY(opt_id(&cfg->decoder_start_token_id, c, r, "decoder_start_token_id", -1));
+  TRY(special_ids(cfg, c, 50256, 50256, -1));
   return 0;
 }
 
