@@ -16,6 +16,11 @@
 
 /* Small writes are gathered so a caller streaming element by element does not pay a syscall each. */
 #define ST_WRITE_BUF CP_ST_WRITE_MAPPED_MIN
+/* Tensor data from this size on goes through the atomic writer's staged handle (full 8 MiB buffers
+ * written with O_DIRECT: no page-cache copy of the output, no writeback to start and drop; the
+ * input is pread into the buffer, not copied by the kernel): less system time on a large file
+ * (docs/perf.md, "Checkpoint conversion"). A smaller file would spend more on the two buffers. */
+#define ST_STAGED_MIN ((uint64_t)16 << 20)
 
 struct cp_st_writer {
   cp_atomic_file *af;
@@ -278,7 +283,8 @@ int cp_st_writer_open(cp_st_writer **out, const char *path, const cp_tensor *ten
     CP_CHECK_ALLOC_GOTO(w->meta_key[w->n_meta] && w->meta_val[w->n_meta], path);
   }
   if ((rc = build_header(&h, path, tensors, s, n, m, nm, w->meta_at, w->ends, &w->total)) < 0) goto done;
-  if ((rc = cp_atomic_open(&w->af, path)) < 0) goto done;
+  if ((rc = w->total >= ST_STAGED_MIN ? cp_atomic_open_staged(&w->af, path) : cp_atomic_open(&w->af, path)) < 0)
+    goto done;
   unsigned char len8[8];
   cp_le_put64(len8, (uint64_t)h.len);
   if ((rc = cp_atomic_write(w->af, len8, 8)) < 0 || (rc = cp_atomic_write(w->af, h.s, h.len)) < 0) goto done;

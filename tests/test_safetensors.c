@@ -7,7 +7,9 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -287,6 +289,69 @@ static void test_streaming(void) {
   cp_st_writer_abort(w);
   CHECK(!file_exists(tmp("aborted.safetensors")));
   CHECK(count_dir_entries() == before);
+}
+
+/* A file with 16 MiB of tensor data or more goes through the atomic writer's staged handle
+ * (8 MiB buffers written with O_DIRECT where the filesystem takes it; formats/safetensors_write.c
+ * ST_STAGED_MIN): gathered small writes, a large write, and the mapped-source entry point (with a
+ * descriptor: pread into the buffer; without: copied from the mapping) give exactly the bytes
+ * test_exact_bytes spells out, and the running digest is that of the file read back. */
+static void test_large_staged(void) {
+  const size_t big = ((size_t)16 << 20) + 4099; /* not a whole number of 4 KiB blocks */
+  unsigned char *data = malloc(big);
+  char src[512], path[512];
+  snprintf(src, sizeof src, "%s", tmp("big.src"));
+  snprintf(path, sizeof path, "%s", tmp("big.safetensors"));
+  CHECK(data != NULL);
+  if (!data) return;
+  uint64_t seed = 7;
+  for (size_t i = 0; i < big; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    data[i] = (unsigned char)(seed >> 56);
+  }
+  write_bytes(src, data, big);
+  int fd = open(src, O_RDONLY);
+  void *map = fd >= 0 ? mmap(NULL, big, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  CHECK(map != MAP_FAILED);
+  cp_tensor t = {.name = "big", .dtype = CP_U8, .ndim = 1, .shape = {(int64_t)big}};
+  cp_st_writer *w = NULL;
+  CHECK_RC(0, cp_st_writer_open(&w, path, &t, 1, NULL, 0));
+  char hex[65] = "", want[65] = "";
+  if (w && map != MAP_FAILED) {
+    size_t at = 0, half;
+    for (int i = 0; i < 300; i++, at += 1000) CHECK_RC(0, cp_st_writer_write(w, data + at, 1000));
+    CHECK_RC(0, cp_st_writer_write(w, data + at, (size_t)3 << 20));
+    at += (size_t)3 << 20;
+    half = (big - at) / 2;
+    CHECK_RC(0, cp_st_writer_write_mapped(w, (const char *)map + at, half, fd, at, 1));
+    at += half;
+    CHECK_RC(0, cp_st_writer_write_mapped(w, (const char *)map + at, big - at, -1, 0, 0));
+    CHECK_RC(0, cp_st_writer_sha256(w, hex));
+    CHECK_RC(0, cp_st_writer_commit(w));
+  } else {
+    cp_st_writer_abort(w);
+  }
+  char hdr[160];
+  snprintf(hdr, sizeof hdr, "{\"__metadata__\":{\"format\":\"pt\"},\"big\":{\"dtype\":\"U8\",\"shape\":[%zu],"
+           "\"data_offsets\":[0,%zu]}}", big, big);
+  size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8, len = 0;
+  unsigned char *got = slurp(path, &len);
+  CHECK_MSG(got && len == 8 + padded + big, "%zu bytes, want %zu", len, 8 + padded + big);
+  if (got && len == 8 + padded + big) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | got[i];
+    CHECK(n == padded && memcmp(got + 8, hdr, hl) == 0);
+    for (size_t i = hl; i < padded; i++) CHECK(got[8 + i] == ' ');
+    CHECK(memcmp(got + 8 + padded, data, big) == 0);
+  }
+  CHECK_RC(0, cp_sha256_file(want, path));
+  CHECK_MSG(hex[0] && strcmp(hex, want) == 0, "digest %s, file %s", hex, want);
+  free(got);
+  if (map != MAP_FAILED) munmap(map, big);
+  if (fd >= 0) close(fd);
+  free(data);
+  unlink(src);
+  unlink(path);
 }
 
 static void test_writer_refusals(void) {
@@ -619,6 +684,7 @@ int main(void) {
   test_exact_bytes();
   test_determinism();
   test_streaming();
+  test_large_staged();
   test_writer_refusals();
   test_reader_accepts();
   test_shard_plan();
