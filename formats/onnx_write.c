@@ -376,6 +376,23 @@ int cp_onnx_tensor_write(cp_onnx_writer *w, const void *elems, uint64_t count) {
   return 0;
 }
 
+void *cp_onnx_tensor_room(cp_onnx_writer *w, uint64_t *room, bool *canon) {
+  assert(w->cur);
+  *room = 0, *canon = w->cur_canon;
+  if (!w->cur_external || w->cur_src != w->cur_dst || w->cur_done == w->cur_numel) return NULL;
+  size_t bytes, dsz = cp_dtype_size(w->cur_dst);
+  unsigned char *at = cp_atomic_room(w->data, &bytes);
+  *room = bytes / dsz < w->cur_numel - w->cur_done ? bytes / dsz : w->cur_numel - w->cur_done;
+  return at;
+}
+
+int cp_onnx_tensor_advance(cp_onnx_writer *w, uint64_t count) {
+  assert(w->cur && w->cur_external && w->cur_src == w->cur_dst && count <= w->cur_numel - w->cur_done);
+  size_t n = (size_t)count * cp_dtype_size(w->cur_dst);
+  w->cur_done += count, w->data_at += n;
+  return cp_atomic_advance(w->data, n);
+}
+
 int cp_onnx_tensor_end(cp_onnx_writer *w) {
   assert(w->cur);
   Onnx__TensorProto *t = w->cur;

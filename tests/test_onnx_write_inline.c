@@ -8,13 +8,19 @@
  * Also (without python): a float32 weight given as F16 or BF16 (cp_onnx_tensor_begin_from, how
  * `convert --to onnx` streams a model kept in its checkpoint's dtype) is stored with exactly the
  * bytes it has when widened to float32 first (the path it replaced), for every 16-bit pattern,
- * NaN payloads included, in each weight dtype. */
+ * NaN payloads included, in each weight dtype. And a transposed weight (cp_og_weight_t_as, written
+ * by export/onnx/onnx_transpose.c straight into the writer's staging buffer with AVX2, else
+ * through a block) holds the same bytes as the test's own element-by-element transpose given
+ * untransposed: every 16-bit pattern, shapes with row and column tails, a staging buffer's end
+ * (8 MiB) inside an output row, both paths. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctxpatch/base/io.h"
+#include "ctxpatch/export/onnx_builder.h"
 #include "ctxpatch/formats/onnx.h"
+#include "export/onnx/onnx_transpose.h"
 #include "test.h"
 
 /* name, element count: 800 B inline, 800 B past the budget (external), 400 B still within it
@@ -72,12 +78,83 @@ static void check_from_16bit(const char *dir) {
     }
 }
 
+/* The data file of a lead tensor of `lead` bytes then the weight [cols, rows] = transpose of
+ * m [rows, cols] (elements of src, stored as wdt): by the builder (`builder`) or given transposed
+ * by the test. Returns its bytes (malloc'd) and length. */
+static unsigned char *store_transposed(size_t *len, const char *dir, const uint16_t *m, int rows, int cols,
+                                       cp_dtype src, cp_dtype wdt, int64_t lead, bool builder) {
+  cp_onnx_params p;
+  cp_onnx_params_init(&p);
+  p.weight_dtype = wdt;
+  p.external_threshold = 1;
+  char *path = cp_path_join(dir, "t.onnx"), *data = cp_path_join(dir, "t.onnx.data");
+  uint16_t *t = malloc((size_t)rows * (size_t)cols * sizeof *t);
+  float *zeros = calloc((size_t)lead / 4, sizeof *zeros);
+  int64_t nz = lead / 4, dims[2] = {cols, rows};
+  cp_onnx_writer *w = NULL;
+  cp_og *g = NULL;
+  int rc = path && data && t && zeros ? cp_onnx_writer_open(&w, path, &p) : -1;
+  if (rc == 0) rc = cp_onnx_add_tensor(w, "lead", CP_F32, 1, &nz, zeros, false);
+  if (rc == 0 && builder) {
+    if ((rc = cp_og_create(&g, w)) == 0 && !cp_og_weight_t_as(g, "w", m, src, rows, cols, true)) rc = cp_og_status(g);
+  } else if (rc == 0) {
+    for (int r = 0; r < rows; r++)
+      for (int c = 0; c < cols; c++) t[(size_t)c * (size_t)rows + (size_t)r] = m[(size_t)r * (size_t)cols + (size_t)c];
+    if ((rc = cp_onnx_tensor_begin_from(w, "w", CP_F32, src, 2, dims, true)) == 0 &&
+        (rc = cp_onnx_tensor_write(w, t, (uint64_t)rows * (uint64_t)cols)) == 0)
+      rc = cp_onnx_tensor_end(w);
+  }
+  cp_og_free(g);
+  if (rc == 0) rc = cp_onnx_writer_commit(w, NULL, NULL);
+  else if (w) cp_onnx_writer_abort(w);
+  CHECK_RC(0, rc);
+  unsigned char *bytes = NULL;
+  *len = 0;
+  if (rc == 0) CHECK_RC(0, cp_read_file((char **)&bytes, len, data, (size_t)64 << 20));
+  free(path);
+  free(data);
+  free(t);
+  free(zeros);
+  return bytes;
+}
+
+static void check_transposed(const char *dir) {
+  /* rows x cols: tails of rows (% 32) and columns (% 16); one whole-tile shape (streamed stores) */
+  static const int shapes[][2] = {{100, 700}, {64, 1056}, {33, 17}, {7, 5}};
+  static const cp_dtype pairs[][2] = {{CP_F16, CP_F16}, {CP_BF16, CP_BF16}, {CP_F16, CP_F32}, {CP_BF16, CP_F16}};
+  /* the weight starts 3 pages before the staging buffer's end: 61.44 output rows of 100 */
+  const int64_t leads[] = {0, ((int64_t)8 << 20) - 3 * 4096};
+  for (int avx2 = 0; avx2 < 2; avx2++) {
+    cp_og_transpose_allow_avx2(avx2 == 1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int rows = shapes[s][0], cols = shapes[s][1];
+      uint16_t *m = malloc((size_t)rows * (size_t)cols * sizeof *m);
+      for (size_t k = 0; m && k < (size_t)rows * (size_t)cols; k++) m[k] = (uint16_t)(k * 40503u + 7u); /* all 65536 */
+      for (size_t q = 0; m && q < sizeof pairs / sizeof pairs[0]; q++)
+        for (size_t l = 0; l < 2; l++) {
+          if (l == 1 && (s > 1 || q > 1)) continue; /* the buffer's end: the direct path's shapes */
+          size_t na = 0, nb = 0;
+          unsigned char *a = store_transposed(&na, dir, m, rows, cols, pairs[q][0], pairs[q][1], leads[l], true);
+          unsigned char *b = store_transposed(&nb, dir, m, rows, cols, pairs[q][0], pairs[q][1], leads[l], false);
+          CHECK_MSG(a && b && na == nb && memcmp(a, b, na) == 0,
+                    "%dx%d %s stored as %s after %lld bytes (avx2 %d): the transposed bytes differ", rows, cols,
+                    cp_dtype_name(pairs[q][0]), cp_dtype_name(pairs[q][1]), (long long)leads[l], avx2);
+          free(a);
+          free(b);
+        }
+      free(m);
+    }
+  }
+  cp_og_transpose_allow_avx2(true);
+}
+
 int main(void) {
   const char *py = test_env("CTXPATCH_PYTHON");
   char dir[] = "/tmp/ctxpatch_onnx_inline_XXXXXX", cmd[4096];
   char dir16[] = "/tmp/ctxpatch_onnx_from16_XXXXXX";
   CHECK(mkdtemp(dir16) != NULL);
   check_from_16bit(dir16);
+  check_transposed(dir16);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir16);
   CHECK(system(cmd) == 0);
   snprintf(cmd, sizeof cmd, "'%s' -c 'import onnx' 2>/dev/null", py);

@@ -6,21 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include "ctxpatch/base/alloc.h"
 #include "ctxpatch/base/arena.h"
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/strbuf.h"
 #include "ctxpatch/model/onnx_names.h"
-
-/* Rows of the transposed weight produced at a time, each TRANSPOSE_PAD elements longer than a row
- * in the block: weight shapes are powers of two, and rows a power of two apart fall in the same
- * cache sets (64 rows without padding ran about 10x slower). */
-#define TRANSPOSE_BLOCK 512
-#define TRANSPOSE_PAD 32
+#include "export/onnx/onnx_transpose.h"
 
 typedef struct {
   char *key;  /* "DTYPE.NDIM:" then each element's exact bits in hex */
@@ -203,86 +195,23 @@ const char *cp_og_weight(cp_og *g, const char *name, const float *data, int ndim
   return cp_og_weight_as(g, name, data, CP_F32, ndim, dims, lowp);
 }
 
-#ifdef __SSE2__
-/* The 8 x 8 16-bit elements at s (row stride ls) transposed to d (row stride ld): three rounds
- * of interleaves, 16 bytes a load and a store. */
-static void t8x8_16(uint16_t *d, size_t ld, const uint16_t *s, size_t ls) {
-  __m128i a[8], b[8], c[8];
-  for (int k = 0; k < 8; k++) a[k] = _mm_loadu_si128((const __m128i *)(const void *)(s + (size_t)k * ls));
-  for (int k = 0; k < 4; k++) {
-    b[k] = _mm_unpacklo_epi16(a[2 * k], a[2 * k + 1]); /* rows 2k, 2k+1: columns 0-3 */
-    b[k + 4] = _mm_unpackhi_epi16(a[2 * k], a[2 * k + 1]); /* columns 4-7 */
-  }
-  for (int k = 0; k < 2; k++)
-    for (int h = 0; h < 2; h++) { /* rows 4k..4k+3, columns pairs of half h */
-      c[4 * h + 2 * k] = _mm_unpacklo_epi32(b[4 * h + 2 * k], b[4 * h + 2 * k + 1]);
-      c[4 * h + 2 * k + 1] = _mm_unpackhi_epi32(b[4 * h + 2 * k], b[4 * h + 2 * k + 1]);
-    }
-  for (int h = 0; h < 2; h++)
-    for (int k = 0; k < 2; k++) { /* column 4h + 2k (+1): rows 0-3 from c[4h+k], rows 4-7 from c[4h+2+k] */
-      _mm_storeu_si128((__m128i *)(void *)(d + (size_t)(4 * h + 2 * k) * ld), _mm_unpacklo_epi64(c[4 * h + k], c[4 * h + 2 + k]));
-      _mm_storeu_si128((__m128i *)(void *)(d + (size_t)(4 * h + 2 * k + 1) * ld),
-                       _mm_unpackhi_epi64(c[4 * h + k], c[4 * h + 2 + k]));
-    }
-}
-#endif
-
-/* Columns [c0, c0 + nc) of w [rows, cols] as rows of block [nc, ld]; esz 2 or 4 bytes. Tiles of
- * TILE rows by 8 columns: the destination lines a tile writes are finished before it moves on
- * (element by element over whole rows, every store missed the cache: 34 % of an export's CPU). */
-#define TILE 32
-static void transpose_block(void *block, size_t ld, const void *w, size_t esz, int rows, int cols, int c0, int nc) {
-  for (size_t r1 = 0; r1 < (size_t)rows; r1 += TILE) {
-    size_t r2 = r1 + TILE < (size_t)rows ? r1 + TILE : (size_t)rows, c = 0;
-#ifdef __SSE2__
-    if (esz == 2 && r2 - r1 == TILE)
-      for (; c + 8 <= (size_t)nc; c += 8)
-        for (size_t r = r1; r < r2; r += 8)
-          t8x8_16((uint16_t *)block + c * ld + r, ld, (const uint16_t *)w + r * (size_t)cols + (size_t)c0 + c,
-                  (size_t)cols);
-#endif
-    for (; c < (size_t)nc; c += 8) {
-      size_t c2 = c + 8 < (size_t)nc ? c + 8 : (size_t)nc;
-      for (size_t r = r1; r < r2; r++)
-        for (size_t j = c; j < c2; j++) {
-          size_t from = r * (size_t)cols + (size_t)c0 + j, to = j * ld + r;
-          if (esz == 2) ((uint16_t *)block)[to] = ((const uint16_t *)w)[from];
-          else ((uint32_t *)block)[to] = ((const uint32_t *)w)[from];
-        }
-    }
-  }
-}
-
 const char *cp_og_weight_t_as(cp_og *g, const char *name, const void *w, cp_dtype dt, int rows, int cols, bool lowp) {
   if (g->rc) return NULL;
   assert(name[0] != '/' && rows > 0 && cols > 0);
   const char *kept = keep(g, name);
   int64_t dims[2] = {cols, rows};
   float *wide = NULL;
-  void *block = NULL;
   int rc = 0;
-  size_t bn;
   if (!kept) return NULL;
   uint64_t numel = (uint64_t)rows * (uint64_t)cols; /* two ints: no overflow */
   if (cp_dtype_is_block(dt) && (rc = widen_blocks(&wide, w, dt, numel, name)) < 0) goto done;
   const void *src = wide ? (const void *)wide : w;
   cp_dtype given = wide ? CP_F32 : dt;
-  size_t esz = cp_dtype_size(given), ld = (size_t)rows + TRANSPOSE_PAD;
-  int bc = cols < TRANSPOSE_BLOCK ? cols : TRANSPOSE_BLOCK;
-  if (!cp_size_mul(&bn, ld, (size_t)bc * esz) || !(block = malloc(bn))) {
-    rc = cp_nomem("onnx graph: weight '%s'", name);
-    goto done;
-  }
   if ((rc = cp_onnx_tensor_begin_from(g->w, kept, CP_F32, given, 2, dims, lowp)) < 0) goto done;
-  for (int c0 = 0; c0 < cols && rc == 0; c0 += bc) {
-    int nc = cols - c0 < bc ? cols - c0 : bc;
-    transpose_block(block, ld, src, esz, rows, cols, c0, nc);
-    for (int c = 0; c < nc && rc == 0; c++) rc = cp_onnx_tensor_write(g->w, (char *)block + (size_t)c * ld * esz, (uint64_t)rows);
-  }
-  if (rc == 0) rc = cp_onnx_tensor_end(g->w);
-  if (rc == 0 && g->src) cp_model_release(g->src, w, (uint64_t)rows * cp_dtype_span(dt, (uint64_t)cols));
+  if ((rc = cp_og_write_transposed(g->w, src, given, rows, cols, name)) < 0) goto done;
+  if ((rc = cp_onnx_tensor_end(g->w)) == 0 && g->src)
+    cp_model_release(g->src, w, (uint64_t)rows * cp_dtype_span(dt, (uint64_t)cols));
 done:
-  free(block);
   free(wide);
   return check(g, rc) ? kept : NULL;
 }

@@ -111,6 +111,14 @@ int cp_onnx_tensor_begin(cp_onnx_writer *w, const char *name, cp_dtype dtype, in
 int cp_onnx_tensor_begin_from(cp_onnx_writer *w, const char *name, cp_dtype dtype, cp_dtype src, int ndim,
                               const int64_t *dims, bool lowp);
 int cp_onnx_tensor_write(cp_onnx_writer *w, const void *elems, uint64_t count);
+/* For a caller that puts the elements in place itself (a transpose, say): where the open
+ * tensor's next elements go in the data file's staging buffer, with *room set to how many fit
+ * (at least 1, at most those left), then cp_onnx_tensor_advance(w, n <= *room) once n are there.
+ * Only for an external tensor stored in the dtype its elements are given in; NULL otherwise
+ * (cp_onnx_tensor_write then). *canon: 16-bit elements of a float32 value, whose NaNs the caller
+ * must store as cp_half_canon does. The pointer is valid until the next call on w. */
+void *cp_onnx_tensor_room(cp_onnx_writer *w, uint64_t *room, bool *canon);
+int cp_onnx_tensor_advance(cp_onnx_writer *w, uint64_t count);
 int cp_onnx_tensor_end(cp_onnx_writer *w);
 /* begin + write + end of a whole tensor. */
 int cp_onnx_add_tensor(cp_onnx_writer *w, const char *name, cp_dtype dtype, int ndim, const int64_t *dims,
