@@ -238,7 +238,8 @@ static int put_direct(cp_onnx_writer *wo, const uint16_t *w, cp_dtype given, int
       rc = cp_onnx_tensor_advance(wo, k * (uint64_t)rows);
     } else { /* canon again in cp_onnx_tensor_write: a rewritten NaN stays as it is */
       k = cols - *c < 16 ? (uint64_t)(cols - *c) : 16;
-      if (!scratch && !(scratch = malloc((size_t)rows * 16 * sizeof *scratch))) {
+      size_t bytes;
+      if (!scratch && (!cp_size_mul(&bytes, (size_t)rows, 16 * sizeof *scratch) || !(scratch = malloc(bytes)))) {
         rc = cp_nomem("onnx graph: weight '%s'", name);
         break;
       }
