@@ -30,7 +30,7 @@ static bool listed_file(const cp_file_entry *e) {
 /* Regular files of the model folder (or the one file) and of its subfolders one level down
  * ("onnx/model.onnx"), sorted by relative path, each with its SHA-256, as the OpenSSF
  * model-signing manifest lists them. */
-static int add_files(cJSON *files, const char *path) {
+int cp_certificate_files(cJSON *files, const char *path) {
   struct stat st;
   if (stat(path, &st) != 0) return cp_error_set(CP_EIO, "%s: %s", path, strerror(errno));
   char hex[65];
@@ -288,7 +288,7 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
   /* "option --train-len", "config.json max_position_embeddings", "GGUF llama.context_length" */
   if (model->train_len > 0 && model->cfg->train_len_key[0])
     cJSON_AddStringToObject(m, "train_len_source", model->cfg->train_len_key);
-  int rc = add_files(cJSON_AddArrayToObject(m, "files"), info->model_path);
+  int rc = cp_certificate_files(cJSON_AddArrayToObject(m, "files"), info->model_path);
   if (rc < 0) {
     cJSON_Delete(c);
     return rc;
@@ -336,6 +336,11 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
     cJSON_AddNumberToObject(e, "length", (double)r->lengths[l]);
     cJSON_AddNumberToObject(e, "tokens", (double)r->length_tokens[l]);
     cJSON_AddNumberToObject(e, "tokens_reused", (double)r->length_reused[l]);
+  }
+  if (r->baseline_cached) { /* the baseline side was not computed here (docs/certificate.md, "Baseline cache") */
+    cJSON *bc = cJSON_AddObjectToObject(run, "baseline_from_cache");
+    cJSON_AddStringToObject(bc, "key_sha256", r->cache_key);
+    cJSON_AddStringToObject(bc, "file_sha256", r->cache_file_sha256);
   }
   *out = c;
   return 0;

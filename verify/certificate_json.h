@@ -23,6 +23,11 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
                          const cp_verify_thresholds *t, cp_verdict verdict, char **reasons, int n_reasons,
                          const cp_certificate_info *info);
 
+/* Appends to `files` one {"path", "sha256"} per regular file of `path` (a folder: its files and
+ * those of its subfolders one level down, sorted; hidden names skipped), as model.files lists
+ * them. */
+int cp_certificate_files(cJSON *files, const char *path);
+
 /* Renders `certificate` to a heap string (caller frees). */
 int cp_report_html(char **out, const cJSON *certificate);
 /* Renders and writes atomically to `path`. */

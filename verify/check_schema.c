@@ -297,6 +297,18 @@ static void tail_blocks(sv *s, const cJSON *c) {
     need(s, run, "run", "device", cJSON_String);
     need_int(s, run, "run", "threads", 1, 1024);
     need(s, run, "run", "tokens", cJSON_Number);
+    /* optional: the baseline side was read from a baseline cache (docs/certificate.md) */
+    const cJSON *bc = cJSON_GetObjectItemCaseSensitive(run, "baseline_from_cache");
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "results");
+    if (bc && !cJSON_IsObject(bc)) bad(s, "run.baseline_from_cache", "expected an object");
+    else if (bc && !cJSON_GetObjectItemCaseSensitive(res, "baseline"))
+      bad(s, "run.baseline_from_cache", "present without results.baseline");
+    for (int i = 0; bc && cJSON_IsObject(bc) && i < 2; i++) {
+      const char *key = i ? "file_sha256" : "key_sha256";
+      const cJSON *h = need(s, bc, "run.baseline_from_cache", key, cJSON_String);
+      if (h && !is_sha256(h->valuestring)) bad(s, i ? "run.baseline_from_cache.file_sha256" : "run.baseline_from_cache.key_sha256",
+                                               "expected 64 lowercase hex digits");
+    }
   }
   const cJSON *patch = need(s, c, "", "patch", cJSON_Object);
   if (patch) {

@@ -15,6 +15,7 @@
 #include "ctxpatch/verify/sequential.h"
 #include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
+#include "verify/baseline_cache.h"
 #include "verify/sides.h"
 #include "verify/verify_seq.h"
 
@@ -67,6 +68,8 @@ void cp_verify_result_free(cp_verify_result *r) {
     free(r->entropy[s]);
   }
   free(r->answered);
+  free(r->baseline_answered);
+  free(r->cache_warnings);
   free(r->length_tokens);
   free(r->length_reused);
   free(r->used);
@@ -138,7 +141,7 @@ static uint64_t sample_seed(uint64_t seed, int probe, int64_t length, int depth,
   return h;
 }
 
-static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
+int verify_result_alloc(cp_verify_result **out, const cp_verify_params *p) {
   cp_verify_result *r = calloc(1, sizeof *r);
   CP_CHECK_ALLOC(r, "verify: result");
   r->n_probes = p->n_probes;
@@ -155,9 +158,11 @@ static int alloc_result(cp_verify_result **out, const cp_verify_params *p) {
   r->depths = malloc((size_t)p->n_depths * sizeof *r->depths);
   size_t n_answers = 0;
   if (cp_size_mul(&n_answers, cells, (size_t)p->samples)) r->answered = calloc(n_answers + 1, 1);
+  if (p->baseline && r->answered) r->baseline_answered = calloc(n_answers + 1, 1);
   r->length_tokens = calloc((size_t)p->n_lengths + 1, sizeof *r->length_tokens);
   r->length_reused = calloc((size_t)p->n_lengths + 1, sizeof *r->length_reused);
-  bool ok = r->probes && r->lengths && r->depths && r->answered && r->length_tokens && r->length_reused;
+  bool ok = r->probes && r->lengths && r->depths && r->answered && r->length_tokens && r->length_reused &&
+            (!p->baseline || r->baseline_answered);
   for (int s = 0; s < (p->baseline ? 2 : 1) && ok; s++) {
     r->correct[s] = calloc(cells ? cells : 1, sizeof *r->correct[s]);
     r->pmax[s] = malloc((size_t)p->n_lengths * sizeof *r->pmax[s]);
@@ -302,6 +307,7 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, cp_engine_
     if (rc == 0 && p->progress) p->progress(p->progress_ctx, ++*done_count, total);
   }
   r->answered[a] = ok[0];
+  if (sides == 2 && rc == 0) r->baseline_answered[a] = (unsigned char)(1 + ok[1]);
   for (int s = 0; s < sides && rc == 0; s++) {
     r->correct[s][c] += ok[s];
     if (sides == 2) r->only[s][c] += ok[s] && !ok[1 - s];
@@ -496,7 +502,8 @@ static int run_cell_group(cp_verify_result *r, cp_engine *const *engines, int si
 int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokenizer *tok, const cp_rule *rule,
                   const cp_verify_params *params) {
   *out = NULL;
-  const cp_verify_params *p = params;
+  cp_verify_params q = *params; /* baseline_from: a baseline cache's file, when one is taken */
+  const cp_verify_params *p = &q;
   if ((p->n_probes <= 0 && !p->corpus_path) || p->n_probes < 0 || p->n_lengths <= 0 || p->n_depths <= 0 ||
       p->samples <= 0 || p->max_new_tokens <= 0)
     return cp_error_set(CP_EARG, "verify needs at least one probe, length, depth and sample");
@@ -512,18 +519,20 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   if (rc < 0) return rc;
   /* time, as the lengths check bounds memory: refused before any engine runs */
   if ((rc = cp_work_check(cp_verify_plan_work(p, model), p->work_budget, "verify")) < 0) return rc;
+  cp_verify_result *cached = NULL, *r = NULL;
+  char key[65] = "", file_sha[65] = "";
+  cp_strbuf warn = {0};
+  const bool use_cache = p->baseline && !p->baseline_from && p->baseline_cache;
+  const cp_model *base_model = p->baseline_model ? p->baseline_model : model;
+  if (use_cache && (rc = verify_cache_lookup(&cached, key, file_sha, &warn, base_model, tok, p)) < 0) goto fail;
+  if (cached) q.baseline_from = cached;
   const cp_verify_result *from = p->baseline ? p->baseline_from : NULL;
-  if (from && (rc = check_baseline_from(from, p)) < 0) return rc;
-  cp_verify_result *r = NULL;
+  if (from && (rc = check_baseline_from(from, p)) < 0) goto fail;
   cp_engine *engines[2] = {NULL, NULL};
   int64_t *gen = NULL;
-  rc = alloc_result(&r, p);
-  if (rc < 0) return rc;
+  if ((rc = verify_result_alloc(&r, p)) < 0) goto fail;
   verify_seq_state st = {0};
-  if (p->looks > 0 && !p->replay && (rc = verify_seq_start(&st, r, p)) < 0) {
-    cp_verify_result_free(r);
-    return rc;
-  }
+  if (p->looks > 0 && !p->replay && (rc = verify_seq_start(&st, r, p)) < 0) goto fail;
   if (p->looks > 0 && p->replay) st.design.every = p->looks, st.design.n_max = cp_verify_prompts_at(r);
   double t0 = cp_monotonic_seconds();
   cp_engine_params ep;
@@ -557,16 +566,27 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   if (from && rc == 0) copy_baseline(r, from);
   r->tokens = r->side_tokens[0] + r->side_tokens[1];
   r->tokens_reused = r->side_reused[0] + r->side_reused[1];
+  if (use_cache && rc == 0) {
+    memcpy(r->cache_key, key, sizeof key);
+    memcpy(r->cache_file_sha256, file_sha, sizeof file_sha);
+    r->baseline_cached = cached != NULL;
+    if (!cached && key[0]) verify_cache_store(r, key, &warn, p);
+  }
 done:
   r->seconds = cp_monotonic_seconds() - t0;
   for (int s = 0; s < 2; s++) cp_engine_free(engines[s]);
   free(gen);
-  if (rc < 0) {
-    cp_verify_result_free(r);
-    return rc;
-  }
+  if (rc < 0) goto fail;
+  if (warn.oom) cp_strbuf_free(&warn); /* the warnings are lost, not the run */
+  r->cache_warnings = warn.s;
+  cp_verify_result_free(cached);
   *out = r;
   return 0;
+fail:
+  cp_verify_result_free(r);
+  cp_verify_result_free(cached);
+  cp_strbuf_free(&warn);
+  return rc;
 }
 
 static int add_reason(char ***reasons, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

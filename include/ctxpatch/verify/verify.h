@@ -81,6 +81,15 @@ typedef struct {
    * is checked, CP_EARG; the rest is the caller's promise). The result is the same as running it:
    * `patch --method auto` certifies every candidate against one run of the original. */
   const struct cp_verify_result *baseline_from;
+  /* With baseline (and no baseline_from): a folder of the baseline side's outcomes from earlier
+   * runs (docs/certificate.md, "Baseline cache"; NULL = none). A run whose key (a SHA-256 over
+   * everything that determines that side) names a good file there takes the side from it and does
+   * not run the original; otherwise it runs the original and writes the file. baseline_path: the
+   * file or folder the baseline model was read from (required with a cache: its files are hashed
+   * into the key, as the certificate's model.files lists them); baseline_widened: its matrices
+   * were widened to float32 when opened (not cp_model_open_stored). */
+  const char *baseline_cache, *baseline_path;
+  bool baseline_widened;
   bool stats;         /* P_max / entropy per length (one extra forward per length and side) */
   /* Run every prompt alone instead of continuing each from the rows it shares with the previous
    * prompt of its length (cp_engine_cache; same results bit for bit, more tokens processed). */
@@ -157,7 +166,17 @@ typedef struct cp_verify_result {
   double *pmax[2], *entropy[2]; /* [n_lengths] */
   /* answered[cell * samples + k]: the patched side answered sample k of that cell (0/1) */
   unsigned char *answered;
-  int64_t tokens;        /* prompt + generated tokens processed (both sides) */
+  /* With a baseline, the same for the baseline side (run here or taken from baseline_from): 0 not
+   * asked (a sequential cell stopped first), 1 wrong, 2 right */
+  unsigned char *baseline_answered;
+  /* With cp_verify_params.baseline_cache: the cache key; whether the baseline side was taken from
+   * the cache file (nothing of that side ran here, and none of its tokens are counted below) and
+   * that file's SHA-256; the lines (owned, '\n'-separated; NULL: none) saying why a cache file was
+   * ignored or not written, for the caller to print as warnings */
+  char cache_key[65], cache_file_sha256[65];
+  bool baseline_cached;
+  char *cache_warnings;
+  int64_t tokens;        /* prompt + generated tokens processed (both sides; a cached side: none) */
   int64_t side_tokens[2]; /* the same per side */
   /* prompt tokens not processed but taken from a shared prefix's cache (cp_engine_cache: the
    * probes of one length run in order of depth), both sides and per side; tokens + tokens_reused
