@@ -106,6 +106,7 @@ typedef struct {
   char *corpus_delimiter; /* the text with \n, \t, \\ unescaped; owned */
   unsigned long long ppl_windows, ppl_buckets;
   unsigned long long work_budget; /* 0: CP_WORK_DEFAULT_BUDGET */
+  const char *baseline_cache; /* --baseline-cache DIR (docs/certificate.md, "Baseline cache") */
   int64_t *lengths;    /* [n_lengths], NULL without --lengths (a command may set a default) */
   int64_t *no_reg;     /* [n_no_reg], NULL without --no-regression-at */
   double *depths;      /* [n_depths] */
@@ -129,6 +130,9 @@ void cli_verify_opts_free(cli_verify_opts *o);
 /* The accuracy table with 95% intervals, the paired comparison with the baseline (labelled
  * base_label) and the ppl NLL, on stdout (cli/verify_print.c). */
 void cli_print_verify_result(const cp_verify_result *r, const cp_verify_thresholds *th, const char *base_label);
+/* What a run did with its baseline cache: each warning (a cache file ignored or not written) on
+ * stderr, and with `table` one line on stdout saying where the baseline side came from. */
+void cli_print_baseline_cache(const cp_verify_result *r, bool table);
 /* A progress bar on stderr for cp_verify_params.progress (only on a terminal). */
 void cli_progress_bar(void *ctx, int64_t done, int64_t total);
 /* A one-line progress note on stderr (cp_calib_params.progress; only on a terminal); a NULL

@@ -84,6 +84,10 @@ static const char patch_help[] =
     "  --sequential [--looks K]: each probe and length stops drawing prompts once its verdict is\n"
     "  decided, looking every K prompts (default 8; docs/certificate.md \"Sequential verdicts\").\n"
     "  --no-shared-prefix: every prompt alone (the same certificate but its run block; for timing).\n"
+    "  --baseline-cache DIR: take the original's side from DIR/<key>.json, written by an earlier run\n"
+    "  on the same original, tokenizer, probes, engine and threads (the patches of one base model in\n"
+    "  CI), instead of running it; otherwise run it and write that file (docs/certificate.md,\n"
+    "  \"Baseline cache\"; the certificate records it in run.baseline_from_cache).\n"
     "  Without --verify the default probe set certifies: every retrieval probe the ORIGINAL model\n"
     "  answers with accuracy above 0.5 at its training length (screened first on 10 prompts each),\n"
     "  plus ppl when --corpus is given; the probes used and skipped are printed and recorded in the\n"
@@ -310,6 +314,9 @@ static int parse_args(patch_args *pa, int argc, char **argv, bool *help) {
       ((pa->method_text && cp_patch_method_from_name(&pa->po.method, pa->method_text)) || cp_patch_options_check(&pa->po)))
     return cli_usage_error("patch", "%s", cp_error_message());
   if (!cli_verify_opts_parse(&pa->vo, "patch")) return CLI_USAGE;
+  if (pa->vo.baseline_cache && (pa->no_verify || pa->auto_mode))
+    return cli_usage_error("patch", "--baseline-cache goes with a certified patch of one method (--method auto "
+                                    "already runs the original once for all its candidates)");
   /* The longest verified length is the default target. */
   if (!pa->po.target_len && pa->vo.n_lengths > 0) pa->po.target_len = pa->vo.lengths[pa->vo.n_lengths - 1];
   pa->po.schedule_lengths = pa->vo.lengths; /* borrowed for the whole run */
@@ -346,6 +353,7 @@ void cli_patch_print_effective_in(const cp_patch_outcome *oc) {
 /* The verdict and where the artifact went; the exit status. */
 static int print_outcome(const cp_patch_outcome *oc, const char *out_dir, const cp_verify_thresholds *th) {
   if (oc->verified) {
+    cli_print_baseline_cache(oc->result, true);
     cli_print_verify_result(oc->result, th, "original [95% CI]");
     /* Timings are printed only: the certificate stays reproducible (docs/certificate.md). */
     printf("verdict: %s (%.1f s, %.0f tokens/s)\n", cp_verdict_name(oc->verdict), oc->result->seconds,
@@ -537,7 +545,10 @@ int cmd_patch(int argc, char **argv) {
     }
   } else rc = cp_patch_run(&oc, pa.in, pa.out_dir, &pa.po, &pp);
   if (rc) status = o->bad_options ? cli_usage_error("patch", "%s", cp_error_message()) : cli_report(rc);
-  else if (pa.json) status = print_outcome_json(o, pa.out_dir);
+  else if (pa.json) {
+    if (o->result) cli_print_baseline_cache(o->result, false);
+    status = print_outcome_json(o, pa.out_dir);
+  }
   else {
     cli_patch_print_selection(o, &vp);
     status = print_outcome(o, pa.out_dir, &th);

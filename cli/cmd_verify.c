@@ -29,7 +29,7 @@ static const char verify_help[] =
     "                       [--max-detectable-drop D] [--accept-underpowered]\n"
     "                       [--json] [--certificate FILE] [--report FILE.html] [--no-stats]\n"
     "                       [--on-top] [--train-len N] [--work-budget N] [--no-shared-prefix]\n"
-    "                       [--sequential [--looks K]]\n"
+    "                       [--sequential [--looks K]] [--baseline-cache DIR]\n"
     "                       [--context-shift N_CTX [--shift-keep N] [--shift-batch B]]\n\n"
     "Runs long retrieval probes (sized in tokens of MODEL's own tokenizer, answer at each depth)\n"
     "through the engine (CPU, or --device cuda) with the attention rule (and, with --baseline,\n"
@@ -40,6 +40,11 @@ static const char verify_help[] =
     "  --probe LIST         probes to run (--verify is the same option)\n"
     "  --baseline           also run MODEL without any rule on the same prompts (an artifact's\n"
     "                       metadata rule is left out on that side)\n"
+    "  --baseline-cache DIR with --baseline: take the baseline side from DIR/<key>.json, written by\n"
+    "                       an earlier run with the same model files, tokenizer, probes, engine and\n"
+    "                       threads, instead of running it (the same certificate, which records it\n"
+    "                       in run.baseline_from_cache); otherwise run it and write that file. A bad\n"
+    "                       file is a warning and ignored (docs/certificate.md, \"Baseline cache\")\n"
     "  --depths A:B:N       N depths evenly from A to B (default 0:1:10), or a list 0,0.5,1\n"
     "  --samples N          samples per probe x length x depth cell (default: 40 prompts per probe\n"
     "                       and length over the depths, 4 at 10 depths)\n"
@@ -192,6 +197,10 @@ int cmd_verify(int argc, char **argv) {
     cli_verify_opts_free(&o);
     return CLI_USAGE;
   }
+  if (o.baseline_cache && !baseline) {
+    cli_verify_opts_free(&o);
+    return cli_usage_error("verify", "--baseline-cache needs --baseline");
+  }
   if (shift_ctx && (cert_path || report_path || json)) {
     cli_verify_opts_free(&o);
     return cli_usage_error("verify", "--context-shift measures a runtime option: it writes no certificate, report "
@@ -237,6 +246,7 @@ int cmd_verify(int argc, char **argv) {
   vp.stats = stats && !shift_ctx;
   vp.shift = (cp_engine_shift){(int64_t)shift_ctx, (int64_t)shift_keep, (int64_t)shift_batch};
   if (cli_progress_wanted()) vp.progress = cli_progress_bar;
+  vp.baseline_path = model_path; /* the baseline side's files, for a --baseline-cache key */
   if (o.n_no_reg > 0 && !baseline) {
     rc = cp_error_set(CP_EVERIFY_THRESHOLD, "--no-regression-at needs --baseline (nothing to compare against)");
     goto report;
@@ -248,6 +258,7 @@ int cmd_verify(int argc, char **argv) {
     goto report;
   }
   if ((rc = cp_verify_run(&result, model, tok, &rule, &vp)) < 0) goto report;
+  cli_print_baseline_cache(result, !json);
   if ((rc = cp_verify_judge(&verdict, &reasons, &n_reasons, result, &th)) < 0) goto report;
   cp_certificate_info info = {model_path, o.device_desc, o.threads ? (int)o.threads : cp_cpu_count(),
                               applied, o.seed, vp.max_new_tokens};

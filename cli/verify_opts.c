@@ -69,6 +69,10 @@ int cli_verify_opt(cli_verify_opts *o, const char *cmd, const char *a, const cha
   else if (!strcmp(a, "--work-budget"))
     return cli_parse_u64_in(cmd, a, v, 1, UINT64_MAX, &o->work_budget) ? 1 : -1;
   else if (!strcmp(a, "--corpus")) o->corpus = v;
+  else if (!strcmp(a, "--baseline-cache")) {
+    if (!*v) return cli_usage_error(cmd, "--baseline-cache must not be empty"), -1;
+    o->baseline_cache = v;
+  }
   else if (!strcmp(a, "--corpus-delimiter")) {
     if (!*v) return cli_usage_error(cmd, "--corpus-delimiter must not be empty"), -1;
     o->corpus_delimiter_text = v;
@@ -136,6 +140,7 @@ void cli_verify_opts_apply(const cli_verify_opts *o, const cp_probe_kind *probes
   vp->ppl_windows = (int)o->ppl_windows;
   vp->ppl_buckets = (int)o->ppl_buckets;
   vp->work_budget = o->work_budget;
+  vp->baseline_cache = o->baseline_cache;
   vp->looks = o->sequential ? (o->looks ? (int)o->looks : CP_SEQ_DEFAULT_EVERY) : 0;
   vp->unshared = o->unshared;
   vp->judge = th; /* a command that judges by other thresholds points it there (patch) */

@@ -3,6 +3,7 @@
  * the paired test can detect with this many prompts. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli.h"
 #include "ctxpatch/verify/stats.h"
@@ -63,4 +64,18 @@ void cli_print_verify_result(const cp_verify_result *r, const cp_verify_threshol
   if (r->looks_every > 0) printf("sequential design: a look every %d prompts; ", r->looks_every);
   if (isnan(drop)) printf("too few prompts to detect any drop (use more --samples)\n");
   else printf("it detects a drop of %.3f with %.0f%% power\n", drop, CP_STATS_POWER * 100);
+}
+
+void cli_print_baseline_cache(const cp_verify_result *r, bool table) {
+  for (const char *w = r->cache_warnings; w && *w;) {
+    const char *nl = strchr(w, '\n');
+    int n = nl ? (int)(nl - w) : (int)strlen(w);
+    cli_printf(stderr, "ctxpatch: warning: %.*s\n", n, w);
+    w += n + (nl != NULL);
+  }
+  if (!table || !r->cache_key[0]) return;
+  if (r->baseline_cached)
+    printf("baseline: taken from the baseline cache (key %.16s..., file sha256 %.16s...): the original did not run\n",
+           r->cache_key, r->cache_file_sha256);
+  else printf("baseline: computed (baseline cache key %.16s...)\n", r->cache_key);
 }

@@ -117,6 +117,8 @@ static int certify_model(cJSON **cert_out, cp_patch_outcome *out, const char *tm
   cp_verify_params vp = *params->verify;
   vp.baseline = true;
   vp.baseline_model = original;
+  vp.baseline_path = in; /* a --baseline-cache key hashes the original's files */
+  vp.baseline_widened = params->onnx != NULL; /* cp_patch_run opened it widened (cp_model_open_ex) */
   vp.judge = params->thresholds; /* a sequential run stops by the thresholds it is judged by */
   if ((rc = cp_verify_run(&out->result, run, params->tok, rule, &vp))) goto done;
   out->verified = true;

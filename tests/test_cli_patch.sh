@@ -274,4 +274,31 @@ grep -q "FAIL rerun-error: rerun: verify: the plan needs [0-9]* attention pairs 
   "$work/ck2.log" && ok || { bad "check --rerun --work-budget"; cat "$work/ck2.log"; }
 check "$bin" check "$out" --rerun --threads 1 >/dev/null 2>&1
 
+# Baseline cache on patch (docs/certificate.md, "Baseline cache"): the first patch computes the
+# original's side and writes it, a second one of the same base model reads it: the same certificate
+# outside run, whose counts are the patched side's (fewer) and which names the file; check and
+# check --rerun accept it. --method auto and --no-verify do not take the option.
+bcache=$work/bcache
+for n in 1 2; do
+  "$bin" patch "$model" "$work/bc$n" --method lm-infinite --n-global 4 --n-local 64 --for ctxpatch $vopts \
+    --baseline-cache "$bcache" >"$work/bc$n.log" 2>&1 && ok || { bad "patch --baseline-cache ($n)"; cat "$work/bc$n.log"; }
+done
+grep -q "^baseline: computed" "$work/bc1.log" && grep -q "^baseline: taken from the baseline cache" "$work/bc2.log" \
+  && ok || bad "where the baseline came from: $(head -3 "$work/bc1.log" "$work/bc2.log")"
+"$py" - "$work/bc1/certificate.json" "$work/bc2/certificate.json" "$bcache" <<'EOF2' && ok || bad "certificate from the cache"
+import hashlib, json, os, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = a.pop("run"), b.pop("run")
+assert a == b, [k for k in a if a[k] != b.get(k)]
+assert "baseline_from_cache" not in ra and 0 < rb["tokens"] < ra["tokens"], (ra, rb)
+(name,) = os.listdir(sys.argv[3])
+f = os.path.join(sys.argv[3], name)
+assert rb["baseline_from_cache"] == {"key_sha256": name[:-5], "file_sha256": hashlib.sha256(open(f, "rb").read()).hexdigest()}
+EOF2
+check "$bin" check "$work/bc2" --rerun --threads 1 >/dev/null 2>&1
+"$bin" patch "$model" "$work/bc3" --method auto $vopts --baseline-cache "$bcache" >/dev/null 2>&1
+check test $? -eq 2
+"$bin" patch "$model" "$work/bc3" --method lm-infinite --n-local 64 --no-verify --baseline-cache "$bcache" >/dev/null 2>&1
+check test $? -eq 2
+
 finish

@@ -100,9 +100,25 @@ PY
 # sequential one at the second look (16 prompts, every one lost).
 seq=(--probe passkey --lengths 256 --baseline --no-regression-at 256 --depths 0:1:5 --samples 8 --seed 3 --threads 2
   --no-stats --accept-no-gain)
-"$bin" verify "$model" "${seq[@]}" --certificate "$work/fx.json" >/dev/null && ok || bad "fixed design, model beside itself"
+"$bin" verify "$model" "${seq[@]}" --certificate "$work/fx.json" --baseline-cache "$work/seqcache" >/dev/null && ok \
+  || bad "fixed design, model beside itself"
 "$bin" verify "$model" "${seq[@]}" --sequential --certificate "$work/sq.json" --report "$work/sq.html" >"$work/sq.txt" && ok \
   || bad "sequential design, model beside itself: $(tail -3 "$work/sq.txt")"
+# A baseline cache written by the fixed run serves the sequential one (the prompts it asks, by
+# their place in the plan): the same certificate outside run. A sequential run that stops early
+# asked the original only some prompts, so it writes no cache (a warning says so).
+"$bin" verify "$model" "${seq[@]}" --sequential --baseline-cache "$work/seqcache" --certificate "$work/sqc.json" \
+  >/dev/null 2>"$work/err" && [ ! -s "$work/err" ] && ok || bad "sequential from the cache: $(cat "$work/err")"
+"$py" - "$work/sq.json" "$work/sqc.json" <<'PY' && ok || bad "sequential certificate from the cache"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = a.pop("run"), b.pop("run")
+assert a == b, [k for k in a if a[k] != b.get(k)]
+assert "baseline_from_cache" in rb and rb["tokens"] < ra["tokens"], (ra, rb)
+PY
+"$bin" verify "$model" "${seq[@]}" --sequential --baseline-cache "$work/seqcache2" --certificate "$work/sqw.json" \
+  >/dev/null 2>"$work/err" && grep -q "only some prompts (the baseline cache is not written)" "$work/err" \
+  && ! ls "$work/seqcache2"/*.json >/dev/null 2>&1 && ok || bad "a sequential run that stopped wrote a cache: $(cat "$work/err")"
 # the report's heatmap divides by the prompts each depth ran (4 of 4, not 4 of 8)
 grep -q "patched, length 256, depth 0.000: 4 of 4 correct" "$work/sq.html" && ok || bad "sequential heatmap denominators"
 "$bin" verify "$model" "${seq[@]}" --rule "$work/harmful.json" --certificate "$work/fxh.json" >/dev/null
@@ -187,6 +203,70 @@ cp -r "$work/sqart" "$work/sqforged" && sed -i 's/"stop":[[:space:]]*"futility"/
 "$bin" verify "$model" "${seq[@]:0:7}" --depths 0:1:5 --samples 500 --sequential 2>"$work/err"; [ $? = 2 ] \
   && grep -q "2000" "$work/err" \
   && ok || bad "a design past 2000 prompts a cell: $(cat "$work/err")"
+
+# Baseline cache (docs/certificate.md, "Baseline cache"). A run with --baseline-cache computes the
+# original's side and writes DIR/<key>.json; a later run with another rule takes that side from the
+# file: the same certificate as a run without the cache but for run, whose counts are the patched
+# side's alone (a run without --baseline) plus run.baseline_from_cache. Another training length
+# misses the key.
+# A corrupted, truncated, oversized or mismatching file is one warning, ignored (the original runs,
+# the same certificate) and written again; a symlink or FIFO in its place is read through or
+# refused as input, never written through.
+head -c 8000 "$src/docs/certificate.md" >"$work/corpus.txt" # a short corpus: tokenized at every run
+bc=(--probe passkey,ppl --corpus "$work/corpus.txt" --ppl-windows 1 --lengths 256 --depths 0:1:3 --samples 2 --seed 5
+  --threads 2)
+echo '{"temperature": 0.9}' >"$work/t09.json"
+cache=$work/bcache
+vb() { # vb NAME ARGS...: verify with the rule t09 into $work/NAME.json, stdout NAME.txt, stderr NAME.err
+  local n=$1; shift
+  "$bin" verify "$model" "${bc[@]}" --rule "$work/t09.json" "$@" --certificate "$work/$n.json" >"$work/$n.txt" 2>"$work/$n.err"
+}
+vb b0 --baseline && ok || bad "baseline run without a cache: $(cat "$work/b0.err")"
+vb p0 && ok || bad "patched side alone: $(cat "$work/p0.err")"
+"$bin" verify "$model" "${bc[@]}" --rule "$work/harmful.json" --baseline --baseline-cache "$cache" \
+  --certificate "$work/bh.json" >/dev/null 2>"$work/bh.err" && [ ! -s "$work/bh.err" ] && ok \
+  || bad "writing the cache: $(cat "$work/bh.err")"
+key=$(cd "$cache" && ls) && [ "$(echo "$key" | wc -l)" = 1 ] && ok || bad "cache folder: $key"
+vb b1 --baseline --baseline-cache "$cache" && [ ! -s "$work/b1.err" ] && grep -q "^baseline: taken from the baseline cache" \
+  "$work/b1.txt" && ok || bad "reading the cache: $(cat "$work/b1.err" "$work/b1.txt")"
+same_as_b0() { # same_as_b0 NAME CACHED: NAME.json is b0.json outside run; cached: its run is p0's
+  "$py" - "$work/b0.json" "$work/$1.json" "$work/p0.json" "$2" "$cache/$key" <<'PY'
+import hashlib, json, sys
+a, b, p = (json.load(open(x)) for x in sys.argv[1:4])
+ra, rb, rp = a.pop("run"), b.pop("run"), p.pop("run")
+assert a == b, [k for k in a if a[k] != b.get(k)]
+if sys.argv[4] == "1":
+    bc = rb.pop("baseline_from_cache")
+    assert bc["key_sha256"] + ".json" == sys.argv[5].rsplit("/", 1)[1], bc
+    assert bc["file_sha256"] == hashlib.sha256(open(sys.argv[5], "rb").read()).hexdigest(), bc
+    assert rb == rp and rb["tokens"] < ra["tokens"], (rb, rp, ra)
+else:
+    assert rb == ra, (rb, ra)
+PY
+}
+same_as_b0 b1 1 && ok || bad "certificate from the cache"
+vb b2 --baseline --baseline-cache "$cache" --train-len 300 && grep -q "^baseline: computed" "$work/b2.txt" \
+  && [ "$(ls "$cache" | wc -l)" = 2 ] && ok || bad "another training length took the cache: $(cat "$work/b2.err")"
+mv "$(ls -d "$cache"/* | grep -v "$key")" "$work/other.json"
+cp "$cache/$key" "$work/good.json"
+bad_cache() { # bad_cache WHAT PLACE: the file prepared; one warning naming the file and PLACE, b0's certificate
+  vb bx --baseline --baseline-cache "$cache" && [ "$(wc -l <"$work/bx.err")" = 1 ] \
+    && grep -q "^ctxpatch: warning: .*$key: .*$2.*(ignored: the original runs)$" "$work/bx.err" \
+    && same_as_b0 bx 0 && cmp -s "$cache/$key" "$work/good.json" && ok || bad "$1 cache file: $(cat "$work/bx.err")"
+}
+head -c 150 "$work/good.json" >"$cache/$key"; bad_cache truncated "offset"
+sed 's/\("answers":[[:space:]]*"\)./\12/' "$work/good.json" >"$cache/$key"; bad_cache "a bad answer" "answers\[0\]"
+sed 's/"prompts":[[:space:]]*/&1/' "$work/good.json" >"$cache/$key"; bad_cache "another plan's" "prompts"
+cp "$work/other.json" "$cache/$key"; bad_cache "another key's" "key_sha256"
+{ cat "$work/good.json"; head -c 70000 /dev/zero | tr '\0' ' '; } >"$cache/$key"; bad_cache oversized "over the"
+ln -s "$work/never.json" "$work/link" && rm "$cache/$key" && ln -s "$work/link" "$cache/$key"
+vb bs --baseline --baseline-cache "$cache"; [ $? = 0 ] && [ -L "$cache/$key" ] && [ ! -e "$work/never.json" ] \
+  && grep -q "warning: .*symlink" "$work/bs.err" && ok || bad "a symlink in the cache: $(cat "$work/bs.err")"
+rm "$cache/$key" && mkfifo "$cache/$key"
+vb bf --baseline --baseline-cache "$cache"; [ $? = 0 ] && [ -p "$cache/$key" ] && [ "$(wc -l <"$work/bf.err")" = 2 ] \
+  && ok || bad "a FIFO in the cache: $(cat "$work/bf.err")"
+"$bin" verify "$model" "${bc[@]}" --baseline-cache "$cache" 2>"$work/err"; [ $? = 2 ] && ok \
+  || bad "--baseline-cache without --baseline accepted"
 
 # Refusals
 refused CP_EVERIFY_PROBE "$bin" verify "$model" --probe passkeys --lengths 256 --certificate "$work/never.json"
