@@ -85,9 +85,9 @@ typedef struct {
    * runs (docs/certificate.md, "Baseline cache"; NULL = none). A run whose key (a SHA-256 over
    * everything that determines that side) names a good file there takes the side from it and does
    * not run the original; otherwise it runs the original and writes the file. baseline_path: the
-   * file or folder the baseline model was read from (required with a cache: its files are hashed
-   * into the key, as the certificate's model.files lists them); baseline_widened: its matrices
-   * were widened to float32 when opened (not cp_model_open_stored). */
+   * file or folder the baseline model was read from (its files are hashed into the key, as the
+   * certificate's model.files lists them; NULL: the cache is not used, with a warning);
+   * baseline_widened: its matrices were widened to float32 when opened (not cp_model_open_stored). */
   const char *baseline_cache, *baseline_path;
   bool baseline_widened;
   bool stats;         /* P_max / entropy per length (one extra forward per length and side) */
