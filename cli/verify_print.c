@@ -74,8 +74,12 @@ void cli_print_baseline_cache(const cp_verify_result *r, bool table) {
     w += n + (nl != NULL);
   }
   if (!table || !r->cache_key[0]) return;
-  if (r->baseline_cached)
+  if (r->baseline_cached && r->side_tokens[CP_SIDE_BASELINE] == 0)
     printf("baseline: taken from the baseline cache (key %.16s..., file sha256 %.16s...): the original did not run\n",
            r->cache_key, r->cache_file_sha256);
+  else if (r->baseline_cached) /* a file a sequential run wrote: the prompts it did not ask ran here */
+    printf("baseline: taken from the baseline cache (key %.16s..., file sha256 %.16s...) for %lld prompts; the "
+           "others ran here and the file is completed\n",
+           r->cache_key, r->cache_file_sha256, (long long)r->prompts_from);
   else printf("baseline: computed (baseline cache key %.16s...)\n", r->cache_key);
 }

@@ -293,7 +293,8 @@ assert a == b, [k for k in a if a[k] != b.get(k)]
 assert "baseline_from_cache" not in ra and 0 < rb["tokens"] < ra["tokens"], (ra, rb)
 (name,) = os.listdir(sys.argv[3])
 f = os.path.join(sys.argv[3], name)
-assert rb["baseline_from_cache"] == {"key_sha256": name[:-5], "file_sha256": hashlib.sha256(open(f, "rb").read()).hexdigest()}
+assert rb["baseline_from_cache"] == {"key_sha256": name[:-5], "file_sha256": hashlib.sha256(open(f, "rb").read()).hexdigest(),
+                                     "prompts_read": 6}, rb  # passkey at 128 and 256, 3 depths, 1 sample
 EOF2
 check "$bin" check "$work/bc2" --rerun --threads 1 >/dev/null 2>&1
 "$bin" patch "$model" "$work/bc3" --method auto $vopts --baseline-cache "$bcache" >/dev/null 2>&1

@@ -106,7 +106,8 @@ seq=(--probe passkey --lengths 256 --baseline --no-regression-at 256 --depths 0:
   || bad "sequential design, model beside itself: $(tail -3 "$work/sq.txt")"
 # A baseline cache written by the fixed run serves the sequential one (the prompts it asks, by
 # their place in the plan): the same certificate outside run. A sequential run that stops early
-# asked the original only some prompts, so it writes no cache (a warning says so).
+# writes the prompts it asked ('-' for the others); a fixed run from that file asks the original
+# only the others, gives the fixed certificate outside run, and completes the file.
 "$bin" verify "$model" "${seq[@]}" --sequential --baseline-cache "$work/seqcache" --certificate "$work/sqc.json" \
   >/dev/null 2>"$work/err" && [ ! -s "$work/err" ] && ok || bad "sequential from the cache: $(cat "$work/err")"
 "$py" - "$work/sq.json" "$work/sqc.json" <<'PY' && ok || bad "sequential certificate from the cache"
@@ -116,9 +117,20 @@ ra, rb = a.pop("run"), b.pop("run")
 assert a == b, [k for k in a if a[k] != b.get(k)]
 assert "baseline_from_cache" in rb and rb["tokens"] < ra["tokens"], (ra, rb)
 PY
-"$bin" verify "$model" "${seq[@]}" --sequential --baseline-cache "$work/seqcache2" --certificate "$work/sqw.json" \
-  >/dev/null 2>"$work/err" && grep -q "only some prompts (the baseline cache is not written)" "$work/err" \
-  && ! ls "$work/seqcache2"/*.json >/dev/null 2>&1 && ok || bad "a sequential run that stopped wrote a cache: $(cat "$work/err")"
+s2=$work/seqcache2
+"$bin" verify "$model" "${seq[@]}" --sequential --baseline-cache "$s2" --certificate "$work/sqw.json" >/dev/null \
+  2>"$work/err" && [ ! -s "$work/err" ] && grep -q '"answers":[[:space:]]*"1111----' "$s2"/*.json && ok \
+  || bad "a sequential run's cache: $(cat "$work/err")"
+"$bin" verify "$model" "${seq[@]}" --baseline-cache "$s2" --certificate "$work/fxp.json" >"$work/fxp.txt" 2>"$work/err" \
+  && grep -q "for 16 prompts; the others ran here" "$work/fxp.txt" && cmp -s "$s2"/*.json "$work/seqcache"/*.json && ok \
+  || bad "a fixed run from a sequential run's cache: $(cat "$work/err")"
+"$py" - "$work/fx.json" "$work/fxp.json" <<'PY' && ok || bad "fixed certificate from a sequential run's cache"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = a.pop("run"), b.pop("run")
+assert a == b, [k for k in a if a[k] != b.get(k)]
+assert rb["baseline_from_cache"]["prompts_read"] == 16 and rb["tokens"] < ra["tokens"], (ra, rb)
+PY
 # the report's heatmap divides by the prompts each depth ran (4 of 4, not 4 of 8)
 grep -q "patched, length 256, depth 0.000: 4 of 4 correct" "$work/sq.html" && ok || bad "sequential heatmap denominators"
 "$bin" verify "$model" "${seq[@]}" --rule "$work/harmful.json" --certificate "$work/fxh.json" >/dev/null

@@ -1,6 +1,7 @@
 /* The baseline cache (docs/certificate.md, "Baseline cache"): the key, the bounded reader of a
  * cache file and its writer. A file holds exactly the plan's prompts (one answer each, by the
- * prompt's place in the plan: probe, length, depth, sample) and, as the plan asks, the ppl NLL
+ * prompt's place in the plan: probe, length, depth, sample; '-' for one a sequential run did not
+ * ask, which a later run asks the original itself) and, as the plan asks, the ppl NLL
  * and the attention statistics per length, as the bits of each double (hex), so a later run
  * reproduces the numbers exactly. A bad file is a warning, never an error: the cache only saves
  * time, and ignoring it gives the run the cache would have replaced. */
@@ -201,17 +202,24 @@ static int read_doc(cp_verify_result *f, const cJSON *doc, const char *path, con
     return bad_file(path, "prompts", "not the plan's number of prompts");
   v = cJSON_GetObjectItemCaseSensitive(doc, "answers");
   if (!cJSON_IsString(v) || strlen(v->valuestring) != prompts)
-    return bad_file(path, "answers", "expected one '0' or '1' per prompt of the plan");
-  size_t cells = (size_t)f->n_probes * (size_t)f->n_lengths * (size_t)f->n_depths;
+    return bad_file(path, "answers", "expected one '0', '1' or '-' per prompt of the plan");
+  size_t cells = (size_t)f->n_probes * (size_t)f->n_lengths * (size_t)f->n_depths, unknown = 0;
+  CP_CHECK_ALLOC(f->answered_known = malloc(prompts + 1), path);
   for (size_t i = 0; i < prompts; i++) {
     char c = v->valuestring[i];
-    if (c != '0' && c != '1') {
+    if (c != '0' && c != '1' && c != '-') {
       char where[48];
       snprintf(where, sizeof where, "answers[%zu]", i);
-      return bad_file(path, where, "expected '0' or '1'");
+      return bad_file(path, where, "expected '0', '1' or '-' (not asked)");
     }
     f->answered[i] = c == '1';
+    f->answered_known[i] = c != '-';
+    unknown += c == '-';
     if (i / (size_t)f->samples < cells) f->correct[0][i / (size_t)f->samples] += c == '1';
+  }
+  if (!unknown) { /* every prompt: the result is a whole baseline side */
+    free(f->answered_known);
+    f->answered_known = NULL;
   }
   if (p->corpus_path && (rc = read_lengths(f, cJSON_GetObjectItemCaseSensitive(doc, "ppl"), true, path)) < 0) return rc;
   if (p->stats && (rc = read_lengths(f, cJSON_GetObjectItemCaseSensitive(doc, "attention"), false, path)) < 0)
@@ -290,7 +298,8 @@ static cJSON *bits_item(double x) {
 }
 
 /* The document of r's baseline side (NULL: out of memory). */
-static cJSON *cache_doc(const cp_verify_result *r, const char key[65], size_t prompts, const cp_verify_params *p) {
+static cJSON *cache_doc(const cp_verify_result *r, const cp_verify_result *cached, const char key[65], size_t prompts,
+                        const cp_verify_params *p) {
   cJSON *d = cJSON_CreateObject();
   char *answers = malloc(prompts + 1);
   if (!d || !answers) {
@@ -303,7 +312,12 @@ static cJSON *cache_doc(const cp_verify_result *r, const char key[65], size_t pr
   cJSON_AddStringToObject(d, "ctxpatch", CTXPATCH_VERSION);
   cJSON_AddStringToObject(d, "key_sha256", key);
   cJSON_AddNumberToObject(d, "prompts", (double)prompts);
-  for (size_t i = 0; i < prompts; i++) answers[i] = r->baseline_answered[i] == 2 ? '1' : '0';
+  for (size_t i = 0; i < prompts; i++) {
+    bool read = cached && (!cached->answered_known || cached->answered_known[i]);
+    answers[i] = r->baseline_answered[i] ? (r->baseline_answered[i] == 2 ? '1' : '0')
+                 : read                  ? (cached->answered[i] ? '1' : '0')
+                                         : '-';
+  }
   answers[prompts] = 0;
   cJSON_AddStringToObject(d, "answers", answers);
   free(answers);
@@ -327,17 +341,15 @@ static cJSON *cache_doc(const cp_verify_result *r, const char key[65], size_t pr
   return d;
 }
 
-void verify_cache_store(const cp_verify_result *r, const char key[65], cp_strbuf *warn, const cp_verify_params *p) {
+void verify_cache_store(const cp_verify_result *r, const cp_verify_result *cached, const char key[65], cp_strbuf *warn,
+                        const cp_verify_params *p) {
   size_t prompts = (size_t)r->n_probes * (size_t)r->n_lengths * (size_t)r->n_depths * (size_t)r->samples;
   char *path = cache_path(p->baseline_cache, key);
   cJSON *doc = NULL;
   int rc = path ? 0 : cp_nomem("%s", p->baseline_cache);
-  for (size_t i = 0; i < prompts && rc == 0; i++)
-    if (!r->baseline_answered[i])
-      rc = cp_error_set(CP_EARG, "%s: the sequential run asked the original only some prompts", path);
   if (rc == 0 && mkdir(p->baseline_cache, 0777) != 0 && errno != EEXIST)
     rc = cp_error_set(CP_EIO, "%s: %s", p->baseline_cache, strerror(errno));
-  if (rc == 0 && !(doc = cache_doc(r, key, prompts, p))) rc = cp_nomem("%s", path);
+  if (rc == 0 && !(doc = cache_doc(r, cached, key, prompts, p))) rc = cp_nomem("%s", path);
   if (rc == 0) rc = cp_write_json_atomic(NULL, path, doc);
   if (rc < 0) warn_line(warn, " (the baseline cache is not written)");
   cJSON_Delete(doc);

@@ -22,10 +22,12 @@ int verify_result_alloc(cp_verify_result **out, const cp_verify_params *p);
 int verify_cache_lookup(cp_verify_result **from, char key[65], char file_sha256[65], cp_strbuf *warn,
                         const cp_model *base, const cp_tokenizer *tok, const cp_verify_params *p);
 
-/* After a run that computed the baseline side (r->baseline_answered): DIR/<key>.json written
- * atomically (DIR created when missing; a symlink or FIFO there is refused, never followed). A
- * failure, or a run that did not ask the original every prompt (a sequential cell stopped), is
- * one line in `warn`. */
-void verify_cache_store(const cp_verify_result *r, const char key[65], cp_strbuf *warn, const cp_verify_params *p);
+/* After a run that computed the baseline side, or some of it (r->baseline_answered; `cached`, may
+ * be NULL: the file read, whose answers are kept for the prompts this run did not ask):
+ * DIR/<key>.json written atomically (DIR created when missing; a symlink or FIFO there is refused,
+ * never followed). A prompt neither asked nor read is '-' (a sequential cell stopped). A failure
+ * is one line in `warn`. */
+void verify_cache_store(const cp_verify_result *r, const cp_verify_result *cached, const char key[65], cp_strbuf *warn,
+                        const cp_verify_params *p);
 
 #endif

@@ -341,6 +341,7 @@ int cp_certificate_build(cJSON **out, const cp_model *model, const cp_verify_res
     cJSON *bc = cJSON_AddObjectToObject(run, "baseline_from_cache");
     cJSON_AddStringToObject(bc, "key_sha256", r->cache_key);
     cJSON_AddStringToObject(bc, "file_sha256", r->cache_file_sha256);
+    cJSON_AddNumberToObject(bc, "prompts_read", (double)r->prompts_from); /* the rest ran here */
   }
   *out = c;
   return 0;

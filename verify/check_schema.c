@@ -309,6 +309,7 @@ static void tail_blocks(sv *s, const cJSON *c) {
       if (h && !is_sha256(h->valuestring)) bad(s, i ? "run.baseline_from_cache.file_sha256" : "run.baseline_from_cache.key_sha256",
                                                "expected 64 lowercase hex digits");
     }
+    if (bc && cJSON_IsObject(bc)) need_int(s, bc, "run.baseline_from_cache", "prompts_read", 0, 1e12);
   }
   const cJSON *patch = need(s, c, "", "patch", cJSON_Object);
   if (patch) {

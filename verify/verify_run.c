@@ -69,6 +69,7 @@ void cp_verify_result_free(cp_verify_result *r) {
   }
   free(r->answered);
   free(r->baseline_answered);
+  free(r->answered_known);
   free(r->cache_warnings);
   free(r->length_tokens);
   free(r->length_reused);
@@ -280,12 +281,14 @@ static int run_sample(cp_verify_result *r, cp_engine *const *engines, cp_engine_
   int rc = cp_probe_make(&sample, tok, p->probes[pi], p->lengths[l], p->depths[d],
                          sample_seed(p->seed, (int)p->probes[pi], p->lengths[l], d, k));
   if (rc < 0) return rc;
-  int run_sides = p->baseline_from ? 1 : sides; /* sides that run here */
   int64_t total = ((int64_t)p->n_probes * p->n_depths * p->samples + (p->corpus_path ? p->ppl_windows : 0)) *
-                  p->n_lengths * run_sides;
+                  p->n_lengths * (p->baseline_from ? 1 : sides);
   bool ok[2] = {false, false};
   size_t c = cell(r, pi, l, d), a = c * (size_t)r->samples + (size_t)k;
-  if (sides == 2 && p->baseline_from) ok[1] = p->baseline_from->answered[a]; /* the original's run, recorded */
+  const cp_verify_result *f = sides == 2 ? p->baseline_from : NULL;
+  bool recorded = f && (!f->answered_known || f->answered_known[a]);
+  int run_sides = recorded ? 1 : sides; /* sides that run here */
+  if (recorded) ok[1] = f->answered[a], r->prompts_from++; /* the original's run, recorded */
   sample_sides x = {engines, caches, &sample, p, {gen, gen + p->max_new_tokens}, {0, 0}, {0, 0}};
   rc = verify_sides_run(run_sides, two_threads(p), sample_side, &x);
   /* each side's answer, in side order whichever finished first */
@@ -420,8 +423,8 @@ static void copy_baseline(cp_verify_result *r, const cp_verify_result *f) {
   }
   memcpy(r->pmax[CP_SIDE_BASELINE], f->pmax[CP_SIDE_PATCHED], nl * sizeof(double));
   memcpy(r->entropy[CP_SIDE_BASELINE], f->entropy[CP_SIDE_PATCHED], nl * sizeof(double));
-  r->side_tokens[CP_SIDE_BASELINE] = f->side_tokens[CP_SIDE_PATCHED];
-  r->side_reused[CP_SIDE_BASELINE] = f->side_reused[CP_SIDE_PATCHED];
+  r->side_tokens[CP_SIDE_BASELINE] += f->side_tokens[CP_SIDE_PATCHED]; /* and the prompts f lacked, run here */
+  r->side_reused[CP_SIDE_BASELINE] += f->side_reused[CP_SIDE_PATCHED];
   for (size_t l = 0; l < nl; l++) { /* f ran the original alone: its counts are that side's */
     r->length_tokens[l] += f->length_tokens[l];
     r->length_reused[l] += f->length_reused[l];
@@ -484,7 +487,8 @@ static int run_cell_group(cp_verify_result *r, cp_engine *const *engines, int si
     order[j] = d;
   }
   const int64_t cap = p->lengths[l] + p->max_new_tokens; /* a probe prompt fits its length */
-  for (int s = 0; s < (p->baseline_from ? 1 : sides) && rc == 0 && !p->unshared; s++)
+  bool partial = p->baseline_from && p->baseline_from->answered_known; /* the baseline side runs some prompts */
+  for (int s = 0; s < (p->baseline_from && !partial ? 1 : sides) && rc == 0 && !p->unshared; s++)
     if ((rc = cp_engine_cache_create(&caches[s], engines[s], cap)) == CP_EUNSUPPORTED) {
       cp_error_clear();
       rc = 0;
@@ -548,7 +552,7 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
   plain.has_metadata_rule = false;
   cp_rule_init(&plain.metadata_rule);
   const cp_model *side_model[2] = {model, p->baseline_model ? p->baseline_model : &plain};
-  for (int s = 0; s < (from ? 1 : sides) && rc == 0; s++) {
+  for (int s = 0; s < (from && !from->answered_known ? 1 : sides) && rc == 0; s++) {
     ep.shift = s == 0 ? p->shift : (cp_engine_shift){0, 0, 0};
     rc = cp_engine_create(&engines[s], side_model[s], s == 0 ? rule : NULL, &ep);
   }
@@ -570,7 +574,8 @@ int cp_verify_run(cp_verify_result **out, const cp_model *model, const cp_tokeni
     memcpy(r->cache_key, key, sizeof key);
     memcpy(r->cache_file_sha256, file_sha, sizeof file_sha);
     r->baseline_cached = cached != NULL;
-    if (!cached && key[0]) verify_cache_store(r, key, &warn, p);
+    /* a new file, or one that the prompts run here on the baseline side complete */
+    if (key[0] && (!cached || r->side_tokens[CP_SIDE_BASELINE] > 0)) verify_cache_store(r, cached, key, &warn, p);
   }
 done:
   r->seconds = cp_monotonic_seconds() - t0;

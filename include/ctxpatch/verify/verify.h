@@ -169,6 +169,12 @@ typedef struct cp_verify_result {
   /* With a baseline, the same for the baseline side (run here or taken from baseline_from): 0 not
    * asked (a sequential cell stopped first), 1 wrong, 2 right */
   unsigned char *baseline_answered;
+  /* A result read from a baseline cache file, as baseline_from: the prompts whose answer it holds
+   * ([cells * samples], 0/1; NULL: every one). A prompt it lacks runs on the baseline side as
+   * without it (a file a sequential run wrote holds only the prompts that run asked). */
+  unsigned char *answered_known;
+  /* baseline_from's answers this run took instead of running the prompt on the baseline side */
+  int64_t prompts_from;
   /* With cp_verify_params.baseline_cache: the cache key; whether the baseline side was taken from
    * the cache file (nothing of that side ran here, and none of its tokens are counted below) and
    * that file's SHA-256; the lines (owned, '\n'-separated; NULL: none) saying why a cache file was
