@@ -59,6 +59,8 @@ typedef struct {
   int threads;         /* verify.threads; 0 = split the cores between jobs */
   const char *device;  /* the batch command's --device (cpu or cuda), passed to every job as
                           --threads is (not in the digest); NULL: none */
+  char *baseline_cache; /* verify.baseline_cache resolved: patch --baseline-cache for every job, not in
+                           the digest (where the original's side is kept changes no output); NULL: none */
   batch_job *jobs;     /* sorted by name */
   size_t n_jobs;
   bool stat_inputs;    /* "input_digest": "stat" */

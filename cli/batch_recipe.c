@@ -103,6 +103,8 @@ static int parse_method(batch_method *m, const cJSON *e, int i, const char *rp) 
   return 0;
 }
 
+static char *resolve(const batch_recipe *r, const char *p);
+
 /* "verify": probe settings shared by every job, as patch arguments. */
 static int parse_verify(batch_recipe *r, const cJSON *v) {
   static const struct {
@@ -118,7 +120,11 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
     snprintf(where, sizeof where, "%s: verify.%s", r->path, e->string);
     size_t k = 0;
     while (k < sizeof map / sizeof *map && strcmp(map[k].key, e->string)) k++;
-    if (!strcmp(e->string, "threads")) {
+    if (!strcmp(e->string, "baseline_cache")) {
+      if (!cJSON_IsString(e) || !*e->valuestring) return cp_error_set(CP_EARG, "%s: expected a folder path", where);
+      free(r->baseline_cache);
+      CP_CHECK_ALLOC(r->baseline_cache = resolve(r, e->valuestring), where);
+    } else if (!strcmp(e->string, "threads")) {
       if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 1024 || e->valuedouble != floor(e->valuedouble))
         return cp_error_set(CP_EARG, "%s: expected an integer in [1, 1024]", where);
       r->threads = (int)e->valuedouble;
@@ -133,7 +139,7 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
     } else if (k == sizeof map / sizeof *map) {
       return cp_error_set(CP_EARG, "%s: unknown key (probes, lengths, depths, samples, seed, min_accuracy, "
                                    "no_regression_at, work_budget, threads, no_verify, accept_no_gain, "
-                                   "accept_underpowered, sequential, looks)",
+                                   "accept_underpowered, sequential, looks, baseline_cache)",
                           where);
     } else {
       cp_strbuf b = {0};
@@ -145,6 +151,9 @@ static int parse_verify(batch_recipe *r, const cJSON *v) {
       if (rc < 0) return rc;
     }
   }
+  for (int i = 0; r->baseline_cache && i < r->n_verify_args; i++)
+    if (!strcmp(r->verify_args[i], "--no-verify"))
+      return cp_error_set(CP_EARG, "%s: verify.baseline_cache: the jobs certify nothing (no_verify)", r->path);
   return 0;
 }
 
@@ -522,5 +531,6 @@ void batch_recipe_free(batch_recipe *r) {
   free(r->path);
   free(r->dir);
   free(r->out_dir);
+  free(r->baseline_cache);
   memset(r, 0, sizeof *r);
 }

@@ -97,11 +97,12 @@ batch_state batch_job_probe(batch_job *j) {
   return j->state = s;
 }
 
-/* The arguments the digest covers: those after IN OUT, without --threads T and --force. */
+/* The arguments the digest covers: those after IN OUT, without --threads T, --baseline-cache DIR
+ * and --force. */
 static cJSON *digested_args(int argc, char **argv) {
   cJSON *a = cJSON_CreateArray();
   for (int i = 0; a && i < argc; i++) {
-    if (!strcmp(argv[i], "--threads")) i++;
+    if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "--baseline-cache")) i++;
     else if (strcmp(argv[i], "--force") != 0) cJSON_AddItemToArray(a, cJSON_CreateString(argv[i]));
   }
   return a;
@@ -240,7 +241,7 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads, bool 
   force = force || lstat(report, &st) == 0;
   free(report);
   int n = 0;
-  const char **argv = calloc((size_t)j->n_args + 16, sizeof *argv);
+  const char **argv = calloc((size_t)j->n_args + 18, sizeof *argv);
   if (!argv) return -1;
   const char *head[] = {"ctxpatch", "batch", "--run-job", j->digest, j->name, "patch", j->input, j->out};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) argv[n++] = head[i];
@@ -250,6 +251,10 @@ static pid_t spawn(const batch_recipe *r, const batch_job *j, int threads, bool 
   if (r->device) {
     argv[n++] = "--device";
     argv[n++] = r->device;
+  }
+  if (r->baseline_cache) {
+    argv[n++] = "--baseline-cache";
+    argv[n++] = r->baseline_cache;
   }
   if (force) argv[n++] = "--force";
   /* Opened only under the job's claim: a second process never truncates the holder's log. */

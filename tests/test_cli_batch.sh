@@ -55,6 +55,14 @@ bad_recipe "dot step" 's#{input}/{method}-{target}#{input}/./{method}-{target}#'
 bad_recipe "name too long for its temporaries" "s#{input}/{method}-{target}#{input}/{method}-{target}-$(printf 'n%.0s' $(seq 220))#" \
   "output.name: .*: a name of 2[0-9][0-9] bytes: its temporary"
 "$bin" batch "$R" --shard 3/3 --validate >/dev/null 2>&1; [ $? -eq 125 ] && ok || bad "--shard 3/3 accepted"
+# verify.baseline_cache (patch --baseline-cache for every job) is not in the jobs' digests: where the
+# original's side is kept changes no output. With no_verify it is refused.
+sed 's/"verify": {/"verify": {"baseline_cache": "bcache", /' "$R" >"$work/bc.json"
+"$bin" batch "$work/bc.json" --validate --json >"$work/vbc.json" \
+  && [ "$(field "$work/v.json" "[j['digest'] for j in r['jobs']]")" = "$(field "$work/vbc.json" "[j['digest'] for j in r['jobs']]")" ] \
+  && ok || bad "verify.baseline_cache changed the digests"
+bad_recipe "baseline cache without certification" 's/"verify": {/"verify": {"baseline_cache": "bcache", "no_verify": true, /' \
+  "verify.baseline_cache: the jobs certify nothing"
 
 # 2. kill -9 mid-batch, then a re-run that finishes the rest with nothing finished redone.
 (cd "$work" && exec "$bin" batch recipe.json --jobs 1 >/dev/null 2>&1) &
