@@ -46,16 +46,28 @@ int64_t cp_tango_min_reject(int64_t n, double margin, double alpha) {
   return n + 1;
 }
 
-/* P(Bin(n, q) >= m), summed in log space term by term (n up to millions stays finite). */
+/* sum of P(Bin(n, q) = k) over k in [lo, hi], in log space term by term (n up to millions stays
+ * finite); 0 < q < 1 */
+static double binomial_sum(int64_t n, double q, int64_t lo, int64_t hi) {
+  double lq = log(q), l1q = log1p(-q), lnf = lgamma((double)n + 1), sum = 0;
+  for (int64_t k = lo; k <= hi; k++)
+    sum += exp(lnf - lgamma((double)k + 1) - lgamma((double)(n - k) + 1) + (double)k * lq + (double)(n - k) * l1q);
+  return sum;
+}
+
+/* P(Bin(n, q) >= m), the upper terms summed (relative precision, as a p-value needs). */
 static double binomial_upper(int64_t n, double q, int64_t m) {
   if (m <= 0) return 1.0;
   if (m > n) return 0.0;
   if (q <= 0) return 0.0;
   if (q >= 1) return 1.0;
-  double lq = log(q), l1q = log1p(-q), lnf = lgamma((double)n + 1), sum = 0;
-  for (int64_t k = m; k <= n; k++)
-    sum += exp(lnf - lgamma((double)k + 1) - lgamma((double)(n - k) + 1) + (double)k * lq + (double)(n - k) * l1q);
-  return fmin(1.0, sum);
+  return fmin(1.0, binomial_sum(n, q, m, n));
+}
+
+double cp_binomial_tail(int64_t n, double q, int64_t m) {
+  if (m <= 0 || m > n || q <= 0 || q >= 1 || n - m + 1 <= m) return binomial_upper(n, q, m);
+  /* the lower tail has fewer terms: 1 - P(Bin(n, q) <= m - 1), an absolute error of about 1e-16 */
+  return fmax(0.0, fmin(1.0, 1.0 - binomial_sum(n, q, 0, m - 1)));
 }
 
 double cp_tango_detectable_drop(int64_t n, double margin, double alpha, double power) {
@@ -73,4 +85,18 @@ double cp_tango_detectable_drop(int64_t n, double margin, double alpha, double p
 double cp_sign_test_p_value(int64_t lost, int64_t gained) {
   assert(lost >= 0 && gained >= 0);
   return binomial_upper(lost + gained, 0.5, gained);
+}
+
+double cp_sign_test_detectable_gain(int64_t n, double alpha, double power) {
+  /* none lost: the sign test rejects from m gained on, P = 2^-m; m <= 1075 covers every alpha > 0 */
+  int64_t m = 0;
+  while (m <= n && m < 1100 && !(cp_sign_test_p_value(0, m) < alpha)) m++;
+  if (m > n || m >= 1100) return NAN;
+  double lo = 0, hi = 1; /* the tail grows with q */
+  while (hi - lo > 1e-10) {
+    double mid = 0.5 * (lo + hi);
+    if (cp_binomial_tail(n, mid, m) >= power) hi = mid;
+    else lo = mid;
+  }
+  return hi;
 }

@@ -10,7 +10,8 @@
  *   - the smallest drop the test detects with a given power, in the scenario where the original
  *     answers every prompt (every loss is a discordant pair), from the exact binomial law of b;
  *   - the gain test: the exact one-sided sign test on the discordant pairs (McNemar's exact test,
- *     H1: more pairs gained than lost).
+ *     H1: more pairs gained than lost), and the smallest gain it detects with a given power, in
+ *     the scenario where the patch loses no prompt (every gain is a discordant pair).
  * Pure functions of their arguments; no allocation.
  */
 #ifndef CTXPATCH_VERIFY_STATS_H
@@ -53,5 +54,13 @@ double cp_tango_detectable_drop(int64_t n, double margin, double alpha, double p
 /* Exact one-sided sign test of a gain among the discordant pairs: P(X >= gained) for
  * X ~ Binomial(lost + gained, 1/2); 1 when there is no discordant pair. */
 double cp_sign_test_p_value(int64_t lost, int64_t gained);
+
+/* P(Binomial(n, q) >= m), summed over the shorter tail: absolute error about 1e-16 (for comparing
+ * with a power or a threshold; n up to millions stays finite). */
+double cp_binomial_tail(int64_t n, double q, int64_t m);
+/* Smallest rate of gained prompts (none lost) the sign test over n prompts detects at `alpha` with
+ * probability `power`, to 1e-9 (bisection on the exact binomial tail); NaN when even n gained of n
+ * is not significant. */
+double cp_sign_test_detectable_gain(int64_t n, double alpha, double power);
 
 #endif
