@@ -206,6 +206,67 @@ import json, sys
 c = json.load(open(sys.argv[1]))["results"]["comparison"]["passkey"]
 assert [(x["length"], x["pairs"], x["stop"]) for x in c] == [(256, 16, "regression"), (288, 8, "curtailed")], c
 PY
+# Gain futility: temperature 0.95 at 256 and 512 (past the training length: the gain cell) gains
+# one prompt of 32 and loses none, so the 512 cell stops once the pooled gain test's conditional
+# power under the design's target gain falls below gamma (the design before the rule ran its 40);
+# the pairs then show no gain, and the patch passes on its ppl gain (0.0165 nats lower at 512, over
+# --ppl-margin 0.01). The stops are the Python twin's (python/ctxpatch_ref/seqdesign.py, written
+# from the rule's definition) on the looks' outcomes (only counts at the looks matter), and
+# `check --rerun` takes the cells' recorded prompts again.
+corpus=${CTXPATCH_FIXTURES:-$src/../shared/fixtures}/third_party/text/tinystories_val_1000_eot.txt
+if [ -f "$corpus" ]; then
+  "$bin" patch "$model" "$work/gfart" --method temperature --tau 0.95 --lengths 256,512 --verify passkey,ppl \
+    --corpus "$corpus" --ppl-windows 2 --ppl-margin 0.01 --threads 2 --sequential >"$work/gf.txt" 2>&1 && ok \
+    || bad "patch --sequential with a gain-futility stop: $(tail -3 "$work/gf.txt")"
+  "$bin" check "$work/gfart" --rerun >"$work/gfc.txt" 2>&1 && grep -q "re-run: 2 cells equal" "$work/gfc.txt" && ok \
+    || bad "check --rerun of an artifact with a gain-futility stop: $(cat "$work/gfc.txt")"
+  "$py" - "$work/gfart/certificate.json" <<'PY' && ok || bad "gain futility"
+import json, sys
+from ctxpatch_ref import seqdesign as sd
+c = json.load(open(sys.argv[1]))
+cells = c["results"]["comparison"]["passkey"]
+q = c["statistics"]["sequential"]
+d = sd.Design(q["prompts_max"], every=q["looks_every"], gain_cells=q["gain_cells"])
+runs = []  # each cell's outcomes rebuilt from its looks (+1 lost, -1 gained, 0 both or neither)
+for x in cells:
+    out, prev = [], [0, 0, 0]
+    for look in x["looks"]:
+        db, dc = look[1] - prev[1], look[2] - prev[2]
+        out += [1] * db + [-1] * dc + [0] * (look[0] - prev[0] - db - dc)
+        prev = look
+    runs.append((out + [0] * (40 - len(out)), True, x["length"] == 512))
+want, fail, gain = sd.run_cells(d, runs, has_ppl=True)
+assert [(x["stop"], x["pairs"]) for x in cells] == [(s, n) for s, n, _, _ in want], (cells, want)
+assert [x["stop"] for x in cells] == ["futility", "gain-futility"] and cells[1]["pairs"] < 40, cells
+assert not fail and not gain, (fail, gain)
+gf = q["gain_futility"]
+assert gf["gamma"] == sd.GAIN_GAMMA and abs(gf["gained"] - d.gain_target()) < 1e-6 and gf["power"] == 0.8, gf
+g = c["statistics"]["gain"]
+assert g["futility"] is True and g["found"] is True and g["ppl_nll_saved"] > 0.01, g  # found by the ppl
+assert c["verdict"] == {"result": "pass", "reasons": []}, c["verdict"]
+PY
+  # an edited stop fails the schema: the gain cell's, a gain-futility stop outside the gain test,
+  # and one in a certificate without the rule (before it)
+  for edit in 's/"stop":[[:space:]]*"gain-futility"/"stop": "curtailed"/' \
+      '0,/"stop":[[:space:]]*"futility"/s//"stop": "gain-futility"/'; do
+    rm -rf "$work/gfforged" && cp -r "$work/gfart" "$work/gfforged" && sed -i "$edit" "$work/gfforged/certificate.json"
+    "$bin" check "$work/gfforged" >"$work/gff.txt"; [ $? = 1 ] \
+      && grep -q "cert-schema: .*stop is not what the design decides on the last look's pairs" "$work/gff.txt" && ok \
+      || bad "an edited stop ($edit): $(cat "$work/gff.txt")"
+  done
+  rm -rf "$work/gfforged" && cp -r "$work/gfart" "$work/gfforged"
+  "$py" - "$work/gfforged/certificate.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+del c["statistics"]["sequential"]["gain_futility"]
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
+  "$bin" check "$work/gfforged" >"$work/gff.txt"; [ $? = 1 ] \
+    && grep -q "cert-schema: .*passkey\[\]: stop is not what the design decides" "$work/gff.txt" && ok \
+    || bad "a gain-futility stop without the rule: $(cat "$work/gff.txt")"
+else
+  echo "note: $corpus is absent: the gain-futility case is skipped"
+fi
 # A stop the recorded pairs do not give (an edited certificate) fails check's schema.
 cp -r "$work/sqart" "$work/sqforged" && sed -i 's/"stop":[[:space:]]*"futility"/"stop": "last look"/' "$work/sqforged/certificate.json"
 "$bin" check "$work/sqforged" >"$work/sqf.txt"; [ $? = 1 ] \

@@ -154,6 +154,19 @@ static void sequential_verdicts(const cp_verify_thresholds *t) {
   CHECK(judge(&f, t,
               "no effect: past the training length 256 the patch shows no gain: 4 prompts gained and 0 lost "
               "(sign test p = 0.062, not < 0.045)") == CP_VERDICT_NO_EFFECT);
+  /* the gain-futility rule ended the pooled test at 512: 5 gained (1/32 < 0.045) no longer shows the
+   * gain (the cells after it stopped without it); a cell's own boundary still does */
+  fake(&f, 40, (int[]){0, 0}, (int[]){0, 5});
+  seq_fake(&f, 16, 32);
+  f.stop[1] = CP_SEQ_GAIN_FUTILITY;
+  CHECK(judge(&f, t,
+              "no effect: past the training length 256 the patch shows no gain: 5 prompts gained and 0 lost, and gain "
+              "futility ended the pooled sign test at passkey 512 after 32 prompts") == CP_VERDICT_NO_EFFECT);
+  cp_verify_gain_test gt;
+  cp_verify_gain(&gt, &f.r, t);
+  CHECK(gt.futile && gt.futile_cell == 1 && !gt.found && gt.p_value < gt.level);
+  f.gain_crossed[1] = 1;
+  CHECK(judge(&f, t, NULL) == CP_VERDICT_PASS);
   /* the design's detectable drop: 0.193 passes 0.2 but not 0.19, which the fixed 40 (0.162) would */
   cp_verify_thresholds strict = *t;
   strict.max_detectable_drop = 0.19;
@@ -260,7 +273,8 @@ static void sequential(const char *src) {
   CHECK(g != NULL);
   CHECK(num(g, "interim_share") == CP_SEQ_INTERIM_SHARE && num(g, "futility_beta") == CP_SEQ_FUTILITY_BETA);
   const cJSON *e, *lk, *kv;
-  int n_designs = 0, n_bounds = 0;
+  int n_designs = 0, n_bounds = 0, n_gain = 0;
+  CHECK(num(g, "gain_gamma") == CP_SEQ_GAIN_GAMMA);
   cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(g, "designs")) {
     cp_seq_design d;
     CHECK_RC(0, cp_seq_design_init(&d, (int64_t)num(e, "prompts"), (int64_t)num(e, "every"), num(e, "alpha"),
@@ -306,14 +320,35 @@ static void sequential(const char *src) {
     double want = num(e, "detectable_drop"), drop = cp_seq_detectable_drop(&d, 0.8);
     CHECK_MSG(isnan(want) ? isnan(drop) : fabs(drop - want) < 1e-8, "n=%g detectable %.10g want %.10g",
               num(e, "prompts"), drop, want);
+    /* gain futility: the target gain, the threshold and the conditional power */
+    want = num(e, "gain_target");
+    CHECK_MSG(isnan(want) ? isnan(d.gain_target) : fabs(d.gain_target - want) < 1e-8,
+              "n=%g gain target %.10g want %.10g", num(e, "prompts"), d.gain_target, want);
+    CHECK(d.gain_gamma == num(e, "gain_gamma"));
+    cJSON_ArrayForEach(kv, cJSON_GetObjectItemCaseSensitive(e, "gain_power")) {
+      int64_t lost = (int64_t)cJSON_GetArrayItem(kv, 0)->valuedouble,
+              gained = (int64_t)cJSON_GetArrayItem(kv, 1)->valuedouble,
+              rest = (int64_t)cJSON_GetArrayItem(kv, 2)->valuedouble;
+      double cp = cp_seq_gain_power(&d, lost, gained, rest), cp_want = cJSON_GetArrayItem(kv, 3)->valuedouble;
+      CHECK_MSG(fabs(cp - cp_want) < 1e-10, "n=%g cells %g: conditional power (%lld, %lld, %lld) %.12g want %.12g",
+                num(e, "prompts"), num(e, "gain_cells"), (long long)lost, (long long)gained, (long long)rest, cp,
+                cp_want);
+      CHECK(cp_seq_gain_futile(&d, lost, gained, rest) == cJSON_IsTrue(cJSON_GetArrayItem(kv, 4)));
+      n_gain++;
+    }
     n_designs++;
   }
-  CHECK(n_designs >= 7 && n_bounds > 100);
+  CHECK(n_designs >= 7 && n_bounds > 100 && n_gain > 50);
   /* one look is the fixed design: alpha at the end, no interim stop, the fixed detectable drop */
   cp_seq_design one;
   CHECK_RC(0, cp_seq_design_init(&one, 40, 40, 0.05, 0.05, 0.2, 1));
   CHECK(cp_seq_fail_level(&one, 0) == 0.05 && cp_seq_gain_final_alpha(&one) == 0.05);
   CHECK(fabs(cp_seq_detectable_drop(&one, 0.8) - cp_tango_detectable_drop(40, 0.05, 0.05, 0.8)) < 1e-8);
+  /* gain futility applies up to CP_SEQ_GAIN_MAX_PROMPTS prompts in the gain cells together */
+  CHECK_RC(0, cp_seq_design_init(&one, 2000, 8, 0.05, 0.05, 0.2, 50));
+  CHECK(one.gain_gamma == CP_SEQ_GAIN_GAMMA && one.gain_target > 0 && one.gain_target < 0.001);
+  CHECK_RC(0, cp_seq_design_init(&one, 2000, 8, 0.05, 0.05, 0.2, 51));
+  CHECK(one.gain_gamma == 0 && !cp_seq_gain_futile(&one, 0, 0, 1000));
   /* out-of-range designs are refused with a message, not asserted */
   CHECK_RC(CP_EARG, cp_seq_design_init(&one, CP_SEQ_MAX_PROMPTS + 1, 8, 0.05, 0.05, 0.2, 1));
   CHECK_RC(CP_EARG, cp_seq_design_init(&one, 40, 0, 0.05, 0.05, 0.2, 1));

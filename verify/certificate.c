@@ -170,6 +170,15 @@ static void sequential_design(cJSON *s, const cp_verify_result *r, const cp_veri
   cJSON_AddItemToObject(o, "gain_levels", cJSON_CreateDoubleArray(lv + 2 * d.n_looks, d.n_looks));
   cJSON_AddNumberToObject(o, "gain_final_alpha", num(cp_seq_gain_final_alpha(&d)));
   free(lv);
+  /* the gain-futility rule: its threshold (0: none) and the alternative it is stated against */
+  cJSON *gf = cJSON_AddObjectToObject(o, "gain_futility");
+  cJSON_AddStringToObject(gf, "rule", "conditional-power");
+  cJSON_AddNumberToObject(gf, "gamma", d.gain_gamma);
+  cJSON_AddStringToObject(gf, "alternative", "each remaining prompt of the gain cells gained with probability 'gained', "
+                                             "none lost");
+  if (isnan(d.gain_target)) cJSON_AddNullToObject(gf, "gained");
+  else cJSON_AddNumberToObject(gf, "gained", num(d.gain_target));
+  cJSON_AddNumberToObject(gf, "power", CP_STATS_POWER);
   int64_t used = 0, planned = 0;
   for (int p = 0; p < r->n_probes; p++)
     for (int l = 0; l < r->n_lengths; l++) used += cp_verify_prompts_in(r, p, l), planned += d.n_max;
@@ -231,6 +240,7 @@ static cJSON *statistics(const cp_verify_result *r, const cp_verify_thresholds *
     if (r->looks_every > 0) { /* the pooled test's level, and whether a cell's own boundary showed it */
       cJSON_AddNumberToObject(o, "level", num(g.level));
       cJSON_AddBoolToObject(o, "boundary", g.boundary);
+      cJSON_AddBoolToObject(o, "futility", g.futile); /* the gain-futility rule ended the pooled test */
     }
     cJSON_AddBoolToObject(o, "found", g.found);
   }

@@ -9,6 +9,7 @@
 #include "ctxpatch/base/error.h"
 #include "ctxpatch/base/num.h"
 #include "ctxpatch/verify/sequential.h"
+#include "ctxpatch/verify/stats.h"
 #include "ctxpatch/verify/verify.h"
 #include "verify/check_int.h"
 
@@ -177,12 +178,60 @@ static void results_block(sv *s, const cJSON *c, int n_lengths, int n_depths, do
   else if (base) side_block(s, base, "baseline", probes, n_lengths, n_depths, samples);
 }
 
+/* Lengths of a sequential run whose stops check recomputes (a verify run has a handful), and gain
+ * cells up to which the gain part of a gain cell's futility or curtailed stop is recomputed (each
+ * costs sign tests over the pooled prompts; a run has a few). */
+#define SEQ_MAX_LENGTHS 4096
+#define SEQ_MAX_LENGTHS_TEXT "4096"
+#define SEQ_MAX_GAIN_RECOMPUTED 64
+
+/* The pooled gain test as the run's looks saw it (verify/verify_seq.c): the gain cells in run order
+ * (probes outer, lengths inner), the pairs of those already passed, and whether a boundary or the
+ * gain-futility rule decided the gain before the cell at hand. */
+typedef struct {
+  bool judged, has_ppl; /* thresholds.require_gain; ppl measured (a corpus gain may still come) */
+  bool failed;          /* verdict fail: a cell may have stopped on an earlier failure */
+  const cJSON *lengths; /* statistics.gain.lengths */
+  int cells, seen;      /* gain cells in all, and before the cell at hand */
+  int64_t lost, gained; /* the pairs of those before */
+  bool decided;
+} seq_gain;
+
+/* A cell of `probe` whose length the gain test pooled (its first occurrence). */
+static bool is_gain_cell(const seq_gain *g, const cJSON *probe, const cJSON *cell) {
+  const cJSON *len = cJSON_GetObjectItemCaseSensitive(cell, "length"), *x;
+  bool listed = false;
+  if (!cJSON_IsNumber(len)) return false;
+  cJSON_ArrayForEach(x, g->lengths) listed |= cJSON_IsNumber(x) && x->valuedouble == len->valuedouble;
+  for (x = probe->child; listed && x && x != cell; x = x->next) {
+    const cJSON *other = cJSON_GetObjectItemCaseSensitive(x, "length");
+    listed = !(cJSON_IsNumber(other) && other->valuedouble == len->valuedouble);
+  }
+  return listed;
+}
+
+/* The pooled gain test at a gain cell's look after n_j prompts with b lost and c gained (an interim
+ * look, the cell's own boundary crossed or not): whether it was decided (a boundary, gain futility
+ * before, or settled by curtailment), and if not, *futile: the gain-futility rule stops it. */
+static bool gain_decided(const cp_seq_design *d, const seq_gain *g, bool crossed, int64_t n_j, int64_t b, int64_t c,
+                         bool *futile) {
+  *futile = false;
+  if (g->decided || crossed) return true;
+  int64_t rest = d->n_max - n_j + d->n_max * (g->cells - g->seen - 1), lost = g->lost + b, gained = g->gained + c;
+  double a = cp_seq_gain_final_alpha(d);
+  if (cp_sign_test_p_value(lost + rest, gained) < a) return true;
+  if (!g->has_ppl && !(cp_sign_test_p_value(lost, gained + rest) < a)) return true;
+  *futile = cp_seq_gain_futile(d, lost, gained, rest);
+  return false;
+}
+
 /* One comparison cell of a sequential run: its looks [prompts, lost, gained] end at its pairs,
- * lost and gained, and its stop is what the design decides on the last look's counts. */
-static void sequential_cell(sv *s, const cp_seq_design *d, const cJSON *cell, const char *path) {
+ * lost and gained, and its stop is what the design decides on the last look's counts (a gain
+ * cell's gain-futility stop also on the pooled pairs before it, g). */
+static void sequential_cell(sv *s, const cp_seq_design *d, const cJSON *cell, const char *path, seq_gain *g,
+                            bool gain_cell) {
   const cJSON *looks = need(s, cell, path, "looks", cJSON_Array), *stop = need(s, cell, path, "stop", cJSON_String), *lk;
   const cJSON *gb = need(s, cell, path, "gain_boundary", cJSON_True | cJSON_False);
-  (void)gb;
   int j = 0;
   double last[3] = {0, 0, 0};
   cJSON_ArrayForEach(lk, looks) {
@@ -209,16 +258,44 @@ static void sequential_cell(sv *s, const cp_seq_design *d, const cJSON *cell, co
   if (!stop) return;
   int64_t b = (int64_t)last[1], c = (int64_t)last[2];
   const char *why = stop->valuestring;
-  bool fails = cp_seq_fails(d, j - 1, b, c), consistent = false;
+  bool fails = cp_seq_fails(d, j - 1, b, c), consistent = false, futile = false;
+  /* a gain cell stops before its last look only once the pooled gain is decided, or by the rule
+   * (recomputed where the sign tests over the pooled prompts stay cheap: gamma > 0 bounds them) */
+  bool gain_checked = g->cells <= SEQ_MAX_GAIN_RECOMPUTED && !g->failed, rule = !strcmp(why, "gain-futility");
+  bool gain_open = gain_cell && g->judged && j < d->n_looks && !fails &&
+                   ((gain_checked && !rule) || (rule && d->gain_gamma > 0)) &&
+                   !gain_decided(d, g, cJSON_IsTrue(gb), (int64_t)last[0], b, c, &futile);
   if (!strcmp(why, "regression")) consistent = fails;
   else if (!strcmp(why, "last look")) consistent = !fails && j == d->n_looks;
-  else if (!strcmp(why, "futility")) consistent = !fails && cp_seq_futile(d, j - 1, b, c);
-  else if (!strcmp(why, "curtailed")) consistent = !fails && j < d->n_looks;
+  else if (!strcmp(why, "futility")) consistent = !fails && cp_seq_futile(d, j - 1, b, c) && !(gain_open && gain_checked);
+  else if (!strcmp(why, "curtailed")) consistent = !fails && j < d->n_looks && !(gain_open && gain_checked);
+  else if (rule)
+    consistent = gain_open && futile && (cp_seq_cannot_fail(d, j - 1, b, c) || cp_seq_futile(d, j - 1, b, c));
   else {
-      bad(s, path, "stop is not 'last look', 'regression', 'futility' or 'curtailed'");
+      bad(s, path, "stop is not 'last look', 'regression', 'futility', 'curtailed' or 'gain-futility'");
       return;
     }
   if (!consistent) bad(s, path, "stop is not what the design decides on the last look's pairs");
+  if (!gain_cell) return;
+  g->seen++;
+  g->lost += b;
+  g->gained += c;
+  g->decided |= cJSON_IsTrue(gb) || !strcmp(why, "gain-futility");
+}
+
+/* statistics.sequential.gain_futility: the rule the design makes (absent before it: none). */
+static void gain_futility_block(sv *s, const cJSON *q, cp_seq_design *d) {
+  const cJSON *gf = cJSON_GetObjectItemCaseSensitive(q, "gain_futility");
+  if (!gf) {
+    d->gain_gamma = 0;
+    return;
+  }
+  const cJSON *gamma = cJSON_GetObjectItemCaseSensitive(gf, "gamma"), *gained = cJSON_GetObjectItemCaseSensitive(gf, "gained");
+  bool same_target = isnan(d->gain_target) ? cJSON_IsNull(gained)
+                                            : cJSON_IsNumber(gained) &&
+                                                  gained->valuedouble == cp_num_round(d->gain_target, CP_NUM_JSON_DIGITS);
+  if (!cJSON_IsObject(gf) || !cJSON_IsNumber(gamma) || gamma->valuedouble != d->gain_gamma || !same_target)
+    bad(s, "statistics.sequential.gain_futility", "not the design's rule (gamma, gained)");
 }
 
 /* statistics.sequential (a sequential run; docs/certificate.md, "Sequential verdicts"): the design
@@ -250,10 +327,31 @@ static void sequential_block(sv *s, const cJSON *c, const cJSON *st) {
       return;
     }
   }
+  gain_futility_block(s, q, &d);
+  const cJSON *gain = cJSON_GetObjectItemCaseSensitive(st, "gain");
+  const cJSON *th = cJSON_GetObjectItemCaseSensitive(c, "thresholds");
+  const cJSON *verdict = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "verdict"), "result");
+  seq_gain g = {.judged = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(th, "require_gain")),
+                .failed = !cJSON_IsString(verdict) || !strcmp(verdict->valuestring, "fail"),
+                .has_ppl = cJSON_GetObjectItemCaseSensitive(gain, "ppl_nll_saved") != NULL,
+                .lengths = cJSON_GetObjectItemCaseSensitive(gain, "lengths")};
+  const cJSON *comparison = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), "comparison");
+  /* is_gain_cell compares each cell with the ones before it: bound that work */
+  bool few = cJSON_GetArraySize(g.lengths) <= SEQ_MAX_LENGTHS;
+  cJSON_ArrayForEach(probe, comparison) few &= cJSON_GetArraySize(probe) <= SEQ_MAX_LENGTHS;
+  if (!few) {
+    bad(s, "statistics.sequential", "more than " SEQ_MAX_LENGTHS_TEXT " lengths, more than check recomputes");
+    return;
+  }
+  cJSON_ArrayForEach(probe, comparison) cJSON_ArrayForEach(cell, probe) g.cells += is_gain_cell(&g, probe, cell);
+  if (g.cells != (int)cells) {
+    bad(s, "statistics.sequential.gain_cells", "not the comparison cells at statistics.gain.lengths");
+    return;
+  }
   char path[96];
-  cJSON_ArrayForEach(probe, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "results"), "comparison")) {
+  cJSON_ArrayForEach(probe, comparison) {
     snprintf(path, sizeof path, "results.comparison.%s[]", probe->string ? probe->string : "?");
-    cJSON_ArrayForEach(cell, probe) sequential_cell(s, &d, cell, path);
+    cJSON_ArrayForEach(cell, probe) sequential_cell(s, &d, cell, path, &g, is_gain_cell(&g, probe, cell));
   }
 }
 

@@ -21,6 +21,9 @@ int cp_seq_design_init(cp_seq_design *d, int64_t n_max, int64_t every, double al
   d->margin = margin;
   d->futility_drop = futility_drop;
   d->gain_cells = gain_cells > 0 ? gain_cells : 1;
+  int64_t pooled = (int64_t)d->gain_cells * n_max;
+  d->gain_target = cp_sign_test_detectable_gain(pooled, cp_seq_gain_final_alpha(d), CP_STATS_POWER);
+  d->gain_gamma = pooled <= CP_SEQ_GAIN_MAX_PROMPTS ? CP_SEQ_GAIN_GAMMA : 0;
   return 0;
 }
 
@@ -69,6 +72,24 @@ bool cp_seq_cannot_fail(const cp_seq_design *d, int j, int64_t b, int64_t c) {
   for (int i = j + 1; i < d->n_looks; i++)
     if (cp_seq_fails(d, i, b + cp_seq_look_prompts(d, i) - cp_seq_look_prompts(d, j), c)) return false;
   return true;
+}
+
+double cp_seq_gain_power(const cp_seq_design *d, int64_t lost, int64_t gained, int64_t rest) {
+  double a = cp_seq_gain_final_alpha(d);
+  if (cp_sign_test_p_value(lost, gained) < a) return 1.0;
+  if (rest <= 0 || !(cp_sign_test_p_value(lost, gained + rest) < a)) return 0.0;
+  /* the p-value falls with each gained pair: bisect for the fewest gains that reject */
+  int64_t lo = 0, hi = rest; /* lo does not reject, hi does */
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (cp_sign_test_p_value(lost, gained + mid) < a) hi = mid;
+    else lo = mid;
+  }
+  return isnan(d->gain_target) ? 0.0 : cp_binomial_tail(rest, d->gain_target, hi);
+}
+
+bool cp_seq_gain_futile(const cp_seq_design *d, int64_t lost, int64_t gained, int64_t rest) {
+  return d->gain_gamma > 0 && cp_seq_gain_power(d, lost, gained, rest) < d->gain_gamma;
 }
 
 /* log C(n, k) */

@@ -596,7 +596,7 @@ fail:
 
 static int add_reason(char ***reasons, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int add_reason(char ***reasons, int *n, const char *fmt, ...) {
-  char buf[320];
+  char buf[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
@@ -681,15 +681,22 @@ void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_
   g->p_value = cp_sign_test_p_value(g->lost, g->gained);
   g->ppl_saved = r->has_ppl && g->n_lengths ? saved / g->n_lengths : NAN;
   g->level = t->alpha;
-  cp_seq_design d; /* sequential: a cell's own boundary, or the pooled test at the level left for it */
+  /* sequential: a cell's own boundary, or the pooled test at the level left for it unless the
+   * gain-futility rule ended it (the cells after it stopped without the gain: their pairs no longer
+   * make the fixed test's sample) */
+  cp_seq_design d;
   if (r->looks_every > 0 && cp_verify_seq_design(&d, r, t) == 0) {
     g->level = cp_seq_gain_final_alpha(&d);
     for (int p = 0; p < r->n_probes; p++)
-      for (int l = 0; l < r->n_lengths; l++)
-        g->boundary |= cp_verify_gain_length(r, t, l) && r->gain_crossed[(size_t)p * (size_t)r->n_lengths + (size_t)l];
+      for (int l = 0; l < r->n_lengths; l++) {
+        size_t cl = (size_t)p * (size_t)r->n_lengths + (size_t)l;
+        if (!cp_verify_gain_length(r, t, l)) continue;
+        g->boundary |= r->gain_crossed[cl] != 0;
+        if (r->stop[cl] == CP_SEQ_GAIN_FUTILITY && !g->futile) g->futile = true, g->futile_cell = (int64_t)cl;
+      }
   }
-  g->found = g->n_lengths > 0 &&
-             ((r->n_probes > 0 && (g->boundary || g->p_value < g->level)) || g->ppl_saved > t->ppl_margin);
+  g->found = g->n_lengths > 0 && ((r->n_probes > 0 && (g->boundary || (!g->futile && g->p_value < g->level))) ||
+                                  g->ppl_saved > t->ppl_margin);
 }
 
 /* The power criterion's reason, with the samples per cell that would meet it (searched up to 400
@@ -722,8 +729,13 @@ static int gain_reason(char ***reasons, int *n_reasons, const cp_verify_result *
   if (r->has_ppl)
     snprintf(ppl, sizeof ppl, "%sppl NLL %.4f nats lower, not more than --ppl-margin %.4f", r->n_probes ? "; " : "",
              g->ppl_saved, t->ppl_margin);
-  char pairs[160] = "";
-  if (r->n_probes)
+  char pairs[256] = "";
+  if (r->n_probes && g->futile) {
+    int p = (int)(g->futile_cell / r->n_lengths), l = (int)(g->futile_cell % r->n_lengths);
+    snprintf(pairs, sizeof pairs, "%lld prompts gained and %lld lost, and gain futility ended the pooled sign test at %s "
+             "%lld after %d prompts (a gain was unlikely to be shown)", (long long)g->gained, (long long)g->lost,
+             cp_probe_name(r->probes[p]), (long long)r->lengths[l], r->used[g->futile_cell]);
+  } else if (r->n_probes)
     snprintf(pairs, sizeof pairs, "%lld prompts gained and %lld lost (sign test p = %.2g, not < %.3g)",
              (long long)g->gained, (long long)g->lost, g->p_value, g->level);
   char where[64] = "at the compared lengths (no training length known)";

@@ -1,7 +1,8 @@
 /* A sequential run's decisions at each look (docs/certificate.md, "Sequential verdicts"): a cell
  * stops on a declared regression, or once no regression is established (futility boundary or
- * curtailment) and its accuracy threshold and the pooled gain are decided, or at its first look
- * once an earlier cell has failed. */
+ * curtailment) and its accuracy threshold and the pooled gain are decided (shown, settled, or
+ * declared not shown by the gain-futility rule), or at its first look once an earlier cell has
+ * failed. */
 #include <stdlib.h>
 
 #include "ctxpatch/base/alloc.h"
@@ -10,7 +11,8 @@
 #include "verify/verify_seq.h"
 
 const char *cp_seq_stop_name(cp_seq_stop s) {
-  static const char *const names[CP_SEQ_STOP_COUNT] = {"last look", "regression", "futility", "curtailed"};
+  static const char *const names[CP_SEQ_STOP_COUNT] = {"last look", "regression", "futility", "curtailed",
+                                                       "gain-futility"};
   return (unsigned)s < CP_SEQ_STOP_COUNT ? names[s] : "?";
 }
 
@@ -52,7 +54,7 @@ double cp_verify_detectable_drop(const cp_verify_result *r, const cp_verify_thre
 
 int verify_seq_start(verify_seq_state *st, const cp_verify_result *r, const cp_verify_params *p) {
   st->gain_lost = st->gain_gained = 0;
-  st->gain_declared = false;
+  st->gain_declared = st->gain_futile = false;
   return cp_verify_seq_design(&st->design, r, p->judge);
 }
 
@@ -72,13 +74,12 @@ static int64_t gain_prompts_after(const cp_verify_result *r, const cp_verify_thr
   return (cells + per_probe * (r->n_probes - pi - 1)) * cp_verify_prompts_at(r);
 }
 
-/* Whether the pooled gain test's outcome is settled: a boundary was crossed, or no outcome of the
- * prompts still to come (every one lost, every one gained) changes the fixed test at its level. */
-static bool gain_decided(const verify_seq_state *st, const cp_verify_result *r, const cp_verify_thresholds *t, int pi,
-                         int l, int j, int64_t b, int64_t c) {
-  if (st->gain_declared) return true;
-  int64_t rest = cp_verify_prompts_at(r) - cp_seq_look_prompts(&st->design, j) + gain_prompts_after(r, t, pi, l);
-  int64_t lost = st->gain_lost + b, gained = st->gain_gained + c;
+/* Whether the pooled gain test's outcome is settled: a boundary was crossed, the gain-futility rule
+ * ended it, or no outcome of the prompts still to come (every one lost, every one gained) changes
+ * the fixed test at its level. */
+static bool gain_decided(const verify_seq_state *st, const cp_verify_result *r, int64_t lost, int64_t gained,
+                         int64_t rest) {
+  if (st->gain_declared || st->gain_futile) return true;
   double a = cp_seq_gain_final_alpha(&st->design);
   if (cp_sign_test_p_value(lost + rest, gained) < a) return true;
   /* with ppl a gain may still come from the corpus, so only a found gain is settled here */
@@ -122,7 +123,15 @@ bool verify_seq_look(verify_seq_state *st, cp_verify_result *r, const cp_verify_
     if (!cp_seq_futile(d, j, b, c)) return false;
     why = CP_SEQ_FUTILITY;
   }
-  if (gain_cell && cp_verify_gain_judged(r, t) && !gain_decided(st, r, t, pi, l, j, b, c)) return false;
+  if (gain_cell && cp_verify_gain_judged(r, t)) {
+    int64_t rest = N - n + gain_prompts_after(r, t, pi, l), lost = st->gain_lost + b, gained = st->gain_gained + c;
+    if (!gain_decided(st, r, lost, gained, rest)) {
+      /* the gain is all that keeps the cell: the rule ends the pooled test, or the cell goes on */
+      if (!cp_seq_gain_futile(d, lost, gained, rest)) return false;
+      st->gain_futile = true;
+      why = CP_SEQ_GAIN_FUTILITY;
+    }
+  }
   r->stop[cl] = (unsigned char)why;
   return true;
 }

@@ -14,6 +14,7 @@ typedef struct {
   cp_seq_design design;
   int64_t gain_lost, gain_gained; /* pairs of the gain cells already finished */
   bool gain_declared;             /* a gain cell crossed its own boundary */
+  bool gain_futile;               /* the gain-futility rule declared the gain not shown */
   bool failed;                    /* a cell failed: the verdict is "fail" whatever the rest give */
 } verify_seq_state;
 

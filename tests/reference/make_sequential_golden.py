@@ -8,7 +8,9 @@ binomial laws from math.comb, the power by its own recursion over the looks):
 Per design (prompts, look every, alpha, margin, futility drop, gain cells): the looks, the nominal
 levels of every look, the boundaries in counts (the smallest lost count that fails and the largest
 that stops for futility, at a few gained counts), curtailment on a few (b, c), the gain boundary,
-the power at a few drops and the detectable drop at 80% power. Deterministic.
+the power at a few drops and the detectable drop at 80% power, and the gain-futility rule: its
+target gain, threshold, and the conditional power at a few (lost, gained, prompts to come).
+Deterministic.
 """
 import json
 import os
@@ -36,16 +38,22 @@ def design_doc(n, every, alpha, margin, fdrop, cells):
                       "gain_min_c": gain_c, "cannot_fail": curtail})
     power = [[q, d.power(q)] for q in (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)]
     det = d.detectable_drop(0.8)
+    pooled = n * cells
+    cases = sorted({(0, 0, pooled - n // 5), (0, 0, pooled // 2), (0, 0, pooled // 4), (0, 0, n // 5),
+                    (1, 1, pooled // 2), (2, 1, pooled // 3), (3, 5, pooled // 4), (2, 0, n // 5), (0, 5, 0),
+                    (0, 4, 0), (0, 4, n // 5), (5, 5, pooled // 2), (6, 2, pooled - n), (0, 0, 0)})
+    gain_power = [[b, c, rest, d.gain_power(b, c, rest), d.gain_futile(b, c, rest)] for b, c, rest in cases]
     return {"prompts": n, "every": every, "alpha": alpha, "margin": margin, "futility_drop": fdrop,
             "gain_cells": cells, "gain_final_alpha": d.gain_final_alpha(), "looks": looks, "power": power,
-            "detectable_drop": det}
+            "detectable_drop": det, "gain_target": d.gain_target(), "gain_gamma": d.gain_gamma,
+            "gain_power": gain_power}
 
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "goldens", "stats", "sequential.json")
     doc = {"generator": "tests/reference/make_sequential_golden.py",
-           "interim_share": sd.INTERIM_SHARE, "futility_beta": sd.FUTILITY_BETA,
+           "interim_share": sd.INTERIM_SHARE, "futility_beta": sd.FUTILITY_BETA, "gain_gamma": sd.GAIN_GAMMA,
            "designs": [design_doc(*x) for x in DESIGNS]}
     tmp = out + ".tmp"
     with open(tmp, "w") as f:

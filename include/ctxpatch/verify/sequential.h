@@ -14,6 +14,12 @@
  *   - Gain: at an interim look, a gain cell whose own exact sign test is below
  *     alpha CP_SEQ_INTERIM_SHARE / (gain_cells (n_looks - 1)) shows the gain; otherwise the pooled
  *     sign test of the fixed design decides at alpha (1 - CP_SEQ_INTERIM_SHARE).
+ *   - Gain futility (non-binding): at an interim look, the conditional power of the pooled gain
+ *     test, P(it rejects at cp_seq_gain_final_alpha | the pairs so far) when each remaining prompt
+ *     of the gain cells is gained with probability gain_target and none is lost, is below
+ *     gain_gamma: the gain is declared not shown for the run. gain_target is the gain the fixed
+ *     pooled test over gain_cells x n_max prompts detects with power CP_STATS_POWER
+ *     (cp_sign_test_detectable_gain): the alternative the design is sized for.
  * With one look (n_max <= every) the design is the fixed one: levels alpha, no interim stop.
  * Pure functions of their arguments; only cp_seq_power allocates (a scratch array, freed).
  */
@@ -29,6 +35,12 @@
 #define CP_SEQ_INTERIM_SHARE 0.1
 /* Chance, at a true drop of futility_drop, that the interim looks stop for "no regression". */
 #define CP_SEQ_FUTILITY_BETA 0.1
+/* Conditional power below which the pooled gain test stops for futility (chosen by simulation,
+ * lab/sequential_oc.py; docs/certificate.md, "Sequential verdicts"). */
+#define CP_SEQ_GAIN_GAMMA 0.1
+/* Above this many prompts in the gain cells together (gain_cells x n_max) the design has no
+ * gain-futility rule: each look's conditional power costs about that many terms. */
+#define CP_SEQ_GAIN_MAX_PROMPTS 100000
 /* At most this many prompts a cell: the power recursion costs about n_max^2 / 2 steps. */
 #define CP_SEQ_MAX_PROMPTS 2000
 
@@ -39,9 +51,12 @@ typedef struct cp_seq_design {
   double alpha, margin; /* the fixed design's one-sided level and Tango margin */
   double futility_drop; /* the drop the futility test is stated against */
   int gain_cells;       /* cells the gain test pools (>= 1) */
+  double gain_target;   /* the gain-futility rule's alternative: rate of gained prompts, none lost */
+  double gain_gamma;    /* its conditional-power threshold; 0: no gain-futility rule */
 } cp_seq_design;
 
-/* Fills *d; CP_EARG (one line) when n_max is not in [1, CP_SEQ_MAX_PROMPTS] or every < 1. */
+/* Fills *d (gain_gamma CP_SEQ_GAIN_GAMMA, or 0 past CP_SEQ_GAIN_MAX_PROMPTS); CP_EARG (one line)
+ * when n_max is not in [1, CP_SEQ_MAX_PROMPTS] or every < 1. */
 int cp_seq_design_init(cp_seq_design *d, int64_t n_max, int64_t every, double alpha, double margin,
                        double futility_drop, int gain_cells);
 /* Prompts seen at look j. */
@@ -59,6 +74,12 @@ bool cp_seq_gain_crossed(const cp_seq_design *d, int j, int64_t lost, int64_t ga
 /* Curtailment: no outcome of the prompts after look j makes a later look reject (the worst case,
  * every remaining prompt lost, does not). */
 bool cp_seq_cannot_fail(const cp_seq_design *d, int j, int64_t b, int64_t c);
+/* Conditional power of the pooled gain test with `lost` and `gained` pairs so far and `rest`
+ * prompts of the gain cells to come, each gained with probability gain_target, none lost: the
+ * exact binomial tail of the gains it needs. */
+double cp_seq_gain_power(const cp_seq_design *d, int64_t lost, int64_t gained, int64_t rest);
+/* The gain-futility rule: gain_gamma > 0 and the conditional power below it. */
+bool cp_seq_gain_futile(const cp_seq_design *d, int64_t lost, int64_t gained, int64_t rest);
 /* P(the design declares a regression) when the original answers every prompt and the patch loses
  * each with probability `drop`: exact recursion over the lost count at the looks; NaN when out of
  * memory. */

@@ -201,10 +201,18 @@ typedef struct cp_verify_result {
 } cp_verify_result;
 
 /* Why a cell of a sequential run stopped: its last look; a regression declared; no regression
- * established by the futility boundary; or nothing the remaining prompts could give would change
- * its part of the verdict (curtailment). */
-typedef enum { CP_SEQ_LAST_LOOK, CP_SEQ_REGRESSION, CP_SEQ_FUTILITY, CP_SEQ_CURTAILED, CP_SEQ_STOP_COUNT } cp_seq_stop;
-/* "last look", "regression", "futility", "curtailed" */
+ * established by the futility boundary; nothing the remaining prompts could give would change
+ * its part of the verdict (curtailment); or, in a gain cell whose other parts were decided, the
+ * gain-futility rule declared the pooled gain not shown. */
+typedef enum {
+  CP_SEQ_LAST_LOOK,
+  CP_SEQ_REGRESSION,
+  CP_SEQ_FUTILITY,
+  CP_SEQ_CURTAILED,
+  CP_SEQ_GAIN_FUTILITY,
+  CP_SEQ_STOP_COUNT
+} cp_seq_stop;
+/* "last look", "regression", "futility", "curtailed", "gain-futility" */
 const char *cp_seq_stop_name(cp_seq_stop s);
 
 /* Runs every probe x length x depth x sample through the engine with `rule` (patched side)
@@ -274,10 +282,13 @@ typedef struct {
   int64_t lost, gained;
   double p_value, ppl_saved;
   bool found;
-  /* the level the pooled sign test was judged at (alpha; less in a sequential design), and whether
-   * a sequential cell crossed its own gain boundary (which shows the gain by itself) */
+  /* the level the pooled sign test was judged at (alpha; less in a sequential design), whether
+   * a sequential cell crossed its own gain boundary (which shows the gain by itself), and whether
+   * the gain-futility rule stopped the pooled test (it then shows no gain; futile_cell: that
+   * cell, p * n_lengths + l) */
   double level;
-  bool boundary;
+  bool boundary, futile;
+  int64_t futile_cell;
 } cp_verify_gain_test;
 void cp_verify_gain(cp_verify_gain_test *g, const cp_verify_result *r, const cp_verify_thresholds *t);
 /* Whether r->lengths[l] is one of the gain test's lengths (its first occurrence). */
