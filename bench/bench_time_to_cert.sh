@@ -87,9 +87,12 @@ fi
 if [[ $parts == *" counts "* ]]; then
   model micro-llama3-2k "$work/micro"
   methods=("temperature --tau 0.9" "lm-infinite --for ctxpatch")
-  for cfg in 0.prefix 0.seq 1.seq 1.prefix; do # lm-infinite's fixed design last: the same prompts
+  # lm-infinite's fixed design after its sequential one (the same prompts); then lm-infinite again as
+  # a later patch of the same original: its side read from the cache lm-infinite's fixed run wrote
+  for cfg in 0.prefix 0.seq 1.seq 1.prefix 1.prefixc 1.seqc; do
     mi=${cfg%.*} lv=${cfg#*.} extra=()
-    [ "$lv" = seq ] && extra=(--sequential --looks "$looks")
+    [ "${lv%c}" = seq ] && extra=(--sequential --looks "$looks")
+    [ "$cfg" = 1.prefix ] || [ "${lv%c}" != "$lv" ] && extra+=(--baseline-cache "$work/bcache") # 1.prefix writes it
     out=$work/out.$mi.$lv
     [ -f "$work/run.$mi.$lv.done" ] || rm -rf "$out"
     # shellcheck disable=SC2086
@@ -143,10 +146,10 @@ if par:
 scr = json.load(open(os.path.join(work, "screen.json")))["run"] if have("screen.json") else None
 if scr:
     print("screening (micro, the original alone, 40 prompts at %d): %d tokens computed, %d reused" % (L, scr["tokens"], scr["tokens_reused"]))
-hdr = "| method | levers | verdict | prompts (both sides) | tokens computed at %d / %d | 1B CPU s, 16-bit (computed) | 1B CPU s, f32 tiles (computed) | 1B minutes at 2 threads, 16-bit (computed) |" % (L, long)
+hdr = "| method | levers | verdict | prompts run | tokens computed at %d / %d | 1B CPU s, 16-bit (computed) | 1B CPU s, f32 tiles (computed) | 1B minutes at 2 threads, 16-bit (computed) |" % (L, long)
 print("\n" + hdr + "\n|---|---|---|---:|---:|---:|---:|---:|")
 for mi, mname in ((0, "temperature 0.9"), (1, "lm-infinite")):
-    for lv in ("prefix", "seq"):
+    for lv in ("prefix", "seq") + (("prefixc", "seqc") if mi == 1 else ()):
         n = "run.%d.%s" % (mi, lv)
         if not have(n + ".out") or not rd(n + ".out").strip():
             print("| %s | %s | not run |" % (mname, lv))
@@ -156,11 +159,16 @@ for mi, mname in ((0, "temperature 0.9"), (1, "lm-infinite")):
         runb = {e["length"]: e for e in cert["run"]["by_length"]}
         prompts = 2 * sum(e.get("prompts", cert["probes"]["samples"] * len(cert["probes"]["depths"]))
                           for name, cells in cert["results"]["patched"].items() if name != "attention" for e in cells)
+        if lv.endswith("c"):  # the original's side read from the cache: only the patched side ran
+            prompts //= 2
         for shared in (False, True):
             toks = {ln: runb[ln]["tokens"] + (0 if shared else runb[ln]["tokens_reused"]) for ln in (L, long)}
             s_t = (scr["tokens"] + (0 if shared else scr["tokens_reused"])) if scr else 0
-            levers = ("shared prefixes" if shared else "none") if lv == "prefix" else \
-                     ("sequential + shared prefixes" if shared else "sequential (K = %d)" % cert["statistics"]["sequential"]["looks_every"])
+            seqk = "sequential (K = %d)" % cert["statistics"]["sequential"]["looks_every"] if "seq" in lv else ""
+            levers = {"prefix": "shared prefixes" if shared else "none",
+                      "seq": "sequential + shared prefixes" if shared else seqk,
+                      "prefixc": "baseline cache (a later patch)" + (" + shared prefixes" if shared else ""),
+                      "seqc": ("sequential + shared prefixes" if shared else seqk) + " + baseline cache (a later patch)"}[lv]
             row = "| %s | %s | %s | %d | %d / %d |" % (mname, levers, cert["verdict"]["result"], prompts, toks[L], toks[long])
             def total(w):
                 at4 = None  # the patched side at 4x under the LM-Infinite rule (f32: plus the tiles' difference)
@@ -168,6 +176,8 @@ for mi, mname in ((0, "temperature 0.9"), (1, "lm-infinite")):
                     at4 = cost["lmi", long] + (cost[w, long] - cost["k16", long])
                 side4 = toks[long] / 2
                 c4 = side4 * cost[w, long] + side4 * (at4 if at4 else cost[w, long])
+                if lv.endswith("c"):  # every token computed at 4x is the patched side's
+                    c4 = toks[long] * (at4 if at4 else cost[w, long])
                 return toks[L] * cost[w, L] + c4 + s_t * cost[w, L]
             if ("k16", long) in cost and par:
                 k = total("k16")
