@@ -108,10 +108,17 @@ K16_TARGET static inline __m256 load8(const unsigned char *p /* [8] 16-bit */, i
   return _mm256_cvtph_ps(h);
 }
 
+/* How far ahead of the 64 bytes being multiplied dot_avx2 prefetches: decode reads every weight
+ * once, from 4 KiB pages of the file mapping that the hardware prefetcher does not cross (as
+ * kernq8.c's Q8_PREFETCH; docs/perf.md "Q8_0 decode (issue 34, second pass)"). A prefetch past
+ * the end of the mapping does not fault. */
+enum { K16_PREFETCH = 2048 };
+
 K16_TARGET static float dot_avx2(const unsigned char *w /* [K] 16-bit */, int bf16, int K, const float *x /* [K] */) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int k = 0;
   for (; k + LANES <= K; k += LANES) {
+    _mm_prefetch((const char *)w + 2 * (size_t)k + K16_PREFETCH, _MM_HINT_T0);
     a0 = _mm256_fmadd_ps(load8(w + 2 * (size_t)k, bf16), _mm256_loadu_ps(x + k), a0);
     a1 = _mm256_fmadd_ps(load8(w + 2 * (size_t)k + 16, bf16), _mm256_loadu_ps(x + k + 8), a1);
     a2 = _mm256_fmadd_ps(load8(w + 2 * (size_t)k + 32, bf16), _mm256_loadu_ps(x + k + 16), a2);
